@@ -1,0 +1,392 @@
+//! Member selection: the load-balancing algorithms, backup members, slow
+//! start and the member state the data path reads without locks.
+//!
+//! Member state (health, ejection, in-flight count) lives in atomics shared
+//! by every worker and written by the health checker and by passive checks.
+//! Per-algorithm cursors (round robin position, smooth weighted round robin
+//! current weights) are per worker: each worker balances its own share of the
+//! traffic, so nothing on the pick path is shared but the in-flight counts.
+
+mod maglev;
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+
+pub use maglev::Maglev;
+
+use crate::clock::now_ms;
+use crate::config::model::Algorithm;
+use crate::stats::Sharded;
+
+/// State of one member that outlives config reloads (keyed by pool name and
+/// address) and is shared by every worker.
+#[derive(Debug)]
+pub struct MemberState {
+    /// Result of active health checks; true when the pool has none.
+    pub healthy: AtomicBool,
+    /// Passive ejection: the member is out until this clock time (ms).
+    pub ejected_until_ms: AtomicU64,
+    pub consecutive_failures: AtomicU32,
+    /// Clock time (ms) the member last came back, for slow start; 0 = always up.
+    pub up_since_ms: AtomicU64,
+    /// Requests in flight to this member, on all workers.
+    pub inflight: AtomicU64,
+    /// Consecutive active-check results, owned by the health checker.
+    pub check_ok_streak: AtomicU32,
+    pub check_fail_streak: AtomicU32,
+}
+
+impl Default for MemberState {
+    fn default() -> Self {
+        MemberState {
+            healthy: AtomicBool::new(true),
+            ejected_until_ms: AtomicU64::new(0),
+            consecutive_failures: AtomicU32::new(0),
+            up_since_ms: AtomicU64::new(0),
+            inflight: AtomicU64::new(0),
+            check_ok_streak: AtomicU32::new(0),
+            check_fail_streak: AtomicU32::new(0),
+        }
+    }
+}
+
+impl MemberState {
+    #[inline]
+    pub fn is_up(&self, now: u64) -> bool {
+        self.healthy.load(Ordering::Relaxed) && self.ejected_until_ms.load(Ordering::Relaxed) <= now
+    }
+}
+
+/// What the balancer needs to know about one member.
+pub struct Candidate<'a> {
+    pub state: &'a MemberState,
+    pub weight: u32,
+    pub max_connections: u32,
+    pub backup: bool,
+}
+
+/// Per-worker cursors of one pool.
+pub struct Cursor {
+    rr: AtomicUsize,
+    swrr: Box<[AtomicI64]>,
+}
+
+pub struct Balancer {
+    pub algorithm: Algorithm,
+    pub slow_start_ms: u64,
+    cursors: Sharded<Cursor>,
+    maglev: Maglev,
+}
+
+/// Members already tried for this request (retries never reuse one).
+#[derive(Default, Clone, Copy)]
+pub struct Tried(u64);
+
+impl Tried {
+    pub fn add(&mut self, i: usize) {
+        self.0 |= 1u64 << (i % 64);
+    }
+    pub fn has(&self, i: usize) -> bool {
+        self.0 & (1u64 << (i % 64)) != 0
+    }
+}
+
+impl Balancer {
+    /// `keys` are stable member identities (for the consistent-hash table).
+    pub fn new(
+        algorithm: Algorithm,
+        slow_start_ms: u64,
+        keys: &[String],
+        weights: &[u32],
+        backups: &[bool],
+    ) -> Self {
+        let n = keys.len();
+        // Consistent hashing only spreads over primaries; backups are picked
+        // from the hash directly when every primary is down.
+        let (pk, pw): (Vec<String>, Vec<u32>) = keys
+            .iter()
+            .zip(weights)
+            .zip(backups)
+            .filter(|(_, b)| !**b)
+            .map(|((k, w), _)| (k.clone(), *w))
+            .unzip();
+        let primary_index: Vec<usize> = (0..n).filter(|i| !backups[*i]).collect();
+        let mut maglev = Maglev::build(&pk, &pw);
+        maglev.remap(&primary_index);
+        Balancer {
+            algorithm,
+            slow_start_ms,
+            cursors: Sharded::from_fn(|| Cursor {
+                rr: AtomicUsize::new(0),
+                swrr: (0..n).map(|_| AtomicI64::new(0)).collect(),
+            }),
+            maglev,
+        }
+    }
+
+    /// Weight scaled by slow start, in thousandths.
+    fn effective_weight(&self, c: &Candidate, now: u64) -> u64 {
+        let full = c.weight.max(1) as u64 * 1000;
+        let since = c.state.up_since_ms.load(Ordering::Relaxed);
+        if self.slow_start_ms == 0 || since == 0 || now >= since + self.slow_start_ms {
+            return full;
+        }
+        let elapsed = now.saturating_sub(since);
+        (full * elapsed / self.slow_start_ms).max(full / 20).max(1)
+    }
+
+    /// Picks a member. `hash` is the consistent-hash or affinity key when the
+    /// request has one. Returns None when no member may take the request.
+    pub fn pick(&self, members: &[Candidate], hash: Option<u64>, tried: Tried) -> Option<usize> {
+        let now = now_ms();
+        // Backups serve only when every primary is down.
+        let any_primary_up = members.iter().any(|m| !m.backup && m.state.is_up(now));
+        let eligible = |i: usize| -> bool {
+            let m = &members[i];
+            m.backup != any_primary_up
+                && !tried.has(i)
+                && m.state.is_up(now)
+                && (m.max_connections == 0
+                    || m.state.inflight.load(Ordering::Relaxed) < m.max_connections as u64)
+        };
+        let n = members.len();
+        if n == 0 {
+            return None;
+        }
+        if let Some(h) = hash {
+            if any_primary_up {
+                if let Some(i) = self.maglev.lookup(h).filter(|i| eligible(*i)) {
+                    return Some(i);
+                }
+                // The owner is down or busy: walk a deterministic sequence so
+                // the same key keeps landing on the same fallback member.
+                for k in 1..8u64 {
+                    if let Some(i) = self.maglev.lookup(mix(h ^ k)).filter(|i| eligible(*i)) {
+                        return Some(i);
+                    }
+                }
+            }
+            let start = (h % n as u64) as usize;
+            return (0..n).map(|k| (start + k) % n).find(|i| eligible(*i));
+        }
+        let cursor = self.cursors.local();
+        match self.algorithm {
+            Algorithm::RoundRobin | Algorithm::ConsistentHash => {
+                let start = cursor.rr.fetch_add(1, Ordering::Relaxed);
+                (0..n).map(|k| (start + k) % n).find(|i| eligible(*i))
+            }
+            Algorithm::WeightedRoundRobin => {
+                // Smooth weighted round robin (as nginx): every eligible member
+                // gains its weight, the richest is picked and pays the total.
+                let mut total = 0i64;
+                let mut best: Option<(usize, i64)> = None;
+                for (i, m) in members.iter().enumerate() {
+                    if !eligible(i) {
+                        continue;
+                    }
+                    let w = self.effective_weight(m, now) as i64;
+                    total += w;
+                    let cur = cursor.swrr[i].fetch_add(w, Ordering::Relaxed) + w;
+                    if best.is_none_or(|(_, b)| cur > b) {
+                        best = Some((i, cur));
+                    }
+                }
+                let (i, _) = best?;
+                cursor.swrr[i].fetch_sub(total, Ordering::Relaxed);
+                Some(i)
+            }
+            Algorithm::LeastConnections => {
+                let start = cursor.rr.fetch_add(1, Ordering::Relaxed);
+                let mut best: Option<(usize, u64, u64)> = None;
+                for k in 0..n {
+                    let i = (start + k) % n;
+                    if !eligible(i) {
+                        continue;
+                    }
+                    let load = members[i].state.inflight.load(Ordering::Relaxed);
+                    let w = self.effective_weight(&members[i], now);
+                    // load_i / w_i < load_b / w_b, cross-multiplied.
+                    if best.is_none_or(|(_, bl, bw)| {
+                        (load as u128) * (bw as u128) < (bl as u128) * (w as u128)
+                    }) {
+                        best = Some((i, load, w));
+                    }
+                }
+                best.map(|b| b.0)
+            }
+            Algorithm::P2c => {
+                let a = probe(n, rand_u64(), &eligible)?;
+                let b = probe(n, rand_u64(), &eligible).unwrap_or(a);
+                let b = if b == a {
+                    probe(n, a as u64 + 1, &eligible).unwrap_or(a)
+                } else {
+                    b
+                };
+                let cost = |i: usize| {
+                    let load = members[i].state.inflight.load(Ordering::Relaxed) as u128 + 1;
+                    (load, self.effective_weight(&members[i], now) as u128)
+                };
+                let ((la, wa), (lb, wb)) = (cost(a), cost(b));
+                Some(if la * wb <= lb * wa { a } else { b })
+            }
+        }
+    }
+}
+
+fn probe(n: usize, start: u64, eligible: &impl Fn(usize) -> bool) -> Option<usize> {
+    let s = (start % n as u64) as usize;
+    (0..n).map(|k| (s + k) % n).find(|i| eligible(*i))
+}
+
+impl Maglev {
+    /// Rewrites table entries from positions among primaries to pool indices.
+    fn remap(&mut self, primary_index: &[usize]) {
+        self.map_entries(|e| primary_index[e]);
+    }
+}
+
+/// FNV-1a followed by a splitmix finalizer: fast and well spread.
+pub fn hash64(data: &[u8], seed: u64) -> u64 {
+    let mut h = 0xcbf2_9ce4_8422_2325u64 ^ seed;
+    for b in data {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x100_0000_01b3);
+    }
+    mix(h)
+}
+
+pub fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+thread_local! {
+    static RNG: Cell<u64> = Cell::new(mix(std::process::id() as u64 ^ now_ms().rotate_left(17) ^ (&RNG as *const _ as u64)));
+}
+
+/// Per-thread xorshift; good enough to spread P2C choices.
+pub fn rand_u64() -> u64 {
+    RNG.with(|r| {
+        let mut x = r.get();
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        r.set(x);
+        x
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn states(n: usize) -> Vec<MemberState> {
+        (0..n).map(|_| MemberState::default()).collect()
+    }
+
+    fn cands<'a>(s: &'a [MemberState], w: &[u32], backup: &[bool]) -> Vec<Candidate<'a>> {
+        s.iter()
+            .enumerate()
+            .map(|(i, st)| Candidate {
+                state: st,
+                weight: w[i],
+                max_connections: 0,
+                backup: backup[i],
+            })
+            .collect()
+    }
+
+    fn keys(n: usize) -> Vec<String> {
+        (0..n).map(|i| format!("m{i}")).collect()
+    }
+
+    #[test]
+    fn smooth_weighted_is_exact_and_interleaved() {
+        let s = states(3);
+        let w = [5, 1, 1];
+        let b = Balancer::new(Algorithm::WeightedRoundRobin, 0, &keys(3), &w, &[false; 3]);
+        let c = cands(&s, &w, &[false; 3]);
+        let picks: Vec<usize> = (0..7)
+            .map(|_| b.pick(&c, None, Tried::default()).unwrap())
+            .collect();
+        assert_eq!(picks.iter().filter(|p| **p == 0).count(), 5);
+        // Smoothness: member 0 never gets more than 3 in a row in a 7-cycle.
+        assert_ne!(&picks[..4], &[0, 0, 0, 0]);
+    }
+
+    #[test]
+    fn backups_only_when_primaries_down() {
+        let s = states(3);
+        let w = [1, 1, 1];
+        let bk = [false, false, true];
+        let b = Balancer::new(Algorithm::RoundRobin, 0, &keys(3), &w, &bk);
+        let c = cands(&s, &w, &bk);
+        for _ in 0..10 {
+            assert_ne!(b.pick(&c, None, Tried::default()), Some(2));
+        }
+        s[0].healthy.store(false, Ordering::Relaxed);
+        s[1].ejected_until_ms
+            .store(now_ms() + 60_000, Ordering::Relaxed);
+        assert_eq!(b.pick(&c, None, Tried::default()), Some(2));
+    }
+
+    #[test]
+    fn least_connections_prefers_idle() {
+        let s = states(3);
+        let w = [1, 1, 1];
+        s[0].inflight.store(5, Ordering::Relaxed);
+        s[2].inflight.store(3, Ordering::Relaxed);
+        let b = Balancer::new(Algorithm::LeastConnections, 0, &keys(3), &w, &[false; 3]);
+        assert_eq!(
+            b.pick(&cands(&s, &w, &[false; 3]), None, Tried::default()),
+            Some(1)
+        );
+    }
+
+    #[test]
+    fn slow_start_ramps() {
+        let s = states(2);
+        let w = [1, 1];
+        s[1].up_since_ms.store(now_ms(), Ordering::Relaxed);
+        let b = Balancer::new(Algorithm::WeightedRoundRobin, 0, &keys(2), &w, &[false; 2]);
+        let b = Balancer {
+            slow_start_ms: 60_000,
+            ..b
+        };
+        let c = cands(&s, &w, &[false; 2]);
+        let n1 = (0..1000)
+            .filter(|_| b.pick(&c, None, Tried::default()) == Some(1))
+            .count();
+        assert!(n1 < 100, "recovering member got {n1} of 1000");
+    }
+
+    #[test]
+    fn tried_members_are_skipped() {
+        let s = states(2);
+        let w = [1, 1];
+        let b = Balancer::new(Algorithm::P2c, 0, &keys(2), &w, &[false; 2]);
+        let c = cands(&s, &w, &[false; 2]);
+        let mut t = Tried::default();
+        t.add(0);
+        for _ in 0..20 {
+            assert_eq!(b.pick(&c, None, t), Some(1));
+        }
+        t.add(1);
+        assert_eq!(b.pick(&c, None, t), None);
+    }
+
+    #[test]
+    fn hashing_is_sticky() {
+        let s = states(4);
+        let w = [1; 4];
+        let b = Balancer::new(Algorithm::ConsistentHash, 0, &keys(4), &w, &[false; 4]);
+        let c = cands(&s, &w, &[false; 4]);
+        let h = hash64(b"client-1", 0);
+        let first = b.pick(&c, Some(h), Tried::default()).unwrap();
+        for _ in 0..10 {
+            assert_eq!(b.pick(&c, Some(h), Tried::default()), Some(first));
+        }
+    }
+}

@@ -1,0 +1,749 @@
+//! File model -> validated snapshot. Collects every error rather than
+//! stopping at the first, so an operator fixes a file in one pass.
+
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use toml::Spanned;
+
+use super::model::{self, Algorithm, HealthKind, PersistenceKind};
+use super::snapshot::*;
+use super::{ConfigError, Positions};
+use crate::balance::{hash64, Balancer};
+
+struct Ctx<'a> {
+    pos: &'a Positions<'a>,
+    errors: Vec<ConfigError>,
+}
+
+impl Ctx<'_> {
+    fn err(&mut self, span: Range<usize>, msg: impl Into<String>) {
+        self.errors.push(self.pos.error(span.start, msg));
+    }
+}
+
+pub fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
+}
+
+fn valid_value(s: &str) -> bool {
+    s.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+}
+
+pub fn build(
+    pos: &Positions,
+    file: model::File,
+    previous: Option<&Snapshot>,
+) -> Result<Snapshot, Vec<ConfigError>> {
+    let mut cx = Ctx {
+        pos,
+        errors: Vec::new(),
+    };
+    let settings = settings(&mut cx, &file);
+
+    // Pools first: virtual servers refer to them.
+    let mut pools: Vec<Arc<Pool>> = Vec::new();
+    let mut pool_names: HashMap<String, Arc<Pool>> = HashMap::new();
+    for p in &file.pool {
+        if pool_names.contains_key(p.name.get_ref()) {
+            cx.err(
+                p.name.span(),
+                format!(
+                    "pool {:?} is defined twice; pool names must be unique",
+                    p.name.get_ref()
+                ),
+            );
+            continue;
+        }
+        if let Some(pool) = build_pool(&mut cx, p, previous) {
+            let pool = Arc::new(pool);
+            pool_names.insert(pool.name.clone(), pool.clone());
+            pools.push(pool);
+        }
+    }
+
+    let mut vservers = Vec::new();
+    let mut by_listen: HashMap<SocketAddr, Arc<VServer>> = HashMap::new();
+    let mut vs_names = HashSet::new();
+    let mut listen_owner: HashMap<SocketAddr, String> = HashMap::new();
+    if file.vserver.is_empty() {
+        cx.errors.push(pos.error(
+            0,
+            "no virtual server: add at least one [[vserver]] with a name, listen and default_pool",
+        ));
+    }
+    for v in &file.vserver {
+        let name = v.name.get_ref().clone();
+        if !vs_names.insert(name.clone()) {
+            cx.err(
+                v.name.span(),
+                format!("vserver {name:?} is defined twice; vserver names must be unique"),
+            );
+            continue;
+        }
+        if v.listen.get_ref().is_empty() {
+            cx.err(v.listen.span(), format!("vserver {name:?}: listen is empty; give at least one address such as \"127.0.0.1:8080\""));
+        }
+        for a in v.listen.get_ref() {
+            if let Some(other) = listen_owner.insert(*a.get_ref(), name.clone()) {
+                cx.err(
+                    a.span(),
+                    format!(
+                        "vserver {name:?}: address {} is already used by vserver {other:?}",
+                        a.get_ref()
+                    ),
+                );
+            }
+        }
+        let vs = build_vserver(&mut cx, v, &pool_names, previous);
+        let vs = Arc::new(vs);
+        for a in &vs.listen {
+            by_listen.entry(*a).or_insert_with(|| vs.clone());
+        }
+        vservers.push(vs);
+    }
+
+    let admin = file.admin.as_ref().map(|a| {
+        if let Some(owner) = listen_owner.get(a.listen.get_ref()) {
+            cx.err(
+                a.listen.span(),
+                format!(
+                    "admin listen address {} is already used by vserver {owner:?}",
+                    a.listen.get_ref()
+                ),
+            );
+        }
+        *a.listen.get_ref()
+    });
+
+    if !cx.errors.is_empty() {
+        cx.errors.sort_by_key(|e| (e.line, e.col));
+        return Err(cx.errors);
+    }
+    Ok(Snapshot {
+        generation: previous.map(|p| p.generation + 1).unwrap_or(1),
+        settings,
+        admin,
+        vservers,
+        pools,
+        by_listen,
+    })
+}
+
+fn bounded(
+    cx: &mut Ctx,
+    v: &Option<Spanned<usize>>,
+    default: usize,
+    min: usize,
+    max: usize,
+    what: &str,
+) -> usize {
+    match v {
+        None => default,
+        Some(s) if (min..=max).contains(s.get_ref()) => *s.get_ref(),
+        Some(s) => {
+            cx.err(
+                s.span(),
+                format!(
+                    "{what} must be between {min} and {max}, got {}",
+                    s.get_ref()
+                ),
+            );
+            default
+        }
+    }
+}
+
+fn settings(cx: &mut Ctx, f: &model::File) -> Settings {
+    let t = &f.timeouts;
+    let ms = |v: Option<super::types::Millis>, d: u64| v.map(|m| m.0.max(1)).unwrap_or(d);
+    Settings {
+        workers: f
+            .global
+            .workers
+            .filter(|w| *w > 0)
+            .unwrap_or_else(default_workers),
+        pin_workers: f.global.pin_workers.unwrap_or(true),
+        grace_period_ms: ms(f.global.grace_period, 30_000),
+        access_log: f.global.access_log.unwrap_or(false),
+        max_request_line: bounded(
+            cx,
+            &f.limits.max_request_line,
+            8192,
+            64,
+            1 << 20,
+            "limits.max_request_line",
+        ),
+        max_header_bytes: bounded(
+            cx,
+            &f.limits.max_header_bytes,
+            32 * 1024,
+            1024,
+            1 << 20,
+            "limits.max_header_bytes",
+        ),
+        max_headers: bounded(
+            cx,
+            &f.limits.max_headers,
+            100,
+            8,
+            1000,
+            "limits.max_headers",
+        ),
+        retries: f.limits.retries.unwrap_or(2),
+        client_header_ms: ms(t.client_header, 10_000),
+        client_idle_ms: ms(t.client_idle, 60_000),
+        client_body_ms: ms(t.client_body, 30_000),
+        upstream_connect_ms: ms(t.upstream_connect, 3_000),
+        upstream_response_ms: ms(t.upstream_response, 60_000),
+        tunnel_idle_ms: ms(t.tunnel_idle, 3_600_000),
+    }
+}
+
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+fn build_pool(cx: &mut Ctx, p: &model::Pool, previous: Option<&Snapshot>) -> Option<Pool> {
+    let name = p.name.get_ref().clone();
+    let span = p.name.span();
+    let old = previous.and_then(|s| s.pools.iter().find(|o| o.name == name));
+    if p.member.is_empty() {
+        cx.err(
+            span.clone(),
+            format!(
+                "pool {name:?} has no member; add at least one [[pool.member]] with an address"
+            ),
+        );
+    }
+    let hash_key = match &p.hash_key {
+        None => None,
+        Some(k) => {
+            let key = match k.get_ref().as_str() {
+                "source-ip" => Some(HashKey::SourceIp),
+                "uri" => Some(HashKey::Uri),
+                s => match s.split_once(':') {
+                    Some(("header", h)) if is_token(h) => {
+                        Some(HashKey::Header(h.to_ascii_lowercase()))
+                    }
+                    Some(("cookie", c)) if is_token(c) => Some(HashKey::Cookie(c.to_string())),
+                    _ => None,
+                },
+            };
+            if key.is_none() {
+                cx.err(k.span(), format!("pool {name:?}: invalid hash_key {:?}; allowed: source-ip, uri, header:NAME, cookie:NAME", k.get_ref()));
+            }
+            if p.algorithm != Algorithm::ConsistentHash {
+                cx.err(
+                    k.span(),
+                    format!(
+                        "pool {name:?}: hash_key only applies to algorithm = \"consistent-hash\""
+                    ),
+                );
+            }
+            key
+        }
+    };
+    if p.algorithm == Algorithm::ConsistentHash && p.hash_key.is_none() {
+        cx.err(span.clone(), format!("pool {name:?}: algorithm \"consistent-hash\" needs a hash_key (source-ip, uri, header:NAME or cookie:NAME)"));
+    }
+    let persistence = p.persistence.as_ref().map(|per| match per.kind {
+        PersistenceKind::Cookie => {
+            let c = per.cookie.clone().unwrap_or_else(|| "SYSRV".to_string());
+            if !is_token(&c) {
+                cx.err(
+                    span.clone(),
+                    format!(
+                        "pool {name:?}: persistence cookie name {c:?} is not a valid cookie name"
+                    ),
+                );
+            }
+            Persist::Cookie(c)
+        }
+        PersistenceKind::SourceIp => Persist::SourceIp,
+    });
+
+    let health = p.health.as_ref().map(|h| {
+        let path = h.path.clone().unwrap_or_else(|| "/".to_string());
+        if h.kind == HealthKind::Http && !path.starts_with('/') {
+            cx.err(
+                span.clone(),
+                format!("pool {name:?}: health path {path:?} must start with '/'"),
+            );
+        }
+        let method = h
+            .method
+            .clone()
+            .unwrap_or_else(|| "GET".to_string())
+            .to_ascii_uppercase();
+        if !is_token(&method) {
+            cx.err(
+                span.clone(),
+                format!("pool {name:?}: health method {method:?} is not a valid method"),
+            );
+        }
+        let expect_status = h
+            .expect_status
+            .as_ref()
+            .map(|s| s.to_vec())
+            .unwrap_or_default();
+        if let Some(bad) = expect_status.iter().find(|s| !(100..=599).contains(*s)) {
+            cx.err(
+                span.clone(),
+                format!(
+                    "pool {name:?}: health expect_status {bad} is not an HTTP status (100-599)"
+                ),
+            );
+        }
+        if h.kind == HealthKind::Tcp
+            && (h.path.is_some() || h.expect_status.is_some() || h.expect_body.is_some())
+        {
+            cx.err(
+                span.clone(),
+                format!(
+                    "pool {name:?}: health path/expect_status/expect_body need type = \"http\""
+                ),
+            );
+        }
+        let interval_ms = h.interval.map(|m| m.0).unwrap_or(2000).max(10);
+        HealthCheck {
+            kind: h.kind,
+            interval_ms,
+            timeout_ms: h
+                .timeout
+                .map(|m| m.0)
+                .unwrap_or(interval_ms.min(1000))
+                .max(1),
+            rise: h.rise.unwrap_or(2).max(1),
+            fall: h.fall.unwrap_or(3).max(1),
+            method,
+            path,
+            host: h.host.clone(),
+            expect_status,
+            expect_body: h.expect_body.clone(),
+        }
+    });
+    let passive = p.passive.as_ref().map(|ps| PassiveCheck {
+        consecutive_failures: ps.consecutive_failures.unwrap_or(5).max(1),
+        ejection_ms: ps.ejection.map(|m| m.0).unwrap_or(30_000).max(1),
+        on_5xx: ps.on_5xx.unwrap_or(true),
+    });
+
+    let mut members = Vec::new();
+    let mut seen = HashSet::new();
+    for m in &p.member {
+        let addr = *m.address.get_ref();
+        if !seen.insert(addr) {
+            cx.err(
+                m.address.span(),
+                format!("pool {name:?}: member {addr} is listed twice"),
+            );
+            continue;
+        }
+        let weight = match &m.weight {
+            None => 1,
+            Some(w) if (1..=1000).contains(w.get_ref()) => *w.get_ref(),
+            Some(w) => {
+                cx.err(
+                    w.span(),
+                    format!(
+                        "pool {name:?} member {addr}: weight must be between 1 and 1000, got {}",
+                        w.get_ref()
+                    ),
+                );
+                1
+            }
+        };
+        let old_member = old.and_then(|o| o.members.iter().find(|om| om.addr == addr));
+        members.push(Arc::new(Member {
+            addr,
+            weight,
+            max_connections: m.max_connections.unwrap_or(0),
+            backup: m.backup,
+            cookie_id: format!("{:016x}", hash64(format!("{name}/{addr}").as_bytes(), 7)),
+            state: old_member.map(|o| o.state.clone()).unwrap_or_default(),
+            counters: old_member.map(|o| o.counters.clone()).unwrap_or_default(),
+        }));
+    }
+    if !members.is_empty() && members.iter().all(|m| m.backup) {
+        cx.err(
+            span.clone(),
+            format!("pool {name:?}: every member is a backup; at least one must be a primary"),
+        );
+    }
+    let keys: Vec<String> = members.iter().map(|m| m.addr.to_string()).collect();
+    let weights: Vec<u32> = members.iter().map(|m| m.weight).collect();
+    let backups: Vec<bool> = members.iter().map(|m| m.backup).collect();
+    let slow_start_ms = p.slow_start.map(|m| m.0).unwrap_or(0);
+    Some(Pool {
+        balancer: Balancer::new(p.algorithm, slow_start_ms, &keys, &weights, &backups),
+        name,
+        algorithm: p.algorithm,
+        hash_key,
+        persistence,
+        idle_per_member: p.idle_per_member.unwrap_or(64),
+        idle_timeout_ms: p.idle_timeout.map(|m| m.0).unwrap_or(20_000).max(1),
+        health,
+        passive,
+        members,
+        counters: old.map(|o| o.counters.clone()).unwrap_or_default(),
+    })
+}
+
+fn build_vserver(
+    cx: &mut Ctx,
+    v: &model::VServer,
+    pools: &HashMap<String, Arc<Pool>>,
+    previous: Option<&Snapshot>,
+) -> VServer {
+    let name = v.name.get_ref().clone();
+    let span = v.name.span();
+    let old = previous.and_then(|s| s.vservers.iter().find(|o| o.name == name));
+    let default_pool = v.default_pool.as_ref().and_then(|p| {
+        let found = pools.get(p.get_ref()).cloned();
+        if found.is_none() {
+            cx.err(
+                p.span(),
+                format!(
+                    "vserver {name:?}: default_pool {:?} is not defined; defined pools: {}",
+                    p.get_ref(),
+                    pool_list(pools)
+                ),
+            );
+        }
+        found
+    });
+    let mut policies = Vec::new();
+    for (i, p) in v.policy.iter().enumerate() {
+        let pname = p.name.clone().unwrap_or_else(|| format!("#{}", i + 1));
+        let what = format!("vserver {name:?} policy {pname:?}");
+        let matcher = build_matcher(cx, &p.matches, &what, span.clone());
+        let action = p
+            .action
+            .as_ref()
+            .and_then(|a| build_action(cx, a, pools, &what));
+        if action.is_none()
+            && p.request_headers.set.is_empty()
+            && p.request_headers.add.is_empty()
+            && p.request_headers.remove.is_empty()
+            && p.response_headers.set.is_empty()
+            && p.response_headers.add.is_empty()
+            && p.response_headers.remove.is_empty()
+            && p.action.is_none()
+        {
+            cx.err(
+                span.clone(),
+                format!("{what}: has neither an action nor header edits, so it does nothing"),
+            );
+        }
+        policies.push(Policy {
+            name: pname,
+            matcher,
+            action,
+            request_headers: edits(cx, &p.request_headers, &what, span.clone()),
+            response_headers: edits(cx, &p.response_headers, &what, span.clone()),
+        });
+    }
+    let what = format!("vserver {name:?}");
+    VServer {
+        listen: v.listen.get_ref().iter().map(|a| *a.get_ref()).collect(),
+        policies,
+        default_pool,
+        request_headers: edits(cx, &v.request_headers, &what, span.clone()),
+        response_headers: edits(cx, &v.response_headers, &what, span),
+        counters: old.map(|o| o.counters.clone()).unwrap_or_default(),
+        latency: old.map(|o| o.latency.clone()).unwrap_or_default(),
+        name,
+    }
+}
+
+fn pool_list(pools: &HashMap<String, Arc<Pool>>) -> String {
+    let mut names: Vec<&str> = pools.keys().map(|s| s.as_str()).collect();
+    names.sort();
+    if names.is_empty() {
+        "none".to_string()
+    } else {
+        names.join(", ")
+    }
+}
+
+fn build_action(
+    cx: &mut Ctx,
+    a: &Spanned<model::Action>,
+    pools: &HashMap<String, Arc<Pool>>,
+    what: &str,
+) -> Option<Action> {
+    let span = a.span();
+    let a = a.get_ref();
+    let kinds = [
+        a.pool.is_some(),
+        a.redirect.is_some(),
+        a.body.is_some() || (a.redirect.is_none() && a.pool.is_none() && a.status.is_some()),
+    ];
+    if kinds.iter().filter(|k| **k).count() != 1 {
+        cx.err(span, format!("{what}: action needs exactly one of pool = \"NAME\", redirect = \"URL\", or status + body (a fixed response)"));
+        return None;
+    }
+    if let Some(p) = &a.pool {
+        return match pools.get(p) {
+            Some(pool) => Some(Action::Pool(pool.clone())),
+            None => {
+                cx.err(
+                    span,
+                    format!(
+                        "{what}: action pool {p:?} is not defined; defined pools: {}",
+                        pool_list(pools)
+                    ),
+                );
+                None
+            }
+        };
+    }
+    if let Some(loc) = &a.redirect {
+        let status = a.status.unwrap_or(302);
+        if ![301, 302, 303, 307, 308].contains(&status) {
+            cx.err(span, format!("{what}: redirect status {status} is not a redirect; allowed: 301, 302, 303, 307, 308"));
+            return None;
+        }
+        if !valid_value(loc) || loc.is_empty() {
+            cx.err(
+                span,
+                format!("{what}: redirect location {loc:?} is empty or holds control characters"),
+            );
+            return None;
+        }
+        return Some(Action::Redirect {
+            location: loc.clone(),
+            status,
+        });
+    }
+    let status = a.status.unwrap_or(200);
+    if !(200..=599).contains(&status) {
+        cx.err(
+            span,
+            format!("{what}: fixed response status {status} must be between 200 and 599"),
+        );
+        return None;
+    }
+    let ct = a
+        .content_type
+        .clone()
+        .unwrap_or_else(|| "text/plain; charset=utf-8".to_string());
+    if !valid_value(&ct) {
+        cx.err(
+            span,
+            format!("{what}: content_type holds control characters"),
+        );
+        return None;
+    }
+    Some(Action::Respond {
+        status,
+        body: Bytes::from(a.body.clone().unwrap_or_default()),
+        content_type: ct,
+    })
+}
+
+fn build_matcher(cx: &mut Ctx, m: &model::Match, what: &str, span: Range<usize>) -> Matcher {
+    let methods: Vec<String> = m
+        .method
+        .as_ref()
+        .map(|v| v.to_vec())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| s.to_ascii_uppercase())
+        .collect();
+    for meth in &methods {
+        if !is_token(meth) {
+            cx.err(
+                span.clone(),
+                format!("{what}: match method {meth:?} is not a valid method"),
+            );
+        }
+    }
+    let paths: Vec<String> = m.path.as_ref().map(|v| v.to_vec()).unwrap_or_default();
+    let prefixes: Vec<String> = m
+        .path_prefix
+        .as_ref()
+        .map(|v| v.to_vec())
+        .unwrap_or_default();
+    for p in paths.iter().chain(&prefixes) {
+        if !p.starts_with('/') {
+            cx.err(
+                span.clone(),
+                format!("{what}: match path {p:?} must start with '/'"),
+            );
+        }
+    }
+    let nv = |cx: &mut Ctx, n: &Option<model::NameValue>, header: bool| {
+        n.as_ref().map(|n| {
+            if header && !is_token(&n.name) {
+                cx.err(
+                    span.clone(),
+                    format!(
+                        "{what}: match header name {:?} is not a valid field name",
+                        n.name
+                    ),
+                );
+            }
+            let set = [
+                n.value.is_some(),
+                n.value_prefix.is_some(),
+                n.value_regex.is_some(),
+            ]
+            .iter()
+            .filter(|b| **b)
+            .count();
+            if set > 1 {
+                cx.err(
+                    span.clone(),
+                    format!("{what}: use only one of value, value_prefix, value_regex"),
+                );
+            }
+            NameValueMatch {
+                name: if header {
+                    n.name.to_ascii_lowercase()
+                } else {
+                    n.name.clone()
+                },
+                value: if let Some(v) = &n.value {
+                    ValueMatch::Exact(v.clone())
+                } else if let Some(v) = &n.value_prefix {
+                    ValueMatch::Prefix(v.clone())
+                } else if let Some(r) = &n.value_regex {
+                    ValueMatch::Regex(r.0.clone())
+                } else {
+                    ValueMatch::Present
+                },
+            }
+        })
+    };
+    Matcher {
+        hosts: m
+            .host
+            .as_ref()
+            .map(|v| v.to_vec())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|h| h.to_ascii_lowercase())
+            .collect(),
+        paths,
+        path_prefixes: prefixes,
+        path_regex: m.path_regex.as_ref().map(|r| r.0.clone()),
+        methods,
+        header: nv(cx, &m.header, true),
+        query: nv(cx, &m.query, false),
+        sources: m.source.as_ref().map(|v| v.to_vec()).unwrap_or_default(),
+    }
+}
+
+fn edits(cx: &mut Ctx, e: &model::HeaderEdits, what: &str, span: Range<usize>) -> HeaderEdits {
+    let mut check = |n: &str, v: Option<&str>| {
+        if !is_token(n) {
+            cx.err(
+                span.clone(),
+                format!("{what}: header edit name {n:?} is not a valid field name"),
+            );
+        }
+        if v.is_some_and(|v| !valid_value(v)) {
+            cx.err(
+                span.clone(),
+                format!("{what}: header edit value for {n:?} holds control characters"),
+            );
+        }
+    };
+    for (n, v) in e.set.iter().chain(&e.add) {
+        check(n, Some(v));
+    }
+    for n in &e.remove {
+        check(n, None);
+    }
+    HeaderEdits {
+        set: e.set.iter().map(|(n, v)| (n.clone(), v.clone())).collect(),
+        add: e.add.iter().map(|(n, v)| (n.clone(), v.clone())).collect(),
+        remove: e.remove.iter().map(|n| n.to_ascii_lowercase()).collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::parse;
+
+    const GOOD: &str = r#"
+[[vserver]]
+name = "web"
+listen = ["127.0.0.1:18080"]
+default_pool = "app"
+
+[[vserver.policy]]
+match = { path_prefix = "/images/" }
+action = { pool = "img" }
+
+[[pool]]
+name = "app"
+[[pool.member]]
+address = "127.0.0.1:9001"
+
+[[pool]]
+name = "img"
+algorithm = "consistent-hash"
+hash_key = "uri"
+[[pool.member]]
+address = "127.0.0.1:9002"
+"#;
+
+    #[test]
+    fn good_file_builds() {
+        let s = parse("t.toml", GOOD, None).unwrap();
+        assert_eq!(s.vservers.len(), 1);
+        assert_eq!(s.pools.len(), 2);
+        assert_eq!(s.vservers[0].policies.len(), 1);
+    }
+
+    #[test]
+    fn unknown_pool_is_located() {
+        let bad = GOOD.replace(
+            "action = { pool = \"img\" }",
+            "action = { pool = \"imgs\" }",
+        );
+        let e = parse("t.toml", &bad, None).unwrap_err();
+        let first = &e.0[0];
+        assert_eq!((first.line, first.col), (9, 10), "{e}");
+        assert!(first.message.contains("\"imgs\" is not defined"), "{e}");
+    }
+
+    #[test]
+    fn bad_algorithm_lists_allowed() {
+        let bad = GOOD.replace("consistent-hash", "rr");
+        let e = parse("t.toml", &bad, None).unwrap_err();
+        assert!(e.to_string().starts_with("t.toml:18:13:"), "{e}");
+        assert!(e.to_string().contains("round-robin"), "{e}");
+    }
+
+    #[test]
+    fn bad_duration_is_located() {
+        let bad = GOOD.replace(
+            "name = \"app\"\n",
+            "name = \"app\"\nslow_start = \"10 parsecs\"\n",
+        );
+        let e = parse("t.toml", &bad, None).unwrap_err();
+        assert!(e.to_string().starts_with("t.toml:13:14:"), "{e}");
+    }
+
+    #[test]
+    fn state_survives_reload() {
+        let a = parse("t.toml", GOOD, None).unwrap();
+        let b = parse("t.toml", GOOD, Some(&a)).unwrap();
+        assert!(std::sync::Arc::ptr_eq(
+            &a.pools[0].members[0].state,
+            &b.pools[0].members[0].state
+        ));
+        assert_eq!(b.generation, 2);
+    }
+}

@@ -1,0 +1,108 @@
+//! Configuration: the TOML file model, its validation, and the immutable
+//! snapshot the data path reads.
+//!
+//! Every error names `file:line:column`, says what is wrong and, where the
+//! set is closed, what is allowed.
+
+mod build;
+pub mod model;
+pub mod snapshot;
+pub mod types;
+
+use std::fmt;
+use std::path::Path;
+
+pub use build::build;
+pub use snapshot::Snapshot;
+
+/// One problem in a configuration file.
+#[derive(Debug, Clone)]
+pub struct ConfigError {
+    pub file: String,
+    pub line: usize,
+    pub col: usize,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}:{}:{}: {}",
+            self.file, self.line, self.col, self.message
+        )
+    }
+}
+
+/// All the errors found in one file.
+#[derive(Debug)]
+pub struct ConfigErrors(pub Vec<ConfigError>);
+
+impl fmt::Display for ConfigErrors {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, e) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "{e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for ConfigErrors {}
+
+/// Maps byte offsets of a source text to 1-based line and column.
+pub struct Positions<'a> {
+    file: &'a str,
+    text: &'a str,
+}
+
+impl<'a> Positions<'a> {
+    pub fn new(file: &'a str, text: &'a str) -> Self {
+        Positions { file, text }
+    }
+
+    pub fn error(&self, offset: usize, message: impl Into<String>) -> ConfigError {
+        let offset = offset.min(self.text.len());
+        let before = &self.text[..offset];
+        let line = before.matches('\n').count() + 1;
+        let line_start = before.rfind('\n').map(|i| i + 1).unwrap_or(0);
+        let col = before[line_start..].chars().count() + 1;
+        ConfigError {
+            file: self.file.to_string(),
+            line,
+            col,
+            message: message.into(),
+        }
+    }
+}
+
+/// Parses and validates `text` (named `file` in errors) into a snapshot.
+/// `previous` lends member state and counters to members that persist.
+pub fn parse(
+    file: &str,
+    text: &str,
+    previous: Option<&Snapshot>,
+) -> Result<Snapshot, ConfigErrors> {
+    let pos = Positions::new(file, text);
+    let model: model::File = toml::from_str(text).map_err(|e| {
+        let offset = e.span().map(|s| s.start).unwrap_or(0);
+        ConfigErrors(vec![pos.error(offset, e.message().trim().to_string())])
+    })?;
+    build(&pos, model, previous).map_err(ConfigErrors)
+}
+
+/// Reads and parses a configuration file.
+pub fn load(path: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, ConfigErrors> {
+    let name = path.display().to_string();
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        ConfigErrors(vec![ConfigError {
+            file: name.clone(),
+            line: 0,
+            col: 0,
+            message: format!("cannot read the configuration file: {e}"),
+        }])
+    })?;
+    parse(&name, &text, previous)
+}

@@ -1,0 +1,279 @@
+//! The configuration file as the operator writes it (TOML).
+//!
+//! This is the *external* model: it mirrors the file and nothing else. The
+//! data path never reads it; `snapshot.rs` validates it into the internal
+//! model. Keeping the two apart lets the file format evolve without touching
+//! the request path.
+//!
+//! Values that can be checked on their own (durations, addresses, CIDRs,
+//! regexes, enums) are parsed during deserialization so that the TOML parser
+//! attaches the exact line and column of the offending value to the error.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::types::{Cidr, Millis, PathRegex};
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    #[serde(default)]
+    pub global: Global,
+    #[serde(default)]
+    pub limits: Limits,
+    #[serde(default)]
+    pub timeouts: Timeouts,
+    pub admin: Option<Admin>,
+    #[serde(default)]
+    pub vserver: Vec<VServer>,
+    #[serde(default)]
+    pub pool: Vec<Pool>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Global {
+    /// Worker threads; 0 or absent means one per CPU core.
+    pub workers: Option<usize>,
+    /// Pin worker N to core N (modulo the cores this process may use).
+    pub pin_workers: Option<bool>,
+    /// How long SIGTERM waits for in-flight requests before exiting anyway.
+    pub grace_period: Option<Millis>,
+    /// Write one access-log line per request to stderr.
+    pub access_log: Option<bool>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Longest request line accepted (bytes); longer gets 414.
+    pub max_request_line: Option<Spanned<usize>>,
+    /// Largest request or response header block (bytes); larger gets 431 / 502.
+    pub max_header_bytes: Option<Spanned<usize>>,
+    /// Most header fields in one message.
+    pub max_headers: Option<Spanned<usize>>,
+    /// Attempts on other members after a connect failure (idempotent requests).
+    pub retries: Option<u32>,
+}
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Timeouts {
+    /// Time allowed to receive a complete request head (slowloris defence).
+    pub client_header: Option<Millis>,
+    /// Time an idle keep-alive client connection is kept open.
+    pub client_idle: Option<Millis>,
+    /// Time allowed between two reads of a request body.
+    pub client_body: Option<Millis>,
+    pub upstream_connect: Option<Millis>,
+    /// Time from the request being sent to the response head arriving.
+    pub upstream_response: Option<Millis>,
+    /// Idle time after which a tunnel (WebSocket, Upgrade) is closed.
+    pub tunnel_idle: Option<Millis>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Admin {
+    pub listen: Spanned<SocketAddr>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VServer {
+    pub name: Spanned<String>,
+    pub listen: Spanned<Vec<Spanned<SocketAddr>>>,
+    #[serde(default)]
+    pub protocol: Protocol,
+    pub default_pool: Option<Spanned<String>>,
+    #[serde(default)]
+    pub request_headers: HeaderEdits,
+    #[serde(default)]
+    pub response_headers: HeaderEdits,
+    #[serde(default)]
+    pub policy: Vec<Policy>,
+}
+
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    #[default]
+    Http,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Policy {
+    pub name: Option<String>,
+    #[serde(rename = "match", default)]
+    pub matches: Match,
+    pub action: Option<Spanned<Action>>,
+    #[serde(default)]
+    pub request_headers: HeaderEdits,
+    #[serde(default)]
+    pub response_headers: HeaderEdits,
+}
+
+/// Every field present must match (logical AND). An empty match always matches.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Match {
+    /// Host header (port stripped), case-insensitive; "*.example.com" matches subdomains.
+    pub host: Option<OneOrMany<String>>,
+    pub path: Option<OneOrMany<String>>,
+    pub path_prefix: Option<OneOrMany<String>>,
+    pub path_regex: Option<PathRegex>,
+    pub method: Option<OneOrMany<String>>,
+    pub header: Option<NameValue>,
+    pub query: Option<NameValue>,
+    pub source: Option<OneOrMany<Cidr>>,
+}
+
+#[derive(Debug, Deserialize, Clone)]
+#[serde(untagged)]
+pub enum OneOrMany<T> {
+    One(T),
+    Many(Vec<T>),
+}
+
+impl<T: Clone> OneOrMany<T> {
+    pub fn to_vec(&self) -> Vec<T> {
+        match self {
+            OneOrMany::One(v) => vec![v.clone()],
+            OneOrMany::Many(v) => v.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NameValue {
+    pub name: String,
+    /// Absent: the header or argument only has to be present.
+    pub value: Option<String>,
+    pub value_prefix: Option<String>,
+    pub value_regex: Option<PathRegex>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Action {
+    pub pool: Option<String>,
+    pub redirect: Option<String>,
+    /// Status for a redirect (301, 302, 303, 307, 308) or a fixed response.
+    pub status: Option<u16>,
+    /// Fixed response body; a fixed response needs `status`.
+    pub body: Option<String>,
+    pub content_type: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct HeaderEdits {
+    #[serde(default)]
+    pub set: BTreeMap<String, String>,
+    #[serde(default)]
+    pub add: BTreeMap<String, String>,
+    #[serde(default)]
+    pub remove: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Pool {
+    pub name: Spanned<String>,
+    #[serde(default)]
+    pub algorithm: Algorithm,
+    /// For `consistent-hash`: "source-ip", "uri", "header:NAME", "cookie:NAME".
+    pub hash_key: Option<Spanned<String>>,
+    pub persistence: Option<Persistence>,
+    /// Ramp a recovered member's share of traffic up over this time.
+    pub slow_start: Option<Millis>,
+    /// Idle upstream connections kept per member and worker.
+    pub idle_per_member: Option<usize>,
+    pub idle_timeout: Option<Millis>,
+    pub health: Option<Health>,
+    pub passive: Option<Passive>,
+    #[serde(default)]
+    pub member: Vec<Member>,
+}
+
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum Algorithm {
+    #[default]
+    RoundRobin,
+    WeightedRoundRobin,
+    LeastConnections,
+    /// Power of two random choices, least outstanding requests.
+    P2c,
+    /// Maglev consistent hashing on `hash_key`.
+    ConsistentHash,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Persistence {
+    #[serde(rename = "type")]
+    pub kind: PersistenceKind,
+    /// Cookie name for `cookie` persistence.
+    pub cookie: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "kebab-case")]
+pub enum PersistenceKind {
+    Cookie,
+    SourceIp,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Health {
+    #[serde(rename = "type", default)]
+    pub kind: HealthKind,
+    pub interval: Option<Millis>,
+    pub timeout: Option<Millis>,
+    pub rise: Option<u32>,
+    pub fall: Option<u32>,
+    pub method: Option<String>,
+    pub path: Option<String>,
+    pub host: Option<String>,
+    /// Expected statuses; default any 2xx or 3xx.
+    pub expect_status: Option<OneOrMany<u16>>,
+    /// Substring the response body must contain.
+    pub expect_body: Option<String>,
+}
+
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum HealthKind {
+    #[default]
+    Tcp,
+    Http,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Passive {
+    /// Consecutive connect failures or 5xx responses that eject a member.
+    pub consecutive_failures: Option<u32>,
+    /// How long an ejected member stays out.
+    pub ejection: Option<Millis>,
+    /// Count 5xx responses as failures (default true).
+    pub on_5xx: Option<bool>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Member {
+    pub address: Spanned<SocketAddr>,
+    pub weight: Option<Spanned<u32>>,
+    /// Most concurrent requests sent to this member; 0 is unlimited.
+    pub max_connections: Option<u32>,
+    #[serde(default)]
+    pub backup: bool,
+}

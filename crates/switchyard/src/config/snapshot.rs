@@ -1,0 +1,245 @@
+//! The validated, immutable configuration the data path reads.
+//!
+//! Built off the request path from the file model, then published with one
+//! atomic swap. Objects that must survive a reload (member health, counters)
+//! are carried over from the previous snapshot by name.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use regex::Regex;
+
+use super::model::{Algorithm, HealthKind};
+use super::types::Cidr;
+use crate::balance::{Balancer, Candidate, MemberState};
+use crate::stats::{Histogram, MemberCounters, PoolCounters, Sharded, VsCounters};
+
+pub struct Snapshot {
+    pub generation: u64,
+    pub settings: Settings,
+    pub admin: Option<SocketAddr>,
+    pub vservers: Vec<Arc<VServer>>,
+    pub pools: Vec<Arc<Pool>>,
+    /// Listen address -> virtual server.
+    pub by_listen: HashMap<SocketAddr, Arc<VServer>>,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "Snapshot(generation {}, {} vservers, {} pools)",
+            self.generation,
+            self.vservers.len(),
+            self.pools.len()
+        )
+    }
+}
+
+impl Snapshot {
+    pub fn vserver_for(&self, listen: &SocketAddr) -> Option<&Arc<VServer>> {
+        self.by_listen.get(listen)
+    }
+
+    pub fn listen_addrs(&self) -> Vec<SocketAddr> {
+        let mut v: Vec<SocketAddr> = self.by_listen.keys().copied().collect();
+        v.sort();
+        v
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Settings {
+    pub workers: usize,
+    pub pin_workers: bool,
+    pub grace_period_ms: u64,
+    pub access_log: bool,
+    pub max_request_line: usize,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+    pub retries: u32,
+    pub client_header_ms: u64,
+    pub client_idle_ms: u64,
+    pub client_body_ms: u64,
+    pub upstream_connect_ms: u64,
+    pub upstream_response_ms: u64,
+    pub tunnel_idle_ms: u64,
+}
+
+pub struct VServer {
+    pub name: String,
+    pub listen: Vec<SocketAddr>,
+    pub policies: Vec<Policy>,
+    pub default_pool: Option<Arc<Pool>>,
+    pub request_headers: HeaderEdits,
+    pub response_headers: HeaderEdits,
+    pub counters: Arc<Sharded<VsCounters>>,
+    /// Time from the request head being read to the response head being sent (µs).
+    pub latency: Arc<Sharded<Histogram>>,
+}
+
+pub struct Policy {
+    pub name: String,
+    pub matcher: Matcher,
+    pub action: Option<Action>,
+    pub request_headers: HeaderEdits,
+    pub response_headers: HeaderEdits,
+}
+
+pub enum Action {
+    Pool(Arc<Pool>),
+    Redirect {
+        location: String,
+        status: u16,
+    },
+    Respond {
+        status: u16,
+        body: Bytes,
+        content_type: String,
+    },
+}
+
+#[derive(Default)]
+pub struct Matcher {
+    /// Lower-case host names; a leading "*." matches any subdomain.
+    pub hosts: Vec<String>,
+    pub paths: Vec<String>,
+    pub path_prefixes: Vec<String>,
+    pub path_regex: Option<Regex>,
+    /// Upper-case method names.
+    pub methods: Vec<String>,
+    pub header: Option<NameValueMatch>,
+    pub query: Option<NameValueMatch>,
+    pub sources: Vec<Cidr>,
+}
+
+pub struct NameValueMatch {
+    pub name: String,
+    pub value: ValueMatch,
+}
+
+pub enum ValueMatch {
+    Present,
+    Exact(String),
+    Prefix(String),
+    Regex(Regex),
+}
+
+impl ValueMatch {
+    pub fn matches(&self, v: &[u8]) -> bool {
+        match self {
+            ValueMatch::Present => true,
+            ValueMatch::Exact(s) => v == s.as_bytes(),
+            ValueMatch::Prefix(s) => v.starts_with(s.as_bytes()),
+            ValueMatch::Regex(r) => std::str::from_utf8(v).is_ok_and(|v| r.is_match(v)),
+        }
+    }
+}
+
+#[derive(Default, Clone, Debug)]
+pub struct HeaderEdits {
+    /// (name, value) replacing every field of that name.
+    pub set: Vec<(String, String)>,
+    pub add: Vec<(String, String)>,
+    /// Lower-case names.
+    pub remove: Vec<String>,
+}
+
+impl HeaderEdits {
+    pub fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.add.is_empty() && self.remove.is_empty()
+    }
+
+    /// True if a field of this name is removed or replaced by these edits.
+    pub fn drops(&self, name: &[u8]) -> bool {
+        self.remove
+            .iter()
+            .any(|r| r.as_bytes().eq_ignore_ascii_case(name))
+            || self
+                .set
+                .iter()
+                .any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HashKey {
+    SourceIp,
+    Uri,
+    Header(String),
+    Cookie(String),
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Persist {
+    Cookie(String),
+    SourceIp,
+}
+
+#[derive(Clone, Debug)]
+pub struct HealthCheck {
+    pub kind: HealthKind,
+    pub interval_ms: u64,
+    pub timeout_ms: u64,
+    pub rise: u32,
+    pub fall: u32,
+    pub method: String,
+    pub path: String,
+    pub host: Option<String>,
+    /// Empty: any 2xx or 3xx.
+    pub expect_status: Vec<u16>,
+    pub expect_body: Option<String>,
+}
+
+#[derive(Clone, Debug)]
+pub struct PassiveCheck {
+    pub consecutive_failures: u32,
+    pub ejection_ms: u64,
+    pub on_5xx: bool,
+}
+
+pub struct Pool {
+    pub name: String,
+    pub algorithm: Algorithm,
+    pub hash_key: Option<HashKey>,
+    pub persistence: Option<Persist>,
+    pub idle_per_member: usize,
+    pub idle_timeout_ms: u64,
+    pub health: Option<HealthCheck>,
+    pub passive: Option<PassiveCheck>,
+    pub members: Vec<Arc<Member>>,
+    pub balancer: Balancer,
+    pub counters: Arc<Sharded<PoolCounters>>,
+}
+
+impl Pool {
+    pub fn candidates(&self) -> impl Iterator<Item = Candidate<'_>> {
+        self.members.iter().map(|m| Candidate {
+            state: &m.state,
+            weight: m.weight,
+            max_connections: m.max_connections,
+            backup: m.backup,
+        })
+    }
+}
+
+pub struct Member {
+    pub addr: SocketAddr,
+    pub weight: u32,
+    pub max_connections: u32,
+    pub backup: bool,
+    /// Value of the persistence cookie that selects this member: a hash of
+    /// pool name and address, so it survives reloads and restarts.
+    pub cookie_id: String,
+    pub state: Arc<MemberState>,
+    pub counters: Arc<Sharded<MemberCounters>>,
+}
+
+impl Member {
+    /// The label used in logs, stats and errors: "pool/address".
+    pub fn label(&self, pool: &str) -> String {
+        format!("{pool}/{}", self.addr)
+    }
+}

@@ -1,0 +1,163 @@
+//! Small value types parsed while the file is read, so their errors carry the
+//! position of the value in the file.
+
+use std::fmt;
+use std::net::IpAddr;
+use std::time::Duration;
+
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+/// A duration written as "250ms", "10s", "2m" or "1h" (or a bare integer of
+/// milliseconds).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Millis(pub u64);
+
+impl Millis {
+    pub fn duration(self) -> Duration {
+        Duration::from_millis(self.0)
+    }
+}
+
+pub fn parse_duration(s: &str) -> Result<Millis, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: u64 = num.parse().map_err(|_| {
+        format!("invalid duration {s:?}: expected a number followed by ms, s, m or h")
+    })?;
+    let mult = match unit {
+        "ms" => 1,
+        "s" | "" => 1000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => {
+            return Err(format!(
+                "invalid duration {s:?}: unknown unit {unit:?}; allowed: ms, s, m, h"
+            ))
+        }
+    };
+    n.checked_mul(mult)
+        .map(Millis)
+        .ok_or_else(|| format!("duration {s:?} is too large"))
+}
+
+impl<'de> Deserialize<'de> for Millis {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = Millis;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a duration such as \"500ms\", \"10s\", \"2m\"")
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<Millis, E> {
+                u64::try_from(v)
+                    .map(Millis)
+                    .map_err(|_| E::custom("a duration cannot be negative"))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Millis, E> {
+                parse_duration(v).map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// An IPv4 or IPv6 network in CIDR notation; a bare address is a /32 or /128.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cidr {
+    pub net: IpAddr,
+    pub prefix: u8,
+}
+
+impl Cidr {
+    pub fn parse(s: &str) -> Result<Cidr, String> {
+        let (addr, prefix) = match s.split_once('/') {
+            Some((a, p)) => (a, Some(p)),
+            None => (s, None),
+        };
+        let net: IpAddr = addr
+            .trim()
+            .parse()
+            .map_err(|_| format!("invalid CIDR {s:?}: {addr:?} is not an IP address"))?;
+        let max = if net.is_ipv4() { 32 } else { 128 };
+        let prefix = match prefix {
+            None => max,
+            Some(p) => p
+                .trim()
+                .parse::<u8>()
+                .ok()
+                .filter(|p| *p <= max)
+                .ok_or_else(|| format!("invalid CIDR {s:?}: prefix must be 0..={max}"))?,
+        };
+        Ok(Cidr { net, prefix })
+    }
+
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        // An IPv4 client reaching an IPv6 socket arrives as ::ffff:a.b.c.d.
+        let ip = match ip {
+            IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(ip),
+            v4 => v4,
+        };
+        match (self.net, ip) {
+            (IpAddr::V4(n), IpAddr::V4(a)) => {
+                let mask = u32::MAX.checked_shl(32 - self.prefix as u32).unwrap_or(0);
+                u32::from(n) & mask == u32::from(a) & mask
+            }
+            (IpAddr::V6(n), IpAddr::V6(a)) => {
+                let mask = u128::MAX.checked_shl(128 - self.prefix as u32).unwrap_or(0);
+                u128::from(n) & mask == u128::from(a) & mask
+            }
+            _ => false,
+        }
+    }
+}
+
+impl<'de> Deserialize<'de> for Cidr {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        Cidr::parse(&s).map_err(de::Error::custom)
+    }
+}
+
+/// A regular expression compiled while the file is read.
+#[derive(Debug, Clone)]
+pub struct PathRegex(pub regex::Regex);
+
+impl<'de> Deserialize<'de> for PathRegex {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        regex::Regex::new(&s)
+            .map(PathRegex)
+            .map_err(|e| de::Error::custom(format!("invalid regex {s:?}: {e}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("250ms").unwrap(), Millis(250));
+        assert_eq!(parse_duration("10s").unwrap(), Millis(10_000));
+        assert_eq!(parse_duration("2m").unwrap(), Millis(120_000));
+        assert!(parse_duration("10x").is_err());
+        assert!(parse_duration("s").is_err());
+    }
+
+    #[test]
+    fn cidrs() {
+        let c = Cidr::parse("10.0.0.0/8").unwrap();
+        assert!(c.contains("10.1.2.3".parse().unwrap()));
+        assert!(!c.contains("11.1.2.3".parse().unwrap()));
+        assert!(c.contains("::ffff:10.9.9.9".parse().unwrap()));
+        let all = Cidr::parse("0.0.0.0/0").unwrap();
+        assert!(all.contains("1.2.3.4".parse().unwrap()));
+        let v6 = Cidr::parse("fd00::/8").unwrap();
+        assert!(v6.contains("fd12::1".parse().unwrap()));
+        assert!(!v6.contains("fe80::1".parse().unwrap()));
+        assert!(Cidr::parse("10.0.0.0/33").is_err());
+        assert!(Cidr::parse("banana").is_err());
+    }
+}

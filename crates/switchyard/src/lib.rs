@@ -1,0 +1,12 @@
+//! Switchyard: a software application delivery controller.
+//!
+//! The request path, in the order data flows:
+//! `runtime` (accept, workers) -> `proxy` (session: read, route, balance,
+//! forward) -> `http` (framing) -> `balance` (member pick) -> upstream idle
+//! pools in `proxy::upstream`. `config` builds the immutable snapshot every
+//! step reads; `health` and `stats` run beside the data path.
+
+pub mod balance;
+pub mod clock;
+pub mod config;
+pub mod stats;

@@ -1,0 +1,184 @@
+//! Counters, kept per worker and summed when read.
+//!
+//! Every counter block is sharded: one cache-line-aligned copy per worker
+//! thread (plus slot 0 for the control thread). A worker only ever touches its
+//! own slot, so the `Relaxed` atomic adds on the request path never contend;
+//! the admin thread sums the slots when someone asks. This module also holds
+//! every metric name (the `counters!` blocks below), so the names used where
+//! metrics are emitted and where they are rendered cannot drift apart.
+
+mod histogram;
+pub use histogram::quantile;
+pub mod render;
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+pub use histogram::Histogram;
+
+static SLOTS: AtomicUsize = AtomicUsize::new(1);
+
+thread_local! {
+    static SLOT: Cell<usize> = const { Cell::new(0) };
+}
+
+/// Sets how many slots every sharded block has: workers + 1. Call once at
+/// startup, before the first snapshot is built.
+pub fn init_slots(workers: usize) {
+    SLOTS.store(workers + 1, Ordering::Relaxed);
+}
+
+/// Marks the calling thread as worker `id` (1-based); slot 0 is the control thread.
+pub fn set_thread_slot(id: usize) {
+    SLOT.with(|s| s.set(id));
+}
+
+#[repr(align(64))]
+#[derive(Default)]
+struct Padded<T>(T);
+
+/// One `T` per worker thread.
+pub struct Sharded<T> {
+    slots: Box<[Padded<T>]>,
+}
+
+impl<T: Default> Default for Sharded<T> {
+    fn default() -> Self {
+        let n = SLOTS.load(Ordering::Relaxed).max(1);
+        Sharded {
+            slots: (0..n).map(|_| Padded(T::default())).collect(),
+        }
+    }
+}
+
+impl<T> Sharded<T> {
+    /// Builds every slot with `f` (for blocks whose size is only known at runtime).
+    pub fn from_fn(f: impl Fn() -> T) -> Self {
+        let n = SLOTS.load(Ordering::Relaxed).max(1);
+        Sharded {
+            slots: (0..n).map(|_| Padded(f())).collect(),
+        }
+    }
+
+    /// The calling thread's own copy.
+    #[inline]
+    pub fn local(&self) -> &T {
+        let i = SLOT.with(|s| s.get()) % self.slots.len();
+        &self.slots[i].0
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &T> {
+        self.slots.iter().map(|p| &p.0)
+    }
+}
+
+#[inline]
+pub fn inc(c: &AtomicU64) {
+    c.fetch_add(1, Ordering::Relaxed);
+}
+
+#[inline]
+pub fn add(c: &AtomicU64, n: u64) {
+    c.fetch_add(n, Ordering::Relaxed);
+}
+
+/// Decrements a gauge. Slots wrap, the sum over slots is what is right.
+#[inline]
+pub fn dec(c: &AtomicU64) {
+    c.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Index into a `responses` array for a status code: 0 = 1xx ... 4 = 5xx, 5 = other.
+#[inline]
+pub fn status_class(status: u16) -> usize {
+    match status {
+        100..=599 => (status / 100 - 1) as usize,
+        _ => 5,
+    }
+}
+
+pub const STATUS_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"];
+
+macro_rules! counters {
+    ($(#[$m:meta])* $name:ident / $values:ident { $($(#[$fm:meta])* $field:ident),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Default)]
+        pub struct $name {
+            $($(#[$fm])* pub $field: AtomicU64,)*
+            /// Responses by status class, see `status_class`.
+            pub responses: [AtomicU64; 6],
+        }
+
+        #[derive(Default, Debug, Clone, Copy)]
+        pub struct $values {
+            $(pub $field: u64,)*
+            pub responses: [u64; 6],
+        }
+
+        impl $values {
+            /// (metric name, value) for every plain counter, in declaration order.
+            pub fn fields(&self) -> Vec<(&'static str, u64)> {
+                vec![$((stringify!($field), self.$field),)*]
+            }
+        }
+
+        impl Sharded<$name> {
+            pub fn read(&self) -> $values {
+                let mut v = $values::default();
+                for s in self.all() {
+                    $(v.$field = v.$field.wrapping_add(s.$field.load(Ordering::Relaxed));)*
+                    for (i, r) in s.responses.iter().enumerate() {
+                        v.responses[i] += r.load(Ordering::Relaxed);
+                    }
+                }
+                v
+            }
+        }
+    };
+}
+
+counters!(
+    /// Client side of a virtual server.
+    VsCounters / VsValues {
+        client_connections_total,
+        /// Gauge.
+        client_connections_active,
+        requests,
+        bytes_in,
+        bytes_out,
+        bad_requests,
+        header_timeouts,
+        no_pool,
+        local_responses,
+    }
+);
+
+counters!(
+    PoolCounters
+        / PoolValues {
+            requests,
+            retries,
+            no_member_available,
+        }
+);
+
+counters!(
+    /// Server side, per member.
+    MemberCounters / MemberValues {
+        requests,
+        bytes_in,
+        bytes_out,
+        server_connections_total,
+        /// Gauge.
+        server_connections_active,
+        /// Gauge: idle connections parked in the workers' pools.
+        server_connections_idle,
+        connections_reused,
+        connect_failures,
+        bad_responses,
+        response_timeouts,
+        resets,
+        health_transitions,
+        ejections,
+    }
+);

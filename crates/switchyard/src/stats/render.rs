@@ -1,0 +1,1 @@
+//! Text renderings of the counters.
