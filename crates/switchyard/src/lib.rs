@@ -9,4 +9,5 @@
 pub mod balance;
 pub mod clock;
 pub mod config;
+pub mod http;
 pub mod stats;

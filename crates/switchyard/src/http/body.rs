@@ -1,0 +1,381 @@
+//! Streaming message bodies from one connection to the other.
+//!
+//! Bodies never sit whole in memory: bytes move through the reader's buffer
+//! and a bounded staging buffer. Small writes (a head, chunk frames, a small
+//! body) are gathered in the staging buffer and leave in one write when the
+//! transfer must wait for input or finishes. Chunked input is decoded
+//! strictly and re-encoded, so what leaves is always well framed.
+
+use std::io;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::head::Framing;
+
+/// Staging is flushed once it holds this much.
+const STAGE_MAX: usize = 64 * 1024;
+const READ_CHUNK: usize = 32 * 1024;
+const MAX_CHUNK_LINE: usize = 4096;
+const MAX_TRAILERS: usize = 16 * 1024;
+
+#[derive(Debug)]
+pub enum BodyError {
+    /// Reading from the sender failed.
+    Read(io::Error),
+    /// The sender closed before the body was complete.
+    Truncated,
+    /// The sender went quiet for longer than the timeout.
+    Timeout,
+    /// Writing to the receiver failed.
+    Write(io::Error),
+    /// The body's framing is invalid (bad chunk size, missing CRLF...).
+    Framing(&'static str),
+}
+
+/// Reads more bytes into `buf`; Ok(0) on EOF.
+pub async fn read_more<R: AsyncRead + Unpin>(
+    src: &mut R,
+    buf: &mut BytesMut,
+    timeout: Duration,
+) -> Result<usize, BodyError> {
+    if buf.capacity() - buf.len() < 4096 {
+        buf.reserve(READ_CHUNK);
+    }
+    match tokio::time::timeout(timeout, src.read_buf(buf)).await {
+        Ok(Ok(n)) => Ok(n),
+        Ok(Err(e)) => Err(BodyError::Read(e)),
+        Err(_) => Err(BodyError::Timeout),
+    }
+}
+
+/// Output side of a transfer: a staging buffer in front of the writer.
+pub struct Out<'a, W> {
+    pub dst: &'a mut W,
+    pub stage: &'a mut Vec<u8>,
+}
+
+impl<W: AsyncWrite + Unpin> Out<'_, W> {
+    pub async fn flush(&mut self) -> Result<(), BodyError> {
+        if !self.stage.is_empty() {
+            self.dst
+                .write_all(self.stage)
+                .await
+                .map_err(BodyError::Write)?;
+            self.stage.clear();
+        }
+        Ok(())
+    }
+
+    async fn emit(&mut self, data: &[u8]) -> Result<(), BodyError> {
+        if self.stage.len() + data.len() <= STAGE_MAX {
+            self.stage.extend_from_slice(data);
+            return Ok(());
+        }
+        self.flush().await?;
+        self.dst.write_all(data).await.map_err(BodyError::Write)
+    }
+}
+
+/// Moves one body from `src` (whose already-read bytes are in `inbuf`) to
+/// `out`. `chunked_out` re-frames the body as chunked (used for chunked and
+/// close-delimited input going to an HTTP/1.1 peer). Returns payload bytes.
+/// Leaves bytes after the body in `inbuf` (a pipelined request) and may
+/// leave output staged: the caller flushes.
+pub async fn transfer<R, W>(
+    src: &mut R,
+    inbuf: &mut BytesMut,
+    framing: Framing,
+    out: &mut Out<'_, W>,
+    chunked_out: bool,
+    timeout: Duration,
+) -> Result<u64, BodyError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    match framing {
+        Framing::None => Ok(0),
+        Framing::Length(n) => {
+            copy_exact(src, inbuf, n, out, timeout).await?;
+            Ok(n)
+        }
+        Framing::Close => {
+            let mut total = 0u64;
+            loop {
+                if inbuf.is_empty() {
+                    out.flush().await?;
+                    if read_more(src, inbuf, timeout).await? == 0 {
+                        break;
+                    }
+                }
+                let data = inbuf.split();
+                total += data.len() as u64;
+                if chunked_out {
+                    out.emit(format!("{:x}\r\n", data.len()).as_bytes()).await?;
+                    out.emit(&data).await?;
+                    out.emit(b"\r\n").await?;
+                } else {
+                    out.emit(&data).await?;
+                }
+            }
+            if chunked_out {
+                out.emit(b"0\r\n\r\n").await?;
+            }
+            Ok(total)
+        }
+        Framing::Chunked => copy_chunked(src, inbuf, out, chunked_out, timeout).await,
+    }
+}
+
+async fn copy_exact<R, W>(
+    src: &mut R,
+    inbuf: &mut BytesMut,
+    mut remaining: u64,
+    out: &mut Out<'_, W>,
+    timeout: Duration,
+) -> Result<(), BodyError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    while remaining > 0 {
+        if inbuf.is_empty() {
+            out.flush().await?;
+            if read_more(src, inbuf, timeout).await? == 0 {
+                return Err(BodyError::Truncated);
+            }
+        }
+        let take = (inbuf.len() as u64).min(remaining) as usize;
+        out.emit(&inbuf[..take]).await?;
+        inbuf.advance(take);
+        remaining -= take as u64;
+    }
+    Ok(())
+}
+
+/// Waits until `inbuf` holds a full line; returns its length without CRLF.
+async fn line<R, W>(
+    src: &mut R,
+    inbuf: &mut BytesMut,
+    out: &mut Out<'_, W>,
+    timeout: Duration,
+    max: usize,
+) -> Result<usize, BodyError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut from = 0;
+    loop {
+        if let Some(i) = inbuf[from..].iter().position(|b| *b == b'\n') {
+            let i = from + i;
+            if i == 0 || inbuf[i - 1] != b'\r' {
+                return Err(BodyError::Framing("bare LF in chunked framing"));
+            }
+            return Ok(i - 1);
+        }
+        from = inbuf.len().saturating_sub(1);
+        if inbuf.len() > max {
+            return Err(BodyError::Framing("chunk line too long"));
+        }
+        out.flush().await?;
+        if read_more(src, inbuf, timeout).await? == 0 {
+            return Err(BodyError::Truncated);
+        }
+    }
+}
+
+/// Parses "HEX[ext]" strictly.
+fn chunk_size(line: &[u8]) -> Result<u64, BodyError> {
+    let digits = line.iter().take_while(|b| b.is_ascii_hexdigit()).count();
+    if digits == 0 || digits > 15 {
+        return Err(BodyError::Framing("invalid chunk size"));
+    }
+    let rest = &line[digits..];
+    let rest_trim: &[u8] = {
+        let ws = rest
+            .iter()
+            .take_while(|b| **b == b' ' || **b == b'\t')
+            .count();
+        &rest[ws..]
+    };
+    if !rest_trim.is_empty() && rest_trim[0] != b';' {
+        return Err(BodyError::Framing("invalid chunk size"));
+    }
+    if rest_trim
+        .iter()
+        .any(|b| (*b < 0x20 && *b != b'\t') || *b == 0x7f)
+    {
+        return Err(BodyError::Framing("control character in a chunk extension"));
+    }
+    let s = std::str::from_utf8(&line[..digits])
+        .map_err(|_| BodyError::Framing("invalid chunk size"))?;
+    u64::from_str_radix(s, 16).map_err(|_| BodyError::Framing("invalid chunk size"))
+}
+
+async fn copy_chunked<R, W>(
+    src: &mut R,
+    inbuf: &mut BytesMut,
+    out: &mut Out<'_, W>,
+    chunked_out: bool,
+    timeout: Duration,
+) -> Result<u64, BodyError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut total = 0u64;
+    loop {
+        let n = line(src, inbuf, out, timeout, MAX_CHUNK_LINE).await?;
+        let size = chunk_size(&inbuf[..n])?;
+        inbuf.advance(n + 2);
+        if size == 0 {
+            break;
+        }
+        total = total
+            .checked_add(size)
+            .ok_or(BodyError::Framing("body too large"))?;
+        if chunked_out {
+            out.emit(format!("{size:x}\r\n").as_bytes()).await?;
+        }
+        copy_exact(src, inbuf, size, out, timeout).await?;
+        while inbuf.len() < 2 {
+            out.flush().await?;
+            if read_more(src, inbuf, timeout).await? == 0 {
+                return Err(BodyError::Truncated);
+            }
+        }
+        if &inbuf[..2] != b"\r\n" {
+            return Err(BodyError::Framing("chunk data not followed by CRLF"));
+        }
+        inbuf.advance(2);
+        if chunked_out {
+            out.emit(b"\r\n").await?;
+        }
+    }
+    // Trailer section: header-like lines up to an empty line.
+    let mut trailers = Vec::new();
+    loop {
+        let n = line(src, inbuf, out, timeout, MAX_TRAILERS).await?;
+        if n == 0 {
+            inbuf.advance(2);
+            break;
+        }
+        let l = &inbuf[..n];
+        let colon = l
+            .iter()
+            .position(|b| *b == b':')
+            .ok_or(BodyError::Framing("invalid trailer field"))?;
+        let name_ok = colon > 0
+            && l[..colon]
+                .iter()
+                .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(b));
+        if !name_ok
+            || l[colon + 1..]
+                .iter()
+                .any(|b| (*b < 0x20 && *b != b'\t') || *b == 0x7f)
+        {
+            return Err(BodyError::Framing("invalid trailer field"));
+        }
+        trailers.extend_from_slice(&inbuf[..n + 2]);
+        if trailers.len() > MAX_TRAILERS {
+            return Err(BodyError::Framing("trailer section too large"));
+        }
+        inbuf.advance(n + 2);
+    }
+    if chunked_out {
+        out.emit(b"0\r\n").await?;
+        out.emit(&trailers).await?;
+        out.emit(b"\r\n").await?;
+    }
+    Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn run(
+        input: &[u8],
+        framing: Framing,
+        chunked_out: bool,
+    ) -> (Result<u64, BodyError>, Vec<u8>, BytesMut) {
+        let mut src: &[u8] = input;
+        let mut inbuf = BytesMut::new();
+        let mut dst = Vec::new();
+        let mut stage = Vec::new();
+        let mut out = Out {
+            dst: &mut dst,
+            stage: &mut stage,
+        };
+        let r = transfer(
+            &mut src,
+            &mut inbuf,
+            framing,
+            &mut out,
+            chunked_out,
+            Duration::from_secs(1),
+        )
+        .await;
+        let _ = out.flush().await;
+        (r, dst, inbuf)
+    }
+
+    fn rt() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn chunked_roundtrip_and_leftover() {
+        rt().block_on(async {
+            let (r, out, left) = run(
+                b"5;ext=1\r\nhello\r\n1\r\n!\r\n0\r\nX-T: 1\r\n\r\nGET",
+                Framing::Chunked,
+                true,
+            )
+            .await;
+            assert_eq!(r.unwrap(), 6);
+            assert_eq!(out, b"5\r\nhello\r\n1\r\n!\r\n0\r\nX-T: 1\r\n\r\n");
+            assert_eq!(&left[..], b"GET");
+            let (_, plain, _) = run(b"5\r\nhello\r\n0\r\n\r\n", Framing::Chunked, false).await;
+            assert_eq!(plain, b"hello");
+        });
+    }
+
+    #[test]
+    fn bad_chunks_are_refused() {
+        rt().block_on(async {
+            for bad in [
+                &b"zz\r\nhello\r\n0\r\n\r\n"[..],
+                b"5\r\nhelloXX0\r\n\r\n",
+                b"-5\r\nhello\r\n0\r\n\r\n",
+                b"5\nhello\r\n0\r\n\r\n",
+                b"1111111111111111\r\n",
+                b"5\r\nhel",
+            ] {
+                let (r, _, _) = run(bad, Framing::Chunked, true).await;
+                assert!(r.is_err(), "accepted {bad:?}");
+            }
+        });
+    }
+
+    #[test]
+    fn length_and_close() {
+        rt().block_on(async {
+            let (r, out, left) = run(b"abcdefXYZ", Framing::Length(6), false).await;
+            assert_eq!(r.unwrap(), 6);
+            assert_eq!(out, b"abcdef");
+            assert_eq!(&left[..], b"XYZ");
+            let (r, _, _) = run(b"abc", Framing::Length(6), false).await;
+            assert!(matches!(r, Err(BodyError::Truncated)));
+            let (r, out, _) = run(b"abc", Framing::Close, true).await;
+            assert_eq!(r.unwrap(), 3);
+            assert_eq!(out, b"3\r\nabc\r\n0\r\n\r\n");
+        });
+    }
+}

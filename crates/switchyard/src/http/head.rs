@@ -1,0 +1,704 @@
+//! HTTP/1.x message heads: finding the end of a head under size limits,
+//! parsing it strictly, and deriving the message framing.
+//!
+//! Strictness is the defence against request smuggling: anything two parsers
+//! could read differently (TE with CL, several CL, bare CR/LF, NUL,
+//! obs-fold, whitespace before the colon, bad tokens) is refused here, so an
+//! ambiguous message is never forwarded.
+
+use std::ops::Range;
+
+use bytes::Bytes;
+
+/// Why a head was refused; `status` is what a client gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HeadError {
+    pub status: u16,
+    pub reason: &'static str,
+}
+
+const fn bad(reason: &'static str) -> HeadError {
+    HeadError {
+        status: 400,
+        reason,
+    }
+}
+
+pub const MAX_HEADERS_CAP: usize = 256;
+
+/// Incremental scan for the end of a head. Keeps its position between calls
+/// so a slow client costs O(n) in total, not O(n^2).
+#[derive(Default)]
+pub struct HeadScanner {
+    pos: usize,
+    first_line_end: Option<usize>,
+    /// Leading empty lines (tolerated before a request line, RFC 9112 2.2).
+    skip: usize,
+}
+
+impl HeadScanner {
+    /// Returns `Ok(Some((start, end)))` when `buf[start..end]` is a complete
+    /// head ending with CRLF CRLF; `Ok(None)` when more bytes are needed.
+    pub fn scan(
+        &mut self,
+        buf: &[u8],
+        max_line: usize,
+        max_head: usize,
+    ) -> Result<Option<(usize, usize)>, HeadError> {
+        // Skip empty lines before the start line.
+        if self.first_line_end.is_none() && self.pos == self.skip {
+            while buf.len() >= self.skip + 2 && &buf[self.skip..self.skip + 2] == b"\r\n" {
+                self.skip += 2;
+                if self.skip > 8 {
+                    return Err(bad("too many empty lines before the request line"));
+                }
+            }
+            self.pos = self.skip;
+        }
+        let mut i = self.pos;
+        while i < buf.len() {
+            match buf[i] {
+                0 => return Err(bad("NUL byte in the message head")),
+                b'\r' => {
+                    if i + 1 >= buf.len() {
+                        break; // need the next byte to judge this CR
+                    }
+                    if buf[i + 1] != b'\n' {
+                        return Err(bad("bare CR in the message head"));
+                    }
+                    if self.first_line_end.is_none() {
+                        if i - self.skip > max_line {
+                            return Err(HeadError {
+                                status: 414,
+                                reason: "request line too long",
+                            });
+                        }
+                        self.first_line_end = Some(i);
+                    }
+                    // End of head: CRLF CRLF.
+                    if i >= self.skip + 2 && &buf[i - 2..i] == b"\r\n" {
+                        let end = i + 2;
+                        self.pos = end;
+                        return Ok(Some((self.skip, end)));
+                    }
+                    i += 2;
+                    continue;
+                }
+                b'\n' => return Err(bad("bare LF in the message head")),
+                _ => {}
+            }
+            i += 1;
+        }
+        self.pos = i;
+        let head_len = i - self.skip;
+        if self.first_line_end.is_none() && head_len > max_line {
+            return Err(HeadError {
+                status: 414,
+                reason: "request line too long",
+            });
+        }
+        if head_len > max_head {
+            return Err(HeadError {
+                status: 431,
+                reason: "header block too large",
+            });
+        }
+        Ok(None)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body.
+    None,
+    Length(u64),
+    Chunked,
+    /// Body runs until the sender closes (responses only).
+    Close,
+}
+
+#[derive(Debug, Clone)]
+pub struct Header {
+    pub name: Range<u32>,
+    pub value: Range<u32>,
+}
+
+/// Parsed head; every slice is a range into `raw`.
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub raw: Bytes,
+    pub headers: Vec<Header>,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
+    pub minor: u8,
+    pub framing: Framing,
+    /// The sender wants the connection kept open.
+    pub keep_alive: bool,
+    /// Connection: upgrade with an Upgrade field.
+    pub upgrade: bool,
+    /// Tokens listed in Connection (lower case), hop-by-hop by definition.
+    pub connection_tokens: Vec<String>,
+}
+
+impl Head {
+    #[inline]
+    pub fn slice(&self, r: &Range<u32>) -> &[u8] {
+        &self.raw[r.start as usize..r.end as usize]
+    }
+
+    pub fn name(&self, h: &Header) -> &[u8] {
+        self.slice(&h.name)
+    }
+
+    pub fn value(&self, h: &Header) -> &[u8] {
+        self.slice(&h.value)
+    }
+
+    /// First value of a field, by lower-case name.
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.headers
+            .iter()
+            .find(|h| self.name(h).eq_ignore_ascii_case(name.as_bytes()))
+            .map(|h| self.value(h))
+    }
+
+    pub fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.headers
+            .iter()
+            .filter(move |h| self.name(h).eq_ignore_ascii_case(name.as_bytes()))
+            .map(|h| self.value(h))
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    Post,
+    Put,
+    Delete,
+    Options,
+    Trace,
+    Connect,
+    Patch,
+    Other,
+}
+
+impl Method {
+    fn parse(m: &str) -> Method {
+        match m {
+            "GET" => Method::Get,
+            "HEAD" => Method::Head,
+            "POST" => Method::Post,
+            "PUT" => Method::Put,
+            "DELETE" => Method::Delete,
+            "OPTIONS" => Method::Options,
+            "TRACE" => Method::Trace,
+            "CONNECT" => Method::Connect,
+            "PATCH" => Method::Patch,
+            _ => Method::Other,
+        }
+    }
+
+    /// RFC 9110 9.2.2: safe to send again after a failure.
+    pub fn idempotent(self) -> bool {
+        matches!(
+            self,
+            Method::Get
+                | Method::Head
+                | Method::Put
+                | Method::Delete
+                | Method::Options
+                | Method::Trace
+        )
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub head: Head,
+    pub method: Method,
+    pub method_raw: Range<u32>,
+    /// Origin-form target (path and query) or "*".
+    pub path: Range<u32>,
+    /// Authority: from an absolute-form target, else the Host field.
+    pub host: Option<Range<u32>>,
+    pub expect_continue: bool,
+}
+
+impl Request {
+    pub fn method_str(&self) -> &[u8] {
+        self.head.slice(&self.method_raw)
+    }
+    pub fn target(&self) -> &[u8] {
+        if self.path.is_empty() {
+            return b"/";
+        }
+        self.head.slice(&self.path)
+    }
+    /// Path without the query.
+    pub fn path_only(&self) -> &[u8] {
+        let t = self.target();
+        match t.iter().position(|b| *b == b'?') {
+            Some(i) => &t[..i],
+            None => t,
+        }
+    }
+    pub fn query(&self) -> Option<&[u8]> {
+        let t = self.target();
+        t.iter().position(|b| *b == b'?').map(|i| &t[i + 1..])
+    }
+    pub fn host(&self) -> Option<&[u8]> {
+        self.host.as_ref().map(|r| self.head.slice(r))
+    }
+    /// Host without a port, for matching.
+    pub fn host_name(&self) -> Option<&[u8]> {
+        let h = self.host()?;
+        if h.first() == Some(&b'[') {
+            return h.iter().position(|b| *b == b']').map(|i| &h[..=i]);
+        }
+        Some(match h.iter().rposition(|b| *b == b':') {
+            Some(i) => &h[..i],
+            None => h,
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub head: Head,
+    pub status: u16,
+    pub reason: Range<u32>,
+}
+
+fn range_of(base: &[u8], part: &[u8]) -> Range<u32> {
+    let start = part.as_ptr() as usize - base.as_ptr() as usize;
+    start as u32..(start + part.len()) as u32
+}
+
+fn trim(mut v: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = v {
+        v = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = v {
+        v = rest;
+    }
+    v
+}
+
+fn tokens(v: &[u8]) -> impl Iterator<Item = &[u8]> {
+    v.split(|b| *b == b',').map(trim).filter(|t| !t.is_empty())
+}
+
+/// Parses a Content-Length value strictly: digits only, no list.
+fn parse_length(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
+        return None;
+    }
+    std::str::from_utf8(v).ok()?.parse().ok()
+}
+
+struct Common {
+    headers: Vec<Header>,
+    content_length: Option<u64>,
+    te_chunked: bool,
+    te_present: bool,
+    close: bool,
+    keep_alive_token: bool,
+    upgrade_token: bool,
+    has_upgrade_field: bool,
+    connection_tokens: Vec<String>,
+}
+
+fn common(raw: &[u8], parsed: &[httparse::Header]) -> Result<Common, HeadError> {
+    let mut c = Common {
+        headers: Vec::with_capacity(parsed.len()),
+        content_length: None,
+        te_chunked: false,
+        te_present: false,
+        close: false,
+        keep_alive_token: false,
+        upgrade_token: false,
+        has_upgrade_field: false,
+        connection_tokens: Vec::new(),
+    };
+    let mut te_codings = 0;
+    for h in parsed {
+        let name = h.name.as_bytes();
+        let value = h.value;
+        if value.iter().any(|b| *b < 0x20 && *b != b'\t' || *b == 0x7f) {
+            return Err(bad("control character in a header value"));
+        }
+        if name.eq_ignore_ascii_case(b"content-length") {
+            if c.content_length.is_some() {
+                return Err(bad("several Content-Length fields"));
+            }
+            c.content_length = Some(parse_length(value).ok_or(bad("invalid Content-Length"))?);
+        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
+            c.te_present = true;
+            for t in tokens(value) {
+                te_codings += 1;
+                c.te_chunked = t.eq_ignore_ascii_case(b"chunked");
+            }
+        } else if name.eq_ignore_ascii_case(b"connection") {
+            for t in tokens(value) {
+                if t.eq_ignore_ascii_case(b"close") {
+                    c.close = true;
+                } else if t.eq_ignore_ascii_case(b"keep-alive") {
+                    c.keep_alive_token = true;
+                } else if t.eq_ignore_ascii_case(b"upgrade") {
+                    c.upgrade_token = true;
+                }
+                c.connection_tokens
+                    .push(String::from_utf8_lossy(t).to_ascii_lowercase());
+            }
+        } else if name.eq_ignore_ascii_case(b"upgrade") {
+            c.has_upgrade_field = true;
+        }
+        c.headers.push(Header {
+            name: range_of(raw, name),
+            value: range_of(raw, value),
+        });
+    }
+    if c.te_present && te_codings != 1 {
+        // Only a lone "chunked" is framing we can vouch for.
+        c.te_chunked = false;
+    }
+    Ok(c)
+}
+
+fn headers_buf(max_headers: usize) -> Vec<httparse::Header<'static>> {
+    vec![httparse::EMPTY_HEADER; max_headers.clamp(1, MAX_HEADERS_CAP)]
+}
+
+fn map_parse_error(e: httparse::Error) -> HeadError {
+    match e {
+        httparse::Error::TooManyHeaders => HeadError {
+            status: 431,
+            reason: "too many header fields",
+        },
+        httparse::Error::HeaderName => {
+            bad("invalid header field name (or whitespace before the colon)")
+        }
+        httparse::Error::HeaderValue => bad("invalid header field value"),
+        httparse::Error::NewLine => bad("invalid line ending"),
+        httparse::Error::Version => HeadError {
+            status: 505,
+            reason: "unsupported HTTP version",
+        },
+        httparse::Error::Token => bad("invalid method or token"),
+        httparse::Error::Status => bad("invalid status"),
+    }
+}
+
+/// Parses a complete request head (as found by `HeadScanner`).
+pub fn parse_request(raw: Bytes, max_headers: usize) -> Result<Request, HeadError> {
+    let mut hbuf = headers_buf(max_headers);
+    let mut req = httparse::Request::new(&mut hbuf);
+    match req.parse(&raw) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(bad("incomplete request head")),
+        Err(e) => return Err(map_parse_error(e)),
+    }
+    let minor = req.version.unwrap_or(1);
+    let method_s = req.method.unwrap_or("");
+    let method = Method::parse(method_s);
+    let method_raw = range_of(&raw, method_s.as_bytes());
+    let target = req.path.unwrap_or("").as_bytes();
+    let c = common(&raw, req.headers)?;
+
+    let mut host: Option<Range<u32>> = None;
+    let mut host_count = 0;
+    for h in &c.headers {
+        if raw[h.name.start as usize..h.name.end as usize].eq_ignore_ascii_case(b"host") {
+            host_count += 1;
+            host = Some(h.value.clone());
+        }
+    }
+    if host_count > 1 {
+        return Err(bad("several Host fields"));
+    }
+    if let Some(h) = &host {
+        if !valid_authority(&raw[h.start as usize..h.end as usize]) {
+            return Err(bad("invalid Host"));
+        }
+    }
+    let path = if target.first() == Some(&b'/') {
+        range_of(&raw, target)
+    } else if target == b"*" && method == Method::Options {
+        range_of(&raw, target)
+    } else if let Some((auth, path)) = split_absolute(target) {
+        if !valid_authority(auth) || auth.is_empty() {
+            return Err(bad("invalid authority in the request target"));
+        }
+        // RFC 9112 3.2.2: the target's authority wins over Host.
+        host = Some(range_of(&raw, auth));
+        if path.is_empty() {
+            // "http://host" means "/": point at a static slash below.
+            range_of(&raw, &raw[0..0])
+        } else {
+            range_of(&raw, path)
+        }
+    } else if method == Method::Connect {
+        return Err(HeadError {
+            status: 501,
+            reason: "CONNECT is not supported",
+        });
+    } else {
+        return Err(bad("invalid request target"));
+    };
+    if target
+        .iter()
+        .any(|b| *b <= 0x20 || *b == 0x7f || *b == b'#')
+    {
+        return Err(bad("invalid character in the request target"));
+    }
+    if minor == 1 && host.is_none() {
+        return Err(bad("HTTP/1.1 request without Host"));
+    }
+
+    let framing = if c.te_present {
+        if minor == 0 {
+            return Err(bad("Transfer-Encoding in an HTTP/1.0 request"));
+        }
+        if c.content_length.is_some() {
+            return Err(bad("both Transfer-Encoding and Content-Length"));
+        }
+        if !c.te_chunked {
+            return Err(HeadError {
+                status: 501,
+                reason: "unsupported Transfer-Encoding",
+            });
+        }
+        Framing::Chunked
+    } else {
+        match c.content_length {
+            Some(0) | None => Framing::None,
+            Some(n) => Framing::Length(n),
+        }
+    };
+
+    let mut expect_continue = false;
+    for h in &c.headers {
+        if raw[h.name.start as usize..h.name.end as usize].eq_ignore_ascii_case(b"expect") {
+            let v = &raw[h.value.start as usize..h.value.end as usize];
+            if v.eq_ignore_ascii_case(b"100-continue") {
+                expect_continue = true;
+            } else {
+                return Err(HeadError {
+                    status: 417,
+                    reason: "unsupported expectation",
+                });
+            }
+        }
+    }
+    let keep_alive = if minor == 1 {
+        !c.close
+    } else {
+        c.keep_alive_token && !c.close
+    };
+    let upgrade = minor == 1 && c.upgrade_token && c.has_upgrade_field;
+    Ok(Request {
+        head: Head {
+            raw,
+            headers: c.headers,
+            minor,
+            framing,
+            keep_alive,
+            upgrade,
+            connection_tokens: c.connection_tokens,
+        },
+        method,
+        method_raw,
+        path,
+        host,
+        expect_continue,
+    })
+}
+
+fn split_absolute(t: &[u8]) -> Option<(&[u8], &[u8])> {
+    let rest = if t.len() > 7 && t[..7].eq_ignore_ascii_case(b"http://") {
+        &t[7..]
+    } else if t.len() > 8 && t[..8].eq_ignore_ascii_case(b"https://") {
+        &t[8..]
+    } else {
+        return None;
+    };
+    let end = rest
+        .iter()
+        .position(|b| matches!(b, b'/' | b'?'))
+        .unwrap_or(rest.len());
+    Some((&rest[..end], &rest[end..]))
+}
+
+fn valid_authority(a: &[u8]) -> bool {
+    a.iter()
+        .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(b))
+        && !a.contains(&b'@')
+}
+
+/// Parses a complete response head. `request_method` decides whether a body follows.
+pub fn parse_response(
+    raw: Bytes,
+    max_headers: usize,
+    request_method: Method,
+) -> Result<Response, HeadError> {
+    let mut hbuf = headers_buf(max_headers);
+    let mut resp = httparse::Response::new(&mut hbuf);
+    match resp.parse(&raw) {
+        Ok(httparse::Status::Complete(_)) => {}
+        Ok(httparse::Status::Partial) => return Err(bad("incomplete response head")),
+        Err(e) => return Err(map_parse_error(e)),
+    }
+    let minor = resp.version.unwrap_or(1);
+    let status = resp.code.unwrap_or(0);
+    if !(100..=599).contains(&status) {
+        return Err(bad("status code out of range"));
+    }
+    let reason = range_of(&raw, resp.reason.unwrap_or("").as_bytes());
+    let c = common(&raw, resp.headers)?;
+    let no_body = request_method == Method::Head
+        || (100..200).contains(&status)
+        || status == 204
+        || status == 304;
+    let framing = if c.te_present {
+        if c.content_length.is_some() {
+            return Err(bad("both Transfer-Encoding and Content-Length"));
+        }
+        if !c.te_chunked || minor == 0 {
+            return Err(bad("unsupported Transfer-Encoding"));
+        }
+        if no_body {
+            Framing::None
+        } else {
+            Framing::Chunked
+        }
+    } else if no_body {
+        Framing::None
+    } else {
+        match c.content_length {
+            Some(0) => Framing::None,
+            Some(n) => Framing::Length(n),
+            None => Framing::Close,
+        }
+    };
+    let keep_alive = framing != Framing::Close
+        && if minor == 1 {
+            !c.close
+        } else {
+            c.keep_alive_token && !c.close
+        };
+    Ok(Response {
+        head: Head {
+            raw,
+            headers: c.headers,
+            minor,
+            framing,
+            keep_alive,
+            upgrade: status == 101,
+            connection_tokens: c.connection_tokens,
+        },
+        status,
+        reason,
+    })
+}
+
+/// Fields that describe one connection, never forwarded (RFC 9110 7.6.1).
+pub fn is_hop_by_hop(name: &[u8]) -> bool {
+    const HOP: [&[u8]; 8] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"proxy-authenticate",
+    ];
+    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scan_all(input: &[u8]) -> Result<Option<(usize, usize)>, HeadError> {
+        HeadScanner::default().scan(input, 8192, 32768)
+    }
+
+    fn req(input: &str) -> Result<Request, HeadError> {
+        let raw = input.as_bytes();
+        let (s, e) = scan_all(raw)?.expect("complete");
+        parse_request(Bytes::copy_from_slice(&raw[s..e]), 100)
+    }
+
+    #[test]
+    fn simple_get() {
+        let r = req("GET /a?b=1 HTTP/1.1\r\nHost: x.example:8080\r\n\r\n").unwrap();
+        assert_eq!(r.path_only(), b"/a");
+        assert_eq!(r.query(), Some(&b"b=1"[..]));
+        assert_eq!(r.host_name(), Some(&b"x.example"[..]));
+        assert_eq!(r.head.framing, Framing::None);
+        assert!(r.head.keep_alive);
+    }
+
+    #[test]
+    fn smuggling_shapes_are_refused() {
+        let cases = [
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n",
+            "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked, chunked\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX: a\r\n b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX : b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nX\x01Y: b\r\n\r\n",
+            "GET / HTTP/1.1\r\nHost: a\r\nHost: b\r\n\r\n",
+            "GET / HTTP/1.1\r\n\r\n",
+            "POST / HTTP/1.0\r\nTransfer-Encoding: chunked\r\n\r\n",
+        ];
+        for c in cases {
+            let r = req(c);
+            assert!(r.is_err(), "accepted: {c:?}");
+        }
+        assert!(scan_all(b"GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n").is_err());
+        assert!(scan_all(b"GET / HTTP/1.1\nHost: a\r\n\r\n").is_err());
+        assert!(scan_all(b"GET / HTTP/1.1\r\nHost: a\0\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn limits() {
+        let long = format!("GET /{} HTTP/1.1\r\n", "a".repeat(9000));
+        assert_eq!(scan_all(long.as_bytes()).unwrap_err().status, 414);
+        let big = format!("GET / HTTP/1.1\r\n{}", "X-A: b\r\n".repeat(5000));
+        assert_eq!(scan_all(big.as_bytes()).unwrap_err().status, 431);
+    }
+
+    #[test]
+    fn absolute_form_sets_host() {
+        let r = req("GET http://example.com/x HTTP/1.1\r\nHost: other\r\n\r\n").unwrap();
+        assert_eq!(r.host(), Some(&b"example.com"[..]));
+        assert_eq!(r.target(), b"/x");
+    }
+
+    #[test]
+    fn response_framing() {
+        let raw = Bytes::from_static(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n");
+        assert_eq!(
+            parse_response(raw, 100, Method::Get).unwrap().head.framing,
+            Framing::Length(3)
+        );
+        let raw = Bytes::from_static(b"HTTP/1.1 200 OK\r\n\r\n");
+        let r = parse_response(raw, 100, Method::Get).unwrap();
+        assert_eq!(r.head.framing, Framing::Close);
+        assert!(!r.head.keep_alive);
+        let raw = Bytes::from_static(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\n");
+        assert_eq!(
+            parse_response(raw, 100, Method::Head).unwrap().head.framing,
+            Framing::None
+        );
+        let raw = Bytes::from_static(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
+        );
+        assert!(parse_response(raw, 100, Method::Get).is_err());
+    }
+}
