@@ -6,8 +6,14 @@
 //! pools in `proxy::upstream`. `config` builds the immutable snapshot every
 //! step reads; `health` and `stats` run beside the data path.
 
+pub mod admin;
 pub mod balance;
 pub mod clock;
 pub mod config;
+pub mod health;
 pub mod http;
+pub mod log;
+pub mod proxy;
+pub mod quickstart;
+pub mod runtime;
 pub mod stats;

@@ -1,1 +1,212 @@
-fn main() {}
+//! The `switchyard` command: run | check | reload | stats | bench.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use switchyard::{config, log, quickstart, runtime, stats};
+
+const USAGE: &str = "\
+switchyard: a software application delivery controller (L7 load balancer)
+
+USAGE:
+  switchyard run [-c FILE]        run; with no FILE, the built-in quickstart
+  switchyard check -c FILE        validate a configuration file
+  switchyard reload [-c FILE | --admin ADDR]
+                                  reload the running instance's configuration
+                                  (or send it SIGHUP)
+  switchyard stats [-c FILE | --admin ADDR] [--json | --prometheus]
+                                  print the running instance's counters
+  switchyard bench ...            benchmarks (switchyard bench --help)
+  switchyard version
+
+Logs go to stderr; SWITCHYARD_LOG=debug adds debug lines.
+";
+
+fn main() -> ExitCode {
+    log::init_from_env();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let cmd = args.first().map(String::as_str).unwrap_or("run");
+    let rest = if args.is_empty() { &[][..] } else { &args[1..] };
+    match cmd {
+        "run" => run(rest),
+        "check" => check(rest),
+        "reload" => admin_call(rest, "POST", "/reload"),
+        "stats" => {
+            let path = if rest.iter().any(|a| a == "--json") {
+                "/stats.json"
+            } else if rest.iter().any(|a| a == "--prometheus") {
+                "/metrics"
+            } else {
+                "/stats"
+            };
+            admin_call(rest, "GET", path)
+        }
+        "bench" => {
+            let code = switchyard_bench::main_with_args(rest.to_vec());
+            ExitCode::from(code.clamp(0, 255) as u8)
+        }
+        "version" | "--version" | "-V" => {
+            println!("switchyard {}", env!("CARGO_PKG_VERSION"));
+            ExitCode::SUCCESS
+        }
+        "help" | "--help" | "-h" => {
+            print!("{USAGE}");
+            ExitCode::SUCCESS
+        }
+        other => {
+            eprintln!("switchyard: unknown command {other:?}\n\n{USAGE}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+/// Value of `-c FILE` / `--config FILE`.
+fn config_arg(args: &[String]) -> Result<Option<PathBuf>, String> {
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "-c" | "--config" => {
+                return it
+                    .next()
+                    .map(|p| Some(PathBuf::from(p)))
+                    .ok_or_else(|| format!("{a} needs a file name"))
+            }
+            s if s.starts_with("--config=") => return Ok(Some(PathBuf::from(&s[9..]))),
+            _ => {}
+        }
+    }
+    Ok(None)
+}
+
+fn flag_value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1))
+        .map(String::as_str)
+}
+
+fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    eprintln!("switchyard: {msg}");
+    ExitCode::from(1)
+}
+
+fn run(args: &[String]) -> ExitCode {
+    let path = match config_arg(args) {
+        Ok(p) => p,
+        Err(e) => return fail(e),
+    };
+    let source = match &path {
+        Some(p) => runtime::Source::File(p.clone()),
+        None => runtime::Source::Text {
+            name: "<quickstart>".into(),
+            text: quickstart::config_text(),
+        },
+    };
+    // Parse once to learn the worker count, size the counters, then build
+    // the snapshot for real.
+    let first = match source.load(None) {
+        Ok(s) => s,
+        Err(e) => return fail(format!("configuration rejected:\n{e}")),
+    };
+    stats::init_slots(first.settings.workers);
+    drop(first);
+    let snap = match source.load(None) {
+        Ok(s) => s,
+        Err(e) => return fail(format!("configuration rejected:\n{e}")),
+    };
+    if path.is_none() {
+        if let Err(e) = quickstart::start_origins() {
+            return fail(format!("quickstart: {e}"));
+        }
+        eprint!("{}", quickstart::banner());
+    }
+    match runtime::run(source, snap) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => fail(e),
+    }
+}
+
+fn check(args: &[String]) -> ExitCode {
+    let path = match config_arg(args) {
+        Ok(Some(p)) => p,
+        Ok(None) => return fail("check needs -c FILE"),
+        Err(e) => return fail(e),
+    };
+    match config::load(&path, None) {
+        Ok(s) => {
+            println!(
+                "{}: OK ({} virtual servers, {} pools, {} members)",
+                path.display(),
+                s.vservers.len(),
+                s.pools.len(),
+                s.pools.iter().map(|p| p.members.len()).sum::<usize>()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+/// The admin address: --admin, else [admin] listen of -c FILE, else the quickstart's.
+fn admin_addr(args: &[String]) -> Result<SocketAddr, String> {
+    if let Some(a) = flag_value(args, "--admin") {
+        return a.parse().map_err(|e| format!("--admin {a}: {e}"));
+    }
+    if let Some(p) = config_arg(args)? {
+        let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+        let v: toml::Value =
+            toml::from_str(&text).map_err(|e| format!("{}: {}", p.display(), e.message()))?;
+        let a = v
+            .get("admin")
+            .and_then(|a| a.get("listen"))
+            .and_then(|l| l.as_str())
+            .ok_or_else(|| {
+                format!(
+                    "{} has no [admin] listen address; send SIGHUP to reload instead",
+                    p.display()
+                )
+            })?;
+        return a.parse().map_err(|e| format!("admin listen {a}: {e}"));
+    }
+    quickstart::ADMIN.parse().map_err(|e| format!("{e}"))
+}
+
+fn admin_call(args: &[String], method: &str, path: &str) -> ExitCode {
+    let addr = match admin_addr(args) {
+        Ok(a) => a,
+        Err(e) => return fail(e),
+    };
+    let mut s = match TcpStream::connect_timeout(&addr, Duration::from_secs(3)) {
+        Ok(s) => s,
+        Err(e) => {
+            return fail(format!(
+                "cannot reach the admin endpoint at {addr}: {e} (is switchyard running?)"
+            ))
+        }
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+    let req = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
+    let mut resp = Vec::new();
+    if let Err(e) = s
+        .write_all(req.as_bytes())
+        .and_then(|_| s.read_to_end(&mut resp))
+    {
+        return fail(format!("admin endpoint {addr}: {e}"));
+    }
+    let text = String::from_utf8_lossy(&resp);
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    let ok = head.starts_with("HTTP/1.1 200");
+    if ok {
+        print!("{body}");
+        ExitCode::SUCCESS
+    } else {
+        eprint!("{body}");
+        ExitCode::from(1)
+    }
+}

@@ -58,11 +58,12 @@ impl MemberState {
 }
 
 /// What the balancer needs to know about one member.
-pub struct Candidate<'a> {
-    pub state: &'a MemberState,
-    pub weight: u32,
-    pub max_connections: u32,
-    pub backup: bool,
+pub trait Candidate {
+    fn state(&self) -> &MemberState;
+    fn weight(&self) -> u32;
+    /// 0 is unlimited.
+    fn max_connections(&self) -> u32;
+    fn backup(&self) -> bool;
 }
 
 /// Per-worker cursors of one pool.
@@ -125,9 +126,9 @@ impl Balancer {
     }
 
     /// Weight scaled by slow start, in thousandths.
-    fn effective_weight(&self, c: &Candidate, now: u64) -> u64 {
-        let full = c.weight.max(1) as u64 * 1000;
-        let since = c.state.up_since_ms.load(Ordering::Relaxed);
+    fn effective_weight(&self, c: &impl Candidate, now: u64) -> u64 {
+        let full = c.weight().max(1) as u64 * 1000;
+        let since = c.state().up_since_ms.load(Ordering::Relaxed);
         if self.slow_start_ms == 0 || since == 0 || now >= since + self.slow_start_ms {
             return full;
         }
@@ -135,23 +136,33 @@ impl Balancer {
         (full * elapsed / self.slow_start_ms).max(full / 20).max(1)
     }
 
-    /// Picks a member. `hash` is the consistent-hash or affinity key when the
-    /// request has one. Returns None when no member may take the request.
-    pub fn pick(&self, members: &[Candidate], hash: Option<u64>, tried: Tried) -> Option<usize> {
+    /// Picks a member. `prefer` is a persistence target, taken when it may
+    /// serve; `hash` is the consistent-hash or affinity key when the request
+    /// has one. Returns None when no member may take the request.
+    pub fn pick<C: Candidate>(
+        &self,
+        members: &[C],
+        prefer: Option<usize>,
+        hash: Option<u64>,
+        tried: Tried,
+    ) -> Option<usize> {
         let now = now_ms();
         // Backups serve only when every primary is down.
-        let any_primary_up = members.iter().any(|m| !m.backup && m.state.is_up(now));
+        let any_primary_up = members.iter().any(|m| !m.backup() && m.state().is_up(now));
         let eligible = |i: usize| -> bool {
             let m = &members[i];
-            m.backup != any_primary_up
+            m.backup() != any_primary_up
                 && !tried.has(i)
-                && m.state.is_up(now)
-                && (m.max_connections == 0
-                    || m.state.inflight.load(Ordering::Relaxed) < m.max_connections as u64)
+                && m.state().is_up(now)
+                && (m.max_connections() == 0
+                    || m.state().inflight.load(Ordering::Relaxed) < m.max_connections() as u64)
         };
         let n = members.len();
         if n == 0 {
             return None;
+        }
+        if let Some(p) = prefer.filter(|p| *p < n && eligible(*p)) {
+            return Some(p);
         }
         if let Some(h) = hash {
             if any_primary_up {
@@ -203,7 +214,7 @@ impl Balancer {
                     if !eligible(i) {
                         continue;
                     }
-                    let load = members[i].state.inflight.load(Ordering::Relaxed);
+                    let load = members[i].state().inflight.load(Ordering::Relaxed);
                     let w = self.effective_weight(&members[i], now);
                     // load_i / w_i < load_b / w_b, cross-multiplied.
                     if best.is_none_or(|(_, bl, bw)| {
@@ -223,7 +234,7 @@ impl Balancer {
                     b
                 };
                 let cost = |i: usize| {
-                    let load = members[i].state.inflight.load(Ordering::Relaxed) as u128 + 1;
+                    let load = members[i].state().inflight.load(Ordering::Relaxed) as u128 + 1;
                     (load, self.effective_weight(&members[i], now) as u128)
                 };
                 let ((la, wa), (lb, wb)) = (cost(a), cost(b));
@@ -309,7 +320,7 @@ mod tests {
         let b = Balancer::new(Algorithm::WeightedRoundRobin, 0, &keys(3), &w, &[false; 3]);
         let c = cands(&s, &w, &[false; 3]);
         let picks: Vec<usize> = (0..7)
-            .map(|_| b.pick(&c, None, Tried::default()).unwrap())
+            .map(|_| b.pick(&c, None, None, Tried::default()).unwrap())
             .collect();
         assert_eq!(picks.iter().filter(|p| **p == 0).count(), 5);
         // Smoothness: member 0 never gets more than 3 in a row in a 7-cycle.
@@ -324,12 +335,12 @@ mod tests {
         let b = Balancer::new(Algorithm::RoundRobin, 0, &keys(3), &w, &bk);
         let c = cands(&s, &w, &bk);
         for _ in 0..10 {
-            assert_ne!(b.pick(&c, None, Tried::default()), Some(2));
+            assert_ne!(b.pick(&c, None, None, Tried::default()), Some(2));
         }
         s[0].healthy.store(false, Ordering::Relaxed);
         s[1].ejected_until_ms
             .store(now_ms() + 60_000, Ordering::Relaxed);
-        assert_eq!(b.pick(&c, None, Tried::default()), Some(2));
+        assert_eq!(b.pick(&c, None, None, Tried::default()), Some(2));
     }
 
     #[test]
@@ -340,7 +351,7 @@ mod tests {
         s[2].inflight.store(3, Ordering::Relaxed);
         let b = Balancer::new(Algorithm::LeastConnections, 0, &keys(3), &w, &[false; 3]);
         assert_eq!(
-            b.pick(&cands(&s, &w, &[false; 3]), None, Tried::default()),
+            b.pick(&cands(&s, &w, &[false; 3]), None, None, Tried::default()),
             Some(1)
         );
     }
@@ -357,7 +368,7 @@ mod tests {
         };
         let c = cands(&s, &w, &[false; 2]);
         let n1 = (0..1000)
-            .filter(|_| b.pick(&c, None, Tried::default()) == Some(1))
+            .filter(|_| b.pick(&c, None, None, Tried::default()) == Some(1))
             .count();
         assert!(n1 < 100, "recovering member got {n1} of 1000");
     }
@@ -371,10 +382,10 @@ mod tests {
         let mut t = Tried::default();
         t.add(0);
         for _ in 0..20 {
-            assert_eq!(b.pick(&c, None, t), Some(1));
+            assert_eq!(b.pick(&c, None, None, t), Some(1));
         }
         t.add(1);
-        assert_eq!(b.pick(&c, None, t), None);
+        assert_eq!(b.pick(&c, None, None, t), None);
     }
 
     #[test]
@@ -384,9 +395,9 @@ mod tests {
         let b = Balancer::new(Algorithm::ConsistentHash, 0, &keys(4), &w, &[false; 4]);
         let c = cands(&s, &w, &[false; 4]);
         let h = hash64(b"client-1", 0);
-        let first = b.pick(&c, Some(h), Tried::default()).unwrap();
+        let first = b.pick(&c, None, Some(h), Tried::default()).unwrap();
         for _ in 0..10 {
-            assert_eq!(b.pick(&c, Some(h), Tried::default()), Some(first));
+            assert_eq!(b.pick(&c, None, Some(h), Tried::default()), Some(first));
         }
     }
 }

@@ -214,14 +214,18 @@ pub struct Pool {
     pub counters: Arc<Sharded<PoolCounters>>,
 }
 
-impl Pool {
-    pub fn candidates(&self) -> impl Iterator<Item = Candidate<'_>> {
-        self.members.iter().map(|m| Candidate {
-            state: &m.state,
-            weight: m.weight,
-            max_connections: m.max_connections,
-            backup: m.backup,
-        })
+impl Candidate for Arc<Member> {
+    fn state(&self) -> &MemberState {
+        &self.state
+    }
+    fn weight(&self) -> u32 {
+        self.weight
+    }
+    fn max_connections(&self) -> u32 {
+        self.max_connections
+    }
+    fn backup(&self) -> bool {
+        self.backup
     }
 }
 

@@ -422,9 +422,7 @@ pub fn parse_request(raw: Bytes, max_headers: usize) -> Result<Request, HeadErro
             return Err(bad("invalid Host"));
         }
     }
-    let path = if target.first() == Some(&b'/') {
-        range_of(&raw, target)
-    } else if target == b"*" && method == Method::Options {
+    let path = if target.first() == Some(&b'/') || (target == b"*" && method == Method::Options) {
         range_of(&raw, target)
     } else if let Some((auth, path)) = split_absolute(target) {
         if !valid_authority(auth) || auth.is_empty() {

@@ -1,1 +1,277 @@
-//! Text renderings of the counters.
+//! Text renderings of the counters: a table for people, JSON for tools,
+//! Prometheus exposition for scrapers. All read the same summed values.
+
+use std::fmt::Write;
+use std::sync::atomic::Ordering;
+
+use super::{quantile, MemberValues, PoolValues, VsValues, STATUS_CLASSES};
+use crate::clock::now_ms;
+use crate::config::snapshot::{Member, Snapshot, VServer};
+
+fn latency(vs: &VServer) -> (u64, u64, u64, u64) {
+    let mut c = Vec::new();
+    for h in vs.latency.all() {
+        h.merge_into(&mut c);
+    }
+    (
+        quantile(&c, 0.5),
+        quantile(&c, 0.9),
+        quantile(&c, 0.99),
+        quantile(&c, 0.999),
+    )
+}
+
+pub fn member_state(m: &Member) -> &'static str {
+    let s = &m.state;
+    if !s.healthy.load(Ordering::Relaxed) {
+        "down"
+    } else if s.ejected_until_ms.load(Ordering::Relaxed) > now_ms() {
+        "ejected"
+    } else {
+        "up"
+    }
+}
+
+struct Totals {
+    client_total: u64,
+    server_total: u64,
+}
+
+fn totals(snap: &Snapshot) -> Totals {
+    let client_total = snap
+        .vservers
+        .iter()
+        .map(|v| v.counters.read().client_connections_total)
+        .sum();
+    let server_total = snap
+        .pools
+        .iter()
+        .flat_map(|p| &p.members)
+        .map(|m| m.counters.read().server_connections_total)
+        .sum();
+    Totals {
+        client_total,
+        server_total,
+    }
+}
+
+fn ratio(t: &Totals) -> f64 {
+    if t.server_total == 0 {
+        0.0
+    } else {
+        t.client_total as f64 / t.server_total as f64
+    }
+}
+
+pub fn text(snap: &Snapshot) -> String {
+    let mut o = String::new();
+    let t = totals(snap);
+    let _ = writeln!(
+        o,
+        "switchyard: configuration generation {}",
+        snap.generation
+    );
+    let _ = writeln!(
+        o,
+        "connections: {} client, {} server, multiplexing ratio {:.2}\n",
+        t.client_total,
+        t.server_total,
+        ratio(&t)
+    );
+    for vs in &snap.vservers {
+        let v = vs.counters.read();
+        let (p50, p90, p99, _) = latency(vs);
+        let listen: Vec<String> = vs.listen.iter().map(|a| a.to_string()).collect();
+        let _ = writeln!(o, "vserver {} [{}]", vs.name, listen.join(", "));
+        let _ = writeln!(
+            o,
+            "  connections active {} total {}  requests {}  bytes in {} out {}",
+            v.client_connections_active,
+            v.client_connections_total,
+            v.requests,
+            v.bytes_in,
+            v.bytes_out
+        );
+        let _ = writeln!(o, "  responses {}", classes(&v.responses));
+        let _ = writeln!(
+            o,
+            "  bad requests {}  header timeouts {}  local responses {}  latency p50 {}us p90 {}us p99 {}us",
+            v.bad_requests, v.header_timeouts, v.local_responses, p50, p90, p99
+        );
+    }
+    for pool in &snap.pools {
+        let p = pool.counters.read();
+        let _ = writeln!(
+            o,
+            "\npool {} ({:?})  requests {}  retries {}  no member available {}",
+            pool.name, pool.algorithm, p.requests, p.retries, p.no_member_available
+        );
+        for m in &pool.members {
+            let c = m.counters.read();
+            let _ = writeln!(
+                o,
+                "  {} {}{} weight {} inflight {}  requests {}  responses {}  conns active {} idle {} total {} reused {}  connect failures {} bad responses {} timeouts {} resets {} transitions {} ejections {}",
+                m.addr,
+                member_state(m),
+                if m.backup { " backup" } else { "" },
+                m.weight,
+                m.state.inflight.load(Ordering::Relaxed),
+                c.requests,
+                classes(&c.responses),
+                c.server_connections_active,
+                c.server_connections_idle,
+                c.server_connections_total,
+                c.connections_reused,
+                c.connect_failures,
+                c.bad_responses,
+                c.response_timeouts,
+                c.resets,
+                c.health_transitions,
+                c.ejections
+            );
+        }
+    }
+    o
+}
+
+fn classes(r: &[u64; 6]) -> String {
+    STATUS_CLASSES
+        .iter()
+        .zip(r)
+        .filter(|(_, n)| **n > 0)
+        .map(|(c, n)| format!("{c}={n}"))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+fn esc(s: &str) -> String {
+    let mut o = String::with_capacity(s.len() + 2);
+    o.push('"');
+    for ch in s.chars() {
+        match ch {
+            '"' => o.push_str("\\\""),
+            '\\' => o.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(o, "\\u{:04x}", c as u32);
+            }
+            c => o.push(c),
+        }
+    }
+    o.push('"');
+    o
+}
+
+fn fields_json(fields: Vec<(&'static str, u64)>, responses: &[u64; 6]) -> String {
+    let mut parts: Vec<String> = fields
+        .into_iter()
+        .map(|(k, v)| format!("\"{k}\":{v}"))
+        .collect();
+    let r: Vec<String> = STATUS_CLASSES
+        .iter()
+        .zip(responses)
+        .map(|(c, n)| format!("\"{c}\":{n}"))
+        .collect();
+    parts.push(format!("\"responses\":{{{}}}", r.join(",")));
+    parts.join(",")
+}
+
+pub fn json(snap: &Snapshot) -> String {
+    let t = totals(snap);
+    let vss: Vec<String> = snap
+        .vservers
+        .iter()
+        .map(|vs| {
+            let v: VsValues = vs.counters.read();
+            let (p50, p90, p99, p999) = latency(vs);
+            format!(
+                "{{\"name\":{},{},\"latency_us\":{{\"p50\":{p50},\"p90\":{p90},\"p99\":{p99},\"p999\":{p999}}}}}",
+                esc(&vs.name),
+                fields_json(v.fields(), &v.responses)
+            )
+        })
+        .collect();
+    let pools: Vec<String> = snap
+        .pools
+        .iter()
+        .map(|pool| {
+            let p: PoolValues = pool.counters.read();
+            let members: Vec<String> = pool
+                .members
+                .iter()
+                .map(|m| {
+                    let c: MemberValues = m.counters.read();
+                    format!(
+                        "{{\"address\":{},\"state\":{},\"backup\":{},\"weight\":{},\"inflight\":{},{}}}",
+                        esc(&m.addr.to_string()),
+                        esc(member_state(m)),
+                        m.backup,
+                        m.weight,
+                        m.state.inflight.load(Ordering::Relaxed),
+                        fields_json(c.fields(), &c.responses)
+                    )
+                })
+                .collect();
+            format!("{{\"name\":{},{},\"members\":[{}]}}", esc(&pool.name), fields_json(p.fields(), &p.responses), members.join(","))
+        })
+        .collect();
+    format!(
+        "{{\"generation\":{},\"client_connections_total\":{},\"server_connections_total\":{},\"multiplexing_ratio\":{:.4},\"vservers\":[{}],\"pools\":[{}]}}\n",
+        snap.generation,
+        t.client_total,
+        t.server_total,
+        ratio(&t),
+        vss.join(","),
+        pools.join(",")
+    )
+}
+
+pub fn prometheus(snap: &Snapshot) -> String {
+    let mut o = String::new();
+    let _ = writeln!(o, "switchyard_config_generation {}", snap.generation);
+    for vs in &snap.vservers {
+        let v = vs.counters.read();
+        let l = format!("vserver={}", esc(&vs.name));
+        for (k, n) in v.fields() {
+            let _ = writeln!(o, "switchyard_vserver_{k}{{{l}}} {n}");
+        }
+        for (c, n) in STATUS_CLASSES.iter().zip(&v.responses) {
+            let _ = writeln!(o, "switchyard_vserver_responses{{{l},class=\"{c}\"}} {n}");
+        }
+        let (p50, p90, p99, p999) = latency(vs);
+        for (q, n) in [("0.5", p50), ("0.9", p90), ("0.99", p99), ("0.999", p999)] {
+            let _ = writeln!(
+                o,
+                "switchyard_vserver_latency_seconds{{{l},quantile=\"{q}\"}} {}",
+                n as f64 / 1e6
+            );
+        }
+    }
+    for pool in &snap.pools {
+        let p = pool.counters.read();
+        let l = format!("pool={}", esc(&pool.name));
+        for (k, n) in p.fields() {
+            let _ = writeln!(o, "switchyard_pool_{k}{{{l}}} {n}");
+        }
+        for m in &pool.members {
+            let c = m.counters.read();
+            let ml = format!("{l},member={}", esc(&m.addr.to_string()));
+            let _ = writeln!(
+                o,
+                "switchyard_member_up{{{ml}}} {}",
+                (member_state(m) == "up") as u8
+            );
+            let _ = writeln!(
+                o,
+                "switchyard_member_inflight{{{ml}}} {}",
+                m.state.inflight.load(Ordering::Relaxed)
+            );
+            for (k, n) in c.fields() {
+                let _ = writeln!(o, "switchyard_member_{k}{{{ml}}} {n}");
+            }
+            for (cl, n) in STATUS_CLASSES.iter().zip(&c.responses) {
+                let _ = writeln!(o, "switchyard_member_responses{{{ml},class=\"{cl}\"}} {n}");
+            }
+        }
+    }
+    o
+}

@@ -1,0 +1,84 @@
+//! The local admin endpoint (control thread): counters as text, JSON and
+//! Prometheus, and reload. The full admin API and dashboard come later.
+//!
+//! GET /stats, GET /stats.json, GET /metrics, POST /reload, GET /healthz.
+
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use crate::http::head::{parse_request, HeadScanner};
+use crate::http::responses;
+use crate::log;
+use crate::runtime::Control;
+use crate::stats::render;
+
+pub async fn serve(listener: TcpListener, control: Rc<Control>) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let control = control.clone();
+        tokio::task::spawn_local(async move {
+            let _ = tokio::time::timeout(Duration::from_secs(10), handle(stream, &control)).await;
+        });
+    }
+}
+
+async fn handle(mut s: TcpStream, control: &Control) -> std::io::Result<()> {
+    let mut buf = BytesMut::with_capacity(4096);
+    let mut scanner = HeadScanner::default();
+    let (start, end) = loop {
+        match scanner.scan(&buf, 8192, 16384) {
+            Ok(Some(r)) => break r,
+            Ok(None) => {}
+            Err(e) => {
+                return s
+                    .write_all(&responses::error(e.status, e.reason, true))
+                    .await
+            }
+        }
+        if s.read_buf(&mut buf).await? == 0 {
+            return Ok(());
+        }
+    };
+    let head = buf.split_to(end).freeze().slice(start..);
+    let req = match parse_request(head, 64) {
+        Ok(r) => r,
+        Err(e) => {
+            return s
+                .write_all(&responses::error(e.status, e.reason, true))
+                .await
+        }
+    };
+    let snap = control.snapshot.load_full();
+    let path = req.path_only().to_vec();
+    let out = match (req.method_str(), path.as_slice()) {
+        (b"GET", b"/stats") => responses::simple(200, "text/plain; charset=utf-8", render::text(&snap).as_bytes(), true, &[]),
+        (b"GET", b"/stats.json") => responses::simple(200, "application/json", render::json(&snap).as_bytes(), true, &[]),
+        (b"GET", b"/metrics") => responses::simple(200, "text/plain; version=0.0.4", render::prometheus(&snap).as_bytes(), true, &[]),
+        (b"GET", b"/healthz") => responses::simple(200, "text/plain", b"ok\n", true, &[]),
+        (b"GET", b"/") => responses::simple(
+            200,
+            "text/plain",
+            b"switchyard admin: GET /stats, GET /stats.json, GET /metrics, POST /reload, GET /healthz\n",
+            true,
+            &[],
+        ),
+        (b"POST", b"/reload") => match control.reload() {
+            Ok(g) => responses::simple(200, "text/plain", format!("reloaded: configuration generation {g} is live\n").as_bytes(), true, &[]),
+            Err(e) => {
+                log::error(format_args!("reload rejected, the running configuration stays:\n{e}"));
+                responses::simple(400, "text/plain", format!("reload rejected, the running configuration stays:\n{e}\n").as_bytes(), true, &[])
+            }
+        },
+        (_, b"/reload") => responses::error(405, "use POST /reload", true),
+        _ => responses::error(404, "unknown admin path; try GET /", true),
+    };
+    s.write_all(&out).await?;
+    s.shutdown().await
+}

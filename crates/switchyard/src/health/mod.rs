@@ -1,0 +1,163 @@
+//! Active health checks: TCP connect or an HTTP request per member, on an
+//! interval, with rise/fall hysteresis. Results land in the member's shared
+//! atomics, which the data path reads without locks. Passive checks (connect
+//! failures, 5xx) live on the data path itself, in `proxy`.
+//!
+//! Runs on the control thread. A reload restarts the check tasks; the
+//! state they update belongs to the member and survives.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+
+use crate::balance::rand_u64;
+use crate::clock::now_ms;
+use crate::config::model::HealthKind;
+use crate::config::snapshot::{HealthCheck, Member, Snapshot};
+use crate::log;
+use crate::stats;
+
+#[derive(Default)]
+pub struct Checker {
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Checker {
+    /// Replaces every check task with ones for `snap`. Must run inside the
+    /// control thread's `LocalSet`.
+    pub fn restart(&mut self, snap: &Arc<Snapshot>) {
+        self.stop();
+        for pool in &snap.pools {
+            match &pool.health {
+                Some(hc) => {
+                    for m in &pool.members {
+                        let label = m.label(&pool.name);
+                        self.tasks.push(tokio::task::spawn_local(check_loop(
+                            label,
+                            m.clone(),
+                            hc.clone(),
+                        )));
+                    }
+                }
+                None => {
+                    // Checks were removed: nothing will bring a member back
+                    // any more, so consider every member healthy.
+                    for m in &pool.members {
+                        m.state.healthy.store(true, Ordering::Relaxed);
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn stop(&mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+    }
+}
+
+async fn check_loop(label: String, m: Arc<Member>, hc: HealthCheck) {
+    // Spread the first checks over one interval so members are not all
+    // probed at the same instant.
+    tokio::time::sleep(Duration::from_millis(rand_u64() % hc.interval_ms.max(1))).await;
+    loop {
+        let result = check_once(&m, &hc).await;
+        record(&label, &m, &hc, result);
+        tokio::time::sleep(Duration::from_millis(hc.interval_ms)).await;
+    }
+}
+
+fn record(label: &str, m: &Member, hc: &HealthCheck, result: Result<(), String>) {
+    let s = &m.state;
+    let healthy = s.healthy.load(Ordering::Relaxed);
+    match result {
+        Ok(()) => {
+            s.check_fail_streak.store(0, Ordering::Relaxed);
+            let ok = s.check_ok_streak.fetch_add(1, Ordering::Relaxed) + 1;
+            if !healthy && ok >= hc.rise {
+                s.up_since_ms.store(now_ms(), Ordering::Relaxed);
+                s.healthy.store(true, Ordering::Relaxed);
+                stats::inc(&m.counters.local().health_transitions);
+                log::info(format_args!("member {label} is UP ({ok} checks passed)"));
+            }
+        }
+        Err(why) => {
+            s.check_ok_streak.store(0, Ordering::Relaxed);
+            let fails = s.check_fail_streak.fetch_add(1, Ordering::Relaxed) + 1;
+            if healthy && fails >= hc.fall {
+                s.healthy.store(false, Ordering::Relaxed);
+                stats::inc(&m.counters.local().health_transitions);
+                log::warn(format_args!(
+                    "member {label} is DOWN: {why} ({fails} checks failed)"
+                ));
+            }
+        }
+    }
+}
+
+async fn check_once(m: &Member, hc: &HealthCheck) -> Result<(), String> {
+    let timeout = Duration::from_millis(hc.timeout_ms);
+    match tokio::time::timeout(timeout, probe(m, hc)).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no answer within {} ms", hc.timeout_ms)),
+    }
+}
+
+async fn probe(m: &Member, hc: &HealthCheck) -> Result<(), String> {
+    let mut s = TcpStream::connect(m.addr)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    if hc.kind == HealthKind::Tcp {
+        return Ok(());
+    }
+    let host = hc.host.clone().unwrap_or_else(|| m.addr.to_string());
+    let req = format!(
+        "{} {} HTTP/1.1\r\nhost: {host}\r\nuser-agent: switchyard-health\r\nconnection: close\r\n\r\n",
+        hc.method, hc.path
+    );
+    s.write_all(req.as_bytes())
+        .await
+        .map_err(|e| format!("send: {e}"))?;
+    // Read to EOF (we asked to close), keeping at most 64 KB.
+    let mut buf = Vec::with_capacity(4096);
+    let mut chunk = [0u8; 8192];
+    loop {
+        let n = s.read(&mut chunk).await.map_err(|e| format!("read: {e}"))?;
+        if n == 0 {
+            break;
+        }
+        if buf.len() < 64 * 1024 {
+            buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+    let mut headers = [httparse::EMPTY_HEADER; 64];
+    let mut resp = httparse::Response::new(&mut headers);
+    let body_at = match resp.parse(&buf) {
+        Ok(httparse::Status::Complete(n)) => n,
+        _ => return Err("invalid HTTP response".to_string()),
+    };
+    let status = resp.code.unwrap_or(0);
+    let status_ok = if hc.expect_status.is_empty() {
+        (200..400).contains(&status)
+    } else {
+        hc.expect_status.contains(&status)
+    };
+    if !status_ok {
+        return Err(format!("status {status}"));
+    }
+    if let Some(want) = &hc.expect_body {
+        let body = &buf[body_at..];
+        if !body
+            .windows(want.len().max(1))
+            .any(|w| w == want.as_bytes())
+        {
+            return Err(format!("body does not contain {want:?}"));
+        }
+    }
+    Ok(())
+}

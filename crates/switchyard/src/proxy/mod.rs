@@ -1,0 +1,847 @@
+//! The HTTP session: one client connection, its requests in order, each
+//! routed, balanced and forwarded to a member.
+//!
+//! Runs on the worker that accepted the connection, start to end. Each
+//! request takes the config snapshot current when it starts and keeps it
+//! until it ends, so a reload never changes a request halfway.
+//!
+//! The per-request work is boxed and awaited from a small outer loop, so an
+//! idle keep-alive connection holds only its socket and a few words, not the
+//! state of a whole request (the target is under 1 KB per idle client).
+
+mod forward;
+pub mod route;
+mod tunnel;
+pub mod upstream;
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+
+use crate::balance::{hash64, MemberState, Tried};
+use crate::clock::now_ms;
+use crate::config::snapshot::{
+    Action, HashKey, Member, Persist, Pool, Settings, Snapshot, VServer,
+};
+use crate::http::body::{self, BodyError, Out};
+use crate::http::head::{self, Framing, HeadError, HeadScanner, Request, Response};
+use crate::http::responses;
+use crate::log;
+use crate::stats::{self, status_class, Sharded, VsCounters};
+use forward::{ClientFraming, Forwarding};
+use upstream::{ConnectError, IdlePool, UpConn};
+
+/// What one worker gives every session it runs.
+pub struct WorkerCtx {
+    pub snapshot: Arc<arc_swap::ArcSwap<Snapshot>>,
+    pub idle: IdlePool,
+    /// Becomes true when the process drains (SIGTERM).
+    pub drain: watch::Receiver<bool>,
+}
+
+impl WorkerCtx {
+    fn draining(&self) -> bool {
+        *self.drain.borrow()
+    }
+}
+
+struct Client {
+    stream: TcpStream,
+    peer: SocketAddr,
+    listen: SocketAddr,
+    buf: BytesMut,
+}
+
+enum Next {
+    KeepAlive,
+    Close,
+}
+
+struct ActiveGauge(Arc<Sharded<VsCounters>>);
+
+impl Drop for ActiveGauge {
+    fn drop(&mut self) {
+        stats::dec(&self.0.local().client_connections_active);
+    }
+}
+
+/// Serves one client connection accepted on `listen`.
+pub async fn serve(ctx: Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: SocketAddr) {
+    let counters = {
+        let snap = ctx.snapshot.load();
+        match snap.vserver_for(&listen) {
+            Some(vs) => vs.counters.clone(),
+            None => return,
+        }
+    };
+    let c = counters.local();
+    stats::inc(&c.client_connections_total);
+    stats::inc(&c.client_connections_active);
+    let _gauge = ActiveGauge(counters);
+    let _ = stream.set_nodelay(true);
+    let mut client = Client {
+        stream,
+        peer,
+        listen,
+        buf: BytesMut::new(),
+    };
+    let mut drain = ctx.drain.clone();
+    let mut first = true;
+    loop {
+        if client.buf.is_empty() {
+            let wait_ms = {
+                let snap = ctx.snapshot.load();
+                if first {
+                    snap.settings.client_header_ms
+                } else {
+                    snap.settings.client_idle_ms
+                }
+            };
+            // Idle: wait for the next request without holding any buffer.
+            client.buf = BytesMut::new();
+            tokio::select! {
+                r = tokio::time::timeout(Duration::from_millis(wait_ms), client.stream.readable()) => {
+                    if !matches!(r, Ok(Ok(()))) {
+                        break;
+                    }
+                }
+                _ = drain.wait_for(|d| *d) => break,
+            }
+        }
+        first = false;
+        match Box::pin(handle_request(&ctx, &mut client)).await {
+            Next::KeepAlive if !ctx.draining() => {}
+            _ => break,
+        }
+    }
+    let _ = client.stream.shutdown().await;
+}
+
+/// Why reading a head stopped.
+enum ReadHead {
+    /// The peer closed (or reset) the connection; `partial` if it had sent part of a head.
+    Closed {
+        partial: bool,
+    },
+    Timeout {
+        partial: bool,
+    },
+    Bad(HeadError),
+}
+
+/// Reads until `buf` holds a complete head; returns the head's bytes.
+async fn read_head<R: AsyncRead + Unpin>(
+    src: &mut R,
+    buf: &mut BytesMut,
+    max_line: usize,
+    max_head: usize,
+    deadline: tokio::time::Instant,
+) -> Result<bytes::Bytes, ReadHead> {
+    let mut scanner = HeadScanner::default();
+    loop {
+        match scanner.scan(buf, max_line, max_head) {
+            Ok(Some((start, end))) => {
+                let head = buf.split_to(end).freeze();
+                return Ok(head.slice(start..));
+            }
+            Ok(None) => {}
+            Err(e) => return Err(ReadHead::Bad(e)),
+        }
+        if buf.capacity() - buf.len() < 1024 {
+            buf.reserve(8192);
+        }
+        let partial = !buf.is_empty();
+        match tokio::time::timeout_at(deadline, src.read_buf(buf)).await {
+            Ok(Ok(0)) | Ok(Err(_)) => return Err(ReadHead::Closed { partial }),
+            Ok(Ok(_)) => {}
+            Err(_) => return Err(ReadHead::Timeout { partial }),
+        }
+    }
+}
+
+/// Writes a response the proxy answers itself and counts it.
+async fn respond(c: &mut Client, vs: &VServer, status: u16, bytes: &[u8]) -> bool {
+    let vc = vs.counters.local();
+    stats::inc(&vc.local_responses);
+    stats::inc(&vc.responses[status_class(status)]);
+    stats::add(&vc.bytes_out, bytes.len() as u64);
+    c.stream.write_all(bytes).await.is_ok()
+}
+
+async fn error_and_close(c: &mut Client, vs: &VServer, status: u16, why: &str) -> Next {
+    respond(c, vs, status, &responses::error(status, why, true)).await;
+    Next::Close
+}
+
+async fn handle_request(ctx: &WorkerCtx, c: &mut Client) -> Next {
+    let snap = ctx.snapshot.load_full();
+    let st = &snap.settings;
+    let Some(vs) = snap.vserver_for(&c.listen).cloned() else {
+        // The virtual server was removed by a reload: finish here.
+        return Next::Close;
+    };
+    let vc = vs.counters.local();
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(st.client_header_ms);
+    let before = c.buf.len();
+    let raw = match read_head(
+        &mut c.stream,
+        &mut c.buf,
+        st.max_request_line,
+        st.max_header_bytes,
+        deadline,
+    )
+    .await
+    {
+        Ok(raw) => raw,
+        Err(ReadHead::Closed { .. }) => return Next::Close,
+        Err(ReadHead::Timeout { partial }) => {
+            stats::inc(&vc.header_timeouts);
+            if partial {
+                return error_and_close(c, &vs, 408, "the request head was not received in time")
+                    .await;
+            }
+            return Next::Close;
+        }
+        Err(ReadHead::Bad(e)) => {
+            stats::inc(&vc.bad_requests);
+            log::debug(format_args!(
+                "vserver {}: client {}: {} ({})",
+                vs.name, c.peer, e.reason, e.status
+            ));
+            return error_and_close(c, &vs, e.status, e.reason).await;
+        }
+    };
+    let started = Instant::now();
+    stats::add(
+        &vc.bytes_in,
+        (raw.len() + c.buf.len()).saturating_sub(before) as u64,
+    );
+    let req = match head::parse_request(raw, st.max_headers) {
+        Ok(r) => r,
+        Err(e) => {
+            stats::inc(&vc.bad_requests);
+            log::debug(format_args!(
+                "vserver {}: client {}: {} ({})",
+                vs.name, c.peer, e.reason, e.status
+            ));
+            return error_and_close(c, &vs, e.status, e.reason).await;
+        }
+    };
+    stats::inc(&vc.requests);
+    let decision = route::route(&vs, &req, c.peer.ip());
+    let pool = match decision.action {
+        Some(Action::Pool(p)) => p.clone(),
+        Some(Action::Redirect { location, status }) => {
+            let close = !req.head.keep_alive || ctx.draining();
+            let bytes = responses::simple(
+                *status,
+                "text/plain; charset=utf-8",
+                b"",
+                close,
+                &[("location", location)],
+            );
+            return local_response(ctx, c, &vs, &req, *status, &bytes, close, st).await;
+        }
+        Some(Action::Respond {
+            status,
+            body,
+            content_type,
+        }) => {
+            let close = !req.head.keep_alive || ctx.draining();
+            let bytes = responses::simple(*status, content_type, body, close, &[]);
+            return local_response(ctx, c, &vs, &req, *status, &bytes, close, st).await;
+        }
+        None => match &vs.default_pool {
+            Some(p) => p.clone(),
+            None => {
+                stats::inc(&vc.no_pool);
+                let bytes = responses::error(
+                    503,
+                    &format!(
+                        "no policy of vserver \"{}\" matched and it has no default_pool",
+                        vs.name
+                    ),
+                    !req.head.keep_alive,
+                );
+                return local_response(ctx, c, &vs, &req, 503, &bytes, !req.head.keep_alive, st)
+                    .await;
+            }
+        },
+    };
+    let next = proxy_request(ctx, c, &vs, &pool, &req, &decision, st, started).await;
+    vs.latency
+        .local()
+        .record(started.elapsed().as_micros() as u64);
+    next
+}
+
+/// Answers locally; a request body is read and discarded first so the
+/// connection stays usable.
+#[allow(clippy::too_many_arguments)]
+async fn local_response(
+    ctx: &WorkerCtx,
+    c: &mut Client,
+    vs: &VServer,
+    req: &Request,
+    status: u16,
+    bytes: &[u8],
+    close: bool,
+    st: &Settings,
+) -> Next {
+    if req.head.framing != Framing::None {
+        let mut sink = tokio::io::sink();
+        let mut stage = Vec::new();
+        let mut out = Out {
+            dst: &mut sink,
+            stage: &mut stage,
+        };
+        if body::transfer(
+            &mut c.stream,
+            &mut c.buf,
+            req.head.framing,
+            &mut out,
+            false,
+            Duration::from_millis(st.client_body_ms),
+        )
+        .await
+        .is_err()
+        {
+            return error_and_close(c, vs, 400, "invalid request body").await;
+        }
+    }
+    if !respond(c, vs, status, bytes).await || close || ctx.draining() {
+        return Next::Close;
+    }
+    Next::KeepAlive
+}
+
+/// Counts a request in flight to a member for as long as it lives.
+struct Inflight<'a>(&'a MemberState);
+
+impl<'a> Inflight<'a> {
+    fn new(s: &'a MemberState) -> Self {
+        s.inflight.fetch_add(1, Ordering::Relaxed);
+        Inflight(s)
+    }
+}
+
+impl Drop for Inflight<'_> {
+    fn drop(&mut self) {
+        self.0.inflight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+fn request_hash(pool: &Pool, req: &Request, c: &Client) -> Option<u64> {
+    let ip_hash = || match c.peer.ip() {
+        std::net::IpAddr::V4(a) => hash64(&a.octets(), 0),
+        std::net::IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(v4) => hash64(&v4.octets(), 0),
+            None => hash64(&a.octets(), 0),
+        },
+    };
+    if let Some(k) = &pool.hash_key {
+        return match k {
+            HashKey::SourceIp => Some(ip_hash()),
+            HashKey::Uri => Some(hash64(req.target(), 0)),
+            HashKey::Header(n) => req.head.get(n).map(|v| hash64(v, 0)),
+            HashKey::Cookie(n) => route::cookie(req, n).map(|v| hash64(v, 0)),
+        };
+    }
+    if pool.persistence == Some(Persist::SourceIp) {
+        return Some(ip_hash());
+    }
+    None
+}
+
+/// Passive health: a connect failure or (when configured) a 5xx.
+fn passive_result(pool: &Pool, m: &Member, failed: bool) {
+    let Some(p) = &pool.passive else { return };
+    let s = &m.state;
+    if !failed {
+        if s.consecutive_failures.load(Ordering::Relaxed) != 0 {
+            s.consecutive_failures.store(0, Ordering::Relaxed);
+        }
+        return;
+    }
+    let n = s.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1;
+    if n >= p.consecutive_failures {
+        s.consecutive_failures.store(0, Ordering::Relaxed);
+        let until = now_ms() + p.ejection_ms;
+        s.ejected_until_ms.store(until, Ordering::Relaxed);
+        // Slow start runs from the moment the ejection ends.
+        s.up_since_ms.store(until, Ordering::Relaxed);
+        let mc = m.counters.local();
+        stats::inc(&mc.ejections);
+        stats::inc(&mc.health_transitions);
+        log::warn(format_args!(
+            "member {} ejected for {} ms after {n} consecutive failures",
+            m.label(&pool.name),
+            p.ejection_ms
+        ));
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn proxy_request(
+    ctx: &WorkerCtx,
+    c: &mut Client,
+    vs: &VServer,
+    pool: &Arc<Pool>,
+    req: &Request,
+    decision: &route::Decision<'_>,
+    st: &Settings,
+    started: Instant,
+) -> Next {
+    let vc = vs.counters.local();
+    let pc = pool.counters.local();
+    stats::inc(&pc.requests);
+    let hash = request_hash(pool, req, c);
+    let sticky = match &pool.persistence {
+        Some(Persist::Cookie(name)) => route::cookie(req, name).and_then(|v| {
+            pool.members
+                .iter()
+                .position(|m| m.cookie_id.as_bytes() == v)
+        }),
+        _ => None,
+    };
+    let has_body = req.head.framing != Framing::None;
+    let replayable = !has_body && req.method.idempotent();
+    let fwd = Forwarding {
+        client_ip: c.peer.ip(),
+        proto: "http",
+    };
+    let mut tried = Tried::default();
+    let mut retries_left = st.retries;
+    let mut continue_sent = false;
+    let mut stage: Vec<u8> = Vec::with_capacity(1024);
+
+    let (idx, up, resp, _inflight) = loop {
+        let Some(i) = pool.balancer.pick(&pool.members, sticky, hash, tried) else {
+            stats::inc(&pc.no_member_available);
+            let why = format!(
+                "no server is available to handle this request (pool \"{}\")",
+                pool.name
+            );
+            return drain_then_error(c, vs, req, 503, &why, st).await;
+        };
+        tried.add(i);
+        let m = &pool.members[i];
+        let mc = m.counters.local();
+        let mut up = match ctx.idle.take(m) {
+            Some(u) => {
+                stats::inc(&mc.connections_reused);
+                u
+            }
+            None => match upstream::connect(m, Duration::from_millis(st.upstream_connect_ms)).await
+            {
+                Ok(u) => u,
+                Err(e) => {
+                    stats::inc(&mc.connect_failures);
+                    passive_result(pool, m, true);
+                    log::warn(format_args!(
+                        "vserver {}: member {}: connect failed: {e}",
+                        vs.name,
+                        m.label(&pool.name)
+                    ));
+                    // Nothing was sent: any method may go to another member.
+                    if retries_left > 0 {
+                        retries_left -= 1;
+                        stats::inc(&pc.retries);
+                        continue;
+                    }
+                    let status = if matches!(e, ConnectError::Timeout) {
+                        504
+                    } else {
+                        502
+                    };
+                    let why = format!("could not connect to a server of pool \"{}\"", pool.name);
+                    return drain_then_error(c, vs, req, status, &why, st).await;
+                }
+            },
+        };
+        let inflight = Inflight::new(&m.state);
+        stats::inc(&mc.requests);
+
+        // Request head, then the body, streamed.
+        stage.clear();
+        forward::request_head(
+            &mut stage,
+            req,
+            &fwd,
+            &decision.request_edits,
+            req.head.framing == Framing::Chunked,
+        );
+        let head_len = stage.len() as u64;
+        if req.expect_continue && has_body && !continue_sent {
+            // We answer the expectation ourselves (as nginx does) once a
+            // member is ready to take the body.
+            if c.stream
+                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+                .await
+                .is_err()
+            {
+                return Next::Close;
+            }
+            continue_sent = true;
+        }
+        let sent = {
+            let mut out = Out {
+                dst: &mut up.stream,
+                stage: &mut stage,
+            };
+            let r = body::transfer(
+                &mut c.stream,
+                &mut c.buf,
+                req.head.framing,
+                &mut out,
+                req.head.framing == Framing::Chunked,
+                Duration::from_millis(st.client_body_ms),
+            )
+            .await;
+            match r {
+                Ok(n) => out.flush().await.map(|_| n),
+                Err(e) => Err(e),
+            }
+        };
+        match sent {
+            Ok(n) => {
+                stats::add(&mc.bytes_out, head_len + n);
+                stats::add(&vc.bytes_in, n);
+            }
+            Err(BodyError::Write(e)) => {
+                stats::inc(&mc.resets);
+                if up.reused && replayable && retries_left > 0 {
+                    retries_left -= 1;
+                    stats::inc(&pc.retries);
+                    continue;
+                }
+                log::warn(format_args!(
+                    "vserver {}: member {}: sending the request failed: {e}",
+                    vs.name,
+                    m.label(&pool.name)
+                ));
+                return error_and_close(
+                    c,
+                    vs,
+                    502,
+                    "the server closed the connection while receiving the request",
+                )
+                .await;
+            }
+            Err(BodyError::Timeout) => {
+                return error_and_close(c, vs, 408, "the request body was not received in time")
+                    .await
+            }
+            Err(BodyError::Framing(why)) => {
+                stats::inc(&vc.bad_requests);
+                return error_and_close(c, vs, 400, why).await;
+            }
+            Err(BodyError::Read(_) | BodyError::Truncated) => return Next::Close,
+        }
+
+        // Response head; interim 1xx responses are relayed.
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(st.upstream_response_ms);
+        let resp = loop {
+            match read_head(
+                &mut up.stream,
+                &mut up.buf,
+                st.max_header_bytes,
+                st.max_header_bytes,
+                deadline,
+            )
+            .await
+            {
+                Ok(raw) => match head::parse_response(raw, st.max_headers, req.method) {
+                    Ok(r) if (100..200).contains(&r.status) && r.status != 101 => {
+                        if req.head.minor == 1 && !(r.status == 100 && continue_sent) {
+                            let mut interim = Vec::new();
+                            forward::interim_head(&mut interim, &r);
+                            if c.stream.write_all(&interim).await.is_err() {
+                                return Next::Close;
+                            }
+                        }
+                    }
+                    Ok(r) => break Ok(r),
+                    Err(e) => break Err((502, e.reason, false)),
+                },
+                Err(ReadHead::Bad(e)) => break Err((502, e.reason, false)),
+                Err(ReadHead::Timeout { .. }) => {
+                    break Err((504, "the server did not answer in time", true))
+                }
+                Err(ReadHead::Closed { partial }) => {
+                    break Err((
+                        502,
+                        if partial {
+                            "the server closed the connection mid-response"
+                        } else {
+                            "the server closed the connection without answering"
+                        },
+                        false,
+                    ))
+                }
+            }
+        };
+        match resp {
+            Ok(r) => break (i, up, r, inflight),
+            Err((status, why, timeout)) => {
+                let no_response_byte =
+                    up.buf.is_empty() && status == 502 && why.contains("without answering");
+                if timeout {
+                    stats::inc(&mc.response_timeouts);
+                } else if no_response_byte {
+                    stats::inc(&mc.resets);
+                } else {
+                    stats::inc(&mc.bad_responses);
+                }
+                // A stale reused connection is not the member's fault.
+                if !(no_response_byte && up.reused) {
+                    passive_result(pool, m, true);
+                }
+                if no_response_byte && replayable && retries_left > 0 {
+                    retries_left -= 1;
+                    stats::inc(&pc.retries);
+                    continue;
+                }
+                log::warn(format_args!(
+                    "vserver {}: member {}: {why}",
+                    vs.name,
+                    m.label(&pool.name)
+                ));
+                drop(up);
+                let close = !req.head.keep_alive;
+                let bytes = responses::error(status, why, close);
+                if !respond(c, vs, status, &bytes).await || close {
+                    return Next::Close;
+                }
+                return Next::KeepAlive;
+            }
+        }
+    };
+    let m = &pool.members[idx];
+    let mc = m.counters.local();
+    passive_result(
+        pool,
+        m,
+        resp.status >= 500 && pool.passive.as_ref().is_some_and(|p| p.on_5xx),
+    );
+    stats::inc(&mc.responses[status_class(resp.status)]);
+    stats::inc(&vc.responses[status_class(resp.status)]);
+    forward_response(
+        ctx,
+        c,
+        vs,
+        pool,
+        m,
+        req,
+        decision,
+        st,
+        resp,
+        up,
+        sticky != Some(idx),
+        started,
+        stage,
+    )
+    .await
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn forward_response(
+    ctx: &WorkerCtx,
+    c: &mut Client,
+    vs: &VServer,
+    pool: &Pool,
+    m: &Member,
+    req: &Request,
+    decision: &route::Decision<'_>,
+    st: &Settings,
+    resp: Response,
+    mut up: UpConn,
+    set_cookie: bool,
+    started: Instant,
+    mut stage: Vec<u8>,
+) -> Next {
+    let vc = vs.counters.local();
+    let mc = m.counters.local();
+    let upgrade = resp.status == 101 && req.head.upgrade;
+    let client_11 = req.head.minor == 1;
+    let reframe = matches!(resp.head.framing, Framing::Chunked | Framing::Close);
+    let chunked_out = reframe && client_11;
+    let close = upgrade
+        || !req.head.keep_alive
+        || (reframe && !client_11)
+        || ctx.draining()
+        || (resp.status == 101 && !req.head.upgrade);
+    let cf = ClientFraming {
+        chunked: chunked_out,
+        close: close && !upgrade,
+        keep_alive_10: !client_11 && !close,
+        upgrade,
+    };
+    let cookie = match (&pool.persistence, set_cookie) {
+        (Some(Persist::Cookie(name)), true) => {
+            Some(format!("{name}={}; Path=/; HttpOnly", m.cookie_id))
+        }
+        _ => None,
+    };
+    stage.clear();
+    forward::response_head(
+        &mut stage,
+        &resp,
+        &decision.response_edits,
+        &cf,
+        cookie.as_deref(),
+    );
+    let head_len = stage.len() as u64;
+    stats::add(&mc.bytes_in, resp.head.raw.len() as u64);
+
+    if upgrade {
+        let r = tunnel::run(
+            &mut c.stream,
+            &mut c.buf,
+            &mut up.stream,
+            &mut up.buf,
+            stage,
+            Duration::from_millis(st.tunnel_idle_ms),
+        )
+        .await;
+        stats::add(&vc.bytes_out, head_len + r.to_client);
+        stats::add(&vc.bytes_in, r.to_server);
+        access_log(st, vs, c, req, resp.status, r.to_client, m, pool, started);
+        return Next::Close;
+    }
+
+    let r = {
+        let mut out = Out {
+            dst: &mut c.stream,
+            stage: &mut stage,
+        };
+        match body::transfer(
+            &mut up.stream,
+            &mut up.buf,
+            resp.head.framing,
+            &mut out,
+            chunked_out,
+            Duration::from_millis(st.upstream_response_ms),
+        )
+        .await
+        {
+            Ok(n) => out.flush().await.map(|_| n),
+            Err(e) => Err(e),
+        }
+    };
+    match r {
+        Ok(n) => {
+            stats::add(&vc.bytes_out, head_len + n);
+            stats::add(&mc.bytes_in, n);
+            access_log(st, vs, c, req, resp.status, n, m, pool, started);
+        }
+        Err(e) => {
+            match &e {
+                BodyError::Framing(_) | BodyError::Truncated => stats::inc(&mc.bad_responses),
+                BodyError::Timeout => stats::inc(&mc.response_timeouts),
+                _ => {}
+            }
+            if !matches!(e, BodyError::Write(_)) {
+                log::warn(format_args!(
+                    "vserver {}: member {}: response body failed: {e:?}",
+                    vs.name,
+                    m.label(&pool.name)
+                ));
+            }
+            // The head is gone already: all we can do is cut the connection.
+            return Next::Close;
+        }
+    }
+    if resp.head.keep_alive && up.buf.is_empty() {
+        ctx.idle.put(
+            m,
+            up,
+            pool.idle_per_member,
+            Duration::from_millis(pool.idle_timeout_ms),
+        );
+    }
+    if close {
+        Next::Close
+    } else {
+        Next::KeepAlive
+    }
+}
+
+/// Answers an error before the request body was read: the body is read and
+/// dropped when it is small enough to keep the connection, else we close.
+async fn drain_then_error(
+    c: &mut Client,
+    vs: &VServer,
+    req: &Request,
+    status: u16,
+    why: &str,
+    st: &Settings,
+) -> Next {
+    let mut close = !req.head.keep_alive;
+    if req.head.framing != Framing::None {
+        let small = matches!(req.head.framing, Framing::Length(n) if n <= 64 * 1024);
+        if small {
+            let mut sink = tokio::io::sink();
+            let mut stage = Vec::new();
+            let mut out = Out {
+                dst: &mut sink,
+                stage: &mut stage,
+            };
+            if body::transfer(
+                &mut c.stream,
+                &mut c.buf,
+                req.head.framing,
+                &mut out,
+                false,
+                Duration::from_millis(st.client_body_ms),
+            )
+            .await
+            .is_err()
+            {
+                close = true;
+            }
+        } else {
+            close = true;
+        }
+    }
+    let bytes = responses::error(status, why, close);
+    if !respond(c, vs, status, &bytes).await || close {
+        return Next::Close;
+    }
+    Next::KeepAlive
+}
+
+#[allow(clippy::too_many_arguments)]
+fn access_log(
+    st: &Settings,
+    vs: &VServer,
+    c: &Client,
+    req: &Request,
+    status: u16,
+    bytes: u64,
+    m: &Member,
+    pool: &Pool,
+    started: Instant,
+) {
+    if !st.access_log {
+        return;
+    }
+    log::access(format_args!(
+        "{} {} \"{} {}\" {} {} {} {}us",
+        c.peer,
+        vs.name,
+        String::from_utf8_lossy(req.method_str()),
+        String::from_utf8_lossy(req.target()),
+        status,
+        bytes,
+        m.label(&pool.name),
+        started.elapsed().as_micros()
+    ));
+}

@@ -1,0 +1,137 @@
+//! Content switching: evaluates a virtual server's policies in order.
+//!
+//! Every matching policy contributes its header edits; the first matching
+//! policy with an action decides where the request goes. With no action the
+//! request goes to the virtual server's default pool.
+
+use std::net::IpAddr;
+
+use crate::config::snapshot::{Action, HeaderEdits, Matcher, NameValueMatch, VServer};
+use crate::http::head::Request;
+
+pub struct Decision<'a> {
+    pub action: Option<&'a Action>,
+    pub request_edits: Vec<&'a HeaderEdits>,
+    pub response_edits: Vec<&'a HeaderEdits>,
+}
+
+pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
+    let mut d = Decision {
+        action: None,
+        request_edits: Vec::new(),
+        response_edits: Vec::new(),
+    };
+    if !vs.request_headers.is_empty() {
+        d.request_edits.push(&vs.request_headers);
+    }
+    if !vs.response_headers.is_empty() {
+        d.response_edits.push(&vs.response_headers);
+    }
+    for p in &vs.policies {
+        if !matches(&p.matcher, req, peer) {
+            continue;
+        }
+        if !p.request_headers.is_empty() {
+            d.request_edits.push(&p.request_headers);
+        }
+        if !p.response_headers.is_empty() {
+            d.response_edits.push(&p.response_headers);
+        }
+        if let Some(a) = &p.action {
+            d.action = Some(a);
+            break;
+        }
+    }
+    d
+}
+
+fn host_matches(pattern: &str, host: &[u8]) -> bool {
+    match pattern.strip_prefix("*.") {
+        Some(suffix) => {
+            host.len() > suffix.len() + 1
+                && host[host.len() - suffix.len()..].eq_ignore_ascii_case(suffix.as_bytes())
+                && host[host.len() - suffix.len() - 1] == b'.'
+        }
+        None => host.eq_ignore_ascii_case(pattern.as_bytes()),
+    }
+}
+
+pub fn matches(m: &Matcher, req: &Request, peer: IpAddr) -> bool {
+    if !m.hosts.is_empty() {
+        let Some(h) = req.host_name() else {
+            return false;
+        };
+        if !m.hosts.iter().any(|p| host_matches(p, h)) {
+            return false;
+        }
+    }
+    let path = req.path_only();
+    if !m.paths.is_empty() && !m.paths.iter().any(|p| p.as_bytes() == path) {
+        return false;
+    }
+    if !m.path_prefixes.is_empty()
+        && !m
+            .path_prefixes
+            .iter()
+            .any(|p| path.starts_with(p.as_bytes()))
+    {
+        return false;
+    }
+    if let Some(r) = &m.path_regex {
+        if !std::str::from_utf8(path).is_ok_and(|p| r.is_match(p)) {
+            return false;
+        }
+    }
+    if !m.methods.is_empty() && !m.methods.iter().any(|x| x.as_bytes() == req.method_str()) {
+        return false;
+    }
+    if let Some(h) = &m.header {
+        if !req.head.all(&h.name).any(|v| h.value.matches(v)) {
+            return false;
+        }
+    }
+    if let Some(q) = &m.query {
+        if !query_matches(q, req.query().unwrap_or(b"")) {
+            return false;
+        }
+    }
+    if !m.sources.is_empty() && !m.sources.iter().any(|c| c.contains(peer)) {
+        return false;
+    }
+    true
+}
+
+fn query_matches(q: &NameValueMatch, query: &[u8]) -> bool {
+    query.split(|b| *b == b'&').any(|pair| {
+        let (n, v) = match pair.iter().position(|b| *b == b'=') {
+            Some(i) => (&pair[..i], &pair[i + 1..]),
+            None => (pair, &b""[..]),
+        };
+        n == q.name.as_bytes() && q.value.matches(v)
+    })
+}
+
+/// The value of a cookie in the request's Cookie fields.
+pub fn cookie<'r>(req: &'r Request, name: &str) -> Option<&'r [u8]> {
+    req.head.all("cookie").find_map(|v| {
+        v.split(|b| *b == b';').find_map(|kv| {
+            let kv = kv.trim_ascii_start();
+            let i = kv.iter().position(|b| *b == b'=')?;
+            (&kv[..i] == name.as_bytes()).then(|| &kv[i + 1..])
+        })
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wildcard_hosts() {
+        assert!(host_matches("*.example.com", b"a.example.com"));
+        assert!(host_matches("*.example.com", b"A.B.Example.COM"));
+        assert!(!host_matches("*.example.com", b"example.com"));
+        assert!(!host_matches("*.example.com", b"badexample.com"));
+        assert!(host_matches("example.com", b"EXAMPLE.com"));
+    }
+}

@@ -1,0 +1,76 @@
+//! Byte tunnel for upgraded connections (WebSocket and other Upgrade
+//! protocols): both directions copied until both sides close, or until the
+//! tunnel has been idle for its timeout.
+
+use std::time::Duration;
+
+use bytes::BytesMut;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+pub struct Totals {
+    pub to_client: u64,
+    pub to_server: u64,
+}
+
+/// `head` is the 101 response to send first; `cbuf` / `ubuf` hold bytes
+/// already read from each side that belong to the tunnel.
+pub async fn run(
+    client: &mut TcpStream,
+    cbuf: &mut BytesMut,
+    server: &mut TcpStream,
+    ubuf: &mut BytesMut,
+    mut head: Vec<u8>,
+    idle: Duration,
+) -> Totals {
+    let mut t = Totals {
+        to_client: ubuf.len() as u64,
+        to_server: cbuf.len() as u64,
+    };
+    head.extend_from_slice(ubuf);
+    ubuf.clear();
+    if client.write_all(&head).await.is_err() {
+        return t;
+    }
+    if !cbuf.is_empty() {
+        if server.write_all(cbuf).await.is_err() {
+            return t;
+        }
+        cbuf.clear();
+    }
+    let (mut cr, mut cw) = client.split();
+    let (mut sr, mut sw) = server.split();
+    let mut a = vec![0u8; 16 * 1024];
+    let mut b = vec![0u8; 16 * 1024];
+    let (mut c_open, mut s_open) = (true, true);
+    while c_open || s_open {
+        tokio::select! {
+            r = cr.read(&mut a), if c_open => match r {
+                Ok(0) | Err(_) => {
+                    c_open = false;
+                    let _ = sw.shutdown().await;
+                }
+                Ok(n) => {
+                    if sw.write_all(&a[..n]).await.is_err() {
+                        break;
+                    }
+                    t.to_server += n as u64;
+                }
+            },
+            r = sr.read(&mut b), if s_open => match r {
+                Ok(0) | Err(_) => {
+                    s_open = false;
+                    let _ = cw.shutdown().await;
+                }
+                Ok(n) => {
+                    if cw.write_all(&b[..n]).await.is_err() {
+                        break;
+                    }
+                    t.to_client += n as u64;
+                }
+            },
+            _ = tokio::time::sleep(idle) => break,
+        }
+    }
+    t
+}

@@ -1,0 +1,256 @@
+//! Workers, listeners, hot reload and graceful shutdown.
+//!
+//! One single-threaded tokio runtime per worker thread, pinned to a core. A
+//! connection lives and dies on the worker that accepted it: no locks and no
+//! cross-thread hand-off on the request path. Every worker has its own
+//! listening socket per address (SO_REUSEPORT), so the kernel spreads new
+//! connections without a shared accept queue.
+//!
+//! The main thread runs the control runtime: signals, the admin endpoint,
+//! health checks and reloads. A reload parses and validates the new file
+//! there, binds any new addresses, then publishes the snapshot with one
+//! atomic swap; a file that fails is logged and the old snapshot keeps
+//! serving.
+
+mod listen;
+mod worker;
+
+use std::cell::RefCell;
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use arc_swap::ArcSwap;
+use tokio::sync::{mpsc, watch};
+
+use crate::config::{self, Snapshot};
+use crate::health::Checker;
+use crate::log;
+use worker::WorkerCmd;
+
+/// Where the running configuration comes from.
+#[derive(Clone)]
+pub enum Source {
+    File(PathBuf),
+    /// Built-in text (the quickstart), reloaded as-is.
+    Text {
+        name: String,
+        text: String,
+    },
+}
+
+impl Source {
+    pub fn load(&self, previous: Option<&Snapshot>) -> Result<Snapshot, config::ConfigErrors> {
+        match self {
+            Source::File(p) => config::load(p, previous),
+            Source::Text { name, text } => config::parse(name, text, previous),
+        }
+    }
+}
+
+struct WorkerHandle {
+    thread: JoinHandle<()>,
+    cmd: mpsc::UnboundedSender<WorkerCmd>,
+}
+
+/// The control side of a running instance. Lives on the main thread.
+pub struct Control {
+    pub source: Source,
+    pub snapshot: Arc<ArcSwap<Snapshot>>,
+    workers: Vec<WorkerHandle>,
+    listening: RefCell<HashSet<SocketAddr>>,
+    drain: watch::Sender<bool>,
+    health: RefCell<Checker>,
+}
+
+impl Control {
+    /// Re-reads the configuration and publishes it, or explains why not.
+    pub fn reload(&self) -> Result<u64, String> {
+        let current = self.snapshot.load_full();
+        let next = self
+            .source
+            .load(Some(&current))
+            .map_err(|e| e.to_string())?;
+        if next.settings.workers != current.settings.workers {
+            log::warn(format_args!(
+                "global.workers changed: takes effect at the next restart"
+            ));
+        }
+        let old: HashSet<SocketAddr> = self.listening.borrow().clone();
+        let new: HashSet<SocketAddr> = next.listen_addrs().into_iter().collect();
+        // Bind new addresses before publishing: a reload that cannot listen
+        // is rejected whole.
+        let mut bound = Vec::new();
+        for addr in new.difference(&old) {
+            let mut per_worker = Vec::new();
+            for _ in &self.workers {
+                let l = listen::bind(*addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+                per_worker.push(l);
+            }
+            bound.push((*addr, per_worker));
+        }
+        let generation = next.generation;
+        self.snapshot.store(Arc::new(next));
+        for (addr, listeners) in bound {
+            for (w, l) in self.workers.iter().zip(listeners) {
+                let _ = w.cmd.send(WorkerCmd::Listen(addr, l));
+            }
+        }
+        for addr in old.difference(&new) {
+            for w in &self.workers {
+                let _ = w.cmd.send(WorkerCmd::Unlisten(*addr));
+            }
+        }
+        *self.listening.borrow_mut() = new;
+        self.health.borrow_mut().restart(&self.snapshot.load_full());
+        log::info(format_args!(
+            "configuration generation {generation} is live"
+        ));
+        Ok(generation)
+    }
+
+    /// Starts draining: workers stop accepting and close connections as
+    /// their requests finish.
+    pub fn begin_shutdown(&self) {
+        let _ = self.drain.send(true);
+    }
+}
+
+/// Starts the workers for `snapshot` and runs the control loop until the
+/// process is told to stop. Returns when every worker has finished.
+pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
+    let settings = snapshot.settings.clone();
+    let admin = snapshot.admin;
+    let snapshot = Arc::new(ArcSwap::from_pointee(snapshot));
+    let (drain_tx, drain_rx) = watch::channel(false);
+    let addrs = snapshot.load().listen_addrs();
+    let cpus = worker::allowed_cpus();
+
+    let mut workers = Vec::new();
+    for id in 0..settings.workers {
+        let mut listeners = Vec::new();
+        for addr in &addrs {
+            let vs = snapshot
+                .load()
+                .vserver_for(addr)
+                .map(|v| v.name.clone())
+                .unwrap_or_default();
+            let l = listen::bind(*addr)
+                .map_err(|e| format!("vserver \"{vs}\": cannot listen on {addr}: {e}"))?;
+            listeners.push((*addr, l));
+        }
+        let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
+        let cpu = if settings.pin_workers && !cpus.is_empty() {
+            Some(cpus[id % cpus.len()])
+        } else {
+            None
+        };
+        let thread = worker::spawn(
+            id,
+            cpu,
+            snapshot.clone(),
+            listeners,
+            cmd_rx,
+            drain_rx.clone(),
+            settings.grace_period_ms,
+        )
+        .map_err(|e| format!("cannot start worker {id}: {e}"))?;
+        workers.push(WorkerHandle {
+            thread,
+            cmd: cmd_tx,
+        });
+    }
+    for addr in &addrs {
+        let vs = snapshot
+            .load()
+            .vserver_for(addr)
+            .map(|v| v.name.clone())
+            .unwrap_or_default();
+        log::info(format_args!("vserver \"{vs}\" listening on {addr}"));
+    }
+    log::info(format_args!(
+        "{} worker(s) running, configuration generation {}",
+        workers.len(),
+        snapshot.load().generation
+    ));
+
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the control runtime: {e}"))?;
+    let local = tokio::task::LocalSet::new();
+    let control = Rc::new(Control {
+        source,
+        snapshot: snapshot.clone(),
+        workers,
+        listening: RefCell::new(addrs.into_iter().collect()),
+        drain: drain_tx,
+        health: RefCell::new(Checker::default()),
+    });
+    let result = local.block_on(&rt, async {
+        control
+            .health
+            .borrow_mut()
+            .restart(&control.snapshot.load_full());
+        if let Some(addr) = admin {
+            let l = tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| format!("admin: cannot listen on {addr}: {e}"))?;
+            log::info(format_args!(
+                "admin endpoint on http://{addr}/ (stats, metrics, reload)"
+            ));
+            tokio::task::spawn_local(crate::admin::serve(l, control.clone()));
+        }
+        signals(control.clone()).await;
+        Ok::<(), String>(())
+    });
+    control.health.borrow_mut().stop();
+    control.begin_shutdown();
+    // Dropping the control tasks (admin) releases their references.
+    drop(local);
+    drop(rt);
+    match Rc::try_unwrap(control) {
+        Ok(c) => {
+            for w in c.workers {
+                let _ = w.thread.join();
+            }
+        }
+        Err(_) => log::warn(format_args!(
+            "control state still referenced; not waiting for workers"
+        )),
+    }
+    log::info(format_args!("stopped"));
+    result
+}
+
+/// Waits for SIGHUP (reload) until SIGTERM or SIGINT (drain and stop).
+async fn signals(control: Rc<Control>) {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut hup), Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::hangup()),
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        log::error(format_args!("cannot install signal handlers"));
+        return;
+    };
+    loop {
+        tokio::select! {
+            _ = hup.recv() => {
+                log::info(format_args!("SIGHUP: reloading the configuration"));
+                if let Err(e) = control.reload() {
+                    log::error(format_args!("reload rejected, the running configuration stays:\n{e}"));
+                }
+            }
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    log::info(format_args!(
+        "draining: no new connections, finishing requests in flight"
+    ));
+    control.begin_shutdown();
+}

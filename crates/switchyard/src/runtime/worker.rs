@@ -1,0 +1,199 @@
+//! One worker thread: a current-thread tokio runtime running the accept
+//! loops and every session they start.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::io;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle as TaskHandle;
+
+use crate::config::Snapshot;
+use crate::log;
+use crate::proxy::{self, upstream::IdlePool, WorkerCtx};
+use crate::stats;
+
+pub enum WorkerCmd {
+    Listen(SocketAddr, std::net::TcpListener),
+    Unlisten(SocketAddr),
+}
+
+/// The CPUs this process may run on (respects taskset and cgroups).
+pub fn allowed_cpus() -> Vec<usize> {
+    // SAFETY: cpu_set_t is plain data; sched_getaffinity fills it and we
+    // only read it after a successful call.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) != 0 {
+            return Vec::new();
+        }
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|c| libc::CPU_ISSET(*c, &set))
+            .collect()
+    }
+}
+
+fn pin_to(cpu: usize) {
+    // SAFETY: as above; the set is built locally and passed by pointer.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        if libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) != 0 {
+            log::warn(format_args!(
+                "cannot pin a worker to cpu {cpu}: {}",
+                io::Error::last_os_error()
+            ));
+        }
+    }
+}
+
+pub fn spawn(
+    id: usize,
+    cpu: Option<usize>,
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    listeners: Vec<(SocketAddr, std::net::TcpListener)>,
+    cmds: mpsc::UnboundedReceiver<WorkerCmd>,
+    drain: watch::Receiver<bool>,
+    grace_ms: u64,
+) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name(format!("worker-{id}"))
+        .spawn(move || {
+            if let Some(c) = cpu {
+                pin_to(c);
+            }
+            stats::set_thread_slot(id + 1);
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    log::error(format_args!("worker {id}: cannot start its runtime: {e}"));
+                    return;
+                }
+            };
+            let local = tokio::task::LocalSet::new();
+            local.block_on(&rt, run(snapshot, listeners, cmds, drain, grace_ms));
+        })
+}
+
+async fn run(
+    snapshot: Arc<ArcSwap<Snapshot>>,
+    listeners: Vec<(SocketAddr, std::net::TcpListener)>,
+    mut cmds: mpsc::UnboundedReceiver<WorkerCmd>,
+    mut drain: watch::Receiver<bool>,
+    grace_ms: u64,
+) {
+    let ctx = Rc::new(WorkerCtx {
+        snapshot,
+        idle: IdlePool::default(),
+        drain: drain.clone(),
+    });
+    let active = Rc::new(Cell::new(0usize));
+    let mut accepting: HashMap<SocketAddr, TaskHandle<()>> = HashMap::new();
+    for (addr, l) in listeners {
+        start(&mut accepting, &ctx, &active, addr, l);
+    }
+    let sweeper = {
+        let ctx = ctx.clone();
+        tokio::task::spawn_local(async move {
+            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            loop {
+                tick.tick().await;
+                ctx.idle.sweep();
+            }
+        })
+    };
+    loop {
+        tokio::select! {
+            cmd = cmds.recv() => match cmd {
+                Some(WorkerCmd::Listen(addr, l)) => start(&mut accepting, &ctx, &active, addr, l),
+                Some(WorkerCmd::Unlisten(addr)) => {
+                    if let Some(h) = accepting.remove(&addr) {
+                        h.abort();
+                    }
+                }
+                None => break,
+            },
+            _ = drain.wait_for(|d| *d) => break,
+        }
+    }
+    // Draining: close the listeners, let sessions finish their requests.
+    for (_, h) in accepting.drain() {
+        h.abort();
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(grace_ms);
+    while active.get() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    if active.get() > 0 {
+        log::warn(format_args!(
+            "grace period over: closing {} connection(s)",
+            active.get()
+        ));
+    }
+    sweeper.abort();
+    ctx.idle.clear();
+}
+
+fn start(
+    accepting: &mut HashMap<SocketAddr, TaskHandle<()>>,
+    ctx: &Rc<WorkerCtx>,
+    active: &Rc<Cell<usize>>,
+    addr: SocketAddr,
+    l: std::net::TcpListener,
+) {
+    let listener = match TcpListener::from_std(l) {
+        Ok(l) => l,
+        Err(e) => {
+            log::error(format_args!("cannot register listener {addr}: {e}"));
+            return;
+        }
+    };
+    let h = tokio::task::spawn_local(accept_loop(ctx.clone(), active.clone(), listener, addr));
+    if let Some(old) = accepting.insert(addr, h) {
+        old.abort();
+    }
+}
+
+struct Active(Rc<Cell<usize>>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.set(self.0.get() - 1);
+    }
+}
+
+async fn accept_loop(
+    ctx: Rc<WorkerCtx>,
+    active: Rc<Cell<usize>>,
+    listener: TcpListener,
+    addr: SocketAddr,
+) {
+    loop {
+        match listener.accept().await {
+            Ok((stream, peer)) => {
+                active.set(active.get() + 1);
+                let guard = Active(active.clone());
+                let ctx = ctx.clone();
+                tokio::task::spawn_local(async move {
+                    proxy::serve(ctx, stream, peer, addr).await;
+                    drop(guard);
+                });
+            }
+            Err(e) => {
+                // Out of file descriptors or memory: back off instead of spinning.
+                log::warn(format_args!("accept on {addr} failed: {e}"));
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    }
+}
