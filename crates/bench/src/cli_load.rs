@@ -1,0 +1,330 @@
+//! `switchyard bench load`: one load run from the command line.
+
+use std::net::{IpAddr, SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use crate::args::Args;
+use crate::load::{self, LoadConfig, LoadResult, PathSpec};
+
+pub struct Url {
+    pub addr: SocketAddr,
+    pub host: String,
+    pub path: String,
+}
+
+/// Parses `http://host[:port]/path`; `https` is refused until TLS lands.
+pub fn parse_url(u: &str) -> Result<Url, String> {
+    let rest = if let Some(r) = u.strip_prefix("http://") {
+        r
+    } else if u.starts_with("https://") {
+        return Err("https:// is not supported yet (TLS is issue 4)".into());
+    } else {
+        return Err(format!("{u}: only http:// URLs"));
+    };
+    let (auth, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], &rest[i..]),
+        None => (rest, "/"),
+    };
+    let with_port = if auth.ends_with(']')
+        || !auth.contains(':')
+        || auth.matches(':').count() > 1 && !auth.starts_with('[')
+    {
+        if auth.ends_with(']') || !auth.contains(':') {
+            format!("{auth}:80")
+        } else {
+            auth.to_string()
+        }
+    } else {
+        auth.to_string()
+    };
+    let addr = with_port
+        .to_socket_addrs()
+        .map_err(|e| format!("{u}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{u}: no address"))?;
+    Ok(Url {
+        addr,
+        host: auth.to_string(),
+        path: path.to_string(),
+    })
+}
+
+/// "127.0.0.2-127.0.0.50" or "127.0.0.2,127.0.0.3" or a count "N" meaning
+/// 127.0.0.1 .. 127.0.0.N.
+pub fn parse_src_ips(spec: &str) -> Result<Vec<IpAddr>, String> {
+    if let Ok(n) = spec.parse::<u32>() {
+        let n = n.clamp(1, 254 * 250);
+        return Ok((0..n)
+            .map(|i| {
+                IpAddr::from([
+                    127,
+                    (i / 254 / 250) as u8,
+                    (i / 254 % 250) as u8,
+                    (1 + i % 254) as u8,
+                ])
+            })
+            .collect());
+    }
+    let mut out = Vec::new();
+    for part in spec.split(',') {
+        if let Some((a, b)) = part.split_once('-') {
+            let a: std::net::Ipv4Addr = a.trim().parse().map_err(|_| format!("bad address {a}"))?;
+            let b: std::net::Ipv4Addr = b.trim().parse().map_err(|_| format!("bad address {b}"))?;
+            let (a, b) = (u32::from(a), u32::from(b));
+            if b < a || b - a > 100_000 {
+                return Err(format!("bad range {part}"));
+            }
+            out.extend((a..=b).map(|x| IpAddr::from(std::net::Ipv4Addr::from(x))));
+        } else {
+            out.push(
+                part.trim()
+                    .parse()
+                    .map_err(|_| format!("bad address {part}"))?,
+            );
+        }
+    }
+    Ok(out)
+}
+
+pub const HELP: &str = "switchyard bench load --url URL [options]
+  --url URL              http://host:port/path (repeatable; several authorities
+                         spread connections over them, e.g. IPv4 and IPv6)
+  --urls FILE            one URL per line
+  --connections N        concurrent connections / users (50)
+  --threads N            generator threads (1)
+  --duration D           steady phase (10s); --ramp-up D, --ramp-down D (0s)
+  --rate N               open loop at N req/s total (latency from due time)
+  --requests-per-conn N  0 = unlimited (0)
+  --think D              think time between requests (closed loop)
+  --timeout D            per transaction (10s)
+  --post-ratio F         share of POSTs (0.0); --post-size SIZE (1k)
+  --src-ips SPEC         bind to source addresses: N, or A-B, or A,B,...
+  --host NAME            Host header (from the URL)
+  --header 'K: V'        extra request header (repeatable)
+  --expect-status N      (200); --expect-size SIZE (from /size/N paths)
+  --no-verify            don't check bodies against X-Body-Sum
+  --cpus LIST            pin generator threads
+  --json                 print the result as JSON
+  --quiet                no progress line";
+
+pub fn config_from_args(a: &mut Args) -> Result<LoadConfig, String> {
+    let mut urls = a.list("url");
+    if let Some(f) = a.get("urls") {
+        let text = std::fs::read_to_string(&f).map_err(|e| format!("{f}: {e}"))?;
+        urls.extend(
+            text.lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with('#'))
+                .map(String::from),
+        );
+    }
+    if urls.is_empty() {
+        return Err("--url is required".into());
+    }
+    let mut cfg = LoadConfig::default();
+    let expect_size = a.size("expect-size")?;
+    let mut targets = Vec::new();
+    let mut paths = Vec::new();
+    let mut host = None;
+    for u in &urls {
+        let p = parse_url(u)?;
+        if !targets.contains(&p.addr) {
+            targets.push(p.addr);
+        }
+        host.get_or_insert(p.host.clone());
+        let spec = PathSpec {
+            expect_size: expect_size.or_else(|| crate::content::object_size(&p.path)),
+            path: p.path,
+        };
+        if !paths.iter().any(|x: &PathSpec| x.path == spec.path) {
+            paths.push(spec);
+        }
+    }
+    cfg.targets = targets;
+    cfg.paths = paths;
+    cfg.host = a.get("host").or(host).unwrap_or_default();
+    if let Some(v) = a.num("connections")? {
+        cfg.connections = v;
+    }
+    if let Some(v) = a.num("threads")? {
+        cfg.threads = v;
+    }
+    if let Some(v) = a.duration("duration")? {
+        cfg.duration = v;
+    }
+    if let Some(v) = a.duration("ramp-up")? {
+        cfg.ramp_up = v;
+    }
+    if let Some(v) = a.duration("ramp-down")? {
+        cfg.ramp_down = v;
+    }
+    cfg.rate = a.num::<f64>("rate")?;
+    if let Some(v) = a.num("requests-per-conn")? {
+        cfg.requests_per_conn = v;
+    }
+    if let Some(v) = a.duration("think")? {
+        cfg.think = v;
+    }
+    if let Some(v) = a.duration("timeout")? {
+        cfg.timeout = v;
+    }
+    if let Some(v) = a.num("post-ratio")? {
+        cfg.post_ratio = v;
+    }
+    if let Some(v) = a.size("post-size")? {
+        cfg.post_size = v as usize;
+    }
+    if let Some(v) = a.get("src-ips") {
+        cfg.src_ips = parse_src_ips(&v)?;
+    }
+    for h in a.get_all("header") {
+        let (k, v) = h
+            .split_once(':')
+            .ok_or_else(|| format!("--header {h}: want 'Name: value'"))?;
+        cfg.headers
+            .push((k.trim().to_string(), v.trim().to_string()));
+    }
+    if let Some(v) = a.num("expect-status")? {
+        cfg.expect_status = v;
+    }
+    if a.flag("no-verify") {
+        cfg.verify_body = false;
+    }
+    for c in a.list("cpus") {
+        cfg.cpus
+            .push(c.parse().map_err(|_| format!("--cpus: bad cpu {c}"))?);
+    }
+    Ok(cfg)
+}
+
+pub fn cli(args: &[String]) -> Result<i32, String> {
+    let mut a = Args::parse(args, &["json", "quiet", "no-verify", "help"])?;
+    if a.flag("help") {
+        println!("{HELP}");
+        return Ok(0);
+    }
+    let mut cfg = config_from_args(&mut a)?;
+    let json = a.flag("json");
+    let quiet = a.flag("quiet");
+    a.finish()?;
+    let nofile = crate::sys::raise_nofile();
+    if cfg.connections as u64 + 64 > nofile {
+        eprintln!(
+            "warning: {} connections but only {nofile} file descriptors allowed",
+            cfg.connections
+        );
+    }
+    if !quiet {
+        cfg.progress = Some("load".into());
+    }
+    let res = load::run(cfg.clone(), &mut |_| {})?;
+    if json {
+        println!("{}", res.to_json().to_string_pretty());
+    } else {
+        print!("{}", summary(&cfg, &res));
+    }
+    if res.saturated {
+        eprintln!(
+            "warning: the load generator used {:.0} % of its threads' CPU: it may be the bottleneck (add --threads or pin it away from the target)",
+            res.gen_cpu_share * 100.0
+        );
+    }
+    Ok(if res.ok == 0 { 1 } else { 0 })
+}
+
+pub fn fmt_us(us: u64) -> String {
+    if us >= 1_000_000 {
+        format!("{:.2}s", us as f64 / 1e6)
+    } else if us >= 1000 {
+        format!("{:.2}ms", us as f64 / 1e3)
+    } else {
+        format!("{us}us")
+    }
+}
+
+pub fn fmt_bps(bps: f64) -> String {
+    if bps >= 1e9 {
+        format!("{:.2} Gbit/s", bps / 1e9)
+    } else if bps >= 1e6 {
+        format!("{:.1} Mbit/s", bps / 1e6)
+    } else {
+        format!("{:.1} kbit/s", bps / 1e3)
+    }
+}
+
+pub fn summary(cfg: &LoadConfig, r: &LoadResult) -> String {
+    let mode = match cfg.rate {
+        Some(x) => format!("open loop at {x} req/s"),
+        None => "closed loop".to_string(),
+    };
+    let rpc = if cfg.requests_per_conn == 0 {
+        "unlimited".to_string()
+    } else {
+        cfg.requests_per_conn.to_string()
+    };
+    let h = &r.latency;
+    let mut s = String::new();
+    use std::fmt::Write;
+    let _ = writeln!(
+        s,
+        "{} connections, {} threads, {mode}, {rpc} requests/connection, steady {:?} (ramp {:?} / {:?})",
+        r.connections, r.threads, cfg.duration, cfg.ramp_up, cfg.ramp_down
+    );
+    let _ = writeln!(
+        s,
+        "  transactions  {} ok, {} failed ({:.3} %)",
+        r.ok,
+        r.errors_total(),
+        r.error_ratio() * 100.0
+    );
+    let _ = writeln!(
+        s,
+        "  requests/s    {:.0}   per second min {:.0} / avg {:.0} / max {:.0}",
+        r.rps, r.rps_sec.min, r.rps_sec.avg, r.rps_sec.max
+    );
+    let _ = writeln!(
+        s,
+        "  connections/s {:.0}   per second min {:.0} / avg {:.0} / max {:.0}; concurrent max {} avg {:.0}; reconnects {}",
+        r.cps, r.cps_sec.min, r.cps_sec.avg, r.cps_sec.max, r.concurrent_max, r.concurrent_avg, r.reconnects
+    );
+    let _ = writeln!(
+        s,
+        "  throughput    {} (wire, received)   goodput {}",
+        fmt_bps(r.throughput_bps),
+        fmt_bps(r.goodput_bps)
+    );
+    let _ = writeln!(
+        s,
+        "  latency       p50 {}  p90 {}  p99 {}  p99.9 {}  max {}  mean {}",
+        fmt_us(h.percentile(50.0)),
+        fmt_us(h.percentile(90.0)),
+        fmt_us(h.percentile(99.0)),
+        fmt_us(h.percentile(99.9)),
+        fmt_us(h.max()),
+        fmt_us(h.mean() as u64)
+    );
+    let _ = writeln!(
+        s,
+        "  ttfb          p50 {}  p99 {}     ttlb p50 {}  p99 {}     connect p50 {}  p99 {}",
+        fmt_us(r.ttfb.percentile(50.0)),
+        fmt_us(r.ttfb.percentile(99.0)),
+        fmt_us(r.ttlb.percentile(50.0)),
+        fmt_us(r.ttlb.percentile(99.0)),
+        fmt_us(r.connect.percentile(50.0)),
+        fmt_us(r.connect.percentile(99.0))
+    );
+    if !r.errors.is_empty() {
+        let e: Vec<String> = r.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
+        let _ = writeln!(s, "  errors        {}", e.join(", "));
+    }
+    let _ = writeln!(
+        s,
+        "  generator cpu {:.1}s = {:.0} % of {} thread(s){}",
+        r.gen_cpu_secs,
+        r.gen_cpu_share * 100.0,
+        r.threads,
+        if r.saturated { "  (SATURATED)" } else { "" }
+    );
+    let _ = Duration::ZERO;
+    s
+}

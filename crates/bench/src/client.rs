@@ -1,0 +1,346 @@
+//! The client side of one HTTP/1.1 transaction, generic over the stream so
+//! that TLS (a later issue) slots in as another AsyncRead + AsyncWrite.
+
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::time::Instant;
+
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+
+use crate::content::Sum;
+
+/// Why a transaction failed. A wrong status, size or body is a failure even
+/// though bytes flowed: the reports count only correct transactions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrKind {
+    Connect,
+    Timeout,
+    /// Reset or broken pipe.
+    Reset,
+    /// The peer closed before the response was complete.
+    Closed,
+    BadStatus,
+    BadSize,
+    BadBody,
+    /// Not a parsable HTTP response.
+    Parse,
+}
+
+pub const ERR_KINDS: [ErrKind; 8] = [
+    ErrKind::Connect,
+    ErrKind::Timeout,
+    ErrKind::Reset,
+    ErrKind::Closed,
+    ErrKind::BadStatus,
+    ErrKind::BadSize,
+    ErrKind::BadBody,
+    ErrKind::Parse,
+];
+
+impl ErrKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrKind::Connect => "connect",
+            ErrKind::Timeout => "timeout",
+            ErrKind::Reset => "reset",
+            ErrKind::Closed => "closed",
+            ErrKind::BadStatus => "bad_status",
+            ErrKind::BadSize => "bad_size",
+            ErrKind::BadBody => "bad_body",
+            ErrKind::Parse => "parse",
+        }
+    }
+    pub fn idx(self) -> usize {
+        self as usize
+    }
+}
+
+fn io_kind(e: &io::Error) -> ErrKind {
+    match e.kind() {
+        io::ErrorKind::UnexpectedEof => ErrKind::Closed,
+        io::ErrorKind::TimedOut => ErrKind::Timeout,
+        _ => ErrKind::Reset,
+    }
+}
+
+/// What the client checks a response against.
+#[derive(Clone, Debug)]
+pub struct Expect {
+    pub status: u16,
+    pub size: Option<u64>,
+    /// Compare the body with the origin's X-Body-Sum when present.
+    pub verify_body: bool,
+}
+
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub body_len: u64,
+    /// Bytes on the wire (head + body framing).
+    pub wire_len: u64,
+    pub first_byte: Instant,
+    /// The server will close (or closed) the connection after this response.
+    pub close: bool,
+    pub encoded: bool,
+}
+
+/// Connects, optionally from a given source address. IP_BIND_ADDRESS_NO_PORT
+/// lets the kernel pick the port at connect time (per destination), so
+/// binding to 127.0.0.N does not cap us at one ephemeral range per source.
+pub async fn connect(addr: SocketAddr, src: Option<IpAddr>) -> io::Result<TcpStream> {
+    let sock = if addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    if let Some(ip) = src {
+        if ip.is_ipv4() == addr.is_ipv4() {
+            use std::os::fd::AsRawFd;
+            let one: libc::c_int = 1;
+            // SAFETY: setsockopt reads an int we own; failure is harmless.
+            unsafe {
+                libc::setsockopt(
+                    sock.as_raw_fd(),
+                    libc::IPPROTO_IP,
+                    libc::IP_BIND_ADDRESS_NO_PORT,
+                    &one as *const _ as *const libc::c_void,
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                );
+            }
+            sock.bind(SocketAddr::new(ip, 0))?;
+        }
+    }
+    let s = sock.connect(addr).await?;
+    s.set_nodelay(true)?;
+    Ok(s)
+}
+
+/// Incremental chunked-transfer decoder.
+#[derive(Default)]
+struct Chunked {
+    state: u8, // 0 size line, 1 data, 2 CRLF after data, 3 trailers, 4 done
+    remaining: u64,
+    line: Vec<u8>,
+}
+
+impl Chunked {
+    /// Feeds bytes; returns how many were consumed (all, unless done).
+    fn feed(&mut self, data: &[u8], sum: &mut Sum, body_len: &mut u64) -> Result<usize, ErrKind> {
+        let mut i = 0;
+        while i < data.len() && self.state != 4 {
+            match self.state {
+                1 => {
+                    let take = (self.remaining as usize).min(data.len() - i);
+                    sum.update(&data[i..i + take]);
+                    *body_len += take as u64;
+                    self.remaining -= take as u64;
+                    i += take;
+                    if self.remaining == 0 {
+                        self.state = 2;
+                    }
+                }
+                _ => {
+                    let b = data[i];
+                    i += 1;
+                    if b != b'\n' {
+                        if self.line.len() > 4096 {
+                            return Err(ErrKind::Parse);
+                        }
+                        self.line.push(b);
+                        continue;
+                    }
+                    let line = std::mem::take(&mut self.line);
+                    let line = line.strip_suffix(b"\r").unwrap_or(&line);
+                    match self.state {
+                        0 => {
+                            let s = std::str::from_utf8(line).map_err(|_| ErrKind::Parse)?;
+                            let hex = s.split(';').next().unwrap_or("").trim();
+                            let n = u64::from_str_radix(hex, 16).map_err(|_| ErrKind::Parse)?;
+                            if n == 0 {
+                                self.state = 3;
+                            } else {
+                                self.remaining = n;
+                                self.state = 1;
+                            }
+                        }
+                        2 => {
+                            if !line.is_empty() {
+                                return Err(ErrKind::Parse);
+                            }
+                            self.state = 0;
+                        }
+                        _ => {
+                            if line.is_empty() {
+                                self.state = 4;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(i)
+    }
+}
+
+enum Framing {
+    Length(u64),
+    Chunked(Chunked),
+    UntilClose,
+}
+
+/// Sends `req` and reads one full response into (and through) `buf`.
+/// Bodies are checksummed as they stream past, never stored whole.
+pub async fn transact<S: AsyncRead + AsyncWrite + Unpin>(
+    s: &mut S,
+    req: &[u8],
+    buf: &mut Vec<u8>,
+    exp: &Expect,
+) -> Result<Resp, (ErrKind, bool)> {
+    // The bool in the error says whether any response byte arrived: a reused
+    // keep-alive connection that fails before that was closed by the server
+    // while idle, and the request can be retried on a new connection.
+    if let Err(e) = s.write_all(req).await {
+        return Err((io_kind(&e), false));
+    }
+    buf.clear();
+    let mut first_byte = None;
+    let (status, framing, close, sum_hdr, encoded, head_len) = loop {
+        let n = match s.read_buf(buf).await {
+            Ok(n) => n,
+            Err(e) => return Err((io_kind(&e), first_byte.is_some())),
+        };
+        if n == 0 {
+            return Err((ErrKind::Closed, first_byte.is_some()));
+        }
+        if first_byte.is_none() {
+            first_byte = Some(Instant::now());
+        }
+        let mut headers = [httparse::EMPTY_HEADER; 32];
+        let mut r = httparse::Response::new(&mut headers);
+        match r.parse(buf) {
+            Ok(httparse::Status::Complete(hl)) => {
+                let status = r.code.unwrap_or(0);
+                let mut close = r.version == Some(0);
+                let mut len = None;
+                let mut chunked = false;
+                let mut sum = None;
+                let mut encoded = false;
+                for h in r.headers.iter() {
+                    let n = h.name;
+                    if n.eq_ignore_ascii_case("content-length") {
+                        len = std::str::from_utf8(h.value)
+                            .ok()
+                            .and_then(|v| v.trim().parse::<u64>().ok());
+                        if len.is_none() {
+                            return Err((ErrKind::Parse, true));
+                        }
+                    } else if n.eq_ignore_ascii_case("transfer-encoding") {
+                        chunked = h.value.ends_with(b"chunked");
+                    } else if n.eq_ignore_ascii_case("connection") {
+                        if h.value.eq_ignore_ascii_case(b"close") {
+                            close = true;
+                        } else if h.value.eq_ignore_ascii_case(b"keep-alive") {
+                            close = false;
+                        }
+                    } else if n.eq_ignore_ascii_case("x-body-sum") {
+                        sum = std::str::from_utf8(h.value)
+                            .ok()
+                            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok());
+                    } else if n.eq_ignore_ascii_case("content-encoding") {
+                        encoded = !h.value.eq_ignore_ascii_case(b"identity");
+                    }
+                }
+                let framing = if chunked {
+                    Framing::Chunked(Chunked::default())
+                } else if let Some(l) = len {
+                    Framing::Length(l)
+                } else if status == 204 || status == 304 || (100..200).contains(&status) {
+                    Framing::Length(0)
+                } else {
+                    close = true;
+                    Framing::UntilClose
+                };
+                break (status, framing, close, sum, encoded, hl);
+            }
+            Ok(httparse::Status::Partial) => {
+                if buf.len() > 64 * 1024 {
+                    return Err((ErrKind::Parse, true));
+                }
+                if buf.capacity() == buf.len() {
+                    buf.reserve(4096);
+                }
+            }
+            Err(_) => return Err((ErrKind::Parse, true)),
+        }
+    };
+    let first_byte = first_byte.unwrap_or_else(Instant::now);
+    let mut sum = Sum::new();
+    let mut body_len = 0u64;
+    let mut wire = buf.len() as u64;
+    let mut framing = framing;
+    let mut pending: &[u8] = &buf[head_len..];
+    // Body bytes that came with the head, then further reads reusing `buf`.
+    loop {
+        let done = match &mut framing {
+            Framing::Length(rem) => {
+                let take = (*rem as usize).min(pending.len());
+                sum.update(&pending[..take]);
+                body_len += take as u64;
+                *rem -= take as u64;
+                *rem == 0
+            }
+            Framing::Chunked(c) => {
+                c.feed(pending, &mut sum, &mut body_len)
+                    .map_err(|k| (k, true))?;
+                c.state == 4
+            }
+            Framing::UntilClose => {
+                sum.update(pending);
+                body_len += pending.len() as u64;
+                false
+            }
+        };
+        if done {
+            break;
+        }
+        buf.clear();
+        let n = match s.read_buf(buf).await {
+            Ok(n) => n,
+            Err(e) => return Err((io_kind(&e), true)),
+        };
+        if n == 0 {
+            if matches!(framing, Framing::UntilClose) {
+                break;
+            }
+            return Err((ErrKind::Closed, true));
+        }
+        wire += n as u64;
+        pending = &buf[..];
+    }
+    if status != exp.status {
+        return Err((ErrKind::BadStatus, true));
+    }
+    if !encoded {
+        if let Some(want) = exp.size {
+            if body_len != want {
+                return Err((ErrKind::BadSize, true));
+            }
+        }
+        if exp.verify_body {
+            if let Some(want) = sum_hdr {
+                if sum.finish() != want {
+                    return Err((ErrKind::BadBody, true));
+                }
+            }
+        }
+    }
+    Ok(Resp {
+        status,
+        body_len,
+        wire_len: wire,
+        first_byte,
+        close,
+        encoded,
+    })
+}
