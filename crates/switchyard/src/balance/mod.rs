@@ -297,13 +297,33 @@ mod tests {
         (0..n).map(|_| MemberState::default()).collect()
     }
 
-    fn cands<'a>(s: &'a [MemberState], w: &[u32], backup: &[bool]) -> Vec<Candidate<'a>> {
+    struct C<'a> {
+        state: &'a MemberState,
+        weight: u32,
+        backup: bool,
+    }
+
+    impl Candidate for C<'_> {
+        fn state(&self) -> &MemberState {
+            self.state
+        }
+        fn weight(&self) -> u32 {
+            self.weight
+        }
+        fn max_connections(&self) -> u32 {
+            0
+        }
+        fn backup(&self) -> bool {
+            self.backup
+        }
+    }
+
+    fn cands<'a>(s: &'a [MemberState], w: &[u32], backup: &[bool]) -> Vec<C<'a>> {
         s.iter()
             .enumerate()
-            .map(|(i, st)| Candidate {
+            .map(|(i, st)| C {
                 state: st,
                 weight: w[i],
-                max_connections: 0,
                 backup: backup[i],
             })
             .collect()
