@@ -1,0 +1,747 @@
+//! Test harness: the real `switchyard` binary, real origins on loopback,
+//! and a small HTTP/1.1 client that shows exactly what came back.
+#![allow(dead_code)]
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub fn free_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    l.local_addr().expect("local addr").port()
+}
+
+pub fn temp_dir(tag: &str) -> PathBuf {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let d = std::env::temp_dir().join(format!(
+        "switchyard-test-{}-{tag}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    ));
+    std::fs::create_dir_all(&d).expect("temp dir");
+    d
+}
+
+// ---------------------------------------------------------------- origin
+
+/// What an origin does with the next requests; tests change it live.
+#[derive(Clone, Debug)]
+pub struct Behavior {
+    pub status: u16,
+    /// Status of GET /health.
+    pub health_status: u16,
+    pub delay: Duration,
+    /// Close the connection without answering.
+    pub close_without_answer: bool,
+    /// Raw bytes sent instead of a proper response (framing tests).
+    pub raw_response: Option<Vec<u8>>,
+    /// Body size for GET /size/N is N; otherwise this text.
+    pub body: Option<String>,
+}
+
+impl Default for Behavior {
+    fn default() -> Self {
+        Behavior {
+            status: 200,
+            health_status: 200,
+            delay: Duration::ZERO,
+            close_without_answer: false,
+            raw_response: None,
+            body: None,
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub head: String,
+    pub body: Vec<u8>,
+}
+
+impl Seen {
+    pub fn header(&self, name: &str) -> Option<String> {
+        self.head.lines().skip(1).find_map(|l| {
+            let (n, v) = l.split_once(':')?;
+            n.trim()
+                .eq_ignore_ascii_case(name)
+                .then(|| v.trim().to_string())
+        })
+    }
+    pub fn request_line(&self) -> &str {
+        self.head.lines().next().unwrap_or("")
+    }
+}
+
+pub struct Origin {
+    pub addr: SocketAddr,
+    pub name: String,
+    pub behavior: Arc<Mutex<Behavior>>,
+    pub seen: Arc<Mutex<Vec<Seen>>>,
+    pub connections: Arc<AtomicU64>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Origin {
+    pub fn start(name: &str) -> Origin {
+        Self::start_on(name, "127.0.0.1:0")
+    }
+
+    pub fn start_on(name: &str, bind: &str) -> Origin {
+        let l = TcpListener::bind(bind).expect("origin bind");
+        let addr = l.local_addr().expect("origin addr");
+        let o = Origin {
+            addr,
+            name: name.to_string(),
+            behavior: Arc::new(Mutex::new(Behavior::default())),
+            seen: Arc::new(Mutex::new(Vec::new())),
+            connections: Arc::new(AtomicU64::new(0)),
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        let (b, s, c, st, n) = (
+            o.behavior.clone(),
+            o.seen.clone(),
+            o.connections.clone(),
+            o.stop.clone(),
+            o.name.clone(),
+        );
+        l.set_nonblocking(true).expect("nonblocking");
+        std::thread::spawn(move || loop {
+            if st.load(Ordering::Relaxed) {
+                return;
+            }
+            match l.accept() {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nonblocking(false);
+                    c.fetch_add(1, Ordering::Relaxed);
+                    let (b, s, n, st) = (b.clone(), s.clone(), n.clone(), st.clone());
+                    std::thread::spawn(move || origin_conn(stream, &n, &b, &s, &st));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(2)),
+            }
+        });
+        o
+    }
+
+    pub fn set(&self, f: impl FnOnce(&mut Behavior)) {
+        f(&mut self.behavior.lock().expect("lock"));
+    }
+
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().expect("lock").clone()
+    }
+
+    /// Requests seen, not counting health checks.
+    pub fn requests(&self) -> usize {
+        self.seen()
+            .iter()
+            .filter(|s| !s.request_line().contains(" /health "))
+            .count()
+    }
+
+    pub fn clear(&self) {
+        self.seen.lock().expect("lock").clear();
+    }
+}
+
+impl Drop for Origin {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn read_line(r: &mut BufReader<TcpStream>) -> Option<String> {
+    let mut l = String::new();
+    match r.read_line(&mut l) {
+        Ok(0) | Err(_) => None,
+        Ok(_) => Some(l),
+    }
+}
+
+fn origin_conn(
+    stream: TcpStream,
+    name: &str,
+    behavior: &Mutex<Behavior>,
+    seen: &Mutex<Vec<Seen>>,
+    stop: &AtomicBool,
+) {
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(30)));
+    let mut w = match stream.try_clone() {
+        Ok(w) => w,
+        Err(_) => return,
+    };
+    let mut r = BufReader::new(stream);
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut head = String::new();
+        loop {
+            let Some(l) = read_line(&mut r) else { return };
+            let end = l == "\r\n";
+            head.push_str(&l);
+            if end {
+                break;
+            }
+        }
+        let seen_now = Seen {
+            head: head.clone(),
+            body: Vec::new(),
+        };
+        let mut body = Vec::new();
+        if let Some(n) = seen_now
+            .header("content-length")
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            body.resize(n, 0);
+            if r.read_exact(&mut body).is_err() {
+                return;
+            }
+        } else if seen_now
+            .header("transfer-encoding")
+            .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+        {
+            loop {
+                let Some(l) = read_line(&mut r) else { return };
+                let size = usize::from_str_radix(l.trim().split(';').next().unwrap_or(""), 16)
+                    .unwrap_or(0);
+                if size == 0 {
+                    // trailers
+                    loop {
+                        let Some(t) = read_line(&mut r) else { return };
+                        if t == "\r\n" {
+                            break;
+                        }
+                    }
+                    break;
+                }
+                let mut chunk = vec![0; size + 2];
+                if r.read_exact(&mut chunk).is_err() {
+                    return;
+                }
+                body.extend_from_slice(&chunk[..size]);
+            }
+        }
+        let b = behavior.lock().expect("lock").clone();
+        seen.lock().expect("lock").push(Seen {
+            head: head.clone(),
+            body: body.clone(),
+        });
+        let req_line = head.lines().next().unwrap_or("").to_string();
+        let path = req_line.split(' ').nth(1).unwrap_or("/").to_string();
+        let upgrade = seen_now
+            .header("upgrade")
+            .is_some_and(|u| u.eq_ignore_ascii_case("websocket"));
+        if upgrade {
+            let key = seen_now.header("sec-websocket-key").unwrap_or_default();
+            let resp = format!(
+                "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
+                ws_accept(&key)
+            );
+            if w.write_all(resp.as_bytes()).is_err() {
+                return;
+            }
+            ws_echo(&mut r, &mut w);
+            return;
+        }
+        if !b.delay.is_zero() && !path.starts_with("/health") {
+            std::thread::sleep(b.delay);
+        }
+        if b.close_without_answer && !path.starts_with("/health") {
+            return;
+        }
+        if let Some(raw) = &b.raw_response {
+            if !path.starts_with("/health") {
+                let _ = w.write_all(raw);
+                return;
+            }
+        }
+        let (status, text) = if path.starts_with("/health") {
+            (b.health_status, "ok\n".to_string())
+        } else if let Some(n) = path
+            .strip_prefix("/size/")
+            .and_then(|n| n.parse::<usize>().ok())
+        {
+            (b.status, "x".repeat(n))
+        } else if path.starts_with("/echo") {
+            (b.status, String::from_utf8_lossy(&body).into_owned())
+        } else {
+            (
+                b.status,
+                b.body.clone().unwrap_or_else(|| format!("{name}\n")),
+            )
+        };
+        let close = seen_now
+            .header("connection")
+            .is_some_and(|c| c.eq_ignore_ascii_case("close"));
+        let resp = format!(
+            "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nX-Origin: {name}\r\n{}\r\n",
+            text.len(),
+            if close { "Connection: close\r\n" } else { "" }
+        );
+        let is_head = req_line.starts_with("HEAD ");
+        let mut out = resp.into_bytes();
+        if !is_head {
+            out.extend_from_slice(text.as_bytes());
+        }
+        if w.write_all(&out).is_err() || close {
+            return;
+        }
+    }
+}
+
+// ------------------------------------------------------- websocket bits
+
+fn sha1(data: &[u8]) -> [u8; 20] {
+    let mut h: [u32; 5] = [0x67452301, 0xEFCDAB89, 0x98BADCFE, 0x10325476, 0xC3D2E1F0];
+    let mut msg = data.to_vec();
+    let bits = (data.len() as u64) * 8;
+    msg.push(0x80);
+    while msg.len() % 64 != 56 {
+        msg.push(0);
+    }
+    msg.extend_from_slice(&bits.to_be_bytes());
+    for chunk in msg.chunks(64) {
+        let mut w = [0u32; 80];
+        for i in 0..16 {
+            w[i] = u32::from_be_bytes([
+                chunk[4 * i],
+                chunk[4 * i + 1],
+                chunk[4 * i + 2],
+                chunk[4 * i + 3],
+            ]);
+        }
+        for i in 16..80 {
+            w[i] = (w[i - 3] ^ w[i - 8] ^ w[i - 14] ^ w[i - 16]).rotate_left(1);
+        }
+        let [mut a, mut b, mut c, mut d, mut e] = h;
+        for (i, wi) in w.iter().enumerate() {
+            let (f, k) = match i {
+                0..=19 => ((b & c) | (!b & d), 0x5A827999),
+                20..=39 => (b ^ c ^ d, 0x6ED9EBA1),
+                40..=59 => ((b & c) | (b & d) | (c & d), 0x8F1BBCDC),
+                _ => (b ^ c ^ d, 0xCA62C1D6),
+            };
+            let t = a
+                .rotate_left(5)
+                .wrapping_add(f)
+                .wrapping_add(e)
+                .wrapping_add(k)
+                .wrapping_add(*wi);
+            e = d;
+            d = c;
+            c = b.rotate_left(30);
+            b = a;
+            a = t;
+        }
+        for (x, y) in h.iter_mut().zip([a, b, c, d, e]) {
+            *x = x.wrapping_add(y);
+        }
+    }
+    let mut out = [0u8; 20];
+    for (i, v) in h.iter().enumerate() {
+        out[4 * i..4 * i + 4].copy_from_slice(&v.to_be_bytes());
+    }
+    out
+}
+
+fn base64(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut o = String::new();
+    for c in data.chunks(3) {
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
+        o.push(T[(n >> 18) as usize & 63] as char);
+        o.push(T[(n >> 12) as usize & 63] as char);
+        o.push(if c.len() > 1 {
+            T[(n >> 6) as usize & 63] as char
+        } else {
+            '='
+        });
+        o.push(if c.len() > 2 {
+            T[n as usize & 63] as char
+        } else {
+            '='
+        });
+    }
+    o
+}
+
+pub fn ws_accept(key: &str) -> String {
+    base64(&sha1(
+        format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes(),
+    ))
+}
+
+/// Reads one WebSocket frame: (opcode, unmasked payload).
+pub fn ws_read_frame(r: &mut impl Read) -> Option<(u8, Vec<u8>)> {
+    let mut h = [0u8; 2];
+    r.read_exact(&mut h).ok()?;
+    let op = h[0] & 0x0f;
+    let masked = h[1] & 0x80 != 0;
+    let mut len = (h[1] & 0x7f) as u64;
+    if len == 126 {
+        let mut b = [0u8; 2];
+        r.read_exact(&mut b).ok()?;
+        len = u16::from_be_bytes(b) as u64;
+    } else if len == 127 {
+        let mut b = [0u8; 8];
+        r.read_exact(&mut b).ok()?;
+        len = u64::from_be_bytes(b);
+    }
+    let mut mask = [0u8; 4];
+    if masked {
+        r.read_exact(&mut mask).ok()?;
+    }
+    let mut p = vec![0u8; len as usize];
+    r.read_exact(&mut p).ok()?;
+    if masked {
+        for (i, b) in p.iter_mut().enumerate() {
+            *b ^= mask[i % 4];
+        }
+    }
+    Some((op, p))
+}
+
+pub fn ws_frame(op: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
+    let mut f = vec![0x80 | op];
+    let m = if mask.is_some() { 0x80 } else { 0 };
+    if payload.len() < 126 {
+        f.push(m | payload.len() as u8);
+    } else {
+        f.push(m | 126);
+        f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    }
+    match mask {
+        Some(k) => {
+            f.extend_from_slice(&k);
+            f.extend(payload.iter().enumerate().map(|(i, b)| b ^ k[i % 4]));
+        }
+        None => f.extend_from_slice(payload),
+    }
+    f
+}
+
+fn ws_echo(r: &mut BufReader<TcpStream>, w: &mut TcpStream) {
+    while let Some((op, p)) = ws_read_frame(r) {
+        if op == 8 {
+            let _ = w.write_all(&ws_frame(8, &p, None));
+            return;
+        }
+        if w.write_all(&ws_frame(op, &p, None)).is_err() {
+            return;
+        }
+    }
+}
+
+// ------------------------------------------------------------- switchyard
+
+pub struct Switchyard {
+    pub child: Option<Child>,
+    pub dir: PathBuf,
+    pub config: PathBuf,
+    pub admin: SocketAddr,
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_switchyard")
+}
+
+impl Switchyard {
+    /// Starts `switchyard run -c` on `config` (an `[admin]` section is
+    /// added) and waits until `wait_for` accepts connections.
+    pub fn start(config: &str, wait_for: &[SocketAddr]) -> Switchyard {
+        let dir = temp_dir("sy");
+        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        let path = dir.join("switchyard.toml");
+        std::fs::write(&path, format!("[admin]\nlisten = \"{admin}\"\n{config}"))
+            .expect("write config");
+        let log = std::fs::File::create(dir.join("stderr.log")).expect("log file");
+        let child = Command::new(bin())
+            .args(["run", "-c"])
+            .arg(&path)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start switchyard");
+        let mut sy = Switchyard {
+            child: Some(child),
+            dir,
+            config: path,
+            admin,
+        };
+        let mut all = wait_for.to_vec();
+        all.push(admin);
+        for a in all {
+            sy.wait_listening(a);
+        }
+        sy
+    }
+
+    pub fn wait_listening(&mut self, a: SocketAddr) {
+        let start = Instant::now();
+        while TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_err() {
+            if let Some(Ok(Some(st))) = self.child.as_mut().map(|c| c.try_wait()) {
+                panic!(
+                    "switchyard exited ({st}) before listening on {a}:\n{}",
+                    self.log()
+                );
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "switchyard not listening on {a}:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
+    }
+
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([&format!("-{sig}"), &self.pid().to_string()])
+            .status();
+    }
+
+    /// Rewrites the config file (admin section kept) and asks for a reload
+    /// through `switchyard reload`; returns (success, output).
+    pub fn reload_with(&self, config: &str) -> (bool, String) {
+        std::fs::write(
+            &self.config,
+            format!("[admin]\nlisten = \"{}\"\n{config}", self.admin),
+        )
+        .expect("write config");
+        let out = Command::new(bin())
+            .args(["reload", "--admin", &self.admin.to_string()])
+            .output()
+            .expect("run reload");
+        (
+            out.status.success(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        )
+    }
+
+    pub fn admin_get(&self, path: &str) -> String {
+        let r = request(
+            self.admin,
+            &format!("GET {path} HTTP/1.1\r\nHost: admin\r\nConnection: close\r\n\r\n"),
+        );
+        r.body_text()
+    }
+
+    /// Waits for the process to exit; returns its status code.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<i32> {
+        let start = Instant::now();
+        while start.elapsed() < within {
+            if let Some(Ok(Some(st))) = self.child.as_mut().map(|c| c.try_wait()) {
+                self.child = None;
+                return st.code();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        None
+    }
+}
+
+impl Drop for Switchyard {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+// ----------------------------------------------------------------- client
+
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+    pub fn body_text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+}
+
+/// A keep-alive client connection.
+pub struct Client {
+    pub r: BufReader<TcpStream>,
+    pub w: TcpStream,
+}
+
+impl Client {
+    pub fn connect(addr: SocketAddr) -> Client {
+        let s = TcpStream::connect_timeout(&addr, Duration::from_secs(5))
+            .unwrap_or_else(|e| panic!("connect {addr}: {e}"));
+        Self::from_stream(s)
+    }
+
+    /// Connects from a chosen loopback source address (for source-IP tests).
+    pub fn connect_from(addr: SocketAddr, source: &str) -> Client {
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        let src: SocketAddr = format!("{source}:0").parse().expect("source");
+        sock.bind(&src.into()).expect("bind source");
+        sock.connect_timeout(&addr.into(), Duration::from_secs(5))
+            .expect("connect");
+        Self::from_stream(sock.into())
+    }
+
+    pub fn from_stream(s: TcpStream) -> Client {
+        let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+        let _ = s.set_nodelay(true);
+        let w = s.try_clone().expect("clone");
+        Client {
+            r: BufReader::new(s),
+            w,
+        }
+    }
+
+    pub fn send(&mut self, raw: &[u8]) {
+        self.w.write_all(raw).expect("write");
+    }
+
+    pub fn get(&mut self, path: &str) -> Response {
+        self.send(format!("GET {path} HTTP/1.1\r\nHost: test\r\n\r\n").as_bytes());
+        self.read_response(false).expect("response")
+    }
+
+    pub fn get_with(&mut self, path: &str, headers: &str) -> Response {
+        self.send(format!("GET {path} HTTP/1.1\r\nHost: test\r\n{headers}\r\n").as_bytes());
+        self.read_response(false).expect("response")
+    }
+
+    /// Reads one response; None if the connection closed first.
+    pub fn read_response(&mut self, head_request: bool) -> Option<Response> {
+        let status_line = read_line(&mut self.r)?;
+        let status: u16 = status_line.split(' ').nth(1)?.parse().ok()?;
+        let mut headers = Vec::new();
+        loop {
+            let l = read_line(&mut self.r)?;
+            if l == "\r\n" {
+                break;
+            }
+            let (n, v) = l.split_once(':')?;
+            headers.push((n.trim().to_string(), v.trim().to_string()));
+        }
+        let mut resp = Response {
+            status,
+            headers,
+            body: Vec::new(),
+        };
+        if head_request || status == 204 || status == 304 || (100..200).contains(&status) {
+            return Some(resp);
+        }
+        if let Some(n) = resp
+            .header("content-length")
+            .and_then(|v| v.parse::<usize>().ok())
+        {
+            resp.body.resize(n, 0);
+            self.r.read_exact(&mut resp.body).ok()?;
+        } else if resp
+            .header("transfer-encoding")
+            .is_some_and(|v| v.eq_ignore_ascii_case("chunked"))
+        {
+            loop {
+                let l = read_line(&mut self.r)?;
+                let size = usize::from_str_radix(l.trim(), 16).ok()?;
+                if size == 0 {
+                    while read_line(&mut self.r)? != "\r\n" {}
+                    break;
+                }
+                let mut c = vec![0; size + 2];
+                self.r.read_exact(&mut c).ok()?;
+                resp.body.extend_from_slice(&c[..size]);
+            }
+        } else {
+            let _ = self.r.read_to_end(&mut resp.body);
+        }
+        Some(resp)
+    }
+
+    /// True if the server closed the connection (EOF within the timeout).
+    pub fn closed_within(&mut self, t: Duration) -> bool {
+        let _ = self.r.get_ref().set_read_timeout(Some(t));
+        let mut b = [0u8; 1];
+        matches!(self.r.read(&mut b), Ok(0) | Err(_))
+    }
+}
+
+/// One request on a new connection; the whole response.
+pub fn request(addr: SocketAddr, raw: &str) -> Response {
+    let mut c = Client::connect(addr);
+    c.send(raw.as_bytes());
+    c.read_response(raw.starts_with("HEAD "))
+        .unwrap_or_else(|| panic!("no response to {raw:?}"))
+}
+
+pub fn get(addr: SocketAddr, path: &str) -> Response {
+    request(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+/// Counts how many responses of `n` GETs came from each origin (X-Origin).
+pub fn distribution(addr: SocketAddr, path: &str, n: usize) -> HashMap<String, usize> {
+    let mut c = Client::connect(addr);
+    let mut m = HashMap::new();
+    for _ in 0..n {
+        let r = c.get(path);
+        assert_eq!(r.status, 200, "{}", r.body_text());
+        *m.entry(r.header("x-origin").unwrap_or("?").to_string())
+            .or_insert(0) += 1;
+    }
+    m
+}
+
+/// Polls `f` until it returns true or `within` passes.
+pub fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < within {
+        if f() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    false
+}
+
+pub fn addr(port: u16) -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], port))
+}
+
+/// A vserver + one pool over `origins`, with extra pool settings.
+pub fn simple_config(listen: SocketAddr, origins: &[&Origin], pool_extra: &str) -> String {
+    let mut s = format!("[global]\nworkers = 1\n\n[[vserver]]\nname = \"web\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n\n[[pool]]\nname = \"p\"\n{pool_extra}\n");
+    for o in origins {
+        s.push_str(&format!("[[pool.member]]\naddress = \"{}\"\n", o.addr));
+    }
+    s
+}

@@ -1,0 +1,168 @@
+//! Proxying basics: forwarding fields, hop-by-hop removal, keep-alive on
+//! both sides with upstream connection reuse, HTTP/1.0, pipelining,
+//! chunked and streamed bodies, Expect: 100-continue.
+
+mod common;
+use common::*;
+
+use std::io::Read;
+use std::time::Duration;
+
+#[test]
+fn forwards_with_forwarding_fields_and_without_hop_by_hop() {
+    let o = Origin::start("a");
+    let l = addr(free_port());
+    let _sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    let r = request(
+        l,
+        "GET /x?y=1 HTTP/1.1\r\nHost: example.test\r\nConnection: keep-alive, X-Secret\r\nX-Secret: s\r\nKeep-Alive: timeout=5\r\nX-Forwarded-For: 10.9.9.9\r\nTE: trailers\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("x-origin"), Some("a"));
+    let seen = o.seen();
+    let s = seen.last().expect("origin saw the request");
+    assert_eq!(s.request_line(), "GET /x?y=1 HTTP/1.1");
+    assert_eq!(s.header("host").as_deref(), Some("example.test"));
+    assert_eq!(
+        s.header("x-forwarded-for").as_deref(),
+        Some("10.9.9.9, 127.0.0.1")
+    );
+    assert_eq!(s.header("x-forwarded-proto").as_deref(), Some("http"));
+    assert_eq!(
+        s.header("forwarded").as_deref(),
+        Some("for=127.0.0.1;proto=http;host=\"example.test\"")
+    );
+    for hop in ["x-secret", "keep-alive", "te", "connection"] {
+        assert_eq!(s.header(hop), None, "{hop} was forwarded");
+    }
+}
+
+#[test]
+fn upstream_connections_are_reused_across_client_connections() {
+    let o = Origin::start("a");
+    let l = addr(free_port());
+    let sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    for _ in 0..20 {
+        let r = get(l, "/");
+        assert_eq!(r.status, 200);
+    }
+    // 20 client connections, served over far fewer member connections.
+    assert!(
+        o.connections.load(std::sync::atomic::Ordering::Relaxed) <= 2,
+        "origin saw {:?} connections",
+        o.connections
+    );
+    let stats: serde_json::Value =
+        serde_json::from_str(&sy.admin_get("/stats.json")).expect("json");
+    // 20 requests plus the harness's readiness probe.
+    assert!(
+        stats["client_connections_total"].as_u64().unwrap_or(0) >= 20,
+        "{stats}"
+    );
+    assert!(
+        stats["multiplexing_ratio"].as_f64().unwrap_or(0.0) >= 10.0,
+        "{stats}"
+    );
+    assert!(
+        stats["pools"][0]["members"][0]["connections_reused"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 18,
+        "{stats}"
+    );
+}
+
+#[test]
+fn keep_alive_pipelining_and_http10() {
+    let o = Origin::start("a");
+    let l = addr(free_port());
+    let _sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    // Three pipelined requests in one write, answered in order.
+    let mut c = Client::connect(l);
+    c.send(b"GET /size/1 HTTP/1.1\r\nHost: t\r\n\r\nGET /size/2 HTTP/1.1\r\nHost: t\r\n\r\nGET /size/3 HTTP/1.1\r\nHost: t\r\n\r\n");
+    for n in 1..=3 {
+        let r = c.read_response(false).expect("pipelined response");
+        assert_eq!(r.body.len(), n);
+    }
+    // HTTP/1.0 without keep-alive: response then close.
+    let mut c = Client::connect(l);
+    c.send(b"GET /size/5 HTTP/1.0\r\n\r\n");
+    let r = c.read_response(false).expect("1.0 response");
+    assert_eq!(r.body.len(), 5);
+    assert!(c.closed_within(Duration::from_secs(2)));
+    // HTTP/1.0 with keep-alive: stays open.
+    let mut c = Client::connect(l);
+    c.send(b"GET /size/5 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    let r = c.read_response(false).expect("1.0 response");
+    assert_eq!(r.header("connection"), Some("keep-alive"));
+    c.send(b"GET /size/6 HTTP/1.0\r\nConnection: keep-alive\r\n\r\n");
+    assert_eq!(c.read_response(false).expect("second").body.len(), 6);
+}
+
+#[test]
+fn chunked_request_body_and_expect_continue() {
+    let o = Origin::start("a");
+    let l = addr(free_port());
+    let _sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    let mut c = Client::connect(l);
+    c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
+    let r = c.read_response(false).expect("response");
+    assert_eq!(r.body_text(), "hello world");
+    // Expect: 100-continue: the client gets 100 before sending the body.
+    c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 4\r\nExpect: 100-continue\r\n\r\n");
+    let interim = c.read_response(false).expect("100 continue");
+    assert_eq!(interim.status, 100);
+    c.send(b"body");
+    let r = c.read_response(false).expect("final response");
+    assert_eq!(r.status, 200);
+    assert_eq!(r.body_text(), "body");
+    let seen = o.seen();
+    assert!(
+        seen.iter().all(|s| s.header("expect").is_none()),
+        "Expect was forwarded"
+    );
+}
+
+#[test]
+fn large_bodies_stream_both_ways() {
+    let o = Origin::start("a");
+    let l = addr(free_port());
+    let _sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    let n = 32 * 1024 * 1024;
+    let r = get(l, &format!("/size/{n}"));
+    assert_eq!(r.body.len(), n);
+    let body = vec![b'z'; 8 * 1024 * 1024];
+    let mut c = Client::connect(l);
+    c.send(
+        format!(
+            "POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {}\r\n\r\n",
+            body.len()
+        )
+        .as_bytes(),
+    );
+    c.send(&body);
+    assert_eq!(c.read_response(false).expect("response").status, 200);
+    assert_eq!(o.seen().last().expect("seen").body.len(), body.len());
+}
+
+#[test]
+fn close_delimited_response_is_rechunked_for_http11_clients() {
+    let o = Origin::start("a");
+    o.set(|b| {
+        b.raw_response = Some(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil-eof".to_vec())
+    });
+    let l = addr(free_port());
+    let _sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    let mut c = Client::connect(l);
+    let r = c.get("/");
+    assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+    assert_eq!(r.body_text(), "until-eof");
+    // The client connection survives.
+    o.set(|b| b.raw_response = None);
+    assert_eq!(c.get("/").status, 200);
+    let mut raw = Vec::new();
+    let _ =
+        c.r.get_mut()
+            .set_read_timeout(Some(Duration::from_millis(50)));
+    let _ = c.r.read_to_end(&mut raw);
+}
