@@ -143,10 +143,7 @@ async fn origin_conn(n: usize, addr: SocketAddr, mut s: TcpStream) {
         };
         let mut sink = tokio::io::sink();
         let mut stage = Vec::new();
-        let mut out = Out {
-            dst: &mut sink,
-            stage: &mut stage,
-        };
+        let mut out = Out::new(&mut sink, &mut stage);
         if body::transfer(
             &mut s,
             &mut buf,

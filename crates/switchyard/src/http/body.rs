@@ -54,11 +54,23 @@ pub async fn read_more<R: AsyncRead + Unpin>(
 pub struct Out<'a, W> {
     pub dst: &'a mut W,
     pub stage: &'a mut Vec<u8>,
+    /// Whether anything reached the writer yet: until then an error can
+    /// still be answered cleanly instead of cutting the connection.
+    pub written: bool,
 }
 
-impl<W: AsyncWrite + Unpin> Out<'_, W> {
+impl<'a, W: AsyncWrite + Unpin> Out<'a, W> {
+    pub fn new(dst: &'a mut W, stage: &'a mut Vec<u8>) -> Self {
+        Out {
+            dst,
+            stage,
+            written: false,
+        }
+    }
+
     pub async fn flush(&mut self) -> Result<(), BodyError> {
         if !self.stage.is_empty() {
+            self.written = true;
             self.dst
                 .write_all(self.stage)
                 .await
@@ -74,6 +86,7 @@ impl<W: AsyncWrite + Unpin> Out<'_, W> {
             return Ok(());
         }
         self.flush().await?;
+        self.written = true;
         self.dst.write_all(data).await.map_err(BodyError::Write)
     }
 }
@@ -306,10 +319,7 @@ mod tests {
         let mut inbuf = BytesMut::new();
         let mut dst = Vec::new();
         let mut stage = Vec::new();
-        let mut out = Out {
-            dst: &mut dst,
-            stage: &mut stage,
-        };
+        let mut out = Out::new(&mut dst, &mut stage);
         let r = transfer(
             &mut src,
             &mut inbuf,

@@ -78,6 +78,12 @@ impl HeadScanner {
                     // End of head: CRLF CRLF.
                     if i >= self.skip + 2 && &buf[i - 2..i] == b"\r\n" {
                         let end = i + 2;
+                        if end - self.skip > max_head {
+                            return Err(HeadError {
+                                status: 431,
+                                reason: "header block too large",
+                            });
+                        }
                         self.pos = end;
                         return Ok(Some((self.skip, end)));
                     }
@@ -300,7 +306,12 @@ fn parse_length(v: &[u8]) -> Option<u64> {
 struct Common {
     headers: Vec<Header>,
     content_length: Option<u64>,
+    /// The last transfer coding is chunked.
     te_chunked: bool,
+    /// Chunked is last and appears once: the framing is unambiguous.
+    te_valid: bool,
+    /// Codings other than chunked are applied too.
+    te_other_codings: bool,
     te_present: bool,
     close: bool,
     keep_alive_token: bool,
@@ -314,6 +325,8 @@ fn common(raw: &[u8], parsed: &[httparse::Header]) -> Result<Common, HeadError> 
         headers: Vec::with_capacity(parsed.len()),
         content_length: None,
         te_chunked: false,
+        te_valid: false,
+        te_other_codings: false,
         te_present: false,
         close: false,
         keep_alive_token: false,
@@ -322,6 +335,7 @@ fn common(raw: &[u8], parsed: &[httparse::Header]) -> Result<Common, HeadError> 
         connection_tokens: Vec::new(),
     };
     let mut te_codings = 0;
+    let mut te_chunked_count = 0;
     for h in parsed {
         let name = h.name.as_bytes();
         let value = h.value;
@@ -338,6 +352,7 @@ fn common(raw: &[u8], parsed: &[httparse::Header]) -> Result<Common, HeadError> 
             for t in tokens(value) {
                 te_codings += 1;
                 c.te_chunked = t.eq_ignore_ascii_case(b"chunked");
+                te_chunked_count += c.te_chunked as u32;
             }
         } else if name.eq_ignore_ascii_case(b"connection") {
             for t in tokens(value) {
@@ -359,11 +374,22 @@ fn common(raw: &[u8], parsed: &[httparse::Header]) -> Result<Common, HeadError> 
             value: range_of(raw, value),
         });
     }
-    if c.te_present && te_codings != 1 {
-        // Only a lone "chunked" is framing we can vouch for.
-        c.te_chunked = false;
-    }
+    c.te_valid = c.te_chunked && te_chunked_count == 1;
+    c.te_other_codings = te_codings > 1;
     Ok(c)
+}
+
+/// True when the start line is three tokens ending in "HTTP/d.d": only then
+/// is an unsupported version a 505 rather than a malformed line.
+fn well_formed_version(raw: &[u8]) -> bool {
+    let line = raw.split(|b| *b == b'\r').next().unwrap_or(b"");
+    let parts: Vec<&[u8]> = line.split(|b| *b == b' ').collect();
+    parts.len() == 3
+        && parts[2].len() == 8
+        && parts[2].starts_with(b"HTTP/")
+        && parts[2][5].is_ascii_digit()
+        && parts[2][6] == b'.'
+        && parts[2][7].is_ascii_digit()
 }
 
 fn headers_buf(max_headers: usize) -> Vec<httparse::Header<'static>> {
@@ -397,6 +423,9 @@ pub fn parse_request(raw: Bytes, max_headers: usize) -> Result<Request, HeadErro
     match req.parse(&raw) {
         Ok(httparse::Status::Complete(_)) => {}
         Ok(httparse::Status::Partial) => return Err(bad("incomplete request head")),
+        Err(httparse::Error::Version) if !well_formed_version(&raw) => {
+            return Err(bad("invalid request line"))
+        }
         Err(e) => return Err(map_parse_error(e)),
     }
     let minor = req.version.unwrap_or(1);
@@ -461,10 +490,14 @@ pub fn parse_request(raw: Bytes, max_headers: usize) -> Result<Request, HeadErro
         if c.content_length.is_some() {
             return Err(bad("both Transfer-Encoding and Content-Length"));
         }
-        if !c.te_chunked {
+        if !c.te_valid {
+            // RFC 9112 6.3: chunked must be the final coding, applied once.
+            return Err(bad("invalid Transfer-Encoding"));
+        }
+        if c.te_other_codings {
             return Err(HeadError {
                 status: 501,
-                reason: "unsupported Transfer-Encoding",
+                reason: "unsupported transfer coding",
             });
         }
         Framing::Chunked
@@ -562,7 +595,7 @@ pub fn parse_response(
         if c.content_length.is_some() {
             return Err(bad("both Transfer-Encoding and Content-Length"));
         }
-        if !c.te_chunked || minor == 0 {
+        if !c.te_valid || c.te_other_codings || minor == 0 {
             return Err(bad("unsupported Transfer-Encoding"));
         }
         if no_body {

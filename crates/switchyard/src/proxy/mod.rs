@@ -298,10 +298,7 @@ async fn local_response(
     if req.head.framing != Framing::None {
         let mut sink = tokio::io::sink();
         let mut stage = Vec::new();
-        let mut out = Out {
-            dst: &mut sink,
-            stage: &mut stage,
-        };
+        let mut out = Out::new(&mut sink, &mut stage);
         if body::transfer(
             &mut c.stream,
             &mut c.buf,
@@ -492,10 +489,7 @@ async fn proxy_request(
             continue_sent = true;
         }
         let sent = {
-            let mut out = Out {
-                dst: &mut up.stream,
-                stage: &mut stage,
-            };
+            let mut out = Out::new(&mut up.stream, &mut stage);
             let r = body::transfer(
                 &mut c.stream,
                 &mut c.buf,
@@ -717,12 +711,9 @@ async fn forward_response(
         return Next::Close;
     }
 
-    let r = {
-        let mut out = Out {
-            dst: &mut c.stream,
-            stage: &mut stage,
-        };
-        match body::transfer(
+    let (r, written) = {
+        let mut out = Out::new(&mut c.stream, &mut stage);
+        let r = match body::transfer(
             &mut up.stream,
             &mut up.buf,
             resp.head.framing,
@@ -734,7 +725,8 @@ async fn forward_response(
         {
             Ok(n) => out.flush().await.map(|_| n),
             Err(e) => Err(e),
-        }
+        };
+        (r, out.written)
     };
     match r {
         Ok(n) => {
@@ -754,6 +746,15 @@ async fn forward_response(
                     vs.name,
                     m.label(&pool.name)
                 ));
+            }
+            if !written && !matches!(e, BodyError::Write(_)) {
+                // Nothing reached the client yet: it can still get a clean 502.
+                let status = if matches!(e, BodyError::Timeout) {
+                    504
+                } else {
+                    502
+                };
+                return error_and_close(c, vs, status, "the server sent an invalid response").await;
             }
             // The head is gone already: all we can do is cut the connection.
             return Next::Close;
@@ -790,10 +791,7 @@ async fn drain_then_error(
         if small {
             let mut sink = tokio::io::sink();
             let mut stage = Vec::new();
-            let mut out = Out {
-                dst: &mut sink,
-                stage: &mut stage,
-            };
+            let mut out = Out::new(&mut sink, &mut stage);
             if body::transfer(
                 &mut c.stream,
                 &mut c.buf,
