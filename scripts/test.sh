@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Installs what the tests need and runs every test. This is the README's
+# test command; CI (.ci/run) runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
+
+need=()
+for pkg in wrk curl; do
+  command -v "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  echo "== installing ${need[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "cargo not found: install a Rust toolchain (rustup, or Debian's cargo)" >&2
+  exit 1
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+# Tests open many sockets; this machine allows 20,000 open files.
+ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
+
+echo "== cargo fmt --check"
+cargo fmt --all -- --check
+echo "== cargo clippy"
+cargo clippy --workspace --all-targets -- -D warnings
+echo "== cargo test"
+cargo test --workspace
+
+if [ "${SKIP_FUZZ:-0}" != 1 ] && rustup toolchain list 2>/dev/null | grep -q nightly; then
+  echo "== fuzzing the parsers (${FUZZ_SECONDS:-20}s per target)"
+  if ! command -v cargo-fuzz >/dev/null 2>&1; then
+    cargo install cargo-fuzz --locked -q || cargo install cargo-fuzz -q
+  fi
+  for t in request_head response_head chunked_body; do
+    (cd fuzz && cargo +nightly fuzz run "$t" -- -max_total_time="${FUZZ_SECONDS:-20}" -rss_limit_mb=2048 2>&1 | tail -n 3)
+  done
+else
+  echo "== fuzzing skipped (no nightly toolchain or SKIP_FUZZ=1)"
+fi
+echo "== all tests passed"
