@@ -183,8 +183,12 @@ impl Balancer {
         let cursor = self.cursors.local();
         match self.algorithm {
             Algorithm::RoundRobin | Algorithm::ConsistentHash => {
-                let start = cursor.rr.fetch_add(1, Ordering::Relaxed);
-                (0..n).map(|k| (start + k) % n).find(|i| eligible(*i))
+                // The cursor moves past every member skipped, so the turn
+                // rotates over the members that may serve: a down or backup
+                // member does not double the share of the one after it.
+                (0..n)
+                    .map(|_| cursor.rr.fetch_add(1, Ordering::Relaxed) % n)
+                    .find(|i| eligible(*i))
             }
             Algorithm::WeightedRoundRobin => {
                 // Smooth weighted round robin (as nginx): every eligible member
@@ -361,6 +365,19 @@ mod tests {
         s[1].ejected_until_ms
             .store(now_ms() + 60_000, Ordering::Relaxed);
         assert_eq!(b.pick(&c, None, None, Tried::default()), Some(2));
+    }
+
+    #[test]
+    fn round_robin_is_even_over_members_that_may_serve() {
+        let s = states(3);
+        let w = [1, 1, 1];
+        let bk = [false, false, true];
+        let b = Balancer::new(Algorithm::RoundRobin, 0, &keys(3), &w, &bk);
+        let c = cands(&s, &w, &bk);
+        let n0 = (0..100)
+            .filter(|_| b.pick(&c, None, None, Tried::default()) == Some(0))
+            .count();
+        assert_eq!(n0, 50);
     }
 
     #[test]

@@ -431,6 +431,10 @@ async fn proxy_request(
         tried.add(i);
         let m = &pool.members[i];
         let mc = m.counters.local();
+        // Counted from the pick, not from the connect: requests picking
+        // while this one connects must see it (max_connections, least
+        // connections, p2c).
+        let inflight = Inflight::new(&m.state);
         let mut up = match ctx.idle.take(m) {
             Some(u) => {
                 stats::inc(&mc.connections_reused);
@@ -459,11 +463,11 @@ async fn proxy_request(
                         502
                     };
                     let why = format!("could not connect to a server of pool \"{}\"", pool.name);
+                    drop(inflight);
                     return drain_then_error(c, vs, req, status, &why, st).await;
                 }
             },
         };
-        let inflight = Inflight::new(&m.state);
         stats::inc(&mc.requests);
 
         // Request head, then the body, streamed.
