@@ -745,3 +745,52 @@ pub fn simple_config(listen: SocketAddr, origins: &[&Origin], pool_extra: &str) 
     }
     s
 }
+
+// ------------------------------------------------ stats and small helpers
+
+impl Switchyard {
+    /// The admin `/stats.json` document.
+    pub fn stats(&self) -> serde_json::Value {
+        let text = self.admin_get("/stats.json");
+        serde_json::from_str(&text).unwrap_or_else(|e| panic!("stats.json: {e}: {text}"))
+    }
+
+    /// One member's entry in `/stats.json` (pool name, member address).
+    pub fn member_stats(&self, pool: &str, member: SocketAddr) -> serde_json::Value {
+        member_of(&self.stats(), pool, member)
+    }
+
+    /// One pool's entry in `/stats.json`.
+    pub fn pool_stats(&self, pool: &str) -> serde_json::Value {
+        let s = self.stats();
+        s["pools"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["name"] == pool))
+            .cloned()
+            .unwrap_or_else(|| panic!("no pool {pool} in {s}"))
+    }
+}
+
+/// A member's entry in a `/stats.json` document.
+pub fn member_of(stats: &serde_json::Value, pool: &str, member: SocketAddr) -> serde_json::Value {
+    stats["pools"]
+        .as_array()
+        .and_then(|ps| ps.iter().find(|p| p["name"] == pool))
+        .and_then(|p| p["members"].as_array())
+        .and_then(|ms| ms.iter().find(|m| m["address"] == member.to_string()))
+        .cloned()
+        .unwrap_or_else(|| panic!("no member {member} of pool {pool} in {stats}"))
+}
+
+/// GET on a new connection with extra header lines ("Name: value\r\n...").
+pub fn get_with(addr: SocketAddr, path: &str, headers: &str) -> Response {
+    request(
+        addr,
+        &format!("GET {path} HTTP/1.1\r\nHost: test\r\nConnection: close\r\n{headers}\r\n"),
+    )
+}
+
+/// The origin name (X-Origin) of a response, or "" when there is none.
+pub fn origin_of(r: &Response) -> String {
+    r.header("x-origin").unwrap_or("").to_string()
+}
