@@ -794,3 +794,28 @@ pub fn get_with(addr: SocketAddr, path: &str, headers: &str) -> Response {
 pub fn origin_of(r: &Response) -> String {
     r.header("x-origin").unwrap_or("").to_string()
 }
+
+impl Switchyard {
+    /// Rewrites the config file (admin section kept) without asking for a
+    /// reload (for SIGHUP tests).
+    pub fn write_config(&self, config: &str) {
+        std::fs::write(
+            &self.config,
+            format!("[admin]\nlisten = \"{}\"\n{config}", self.admin),
+        )
+        .expect("write config");
+    }
+}
+
+/// Runs `switchyard ARGS...`; returns (exit code, stdout, stderr).
+pub fn run_cli(args: &[&str]) -> (Option<i32>, String, String) {
+    let out = Command::new(bin())
+        .args(args)
+        .output()
+        .expect("run switchyard");
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
