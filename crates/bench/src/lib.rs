@@ -7,11 +7,15 @@
 pub mod args;
 pub mod cli_load;
 pub mod client;
+pub mod compare;
 pub mod content;
+pub mod dut;
 pub mod hist;
 pub mod json;
 pub mod load;
 pub mod origin;
+pub mod report;
+pub mod scenario;
 pub mod sys;
 
 const HELP: &str = "usage: switchyard bench <command> [options]
@@ -31,6 +35,9 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
     let r = match cmd.as_str() {
         "origin" => origin::cli(rest),
         "load" => cli_load::cli(rest),
+        "compare" => compare::cli(rest),
+        "report" => report::cli(rest),
+        "scenarios" => scenarios_cli(rest),
         "help" | "--help" | "-h" => {
             println!("{HELP}");
             Ok(0)
@@ -44,4 +51,44 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
             2
         }
     }
+}
+
+fn scenarios_cli(args: &[String]) -> Result<i32, String> {
+    let mut a = args::Args::parse(args, &[])?;
+    let names = a.list("targets");
+    a.finish()?;
+    let names = if names.is_empty() {
+        vec!["switchyard".to_string(), "haproxy".into(), "nginx".into()]
+    } else {
+        names
+    };
+    let mut targets = Vec::new();
+    for n in &names {
+        match dut::resolve(n, None) {
+            Ok(t) => targets.push(t),
+            Err(e) => println!("{n}: {e}"),
+        }
+    }
+    let timing = scenario::Timing::new(true);
+    for (name, what) in scenario::SCENARIOS {
+        println!("{name:15} {what}");
+        let cases = scenario::cases(name, &timing, 1000)?;
+        for t in &targets {
+            let skip_all = cases.iter().find_map(|c| c.skip_all.clone());
+            let mut missing: Vec<&str> = cases
+                .iter()
+                .flat_map(|c| c.needs.iter())
+                .filter(|c| !t.caps.contains(c))
+                .map(|c| c.name())
+                .collect();
+            missing.dedup();
+            let verdict = match (skip_all, missing.is_empty()) {
+                (Some(r), _) => format!("skipped: {r}"),
+                (None, true) => "runs".to_string(),
+                (None, false) => format!("partly or not: lacks {}", missing.join(", ")),
+            };
+            println!("{:15}   {:10} {verdict}", "", t.name);
+        }
+    }
+    Ok(0)
 }

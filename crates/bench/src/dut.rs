@@ -1,0 +1,628 @@
+//! Devices under test: Switchyard itself and the peers users run today.
+//!
+//! For each target the harness writes the equivalent configuration (one
+//! configuration for every scenario, defaults wherever possible, one worker),
+//! starts it pinned with `taskset`, samples its CPU time and memory from
+//! /proc, and stops it. What a target cannot do is a capability it lacks,
+//! and scenarios needing it are skipped with a note instead of failing.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::sys;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Cap {
+    /// TCP (layer 4) virtual server.
+    L4,
+    /// HTTP virtual server with path switching and upstream keep-alive.
+    L7,
+    /// Listens on IPv6 too.
+    Ipv6,
+    Tls,
+    Compression,
+    Caching,
+    Waf,
+}
+
+impl Cap {
+    pub fn name(self) -> &'static str {
+        match self {
+            Cap::L4 => "l4",
+            Cap::L7 => "l7",
+            Cap::Ipv6 => "ipv6",
+            Cap::Tls => "tls",
+            Cap::Compression => "compression",
+            Cap::Caching => "caching",
+            Cap::Waf => "waf",
+        }
+    }
+    pub fn parse(s: &str) -> Option<Cap> {
+        [
+            Cap::L4,
+            Cap::L7,
+            Cap::Ipv6,
+            Cap::Tls,
+            Cap::Compression,
+            Cap::Caching,
+            Cap::Waf,
+        ]
+        .into_iter()
+        .find(|c| c.name() == s)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Switchyard,
+    Haproxy,
+    Nginx,
+    Cmd,
+}
+
+/// Addresses shared by every target's configuration.
+#[derive(Clone, Debug)]
+pub struct Ports {
+    pub l7: u16,
+    pub l4: u16,
+    pub compress: u16,
+    pub cache: u16,
+    pub admin: u16,
+    pub web_origin: SocketAddr,
+    pub images_origin: SocketAddr,
+}
+
+impl Ports {
+    pub fn from_base(base: u16) -> Ports {
+        Ports {
+            l7: base,
+            l4: base + 1,
+            compress: base + 2,
+            cache: base + 3,
+            admin: base + 9,
+            web_origin: SocketAddr::from(([127, 0, 0, 1], base + 1001)),
+            images_origin: SocketAddr::from(([127, 0, 0, 1], base + 1002)),
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listener {
+    L7,
+    L7v6,
+    L4,
+    Compress,
+    Cache,
+}
+
+impl Ports {
+    pub fn addr(&self, l: Listener) -> SocketAddr {
+        match l {
+            Listener::L7 => SocketAddr::from(([127, 0, 0, 1], self.l7)),
+            Listener::L7v6 => SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, self.l7)),
+            Listener::L4 => SocketAddr::from(([127, 0, 0, 1], self.l4)),
+            Listener::Compress => SocketAddr::from(([127, 0, 0, 1], self.compress)),
+            Listener::Cache => SocketAddr::from(([127, 0, 0, 1], self.cache)),
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct Target {
+    pub name: String,
+    pub kind: Kind,
+    pub program: PathBuf,
+    /// For `cmd:` targets, the shell command.
+    pub command: String,
+    pub caps: Vec<Cap>,
+    /// Why capabilities are missing, for the report.
+    pub notes: Vec<String>,
+    pub version: String,
+}
+
+/// What Switchyard can do today. Update as features land (TLS is issue 4);
+/// `--caps switchyard=l7,l4,...` overrides it for a build that can do more.
+pub const SWITCHYARD_CAPS: &[Cap] = &[Cap::L7, Cap::Ipv6];
+
+fn version_of(program: &Path, arg: &str) -> String {
+    Command::new(program)
+        .arg(arg)
+        .output()
+        .ok()
+        .map(|o| {
+            let mut s = String::from_utf8_lossy(&o.stdout).to_string();
+            s.push_str(&String::from_utf8_lossy(&o.stderr));
+            s.lines().next().unwrap_or("").trim().to_string()
+        })
+        .unwrap_or_default()
+}
+
+/// The switchyard binary: this executable when it is `switchyard`, else a
+/// `switchyard` next to it (target/release when running switchyard-bench).
+pub fn switchyard_binary() -> Option<PathBuf> {
+    let me = std::env::current_exe().ok()?;
+    if me.file_name().is_some_and(|n| n == "switchyard") {
+        return Some(me);
+    }
+    let dir = me.parent()?;
+    for cand in [dir.join("switchyard"), dir.join("../switchyard")] {
+        if cand.is_file() {
+            return Some(cand);
+        }
+    }
+    None
+}
+
+pub fn nginx_stream_module() -> Option<PathBuf> {
+    [
+        "/usr/lib/nginx/modules/ngx_stream_module.so",
+        "/usr/share/nginx/modules/ngx_stream_module.so",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.is_file())
+}
+
+/// Resolves a target name: switchyard, haproxy, nginx, or cmd:COMMAND.
+pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, String> {
+    if let Some(cmd) = name.strip_prefix("cmd:") {
+        return Ok(Target {
+            name: "cmd".into(),
+            kind: Kind::Cmd,
+            program: PathBuf::from("/bin/sh"),
+            command: cmd.to_string(),
+            caps: vec![Cap::L7],
+            notes: vec![
+                "cmd: target: the command must serve HTTP on $SY_L7 and route /images/ to $SY_IMAGES_ORIGIN, the rest to $SY_WEB_ORIGIN".into(),
+            ],
+            version: String::new(),
+        });
+    }
+    match name {
+        "switchyard" => {
+            let program = match switchyard_bin {
+                Some(p) => p.to_path_buf(),
+                None => switchyard_binary().ok_or(
+                    "cannot find the switchyard binary next to this program; pass --switchyard-bin PATH (cargo build --release -p switchyard)",
+                )?,
+            };
+            Ok(Target {
+                name: name.into(),
+                kind: Kind::Switchyard,
+                version: version_of(&program, "--version"),
+                program,
+                command: String::new(),
+                caps: SWITCHYARD_CAPS.to_vec(),
+                notes: vec![
+                    "switchyard: no L4 (protocol = \"tcp\"), TLS, compression, caching or WAF yet"
+                        .into(),
+                ],
+            })
+        }
+        "haproxy" => {
+            let program = sys::which("haproxy")
+                .ok_or("haproxy is not installed: apt-get install -y haproxy")?;
+            Ok(Target {
+                name: name.into(),
+                kind: Kind::Haproxy,
+                version: version_of(&program, "-v"),
+                program,
+                command: String::new(),
+                caps: vec![Cap::L4, Cap::L7, Cap::Ipv6, Cap::Compression, Cap::Caching],
+                notes: vec!["haproxy: no WAF in the Debian package".into()],
+            })
+        }
+        "nginx" => {
+            let program =
+                sys::which("nginx").ok_or("nginx is not installed: apt-get install -y nginx")?;
+            let mut caps = vec![Cap::L7, Cap::Ipv6, Cap::Compression, Cap::Caching];
+            let mut notes = vec!["nginx: no WAF in the Debian package".to_string()];
+            if nginx_stream_module().is_some() {
+                caps.push(Cap::L4);
+            } else {
+                notes.push(
+                    "nginx: no L4 without the stream module: apt-get install -y libnginx-mod-stream".into(),
+                );
+            }
+            caps.sort();
+            Ok(Target {
+                name: name.into(),
+                kind: Kind::Nginx,
+                version: version_of(&program, "-v"),
+                program,
+                command: String::new(),
+                caps,
+                notes,
+            })
+        }
+        other => Err(format!(
+            "unknown target {other}: use switchyard, haproxy, nginx or cmd:COMMAND"
+        )),
+    }
+}
+
+/// Writes the target's configuration into `dir`; returns the command line.
+pub fn write_config(t: &Target, p: &Ports, dir: &Path) -> Result<Vec<String>, String> {
+    let w = |name: &str, text: &str| -> Result<String, String> {
+        let f = dir.join(name);
+        std::fs::write(&f, text).map_err(|e| format!("{}: {e}", f.display()))?;
+        Ok(f.display().to_string())
+    };
+    let has = |c: Cap| t.caps.contains(&c);
+    match t.kind {
+        Kind::Switchyard => {
+            let mut s = String::new();
+            let _ = write!(
+                s,
+                r#"# Written by switchyard bench: the same topology as the peers' configs.
+[global]
+workers = 1
+pin_workers = false      # the harness pins with taskset instead
+
+[admin]
+listen = "127.0.0.1:{admin}"
+
+[[vserver]]
+name = "l7"
+listen = ["127.0.0.1:{l7}"{v6}]
+default_pool = "web"
+
+[[vserver.policy]]
+match = {{ path_prefix = "/images/" }}
+action = {{ pool = "images" }}
+"#,
+                admin = p.admin,
+                l7 = p.l7,
+                v6 = if has(Cap::Ipv6) {
+                    format!(", \"[::1]:{}\"", p.l7)
+                } else {
+                    String::new()
+                },
+            );
+            if has(Cap::L4) {
+                let _ = write!(
+                    s,
+                    "\n[[vserver]]\nname = \"l4\"\nprotocol = \"tcp\"\nlisten = [\"127.0.0.1:{}\"]\ndefault_pool = \"web\"\n",
+                    p.l4
+                );
+            }
+            let _ = write!(
+                s,
+                r#"
+[[pool]]
+name = "web"
+algorithm = "round-robin"
+idle_per_member = 256
+
+[[pool.member]]
+address = "{web}"
+
+[[pool]]
+name = "images"
+idle_per_member = 256
+
+[[pool.member]]
+address = "{img}"
+"#,
+                web = p.web_origin,
+                img = p.images_origin
+            );
+            let f = w("switchyard.toml", &s)?;
+            Ok(vec![
+                t.program.display().to_string(),
+                "run".into(),
+                "-c".into(),
+                f,
+            ])
+        }
+        Kind::Haproxy => {
+            let mut s = format!(
+                r#"# Written by switchyard bench.
+global
+    nbthread 1
+    maxconn 9900
+
+defaults
+    mode http
+    timeout connect 5s
+    timeout client 120s
+    timeout server 120s
+    timeout http-keep-alive 120s
+    option forwardfor
+    maxconn 9900
+
+cache objcache
+    total-max-size 256
+    max-object-size 1048576
+    max-age 600
+
+frontend l7
+    bind 127.0.0.1:{l7}
+    bind [::1]:{l7}
+    use_backend images if {{ path_beg /images/ }}
+    default_backend web
+
+frontend compress
+    bind 127.0.0.1:{comp}
+    default_backend web_compress
+
+frontend cache
+    bind 127.0.0.1:{cache}
+    default_backend web_cache
+
+backend web
+    server s1 {web}
+
+backend images
+    server s1 {img}
+
+backend web_compress
+    compression algo gzip
+    compression type text/html
+    server s1 {web}
+
+backend web_cache
+    http-request cache-use objcache
+    http-response cache-store objcache
+    server s1 {web}
+"#,
+                l7 = p.l7,
+                comp = p.compress,
+                cache = p.cache,
+                web = p.web_origin,
+                img = p.images_origin
+            );
+            let _ = write!(
+                s,
+                "\nfrontend l4\n    mode tcp\n    bind 127.0.0.1:{}\n    default_backend web_tcp\n\nbackend web_tcp\n    mode tcp\n    server s1 {}\n",
+                p.l4, p.web_origin
+            );
+            let f = w("haproxy.cfg", &s)?;
+            Ok(vec![
+                t.program.display().to_string(),
+                "-db".into(),
+                "-f".into(),
+                f,
+            ])
+        }
+        Kind::Nginx => {
+            let d = dir.display();
+            let proxy = "proxy_http_version 1.1;\n            proxy_set_header Connection \"\";\n            proxy_set_header Host $host;\n            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;";
+            let mut s = String::new();
+            if has(Cap::L4) {
+                if let Some(m) = nginx_stream_module() {
+                    let _ = writeln!(s, "load_module {};", m.display());
+                }
+            }
+            let _ = write!(
+                s,
+                r#"# Written by switchyard bench.
+daemon off;
+master_process on;
+worker_processes 1;
+worker_rlimit_nofile 20000;
+pid {d}/nginx.pid;
+error_log {d}/error.log warn;
+
+events {{
+    worker_connections 19000;
+}}
+
+http {{
+    access_log off;
+    client_body_temp_path {d}/body;
+    proxy_temp_path {d}/proxy;
+    fastcgi_temp_path {d}/fastcgi;
+    uwsgi_temp_path {d}/uwsgi;
+    scgi_temp_path {d}/scgi;
+    keepalive_timeout 120s;
+    keepalive_requests 1000000;
+    proxy_cache_path {d}/cache levels=1:2 keys_zone=objcache:10m max_size=256m inactive=10m use_temp_path=off;
+
+    upstream web {{
+        server {web};
+        keepalive 256;
+    }}
+    upstream images {{
+        server {img};
+        keepalive 256;
+    }}
+
+    server {{
+        listen 127.0.0.1:{l7};
+        listen [::1]:{l7};
+        location /images/ {{
+            proxy_pass http://images;
+            {proxy}
+        }}
+        location / {{
+            proxy_pass http://web;
+            {proxy}
+        }}
+    }}
+
+    server {{
+        listen 127.0.0.1:{comp};
+        gzip on;
+        gzip_min_length 1;
+        gzip_proxied any;
+        location / {{
+            proxy_pass http://web;
+            {proxy}
+        }}
+    }}
+
+    server {{
+        listen 127.0.0.1:{cache};
+        location / {{
+            proxy_pass http://web;
+            proxy_cache objcache;
+            proxy_cache_valid 200 10m;
+            {proxy}
+        }}
+    }}
+}}
+"#,
+                web = p.web_origin,
+                img = p.images_origin,
+                l7 = p.l7,
+                comp = p.compress,
+                cache = p.cache,
+            );
+            if has(Cap::L4) {
+                let _ = write!(
+                    s,
+                    "\nstream {{\n    server {{\n        listen 127.0.0.1:{};\n        proxy_pass {};\n    }}\n}}\n",
+                    p.l4, p.web_origin
+                );
+            }
+            let f = w("nginx.conf", &s)?;
+            Ok(vec![
+                t.program.display().to_string(),
+                "-p".into(),
+                d.to_string(),
+                "-e".into(),
+                format!("{d}/error.log"),
+                "-c".into(),
+                f,
+            ])
+        }
+        Kind::Cmd => Ok(vec!["/bin/sh".into(), "-c".into(), t.command.clone()]),
+    }
+}
+
+/// A running device under test.
+pub struct Running {
+    pub child: Child,
+    pub pid: u32,
+    pub log: PathBuf,
+    pub started: Instant,
+}
+
+impl Running {
+    /// None while it runs; Some(description) once it has exited.
+    pub fn exited(&mut self) -> Option<String> {
+        match self.child.try_wait() {
+            Ok(Some(st)) => Some(format!("DUT exited during the run ({st})")),
+            Ok(None) => None,
+            Err(e) => Some(format!("DUT state unknown: {e}")),
+        }
+    }
+
+    pub fn sample(&self) -> sys::TreeSample {
+        sys::sample_tree(self.pid)
+    }
+
+    pub fn log_tail(&self) -> String {
+        let s = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = s.lines().collect();
+        lines[lines.len().saturating_sub(8)..].join("\n")
+    }
+
+    /// SIGTERM, then SIGKILL after a grace period; the whole process tree.
+    pub fn stop(mut self) {
+        let tree = sys::process_tree(self.pid);
+        // SAFETY: kill() on pids we started (and their children).
+        unsafe {
+            libc::kill(self.pid as i32, libc::SIGTERM);
+        }
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = self.child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for p in tree.iter().rev() {
+            if Path::new(&format!("/proc/{p}")).exists() {
+                unsafe {
+                    libc::kill(*p as i32, libc::SIGKILL);
+                }
+            }
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Starts the target pinned to `cpu` and waits until `probe` accepts.
+pub fn start(
+    t: &Target,
+    p: &Ports,
+    dir: &Path,
+    cpu: Option<usize>,
+    probe: SocketAddr,
+) -> Result<Running, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    // A leftover process on our ports would answer in the DUT's place.
+    for l in [
+        Listener::L7,
+        Listener::L4,
+        Listener::Compress,
+        Listener::Cache,
+    ] {
+        let a = p.addr(l);
+        if std::net::TcpListener::bind(a).is_err() {
+            return Err(format!(
+                "{a} is already in use by another process: stop it or pick other ports with --port-base"
+            ));
+        }
+    }
+    let argv = write_config(t, p, dir)?;
+    let log = dir.join("dut.log");
+    let logf = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let logf2 = logf.try_clone().map_err(|e| e.to_string())?;
+    let mut cmd = match cpu {
+        Some(c) if sys::which("taskset").is_some() => {
+            let mut c2 = Command::new("taskset");
+            c2.arg("-c").arg(c.to_string()).args(&argv);
+            c2
+        }
+        _ => {
+            let mut c2 = Command::new(&argv[0]);
+            c2.args(&argv[1..]);
+            c2
+        }
+    };
+    cmd.stdin(Stdio::null())
+        .stdout(logf)
+        .stderr(logf2)
+        .current_dir(dir)
+        .env("SY_L7", format!("127.0.0.1:{}", p.l7))
+        .env("SY_WEB_ORIGIN", p.web_origin.to_string())
+        .env("SY_IMAGES_ORIGIN", p.images_origin.to_string());
+    let child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
+    let pid = child.id();
+    let mut r = Running {
+        child,
+        pid,
+        log,
+        started: Instant::now(),
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(e) = r.exited() {
+            let tail = r.log_tail();
+            return Err(format!("{} did not start: {e}\n{tail}", t.name));
+        }
+        if std::net::TcpStream::connect_timeout(&probe, Duration::from_millis(200)).is_ok() {
+            // taskset has exec'd by now; nginx may still be forking its worker.
+            std::thread::sleep(Duration::from_millis(100));
+            return Ok(r);
+        }
+        if Instant::now() > deadline {
+            let tail = r.log_tail();
+            r.stop();
+            return Err(format!(
+                "{} did not accept on {probe} within 10 s\n{tail}",
+                t.name
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(25));
+    }
+}

@@ -1,0 +1,528 @@
+//! The scenarios of METHODOLOGY.md, turned into concrete load cases.
+
+use std::time::Duration;
+
+use crate::args::fmt_size;
+use crate::content::IETF_MIX;
+use crate::dut::{Cap, Listener};
+use crate::load::{LoadConfig, PathSpec};
+
+/// The KPI a case is ranked and charted by.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kpi {
+    Rps,
+    Cps,
+    Throughput,
+    Goodput,
+    P99,
+    ConcurrentMax,
+    MuxRatio,
+    /// Requests per second served at 65 % of the DUT's core.
+    EqualCpuRps,
+    /// DUT CPU time per request at one offered rate (lower is better): the
+    /// comparison that still means something when the generator saturates.
+    CpuPerReq,
+}
+
+impl Kpi {
+    pub fn key(self) -> &'static str {
+        match self {
+            Kpi::Rps => "rps",
+            Kpi::Cps => "cps",
+            Kpi::Throughput => "throughput_bps",
+            Kpi::Goodput => "goodput_bps",
+            Kpi::P99 => "p99_us",
+            Kpi::ConcurrentMax => "concurrent_max",
+            Kpi::MuxRatio => "mux_ratio",
+            Kpi::EqualCpuRps => "rps",
+            Kpi::CpuPerReq => "dut_cpu_us_per_req",
+        }
+    }
+    pub fn higher_is_better(self) -> bool {
+        !matches!(self, Kpi::P99 | Kpi::CpuPerReq)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Plain,
+    /// Find the DUT's max rate, back off 5 %, measure open loop there.
+    Stressed,
+    /// Find the rate at which the DUT uses 65 % of its core.
+    EqualCpu,
+}
+
+#[derive(Clone, Debug)]
+pub struct Case {
+    pub scenario: &'static str,
+    pub name: String,
+    pub listener: Listener,
+    /// A second listener for mixed IPv4/IPv6 runs.
+    pub listener2: Option<Listener>,
+    pub needs: Vec<Cap>,
+    pub load: LoadConfig,
+    pub mode: Mode,
+    pub kpi: Kpi,
+    /// Skipped for every target, with this reason.
+    pub skip_all: Option<String>,
+    pub note: Option<String>,
+}
+
+pub const SCENARIOS: &[(&str, &str)] = &[
+    (
+        "l4-cps",
+        "L4 virtual server, 1 request per connection, 128 B / 1 KB / 64 KB",
+    ),
+    (
+        "l4-throughput",
+        "L4, 64 KB and 512 KB objects, unlimited requests per connection",
+    ),
+    (
+        "l7-rps",
+        "L7 URI switching, 1 / 10 / unlimited requests per connection x sizes",
+    ),
+    (
+        "ssl-tps",
+        "new TLS session per connection (needs the TLS client: issue 4)",
+    ),
+    (
+        "ssl-throughput",
+        "TLS keep-alive volume (needs the TLS client: issue 4)",
+    ),
+    (
+        "latency",
+        "P99 at idle (100 req/s) and stressed (95 % of the measured max)",
+    ),
+    ("equal-cpu", "rate at which the DUT uses 65 % of its core"),
+    (
+        "concurrency",
+        "idle keep-alive connections up to a target or failure; memory per connection",
+    ),
+    (
+        "multiplexing",
+        "many users with think time 3 s and 60 s; client / server connections",
+    ),
+    (
+        "goodput",
+        "100 clients fetching 1 MB objects through L7 switching",
+    ),
+    (
+        "mix",
+        "IETF object mix, 10 transactions per connection, IPv4 and 50:50 IPv4/IPv6",
+    ),
+    (
+        "compression",
+        "gzip on every response; throughput and compression ratio",
+    ),
+    (
+        "caching",
+        "objects served from the DUT's cache; 1 / 10 / unlimited requests per connection",
+    ),
+    ("waf", "WAF inspecting 100 % and 33 % of HTTPS traffic"),
+    (
+        "syn-flood",
+        "SYN flood while valid traffic must keep succeeding",
+    ),
+];
+
+#[derive(Clone, Copy, Debug)]
+pub struct Timing {
+    pub ramp_up: Duration,
+    pub steady: Duration,
+    pub ramp_down: Duration,
+    pub quick: bool,
+}
+
+impl Timing {
+    pub fn new(quick: bool) -> Timing {
+        if quick {
+            Timing {
+                ramp_up: Duration::from_millis(300),
+                steady: Duration::from_millis(1500),
+                ramp_down: Duration::ZERO,
+                quick,
+            }
+        } else {
+            Timing {
+                ramp_up: Duration::from_secs(3),
+                steady: Duration::from_secs(20),
+                ramp_down: Duration::from_secs(1),
+                quick,
+            }
+        }
+    }
+}
+
+fn paths(list: &[String]) -> Vec<PathSpec> {
+    list.iter()
+        .map(|p| PathSpec {
+            path: p.clone(),
+            expect_size: crate::content::object_size(p),
+        })
+        .collect()
+}
+
+fn base(t: &Timing, urls: &[String]) -> LoadConfig {
+    LoadConfig {
+        paths: paths(urls),
+        connections: 50,
+        threads: 1,
+        ramp_up: t.ramp_up,
+        duration: t.steady,
+        ramp_down: t.ramp_down,
+        // Spread over source addresses: 1-request connections leave TIME_WAIT
+        // sockets behind, and one source address runs out of ports.
+        src_ips: crate::cli_load::parse_src_ips("127.0.0.1-127.0.0.250").unwrap_or_default(),
+        ..LoadConfig::default()
+    }
+}
+
+fn case(
+    scenario: &'static str,
+    name: String,
+    listener: Listener,
+    needs: &[Cap],
+    load: LoadConfig,
+    kpi: Kpi,
+) -> Case {
+    Case {
+        scenario,
+        name,
+        listener,
+        listener2: None,
+        needs: needs.to_vec(),
+        load,
+        mode: Mode::Plain,
+        kpi,
+        skip_all: None,
+        note: None,
+    }
+}
+
+fn rpc_name(r: u64) -> String {
+    if r == 0 {
+        "unlimited".into()
+    } else {
+        r.to_string()
+    }
+}
+
+/// The cases of one scenario. `max_conns` caps connection counts (file
+/// descriptors: ours and the DUT's).
+pub fn cases(scenario: &str, t: &Timing, max_conns: usize) -> Result<Vec<Case>, String> {
+    let q = t.quick;
+    let mut out = Vec::new();
+    let size_url = |n: u64| format!("/size/{n}");
+    match scenario {
+        "l4-cps" => {
+            for n in [128u64, 1024, 65536] {
+                let mut l = base(t, &[size_url(n)]);
+                l.requests_per_conn = 1;
+                out.push(case(
+                    "l4-cps",
+                    format!("{} 1 req/conn", fmt_size(n)),
+                    Listener::L4,
+                    &[Cap::L4],
+                    l,
+                    Kpi::Cps,
+                ));
+            }
+        }
+        "l4-throughput" => {
+            for n in [65536u64, 524288] {
+                let l = base(t, &[size_url(n)]);
+                out.push(case(
+                    "l4-throughput",
+                    format!("{} keep-alive", fmt_size(n)),
+                    Listener::L4,
+                    &[Cap::L4],
+                    l,
+                    Kpi::Throughput,
+                ));
+            }
+        }
+        "l7-rps" => {
+            let sizes: &[u64] = if q {
+                &[128, 65536]
+            } else {
+                &[128, 2048, 8192, 65536, 524288]
+            };
+            for &rpc in &[1u64, 10, 0] {
+                for &n in sizes {
+                    // Half the requests switch to the images pool.
+                    let mut l = base(t, &[size_url(n), format!("/images/size/{n}")]);
+                    l.requests_per_conn = rpc;
+                    out.push(case(
+                        "l7-rps",
+                        format!("{} {} req/conn", fmt_size(n), rpc_name(rpc)),
+                        Listener::L7,
+                        &[Cap::L7],
+                        l,
+                        Kpi::Rps,
+                    ));
+                }
+            }
+        }
+        "ssl-tps" | "ssl-throughput" => {
+            let mut c = case(
+                scenario_static(scenario),
+                "all".into(),
+                Listener::L7,
+                &[Cap::Tls],
+                base(t, &[size_url(1)]),
+                Kpi::Rps,
+            );
+            c.skip_all = Some("the load generator has no TLS client yet (issue 4)".into());
+            out.push(c);
+        }
+        "waf" => {
+            let mut c = case(
+                "waf",
+                "all".into(),
+                Listener::L7,
+                &[Cap::Waf, Cap::Tls],
+                base(t, &[size_url(1)]),
+                Kpi::Rps,
+            );
+            c.skip_all = Some(
+                "no target has a WAF, and the load generator has no TLS client yet (issue 4)"
+                    .into(),
+            );
+            out.push(c);
+        }
+        "syn-flood" => {
+            let mut c = case(
+                "syn-flood",
+                "all".into(),
+                Listener::L4,
+                &[Cap::L4],
+                base(t, &[size_url(1)]),
+                Kpi::Cps,
+            );
+            c.skip_all = Some("needs a raw-socket SYN generator (not built) and a network namespace to keep the flood off the host's loopback".into());
+            out.push(c);
+        }
+        "latency" => {
+            let sizes: &[u64] = if q { &[1] } else { &[1, 9216, 30720] };
+            for &n in sizes {
+                let mut l = base(t, &[size_url(n)]);
+                l.rate = Some(100.0);
+                l.connections = 10;
+                out.push(case(
+                    "latency",
+                    format!("idle 100 req/s {}", fmt_size(n)),
+                    Listener::L7,
+                    &[Cap::L7],
+                    l,
+                    Kpi::P99,
+                ));
+            }
+            for &n in sizes {
+                let l = base(t, &[size_url(n)]);
+                let mut c = case(
+                    "latency",
+                    format!("stressed 95% {}", fmt_size(n)),
+                    Listener::L7,
+                    &[Cap::L7],
+                    l,
+                    Kpi::P99,
+                );
+                c.mode = Mode::Stressed;
+                out.push(c);
+            }
+        }
+        "equal-cpu" => {
+            let mut l = base(t, &[size_url(1)]);
+            if !q {
+                // The report runs 7 minutes; 60 s keeps a full run affordable.
+                l.duration = Duration::from_secs(60);
+            }
+            let mut c = case(
+                "equal-cpu",
+                "1B at 65% DUT CPU".into(),
+                Listener::L7,
+                &[Cap::L7],
+                l,
+                Kpi::EqualCpuRps,
+            );
+            c.mode = Mode::EqualCpu;
+            c.note = Some("7 minutes in the report; shortened here".into());
+            out.push(c);
+        }
+        "concurrency" => {
+            let target = if q { 1000.min(max_conns) } else { max_conns };
+            let mut l = base(t, &[size_url(1024)]);
+            l.connections = target;
+            l.think = Duration::from_secs(3600);
+            l.ramp_up = if q {
+                Duration::from_secs(2)
+            } else {
+                Duration::from_secs(20)
+            };
+            l.duration = if q {
+                Duration::from_secs(1)
+            } else {
+                Duration::from_secs(5)
+            };
+            l.timeout = Duration::from_secs(5);
+            let mut c = case(
+                "concurrency",
+                format!("{target} idle keep-alive conns, 1KB"),
+                Listener::L7,
+                &[Cap::L7],
+                l,
+                Kpi::ConcurrentMax,
+            );
+            c.note = Some(format!(
+                "capped at {max_conns} by this machine's open-file limit (the reports reached millions with dedicated test gear)"
+            ));
+            out.push(c);
+        }
+        "multiplexing" => {
+            let users = if q { 300 } else { 2000.min(max_conns) };
+            let thinks: [(Duration, &str); 2] = if q {
+                [
+                    (Duration::from_millis(300), "3s"),
+                    (Duration::from_secs(3), "60s"),
+                ]
+            } else {
+                [
+                    (Duration::from_secs(3), "3s"),
+                    (Duration::from_secs(60), "60s"),
+                ]
+            };
+            for (think, label) in thinks {
+                let mut l = base(t, &[size_url(1024)]);
+                l.connections = users;
+                l.think = think;
+                l.ramp_up = think.max(t.ramp_up);
+                l.duration = if q {
+                    think * 2
+                } else {
+                    (think * 3).max(Duration::from_secs(30))
+                };
+                let mut c = case(
+                    "multiplexing",
+                    format!(
+                        "{users} users think {}",
+                        if q {
+                            format!("{think:?} (scaled from {label})")
+                        } else {
+                            label.to_string()
+                        }
+                    ),
+                    Listener::L7,
+                    &[Cap::L7],
+                    l,
+                    Kpi::MuxRatio,
+                );
+                c.note = Some(format!(
+                    "{users} users (100,000 in the report, scaled to this machine)"
+                ));
+                out.push(c);
+            }
+        }
+        "goodput" => {
+            let mut l = base(t, &[size_url(1 << 20), "/images/size/1048576".into()]);
+            l.connections = 100;
+            out.push(case(
+                "goodput",
+                "100 clients 1MB".into(),
+                Listener::L7,
+                &[Cap::L7],
+                l,
+                Kpi::Goodput,
+            ));
+        }
+        "mix" => {
+            let urls: Vec<String> = IETF_MIX.iter().map(|n| size_url(*n)).collect();
+            let mut l = base(t, &urls);
+            l.requests_per_conn = 10;
+            out.push(case(
+                "mix",
+                "IETF mix IPv4".into(),
+                Listener::L7,
+                &[Cap::L7],
+                l.clone(),
+                Kpi::Throughput,
+            ));
+            let mut c = case(
+                "mix",
+                "IETF mix 50:50 IPv4/IPv6".into(),
+                Listener::L7,
+                &[Cap::L7, Cap::Ipv6],
+                l,
+                Kpi::Throughput,
+            );
+            c.listener2 = Some(Listener::L7v6);
+            out.push(c);
+        }
+        "compression" => {
+            let sizes: &[u64] = if q {
+                &[128, 65536]
+            } else {
+                &[128, 2048, 8192, 65536, 524288]
+            };
+            for &n in sizes {
+                let mut l = base(t, &[size_url(n)]);
+                l.headers.push(("Accept-Encoding".into(), "gzip".into()));
+                out.push(case(
+                    "compression",
+                    format!("gzip {}", fmt_size(n)),
+                    Listener::Compress,
+                    &[Cap::Compression],
+                    l,
+                    Kpi::Throughput,
+                ));
+            }
+        }
+        "caching" => {
+            for &rpc in &[1u64, 10, 0] {
+                let mut l = base(t, &[size_url(8192)]);
+                l.requests_per_conn = rpc;
+                out.push(case(
+                    "caching",
+                    format!("8KB {} req/conn", rpc_name(rpc)),
+                    Listener::Cache,
+                    &[Cap::Caching],
+                    l,
+                    Kpi::Rps,
+                ));
+            }
+        }
+        other => {
+            return Err(format!(
+                "unknown scenario {other}; `switchyard bench scenarios` lists them"
+            ))
+        }
+    }
+    Ok(out)
+}
+
+fn scenario_static(s: &str) -> &'static str {
+    SCENARIOS
+        .iter()
+        .find(|(n, _)| *n == s)
+        .map(|(n, _)| *n)
+        .unwrap_or("unknown")
+}
+
+/// Expands "all" and comma lists.
+pub fn expand(list: &[String]) -> Result<Vec<&'static str>, String> {
+    let mut out = Vec::new();
+    for s in list {
+        if s == "all" {
+            out.extend(SCENARIOS.iter().map(|(n, _)| *n));
+        } else {
+            let n = SCENARIOS
+                .iter()
+                .find(|(n, _)| n == s)
+                .map(|(n, _)| *n)
+                .ok_or_else(|| {
+                    format!("unknown scenario {s}; `switchyard bench scenarios` lists them")
+                })?;
+            out.push(n);
+        }
+    }
+    Ok(out)
+}
