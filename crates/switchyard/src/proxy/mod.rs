@@ -418,9 +418,14 @@ async fn proxy_request(
     let mut retries_left = st.retries;
     let mut continue_sent = false;
     let mut stage: Vec<u8> = Vec::with_capacity(1024);
+    // Why the last attempt failed: the answer when a retry finds no member left.
+    let mut last_failure: Option<(u16, String)> = None;
 
     let (idx, up, resp, _inflight) = loop {
         let Some(i) = pool.balancer.pick(&pool.members, sticky, hash, tried) else {
+            if let Some((status, why)) = &last_failure {
+                return drain_then_error(c, vs, req, *status, why, st).await;
+            }
             stats::inc(&pc.no_member_available);
             let why = format!(
                 "no server is available to handle this request (pool \"{}\")",
@@ -451,18 +456,19 @@ async fn proxy_request(
                         vs.name,
                         m.label(&pool.name)
                     ));
-                    // Nothing was sent: any method may go to another member.
-                    if retries_left > 0 {
-                        retries_left -= 1;
-                        stats::inc(&pc.retries);
-                        continue;
-                    }
                     let status = if matches!(e, ConnectError::Timeout) {
                         504
                     } else {
                         502
                     };
                     let why = format!("could not connect to a server of pool \"{}\"", pool.name);
+                    // Nothing was sent: any method may go to another member.
+                    if retries_left > 0 {
+                        retries_left -= 1;
+                        stats::inc(&pc.retries);
+                        last_failure = Some((status, why));
+                        continue;
+                    }
                     drop(inflight);
                     return drain_then_error(c, vs, req, status, &why, st).await;
                 }
@@ -518,6 +524,10 @@ async fn proxy_request(
                 if up.reused && replayable && retries_left > 0 {
                     retries_left -= 1;
                     stats::inc(&pc.retries);
+                    last_failure = Some((
+                        502,
+                        "the server closed the connection while receiving the request".into(),
+                    ));
                     continue;
                 }
                 log::warn(format_args!(
@@ -605,6 +615,7 @@ async fn proxy_request(
                 if no_response_byte && replayable && retries_left > 0 {
                     retries_left -= 1;
                     stats::inc(&pc.retries);
+                    last_failure = Some((status, why.to_string()));
                     continue;
                 }
                 log::warn(format_args!(
