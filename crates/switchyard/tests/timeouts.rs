@@ -1,0 +1,308 @@
+//! Timeouts and upstream failures end to end: slowloris, idle keep-alive,
+//! upstream response timeout, connect failures and retries, members that
+//! close without answering, and members that answer with broken framing.
+
+mod common;
+use common::*;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn config(listen: SocketAddr, members: &[SocketAddr], timeouts: &str) -> String {
+    let mut s = format!(
+        "[global]\nworkers = 1\n[timeouts]\n{timeouts}\n[[vserver]]\nname = \"web\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n[[pool]]\nname = \"p\"\n"
+    );
+    for m in members {
+        s.push_str(&format!("[[pool.member]]\naddress = \"{m}\"\n"));
+    }
+    s
+}
+
+#[test]
+fn slowloris_gets_408_while_others_are_served() {
+    let o = Origin::start("a");
+    let l = addr(free_port());
+    let _sy = Switchyard::start(&config(l, &[o.addr], "client_header = \"1s\""), &[l]);
+    // Normal clients, in parallel, the whole time.
+    let stop = Arc::new(AtomicBool::new(false));
+    let normal = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut served = 0;
+            let mut worst = Duration::ZERO;
+            let start = Instant::now();
+            while !stop.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(10) {
+                let t = Instant::now();
+                let r = get(l, "/");
+                worst = worst.max(t.elapsed());
+                assert_eq!(r.status, 200);
+                served += 1;
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            (served, worst)
+        })
+    };
+    // Several slow clients, one header byte every 100 ms.
+    let slow: Vec<_> = (0..5)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let start = Instant::now();
+                let mut c = Client::connect(l);
+                let mut w = c.w.try_clone().expect("clone");
+                let writer = std::thread::spawn(move || {
+                    for b in b"GET / HTTP/1.1\r\nHost: slow\r\nX-Padding: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa" {
+                        if w.write_all(&[*b]).is_err() {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_millis(100));
+                    }
+                });
+                let r = c.read_response(false);
+                let answered = start.elapsed();
+                let closed = c.closed_within(Duration::from_secs(2));
+                let _ = writer.join();
+                (r, answered, closed)
+            })
+        })
+        .collect();
+    for s in slow {
+        let (r, answered, closed) = s.join().expect("slow client");
+        let r = r.expect("a 408 response");
+        assert_eq!(r.status, 408, "{}", r.body_text());
+        assert!(r.body_text().contains("request head"), "{}", r.body_text());
+        assert_eq!(r.header("connection"), Some("close"));
+        assert!(
+            answered >= Duration::from_millis(900) && answered <= Duration::from_secs(3),
+            "answered after {answered:?}"
+        );
+        assert!(closed, "connection left open after the 408");
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (served, worst) = normal.join().expect("normal client");
+    assert!(served >= 20, "only {served} normal requests served");
+    assert!(
+        worst < Duration::from_millis(900),
+        "a normal request took {worst:?}"
+    );
+}
+
+#[test]
+fn idle_keep_alive_connection_is_closed() {
+    let o = Origin::start("a");
+    let l = addr(free_port());
+    let sy = Switchyard::start(
+        &config(
+            l,
+            &[o.addr],
+            "client_idle = \"500ms\"\nclient_header = \"1s\"",
+        ),
+        &[l],
+    );
+    // Requests closer together than client_idle keep the connection.
+    let mut c = Client::connect(l);
+    for _ in 0..6 {
+        assert_eq!(c.get("/").status, 200);
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(c.get("/").status, 200);
+    let t = Instant::now();
+    assert!(
+        c.closed_within(Duration::from_secs(3)),
+        "idle connection kept"
+    );
+    let after = t.elapsed();
+    assert!(
+        after >= Duration::from_millis(400) && after < Duration::from_millis(2500),
+        "closed after {after:?}, client_idle is 500ms"
+    );
+    // A connection that never sends anything is closed silently after client_header.
+    let mut silent = Client::connect(l);
+    let t = Instant::now();
+    let mut buf = Vec::new();
+    let _ = silent
+        .r
+        .get_mut()
+        .set_read_timeout(Some(Duration::from_secs(4)));
+    let _ = std::io::Read::read_to_end(&mut silent.r, &mut buf);
+    assert!(buf.is_empty(), "{:?}", String::from_utf8_lossy(&buf));
+    let after = t.elapsed();
+    assert!(
+        after >= Duration::from_millis(800) && after < Duration::from_secs(3),
+        "silent connection closed after {after:?}"
+    );
+    let _ = sy;
+}
+
+#[test]
+fn upstream_response_timeout_gives_504() {
+    let o = Origin::start("a");
+    o.set(|b| b.delay = Duration::from_secs(2));
+    let l = addr(free_port());
+    let sy = Switchyard::start(&config(l, &[o.addr], "upstream_response = \"500ms\""), &[l]);
+    let t = Instant::now();
+    let mut c = Client::connect(l);
+    let r = c.get("/slow");
+    let took = t.elapsed();
+    assert_eq!(r.status, 504);
+    assert_eq!(
+        r.body_text(),
+        "504 Gateway Timeout: the server did not answer in time\n"
+    );
+    assert!(
+        took >= Duration::from_millis(450) && took < Duration::from_millis(1800),
+        "answered after {took:?}"
+    );
+    assert_eq!(sy.member_stats("p", o.addr)["response_timeouts"], 1);
+    // Not retried, and the client connection is still usable.
+    assert_eq!(o.requests(), 1);
+    o.set(|b| b.delay = Duration::ZERO);
+    assert_eq!(c.get("/").status, 200);
+}
+
+#[test]
+fn connect_failure_gives_502_or_is_retried_on_another_member() {
+    let closed = addr(free_port());
+    let (l1, l2) = (addr(free_port()), addr(free_port()));
+    let b = Origin::start("b");
+    let cfg = format!(
+        "[global]\nworkers = 1\n\
+         [[vserver]]\nname = \"alone\"\nlisten = [\"{l1}\"]\ndefault_pool = \"dead\"\n\
+         [[vserver]]\nname = \"pair\"\nlisten = [\"{l2}\"]\ndefault_pool = \"pair\"\n\
+         [[pool]]\nname = \"dead\"\n[[pool.member]]\naddress = \"{closed}\"\n\
+         [[pool]]\nname = \"pair\"\n[[pool.member]]\naddress = \"{closed}\"\n[[pool.member]]\naddress = \"{}\"\n",
+        b.addr
+    );
+    let sy = Switchyard::start(&cfg, &[l1, l2]);
+    let r = get(l1, "/");
+    assert_eq!(r.status, 502, "{}", r.body_text());
+    assert_eq!(
+        r.body_text(),
+        "502 Bad Gateway: could not connect to a server of pool \"dead\"\n"
+    );
+    assert_eq!(sy.member_stats("dead", closed)["connect_failures"], 1);
+    // Two members: the failed connect is retried on the other one.
+    let d = distribution(l2, "/", 4);
+    assert_eq!(d.get("b"), Some(&4), "{d:?}");
+    let failures = sy.member_stats("pair", closed)["connect_failures"]
+        .as_u64()
+        .unwrap_or(0);
+    assert!(
+        failures >= 2,
+        "round robin should have tried it: {failures}"
+    );
+    assert_eq!(sy.pool_stats("pair")["retries"], failures);
+    assert_eq!(b.requests(), 4);
+}
+
+#[test]
+fn member_closing_without_answer() {
+    let (a, b) = (Origin::start("a"), Origin::start("b"));
+    a.set(|x| x.close_without_answer = true);
+    let l = addr(free_port());
+    let sy = Switchyard::start(&config(l, &[a.addr, b.addr], ""), &[l]);
+    // GET is retried on b: every client request succeeds.
+    let d = distribution(l, "/get", 4);
+    assert_eq!(d.get("b"), Some(&4), "{d:?}");
+    let a_gets = a.requests();
+    assert!(a_gets >= 2, "a saw {a_gets}");
+    assert_eq!(sy.pool_stats("p")["retries"], a_gets as u64);
+    // POST with a body is not replayed: the one that lands on a gets 502.
+    let mut statuses = Vec::new();
+    for i in 0..2 {
+        let mut c = Client::connect(l);
+        c.send(
+            format!("POST /echo HTTP/1.1\r\nHost: t\r\nContent-Length: 6\r\n\r\npost-{i}")
+                .as_bytes(),
+        );
+        let r = c.read_response(false).expect("response");
+        if r.status == 502 {
+            assert_eq!(
+                r.body_text(),
+                "502 Bad Gateway: the server closed the connection without answering\n"
+            );
+        }
+        statuses.push(r.status);
+    }
+    statuses.sort();
+    assert_eq!(statuses, vec![200, 502]);
+    let posts = |o: &Origin| {
+        o.seen()
+            .iter()
+            .filter(|s| s.request_line().starts_with("POST"))
+            .count()
+    };
+    assert_eq!(posts(&a), 1);
+    assert_eq!(posts(&b), 1, "the POST was replayed on b");
+    assert!(sy.member_stats("p", a.addr)["resets"].as_u64().unwrap_or(0) >= 3);
+}
+
+#[test]
+fn single_member_closing_without_answer_gives_502() {
+    let a = Origin::start("a");
+    a.set(|x| x.close_without_answer = true);
+    let l = addr(free_port());
+    let sy = Switchyard::start(&config(l, &[a.addr], ""), &[l]);
+    let mut c = Client::connect(l);
+    let r = c.get("/");
+    assert_eq!(r.status, 502, "{}", r.body_text());
+    assert_eq!(
+        r.body_text(),
+        "502 Bad Gateway: the server closed the connection without answering\n"
+    );
+    assert_eq!(sy.pool_stats("p")["no_member_available"], 0);
+    // The client connection survives.
+    a.set(|x| x.close_without_answer = false);
+    assert_eq!(c.get("/").status, 200);
+}
+
+fn bad_framing(raw: &[u8], what: &str) {
+    let o = Origin::start("a");
+    o.set(|b| b.raw_response = Some(raw.to_vec()));
+    let l = addr(free_port());
+    let sy = Switchyard::start(&config(l, &[o.addr], ""), &[l]);
+    let mut c = Client::connect(l);
+    c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");
+    let r = c
+        .read_response(false)
+        .unwrap_or_else(|| panic!("{what}: no response"));
+    assert_eq!(r.status, 502, "{what}: {}", r.body_text());
+    assert!(
+        r.body_text().starts_with("502 Bad Gateway: "),
+        "{what}: {}",
+        r.body_text()
+    );
+    assert!(!r.body_text().contains("smuggled"), "{what}");
+    assert_eq!(
+        sy.member_stats("p", o.addr)["bad_responses"],
+        1,
+        "{what}: {}",
+        sy.stats()
+    );
+}
+
+#[test]
+fn content_length_with_transfer_encoding_gives_502() {
+    bad_framing(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\nsmuggled",
+        "CL+TE",
+    );
+}
+
+#[test]
+fn invalid_chunk_size_gives_502() {
+    bad_framing(
+        b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nsmuggled\r\n0\r\n\r\n",
+        "chunk size",
+    );
+}
+
+#[test]
+fn two_content_lengths_give_502() {
+    bad_framing(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 8\r\n\r\nsmuggled",
+        "two CL",
+    );
+}
