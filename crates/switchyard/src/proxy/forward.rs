@@ -16,9 +16,14 @@ fn dropped(head: &Head, name: &[u8], edits: &[&HeaderEdits]) -> bool {
         || edits.iter().any(|e| e.drops(name))
 }
 
+/// Edits apply in order (virtual server, then matching policies): a field
+/// set or added by one is dropped when a later one sets or removes it.
 fn put_edits(out: &mut Vec<u8>, edits: &[&HeaderEdits]) {
-    for e in edits {
+    for (i, e) in edits.iter().enumerate() {
         for (n, v) in e.set.iter().chain(&e.add) {
+            if edits[i + 1..].iter().any(|later| later.drops(n.as_bytes())) {
+                continue;
+            }
             field(out, n.as_bytes(), v.as_bytes());
         }
     }
