@@ -1,0 +1,463 @@
+//! Virtual servers and content switching end to end: six virtual servers
+//! side by side in one configuration, every match kind, every action, header
+//! edits in both directions, and an IPv6 listener.
+
+mod common;
+use common::*;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+
+/// Pools of the fixture; each has one origin of the same name.
+const POOLS: &[&str] = &[
+    "api", "www", "ab", "d1", "auth", "static", "users", "d2", "write", "canary", "cli", "ids",
+    "debug", "d3", "v2", "beta", "internal", "and", "d4", "app5", "d6",
+];
+
+struct Fixture {
+    origins: HashMap<&'static str, Origin>,
+    /// Listen addresses by vserver name.
+    l: HashMap<&'static str, SocketAddr>,
+    sy: Switchyard,
+}
+
+impl Fixture {
+    fn origin(&self, pool: &str) -> &Origin {
+        &self.origins[pool]
+    }
+}
+
+fn fixture() -> Fixture {
+    let origins: HashMap<&'static str, Origin> =
+        POOLS.iter().map(|p| (*p, Origin::start(p))).collect();
+    let names = ["hosts", "paths", "methods", "query", "actions", "headers"];
+    let l: HashMap<&'static str, SocketAddr> =
+        names.iter().map(|n| (*n, addr(free_port()))).collect();
+    let mut cfg = format!(
+        r#"[global]
+workers = 2
+
+[[vserver]]
+name = "hosts"
+listen = ["{hosts}"]
+default_pool = "d1"
+[[vserver.policy]]
+name = "api"
+match = {{ host = "api.example.com" }}
+action = {{ pool = "api" }}
+[[vserver.policy]]
+name = "wildcard"
+match = {{ host = "*.example.com" }}
+action = {{ pool = "www" }}
+[[vserver.policy]]
+match = {{ host = ["a.test", "b.test"] }}
+action = {{ pool = "ab" }}
+
+[[vserver]]
+name = "paths"
+listen = ["{paths}"]
+default_pool = "d2"
+[[vserver.policy]]
+match = {{ path = "/login" }}
+action = {{ pool = "auth" }}
+[[vserver.policy]]
+match = {{ path_prefix = ["/static/", "/assets/"] }}
+action = {{ pool = "static" }}
+[[vserver.policy]]
+match = {{ path_regex = "^/users/[0-9]+$" }}
+action = {{ pool = "users" }}
+
+[[vserver]]
+name = "methods"
+listen = ["{methods}"]
+default_pool = "d3"
+[[vserver.policy]]
+match = {{ method = ["POST", "PUT"] }}
+action = {{ pool = "write" }}
+[[vserver.policy]]
+match = {{ header = {{ name = "X-Env", value = "canary" }} }}
+action = {{ pool = "canary" }}
+[[vserver.policy]]
+match = {{ header = {{ name = "User-Agent", value_prefix = "curl/" }} }}
+action = {{ pool = "cli" }}
+[[vserver.policy]]
+match = {{ header = {{ name = "X-Id", value_regex = "^[a-f0-9]{{8}}$" }} }}
+action = {{ pool = "ids" }}
+[[vserver.policy]]
+match = {{ header = {{ name = "X-Debug" }} }}
+action = {{ pool = "debug" }}
+
+[[vserver]]
+name = "query"
+listen = ["{query}"]
+default_pool = "d4"
+[[vserver.policy]]
+match = {{ query = {{ name = "version", value = "2" }} }}
+action = {{ pool = "v2" }}
+[[vserver.policy]]
+match = {{ query = {{ name = "beta" }} }}
+action = {{ pool = "beta" }}
+[[vserver.policy]]
+match = {{ source = "127.0.0.2/32" }}
+action = {{ pool = "internal" }}
+[[vserver.policy]]
+match = {{ path_prefix = "/both", method = "GET", query = {{ name = "x" }} }}
+action = {{ pool = "and" }}
+
+[[vserver]]
+name = "actions"
+listen = ["{actions}"]
+[[vserver.policy]]
+match = {{ path = "/old" }}
+action = {{ redirect = "https://new.example.com/", status = 301 }}
+[[vserver.policy]]
+match = {{ path = "/temp" }}
+action = {{ redirect = "/elsewhere" }}
+[[vserver.policy]]
+match = {{ path = "/maintenance" }}
+action = {{ status = 503, body = "down for maintenance", content_type = "text/html" }}
+[[vserver.policy]]
+match = {{ path_prefix = "/app/" }}
+action = {{ pool = "app5" }}
+
+[[vserver]]
+name = "headers"
+listen = ["{headers}"]
+default_pool = "d6"
+request_headers = {{ set = {{ X-Env = "prod" }}, add = {{ X-Added = "1" }}, remove = ["X-Secret"] }}
+response_headers = {{ add = {{ X-Frame-Options = "DENY" }} }}
+[[vserver.policy]]
+name = "mask"
+match = {{ path_prefix = "/mask" }}
+response_headers = {{ set = {{ X-Origin = "masked" }} }}
+[[vserver.policy]]
+name = "strip"
+match = {{ path_prefix = "/mask/strip" }}
+request_headers = {{ add = {{ X-Policy = "strip" }}, set = {{ X-Env = "stripped" }} }}
+response_headers = {{ remove = ["X-Frame-Options"] }}
+"#,
+        hosts = l["hosts"],
+        paths = l["paths"],
+        methods = l["methods"],
+        query = l["query"],
+        actions = l["actions"],
+        headers = l["headers"],
+    );
+    for p in POOLS {
+        cfg.push_str(&format!(
+            "\n[[pool]]\nname = \"{p}\"\n[[pool.member]]\naddress = \"{}\"\n",
+            origins[p].addr
+        ));
+    }
+    let listen: Vec<SocketAddr> = l.values().copied().collect();
+    let sy = Switchyard::start(&cfg, &listen);
+    Fixture { origins, l, sy }
+}
+
+/// GET `path` on vserver `vs` with extra headers; the X-Origin that answered.
+fn who(f: &Fixture, vs: &str, path: &str, headers: &str) -> String {
+    let r = get_with(f.l[vs], path, headers);
+    assert_eq!(r.status, 200, "{vs} {path}: {}", r.body_text());
+    origin_of(&r)
+}
+
+fn get_host(l: SocketAddr, path: &str, h: &str) -> Response {
+    request(
+        l,
+        &format!("GET {path} HTTP/1.1\r\nHost: {h}\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+#[test]
+fn host_policies() {
+    let f = fixture();
+    let l = f.l["hosts"];
+    let by_host = |h: &str| origin_of(&get_host(l, "/", h));
+    assert_eq!(by_host("api.example.com"), "api");
+    assert_eq!(by_host("API.Example.COM:8080"), "api");
+    assert_eq!(by_host("shop.example.com"), "www");
+    assert_eq!(by_host("a.b.example.com"), "www");
+    assert_eq!(by_host("example.com"), "d1");
+    assert_eq!(by_host("badexample.com"), "d1");
+    assert_eq!(by_host("a.test"), "ab");
+    assert_eq!(by_host("b.test"), "ab");
+    assert_eq!(by_host("c.test"), "d1");
+    // An absolute-form target's authority is the host.
+    let r = request(
+        l,
+        "GET http://api.example.com/x HTTP/1.1\r\nHost: other.test\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(origin_of(&r), "api");
+}
+
+#[test]
+fn path_policies() {
+    let f = fixture();
+    let p = |path: &str| who(&f, "paths", path, "");
+    assert_eq!(p("/login"), "auth");
+    assert_eq!(p("/login?next=/home"), "auth");
+    assert_eq!(p("/login/"), "d2");
+    assert_eq!(p("/loginx"), "d2");
+    assert_eq!(p("/static/app.css"), "static");
+    assert_eq!(p("/assets/logo.png"), "static");
+    assert_eq!(p("/static"), "d2");
+    assert_eq!(p("/users/42"), "users");
+    assert_eq!(p("/users/42?tab=1"), "users");
+    assert_eq!(p("/users/abc"), "d2");
+    assert_eq!(p("/users/42/edit"), "d2");
+    assert_eq!(p("/"), "d2");
+    // The member gets the original target, query included.
+    assert_eq!(
+        f.origin("users")
+            .seen()
+            .last()
+            .expect("seen")
+            .request_line(),
+        "GET /users/42?tab=1 HTTP/1.1"
+    );
+}
+
+#[test]
+fn method_and_header_policies() {
+    let f = fixture();
+    let l = f.l["methods"];
+    let post = request(
+        l,
+        "POST /form HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\nConnection: close\r\n\r\nabc",
+    );
+    assert_eq!(origin_of(&post), "write");
+    assert_eq!(f.origin("write").seen().last().expect("seen").body, b"abc");
+    let put = request(
+        l,
+        "PUT /form HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(origin_of(&put), "write");
+    let h = |headers: &str| who(&f, "methods", "/", headers);
+    assert_eq!(h(""), "d3");
+    assert_eq!(h("X-Env: canary\r\n"), "canary");
+    assert_eq!(h("x-env: canary\r\n"), "canary");
+    assert_eq!(h("X-Env: canary-2\r\n"), "d3");
+    assert_eq!(h("User-Agent: curl/8.5.0\r\n"), "cli");
+    assert_eq!(h("User-Agent: Mozilla/5.0 curl/8\r\n"), "d3");
+    assert_eq!(h("X-Id: deadbeef\r\n"), "ids");
+    assert_eq!(h("X-Id: DEADBEEF\r\n"), "d3");
+    assert_eq!(h("X-Id: deadbeef0\r\n"), "d3");
+    assert_eq!(h("X-Debug: 1\r\n"), "debug");
+    assert_eq!(h("X-Debug:\r\n"), "debug");
+    // Policy order: the method policy comes first.
+    let r = request(
+        l,
+        "POST / HTTP/1.1\r\nHost: t\r\nX-Env: canary\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(origin_of(&r), "write");
+}
+
+#[test]
+fn query_and_source_policies() {
+    let f = fixture();
+    let q = |path: &str| who(&f, "query", path, "");
+    assert_eq!(q("/?version=2"), "v2");
+    assert_eq!(q("/x?a=1&version=2&b=3"), "v2");
+    assert_eq!(q("/?version=20"), "d4");
+    assert_eq!(q("/?myversion=2"), "d4");
+    assert_eq!(q("/?beta"), "beta");
+    assert_eq!(q("/?beta=yes"), "beta");
+    assert_eq!(q("/?betamax=1"), "d4");
+    // Every field of a match must hold.
+    assert_eq!(q("/both?x=1"), "and");
+    assert_eq!(q("/both"), "d4");
+    let r = request(
+        f.l["query"],
+        "POST /both?x=1 HTTP/1.1\r\nHost: t\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(origin_of(&r), "d4");
+    // Source CIDR.
+    let from = |src: &str| {
+        let mut c = Client::connect_from(f.l["query"], src);
+        origin_of(&c.get("/"))
+    };
+    assert_eq!(from("127.0.0.2"), "internal");
+    assert_eq!(from("127.0.0.3"), "d4");
+    assert_eq!(from("127.0.0.1"), "d4");
+    let seen = f.origin("internal").seen();
+    assert_eq!(
+        seen.last()
+            .expect("seen")
+            .header("x-forwarded-for")
+            .as_deref(),
+        Some("127.0.0.2")
+    );
+}
+
+#[test]
+fn redirect_fixed_response_and_no_match() {
+    let f = fixture();
+    let l = f.l["actions"];
+    let r = get(l, "/old");
+    assert_eq!(r.status, 301);
+    assert_eq!(r.header("location"), Some("https://new.example.com/"));
+    let r = get(l, "/temp?q=1");
+    assert_eq!(r.status, 302);
+    assert_eq!(r.header("location"), Some("/elsewhere"));
+    let r = get(l, "/maintenance");
+    assert_eq!(r.status, 503);
+    assert_eq!(r.body_text(), "down for maintenance");
+    assert_eq!(r.header("content-type"), Some("text/html"));
+    assert_eq!(get(l, "/app/x").header("x-origin"), Some("app5"));
+    // No policy matched and no default pool.
+    let r = get(l, "/nothing");
+    assert_eq!(r.status, 503);
+    assert_eq!(
+        r.body_text(),
+        "503 Service Unavailable: no policy of vserver \"actions\" matched and it has no default_pool\n"
+    );
+    // Local answers keep the connection, and a request body is consumed.
+    let mut c = Client::connect(l);
+    c.send(b"POST /maintenance HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello");
+    let r = c.read_response(false).expect("fixed response");
+    assert_eq!(r.status, 503);
+    assert_eq!(c.get("/old").status, 301);
+    assert_eq!(c.get("/app/y").status, 200);
+    let v = f.sy.stats()["vservers"]
+        .as_array()
+        .and_then(|a| a.iter().find(|v| v["name"] == "actions").cloned())
+        .expect("actions vserver");
+    assert!(v["local_responses"].as_u64().unwrap_or(0) >= 6, "{v}");
+    assert_eq!(v["no_pool"], 1, "{v}");
+}
+
+#[test]
+fn request_and_response_header_edits() {
+    let f = fixture();
+    let l = f.l["headers"];
+    let r = get_with(
+        l,
+        "/plain",
+        "X-Env: dev\r\nX-Secret: hunter2\r\nX-Added: 0\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let seen = f.origin("d6").seen();
+    let s = seen.last().expect("seen");
+    // set replaces, add adds, remove removes.
+    assert_eq!(s.header("x-env").as_deref(), Some("prod"));
+    assert!(
+        !s.head.to_ascii_lowercase().contains("x-env: dev"),
+        "{}",
+        s.head
+    );
+    assert_eq!(s.header("x-secret"), None, "{}", s.head);
+    let added: Vec<&str> = s
+        .head
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("x-added:"))
+        .collect();
+    assert_eq!(added.len(), 2, "{}", s.head);
+    assert_eq!(s.header("x-policy"), None);
+    // Client side: the vserver adds a field, the member's fields stay.
+    assert_eq!(r.header("x-frame-options"), Some("DENY"));
+    assert_eq!(r.header("x-origin"), Some("d6"));
+    // A policy without an action only edits; the default pool still serves.
+    let r = get(l, "/mask/a");
+    assert_eq!(r.header("x-origin"), Some("masked"));
+    let n = r
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("x-origin"))
+        .count();
+    assert_eq!(n, 1, "set must replace: {:?}", r.headers);
+    assert_eq!(r.header("x-frame-options"), Some("DENY"));
+    // Every matching policy contributes its edits.
+    let r = get(l, "/mask/strip");
+    assert_eq!(r.header("x-origin"), Some("masked"));
+    assert_eq!(r.header("x-frame-options"), None, "{:?}", r.headers);
+    let seen = f.origin("d6").seen();
+    let s = seen.last().expect("seen");
+    assert_eq!(s.request_line(), "GET /mask/strip HTTP/1.1");
+    assert_eq!(s.header("x-policy").as_deref(), Some("strip"));
+    // A later set wins over the vserver's set: one field, the policy's value.
+    let envs: Vec<&str> = s
+        .head
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("x-env:"))
+        .collect();
+    assert_eq!(envs, vec!["X-Env: stripped"], "{}", s.head);
+}
+
+#[test]
+fn six_vservers_serve_side_by_side() {
+    let f = fixture();
+    // (vserver, path, headers, expected origin or status)
+    let cases: Vec<(&str, &str, &str, &str)> = vec![
+        ("hosts", "/", "X-H: 1\r\n", "d1"),
+        ("paths", "/login", "", "auth"),
+        ("methods", "/", "X-Env: canary\r\n", "canary"),
+        ("query", "/?version=2", "", "v2"),
+        ("actions", "/app/1", "", "app5"),
+        ("headers", "/", "", "d6"),
+    ];
+    let hs: Vec<_> = cases
+        .into_iter()
+        .map(|(vs, path, headers, want)| {
+            let l = f.l[vs];
+            std::thread::spawn(move || {
+                let mut c = Client::connect(l);
+                for i in 0..50 {
+                    let r = c.get_with(path, headers);
+                    assert_eq!(r.status, 200, "{vs} #{i}: {}", r.body_text());
+                    assert_eq!(origin_of(&r), want, "{vs} #{i}");
+                }
+            })
+        })
+        .collect();
+    for h in hs {
+        h.join().expect("client");
+    }
+    let stats = f.sy.stats();
+    let vss = stats["vservers"].as_array().expect("vservers");
+    assert_eq!(vss.len(), 6);
+    for v in vss {
+        assert!(v["requests"].as_u64().unwrap_or(0) >= 50, "{v}");
+    }
+    for p in ["d1", "auth", "canary", "v2", "app5", "d6"] {
+        assert_eq!(f.origin(p).requests(), 50, "{p}");
+    }
+}
+
+#[test]
+fn ipv6_listener() {
+    let probe = match std::net::TcpListener::bind("[::1]:0") {
+        Ok(p) => p,
+        Err(e) => {
+            println!("skipped: cannot bind [::1] on this machine: {e}");
+            return;
+        }
+    };
+    let port6 = probe.local_addr().expect("addr").port();
+    drop(probe);
+    let (a, v6) = (Origin::start("a"), Origin::start("v6"));
+    let l6: SocketAddr = format!("[::1]:{port6}").parse().expect("v6 addr");
+    let l4 = addr(free_port());
+    let cfg = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"dual\"\nlisten = [\"{l6}\", \"{l4}\"]\ndefault_pool = \"p\"\n\
+         [[vserver.policy]]\nmatch = {{ source = \"::1/128\" }}\naction = {{ pool = \"v6\" }}\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n\
+         [[pool]]\nname = \"v6\"\n[[pool.member]]\naddress = \"{}\"\n",
+        a.addr, v6.addr
+    );
+    let _sy = Switchyard::start(&cfg, &[l6, l4]);
+    let r = request(
+        l6,
+        &format!("GET /six HTTP/1.1\r\nHost: [::1]:{port6}\r\nConnection: close\r\n\r\n"),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(origin_of(&r), "v6");
+    let seen = v6.seen();
+    let s = seen.last().expect("seen");
+    assert_eq!(s.header("x-forwarded-for").as_deref(), Some("::1"));
+    assert_eq!(
+        s.header("forwarded").as_deref(),
+        Some(format!("for=\"[::1]\";proto=http;host=\"[::1]:{port6}\"").as_str())
+    );
+    // The IPv4 listener of the same vserver does not match the v6 source.
+    assert_eq!(origin_of(&get(l4, "/four")), "a");
+}
