@@ -297,7 +297,10 @@ fn reload_under_load_fails_no_request() {
         seen.extend(origins);
     }
     let errors = errors.lock().unwrap();
-    eprintln!("reload under load: {total} requests, {} failed", errors.len());
+    eprintln!(
+        "reload under load: {total} requests, {} failed",
+        errors.len()
+    );
     assert!(
         errors.is_empty(),
         "{} of {total} requests failed: {:?}",
