@@ -136,7 +136,7 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         (s, 1.0)
     };
     let v: f64 = num.trim().parse().ok()?;
-    if !(v >= 0.0) || !v.is_finite() {
+    if v.is_nan() || v < 0.0 || !v.is_finite() {
         return None;
     }
     Some(Duration::from_secs_f64(v * mult))
@@ -156,16 +156,16 @@ pub fn parse_size(s: &str) -> Option<u64> {
         (l, 1.0)
     };
     let v: f64 = num.parse().ok()?;
-    if !(v >= 0.0) || !v.is_finite() {
+    if v.is_nan() || v < 0.0 || !v.is_finite() {
         return None;
     }
     Some((v * mult).round() as u64)
 }
 
 pub fn fmt_size(n: u64) -> String {
-    if n >= 1024 * 1024 && n % (1024 * 1024) == 0 {
+    if n >= 1 << 20 && n.trailing_zeros() >= 20 {
         format!("{}MB", n / (1024 * 1024))
-    } else if n >= 1024 && n % 1024 == 0 {
+    } else if n >= 1 << 10 && n.trailing_zeros() >= 10 {
         format!("{}KB", n / 1024)
     } else {
         format!("{n}B")

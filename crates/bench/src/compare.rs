@@ -312,12 +312,14 @@ fn run_load(
             s.cpu0 = dut.sample().cpu_secs;
             s.t0 = Some(Instant::now());
             s.origin0 = origin.stats();
+            s.origin_open.push(s.origin0.conns_open);
             in_steady = true;
         }
         Edge::SteadyEnd => {
             s.cpu1 = dut.sample().cpu_secs;
             s.t1 = Some(Instant::now());
             s.origin1 = origin.stats();
+            s.origin_open.push(s.origin1.conns_open);
             in_steady = false;
         }
         Edge::Tick => {
@@ -565,6 +567,19 @@ fn run_sample(
             "{e}; log: {}",
             log_tail.lines().last().unwrap_or("")
         ));
+    } else if case.kpi == Kpi::ConcurrentMax {
+        // Building connections until failure is the point: errors end the
+        // ramp, they don't void the run.
+        if r.errors_all_phases > 0 {
+            notes.push(format!(
+                "{} failures while building connections",
+                r.errors_all_phases
+            ));
+        }
+        if r.concurrent_max == 0 {
+            valid = false;
+            reason = Some("no connection could be built".into());
+        }
     } else if r.error_ratio() > o.max_error_ratio {
         valid = false;
         reason = Some(format!(

@@ -148,12 +148,9 @@ pub fn switchyard_binary() -> Option<PathBuf> {
         return Some(me);
     }
     let dir = me.parent()?;
-    for cand in [dir.join("switchyard"), dir.join("../switchyard")] {
-        if cand.is_file() {
-            return Some(cand);
-        }
-    }
-    None
+    [dir.join("switchyard"), dir.join("../switchyard")]
+        .into_iter()
+        .find(|c| c.is_file())
 }
 
 pub fn nginx_stream_module() -> Option<PathBuf> {
@@ -184,7 +181,9 @@ pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, Stri
     match name {
         "switchyard" => {
             let program = match switchyard_bin {
-                Some(p) => p.to_path_buf(),
+                // Absolute: the DUT runs with its work directory as cwd.
+                Some(p) => std::fs::canonicalize(p)
+                    .map_err(|e| format!("--switchyard-bin {}: {e}", p.display()))?,
                 None => switchyard_binary().ok_or(
                     "cannot find the switchyard binary next to this program; pass --switchyard-bin PATH (cargo build --release -p switchyard)",
                 )?,
@@ -594,6 +593,16 @@ pub fn start(
         .env("SY_L7", format!("127.0.0.1:{}", p.l7))
         .env("SY_WEB_ORIGIN", p.web_origin.to_string())
         .env("SY_IMAGES_ORIGIN", p.images_origin.to_string());
+    // If the harness dies (killed, Ctrl-C'd from another terminal), the DUT
+    // must not linger holding the benchmark's ports.
+    // SAFETY: prctl is async-signal-safe; nothing else runs in pre_exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            Ok(())
+        });
+    }
     let child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
@@ -606,9 +615,9 @@ pub fn start(
     };
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        if let Some(e) = r.exited() {
+        if let Ok(Some(st)) = r.child.try_wait() {
             let tail = r.log_tail();
-            return Err(format!("{} did not start: {e}\n{tail}", t.name));
+            return Err(format!("{} exited at startup ({st}): {tail}", t.name));
         }
         if std::net::TcpStream::connect_timeout(&probe, Duration::from_millis(200)).is_ok() {
             // taskset has exec'd by now; nginx may still be forking its worker.

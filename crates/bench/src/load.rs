@@ -329,6 +329,8 @@ impl ThreadStats {
 struct Plan {
     cfg: LoadConfig,
     t0: Instant,
+    /// Origin of the per-second buckets.
+    base: Instant,
     steady_start: Instant,
     steady_end: Instant,
     requests: Vec<Vec<u8>>,
@@ -410,10 +412,15 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
     let steady_start = t0 + cfg.ramp_up;
     let steady_end = steady_start + cfg.duration;
     let end = steady_end + cfg.ramp_down;
-    let secs = (end - t0).as_secs() as usize + 2;
+    // Per-second buckets start so that the steady phase begins exactly on a
+    // bucket boundary: every whole steady second is one bucket.
+    let s0 = cfg.ramp_up.as_secs_f64().ceil() as usize;
+    let base = steady_start - Duration::from_secs(s0 as u64);
+    let secs = (end - base).as_secs() as usize + 2;
     let plan = Arc::new(Plan {
         cfg: cfg.clone(),
         t0,
+        base,
         steady_start,
         steady_end,
         requests,
@@ -443,7 +450,7 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
         (steady_start, Edge::SteadyStart),
         (steady_end, Edge::SteadyEnd),
     ];
-    let mut next_tick = t0 + Duration::from_secs(1);
+    let mut next_tick = base + Duration::from_secs(1);
     let mut last_print = Instant::now();
     loop {
         let now = Instant::now();
@@ -465,7 +472,7 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
             continue;
         }
         next_tick += Duration::from_secs(1);
-        let sec = now.saturating_duration_since(t0).as_secs() as usize;
+        let sec = now.saturating_duration_since(base).as_secs() as usize;
         let open: i64 = live.iter().map(|l| l.open.load(Relaxed)).sum();
         open_samples.push((sec.saturating_sub(1), open));
         on_edge(Edge::Tick);
@@ -536,8 +543,7 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
     }
     let wall = t0.elapsed().as_secs_f64();
     // Whole seconds inside the steady phase.
-    let s0 = cfg.ramp_up.as_secs_f64().ceil() as usize;
-    let s1 = ((cfg.ramp_up + cfg.duration).as_secs_f64().floor() as usize).max(s0);
+    let s1 = s0 + cfg.duration.as_secs() as usize;
     let steady: &[Sec] = merged.per_sec.get(s0..s1).unwrap_or(&[]);
     let series = |f: &dyn Fn(&Sec) -> f64| Mam::of(&steady.iter().map(f).collect::<Vec<_>>());
     let d = cfg.duration.as_secs_f64().max(1e-9);
@@ -580,7 +586,7 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
         ttfb: merged.ttfb,
         ttlb: merged.ttlb,
         connect: merged.connect,
-        per_second: merged.per_sec[..((end - t0).as_secs() as usize + 1).min(secs)].to_vec(),
+        per_second: merged.per_sec[..((end - base).as_secs() as usize + 1).min(secs)].to_vec(),
         steady_range: (s0, s1),
         gen_cpu_secs: cpu,
         gen_cpu_share: gen_share,
@@ -711,7 +717,7 @@ async fn slot(plan: &Plan, stats: &RefCell<ThreadStats>, live: &Live, s: usize, 
                         let now = Instant::now();
                         let mut st = stats.borrow_mut();
                         st.conns += in_steady as u64;
-                        st.sec(plan.t0, now).conns += 1;
+                        st.sec(plan.base, now).conns += 1;
                         if in_steady {
                             st.connect.record((now - tc).as_micros() as u64);
                         }
@@ -760,45 +766,48 @@ async fn slot(plan: &Plan, stats: &RefCell<ThreadStats>, live: &Live, s: usize, 
         }
         let done = Instant::now();
         let failed_connect = matches!(outcome, Some(Err(ErrKind::Connect)));
-        let mut st = stats.borrow_mut();
-        match outcome {
-            Some(Ok(resp)) => {
-                on_conn += 1;
-                live.ok.fetch_add(1, Relaxed);
-                let sec = st.sec(plan.t0, done);
-                sec.ok += 1;
-                sec.bytes_in += resp.wire_len;
-                sec.body_bytes += resp.body_len;
-                if in_steady {
-                    st.ok += 1;
-                    st.bytes_in += resp.wire_len;
-                    st.bytes_out += req.len() as u64;
-                    st.body_bytes += resp.body_len;
-                    st.latency.record((done - due).as_micros() as u64);
-                    st.ttfb.record(
-                        resp.first_byte
-                            .saturating_duration_since(t_start)
-                            .as_micros() as u64,
-                    );
-                    st.ttlb.record((done - t_start).as_micros() as u64);
+        {
+            // Scoped: the borrow must end before the next await.
+            let mut st = stats.borrow_mut();
+            match outcome {
+                Some(Ok(resp)) => {
+                    on_conn += 1;
+                    live.ok.fetch_add(1, Relaxed);
+                    let sec = st.sec(plan.base, done);
+                    sec.ok += 1;
+                    sec.bytes_in += resp.wire_len;
+                    sec.body_bytes += resp.body_len;
+                    if in_steady {
+                        st.ok += 1;
+                        st.bytes_in += resp.wire_len;
+                        st.bytes_out += req.len() as u64;
+                        st.body_bytes += resp.body_len;
+                        st.latency.record((done - due).as_micros() as u64);
+                        st.ttfb.record(
+                            resp.first_byte
+                                .saturating_duration_since(t_start)
+                                .as_micros() as u64,
+                        );
+                        st.ttlb.record((done - t_start).as_micros() as u64);
+                    }
+                    if resp.close || (cfg.requests_per_conn > 0 && on_conn >= cfg.requests_per_conn)
+                    {
+                        // Client-side close: FIN teardown, as a CPS test requires.
+                        conn = None;
+                        live.open.fetch_sub(1, Relaxed);
+                    }
                 }
-                if resp.close || (cfg.requests_per_conn > 0 && on_conn >= cfg.requests_per_conn) {
-                    // Client-side close: FIN teardown, as a CPS test requires.
-                    conn = None;
-                    live.open.fetch_sub(1, Relaxed);
+                Some(Err(k)) => {
+                    live.errors.fetch_add(1, Relaxed);
+                    st.errors_all += 1;
+                    st.sec(plan.base, done).errors += 1;
+                    if in_steady {
+                        st.errors[k.idx()] += 1;
+                    }
                 }
+                None => {}
             }
-            Some(Err(k)) => {
-                live.errors.fetch_add(1, Relaxed);
-                st.errors_all += 1;
-                st.sec(plan.t0, done).errors += 1;
-                if in_steady {
-                    st.errors[k.idx()] += 1;
-                }
-            }
-            None => {}
         }
-        drop(st);
         if buf.capacity() > buf_cap * 4 {
             buf = Vec::new();
         }

@@ -446,11 +446,10 @@ fn esc(s: &str) -> String {
 
 /// Small multiples: one panel per case (each with its own scale), one bar per
 /// target at the median, a whisker from min to max.
-pub fn bar_svg(
-    title: &str,
-    panels: &[(String, String, Vec<(String, Stat)>)],
-    targets: &[String],
-) -> String {
+/// (case, KPI key, per-target statistics).
+pub type Panel = (String, String, Vec<(String, Stat)>);
+
+pub fn bar_svg(title: &str, panels: &[Panel], targets: &[String]) -> String {
     let pw = 230.0;
     let ph = 220.0;
     let cols = panels.len().min(4);

@@ -138,7 +138,7 @@ impl Timing {
         if quick {
             Timing {
                 ramp_up: Duration::from_millis(300),
-                steady: Duration::from_millis(1500),
+                steady: Duration::from_secs(2),
                 ramp_down: Duration::ZERO,
                 quick,
             }

@@ -1,0 +1,204 @@
+//! The compare harness and its report, with real processes as DUTs: our own
+//! origin binary stands in for a proxy (a `cmd:` target), so the test needs
+//! neither haproxy nor nginx.
+
+use std::path::PathBuf;
+
+use switchyard_bench::compare::{self, Opts};
+use switchyard_bench::dut::{self, Ports};
+use switchyard_bench::json::{obj, Json};
+use switchyard_bench::report;
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sy-bench-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn cmd_target(name: &str, command: &str) -> dut::Target {
+    let mut t = dut::resolve(&format!("cmd:{command}"), None).unwrap();
+    t.name = name.into();
+    t
+}
+
+#[test]
+fn a_run_where_the_dut_dies_is_marked_invalid() {
+    let bin = env!("CARGO_BIN_EXE_switchyard-bench");
+    let out = tmpdir("dies");
+    // Ports from the pid so parallel test binaries don't collide.
+    // Below the ephemeral range (32768+), where client sockets could hold them.
+    let base = 21000 + (std::process::id() % 800) as u16 * 10;
+    let opts = Opts {
+        targets: vec![
+            cmd_target(
+                "steady",
+                &format!("exec {bin} origin --threads 1 --listen $SY_L7"),
+            ),
+            cmd_target(
+                "dies",
+                &format!("exec timeout 0.8 {bin} origin --threads 1 --listen $SY_L7"),
+            ),
+        ],
+        scenarios: vec!["goodput"],
+        runs: 1,
+        quick: true,
+        out: out.clone(),
+        dut_cpu: None,
+        load_cpu: None,
+        ports: Ports::from_base(base),
+        progress: false,
+        max_error_ratio: 0.01,
+    };
+    let doc = compare::run(&opts).unwrap();
+    report::write(&doc, &out).unwrap();
+    // A saturated generator adds an equal-offered-rate pass: look at the
+    // plain case only.
+    let samples: Vec<&Json> = doc
+        .get("samples")
+        .unwrap()
+        .as_arr()
+        .iter()
+        .filter(|s| s.get("case").and_then(Json::as_str) == Some("100 clients 1MB"))
+        .collect();
+    assert_eq!(samples.len(), 2);
+    let by = |t: &str| {
+        samples
+            .iter()
+            .find(|s| s.get("target").and_then(Json::as_str) == Some(t))
+            .unwrap()
+    };
+    assert_eq!(by("steady").get("valid"), Some(&Json::Bool(true)));
+    let dies = by("dies");
+    assert_eq!(dies.get("valid"), Some(&Json::Bool(false)));
+    let reason = dies.get("reason").and_then(Json::as_str).unwrap();
+    assert!(
+        reason.contains("DUT exited") || reason.contains("errors"),
+        "{reason}"
+    );
+    // The steady DUT's goodput is measured and its CPU was sampled.
+    let k = by("steady").get("kpi").unwrap();
+    assert!(k.get("goodput_bps").and_then(Json::as_f64).unwrap() > 1e6);
+    assert!(k.get("dut_cpu_pct").and_then(Json::as_f64).unwrap() > 0.0);
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("**invalid**"), "{md}");
+    assert!(out.join("goodput.svg").is_file());
+    // Skipped scenarios don't exist for this one; the DUT is stopped.
+    assert!(std::net::TcpStream::connect(("127.0.0.1", base)).is_err());
+}
+
+fn sample(target: &str, run: u64, rps: f64, p99: f64, valid: bool) -> Json {
+    obj()
+        .set("scenario", "l7-rps")
+        .set("case", "128B unlimited req/conn")
+        .set("target", target)
+        .set("run", run)
+        .set("primary", "rps")
+        .set("higher_is_better", true)
+        .set("valid", valid)
+        .set(
+            "reason",
+            if valid {
+                Json::Null
+            } else {
+                "DUT exited during the run".into()
+            },
+        )
+        .set(
+            "kpi",
+            obj()
+                .set("rps", rps)
+                .set("p99_us", p99)
+                .set("dut_cpu_us_per_req", 10.0)
+                .set("dut_cpu_pct", 50.0)
+                .set("error_ratio", 0.0),
+        )
+        .set(
+            "load",
+            obj().set(
+                "latency_curve",
+                Json::Arr(
+                    [(50.0, p99 / 2.0), (99.0, p99), (99.9, p99 * 1.5)]
+                        .iter()
+                        .map(|(p, v)| Json::Arr(vec![(*p).into(), (*v).into()]))
+                        .collect(),
+                ),
+            ),
+        )
+}
+
+#[test]
+fn report_has_medians_ratios_invalid_runs_and_charts() {
+    let mut samples = Vec::new();
+    for run in 0..3 {
+        // a: 200, 210, 190 -> median 200; b: 100, 90, 110 -> median 100;
+        // b's fourth run died and must not count.
+        samples.push(sample(
+            "a",
+            run,
+            [200.0, 210.0, 190.0][run as usize],
+            1000.0,
+            true,
+        ));
+        samples.push(sample(
+            "b",
+            run,
+            [100.0, 90.0, 110.0][run as usize],
+            3000.0,
+            true,
+        ));
+    }
+    samples.push(sample("b", 3, 5000.0, 1.0, false));
+    let doc = obj()
+        .set("generated_by", "test")
+        .set(
+            "settings",
+            obj().set("runs", 3u64).set("max_error_ratio", 0.01),
+        )
+        .set(
+            "targets",
+            Json::Arr(vec![obj().set("name", "a"), obj().set("name", "b")]),
+        )
+        .set("samples", Json::Arr(samples))
+        .set(
+            "skipped",
+            Json::Arr(vec![obj()
+                .set("scenario", "l4-cps")
+                .set("case", "128B")
+                .set("target", "a")
+                .set("reason", "a cannot do l4")]),
+        );
+    let out = tmpdir("report");
+    report::write(&doc, &out).unwrap();
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    let row = |t: &str| {
+        md.lines()
+            .find(|l| l.starts_with(&format!("| {t} |")) && l.contains("µs"))
+            .unwrap()
+    };
+    let (row_a, row_b) = (row("a"), row("b"));
+    assert!(
+        row_a.contains("| 200 |") || row_a.contains("| 200 ("),
+        "{row_a}"
+    );
+    assert!(row_a.contains("2.00x"), "{row_a}");
+    assert!(row_b.contains("0.50x"), "{row_b}");
+    assert!(row_b.contains("3/4"), "valid runs: {row_b}");
+    assert!(md.contains("b run 4: **invalid**: DUT exited"), "{md}");
+    assert!(md.contains("a cannot do l4"));
+    // The JSON round-trips and re-renders to the same markdown.
+    let back = Json::parse(&std::fs::read_to_string(out.join("report.json")).unwrap()).unwrap();
+    assert_eq!(report::render(&back).0, md);
+    for svg in ["l7-rps.svg", "latency-l7-rps-128b-unlimited-req-conn.svg"] {
+        let s = std::fs::read_to_string(out.join(svg)).unwrap();
+        assert!(
+            s.starts_with("<svg") && s.trim_end().ends_with("</svg>"),
+            "{svg}"
+        );
+        assert!(
+            s.contains(">a<") && s.contains(">b<"),
+            "{svg} lacks the legend"
+        );
+    }
+    assert!(md.contains("![l7-rps](l7-rps.svg)"));
+}
