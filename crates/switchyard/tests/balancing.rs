@@ -13,7 +13,7 @@ const FAST_HEALTH: &str = "[pool.health]\ntype = \"http\"\npath = \"/health\"\ni
 
 fn start3(pool_extra: &str) -> (Vec<Origin>, SocketAddr, Switchyard) {
     let os: Vec<Origin> = ["a", "b", "c"].iter().map(|n| Origin::start(n)).collect();
-    let l = addr(free_port());
+    let l = free_addr();
     let refs: Vec<&Origin> = os.iter().collect();
     let sy = Switchyard::start(&simple_config(l, &refs, pool_extra), &[l]);
     (os, l, sy)
@@ -31,7 +31,7 @@ fn round_robin_is_even() {
 #[test]
 fn weighted_round_robin_is_exact() {
     let (a, b) = (Origin::start("a"), Origin::start("b"));
-    let l = addr(free_port());
+    let l = free_addr();
     let cfg = format!(
         "[global]\nworkers = 1\n[[vserver]]\nname = \"web\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\n\
          [[pool]]\nname = \"p\"\nalgorithm = \"weighted-round-robin\"\n\
@@ -265,7 +265,7 @@ fn source_ip_persistence() {
 #[test]
 fn backup_serves_only_when_every_primary_is_down() {
     let os: Vec<Origin> = ["a", "b", "c"].iter().map(|n| Origin::start(n)).collect();
-    let l = addr(free_port());
+    let l = free_addr();
     let cfg = format!(
         "[global]\nworkers = 1\n[[vserver]]\nname = \"web\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\n\
          [[pool]]\nname = \"p\"\n{FAST_HEALTH}\
@@ -304,8 +304,8 @@ fn backup_serves_only_when_every_primary_is_down() {
 #[test]
 fn max_connections_is_honoured() {
     let (a, b) = (Origin::start("a"), Origin::start("b"));
-    let l = addr(free_port());
-    let l2 = addr(free_port());
+    let l = free_addr();
+    let l2 = free_addr();
     let cfg = format!(
         "[global]\nworkers = 1\n[[vserver]]\nname = \"web\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\n\
          [[vserver]]\nname = \"solo\"\nlisten = [\"{l2}\"]\ndefault_pool = \"q\"\n\
@@ -343,7 +343,7 @@ fn max_connections_is_honoured() {
 #[test]
 fn slow_start_ramps_a_recovered_member() {
     let (a, b) = (Origin::start("a"), Origin::start("b"));
-    let l = addr(free_port());
+    let l = free_addr();
     let cfg = simple_config(
         l,
         &[&a, &b],

@@ -35,7 +35,7 @@ fn counter(sy: &Switchyard, pool: &str, m: SocketAddr, name: &str) -> u64 {
 #[test]
 fn http_check_takes_a_member_out_and_back() {
     let os: Vec<Origin> = ["a", "b", "c"].iter().map(|n| Origin::start(n)).collect();
-    let l = addr(free_port());
+    let l = free_addr();
     let addrs: Vec<SocketAddr> = os.iter().map(|o| o.addr).collect();
     let sy = Switchyard::start(&pool_config(l, "app", &addrs, HTTP_CHECK), &[l]);
     // The checker really asks for /health.
@@ -80,7 +80,7 @@ fn http_check_takes_a_member_out_and_back() {
 #[test]
 fn one_failed_check_is_not_enough_with_fall_2() {
     let (a, b) = (Origin::start("a"), Origin::start("b"));
-    let l = addr(free_port());
+    let l = free_addr();
     // A long interval: between two checks there is time to flip the
     // status back before the second failure.
     let check = "[pool.health]\ntype = \"http\"\npath = \"/health\"\ninterval = \"400ms\"\ntimeout = \"300ms\"\nrise = 2\nfall = 2\n";
@@ -107,12 +107,7 @@ fn expect_status_and_expect_body() {
     let o = Origin::start("a");
     // /health answers 302 "ok\n": fine by default (2xx/3xx), not when 200 is required.
     o.set(|b| b.health_status = 302);
-    let (l1, l2, l3, l4) = (
-        addr(free_port()),
-        addr(free_port()),
-        addr(free_port()),
-        addr(free_port()),
-    );
+    let (l1, l2, l3, l4) = (free_addr(), free_addr(), free_addr(), free_addr());
     let check = |extra: &str| {
         format!("[pool.health]\ntype = \"http\"\npath = \"/health\"\ninterval = \"100ms\"\ntimeout = \"500ms\"\nrise = 1\nfall = 1\n{extra}")
     };
@@ -159,7 +154,7 @@ fn expect_status_and_expect_body() {
 fn tcp_check_notices_a_member_that_stopped_listening() {
     let (a, b) = (Origin::start("a"), Origin::start("b"));
     let (a_addr, b_addr) = (a.addr, b.addr);
-    let l = addr(free_port());
+    let l = free_addr();
     let check = "[pool.health]\ntype = \"tcp\"\ninterval = \"100ms\"\ntimeout = \"500ms\"\nrise = 2\nfall = 2\n";
     let sy = Switchyard::start(&pool_config(l, "app", &[a_addr, b_addr], check), &[l]);
     assert_eq!(distribution(l, "/", 10).len(), 2);
@@ -185,7 +180,7 @@ fn tcp_check_notices_a_member_that_stopped_listening() {
 #[test]
 fn passive_ejection_on_5xx_and_return() {
     let (a, b) = (Origin::start("a"), Origin::start("b"));
-    let l = addr(free_port());
+    let l = free_addr();
     let passive = "[pool.passive]\nconsecutive_failures = 3\nejection = \"1s\"\n";
     let sy = Switchyard::start(&pool_config(l, "app", &[a.addr, b.addr], passive), &[l]);
     a.set(|x| x.status = 500);
@@ -225,8 +220,8 @@ fn passive_ejection_on_5xx_and_return() {
 #[test]
 fn passive_ejection_on_connect_failures() {
     let b = Origin::start("b");
-    let closed = addr(free_port()); // nothing listens here
-    let l = addr(free_port());
+    let closed = free_addr(); // nothing listens here
+    let l = free_addr();
     let passive = "[pool.passive]\nconsecutive_failures = 3\nejection = \"10s\"\n";
     let sy = Switchyard::start(&pool_config(l, "app", &[closed, b.addr], passive), &[l]);
     // Every request succeeds: a failed connect is retried on b.
@@ -244,7 +239,7 @@ fn passive_ejection_on_connect_failures() {
 fn no_member_up_gives_503_naming_the_pool() {
     let a = Origin::start("a");
     a.set(|x| x.health_status = 503);
-    let l = addr(free_port());
+    let l = free_addr();
     let sy = Switchyard::start(&pool_config(l, "checkout", &[a.addr], HTTP_CHECK), &[l]);
     assert!(eventually(Duration::from_secs(3), || state(
         &sy, "checkout", a.addr

@@ -40,7 +40,7 @@ fn position(file: &std::path::Path, text: &str, needle: &str) -> String {
 #[test]
 fn new_pool_and_member_take_effect() {
     let (a, b, c) = (Origin::start("a"), Origin::start("b"), Origin::start("c"));
-    let l = addr(free_port());
+    let l = free_addr();
     let sy = Switchyard::start(&one_pool(&[l], &[a.addr], ""), &[l]);
     assert_eq!(distribution(l, "/", 6).get("a"), Some(&6));
     assert_eq!(origin_of(&get(l, "/new/x")), "a");
@@ -69,7 +69,7 @@ fn new_pool_and_member_take_effect() {
 #[test]
 fn listen_addresses_follow_the_config() {
     let a = Origin::start("a");
-    let (l1, l2) = (addr(free_port()), addr(free_port()));
+    let (l1, l2) = (free_addr(), free_addr());
     let sy = Switchyard::start(&one_pool(&[l1], &[a.addr], ""), &[l1]);
     assert!(TcpStream::connect(l2).is_err());
     let (ok, out) = sy.reload_with(&one_pool(&[l2], &[a.addr], ""));
@@ -90,7 +90,7 @@ fn listen_addresses_follow_the_config() {
 #[test]
 fn a_reload_that_cannot_listen_is_rejected_whole() {
     let (a, b) = (Origin::start("a"), Origin::start("b"));
-    let l = addr(free_port());
+    let l = free_addr();
     let sy = Switchyard::start(&one_pool(&[l], &[a.addr], ""), &[l]);
     let taken = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let t = taken.local_addr().expect("addr");
@@ -105,7 +105,7 @@ fn a_reload_that_cannot_listen_is_rejected_whole() {
 #[test]
 fn bad_configs_are_rejected_and_the_old_one_keeps_serving() {
     let (a, b) = (Origin::start("a"), Origin::start("b"));
-    let l = addr(free_port());
+    let l = free_addr();
     let sy = Switchyard::start(&one_pool(&[l], &[a.addr], ""), &[l]);
     let mut keep = Client::connect(l);
     assert_eq!(origin_of(&keep.get("/")), "a");
@@ -154,7 +154,7 @@ fn bad_configs_are_rejected_and_the_old_one_keeps_serving() {
 #[test]
 fn sighup_reloads() {
     let (a, b) = (Origin::start("a"), Origin::start("b"));
-    let l = addr(free_port());
+    let l = free_addr();
     let sy = Switchyard::start(&one_pool(&[l], &[a.addr], ""), &[l]);
     sy.write_config(&one_pool(&[l], &[b.addr], ""));
     sy.signal("HUP");
@@ -257,7 +257,7 @@ fn load_thread(
 #[test]
 fn reload_under_load_fails_no_request() {
     let os: Vec<Origin> = ["a", "b", "c"].iter().map(|n| Origin::start(n)).collect();
-    let l = addr(free_port());
+    let l = free_addr();
     let health = "[pool.health]\ntype = \"http\"\npath = \"/health\"\ninterval = \"100ms\"\n";
     let cfg_a = format!(
         "[global]\nworkers = 2\n[[vserver]]\nname = \"web\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\n\

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 fn start(grace: &str, delay: Duration) -> (Origin, SocketAddr, Switchyard) {
     let o = Origin::start("a");
     o.set(|b| b.delay = delay);
-    let l = addr(free_port());
+    let l = free_addr();
     let cfg = simple_config(l, &[&o], "").replace(
         "[global]\n",
         &format!("[global]\ngrace_period = \"{grace}\"\n"),
@@ -33,7 +33,8 @@ fn sigterm_finishes_in_flight_requests_then_exits_0() {
     o.set(|b| b.delay = Duration::from_secs(1));
     let slow = std::thread::spawn(move || {
         let mut c = Client::connect(l);
-        let r = c.get("/slow");
+        c.send(b"GET /slow HTTP/1.1\r\nHost: t\r\n\r\n");
+        let r = c.read_response(false);
         (r, c.closed_within(Duration::from_secs(3)))
     });
     let a = o.addr;
@@ -62,6 +63,7 @@ fn sigterm_finishes_in_flight_requests_then_exits_0() {
     );
     // The request in flight completes, marked as the last on its connection.
     let (r, closed) = slow.join().expect("slow client");
+    let r = r.unwrap_or_else(|| panic!("the request in flight was cut:\n{}", sy.log()));
     assert_eq!(r.status, 200);
     assert_eq!(r.body_text(), "a\n");
     assert_eq!(r.header("connection"), Some("close"));

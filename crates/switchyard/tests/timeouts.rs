@@ -24,7 +24,7 @@ fn config(listen: SocketAddr, members: &[SocketAddr], timeouts: &str) -> String 
 #[test]
 fn slowloris_gets_408_while_others_are_served() {
     let o = Origin::start("a");
-    let l = addr(free_port());
+    let l = free_addr();
     let _sy = Switchyard::start(&config(l, &[o.addr], "client_header = \"1s\""), &[l]);
     // Normal clients, in parallel, the whole time.
     let stop = Arc::new(AtomicBool::new(false));
@@ -92,7 +92,7 @@ fn slowloris_gets_408_while_others_are_served() {
 #[test]
 fn idle_keep_alive_connection_is_closed() {
     let o = Origin::start("a");
-    let l = addr(free_port());
+    let l = free_addr();
     let sy = Switchyard::start(
         &config(
             l,
@@ -140,7 +140,7 @@ fn idle_keep_alive_connection_is_closed() {
 fn upstream_response_timeout_gives_504() {
     let o = Origin::start("a");
     o.set(|b| b.delay = Duration::from_secs(2));
-    let l = addr(free_port());
+    let l = free_addr();
     let sy = Switchyard::start(&config(l, &[o.addr], "upstream_response = \"500ms\""), &[l]);
     let t = Instant::now();
     let mut c = Client::connect(l);
@@ -164,8 +164,8 @@ fn upstream_response_timeout_gives_504() {
 
 #[test]
 fn connect_failure_gives_502_or_is_retried_on_another_member() {
-    let closed = addr(free_port());
-    let (l1, l2) = (addr(free_port()), addr(free_port()));
+    let closed = free_addr();
+    let (l1, l2) = (free_addr(), free_addr());
     let b = Origin::start("b");
     let cfg = format!(
         "[global]\nworkers = 1\n\
@@ -201,7 +201,7 @@ fn connect_failure_gives_502_or_is_retried_on_another_member() {
 fn member_closing_without_answer() {
     let (a, b) = (Origin::start("a"), Origin::start("b"));
     a.set(|x| x.close_without_answer = true);
-    let l = addr(free_port());
+    let l = free_addr();
     let sy = Switchyard::start(&config(l, &[a.addr, b.addr], ""), &[l]);
     // GET is retried on b: every client request succeeds.
     let d = distribution(l, "/get", 4);
@@ -243,7 +243,7 @@ fn member_closing_without_answer() {
 fn single_member_closing_without_answer_gives_502() {
     let a = Origin::start("a");
     a.set(|x| x.close_without_answer = true);
-    let l = addr(free_port());
+    let l = free_addr();
     let sy = Switchyard::start(&config(l, &[a.addr], ""), &[l]);
     let mut c = Client::connect(l);
     let r = c.get("/");
@@ -261,7 +261,7 @@ fn single_member_closing_without_answer_gives_502() {
 fn bad_framing(raw: &[u8], what: &str) {
     let o = Origin::start("a");
     o.set(|b| b.raw_response = Some(raw.to_vec()));
-    let l = addr(free_port());
+    let l = free_addr();
     let sy = Switchyard::start(&config(l, &[o.addr], ""), &[l]);
     let mut c = Client::connect(l);
     c.send(b"GET / HTTP/1.1\r\nHost: t\r\n\r\n");

@@ -31,8 +31,7 @@ fn fixture() -> Fixture {
     let origins: HashMap<&'static str, Origin> =
         POOLS.iter().map(|p| (*p, Origin::start(p))).collect();
     let names = ["hosts", "paths", "methods", "query", "actions", "headers"];
-    let l: HashMap<&'static str, SocketAddr> =
-        names.iter().map(|n| (*n, addr(free_port()))).collect();
+    let l: HashMap<&'static str, SocketAddr> = names.iter().map(|n| (*n, free_addr())).collect();
     let mut cfg = format!(
         r#"[global]
 workers = 2
@@ -436,7 +435,7 @@ fn ipv6_listener() {
     drop(probe);
     let (a, v6) = (Origin::start("a"), Origin::start("v6"));
     let l6: SocketAddr = format!("[::1]:{port6}").parse().expect("v6 addr");
-    let l4 = addr(free_port());
+    let l4 = free_addr();
     let cfg = format!(
         "[global]\nworkers = 1\n[[vserver]]\nname = \"dual\"\nlisten = [\"{l6}\", \"{l4}\"]\ndefault_pool = \"p\"\n\
          [[vserver.policy]]\nmatch = {{ source = \"::1/128\" }}\naction = {{ pool = \"v6\" }}\n\

@@ -19,7 +19,7 @@ fn handshake(path: &str, key: &str) -> String {
 
 fn start(timeouts: &str) -> (Origin, SocketAddr, Switchyard) {
     let o = Origin::start("ws");
-    let l = addr(free_port());
+    let l = free_addr();
     let cfg = format!("{timeouts}\n{}", simple_config(l, &[&o], ""));
     let sy = Switchyard::start(&cfg, &[l]);
     (o, l, sy)

@@ -819,3 +819,33 @@ pub fn run_cli(args: &[&str]) -> (Option<i32>, String, String) {
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
 }
+
+/// A free port on a random loopback address in 127.1.0.0-127.254.255.255,
+/// for Switchyard listen addresses. Switchyard listens with SO_REUSEPORT, so
+/// two instances (of this test binary or of any other test running on the
+/// machine) handed the same port by `free_port()` would silently share it
+/// and take each other's connections; a random address makes that
+/// practically impossible.
+pub fn free_addr() -> SocketAddr {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64)
+        .unwrap_or(0);
+    let mut h = (std::process::id() as u64) << 32
+        ^ nanos
+        ^ (N.fetch_add(1, Ordering::Relaxed) as u64) << 20;
+    // splitmix64
+    h = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^= h >> 31;
+    let ip = [
+        127,
+        1 + (h % 254) as u8,
+        (h >> 8) as u8,
+        1 + ((h >> 16) % 254) as u8,
+    ];
+    let l = TcpListener::bind(SocketAddr::from((ip, 0))).expect("bind a loopback address");
+    l.local_addr().expect("local addr")
+}
