@@ -392,8 +392,11 @@ fn well_formed_version(raw: &[u8]) -> bool {
         && parts[2][7].is_ascii_digit()
 }
 
-fn headers_buf(max_headers: usize) -> Vec<httparse::Header<'static>> {
-    vec![httparse::EMPTY_HEADER; max_headers.clamp(1, MAX_HEADERS_CAP)]
+/// Header slots for one parse, on the stack: no allocation per message.
+type HeaderSlots<'h> = [std::mem::MaybeUninit<httparse::Header<'h>>; MAX_HEADERS_CAP];
+
+fn header_slots<'h>() -> HeaderSlots<'h> {
+    [const { std::mem::MaybeUninit::uninit() }; MAX_HEADERS_CAP]
 }
 
 fn map_parse_error(e: httparse::Error) -> HeadError {
@@ -418,9 +421,9 @@ fn map_parse_error(e: httparse::Error) -> HeadError {
 
 /// Parses a complete request head (as found by `HeadScanner`).
 pub fn parse_request(raw: Bytes, max_headers: usize) -> Result<Request, HeadError> {
-    let mut hbuf = headers_buf(max_headers);
-    let mut req = httparse::Request::new(&mut hbuf);
-    match req.parse(&raw) {
+    let mut slots = header_slots();
+    let mut req = httparse::Request::new(&mut []);
+    match req.parse_with_uninit_headers(&raw, &mut slots[..max_headers.clamp(1, MAX_HEADERS_CAP)]) {
         Ok(httparse::Status::Complete(_)) => {}
         Ok(httparse::Status::Partial) => return Err(bad("incomplete request head")),
         Err(httparse::Error::Version) if !well_formed_version(&raw) => {
@@ -573,8 +576,8 @@ pub fn parse_response(
     max_headers: usize,
     request_method: Method,
 ) -> Result<Response, HeadError> {
-    let mut hbuf = headers_buf(max_headers);
-    let mut resp = httparse::Response::new(&mut hbuf);
+    let mut hbuf = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
+    let mut resp = httparse::Response::new(&mut hbuf[..max_headers.clamp(1, MAX_HEADERS_CAP)]);
     match resp.parse(&raw) {
         Ok(httparse::Status::Complete(_)) => {}
         Ok(httparse::Status::Partial) => return Err(bad("incomplete response head")),

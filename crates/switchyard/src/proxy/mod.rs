@@ -10,6 +10,7 @@
 //! state of a whole request (the target is under 1 KB per idle client).
 
 mod forward;
+pub mod idle;
 pub mod route;
 mod tunnel;
 pub mod upstream;
@@ -23,7 +24,6 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-use tokio::sync::watch;
 
 use crate::balance::{hash64, MemberState, Tried};
 use crate::clock::now_ms;
@@ -36,19 +36,20 @@ use crate::http::responses;
 use crate::log;
 use crate::stats::{self, status_class, Sharded, VsCounters};
 use forward::{ClientFraming, Forwarding};
+pub use idle::{IdleEnd, IdleWatch};
 use upstream::{ConnectError, IdlePool, UpConn};
 
 /// What one worker gives every session it runs.
 pub struct WorkerCtx {
     pub snapshot: Arc<arc_swap::ArcSwap<Snapshot>>,
     pub idle: IdlePool,
-    /// Becomes true when the process drains (SIGTERM).
-    pub drain: watch::Receiver<bool>,
+    /// Idle keep-alive connections, their deadlines, and the drain signal.
+    pub idle_watch: IdleWatch,
 }
 
 impl WorkerCtx {
     fn draining(&self) -> bool {
-        *self.drain.borrow()
+        self.idle_watch.is_draining()
     }
 }
 
@@ -92,7 +93,6 @@ pub async fn serve(ctx: Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, list
         listen,
         buf: BytesMut::new(),
     };
-    let mut drain = ctx.drain.clone();
     let mut first = true;
     loop {
         if client.buf.is_empty() {
@@ -106,13 +106,12 @@ pub async fn serve(ctx: Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, list
             };
             // Idle: wait for the next request without holding any buffer.
             client.buf = BytesMut::new();
-            tokio::select! {
-                r = tokio::time::timeout(Duration::from_millis(wait_ms), client.stream.readable()) => {
-                    if !matches!(r, Ok(Ok(()))) {
-                        break;
-                    }
-                }
-                _ = drain.wait_for(|d| *d) => break,
+            let end = ctx
+                .idle_watch
+                .wait(&client.stream, now_ms() + wait_ms)
+                .await;
+            if end != IdleEnd::Readable {
+                break;
             }
         }
         first = false;
@@ -857,4 +856,32 @@ fn access_log(
         m.label(&pool.name),
         started.elapsed().as_micros()
     ));
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    fn size_of_future<F: std::future::Future>(_: &F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn session_future_sizes() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let a = l.local_addr().unwrap();
+            let s = TcpStream::connect(a).await.unwrap();
+            let snap = crate::config::parse("t", "[[vserver]]\nname=\"a\"\nlisten=[\"127.0.0.1:1\"]\ndefault_pool=\"p\"\n[[pool]]\nname=\"p\"\n[[pool.member]]\naddress=\"127.0.0.1:2\"\n", None).unwrap();
+            let ctx = Rc::new(WorkerCtx { snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(snap)), idle: IdlePool::default(), idle_watch: IdleWatch::default() });
+            let f = serve(ctx.clone(), s, a, a);
+            eprintln!("serve future: {} bytes", size_of_future(&f));
+            eprintln!("TcpStream: {} bytes", std::mem::size_of::<TcpStream>());
+            eprintln!("Sleep: {} bytes", std::mem::size_of::<tokio::time::Sleep>());
+        });
+    }
 }

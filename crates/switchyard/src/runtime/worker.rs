@@ -17,7 +17,7 @@ use tokio::task::JoinHandle as TaskHandle;
 
 use crate::config::Snapshot;
 use crate::log;
-use crate::proxy::{self, upstream::IdlePool, WorkerCtx};
+use crate::proxy::{self, upstream::IdlePool, IdleWatch, WorkerCtx};
 use crate::stats;
 
 pub enum WorkerCmd {
@@ -93,22 +93,27 @@ async fn run(
     grace_ms: u64,
 ) {
     let ctx = Rc::new(WorkerCtx {
+        idle_watch: IdleWatch::default(),
         snapshot,
         idle: IdlePool::default(),
-        drain: drain.clone(),
     });
     let active = Rc::new(Cell::new(0usize));
     let mut accepting: HashMap<SocketAddr, TaskHandle<()>> = HashMap::new();
     for (addr, l) in listeners {
         start(&mut accepting, &ctx, &active, addr, l);
     }
-    let sweeper = {
+    let ticker = {
         let ctx = ctx.clone();
         tokio::task::spawn_local(async move {
-            let mut tick = tokio::time::interval(Duration::from_secs(1));
+            let mut tick = tokio::time::interval(proxy::idle::TICK);
+            let mut n = 0u32;
             loop {
                 tick.tick().await;
-                ctx.idle.sweep();
+                ctx.idle_watch.tick();
+                n = n.wrapping_add(1);
+                if n % 10 == 0 {
+                    ctx.idle.sweep();
+                }
             }
         })
     };
@@ -126,7 +131,9 @@ async fn run(
             _ = drain.wait_for(|d| *d) => break,
         }
     }
-    // Draining: close the listeners, let sessions finish their requests.
+    // Draining: close the listeners and idle connections, let sessions
+    // finish the requests they are in.
+    ctx.idle_watch.drain();
     for (_, h) in accepting.drain() {
         h.abort();
     }
@@ -140,7 +147,7 @@ async fn run(
             active.get()
         ));
     }
-    sweeper.abort();
+    ticker.abort();
     ctx.idle.clear();
 }
 
