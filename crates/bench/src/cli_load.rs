@@ -25,19 +25,22 @@ pub fn parse_url(u: &str) -> Result<Url, String> {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
     };
-    let with_port = if auth.ends_with(']')
-        || !auth.contains(':')
-        || auth.matches(':').count() > 1 && !auth.starts_with('[')
-    {
-        if auth.ends_with(']') || !auth.contains(':') {
-            format!("{auth}:80")
-        } else {
-            auth.to_string()
-        }
+    let bad = || format!("{u}: bad host:port");
+    let (host, port) = if let Some(v6) = auth.strip_prefix('[') {
+        let (h, after) = v6.split_once(']').ok_or_else(bad)?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse::<u16>().map_err(|_| bad())?,
+            None if after.is_empty() => 80,
+            None => return Err(bad()),
+        };
+        (h, port)
     } else {
-        auth.to_string()
+        match auth.rsplit_once(':') {
+            Some((h, p)) => (h, p.parse::<u16>().map_err(|_| bad())?),
+            None => (auth, 80),
+        }
     };
-    let addr = with_port
+    let addr = (host, port)
         .to_socket_addrs()
         .map_err(|e| format!("{u}: {e}"))?
         .next()
@@ -327,4 +330,29 @@ pub fn summary(cfg: &LoadConfig, r: &LoadResult) -> String {
     );
     let _ = Duration::ZERO;
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    #[test]
+    fn urls_and_source_addresses() {
+        let u = parse_url("http://127.0.0.1:8080/size/128").unwrap();
+        assert_eq!(u.addr, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(u.path, "/size/128");
+        assert_eq!(u.host, "127.0.0.1:8080");
+        let u = parse_url("http://[::1]:9000/x").unwrap();
+        assert_eq!(u.addr, "[::1]:9000".parse().unwrap());
+        assert_eq!(parse_url("http://[::1]").unwrap().addr.port(), 80);
+        assert_eq!(parse_url("http://127.0.0.1").unwrap().path, "/");
+        assert!(parse_url("https://127.0.0.1/").is_err());
+        assert!(parse_url("http://127.0.0.1:x/").is_err());
+        let ips = parse_src_ips("127.0.0.2-127.0.0.4").unwrap();
+        assert_eq!(ips.len(), 3);
+        assert_eq!(parse_src_ips("300").unwrap().len(), 300);
+        assert_eq!(
+            parse_src_ips("300").unwrap()[254],
+            IpAddr::from([127, 0, 1, 1])
+        );
+    }
 }

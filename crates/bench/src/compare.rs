@@ -152,6 +152,23 @@ pub fn run(o: &Opts) -> Result<Json, String> {
     let mut samples = Vec::new();
     let mut skips = Vec::new();
     let started = Instant::now();
+    let mut total = 0;
+    for sc in &o.scenarios {
+        for case in scenario::cases(sc, &timing, max_conns)? {
+            if case.skip_all.is_none() {
+                let able = o
+                    .targets
+                    .iter()
+                    .filter(|t| case.needs.iter().all(|c| t.caps.contains(c)));
+                total += able.count() * o.runs;
+            }
+        }
+    }
+    let mut prog = Progress {
+        done: 0,
+        total,
+        started,
+    };
     for sc in &o.scenarios {
         for case in scenario::cases(sc, &timing, max_conns)? {
             if let Some(r) = &case.skip_all {
@@ -183,7 +200,7 @@ pub fn run(o: &Opts) -> Result<Json, String> {
             let mut case_samples = Vec::new();
             for run in 0..o.runs {
                 for t in &able {
-                    let s = run_sample(o, &origin, t, &case, run, None);
+                    let s = run_sample(o, &origin, t, &case, run, &prog.next());
                     case_samples.push(s);
                 }
             }
@@ -206,7 +223,8 @@ pub fn run(o: &Opts) -> Result<Json, String> {
                     c2.note = Some("the load generator saturated: DUT CPU per request at the same offered rate".into());
                     for run in 0..o.runs {
                         for t in &able {
-                            case_samples.push(run_sample(o, &origin, t, &c2, run, None));
+                            prog.total += 1;
+                            case_samples.push(run_sample(o, &origin, t, &c2, run, &prog.next()));
                         }
                     }
                 }
@@ -369,10 +387,10 @@ fn run_sample(
     t: &Target,
     case: &Case,
     run: usize,
-    _rate: Option<f64>,
+    prefix: &str,
 ) -> Json {
     let label = format!(
-        "[{} {}] {} run {}/{}",
+        "{prefix} [{} {}] {} run {}/{}",
         case.scenario,
         case.name,
         t.name,
@@ -595,6 +613,15 @@ fn run_sample(
     } else if r.ok == 0 {
         valid = false;
         reason = Some("no successful transaction".into());
+    } else if od.body_bad > 0 {
+        valid = false;
+        reason = Some(format!("the DUT corrupted {} request bodies", od.body_bad));
+    }
+    if case.listener != Listener::L4 && od.requests > 0 && od.xff_seen < od.requests {
+        notes.push(format!(
+            "X-Forwarded-For missing on {:.0} % of the requests the origin received",
+            100.0 * (od.requests - od.xff_seen) as f64 / od.requests as f64
+        ));
     }
     if r.saturated || (o.load_cpu.is_some() && s.load_side_share > 0.9) {
         notes.push(format!(
@@ -613,4 +640,25 @@ fn run_sample(
         )
         .set("origin", od.to_json())
         .set("load", r.to_json())
+}
+
+/// Overall position for the progress line: sample k of n, time left.
+struct Progress {
+    done: usize,
+    total: usize,
+    started: Instant,
+}
+
+impl Progress {
+    fn next(&mut self) -> String {
+        self.done += 1;
+        let left = if self.done > 1 {
+            let per = self.started.elapsed().as_secs_f64() / (self.done - 1) as f64;
+            let secs = per * (self.total + 1 - self.done) as f64;
+            format!(", ~{}m{:02}s left", secs as u64 / 60, secs as u64 % 60)
+        } else {
+            String::new()
+        };
+        format!("({}/{}{left})", self.done, self.total)
+    }
 }

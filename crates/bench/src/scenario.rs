@@ -399,7 +399,7 @@ pub fn cases(scenario: &str, t: &Timing, max_conns: usize) -> Result<Vec<Case>, 
                 l.duration = if q {
                     think * 2
                 } else {
-                    (think * 3).max(Duration::from_secs(30))
+                    (think * 2).max(Duration::from_secs(30))
                 };
                 let mut c = case(
                     "multiplexing",

@@ -111,7 +111,7 @@ async fn run(
                 tick.tick().await;
                 ctx.idle_watch.tick();
                 n = n.wrapping_add(1);
-                if n % 10 == 0 {
+                if n.is_multiple_of(10) {
                     ctx.idle.sweep();
                 }
             }
