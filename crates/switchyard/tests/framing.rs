@@ -11,7 +11,7 @@ use std::time::Duration;
 
 fn setup(extra_global: &str) -> (Origin, std::net::SocketAddr, Switchyard) {
     let o = Origin::start("a");
-    let l = addr(free_port());
+    let l = free_addr();
     let cfg =
         simple_config(l, &[&o], "").replacen("[global]\n", &format!("[global]\n{extra_global}"), 1);
     let sy = Switchyard::start(&cfg, &[l]);
@@ -133,7 +133,7 @@ fn size_limits_give_414_and_431() {
     let (o, l, _sy) = setup("");
     let _ = &o;
     let o2 = Origin::start("b");
-    let l2 = addr(free_port());
+    let l2 = free_addr();
     let cfg = format!(
         "[limits]\nmax_request_line = 100\nmax_header_bytes = 2048\n{}",
         simple_config(l2, &[&o2], "")
@@ -161,7 +161,7 @@ fn size_limits_give_414_and_431() {
 fn bad_member(raw: &[u8]) -> (u16, String, serde_json::Value) {
     let o = Origin::start("bad");
     o.set(|b| b.raw_response = Some(raw.to_vec()));
-    let l = addr(free_port());
+    let l = free_addr();
     let sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
     let r = get(l, "/");
     let stats: serde_json::Value =

@@ -11,7 +11,7 @@ use std::time::Duration;
 #[test]
 fn forwards_with_forwarding_fields_and_without_hop_by_hop() {
     let o = Origin::start("a");
-    let l = addr(free_port());
+    let l = free_addr();
     let _sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
     let r = request(
         l,
@@ -40,7 +40,7 @@ fn forwards_with_forwarding_fields_and_without_hop_by_hop() {
 #[test]
 fn upstream_connections_are_reused_across_client_connections() {
     let o = Origin::start("a");
-    let l = addr(free_port());
+    let l = free_addr();
     let sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
     for _ in 0..20 {
         let r = get(l, "/");
@@ -75,7 +75,7 @@ fn upstream_connections_are_reused_across_client_connections() {
 #[test]
 fn keep_alive_pipelining_and_http10() {
     let o = Origin::start("a");
-    let l = addr(free_port());
+    let l = free_addr();
     let _sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
     // Three pipelined requests in one write, answered in order.
     let mut c = Client::connect(l);
@@ -102,7 +102,7 @@ fn keep_alive_pipelining_and_http10() {
 #[test]
 fn chunked_request_body_and_expect_continue() {
     let o = Origin::start("a");
-    let l = addr(free_port());
+    let l = free_addr();
     let _sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
     let mut c = Client::connect(l);
     c.send(b"POST /echo HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n");
@@ -126,7 +126,7 @@ fn chunked_request_body_and_expect_continue() {
 #[test]
 fn large_bodies_stream_both_ways() {
     let o = Origin::start("a");
-    let l = addr(free_port());
+    let l = free_addr();
     let _sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
     let n = 32 * 1024 * 1024;
     let r = get(l, &format!("/size/{n}"));
@@ -151,7 +151,7 @@ fn close_delimited_response_is_rechunked_for_http11_clients() {
     o.set(|b| {
         b.raw_response = Some(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\nuntil-eof".to_vec())
     });
-    let l = addr(free_port());
+    let l = free_addr();
     let _sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
     let mut c = Client::connect(l);
     let r = c.get("/");
@@ -165,4 +165,39 @@ fn close_delimited_response_is_rechunked_for_http11_clients() {
         c.r.get_mut()
             .set_read_timeout(Some(Duration::from_millis(50)));
     let _ = c.r.read_to_end(&mut raw);
+}
+
+#[test]
+fn long_idle_connections_park_and_resume() {
+    let o = Origin::start("a");
+    let l = free_addr();
+    let cfg = simple_config(l, &[&o], "").replacen(
+        "[global]\n",
+        "[timeouts]\nclient_idle = \"2500ms\"\n[global]\n",
+        1,
+    );
+    let mut sy = Switchyard::start(&cfg, &[l]);
+    let mut c = Client::connect(l);
+    assert_eq!(c.get("/").status, 200);
+    // Past the parking threshold (1 s): the connection left its task and
+    // must still be served on its next request.
+    std::thread::sleep(Duration::from_millis(1600));
+    assert_eq!(c.get("/again").status, 200);
+    // Parked connections still time out at client_idle.
+    let mut idle = Client::connect(l);
+    assert_eq!(idle.get("/").status, 200);
+    let t = std::time::Instant::now();
+    assert!(idle.closed_within(Duration::from_secs(5)));
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2000) && waited < Duration::from_millis(4000),
+        "closed after {waited:?}"
+    );
+    // Draining closes parked connections at once.
+    let mut parked = Client::connect(l);
+    assert_eq!(parked.get("/").status, 200);
+    std::thread::sleep(Duration::from_millis(1300));
+    sy.signal("TERM");
+    assert!(parked.closed_within(Duration::from_secs(2)));
+    assert_eq!(sy.wait_exit(Duration::from_secs(5)), Some(0));
 }

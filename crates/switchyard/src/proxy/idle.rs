@@ -32,6 +32,7 @@ pub struct IdleWatch {
     slots: RefCell<Vec<Option<Entry>>>,
     free: RefCell<Vec<usize>>,
     draining: Cell<bool>,
+    lot: ParkingLot,
 }
 
 #[derive(Debug, PartialEq, Eq)]
@@ -54,24 +55,32 @@ impl IdleWatch {
         }
     }
 
-    /// Wakes connections whose deadline passed. Called by the worker's ticker.
+    /// Wakes connections whose deadline passed and closes parked ones past
+    /// theirs. Called by the worker's ticker.
     pub fn tick(&self) {
         let now = now_ms();
-        let slots = self.slots.borrow();
-        for e in slots.iter().flatten() {
-            if e.deadline_ms <= now {
+        {
+            let slots = self.slots.borrow();
+            for e in slots.iter().flatten() {
+                if e.deadline_ms <= now {
+                    e.waker.wake_by_ref();
+                }
+            }
+        }
+        self.expire_parked(false);
+    }
+
+    /// Wakes every idle connection for good and closes the parked ones:
+    /// the worker is draining.
+    pub fn drain(&self) {
+        self.draining.set(true);
+        {
+            let slots = self.slots.borrow();
+            for e in slots.iter().flatten() {
                 e.waker.wake_by_ref();
             }
         }
-    }
-
-    /// Wakes every idle connection for good: the worker is draining.
-    pub fn drain(&self) {
-        self.draining.set(true);
-        let slots = self.slots.borrow();
-        for e in slots.iter().flatten() {
-            e.waker.wake_by_ref();
-        }
+        self.expire_parked(true);
     }
 
     pub fn is_draining(&self) -> bool {
@@ -125,12 +134,13 @@ impl Future for IdleWait<'_> {
     type Output = IdleEnd;
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<IdleEnd> {
-        if self.watch.draining.get() {
-            return Poll::Ready(IdleEnd::Drain);
-        }
-        // Errors surface on the read that follows.
+        // Errors surface on the read that follows. A request already
+        // waiting is served even when draining.
         if self.stream.poll_read_ready(cx).is_ready() {
             return Poll::Ready(IdleEnd::Readable);
+        }
+        if self.watch.draining.get() {
+            return Poll::Ready(IdleEnd::Drain);
         }
         if now_ms() >= self.deadline_ms {
             return Poll::Ready(IdleEnd::Timeout);
@@ -146,5 +156,155 @@ impl Drop for IdleWait<'_> {
         if let Some(i) = self.slot.take() {
             self.watch.release(i);
         }
+    }
+}
+
+// ------------------------------------------------------------ parking lot
+
+/// A connection waiting in the parking lot.
+pub struct Parked {
+    pub client: super::Client,
+    pub guard: super::ConnGuard,
+    pub deadline_ms: u64,
+}
+
+/// Wake-ups from the I/O driver, by slot. Only the owning worker's runtime
+/// ever wakes these (current-thread), so the mutexes never contend; they
+/// are there because a `Waker` must be `Send + Sync`.
+#[derive(Default)]
+struct ParkShared {
+    ready: std::sync::Mutex<Vec<usize>>,
+    lot_task: std::sync::Mutex<Option<Waker>>,
+}
+
+struct SlotWake {
+    slot: usize,
+    shared: std::sync::Arc<ParkShared>,
+}
+
+impl std::task::Wake for SlotWake {
+    fn wake(self: std::sync::Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &std::sync::Arc<Self>) {
+        if let Ok(mut r) = self.shared.ready.lock() {
+            r.push(self.slot);
+        }
+        if let Some(w) = self.shared.lot_task.lock().ok().and_then(|mut w| w.take()) {
+            w.wake();
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct ParkingLot {
+    parked: RefCell<Vec<Option<Parked>>>,
+    /// One waker per slot, made once and reused with the slot.
+    wakers: RefCell<Vec<Waker>>,
+    free: RefCell<Vec<usize>>,
+    shared: std::sync::Arc<ParkShared>,
+}
+
+impl IdleWatch {
+    /// Parks a connection until it is readable, its deadline passes, or the
+    /// worker drains. Gives it back if it is readable already.
+    pub fn park(&self, p: Parked) -> Result<(), Parked> {
+        let lot = &self.lot;
+        let slot = match lot.free.borrow_mut().pop() {
+            Some(i) => i,
+            None => {
+                let mut parked = lot.parked.borrow_mut();
+                parked.push(None);
+                let i = parked.len() - 1;
+                lot.wakers
+                    .borrow_mut()
+                    .push(Waker::from(std::sync::Arc::new(SlotWake {
+                        slot: i,
+                        shared: lot.shared.clone(),
+                    })));
+                i
+            }
+        };
+        let waker = lot.wakers.borrow()[slot].clone();
+        if p.client
+            .stream
+            .poll_read_ready(&mut Context::from_waker(&waker))
+            .is_ready()
+        {
+            lot.free.borrow_mut().push(slot);
+            return Err(p);
+        }
+        lot.parked.borrow_mut()[slot] = Some(p);
+        Ok(())
+    }
+
+    /// Takes the parked connections that became readable. Waits until
+    /// there is at least one.
+    pub async fn unparked(&self) -> Vec<Parked> {
+        std::future::poll_fn(|cx| {
+            let lot = &self.lot;
+            if let Ok(mut w) = lot.shared.lot_task.lock() {
+                *w = Some(cx.waker().clone());
+            }
+            let ready: Vec<usize> = match lot.shared.ready.lock() {
+                Ok(mut r) => std::mem::take(&mut *r),
+                Err(_) => Vec::new(),
+            };
+            let mut out = Vec::new();
+            for slot in ready {
+                let mut parked = lot.parked.borrow_mut();
+                let Some(p) = parked.get(slot).and_then(|p| p.as_ref()) else {
+                    continue;
+                };
+                let waker = lot.wakers.borrow()[slot].clone();
+                // A wake-up for a slot reused since is spurious: check.
+                if p.client
+                    .stream
+                    .poll_read_ready(&mut Context::from_waker(&waker))
+                    .is_ready()
+                {
+                    if let Some(p) = parked[slot].take() {
+                        out.push(p);
+                    }
+                    lot.free.borrow_mut().push(slot);
+                }
+            }
+            if out.is_empty() {
+                Poll::Pending
+            } else {
+                Poll::Ready(out)
+            }
+        })
+        .await
+    }
+
+    /// Closes parked connections past their deadline (or all, draining).
+    fn expire_parked(&self, all: bool) {
+        let now = now_ms();
+        let lot = &self.lot;
+        // Dropping a connection runs its guard, which must not find the lot
+        // borrowed: collect first, drop after.
+        let mut closed = Vec::new();
+        {
+            let mut parked = lot.parked.borrow_mut();
+            for (i, p) in parked.iter_mut().enumerate() {
+                if p.as_ref().is_some_and(|p| all || p.deadline_ms <= now) {
+                    closed.push(p.take());
+                    lot.free.borrow_mut().push(i);
+                }
+            }
+        }
+        drop(closed);
+    }
+
+    /// Number of parked connections.
+    pub fn parked(&self) -> usize {
+        self.lot
+            .parked
+            .borrow()
+            .iter()
+            .filter(|p| p.is_some())
+            .count()
     }
 }

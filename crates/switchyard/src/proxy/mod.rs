@@ -36,7 +36,7 @@ use crate::http::responses;
 use crate::log;
 use crate::stats::{self, status_class, Sharded, VsCounters};
 use forward::{ClientFraming, Forwarding};
-pub use idle::{IdleEnd, IdleWatch};
+pub use idle::{IdleEnd, IdleWatch, Parked};
 use upstream::{ConnectError, IdlePool, UpConn};
 
 /// What one worker gives every session it runs.
@@ -45,6 +45,8 @@ pub struct WorkerCtx {
     pub idle: IdlePool,
     /// Idle keep-alive connections, their deadlines, and the drain signal.
     pub idle_watch: IdleWatch,
+    /// Client connections open on this worker (drain waits for zero).
+    pub active: std::cell::Cell<usize>,
 }
 
 impl WorkerCtx {
@@ -53,7 +55,8 @@ impl WorkerCtx {
     }
 }
 
-struct Client {
+/// A client connection between requests: all a session needs to resume.
+pub struct Client {
     stream: TcpStream,
     peer: SocketAddr,
     listen: SocketAddr,
@@ -65,16 +68,22 @@ enum Next {
     Close,
 }
 
-struct ActiveGauge(Arc<Sharded<VsCounters>>);
+/// Keeps the connection gauges right for as long as a client connection
+/// lives, in a task or parked.
+pub struct ConnGuard {
+    ctx: Rc<WorkerCtx>,
+    counters: Arc<Sharded<VsCounters>>,
+}
 
-impl Drop for ActiveGauge {
+impl Drop for ConnGuard {
     fn drop(&mut self) {
-        stats::dec(&self.0.local().client_connections_active);
+        stats::dec(&self.counters.local().client_connections_active);
+        self.ctx.active.set(self.ctx.active.get() - 1);
     }
 }
 
 /// Serves one client connection accepted on `listen`.
-pub async fn serve(ctx: Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: SocketAddr) {
+pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: SocketAddr) {
     let counters = {
         let snap = ctx.snapshot.load();
         match snap.vserver_for(&listen) {
@@ -85,15 +94,32 @@ pub async fn serve(ctx: Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, list
     let c = counters.local();
     stats::inc(&c.client_connections_total);
     stats::inc(&c.client_connections_active);
-    let _gauge = ActiveGauge(counters);
+    ctx.active.set(ctx.active.get() + 1);
+    let guard = ConnGuard {
+        ctx: ctx.clone(),
+        counters,
+    };
     let _ = stream.set_nodelay(true);
-    let mut client = Client {
+    let client = Client {
         stream,
         peer,
         listen,
         buf: BytesMut::new(),
     };
-    let mut first = true;
+    tokio::task::spawn_local(session(ctx.clone(), client, guard, true));
+}
+
+/// Resumes a parked connection that became readable.
+pub fn resume(ctx: &Rc<WorkerCtx>, p: Parked) {
+    tokio::task::spawn_local(session(ctx.clone(), p.client, p.guard, false));
+}
+
+/// Connections idle this long leave their task and wait in the worker's
+/// parking lot, which costs a fraction of a task.
+const PARK_AFTER_MS: u64 = 1000;
+
+/// Runs requests on `client` until it closes, times out, or parks.
+async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut first: bool) {
     loop {
         if client.buf.is_empty() {
             let wait_ms = {
@@ -106,12 +132,30 @@ pub async fn serve(ctx: Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, list
             };
             // Idle: wait for the next request without holding any buffer.
             client.buf = BytesMut::new();
-            let end = ctx
+            let now = now_ms();
+            let deadline = now + wait_ms;
+            let park_at = if first { deadline } else { now + PARK_AFTER_MS };
+            match ctx
                 .idle_watch
-                .wait(&client.stream, now_ms() + wait_ms)
-                .await;
-            if end != IdleEnd::Readable {
-                break;
+                .wait(&client.stream, deadline.min(park_at))
+                .await
+            {
+                IdleEnd::Readable => {}
+                IdleEnd::Timeout if now_ms() < deadline => {
+                    match ctx.idle_watch.park(Parked {
+                        client,
+                        guard,
+                        deadline_ms: deadline,
+                    }) {
+                        Ok(()) => return,
+                        // Readable while we parked it: serve it in a fresh task.
+                        Err(p) => {
+                            tokio::task::spawn_local(session(ctx, p.client, p.guard, false));
+                            return;
+                        }
+                    }
+                }
+                _ => break,
             }
         }
         first = false;
@@ -121,6 +165,7 @@ pub async fn serve(ctx: Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, list
         }
     }
     let _ = client.stream.shutdown().await;
+    drop(guard);
 }
 
 /// Why reading a head stopped.
@@ -877,8 +922,11 @@ mod size_tests {
             let a = l.local_addr().unwrap();
             let s = TcpStream::connect(a).await.unwrap();
             let snap = crate::config::parse("t", "[[vserver]]\nname=\"a\"\nlisten=[\"127.0.0.1:1\"]\ndefault_pool=\"p\"\n[[pool]]\nname=\"p\"\n[[pool.member]]\naddress=\"127.0.0.1:2\"\n", None).unwrap();
-            let ctx = Rc::new(WorkerCtx { snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(snap)), idle: IdlePool::default(), idle_watch: IdleWatch::default() });
-            let f = serve(ctx.clone(), s, a, a);
+            let ctx = Rc::new(WorkerCtx { snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(snap)), idle: IdlePool::default(), idle_watch: IdleWatch::default(), active: Default::default() });
+            let counters = ctx.snapshot.load().vservers[0].counters.clone();
+            ctx.active.set(1);
+            let guard = ConnGuard { ctx: ctx.clone(), counters };
+            let f = session(ctx.clone(), Client { stream: s, peer: a, listen: a, buf: BytesMut::new() }, guard, true);
             eprintln!("serve future: {} bytes", size_of_future(&f));
             eprintln!("TcpStream: {} bytes", std::mem::size_of::<TcpStream>());
             eprintln!("Sleep: {} bytes", std::mem::size_of::<tokio::time::Sleep>());

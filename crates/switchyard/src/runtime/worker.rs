@@ -94,14 +94,24 @@ async fn run(
 ) {
     let ctx = Rc::new(WorkerCtx {
         idle_watch: IdleWatch::default(),
+        active: Cell::new(0),
         snapshot,
         idle: IdlePool::default(),
     });
-    let active = Rc::new(Cell::new(0usize));
     let mut accepting: HashMap<SocketAddr, TaskHandle<()>> = HashMap::new();
     for (addr, l) in listeners {
-        start(&mut accepting, &ctx, &active, addr, l);
+        start(&mut accepting, &ctx, addr, l);
     }
+    let lot = {
+        let ctx = ctx.clone();
+        tokio::task::spawn_local(async move {
+            loop {
+                for p in ctx.idle_watch.unparked().await {
+                    proxy::resume(&ctx, p);
+                }
+            }
+        })
+    };
     let ticker = {
         let ctx = ctx.clone();
         tokio::task::spawn_local(async move {
@@ -120,7 +130,7 @@ async fn run(
     loop {
         tokio::select! {
             cmd = cmds.recv() => match cmd {
-                Some(WorkerCmd::Listen(addr, l)) => start(&mut accepting, &ctx, &active, addr, l),
+                Some(WorkerCmd::Listen(addr, l)) => start(&mut accepting, &ctx, addr, l),
                 Some(WorkerCmd::Unlisten(addr)) => {
                     if let Some(h) = accepting.remove(&addr) {
                         h.abort();
@@ -138,15 +148,16 @@ async fn run(
         h.abort();
     }
     let deadline = tokio::time::Instant::now() + Duration::from_millis(grace_ms);
-    while active.get() > 0 && tokio::time::Instant::now() < deadline {
+    while ctx.active.get() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    if active.get() > 0 {
+    if ctx.active.get() > 0 {
         log::warn(format_args!(
             "grace period over: closing {} connection(s)",
-            active.get()
+            ctx.active.get()
         ));
     }
+    lot.abort();
     ticker.abort();
     ctx.idle.clear();
 }
@@ -154,7 +165,6 @@ async fn run(
 fn start(
     accepting: &mut HashMap<SocketAddr, TaskHandle<()>>,
     ctx: &Rc<WorkerCtx>,
-    active: &Rc<Cell<usize>>,
     addr: SocketAddr,
     l: std::net::TcpListener,
 ) {
@@ -165,37 +175,16 @@ fn start(
             return;
         }
     };
-    let h = tokio::task::spawn_local(accept_loop(ctx.clone(), active.clone(), listener, addr));
+    let h = tokio::task::spawn_local(accept_loop(ctx.clone(), listener, addr));
     if let Some(old) = accepting.insert(addr, h) {
         old.abort();
     }
 }
 
-struct Active(Rc<Cell<usize>>);
-
-impl Drop for Active {
-    fn drop(&mut self) {
-        self.0.set(self.0.get() - 1);
-    }
-}
-
-async fn accept_loop(
-    ctx: Rc<WorkerCtx>,
-    active: Rc<Cell<usize>>,
-    listener: TcpListener,
-    addr: SocketAddr,
-) {
+async fn accept_loop(ctx: Rc<WorkerCtx>, listener: TcpListener, addr: SocketAddr) {
     loop {
         match listener.accept().await {
-            Ok((stream, peer)) => {
-                active.set(active.get() + 1);
-                let guard = Active(active.clone());
-                let ctx = ctx.clone();
-                tokio::task::spawn_local(async move {
-                    proxy::serve(ctx, stream, peer, addr).await;
-                    drop(guard);
-                });
-            }
+            Ok((stream, peer)) => proxy::serve(&ctx, stream, peer, addr),
             Err(e) => {
                 // Out of file descriptors or memory: back off instead of spinning.
                 log::warn(format_args!("accept on {addr} failed: {e}"));
