@@ -209,6 +209,7 @@ pub struct ParkingLot {
 impl IdleWatch {
     /// Parks a connection until it is readable, its deadline passes, or the
     /// worker drains. Gives it back if it is readable already.
+    #[allow(clippy::result_large_err)] // the connection itself comes back
     pub fn park(&self, p: Parked) -> Result<(), Parked> {
         let lot = &self.lot;
         let slot = match lot.free.borrow_mut().pop() {

@@ -124,6 +124,13 @@ async fn run(
                 if n.is_multiple_of(10) {
                     ctx.idle.sweep();
                 }
+                if n.is_multiple_of(100) {
+                    // Give memory freed by finished requests and parked
+                    // connections back to the system, as HAProxy does when
+                    // it releases its pools.
+                    // SAFETY: malloc_trim only walks glibc's own arenas.
+                    unsafe { libc::malloc_trim(0) };
+                }
             }
         })
     };
