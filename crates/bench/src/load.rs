@@ -508,6 +508,12 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
     if cfg.progress.is_some() && tty {
         eprint!("\r\x1b[2K");
     }
+    if let (Some(label), false) = (&cfg.progress, tty) {
+        // Logs (CI, nohup) get one line per run instead of a live line.
+        let ok: u64 = live.iter().map(|l| l.ok.load(Relaxed)).sum();
+        let err: u64 = live.iter().map(|l| l.errors.load(Relaxed)).sum();
+        eprintln!("{label} | done | {ok} ok | {err} errors");
+    }
     plan.stop.store(true, Relaxed);
     let mut merged = ThreadStats::new(secs);
     let mut cpu = 0.0;

@@ -517,12 +517,6 @@ async fn respond(
     out: &mut Vec<u8>,
 ) -> io::Result<bool> {
     let c = ctx.c();
-    if req.xff {
-        c.xff_seen.fetch_add(1, Relaxed);
-    }
-    if req.is_post {
-        c.posts.fetch_add(1, Relaxed);
-    }
     let mut delay = ctx.delay;
     if let Some(d) = query_delay(&req.path) {
         delay += d;
@@ -620,6 +614,14 @@ async fn respond(
         } else {
             out.extend_from_slice(b);
         }
+    }
+    // Counted together at the end so that a snapshot never sees a request's
+    // X-Forwarded-For without the request itself.
+    if req.xff {
+        c.xff_seen.fetch_add(1, Relaxed);
+    }
+    if req.is_post {
+        c.posts.fetch_add(1, Relaxed);
     }
     c.bytes_out.fetch_add(sent, Relaxed);
     c.requests.fetch_add(1, Relaxed);
