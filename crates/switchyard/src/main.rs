@@ -137,12 +137,13 @@ fn check(args: &[String]) -> ExitCode {
     };
     match config::load(&path, None) {
         Ok(s) => {
+            let members: usize = s.pools.iter().map(|p| p.members.len()).sum();
             println!(
-                "{}: OK ({} virtual servers, {} pools, {} members)",
+                "{}: OK ({}, {}, {})",
                 path.display(),
-                s.vservers.len(),
-                s.pools.len(),
-                s.pools.iter().map(|p| p.members.len()).sum::<usize>()
+                plural(s.vservers.len(), "virtual server"),
+                plural(s.pools.len(), "pool"),
+                plural(members, "member")
             );
             ExitCode::SUCCESS
         }
@@ -150,6 +151,14 @@ fn check(args: &[String]) -> ExitCode {
             eprintln!("{e}");
             ExitCode::from(1)
         }
+    }
+}
+
+fn plural(n: usize, what: &str) -> String {
+    if n == 1 {
+        format!("1 {what}")
+    } else {
+        format!("{n} {what}s")
     }
 }
 

@@ -201,3 +201,27 @@ fn long_idle_connections_park_and_resume() {
     assert!(parked.closed_within(Duration::from_secs(2)));
     assert_eq!(sy.wait_exit(Duration::from_secs(5)), Some(0));
 }
+
+#[test]
+fn member_closing_pooled_connections_loses_no_request() {
+    // A member that closes every connection after answering, without
+    // saying so: pooled connections go stale all the time. With a single
+    // member, a stale connection must lead to a new connection to the
+    // same member, never to an error.
+    let o = Origin::start("a");
+    o.set(|b| b.silent_close = true);
+    let l = free_addr();
+    let sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    let mut c = Client::connect(l);
+    for i in 0..30 {
+        let r = c.get(&format!("/n{i}"));
+        assert_eq!(r.status, 200, "request {i}: {}", r.body_text());
+        if i % 3 == 0 {
+            // Give the close time to arrive, or not: both paths must work.
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    let stats: serde_json::Value =
+        serde_json::from_str(&sy.admin_get("/stats.json")).expect("json");
+    assert_eq!(stats["vservers"][0]["responses"]["5xx"], 0, "{stats}");
+}

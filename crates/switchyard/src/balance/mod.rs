@@ -87,6 +87,9 @@ impl Tried {
     pub fn add(&mut self, i: usize) {
         self.0 |= 1u64 << (i % 64);
     }
+    pub fn remove(&mut self, i: usize) {
+        self.0 &= !(1u64 << (i % 64));
+    }
     pub fn has(&self, i: usize) -> bool {
         self.0 & (1u64 << (i % 64)) != 0
     }

@@ -477,6 +477,10 @@ async fn proxy_request(
             );
             return drain_then_error(c, vs, req, 503, &why, st).await;
         };
+        if last_failure.is_some() {
+            // Counted when the request really goes out again.
+            stats::inc(&pc.retries);
+        }
         tried.add(i);
         let m = &pool.members[i];
         let mc = m.counters.local();
@@ -509,7 +513,6 @@ async fn proxy_request(
                     // Nothing was sent: any method may go to another member.
                     if retries_left > 0 {
                         retries_left -= 1;
-                        stats::inc(&pc.retries);
                         last_failure = Some((status, why));
                         continue;
                     }
@@ -567,7 +570,10 @@ async fn proxy_request(
                 stats::inc(&mc.resets);
                 if up.reused && replayable && retries_left > 0 {
                     retries_left -= 1;
-                    stats::inc(&pc.retries);
+                    // A stale pooled connection says nothing about the
+                    // member: it may be picked again, on a new connection.
+                    tried.remove(i);
+                    ctx.idle.forget(m);
                     last_failure = Some((
                         502,
                         "the server closed the connection while receiving the request".into(),
@@ -658,7 +664,10 @@ async fn proxy_request(
                 }
                 if no_response_byte && replayable && retries_left > 0 {
                     retries_left -= 1;
-                    stats::inc(&pc.retries);
+                    if up.reused {
+                        tried.remove(i);
+                        ctx.idle.forget(m);
+                    }
                     last_failure = Some((status, why.to_string()));
                     continue;
                 }

@@ -91,6 +91,16 @@ impl IdlePool {
         });
     }
 
+    /// Drops every idle connection to `m` (one turned out stale: the member
+    /// probably restarted, so the others are stale too).
+    pub fn forget(&self, m: &Member) {
+        if let Some(q) = self.idle.borrow_mut().remove(&key(m)) {
+            for old in q {
+                stats::dec(&old.conn.counters.local().server_connections_idle);
+            }
+        }
+    }
+
     /// Closes connections past their idle timeout, or closed by the member.
     pub fn sweep(&self) {
         let mut idle = self.idle.borrow_mut();

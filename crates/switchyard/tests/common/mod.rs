@@ -42,6 +42,9 @@ pub struct Behavior {
     pub raw_response: Option<Vec<u8>>,
     /// Body size for GET /size/N is N; otherwise this text.
     pub body: Option<String>,
+    /// Close the connection after each response without saying so
+    /// (a member whose keep-alive timeout is shorter than ours).
+    pub silent_close: bool,
 }
 
 impl Default for Behavior {
@@ -53,6 +56,7 @@ impl Default for Behavior {
             close_without_answer: false,
             raw_response: None,
             body: None,
+            silent_close: false,
         }
     }
 }
@@ -288,7 +292,7 @@ fn origin_conn(
         if !is_head {
             out.extend_from_slice(text.as_bytes());
         }
-        if w.write_all(&out).is_err() || close {
+        if w.write_all(&out).is_err() || close || b.silent_close {
             return;
         }
     }
