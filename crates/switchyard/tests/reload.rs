@@ -349,7 +349,7 @@ fn check_accepts_a_good_file() {
     assert_eq!(code, Some(0), "{err}");
     assert_eq!(
         out,
-        format!("{f}: OK (1 virtual servers, 1 pools, 2 members)\n")
+        format!("{f}: OK (1 virtual server, 1 pool, 2 members)\n")
     );
 }
 
