@@ -136,10 +136,12 @@ pub fn parse_duration(s: &str) -> Option<Duration> {
         (s, 1.0)
     };
     let v: f64 = num.trim().parse().ok()?;
-    if v.is_nan() || v < 0.0 || !v.is_finite() {
+    let secs = v * mult;
+    // Over 100 days is a typo, and would overflow Instant arithmetic.
+    if secs.is_nan() || !(0.0..=1e7).contains(&secs) {
         return None;
     }
-    Some(Duration::from_secs_f64(v * mult))
+    Duration::try_from_secs_f64(secs).ok()
 }
 
 /// Sizes as the reports write them: "128", "1k", "64KB", "0.2k", "1m" (binary units).

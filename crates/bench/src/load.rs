@@ -659,12 +659,14 @@ async fn slot(plan: &Plan, stats: &RefCell<ThreadStats>, live: &Live, s: usize, 
     };
     // Open loop: this lane's share of the rate; lanes are phase-shifted so
     // the aggregate is evenly spaced rather than bursty.
+    // Rates below one request per 100 days per lane are treated as that.
+    let lane = |x: f64| Duration::try_from_secs_f64(x.min(1e7)).unwrap_or(Duration::ZERO);
     let interval = cfg
         .rate
         .filter(|r| *r > 0.0)
-        .map(|r| Duration::from_secs_f64(total as f64 / r));
+        .map(|r| lane(total as f64 / r));
     let mut due = match cfg.rate {
-        Some(r) if r > 0.0 => start + Duration::from_secs_f64(s as f64 / r),
+        Some(r) if r > 0.0 => start + lane(s as f64 / r),
         _ => start,
     };
     let buf_cap = if cfg.think >= Duration::from_secs(1) {

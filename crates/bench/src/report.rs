@@ -339,6 +339,45 @@ pub fn render(doc: &Json) -> (String, Vec<(String, String)>) {
                 }
                 bars.push((t.to_string(), st));
             }
+            // EANTC style: min / avg / max per second over the steady phase.
+            let series = match key.as_str() {
+                "rps" => Some("rps_per_sec"),
+                "cps" => Some("cps_per_sec"),
+                "throughput_bps" => Some("throughput_per_sec"),
+                _ => None,
+            };
+            if let Some(series) = series {
+                let mut parts = Vec::new();
+                for t in &here {
+                    let v = &by[&(sc.clone(), case.clone(), (*t).clone())];
+                    let mut ok: Vec<&&Json> = v.iter().filter(|x| valid(x)).collect();
+                    ok.sort_by(|a, b| {
+                        kpi(a, &key)
+                            .unwrap_or(0.0)
+                            .total_cmp(&kpi(b, &key).unwrap_or(0.0))
+                    });
+                    let mam = ok
+                        .get(ok.len() / 2)
+                        .and_then(|m| m.get("load"))
+                        .and_then(|l| l.get(series));
+                    if let Some(m) = mam {
+                        let f = |k: &str| m.get(k).and_then(Json::as_f64).unwrap_or(0.0);
+                        parts.push(format!(
+                            "{t} {} / {} / {}",
+                            fmt_kpi(&key, f("min")),
+                            fmt_kpi(&key, f("avg")),
+                            fmt_kpi(&key, f("max"))
+                        ));
+                    }
+                }
+                if !parts.is_empty() {
+                    let _ = writeln!(
+                        md,
+                        "\nPer second in the steady phase, min / avg / max (median run): {}",
+                        parts.join("; ")
+                    );
+                }
+            }
             if !notes.is_empty() {
                 let _ = writeln!(md, "\n{}", notes.join("\n"));
             }
