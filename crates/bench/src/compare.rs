@@ -33,7 +33,7 @@ pub const HELP: &str = "switchyard bench compare --targets switchyard,haproxy,ng
   --out DIR           report folder (bench-report-<time>)
   --dut-cpu N         pin the DUT to this CPU (0 when the machine has 2+)
   --load-cpu N        pin the load generator and origin to this CPU (1)
-  --port-base N       listeners at N.. and origins at N+1001.. (18080)
+  --port-base N       listeners at N.. and origins at N+1001.. (26080)
   --switchyard-bin P  the switchyard binary (default: this executable or its sibling)
   --caps T=C,C        override a target's capability list, e.g. switchyard=l7,ipv6,l4
   --quiet             no progress line";
@@ -69,7 +69,7 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
     let cpus = crate::sys::allowed_cpus();
     let dut_cpu = a.num::<usize>("dut-cpu")?.or((cpus >= 2).then_some(0));
     let load_cpu = a.num::<usize>("load-cpu")?.or((cpus >= 2).then_some(1));
-    let base = a.num::<u16>("port-base")?.unwrap_or(18080);
+    let base = a.num::<u16>("port-base")?.unwrap_or(26080);
     let sy_bin = a.get("switchyard-bin").map(PathBuf::from);
     let caps = a.get_all("caps");
     a.finish()?;

@@ -681,6 +681,19 @@ async fn slot(plan: &Plan, stats: &RefCell<ThreadStats>, live: &Live, s: usize, 
     tokio::time::sleep_until(start.into()).await;
     loop {
         if plan.stop.load(Relaxed) {
+            // Open loop, hard stop: requests that were due in the steady
+            // phase but never sent are failures (they did not complete in
+            // time), not silently dropped from the statistics.
+            if let Some(iv) = interval {
+                let from = due.max(plan.steady_start);
+                let to = stop.min(plan.steady_end);
+                if to > from && !iv.is_zero() {
+                    let n = ((to - from).as_secs_f64() / iv.as_secs_f64()).ceil() as u64;
+                    let mut st = stats.borrow_mut();
+                    st.errors[ErrKind::Timeout.idx()] += n;
+                    st.errors_all += n;
+                }
+            }
             break;
         }
         let now = Instant::now();

@@ -28,7 +28,7 @@ fn a_run_where_the_dut_dies_is_marked_invalid() {
     let out = tmpdir("dies");
     // Ports from the pid so parallel test binaries don't collide.
     // Below the ephemeral range (32768+), where client sockets could hold them.
-    let base = 21000 + (std::process::id() % 800) as u16 * 10;
+    let base = 11000 + (std::process::id() % 500) as u16 * 10;
     let opts = Opts {
         targets: vec![
             cmd_target(

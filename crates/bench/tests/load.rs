@@ -219,3 +219,30 @@ fn reaches_at_least_wrk_rate_against_a_fast_origin() {
     }
     panic!("ours {:.0} req/s < 90 % of wrk {:.0} req/s", best.0, best.1);
 }
+
+#[test]
+fn overloaded_open_loop_stops_on_time_and_counts_unsent_requests() {
+    // Capacity: 2 connections x 10 answers/s = 20 req/s; offered: 200 req/s.
+    let o = origin(100);
+    let mut c = cfg(o.addrs()[0], "/size/128", Some(128));
+    c.connections = 2;
+    c.rate = Some(200.0);
+    c.duration = Duration::from_secs(1);
+    c.timeout = Duration::from_millis(500);
+    let start = Instant::now();
+    let r = load::run(c, &mut |_| {}).unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(4),
+        "ran {:?}",
+        start.elapsed()
+    );
+    assert!(r.ok > 5 && r.ok < 40, "{} ok", r.ok);
+    // About 200 were due; what was neither answered nor sent is a failure.
+    let failed = r.errors_total();
+    assert!(
+        r.ok + failed >= 180,
+        "ok {} + failed {failed}: requests vanished",
+        r.ok
+    );
+    assert!(r.error_ratio() > 0.5);
+}
