@@ -1,4 +1,5 @@
-//! Waiting for the next request on a keep-alive connection.
+//! Waiting for the next request on a keep-alive connection, and the coarse
+//! deadlines of the request path (`within`).
 //!
 //! An idle client connection must cost as little as possible (the target is
 //! under 1 KB). A tokio `Sleep` plus a drain-channel receiver per
@@ -120,6 +121,63 @@ impl IdleWatch {
     fn release(&self, i: usize) {
         self.slots.borrow_mut()[i] = None;
         self.free.borrow_mut().push(i);
+    }
+}
+
+/// A future bounded by a coarse deadline: `Err(())` once it passed.
+pub struct Within<'a, F> {
+    watch: &'a IdleWatch,
+    fut: F,
+    deadline_ms: u64,
+    slot: Option<usize>,
+}
+
+impl IdleWatch {
+    /// Runs `fut` until `deadline_ms` (see `clock`). Cheaper than a tokio
+    /// timer on the request path: no clock read per poll and no timer-wheel
+    /// entry, just a slot in the worker's registry; expiry is as coarse as
+    /// the ticker (`TICK`).
+    pub fn within<F: Future>(&self, deadline_ms: u64, fut: F) -> Within<'_, F> {
+        Within {
+            watch: self,
+            fut,
+            deadline_ms,
+            slot: None,
+        }
+    }
+}
+
+impl<F: Future> Future for Within<'_, F> {
+    type Output = Result<F::Output, ()>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        // SAFETY: `fut` is never moved out of the pinned struct; the other
+        // fields are plain data we only read or replace.
+        let this = unsafe { self.get_unchecked_mut() };
+        let fut = unsafe { Pin::new_unchecked(&mut this.fut) };
+        if let Poll::Ready(v) = fut.poll(cx) {
+            return Poll::Ready(Ok(v));
+        }
+        if this.slot.is_none() {
+            this.watch
+                .register(&mut this.slot, cx.waker(), this.deadline_ms);
+        } else if now_ms() >= this.deadline_ms {
+            // Only a registered future can be woken by the ticker, so the
+            // clock is read only on polls after the first.
+            return Poll::Ready(Err(()));
+        } else {
+            this.watch
+                .register(&mut this.slot, cx.waker(), this.deadline_ms);
+        }
+        Poll::Pending
+    }
+}
+
+impl<F> Drop for Within<'_, F> {
+    fn drop(&mut self) {
+        if let Some(i) = self.slot.take() {
+            self.watch.release(i);
+        }
     }
 }
 

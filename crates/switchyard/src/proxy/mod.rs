@@ -130,8 +130,6 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
                     snap.settings.client_idle_ms
                 }
             };
-            // Idle: wait for the next request without holding any buffer.
-            client.buf = BytesMut::new();
             let now = now_ms();
             let deadline = now + wait_ms;
             let park_at = if first { deadline } else { now + PARK_AFTER_MS };
@@ -142,6 +140,8 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
             {
                 IdleEnd::Readable => {}
                 IdleEnd::Timeout if now_ms() < deadline => {
+                    // Parked connections hold no buffer.
+                    client.buf = BytesMut::new();
                     match ctx.idle_watch.park(Parked {
                         client,
                         guard,
@@ -159,7 +159,7 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
             }
         }
         first = false;
-        match Box::pin(handle_request(&ctx, &mut client)).await {
+        match handle_request(&ctx, &mut client).await {
             Next::KeepAlive if !ctx.draining() => {}
             _ => break,
         }
@@ -186,7 +186,8 @@ async fn read_head<R: AsyncRead + Unpin>(
     buf: &mut BytesMut,
     max_line: usize,
     max_head: usize,
-    deadline: tokio::time::Instant,
+    timer: &IdleWatch,
+    deadline_ms: u64,
 ) -> Result<bytes::Bytes, ReadHead> {
     let mut scanner = HeadScanner::default();
     loop {
@@ -202,7 +203,7 @@ async fn read_head<R: AsyncRead + Unpin>(
             buf.reserve(8192);
         }
         let partial = !buf.is_empty();
-        match tokio::time::timeout_at(deadline, src.read_buf(buf)).await {
+        match timer.within(deadline_ms, src.read_buf(buf)).await {
             Ok(Ok(0)) | Ok(Err(_)) => return Err(ReadHead::Closed { partial }),
             Ok(Ok(_)) => {}
             Err(_) => return Err(ReadHead::Timeout { partial }),
@@ -232,13 +233,14 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client) -> Next {
         return Next::Close;
     };
     let vc = vs.counters.local();
-    let deadline = tokio::time::Instant::now() + Duration::from_millis(st.client_header_ms);
+    let deadline = now_ms() + st.client_header_ms;
     let before = c.buf.len();
     let raw = match read_head(
         &mut c.stream,
         &mut c.buf,
         st.max_request_line,
         st.max_header_bytes,
+        &ctx.idle_watch,
         deadline,
     )
     .await
@@ -605,13 +607,14 @@ async fn proxy_request(
         }
 
         // Response head; interim 1xx responses are relayed.
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(st.upstream_response_ms);
+        let deadline = now_ms() + st.upstream_response_ms;
         let resp = loop {
             match read_head(
                 &mut up.stream,
                 &mut up.buf,
                 st.max_header_bytes,
                 st.max_header_bytes,
+                &ctx.idle_watch,
                 deadline,
             )
             .await

@@ -81,9 +81,11 @@ impl IdlePool {
             }
         }
         let mut conn = conn;
-        // Release the read buffer while parked: idle connections cost
-        // only their socket.
-        conn.buf = BytesMut::new();
+        // Idle member connections are few (bounded per member and worker):
+        // keep a modest read buffer for the next response, drop a big one.
+        if conn.buf.capacity() > 16 * 1024 {
+            conn.buf = BytesMut::new();
+        }
         stats::inc(&conn.counters.local().server_connections_idle);
         q.push_back(Idle {
             conn,
@@ -130,7 +132,16 @@ impl IdlePool {
 
 /// An idle HTTP connection must have nothing to read: EOF means the member
 /// closed it, data means it is out of step. Either way it is not reusable.
+///
+/// The I/O driver's readiness answers without a syscall in the common case:
+/// the last read of the response was partial, which cleared readiness, so
+/// "not ready" means nothing arrived since. Only when the driver saw an
+/// event do we ask the socket (one recv).
 fn still_open(s: &TcpStream) -> bool {
+    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+    if s.poll_read_ready(&mut cx).is_pending() {
+        return true;
+    }
     let mut b = [0u8; 1];
     matches!(s.try_read(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
