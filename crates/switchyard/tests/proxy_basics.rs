@@ -225,3 +225,134 @@ fn member_closing_pooled_connections_loses_no_request() {
         serde_json::from_str(&sy.admin_get("/stats.json")).expect("json");
     assert_eq!(stats["vservers"][0]["responses"]["5xx"], 0, "{stats}");
 }
+
+/// A member that streams `GET` bodies of N bytes and counts `POST` bodies,
+/// holding neither in memory.
+fn streaming_origin() -> std::net::SocketAddr {
+    use std::io::{BufRead, BufReader, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let a = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for s in l.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut w = s.try_clone().expect("clone");
+                let mut r = BufReader::with_capacity(64 * 1024, s);
+                loop {
+                    let mut line = String::new();
+                    let mut head = Vec::new();
+                    loop {
+                        line.clear();
+                        if r.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                        head.push(line.clone());
+                    }
+                    let len: u64 = head
+                        .iter()
+                        .find_map(|h| {
+                            h.to_ascii_lowercase()
+                                .strip_prefix("content-length:")
+                                .map(|v| v.trim().parse().unwrap_or(0))
+                        })
+                        .unwrap_or(0);
+                    if head[0].starts_with("POST") {
+                        let mut left = len;
+                        let mut buf = vec![0u8; 64 * 1024];
+                        while left > 0 {
+                            let want = left.min(65536) as usize;
+                            let n = r.read(&mut buf[..want]).unwrap_or(0);
+                            if n == 0 {
+                                return;
+                            }
+                            left -= n as u64;
+                        }
+                        let body = len.to_string();
+                        let _ = write!(
+                            w,
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                    } else {
+                        let n: u64 = head[0]
+                            .split(' ')
+                            .nth(1)
+                            .and_then(|p| p.trim_start_matches("/big/").parse().ok())
+                            .unwrap_or(0);
+                        let _ = write!(w, "HTTP/1.1 200 OK\r\nContent-Length: {n}\r\n\r\n");
+                        let chunk = vec![b'y'; 64 * 1024];
+                        let mut left = n;
+                        while left > 0 {
+                            let k = left.min(chunk.len() as u64) as usize;
+                            if w.write_all(&chunk[..k]).is_err() {
+                                return;
+                            }
+                            left -= k as u64;
+                        }
+                    }
+                }
+            });
+        }
+    });
+    a
+}
+
+fn peak_rss_kb(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix("VmHWM:")
+                .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn gigabyte_bodies_stream_in_bounded_memory() {
+    let origin = streaming_origin();
+    let l = free_addr();
+    let cfg = format!("[global]\nworkers = 1\n[[vserver]]\nname = \"web\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\n[[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{origin}\"\n");
+    let sy = Switchyard::start(&cfg, &[l]);
+    const GB: u64 = 1 << 30;
+    let mut c = Client::connect(l);
+    // Download 1 GiB, reading it in pieces.
+    c.send(format!("GET /big/{GB} HTTP/1.1\r\nHost: t\r\n\r\n").as_bytes());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        std::io::BufRead::read_line(&mut c.r, &mut line).expect("head");
+        if line == "\r\n" {
+            break;
+        }
+    }
+    let mut got = 0u64;
+    let mut buf = vec![0u8; 256 * 1024];
+    while got < GB {
+        let want = (GB - got).min(buf.len() as u64) as usize;
+        let n = c.r.read(&mut buf[..want]).expect("body");
+        assert!(n > 0, "download cut at {got} bytes");
+        got += n as u64;
+    }
+    // Upload 1 GiB, writing it in pieces.
+    c.send(format!("POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {GB}\r\n\r\n").as_bytes());
+    let piece = vec![b'z'; 256 * 1024];
+    let mut sent = 0u64;
+    while sent < GB {
+        c.send(&piece);
+        sent += piece.len() as u64;
+    }
+    let r = c.read_response(false).expect("upload response");
+    assert_eq!(
+        r.body_text(),
+        GB.to_string(),
+        "the member did not get the whole body"
+    );
+    let peak = peak_rss_kb(sy.pid());
+    assert!(
+        peak < 64 * 1024,
+        "switchyard peaked at {peak} kB while streaming 1 GiB each way"
+    );
+}
