@@ -46,7 +46,8 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
     }
     let quick = a.flag("quick");
     let quiet = a.flag("quiet");
-    let names = a.list("targets");
+    let mut names = a.list("targets");
+    names.extend(a.list("target"));
     let names = if names.is_empty() {
         vec!["switchyard".to_string(), "haproxy".into(), "nginx".into()]
     } else {

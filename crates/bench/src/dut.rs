@@ -542,6 +542,11 @@ impl Running {
                 }
             }
         }
+        // Whatever is left in its process group (a worker whose master died).
+        unsafe {
+            libc::kill(-(self.pid as i32), libc::SIGKILL);
+        }
+        CURRENT_DUT_PGID.store(0, std::sync::atomic::Ordering::SeqCst);
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -596,17 +601,22 @@ pub fn start(
     // If the harness dies (killed, Ctrl-C'd from another terminal), the DUT
     // must not linger holding the benchmark's ports.
     // SAFETY: prctl is async-signal-safe; nothing else runs in pre_exec.
+    // Its own process group, so that stopping it reaches forked workers
+    // (nginx's outlive their master otherwise).
     unsafe {
         use std::os::unix::process::CommandExt;
         cmd.pre_exec(|| {
+            libc::setpgid(0, 0);
             libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
             Ok(())
         });
     }
+    install_cleanup_handler();
     let child = cmd
         .spawn()
         .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
     let pid = child.id();
+    CURRENT_DUT_PGID.store(pid as i32, std::sync::atomic::Ordering::SeqCst);
     let mut r = Running {
         child,
         pid,
@@ -634,4 +644,33 @@ pub fn start(
         }
         std::thread::sleep(Duration::from_millis(25));
     }
+}
+
+/// Process group of the DUT running now (0: none), for the signal handler.
+static CURRENT_DUT_PGID: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(0);
+
+extern "C" fn on_fatal_signal(sig: libc::c_int) {
+    let pg = CURRENT_DUT_PGID.load(std::sync::atomic::Ordering::SeqCst);
+    // SAFETY: kill, signal and raise are async-signal-safe.
+    unsafe {
+        if pg > 0 {
+            libc::kill(-pg, libc::SIGKILL);
+        }
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+}
+
+/// Ctrl-C, SIGTERM or SIGHUP to the harness take the DUT (all of its
+/// process group) down too, so no DUT is left holding the benchmark ports.
+fn install_cleanup_handler() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: installs a handler that only calls async-signal-safe functions.
+            unsafe {
+                libc::signal(sig, on_fatal_signal as *const () as libc::sighandler_t);
+            }
+        }
+    });
 }
