@@ -396,8 +396,9 @@ pub fn cases(scenario: &str, t: &Timing, max_conns: usize) -> Result<Vec<Case>, 
                 l.connections = users;
                 l.think = think;
                 l.ramp_up = think.max(t.ramp_up);
+                // At least two think cycles, and two whole seconds to average.
                 l.duration = if q {
-                    think * 2
+                    (think * 2).max(Duration::from_secs(2))
                 } else {
                     (think * 2).max(Duration::from_secs(30))
                 };

@@ -6,6 +6,14 @@ use std::time::{Duration, Instant};
 use switchyard_bench::load::{self, LoadConfig, PathSpec};
 use switchyard_bench::origin::{spawn_origin, OriginOpts};
 
+/// Rates and latencies are measured here: one test at a time, so that two
+/// tests don't compete for this machine's two cores.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 fn origin(delay_ms: u64) -> switchyard_bench::origin::OriginHandle {
     spawn_origin(
         &["127.0.0.1:0".parse().unwrap()],
@@ -36,6 +44,7 @@ fn cfg(addr: SocketAddr, path: &str, expect: Option<u64>) -> LoadConfig {
 
 #[test]
 fn correct_transactions_are_counted_and_agree_with_the_origin() {
+    let _serial = serial();
     let o = origin(0);
     let before = o.stats();
     let r = load::run(cfg(o.addrs()[0], "/size/8192", Some(8192)), &mut |_| {}).unwrap();
@@ -51,6 +60,7 @@ fn correct_transactions_are_counted_and_agree_with_the_origin() {
 
 #[test]
 fn one_request_per_connection_opens_a_connection_each_time() {
+    let _serial = serial();
     let o = origin(0);
     let mut c = cfg(o.addrs()[0], "/size/128", Some(128));
     c.requests_per_conn = 1;
@@ -70,6 +80,7 @@ fn one_request_per_connection_opens_a_connection_each_time() {
 
 #[test]
 fn wrong_status_size_or_body_is_a_failed_transaction() {
+    let _serial = serial();
     let o = origin(0);
     let a = o.addrs()[0];
     let cases = [
@@ -100,6 +111,7 @@ fn wrong_status_size_or_body_is_a_failed_transaction() {
 
 #[test]
 fn connection_refused_is_a_connect_error() {
+    let _serial = serial();
     // Bind then drop: the port is (almost certainly) closed afterwards.
     let a = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -118,6 +130,7 @@ fn connection_refused_is_a_connect_error() {
 
 #[test]
 fn open_loop_latency_counts_from_when_requests_were_due() {
+    let _serial = serial();
     // 200 req/s over 4 connections; the origin stalls 500 ms in the middle.
     // A generator that waits for answers before sending (coordinated
     // omission) would see ~4 slow requests out of ~400: p90 unaffected.
@@ -169,6 +182,7 @@ fn ours_rps(addr: SocketAddr, path: &str, conns: usize, secs: u64) -> f64 {
 
 #[test]
 fn agrees_with_wrk_on_requests_per_second() {
+    let _serial = serial();
     if switchyard_bench::sys::which("wrk").is_none() {
         eprintln!("skipped: wrk is not installed (apt-get install -y wrk)");
         return;
@@ -195,6 +209,7 @@ fn agrees_with_wrk_on_requests_per_second() {
 
 #[test]
 fn reaches_at_least_wrk_rate_against_a_fast_origin() {
+    let _serial = serial();
     if switchyard_bench::sys::which("wrk").is_none() {
         eprintln!("skipped: wrk is not installed (apt-get install -y wrk)");
         return;
@@ -222,6 +237,7 @@ fn reaches_at_least_wrk_rate_against_a_fast_origin() {
 
 #[test]
 fn overloaded_open_loop_stops_on_time_and_counts_unsent_requests() {
+    let _serial = serial();
     // Capacity: 2 connections x 10 answers/s = 20 req/s; offered: 200 req/s.
     let o = origin(100);
     let mut c = cfg(o.addrs()[0], "/size/128", Some(128));
