@@ -25,11 +25,14 @@ pub struct Opts {
     pub progress: bool,
     /// Error share above which a run is invalid.
     pub max_error_ratio: f64,
+    pub timing: Timing,
 }
 
 pub const HELP: &str = "switchyard bench compare --targets switchyard,haproxy,nginx --scenario l7-rps[,latency,...|all]
   --runs N            runs per target (3; 1 with --quick)
   --quick             short phases: every scenario in a few minutes (a smoke test)
+  --duration D        steady phase (the reports': 600s; equal-cpu 7 min)
+  --ramp-up D         (180s)   --ramp-down D (180s)
   --out DIR           report folder (bench-report-<time>)
   --dut-cpu N         pin the DUT to this CPU (0 when the machine has 2+)
   --load-cpu N        pin the load generator and origin to this CPU (1)
@@ -63,6 +66,19 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
         .num::<usize>("runs")?
         .unwrap_or(if quick { 1 } else { 3 })
         .max(1);
+    let mut timing = Timing::new(quick);
+    if let Some(d) = a.duration("duration")? {
+        timing.steady = d;
+        timing.custom = true;
+    }
+    if let Some(d) = a.duration("ramp-up")? {
+        timing.ramp_up = d;
+        timing.custom = true;
+    }
+    if let Some(d) = a.duration("ramp-down")? {
+        timing.ramp_down = d;
+        timing.custom = true;
+    }
     let out = a
         .get("out")
         .map(PathBuf::from)
@@ -102,6 +118,7 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
         ports: Ports::from_base(base),
         progress: !quiet,
         max_error_ratio: 0.01,
+        timing,
     };
     let report = run(&opts)?;
     crate::report::write(&report, &out)?;
@@ -149,11 +166,12 @@ pub fn run(o: &Opts) -> Result<Json, String> {
     })?;
     // Our process holds the client sockets (and the origin's): keep headroom.
     let max_conns = ((nofile as usize).saturating_sub(1000) / 2).clamp(100, 18_000);
-    let timing = Timing::new(o.quick);
+    let timing = o.timing;
     let mut samples = Vec::new();
     let mut skips = Vec::new();
     let started = Instant::now();
     let mut total = 0;
+    let mut estimate = 0.0;
     for sc in &o.scenarios {
         for case in scenario::cases(sc, &timing, max_conns)? {
             if case.skip_all.is_none() {
@@ -161,9 +179,34 @@ pub fn run(o: &Opts) -> Result<Json, String> {
                     .targets
                     .iter()
                     .filter(|t| case.needs.iter().all(|c| t.caps.contains(c)));
-                total += able.count() * o.runs;
+                let n = able.count() * o.runs;
+                total += n;
+                let l = &case.load;
+                let probes = match case.mode {
+                    Mode::Plain => 0.0,
+                    Mode::Stressed => 1.0,
+                    Mode::EqualCpu => 4.0,
+                };
+                let probe_secs = if o.quick { 1.2 } else { 5.2 };
+                estimate += n as f64
+                    * ((l.ramp_up + l.duration + l.ramp_down).as_secs_f64()
+                        + probes * probe_secs
+                        + 0.5);
             }
         }
+    }
+    if o.progress {
+        let e = estimate as u64;
+        eprintln!(
+            "{total} runs, about {}h{:02}m{}",
+            e / 3600,
+            e / 60 % 60,
+            if !o.quick && !timing.custom {
+                " with the reports' phases (180 s / 600 s / 180 s); --quick, or --duration 30s --ramp-up 5s --ramp-down 1s, to shorten"
+            } else {
+                ""
+            }
+        );
     }
     let mut prog = Progress {
         done: 0,

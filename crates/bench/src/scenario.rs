@@ -131,9 +131,14 @@ pub struct Timing {
     pub steady: Duration,
     pub ramp_down: Duration,
     pub quick: bool,
+    /// The user set the phases: scenario-specific report durations
+    /// (7 minutes for equal-cpu, 60 s for multiplexing) give way.
+    pub custom: bool,
 }
 
 impl Timing {
+    /// `quick`: a smoke test. Otherwise the reports' phases: EANTC (003)
+    /// ramps up 180 s, holds 600 s, ramps down 180 s.
     pub fn new(quick: bool) -> Timing {
         if quick {
             Timing {
@@ -141,13 +146,15 @@ impl Timing {
                 steady: Duration::from_secs(2),
                 ramp_down: Duration::ZERO,
                 quick,
+                custom: false,
             }
         } else {
             Timing {
-                ramp_up: Duration::from_secs(3),
-                steady: Duration::from_secs(20),
-                ramp_down: Duration::from_secs(1),
+                ramp_up: Duration::from_secs(180),
+                steady: Duration::from_secs(600),
+                ramp_down: Duration::from_secs(180),
                 quick,
+                custom: false,
             }
         }
     }
@@ -333,9 +340,9 @@ pub fn cases(scenario: &str, t: &Timing, max_conns: usize) -> Result<Vec<Case>, 
         }
         "equal-cpu" => {
             let mut l = base(t, &[size_url(1)]);
-            if !q {
-                // The report runs 7 minutes; 60 s keeps a full run affordable.
-                l.duration = Duration::from_secs(60);
+            if !q && !t.custom {
+                // Report 001 runs this for seven minutes.
+                l.duration = Duration::from_secs(420);
             }
             let mut c = case(
                 "equal-cpu",
@@ -346,7 +353,7 @@ pub fn cases(scenario: &str, t: &Timing, max_conns: usize) -> Result<Vec<Case>, 
                 Kpi::EqualCpuRps,
             );
             c.mode = Mode::EqualCpu;
-            c.note = Some("7 minutes in the report; shortened here".into());
+            c.note = Some("report 001 runs 7 minutes".into());
             out.push(c);
         }
         "concurrency" => {
@@ -354,16 +361,11 @@ pub fn cases(scenario: &str, t: &Timing, max_conns: usize) -> Result<Vec<Case>, 
             let mut l = base(t, &[size_url(1024)]);
             l.connections = target;
             l.think = Duration::from_secs(3600);
-            l.ramp_up = if q {
-                Duration::from_secs(2)
-            } else {
-                Duration::from_secs(20)
-            };
-            l.duration = if q {
-                Duration::from_secs(1)
-            } else {
-                Duration::from_secs(5)
-            };
+            // Connections are built during the ramp-up and held through the
+            // steady phase (report 003); quick mode needs a little longer
+            // than its usual ramp to open a thousand.
+            l.ramp_up = if q { Duration::from_secs(2) } else { t.ramp_up };
+            l.duration = if q { Duration::from_secs(1) } else { t.steady };
             l.timeout = Duration::from_secs(5);
             let mut c = case(
                 "concurrency",
@@ -399,8 +401,11 @@ pub fn cases(scenario: &str, t: &Timing, max_conns: usize) -> Result<Vec<Case>, 
                 // At least two think cycles, and two whole seconds to average.
                 l.duration = if q {
                     (think * 2).max(Duration::from_secs(2))
+                } else if t.custom {
+                    (think * 2).max(t.steady)
                 } else {
-                    (think * 2).max(Duration::from_secs(30))
+                    // Report 002 compared connection counts over 60 s.
+                    (think * 2).max(Duration::from_secs(60))
                 };
                 let mut c = case(
                     "multiplexing",

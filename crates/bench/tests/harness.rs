@@ -49,6 +49,7 @@ fn a_run_where_the_dut_dies_is_marked_invalid() {
         ports: Ports::from_base(base),
         progress: false,
         max_error_ratio: 0.01,
+        timing: switchyard_bench::scenario::Timing::new(true),
     };
     let doc = compare::run(&opts).unwrap();
     report::write(&doc, &out).unwrap();
