@@ -262,3 +262,37 @@ fn overloaded_open_loop_stops_on_time_and_counts_unsent_requests() {
     );
     assert!(r.error_ratio() > 0.5);
 }
+
+#[test]
+fn the_load_command_exits_by_outcome() {
+    let _serial = serial();
+    let o = origin(0);
+    let a = o.addrs()[0];
+    let run = |path: &str| {
+        let args = [
+            "load",
+            "--url",
+            &format!("http://{a}{path}"),
+            "--connections",
+            "2",
+            "--duration",
+            "300ms",
+            "--quiet",
+            "--json",
+        ];
+        switchyard_bench::main_with_args(args.iter().map(|s| s.to_string()).collect())
+    };
+    assert_eq!(run("/size/128"), 0);
+    // Every transaction failed: a non-zero exit for scripts.
+    assert_eq!(run("/status/500"), 1);
+    let bad = |args: &[&str]| {
+        switchyard_bench::main_with_args(args.iter().map(|s| s.to_string()).collect())
+    };
+    assert_eq!(bad(&["load", "--url", "https://127.0.0.1/"]), 2);
+    assert_eq!(
+        bad(&["load", "--url", "http://127.0.0.1/", "--bogus", "1"]),
+        2
+    );
+    assert_eq!(bad(&["no-such-command"]), 2);
+    assert!(o.stats().requests > 10);
+}
