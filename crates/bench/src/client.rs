@@ -116,6 +116,32 @@ pub async fn connect(addr: SocketAddr, src: Option<IpAddr>) -> io::Result<TcpStr
     Ok(s)
 }
 
+/// How the load generator opens a connection. Plain TCP today; a TLS
+/// connector (issue 4) wraps the TCP stream in a session and hands back a
+/// stream `transact` can use unchanged.
+pub trait Connector: 'static {
+    type Stream: AsyncRead + AsyncWrite + Unpin + 'static;
+    fn connect(
+        &self,
+        addr: SocketAddr,
+        src: Option<IpAddr>,
+    ) -> impl std::future::Future<Output = io::Result<Self::Stream>>;
+}
+
+/// Plain HTTP over TCP.
+pub struct PlainTcp;
+
+impl Connector for PlainTcp {
+    type Stream = TcpStream;
+    fn connect(
+        &self,
+        addr: SocketAddr,
+        src: Option<IpAddr>,
+    ) -> impl std::future::Future<Output = io::Result<TcpStream>> {
+        connect(addr, src)
+    }
+}
+
 /// Incremental chunked-transfer decoder.
 #[derive(Default)]
 struct Chunked {

@@ -629,7 +629,7 @@ fn thread_main(
             let stats = stats.clone();
             let live = live.clone();
             tasks.push(tokio::task::spawn_local(async move {
-                slot(&plan, &stats, &live[t], s, total_slots).await
+                slot(&client::PlainTcp, &plan, &stats, &live[t], s, total_slots).await
             }));
         }
         for t in tasks {
@@ -646,7 +646,14 @@ fn thread_main(
 }
 
 /// One user (closed loop) or one schedule lane (open loop).
-async fn slot(plan: &Plan, stats: &RefCell<ThreadStats>, live: &Live, s: usize, total: usize) {
+async fn slot<C: client::Connector>(
+    connector: &C,
+    plan: &Plan,
+    stats: &RefCell<ThreadStats>,
+    live: &Live,
+    s: usize,
+    total: usize,
+) {
     let cfg = &plan.cfg;
     let frac = s as f64 / total as f64;
     let start = plan.t0 + cfg.ramp_up.mul_f64(frac);
@@ -675,7 +682,7 @@ async fn slot(plan: &Plan, stats: &RefCell<ThreadStats>, live: &Live, s: usize, 
         32 * 1024
     };
     let mut buf: Vec<u8> = Vec::new();
-    let mut conn: Option<tokio::net::TcpStream> = None;
+    let mut conn: Option<C::Stream> = None;
     let mut on_conn = 0u64;
     let mut j = 0u64;
     tokio::time::sleep_until(start.into()).await;
@@ -733,7 +740,8 @@ async fn slot(plan: &Plan, stats: &RefCell<ThreadStats>, live: &Live, s: usize, 
         for attempt in 0..2 {
             if conn.is_none() {
                 let tc = Instant::now();
-                match tokio::time::timeout_at(deadline.into(), client::connect(target, src)).await {
+                match tokio::time::timeout_at(deadline.into(), connector.connect(target, src)).await
+                {
                     Ok(Ok(c)) => {
                         let now = Instant::now();
                         let mut st = stats.borrow_mut();

@@ -188,3 +188,26 @@ fn objects_are_html_like_and_compress_60_to_80_percent() {
         );
     }
 }
+
+#[test]
+fn stops_on_drop() {
+    let o = spawn_origin(
+        &[any_port(), any_port()],
+        OriginOpts {
+            threads: 2,
+            ..OriginOpts::default()
+        },
+    )
+    .unwrap();
+    let addrs = o.addrs().to_vec();
+    assert_eq!(addrs.len(), 2);
+    for a in &addrs {
+        let (mut s, mut r) = conn(*a);
+        write!(s, "GET /size/10 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!(read_resp(&mut r).body.len(), 10);
+    }
+    drop(o);
+    for a in &addrs {
+        assert!(TcpStream::connect(a).is_err(), "{a} still accepts");
+    }
+}
