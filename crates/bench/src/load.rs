@@ -450,7 +450,9 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
         (steady_start, Edge::SteadyStart),
         (steady_end, Edge::SteadyEnd),
     ];
-    let mut next_tick = base + Duration::from_secs(1);
+    // Ticks fall mid-second: the concurrency sample of bucket k is taken at
+    // k + 0.5 s, well inside the phase the bucket belongs to.
+    let mut next_tick = base + Duration::from_millis(500);
     let mut last_print = Instant::now();
     loop {
         let now = Instant::now();
@@ -474,7 +476,7 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
         next_tick += Duration::from_secs(1);
         let sec = now.saturating_duration_since(base).as_secs() as usize;
         let open: i64 = live.iter().map(|l| l.open.load(Relaxed)).sum();
-        open_samples.push((sec.saturating_sub(1), open));
+        open_samples.push((sec, open));
         on_edge(Edge::Tick);
         if let Some(label) = &cfg.progress {
             let ok: u64 = live.iter().map(|l| l.ok.load(Relaxed)).sum();

@@ -273,6 +273,7 @@ pub fn render(doc: &Json) -> (String, Vec<(String, String)>) {
             let _ = writeln!(md, "{head}\n{sep}");
             let mut bars = Vec::new();
             let mut notes = Vec::new();
+            let mut shared_notes: Vec<(String, Vec<String>)> = Vec::new();
             for t in &here {
                 let v = &by[&(sc.clone(), case.clone(), (*t).clone())];
                 let st = stat(v, &key);
@@ -331,9 +332,14 @@ pub fn render(doc: &Json) -> (String, Vec<(String, String)>) {
                         ));
                     }
                     for n in x.get("notes").map(Json::as_arr).unwrap_or(&[]) {
-                        let line = format!("- {t}: {}", n.as_str().unwrap_or(""));
-                        if !notes.contains(&line) {
-                            notes.push(line);
+                        let text = n.as_str().unwrap_or("").to_string();
+                        match shared_notes.iter_mut().find(|(n, _)| *n == text) {
+                            Some((_, who)) => {
+                                if !who.contains(t) {
+                                    who.push((*t).clone());
+                                }
+                            }
+                            None => shared_notes.push((text, vec![(*t).clone()])),
                         }
                     }
                 }
@@ -376,6 +382,14 @@ pub fn render(doc: &Json) -> (String, Vec<(String, String)>) {
                         "\nPer second in the steady phase, min / avg / max (median run): {}",
                         parts.join("; ")
                     );
+                }
+            }
+            // A note every target got is printed once.
+            for (text, who) in shared_notes.drain(..) {
+                if who.len() == here.len() && here.len() > 1 {
+                    notes.push(format!("- {text}"));
+                } else {
+                    notes.push(format!("- {}: {text}", who.join(", ")));
                 }
             }
             if !notes.is_empty() {
