@@ -7,8 +7,10 @@ cd "$(dirname "$0")/.."
 SUDO=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 
+# openssl: the TLS tests make their certificates with it and handshake with
+# `openssl s_client`; aws-lc-sys (rustls' crypto) builds with cmake and gcc.
 need=()
-for pkg in wrk curl; do
+for pkg in wrk curl openssl cmake gcc; do
   command -v "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then

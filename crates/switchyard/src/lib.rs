@@ -3,7 +3,7 @@
 //! The request path, in the order data flows:
 //! `runtime` (accept, workers) -> `proxy` (session: read, route, balance,
 //! forward) -> `http` (framing) -> `balance` (member pick) -> upstream idle
-//! pools in `proxy::upstream`. `config` builds the immutable snapshot every
+//! pools in `proxy::upstream`; `tls` terminates TLS before the session. `config` builds the immutable snapshot every
 //! step reads; `health` and `stats` run beside the data path.
 
 pub mod admin;
@@ -17,3 +17,4 @@ pub mod proxy;
 pub mod quickstart;
 pub mod runtime;
 pub mod stats;
+pub mod tls;

@@ -452,12 +452,33 @@ fn build_vserver(
         });
     }
     let what = format!("vserver {name:?}");
+    let tls = v.tls.as_ref().and_then(|t| {
+        let old_tls = old.and_then(|o| o.tls.as_deref());
+        match crate::tls::build(t, &cx.pos.base_dir(), &what, span.clone(), old_tls) {
+            Ok(t) => Some(Arc::new(t)),
+            Err(problems) => {
+                for (at, msg) in problems {
+                    cx.err(at, msg);
+                }
+                None
+            }
+        }
+    });
+    let mut response_headers = edits(cx, &v.response_headers, &what, span.clone());
+    if let Some(h) = tls.as_ref().and_then(|t| t.hsts.clone()) {
+        // HSTS rides on the vserver's own response edits so every proxied
+        // response carries it; a policy can still override it.
+        response_headers
+            .set
+            .push(("strict-transport-security".to_string(), h));
+    }
     VServer {
         listen: v.listen.get_ref().iter().map(|a| *a.get_ref()).collect(),
         policies,
         default_pool,
         request_headers: edits(cx, &v.request_headers, &what, span.clone()),
-        response_headers: edits(cx, &v.response_headers, &what, span),
+        response_headers,
+        tls,
         counters: old.map(|o| o.counters.clone()).unwrap_or_default(),
         latency: old.map(|o| o.latency.clone()).unwrap_or_default(),
         name,
@@ -482,14 +503,35 @@ fn build_action(
 ) -> Option<Action> {
     let span = a.span();
     let a = a.get_ref();
+    let https = a.redirect_https == Some(true);
     let kinds = [
         a.pool.is_some(),
         a.redirect.is_some(),
-        a.body.is_some() || (a.redirect.is_none() && a.pool.is_none() && a.status.is_some()),
+        https,
+        a.body.is_some()
+            || (a.redirect.is_none() && a.pool.is_none() && !https && a.status.is_some()),
     ];
     if kinds.iter().filter(|k| **k).count() != 1 {
-        cx.err(span, format!("{what}: action needs exactly one of pool = \"NAME\", redirect = \"URL\", or status + body (a fixed response)"));
+        cx.err(span, format!("{what}: action needs exactly one of pool = \"NAME\", redirect = \"URL\", redirect_https = true, or status + body (a fixed response)"));
         return None;
+    }
+    if a.https_port.is_some() && !https {
+        cx.err(
+            span,
+            format!("{what}: https_port only applies to redirect_https = true"),
+        );
+        return None;
+    }
+    if https {
+        let status = a.status.unwrap_or(301);
+        if ![301, 302, 303, 307, 308].contains(&status) {
+            cx.err(span, format!("{what}: redirect status {status} is not a redirect; allowed: 301, 302, 303, 307, 308"));
+            return None;
+        }
+        return Some(Action::RedirectHttps {
+            status,
+            port: a.https_port.unwrap_or(443),
+        });
     }
     if let Some(p) = &a.pool {
         return match pools.get(p) {

@@ -12,7 +12,7 @@ pub mod types;
 use std::fmt;
 use std::path::Path;
 
-pub use build::build;
+pub use build::{build, is_token};
 pub use snapshot::Snapshot;
 
 /// One problem in a configuration file.
@@ -61,6 +61,14 @@ pub struct Positions<'a> {
 impl<'a> Positions<'a> {
     pub fn new(file: &'a str, text: &'a str) -> Self {
         Positions { file, text }
+    }
+
+    /// The directory relative paths in the file are resolved against.
+    pub fn base_dir(&self) -> std::path::PathBuf {
+        std::path::Path::new(self.file)
+            .parent()
+            .map(|p| p.to_path_buf())
+            .unwrap_or_default()
     }
 
     pub fn error(&self, offset: usize, message: impl Into<String>) -> ConfigError {

@@ -95,6 +95,66 @@ pub struct VServer {
     pub response_headers: HeaderEdits,
     #[serde(default)]
     pub policy: Vec<Policy>,
+    /// TLS termination; absent means plain HTTP.
+    pub tls: Option<Tls>,
+}
+
+/// `[vserver.tls]`. File paths are relative to the configuration file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Tls {
+    /// Chosen by SNI (exact, then wildcard names of each certificate); the
+    /// first is the default. Several for the same names (RSA and ECDSA):
+    /// chosen by the signature schemes the client offers.
+    pub certificates: Spanned<Vec<Certificate>>,
+    /// "1.2", "1.3"; default both.
+    pub versions: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Cipher suite names, in order of preference; default all safe ones.
+    pub ciphers: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Key-exchange groups, in order of preference.
+    pub groups: Option<Spanned<Vec<Spanned<String>>>>,
+    /// TLS 1.3 tickets and TLS 1.2 session IDs and tickets (default true).
+    pub resumption: Option<bool>,
+    /// ALPN protocols offered, in order of preference; default ["http/1.1"].
+    pub alpn: Option<Vec<Spanned<String>>>,
+    /// CA bundle (PEM) that client certificates must chain to.
+    pub client_ca: Option<Spanned<String>>,
+    /// "required" (default when client_ca is set) or "optional".
+    pub client_auth: Option<Spanned<ClientAuth>>,
+    /// Header carrying the verified client certificate's subject to the
+    /// member (default "x-client-cert-subject").
+    pub client_subject_header: Option<Spanned<String>>,
+    /// Strict-Transport-Security on every response of this vserver.
+    pub hsts: Option<Hsts>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Certificate {
+    /// PEM: the certificate, then its chain.
+    pub cert: Spanned<String>,
+    /// PEM: PKCS#8, PKCS#1 (RSA) or SEC1 (EC) private key.
+    pub key: Spanned<String>,
+    /// A DER OCSP response stapled to handshakes using this certificate.
+    pub ocsp: Option<Spanned<String>>,
+}
+
+#[derive(Debug, Deserialize, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum ClientAuth {
+    Required,
+    Optional,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Hsts {
+    /// Seconds.
+    pub max_age: u64,
+    #[serde(default)]
+    pub include_subdomains: bool,
+    #[serde(default)]
+    pub preload: bool,
 }
 
 #[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
@@ -165,6 +225,10 @@ pub struct Action {
     pub redirect: Option<String>,
     /// Status for a redirect (301, 302, 303, 307, 308) or a fixed response.
     pub status: Option<u16>,
+    /// Redirect to the same host and target over https (301 by default).
+    pub redirect_https: Option<bool>,
+    /// Port in the https redirect; default 443 (left out of the URL).
+    pub https_port: Option<u16>,
     /// Fixed response body; a fixed response needs `status`.
     pub body: Option<String>,
     pub content_type: Option<String>,

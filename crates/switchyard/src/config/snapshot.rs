@@ -78,6 +78,8 @@ pub struct VServer {
     pub counters: Arc<Sharded<VsCounters>>,
     /// Time from the request head being read to the response head being sent (µs).
     pub latency: Arc<Sharded<Histogram>>,
+    /// TLS termination, when configured.
+    pub tls: Option<Arc<crate::tls::TlsServer>>,
 }
 
 pub struct Policy {
@@ -93,6 +95,11 @@ pub enum Action {
     Redirect {
         location: String,
         status: u16,
+    },
+    /// To "https://" + the request's host (+ ":port" unless 443) + target.
+    RedirectHttps {
+        status: u16,
+        port: u16,
     },
     Respond {
         status: u16,

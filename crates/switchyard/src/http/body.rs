@@ -77,6 +77,10 @@ impl<'a, W: AsyncWrite + Unpin> Out<'a, W> {
                 .map_err(BodyError::Write)?;
             self.stage.clear();
         }
+        if self.written {
+            // TLS may still hold the last record (a no-op on TCP).
+            self.dst.flush().await.map_err(BodyError::Write)?;
+        }
         Ok(())
     }
 

@@ -37,17 +37,21 @@ fn field(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-pub struct Forwarding {
+pub struct Forwarding<'a> {
     pub client_ip: IpAddr,
     /// "http" or "https".
     pub proto: &'static str,
+    /// On vservers that ask for client certificates: the field that carries
+    /// the verified subject, and the subject when a certificate was
+    /// verified. A client's own field of that name never passes.
+    pub client_cert: Option<(&'a str, Option<&'a str>)>,
 }
 
 /// The request head sent to a member.
 pub fn request_head(
     out: &mut Vec<u8>,
     req: &Request,
-    fwd: &Forwarding,
+    fwd: &Forwarding<'_>,
     edits: &[&HeaderEdits],
     chunked: bool,
 ) {
@@ -74,6 +78,11 @@ pub fn request_head(
         }
         if name.eq_ignore_ascii_case(b"x-forwarded-proto") || name.eq_ignore_ascii_case(b"expect") {
             continue;
+        }
+        if let Some((cert_field, _)) = fwd.client_cert {
+            if name.eq_ignore_ascii_case(cert_field.as_bytes()) {
+                continue;
+            }
         }
         if name.eq_ignore_ascii_case(b"host") {
             has_host = true;
@@ -130,6 +139,9 @@ pub fn request_head(
         fwd_v.push(b'"');
     }
     field(out, b"forwarded", &fwd_v);
+    if let Some((name, Some(subject))) = fwd.client_cert {
+        field(out, name.as_bytes(), subject.as_bytes());
+    }
     if req.head.upgrade {
         field(out, b"connection", b"upgrade");
         if let Some(u) = head.get("upgrade") {

@@ -288,6 +288,7 @@ impl IdleWatch {
         let waker = lot.wakers.borrow()[slot].clone();
         if p.client
             .stream
+            .tcp()
             .poll_read_ready(&mut Context::from_waker(&waker))
             .is_ready()
         {
@@ -320,6 +321,7 @@ impl IdleWatch {
                 // A wake-up for a slot reused since is spurious: check.
                 if p.client
                     .stream
+                    .tcp()
                     .poll_read_ready(&mut Context::from_waker(&waker))
                     .is_ready()
                 {

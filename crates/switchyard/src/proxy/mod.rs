@@ -12,6 +12,7 @@
 mod forward;
 pub mod idle;
 pub mod route;
+pub mod stream;
 mod tunnel;
 pub mod upstream;
 
@@ -37,6 +38,7 @@ use crate::log;
 use crate::stats::{self, status_class, Sharded, VsCounters};
 use forward::{ClientFraming, Forwarding};
 pub use idle::{IdleEnd, IdleWatch, Parked};
+pub use stream::{ClientStream, TlsConn};
 use upstream::{ConnectError, IdlePool, UpConn};
 
 /// What one worker gives every session it runs.
@@ -57,10 +59,18 @@ impl WorkerCtx {
 
 /// A client connection between requests: all a session needs to resume.
 pub struct Client {
-    stream: TcpStream,
+    stream: ClientStream,
     peer: SocketAddr,
     listen: SocketAddr,
     buf: BytesMut,
+}
+
+impl Client {
+    /// Writes all of `bytes` and flushes them out of TLS (a no-op on TCP).
+    async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes).await?;
+        self.stream.flush().await
+    }
 }
 
 enum Next {
@@ -84,10 +94,10 @@ impl Drop for ConnGuard {
 
 /// Serves one client connection accepted on `listen`.
 pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: SocketAddr) {
-    let counters = {
+    let (counters, tls) = {
         let snap = ctx.snapshot.load();
         match snap.vserver_for(&listen) {
-            Some(vs) => vs.counters.clone(),
+            Some(vs) => (vs.counters.clone(), vs.tls.clone()),
             None => return,
         }
     };
@@ -100,13 +110,78 @@ pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: S
         counters,
     };
     let _ = stream.set_nodelay(true);
+    match tls {
+        None => {
+            let client = Client {
+                stream: ClientStream::Plain(stream),
+                peer,
+                listen,
+                buf: BytesMut::new(),
+            };
+            tokio::task::spawn_local(session(ctx.clone(), client, guard, true));
+        }
+        Some(tls) => {
+            tokio::task::spawn_local(handshake(ctx.clone(), stream, peer, listen, tls, guard));
+        }
+    }
+}
+
+/// Runs a TLS handshake (bounded by the client_header timeout), then the
+/// session in a task of its own, so the handshake's state (large) is freed
+/// before the connection's first request and never weighs on an idle
+/// connection. The config is the one current at accept: a reload with a new
+/// certificate applies to connections accepted after it.
+async fn handshake(
+    ctx: Rc<WorkerCtx>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    listen: SocketAddr,
+    tls: Arc<crate::tls::TlsServer>,
+    guard: ConnGuard,
+) {
+    let deadline = now_ms() + ctx.snapshot.load().settings.client_header_ms;
+    let vc = guard.counters.clone();
+    let vc = vc.local();
+    let accept = tokio_rustls::TlsAcceptor::from(tls.config.clone()).accept(tcp);
+    let stream = match ctx.idle_watch.within(deadline, accept).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            // A bare close (a port probe, a client giving up) is not a
+            // failed handshake; an alert or a protocol error is.
+            if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                stats::inc(&vc.tls_handshake_failures);
+            }
+            log::debug(format_args!("client {peer}: TLS handshake failed: {e}"));
+            return;
+        }
+        Err(()) => {
+            stats::inc(&vc.tls_handshake_failures);
+            log::debug(format_args!("client {peer}: TLS handshake timed out"));
+            return;
+        }
+    };
+    let conn = stream.get_ref().1;
+    stats::inc(&vc.tls_handshakes);
+    if conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+        stats::inc(&vc.tls_resumed);
+    }
+    let client_subject = if tls.client_subject_header.is_some() {
+        crate::tls::client_subject(conn).map(Rc::from)
+    } else {
+        None
+    };
+    // ALPN decides the codec here: only HTTP/1.1 exists so far. The HTTP/2
+    // front end starts where `conn.alpn_protocol() == Some(b"h2")`.
     let client = Client {
-        stream,
+        stream: ClientStream::Tls(Box::new(TlsConn {
+            stream,
+            client_subject,
+        })),
         peer,
         listen,
         buf: BytesMut::new(),
     };
-    tokio::task::spawn_local(session(ctx.clone(), client, guard, true));
+    tokio::task::spawn_local(session(ctx, client, guard, true));
 }
 
 /// Resumes a parked connection that became readable.
@@ -121,7 +196,8 @@ const PARK_AFTER_MS: u64 = 1000;
 /// Runs requests on `client` until it closes, times out, or parks.
 async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut first: bool) {
     loop {
-        if client.buf.is_empty() {
+        // Bytes TLS already holds are a request here: no readiness to wait for.
+        if client.buf.is_empty() && !client.stream.has_buffered() {
             let wait_ms = {
                 let snap = ctx.snapshot.load();
                 if first {
@@ -135,7 +211,7 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
             let park_at = if first { deadline } else { now + PARK_AFTER_MS };
             match ctx
                 .idle_watch
-                .wait(&client.stream, deadline.min(park_at))
+                .wait(client.stream.tcp(), deadline.min(park_at))
                 .await
             {
                 IdleEnd::Readable => {}
@@ -164,7 +240,12 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
             _ => break,
         }
     }
-    let _ = client.stream.shutdown().await;
+    // On TLS this sends close_notify, which a client that stopped reading
+    // could hold up forever: bounded.
+    let _ = ctx
+        .idle_watch
+        .within(now_ms() + 1000, client.stream.shutdown())
+        .await;
     drop(guard);
 }
 
@@ -217,7 +298,7 @@ async fn respond(c: &mut Client, vs: &VServer, status: u16, bytes: &[u8]) -> boo
     stats::inc(&vc.local_responses);
     stats::inc(&vc.responses[status_class(status)]);
     stats::add(&vc.bytes_out, bytes.len() as u64);
-    c.stream.write_all(bytes).await.is_ok()
+    c.send(bytes).await.is_ok()
 }
 
 async fn error_and_close(c: &mut Client, vs: &VServer, status: u16, why: &str) -> Next {
@@ -286,13 +367,20 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client) -> Next {
         Some(Action::Pool(p)) => p.clone(),
         Some(Action::Redirect { location, status }) => {
             let close = !req.head.keep_alive || ctx.draining();
-            let bytes = responses::simple(
-                *status,
-                "text/plain; charset=utf-8",
-                b"",
-                close,
-                &[("location", location)],
-            );
+            let mut extra = vec![("location", location.as_str())];
+            extra.extend(hsts(&vs));
+            let bytes = responses::simple(*status, "text/plain; charset=utf-8", b"", close, &extra);
+            return local_response(ctx, c, &vs, &req, *status, &bytes, close, st).await;
+        }
+        Some(Action::RedirectHttps { status, port }) => {
+            let Some(location) = https_location(&req, *port) else {
+                stats::inc(&vc.bad_requests);
+                return error_and_close(c, &vs, 400, "no valid Host to redirect to").await;
+            };
+            let close = !req.head.keep_alive || ctx.draining();
+            let mut extra = vec![("location", location.as_str())];
+            extra.extend(hsts(&vs));
+            let bytes = responses::simple(*status, "text/plain; charset=utf-8", b"", close, &extra);
             return local_response(ctx, c, &vs, &req, *status, &bytes, close, st).await;
         }
         Some(Action::Respond {
@@ -301,7 +389,8 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client) -> Next {
             content_type,
         }) => {
             let close = !req.head.keep_alive || ctx.draining();
-            let bytes = responses::simple(*status, content_type, body, close, &[]);
+            let extra: Vec<_> = hsts(&vs).into_iter().collect();
+            let bytes = responses::simple(*status, content_type, body, close, &extra);
             return local_response(ctx, c, &vs, &req, *status, &bytes, close, st).await;
         }
         None => match &vs.default_pool {
@@ -326,6 +415,40 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client) -> Next {
         .local()
         .record(started.elapsed().as_micros() as u64);
     next
+}
+
+/// The Strict-Transport-Security field of a TLS vserver that sets one.
+fn hsts(vs: &VServer) -> Option<(&'static str, &str)> {
+    vs.tls
+        .as_ref()
+        .and_then(|t| t.hsts.as_deref())
+        .map(|h| ("strict-transport-security", h))
+}
+
+/// "https://HOST[:PORT]TARGET" for a request, or None when its Host is
+/// missing or not a plain host name / address (nothing else may go into a
+/// Location we build).
+fn https_location(req: &Request, port: u16) -> Option<String> {
+    let host = req.host_name()?;
+    let ok = !host.is_empty()
+        && host
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(b));
+    if !ok {
+        return None;
+    }
+    let host = std::str::from_utf8(host).ok()?;
+    let target = String::from_utf8_lossy(req.target());
+    let target = if target.starts_with('/') {
+        target
+    } else {
+        "/".into()
+    };
+    Some(if port == 443 {
+        format!("https://{host}{target}")
+    } else {
+        format!("https://{host}:{port}{target}")
+    })
 }
 
 /// Answers locally; a request body is read and discarded first so the
@@ -456,9 +579,15 @@ async fn proxy_request(
     };
     let has_body = req.head.framing != Framing::None;
     let replayable = !has_body && req.method.idempotent();
+    let subject = c.stream.client_subject();
     let fwd = Forwarding {
         client_ip: c.peer.ip(),
-        proto: "http",
+        proto: if c.stream.is_tls() { "https" } else { "http" },
+        client_cert: vs
+            .tls
+            .as_ref()
+            .and_then(|t| t.client_subject_header.as_deref())
+            .map(|h| (h, subject.as_deref())),
     };
     let mut tried = Tried::default();
     let mut retries_left = st.retries;
@@ -538,11 +667,7 @@ async fn proxy_request(
         if req.expect_continue && has_body && !continue_sent {
             // We answer the expectation ourselves (as nginx does) once a
             // member is ready to take the body.
-            if c.stream
-                .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
-                .await
-                .is_err()
-            {
+            if c.send(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
                 return Next::Close;
             }
             continue_sent = true;
@@ -624,7 +749,7 @@ async fn proxy_request(
                         if req.head.minor == 1 && !(r.status == 100 && continue_sent) {
                             let mut interim = Vec::new();
                             forward::interim_head(&mut interim, &r);
-                            if c.stream.write_all(&interim).await.is_err() {
+                            if c.send(&interim).await.is_err() {
                                 return Next::Close;
                             }
                         }
@@ -938,7 +1063,7 @@ mod size_tests {
             let counters = ctx.snapshot.load().vservers[0].counters.clone();
             ctx.active.set(1);
             let guard = ConnGuard { ctx: ctx.clone(), counters };
-            let f = session(ctx.clone(), Client { stream: s, peer: a, listen: a, buf: BytesMut::new() }, guard, true);
+            let f = session(ctx.clone(), Client { stream: ClientStream::Plain(s), peer: a, listen: a, buf: BytesMut::new() }, guard, true);
             eprintln!("serve future: {} bytes", size_of_future(&f));
             eprintln!("TcpStream: {} bytes", std::mem::size_of::<TcpStream>());
             eprintln!("Sleep: {} bytes", std::mem::size_of::<tokio::time::Sleep>());

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use bytes::BytesMut;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 pub struct Totals {
@@ -14,9 +14,11 @@ pub struct Totals {
 }
 
 /// `head` is the 101 response to send first; `cbuf` / `ubuf` hold bytes
-/// already read from each side that belong to the tunnel.
-pub async fn run(
-    client: &mut TcpStream,
+/// already read from each side that belong to the tunnel. The client may be
+/// TLS, so it is not split: `select!` drops the losing read before a branch
+/// writes, and reads on either stream are cancel-safe.
+pub async fn run<C: AsyncRead + AsyncWrite + Unpin>(
+    client: &mut C,
     cbuf: &mut BytesMut,
     server: &mut TcpStream,
     ubuf: &mut BytesMut,
@@ -29,7 +31,7 @@ pub async fn run(
     };
     head.extend_from_slice(ubuf);
     ubuf.clear();
-    if client.write_all(&head).await.is_err() {
+    if client.write_all(&head).await.is_err() || client.flush().await.is_err() {
         return t;
     }
     if !cbuf.is_empty() {
@@ -38,14 +40,13 @@ pub async fn run(
         }
         cbuf.clear();
     }
-    let (mut cr, mut cw) = client.split();
     let (mut sr, mut sw) = server.split();
     let mut a = vec![0u8; 16 * 1024];
     let mut b = vec![0u8; 16 * 1024];
     let (mut c_open, mut s_open) = (true, true);
     while c_open || s_open {
         tokio::select! {
-            r = cr.read(&mut a), if c_open => match r {
+            r = client.read(&mut a), if c_open => match r {
                 Ok(0) | Err(_) => {
                     c_open = false;
                     let _ = sw.shutdown().await;
@@ -60,10 +61,12 @@ pub async fn run(
             r = sr.read(&mut b), if s_open => match r {
                 Ok(0) | Err(_) => {
                     s_open = false;
-                    let _ = cw.shutdown().await;
+                    let _ = client.shutdown().await;
                 }
                 Ok(n) => {
-                    if cw.write_all(&b[..n]).await.is_err() {
+                    if client.write_all(&b[..n]).await.is_err()
+                        || client.flush().await.is_err()
+                    {
                         break;
                     }
                     t.to_client += n as u64;

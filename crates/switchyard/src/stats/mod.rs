@@ -150,6 +150,11 @@ counters!(
         header_timeouts,
         no_pool,
         local_responses,
+        /// Completed TLS handshakes, failed ones (including timeouts), and
+        /// completed ones that resumed a session.
+        tls_handshakes,
+        tls_handshake_failures,
+        tls_resumed,
     }
 );
 
