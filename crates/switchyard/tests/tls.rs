@@ -948,10 +948,11 @@ fn client_certificates_required_and_optional() {
     }
     assert_eq!(o.requests(), n);
     assert!(
-        vs_stats(&sy)["tls_handshake_failures"]
-            .as_u64()
-            .unwrap_or(0)
-            >= 2
+        eventually(Duration::from_secs(3), || vs_stats(&sy)
+            ["tls_handshake_failures"]
+            == 2),
+        "{}",
+        vs_stats(&sy)
     );
 
     // optional: no certificate passes without the field (and the spoofed
@@ -1250,4 +1251,90 @@ fn ocsp_response_is_stapled() {
     let out = s_client(l, &pki.ca(), &["-status"]);
     assert!(out.contains("OCSP Response Status: successful"), "{out}");
     assert!(out.contains("Cert Status: good"), "{out}");
+}
+
+#[test]
+fn websocket_tunnels_over_tls() {
+    let pki = Pki::new("ca11");
+    let site = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let o = Origin::start("a");
+    let l = free_addr();
+    let _sy = Switchyard::start(
+        &tls_config(
+            l,
+            &o,
+            &format!("certificates = [{}]", cert_entry(&site)),
+            "",
+        ),
+        &[l],
+    );
+    let c = client_config(&pki.ca(), ClientOpts::default());
+    let mut s = connect(&c, l, "site.test").expect("handshake");
+    s.write_all(
+        b"GET /chat HTTP/1.1\r\nHost: site.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+          Sec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n",
+    )
+    .expect("write");
+    // The 101 head, byte by byte so no frame byte is consumed with it.
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(
+            s.read(&mut b).expect("read 101"),
+            1,
+            "closed before the 101"
+        );
+        head.push(b[0]);
+        assert!(head.len() < 4096);
+    }
+    let head = String::from_utf8_lossy(&head).to_string();
+    assert!(head.starts_with("HTTP/1.1 101"), "{head}");
+    for msg in ["hello", "over tls"] {
+        s.write_all(&ws_frame(1, msg.as_bytes(), Some([1, 2, 3, 4])))
+            .expect("frame");
+        let (op, payload) = ws_read_frame(&mut s).expect("echo");
+        assert_eq!((op, payload.as_slice()), (1, msg.as_bytes()));
+    }
+}
+
+#[test]
+fn a_silent_handshake_times_out_with_client_header() {
+    let pki = Pki::new("ca12");
+    let site = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let o = Origin::start("a");
+    let l = free_addr();
+    let cfg = tls_config(
+        l,
+        &o,
+        &format!("certificates = [{}]", cert_entry(&site)),
+        "",
+    )
+    .replace(
+        "[global]\n",
+        "[timeouts]\nclient_header = \"500ms\"\n[global]\n",
+    );
+    let sy = Switchyard::start(&cfg, &[l]);
+    let mut raw = TcpStream::connect(l).expect("connect");
+    raw.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    let start = std::time::Instant::now();
+    let mut b = [0u8; 16];
+    let n = raw.read(&mut b).unwrap_or(0);
+    assert_eq!(n, 0, "expected a close");
+    let waited = start.elapsed();
+    assert!(
+        waited >= Duration::from_millis(400) && waited < Duration::from_secs(3),
+        "{waited:?}"
+    );
+    assert!(eventually(Duration::from_secs(2), || {
+        vs_stats(&sy)["tls_handshake_failures"] == 1
+    }));
+    // A real client still gets through.
+    let c = client_config(&pki.ca(), ClientOpts::default());
+    let mut s = connect(&c, l, "site.test").expect("handshake");
+    assert_eq!(
+        tls_request(&mut s, &get_req("site.test", "/"))
+            .expect("r")
+            .status,
+        200
+    );
 }

@@ -166,7 +166,7 @@ async fn handshake(
         stats::inc(&vc.tls_resumed);
     }
     let client_subject = if tls.client_subject_header.is_some() {
-        crate::tls::client_subject(conn).map(Rc::from)
+        crate::tls::client_subject(conn)
     } else {
         None
     };
@@ -579,16 +579,6 @@ async fn proxy_request(
     };
     let has_body = req.head.framing != Framing::None;
     let replayable = !has_body && req.method.idempotent();
-    let subject = c.stream.client_subject();
-    let fwd = Forwarding {
-        client_ip: c.peer.ip(),
-        proto: if c.stream.is_tls() { "https" } else { "http" },
-        client_cert: vs
-            .tls
-            .as_ref()
-            .and_then(|t| t.client_subject_header.as_deref())
-            .map(|h| (h, subject.as_deref())),
-    };
     let mut tried = Tried::default();
     let mut retries_left = st.retries;
     let mut continue_sent = false;
@@ -656,13 +646,26 @@ async fn proxy_request(
 
         // Request head, then the body, streamed.
         stage.clear();
-        forward::request_head(
-            &mut stage,
-            req,
-            &fwd,
-            &decision.request_edits,
-            req.head.framing == Framing::Chunked,
-        );
+        // Built in a block, not held across the awaits: the session future
+        // stays as small as it was before TLS.
+        {
+            let fwd = Forwarding {
+                client_ip: c.peer.ip(),
+                proto: if c.stream.is_tls() { "https" } else { "http" },
+                client_cert: vs
+                    .tls
+                    .as_ref()
+                    .and_then(|t| t.client_subject_header.as_deref())
+                    .map(|h| (h, c.stream.client_subject())),
+            };
+            forward::request_head(
+                &mut stage,
+                req,
+                &fwd,
+                &decision.request_edits,
+                req.head.framing == Framing::Chunked,
+            );
+        }
         let head_len = stage.len() as u64;
         if req.expect_continue && has_body && !continue_sent {
             // We answer the expectation ourselves (as nginx does) once a
@@ -1066,6 +1069,8 @@ mod size_tests {
             let f = session(ctx.clone(), Client { stream: ClientStream::Plain(s), peer: a, listen: a, buf: BytesMut::new() }, guard, true);
             eprintln!("serve future: {} bytes", size_of_future(&f));
             eprintln!("TcpStream: {} bytes", std::mem::size_of::<TcpStream>());
+            eprintln!("ClientStream: {} bytes", std::mem::size_of::<ClientStream>());
+            eprintln!("Parked: {} bytes", std::mem::size_of::<Parked>());
             eprintln!("Sleep: {} bytes", std::mem::size_of::<tokio::time::Sleep>());
         });
     }

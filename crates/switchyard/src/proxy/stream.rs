@@ -23,8 +23,7 @@ pub struct TlsConn {
     pub stream: TlsStream<TcpStream>,
     /// The verified client certificate's subject (RFC 4514), when the
     /// vserver asks for client certificates and one was presented.
-    /// Shared (`Rc`) so a request can hold it while the session writes.
-    pub client_subject: Option<std::rc::Rc<str>>,
+    pub client_subject: Option<String>,
 }
 
 impl ClientStream {
@@ -40,10 +39,10 @@ impl ClientStream {
         matches!(self, ClientStream::Tls(_))
     }
 
-    pub fn client_subject(&self) -> Option<std::rc::Rc<str>> {
+    pub fn client_subject(&self) -> Option<&str> {
         match self {
             ClientStream::Plain(_) => None,
-            ClientStream::Tls(t) => t.client_subject.clone(),
+            ClientStream::Tls(t) => t.client_subject.as_deref(),
         }
     }
 
