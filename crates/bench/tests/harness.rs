@@ -74,7 +74,9 @@ fn a_run_where_the_dut_dies_is_marked_invalid() {
     assert_eq!(dies.get("valid"), Some(&Json::Bool(false)));
     let reason = dies.get("reason").and_then(Json::as_str).unwrap();
     assert!(
-        reason.contains("DUT exited") || reason.contains("errors"),
+        // Died mid-run (the usual case) or, on a very slow machine, before
+        // the load started: invalid either way.
+        reason.contains("exited") || reason.contains("errors"),
         "{reason}"
     );
     // The steady DUT's goodput is measured and its CPU was sampled.
