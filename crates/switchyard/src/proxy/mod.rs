@@ -206,6 +206,10 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
                     snap.settings.client_idle_ms
                 }
             };
+            // Waiting holds no buffer: malloc hands the same block to the
+            // next read at once, and thousands of waiting connections do
+            // not pin 8 KB each.
+            client.buf = BytesMut::new();
             let now = now_ms();
             let deadline = now + wait_ms;
             let park_at = if first { deadline } else { now + PARK_AFTER_MS };
@@ -216,8 +220,6 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
             {
                 IdleEnd::Readable => {}
                 IdleEnd::Timeout if now_ms() < deadline => {
-                    // Parked connections hold no buffer.
-                    client.buf = BytesMut::new();
                     match ctx.idle_watch.park(Parked {
                         client,
                         guard,
@@ -235,7 +237,10 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
             }
         }
         first = false;
-        match handle_request(&ctx, &mut client).await {
+        // Boxed: the request's state (kilobytes) lives only while a request
+        // is in flight, so a connection waiting between requests keeps a
+        // small task (one allocation per request, reused by malloc at once).
+        match Box::pin(handle_request(&ctx, &mut client)).await {
             Next::KeepAlive if !ctx.draining() => {}
             _ => break,
         }

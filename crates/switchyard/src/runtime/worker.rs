@@ -117,20 +117,26 @@ async fn run(
         tokio::task::spawn_local(async move {
             let mut tick = tokio::time::interval(proxy::idle::TICK);
             let mut n = 0u32;
+            let mut parked_at_trim = 0usize;
             loop {
                 tick.tick().await;
                 ctx.idle_watch.tick();
                 n = n.wrapping_add(1);
-                if n.is_multiple_of(10) {
-                    ctx.idle.sweep();
+                if !n.is_multiple_of(10) {
+                    continue;
                 }
-                if n.is_multiple_of(100) {
-                    // Give memory freed by finished requests and parked
-                    // connections back to the system, as HAProxy does when
-                    // it releases its pools.
+                ctx.idle.sweep();
+                // Give memory freed by finished requests and parked
+                // connections back to the system, as HAProxy does when it
+                // releases its pools: every 10 s, or at once after a wave
+                // of connections went idle (their tasks' memory is free).
+                let parked = ctx.idle_watch.parked();
+                if n.is_multiple_of(100) || parked > parked_at_trim + 1000 {
+                    parked_at_trim = parked;
                     // SAFETY: malloc_trim only walks glibc's own arenas.
                     unsafe { libc::malloc_trim(0) };
                 }
+                parked_at_trim = parked_at_trim.min(parked);
             }
         })
     };
