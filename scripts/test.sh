@@ -10,7 +10,7 @@ if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 # openssl: the TLS tests make their certificates with it and handshake with
 # `openssl s_client`; aws-lc-sys (rustls' crypto) builds with cmake and gcc.
 need=()
-for pkg in wrk curl openssl cmake gcc; do
+for pkg in wrk curl openssl cmake gcc gzip; do
   command -v "$pkg" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -33,6 +33,9 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace
+# The load generator's agreement with wrk is only meaningful optimised.
+echo "== cargo test --release (bench harness)"
+cargo test --release -p switchyard-bench
 
 if [ "${SKIP_FUZZ:-0}" != 1 ] && rustup toolchain list 2>/dev/null | grep -q nightly; then
   echo "== fuzzing the parsers (${FUZZ_SECONDS:-20}s per target)"
