@@ -469,28 +469,28 @@ async fn local_response(
     close: bool,
     st: &Settings,
 ) -> Next {
-    if req.head.framing != Framing::None {
-        let mut sink = tokio::io::sink();
-        let mut stage = Vec::new();
-        let mut out = Out::new(&mut sink, &mut stage);
-        if body::transfer(
-            &mut c.stream,
-            &mut c.buf,
-            req.head.framing,
-            &mut out,
-            false,
-            Duration::from_millis(st.client_body_ms),
-        )
-        .await
-        .is_err()
-        {
-            return error_and_close(c, vs, 400, "invalid request body").await;
-        }
+    if !discard_body(c, req.head.framing, st).await {
+        return error_and_close(c, vs, 400, "invalid request body").await;
     }
     if !respond(c, vs, status, bytes).await || close || ctx.draining() {
         return Next::Close;
     }
     Next::KeepAlive
+}
+
+/// Reads and drops a request body, so the connection can carry the next
+/// request. False when the body was invalid or did not arrive in time.
+async fn discard_body(c: &mut Client, framing: Framing, st: &Settings) -> bool {
+    if framing == Framing::None {
+        return true;
+    }
+    let mut sink = tokio::io::sink();
+    let mut stage = Vec::new();
+    let mut out = Out::new(&mut sink, &mut stage);
+    let timeout = Duration::from_millis(st.client_body_ms);
+    body::transfer(&mut c.stream, &mut c.buf, framing, &mut out, false, timeout)
+        .await
+        .is_ok()
 }
 
 /// Counts a request in flight to a member for as long as it lives.
@@ -993,22 +993,7 @@ async fn drain_then_error(
     if req.head.framing != Framing::None {
         let small = matches!(req.head.framing, Framing::Length(n) if n <= 64 * 1024);
         if small {
-            let mut sink = tokio::io::sink();
-            let mut stage = Vec::new();
-            let mut out = Out::new(&mut sink, &mut stage);
-            if body::transfer(
-                &mut c.stream,
-                &mut c.buf,
-                req.head.framing,
-                &mut out,
-                false,
-                Duration::from_millis(st.client_body_ms),
-            )
-            .await
-            .is_err()
-            {
-                close = true;
-            }
+            close |= !discard_body(c, req.head.framing, st).await;
         } else {
             close = true;
         }
