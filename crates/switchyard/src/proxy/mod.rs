@@ -189,6 +189,9 @@ pub fn resume(ctx: &Rc<WorkerCtx>, p: Parked) {
     tokio::task::spawn_local(session(ctx.clone(), p.client, p.guard, false));
 }
 
+/// Read buffer for responses from members.
+const UPSTREAM_READ: usize = 32 * 1024;
+
 /// Connections idle this long leave their task and wait in the worker's
 /// parking lot, which costs a fraction of a task.
 const PARK_AFTER_MS: u64 = 1000;
@@ -741,6 +744,12 @@ async fn proxy_request(
 
         // Response head; interim 1xx responses are relayed.
         let deadline = now_ms() + st.upstream_response_ms;
+        // Room for a head and a typical body in one read (HAProxy reads
+        // into 16 KB buffers): an 8 KB response then costs one recv and one
+        // send instead of two of each.
+        if up.buf.capacity() < UPSTREAM_READ {
+            up.buf.reserve(UPSTREAM_READ);
+        }
         let resp = loop {
             match read_head(
                 &mut up.stream,

@@ -83,7 +83,7 @@ impl IdlePool {
         let mut conn = conn;
         // Idle member connections are few (bounded per member and worker):
         // keep a modest read buffer for the next response, drop a big one.
-        if conn.buf.capacity() > 16 * 1024 {
+        if conn.buf.capacity() > 64 * 1024 {
             conn.buf = BytesMut::new();
         }
         stats::inc(&conn.counters.local().server_connections_idle);

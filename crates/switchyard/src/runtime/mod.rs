@@ -133,11 +133,7 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
     for id in 0..settings.workers {
         let mut listeners = Vec::new();
         for addr in &addrs {
-            let vs = snapshot
-                .load()
-                .vserver_for(addr)
-                .map(|v| v.name.clone())
-                .unwrap_or_default();
+            let vs = vserver_name(&snapshot.load(), addr);
             let l = listen::bind(*addr)
                 .map_err(|e| format!("vserver \"{vs}\": cannot listen on {addr}: {e}"))?;
             listeners.push((*addr, l));
@@ -164,11 +160,7 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
         });
     }
     for addr in &addrs {
-        let vs = snapshot
-            .load()
-            .vserver_for(addr)
-            .map(|v| v.name.clone())
-            .unwrap_or_default();
+        let vs = vserver_name(&snapshot.load(), addr);
         log::info(format_args!("vserver \"{vs}\" listening on {addr}"));
     }
     log::info(format_args!(
@@ -224,6 +216,13 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
     }
     log::info(format_args!("stopped"));
     result
+}
+
+/// The name of the virtual server listening on `addr`, for messages.
+fn vserver_name(snap: &Snapshot, addr: &SocketAddr) -> String {
+    snap.vserver_for(addr)
+        .map(|v| v.name.clone())
+        .unwrap_or_default()
 }
 
 /// Waits for SIGHUP (reload) until SIGTERM or SIGINT (drain and stop).
