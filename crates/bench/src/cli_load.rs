@@ -10,17 +10,19 @@ pub struct Url {
     pub addr: SocketAddr,
     pub host: String,
     pub path: String,
+    pub tls: bool,
 }
 
-/// Parses `http://host[:port]/path`; `https` is refused until TLS lands.
+/// Parses `http://host[:port]/path` or `https://...`.
 pub fn parse_url(u: &str) -> Result<Url, String> {
-    let rest = if let Some(r) = u.strip_prefix("http://") {
-        r
-    } else if u.starts_with("https://") {
-        return Err("https:// is not supported yet (TLS is issue 4)".into());
+    let (rest, tls) = if let Some(r) = u.strip_prefix("http://") {
+        (r, false)
+    } else if let Some(r) = u.strip_prefix("https://") {
+        (r, true)
     } else {
-        return Err(format!("{u}: only http:// URLs"));
+        return Err(format!("{u}: only http:// and https:// URLs"));
     };
+    let dflt = if tls { 443 } else { 80 };
     let (auth, path) = match rest.find('/') {
         Some(i) => (&rest[..i], &rest[i..]),
         None => (rest, "/"),
@@ -30,14 +32,14 @@ pub fn parse_url(u: &str) -> Result<Url, String> {
         let (h, after) = v6.split_once(']').ok_or_else(bad)?;
         let port = match after.strip_prefix(':') {
             Some(p) => p.parse::<u16>().map_err(|_| bad())?,
-            None if after.is_empty() => 80,
+            None if after.is_empty() => dflt,
             None => return Err(bad()),
         };
         (h, port)
     } else {
         match auth.rsplit_once(':') {
             Some((h, p)) => (h, p.parse::<u16>().map_err(|_| bad())?),
-            None => (auth, 80),
+            None => (auth, dflt),
         }
     };
     let addr = (host, port)
@@ -49,6 +51,7 @@ pub fn parse_url(u: &str) -> Result<Url, String> {
         addr,
         host: auth.to_string(),
         path: path.to_string(),
+        tls,
     })
 }
 
@@ -90,7 +93,7 @@ pub fn parse_src_ips(spec: &str) -> Result<Vec<IpAddr>, String> {
 }
 
 pub const HELP: &str = "switchyard bench load --url URL [options]
-  --url URL              http://host:port/path (repeatable; several authorities
+  --url URL              http[s]://host:port/path (repeatable; several authorities
                          spread connections over them, e.g. IPv4 and IPv6)
   --urls FILE            one URL per line
   --connections N        concurrent connections / users (50)
@@ -108,7 +111,16 @@ pub const HELP: &str = "switchyard bench load --url URL [options]
   --no-verify            don't check bodies against X-Body-Sum
   --cpus LIST            pin generator threads
   --json                 print the result as JSON
-  --quiet                no progress line";
+  --quiet                no progress line
+HTTPS (--url https://...):
+  --tls-version V        1.2 or 1.3 (both offered)
+  --cipher NAME          one suite, IANA or OpenSSL name, e.g. TLS_AES_256_GCM_SHA384,
+                         ECDHE-RSA-AES256-GCM-SHA384, ECDHE-ECDSA-AES256-GCM-SHA384
+  --resume N             N resumed handshakes after each full one, then a fresh
+                         session cache (0: a full handshake per connection)
+  --ca-file PEM          verify the server against these CAs (default: NO
+                         certificate verification, for benchmarking)
+  --sni NAME             server name (from the URL's host)";
 
 pub fn config_from_args(a: &mut Args) -> Result<LoadConfig, String> {
     let mut urls = a.list("url");
@@ -129,8 +141,24 @@ pub fn config_from_args(a: &mut Args) -> Result<LoadConfig, String> {
     let mut targets = Vec::new();
     let mut paths = Vec::new();
     let mut host = None;
+    let mut sni = None;
+    let mut tls = None;
     for u in &urls {
         let p = parse_url(u)?;
+        if *tls.get_or_insert(p.tls) != p.tls {
+            return Err("--url: mix of http:// and https://".into());
+        }
+        if sni.is_none() {
+            let h = match p.host.strip_prefix('[') {
+                Some(v6) => v6.split(']').next().unwrap_or(v6).to_string(),
+                None => p
+                    .host
+                    .rsplit_once(':')
+                    .map_or(p.host.as_str(), |x| x.0)
+                    .to_string(),
+            };
+            sni = Some(h);
+        }
         if !targets.contains(&p.addr) {
             targets.push(p.addr);
         }
@@ -192,6 +220,28 @@ pub fn config_from_args(a: &mut Args) -> Result<LoadConfig, String> {
     }
     if a.flag("no-verify") {
         cfg.verify_body = false;
+    }
+    let tls_opts = (
+        a.get("tls-version"),
+        a.get("cipher"),
+        a.num::<u32>("resume")?,
+        a.get("ca-file"),
+        a.get("sni"),
+    );
+    if tls == Some(true) {
+        cfg.tls = Some(crate::tls::TlsOptions {
+            version: tls_opts
+                .0
+                .as_deref()
+                .map(crate::tls::TlsVersion::parse)
+                .transpose()?,
+            cipher: tls_opts.1,
+            resume: tls_opts.2.unwrap_or(0),
+            ca_file: tls_opts.3,
+            sni: tls_opts.4.or(sni).unwrap_or_default(),
+        });
+    } else if tls_opts.0.is_some() || tls_opts.1.is_some() || tls_opts.2.is_some() {
+        return Err("--tls-version, --cipher and --resume need an https:// URL".into());
     }
     for c in a.list("cpus") {
         cfg.cpus
@@ -316,6 +366,23 @@ pub fn summary(cfg: &LoadConfig, r: &LoadResult) -> String {
         fmt_us(r.connect.percentile(50.0)),
         fmt_us(r.connect.percentile(99.0))
     );
+    if let Some(t) = &cfg.tls {
+        let _ = writeln!(
+            s,
+            "  tls           {:.0} handshakes/s; {} full, {} resumed (TLS {}, {}, resume {}){}",
+            r.tps,
+            r.tls_handshakes - r.tls_resumed,
+            r.tls_resumed,
+            t.version.map_or("1.2/1.3", |v| v.name()),
+            t.cipher.as_deref().unwrap_or("default suites"),
+            t.resume,
+            if t.ca_file.is_none() {
+                "; certificates NOT verified"
+            } else {
+                ""
+            }
+        );
+    }
     if !r.errors.is_empty() {
         let e: Vec<String> = r.errors.iter().map(|(k, v)| format!("{k} {v}")).collect();
         let _ = writeln!(s, "  errors        {}", e.join(", "));
@@ -345,7 +412,9 @@ mod tests {
         assert_eq!(u.addr, "[::1]:9000".parse().unwrap());
         assert_eq!(parse_url("http://[::1]").unwrap().addr.port(), 80);
         assert_eq!(parse_url("http://127.0.0.1").unwrap().path, "/");
-        assert!(parse_url("https://127.0.0.1/").is_err());
+        assert!(parse_url("https://127.0.0.1/").unwrap().tls);
+        assert_eq!(parse_url("https://127.0.0.1/").unwrap().addr.port(), 443);
+        assert!(parse_url("ftp://127.0.0.1/").is_err());
         assert!(parse_url("http://127.0.0.1:x/").is_err());
         let ips = parse_src_ips("127.0.0.2-127.0.0.4").unwrap();
         assert_eq!(ips.len(), 3);

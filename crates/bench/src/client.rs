@@ -1,5 +1,5 @@
 //! The client side of one HTTP/1.1 transaction, generic over the stream so
-//! that TLS (a later issue) slots in as another AsyncRead + AsyncWrite.
+//! that TLS (crate::tls) slots in as another AsyncRead + AsyncWrite.
 
 use std::io;
 use std::net::{IpAddr, SocketAddr};
@@ -25,9 +25,11 @@ pub enum ErrKind {
     BadBody,
     /// Not a parsable HTTP response.
     Parse,
+    /// The TCP connection opened but the TLS handshake failed.
+    Handshake,
 }
 
-pub const ERR_KINDS: [ErrKind; 8] = [
+pub const ERR_KINDS: [ErrKind; 9] = [
     ErrKind::Connect,
     ErrKind::Timeout,
     ErrKind::Reset,
@@ -36,6 +38,7 @@ pub const ERR_KINDS: [ErrKind; 8] = [
     ErrKind::BadSize,
     ErrKind::BadBody,
     ErrKind::Parse,
+    ErrKind::Handshake,
 ];
 
 impl ErrKind {
@@ -49,6 +52,7 @@ impl ErrKind {
             ErrKind::BadSize => "bad_size",
             ErrKind::BadBody => "bad_body",
             ErrKind::Parse => "parse",
+            ErrKind::Handshake => "tls_handshake",
         }
     }
     pub fn idx(self) -> usize {
@@ -116,9 +120,9 @@ pub async fn connect(addr: SocketAddr, src: Option<IpAddr>) -> io::Result<TcpStr
     Ok(s)
 }
 
-/// How the load generator opens a connection. Plain TCP today; a TLS
-/// connector (issue 4) wraps the TCP stream in a session and hands back a
-/// stream `transact` can use unchanged.
+/// How the load generator opens a connection: plain TCP, or TLS
+/// (crate::tls::Tls wraps the TCP stream in a session and hands back a
+/// stream `transact` can use unchanged).
 pub trait Connector: 'static {
     type Stream: AsyncRead + AsyncWrite + Unpin + 'static;
     fn connect(
@@ -126,6 +130,10 @@ pub trait Connector: 'static {
         addr: SocketAddr,
         src: Option<IpAddr>,
     ) -> impl std::future::Future<Output = io::Result<Self::Stream>>;
+    /// For TLS: whether the session was resumed (None: not TLS).
+    fn resumed(_s: &Self::Stream) -> Option<bool> {
+        None
+    }
 }
 
 /// Plain HTTP over TCP.

@@ -17,6 +17,7 @@ pub mod origin;
 pub mod report;
 pub mod scenario;
 pub mod sys;
+pub mod tls;
 
 const HELP: &str = "usage: switchyard bench <command> [options]
   origin    --listen ADDR [--listen ADDR] [--delay-ms N] [--threads N]

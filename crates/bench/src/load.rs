@@ -64,6 +64,8 @@ pub struct LoadConfig {
     pub cpus: Vec<usize>,
     /// Label for the live progress line on stderr; None: quiet.
     pub progress: Option<String>,
+    /// HTTPS: TLS options (None: plain HTTP).
+    pub tls: Option<crate::tls::TlsOptions>,
 }
 
 impl Default for LoadConfig {
@@ -92,6 +94,7 @@ impl Default for LoadConfig {
             headers: Vec::new(),
             cpus: Vec::new(),
             progress: None,
+            tls: None,
         }
     }
 }
@@ -172,6 +175,11 @@ pub struct LoadResult {
     pub gen_cpu_share: f64,
     pub saturated: bool,
     pub wall_secs: f64,
+    /// TLS handshakes completed in the steady phase (full + resumed).
+    pub tls_handshakes: u64,
+    pub tls_resumed: u64,
+    /// TLS handshakes per second (TPS).
+    pub tps: f64,
 }
 
 impl LoadResult {
@@ -259,6 +267,10 @@ impl LoadResult {
             .set("generator_cpu_share", self.gen_cpu_share)
             .set("generator_saturated", self.saturated)
             .set("wall_secs", self.wall_secs)
+            .set("tls_handshakes", self.tls_handshakes)
+            .set("tls_resumed", self.tls_resumed)
+            .set("tls_full", self.tls_handshakes - self.tls_resumed)
+            .set("tps", self.tps)
     }
 }
 
@@ -299,6 +311,8 @@ struct ThreadStats {
     bytes_in: u64,
     bytes_out: u64,
     body_bytes: u64,
+    tls_handshakes: u64,
+    tls_resumed: u64,
 }
 
 impl ThreadStats {
@@ -317,6 +331,8 @@ impl ThreadStats {
             bytes_in: 0,
             bytes_out: 0,
             body_bytes: 0,
+            tls_handshakes: 0,
+            tls_resumed: 0,
         }
     }
     fn sec(&mut self, t0: Instant, at: Instant) -> &mut Sec {
@@ -337,6 +353,8 @@ struct Plan {
     posts: Vec<Vec<u8>>,
     expects: Vec<Expect>,
     stop: AtomicBool,
+    /// HTTPS: the client configuration every slot's connector starts from.
+    tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 fn build_request(
@@ -417,6 +435,14 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
     let s0 = cfg.ramp_up.as_secs_f64().ceil() as usize;
     let base = steady_start - Duration::from_secs(s0 as u64);
     let secs = (end - base).as_secs() as usize + 2;
+    let tls = match &cfg.tls {
+        Some(o) => Some(Arc::new(crate::tls::client_config(o)?)),
+        None => None,
+    };
+    if let Some(o) = &cfg.tls {
+        // Fail early on a bad server name rather than once per connection.
+        crate::tls::Tls::new(Arc::new(crate::tls::client_config(o)?), &o.sni, 0)?;
+    }
     let plan = Arc::new(Plan {
         cfg: cfg.clone(),
         t0,
@@ -427,6 +453,7 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
         posts,
         expects,
         stop: AtomicBool::new(false),
+        tls,
     });
     let live: Arc<Vec<Live>> = Arc::new((0..threads).map(|_| Live::default()).collect());
     let mut handles = Vec::new();
@@ -543,6 +570,8 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
         merged.bytes_in += st.bytes_in;
         merged.bytes_out += st.bytes_out;
         merged.body_bytes += st.body_bytes;
+        merged.tls_handshakes += st.tls_handshakes;
+        merged.tls_resumed += st.tls_resumed;
     }
     for (s, o) in open_samples {
         if let Some(x) = merged.per_sec.get_mut(s) {
@@ -600,6 +629,9 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
         gen_cpu_share: gen_share,
         saturated: gen_share > 0.9,
         wall_secs: wall,
+        tls_handshakes: merged.tls_handshakes,
+        tls_resumed: merged.tls_resumed,
+        tps: merged.tls_handshakes as f64 / d,
     })
 }
 
@@ -630,8 +662,18 @@ fn thread_main(
             let plan = plan.clone();
             let stats = stats.clone();
             let live = live.clone();
+            let tls = match (&plan.tls, &plan.cfg.tls) {
+                (Some(c), Some(o)) => match crate::tls::Tls::new(c.clone(), &o.sni, o.resume) {
+                    Ok(x) => Some(x),
+                    Err(_) => continue,
+                },
+                _ => None,
+            };
             tasks.push(tokio::task::spawn_local(async move {
-                slot(&client::PlainTcp, &plan, &stats, &live[t], s, total_slots).await
+                match tls {
+                    Some(c) => slot(&c, &plan, &stats, &live[t], s, total_slots).await,
+                    None => slot(&client::PlainTcp, &plan, &stats, &live[t], s, total_slots).await,
+                }
             }));
         }
         for t in tasks {
@@ -747,6 +789,12 @@ async fn slot<C: client::Connector>(
                     Ok(Ok(c)) => {
                         let now = Instant::now();
                         let mut st = stats.borrow_mut();
+                        if let Some(resumed) = C::resumed(&c) {
+                            if in_steady {
+                                st.tls_handshakes += 1;
+                                st.tls_resumed += resumed as u64;
+                            }
+                        }
                         st.conns += in_steady as u64;
                         st.sec(plan.base, now).conns += 1;
                         if in_steady {
@@ -758,8 +806,12 @@ async fn slot<C: client::Connector>(
                         on_conn = 0;
                         fresh = true;
                     }
-                    Ok(Err(_)) => {
-                        outcome = Some(Err(ErrKind::Connect));
+                    Ok(Err(e)) => {
+                        outcome = Some(Err(if crate::tls::is_handshake_failure(&e) {
+                            ErrKind::Handshake
+                        } else {
+                            ErrKind::Connect
+                        }));
                         break;
                     }
                     Err(_) => {
@@ -796,7 +848,7 @@ async fn slot<C: client::Connector>(
             }
         }
         let done = Instant::now();
-        let failed_connect = matches!(outcome, Some(Err(ErrKind::Connect)));
+        let failed_connect = matches!(outcome, Some(Err(ErrKind::Connect | ErrKind::Handshake)));
         {
             // Scoped: the borrow must end before the next await.
             let mut st = stats.borrow_mut();

@@ -288,7 +288,14 @@ fn the_load_command_exits_by_outcome() {
     let bad = |args: &[&str]| {
         switchyard_bench::main_with_args(args.iter().map(|s| s.to_string()).collect())
     };
-    assert_eq!(bad(&["load", "--url", "https://127.0.0.1/"]), 2);
+    assert_eq!(
+        bad(&["load", "--url", "https://127.0.0.1/", "--cipher", "NOPE"]),
+        2
+    );
+    assert_eq!(
+        bad(&["load", "--url", "http://127.0.0.1/", "--resume", "9"]),
+        2
+    );
     assert_eq!(
         bad(&["load", "--url", "http://127.0.0.1/", "--bogus", "1"]),
         2
