@@ -106,39 +106,45 @@ pub fn request_head(
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(fwd.client_ip),
         v4 => v4,
     };
-    let ip_s = ip.to_string();
-    match xff {
-        Some(prev) if !prev.is_empty() => {
-            let mut v = prev.to_vec();
-            v.extend_from_slice(b", ");
-            v.extend_from_slice(ip_s.as_bytes());
-            field(out, b"x-forwarded-for", &v);
-        }
-        _ => field(out, b"x-forwarded-for", ip_s.as_bytes()),
+    // Formatted on the stack and written straight into the head: no
+    // allocation per request for the forwarding fields.
+    let mut ip_buf = [0u8; 48];
+    let ip_s = {
+        use std::io::Write;
+        let mut cur = std::io::Cursor::new(&mut ip_buf[..]);
+        let _ = write!(cur, "{ip}");
+        let n = cur.position() as usize;
+        &ip_buf[..n]
+    };
+    out.extend_from_slice(b"x-forwarded-for: ");
+    if let Some(prev) = xff.filter(|p| !p.is_empty()) {
+        out.extend_from_slice(prev);
+        out.extend_from_slice(b", ");
     }
+    out.extend_from_slice(ip_s);
+    out.extend_from_slice(b"\r\n");
     field(out, b"x-forwarded-proto", fwd.proto.as_bytes());
-    let node = if ip.is_ipv6() {
-        format!("for=\"[{ip_s}]\"")
-    } else {
-        format!("for={ip_s}")
-    };
-    let mut fwd_v = match forwarded {
-        Some(prev) if !prev.is_empty() => {
-            let mut v = prev.to_vec();
-            v.extend_from_slice(b", ");
-            v
-        }
-        _ => Vec::new(),
-    };
-    fwd_v.extend_from_slice(node.as_bytes());
-    fwd_v.extend_from_slice(b";proto=");
-    fwd_v.extend_from_slice(fwd.proto.as_bytes());
-    if let Some(h) = req.host() {
-        fwd_v.extend_from_slice(b";host=\"");
-        fwd_v.extend_from_slice(h);
-        fwd_v.push(b'"');
+    out.extend_from_slice(b"forwarded: ");
+    if let Some(prev) = forwarded.filter(|p| !p.is_empty()) {
+        out.extend_from_slice(prev);
+        out.extend_from_slice(b", ");
     }
-    field(out, b"forwarded", &fwd_v);
+    if ip.is_ipv6() {
+        out.extend_from_slice(b"for=\"[");
+        out.extend_from_slice(ip_s);
+        out.extend_from_slice(b"]\"");
+    } else {
+        out.extend_from_slice(b"for=");
+        out.extend_from_slice(ip_s);
+    }
+    out.extend_from_slice(b";proto=");
+    out.extend_from_slice(fwd.proto.as_bytes());
+    if let Some(h) = req.host() {
+        out.extend_from_slice(b";host=\"");
+        out.extend_from_slice(h);
+        out.push(b'"');
+    }
+    out.extend_from_slice(b"\r\n");
     if let Some((name, Some(subject))) = fwd.client_cert {
         field(out, name.as_bytes(), subject.as_bytes());
     }

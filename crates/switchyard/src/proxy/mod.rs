@@ -49,11 +49,38 @@ pub struct WorkerCtx {
     pub idle_watch: IdleWatch,
     /// Client connections open on this worker (drain waits for zero).
     pub active: std::cell::Cell<usize>,
+    /// Read buffers of connections waiting between requests, for the next
+    /// request on any connection (HAProxy's buffer pool): no malloc per
+    /// request, and no buffer pinned by a waiting connection.
+    pub buffers: std::cell::RefCell<Vec<BytesMut>>,
 }
+
+/// Client read buffer size, and how many the pool keeps per worker.
+const CLIENT_BUF: usize = 8 * 1024;
+const POOLED_BUFFERS: usize = 64;
 
 impl WorkerCtx {
     fn draining(&self) -> bool {
         self.idle_watch.is_draining()
+    }
+
+    fn take_buffer(&self) -> BytesMut {
+        self.buffers
+            .borrow_mut()
+            .pop()
+            .unwrap_or_else(|| BytesMut::with_capacity(CLIENT_BUF))
+    }
+
+    fn return_buffer(&self, mut buf: BytesMut) {
+        // Only an empty buffer holds nothing of the connection's.
+        if !buf.is_empty() || buf.capacity() == 0 {
+            return;
+        }
+        buf.clear();
+        let mut pool = self.buffers.borrow_mut();
+        if pool.len() < POOLED_BUFFERS {
+            pool.push(buf);
+        }
     }
 }
 
@@ -212,7 +239,7 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
             // Waiting holds no buffer: malloc hands the same block to the
             // next read at once, and thousands of waiting connections do
             // not pin 8 KB each.
-            client.buf = BytesMut::new();
+            ctx.return_buffer(std::mem::take(&mut client.buf));
             let now = now_ms();
             let deadline = now + wait_ms;
             let park_at = if first { deadline } else { now + PARK_AFTER_MS };
@@ -323,6 +350,9 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client) -> Next {
     };
     let vc = vs.counters.local();
     let deadline = now_ms() + st.client_header_ms;
+    if c.buf.capacity() == 0 {
+        c.buf = ctx.take_buffer();
+    }
     let before = c.buf.len();
     let raw = match read_head(
         &mut c.stream,
@@ -1061,7 +1091,7 @@ mod size_tests {
             let a = l.local_addr().unwrap();
             let s = TcpStream::connect(a).await.unwrap();
             let snap = crate::config::parse("t", "[[vserver]]\nname=\"a\"\nlisten=[\"127.0.0.1:1\"]\ndefault_pool=\"p\"\n[[pool]]\nname=\"p\"\n[[pool.member]]\naddress=\"127.0.0.1:2\"\n", None).unwrap();
-            let ctx = Rc::new(WorkerCtx { snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(snap)), idle: IdlePool::default(), idle_watch: IdleWatch::default(), active: Default::default() });
+            let ctx = Rc::new(WorkerCtx { snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(snap)), idle: IdlePool::default(), idle_watch: IdleWatch::default(), active: Default::default(), buffers: Default::default() });
             let counters = ctx.snapshot.load().vservers[0].counters.clone();
             ctx.active.set(1);
             let guard = ConnGuard { ctx: ctx.clone(), counters };

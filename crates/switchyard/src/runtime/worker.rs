@@ -93,6 +93,7 @@ async fn run(
     grace_ms: u64,
 ) {
     let ctx = Rc::new(WorkerCtx {
+        buffers: Default::default(),
         idle_watch: IdleWatch::default(),
         active: Cell::new(0),
         snapshot,
