@@ -547,6 +547,17 @@ fn run_sample(
     let mut kpi = obj()
         .set("rps", r.rps)
         .set("cps", r.cps)
+        .set("tps", r.tps)
+        .set("tls_handshakes", r.tls_handshakes)
+        .set("tls_resumed", r.tls_resumed)
+        .set(
+            "dut_cpu_us_per_handshake",
+            if r.tls_handshakes > 0 {
+                cpu * 1e6 / r.tls_handshakes as f64
+            } else {
+                0.0
+            },
+        )
         .set("throughput_bps", r.throughput_bps)
         .set("goodput_bps", r.goodput_bps)
         .set("p50_us", p(50.0))

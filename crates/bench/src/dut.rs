@@ -70,6 +70,9 @@ pub struct Ports {
     pub l4: u16,
     pub compress: u16,
     pub cache: u16,
+    /// HTTPS with the RSA-2048 and the ECDSA P-256 certificate.
+    pub tls_rsa: u16,
+    pub tls_ecdsa: u16,
     pub admin: u16,
     pub web_origin: SocketAddr,
     pub images_origin: SocketAddr,
@@ -82,6 +85,8 @@ impl Ports {
             l4: base + 1,
             compress: base + 2,
             cache: base + 3,
+            tls_rsa: base + 4,
+            tls_ecdsa: base + 5,
             admin: base + 9,
             web_origin: SocketAddr::from(([127, 0, 0, 1], base + 1001)),
             images_origin: SocketAddr::from(([127, 0, 0, 1], base + 1002)),
@@ -96,6 +101,8 @@ pub enum Listener {
     L4,
     Compress,
     Cache,
+    TlsRsa,
+    TlsEcdsa,
 }
 
 impl Ports {
@@ -106,6 +113,8 @@ impl Ports {
             Listener::L4 => SocketAddr::from(([127, 0, 0, 1], self.l4)),
             Listener::Compress => SocketAddr::from(([127, 0, 0, 1], self.compress)),
             Listener::Cache => SocketAddr::from(([127, 0, 0, 1], self.cache)),
+            Listener::TlsRsa => SocketAddr::from(([127, 0, 0, 1], self.tls_rsa)),
+            Listener::TlsEcdsa => SocketAddr::from(([127, 0, 0, 1], self.tls_ecdsa)),
         }
     }
 }
@@ -123,9 +132,76 @@ pub struct Target {
     pub version: String,
 }
 
-/// What Switchyard can do today. Update as features land (TLS is issue 4);
+/// What Switchyard can do today. Update as features land;
 /// `--caps switchyard=l7,l4,...` overrides it for a build that can do more.
-pub const SWITCHYARD_CAPS: &[Cap] = &[Cap::L7, Cap::Ipv6];
+pub const SWITCHYARD_CAPS: &[Cap] = &[Cap::L7, Cap::Ipv6, Cap::Tls];
+
+/// The server name in the bench's certificates (and the load's SNI).
+pub const TLS_NAME: &str = "bench.switchyard.test";
+/// The suites every DUT offers: TLS 1.3 AES-256-GCM, and TLS 1.2 ECDHE with
+/// AES-256-GCM for the RSA and the ECDSA certificate (IANA / OpenSSL names).
+pub const TLS13_SUITE: &str = "TLS_AES_256_GCM_SHA384";
+pub const TLS12_RSA_SUITE: &str = "ECDHE-RSA-AES256-GCM-SHA384";
+pub const TLS12_ECDSA_SUITE: &str = "ECDHE-ECDSA-AES256-GCM-SHA384";
+
+/// Where the shared certificates live: next to the targets' work dirs, so
+/// every DUT serves the same ones.
+pub fn cert_dir(dir: &Path) -> PathBuf {
+    dir.parent().unwrap_or(dir).join("tls-certs")
+}
+
+/// Makes (once) a self-signed RSA-2048 and ECDSA P-256 certificate for
+/// TLS_NAME with the openssl CLI: rsa.pem/rsa.key, ecdsa.pem/ecdsa.key, and
+/// rsa.full.pem/ecdsa.full.pem (certificate then key, for HAProxy).
+pub fn make_certs(dir: &Path) -> Result<PathBuf, String> {
+    let cd = cert_dir(dir);
+    std::fs::create_dir_all(&cd).map_err(|e| format!("{}: {e}", cd.display()))?;
+    let cd = std::fs::canonicalize(&cd).map_err(|e| format!("{}: {e}", cd.display()))?;
+    for (name, newkey) in [
+        ("rsa", &["-newkey", "rsa:2048"][..]),
+        (
+            "ecdsa",
+            &["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"][..],
+        ),
+    ] {
+        let full = cd.join(format!("{name}.full.pem"));
+        if full.is_file() {
+            continue;
+        }
+        let out = Command::new("openssl")
+            .arg("req")
+            .arg("-x509")
+            .args(newkey)
+            .args(["-nodes", "-days", "365", "-subj"])
+            .arg(format!("/CN={TLS_NAME}"))
+            .arg("-addext")
+            .arg(format!("subjectAltName=DNS:{TLS_NAME}"))
+            .arg("-keyout")
+            .arg(cd.join(format!("{name}.key")))
+            .arg("-out")
+            .arg(cd.join(format!("{name}.pem")))
+            .stdin(Stdio::null())
+            .output()
+            .map_err(|e| format!("cannot run openssl ({e}): apt-get install -y openssl"))?;
+        if !out.status.success() {
+            return Err(format!(
+                "openssl req ({name}): {}",
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        let read = |f: &str| {
+            std::fs::read_to_string(cd.join(f))
+                .map_err(|e| format!("{}: {e}", cd.join(f).display()))
+        };
+        let both = format!(
+            "{}{}",
+            read(&format!("{name}.pem"))?,
+            read(&format!("{name}.key"))?
+        );
+        std::fs::write(&full, both).map_err(|e| format!("{}: {e}", full.display()))?;
+    }
+    Ok(cd)
+}
 
 fn version_of(program: &Path, arg: &str) -> String {
     Command::new(program)
@@ -196,7 +272,7 @@ pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, Stri
                 command: String::new(),
                 caps: SWITCHYARD_CAPS.to_vec(),
                 notes: vec![
-                    "switchyard: no L4 (protocol = \"tcp\"), TLS, compression, caching or WAF yet"
+                    "switchyard: no L4 (protocol = \"tcp\"), compression, caching or WAF yet"
                         .into(),
                 ],
             })
@@ -210,14 +286,21 @@ pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, Stri
                 version: version_of(&program, "-v"),
                 program,
                 command: String::new(),
-                caps: vec![Cap::L4, Cap::L7, Cap::Ipv6, Cap::Compression, Cap::Caching],
+                caps: vec![
+                    Cap::L4,
+                    Cap::L7,
+                    Cap::Ipv6,
+                    Cap::Tls,
+                    Cap::Compression,
+                    Cap::Caching,
+                ],
                 notes: vec!["haproxy: no WAF in the Debian package".into()],
             })
         }
         "nginx" => {
             let program =
                 sys::which("nginx").ok_or("nginx is not installed: apt-get install -y nginx")?;
-            let mut caps = vec![Cap::L7, Cap::Ipv6, Cap::Compression, Cap::Caching];
+            let mut caps = vec![Cap::L7, Cap::Ipv6, Cap::Tls, Cap::Compression, Cap::Caching];
             let mut notes = vec!["nginx: no WAF in the Debian package".to_string()];
             if nginx_stream_module().is_some() {
                 caps.push(Cap::L4);
@@ -251,6 +334,17 @@ pub fn write_config(t: &Target, p: &Ports, dir: &Path) -> Result<Vec<String>, St
         Ok(f.display().to_string())
     };
     let has = |c: Cap| t.caps.contains(&c);
+    let certs = if has(Cap::Tls) && t.kind != Kind::Cmd {
+        Some(make_certs(dir)?)
+    } else {
+        None
+    };
+    let cert = |n: &str| {
+        certs
+            .as_ref()
+            .map(|d| d.join(n).display().to_string())
+            .unwrap_or_default()
+    };
     match t.kind {
         Kind::Switchyard => {
             let mut s = String::new();
@@ -287,6 +381,34 @@ action = {{ pool = "images" }}
                     "\n[[vserver]]\nname = \"l4\"\nprotocol = \"tcp\"\nlisten = [\"127.0.0.1:{}\"]\ndefault_pool = \"web\"\n",
                     p.l4
                 );
+            }
+            if certs.is_some() {
+                for (name, port, key) in [
+                    ("tls-rsa", p.tls_rsa, "rsa"),
+                    ("tls-ecdsa", p.tls_ecdsa, "ecdsa"),
+                ] {
+                    let _ = write!(
+                        s,
+                        r#"
+[[vserver]]
+name = "{name}"
+listen = ["127.0.0.1:{port}"]
+default_pool = "web"
+
+[[vserver.policy]]
+match = {{ path_prefix = "/images/" }}
+action = {{ pool = "images" }}
+
+  [vserver.tls]
+  certificates = [ {{ cert = "{c}", key = "{k}" }} ]
+  versions = ["1.2", "1.3"]
+  ciphers = ["TLS13_AES_256_GCM_SHA384", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"]
+  resumption = true
+"#,
+                        c = cert(&format!("{key}.pem")),
+                        k = cert(&format!("{key}.key")),
+                    );
+                }
             }
             let _ = write!(
                 s,
@@ -379,6 +501,18 @@ backend web_cache
                 "\nfrontend l4\n    mode tcp\n    bind 127.0.0.1:{}\n    default_backend web_tcp\n\nbackend web_tcp\n    mode tcp\n    server s1 {}\n",
                 p.l4, p.web_origin
             );
+            if certs.is_some() {
+                for (name, port, key) in [
+                    ("tls_rsa", p.tls_rsa, "rsa"),
+                    ("tls_ecdsa", p.tls_ecdsa, "ecdsa"),
+                ] {
+                    let _ = write!(
+                        s,
+                        "\nfrontend {name}\n    bind 127.0.0.1:{port} ssl crt {crt} ssl-min-ver TLSv1.2 ciphers {TLS12_RSA_SUITE}:{TLS12_ECDSA_SUITE} ciphersuites {TLS13_SUITE}\n    use_backend images if {{ path_beg /images/ }}\n    default_backend web\n",
+                        crt = cert(&format!("{key}.full.pem")),
+                    );
+                }
+            }
             let f = w("haproxy.cfg", &s)?;
             Ok(vec![
                 t.program.display().to_string(),
@@ -443,6 +577,7 @@ http {{
         }}
     }}
 
+{tls}
     server {{
         listen 127.0.0.1:{comp};
         gzip on;
@@ -470,6 +605,39 @@ http {{
                 l7 = p.l7,
                 comp = p.compress,
                 cache = p.cache,
+                tls = if certs.is_some() {
+                    let mut x = String::new();
+                    for (port, key) in [(p.tls_rsa, "rsa"), (p.tls_ecdsa, "ecdsa")] {
+                        let _ = write!(
+                            x,
+                            r#"
+    server {{
+        listen 127.0.0.1:{port} ssl;
+        ssl_certificate {c};
+        ssl_certificate_key {k};
+        ssl_protocols TLSv1.2 TLSv1.3;
+        ssl_ciphers {TLS12_RSA_SUITE}:{TLS12_ECDSA_SUITE};
+        ssl_conf_command Ciphersuites {TLS13_SUITE};
+        ssl_session_cache shared:SSL:10m;
+        ssl_session_tickets on;
+        location /images/ {{
+            proxy_pass http://images;
+            {proxy}
+        }}
+        location / {{
+            proxy_pass http://web;
+            {proxy}
+        }}
+    }}
+"#,
+                            c = cert(&format!("{key}.pem")),
+                            k = cert(&format!("{key}.key")),
+                        );
+                    }
+                    x
+                } else {
+                    String::new()
+                },
             );
             if has(Cap::L4) {
                 let _ = write!(
@@ -567,6 +735,8 @@ pub fn start(
         Listener::L4,
         Listener::Compress,
         Listener::Cache,
+        Listener::TlsRsa,
+        Listener::TlsEcdsa,
     ] {
         let a = p.addr(l);
         if std::net::TcpListener::bind(a).is_err() {

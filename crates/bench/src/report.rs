@@ -63,7 +63,7 @@ pub fn fmt_kpi(key: &str, v: f64) -> String {
     match key {
         "throughput_bps" | "goodput_bps" => fmt_bps(v),
         k if k.ends_with("_us") => fmt_us(v as u64),
-        "dut_cpu_us_per_req" => format!("{v:.1} µs"),
+        "dut_cpu_us_per_req" | "dut_cpu_us_per_handshake" => format!("{v:.1} µs"),
         "mux_ratio" => format!("{v:.1} : 1"),
         "concurrent_max" => format!("{v:.0}"),
         _ => {
@@ -80,6 +80,7 @@ fn kpi_title(key: &str) -> &'static str {
     match key {
         "rps" => "requests/s",
         "cps" => "connections/s",
+        "tps" => "TLS handshakes/s",
         "throughput_bps" => "throughput",
         "goodput_bps" => "goodput",
         "p99_us" => "P99 latency",
@@ -448,6 +449,7 @@ fn scenario_extra_key(sc: &str) -> Option<&'static str> {
         "caching" => Some("cache_hit_ratio"),
         "concurrency" => Some("mem_per_conn_bytes"),
         "multiplexing" => Some("server_conns_avg"),
+        "ssl-tps" => Some("dut_cpu_us_per_handshake"),
         _ => None,
     }
 }
@@ -458,6 +460,7 @@ fn scenario_extra_title(sc: &str) -> &'static str {
         "caching" => " cache hit ratio |",
         "concurrency" => " DUT memory per connection |",
         "multiplexing" => " server connections |",
+        "ssl-tps" => " DUT CPU per handshake |",
         _ => "",
     }
 }
@@ -466,6 +469,7 @@ fn fmt_extra(k: &str, v: f64) -> String {
     match k {
         "compression_ratio" | "cache_hit_ratio" => format!("{:.1} %", v * 100.0),
         "mem_per_conn_bytes" => format!("{:.1} KB", v / 1024.0),
+        "dut_cpu_us_per_handshake" => format!("{v:.1} µs"),
         _ => format!("{v:.1}"),
     }
 }

@@ -6,12 +6,15 @@ use crate::args::fmt_size;
 use crate::content::IETF_MIX;
 use crate::dut::{Cap, Listener};
 use crate::load::{LoadConfig, PathSpec};
+use crate::tls::{TlsOptions, TlsVersion};
 
 /// The KPI a case is ranked and charted by.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kpi {
     Rps,
     Cps,
+    /// TLS handshakes per second.
+    Tps,
     Throughput,
     Goodput,
     P99,
@@ -29,6 +32,7 @@ impl Kpi {
         match self {
             Kpi::Rps => "rps",
             Kpi::Cps => "cps",
+            Kpi::Tps => "tps",
             Kpi::Throughput => "throughput_bps",
             Kpi::Goodput => "goodput_bps",
             Kpi::P99 => "p99_us",
@@ -83,11 +87,11 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     ),
     (
         "ssl-tps",
-        "new TLS session per connection (needs the TLS client: issue 4)",
+        "TLS handshakes/s, 1 request per connection, 1 B / 128 B, TLS 1.2 / 1.3, RSA / ECDSA, full / resumed (9 reuses)",
     ),
     (
         "ssl-throughput",
-        "TLS keep-alive volume (needs the TLS client: issue 4)",
+        "TLS keep-alive volume, 9 KB / 30 KB / 512 KB",
     ),
     (
         "latency",
@@ -184,6 +188,17 @@ fn base(t: &Timing, urls: &[String]) -> LoadConfig {
     }
 }
 
+/// The TLS options of a case: the bench certificate's name, no verification.
+fn tls(version: TlsVersion, cipher: &str, resume: u32) -> Option<TlsOptions> {
+    Some(TlsOptions {
+        version: Some(version),
+        cipher: Some(cipher.to_string()),
+        ca_file: None,
+        sni: crate::dut::TLS_NAME.to_string(),
+        resume,
+    })
+}
+
 fn case(
     scenario: &'static str,
     name: String,
@@ -270,17 +285,68 @@ pub fn cases(scenario: &str, t: &Timing, max_conns: usize) -> Result<Vec<Case>, 
                 }
             }
         }
-        "ssl-tps" | "ssl-throughput" => {
-            let mut c = case(
-                scenario_static(scenario),
-                "all".into(),
-                Listener::L7,
-                &[Cap::Tls],
-                base(t, &[size_url(1)]),
-                Kpi::Rps,
-            );
-            c.skip_all = Some("the load generator has no TLS client yet (issue 4)".into());
-            out.push(c);
+        "ssl-tps" => {
+            let sizes: &[u64] = if q { &[1] } else { &[1, 128] };
+            for (key, listener, suite12) in [
+                ("RSA", Listener::TlsRsa, crate::dut::TLS12_RSA_SUITE),
+                ("ECDSA", Listener::TlsEcdsa, crate::dut::TLS12_ECDSA_SUITE),
+            ] {
+                for (v, suite) in [
+                    (TlsVersion::V12, suite12),
+                    (TlsVersion::V13, crate::dut::TLS13_SUITE),
+                ] {
+                    for resume in [0u32, 9] {
+                        for &n in sizes {
+                            let mut l = base(t, &[size_url(n)]);
+                            l.requests_per_conn = 1;
+                            l.tls = tls(v, suite, resume);
+                            let mut c = case(
+                                "ssl-tps",
+                                format!(
+                                    "TLS {} {key} {suite} {} {}",
+                                    v.name(),
+                                    if resume == 0 { "full" } else { "resume 9" },
+                                    fmt_size(n)
+                                ),
+                                listener,
+                                &[Cap::Tls],
+                                l,
+                                Kpi::Tps,
+                            );
+                            c.note = Some(if resume == 0 {
+                                "a full handshake per connection".into()
+                            } else {
+                                "one full handshake then 9 resumed, per client session cache".into()
+                            });
+                            out.push(c);
+                        }
+                    }
+                }
+            }
+        }
+        "ssl-throughput" => {
+            let versions: &[(TlsVersion, &str)] = if q {
+                &[(TlsVersion::V13, crate::dut::TLS13_SUITE)]
+            } else {
+                &[
+                    (TlsVersion::V12, crate::dut::TLS12_RSA_SUITE),
+                    (TlsVersion::V13, crate::dut::TLS13_SUITE),
+                ]
+            };
+            for &(v, suite) in versions {
+                for n in [9216u64, 30720, 524288] {
+                    let mut l = base(t, &[size_url(n)]);
+                    l.tls = tls(v, suite, 0);
+                    out.push(case(
+                        "ssl-throughput",
+                        format!("TLS {} RSA {} keep-alive", v.name(), fmt_size(n)),
+                        Listener::TlsRsa,
+                        &[Cap::Tls],
+                        l,
+                        Kpi::Throughput,
+                    ));
+                }
+            }
         }
         "waf" => {
             let mut c = case(
@@ -291,10 +357,7 @@ pub fn cases(scenario: &str, t: &Timing, max_conns: usize) -> Result<Vec<Case>, 
                 base(t, &[size_url(1)]),
                 Kpi::Rps,
             );
-            c.skip_all = Some(
-                "no target has a WAF, and the load generator has no TLS client yet (issue 4)"
-                    .into(),
-            );
+            c.skip_all = Some("no target has a WAF".into());
             out.push(c);
         }
         "syn-flood" => {
@@ -337,16 +400,23 @@ pub fn cases(scenario: &str, t: &Timing, max_conns: usize) -> Result<Vec<Case>, 
                 c.mode = Mode::Stressed;
                 out.push(c);
             }
-            let mut c = case(
-                "latency",
-                "HTTPS (TLS 1.2 and 1.3)".into(),
-                Listener::L7,
-                &[Cap::L7, Cap::Tls],
-                base(t, &[size_url(1)]),
-                Kpi::P99,
-            );
-            c.skip_all = Some("the load generator has no TLS client yet (issue 4)".into());
-            out.push(c);
+            for (v, suite) in [
+                (TlsVersion::V12, crate::dut::TLS12_RSA_SUITE),
+                (TlsVersion::V13, crate::dut::TLS13_SUITE),
+            ] {
+                let mut l = base(t, &[size_url(1)]);
+                l.rate = Some(100.0);
+                l.connections = 10;
+                l.tls = tls(v, suite, 0);
+                out.push(case(
+                    "latency",
+                    format!("idle 100 req/s HTTPS TLS {} 1B", v.name()),
+                    Listener::TlsRsa,
+                    &[Cap::L7, Cap::Tls],
+                    l,
+                    Kpi::P99,
+                ));
+            }
         }
         "equal-cpu" => {
             let mut l = base(t, &[size_url(1)]);
@@ -513,14 +583,6 @@ pub fn cases(scenario: &str, t: &Timing, max_conns: usize) -> Result<Vec<Case>, 
         }
     }
     Ok(out)
-}
-
-fn scenario_static(s: &str) -> &'static str {
-    SCENARIOS
-        .iter()
-        .find(|(n, _)| *n == s)
-        .map(|(n, _)| *n)
-        .unwrap_or("unknown")
 }
 
 /// Expands "all" and comma lists.
