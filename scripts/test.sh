@@ -9,9 +9,11 @@ if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 
 # openssl: the TLS tests make their certificates with it and handshake with
 # `openssl s_client`; aws-lc-sys (rustls' crypto) builds with cmake and gcc.
+# h2load (the bench's latency agreement test) comes from nghttp2-client.
 need=()
-for pkg in wrk curl openssl cmake gcc gzip; do
-  command -v "$pkg" >/dev/null 2>&1 || need+=("$pkg")
+for cmd in wrk curl openssl cmake gcc gzip h2load; do
+  case "$cmd" in h2load) pkg=nghttp2-client ;; *) pkg="$cmd" ;; esac
+  command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
