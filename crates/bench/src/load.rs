@@ -748,18 +748,26 @@ async fn slot<C: client::Connector>(
             break;
         }
         let now = Instant::now();
+        let mut started_at = due;
         if interval.is_some() {
             if due >= stop {
                 break;
             }
             if due > now {
                 tokio::time::sleep_until(due.into()).await;
+                // The timer wheel rounds up to the next millisecond: a lane
+                // that was idle starts its clock when the timer fired, so
+                // the generator's own timer slack is not server latency.
+                // A lane still busy at its due time (the server was slow)
+                // counts from the due time: no coordinated omission.
+                started_at = Instant::now();
             }
         } else {
             if now >= stop {
                 break;
             }
             due = now;
+            started_at = now;
         }
         if buf.capacity() == 0 {
             buf.reserve(buf_cap);
@@ -865,7 +873,7 @@ async fn slot<C: client::Connector>(
                         st.bytes_in += resp.wire_len;
                         st.bytes_out += req.len() as u64;
                         st.body_bytes += resp.body_len;
-                        st.latency.record((done - due).as_micros() as u64);
+                        st.latency.record((done - started_at).as_micros() as u64);
                         st.ttfb.record(
                             resp.first_byte
                                 .saturating_duration_since(t_start)
