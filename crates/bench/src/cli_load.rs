@@ -120,7 +120,9 @@ HTTPS (--url https://...):
                          session cache (0: a full handshake per connection)
   --ca-file PEM          verify the server against these CAs (default: NO
                          certificate verification, for benchmarking)
-  --sni NAME             server name (from the URL's host)";
+  --sni NAME             server name (from the URL's host)
+  --groups LIST          key-exchange groups in order (X25519,secp256r1,secp384r1;
+                         X25519MLKEM768 for the post-quantum hybrid)";
 
 pub fn config_from_args(a: &mut Args) -> Result<LoadConfig, String> {
     let mut urls = a.list("url");
@@ -239,6 +241,7 @@ pub fn config_from_args(a: &mut Args) -> Result<LoadConfig, String> {
             resume: tls_opts.2.unwrap_or(0),
             ca_file: tls_opts.3,
             sni: tls_opts.4.or(sni).unwrap_or_default(),
+            groups: a.list("groups"),
         });
     } else if tls_opts.0.is_some() || tls_opts.1.is_some() || tls_opts.2.is_some() {
         return Err("--tls-version, --cipher and --resume need an https:// URL".into());

@@ -196,6 +196,7 @@ fn tls(version: TlsVersion, cipher: &str, resume: u32) -> Option<TlsOptions> {
         ca_file: None,
         sni: crate::dut::TLS_NAME.to_string(),
         resume,
+        groups: Vec::new(),
     })
 }
 

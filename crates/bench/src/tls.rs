@@ -59,6 +59,12 @@ pub struct TlsOptions {
     /// 0: a full handshake per connection; N: each full handshake is
     /// followed by N resumed ones, then the session cache is dropped.
     pub resume: u32,
+    /// Key-exchange groups offered, in order (e.g. X25519, secp256r1,
+    /// X25519MLKEM768). Empty: the classical ECDHE groups X25519,
+    /// secp256r1 and secp384r1, so every DUT does the same key exchange
+    /// (rustls' default would put the post-quantum hybrid first, which
+    /// only some peers accept).
+    pub groups: Vec<String>,
 }
 
 /// OpenSSL and short IANA spellings -> rustls' names.
@@ -117,8 +123,38 @@ pub fn client_config(o: &TlsOptions) -> Result<ClientConfig, String> {
         Some(TlsVersion::V13) => vec![&rustls::version::TLS13],
         None => vec![&rustls::version::TLS13, &rustls::version::TLS12],
     };
+    let mut kx = base.kx_groups.clone();
+    if o.groups.is_empty() {
+        kx.retain(|g| {
+            matches!(
+                g.name(),
+                rustls::NamedGroup::X25519
+                    | rustls::NamedGroup::secp256r1
+                    | rustls::NamedGroup::secp384r1
+            )
+        });
+    } else {
+        let mut chosen = Vec::new();
+        for want in &o.groups {
+            let g = base
+                .kx_groups
+                .iter()
+                .find(|g| format!("{:?}", g.name()).eq_ignore_ascii_case(want.trim()))
+                .ok_or_else(|| {
+                    let known: Vec<String> = base
+                        .kx_groups
+                        .iter()
+                        .map(|g| format!("{:?}", g.name()))
+                        .collect();
+                    format!("group {want}: unknown; known: {}", known.join(", "))
+                })?;
+            chosen.push(*g);
+        }
+        kx = chosen;
+    }
     let provider = Arc::new(CryptoProvider {
         cipher_suites: suites,
+        kx_groups: kx,
         ..base
     });
     let algs = provider.signature_verification_algorithms;
@@ -274,6 +310,11 @@ mod tests {
         .is_ok());
         assert!(client_config(&o(Some(TlsVersion::V12), "TLS_AES_256_GCM_SHA384")).is_err());
         assert!(client_config(&o(None, "NOPE")).is_err());
+        let mut g = o(None, "TLS_AES_256_GCM_SHA384");
+        g.groups = vec!["secp256r1".into(), "X25519MLKEM768".into()];
+        assert!(client_config(&g).is_ok());
+        g.groups = vec!["nope".into()];
+        assert!(client_config(&g).is_err());
         assert_eq!(TlsVersion::parse("1.2"), Ok(TlsVersion::V12));
         assert!(TlsVersion::parse("1.1").is_err());
     }

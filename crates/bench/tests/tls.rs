@@ -208,6 +208,7 @@ fn tls_load_against_switchyard_completes_handshakes_and_resumes() {
             ca_file: None,
             sni: switchyard_bench::dut::TLS_NAME.into(),
             resume,
+            groups: Vec::new(),
         });
         let r = load::run(c, &mut |_| {}).unwrap();
         let what = format!("TLS {} {cipher} resume {resume}", version.name());
