@@ -45,7 +45,7 @@ if [ "${SKIP_FUZZ:-0}" != 1 ] && rustup toolchain list 2>/dev/null | grep -q nig
     cargo install cargo-fuzz --locked -q || cargo install cargo-fuzz -q
   fi
   for t in request_head response_head chunked_body; do
-    (cd fuzz && cargo +nightly fuzz run "$t" -- -max_total_time="${FUZZ_SECONDS:-20}" -rss_limit_mb=2048 2>&1 | tail -n 3)
+    (cd fuzz && cargo +nightly fuzz run "$t" -- -max_total_time="${FUZZ_SECONDS:-20}" -rss_limit_mb=2048 2>&1 | tail -n 40)
   done
 else
   echo "== fuzzing skipped (no nightly toolchain or SKIP_FUZZ=1)"

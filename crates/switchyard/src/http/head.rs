@@ -276,8 +276,14 @@ pub struct Response {
     pub reason: Range<u32>,
 }
 
+/// Where `part` lies inside `base`. httparse may hand back a static empty
+/// string (a status line without a reason phrase): anything not inside
+/// `base` is the empty range.
 fn range_of(base: &[u8], part: &[u8]) -> Range<u32> {
-    let start = part.as_ptr() as usize - base.as_ptr() as usize;
+    let start = (part.as_ptr() as usize).wrapping_sub(base.as_ptr() as usize);
+    if part.is_empty() || start > base.len() || start + part.len() > base.len() {
+        return 0..0;
+    }
     start as u32..(start + part.len()) as u32
 }
 
@@ -712,6 +718,16 @@ mod tests {
         let r = req("GET http://example.com/x HTTP/1.1\r\nHost: other\r\n\r\n").unwrap();
         assert_eq!(r.host(), Some(&b"example.com"[..]));
         assert_eq!(r.target(), b"/x");
+    }
+
+    #[test]
+    fn status_line_without_reason_phrase() {
+        // Found by the response_head fuzzer: httparse's empty reason is not
+        // inside the buffer.
+        let raw = Bytes::from_static(b"HTTP/1.0 310\r\n\r\n");
+        let r = parse_response(raw, 100, Method::Get).unwrap();
+        assert_eq!(r.status, 310);
+        assert!(r.head.slice(&r.reason).is_empty());
     }
 
     #[test]
