@@ -9,10 +9,11 @@ if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 
 # openssl: the TLS tests make their certificates with it and handshake with
 # `openssl s_client`; aws-lc-sys (rustls' crypto) builds with cmake and gcc.
-# h2load (the bench's latency agreement test) comes from nghttp2-client.
+# h2load (the bench's latency agreement test) and nghttp (tests/h2.rs) come
+# from nghttp2-client.
 need=()
-for cmd in wrk curl openssl cmake gcc gzip h2load; do
-  case "$cmd" in h2load) pkg=nghttp2-client ;; *) pkg="$cmd" ;; esac
+for cmd in wrk curl openssl cmake gcc gzip h2load nghttp; do
+  case "$cmd" in h2load|nghttp) pkg=nghttp2-client ;; *) pkg="$cmd" ;; esac
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
@@ -20,6 +21,18 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# h2spec (HTTP/2 conformance, tests/h2.rs) is a Go program: go install.
+export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
+if ! command -v h2spec >/dev/null 2>&1; then
+  if ! command -v go >/dev/null 2>&1; then
+    echo "== installing golang-go"
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq golang-go >/dev/null
+  fi
+  echo "== go install h2spec"
+  go install github.com/summerwind/h2spec/cmd/h2spec@latest
+fi
+export H2SPEC="$(command -v h2spec)"
 if ! command -v cargo >/dev/null 2>&1; then
   echo "cargo not found: install a Rust toolchain (rustup, or Debian's cargo)" >&2
   exit 1

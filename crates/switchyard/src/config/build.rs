@@ -159,6 +159,78 @@ fn bounded(
     }
 }
 
+fn http2_settings(cx: &mut Ctx, f: &model::File) -> super::snapshot::Http2Settings {
+    let h = &f.http2;
+    let header_default = bounded(
+        cx,
+        &f.limits.max_header_bytes,
+        32 * 1024,
+        1024,
+        1 << 20,
+        "limits.max_header_bytes",
+    );
+    let max_window = (1usize << 31) - 1;
+    super::snapshot::Http2Settings {
+        max_concurrent_streams: bounded(
+            cx,
+            &h.max_concurrent_streams,
+            100,
+            1,
+            10_000,
+            "http2.max_concurrent_streams",
+        ) as u32,
+        stream_window: bounded(
+            cx,
+            &h.stream_window,
+            256 * 1024,
+            65_535,
+            max_window,
+            "http2.stream_window",
+        ) as u32,
+        connection_window: bounded(
+            cx,
+            &h.connection_window,
+            1024 * 1024,
+            65_535,
+            max_window,
+            "http2.connection_window",
+        ) as u32,
+        max_frame_size: bounded(
+            cx,
+            &h.max_frame_size,
+            16_384,
+            16_384,
+            16_777_215,
+            "http2.max_frame_size",
+        ) as u32,
+        max_header_list_size: bounded(
+            cx,
+            &h.max_header_list_size,
+            header_default,
+            1024,
+            1 << 20,
+            "http2.max_header_list_size",
+        ) as u32,
+        max_client_resets: bounded(
+            cx,
+            &h.max_client_resets,
+            100,
+            1,
+            1_000_000,
+            "http2.max_client_resets",
+        ) as u32,
+        max_control_frames: bounded(
+            cx,
+            &h.max_control_frames,
+            1000,
+            10,
+            10_000_000,
+            "http2.max_control_frames",
+        ) as u32,
+        abuse_window_ms: h.abuse_window.map(|m| m.0.max(100)).unwrap_or(10_000),
+    }
+}
+
 fn settings(cx: &mut Ctx, f: &model::File) -> Settings {
     let t = &f.timeouts;
     let ms = |v: Option<super::types::Millis>, d: u64| v.map(|m| m.0.max(1)).unwrap_or(d);
@@ -202,6 +274,7 @@ fn settings(cx: &mut Ctx, f: &model::File) -> Settings {
         upstream_connect_ms: ms(t.upstream_connect, 3_000),
         upstream_response_ms: ms(t.upstream_response, 60_000),
         tunnel_idle_ms: ms(t.tunnel_idle, 3_600_000),
+        http2: http2_settings(cx, f),
     }
 }
 
@@ -464,6 +537,31 @@ fn build_vserver(
             }
         }
     });
+    let h2c_only = match &v.h2c_only {
+        Some(b) if *b.get_ref() && v.tls.is_some() => {
+            cx.err(
+                b.span(),
+                format!("{what}: h2c_only is for cleartext vservers; on a TLS vserver use tls.alpn = [\"h2\"]"),
+            );
+            false
+        }
+        Some(b) => *b.get_ref(),
+        None => false,
+    };
+    let h2c = h2c_only
+        || match &v.h2c {
+            Some(b) if *b.get_ref() && v.tls.is_some() => {
+                cx.err(
+                b.span(),
+                format!(
+                    "{what}: h2c is cleartext HTTP/2; on a TLS vserver offer HTTP/2 with tls.alpn = [\"h2\", \"http/1.1\"]"
+                ),
+            );
+                false
+            }
+            Some(b) => *b.get_ref(),
+            None => false,
+        };
     let mut response_headers = edits(cx, &v.response_headers, &what, span.clone());
     if let Some(h) = tls.as_ref().and_then(|t| t.hsts.clone()) {
         // HSTS rides on the vserver's own response edits so every proxied
@@ -479,6 +577,8 @@ fn build_vserver(
         request_headers: edits(cx, &v.request_headers, &what, span.clone()),
         response_headers,
         tls,
+        h2c,
+        h2c_only,
         counters: old.map(|o| o.counters.clone()).unwrap_or_default(),
         latency: old.map(|o| o.latency.clone()).unwrap_or_default(),
         name,

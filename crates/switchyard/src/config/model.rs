@@ -26,6 +26,8 @@ pub struct File {
     pub limits: Limits,
     #[serde(default)]
     pub timeouts: Timeouts,
+    #[serde(default)]
+    pub http2: Http2,
     pub admin: Option<Admin>,
     #[serde(default)]
     pub vserver: Vec<VServer>,
@@ -44,6 +46,29 @@ pub struct Global {
     pub grace_period: Option<Millis>,
     /// Write one access-log line per request to stderr.
     pub access_log: Option<bool>,
+}
+
+/// `[http2]`: the HTTP/2 front end's limits, for every vserver that speaks it.
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Http2 {
+    /// Streams a client may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS).
+    pub max_concurrent_streams: Option<Spanned<usize>>,
+    /// Flow-control window per stream and per connection (bytes).
+    pub stream_window: Option<Spanned<usize>>,
+    pub connection_window: Option<Spanned<usize>>,
+    /// Largest frame payload accepted (SETTINGS_MAX_FRAME_SIZE).
+    pub max_frame_size: Option<Spanned<usize>>,
+    /// Largest decoded header list (SETTINGS_MAX_HEADER_LIST_SIZE); default
+    /// `limits.max_header_bytes`. Bounds HPACK bombs and CONTINUATION floods.
+    pub max_header_list_size: Option<Spanned<usize>>,
+    /// Streams a client may reset within `abuse_window` before the
+    /// connection is closed with ENHANCE_YOUR_CALM (rapid reset).
+    pub max_client_resets: Option<Spanned<usize>>,
+    /// SETTINGS, PING, PRIORITY and empty DATA frames a client may send
+    /// within `abuse_window` (control-frame floods).
+    pub max_control_frames: Option<Spanned<usize>>,
+    pub abuse_window: Option<Millis>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -97,6 +122,12 @@ pub struct VServer {
     pub policy: Vec<Policy>,
     /// TLS termination; absent means plain HTTP.
     pub tls: Option<Tls>,
+    /// Cleartext HTTP/2 with prior knowledge (h2c) beside HTTP/1.1 on a
+    /// plain vserver. TLS vservers offer h2 through `tls.alpn`.
+    pub h2c: Option<Spanned<bool>>,
+    /// The listener speaks only h2c (HAProxy's `proto h2`): a connection
+    /// that does not open with the HTTP/2 preface is closed unanswered.
+    pub h2c_only: Option<Spanned<bool>>,
 }
 
 /// `[vserver.tls]`. File paths are relative to the configuration file.

@@ -66,6 +66,20 @@ pub struct Settings {
     pub upstream_connect_ms: u64,
     pub upstream_response_ms: u64,
     pub tunnel_idle_ms: u64,
+    pub http2: Http2Settings,
+}
+
+/// `[http2]`, validated.
+#[derive(Debug, Clone)]
+pub struct Http2Settings {
+    pub max_concurrent_streams: u32,
+    pub stream_window: u32,
+    pub connection_window: u32,
+    pub max_frame_size: u32,
+    pub max_header_list_size: u32,
+    pub max_client_resets: u32,
+    pub max_control_frames: u32,
+    pub abuse_window_ms: u64,
 }
 
 pub struct VServer {
@@ -80,6 +94,10 @@ pub struct VServer {
     pub latency: Arc<Sharded<Histogram>>,
     /// TLS termination, when configured.
     pub tls: Option<Arc<crate::tls::TlsServer>>,
+    /// Cleartext HTTP/2 with prior knowledge is accepted.
+    pub h2c: bool,
+    /// Only h2c: no HTTP/1 on this vserver.
+    pub h2c_only: bool,
 }
 
 pub struct Policy {

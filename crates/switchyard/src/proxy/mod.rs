@@ -10,6 +10,7 @@
 //! state of a whole request (the target is under 1 KB per idle client).
 
 mod forward;
+pub mod h2;
 pub mod idle;
 pub mod route;
 pub mod stream;
@@ -103,6 +104,8 @@ impl Client {
 enum Next {
     KeepAlive,
     Close,
+    /// The client sent the HTTP/2 preface (h2c with prior knowledge).
+    Http2,
 }
 
 /// Keeps the connection gauges right for as long as a client connection
@@ -121,10 +124,10 @@ impl Drop for ConnGuard {
 
 /// Serves one client connection accepted on `listen`.
 pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: SocketAddr) {
-    let (counters, tls) = {
+    let (counters, tls, h2_only) = {
         let snap = ctx.snapshot.load();
         match snap.vserver_for(&listen) {
-            Some(vs) => (vs.counters.clone(), vs.tls.clone()),
+            Some(vs) => (vs.counters.clone(), vs.tls.clone(), vs.h2c_only),
             None => return,
         }
     };
@@ -138,6 +141,16 @@ pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: S
     };
     let _ = stream.set_nodelay(true);
     match tls {
+        None if h2_only => {
+            h2::start(
+                ctx.clone(),
+                ClientStream::Plain(stream),
+                BytesMut::new(),
+                peer,
+                listen,
+                guard,
+            );
+        }
         None => {
             let client = Client {
                 stream: ClientStream::Plain(stream),
@@ -197,13 +210,18 @@ async fn handshake(
     } else {
         None
     };
-    // ALPN decides the codec here: only HTTP/1.1 exists so far. The HTTP/2
-    // front end starts where `conn.alpn_protocol() == Some(b"h2")`.
+    // ALPN decides the codec.
+    let h2 = conn.alpn_protocol() == Some(b"h2");
+    let stream = ClientStream::Tls(Box::new(TlsConn {
+        stream,
+        client_subject,
+    }));
+    if h2 {
+        h2::start(ctx, stream, BytesMut::new(), peer, listen, guard);
+        return;
+    }
     let client = Client {
-        stream: ClientStream::Tls(Box::new(TlsConn {
-            stream,
-            client_subject,
-        })),
+        stream,
         peer,
         listen,
         buf: BytesMut::new(),
@@ -266,12 +284,26 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
                 _ => break,
             }
         }
-        first = false;
+        let was_first = std::mem::replace(&mut first, false);
         // Boxed: the request's state (kilobytes) lives only while a request
         // is in flight, so a connection waiting between requests keeps a
         // small task (one allocation per request, reused by malloc at once).
-        match Box::pin(handle_request(&ctx, &mut client)).await {
+        match Box::pin(handle_request(&ctx, &mut client, was_first)).await {
             Next::KeepAlive if !ctx.draining() => {}
+            Next::Http2 => {
+                // The preface's first line was read as a head: replay it.
+                let mut replay = BytesMut::from(h2::PREFACE_HEAD);
+                replay.extend_from_slice(&client.buf);
+                h2::start(
+                    ctx,
+                    client.stream,
+                    replay,
+                    client.peer,
+                    client.listen,
+                    guard,
+                );
+                return;
+            }
             _ => break,
         }
     }
@@ -341,7 +373,7 @@ async fn error_and_close(c: &mut Client, vs: &VServer, status: u16, why: &str) -
     Next::Close
 }
 
-async fn handle_request(ctx: &WorkerCtx, c: &mut Client) -> Next {
+async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
     let snap = ctx.snapshot.load_full();
     let st = &snap.settings;
     let Some(vs) = snap.vserver_for(&c.listen).cloned() else {
@@ -383,6 +415,9 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client) -> Next {
             return error_and_close(c, &vs, e.status, e.reason).await;
         }
     };
+    if first && vs.h2c && raw[..] == *h2::PREFACE_HEAD {
+        return Next::Http2;
+    }
     let started = Instant::now();
     stats::add(
         &vc.bytes_in,
@@ -542,8 +577,8 @@ impl Drop for Inflight<'_> {
     }
 }
 
-fn request_hash(pool: &Pool, req: &Request, c: &Client) -> Option<u64> {
-    let ip_hash = || match c.peer.ip() {
+fn request_hash(pool: &Pool, req: &Request, peer: std::net::IpAddr) -> Option<u64> {
+    let ip_hash = || match peer {
         std::net::IpAddr::V4(a) => hash64(&a.octets(), 0),
         std::net::IpAddr::V6(a) => match a.to_ipv4_mapped() {
             Some(v4) => hash64(&v4.octets(), 0),
@@ -606,7 +641,7 @@ async fn proxy_request(
     let vc = vs.counters.local();
     let pc = pool.counters.local();
     stats::inc(&pc.requests);
-    let hash = request_hash(pool, req, c);
+    let hash = request_hash(pool, req, c.peer.ip());
     let sticky = match &pool.persistence {
         Some(Persist::Cookie(name)) => route::cookie(req, name).and_then(|v| {
             pool.members

@@ -155,6 +155,12 @@ counters!(
         tls_handshakes,
         tls_handshake_failures,
         tls_resumed,
+        /// HTTP/2 connections and streams (each stream is also a request).
+        h2_connections,
+        h2_streams,
+        /// HTTP/2 connections closed with ENHANCE_YOUR_CALM (rapid reset,
+        /// control-frame floods).
+        h2_abuse_closes,
     }
 );
 

@@ -14,8 +14,8 @@
 //! a new key every 6 hours and accepts the previous one for 6 more.
 //!
 //! ALPN is negotiated here; the session looks at the protocol chosen after
-//! the handshake (`proxy::serve_tls`). Only "http/1.1" exists for now: an h2
-//! front end plugs in at that point.
+//! the handshake (`proxy::handshake`): "h2" hands the connection to the
+//! HTTP/2 front end (`proxy::h2`), anything else to the HTTP/1.1 session.
 
 mod certs;
 pub mod x509;
@@ -247,14 +247,16 @@ pub fn build(
     let mut alpn = Vec::new();
     for a in t.alpn.iter().flatten() {
         match a.get_ref().as_str() {
-            "http/1.1" => alpn.push(b"http/1.1".to_vec()),
-            "h2" => problems.push((
-                a.span(),
-                format!("{what}: ALPN \"h2\" is not supported yet; allowed: \"http/1.1\""),
-            )),
+            // In the order given: the server's preference.
+            p @ ("http/1.1" | "h2") => {
+                if alpn.iter().any(|x: &Vec<u8>| x == p.as_bytes()) {
+                    problems.push((a.span(), format!("{what}: ALPN {p:?} is listed twice")));
+                }
+                alpn.push(p.as_bytes().to_vec())
+            }
             other => problems.push((
                 a.span(),
-                format!("{what}: unknown ALPN protocol {other:?}; allowed: \"http/1.1\""),
+                format!("{what}: unknown ALPN protocol {other:?}; allowed: \"h2\", \"http/1.1\""),
             )),
         }
     }
