@@ -668,3 +668,172 @@ address = "127.0.0.1:2"
         "{err}"
     );
 }
+
+// ------------------------------------------------------ HTTP/2 members
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+/// A gRPC-like h2c member: answers every stream at once with its head,
+/// echoes each DATA frame as it comes, and ends with trailers that carry
+/// grpc-status and the request's own trailer back.
+struct H2Origin {
+    addr: SocketAddr,
+    connections: Arc<AtomicUsize>,
+    /// (uri, headers) of every stream.
+    seen: Arc<Mutex<Vec<(String, http::HeaderMap)>>>,
+}
+
+fn h2_origin() -> H2Origin {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    l.set_nonblocking(true).expect("nonblocking");
+    let connections = Arc::new(AtomicUsize::new(0));
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let (c, s) = (connections.clone(), seen.clone());
+    std::thread::spawn(move || {
+        runtime().block_on(async move {
+            let l = tokio::net::TcpListener::from_std(l).expect("listener");
+            while let Ok((tcp, _)) = l.accept().await {
+                c.fetch_add(1, Ordering::Relaxed);
+                let s = s.clone();
+                tokio::spawn(async move {
+                    let Ok(mut conn) = h2::server::handshake(tcp).await else {
+                        return;
+                    };
+                    while let Some(Ok((req, respond))) = conn.accept().await {
+                        tokio::spawn(grpc_echo(req, respond, s.clone()));
+                    }
+                });
+            }
+        })
+    });
+    H2Origin {
+        addr,
+        connections,
+        seen,
+    }
+}
+
+async fn grpc_echo(
+    req: http::Request<h2::RecvStream>,
+    mut respond: h2::server::SendResponse<Bytes>,
+    seen: Arc<Mutex<Vec<(String, http::HeaderMap)>>>,
+) {
+    let (parts, mut body) = req.into_parts();
+    seen.lock()
+        .expect("lock")
+        .push((parts.uri.to_string(), parts.headers.clone()));
+    let head = http::Response::builder()
+        .status(200)
+        .header("content-type", "application/grpc")
+        .body(())
+        .expect("head");
+    let Ok(mut send) = respond.send_response(head, false) else {
+        return;
+    };
+    while let Some(Ok(chunk)) = body.data().await {
+        let _ = body.flow_control().release_capacity(chunk.len());
+        if send.send_data(chunk, false).is_err() {
+            return;
+        }
+    }
+    let theirs = body.trailers().await.ok().flatten();
+    let mut t = http::HeaderMap::new();
+    t.insert("grpc-status", http::HeaderValue::from_static("0"));
+    if let Some(v) = theirs.and_then(|t| t.get("x-client-trailer").cloned()) {
+        t.insert("x-echo-trailer", v);
+    }
+    let _ = send.send_trailers(t);
+}
+
+#[test]
+fn grpc_streams_relay_to_h2_members_with_trailers_both_ways() {
+    let origin = h2_origin();
+    let listen = free_addr();
+    let cfg = format!(
+        r#"
+[[vserver]]
+name = "grpc"
+listen = ["{listen}"]
+default_pool = "g"
+h2c = true
+response_headers = {{ set = {{ "x-via" = "switchyard" }} }}
+
+[[pool]]
+name = "g"
+protocol = "h2"
+[[pool.member]]
+address = "{}"
+"#,
+        origin.addr
+    );
+    let sy = Switchyard::start(&cfg, &[listen]);
+    runtime().block_on(async {
+        let (h2, _c) = h2_connect(listen).await;
+        let req = http::Request::post("http://grpc.test/echo.Echo/Chat")
+            .header("content-type", "application/grpc")
+            .header("te", "trailers")
+            .body(())
+            .expect("req");
+        let mut s = h2.clone().ready().await.expect("ready");
+        let (resp, mut up) = s.send_request(req, false).expect("send");
+        up.send_data(Bytes::from_static(b"one"), false)
+            .expect("data");
+        // The head and the first echo come back while the request is open.
+        let resp = tokio::time::timeout(Duration::from_secs(5), resp)
+            .await
+            .expect("head before the request ends")
+            .expect("response");
+        assert_eq!(resp.status(), 200);
+        assert_eq!(resp.headers()["content-type"], "application/grpc");
+        assert_eq!(resp.headers()["x-via"], "switchyard");
+        let mut body = resp.into_body();
+        let c1 = body.data().await.expect("chunk").expect("ok");
+        assert_eq!(&c1[..], b"one");
+        up.send_data(Bytes::from_static(b"two"), false)
+            .expect("data");
+        let c2 = body.data().await.expect("chunk").expect("ok");
+        assert_eq!(&c2[..], b"two");
+        let mut t = http::HeaderMap::new();
+        t.insert("x-client-trailer", http::HeaderValue::from_static("bye"));
+        up.send_trailers(t).expect("trailers");
+        assert!(body.data().await.is_none());
+        let trailers = body.trailers().await.expect("trailers").expect("some");
+        assert_eq!(trailers["grpc-status"], "0");
+        assert_eq!(trailers["x-echo-trailer"], "bye");
+
+        // Unary calls in parallel share the one member connection.
+        let mut tasks = Vec::new();
+        for i in 0..20u8 {
+            let mut h = h2.clone();
+            tasks.push(tokio::spawn(async move {
+                let req = http::Request::post("http://grpc.test/echo.Echo/Say")
+                    .header("te", "trailers")
+                    .body(())
+                    .expect("req");
+                let payload = vec![b'a' + i; 1000 + i as usize * 5000];
+                let r = h2_request(&mut h, req, &[&payload]).await.expect("unary");
+                (r.status, r.body == payload)
+            }));
+        }
+        for t in tasks {
+            assert_eq!(t.await.expect("task"), (200, true));
+        }
+    });
+    assert_eq!(origin.connections.load(Ordering::Relaxed), 1);
+    let seen = origin.seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 21);
+    let (uri, headers) = &seen[0];
+    assert_eq!(uri, "http://grpc.test/echo.Echo/Chat");
+    assert_eq!(headers["te"], "trailers");
+    assert_eq!(headers["x-forwarded-for"], "127.0.0.1");
+    assert!(headers.get("host").is_none());
+    // An HTTP/1 client cannot use an h2 pool: a clear 502, not a hang.
+    let r = get(listen, "/x");
+    assert_eq!(r.status, 502);
+    assert!(r.body_text().contains("speaks HTTP/2"), "{}", r.body_text());
+    let m = sy.member_stats("g", origin.addr);
+    assert_eq!(m["requests"], 21, "{m}");
+    assert_eq!(m["server_connections_total"], 1, "{m}");
+}

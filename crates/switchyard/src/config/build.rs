@@ -343,6 +343,19 @@ fn build_pool(cx: &mut Ctx, p: &model::Pool, previous: Option<&Snapshot>) -> Opt
         PersistenceKind::SourceIp => Persist::SourceIp,
     });
 
+    let protocol = p
+        .protocol
+        .as_ref()
+        .map(|s| *s.get_ref())
+        .unwrap_or_default();
+    if let (Some(h), Some(proto)) = (&p.health, &p.protocol) {
+        if h.kind == HealthKind::Http && *proto.get_ref() == UpstreamProtocol::H2 {
+            cx.err(
+                proto.span(),
+                format!("pool {name:?}: HTTP health checks speak HTTP/1.1, which an h2 member may not; use health type = \"tcp\""),
+            );
+        }
+    }
     let health = p.health.as_ref().map(|h| {
         let path = h.path.clone().unwrap_or_else(|| "/".to_string());
         if h.kind == HealthKind::Http && !path.starts_with('/') {
@@ -459,6 +472,7 @@ fn build_pool(cx: &mut Ctx, p: &model::Pool, previous: Option<&Snapshot>) -> Opt
         balancer: Balancer::new(p.algorithm, slow_start_ms, &keys, &weights, &backups),
         name,
         algorithm: p.algorithm,
+        protocol,
         hash_key,
         persistence,
         idle_per_member: p.idle_per_member.unwrap_or(64),

@@ -282,6 +282,9 @@ pub struct Pool {
     pub name: Spanned<String>,
     #[serde(default)]
     pub algorithm: Algorithm,
+    /// What members speak: "http1" (default) or "h2" (h2c with prior
+    /// knowledge; gRPC needs it).
+    pub protocol: Option<Spanned<UpstreamProtocol>>,
     /// For `consistent-hash`: "source-ip", "uri", "header:NAME", "cookie:NAME".
     pub hash_key: Option<Spanned<String>>,
     pub persistence: Option<Persistence>,
@@ -294,6 +297,14 @@ pub struct Pool {
     pub passive: Option<Passive>,
     #[serde(default)]
     pub member: Vec<Member>,
+}
+
+#[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum UpstreamProtocol {
+    #[default]
+    Http1,
+    H2,
 }
 
 #[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use regex::Regex;
 
+pub use super::model::UpstreamProtocol;
 use super::model::{Algorithm, HealthKind};
 use super::types::Cidr;
 use crate::balance::{Balancer, Candidate, MemberState};
@@ -228,6 +229,7 @@ pub struct PassiveCheck {
 pub struct Pool {
     pub name: String,
     pub algorithm: Algorithm,
+    pub protocol: UpstreamProtocol,
     pub hash_key: Option<HashKey>,
     pub persistence: Option<Persist>,
     pub idle_per_member: usize,

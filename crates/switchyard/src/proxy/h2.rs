@@ -32,6 +32,7 @@ use h2::{Reason, RecvStream, SendStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::forward::{self, ClientFraming, Forwarding};
+use super::h2_upstream;
 use super::upstream::{self, ConnectError};
 use super::{
     hsts, https_location, passive_result, read_head, request_hash, route, ClientStream, ConnGuard,
@@ -39,7 +40,9 @@ use super::{
 };
 use crate::balance::Tried;
 use crate::clock::now_ms;
-use crate::config::snapshot::{Action, Http2Settings, Persist, Pool, Settings, VServer};
+use crate::config::snapshot::{
+    Action, Http2Settings, Persist, Pool, Settings, UpstreamProtocol, VServer,
+};
 use crate::http::body::{self, BodyError, Out};
 use crate::http::head::{self, Framing, Method, Request};
 use crate::http::responses;
@@ -451,6 +454,7 @@ async fn stream_task(
     stats::inc(&vc.h2_streams);
     let started = Instant::now();
     let (parts, body) = req.into_parts();
+    let te_trailers = parts.headers.get("te").is_some_and(|v| v == "trailers");
     let req = match restate(&parts, body.is_end_stream(), st) {
         Ok(r) => r,
         Err(e) => {
@@ -516,6 +520,30 @@ async fn stream_task(
             }
         },
     };
+    if pool.protocol == UpstreamProtocol::H2 {
+        let client = h2_upstream::ClientSide {
+            peer: conn.peer,
+            tls: conn.tls,
+            client_subject: conn.client_subject.as_deref(),
+            te_trailers,
+        };
+        h2_upstream::relay(
+            &ctx,
+            &client,
+            &vs,
+            &pool,
+            &req,
+            &decision,
+            body,
+            &mut respond,
+            st,
+        )
+        .await;
+        vs.latency
+            .local()
+            .record(started.elapsed().as_micros() as u64);
+        return;
+    }
     let body = H2Body {
         recv: body,
         chunk: Bytes::new(),
@@ -620,7 +648,7 @@ fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 /// An HTTP/1.1 response head (as `forward` or `responses` write them)
 /// turned into an HTTP/2 one: the status and the fields, minus those
 /// HTTP/2 forbids. None when a field is not valid HTTP/2.
-fn h2_head(h1: &[u8]) -> Option<(http::Response<()>, usize)> {
+pub(super) fn h2_head(h1: &[u8]) -> Option<(http::Response<()>, usize)> {
     let mut fields = [httparse::EMPTY_HEADER; 128];
     let mut r = httparse::Response::new(&mut fields);
     let httparse::Status::Complete(len) = r.parse(h1).ok()? else {
@@ -640,7 +668,7 @@ fn h2_head(h1: &[u8]) -> Option<(http::Response<()>, usize)> {
 
 /// Sends a response the proxy answers itself (an HTTP/1.1 message from
 /// `responses`) on the stream, and counts it.
-fn send_local(respond: &mut SendResponse<Bytes>, vs: &VServer, h1: &[u8]) {
+pub(super) fn send_local(respond: &mut SendResponse<Bytes>, vs: &VServer, h1: &[u8]) {
     let Some((head, len)) = h2_head(h1) else {
         respond.send_reset(Reason::INTERNAL_ERROR);
         return;

@@ -11,6 +11,7 @@
 
 mod forward;
 pub mod h2;
+pub mod h2_upstream;
 pub mod idle;
 pub mod route;
 pub mod stream;
@@ -54,6 +55,8 @@ pub struct WorkerCtx {
     /// request on any connection (HAProxy's buffer pool): no malloc per
     /// request, and no buffer pinned by a waiting connection.
     pub buffers: std::cell::RefCell<Vec<BytesMut>>,
+    /// HTTP/2 connections to members of h2 pools.
+    pub h2_members: h2_upstream::H2Conns,
 }
 
 /// Client read buffer size, and how many the pool keeps per worker.
@@ -483,6 +486,13 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
             }
         },
     };
+    if pool.protocol == crate::config::snapshot::UpstreamProtocol::H2 {
+        let why = format!(
+            "pool \"{}\" speaks HTTP/2 to its members; only HTTP/2 clients can use it",
+            pool.name
+        );
+        return drain_then_error(c, &vs, &req, 502, &why, st).await;
+    }
     let next = proxy_request(ctx, c, &vs, &pool, &req, &decision, st, started).await;
     vs.latency
         .local()
@@ -1126,7 +1136,7 @@ mod size_tests {
             let a = l.local_addr().unwrap();
             let s = TcpStream::connect(a).await.unwrap();
             let snap = crate::config::parse("t", "[[vserver]]\nname=\"a\"\nlisten=[\"127.0.0.1:1\"]\ndefault_pool=\"p\"\n[[pool]]\nname=\"p\"\n[[pool.member]]\naddress=\"127.0.0.1:2\"\n", None).unwrap();
-            let ctx = Rc::new(WorkerCtx { snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(snap)), idle: IdlePool::default(), idle_watch: IdleWatch::default(), active: Default::default(), buffers: Default::default() });
+            let ctx = Rc::new(WorkerCtx { snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(snap)), idle: IdlePool::default(), idle_watch: IdleWatch::default(), active: Default::default(), buffers: Default::default(), h2_members: Default::default() });
             let counters = ctx.snapshot.load().vservers[0].counters.clone();
             ctx.active.set(1);
             let guard = ConnGuard { ctx: ctx.clone(), counters };

@@ -98,6 +98,7 @@ async fn run(
         active: Cell::new(0),
         snapshot,
         idle: IdlePool::default(),
+        h2_members: Default::default(),
     });
     let mut accepting: HashMap<SocketAddr, TaskHandle<()>> = HashMap::new();
     for (addr, l) in listeners {
