@@ -829,11 +829,26 @@ address = "{}"
     assert_eq!(headers["te"], "trailers");
     assert_eq!(headers["x-forwarded-for"], "127.0.0.1");
     assert!(headers.get("host").is_none());
-    // An HTTP/1 client cannot use an h2 pool: a clear 502, not a hang.
-    let r = get(listen, "/x");
-    assert_eq!(r.status, 502);
-    assert!(r.body_text().contains("speaks HTTP/2"), "{}", r.body_text());
+    // HTTP/1.1 clients reach h2 members too: the body goes as DATA, the
+    // answer (no length from the member) comes back chunked.
+    let mut c = Client::connect(listen);
+    for body in ["hello", "second request, same connection"] {
+        c.send(
+            format!(
+                "POST /echo HTTP/1.1\r\nHost: h1.test\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        );
+        let r = c.read_response(false).expect("response");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body_text(), body);
+        assert_eq!(r.header("transfer-encoding"), Some("chunked"));
+        assert_eq!(r.header("x-via"), Some("switchyard"));
+    }
+    let seen = origin.seen.lock().expect("lock").clone();
+    assert_eq!(seen[21].0, "http://h1.test/echo");
     let m = sy.member_stats("g", origin.addr);
-    assert_eq!(m["requests"], 21, "{m}");
+    assert_eq!(m["requests"], 23, "{m}");
     assert_eq!(m["server_connections_total"], 1, "{m}");
 }

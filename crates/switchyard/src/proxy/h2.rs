@@ -1044,9 +1044,18 @@ async fn proxy(
 
 /// A stream's request body as a reader: DATA frames in order, the window
 /// given back as each is taken (what is buffered here is one frame).
-struct H2Body {
+pub(super) struct H2Body {
     recv: RecvStream,
     chunk: Bytes,
+}
+
+impl H2Body {
+    pub(super) fn new(recv: RecvStream) -> H2Body {
+        H2Body {
+            recv,
+            chunk: Bytes::new(),
+        }
+    }
 }
 
 impl AsyncRead for H2Body {
@@ -1074,8 +1083,8 @@ impl AsyncRead for H2Body {
 
 /// A stream's response body as a writer: each write waits for flow-control
 /// window and sends what fits.
-struct H2Writer {
-    send: SendStream<Bytes>,
+pub(super) struct H2Writer {
+    pub(super) send: SendStream<Bytes>,
 }
 
 /// Most window asked for at once (one write's worth).

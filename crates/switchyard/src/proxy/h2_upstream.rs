@@ -21,9 +21,12 @@ use h2::{Reason, RecvStream, SendStream};
 
 use super::forward::{self, ClientFraming, Forwarding};
 use super::upstream::ConnectError;
-use super::{passive_result, request_hash, route, Inflight, WorkerCtx};
+use super::{passive_result, request_hash, route, Client, Inflight, Next, WorkerCtx};
 use crate::balance::Tried;
+use crate::clock::now_ms;
 use crate::config::snapshot::{Member, Persist, Pool, Settings, VServer};
+use crate::http::body::{self, BodyError, Out};
+use crate::http::head::Framing;
 use crate::http::head::{self, Method, Request};
 use crate::http::responses;
 use crate::log;
@@ -123,9 +126,7 @@ pub async fn relay(
     st: &Settings,
 ) {
     let vc = vs.counters.local();
-    let pc = pool.counters.local();
-    stats::inc(&pc.requests);
-    let hash = request_hash(pool, req, client.peer.ip());
+    stats::inc(&pool.counters.local().requests);
     let sticky = match &pool.persistence {
         Some(Persist::Cookie(name)) => route::cookie(req, name).and_then(|v| {
             pool.members
@@ -146,78 +147,21 @@ pub async fn relay(
         );
     };
     let end_of_request = body.is_end_stream();
-    let mut tried = Tried::default();
-    let mut retries_left = st.retries;
-    let mut last_failure: Option<(u16, String)> = None;
-    // Until the request is sent, a failure may move to another member.
-    let (i, _inflight, resp_fut, up_send) = loop {
-        let Some(i) = pool.balancer.pick(&pool.members, sticky, hash, tried) else {
-            if let Some((status, why)) = &last_failure {
-                return fail(respond, *status, why);
-            }
-            stats::inc(&pc.no_member_available);
-            let why = format!(
-                "no server is available to handle this request (pool \"{}\")",
-                pool.name
-            );
-            return fail(respond, 503, &why);
-        };
-        if last_failure.is_some() {
-            stats::inc(&pc.retries);
-        }
-        tried.add(i);
-        let m = &pool.members[i];
-        let mc = m.counters.local();
-        let inflight = Inflight::new(&m.state);
-        let (mut sender, reused) = match ctx
-            .h2_members
-            .ready(m, Duration::from_millis(st.upstream_connect_ms))
-            .await
-        {
-            Ok(s) => s,
-            Err(e) => {
-                stats::inc(&mc.connect_failures);
-                passive_result(pool, m, true);
-                log::warn(format_args!(
-                    "vserver {}: member {}: HTTP/2 connect failed: {e}",
-                    vs.name,
-                    m.label(&pool.name)
-                ));
-                let status = if matches!(e, ConnectError::Timeout) {
-                    504
-                } else {
-                    502
-                };
-                let why = format!("could not connect to a server of pool \"{}\"", pool.name);
-                if retries_left > 0 {
-                    retries_left -= 1;
-                    last_failure = Some((status, why));
-                    continue;
-                }
-                return fail(respond, status, &why);
-            }
-        };
-        if reused {
-            stats::inc(&mc.connections_reused);
-        }
-        match sender.send_request(head.clone(), end_of_request) {
-            Ok((resp, send)) => {
-                stats::inc(&mc.requests);
-                break (i, inflight, resp, send);
-            }
-            Err(e) => {
-                // The connection went away between ready() and now.
-                ctx.h2_members.forget(m);
-                stats::inc(&mc.resets);
-                if retries_left > 0 {
-                    retries_left -= 1;
-                    tried.remove(i);
-                    last_failure = Some((502, format!("HTTP/2 member connection failed: {e}")));
-                    continue;
-                }
-                return fail(respond, 502, "the server's HTTP/2 connection failed");
-            }
-        }
+    let (i, _inflight, resp_fut, up_send) = match open_stream(
+        ctx,
+        vs,
+        pool,
+        req,
+        client.peer.ip(),
+        sticky,
+        head,
+        end_of_request,
+        st,
+    )
+    .await
+    {
+        Ok(x) => x,
+        Err((status, why)) => return fail(respond, status, &why),
     };
     let m = &pool.members[i];
     let mc = m.counters.local();
@@ -311,6 +255,106 @@ pub async fn relay(
             }
         }
         Err(None) => {}
+    }
+}
+
+type Opened<'p> = (
+    usize,
+    Inflight<'p>,
+    h2::client::ResponseFuture,
+    SendStream<Bytes>,
+);
+
+/// Picks a member and opens the stream to it; until the request is sent a
+/// failure may move to another member. Err is what the client gets.
+#[allow(clippy::too_many_arguments)]
+async fn open_stream<'p>(
+    ctx: &WorkerCtx,
+    vs: &VServer,
+    pool: &'p Pool,
+    req: &Request,
+    peer: std::net::IpAddr,
+    sticky: Option<usize>,
+    head: http::Request<()>,
+    end_of_request: bool,
+    st: &Settings,
+) -> Result<Opened<'p>, (u16, String)> {
+    let pc = pool.counters.local();
+    let hash = request_hash(pool, req, peer);
+    let mut tried = Tried::default();
+    let mut retries_left = st.retries;
+    let mut last_failure: Option<(u16, String)> = None;
+    loop {
+        let Some(i) = pool.balancer.pick(&pool.members, sticky, hash, tried) else {
+            if let Some(f) = last_failure {
+                return Err(f);
+            }
+            stats::inc(&pc.no_member_available);
+            return Err((
+                503,
+                format!(
+                    "no server is available to handle this request (pool \"{}\")",
+                    pool.name
+                ),
+            ));
+        };
+        if last_failure.is_some() {
+            stats::inc(&pc.retries);
+        }
+        tried.add(i);
+        let m = &pool.members[i];
+        let mc = m.counters.local();
+        let inflight = Inflight::new(&m.state);
+        let (mut sender, reused) = match ctx
+            .h2_members
+            .ready(m, Duration::from_millis(st.upstream_connect_ms))
+            .await
+        {
+            Ok(s) => s,
+            Err(e) => {
+                stats::inc(&mc.connect_failures);
+                passive_result(pool, m, true);
+                log::warn(format_args!(
+                    "vserver {}: member {}: HTTP/2 connect failed: {e}",
+                    vs.name,
+                    m.label(&pool.name)
+                ));
+                let status = if matches!(e, ConnectError::Timeout) {
+                    504
+                } else {
+                    502
+                };
+                let why = format!("could not connect to a server of pool \"{}\"", pool.name);
+                if retries_left > 0 {
+                    retries_left -= 1;
+                    last_failure = Some((status, why));
+                    continue;
+                }
+                return Err((status, why));
+            }
+        };
+        if reused {
+            stats::inc(&mc.connections_reused);
+        }
+        match sender.send_request(head.clone(), end_of_request) {
+            Ok((resp, send)) => {
+                stats::inc(&mc.requests);
+                return Ok((i, inflight, resp, send));
+            }
+            Err(e) => {
+                // The connection went away between ready() and now.
+                ctx.h2_members.forget(m);
+                stats::inc(&mc.resets);
+                let why = format!("the server's HTTP/2 connection failed: {e}");
+                if retries_left > 0 {
+                    retries_left -= 1;
+                    tried.remove(i);
+                    last_failure = Some((502, why));
+                    continue;
+                }
+                return Err((502, why));
+            }
+        }
     }
 }
 
@@ -419,4 +463,207 @@ fn client_head(
         cookie,
     );
     super::h2::h2_head(&out).map(|(h, _)| h)
+}
+
+/// An HTTP/1.x client's request to a member of an h2 pool: the body is
+/// sent as DATA, the response comes back with the client's framing
+/// (chunked for HTTP/1.1 when the member gave no length). Trailers the
+/// member sends are not passed to HTTP/1 clients.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn from_http1(
+    ctx: &WorkerCtx,
+    c: &mut Client,
+    vs: &VServer,
+    pool: &Arc<Pool>,
+    req: &Request,
+    decision: &route::Decision<'_>,
+    st: &Settings,
+) -> Next {
+    let vc = vs.counters.local();
+    stats::inc(&pool.counters.local().requests);
+    let sticky = match &pool.persistence {
+        Some(Persist::Cookie(name)) => route::cookie(req, name).and_then(|v| {
+            pool.members
+                .iter()
+                .position(|m| m.cookie_id.as_bytes() == v)
+        }),
+        _ => None,
+    };
+    let side = ClientSide {
+        peer: c.peer,
+        tls: c.stream.is_tls(),
+        client_subject: c.stream.client_subject(),
+        te_trailers: false,
+    };
+    let Some(head) = upstream_head(req, decision, &side, vs) else {
+        stats::inc(&vc.bad_requests);
+        return super::error_and_close(c, vs, 400, "the request cannot be restated for HTTP/2")
+            .await;
+    };
+    let has_body = req.head.framing != Framing::None;
+    let opened = open_stream(ctx, vs, pool, req, c.peer.ip(), sticky, head, !has_body, st).await;
+    let (i, _inflight, resp_fut, up_send) = match opened {
+        Ok(x) => x,
+        Err((status, why)) => return super::drain_then_error(c, vs, req, status, &why, st).await,
+    };
+    let m = &pool.members[i];
+    let mc = m.counters.local();
+    if has_body {
+        if req.expect_continue && c.send(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
+            return Next::Close;
+        }
+        let mut w = super::h2::H2Writer { send: up_send };
+        let mut stage = Vec::new();
+        let sent = {
+            let mut out = Out::new(&mut w, &mut stage);
+            match body::transfer(
+                &mut c.stream,
+                &mut c.buf,
+                req.head.framing,
+                &mut out,
+                false,
+                Duration::from_millis(st.client_body_ms),
+            )
+            .await
+            {
+                Ok(n) => out.flush().await.map(|_| n),
+                Err(e) => Err(e),
+            }
+        };
+        match sent {
+            Ok(n) => {
+                stats::add(&vc.bytes_in, n);
+                stats::add(&mc.bytes_out, n);
+                let _ = w.send.send_data(Bytes::new(), true);
+            }
+            Err(BodyError::Framing(why)) => {
+                stats::inc(&vc.bad_requests);
+                return super::error_and_close(c, vs, 400, why).await;
+            }
+            Err(BodyError::Timeout) => {
+                return super::error_and_close(
+                    c,
+                    vs,
+                    408,
+                    "the request body was not received in time",
+                )
+                .await
+            }
+            Err(BodyError::Write(_)) => {
+                stats::inc(&mc.resets);
+                return super::error_and_close(c, vs, 502, "the server reset the stream").await;
+            }
+            Err(BodyError::Read(_) | BodyError::Truncated) => return Next::Close,
+        }
+    }
+    let deadline = now_ms() + st.upstream_response_ms;
+    let resp = match ctx.idle_watch.within(deadline, resp_fut).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => {
+            if e.is_go_away() || e.is_io() {
+                ctx.h2_members.forget(m);
+            }
+            stats::inc(&mc.resets);
+            log::warn(format_args!(
+                "vserver {}: member {}: HTTP/2 response failed: {e}",
+                vs.name,
+                m.label(&pool.name)
+            ));
+            return super::error_and_close(c, vs, 502, "the server reset the stream").await;
+        }
+        Err(()) => {
+            stats::inc(&mc.response_timeouts);
+            return super::error_and_close(c, vs, 504, "the server did not answer in time").await;
+        }
+    };
+    let (parts, up_body) = resp.into_parts();
+    let status = parts.status.as_u16();
+    passive_result(
+        pool,
+        m,
+        status >= 500 && pool.passive.as_ref().is_some_and(|p| p.on_5xx),
+    );
+    // The member's head in HTTP/1.1 form, checked like any member response.
+    let mut h1 = Vec::with_capacity(512);
+    h1.extend_from_slice(format!("HTTP/1.1 {status} {}\r\n", responses::reason(status)).as_bytes());
+    for (n, v) in &parts.headers {
+        h1.extend_from_slice(n.as_str().as_bytes());
+        h1.extend_from_slice(b": ");
+        h1.extend_from_slice(v.as_bytes());
+        h1.extend_from_slice(b"\r\n");
+    }
+    h1.extend_from_slice(b"\r\n");
+    let resp = match head::parse_response(Bytes::from(h1), head::MAX_HEADERS_CAP, req.method) {
+        Ok(r) => r,
+        Err(e) => {
+            stats::inc(&mc.bad_responses);
+            return super::error_and_close(c, vs, 502, e.reason).await;
+        }
+    };
+    stats::inc(&mc.responses[status_class(status)]);
+    stats::inc(&vc.responses[status_class(status)]);
+    let client_11 = req.head.minor == 1;
+    let reframe = resp.head.framing == Framing::Close;
+    let chunked_out = reframe && client_11;
+    let close = !req.head.keep_alive || (reframe && !client_11) || ctx.draining();
+    let cookie = match &pool.persistence {
+        Some(Persist::Cookie(name)) if sticky != Some(i) => {
+            Some(format!("{name}={}; Path=/; HttpOnly", m.cookie_id))
+        }
+        _ => None,
+    };
+    let mut stage = Vec::with_capacity(1024);
+    forward::response_head(
+        &mut stage,
+        &resp,
+        &decision.response_edits,
+        &ClientFraming {
+            chunked: chunked_out,
+            close,
+            keep_alive_10: !client_11 && !close,
+            upgrade: false,
+        },
+        cookie.as_deref(),
+    );
+    let head_len = stage.len() as u64;
+    let mut src = super::h2::H2Body::new(up_body);
+    let mut inbuf = bytes::BytesMut::new();
+    let r = {
+        let mut out = Out::new(&mut c.stream, &mut stage);
+        match body::transfer(
+            &mut src,
+            &mut inbuf,
+            resp.head.framing,
+            &mut out,
+            chunked_out,
+            Duration::from_millis(st.upstream_response_ms),
+        )
+        .await
+        {
+            Ok(n) => out.flush().await.map(|_| n),
+            Err(e) => Err(e),
+        }
+    };
+    match r {
+        Ok(n) => {
+            stats::add(&vc.bytes_out, head_len + n);
+            stats::add(&mc.bytes_in, n);
+        }
+        Err(e) => {
+            if !matches!(e, BodyError::Write(_)) {
+                stats::inc(&mc.bad_responses);
+                log::warn(format_args!(
+                    "vserver {}: member {}: HTTP/2 response body failed: {e:?}",
+                    vs.name,
+                    m.label(&pool.name)
+                ));
+            }
+            return Next::Close;
+        }
+    }
+    if close {
+        Next::Close
+    } else {
+        Next::KeepAlive
+    }
 }

@@ -487,11 +487,11 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
         },
     };
     if pool.protocol == crate::config::snapshot::UpstreamProtocol::H2 {
-        let why = format!(
-            "pool \"{}\" speaks HTTP/2 to its members; only HTTP/2 clients can use it",
-            pool.name
-        );
-        return drain_then_error(c, &vs, &req, 502, &why, st).await;
+        let next = h2_upstream::from_http1(ctx, c, &vs, &pool, &req, &decision, st).await;
+        vs.latency
+            .local()
+            .record(started.elapsed().as_micros() as u64);
+        return next;
     }
     let next = proxy_request(ctx, c, &vs, &pool, &req, &decision, st, started).await;
     vs.latency
