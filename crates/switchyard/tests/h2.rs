@@ -753,6 +753,9 @@ fn grpc_streams_relay_to_h2_members_with_trailers_both_ways() {
     let listen = free_addr();
     let cfg = format!(
         r#"
+[global]
+workers = 1   # one worker: one member connection, deterministically
+
 [[vserver]]
 name = "grpc"
 listen = ["{listen}"]
@@ -763,6 +766,7 @@ response_headers = {{ set = {{ "x-via" = "switchyard" }} }}
 [[pool]]
 name = "g"
 protocol = "h2"
+idle_timeout = "1500ms"
 [[pool.member]]
 address = "{}"
 "#,
@@ -850,5 +854,9 @@ address = "{}"
     assert_eq!(seen[21].0, "http://h1.test/echo");
     let m = sy.member_stats("g", origin.addr);
     assert_eq!(m["requests"], 23, "{m}");
+    // Unused past the pool's idle timeout, the member connection is closed.
+    assert!(eventually(Duration::from_secs(5), || {
+        sy.member_stats("g", origin.addr)["server_connections_active"] == 0
+    }));
     assert_eq!(m["server_connections_total"], 1, "{m}");
 }

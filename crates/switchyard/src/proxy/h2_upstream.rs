@@ -12,7 +12,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::future::poll_fn;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use h2::client::SendRequest;
@@ -35,7 +35,13 @@ use crate::stats::{self, status_class};
 /// The worker's HTTP/2 connections to members, by member.
 #[derive(Default)]
 pub struct H2Conns {
-    conns: RefCell<HashMap<usize, SendRequest<Bytes>>>,
+    conns: RefCell<HashMap<usize, H2Conn>>,
+}
+
+struct H2Conn {
+    send: SendRequest<Bytes>,
+    last_used: Instant,
+    idle_timeout: Duration,
 }
 
 fn key(m: &Member) -> usize {
@@ -49,8 +55,12 @@ impl H2Conns {
         &self,
         m: &Member,
         connect_timeout: Duration,
+        idle_timeout: Duration,
     ) -> Result<(SendRequest<Bytes>, bool), ConnectError> {
-        let open = self.conns.borrow().get(&key(m)).cloned();
+        let open = self.conns.borrow_mut().get_mut(&key(m)).map(|c| {
+            c.last_used = Instant::now();
+            c.send.clone()
+        });
         if let Some(s) = open {
             match s.ready().await {
                 Ok(s) => return Ok((s, true)),
@@ -60,7 +70,14 @@ impl H2Conns {
             }
         }
         let s = connect(m, connect_timeout).await?;
-        self.conns.borrow_mut().insert(key(m), s.clone());
+        self.conns.borrow_mut().insert(
+            key(m),
+            H2Conn {
+                send: s.clone(),
+                last_used: Instant::now(),
+                idle_timeout,
+            },
+        );
         let s = s
             .ready()
             .await
@@ -70,6 +87,16 @@ impl H2Conns {
 
     fn forget(&self, m: &Member) {
         self.conns.borrow_mut().remove(&key(m));
+    }
+
+    /// Lets go of connections unused for their pool's idle timeout (h2
+    /// closes a connection once no handle and no stream is left), so a
+    /// member removed by a reload is not held forever either.
+    pub fn sweep(&self) {
+        let now = Instant::now();
+        self.conns
+            .borrow_mut()
+            .retain(|_, c| now.duration_since(c.last_used) < c.idle_timeout);
     }
 }
 
@@ -307,7 +334,11 @@ async fn open_stream<'p>(
         let inflight = Inflight::new(&m.state);
         let (mut sender, reused) = match ctx
             .h2_members
-            .ready(m, Duration::from_millis(st.upstream_connect_ms))
+            .ready(
+                m,
+                Duration::from_millis(st.upstream_connect_ms),
+                Duration::from_millis(pool.idle_timeout_ms),
+            )
             .await
         {
             Ok(s) => s,

@@ -128,6 +128,7 @@ async fn run(
                     continue;
                 }
                 ctx.idle.sweep();
+                ctx.h2_members.sweep();
                 // Give memory freed by finished requests and parked
                 // connections back to the system, as HAProxy does when it
                 // releases its pools: every 10 s, or at once after a wave
