@@ -417,6 +417,20 @@ pub fn cases(scenario: &str, t: &Timing, max_conns: usize) -> Result<Vec<Case>, 
                     l,
                     Kpi::P99,
                 ));
+                // Stressed over TLS: keep-alive connections, so the rate is
+                // the DUT's record and request work, not its handshakes.
+                let mut l = base(t, &[size_url(1)]);
+                l.tls = tls(v, suite, 0);
+                let mut c = case(
+                    "latency",
+                    format!("stressed 95% HTTPS TLS {} 1B", v.name()),
+                    Listener::TlsRsa,
+                    &[Cap::L7, Cap::Tls],
+                    l,
+                    Kpi::P99,
+                );
+                c.mode = Mode::Stressed;
+                out.push(c);
             }
         }
         "equal-cpu" => {
