@@ -555,6 +555,98 @@ fn ping_and_settings_floods_are_cut() {
     assert_eq!(vs_stats(&s.sy, "only")["h2_abuse_closes"], 2);
 }
 
+/// (type, stream) of every whole frame in `buf`.
+fn frames(buf: &[u8]) -> Vec<(u8, u32)> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    while at + 9 <= buf.len() {
+        let len = (buf[at] as usize) << 16 | (buf[at + 1] as usize) << 8 | buf[at + 2] as usize;
+        if at + 9 + len > buf.len() {
+            break;
+        }
+        let stream = u32::from_be_bytes([buf[at + 5], buf[at + 6], buf[at + 7], buf[at + 8]]);
+        out.push((buf[at + 3], stream & 0x7fff_ffff));
+        at += 9 + len;
+    }
+    out
+}
+
+fn rss_kb(pid: i32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn hpack_bombs_and_continuation_floods_are_bounded() {
+    let s = setup("max_header_list_size = 16384");
+    let rss_before = rss_kb(s.sy.pid());
+    // HPACK bomb: one 4000-byte field into the dynamic table, then 3000
+    // one-byte references to it: 12 MB of headers from a 7 KB frame.
+    for round in 0..5u32 {
+        let mut c = TcpStream::connect(s.only).expect("connect");
+        let mut block = vec![0x82, 0x84, 0x86, 0x01, 0x01, b'a'];
+        block.extend_from_slice(&[0x40, 0x05]);
+        block.extend_from_slice(b"x-big");
+        block.extend_from_slice(&[0x7f, 0xa1, 0x1e]); // 4000 (7-bit prefix)
+        block.extend(std::iter::repeat_n(b'v', 4000));
+        block.extend(std::iter::repeat_n(0xbe, 3000)); // index 62: the field above
+        let mut out = PREFACE.to_vec();
+        out.extend(frame(0x4, 0, 0, &[]));
+        out.extend(frame(0x1, 0x4 | 0x1, 1, &block));
+        let _ = c.write_all(&out);
+        let mut got = Vec::new();
+        c.set_read_timeout(Some(Duration::from_secs(3)))
+            .expect("timeout");
+        let mut tmp = [0u8; 4096];
+        while let Ok(n) = c.read(&mut tmp) {
+            if n == 0 || got.len() > 100_000 {
+                break;
+            }
+            got.extend_from_slice(&tmp[..n]);
+            if frames(&got).iter().any(|(_, stream)| *stream == 1) {
+                break;
+            }
+        }
+        let frames = frames(&got);
+        // Refused: a 431 response head, a stream reset or a GOAWAY.
+        assert!(
+            frames.iter().any(
+                |(kind, stream)| (*kind == 0x1 || *kind == 0x3) && *stream == 1 || *kind == 0x7
+            ),
+            "round {round}: frames {frames:?}"
+        );
+    }
+    // CONTINUATION flood: a header block that never ends, in 1-byte pieces.
+    let mut c = TcpStream::connect(s.only).expect("connect");
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    out.extend(frame(0x1, 0x1, 3, &[0x82, 0x84, 0x86]));
+    for _ in 0..20_000 {
+        out.extend(frame(0x9, 0, 3, &[0x40]));
+    }
+    let _ = c.write_all(&out);
+    assert!(
+        goaway_code(&mut c, Duration::from_secs(3)).is_some(),
+        "a CONTINUATION flood ends the connection with GOAWAY"
+    );
+    assert!(
+        !s.origin.seen().iter().any(|x| x.header("x-big").is_some()),
+        "no bomb reached the member"
+    );
+    let grown = rss_kb(s.sy.pid()).saturating_sub(rss_before);
+    assert!(grown < 20_000, "RSS grew by {grown} kB");
+    // Everyone else is still served.
+    runtime().block_on(async {
+        let (mut h2, _c) = h2_connect(s.only).await;
+        let r = h2_request(&mut h2, get_req("/"), &[]).await.expect("GET");
+        assert_eq!(r.status, 200);
+    });
+}
+
 #[test]
 fn oversized_header_lists_are_refused_and_limits_are_announced() {
     let s = setup("max_header_list_size = 4096\nmax_concurrent_streams = 7");
