@@ -117,6 +117,9 @@ fn run(args: &[String]) -> ExitCode {
         Ok(s) => s,
         Err(e) => return fail(format!("configuration rejected:\n{e}")),
     };
+    for w in &snap.warnings {
+        log::warn(format_args!("{}", w.as_warning()));
+    }
     if path.is_none() {
         if let Err(e) = quickstart::start_origins() {
             return fail(format!("quickstart: {e}"));
@@ -137,6 +140,9 @@ fn check(args: &[String]) -> ExitCode {
     };
     match config::load(&path, None) {
         Ok(s) => {
+            for w in &s.warnings {
+                eprintln!("{}", w.as_warning());
+            }
             let members: usize = s.pools.iter().map(|p| p.members.len()).sum();
             println!(
                 "{}: OK ({}, {}, {})",

@@ -17,11 +17,16 @@ use crate::balance::{hash64, Balancer};
 struct Ctx<'a> {
     pos: &'a Positions<'a>,
     errors: Vec<ConfigError>,
+    warnings: Vec<ConfigError>,
 }
 
 impl Ctx<'_> {
     fn err(&mut self, span: Range<usize>, msg: impl Into<String>) {
         self.errors.push(self.pos.error(span.start, msg));
+    }
+
+    fn warn(&mut self, span: Range<usize>, msg: impl Into<String>) {
+        self.warnings.push(self.pos.error(span.start, msg));
     }
 }
 
@@ -43,6 +48,7 @@ pub fn build(
     let mut cx = Ctx {
         pos,
         errors: Vec::new(),
+        warnings: Vec::new(),
     };
     let settings = settings(&mut cx, &file);
 
@@ -132,6 +138,7 @@ pub fn build(
         vservers,
         pools,
         by_listen,
+        warnings: cx.warnings,
     })
 }
 
@@ -422,6 +429,26 @@ fn build_pool(cx: &mut Ctx, p: &model::Pool, previous: Option<&Snapshot>) -> Opt
         on_5xx: ps.on_5xx.unwrap_or(true),
     });
 
+    let tls = p.tls.as_ref().and_then(|t| {
+        let what = format!("pool {name:?}");
+        let old_tls = old.and_then(|o| o.tls.as_ref());
+        match crate::tls::upstream::build(t.get_ref(), &cx.pos.base_dir(), &what, t.span(), old_tls)
+        {
+            Ok(b) => {
+                for (at, msg) in b.warnings {
+                    cx.warn(at, msg);
+                }
+                Some(b.tls)
+            }
+            Err(problems) => {
+                for (at, msg) in problems {
+                    cx.err(at, msg);
+                }
+                None
+            }
+        }
+    });
+
     let mut members = Vec::new();
     let mut seen = HashSet::new();
     for m in &p.member {
@@ -479,6 +506,7 @@ fn build_pool(cx: &mut Ctx, p: &model::Pool, previous: Option<&Snapshot>) -> Opt
         idle_timeout_ms: p.idle_timeout.map(|m| m.0).unwrap_or(20_000).max(1),
         health,
         passive,
+        tls,
         members,
         counters: old.map(|o| o.counters.clone()).unwrap_or_default(),
     })
@@ -890,6 +918,49 @@ address = "127.0.0.1:9002"
         );
         let e = parse("t.toml", &bad, None).unwrap_err();
         assert!(e.to_string().starts_with("t.toml:13:14:"), "{e}");
+    }
+
+    #[test]
+    fn pool_tls_verify_false_warns_and_unknown_keys_are_refused() {
+        let tls = GOOD.replace(
+            "name = \"app\"\n",
+            "name = \"app\"\n[pool.tls]\nverify = false\nsni = \"api.internal\"\n",
+        );
+        let s = parse("t.toml", &tls, None).unwrap();
+        let t = s.pools[0].tls.as_ref().expect("tls built");
+        assert!(!t.verify);
+        assert_eq!(s.warnings.len(), 1, "{:?}", s.warnings);
+        let w = s.warnings[0].as_warning();
+        assert!(
+            w.starts_with("t.toml:14:10: warning: pool \"app\" tls: verify = false"),
+            "{w}"
+        );
+        // Unchanged settings: the built config is handed to the next snapshot.
+        let again = parse("t.toml", &tls, Some(&s)).unwrap();
+        assert!(std::sync::Arc::ptr_eq(
+            t,
+            again.pools[0].tls.as_ref().expect("tls built")
+        ));
+        let changed = parse(
+            "t.toml",
+            &tls.replace("api.internal", "b.internal"),
+            Some(&s),
+        )
+        .unwrap();
+        assert!(!std::sync::Arc::ptr_eq(
+            t,
+            changed.pools[0].tls.as_ref().expect("tls built")
+        ));
+
+        let bad = tls.replace("verify = false", "verify = false\nciphers = []");
+        let e = parse("t.toml", &bad, None).unwrap_err();
+        assert!(e.to_string().starts_with("t.toml:15:1:"), "{e}");
+        assert!(e.to_string().contains("unknown field `ciphers`"), "{e}");
+
+        let bad = tls.replace("verify = false", "verify = false\nkey = \"k.pem\"");
+        let e = parse("t.toml", &bad, None).unwrap_err();
+        assert!(e.to_string().starts_with("t.toml:15:7:"), "{e}");
+        assert!(e.to_string().contains("key needs cert"), "{e}");
     }
 
     #[test]

@@ -52,6 +52,16 @@ impl fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
+impl ConfigError {
+    /// The same position and message, as a warning: "file:line:col: warning: ...".
+    pub fn as_warning(&self) -> String {
+        format!(
+            "{}:{}:{}: warning: {}",
+            self.file, self.line, self.col, self.message
+        )
+    }
+}
+
 /// Maps byte offsets of a source text to 1-based line and column.
 pub struct Positions<'a> {
     file: &'a str,

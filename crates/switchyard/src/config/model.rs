@@ -295,8 +295,32 @@ pub struct Pool {
     pub idle_timeout: Option<Millis>,
     pub health: Option<Health>,
     pub passive: Option<Passive>,
+    /// TLS to the members; absent means plain TCP.
+    pub tls: Option<Spanned<PoolTls>>,
     #[serde(default)]
     pub member: Vec<Member>,
+}
+
+/// `[pool.tls]`: re-encryption to the members. File paths are relative to
+/// the configuration file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PoolTls {
+    /// Verify the members' certificates (default true). `false` must be
+    /// written out and draws a warning at load.
+    pub verify: Option<Spanned<bool>>,
+    /// CA bundle (PEM) members' certificates must chain to; default the
+    /// system bundle (`/etc/ssl/certs/ca-certificates.crt`).
+    pub ca: Option<Spanned<String>>,
+    /// Server name sent (SNI) and verified; absent: no SNI, and the
+    /// certificate is verified against the member's IP address.
+    pub sni: Option<Spanned<String>>,
+    /// Client certificate (PEM, then its chain) for mutual TLS.
+    pub cert: Option<Spanned<String>>,
+    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key: Option<Spanned<String>>,
+    /// "1.2", "1.3"; default both.
+    pub versions: Option<Spanned<Vec<Spanned<String>>>>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]

@@ -25,6 +25,9 @@ pub struct Snapshot {
     pub pools: Vec<Arc<Pool>>,
     /// Listen address -> virtual server.
     pub by_listen: HashMap<SocketAddr, Arc<VServer>>,
+    /// Things that work but deserve the operator's attention (shown by
+    /// `check`, logged at load and reload).
+    pub warnings: Vec<super::ConfigError>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -236,6 +239,8 @@ pub struct Pool {
     pub idle_timeout_ms: u64,
     pub health: Option<HealthCheck>,
     pub passive: Option<PassiveCheck>,
+    /// TLS to the members (`[pool.tls]`), when configured.
+    pub tls: Option<Arc<crate::tls::UpstreamTls>>,
     pub members: Vec<Arc<Member>>,
     pub balancer: Balancer,
     pub counters: Arc<Sharded<PoolCounters>>,

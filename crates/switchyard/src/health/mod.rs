@@ -5,14 +5,19 @@
 //!
 //! Runs on the control thread. A reload restarts the check tasks; the
 //! state they update belongs to the member and survives.
+//!
+//! In a pool with `[pool.tls]`, TCP checks stay plain connects, and HTTP
+//! checks run over TLS with the pool's client config (HAProxy's
+//! `check-ssl`): a member whose certificate does not verify is down.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsConnector;
 
 use crate::balance::rand_u64;
 use crate::clock::now_ms;
@@ -20,6 +25,7 @@ use crate::config::model::HealthKind;
 use crate::config::snapshot::{HealthCheck, Member, Snapshot};
 use crate::log;
 use crate::stats;
+use crate::tls::upstream::{handshake_error, UpstreamTls};
 
 #[derive(Default)]
 pub struct Checker {
@@ -40,6 +46,7 @@ impl Checker {
                             label,
                             m.clone(),
                             hc.clone(),
+                            pool.tls.clone(),
                         )));
                     }
                 }
@@ -61,12 +68,12 @@ impl Checker {
     }
 }
 
-async fn check_loop(label: String, m: Arc<Member>, hc: HealthCheck) {
+async fn check_loop(label: String, m: Arc<Member>, hc: HealthCheck, tls: Option<Arc<UpstreamTls>>) {
     // Spread the first checks over one interval so members are not all
     // probed at the same instant.
     tokio::time::sleep(Duration::from_millis(rand_u64() % hc.interval_ms.max(1))).await;
     loop {
-        let result = check_once(&m, &hc).await;
+        let result = check_once(&m, &hc, tls.as_deref()).await;
         record(&label, &m, &hc, result);
         tokio::time::sleep(Duration::from_millis(hc.interval_ms)).await;
     }
@@ -100,21 +107,40 @@ fn record(label: &str, m: &Member, hc: &HealthCheck, result: Result<(), String>)
     }
 }
 
-async fn check_once(m: &Member, hc: &HealthCheck) -> Result<(), String> {
+async fn check_once(m: &Member, hc: &HealthCheck, tls: Option<&UpstreamTls>) -> Result<(), String> {
     let timeout = Duration::from_millis(hc.timeout_ms);
-    match tokio::time::timeout(timeout, probe(m, hc)).await {
+    match tokio::time::timeout(timeout, probe(m, hc, tls)).await {
         Ok(r) => r,
         Err(_) => Err(format!("no answer within {} ms", hc.timeout_ms)),
     }
 }
 
-async fn probe(m: &Member, hc: &HealthCheck) -> Result<(), String> {
-    let mut s = TcpStream::connect(m.addr)
+async fn probe(m: &Member, hc: &HealthCheck, tls: Option<&UpstreamTls>) -> Result<(), String> {
+    let s = TcpStream::connect(m.addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     if hc.kind == HealthKind::Tcp {
         return Ok(());
     }
+    match tls {
+        None => http_check(s, m, hc).await,
+        Some(t) => {
+            let _ = s.set_nodelay(true);
+            let s = TlsConnector::from(t.config.clone())
+                .connect(t.server_name(m.addr), s)
+                .await
+                .map_err(|e| format!("TLS handshake: {}", handshake_error(&e)))?;
+            http_check(s, m, hc).await
+        }
+    }
+}
+
+/// One HTTP request (`connection: close`) and its response, judged.
+async fn http_check<S: AsyncRead + AsyncWrite + Unpin>(
+    mut s: S,
+    m: &Member,
+    hc: &HealthCheck,
+) -> Result<(), String> {
     let host = hc.host.clone().unwrap_or_else(|| m.addr.to_string());
     let req = format!(
         "{} {} HTTP/1.1\r\nhost: {host}\r\nuser-agent: switchyard-health\r\nconnection: close\r\n\r\n",
@@ -123,11 +149,18 @@ async fn probe(m: &Member, hc: &HealthCheck) -> Result<(), String> {
     s.write_all(req.as_bytes())
         .await
         .map_err(|e| format!("send: {e}"))?;
+    s.flush().await.map_err(|e| format!("send: {e}"))?;
     // Read to EOF (we asked to close), keeping at most 64 KB.
     let mut buf = Vec::with_capacity(4096);
     let mut chunk = [0u8; 8192];
     loop {
-        let n = s.read(&mut chunk).await.map_err(|e| format!("read: {e}"))?;
+        let n = match s.read(&mut chunk).await {
+            Ok(n) => n,
+            // Many TLS servers close without close_notify after a
+            // `connection: close` response: what arrived is judged.
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof && !buf.is_empty() => 0,
+            Err(e) => return Err(format!("read: {e}")),
+        };
         if n == 0 {
             break;
         }

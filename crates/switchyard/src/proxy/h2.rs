@@ -767,7 +767,12 @@ async fn proxy(
                 stats::inc(&mc.connections_reused);
                 u
             }
-            None => match upstream::connect(m, Duration::from_millis(st.upstream_connect_ms)).await
+            None => match upstream::connect(
+                m,
+                pool.tls.as_deref(),
+                Duration::from_millis(st.upstream_connect_ms),
+            )
+            .await
             {
                 Ok(u) => u,
                 Err(e) => {

@@ -697,12 +697,19 @@ async fn proxy_request(
                 stats::inc(&mc.connections_reused);
                 u
             }
-            None => match upstream::connect(m, Duration::from_millis(st.upstream_connect_ms)).await
+            None => match upstream::connect(
+                m,
+                pool.tls.as_deref(),
+                Duration::from_millis(st.upstream_connect_ms),
+            )
+            .await
             {
                 Ok(u) => u,
                 Err(e) => {
                     stats::inc(&mc.connect_failures);
                     passive_result(pool, m, true);
+                    // "connect failed: TLS handshake failed: certificate
+                    // verification failed: UnknownIssuer" and the like.
                     log::warn(format_args!(
                         "vserver {}: member {}: connect failed: {e}",
                         vs.name,

@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 
 pub struct Totals {
     pub to_client: u64,
@@ -14,13 +13,13 @@ pub struct Totals {
 }
 
 /// `head` is the 101 response to send first; `cbuf` / `ubuf` hold bytes
-/// already read from each side that belong to the tunnel. The client may be
-/// TLS, so it is not split: `select!` drops the losing read before a branch
+/// already read from each side that belong to the tunnel. Either side may be
+/// TLS, so neither is split: `select!` drops the losing read before a branch
 /// writes, and reads on either stream are cancel-safe.
-pub async fn run<C: AsyncRead + AsyncWrite + Unpin>(
+pub async fn run<C: AsyncRead + AsyncWrite + Unpin, S: AsyncRead + AsyncWrite + Unpin>(
     client: &mut C,
     cbuf: &mut BytesMut,
-    server: &mut TcpStream,
+    server: &mut S,
     ubuf: &mut BytesMut,
     mut head: Vec<u8>,
     idle: Duration,
@@ -35,12 +34,11 @@ pub async fn run<C: AsyncRead + AsyncWrite + Unpin>(
         return t;
     }
     if !cbuf.is_empty() {
-        if server.write_all(cbuf).await.is_err() {
+        if server.write_all(cbuf).await.is_err() || server.flush().await.is_err() {
             return t;
         }
         cbuf.clear();
     }
-    let (mut sr, mut sw) = server.split();
     let mut a = vec![0u8; 16 * 1024];
     let mut b = vec![0u8; 16 * 1024];
     let (mut c_open, mut s_open) = (true, true);
@@ -49,16 +47,16 @@ pub async fn run<C: AsyncRead + AsyncWrite + Unpin>(
             r = client.read(&mut a), if c_open => match r {
                 Ok(0) | Err(_) => {
                     c_open = false;
-                    let _ = sw.shutdown().await;
+                    let _ = server.shutdown().await;
                 }
                 Ok(n) => {
-                    if sw.write_all(&a[..n]).await.is_err() {
+                    if server.write_all(&a[..n]).await.is_err() || server.flush().await.is_err() {
                         break;
                     }
                     t.to_server += n as u64;
                 }
             },
-            r = sr.read(&mut b), if s_open => match r {
+            r = server.read(&mut b), if s_open => match r {
                 Ok(0) | Err(_) => {
                     s_open = false;
                     let _ = client.shutdown().await;

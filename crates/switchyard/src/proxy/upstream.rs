@@ -3,24 +3,105 @@
 //!
 //! Runs on the owning worker only: the pool is a plain `RefCell`, never
 //! shared, so taking and returning a connection costs no lock.
+//!
+//! A pool with `[pool.tls]` talks TLS to its members: the handshake is part
+//! of `connect` (within the same connect timeout), and a TLS connection is
+//! pooled and reused exactly like a plain one.
 
 use std::cell::RefCell;
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+use tokio_rustls::TlsConnector;
 
 use crate::config::snapshot::Member;
 use crate::stats::{self, MemberCounters, Sharded};
+use crate::tls::upstream::{handshake_error, UpstreamTls};
+
+/// The member side of a connection: plain TCP or TLS. An enum, as on the
+/// client side (`stream::ClientStream`): the proxy code is compiled once,
+/// and the TLS state is boxed so a plain `UpConn` stays small.
+pub enum UpStream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for UpStream {
+    #[inline]
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            UpStream::Tls(t) => Pin::new(&mut **t).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for UpStream {
+    #[inline]
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            UpStream::Tls(t) => Pin::new(&mut **t).poll_write(cx, buf),
+        }
+    }
+
+    #[inline]
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            UpStream::Tls(t) => Pin::new(&mut **t).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpStream::Plain(s) => s.is_write_vectored(),
+            UpStream::Tls(t) => t.is_write_vectored(),
+        }
+    }
+
+    /// A no-op on TCP; on TLS it pushes records rustls still holds.
+    #[inline]
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            UpStream::Tls(t) => Pin::new(&mut **t).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            UpStream::Tls(t) => Pin::new(&mut **t).poll_shutdown(cx),
+        }
+    }
+}
 
 /// An open connection to a member. Keeps the member's open-connection gauge
 /// right whatever path drops it.
 pub struct UpConn {
-    pub stream: TcpStream,
+    pub stream: UpStream,
     /// Bytes read from the member and not consumed yet.
     pub buf: BytesMut,
     /// True when the connection came from the idle pool.
@@ -56,12 +137,11 @@ impl IdlePool {
         let mut idle = self.idle.borrow_mut();
         let q = idle.get_mut(&key(m))?;
         let now = Instant::now();
-        while let Some(Idle { conn, expires }) = q.pop_back() {
+        while let Some(Idle { mut conn, expires }) = q.pop_back() {
             stats::dec(&conn.counters.local().server_connections_idle);
-            if now >= expires || !still_open(&conn.stream) {
+            if now >= expires || !still_open(&mut conn.stream) {
                 continue;
             }
-            let mut conn = conn;
             conn.reused = true;
             return Some(conn);
         }
@@ -108,8 +188,8 @@ impl IdlePool {
         let mut idle = self.idle.borrow_mut();
         let now = Instant::now();
         for q in idle.values_mut() {
-            q.retain(|i| {
-                let keep = now < i.expires && still_open(&i.conn.stream);
+            q.retain_mut(|i| {
+                let keep = now < i.expires && still_open(&mut i.conn.stream);
                 if !keep {
                     stats::dec(&i.conn.counters.local().server_connections_idle);
                 }
@@ -137,19 +217,48 @@ impl IdlePool {
 /// the last read of the response was partial, which cleared readiness, so
 /// "not ready" means nothing arrived since. Only when the driver saw an
 /// event do we ask the socket (one recv).
-fn still_open(s: &TcpStream) -> bool {
-    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
-    if s.poll_read_ready(&mut cx).is_pending() {
-        return true;
+///
+/// On TLS the socket is what is watched too, but what arrived is judged
+/// after decryption: a close_notify, a FIN or application data make the
+/// connection unusable; a record that is none of these (a TLS 1.3 session
+/// ticket, a key update) is consumed and leaves it usable. Bytes rustls
+/// already holds (plaintext, or a close_notify read along with the end of
+/// the last response) count as well, since the socket no longer shows them.
+fn still_open(s: &mut UpStream) -> bool {
+    let mut cx = Context::from_waker(std::task::Waker::noop());
+    match s {
+        UpStream::Plain(t) => {
+            if t.poll_read_ready(&mut cx).is_pending() {
+                return true;
+            }
+            let mut b = [0u8; 1];
+            matches!(t.try_read(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
+        }
+        UpStream::Tls(t) => {
+            let (tcp, conn) = t.get_mut();
+            match conn.process_new_packets() {
+                Ok(st) if st.plaintext_bytes_to_read() == 0 && !st.peer_has_closed() => {}
+                _ => return false,
+            }
+            if tcp.poll_read_ready(&mut cx).is_pending() {
+                return true;
+            }
+            let mut b = [0u8; 1];
+            let mut rb = ReadBuf::new(&mut b);
+            // Pending: the records read were not data, nothing else is there.
+            Pin::new(&mut **t).poll_read(&mut cx, &mut rb).is_pending()
+        }
     }
-    let mut b = [0u8; 1];
-    matches!(s.try_read(&mut b), Err(e) if e.kind() == io::ErrorKind::WouldBlock)
 }
 
 #[derive(Debug)]
 pub enum ConnectError {
+    /// The TCP connect, or the TCP connect and the TLS handshake together,
+    /// took longer than the connect timeout.
     Timeout,
     Io(io::Error),
+    /// The TLS handshake failed (rustls' reason, as an operator reads it).
+    Tls(String),
 }
 
 impl std::fmt::Display for ConnectError {
@@ -157,18 +266,47 @@ impl std::fmt::Display for ConnectError {
         match self {
             ConnectError::Timeout => f.write_str("connect timed out"),
             ConnectError::Io(e) => write!(f, "{e}"),
+            ConnectError::Tls(why) => write!(f, "TLS handshake failed: {why}"),
         }
     }
 }
 
-pub async fn connect(m: &Member, timeout: Duration) -> Result<UpConn, ConnectError> {
+/// Opens a connection to `m`: TCP, then TLS when the pool has `tls`, both
+/// within `timeout`. A failed handshake counts in the member's
+/// `tls_handshake_failures`.
+pub async fn connect(
+    m: &Member,
+    tls: Option<&UpstreamTls>,
+    timeout: Duration,
+) -> Result<UpConn, ConnectError> {
     let addr: SocketAddr = m.addr;
-    let stream = match tokio::time::timeout(timeout, TcpStream::connect(addr)).await {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let tcp = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(ConnectError::Io(e)),
         Err(_) => return Err(ConnectError::Timeout),
     };
-    let _ = stream.set_nodelay(true);
+    let _ = tcp.set_nodelay(true);
+    let stream = match tls {
+        None => UpStream::Plain(tcp),
+        Some(t) => {
+            let connector = TlsConnector::from(t.config.clone());
+            // Boxed: the handshake state is large and must not grow every
+            // session's future, plain ones included.
+            let hs = Box::pin(connector.connect(t.server_name(addr), tcp));
+            match tokio::time::timeout_at(deadline, hs).await {
+                Ok(Ok(s)) => UpStream::Tls(Box::new(s)),
+                Ok(Err(e)) => {
+                    stats::inc(&m.counters.local().tls_handshake_failures);
+                    return Err(ConnectError::Tls(handshake_error(&e)));
+                }
+                Err(_) => {
+                    stats::inc(&m.counters.local().tls_handshake_failures);
+                    return Err(ConnectError::Timeout);
+                }
+            }
+        }
+    };
     let c = m.counters.local();
     stats::inc(&c.server_connections_total);
     stats::inc(&c.server_connections_active);

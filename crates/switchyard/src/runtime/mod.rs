@@ -74,6 +74,9 @@ impl Control {
             .source
             .load(Some(&current))
             .map_err(|e| e.to_string())?;
+        for w in &next.warnings {
+            log::warn(format_args!("{}", w.as_warning()));
+        }
         if next.settings.workers != current.settings.workers {
             log::warn(format_args!(
                 "global.workers changed: takes effect at the next restart"

@@ -186,6 +186,10 @@ counters!(
         server_connections_idle,
         connections_reused,
         connect_failures,
+        /// TLS handshakes with the member that failed or timed out (pools
+        /// with `[pool.tls]`; also counted in connect_failures). Health
+        /// checks are not counted: their failures show in the member's state.
+        tls_handshake_failures,
         bad_responses,
         response_timeouts,
         resets,

@@ -110,7 +110,7 @@ pub fn text(snap: &Snapshot) -> String {
             let c = m.counters.read();
             let _ = writeln!(
                 o,
-                "  {} {}{} weight {} inflight {}  requests {}  responses {}  conns active {} idle {} total {} reused {}  connect failures {} bad responses {} timeouts {} resets {} transitions {} ejections {}",
+                "  {} {}{} weight {} inflight {}  requests {}  responses {}  conns active {} idle {} total {} reused {}  connect failures {} tls handshake failures {} bad responses {} timeouts {} resets {} transitions {} ejections {}",
                 m.addr,
                 member_state(m),
                 if m.backup { " backup" } else { "" },
@@ -123,6 +123,7 @@ pub fn text(snap: &Snapshot) -> String {
                 c.server_connections_total,
                 c.connections_reused,
                 c.connect_failures,
+                c.tls_handshake_failures,
                 c.bad_responses,
                 c.response_timeouts,
                 c.resets,

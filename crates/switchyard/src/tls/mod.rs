@@ -13,11 +13,15 @@
 //! hold. The ticket keys come from rustls' `Ticketer`: a rotator that makes
 //! a new key every 6 hours and accepts the previous one for 6 more.
 //!
+//! The other direction, TLS from Switchyard to a pool's members, lives in
+//! `upstream`.
+//!
 //! ALPN is negotiated here; the session looks at the protocol chosen after
 //! the handshake (`proxy::handshake`): "h2" hands the connection to the
 //! HTTP/2 front end (`proxy::h2`), anything else to the HTTP/1.1 session.
 
 mod certs;
+pub mod upstream;
 pub mod x509;
 
 use std::ops::Range;
@@ -36,6 +40,7 @@ use toml::Spanned;
 
 use crate::config::model::{self, ClientAuth};
 pub use certs::CertStore;
+pub use upstream::UpstreamTls;
 
 /// TLS 1.2 sessions remembered for session-ID resumption, shared by all
 /// workers of a vserver (one entry is a few hundred bytes).

@@ -853,3 +853,297 @@ pub fn free_addr() -> SocketAddr {
     let l = TcpListener::bind(SocketAddr::from((ip, 0))).expect("bind a loopback address");
     l.local_addr().expect("local addr")
 }
+
+// ------------------------------------------------------------- TLS origin
+
+/// What a `TlsOrigin` saw of one completed TLS handshake.
+#[derive(Clone, Debug)]
+pub struct TlsHandshake {
+    /// The SNI the client sent (None: no SNI, as for an IP address).
+    pub sni: Option<String>,
+    /// The client resumed a session (ticket or session ID).
+    pub resumed: bool,
+    /// DER of the client certificate presented, if any.
+    pub client_cert: Option<Vec<u8>>,
+}
+
+/// A TLS HTTP/1.1 origin (rustls, a thread per connection) for upstream
+/// TLS tests: answers keep-alive requests with its name (`GET /health`:
+/// `health_status`, body "ok"), and records TCP connections, handshakes
+/// (SNI, resumption, client certificate) and request heads.
+pub struct TlsOrigin {
+    pub addr: SocketAddr,
+    pub name: String,
+    /// TCP connections accepted.
+    pub connections: Arc<AtomicU64>,
+    pub handshakes: Arc<Mutex<Vec<TlsHandshake>>>,
+    pub handshake_failures: Arc<AtomicU64>,
+    /// Request heads, in arrival order.
+    pub seen: Arc<Mutex<Vec<String>>>,
+    pub health_status: Arc<AtomicU64>,
+    /// Close a keep-alive connection idle this long: with close_notify
+    /// then FIN (true), or a bare FIN (false).
+    pub idle_close: Arc<Mutex<Option<(Duration, bool)>>>,
+    stop: Arc<AtomicBool>,
+}
+
+#[derive(Clone)]
+struct TlsOriginShared {
+    name: String,
+    handshakes: Arc<Mutex<Vec<TlsHandshake>>>,
+    handshake_failures: Arc<AtomicU64>,
+    seen: Arc<Mutex<Vec<String>>>,
+    health_status: Arc<AtomicU64>,
+    idle_close: Arc<Mutex<Option<(Duration, bool)>>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl TlsOrigin {
+    /// Serves `cert` (PEM chain) with `key`; with `client_ca`, requires a
+    /// client certificate chained to it.
+    pub fn start(
+        name: &str,
+        cert: &std::path::Path,
+        key: &std::path::Path,
+        client_ca: Option<&std::path::Path>,
+    ) -> TlsOrigin {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+        let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+            .expect("origin cert")
+            .map(|c| c.expect("origin cert"))
+            .collect();
+        let key = PrivateKeyDer::from_pem_file(key).expect("origin key");
+        let b = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()
+            .expect("versions");
+        let b = match client_ca {
+            None => b.with_no_client_auth(),
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for c in CertificateDer::pem_file_iter(ca).expect("client ca") {
+                    roots
+                        .add(c.expect("client ca cert"))
+                        .expect("add client ca");
+                }
+                let v = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                    Arc::new(roots),
+                    provider,
+                )
+                .build()
+                .expect("client verifier");
+                b.with_client_cert_verifier(v)
+            }
+        };
+        let mut cfg = b.with_single_cert(chain, key).expect("origin cert and key");
+        cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let cfg = Arc::new(cfg);
+
+        let l = TcpListener::bind("127.0.0.1:0").expect("tls origin bind");
+        let addr = l.local_addr().expect("tls origin addr");
+        let o = TlsOrigin {
+            addr,
+            name: name.to_string(),
+            connections: Arc::new(AtomicU64::new(0)),
+            handshakes: Arc::new(Mutex::new(Vec::new())),
+            handshake_failures: Arc::new(AtomicU64::new(0)),
+            seen: Arc::new(Mutex::new(Vec::new())),
+            health_status: Arc::new(AtomicU64::new(200)),
+            idle_close: Arc::new(Mutex::new(None)),
+            stop: Arc::new(AtomicBool::new(false)),
+        };
+        let shared = TlsOriginShared {
+            name: o.name.clone(),
+            handshakes: o.handshakes.clone(),
+            handshake_failures: o.handshake_failures.clone(),
+            seen: o.seen.clone(),
+            health_status: o.health_status.clone(),
+            idle_close: o.idle_close.clone(),
+            stop: o.stop.clone(),
+        };
+        let conns = o.connections.clone();
+        l.set_nonblocking(true).expect("nonblocking");
+        std::thread::spawn(move || loop {
+            if shared.stop.load(Ordering::Relaxed) {
+                return;
+            }
+            match l.accept() {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nonblocking(false);
+                    conns.fetch_add(1, Ordering::Relaxed);
+                    let (cfg, shared) = (cfg.clone(), shared.clone());
+                    std::thread::spawn(move || tls_origin_conn(stream, cfg, &shared));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(2)),
+            }
+        });
+        o
+    }
+
+    pub fn handshakes(&self) -> Vec<TlsHandshake> {
+        self.handshakes.lock().expect("lock").clone()
+    }
+
+    /// Request heads seen, not counting health checks.
+    pub fn requests(&self) -> usize {
+        self.seen
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|h| !h.starts_with("GET /health "))
+            .count()
+    }
+
+    /// Health-check requests seen.
+    pub fn health_requests(&self) -> usize {
+        self.seen
+            .lock()
+            .expect("lock")
+            .iter()
+            .filter(|h| h.starts_with("GET /health "))
+            .count()
+    }
+
+    pub fn set_idle_close(&self, after: Duration, close_notify: bool) {
+        *self.idle_close.lock().expect("lock") = Some((after, close_notify));
+    }
+}
+
+impl Drop for TlsOrigin {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+fn is_timeout(e: &std::io::Error) -> bool {
+    matches!(
+        e.kind(),
+        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+    )
+}
+
+/// Writes out what rustls holds.
+fn tls_flush(conn: &mut rustls::ServerConnection, sock: &mut TcpStream) -> bool {
+    while conn.wants_write() {
+        if conn.write_tls(sock).is_err() {
+            return false;
+        }
+    }
+    true
+}
+
+fn tls_origin_conn(mut sock: TcpStream, cfg: Arc<rustls::ServerConfig>, o: &TlsOriginShared) {
+    // Short reads so the connection notices idle time and the stop flag.
+    let _ = sock.set_read_timeout(Some(Duration::from_millis(20)));
+    let Ok(mut conn) = rustls::ServerConnection::new(cfg) else {
+        return;
+    };
+    let started = Instant::now();
+    while conn.is_handshaking() {
+        match conn.complete_io(&mut sock) {
+            Ok(_) => {}
+            Err(e) if is_timeout(&e) && started.elapsed() < Duration::from_secs(10) => {}
+            Err(_) => {
+                o.handshake_failures.fetch_add(1, Ordering::Relaxed);
+                return;
+            }
+        }
+    }
+    o.handshakes.lock().expect("lock").push(TlsHandshake {
+        sni: conn.server_name().map(str::to_string),
+        resumed: conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed),
+        client_cert: conn
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| c.to_vec()),
+    });
+    let mut buf: Vec<u8> = Vec::new();
+    let mut last = Instant::now();
+    loop {
+        // Plaintext rustls already holds (a request that came with the
+        // client's Finished, or several in one read).
+        let mut chunk = [0u8; 8192];
+        while let Ok(n) = conn.reader().read(&mut chunk) {
+            if n == 0 {
+                break;
+            }
+            buf.extend_from_slice(&chunk[..n]);
+        }
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end + 4]).into_owned();
+            let field = |name: &str| {
+                head.lines().skip(1).find_map(|l| {
+                    let (n, v) = l.split_once(':')?;
+                    n.trim()
+                        .eq_ignore_ascii_case(name)
+                        .then(|| v.trim().to_string())
+                })
+            };
+            let len: usize = field("content-length")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                buf.drain(..end + 4 + len);
+                let close = field("connection").is_some_and(|c| c.eq_ignore_ascii_case("close"));
+                let (status, body) = if head.starts_with("GET /health ") {
+                    (o.health_status.load(Ordering::Relaxed), "ok\n".to_string())
+                } else {
+                    (200, format!("{}\n", o.name))
+                };
+                o.seen.lock().expect("lock").push(head);
+                let resp = format!(
+                    "HTTP/1.1 {status} X\r\nContent-Length: {}\r\nX-Origin: {}\r\n{}\r\n{body}",
+                    body.len(),
+                    o.name,
+                    if close { "Connection: close\r\n" } else { "" }
+                );
+                if conn.writer().write_all(resp.as_bytes()).is_err()
+                    || !tls_flush(&mut conn, &mut sock)
+                {
+                    return;
+                }
+                if close {
+                    conn.send_close_notify();
+                    tls_flush(&mut conn, &mut sock);
+                    let _ = sock.shutdown(std::net::Shutdown::Write);
+                    return;
+                }
+                last = Instant::now();
+                continue;
+            }
+        }
+        if o.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let idle_close = *o.idle_close.lock().expect("lock");
+        if let Some((after, notify)) = idle_close {
+            if buf.is_empty() && last.elapsed() >= after {
+                if notify {
+                    conn.send_close_notify();
+                    tls_flush(&mut conn, &mut sock);
+                }
+                let _ = sock.shutdown(std::net::Shutdown::Both);
+                return;
+            }
+        }
+        match conn.read_tls(&mut sock) {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if is_timeout(&e) => continue,
+            Err(_) => return,
+        }
+        match conn.process_new_packets() {
+            Ok(st) if st.peer_has_closed() && st.plaintext_bytes_to_read() == 0 => return,
+            Ok(_) => {}
+            Err(_) => {
+                tls_flush(&mut conn, &mut sock);
+                return;
+            }
+        }
+        // A key update or the like may want an answer.
+        if !tls_flush(&mut conn, &mut sock) {
+            return;
+        }
+    }
+}
