@@ -777,6 +777,11 @@ struct H2Origin {
 }
 
 fn h2_origin() -> H2Origin {
+    h2_origin_with(None)
+}
+
+/// Over TLS when given a server config (its ALPN decides what it offers).
+fn h2_origin_with(tls: Option<Arc<rustls::ServerConfig>>) -> H2Origin {
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
     let addr = l.local_addr().expect("addr");
     l.set_nonblocking(true).expect("nonblocking");
@@ -789,12 +794,16 @@ fn h2_origin() -> H2Origin {
             while let Ok((tcp, _)) = l.accept().await {
                 c.fetch_add(1, Ordering::Relaxed);
                 let s = s.clone();
+                let tls = tls.clone();
                 tokio::spawn(async move {
-                    let Ok(mut conn) = h2::server::handshake(tcp).await else {
-                        return;
-                    };
-                    while let Some(Ok((req, respond))) = conn.accept().await {
-                        tokio::spawn(grpc_echo(req, respond, s.clone()));
+                    match tls {
+                        None => serve_h2(tcp, s).await,
+                        Some(cfg) => {
+                            let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
+                            if let Ok(t) = acceptor.accept(tcp).await {
+                                serve_h2(t, s).await;
+                            }
+                        }
                     }
                 });
             }
@@ -804,6 +813,18 @@ fn h2_origin() -> H2Origin {
         addr,
         connections,
         seen,
+    }
+}
+
+async fn serve_h2<T>(io: T, seen: Arc<Mutex<Vec<(String, http::HeaderMap)>>>)
+where
+    T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let Ok(mut conn) = h2::server::handshake(io).await else {
+        return;
+    };
+    while let Some(Ok((req, respond))) = conn.accept().await {
+        tokio::spawn(grpc_echo(req, respond, seen.clone()));
     }
 }
 
@@ -951,4 +972,84 @@ address = "{}"
         sy.member_stats("g", origin.addr)["server_connections_active"] == 0
     }));
     assert_eq!(m["server_connections_total"], 1, "{m}");
+}
+
+fn tls_server_config(dir: &Path, alpn: &[&[u8]]) -> Arc<rustls::ServerConfig> {
+    use rustls_pki_types::pem::PemObject;
+    let (c, k) = cert(dir);
+    let certs = rustls_pki_types::CertificateDer::pem_file_iter(&c)
+        .expect("cert")
+        .collect::<Result<Vec<_>, _>>()
+        .expect("certs");
+    let key = rustls_pki_types::PrivateKeyDer::from_pem_file(&k).expect("key");
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_no_client_auth()
+    .with_single_cert(certs, key)
+    .expect("server config");
+    cfg.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    Arc::new(cfg)
+}
+
+#[test]
+fn h2_pools_reach_members_over_tls_with_alpn_h2() {
+    let dir = temp_dir("h2tls");
+    let good = h2_origin_with(Some(tls_server_config(&dir, &[b"h2"])));
+    // A member that ignores ALPN (picks nothing): it does not speak h2.
+    let h1_only = h2_origin_with(Some(tls_server_config(&dir, &[])));
+    let listen = free_addr();
+    let cfg = format!(
+        r#"
+[[vserver]]
+name = "grpc"
+listen = ["{listen}"]
+default_pool = "good"
+h2c_only = true
+  [[vserver.policy]]
+  match = {{ path_prefix = "/h1only/" }}
+  action = {{ pool = "h1only" }}
+
+[[pool]]
+name = "good"
+protocol = "h2"
+tls = {{ verify = false }}
+[[pool.member]]
+address = "{}"
+
+[[pool]]
+name = "h1only"
+protocol = "h2"
+tls = {{ verify = false }}
+[[pool.member]]
+address = "{}"
+"#,
+        good.addr, h1_only.addr
+    );
+    let sy = Switchyard::start(&cfg, &[listen]);
+    runtime().block_on(async {
+        let (mut h2, _c) = h2_connect(listen).await;
+        for i in 0..5 {
+            let req = http::Request::post(format!("http://grpc.test/svc/M{i}"))
+                .header("te", "trailers")
+                .body(())
+                .expect("req");
+            let r = h2_request(&mut h2, req, &[b"ping"]).await.expect("call");
+            assert_eq!((r.status, &r.body[..]), (200, &b"ping"[..]));
+        }
+        let r = h2_request(&mut h2, get_req("/h1only/x"), &[])
+            .await
+            .expect("answer");
+        assert_eq!(r.status, 502);
+    });
+    assert_eq!(
+        good.connections.load(Ordering::Relaxed),
+        1,
+        "one TLS h2 connection, reused"
+    );
+    assert_eq!(good.seen.lock().expect("lock").len(), 5);
+    assert!(h1_only.seen.lock().expect("lock").is_empty());
+    assert!(sy.log().contains("did not choose HTTP/2"), "{}", sy.log());
 }

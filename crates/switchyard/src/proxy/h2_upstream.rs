@@ -20,7 +20,7 @@ use h2::server::SendResponse;
 use h2::{Reason, RecvStream, SendStream};
 
 use super::forward::{self, ClientFraming, Forwarding};
-use super::upstream::ConnectError;
+use super::upstream::{self, ConnectError};
 use super::{passive_result, request_hash, route, Client, Inflight, Next, WorkerCtx};
 use crate::balance::Tried;
 use crate::clock::now_ms;
@@ -31,6 +31,7 @@ use crate::http::head::{self, Method, Request};
 use crate::http::responses;
 use crate::log;
 use crate::stats::{self, status_class};
+use crate::tls::upstream::UpstreamTls;
 
 /// The worker's HTTP/2 connections to members, by member.
 #[derive(Default)]
@@ -54,6 +55,7 @@ impl H2Conns {
     async fn ready(
         &self,
         m: &Member,
+        tls: Option<&UpstreamTls>,
         connect_timeout: Duration,
         idle_timeout: Duration,
     ) -> Result<(SendRequest<Bytes>, bool), ConnectError> {
@@ -69,7 +71,7 @@ impl H2Conns {
                 }
             }
         }
-        let s = connect(m, connect_timeout).await?;
+        let s = connect(m, tls, connect_timeout).await?;
         self.conns.borrow_mut().insert(
             key(m),
             H2Conn {
@@ -100,32 +102,33 @@ impl H2Conns {
     }
 }
 
-async fn connect(m: &Member, timeout: Duration) -> Result<SendRequest<Bytes>, ConnectError> {
-    let tcp = match tokio::time::timeout(timeout, tokio::net::TcpStream::connect(m.addr)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(ConnectError::Io(e)),
-        Err(_) => return Err(ConnectError::Timeout),
-    };
-    let _ = tcp.set_nodelay(true);
+/// h2c with prior knowledge, or TLS with ALPN "h2" when the pool has
+/// `[pool.tls]` (a member that does not pick h2 is a connect failure).
+async fn connect(
+    m: &Member,
+    tls: Option<&UpstreamTls>,
+    timeout: Duration,
+) -> Result<SendRequest<Bytes>, ConnectError> {
+    let up = upstream::connect_with(m, tls, timeout, true).await?;
+    if tls.is_some() && !up.alpn_h2() {
+        return Err(ConnectError::Io(std::io::Error::other(
+            "the member did not choose HTTP/2 (ALPN h2) in the TLS handshake",
+        )));
+    }
     let handshake = h2::client::Builder::new()
         .initial_window_size(256 * 1024)
         .initial_connection_window_size(1024 * 1024)
-        .handshake::<_, Bytes>(tcp);
+        .handshake::<_, Bytes>(up);
     let (send, conn) = match tokio::time::timeout(timeout, handshake).await {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => return Err(ConnectError::Io(std::io::Error::other(e))),
         Err(_) => return Err(ConnectError::Timeout),
     };
-    let counters = m.counters.clone();
-    let c = counters.local();
-    stats::inc(&c.server_connections_total);
-    stats::inc(&c.server_connections_active);
     let label = m.addr;
     tokio::task::spawn_local(async move {
         if let Err(e) = conn.await {
             log::debug(format_args!("member {label}: HTTP/2 connection ended: {e}"));
         }
-        stats::dec(&counters.local().server_connections_active);
     });
     Ok(send)
 }
@@ -336,6 +339,7 @@ async fn open_stream<'p>(
             .h2_members
             .ready(
                 m,
+                pool.tls.as_deref(),
                 Duration::from_millis(st.upstream_connect_ms),
                 Duration::from_millis(pool.idle_timeout_ms),
             )

@@ -279,6 +279,17 @@ pub async fn connect(
     tls: Option<&UpstreamTls>,
     timeout: Duration,
 ) -> Result<UpConn, ConnectError> {
+    connect_with(m, tls, timeout, false).await
+}
+
+/// `connect`, offering HTTP/2 by ALPN on TLS when `h2` (the caller checks
+/// `alpn_h2` on the result).
+pub async fn connect_with(
+    m: &Member,
+    tls: Option<&UpstreamTls>,
+    timeout: Duration,
+    h2: bool,
+) -> Result<UpConn, ConnectError> {
     let addr: SocketAddr = m.addr;
     let deadline = tokio::time::Instant::now() + timeout;
     let tcp = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
@@ -290,7 +301,8 @@ pub async fn connect(
     let stream = match tls {
         None => UpStream::Plain(tcp),
         Some(t) => {
-            let connector = TlsConnector::from(t.config.clone());
+            let config = if h2 { &t.config_h2 } else { &t.config };
+            let connector = TlsConnector::from(config.clone());
             // Boxed: the handshake state is large and must not grow every
             // session's future, plain ones included.
             let hs = Box::pin(connector.connect(t.server_name(addr), tcp));
@@ -316,4 +328,44 @@ pub async fn connect(
         reused: false,
         counters: m.counters.clone(),
     })
+}
+
+impl UpConn {
+    /// The member chose "h2" by ALPN (TLS connections only).
+    pub fn alpn_h2(&self) -> bool {
+        match &self.stream {
+            UpStream::Plain(_) => false,
+            UpStream::Tls(t) => t.get_ref().1.alpn_protocol() == Some(b"h2"),
+        }
+    }
+}
+
+/// An HTTP/2 connection to a member owns its `UpConn` whole, so the
+/// connection gauges stay right however it ends.
+impl AsyncRead for UpConn {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for UpConn {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().stream).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
+    }
 }

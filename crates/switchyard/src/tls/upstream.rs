@@ -50,6 +50,9 @@ const SESSION_CACHE: usize = 1024;
 /// The built TLS side of a pool.
 pub struct UpstreamTls {
     pub config: Arc<ClientConfig>,
+    /// The same, offering only "h2" by ALPN: for pools with `protocol = "h2"`
+    /// (the session cache is shared).
+    pub config_h2: Arc<ClientConfig>,
     /// The configured `sni`; `None`: the member's address is the name.
     sni: Option<ServerName<'static>>,
     pub verify: bool,
@@ -443,9 +446,12 @@ pub fn build(
     // We speak HTTP/1.1 to members.
     config.alpn_protocols = vec![b"http/1.1".to_vec()];
     config.resumption = Resumption::store(Arc::new(ClientSessionMemoryCache::new(SESSION_CACHE)));
+    let mut config_h2 = config.clone();
+    config_h2.alpn_protocols = vec![b"h2".to_vec()];
     Ok(Built {
         tls: Arc::new(UpstreamTls {
             config: Arc::new(config),
+            config_h2: Arc::new(config_h2),
             sni,
             verify,
             fingerprint,
