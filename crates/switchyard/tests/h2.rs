@@ -1053,3 +1053,42 @@ address = "{}"
     assert!(h1_only.seen.lock().expect("lock").is_empty());
     assert!(sy.log().contains("did not choose HTTP/2"), "{}", sy.log());
 }
+
+#[test]
+fn reload_that_turns_off_http2_sends_goaway_and_open_streams_finish() {
+    let origin = Origin::start("o1");
+    let listen = free_addr();
+    let cfg = |h2: bool| {
+        format!(
+            "[[vserver]]\nname = \"v\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\nh2c = {h2}\n\n[[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
+            origin.addr
+        )
+    };
+    let sy = Switchyard::start(&cfg(true), &[listen]);
+    origin.set(|b| b.delay = Duration::from_millis(1500));
+    runtime().block_on(async {
+        let (mut h2, conn) = h2_connect(listen).await;
+        let mut h = h2.clone();
+        let slow = tokio::spawn(async move { h2_request(&mut h, get_req("/slow"), &[]).await });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // Unchanged HTTP/2 settings: the connection is left alone.
+        let (ok, out) = sy.reload_with(&cfg(true));
+        assert!(ok, "{out}");
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        assert!(!conn.is_finished(), "a reload that keeps h2c keeps the connection");
+        let (ok, out) = sy.reload_with(&cfg(false));
+        assert!(ok, "{out}");
+        let r = slow.await.expect("task").expect("the open stream completes");
+        assert_eq!(r.status, 200);
+        let ended = tokio::time::timeout(Duration::from_secs(5), conn)
+            .await
+            .expect("GOAWAY ends the connection")
+            .expect("task");
+        assert!(ended.is_ok(), "{ended:?}");
+        assert!(h2_request(&mut h2, get_req("/late"), &[]).await.is_err());
+    });
+    assert!(sy.log().contains("GOAWAY: a reload removed"), "{}", sy.log());
+    // HTTP/1.1 goes on being served on the same listener.
+    origin.set(|b| b.delay = Duration::ZERO);
+    assert_eq!(get(listen, "/after").status, 200);
+}

@@ -63,6 +63,8 @@ struct Conn {
     client_subject: Option<String>,
     /// Streams being served (the connection is idle at zero).
     open: Cell<usize>,
+    /// When a stream last started or ended (`clock` ms).
+    last_active: Cell<u64>,
 }
 
 /// Serves an HTTP/2 connection in a task of its own. `replay` holds bytes
@@ -81,6 +83,7 @@ pub fn start(
         tls: stream.is_tls(),
         client_subject: stream.client_subject().map(str::to_string),
         open: Cell::new(0),
+        last_active: Cell::new(now_ms()),
     });
     tokio::task::spawn_local(run(ctx, stream, replay, conn, guard));
 }
@@ -151,11 +154,12 @@ async fn run(
     };
     let mut shutting = false;
     loop {
-        let idle_ms = ctx.snapshot.load().settings.client_idle_ms;
+        // Woken at least every second to notice an idle connection, or a
+        // reload that removed the vserver or its HTTP/2.
         let event = ctx
             .idle_watch
             .within(
-                now_ms() + idle_ms,
+                now_ms() + 1000,
                 poll_fn(|cx| {
                     if let Some(why) = tripped.get() {
                         return Poll::Ready(Event::Abuse(why));
@@ -179,6 +183,7 @@ async fn run(
         match event {
             Ok(Event::Stream(req, respond)) => {
                 conn.open.set(conn.open.get() + 1);
+                conn.last_active.set(now_ms());
                 tokio::task::spawn_local(stream_task(ctx.clone(), conn.clone(), req, respond));
             }
             Ok(Event::Drain) => {
@@ -186,8 +191,20 @@ async fn run(
                 h2c.graceful_shutdown();
                 shutting = true;
             }
+            Err(()) if shutting => {}
             Err(()) => {
-                if conn.open.get() == 0 && !shutting {
+                let snap = ctx.snapshot.load();
+                let idle = conn.open.get() == 0
+                    && now_ms().saturating_sub(conn.last_active.get())
+                        >= snap.settings.client_idle_ms;
+                let gone = !speaks_h2(&snap, &conn);
+                if gone {
+                    log::info(format_args!(
+                        "client {}: GOAWAY: a reload removed this vserver or its HTTP/2",
+                        conn.peer
+                    ));
+                }
+                if idle || gone {
                     h2c.graceful_shutdown();
                     shutting = true;
                 }
@@ -224,6 +241,19 @@ async fn run(
     }
     drop(h2c);
     drop(guard);
+}
+
+/// Whether the connection's vserver still exists and still offers HTTP/2
+/// the way this connection came in.
+fn speaks_h2(snap: &crate::config::snapshot::Snapshot, conn: &Conn) -> bool {
+    match snap.vserver_for(&conn.listen) {
+        None => false,
+        Some(vs) => match &vs.tls {
+            Some(t) if conn.tls => t.config.alpn_protocols.iter().any(|p| p == b"h2"),
+            None if !conn.tls => vs.h2c,
+            _ => false,
+        },
+    }
 }
 
 /// Reads until `buf` holds the 24 preface bytes; false when something else came.
@@ -433,6 +463,7 @@ struct OpenStream(Rc<Conn>);
 impl Drop for OpenStream {
     fn drop(&mut self) {
         self.0.open.set(self.0.open.get() - 1);
+        self.0.last_active.set(now_ms());
     }
 }
 
