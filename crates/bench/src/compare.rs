@@ -290,9 +290,8 @@ pub fn run(o: &Opts) -> Result<Json, String> {
                     c2.name = format!("{} @ {rate:.0} req/s (equal offered rate)", case.name);
                     c2.mode = Mode::Plain;
                     c2.load.rate = Some(rate);
-                    c2.note = Some(
-                        "every target at 95 % of the lowest target's measured maximum".into(),
-                    );
+                    c2.note =
+                        Some("every target at 95 % of the lowest target's measured maximum".into());
                     for run in 0..o.runs {
                         for t in &able {
                             prog.total += 1;
@@ -370,7 +369,11 @@ pub fn median_of(samples: &[Json], target: &str, section: &str, key: &str) -> Op
         .iter()
         .filter(|s| s.get("target").and_then(Json::as_str) == Some(target))
         .filter(|s| s.get("valid") == Some(&Json::Bool(true)))
-        .filter_map(|s| s.get(section).and_then(|k| k.get(key)).and_then(Json::as_f64))
+        .filter_map(|s| {
+            s.get(section)
+                .and_then(|k| k.get(key))
+                .and_then(Json::as_f64)
+        })
         .collect();
     if v.is_empty() {
         return None;
