@@ -1075,10 +1075,16 @@ fn reload_that_turns_off_http2_sends_goaway_and_open_streams_finish() {
         let (ok, out) = sy.reload_with(&cfg(true));
         assert!(ok, "{out}");
         tokio::time::sleep(Duration::from_millis(1200)).await;
-        assert!(!conn.is_finished(), "a reload that keeps h2c keeps the connection");
+        assert!(
+            !conn.is_finished(),
+            "a reload that keeps h2c keeps the connection"
+        );
         let (ok, out) = sy.reload_with(&cfg(false));
         assert!(ok, "{out}");
-        let r = slow.await.expect("task").expect("the open stream completes");
+        let r = slow
+            .await
+            .expect("task")
+            .expect("the open stream completes");
         assert_eq!(r.status, 200);
         let ended = tokio::time::timeout(Duration::from_secs(5), conn)
             .await
@@ -1087,7 +1093,11 @@ fn reload_that_turns_off_http2_sends_goaway_and_open_streams_finish() {
         assert!(ended.is_ok(), "{ended:?}");
         assert!(h2_request(&mut h2, get_req("/late"), &[]).await.is_err());
     });
-    assert!(sy.log().contains("GOAWAY: a reload removed"), "{}", sy.log());
+    assert!(
+        sy.log().contains("GOAWAY: a reload removed"),
+        "{}",
+        sy.log()
+    );
     // HTTP/1.1 goes on being served on the same listener.
     origin.set(|b| b.delay = Duration::ZERO);
     assert_eq!(get(listen, "/after").status, 200);
