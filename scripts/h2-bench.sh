@@ -1,0 +1,45 @@
+#!/bin/bash
+# HTTP/2 over TLS (ALPN h2), Switchyard vs HAProxy vs nginx, with the configs a
+# `switchyard bench compare` run wrote (REPORT_DIR/work), h2 turned on in a
+# copy of them. h2load (nghttp2-client) on CPU 1 with the origin, the DUT on
+# CPU 0; per round and target: requests/s with C clients x M streams for D
+# seconds, and the DUT's CPU (utime+stime) per request over that run.
+#   scripts/h2-bench.sh docs/bench-results/DATE/work [rounds]
+set -u
+W=${1:?usage: h2-bench.sh REPORT_DIR/work [rounds]}
+ROUNDS=${2:-3}
+B=${SWITCHYARD:-target/release/switchyard}
+C=${CLIENTS:-20}; M=${STREAMS:-10}; D=${SECONDS_PER_RUN:-8}; SIZE=${SIZE:-1024}
+T=$(mktemp -d)
+cp -r "$W"/switchyard "$W"/haproxy "$W"/nginx "$T"/
+sed -i 's/^  resumption = true$/  resumption = true\n  alpn = ["h2", "http\/1.1"]/' "$T"/switchyard/switchyard.toml
+sed -i 's/^\(    bind 127.0.0.1:2608[45] ssl .*\)$/\1 alpn h2,http\/1.1/' "$T"/haproxy/haproxy.cfg
+sed -i 's/listen 127.0.0.1:\(2608[45]\) ssl;/listen 127.0.0.1:\1 ssl http2;/' "$T"/nginx/nginx.conf
+cpu() { awk '{print $14+$15}' /proc/$1/stat 2>/dev/null || echo 0; }
+taskset -c 1 $B bench origin --listen 127.0.0.1:27081 --listen 127.0.0.1:27082 >/dev/null 2>&1 & O=$!
+sleep 0.3
+start() { case $1 in
+  sy) taskset -c 0 $B run -c "$T"/switchyard/switchyard.toml 2>/dev/null & ;;
+  hp) taskset -c 0 haproxy -f "$T"/haproxy/haproxy.cfg 2>/dev/null & ;;
+  ng) taskset -c 0 nginx -c "$T"/nginx/nginx.conf 2>/dev/null & ;;
+esac; P=$!; sleep 0.7; }
+stop() { if [ "$1" = ng ]; then nginx -c "$T"/nginx/nginx.conf -s stop 2>/dev/null; fi; kill $P 2>/dev/null; wait $P 2>/dev/null; sleep 0.3; }
+pids() { if [ "$1" = ng ]; then echo "$P $(pgrep -P $P)"; else echo $P; fi; }
+sumcpu() { t=0; for p in $(pids "$1"); do t=$((t+$(cpu $p))); done; echo $t; }
+for round in $(seq "$ROUNDS"); do for t in sy hp ng; do for proto in h2 h1; do
+  start $t
+  extra=""; [ $proto = h1 ] && extra="--h1"
+  c0=$(sumcpu $t)
+  out=$(taskset -c 1 h2load $extra -c "$C" -m "$M" -D "$D" --warm-up-time=1 \
+        "https://127.0.0.1:26084/size/$SIZE" 2>&1)
+  c1=$(sumcpu $t)
+  rps=$(echo "$out" | sed -n 's/.* \([0-9.]*\) req\/s.*/\1/p' | head -1)
+  ok=$(echo "$out" | sed -n 's/^requests: .* \([0-9]*\) succeeded.*/\1/p' | head -1)
+  proto_seen=$(echo "$out" | sed -n 's/^Application protocol: //p')
+  mean=$(echo "$out" | awk '/^time for request:/ {print $6}')
+  us=$(python3 -c "print(round(($c1-$c0)*10000/max(1,${ok:-0}),1))")
+  echo "round $round $t $proto_seen: $rps req/s, $ok ok, mean $mean, DUT CPU $us us/request"
+  stop $t
+done; done; done
+kill $O
+rm -rf "$T"
