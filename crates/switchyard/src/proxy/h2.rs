@@ -129,6 +129,9 @@ async fn run(
         io: stream,
         replay,
         watch: FrameWatch::new(&limits, tripped.clone()),
+        out: Vec::new(),
+        out_at: 0,
+        deferred: false,
     };
     let mut builder = h2::server::Builder::new();
     builder
@@ -300,6 +303,11 @@ struct Wire {
     io: ClientStream,
     replay: BytesMut,
     watch: FrameWatch,
+    /// Output gathered for the next write, and how much of it is written.
+    out: Vec<u8>,
+    out_at: usize,
+    /// This batch's flush already let the other ready tasks run once.
+    deferred: bool,
 }
 
 impl AsyncRead for Wire {
@@ -326,33 +334,64 @@ impl AsyncRead for Wire {
     }
 }
 
+/// Writes are gathered in `out` and leave in one write per batch: the first
+/// flush after new bytes re-queues the connection task behind the tasks
+/// already ready (streams whose responses just arrived) instead of writing,
+/// so their frames join the same write. Without it every response costs the
+/// client a syscall of its own (HAProxy's mux gathers streams the same way).
 impl AsyncWrite for Wire {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().io).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.io.is_write_vectored()
+        let this = self.get_mut();
+        if this.out.len() >= OUT_MAX {
+            ready!(this.write_out(cx))?;
+        }
+        let n = buf.len().min(OUT_MAX.saturating_sub(this.out.len()).max(1));
+        this.out.extend_from_slice(&buf[..n]);
+        Poll::Ready(Ok(n))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_flush(cx)
+        let this = self.get_mut();
+        if !this.out.is_empty() && !this.deferred && this.out.len() < OUT_MAX / 2 {
+            this.deferred = true;
+            cx.waker().wake_by_ref();
+            return Poll::Pending;
+        }
+        ready!(this.write_out(cx))?;
+        this.deferred = false;
+        Pin::new(&mut this.io).poll_flush(cx)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_shutdown(cx)
+        let this = self.get_mut();
+        ready!(this.write_out(cx))?;
+        Pin::new(&mut this.io).poll_shutdown(cx)
+    }
+}
+
+/// Gathered output is written once it reaches this, or at the batch's flush.
+const OUT_MAX: usize = 64 * 1024;
+
+impl Wire {
+    /// Writes everything gathered (Pending until the socket took it all).
+    fn write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.out_at < self.out.len() {
+            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.out[self.out_at..]))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.out_at += n;
+        }
+        self.out.clear();
+        self.out_at = 0;
+        if self.out.capacity() > OUT_MAX * 2 {
+            self.out = Vec::new();
+        }
+        Poll::Ready(Ok(()))
     }
 }
 
