@@ -33,16 +33,15 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::forward::{self, ClientFraming, Forwarding};
 use super::h2_upstream;
-use super::upstream::{self, ConnectError};
+use super::upstream;
 use super::{
-    hsts, https_location, passive_result, read_head, request_hash, route, ClientStream, ConnGuard,
-    Inflight, ReadHead, WorkerCtx, UPSTREAM_READ,
+    connect_failed, hsts, https_location, passive_result, persistence_cookie, read_head,
+    request_hash, route, sticky_member, ClientStream, ConnGuard, Inflight, ReadHead, WorkerCtx,
+    UPSTREAM_READ,
 };
 use crate::balance::Tried;
 use crate::clock::now_ms;
-use crate::config::snapshot::{
-    Action, Http2Settings, Persist, Pool, Settings, UpstreamProtocol, VServer,
-};
+use crate::config::snapshot::{Action, Http2Settings, Pool, Settings, UpstreamProtocol, VServer};
 use crate::http::body::{self, BodyError, Out};
 use crate::http::head::{self, Framing, Method, Request};
 use crate::http::responses;
@@ -788,14 +787,7 @@ async fn proxy(
     let pc = pool.counters.local();
     stats::inc(&pc.requests);
     let hash = request_hash(pool, req, conn.peer.ip());
-    let sticky = match &pool.persistence {
-        Some(Persist::Cookie(name)) => route::cookie(req, name).and_then(|v| {
-            pool.members
-                .iter()
-                .position(|m| m.cookie_id.as_bytes() == v)
-        }),
-        _ => None,
-    };
+    let sticky = sticky_member(pool, req);
     // The stream's DATA frames carry the body as it is: a length, or (sent
     // chunked to the member) everything until END_STREAM.
     let src_framing = match req.head.framing {
@@ -846,19 +838,7 @@ async fn proxy(
             {
                 Ok(u) => u,
                 Err(e) => {
-                    stats::inc(&mc.connect_failures);
-                    passive_result(pool, m, true);
-                    log::warn(format_args!(
-                        "vserver {}: member {}: connect failed: {e}",
-                        vs.name,
-                        m.label(&pool.name)
-                    ));
-                    let status = if matches!(e, ConnectError::Timeout) {
-                        504
-                    } else {
-                        502
-                    };
-                    let why = format!("could not connect to a server of pool \"{}\"", pool.name);
+                    let (status, why) = connect_failed(vs, pool, m, &e, "");
                     if retries_left > 0 {
                         retries_left -= 1;
                         last_failure = Some((status, why));
@@ -1030,12 +1010,7 @@ async fn proxy(
         m,
         resp.status >= 500 && pool.passive.as_ref().is_some_and(|p| p.on_5xx),
     );
-    let cookie = match &pool.persistence {
-        Some(Persist::Cookie(name)) if sticky != Some(idx) => {
-            Some(format!("{name}={}; Path=/; HttpOnly", m.cookie_id))
-        }
-        _ => None,
-    };
+    let cookie = persistence_cookie(pool, m, sticky != Some(idx));
     stage.clear();
     forward::response_head(
         &mut stage,

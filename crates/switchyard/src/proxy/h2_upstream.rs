@@ -21,10 +21,13 @@ use h2::{Reason, RecvStream, SendStream};
 
 use super::forward::{self, ClientFraming, Forwarding};
 use super::upstream::{self, ConnectError};
-use super::{passive_result, request_hash, route, Client, Inflight, Next, WorkerCtx};
+use super::{
+    connect_failed, passive_result, persistence_cookie, request_hash, route, sticky_member, Client,
+    Inflight, Next, WorkerCtx,
+};
 use crate::balance::Tried;
 use crate::clock::now_ms;
-use crate::config::snapshot::{Member, Persist, Pool, Settings, VServer};
+use crate::config::snapshot::{Member, Pool, Settings, VServer};
 use crate::http::body::{self, BodyError, Out};
 use crate::http::head::Framing;
 use crate::http::head::{self, Method, Request};
@@ -157,14 +160,7 @@ pub async fn relay(
 ) {
     let vc = vs.counters.local();
     stats::inc(&pool.counters.local().requests);
-    let sticky = match &pool.persistence {
-        Some(Persist::Cookie(name)) => route::cookie(req, name).and_then(|v| {
-            pool.members
-                .iter()
-                .position(|m| m.cookie_id.as_bytes() == v)
-        }),
-        _ => None,
-    };
+    let sticky = sticky_member(pool, req);
     let fail = |respond: &mut SendResponse<Bytes>, status: u16, why: &str| {
         super::h2::send_local(respond, vs, &responses::error(status, why, false));
     };
@@ -217,12 +213,7 @@ pub async fn relay(
             m,
             status >= 500 && pool.passive.as_ref().is_some_and(|p| p.on_5xx),
         );
-        let cookie = match &pool.persistence {
-            Some(Persist::Cookie(name)) if sticky != Some(i) => {
-                Some(format!("{name}={}; Path=/; HttpOnly", m.cookie_id))
-            }
-            _ => None,
-        };
+        let cookie = persistence_cookie(pool, m, sticky != Some(i));
         let Some(head) = client_head(&parts, decision, cookie.as_deref()) else {
             stats::inc(&mc.bad_responses);
             fail(
@@ -347,19 +338,7 @@ async fn open_stream<'p>(
         {
             Ok(s) => s,
             Err(e) => {
-                stats::inc(&mc.connect_failures);
-                passive_result(pool, m, true);
-                log::warn(format_args!(
-                    "vserver {}: member {}: HTTP/2 connect failed: {e}",
-                    vs.name,
-                    m.label(&pool.name)
-                ));
-                let status = if matches!(e, ConnectError::Timeout) {
-                    504
-                } else {
-                    502
-                };
-                let why = format!("could not connect to a server of pool \"{}\"", pool.name);
+                let (status, why) = connect_failed(vs, pool, m, &e, "HTTP/2 ");
                 if retries_left > 0 {
                     retries_left -= 1;
                     last_failure = Some((status, why));
@@ -516,14 +495,7 @@ pub(super) async fn from_http1(
 ) -> Next {
     let vc = vs.counters.local();
     stats::inc(&pool.counters.local().requests);
-    let sticky = match &pool.persistence {
-        Some(Persist::Cookie(name)) => route::cookie(req, name).and_then(|v| {
-            pool.members
-                .iter()
-                .position(|m| m.cookie_id.as_bytes() == v)
-        }),
-        _ => None,
-    };
+    let sticky = sticky_member(pool, req);
     let side = ClientSide {
         peer: c.peer,
         tls: c.stream.is_tls(),
@@ -641,12 +613,7 @@ pub(super) async fn from_http1(
     let reframe = resp.head.framing == Framing::Close;
     let chunked_out = reframe && client_11;
     let close = !req.head.keep_alive || (reframe && !client_11) || ctx.draining();
-    let cookie = match &pool.persistence {
-        Some(Persist::Cookie(name)) if sticky != Some(i) => {
-            Some(format!("{name}={}; Path=/; HttpOnly", m.cookie_id))
-        }
-        _ => None,
-    };
+    let cookie = persistence_cookie(pool, m, sticky != Some(i));
     let mut stage = Vec::with_capacity(1024);
     forward::response_head(
         &mut stage,

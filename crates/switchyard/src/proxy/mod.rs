@@ -571,6 +571,56 @@ async fn discard_body(c: &mut Client, framing: Framing, st: &Settings) -> bool {
         .is_ok()
 }
 
+/// The member a persistence cookie in the request names.
+fn sticky_member(pool: &Pool, req: &Request) -> Option<usize> {
+    match &pool.persistence {
+        Some(Persist::Cookie(name)) => route::cookie(req, name).and_then(|v| {
+            pool.members
+                .iter()
+                .position(|m| m.cookie_id.as_bytes() == v)
+        }),
+        _ => None,
+    }
+}
+
+/// The Set-Cookie value that pins a client to `m`, when the pool persists
+/// by cookie and the request was not already pinned there (`set`).
+fn persistence_cookie(pool: &Pool, m: &Member, set: bool) -> Option<String> {
+    match &pool.persistence {
+        Some(Persist::Cookie(name)) if set => {
+            Some(format!("{name}={}; Path=/; HttpOnly", m.cookie_id))
+        }
+        _ => None,
+    }
+}
+
+/// A failed connect to a member: counted, fed to passive health and
+/// logged; returns what the client gets if no other member takes over.
+fn connect_failed(
+    vs: &VServer,
+    pool: &Pool,
+    m: &Member,
+    e: &ConnectError,
+    what: &str,
+) -> (u16, String) {
+    stats::inc(&m.counters.local().connect_failures);
+    passive_result(pool, m, true);
+    log::warn(format_args!(
+        "vserver {}: member {}: {what}connect failed: {e}",
+        vs.name,
+        m.label(&pool.name)
+    ));
+    let status = if matches!(e, ConnectError::Timeout) {
+        504
+    } else {
+        502
+    };
+    (
+        status,
+        format!("could not connect to a server of pool \"{}\"", pool.name),
+    )
+}
+
 /// Counts a request in flight to a member for as long as it lives.
 struct Inflight<'a>(&'a MemberState);
 
@@ -652,14 +702,7 @@ async fn proxy_request(
     let pc = pool.counters.local();
     stats::inc(&pc.requests);
     let hash = request_hash(pool, req, c.peer.ip());
-    let sticky = match &pool.persistence {
-        Some(Persist::Cookie(name)) => route::cookie(req, name).and_then(|v| {
-            pool.members
-                .iter()
-                .position(|m| m.cookie_id.as_bytes() == v)
-        }),
-        _ => None,
-    };
+    let sticky = sticky_member(pool, req);
     let has_body = req.head.framing != Framing::None;
     let replayable = !has_body && req.method.idempotent();
     let mut tried = Tried::default();
@@ -706,21 +749,9 @@ async fn proxy_request(
             {
                 Ok(u) => u,
                 Err(e) => {
-                    stats::inc(&mc.connect_failures);
-                    passive_result(pool, m, true);
-                    // "connect failed: TLS handshake failed: certificate
+                    // Logs "connect failed: TLS handshake failed: certificate
                     // verification failed: UnknownIssuer" and the like.
-                    log::warn(format_args!(
-                        "vserver {}: member {}: connect failed: {e}",
-                        vs.name,
-                        m.label(&pool.name)
-                    ));
-                    let status = if matches!(e, ConnectError::Timeout) {
-                        504
-                    } else {
-                        502
-                    };
-                    let why = format!("could not connect to a server of pool \"{}\"", pool.name);
+                    let (status, why) = connect_failed(vs, pool, m, &e, "");
                     // Nothing was sent: any method may go to another member.
                     if retries_left > 0 {
                         retries_left -= 1;
@@ -973,12 +1004,7 @@ async fn forward_response(
         keep_alive_10: !client_11 && !close,
         upgrade,
     };
-    let cookie = match (&pool.persistence, set_cookie) {
-        (Some(Persist::Cookie(name)), true) => {
-            Some(format!("{name}={}; Path=/; HttpOnly", m.cookie_id))
-        }
-        _ => None,
-    };
+    let cookie = persistence_cookie(pool, m, set_cookie);
     stage.clear();
     forward::response_head(
         &mut stage,
