@@ -35,9 +35,9 @@ use super::forward::{self, ClientFraming, Forwarding};
 use super::h2_upstream;
 use super::upstream;
 use super::{
-    connect_failed, hsts, https_location, passive_result, persistence_cookie, read_head,
-    request_hash, route, sticky_member, ClientStream, ConnGuard, Inflight, ReadHead, WorkerCtx,
-    UPSTREAM_READ,
+    connect_failed, head_read_failure, hsts, https_location, member_response_failed,
+    passive_result, persistence_cookie, read_head, request_hash, route, sticky_member,
+    ClientStream, ConnGuard, Inflight, WorkerCtx, UPSTREAM_READ,
 };
 use crate::balance::Tried;
 use crate::clock::now_ms;
@@ -953,38 +953,13 @@ async fn proxy(
                     Ok(r) => break Ok(r),
                     Err(e) => break Err((502, e.reason, false)),
                 },
-                Err(ReadHead::Bad(e)) => break Err((502, e.reason, false)),
-                Err(ReadHead::Timeout { .. }) => {
-                    break Err((504, "the server did not answer in time", true))
-                }
-                Err(ReadHead::Closed { partial }) => {
-                    break Err((
-                        502,
-                        if partial {
-                            "the server closed the connection mid-response"
-                        } else {
-                            "the server closed the connection without answering"
-                        },
-                        false,
-                    ))
-                }
+                Err(e) => break Err(head_read_failure(e)),
             }
         };
         match resp {
             Ok(r) => break (i, up, r, inflight),
             Err((status, why, timeout)) => {
-                let no_response_byte =
-                    up.buf.is_empty() && status == 502 && why.contains("without answering");
-                if timeout {
-                    stats::inc(&mc.response_timeouts);
-                } else if no_response_byte {
-                    stats::inc(&mc.resets);
-                } else {
-                    stats::inc(&mc.bad_responses);
-                }
-                if !(no_response_byte && up.reused) {
-                    passive_result(pool, m, true);
-                }
+                let no_response_byte = member_response_failed(pool, m, &up, why, timeout);
                 if no_response_byte && replayable && retries_left > 0 {
                     retries_left -= 1;
                     if up.reused {

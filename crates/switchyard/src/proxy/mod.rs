@@ -621,6 +621,40 @@ fn connect_failed(
     )
 }
 
+const NO_ANSWER: &str = "the server closed the connection without answering";
+
+/// What a failed read of a member's response head means for the client:
+/// (status, why, timed out).
+fn head_read_failure(e: ReadHead) -> (u16, &'static str, bool) {
+    match e {
+        ReadHead::Bad(e) => (502, e.reason, false),
+        ReadHead::Timeout { .. } => (504, "the server did not answer in time", true),
+        ReadHead::Closed { partial: true } => {
+            (502, "the server closed the connection mid-response", false)
+        }
+        ReadHead::Closed { partial: false } => (502, NO_ANSWER, false),
+    }
+}
+
+/// Counts a member's failed response and feeds passive health. True when
+/// not a byte came back: a request without side effects may go again.
+fn member_response_failed(pool: &Pool, m: &Member, up: &UpConn, why: &str, timeout: bool) -> bool {
+    let mc = m.counters.local();
+    let no_response_byte = up.buf.is_empty() && why == NO_ANSWER;
+    if timeout {
+        stats::inc(&mc.response_timeouts);
+    } else if no_response_byte {
+        stats::inc(&mc.resets);
+    } else {
+        stats::inc(&mc.bad_responses);
+    }
+    // A stale reused connection is not the member's fault.
+    if !(no_response_byte && up.reused) {
+        passive_result(pool, m, true);
+    }
+    no_response_byte
+}
+
 /// Counts a request in flight to a member for as long as it lives.
 struct Inflight<'a>(&'a MemberState);
 
@@ -887,39 +921,13 @@ async fn proxy_request(
                     Ok(r) => break Ok(r),
                     Err(e) => break Err((502, e.reason, false)),
                 },
-                Err(ReadHead::Bad(e)) => break Err((502, e.reason, false)),
-                Err(ReadHead::Timeout { .. }) => {
-                    break Err((504, "the server did not answer in time", true))
-                }
-                Err(ReadHead::Closed { partial }) => {
-                    break Err((
-                        502,
-                        if partial {
-                            "the server closed the connection mid-response"
-                        } else {
-                            "the server closed the connection without answering"
-                        },
-                        false,
-                    ))
-                }
+                Err(e) => break Err(head_read_failure(e)),
             }
         };
         match resp {
             Ok(r) => break (i, up, r, inflight),
             Err((status, why, timeout)) => {
-                let no_response_byte =
-                    up.buf.is_empty() && status == 502 && why.contains("without answering");
-                if timeout {
-                    stats::inc(&mc.response_timeouts);
-                } else if no_response_byte {
-                    stats::inc(&mc.resets);
-                } else {
-                    stats::inc(&mc.bad_responses);
-                }
-                // A stale reused connection is not the member's fault.
-                if !(no_response_byte && up.reused) {
-                    passive_result(pool, m, true);
-                }
+                let no_response_byte = member_response_failed(pool, m, &up, why, timeout);
                 if no_response_byte && replayable && retries_left > 0 {
                     retries_left -= 1;
                     if up.reused {
