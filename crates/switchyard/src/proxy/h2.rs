@@ -718,7 +718,7 @@ fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
 /// turned into an HTTP/2 one: the status and the fields, minus those
 /// HTTP/2 forbids. None when a field is not valid HTTP/2.
 pub(super) fn h2_head(h1: &[u8]) -> Option<(http::Response<()>, usize)> {
-    let mut fields = [httparse::EMPTY_HEADER; 128];
+    let mut fields = [httparse::EMPTY_HEADER; head::MAX_HEADERS_CAP];
     let mut r = httparse::Response::new(&mut fields);
     let httparse::Status::Complete(len) = r.parse(h1).ok()? else {
         return None;
