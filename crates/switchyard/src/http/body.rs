@@ -95,6 +95,30 @@ impl<'a, W: AsyncWrite + Unpin> Out<'a, W> {
     }
 }
 
+/// `transfer` into `dst` through `stage`, then flushed: the whole body
+/// delivered. Also says whether anything reached `dst` (`Out::written`):
+/// until then an error can still be answered cleanly.
+pub async fn deliver<R, W>(
+    src: &mut R,
+    inbuf: &mut BytesMut,
+    framing: Framing,
+    dst: &mut W,
+    stage: &mut Vec<u8>,
+    chunked_out: bool,
+    timeout: Duration,
+) -> (Result<u64, BodyError>, bool)
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut out = Out::new(dst, stage);
+    let r = match transfer(src, inbuf, framing, &mut out, chunked_out, timeout).await {
+        Ok(n) => out.flush().await.map(|_| n),
+        Err(e) => Err(e),
+    };
+    (r, out.written)
+}
+
 /// Moves one body from `src` (whose already-read bytes are in `inbuf`) to
 /// `out`. `chunked_out` re-frames the body as chunked (used for chunked and
 /// close-delimited input going to an HTTP/1.1 peer). Returns payload bytes.

@@ -42,7 +42,7 @@ use super::{
 use crate::balance::Tried;
 use crate::clock::now_ms;
 use crate::config::snapshot::{Action, Http2Settings, Pool, Settings, UpstreamProtocol, VServer};
-use crate::http::body::{self, BodyError, Out};
+use crate::http::body::{self, BodyError};
 use crate::http::head::{self, Framing, Method, Request};
 use crate::http::responses;
 use crate::log;
@@ -608,27 +608,21 @@ async fn stream_task(
             st,
         )
         .await;
-        vs.latency
-            .local()
-            .record(started.elapsed().as_micros() as u64);
-        return;
+    } else {
+        let body = H2Body::new(body);
+        proxy(
+            &ctx,
+            &conn,
+            &vs,
+            &pool,
+            &req,
+            &decision,
+            body,
+            &mut respond,
+            st,
+        )
+        .await;
     }
-    let body = H2Body {
-        recv: body,
-        chunk: Bytes::new(),
-    };
-    proxy(
-        &ctx,
-        &conn,
-        &vs,
-        &pool,
-        &req,
-        &decision,
-        body,
-        &mut respond,
-        st,
-    )
-    .await;
     vs.latency
         .local()
         .record(started.elapsed().as_micros() as u64);
@@ -869,22 +863,17 @@ async fn proxy(
             );
         }
         let head_len = stage.len() as u64;
-        let sent = {
-            let mut out = Out::new(&mut up.stream, &mut stage);
-            let r = body::transfer(
-                &mut body,
-                &mut body_buf,
-                src_framing,
-                &mut out,
-                req.head.framing == Framing::Chunked,
-                Duration::from_millis(st.client_body_ms),
-            )
-            .await;
-            match r {
-                Ok(n) => out.flush().await.map(|_| n),
-                Err(e) => Err(e),
-            }
-        };
+        let sent = body::deliver(
+            &mut body,
+            &mut body_buf,
+            src_framing,
+            &mut up.stream,
+            &mut stage,
+            req.head.framing == Framing::Chunked,
+            Duration::from_millis(st.client_body_ms),
+        )
+        .await
+        .0;
         match sent {
             Ok(n) => {
                 stats::add(&mc.bytes_out, head_len + n);
@@ -1014,22 +1003,17 @@ async fn proxy(
     if !end {
         let mut w = H2Writer { send };
         stage.clear();
-        let r = {
-            let mut out = Out::new(&mut w, &mut stage);
-            match body::transfer(
-                &mut up.stream,
-                &mut up.buf,
-                resp.head.framing,
-                &mut out,
-                false,
-                Duration::from_millis(st.upstream_response_ms),
-            )
-            .await
-            {
-                Ok(n) => out.flush().await.map(|_| n),
-                Err(e) => Err(e),
-            }
-        };
+        let r = body::deliver(
+            &mut up.stream,
+            &mut up.buf,
+            resp.head.framing,
+            &mut w,
+            &mut stage,
+            false,
+            Duration::from_millis(st.upstream_response_ms),
+        )
+        .await
+        .0;
         match r {
             Ok(n) => {
                 stats::add(&vc.bytes_out, n);

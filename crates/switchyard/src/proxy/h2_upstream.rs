@@ -28,7 +28,7 @@ use super::{
 use crate::balance::Tried;
 use crate::clock::now_ms;
 use crate::config::snapshot::{Member, Pool, Settings, VServer};
-use crate::http::body::{self, BodyError, Out};
+use crate::http::body::{self, BodyError};
 use crate::http::head::Framing;
 use crate::http::head::{self, Method, Request};
 use crate::http::responses;
@@ -521,22 +521,17 @@ pub(super) async fn from_http1(
         }
         let mut w = super::h2::H2Writer { send: up_send };
         let mut stage = Vec::new();
-        let sent = {
-            let mut out = Out::new(&mut w, &mut stage);
-            match body::transfer(
-                &mut c.stream,
-                &mut c.buf,
-                req.head.framing,
-                &mut out,
-                false,
-                Duration::from_millis(st.client_body_ms),
-            )
-            .await
-            {
-                Ok(n) => out.flush().await.map(|_| n),
-                Err(e) => Err(e),
-            }
-        };
+        let sent = body::deliver(
+            &mut c.stream,
+            &mut c.buf,
+            req.head.framing,
+            &mut w,
+            &mut stage,
+            false,
+            Duration::from_millis(st.client_body_ms),
+        )
+        .await
+        .0;
         match sent {
             Ok(n) => {
                 stats::add(&vc.bytes_in, n);
@@ -630,22 +625,17 @@ pub(super) async fn from_http1(
     let head_len = stage.len() as u64;
     let mut src = super::h2::H2Body::new(up_body);
     let mut inbuf = bytes::BytesMut::new();
-    let r = {
-        let mut out = Out::new(&mut c.stream, &mut stage);
-        match body::transfer(
-            &mut src,
-            &mut inbuf,
-            resp.head.framing,
-            &mut out,
-            chunked_out,
-            Duration::from_millis(st.upstream_response_ms),
-        )
-        .await
-        {
-            Ok(n) => out.flush().await.map(|_| n),
-            Err(e) => Err(e),
-        }
-    };
+    let r = body::deliver(
+        &mut src,
+        &mut inbuf,
+        resp.head.framing,
+        &mut c.stream,
+        &mut stage,
+        chunked_out,
+        Duration::from_millis(st.upstream_response_ms),
+    )
+    .await
+    .0;
     match r {
         Ok(n) => {
             stats::add(&vc.bytes_out, head_len + n);

@@ -830,22 +830,17 @@ async fn proxy_request(
             }
             continue_sent = true;
         }
-        let sent = {
-            let mut out = Out::new(&mut up.stream, &mut stage);
-            let r = body::transfer(
-                &mut c.stream,
-                &mut c.buf,
-                req.head.framing,
-                &mut out,
-                req.head.framing == Framing::Chunked,
-                Duration::from_millis(st.client_body_ms),
-            )
-            .await;
-            match r {
-                Ok(n) => out.flush().await.map(|_| n),
-                Err(e) => Err(e),
-            }
-        };
+        let sent = body::deliver(
+            &mut c.stream,
+            &mut c.buf,
+            req.head.framing,
+            &mut up.stream,
+            &mut stage,
+            req.head.framing == Framing::Chunked,
+            Duration::from_millis(st.client_body_ms),
+        )
+        .await
+        .0;
         match sent {
             Ok(n) => {
                 stats::add(&mc.bytes_out, head_len + n);
@@ -1040,23 +1035,16 @@ async fn forward_response(
         return Next::Close;
     }
 
-    let (r, written) = {
-        let mut out = Out::new(&mut c.stream, &mut stage);
-        let r = match body::transfer(
-            &mut up.stream,
-            &mut up.buf,
-            resp.head.framing,
-            &mut out,
-            chunked_out,
-            Duration::from_millis(st.upstream_response_ms),
-        )
-        .await
-        {
-            Ok(n) => out.flush().await.map(|_| n),
-            Err(e) => Err(e),
-        };
-        (r, out.written)
-    };
+    let (r, written) = body::deliver(
+        &mut up.stream,
+        &mut up.buf,
+        resp.head.framing,
+        &mut c.stream,
+        &mut stage,
+        chunked_out,
+        Duration::from_millis(st.upstream_response_ms),
+    )
+    .await;
     match r {
         Ok(n) => {
             stats::add(&vc.bytes_out, head_len + n);
