@@ -13,9 +13,9 @@ fn run(input: &[u8], chunked_out: bool) -> Option<Vec<u8>> {
         let mut inbuf = bytes::BytesMut::new();
         let mut dst = Vec::new();
         let mut stage = Vec::new();
-        let mut out = Out::new(&mut dst, &mut stage);
-        let r = transfer(&mut src, &mut inbuf, Framing::Chunked, &mut out, chunked_out, Duration::from_secs(1)).await;
-        out.flush().await.ok()?;
+        let mut out = Out::new(&mut dst, &mut stage, chunked_out);
+        let r = transfer(&mut src, &mut inbuf, Framing::Chunked, &mut out, Duration::from_secs(1)).await;
+        out.flush_out().await.ok()?;
         r.ok()?;
         Some(dst)
     })

@@ -9,7 +9,7 @@ use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::http::body::{self, Out};
+use crate::http::body;
 use crate::http::head::{parse_request, HeadScanner};
 use crate::http::responses;
 
@@ -141,15 +141,11 @@ async fn origin_conn(n: usize, addr: SocketAddr, mut s: TcpStream) {
         let Ok(req) = parse_request(head, 100) else {
             return;
         };
-        let mut sink = tokio::io::sink();
-        let mut stage = Vec::new();
-        let mut out = Out::new(&mut sink, &mut stage);
         if body::transfer(
             &mut s,
             &mut buf,
             req.head.framing,
-            &mut out,
-            false,
+            &mut body::Discard,
             Duration::from_secs(30),
         )
         .await

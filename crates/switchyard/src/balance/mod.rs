@@ -8,6 +8,7 @@
 //! traffic, so nothing on the pick path is shared but the in-flight counts.
 
 mod maglev;
+pub mod persist;
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};

@@ -10,6 +10,8 @@
 //! checks run over TLS with the pool's client config (HAProxy's
 //! `check-ssl`): a member whose certificate does not verify is down.
 
+pub mod passive;
+
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;

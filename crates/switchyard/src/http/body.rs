@@ -12,7 +12,7 @@ use std::time::Duration;
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::head::Framing;
+use super::message::{Fields, Framing};
 
 /// Staging is flushed once it holds this much.
 const STAGE_MAX: usize = 64 * 1024;
@@ -32,6 +32,8 @@ pub enum BodyError {
     Write(io::Error),
     /// The body's framing is invalid (bad chunk size, missing CRLF...).
     Framing(&'static str),
+    /// A body hook stopped the transfer (it answers the client itself).
+    Refused,
 }
 
 /// Reads more bytes into `buf`; Ok(0) on EOF.
@@ -50,25 +52,64 @@ pub async fn read_more<R: AsyncRead + Unpin>(
     }
 }
 
-/// Output side of a transfer: a staging buffer in front of the writer.
+/// Where a de-framed body goes: the framing of the receiving side (HTTP/1
+/// raw or chunked, HTTP/2 DATA frames), or a body filter in front of it.
+/// Statically dispatched; one per transfer.
+#[allow(async_fn_in_trait)] // single-threaded workers: no Send bound wanted
+pub trait Sink {
+    /// Takes the next piece of the body's payload.
+    async fn data(&mut self, bytes: &[u8]) -> Result<(), BodyError>;
+    /// The source is about to wait for input: push out what is staged so
+    /// the receiver is not kept waiting behind our buffer.
+    async fn flush(&mut self) -> Result<(), BodyError>;
+    /// The body is complete, with its trailer fields if it had any.
+    async fn end(&mut self, trailers: Option<&Fields>) -> Result<(), BodyError>;
+    /// Whether anything reached the receiver yet: until then an error can
+    /// still be answered cleanly instead of cutting the connection.
+    fn written(&self) -> bool;
+    /// The body failed after something was written: tell the receiver the
+    /// message is cut short, where the protocol can (an HTTP/2 reset).
+    fn abort(&mut self) {}
+}
+
+impl<S: Sink> Sink for &mut S {
+    async fn data(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
+        (**self).data(bytes).await
+    }
+    async fn flush(&mut self) -> Result<(), BodyError> {
+        (**self).flush().await
+    }
+    async fn end(&mut self, trailers: Option<&Fields>) -> Result<(), BodyError> {
+        (**self).end(trailers).await
+    }
+    fn written(&self) -> bool {
+        (**self).written()
+    }
+    fn abort(&mut self) {
+        (**self).abort()
+    }
+}
+
+/// HTTP/1 output: a staging buffer in front of the writer, raw or chunked.
 pub struct Out<'a, W> {
     pub dst: &'a mut W,
     pub stage: &'a mut Vec<u8>,
-    /// Whether anything reached the writer yet: until then an error can
-    /// still be answered cleanly instead of cutting the connection.
+    /// Re-frame as chunked (a body without a length going to HTTP/1.1).
+    pub chunked: bool,
     pub written: bool,
 }
 
 impl<'a, W: AsyncWrite + Unpin> Out<'a, W> {
-    pub fn new(dst: &'a mut W, stage: &'a mut Vec<u8>) -> Self {
+    pub fn new(dst: &'a mut W, stage: &'a mut Vec<u8>, chunked: bool) -> Self {
         Out {
             dst,
             stage,
+            chunked,
             written: false,
         }
     }
 
-    pub async fn flush(&mut self) -> Result<(), BodyError> {
+    pub async fn flush_out(&mut self) -> Result<(), BodyError> {
         if !self.stage.is_empty() {
             self.written = true;
             self.dst
@@ -89,58 +130,121 @@ impl<'a, W: AsyncWrite + Unpin> Out<'a, W> {
             self.stage.extend_from_slice(data);
             return Ok(());
         }
-        self.flush().await?;
+        self.flush_out().await?;
         self.written = true;
         self.dst.write_all(data).await.map_err(BodyError::Write)
     }
 }
 
-/// `transfer` into `dst` through `stage`, then flushed: the whole body
-/// delivered. Also says whether anything reached `dst` (`Out::written`):
-/// until then an error can still be answered cleanly.
-pub async fn deliver<R, W>(
+impl<W: AsyncWrite + Unpin> Sink for Out<'_, W> {
+    async fn data(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        if self.chunked {
+            let mut line = [0u8; 18];
+            let n = hex_line(bytes.len() as u64, &mut line);
+            self.emit(&line[..n]).await?;
+            self.emit(bytes).await?;
+            self.emit(b"\r\n").await
+        } else {
+            self.emit(bytes).await
+        }
+    }
+
+    async fn flush(&mut self) -> Result<(), BodyError> {
+        self.flush_out().await
+    }
+
+    async fn end(&mut self, trailers: Option<&Fields>) -> Result<(), BodyError> {
+        if self.chunked {
+            self.emit(b"0\r\n").await?;
+            for (n, v) in trailers.iter().flat_map(|t| t.iter()) {
+                self.emit(n).await?;
+                self.emit(b": ").await?;
+                self.emit(v).await?;
+                self.emit(b"\r\n").await?;
+            }
+            self.emit(b"\r\n").await?;
+        }
+        Ok(())
+    }
+
+    fn written(&self) -> bool {
+        self.written
+    }
+}
+
+/// "HEX\r\n" for a chunk of `n` bytes.
+fn hex_line(n: u64, out: &mut [u8; 18]) -> usize {
+    let digits = (64 - n.leading_zeros()).div_ceil(4).max(1) as usize;
+    for (i, o) in out.iter_mut().take(digits).enumerate() {
+        let d = ((n >> (4 * (digits - 1 - i))) & 0xf) as u8;
+        *o = if d < 10 { b'0' + d } else { b'a' + d - 10 };
+    }
+    out[digits] = b'\r';
+    out[digits + 1] = b'\n';
+    digits + 2
+}
+
+/// Reads and drops a body (a request answered locally).
+pub struct Discard;
+
+impl Sink for Discard {
+    async fn data(&mut self, _: &[u8]) -> Result<(), BodyError> {
+        Ok(())
+    }
+    async fn flush(&mut self) -> Result<(), BodyError> {
+        Ok(())
+    }
+    async fn end(&mut self, _: Option<&Fields>) -> Result<(), BodyError> {
+        Ok(())
+    }
+    fn written(&self) -> bool {
+        false
+    }
+}
+
+/// `transfer`, then the sink flushed: the whole body delivered. Also says
+/// whether anything reached the receiver (`Sink::written`).
+pub async fn deliver<R, S>(
     src: &mut R,
     inbuf: &mut BytesMut,
     framing: Framing,
-    dst: &mut W,
-    stage: &mut Vec<u8>,
-    chunked_out: bool,
+    sink: &mut S,
     timeout: Duration,
 ) -> (Result<u64, BodyError>, bool)
 where
     R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    S: Sink,
 {
-    let mut out = Out::new(dst, stage);
-    let r = match transfer(src, inbuf, framing, &mut out, chunked_out, timeout).await {
-        Ok(n) => out.flush().await.map(|_| n),
+    let r = match transfer(src, inbuf, framing, sink, timeout).await {
+        Ok(n) => sink.flush().await.map(|_| n),
         Err(e) => Err(e),
     };
-    (r, out.written)
+    (r, sink.written())
 }
 
-/// Moves one body from `src` (whose already-read bytes are in `inbuf`) to
-/// `out`. `chunked_out` re-frames the body as chunked (used for chunked and
-/// close-delimited input going to an HTTP/1.1 peer). Returns payload bytes.
-/// Leaves bytes after the body in `inbuf` (a pipelined request) and may
-/// leave output staged: the caller flushes.
-pub async fn transfer<R, W>(
+/// Moves one HTTP/1 body from `src` (whose already-read bytes are in
+/// `inbuf`) into `sink`, de-framed, then ends the sink. Returns payload
+/// bytes. Leaves bytes after the body in `inbuf` (a pipelined request) and
+/// may leave output staged: the caller flushes.
+pub async fn transfer<R, S>(
     src: &mut R,
     inbuf: &mut BytesMut,
     framing: Framing,
-    out: &mut Out<'_, W>,
-    chunked_out: bool,
+    out: &mut S,
     timeout: Duration,
 ) -> Result<u64, BodyError>
 where
     R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    S: Sink,
 {
-    match framing {
-        Framing::None => Ok(0),
+    let n = match framing {
+        Framing::None => 0,
         Framing::Length(n) => {
             copy_exact(src, inbuf, n, out, timeout).await?;
-            Ok(n)
+            n
         }
         Framing::Close => {
             let mut total = 0u64;
@@ -153,33 +257,26 @@ where
                 }
                 let data = inbuf.split();
                 total += data.len() as u64;
-                if chunked_out {
-                    out.emit(format!("{:x}\r\n", data.len()).as_bytes()).await?;
-                    out.emit(&data).await?;
-                    out.emit(b"\r\n").await?;
-                } else {
-                    out.emit(&data).await?;
-                }
+                out.data(&data).await?;
             }
-            if chunked_out {
-                out.emit(b"0\r\n\r\n").await?;
-            }
-            Ok(total)
+            total
         }
-        Framing::Chunked => copy_chunked(src, inbuf, out, chunked_out, timeout).await,
-    }
+        Framing::Chunked => return copy_chunked(src, inbuf, out, timeout).await,
+    };
+    out.end(None).await?;
+    Ok(n)
 }
 
-async fn copy_exact<R, W>(
+async fn copy_exact<R, S>(
     src: &mut R,
     inbuf: &mut BytesMut,
     mut remaining: u64,
-    out: &mut Out<'_, W>,
+    out: &mut S,
     timeout: Duration,
 ) -> Result<(), BodyError>
 where
     R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    S: Sink,
 {
     while remaining > 0 {
         if inbuf.is_empty() {
@@ -189,7 +286,7 @@ where
             }
         }
         let take = (inbuf.len() as u64).min(remaining) as usize;
-        out.emit(&inbuf[..take]).await?;
+        out.data(&inbuf[..take]).await?;
         inbuf.advance(take);
         remaining -= take as u64;
     }
@@ -197,16 +294,16 @@ where
 }
 
 /// Waits until `inbuf` holds a full line; returns its length without CRLF.
-async fn line<R, W>(
+async fn line<R, S>(
     src: &mut R,
     inbuf: &mut BytesMut,
-    out: &mut Out<'_, W>,
+    out: &mut S,
     timeout: Duration,
     max: usize,
 ) -> Result<usize, BodyError>
 where
     R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    S: Sink,
 {
     let mut from = 0;
     loop {
@@ -226,6 +323,16 @@ where
             return Err(BodyError::Truncated);
         }
     }
+}
+
+fn trim(mut v: &[u8]) -> &[u8] {
+    while let [b' ' | b'\t', rest @ ..] = v {
+        v = rest;
+    }
+    while let [rest @ .., b' ' | b'\t'] = v {
+        v = rest;
+    }
+    v
 }
 
 /// Parses "HEX[ext]" strictly.
@@ -256,16 +363,15 @@ fn chunk_size(line: &[u8]) -> Result<u64, BodyError> {
     u64::from_str_radix(s, 16).map_err(|_| BodyError::Framing("invalid chunk size"))
 }
 
-async fn copy_chunked<R, W>(
+async fn copy_chunked<R, S>(
     src: &mut R,
     inbuf: &mut BytesMut,
-    out: &mut Out<'_, W>,
-    chunked_out: bool,
+    out: &mut S,
     timeout: Duration,
 ) -> Result<u64, BodyError>
 where
     R: AsyncRead + Unpin,
-    W: AsyncWrite + Unpin,
+    S: Sink,
 {
     let mut total = 0u64;
     loop {
@@ -278,9 +384,6 @@ where
         total = total
             .checked_add(size)
             .ok_or(BodyError::Framing("body too large"))?;
-        if chunked_out {
-            out.emit(format!("{size:x}\r\n").as_bytes()).await?;
-        }
         copy_exact(src, inbuf, size, out, timeout).await?;
         while inbuf.len() < 2 {
             out.flush().await?;
@@ -292,12 +395,10 @@ where
             return Err(BodyError::Framing("chunk data not followed by CRLF"));
         }
         inbuf.advance(2);
-        if chunked_out {
-            out.emit(b"\r\n").await?;
-        }
     }
     // Trailer section: header-like lines up to an empty line.
-    let mut trailers = Vec::new();
+    let mut trailers: Option<Fields> = None;
+    let mut trailer_bytes = 0;
     loop {
         let n = line(src, inbuf, out, timeout, MAX_TRAILERS).await?;
         if n == 0 {
@@ -320,17 +421,16 @@ where
         {
             return Err(BodyError::Framing("invalid trailer field"));
         }
-        trailers.extend_from_slice(&inbuf[..n + 2]);
-        if trailers.len() > MAX_TRAILERS {
+        trailers
+            .get_or_insert_with(Fields::default)
+            .append(&l[..colon], trim(&l[colon + 1..]));
+        trailer_bytes += n + 2;
+        if trailer_bytes > MAX_TRAILERS {
             return Err(BodyError::Framing("trailer section too large"));
         }
         inbuf.advance(n + 2);
     }
-    if chunked_out {
-        out.emit(b"0\r\n").await?;
-        out.emit(&trailers).await?;
-        out.emit(b"\r\n").await?;
-    }
+    out.end(trailers.as_ref()).await?;
     Ok(total)
 }
 
@@ -347,17 +447,16 @@ mod tests {
         let mut inbuf = BytesMut::new();
         let mut dst = Vec::new();
         let mut stage = Vec::new();
-        let mut out = Out::new(&mut dst, &mut stage);
+        let mut out = Out::new(&mut dst, &mut stage, chunked_out);
         let r = transfer(
             &mut src,
             &mut inbuf,
             framing,
             &mut out,
-            chunked_out,
             Duration::from_secs(1),
         )
         .await;
-        let _ = out.flush().await;
+        let _ = out.flush_out().await;
         (r, dst, inbuf)
     }
 

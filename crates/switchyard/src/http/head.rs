@@ -6,8 +6,6 @@
 //! obs-fold, whitespace before the colon, bad tokens) is refused here, so an
 //! ambiguous message is never forwarded.
 
-use std::ops::Range;
-
 use bytes::Bytes;
 
 /// Why a head was refused; `status` is what a client gets.
@@ -25,6 +23,14 @@ const fn bad(reason: &'static str) -> HeadError {
 }
 
 pub const MAX_HEADERS_CAP: usize = 256;
+
+/// The size limits a request head must keep (`[limits]`).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub max_request_line: usize,
+    pub max_header_bytes: usize,
+    pub max_headers: usize,
+}
 
 /// Incremental scan for the end of a head. Keeps its position between calls
 /// so a slow client costs O(n) in total, not O(n^2).
@@ -113,178 +119,22 @@ impl HeadScanner {
     }
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Framing {
-    /// No body.
-    None,
-    Length(u64),
-    Chunked,
-    /// Body runs until the sender closes (responses only).
-    Close,
-}
-
-#[derive(Debug, Clone)]
-pub struct Header {
-    pub name: Range<u32>,
-    pub value: Range<u32>,
-}
-
-/// Parsed head; every slice is a range into `raw`.
-#[derive(Debug, Clone)]
-pub struct Head {
-    pub raw: Bytes,
-    pub headers: Vec<Header>,
-    /// 0 for HTTP/1.0, 1 for HTTP/1.1.
-    pub minor: u8,
-    pub framing: Framing,
-    /// The sender wants the connection kept open.
-    pub keep_alive: bool,
-    /// Connection: upgrade with an Upgrade field.
-    pub upgrade: bool,
-    /// Tokens listed in Connection (lower case), hop-by-hop by definition.
-    pub connection_tokens: Vec<String>,
-}
-
-impl Head {
-    #[inline]
-    pub fn slice(&self, r: &Range<u32>) -> &[u8] {
-        &self.raw[r.start as usize..r.end as usize]
-    }
-
-    pub fn name(&self, h: &Header) -> &[u8] {
-        self.slice(&h.name)
-    }
-
-    pub fn value(&self, h: &Header) -> &[u8] {
-        self.slice(&h.value)
-    }
-
-    /// First value of a field, by lower-case name.
-    pub fn get(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|h| self.name(h).eq_ignore_ascii_case(name.as_bytes()))
-            .map(|h| self.value(h))
-    }
-
-    pub fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
-        self.headers
-            .iter()
-            .filter(move |h| self.name(h).eq_ignore_ascii_case(name.as_bytes()))
-            .map(|h| self.value(h))
-    }
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Method {
-    Get,
-    Head,
-    Post,
-    Put,
-    Delete,
-    Options,
-    Trace,
-    Connect,
-    Patch,
-    Other,
-}
-
-impl Method {
-    fn parse(m: &str) -> Method {
-        match m {
-            "GET" => Method::Get,
-            "HEAD" => Method::Head,
-            "POST" => Method::Post,
-            "PUT" => Method::Put,
-            "DELETE" => Method::Delete,
-            "OPTIONS" => Method::Options,
-            "TRACE" => Method::Trace,
-            "CONNECT" => Method::Connect,
-            "PATCH" => Method::Patch,
-            _ => Method::Other,
-        }
-    }
-
-    /// RFC 9110 9.2.2: safe to send again after a failure.
-    pub fn idempotent(self) -> bool {
-        matches!(
-            self,
-            Method::Get
-                | Method::Head
-                | Method::Put
-                | Method::Delete
-                | Method::Options
-                | Method::Trace
-        )
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Request {
-    pub head: Head,
-    pub method: Method,
-    pub method_raw: Range<u32>,
-    /// Origin-form target (path and query) or "*".
-    pub path: Range<u32>,
-    /// Authority: from an absolute-form target, else the Host field.
-    pub host: Option<Range<u32>>,
-    pub expect_continue: bool,
-}
-
-impl Request {
-    pub fn method_str(&self) -> &[u8] {
-        self.head.slice(&self.method_raw)
-    }
-    pub fn target(&self) -> &[u8] {
-        if self.path.is_empty() {
-            return b"/";
-        }
-        self.head.slice(&self.path)
-    }
-    /// Path without the query.
-    pub fn path_only(&self) -> &[u8] {
-        let t = self.target();
-        match t.iter().position(|b| *b == b'?') {
-            Some(i) => &t[..i],
-            None => t,
-        }
-    }
-    pub fn query(&self) -> Option<&[u8]> {
-        let t = self.target();
-        t.iter().position(|b| *b == b'?').map(|i| &t[i + 1..])
-    }
-    pub fn host(&self) -> Option<&[u8]> {
-        self.host.as_ref().map(|r| self.head.slice(r))
-    }
-    /// Host without a port, for matching.
-    pub fn host_name(&self) -> Option<&[u8]> {
-        let h = self.host()?;
-        if h.first() == Some(&b'[') {
-            return h.iter().position(|b| *b == b']').map(|i| &h[..=i]);
-        }
-        Some(match h.iter().rposition(|b| *b == b':') {
-            Some(i) => &h[..i],
-            None => h,
-        })
-    }
-}
-
-#[derive(Debug, Clone)]
-pub struct Response {
-    pub head: Head,
-    pub status: u16,
-    pub reason: Range<u32>,
-}
+pub use super::message::{is_hop_by_hop, Fields, Framing, Head, Method, Request, Response};
 
 /// Where `part` lies inside `base`. httparse may hand back a static empty
 /// string (a status line without a reason phrase): anything not inside
 /// `base` is the empty range.
-fn range_of(base: &[u8], part: &[u8]) -> Range<u32> {
+fn range_of(base: &[u8], part: &[u8]) -> (u32, u32) {
     let start = (part.as_ptr() as usize).wrapping_sub(base.as_ptr() as usize);
     if part.is_empty() || start > base.len() || start + part.len() > base.len() {
-        return 0..0;
+        return (0, 0);
     }
-    start as u32..(start + part.len()) as u32
+    (start as u32, (start + part.len()) as u32)
+}
+
+/// `raw[start..end]` as a shared slice (no copy).
+fn sub(raw: &Bytes, (a, b): (u32, u32)) -> Bytes {
+    raw.slice(a as usize..b as usize)
 }
 
 fn trim(mut v: &[u8]) -> &[u8] {
@@ -302,7 +152,7 @@ fn tokens(v: &[u8]) -> impl Iterator<Item = &[u8]> {
 }
 
 /// Parses a Content-Length value strictly: digits only, no list.
-fn parse_length(v: &[u8]) -> Option<u64> {
+pub(crate) fn parse_length(v: &[u8]) -> Option<u64> {
     if v.is_empty() || v.len() > 18 || !v.iter().all(u8::is_ascii_digit) {
         return None;
     }
@@ -310,7 +160,10 @@ fn parse_length(v: &[u8]) -> Option<u64> {
 }
 
 struct Common {
-    headers: Vec<Header>,
+    fields: Fields,
+    host: Option<(u32, u32)>,
+    host_count: u32,
+    expect: Option<(u32, u32)>,
     content_length: Option<u64>,
     /// The last transfer coding is chunked.
     te_chunked: bool,
@@ -326,9 +179,12 @@ struct Common {
     connection_tokens: Vec<String>,
 }
 
-fn common(raw: &[u8], parsed: &[httparse::Header]) -> Result<Common, HeadError> {
+fn common(raw: &Bytes, parsed: &[httparse::Header]) -> Result<Common, HeadError> {
     let mut c = Common {
-        headers: Vec::with_capacity(parsed.len()),
+        fields: Fields::over(raw.clone(), parsed.len() + 4),
+        host: None,
+        host_count: 0,
+        expect: None,
         content_length: None,
         te_chunked: false,
         te_valid: false,
@@ -374,11 +230,19 @@ fn common(raw: &[u8], parsed: &[httparse::Header]) -> Result<Common, HeadError> 
             }
         } else if name.eq_ignore_ascii_case(b"upgrade") {
             c.has_upgrade_field = true;
+        } else if name.eq_ignore_ascii_case(b"host") {
+            c.host_count += 1;
+            c.host = Some(range_of(raw, value));
+        } else if name.eq_ignore_ascii_case(b"expect") {
+            // The last one decides; any but 100-continue is refused.
+            if c.expect.is_none_or(|(a, b)| {
+                raw[a as usize..b as usize].eq_ignore_ascii_case(b"100-continue")
+            }) {
+                c.expect = Some(range_of(raw, value));
+            }
         }
-        c.headers.push(Header {
-            name: range_of(raw, name),
-            value: range_of(raw, value),
-        });
+        c.fields
+            .push_span(range_of(raw, name), range_of(raw, value));
     }
     c.te_valid = c.te_chunked && te_chunked_count == 1;
     c.te_other_codings = te_codings > 1;
@@ -439,29 +303,22 @@ pub fn parse_request(raw: Bytes, max_headers: usize) -> Result<Request, HeadErro
     }
     let minor = req.version.unwrap_or(1);
     let method_s = req.method.unwrap_or("");
-    let method = Method::parse(method_s);
-    let method_raw = range_of(&raw, method_s.as_bytes());
+    let method = Method::parse(method_s.as_bytes());
+    let method_raw = sub(&raw, range_of(&raw, method_s.as_bytes()));
     let target = req.path.unwrap_or("").as_bytes();
     let c = common(&raw, req.headers)?;
 
-    let mut host: Option<Range<u32>> = None;
-    let mut host_count = 0;
-    for h in &c.headers {
-        if raw[h.name.start as usize..h.name.end as usize].eq_ignore_ascii_case(b"host") {
-            host_count += 1;
-            host = Some(h.value.clone());
-        }
-    }
-    if host_count > 1 {
+    if c.host_count > 1 {
         return Err(bad("several Host fields"));
     }
-    if let Some(h) = &host {
-        if !valid_authority(&raw[h.start as usize..h.end as usize]) {
+    let mut host = c.host;
+    if let Some((a, b)) = host {
+        if !valid_authority(&raw[a as usize..b as usize]) {
             return Err(bad("invalid Host"));
         }
     }
     let path = if target.first() == Some(&b'/') || (target == b"*" && method == Method::Options) {
-        range_of(&raw, target)
+        sub(&raw, range_of(&raw, target))
     } else if let Some((auth, path)) = split_absolute(target) {
         if !valid_authority(auth) || auth.is_empty() {
             return Err(bad("invalid authority in the request target"));
@@ -469,10 +326,9 @@ pub fn parse_request(raw: Bytes, max_headers: usize) -> Result<Request, HeadErro
         // RFC 9112 3.2.2: the target's authority wins over Host.
         host = Some(range_of(&raw, auth));
         if path.is_empty() {
-            // "http://host" means "/": point at a static slash below.
-            range_of(&raw, &raw[0..0])
+            Bytes::from_static(b"/")
         } else {
-            range_of(&raw, path)
+            sub(&raw, range_of(&raw, path))
         }
     } else if method == Method::Connect {
         return Err(HeadError {
@@ -517,41 +373,40 @@ pub fn parse_request(raw: Bytes, max_headers: usize) -> Result<Request, HeadErro
         }
     };
 
-    let mut expect_continue = false;
-    for h in &c.headers {
-        if raw[h.name.start as usize..h.name.end as usize].eq_ignore_ascii_case(b"expect") {
-            let v = &raw[h.value.start as usize..h.value.end as usize];
-            if v.eq_ignore_ascii_case(b"100-continue") {
-                expect_continue = true;
-            } else {
-                return Err(HeadError {
-                    status: 417,
-                    reason: "unsupported expectation",
-                });
-            }
+    let expect_continue = match c.expect {
+        None => false,
+        Some((a, b)) if raw[a as usize..b as usize].eq_ignore_ascii_case(b"100-continue") => true,
+        Some(_) => {
+            return Err(HeadError {
+                status: 417,
+                reason: "unsupported expectation",
+            })
         }
-    }
+    };
     let keep_alive = if minor == 1 {
         !c.close
     } else {
         c.keep_alive_token && !c.close
     };
     let upgrade = minor == 1 && c.upgrade_token && c.has_upgrade_field;
+    let wire_len = raw.len() as u32;
+    let host = host.map(|r| sub(&raw, r));
     Ok(Request {
         head: Head {
-            raw,
-            headers: c.headers,
+            fields: c.fields,
             minor,
             framing,
             keep_alive,
             upgrade,
             connection_tokens: c.connection_tokens,
+            wire_len,
         },
         method,
         method_raw,
-        path,
+        target: path,
         host,
         expect_continue,
+        te_trailers: false,
     })
 }
 
@@ -570,7 +425,7 @@ fn split_absolute(t: &[u8]) -> Option<(&[u8], &[u8])> {
     Some((&rest[..end], &rest[end..]))
 }
 
-fn valid_authority(a: &[u8]) -> bool {
+pub(crate) fn valid_authority(a: &[u8]) -> bool {
     a.iter()
         .all(|b| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:[]%".contains(b))
         && !a.contains(&b'@')
@@ -594,7 +449,7 @@ pub fn parse_response(
     if !(100..=599).contains(&status) {
         return Err(bad("status code out of range"));
     }
-    let reason = range_of(&raw, resp.reason.unwrap_or("").as_bytes());
+    let reason = sub(&raw, range_of(&raw, resp.reason.unwrap_or("").as_bytes()));
     let c = common(&raw, resp.headers)?;
     let no_body = request_method == Method::Head
         || (100..200).contains(&status)
@@ -627,34 +482,20 @@ pub fn parse_response(
         } else {
             c.keep_alive_token && !c.close
         };
+    let wire_len = raw.len() as u32;
     Ok(Response {
         head: Head {
-            raw,
-            headers: c.headers,
+            fields: c.fields,
             minor,
             framing,
             keep_alive,
             upgrade: status == 101,
             connection_tokens: c.connection_tokens,
+            wire_len,
         },
         status,
         reason,
     })
-}
-
-/// Fields that describe one connection, never forwarded (RFC 9110 7.6.1).
-pub fn is_hop_by_hop(name: &[u8]) -> bool {
-    const HOP: [&[u8]; 8] = [
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        b"proxy-authenticate",
-    ];
-    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
 }
 
 #[cfg(test)]
@@ -727,7 +568,7 @@ mod tests {
         let raw = Bytes::from_static(b"HTTP/1.0 310\r\n\r\n");
         let r = parse_response(raw, 100, Method::Get).unwrap();
         assert_eq!(r.status, 310);
-        assert!(r.head.slice(&r.reason).is_empty());
+        assert!(r.reason.is_empty());
     }
 
     #[test]

@@ -1,6 +1,11 @@
-//! HTTP/1.x: strict head parsing (`head`), body framing and streaming
-//! (`body`), and the messages Switchyard writes itself (`responses`).
+//! HTTP messages: the protocol-neutral head (`message`), HTTP/1.x head
+//! parsing (`head`) and serialising (`write_h1`), HTTP/2 heads to and from
+//! the neutral form (`h2conv`), body framing and streaming (`body`), and
+//! the messages Switchyard writes itself (`responses`).
 
 pub mod body;
+pub mod h2conv;
 pub mod head;
+pub mod message;
 pub mod responses;
+pub mod write_h1;

@@ -1,6 +1,8 @@
 //! Responses Switchyard answers itself: errors with short clear bodies,
 //! redirects and fixed responses.
 
+use super::message::{Framing, Response};
+
 pub fn reason(status: u16) -> &'static str {
     match status {
         100 => "Continue",
@@ -31,6 +33,44 @@ pub fn reason(status: u16) -> &'static str {
         504 => "Gateway Timeout",
         505 => "HTTP Version Not Supported",
         _ => "Status",
+    }
+}
+
+/// A response the proxy answers itself, as a neutral head and its body:
+/// serialised for whichever protocol the client speaks.
+pub fn local(
+    status: u16,
+    content_type: &str,
+    body: bytes::Bytes,
+    extra: &[(&str, &str)],
+) -> (Response, bytes::Bytes) {
+    let mut r = Response::new(status, Framing::None);
+    r.reason = bytes::Bytes::from_static(reason(status).as_bytes());
+    let f = &mut r.head.fields;
+    f.append(b"content-type", content_type.as_bytes());
+    let mut len = [0u8; 20];
+    f.append(b"content-length", itoa(body.len() as u64, &mut len));
+    for (n, v) in extra {
+        f.append(n.as_bytes(), v.as_bytes());
+    }
+    (r, body)
+}
+
+/// A local error answer: the status, and one line saying why.
+pub fn local_error(status: u16, why: &str) -> (Response, bytes::Bytes) {
+    let body = format!("{status} {}: {why}\n", reason(status));
+    local(status, "text/plain; charset=utf-8", body.into(), &[])
+}
+
+fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
     }
 }
 

@@ -2,11 +2,10 @@
 //! sent the HTTP/2 preface on a vserver with `h2c = true`.
 //!
 //! The h2 crate does the framing, HPACK and flow control. Each stream runs
-//! in a task of its own on the worker, and is proxied onto the same
-//! HTTP/1.1 pools, idle connections and balancers as HTTP/1 requests:
-//! the stream's head is restated as an HTTP/1.1 head and goes through the
-//! same strict parser, router and forwarding code, so a policy, an edit or
-//! a check means the same thing whichever protocol the client spoke.
+//! in a task of its own on the worker: its head becomes the neutral request
+//! (`http::h2conv`) and goes through the same exchange, hooks, pools and
+//! balancers as an HTTP/1 request (`exchange::run`), so a policy, an edit
+//! or a check means the same thing whichever protocol the client spoke.
 //!
 //! Abuse the protocol allows but no client needs (CVE-2023-44487 rapid
 //! reset, SETTINGS/PING floods, empty frames) is counted on the wire by
@@ -17,36 +16,29 @@
 //! while decoding.
 
 use std::cell::Cell;
-use std::future::{poll_fn, Future};
+use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::task::{ready, Context, Poll};
-use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use h2::server::SendResponse;
-use h2::{Reason, RecvStream, SendStream};
+use h2::{Reason, RecvStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::forward::{self, ClientFraming, Forwarding};
-use super::h2_upstream;
-use super::upstream;
-use super::{
-    connect_failed, head_read_failure, hsts, https_location, member_response_failed,
-    passive_result, persistence_cookie, read_head, request_hash, route, sticky_member,
-    ClientStream, ConnGuard, Inflight, WorkerCtx, UPSTREAM_READ,
-};
-use crate::balance::Tried;
+use super::client_h2::{send_local, H2Client};
+use super::exchange::{self, Exchange};
+use super::hooks::Local;
+use super::{ClientStream, ConnGuard, WorkerCtx};
 use crate::clock::now_ms;
-use crate::config::snapshot::{Action, Http2Settings, Pool, Settings, UpstreamProtocol, VServer};
-use crate::http::body::{self, BodyError};
-use crate::http::head::{self, Framing, Method, Request};
+use crate::config::snapshot::Http2Settings;
+use crate::http::h2conv;
+use crate::http::head::Limits;
 use crate::http::responses;
 use crate::log;
-use crate::stats::{self, status_class};
+use crate::stats;
 
 /// The first line of the client preface, as the HTTP/1 head reader sees it
 /// ("PRI * HTTP/2.0" and an empty line); "SM\r\n\r\n" follows.
@@ -521,10 +513,13 @@ async fn stream_task(
     };
     let vc = vs.counters.local();
     stats::inc(&vc.h2_streams);
-    let started = Instant::now();
     let (parts, body) = req.into_parts();
-    let te_trailers = parts.headers.get("te").is_some_and(|v| v == "trailers");
-    let req = match restate(&parts, body.is_end_stream(), st) {
+    let limits = Limits {
+        max_request_line: st.max_request_line,
+        max_header_bytes: st.max_header_bytes,
+        max_headers: st.max_headers,
+    };
+    let req = match h2conv::request_from_h2(&parts, body.is_end_stream(), &limits) {
         Ok(r) => r,
         Err(e) => {
             stats::inc(&vc.bad_requests);
@@ -532,608 +527,19 @@ async fn stream_task(
                 "vserver {}: client {}: HTTP/2 request refused: {} ({})",
                 vs.name, conn.peer, e.reason, e.status
             ));
-            send_local(
-                &mut respond,
-                &vs,
-                &responses::error(e.status, e.reason, false),
-            );
+            let (response, body) = responses::local_error(e.status, e.reason);
+            send_local(&mut respond, &vs, &Local { response, body });
             return;
         }
     };
-    stats::inc(&vc.requests);
-    let decision = route::route(&vs, &req, conn.peer.ip());
-    let pool = match decision.action {
-        Some(Action::Pool(p)) => p.clone(),
-        Some(Action::Redirect { location, status }) => {
-            let mut extra = vec![("location", location.as_str())];
-            extra.extend(hsts(&vs));
-            let bytes = responses::simple(*status, "text/plain; charset=utf-8", b"", false, &extra);
-            send_local(&mut respond, &vs, &bytes);
-            return;
-        }
-        Some(Action::RedirectHttps { status, port }) => {
-            let bytes = match https_location(&req, *port) {
-                Some(location) => {
-                    let mut extra = vec![("location", location.as_str())];
-                    extra.extend(hsts(&vs));
-                    responses::simple(*status, "text/plain; charset=utf-8", b"", false, &extra)
-                }
-                None => {
-                    stats::inc(&vc.bad_requests);
-                    responses::error(400, "no valid Host to redirect to", false)
-                }
-            };
-            send_local(&mut respond, &vs, &bytes);
-            return;
-        }
-        Some(Action::Respond {
-            status,
-            body,
-            content_type,
-        }) => {
-            let extra: Vec<_> = hsts(&vs).into_iter().collect();
-            let bytes = responses::simple(*status, content_type, body, false, &extra);
-            send_local(&mut respond, &vs, &bytes);
-            return;
-        }
-        None => match &vs.default_pool {
-            Some(p) => p.clone(),
-            None => {
-                stats::inc(&vc.no_pool);
-                let why = format!(
-                    "no policy of vserver \"{}\" matched and it has no default_pool",
-                    vs.name
-                );
-                send_local(&mut respond, &vs, &responses::error(503, &why, false));
-                return;
-            }
-        },
-    };
-    if pool.protocol == UpstreamProtocol::H2 {
-        let client = h2_upstream::ClientSide {
-            peer: conn.peer,
-            tls: conn.tls,
-            client_subject: conn.client_subject.as_deref(),
-            te_trailers,
-        };
-        h2_upstream::relay(
-            &ctx,
-            &client,
-            &vs,
-            &pool,
-            &req,
-            &decision,
-            body,
-            &mut respond,
-            st,
-        )
-        .await;
-    } else {
-        let body = H2Body::new(body);
-        proxy(
-            &ctx,
-            &conn,
-            &vs,
-            &pool,
-            &req,
-            &decision,
-            body,
-            &mut respond,
-            st,
-        )
-        .await;
-    }
-    vs.latency
-        .local()
-        .record(started.elapsed().as_micros() as u64);
-}
-
-/// The stream's head restated as an HTTP/1.1 head and parsed by the same
-/// strict parser as HTTP/1 requests. `:authority` becomes Host, split
-/// cookie fields are joined (RFC 9113 8.2.3), and a body without a length
-/// is sent chunked.
-fn restate(
-    parts: &http::request::Parts,
-    end_stream: bool,
-    st: &Settings,
-) -> Result<Request, head::HeadError> {
-    let refuse = |status, reason| head::HeadError { status, reason };
-    if parts.method == http::Method::CONNECT {
-        return Err(refuse(501, "CONNECT is not supported over HTTP/2"));
-    }
-    let target = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/");
-    let mut raw = Vec::with_capacity(256);
-    raw.extend_from_slice(parts.method.as_str().as_bytes());
-    raw.push(b' ');
-    raw.extend_from_slice(if target.is_empty() { "/" } else { target }.as_bytes());
-    raw.extend_from_slice(b" HTTP/1.1\r\n");
-    let authority = parts.uri.authority();
-    if let Some(a) = authority {
-        line(&mut raw, b"host", a.as_str().as_bytes());
-    }
-    let mut cookie: Option<Vec<u8>> = None;
-    let mut has_length = false;
-    for (name, value) in &parts.headers {
-        let n = name.as_str();
-        match n {
-            "host" if authority.is_some() => continue,
-            // h2 has already refused the other connection-specific fields;
-            // "te: trailers" means nothing to an HTTP/1.1 member.
-            "te" => continue,
-            "cookie" => {
-                let c = cookie.get_or_insert_with(Vec::new);
-                if !c.is_empty() {
-                    c.extend_from_slice(b"; ");
-                }
-                c.extend_from_slice(value.as_bytes());
-                continue;
-            }
-            "content-length" => has_length = true,
-            _ => {}
-        }
-        line(&mut raw, n.as_bytes(), value.as_bytes());
-    }
-    if let Some(c) = cookie {
-        line(&mut raw, b"cookie", &c);
-    }
-    if !has_length {
-        if !end_stream {
-            line(&mut raw, b"transfer-encoding", b"chunked");
-        } else if matches!(
-            parts.method,
-            http::Method::POST | http::Method::PUT | http::Method::PATCH
-        ) {
-            line(&mut raw, b"content-length", b"0");
-        }
-    }
-    raw.extend_from_slice(b"\r\n");
-    if raw.len() > st.max_header_bytes + st.max_request_line {
-        return Err(refuse(431, "request header fields too large"));
-    }
-    let req = head::parse_request(Bytes::from(raw), st.max_headers)?;
-    if req.method == Method::Connect {
-        return Err(refuse(501, "CONNECT is not supported over HTTP/2"));
-    }
-    Ok(req)
-}
-
-fn line(out: &mut Vec<u8>, name: &[u8], value: &[u8]) {
-    out.extend_from_slice(name);
-    out.extend_from_slice(b": ");
-    out.extend_from_slice(value);
-    out.extend_from_slice(b"\r\n");
-}
-
-/// An HTTP/1.1 response head (as `forward` or `responses` write them)
-/// turned into an HTTP/2 one: the status and the fields, minus those
-/// HTTP/2 forbids. None when a field is not valid HTTP/2.
-pub(super) fn h2_head(h1: &[u8]) -> Option<(http::Response<()>, usize)> {
-    let mut fields = [httparse::EMPTY_HEADER; head::MAX_HEADERS_CAP];
-    let mut r = httparse::Response::new(&mut fields);
-    let httparse::Status::Complete(len) = r.parse(h1).ok()? else {
-        return None;
-    };
-    let mut resp = http::Response::builder().status(r.code?);
-    for f in r.headers.iter() {
-        if head::is_hop_by_hop(f.name.as_bytes()) || f.name.eq_ignore_ascii_case("connection") {
-            continue;
-        }
-        let name = http::HeaderName::from_bytes(f.name.as_bytes()).ok()?;
-        let value = http::HeaderValue::from_bytes(f.value).ok()?;
-        resp = resp.header(name, value);
-    }
-    Some((resp.body(()).ok()?, len))
-}
-
-/// Sends a response the proxy answers itself (an HTTP/1.1 message from
-/// `responses`) on the stream, and counts it.
-pub(super) fn send_local(respond: &mut SendResponse<Bytes>, vs: &VServer, h1: &[u8]) {
-    let Some((head, len)) = h2_head(h1) else {
-        respond.send_reset(Reason::INTERNAL_ERROR);
-        return;
-    };
-    let status = head.status().as_u16();
-    let vc = vs.counters.local();
-    stats::inc(&vc.local_responses);
-    stats::inc(&vc.responses[status_class(status)]);
-    stats::add(&vc.bytes_out, h1.len() as u64);
-    let body = &h1[len..];
-    match respond.send_response(head, body.is_empty()) {
-        Ok(mut s) if !body.is_empty() => {
-            let _ = s.send_data(Bytes::copy_from_slice(body), true);
-        }
-        _ => {}
-    }
-}
-
-/// Races `fut` against the client resetting the stream: None on a reset.
-async fn unless_reset<F: Future>(respond: &mut SendResponse<Bytes>, fut: F) -> Option<F::Output> {
-    let mut fut = std::pin::pin!(fut);
-    poll_fn(|cx| {
-        if let Poll::Ready(v) = fut.as_mut().poll(cx) {
-            return Poll::Ready(Some(v));
-        }
-        match respond.poll_reset(cx) {
-            Poll::Ready(_) => Poll::Ready(None),
-            Poll::Pending => Poll::Pending,
-        }
-    })
-    .await
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn proxy(
-    ctx: &WorkerCtx,
-    conn: &Conn,
-    vs: &VServer,
-    pool: &Arc<Pool>,
-    req: &Request,
-    decision: &route::Decision<'_>,
-    mut body: H2Body,
-    respond: &mut SendResponse<Bytes>,
-    st: &Settings,
-) {
-    let vc = vs.counters.local();
-    let pc = pool.counters.local();
-    stats::inc(&pc.requests);
-    let hash = request_hash(pool, req, conn.peer.ip());
-    let sticky = sticky_member(pool, req);
-    // The stream's DATA frames carry the body as it is: a length, or (sent
-    // chunked to the member) everything until END_STREAM.
-    let src_framing = match req.head.framing {
-        Framing::Length(n) => Framing::Length(n),
-        Framing::Chunked => Framing::Close,
-        _ => Framing::None,
-    };
-    let replayable = src_framing == Framing::None && req.method.idempotent();
-    let mut tried = Tried::default();
-    let mut retries_left = st.retries;
-    let mut stage: Vec<u8> = Vec::with_capacity(1024);
-    let mut body_buf = BytesMut::new();
-    let mut last_failure: Option<(u16, String)> = None;
-    let fail = |respond: &mut SendResponse<Bytes>, status: u16, why: &str| {
-        send_local(respond, vs, &responses::error(status, why, false));
-    };
-
-    let (idx, mut up, resp, _inflight) = loop {
-        let Some(i) = pool.balancer.pick(&pool.members, sticky, hash, tried) else {
-            if let Some((status, why)) = &last_failure {
-                return fail(respond, *status, why);
-            }
-            stats::inc(&pc.no_member_available);
-            let why = format!(
-                "no server is available to handle this request (pool \"{}\")",
-                pool.name
-            );
-            return fail(respond, 503, &why);
-        };
-        if last_failure.is_some() {
-            stats::inc(&pc.retries);
-        }
-        tried.add(i);
-        let m = &pool.members[i];
-        let mc = m.counters.local();
-        let inflight = Inflight::new(&m.state);
-        let mut up = match ctx.idle.take(m) {
-            Some(u) => {
-                stats::inc(&mc.connections_reused);
-                u
-            }
-            None => match upstream::connect(
-                m,
-                pool.tls.as_deref(),
-                Duration::from_millis(st.upstream_connect_ms),
-            )
-            .await
-            {
-                Ok(u) => u,
-                Err(e) => {
-                    let (status, why) = connect_failed(vs, pool, m, &e, "");
-                    if retries_left > 0 {
-                        retries_left -= 1;
-                        last_failure = Some((status, why));
-                        continue;
-                    }
-                    return fail(respond, status, &why);
-                }
-            },
-        };
-        stats::inc(&mc.requests);
-        stage.clear();
-        {
-            let fwd = Forwarding {
-                client_ip: conn.peer.ip(),
-                proto: if conn.tls { "https" } else { "http" },
-                client_cert: vs
-                    .tls
-                    .as_ref()
-                    .and_then(|t| t.client_subject_header.as_deref())
-                    .map(|h| (h, conn.client_subject.as_deref())),
-            };
-            forward::request_head(
-                &mut stage,
-                req,
-                &fwd,
-                &decision.request_edits,
-                req.head.framing == Framing::Chunked,
-            );
-        }
-        let head_len = stage.len() as u64;
-        let sent = body::deliver(
-            &mut body,
-            &mut body_buf,
-            src_framing,
-            &mut up.stream,
-            &mut stage,
-            req.head.framing == Framing::Chunked,
-            Duration::from_millis(st.client_body_ms),
-        )
-        .await
-        .0;
-        match sent {
-            Ok(n) => {
-                stats::add(&mc.bytes_out, head_len + n);
-                stats::add(&vc.bytes_in, n);
-            }
-            Err(BodyError::Write(e)) => {
-                stats::inc(&mc.resets);
-                if up.reused && replayable && retries_left > 0 {
-                    retries_left -= 1;
-                    tried.remove(i);
-                    ctx.idle.forget(m);
-                    last_failure = Some((
-                        502,
-                        "the server closed the connection while receiving the request".into(),
-                    ));
-                    continue;
-                }
-                log::warn(format_args!(
-                    "vserver {}: member {}: sending the request failed: {e}",
-                    vs.name,
-                    m.label(&pool.name)
-                ));
-                return fail(
-                    respond,
-                    502,
-                    "the server closed the connection while receiving the request",
-                );
-            }
-            Err(BodyError::Timeout) => {
-                return fail(respond, 408, "the request body was not received in time")
-            }
-            Err(BodyError::Framing(why)) => {
-                stats::inc(&vc.bad_requests);
-                return fail(respond, 400, why);
-            }
-            // The client reset the stream or sent less than its length:
-            // h2 has already answered with RST_STREAM.
-            Err(BodyError::Read(_) | BodyError::Truncated) => return,
-        }
-
-        let deadline = now_ms() + st.upstream_response_ms;
-        if up.buf.capacity() < UPSTREAM_READ {
-            up.buf.reserve(UPSTREAM_READ);
-        }
-        let resp = loop {
-            let read = read_head(
-                &mut up.stream,
-                &mut up.buf,
-                st.max_header_bytes,
-                st.max_header_bytes,
-                &ctx.idle_watch,
-                deadline,
-            );
-            // A stream the client gave up on stops here: the member's
-            // connection is closed rather than read to its end.
-            let Some(read) = unless_reset(respond, read).await else {
-                return;
-            };
-            match read {
-                Ok(raw) => match head::parse_response(raw, st.max_headers, req.method) {
-                    // Interim responses are not relayed over HTTP/2.
-                    Ok(r) if (100..200).contains(&r.status) && r.status != 101 => {}
-                    Ok(r) if r.status == 101 => {
-                        break Err((502, "the server switched protocols unasked", false))
-                    }
-                    Ok(r) => break Ok(r),
-                    Err(e) => break Err((502, e.reason, false)),
-                },
-                Err(e) => break Err(head_read_failure(e)),
-            }
-        };
-        match resp {
-            Ok(r) => break (i, up, r, inflight),
-            Err((status, why, timeout)) => {
-                let no_response_byte = member_response_failed(pool, m, &up, why, timeout);
-                if no_response_byte && replayable && retries_left > 0 {
-                    retries_left -= 1;
-                    if up.reused {
-                        tried.remove(i);
-                        ctx.idle.forget(m);
-                    }
-                    last_failure = Some((status, why.to_string()));
-                    continue;
-                }
-                log::warn(format_args!(
-                    "vserver {}: member {}: {why}",
-                    vs.name,
-                    m.label(&pool.name)
-                ));
-                return fail(respond, status, why);
-            }
-        }
-    };
-    let m = &pool.members[idx];
-    let mc = m.counters.local();
-    passive_result(
-        pool,
-        m,
-        resp.status >= 500 && pool.passive.as_ref().is_some_and(|p| p.on_5xx),
-    );
-    let cookie = persistence_cookie(pool, m, sticky != Some(idx));
-    stage.clear();
-    forward::response_head(
-        &mut stage,
-        &resp,
-        &decision.response_edits,
-        &ClientFraming {
-            chunked: false,
-            close: false,
-            keep_alive_10: false,
-            upgrade: false,
-        },
-        cookie.as_deref(),
-    );
-    stats::add(&mc.bytes_in, resp.head.raw.len() as u64);
-    let Some((head, _)) = h2_head(&stage) else {
-        stats::inc(&mc.bad_responses);
-        return fail(respond, 502, "the server sent a field HTTP/2 cannot carry");
-    };
-    stats::inc(&mc.responses[status_class(resp.status)]);
-    stats::inc(&vc.responses[status_class(resp.status)]);
-    stats::add(&vc.bytes_out, stage.len() as u64);
-    let end = resp.head.framing == Framing::None;
-    let Ok(send) = respond.send_response(head, end) else {
-        return;
-    };
-    if !end {
-        let mut w = H2Writer { send };
-        stage.clear();
-        let r = body::deliver(
-            &mut up.stream,
-            &mut up.buf,
-            resp.head.framing,
-            &mut w,
-            &mut stage,
-            false,
-            Duration::from_millis(st.upstream_response_ms),
-        )
-        .await
-        .0;
-        match r {
-            Ok(n) => {
-                stats::add(&vc.bytes_out, n);
-                stats::add(&mc.bytes_in, n);
-                if w.send.send_data(Bytes::new(), true).is_err() {
-                    return;
-                }
-            }
-            Err(e) => {
-                match &e {
-                    BodyError::Framing(_) | BodyError::Truncated => stats::inc(&mc.bad_responses),
-                    BodyError::Timeout => stats::inc(&mc.response_timeouts),
-                    _ => {}
-                }
-                if !matches!(e, BodyError::Write(_)) {
-                    log::warn(format_args!(
-                        "vserver {}: member {}: response body failed: {e:?}",
-                        vs.name,
-                        m.label(&pool.name)
-                    ));
-                }
-                // The head is out: the stream can only be cut.
-                w.send.send_reset(Reason::INTERNAL_ERROR);
-                return;
-            }
-        }
-    }
-    if resp.head.keep_alive && up.buf.is_empty() {
-        ctx.idle.put(
-            m,
-            up,
-            pool.idle_per_member,
-            Duration::from_millis(pool.idle_timeout_ms),
-        );
-    }
-}
-
-/// A stream's request body as a reader: DATA frames in order, the window
-/// given back as each is taken (what is buffered here is one frame).
-pub(super) struct H2Body {
-    recv: RecvStream,
-    chunk: Bytes,
-}
-
-impl H2Body {
-    pub(super) fn new(recv: RecvStream) -> H2Body {
-        H2Body {
-            recv,
-            chunk: Bytes::new(),
-        }
-    }
-}
-
-impl AsyncRead for H2Body {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        while this.chunk.is_empty() {
-            match ready!(this.recv.poll_data(cx)) {
-                None => return Poll::Ready(Ok(())),
-                Some(Ok(b)) => {
-                    let _ = this.recv.flow_control().release_capacity(b.len());
-                    this.chunk = b;
-                }
-                Some(Err(e)) => return Poll::Ready(Err(io::Error::other(e))),
-            }
-        }
-        let n = this.chunk.len().min(buf.remaining());
-        buf.put_slice(&this.chunk.split_to(n));
-        Poll::Ready(Ok(()))
-    }
-}
-
-/// A stream's response body as a writer: each write waits for flow-control
-/// window and sends what fits.
-pub(super) struct H2Writer {
-    pub(super) send: SendStream<Bytes>,
-}
-
-/// Most window asked for at once (one write's worth).
-const MAX_RESERVE: usize = 64 * 1024;
-
-impl AsyncWrite for H2Writer {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if buf.is_empty() {
-            return Poll::Ready(Ok(0));
-        }
-        loop {
-            let cap = this.send.capacity();
-            if cap > 0 {
-                let n = cap.min(buf.len());
-                this.send
-                    .send_data(Bytes::copy_from_slice(&buf[..n]), false)
-                    .map_err(io::Error::other)?;
-                return Poll::Ready(Ok(n));
-            }
-            this.send.reserve_capacity(buf.len().min(MAX_RESERVE));
-            match ready!(this.send.poll_capacity(cx)) {
-                Some(Ok(_)) => {}
-                Some(Err(e)) => return Poll::Ready(Err(io::Error::other(e))),
-                None => return Poll::Ready(Err(io::ErrorKind::BrokenPipe.into())),
-            }
-        }
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Poll::Ready(Ok(()))
-    }
+    let subject = vs
+        .tls
+        .as_ref()
+        .and_then(|t| t.client_subject_header.as_ref())
+        .and(conn.client_subject.as_deref());
+    let mut x = Exchange::new(&ctx, &vs, st, conn.peer, conn.tls, subject, &req);
+    let mut client = H2Client::new(&mut respond, body);
+    exchange::run(&mut x, &mut client, req).await;
 }
 
 #[cfg(test)]
@@ -1201,34 +607,5 @@ mod tests {
         assert!(w.tripped.get().is_none());
         w.scan(&frame(frame::PRIORITY, 0, &[0; 5]));
         assert!(w.tripped.get().is_some());
-    }
-
-    #[test]
-    fn restated_head_joins_cookies_and_frames_the_body() {
-        let st = crate::config::parse(
-            "t",
-            "[[vserver]]\nname=\"a\"\nlisten=[\"127.0.0.1:1\"]\ndefault_pool=\"p\"\n[[pool]]\nname=\"p\"\n[[pool.member]]\naddress=\"127.0.0.1:2\"\n",
-            None,
-        )
-        .unwrap()
-        .settings;
-        let req = http::Request::builder()
-            .method("POST")
-            .uri("https://example.com/a?b=1")
-            .header("cookie", "a=1")
-            .header("cookie", "b=2")
-            .header("te", "trailers")
-            .body(())
-            .unwrap();
-        let (parts, _) = req.into_parts();
-        let r = restate(&parts, false, &st).unwrap();
-        assert_eq!(r.target(), b"/a?b=1");
-        assert_eq!(r.host(), Some(&b"example.com"[..]));
-        assert_eq!(r.head.get("cookie"), Some(&b"a=1; b=2"[..]));
-        assert_eq!(r.head.get("te"), None);
-        assert_eq!(r.head.framing, Framing::Chunked);
-        let r = restate(&parts, true, &st).unwrap();
-        assert_eq!(r.head.framing, Framing::None);
-        assert_eq!(r.head.get("content-length"), Some(&b"0"[..]));
     }
 }

@@ -9,39 +9,38 @@
 //! idle keep-alive connection holds only its socket and a few words, not the
 //! state of a whole request (the target is under 1 KB per idle client).
 
-mod forward;
+mod client_h1;
+mod client_h2;
+pub mod exchange;
 pub mod h2;
-pub mod h2_upstream;
+pub mod hooks;
 pub mod idle;
+pub mod member;
 pub mod route;
+pub mod stages;
 pub mod stream;
 mod tunnel;
 pub mod upstream;
 
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::balance::{hash64, MemberState, Tried};
 use crate::clock::now_ms;
-use crate::config::snapshot::{
-    Action, HashKey, Member, Persist, Pool, Settings, Snapshot, VServer,
-};
-use crate::http::body::{self, BodyError, Out};
-use crate::http::head::{self, Framing, HeadError, HeadScanner, Request, Response};
+use crate::config::snapshot::{Snapshot, VServer};
+use crate::http::head::{self, HeadError, HeadScanner};
 use crate::http::responses;
 use crate::log;
 use crate::stats::{self, status_class, Sharded, VsCounters};
-use forward::{ClientFraming, Forwarding};
+use client_h1::H1Client;
+use exchange::Exchange;
 pub use idle::{IdleEnd, IdleWatch, Parked};
 pub use stream::{ClientStream, TlsConn};
-use upstream::{ConnectError, IdlePool, UpConn};
+use upstream::IdlePool;
 
 /// What one worker gives every session it runs.
 pub struct WorkerCtx {
@@ -56,7 +55,7 @@ pub struct WorkerCtx {
     /// request, and no buffer pinned by a waiting connection.
     pub buffers: std::cell::RefCell<Vec<BytesMut>>,
     /// HTTP/2 connections to members of h2 pools.
-    pub h2_members: h2_upstream::H2Conns,
+    pub h2_members: member::H2Conns,
 }
 
 /// Client read buffer size, and how many the pool keeps per worker.
@@ -64,7 +63,7 @@ const CLIENT_BUF: usize = 8 * 1024;
 const POOLED_BUFFERS: usize = 64;
 
 impl WorkerCtx {
-    fn draining(&self) -> bool {
+    pub fn draining(&self) -> bool {
         self.idle_watch.is_draining()
     }
 
@@ -421,7 +420,6 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
     if first && vs.h2c && raw[..] == *h2::PREFACE_HEAD {
         return Next::Http2;
     }
-    let started = Instant::now();
     stats::add(
         &vc.bytes_in,
         (raw.len() + c.buf.len()).saturating_sub(before) as u64,
@@ -437,713 +435,20 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
             return error_and_close(c, &vs, e.status, e.reason).await;
         }
     };
-    stats::inc(&vc.requests);
-    let decision = route::route(&vs, &req, c.peer.ip());
-    let pool = match decision.action {
-        Some(Action::Pool(p)) => p.clone(),
-        Some(Action::Redirect { location, status }) => {
-            let close = !req.head.keep_alive || ctx.draining();
-            let mut extra = vec![("location", location.as_str())];
-            extra.extend(hsts(&vs));
-            let bytes = responses::simple(*status, "text/plain; charset=utf-8", b"", close, &extra);
-            return local_response(ctx, c, &vs, &req, *status, &bytes, close, st).await;
-        }
-        Some(Action::RedirectHttps { status, port }) => {
-            let Some(location) = https_location(&req, *port) else {
-                stats::inc(&vc.bad_requests);
-                return error_and_close(c, &vs, 400, "no valid Host to redirect to").await;
-            };
-            let close = !req.head.keep_alive || ctx.draining();
-            let mut extra = vec![("location", location.as_str())];
-            extra.extend(hsts(&vs));
-            let bytes = responses::simple(*status, "text/plain; charset=utf-8", b"", close, &extra);
-            return local_response(ctx, c, &vs, &req, *status, &bytes, close, st).await;
-        }
-        Some(Action::Respond {
-            status,
-            body,
-            content_type,
-        }) => {
-            let close = !req.head.keep_alive || ctx.draining();
-            let extra: Vec<_> = hsts(&vs).into_iter().collect();
-            let bytes = responses::simple(*status, content_type, body, close, &extra);
-            return local_response(ctx, c, &vs, &req, *status, &bytes, close, st).await;
-        }
-        None => match &vs.default_pool {
-            Some(p) => p.clone(),
-            None => {
-                stats::inc(&vc.no_pool);
-                let bytes = responses::error(
-                    503,
-                    &format!(
-                        "no policy of vserver \"{}\" matched and it has no default_pool",
-                        vs.name
-                    ),
-                    !req.head.keep_alive,
-                );
-                return local_response(ctx, c, &vs, &req, 503, &bytes, !req.head.keep_alive, st)
-                    .await;
-            }
-        },
-    };
-    if pool.protocol == crate::config::snapshot::UpstreamProtocol::H2 {
-        let next = h2_upstream::from_http1(ctx, c, &vs, &pool, &req, &decision, st).await;
-        vs.latency
-            .local()
-            .record(started.elapsed().as_micros() as u64);
-        return next;
-    }
-    let next = proxy_request(ctx, c, &vs, &pool, &req, &decision, st, started).await;
-    vs.latency
-        .local()
-        .record(started.elapsed().as_micros() as u64);
-    next
-}
-
-/// The Strict-Transport-Security field of a TLS vserver that sets one.
-fn hsts(vs: &VServer) -> Option<(&'static str, &str)> {
-    vs.tls
+    let subject = vs
+        .tls
         .as_ref()
-        .and_then(|t| t.hsts.as_deref())
-        .map(|h| ("strict-transport-security", h))
-}
-
-/// "https://HOST[:PORT]TARGET" for a request, or None when its Host is
-/// missing or not a plain host name / address (nothing else may go into a
-/// Location we build).
-fn https_location(req: &Request, port: u16) -> Option<String> {
-    let host = req.host_name()?;
-    let ok = !host.is_empty()
-        && host
-            .iter()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(b));
-    if !ok {
-        return None;
-    }
-    let host = std::str::from_utf8(host).ok()?;
-    let target = String::from_utf8_lossy(req.target());
-    let target = if target.starts_with('/') {
-        target
-    } else {
-        "/".into()
-    };
-    Some(if port == 443 {
-        format!("https://{host}{target}")
-    } else {
-        format!("https://{host}:{port}{target}")
-    })
-}
-
-/// Answers locally; a request body is read and discarded first so the
-/// connection stays usable.
-#[allow(clippy::too_many_arguments)]
-async fn local_response(
-    ctx: &WorkerCtx,
-    c: &mut Client,
-    vs: &VServer,
-    req: &Request,
-    status: u16,
-    bytes: &[u8],
-    close: bool,
-    st: &Settings,
-) -> Next {
-    if !discard_body(c, req.head.framing, st).await {
-        return error_and_close(c, vs, 400, "invalid request body").await;
-    }
-    if !respond(c, vs, status, bytes).await || close || ctx.draining() {
-        return Next::Close;
-    }
-    Next::KeepAlive
-}
-
-/// Reads and drops a request body, so the connection can carry the next
-/// request. False when the body was invalid or did not arrive in time.
-async fn discard_body(c: &mut Client, framing: Framing, st: &Settings) -> bool {
-    if framing == Framing::None {
-        return true;
-    }
-    let mut sink = tokio::io::sink();
-    let mut stage = Vec::new();
-    let mut out = Out::new(&mut sink, &mut stage);
-    let timeout = Duration::from_millis(st.client_body_ms);
-    body::transfer(&mut c.stream, &mut c.buf, framing, &mut out, false, timeout)
-        .await
-        .is_ok()
-}
-
-/// The member a persistence cookie in the request names.
-fn sticky_member(pool: &Pool, req: &Request) -> Option<usize> {
-    match &pool.persistence {
-        Some(Persist::Cookie(name)) => route::cookie(req, name).and_then(|v| {
-            pool.members
-                .iter()
-                .position(|m| m.cookie_id.as_bytes() == v)
-        }),
-        _ => None,
-    }
-}
-
-/// The Set-Cookie value that pins a client to `m`, when the pool persists
-/// by cookie and the request was not already pinned there (`set`).
-fn persistence_cookie(pool: &Pool, m: &Member, set: bool) -> Option<String> {
-    match &pool.persistence {
-        Some(Persist::Cookie(name)) if set => {
-            Some(format!("{name}={}; Path=/; HttpOnly", m.cookie_id))
-        }
-        _ => None,
-    }
-}
-
-/// A failed connect to a member: counted, fed to passive health and
-/// logged; returns what the client gets if no other member takes over.
-fn connect_failed(
-    vs: &VServer,
-    pool: &Pool,
-    m: &Member,
-    e: &ConnectError,
-    what: &str,
-) -> (u16, String) {
-    stats::inc(&m.counters.local().connect_failures);
-    passive_result(pool, m, true);
-    log::warn(format_args!(
-        "vserver {}: member {}: {what}connect failed: {e}",
-        vs.name,
-        m.label(&pool.name)
-    ));
-    let status = if matches!(e, ConnectError::Timeout) {
-        504
-    } else {
-        502
-    };
-    (
-        status,
-        format!("could not connect to a server of pool \"{}\"", pool.name),
-    )
-}
-
-const NO_ANSWER: &str = "the server closed the connection without answering";
-
-/// What a failed read of a member's response head means for the client:
-/// (status, why, timed out).
-fn head_read_failure(e: ReadHead) -> (u16, &'static str, bool) {
-    match e {
-        ReadHead::Bad(e) => (502, e.reason, false),
-        ReadHead::Timeout { .. } => (504, "the server did not answer in time", true),
-        ReadHead::Closed { partial: true } => {
-            (502, "the server closed the connection mid-response", false)
-        }
-        ReadHead::Closed { partial: false } => (502, NO_ANSWER, false),
-    }
-}
-
-/// Counts a member's failed response and feeds passive health. True when
-/// not a byte came back: a request without side effects may go again.
-fn member_response_failed(pool: &Pool, m: &Member, up: &UpConn, why: &str, timeout: bool) -> bool {
-    let mc = m.counters.local();
-    let no_response_byte = up.buf.is_empty() && why == NO_ANSWER;
-    if timeout {
-        stats::inc(&mc.response_timeouts);
-    } else if no_response_byte {
-        stats::inc(&mc.resets);
-    } else {
-        stats::inc(&mc.bad_responses);
-    }
-    // A stale reused connection is not the member's fault.
-    if !(no_response_byte && up.reused) {
-        passive_result(pool, m, true);
-    }
-    no_response_byte
-}
-
-/// Counts a request in flight to a member for as long as it lives.
-struct Inflight<'a>(&'a MemberState);
-
-impl<'a> Inflight<'a> {
-    fn new(s: &'a MemberState) -> Self {
-        s.inflight.fetch_add(1, Ordering::Relaxed);
-        Inflight(s)
-    }
-}
-
-impl Drop for Inflight<'_> {
-    fn drop(&mut self) {
-        self.0.inflight.fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-fn request_hash(pool: &Pool, req: &Request, peer: std::net::IpAddr) -> Option<u64> {
-    let ip_hash = || match peer {
-        std::net::IpAddr::V4(a) => hash64(&a.octets(), 0),
-        std::net::IpAddr::V6(a) => match a.to_ipv4_mapped() {
-            Some(v4) => hash64(&v4.octets(), 0),
-            None => hash64(&a.octets(), 0),
-        },
-    };
-    if let Some(k) = &pool.hash_key {
-        return match k {
-            HashKey::SourceIp => Some(ip_hash()),
-            HashKey::Uri => Some(hash64(req.target(), 0)),
-            HashKey::Header(n) => req.head.get(n).map(|v| hash64(v, 0)),
-            HashKey::Cookie(n) => route::cookie(req, n).map(|v| hash64(v, 0)),
-        };
-    }
-    if pool.persistence == Some(Persist::SourceIp) {
-        return Some(ip_hash());
-    }
-    None
-}
-
-/// Passive health: a connect failure or (when configured) a 5xx.
-fn passive_result(pool: &Pool, m: &Member, failed: bool) {
-    let Some(p) = &pool.passive else { return };
-    let s = &m.state;
-    if !failed {
-        if s.consecutive_failures.load(Ordering::Relaxed) != 0 {
-            s.consecutive_failures.store(0, Ordering::Relaxed);
-        }
-        return;
-    }
-    let n = s.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1;
-    if n >= p.consecutive_failures {
-        s.consecutive_failures.store(0, Ordering::Relaxed);
-        let until = now_ms() + p.ejection_ms;
-        s.ejected_until_ms.store(until, Ordering::Relaxed);
-        // Slow start runs from the moment the ejection ends.
-        s.up_since_ms.store(until, Ordering::Relaxed);
-        let mc = m.counters.local();
-        stats::inc(&mc.ejections);
-        stats::inc(&mc.health_transitions);
-        log::warn(format_args!(
-            "member {} ejected for {} ms after {n} consecutive failures",
-            m.label(&pool.name),
-            p.ejection_ms
-        ));
-    }
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn proxy_request(
-    ctx: &WorkerCtx,
-    c: &mut Client,
-    vs: &VServer,
-    pool: &Arc<Pool>,
-    req: &Request,
-    decision: &route::Decision<'_>,
-    st: &Settings,
-    started: Instant,
-) -> Next {
-    let vc = vs.counters.local();
-    let pc = pool.counters.local();
-    stats::inc(&pc.requests);
-    let hash = request_hash(pool, req, c.peer.ip());
-    let sticky = sticky_member(pool, req);
-    let has_body = req.head.framing != Framing::None;
-    let replayable = !has_body && req.method.idempotent();
-    let mut tried = Tried::default();
-    let mut retries_left = st.retries;
-    let mut continue_sent = false;
-    let mut stage: Vec<u8> = Vec::with_capacity(1024);
-    // Why the last attempt failed: the answer when a retry finds no member left.
-    let mut last_failure: Option<(u16, String)> = None;
-
-    let (idx, up, resp, _inflight) = loop {
-        let Some(i) = pool.balancer.pick(&pool.members, sticky, hash, tried) else {
-            if let Some((status, why)) = &last_failure {
-                return drain_then_error(c, vs, req, *status, why, st).await;
-            }
-            stats::inc(&pc.no_member_available);
-            let why = format!(
-                "no server is available to handle this request (pool \"{}\")",
-                pool.name
-            );
-            return drain_then_error(c, vs, req, 503, &why, st).await;
-        };
-        if last_failure.is_some() {
-            // Counted when the request really goes out again.
-            stats::inc(&pc.retries);
-        }
-        tried.add(i);
-        let m = &pool.members[i];
-        let mc = m.counters.local();
-        // Counted from the pick, not from the connect: requests picking
-        // while this one connects must see it (max_connections, least
-        // connections, p2c).
-        let inflight = Inflight::new(&m.state);
-        let mut up = match ctx.idle.take(m) {
-            Some(u) => {
-                stats::inc(&mc.connections_reused);
-                u
-            }
-            None => match upstream::connect(
-                m,
-                pool.tls.as_deref(),
-                Duration::from_millis(st.upstream_connect_ms),
-            )
-            .await
-            {
-                Ok(u) => u,
-                Err(e) => {
-                    // Logs "connect failed: TLS handshake failed: certificate
-                    // verification failed: UnknownIssuer" and the like.
-                    let (status, why) = connect_failed(vs, pool, m, &e, "");
-                    // Nothing was sent: any method may go to another member.
-                    if retries_left > 0 {
-                        retries_left -= 1;
-                        last_failure = Some((status, why));
-                        continue;
-                    }
-                    drop(inflight);
-                    return drain_then_error(c, vs, req, status, &why, st).await;
-                }
-            },
-        };
-        stats::inc(&mc.requests);
-
-        // Request head, then the body, streamed.
-        stage.clear();
-        // Built in a block, not held across the awaits: the session future
-        // stays as small as it was before TLS.
-        {
-            let fwd = Forwarding {
-                client_ip: c.peer.ip(),
-                proto: if c.stream.is_tls() { "https" } else { "http" },
-                client_cert: vs
-                    .tls
-                    .as_ref()
-                    .and_then(|t| t.client_subject_header.as_deref())
-                    .map(|h| (h, c.stream.client_subject())),
-            };
-            forward::request_head(
-                &mut stage,
-                req,
-                &fwd,
-                &decision.request_edits,
-                req.head.framing == Framing::Chunked,
-            );
-        }
-        let head_len = stage.len() as u64;
-        if req.expect_continue && has_body && !continue_sent {
-            // We answer the expectation ourselves (as nginx does) once a
-            // member is ready to take the body.
-            if c.send(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_err() {
-                return Next::Close;
-            }
-            continue_sent = true;
-        }
-        let sent = body::deliver(
-            &mut c.stream,
-            &mut c.buf,
-            req.head.framing,
-            &mut up.stream,
-            &mut stage,
-            req.head.framing == Framing::Chunked,
-            Duration::from_millis(st.client_body_ms),
-        )
-        .await
-        .0;
-        match sent {
-            Ok(n) => {
-                stats::add(&mc.bytes_out, head_len + n);
-                stats::add(&vc.bytes_in, n);
-            }
-            Err(BodyError::Write(e)) => {
-                stats::inc(&mc.resets);
-                if up.reused && replayable && retries_left > 0 {
-                    retries_left -= 1;
-                    // A stale pooled connection says nothing about the
-                    // member: it may be picked again, on a new connection.
-                    tried.remove(i);
-                    ctx.idle.forget(m);
-                    last_failure = Some((
-                        502,
-                        "the server closed the connection while receiving the request".into(),
-                    ));
-                    continue;
-                }
-                log::warn(format_args!(
-                    "vserver {}: member {}: sending the request failed: {e}",
-                    vs.name,
-                    m.label(&pool.name)
-                ));
-                return error_and_close(
-                    c,
-                    vs,
-                    502,
-                    "the server closed the connection while receiving the request",
-                )
-                .await;
-            }
-            Err(BodyError::Timeout) => {
-                return error_and_close(c, vs, 408, "the request body was not received in time")
-                    .await
-            }
-            Err(BodyError::Framing(why)) => {
-                stats::inc(&vc.bad_requests);
-                return error_and_close(c, vs, 400, why).await;
-            }
-            Err(BodyError::Read(_) | BodyError::Truncated) => return Next::Close,
-        }
-
-        // Response head; interim 1xx responses are relayed.
-        let deadline = now_ms() + st.upstream_response_ms;
-        // Room for a head and a typical body in one read (HAProxy reads
-        // into 16 KB buffers): an 8 KB response then costs one recv and one
-        // send instead of two of each.
-        if up.buf.capacity() < UPSTREAM_READ {
-            up.buf.reserve(UPSTREAM_READ);
-        }
-        let resp = loop {
-            match read_head(
-                &mut up.stream,
-                &mut up.buf,
-                st.max_header_bytes,
-                st.max_header_bytes,
-                &ctx.idle_watch,
-                deadline,
-            )
-            .await
-            {
-                Ok(raw) => match head::parse_response(raw, st.max_headers, req.method) {
-                    Ok(r) if (100..200).contains(&r.status) && r.status != 101 => {
-                        if req.head.minor == 1 && !(r.status == 100 && continue_sent) {
-                            let mut interim = Vec::new();
-                            forward::interim_head(&mut interim, &r);
-                            if c.send(&interim).await.is_err() {
-                                return Next::Close;
-                            }
-                        }
-                    }
-                    Ok(r) => break Ok(r),
-                    Err(e) => break Err((502, e.reason, false)),
-                },
-                Err(e) => break Err(head_read_failure(e)),
-            }
-        };
-        match resp {
-            Ok(r) => break (i, up, r, inflight),
-            Err((status, why, timeout)) => {
-                let no_response_byte = member_response_failed(pool, m, &up, why, timeout);
-                if no_response_byte && replayable && retries_left > 0 {
-                    retries_left -= 1;
-                    if up.reused {
-                        tried.remove(i);
-                        ctx.idle.forget(m);
-                    }
-                    last_failure = Some((status, why.to_string()));
-                    continue;
-                }
-                log::warn(format_args!(
-                    "vserver {}: member {}: {why}",
-                    vs.name,
-                    m.label(&pool.name)
-                ));
-                drop(up);
-                let close = !req.head.keep_alive;
-                let bytes = responses::error(status, why, close);
-                if !respond(c, vs, status, &bytes).await || close {
-                    return Next::Close;
-                }
-                return Next::KeepAlive;
-            }
-        }
-    };
-    let m = &pool.members[idx];
-    let mc = m.counters.local();
-    passive_result(
-        pool,
-        m,
-        resp.status >= 500 && pool.passive.as_ref().is_some_and(|p| p.on_5xx),
-    );
-    stats::inc(&mc.responses[status_class(resp.status)]);
-    stats::inc(&vc.responses[status_class(resp.status)]);
-    forward_response(
-        ctx,
-        c,
-        vs,
-        pool,
-        m,
-        req,
-        decision,
-        st,
-        resp,
-        up,
-        sticky != Some(idx),
-        started,
-        stage,
-    )
-    .await
-}
-
-#[allow(clippy::too_many_arguments)]
-async fn forward_response(
-    ctx: &WorkerCtx,
-    c: &mut Client,
-    vs: &VServer,
-    pool: &Pool,
-    m: &Member,
-    req: &Request,
-    decision: &route::Decision<'_>,
-    st: &Settings,
-    resp: Response,
-    mut up: UpConn,
-    set_cookie: bool,
-    started: Instant,
-    mut stage: Vec<u8>,
-) -> Next {
-    let vc = vs.counters.local();
-    let mc = m.counters.local();
-    let upgrade = resp.status == 101 && req.head.upgrade;
-    let client_11 = req.head.minor == 1;
-    let reframe = matches!(resp.head.framing, Framing::Chunked | Framing::Close);
-    let chunked_out = reframe && client_11;
-    let close = upgrade
-        || !req.head.keep_alive
-        || (reframe && !client_11)
-        || ctx.draining()
-        || (resp.status == 101 && !req.head.upgrade);
-    let cf = ClientFraming {
-        chunked: chunked_out,
-        close: close && !upgrade,
-        keep_alive_10: !client_11 && !close,
-        upgrade,
-    };
-    let cookie = persistence_cookie(pool, m, set_cookie);
-    stage.clear();
-    forward::response_head(
-        &mut stage,
-        &resp,
-        &decision.response_edits,
-        &cf,
-        cookie.as_deref(),
-    );
-    let head_len = stage.len() as u64;
-    stats::add(&mc.bytes_in, resp.head.raw.len() as u64);
-
-    if upgrade {
-        let r = tunnel::run(
-            &mut c.stream,
-            &mut c.buf,
-            &mut up.stream,
-            &mut up.buf,
-            stage,
-            Duration::from_millis(st.tunnel_idle_ms),
-        )
-        .await;
-        stats::add(&vc.bytes_out, head_len + r.to_client);
-        stats::add(&vc.bytes_in, r.to_server);
-        access_log(st, vs, c, req, resp.status, r.to_client, m, pool, started);
-        return Next::Close;
-    }
-
-    let (r, written) = body::deliver(
-        &mut up.stream,
-        &mut up.buf,
-        resp.head.framing,
-        &mut c.stream,
-        &mut stage,
-        chunked_out,
-        Duration::from_millis(st.upstream_response_ms),
-    )
-    .await;
-    match r {
-        Ok(n) => {
-            stats::add(&vc.bytes_out, head_len + n);
-            stats::add(&mc.bytes_in, n);
-            access_log(st, vs, c, req, resp.status, n, m, pool, started);
-        }
-        Err(e) => {
-            match &e {
-                BodyError::Framing(_) | BodyError::Truncated => stats::inc(&mc.bad_responses),
-                BodyError::Timeout => stats::inc(&mc.response_timeouts),
-                _ => {}
-            }
-            if !matches!(e, BodyError::Write(_)) {
-                log::warn(format_args!(
-                    "vserver {}: member {}: response body failed: {e:?}",
-                    vs.name,
-                    m.label(&pool.name)
-                ));
-            }
-            if !written && !matches!(e, BodyError::Write(_)) {
-                // Nothing reached the client yet: it can still get a clean 502.
-                let status = if matches!(e, BodyError::Timeout) {
-                    504
-                } else {
-                    502
-                };
-                return error_and_close(c, vs, status, "the server sent an invalid response").await;
-            }
-            // The head is gone already: all we can do is cut the connection.
-            return Next::Close;
-        }
-    }
-    if resp.head.keep_alive && up.buf.is_empty() {
-        ctx.idle.put(
-            m,
-            up,
-            pool.idle_per_member,
-            Duration::from_millis(pool.idle_timeout_ms),
-        );
-    }
-    if close {
+        .and_then(|t| t.client_subject_header.as_ref())
+        .and(c.stream.client_subject().map(str::to_owned));
+    let (peer, tls, keep_alive) = (c.peer, c.stream.is_tls(), req.head.keep_alive);
+    let mut x = Exchange::new(ctx, &vs, st, peer, tls, subject.as_deref(), &req);
+    let mut client = H1Client::new(c, &x);
+    exchange::run(&mut x, &mut client, req).await;
+    if client.close || !keep_alive || ctx.draining() {
         Next::Close
     } else {
         Next::KeepAlive
     }
-}
-
-/// Answers an error before the request body was read: the body is read and
-/// dropped when it is small enough to keep the connection, else we close.
-async fn drain_then_error(
-    c: &mut Client,
-    vs: &VServer,
-    req: &Request,
-    status: u16,
-    why: &str,
-    st: &Settings,
-) -> Next {
-    let mut close = !req.head.keep_alive;
-    if req.head.framing != Framing::None {
-        let small = matches!(req.head.framing, Framing::Length(n) if n <= 64 * 1024);
-        if small {
-            close |= !discard_body(c, req.head.framing, st).await;
-        } else {
-            close = true;
-        }
-    }
-    let bytes = responses::error(status, why, close);
-    if !respond(c, vs, status, &bytes).await || close {
-        return Next::Close;
-    }
-    Next::KeepAlive
-}
-
-#[allow(clippy::too_many_arguments)]
-fn access_log(
-    st: &Settings,
-    vs: &VServer,
-    c: &Client,
-    req: &Request,
-    status: u16,
-    bytes: u64,
-    m: &Member,
-    pool: &Pool,
-    started: Instant,
-) {
-    if !st.access_log {
-        return;
-    }
-    log::access(format_args!(
-        "{} {} \"{} {}\" {} {} {} {}us",
-        c.peer,
-        vs.name,
-        String::from_utf8_lossy(req.method_str()),
-        String::from_utf8_lossy(req.target()),
-        status,
-        bytes,
-        m.label(&pool.name),
-        started.elapsed().as_micros()
-    ));
 }
 
 #[cfg(test)]

@@ -1,0 +1,343 @@
+//! HTTP/2 heads (the `http` crate's types, as the h2 crate hands them
+//! over) to and from the protocol-neutral message, directly: nothing is
+//! restated as HTTP/1 text and parsed again.
+//!
+//! What the HTTP/1 parser refuses for smuggling reasons is refused here
+//! too where HTTP/2 can carry it (several Content-Length fields, a bad
+//! authority, CONNECT, unsupported expectations, heads over the limits);
+//! h2 itself has already refused connection-specific fields and invalid
+//! names or values.
+
+use bytes::Bytes;
+
+use super::head::{parse_length, valid_authority, HeadError, Limits};
+use super::message::{Fields, Framing, Head, Method, Request, Response};
+
+fn bad(status: u16, reason: &'static str) -> HeadError {
+    HeadError { status, reason }
+}
+
+/// A client's HTTP/2 request head. `end_stream` says the HEADERS frame
+/// ended the stream (no body).
+pub fn request_from_h2(
+    parts: &http::request::Parts,
+    end_stream: bool,
+    limits: &Limits,
+) -> Result<Request, HeadError> {
+    if parts.method == http::Method::CONNECT {
+        return Err(bad(501, "CONNECT is not supported over HTTP/2"));
+    }
+    if parts.headers.len() + 1 > limits.max_headers {
+        return Err(bad(431, "too many header fields"));
+    }
+    let target = match parts.uri.path_and_query().map(|p| p.as_str()) {
+        None | Some("") => Bytes::from_static(b"/"),
+        Some(t) => Bytes::copy_from_slice(t.as_bytes()),
+    };
+    if target
+        .iter()
+        .any(|b| *b <= 0x20 || *b == 0x7f || *b == b'#')
+    {
+        return Err(bad(400, "invalid character in the request target"));
+    }
+    let mut fields = Fields::default();
+    let mut size = target.len() + 16;
+    let authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
+    if let Some(a) = authority {
+        if a.is_empty() || !valid_authority(a) {
+            return Err(bad(400, "invalid :authority"));
+        }
+        fields.append(b"host", a);
+    }
+    let mut host: Option<Bytes> = authority.map(Bytes::copy_from_slice);
+    let mut cookie: Option<Vec<u8>> = None;
+    let mut length: Option<u64> = None;
+    let mut expect_continue = false;
+    let mut te_trailers = false;
+    for (name, value) in &parts.headers {
+        let (n, v) = (name.as_str().as_bytes(), value.as_bytes());
+        size += n.len() + v.len() + 4;
+        match n {
+            b"host" if authority.is_some() => continue,
+            b"host" => {
+                if host.is_some() {
+                    return Err(bad(400, "several Host fields"));
+                }
+                if !valid_authority(v) {
+                    return Err(bad(400, "invalid Host"));
+                }
+                host = Some(Bytes::copy_from_slice(v));
+            }
+            // h2 has refused every other value; it means nothing to an
+            // HTTP/1.1 member and is restated for an h2 one.
+            b"te" => {
+                te_trailers = true;
+                continue;
+            }
+            // RFC 9113 8.2.3: split cookie fields are one for HTTP/1.1.
+            b"cookie" => {
+                let c = cookie.get_or_insert_with(Vec::new);
+                if !c.is_empty() {
+                    c.extend_from_slice(b"; ");
+                }
+                c.extend_from_slice(v);
+                continue;
+            }
+            b"content-length" => {
+                if length.is_some() {
+                    return Err(bad(400, "several Content-Length fields"));
+                }
+                length = Some(parse_length(v).ok_or(bad(400, "invalid Content-Length"))?);
+            }
+            b"expect" => {
+                if !v.eq_ignore_ascii_case(b"100-continue") {
+                    return Err(bad(417, "unsupported expectation"));
+                }
+                expect_continue = true;
+            }
+            _ => {}
+        }
+        fields.append(n, v);
+    }
+    if let Some(c) = cookie {
+        fields.append(b"cookie", &c);
+    }
+    if size > limits.max_header_bytes + limits.max_request_line {
+        return Err(bad(431, "request header fields too large"));
+    }
+    let method = Method::parse(parts.method.as_str().as_bytes());
+    let framing = match length {
+        Some(0) => Framing::None,
+        Some(n) => Framing::Length(n),
+        None if !end_stream => Framing::Chunked,
+        None => {
+            // An HTTP/1.1 member must not wait for a body that never comes.
+            if matches!(method, Method::Post | Method::Put | Method::Patch) {
+                fields.append(b"content-length", b"0");
+            }
+            Framing::None
+        }
+    };
+    let mut head = Head::new(fields, framing);
+    head.wire_len = size as u32;
+    Ok(Request {
+        head,
+        method,
+        method_raw: Bytes::copy_from_slice(parts.method.as_str().as_bytes()),
+        target,
+        host,
+        expect_continue,
+        te_trailers,
+    })
+}
+
+/// A member's HTTP/2 response head. `end_stream`: no body follows.
+pub fn response_from_h2(
+    parts: &http::response::Parts,
+    end_stream: bool,
+    request_method: Method,
+) -> Result<Response, HeadError> {
+    let status = parts.status.as_u16();
+    let mut fields = Fields::default();
+    let mut length: Option<u64> = None;
+    let mut size = 16;
+    for (name, value) in &parts.headers {
+        let (n, v) = (name.as_str().as_bytes(), value.as_bytes());
+        size += n.len() + v.len() + 4;
+        if n == b"content-length" {
+            if length.is_some() {
+                return Err(bad(502, "several Content-Length fields"));
+            }
+            length = Some(parse_length(v).ok_or(bad(502, "invalid Content-Length"))?);
+        }
+        fields.append(n, v);
+    }
+    let no_body = request_method == Method::Head
+        || (100..200).contains(&status)
+        || status == 204
+        || status == 304;
+    let framing = if no_body {
+        Framing::None
+    } else {
+        match length {
+            Some(0) => Framing::None,
+            Some(n) => Framing::Length(n),
+            None if end_stream => {
+                // Said plainly, so an HTTP/1.1 client does not wait for a close.
+                fields.append(b"content-length", b"0");
+                Framing::None
+            }
+            // Delimited by the end of the stream.
+            None => Framing::Close,
+        }
+    };
+    let mut head = Head::new(fields, framing);
+    head.wire_len = size as u32;
+    Ok(Response {
+        head,
+        status,
+        reason: Bytes::from_static(super::responses::reason(status).as_bytes()),
+    })
+}
+
+/// The request for an h2 member. `default_authority` stands in when the
+/// request has no Host (HTTP/1.0). None when a field cannot be carried.
+pub fn request_to_h2(req: &Request, default_authority: &str) -> Option<http::Request<()>> {
+    if req.method == Method::Connect {
+        return None;
+    }
+    let host = match req.host() {
+        Some(h) => std::str::from_utf8(h).ok()?,
+        None => default_authority,
+    };
+    let target = std::str::from_utf8(req.target()).ok()?;
+    let uri = format!("http://{host}{target}");
+    let mut r = http::Request::builder()
+        .method(http::Method::from_bytes(req.method_str()).ok()?)
+        .uri(uri)
+        .body(())
+        .ok()?;
+    let h = r.headers_mut();
+    for (name, value) in req.head.fields.iter() {
+        if name.eq_ignore_ascii_case(b"host") || req.head.is_connection_field(name) {
+            continue;
+        }
+        h.append(
+            http::HeaderName::from_bytes(name).ok()?,
+            http::HeaderValue::from_bytes(value).ok()?,
+        );
+    }
+    if req.te_trailers {
+        h.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
+    }
+    Some(r)
+}
+
+/// The response for an HTTP/2 client. None when a field cannot be carried.
+pub fn response_to_h2(resp: &Response) -> Option<http::Response<()>> {
+    let mut r = http::Response::builder()
+        .status(resp.status)
+        .body(())
+        .ok()?;
+    let h = r.headers_mut();
+    for (name, value) in resp.head.fields.iter() {
+        if resp.head.is_connection_field(name) {
+            continue;
+        }
+        h.append(
+            http::HeaderName::from_bytes(name).ok()?,
+            http::HeaderValue::from_bytes(value).ok()?,
+        );
+    }
+    Some(r)
+}
+
+/// Trailer fields for HTTP/2 (those it can carry).
+pub fn trailers_to_h2(t: &Fields) -> http::HeaderMap {
+    let mut m = http::HeaderMap::new();
+    for (n, v) in t.iter() {
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(n),
+            http::HeaderValue::from_bytes(v),
+        ) {
+            m.append(n, v);
+        }
+    }
+    m
+}
+
+/// HTTP/2 trailers as fields.
+pub fn trailers_from_h2(m: &http::HeaderMap) -> Fields {
+    let mut f = Fields::default();
+    for (n, v) in m {
+        f.append(n.as_str().as_bytes(), v.as_bytes());
+    }
+    f
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limits() -> Limits {
+        Limits {
+            max_request_line: 8192,
+            max_header_bytes: 32768,
+            max_headers: 100,
+        }
+    }
+
+    #[test]
+    fn request_joins_cookies_and_frames_the_body() {
+        let req = http::Request::builder()
+            .method("POST")
+            .uri("https://example.com/a?b=1")
+            .header("cookie", "a=1")
+            .header("cookie", "b=2")
+            .header("te", "trailers")
+            .body(())
+            .unwrap();
+        let (parts, _) = req.into_parts();
+        let r = request_from_h2(&parts, false, &limits()).unwrap();
+        assert_eq!(r.target(), b"/a?b=1");
+        assert_eq!(r.host(), Some(&b"example.com"[..]));
+        assert_eq!(r.head.get("cookie"), Some(&b"a=1; b=2"[..]));
+        assert_eq!(r.head.get("te"), None);
+        assert!(r.te_trailers);
+        assert_eq!(r.head.framing, Framing::Chunked);
+        let r = request_from_h2(&parts, true, &limits()).unwrap();
+        assert_eq!(r.head.framing, Framing::None);
+        assert_eq!(r.head.get("content-length"), Some(&b"0"[..]));
+        let back = request_to_h2(&r, "m:1").unwrap();
+        assert_eq!(back.uri(), "http://example.com/a?b=1");
+        assert_eq!(back.headers().get("te").unwrap(), "trailers");
+        assert!(back.headers().get("host").is_none());
+    }
+
+    #[test]
+    fn request_refusals() {
+        let mk = |b: http::request::Builder| b.body(()).unwrap().into_parts().0;
+        let cl2 = mk(http::Request::builder()
+            .method("POST")
+            .uri("http://a/")
+            .header("content-length", "1")
+            .header("content-length", "1"));
+        assert_eq!(
+            request_from_h2(&cl2, false, &limits()).unwrap_err().status,
+            400
+        );
+        let expect = mk(http::Request::builder()
+            .uri("http://a/")
+            .header("expect", "fancy"));
+        assert_eq!(
+            request_from_h2(&expect, true, &limits())
+                .unwrap_err()
+                .status,
+            417
+        );
+        let connect = mk(http::Request::builder().method("CONNECT").uri("a:443"));
+        assert_eq!(
+            request_from_h2(&connect, true, &limits())
+                .unwrap_err()
+                .status,
+            501
+        );
+    }
+
+    #[test]
+    fn response_framing_and_back() {
+        let resp = http::Response::builder()
+            .status(200)
+            .header("x-a", "1")
+            .body(())
+            .unwrap();
+        let (parts, _) = resp.into_parts();
+        let r = response_from_h2(&parts, false, Method::Get).unwrap();
+        assert_eq!(r.head.framing, Framing::Close);
+        let r = response_from_h2(&parts, true, Method::Get).unwrap();
+        assert_eq!(r.head.get("content-length"), Some(&b"0"[..]));
+        let back = response_to_h2(&r).unwrap();
+        assert_eq!(back.status(), 200);
+        assert_eq!(back.headers().get("x-a").unwrap(), "1");
+    }
+}

@@ -1,0 +1,394 @@
+//! The protocol-neutral message: an editable request or response head.
+//!
+//! The HTTP/1 parser (`head`) and the HTTP/2 front end (`h2conv`) both
+//! build these; the proxy's stages edit them; they are serialised once, at
+//! the edge, for the peer's protocol (`write_h1`, `h2conv`). No stage ever
+//! sees wire syntax, and no head is parsed twice (HAProxy's HTX plays the
+//! same part).
+//!
+//! Fields keep their order and their duplicates. Parsed fields are spans of
+//! the received head (no copy, no allocation per field); a field an edit
+//! adds lives in the head's own buffer. Removing a field drops its entry,
+//! never the bytes, which live as long as the message.
+
+use bytes::Bytes;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// No body.
+    None,
+    Length(u64),
+    /// Chunked on HTTP/1.1; on HTTP/2, DATA frames without a declared length.
+    Chunked,
+    /// Body runs until the sender closes (responses only); on HTTP/2, until
+    /// the end of the stream.
+    Close,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Method {
+    Get,
+    Head,
+    Post,
+    Put,
+    Delete,
+    Options,
+    Trace,
+    Connect,
+    Patch,
+    Other,
+}
+
+impl Method {
+    pub fn parse(m: &[u8]) -> Method {
+        match m {
+            b"GET" => Method::Get,
+            b"HEAD" => Method::Head,
+            b"POST" => Method::Post,
+            b"PUT" => Method::Put,
+            b"DELETE" => Method::Delete,
+            b"OPTIONS" => Method::Options,
+            b"TRACE" => Method::Trace,
+            b"CONNECT" => Method::Connect,
+            b"PATCH" => Method::Patch,
+            _ => Method::Other,
+        }
+    }
+
+    /// RFC 9110 9.2.2: safe to send again after a failure.
+    pub fn idempotent(self) -> bool {
+        matches!(
+            self,
+            Method::Get
+                | Method::Head
+                | Method::Put
+                | Method::Delete
+                | Method::Options
+                | Method::Trace
+        )
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Field {
+    name: (u32, u32),
+    value: (u32, u32),
+    /// The spans index `Fields::owned` rather than `Fields::raw`.
+    owned: bool,
+}
+
+/// Header fields in order, duplicates kept. Names compare case-insensitively.
+#[derive(Debug, Clone, Default)]
+pub struct Fields {
+    raw: Bytes,
+    owned: Vec<u8>,
+    list: Vec<Field>,
+}
+
+impl Fields {
+    /// Fields that will be spans of `raw` (see `push_span`).
+    pub fn over(raw: Bytes, capacity: usize) -> Fields {
+        Fields {
+            raw,
+            owned: Vec::new(),
+            list: Vec::with_capacity(capacity),
+        }
+    }
+
+    /// Appends a field whose name and value are byte ranges of `raw`.
+    pub(crate) fn push_span(&mut self, name: (u32, u32), value: (u32, u32)) {
+        self.list.push(Field {
+            name,
+            value,
+            owned: false,
+        });
+    }
+
+    fn bytes(&self, owned: bool, (a, b): (u32, u32)) -> &[u8] {
+        let src: &[u8] = if owned { &self.owned } else { &self.raw };
+        &src[a as usize..b as usize]
+    }
+
+    fn own(&mut self, bytes: &[u8]) -> (u32, u32) {
+        let a = self.owned.len() as u32;
+        self.owned.extend_from_slice(bytes);
+        (a, self.owned.len() as u32)
+    }
+
+    /// Appends a field at the end.
+    pub fn append(&mut self, name: &[u8], value: &[u8]) {
+        let name = self.own(name);
+        let value = self.own(value);
+        self.list.push(Field {
+            name,
+            value,
+            owned: true,
+        });
+    }
+
+    /// Replaces the first field named `name` in place and removes the
+    /// others; appends when there is none.
+    pub fn set(&mut self, name: &[u8], value: &[u8]) {
+        match self.position(name) {
+            Some(i) => {
+                let v = self.own(value);
+                let n = self.own(name);
+                self.list[i] = Field {
+                    name: n,
+                    value: v,
+                    owned: true,
+                };
+                let mut k = 0;
+                self.list.retain(|f| {
+                    k += 1;
+                    k - 1 <= i || !Self::named(&self.raw, &self.owned, f, name)
+                });
+            }
+            None => self.append(name, value),
+        }
+    }
+
+    /// Removes every field named `name`; returns how many.
+    pub fn remove(&mut self, name: &[u8]) -> usize {
+        let before = self.list.len();
+        let (raw, owned) = (&self.raw, &self.owned);
+        self.list.retain(|f| !Self::named(raw, owned, f, name));
+        before - self.list.len()
+    }
+
+    /// Keeps the fields for which `keep(name, value)` is true.
+    pub fn retain(&mut self, mut keep: impl FnMut(&[u8], &[u8]) -> bool) {
+        let (raw, owned) = (&self.raw, &self.owned);
+        self.list.retain(|f| {
+            let src: &[u8] = if f.owned { owned } else { raw };
+            keep(
+                &src[f.name.0 as usize..f.name.1 as usize],
+                &src[f.value.0 as usize..f.value.1 as usize],
+            )
+        });
+    }
+
+    fn named(raw: &[u8], owned: &[u8], f: &Field, name: &[u8]) -> bool {
+        let src = if f.owned { owned } else { raw };
+        src[f.name.0 as usize..f.name.1 as usize].eq_ignore_ascii_case(name)
+    }
+
+    fn position(&self, name: &[u8]) -> Option<usize> {
+        self.list
+            .iter()
+            .position(|f| Self::named(&self.raw, &self.owned, f, name))
+    }
+
+    /// Every field, in order: (name, value).
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> + '_ {
+        self.list
+            .iter()
+            .map(|f| (self.bytes(f.owned, f.name), self.bytes(f.owned, f.value)))
+    }
+
+    /// First value of a field (names are case-insensitive).
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, v)| v)
+    }
+
+    pub fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.iter()
+            .filter(move |(n, _)| n.eq_ignore_ascii_case(name.as_bytes()))
+            .map(|(_, v)| v)
+    }
+
+    pub fn contains(&self, name: &str) -> bool {
+        self.position(name.as_bytes()).is_some()
+    }
+
+    pub fn len(&self) -> usize {
+        self.list.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.list.is_empty()
+    }
+}
+
+/// What requests and responses share.
+#[derive(Debug, Clone)]
+pub struct Head {
+    pub fields: Fields,
+    /// 0 for HTTP/1.0, 1 for HTTP/1.1 and HTTP/2 (the semantics we serve).
+    pub minor: u8,
+    /// How the body is delimited as received.
+    pub framing: Framing,
+    /// The sender wants the connection kept open.
+    pub keep_alive: bool,
+    /// HTTP/1.1 Connection: upgrade with an Upgrade field.
+    pub upgrade: bool,
+    /// Tokens listed in Connection (lower case), hop-by-hop by definition.
+    pub connection_tokens: Vec<String>,
+    /// Bytes the head took on the wire (for the byte counters).
+    pub wire_len: u32,
+}
+
+impl Head {
+    pub fn new(fields: Fields, framing: Framing) -> Head {
+        Head {
+            fields,
+            minor: 1,
+            framing,
+            keep_alive: true,
+            upgrade: false,
+            connection_tokens: Vec::new(),
+            wire_len: 0,
+        }
+    }
+
+    /// First value of a field, by name.
+    pub fn get(&self, name: &str) -> Option<&[u8]> {
+        self.fields.get(name)
+    }
+
+    pub fn all<'a>(&'a self, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+        self.fields.all(name)
+    }
+
+    /// A field that describes one connection only and never goes further:
+    /// RFC 9110 7.6.1's list and whatever Connection names.
+    pub fn is_connection_field(&self, name: &[u8]) -> bool {
+        is_hop_by_hop(name)
+            || self
+                .connection_tokens
+                .iter()
+                .any(|t| t.as_bytes().eq_ignore_ascii_case(name))
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub head: Head,
+    pub method: Method,
+    pub method_raw: Bytes,
+    /// Origin-form target (path and query), or "*".
+    pub target: Bytes,
+    /// Authority: from an absolute-form target or `:authority`, else Host.
+    pub host: Option<Bytes>,
+    pub expect_continue: bool,
+    /// An HTTP/2 client asked for trailers ("te: trailers"); gRPC members insist.
+    pub te_trailers: bool,
+}
+
+impl Request {
+    pub fn method_str(&self) -> &[u8] {
+        &self.method_raw
+    }
+    pub fn target(&self) -> &[u8] {
+        &self.target
+    }
+    /// Path without the query.
+    pub fn path_only(&self) -> &[u8] {
+        let t = self.target();
+        match t.iter().position(|b| *b == b'?') {
+            Some(i) => &t[..i],
+            None => t,
+        }
+    }
+    pub fn query(&self) -> Option<&[u8]> {
+        let t = self.target();
+        t.iter().position(|b| *b == b'?').map(|i| &t[i + 1..])
+    }
+    pub fn host(&self) -> Option<&[u8]> {
+        self.host.as_deref()
+    }
+    /// Host without a port, for matching.
+    pub fn host_name(&self) -> Option<&[u8]> {
+        let h = self.host()?;
+        if h.first() == Some(&b'[') {
+            return h.iter().position(|b| *b == b']').map(|i| &h[..=i]);
+        }
+        Some(match h.iter().rposition(|b| *b == b':') {
+            Some(i) => &h[..i],
+            None => h,
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct Response {
+    pub head: Head,
+    pub status: u16,
+    pub reason: Bytes,
+}
+
+impl Response {
+    /// A response the proxy makes itself (no reason phrase: the writer
+    /// uses the standard one).
+    pub fn new(status: u16, framing: Framing) -> Response {
+        Response {
+            head: Head::new(Fields::default(), framing),
+            status,
+            reason: Bytes::new(),
+        }
+    }
+}
+
+/// Fields that describe one connection, never forwarded (RFC 9110 7.6.1).
+pub fn is_hop_by_hop(name: &[u8]) -> bool {
+    const HOP: [&[u8]; 8] = [
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+        b"proxy-authenticate",
+    ];
+    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parsed() -> Fields {
+        let raw = Bytes::from_static(b"A: 1\r\nB: 2\r\na: 3\r\n");
+        let mut f = Fields::over(raw, 4);
+        f.push_span((0, 1), (3, 4));
+        f.push_span((6, 7), (9, 10));
+        f.push_span((12, 13), (15, 16));
+        f
+    }
+
+    #[test]
+    fn keeps_order_and_duplicates() {
+        let f = parsed();
+        let all: Vec<_> = f.iter().collect();
+        assert_eq!(
+            all,
+            vec![(&b"A"[..], &b"1"[..]), (b"B", b"2"), (b"a", b"3")]
+        );
+        assert_eq!(f.all("a").collect::<Vec<_>>(), vec![&b"1"[..], b"3"]);
+        assert_eq!(f.get("b"), Some(&b"2"[..]));
+    }
+
+    #[test]
+    fn edits() {
+        let mut f = parsed();
+        f.set(b"a", b"x");
+        assert_eq!(
+            f.iter().collect::<Vec<_>>(),
+            vec![(&b"a"[..], &b"x"[..]), (b"B", b"2")]
+        );
+        f.append(b"c", b"y");
+        f.append(b"B", b"z");
+        assert_eq!(f.remove(b"b"), 2);
+        assert_eq!(
+            f.iter().collect::<Vec<_>>(),
+            vec![(&b"a"[..], &b"x"[..]), (b"c", b"y")]
+        );
+        f.retain(|n, _| n != b"a");
+        assert_eq!(f.len(), 1);
+        f.set(b"new", b"1");
+        assert_eq!(f.get("NEW"), Some(&b"1"[..]));
+    }
+}

@@ -1,0 +1,241 @@
+//! The client side of an exchange on an HTTP/1.x connection: the request
+//! body read from the connection, the response written to it (head and
+//! first body bytes in one write), and what the connection can do next.
+//!
+//! Runs on the worker that owns the connection.
+
+use std::time::Duration;
+
+use super::exchange::{ClientSide, Exchange, Failure, Origin};
+use super::hooks::Local;
+use super::stream::ClientStream;
+use super::tunnel;
+use super::upstream::UpConn;
+use super::Client;
+use crate::http::body::{self, BodyError, Discard, Out, Sink};
+use crate::http::message::{Framing, Request, Response};
+use crate::http::write_h1::{self, ClientFraming};
+use crate::stats::{self, status_class};
+
+/// How much of the request body has been read from the connection.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum BodyState {
+    Unread,
+    Partial,
+    Done,
+}
+
+pub struct H1Client<'c> {
+    c: &'c mut Client,
+    stage: Vec<u8>,
+    body: BodyState,
+    continue_sent: bool,
+    body_timeout: Duration,
+    tunnel_idle: Duration,
+    draining: bool,
+    /// The connection must close after this exchange.
+    pub close: bool,
+}
+
+/// A small request body is read and dropped before an early answer so the
+/// connection stays usable; a larger one closes it.
+const DRAIN_MAX: u64 = 64 * 1024;
+
+impl<'c> H1Client<'c> {
+    pub fn new(c: &'c mut Client, x: &Exchange<'_>) -> H1Client<'c> {
+        H1Client {
+            c,
+            stage: Vec::new(),
+            body: BodyState::Unread,
+            continue_sent: false,
+            body_timeout: Duration::from_millis(x.st.client_body_ms),
+            tunnel_idle: Duration::from_millis(x.st.tunnel_idle_ms),
+            draining: x.ctx.draining(),
+            close: false,
+        }
+    }
+
+    /// Reads and drops the request body. False when it was invalid or did
+    /// not arrive in time.
+    async fn discard(&mut self, framing: Framing) -> bool {
+        if framing == Framing::None || self.body == BodyState::Done {
+            return true;
+        }
+        self.body = BodyState::Partial;
+        let ok = body::transfer(
+            &mut self.c.stream,
+            &mut self.c.buf,
+            framing,
+            &mut Discard,
+            self.body_timeout,
+        )
+        .await
+        .is_ok();
+        if ok {
+            self.body = BodyState::Done;
+        }
+        ok
+    }
+
+    /// Writes a response the proxy answers itself and counts it.
+    async fn write_local(&mut self, x: &Exchange<'_>, req: &Request, l: &Local, close: bool) {
+        let mut out = Vec::with_capacity(256 + l.body.len());
+        let cf = ClientFraming {
+            close,
+            keep_alive_10: req.head.minor == 0 && !close,
+            ..Default::default()
+        };
+        write_h1::response(&mut out, &l.response, &cf);
+        out.extend_from_slice(&l.body);
+        let vc = x.vs.counters.local();
+        stats::inc(&vc.local_responses);
+        stats::inc(&vc.responses[status_class(l.response.status)]);
+        stats::add(&vc.bytes_out, out.len() as u64);
+        self.close |= close;
+        if self.c.send(&out).await.is_err() {
+            self.close = true;
+        }
+    }
+}
+
+impl ClientSide for H1Client<'_> {
+    type Out<'a>
+        = Out<'a, ClientStream>
+    where
+        Self: 'a;
+
+    async fn request_body<S: Sink>(
+        &mut self,
+        req: &Request,
+        sink: &mut S,
+    ) -> Result<u64, BodyError> {
+        if req.head.framing == Framing::None {
+            self.body = BodyState::Done;
+            return Ok(0);
+        }
+        self.body = BodyState::Partial;
+        let n = body::transfer(
+            &mut self.c.stream,
+            &mut self.c.buf,
+            req.head.framing,
+            sink,
+            self.body_timeout,
+        )
+        .await?;
+        self.body = BodyState::Done;
+        Ok(n)
+    }
+
+    async fn send_continue(&mut self, _req: &Request) -> bool {
+        if self.continue_sent {
+            return true;
+        }
+        // We answer the expectation ourselves (as nginx does) once a member
+        // is ready to take the body.
+        self.continue_sent = true;
+        self.c.send(b"HTTP/1.1 100 Continue\r\n\r\n").await.is_ok()
+    }
+
+    async fn send_interim(&mut self, req: &Request, resp: &Response) -> bool {
+        if req.head.minor == 0 || (resp.status == 100 && self.continue_sent) {
+            return true;
+        }
+        let mut out = Vec::with_capacity(128);
+        write_h1::interim(&mut out, resp);
+        self.c.send(&out).await.is_ok()
+    }
+
+    async fn start_response(
+        &mut self,
+        x: &Exchange<'_>,
+        req: &Request,
+        resp: &Response,
+    ) -> Option<(Self::Out<'_>, u64)> {
+        let client_11 = req.head.minor == 1;
+        let reframe = matches!(resp.head.framing, Framing::Chunked | Framing::Close);
+        let chunked = reframe && client_11;
+        let close =
+            !req.head.keep_alive || (reframe && !client_11) || self.draining || x.ctx.draining();
+        self.close |= close;
+        self.stage.clear();
+        let cf = ClientFraming {
+            chunked,
+            close,
+            keep_alive_10: !client_11 && !close,
+            upgrade: false,
+        };
+        write_h1::response(&mut self.stage, resp, &cf);
+        let head_len = self.stage.len() as u64;
+        Some((
+            Out::new(&mut self.c.stream, &mut self.stage, chunked),
+            head_len,
+        ))
+    }
+
+    async fn tunnel(
+        &mut self,
+        x: &Exchange<'_>,
+        resp: &Response,
+        up: &mut UpConn,
+    ) -> Result<(), Failure> {
+        self.close = true;
+        let mut head = Vec::with_capacity(256);
+        let cf = ClientFraming {
+            upgrade: true,
+            ..Default::default()
+        };
+        write_h1::response(&mut head, resp, &cf);
+        let head_len = head.len() as u64;
+        let r = tunnel::run(
+            &mut self.c.stream,
+            &mut self.c.buf,
+            &mut up.stream,
+            &mut up.buf,
+            head,
+            self.tunnel_idle,
+        )
+        .await;
+        let vc = x.vs.counters.local();
+        stats::add(&vc.bytes_out, head_len + r.to_client);
+        stats::add(&vc.bytes_in, r.to_server);
+        Ok(())
+    }
+
+    async fn answer(&mut self, x: &Exchange<'_>, req: &Request, local: Local) {
+        if !self.discard(req.head.framing).await {
+            let f = Failure::new(Origin::Client, 400, "invalid request body");
+            if let Some(l) = f.answer() {
+                self.write_local(x, req, &l, true).await;
+            }
+            return;
+        }
+        let close = !req.head.keep_alive || self.draining;
+        self.write_local(x, req, &local, close).await;
+    }
+
+    async fn fail(&mut self, x: &Exchange<'_>, req: &Request, f: Failure) {
+        // Whatever was staged for the failed response never leaves.
+        self.stage.clear();
+        let Some(local) = f.answer() else {
+            self.close = true;
+            return;
+        };
+        let mut close = f.close || !req.head.keep_alive;
+        match self.body {
+            BodyState::Unread => match req.head.framing {
+                Framing::None => {}
+                Framing::Length(n) if n <= DRAIN_MAX => {
+                    close |= !self.discard(req.head.framing).await
+                }
+                _ => close = true,
+            },
+            BodyState::Partial => close = true,
+            BodyState::Done => {}
+        }
+        self.write_local(x, req, &local, close).await;
+    }
+
+    async fn cancelled(&mut self) {
+        std::future::pending::<()>().await
+    }
+}

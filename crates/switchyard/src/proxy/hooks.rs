@@ -1,0 +1,158 @@
+//! The phases of one exchange, as hooks a stage implements.
+//!
+//! Every feature that acts on requests (routing, header edits, and later
+//! the WAF, the cache, compression) is a stage: a type implementing
+//! `Hooks`, overriding only the phases it needs. Stages are composed as a
+//! tuple, `(A, (B, C))`, and dispatched statically: a phase nobody
+//! overrides compiles to nothing. The exchange (`exchange.rs`) calls the
+//! phases in this order, for every client protocol (HTTP/1.x, HTTP/2) and
+//! every member protocol (HTTP/1.1, h2):
+//!
+//! ```text
+//! on_request_head ─► before_member_request ─► [on_request_body]* ─►
+//!     (member) ─► on_response_head ─► [on_response_body]* ─► on_log
+//! ```
+//!
+//! Connection-level admission (`on_accept`) runs before any byte is read,
+//! once per client connection.
+//!
+//! Runs on the worker that owns the connection: hooks may keep per-request
+//! state in `&mut self` without locks.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+
+use super::exchange::Exchange;
+use crate::http::message::{Request, Response};
+
+/// What a hook decided.
+pub enum Verdict {
+    /// Go on with the next stage.
+    Continue,
+    /// Stop here and answer the client with this response (the member is
+    /// never contacted, or no longer).
+    Respond(Local),
+}
+
+/// A response the proxy answers itself.
+pub struct Local {
+    pub response: Response,
+    pub body: Bytes,
+}
+
+/// What a body hook did with a piece of the body.
+pub enum BodyEdit {
+    /// The piece goes on unchanged.
+    Pass,
+    /// The piece is replaced by what the hook wrote to `out` (possibly
+    /// nothing: it holds the bytes back, e.g. a compressor's window).
+    Replaced,
+}
+
+pub trait Hooks {
+    /// A client connection was accepted on `listen`, before any byte is
+    /// read (ACLs, per-source limits). False closes it at once.
+    fn on_accept(&mut self, _peer: SocketAddr, _listen: SocketAddr) -> bool {
+        true
+    }
+
+    /// The request head is complete and valid. May edit `req`, choose the
+    /// pool (`x.pool`), or answer locally (redirects, fixed responses, a
+    /// WAF block, a cache hit). Stages run in order; the first `Respond`
+    /// wins and the later ones are skipped.
+    fn on_request_head(&mut self, _x: &mut Exchange<'_>, _req: &mut Request) -> Verdict {
+        Verdict::Continue
+    }
+
+    /// The request is about to go to the chosen pool: forwarding fields and
+    /// header edits. Runs once per request, before the first attempt;
+    /// retries send the same head.
+    fn before_member_request(&mut self, _x: &mut Exchange<'_>, _req: &mut Request) {}
+
+    /// A piece of the request body on its way to the member (WAF body
+    /// inspection). `Respond` stops the upload: the client gets that
+    /// answer and the member connection is closed.
+    fn on_request_body(&mut self, _x: &mut Exchange<'_>, _data: &[u8]) -> Verdict {
+        Verdict::Continue
+    }
+
+    /// The member's final response head (not 1xx). May edit it (header
+    /// edits, persistence cookie), decide to transform the body (then
+    /// remove Content-Length: the body is re-framed as chunked or HTTP/2
+    /// DATA), or decide to store it (cache).
+    fn on_response_head(&mut self, _x: &mut Exchange<'_>, _resp: &mut Response) {}
+
+    /// A piece of the response body, between de-framing and re-framing;
+    /// `end` is true once, with the last (possibly empty) piece. A hook
+    /// that changes the body writes the new bytes to `out`.
+    fn on_response_body(
+        &mut self,
+        _x: &mut Exchange<'_>,
+        _data: &[u8],
+        _end: bool,
+        _out: &mut Vec<u8>,
+    ) -> BodyEdit {
+        BodyEdit::Pass
+    }
+
+    /// The exchange is over (answered by a member or locally, or failed).
+    fn on_log(&mut self, _x: &Exchange<'_>) {}
+}
+
+/// Two stages in order: `A`'s phases run before `B`'s.
+impl<A: Hooks, B: Hooks> Hooks for (A, B) {
+    fn on_accept(&mut self, peer: SocketAddr, listen: SocketAddr) -> bool {
+        self.0.on_accept(peer, listen) && self.1.on_accept(peer, listen)
+    }
+
+    fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
+        match self.0.on_request_head(x, req) {
+            Verdict::Continue => self.1.on_request_head(x, req),
+            answer => answer,
+        }
+    }
+
+    fn before_member_request(&mut self, x: &mut Exchange<'_>, req: &mut Request) {
+        self.0.before_member_request(x, req);
+        self.1.before_member_request(x, req);
+    }
+
+    fn on_request_body(&mut self, x: &mut Exchange<'_>, data: &[u8]) -> Verdict {
+        match self.0.on_request_body(x, data) {
+            Verdict::Continue => self.1.on_request_body(x, data),
+            answer => answer,
+        }
+    }
+
+    fn on_response_head(&mut self, x: &mut Exchange<'_>, resp: &mut Response) {
+        self.0.on_response_head(x, resp);
+        self.1.on_response_head(x, resp);
+    }
+
+    fn on_response_body(
+        &mut self,
+        x: &mut Exchange<'_>,
+        data: &[u8],
+        end: bool,
+        out: &mut Vec<u8>,
+    ) -> BodyEdit {
+        match self.0.on_response_body(x, data, end, out) {
+            BodyEdit::Pass => self.1.on_response_body(x, data, end, out),
+            BodyEdit::Replaced => {
+                // B sees what A produced.
+                let first = std::mem::take(out);
+                match self.1.on_response_body(x, &first, end, out) {
+                    BodyEdit::Pass => *out = first,
+                    BodyEdit::Replaced => {}
+                }
+                BodyEdit::Replaced
+            }
+        }
+    }
+
+    fn on_log(&mut self, x: &Exchange<'_>) {
+        self.0.on_log(x);
+        self.1.on_log(x);
+    }
+}

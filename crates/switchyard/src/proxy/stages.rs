@@ -1,0 +1,271 @@
+//! The stages every request goes through today, written as hooks: content
+//! switching with its local answers (`Route`), forwarding fields, header
+//! edits and the persistence cookie (`Forward`), and the access log
+//! (`AccessLog`). `Pipeline` is their order. Later features (WAF, cache,
+//! compression) join the tuple in `pipeline()`.
+
+use std::net::IpAddr;
+
+use bytes::Bytes;
+
+use super::exchange::Exchange;
+use super::hooks::{Hooks, Local, Verdict};
+use super::route;
+use crate::balance::persist::persistence_cookie;
+use crate::config::snapshot::{Action, HeaderEdits, VServer};
+use crate::http::message::{Fields, Request, Response};
+use crate::http::responses;
+use crate::log;
+use crate::stats;
+
+/// The stages, in the order their hooks run.
+pub type Pipeline = (Route, (Forward, AccessLog));
+
+pub fn pipeline() -> Pipeline {
+    (Route, (Forward, AccessLog))
+}
+
+/// Content switching: the vserver's policies choose the pool, collect the
+/// header edits, or answer (redirects, fixed responses).
+pub struct Route;
+
+impl Hooks for Route {
+    fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
+        let vs = x.vs;
+        let d = route::route(vs, req, x.peer.ip());
+        x.request_edits = d.request_edits;
+        x.response_edits = d.response_edits;
+        let local = |status: u16, extra: &[(&str, &str)], body: &[u8], ctype: &str| {
+            let mut fields: Vec<(&str, &str)> = extra.to_vec();
+            fields.extend(hsts(vs));
+            let (response, body) =
+                responses::local(status, ctype, Bytes::copy_from_slice(body), &fields);
+            Verdict::Respond(Local { response, body })
+        };
+        match d.action {
+            Some(Action::Pool(p)) => {
+                x.pool = Some(p.clone());
+                Verdict::Continue
+            }
+            Some(Action::Redirect { location, status }) => local(
+                *status,
+                &[("location", location)],
+                b"",
+                "text/plain; charset=utf-8",
+            ),
+            Some(Action::RedirectHttps { status, port }) => match https_location(req, *port) {
+                Some(location) => local(
+                    *status,
+                    &[("location", &location)],
+                    b"",
+                    "text/plain; charset=utf-8",
+                ),
+                None => {
+                    stats::inc(&vs.counters.local().bad_requests);
+                    let (response, body) =
+                        responses::local_error(400, "no valid Host to redirect to");
+                    Verdict::Respond(Local { response, body })
+                }
+            },
+            Some(Action::Respond {
+                status,
+                body,
+                content_type,
+            }) => local(*status, &[], body, content_type),
+            None => match &vs.default_pool {
+                Some(p) => {
+                    x.pool = Some(p.clone());
+                    Verdict::Continue
+                }
+                None => {
+                    stats::inc(&vs.counters.local().no_pool);
+                    let why = format!(
+                        "no policy of vserver \"{}\" matched and it has no default_pool",
+                        vs.name
+                    );
+                    let (response, body) = responses::local_error(503, &why);
+                    Verdict::Respond(Local { response, body })
+                }
+            },
+        }
+    }
+}
+
+/// The Strict-Transport-Security field of a TLS vserver that sets one.
+fn hsts(vs: &VServer) -> Option<(&'static str, &str)> {
+    vs.tls
+        .as_ref()
+        .and_then(|t| t.hsts.as_deref())
+        .map(|h| ("strict-transport-security", h))
+}
+
+/// "https://HOST[:PORT]TARGET" for a request, or None when its Host is
+/// missing or not a plain host name / address (nothing else may go into a
+/// Location we build).
+fn https_location(req: &Request, port: u16) -> Option<String> {
+    let host = req.host_name()?;
+    let ok = !host.is_empty()
+        && host
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(b));
+    if !ok {
+        return None;
+    }
+    let host = std::str::from_utf8(host).ok()?;
+    let target = String::from_utf8_lossy(req.target());
+    let target = if target.starts_with('/') {
+        target
+    } else {
+        "/".into()
+    };
+    Some(if port == 443 {
+        format!("https://{host}{target}")
+    } else {
+        format!("https://{host}:{port}{target}")
+    })
+}
+
+/// Forwarding fields (X-Forwarded-For, X-Forwarded-Proto, Forwarded, the
+/// verified client certificate's subject), the operator's header edits,
+/// and the persistence cookie.
+pub struct Forward;
+
+impl Hooks for Forward {
+    fn before_member_request(&mut self, x: &mut Exchange<'_>, req: &mut Request) {
+        let cert_field =
+            x.vs.tls
+                .as_ref()
+                .and_then(|t| t.client_subject_header.as_deref());
+        let f = &mut req.head.fields;
+        // Several fields are one list (RFC 9110 5.3); the last non-empty
+        // one is the chain so far.
+        let xff = f
+            .all("x-forwarded-for")
+            .filter(|v| !v.is_empty())
+            .last()
+            .map(<[u8]>::to_vec);
+        let forwarded = f
+            .all("forwarded")
+            .filter(|v| !v.is_empty())
+            .last()
+            .map(<[u8]>::to_vec);
+        // A client's own certificate field never passes.
+        f.retain(|n, _| {
+            !(n.eq_ignore_ascii_case(b"x-forwarded-for")
+                || n.eq_ignore_ascii_case(b"forwarded")
+                || n.eq_ignore_ascii_case(b"x-forwarded-proto")
+                || n.eq_ignore_ascii_case(b"expect")
+                || cert_field.is_some_and(|c| n.eq_ignore_ascii_case(c.as_bytes())))
+        });
+        let proto = if x.tls { "https" } else { "http" };
+        forwarding_fields(
+            f,
+            x.peer.ip(),
+            proto,
+            xff.as_deref(),
+            forwarded.as_deref(),
+            req.host.as_deref(),
+        );
+        if let (Some(name), Some(subject)) = (cert_field, x.client_subject) {
+            f.append(name.as_bytes(), subject.as_bytes());
+        }
+        apply_edits(f, &x.request_edits);
+    }
+
+    fn on_response_head(&mut self, x: &mut Exchange<'_>, resp: &mut Response) {
+        if let (Some(pool), Some(i)) = (&x.pool, x.member) {
+            if let Some(c) = persistence_cookie(pool, &pool.members[i], x.sticky != Some(i)) {
+                resp.head.fields.append(b"set-cookie", c.as_bytes());
+            }
+        }
+        apply_edits(&mut resp.head.fields, &x.response_edits);
+    }
+}
+
+fn forwarding_fields(
+    f: &mut Fields,
+    client: IpAddr,
+    proto: &str,
+    xff: Option<&[u8]>,
+    forwarded: Option<&[u8]>,
+    host: Option<&[u8]>,
+) {
+    let ip = match client {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(client),
+        v4 => v4,
+    };
+    // Formatted on the stack: no allocation per request for the address.
+    let mut ip_buf = [0u8; 48];
+    let ip_s = {
+        use std::io::Write;
+        let mut cur = std::io::Cursor::new(&mut ip_buf[..]);
+        let _ = write!(cur, "{ip}");
+        let n = cur.position() as usize;
+        &ip_buf[..n]
+    };
+    let mut v = Vec::with_capacity(128);
+    if let Some(prev) = xff {
+        v.extend_from_slice(prev);
+        v.extend_from_slice(b", ");
+    }
+    v.extend_from_slice(ip_s);
+    f.append(b"x-forwarded-for", &v);
+    f.append(b"x-forwarded-proto", proto.as_bytes());
+    v.clear();
+    if let Some(prev) = forwarded {
+        v.extend_from_slice(prev);
+        v.extend_from_slice(b", ");
+    }
+    if ip.is_ipv6() {
+        v.extend_from_slice(b"for=\"[");
+        v.extend_from_slice(ip_s);
+        v.extend_from_slice(b"]\"");
+    } else {
+        v.extend_from_slice(b"for=");
+        v.extend_from_slice(ip_s);
+    }
+    v.extend_from_slice(b";proto=");
+    v.extend_from_slice(proto.as_bytes());
+    if let Some(h) = host {
+        v.extend_from_slice(b";host=\"");
+        v.extend_from_slice(h);
+        v.push(b'"');
+    }
+    f.append(b"forwarded", &v);
+}
+
+/// Edits apply in order (virtual server, then matching policies): each
+/// removes the fields it sets or removes, then adds its values.
+pub fn apply_edits(f: &mut Fields, edits: &[&HeaderEdits]) {
+    for e in edits {
+        f.retain(|n, _| !e.drops(n));
+        for (n, v) in e.set.iter().chain(&e.add) {
+            f.append(n.as_bytes(), v.as_bytes());
+        }
+    }
+}
+
+/// One line per exchange a member answered, when `global.access_log` is on.
+pub struct AccessLog;
+
+impl Hooks for AccessLog {
+    fn on_log(&mut self, x: &Exchange<'_>) {
+        if !x.st.access_log {
+            return;
+        }
+        let (Some(pool), Some(i)) = (&x.pool, x.member) else {
+            return;
+        };
+        log::access(format_args!(
+            "{} {} \"{} {}\" {} {} {} {}us",
+            x.peer,
+            x.vs.name,
+            String::from_utf8_lossy(&x.method),
+            String::from_utf8_lossy(&x.target),
+            x.status,
+            x.body_bytes,
+            pool.members[i].label(&pool.name),
+            x.started.elapsed().as_micros()
+        ));
+    }
+}
