@@ -23,6 +23,7 @@ use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
+use crate::balance::MemberState;
 use crate::config::snapshot::Member;
 use crate::stats::{self, MemberCounters, Sharded};
 use crate::tls::upstream::{handshake_error, UpstreamTls};
@@ -122,9 +123,17 @@ struct Idle {
 
 #[derive(Default)]
 pub struct IdlePool {
-    /// Keyed by the member's shared state, which survives reloads, so
-    /// pooled connections do too.
-    idle: RefCell<HashMap<usize, VecDeque<Idle>>>,
+    /// Keyed by the address of the member's shared state, which survives
+    /// reloads, so pooled connections do too. Each entry holds that state
+    /// (`MemberConns::_state`): while connections are pooled the address
+    /// cannot be freed and handed to another member by a later reload.
+    idle: RefCell<HashMap<usize, MemberConns>>,
+}
+
+#[derive(Default)]
+struct MemberConns {
+    _state: Option<Arc<MemberState>>,
+    q: VecDeque<Idle>,
 }
 
 fn key(m: &Member) -> usize {
@@ -135,7 +144,7 @@ impl IdlePool {
     /// A live idle connection to `m`, most recently used first.
     pub fn take(&self, m: &Member) -> Option<UpConn> {
         let mut idle = self.idle.borrow_mut();
-        let q = idle.get_mut(&key(m))?;
+        let q = &mut idle.get_mut(&key(m))?.q;
         let now = Instant::now();
         while let Some(Idle { mut conn, expires }) = q.pop_back() {
             stats::dec(&conn.counters.local().server_connections_idle);
@@ -154,7 +163,9 @@ impl IdlePool {
             return;
         }
         let mut idle = self.idle.borrow_mut();
-        let q = idle.entry(key(m)).or_default();
+        let entry = idle.entry(key(m)).or_default();
+        entry._state.get_or_insert_with(|| m.state.clone());
+        let q = &mut entry.q;
         if q.len() >= max_idle {
             if let Some(old) = q.pop_front() {
                 stats::dec(&old.conn.counters.local().server_connections_idle);
@@ -176,8 +187,8 @@ impl IdlePool {
     /// Drops every idle connection to `m` (one turned out stale: the member
     /// probably restarted, so the others are stale too).
     pub fn forget(&self, m: &Member) {
-        if let Some(q) = self.idle.borrow_mut().remove(&key(m)) {
-            for old in q {
+        if let Some(e) = self.idle.borrow_mut().remove(&key(m)) {
+            for old in e.q {
                 stats::dec(&old.conn.counters.local().server_connections_idle);
             }
         }
@@ -187,8 +198,8 @@ impl IdlePool {
     pub fn sweep(&self) {
         let mut idle = self.idle.borrow_mut();
         let now = Instant::now();
-        for q in idle.values_mut() {
-            q.retain_mut(|i| {
+        for e in idle.values_mut() {
+            e.q.retain_mut(|i| {
                 let keep = now < i.expires && still_open(&mut i.conn.stream);
                 if !keep {
                     stats::dec(&i.conn.counters.local().server_connections_idle);
@@ -196,14 +207,14 @@ impl IdlePool {
                 keep
             });
         }
-        idle.retain(|_, q| !q.is_empty());
+        idle.retain(|_, e| !e.q.is_empty());
     }
 
     /// Closes every idle connection (shutdown).
     pub fn clear(&self) {
         let mut idle = self.idle.borrow_mut();
-        for (_, q) in idle.drain() {
-            for old in q {
+        for (_, e) in idle.drain() {
+            for old in e.q {
                 stats::dec(&old.conn.counters.local().server_connections_idle);
             }
         }
