@@ -100,6 +100,23 @@ fn keep_alive_pipelining_and_http10() {
 }
 
 #[test]
+fn http10_request_without_host_reaches_the_member_with_one() {
+    let o = Origin::start("a");
+    let l = free_addr();
+    let _sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    let mut c = Client::connect(l);
+    c.send(b"GET /size/3 HTTP/1.0\r\n\r\n");
+    let r = c.read_response(false).expect("1.0 response");
+    assert_eq!(r.status, 200);
+    // The member speaks HTTP/1.1, which requires Host: the proxy supplies
+    // the member's address, as nginx supplies its proxy_host.
+    let seen = o.seen();
+    let last = seen.last().expect("the member saw the request");
+    assert_eq!(last.header("host"), Some(o.addr.to_string()));
+    assert!(last.request_line().ends_with("HTTP/1.1"));
+}
+
+#[test]
 fn chunked_request_body_and_expect_continue() {
     let o = Origin::start("a");
     let l = free_addr();

@@ -28,23 +28,19 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use h2::{Reason, RecvStream};
+use h2::RecvStream;
 
 use super::hooks::{BodyEdit, Hooks, Local, Verdict};
-use super::member::{pump_h2, H2Sink};
+use super::member::pump_h2;
 use super::stages::{self, Pipeline};
-use super::upstream::{self, ConnectError, UpConn};
-use super::{read_head, ReadHead, WorkerCtx, UPSTREAM_READ};
+use super::upstream::{ConnectError, UpConn};
+use super::{member_h1, member_h2, WorkerCtx};
 use crate::balance::persist::{request_hash, sticky_member};
 use crate::balance::{MemberState, Tried};
-use crate::clock::now_ms;
 use crate::config::snapshot::{HeaderEdits, Member, Pool, Settings, UpstreamProtocol, VServer};
 use crate::health::passive;
-use crate::http::body::{self, BodyError, Out, Sink};
-use crate::http::h2conv;
-use crate::http::head;
-use crate::http::message::{Fields, Framing, Request, Response};
-use crate::http::write_h1;
+use crate::http::body::{self, BodyError, Sink};
+use crate::http::message::{Fields, Request, Response};
 use crate::log;
 use crate::stats::{self, status_class};
 
@@ -74,7 +70,7 @@ pub struct Exchange<'s> {
     pub status: u16,
     pub body_bytes: u64,
     /// A request-body hook's answer, when one stopped the upload.
-    refusal: Option<Local>,
+    pub(super) refusal: Option<Local>,
 }
 
 impl<'s> Exchange<'s> {
@@ -152,18 +148,18 @@ impl Failure {
         }
     }
 
-    fn retry(mut self, r: Retry) -> Failure {
+    pub(super) fn retry(mut self, r: Retry) -> Failure {
         self.retry = r;
         self
     }
 
-    fn closing(mut self) -> Failure {
+    pub(super) fn closing(mut self) -> Failure {
         self.close = true;
         self
     }
 
     /// Nothing can be answered: cut the connection (or the stream).
-    fn cut(origin: Origin, why: impl Into<Cow<'static, str>>) -> Failure {
+    pub(super) fn cut(origin: Origin, why: impl Into<Cow<'static, str>>) -> Failure {
         Failure {
             origin,
             status: None,
@@ -326,8 +322,8 @@ async fn to_pool<C: ClientSide>(
             may_retry: retries_left > 0,
         };
         let r = match pool.protocol {
-            UpstreamProtocol::Http1 => via_h1(x, hooks, client, req, &attempt).await,
-            UpstreamProtocol::H2 => via_h2(x, hooks, client, req, &attempt).await,
+            UpstreamProtocol::Http1 => member_h1::exchange(x, hooks, client, req, &attempt).await,
+            UpstreamProtocol::H2 => member_h2::exchange(x, hooks, client, req, &attempt).await,
         };
         match r {
             Ok(()) => return Ok(()),
@@ -344,21 +340,21 @@ async fn to_pool<C: ClientSide>(
 }
 
 /// One try at one member.
-struct Attempt<'a> {
-    pool: &'a Pool,
-    m: &'a Member,
+pub(super) struct Attempt<'a> {
+    pub(super) pool: &'a Pool,
+    pub(super) m: &'a Member,
     /// Another attempt may follow a retryable failure (else it is final
     /// and logged as such).
     may_retry: bool,
 }
 
 impl Attempt<'_> {
-    fn label(&self) -> String {
+    pub(super) fn label(&self) -> String {
         self.m.label(&self.pool.name)
     }
 
     /// A failed connect: counted, fed to passive health and logged.
-    fn connect_failed(&self, x: &Exchange<'_>, e: &ConnectError, what: &str) -> Failure {
+    pub(super) fn connect_failed(&self, x: &Exchange<'_>, e: &ConnectError, what: &str) -> Failure {
         stats::inc(&self.m.counters.local().connect_failures);
         passive::record(self.pool, self.m, true);
         log::warn(format_args!(
@@ -380,7 +376,7 @@ impl Attempt<'_> {
     }
 
     /// A final member failure is logged with the member's name.
-    fn final_failure(&self, x: &Exchange<'_>, f: Failure) -> Failure {
+    pub(super) fn final_failure(&self, x: &Exchange<'_>, f: Failure) -> Failure {
         if f.retry == Retry::No || !self.may_retry {
             log::warn(format_args!(
                 "vserver {}: member {}: {}",
@@ -393,25 +389,8 @@ impl Attempt<'_> {
     }
 }
 
-const NO_ANSWER: &str = "the server closed the connection without answering";
-const SEND_FAILED: &str = "the server closed the connection while receiving the request";
-
-/// What a failed read of a member's response head means: the failure, and
-/// whether not a byte came back.
-fn head_read_failure(e: ReadHead) -> (Failure, bool) {
-    let (status, why, none) = match e {
-        ReadHead::Bad(e) => (502, e.reason, false),
-        ReadHead::Timeout { .. } => (504, "the server did not answer in time", false),
-        ReadHead::Closed { partial: true } => {
-            (502, "the server closed the connection mid-response", false)
-        }
-        ReadHead::Closed { partial: false } => (502, NO_ANSWER, true),
-    };
-    (Failure::new(Origin::Member, status, why), none)
-}
-
 /// A request body error, as the client sees it.
-fn body_failure(x: &mut Exchange<'_>, e: BodyError, member_write: &str) -> Failure {
+pub(super) fn body_failure(x: &mut Exchange<'_>, e: BodyError, member_write: &str) -> Failure {
     match e {
         BodyError::Write(_) => {
             Failure::new(Origin::Member, 502, member_write.to_string()).closing()
@@ -437,350 +416,14 @@ fn body_failure(x: &mut Exchange<'_>, e: BodyError, member_write: &str) -> Failu
     }
 }
 
-/// The request's way to a pooled HTTP/1.1 connection.
-async fn via_h1<C: ClientSide>(
-    x: &mut Exchange<'_>,
-    hooks: &mut Pipeline,
-    client: &mut C,
-    req: &Request,
-    a: &Attempt<'_>,
-) -> Result<(), Failure> {
-    let (pool, m) = (a.pool, a.m);
-    let mc = m.counters.local();
-    let mut up = match x.ctx.idle.take(m) {
-        Some(u) => {
-            stats::inc(&mc.connections_reused);
-            u
-        }
-        None => upstream::connect(
-            m,
-            pool.tls.as_deref(),
-            Duration::from_millis(x.st.upstream_connect_ms),
-        )
-        .await
-        .map_err(|e| a.connect_failed(x, &e, ""))?,
-    };
-    stats::inc(&mc.requests);
-    let has_body = req.head.framing != Framing::None;
-    let replayable = !has_body && req.method.idempotent();
-    let chunked = req.head.framing == Framing::Chunked;
-    let mut stage = Vec::with_capacity(1024);
-    let fallback = if req.host.is_none() {
-        m.addr.to_string()
-    } else {
-        String::new()
-    };
-    write_h1::request(&mut stage, req, chunked, fallback.as_bytes());
-    let head_len = stage.len() as u64;
-    if req.expect_continue && has_body && !client.send_continue(req).await {
-        return Err(Failure::cut(Origin::Client, "the client went away"));
-    }
-    let sent = {
-        let mut sink = Inspect {
-            hooks,
-            x,
-            inner: Out::new(&mut up.stream, &mut stage, chunked),
-        };
-        match client.request_body(req, &mut sink).await {
-            Ok(n) => sink.inner.flush_out().await.map(|_| n),
-            Err(e) => Err(e),
-        }
-    };
-    match sent {
-        Ok(n) => {
-            stats::add(&mc.bytes_out, head_len + n);
-            stats::add(&x.vs.counters.local().bytes_in, n);
-        }
-        Err(e) => {
-            if matches!(e, BodyError::Write(_)) {
-                stats::inc(&mc.resets);
-                if up.reused && replayable {
-                    // A stale pooled connection: the others are stale too.
-                    x.ctx.idle.forget(m);
-                    let f = Failure::new(Origin::Member, 502, SEND_FAILED);
-                    return Err(a.final_failure(x, f.retry(Retry::AnyMember)));
-                }
-                let f = body_failure(x, e, SEND_FAILED);
-                return Err(a.final_failure(x, f));
-            }
-            return Err(body_failure(x, e, SEND_FAILED));
-        }
-    }
-
-    // Response head; interim 1xx responses are relayed.
-    let deadline = now_ms() + x.st.upstream_response_ms;
-    // Room for a head and a typical body in one read (HAProxy reads into
-    // 16 KB buffers): an 8 KB response costs one recv and one send.
-    if up.buf.capacity() < UPSTREAM_READ {
-        up.buf.reserve(UPSTREAM_READ);
-    }
-    let resp = loop {
-        let read = read_head(
-            &mut up.stream,
-            &mut up.buf,
-            x.st.max_header_bytes,
-            x.st.max_header_bytes,
-            &x.ctx.idle_watch,
-            deadline,
-        );
-        // A client that gave up stops the wait: the member connection is
-        // closed rather than read to its end.
-        let Some(read) = unless_cancelled(client, read).await else {
-            return Err(Failure::cut(Origin::Client, "the client reset the stream"));
-        };
-        let failed = match read {
-            Ok(raw) => match head::parse_response(raw, x.st.max_headers, req.method) {
-                Ok(r) if (100..200).contains(&r.status) && r.status != 101 => {
-                    if !client.send_interim(req, &r).await {
-                        return Err(Failure::cut(Origin::Client, "the client went away"));
-                    }
-                    continue;
-                }
-                Ok(r) => break r,
-                Err(e) => (Failure::new(Origin::Member, 502, e.reason), false),
-            },
-            Err(e) => head_read_failure(e),
-        };
-        let (mut f, none_back) = failed;
-        let timeout = f.status == Some(504);
-        let none_back = none_back && up.buf.is_empty();
-        if timeout {
-            stats::inc(&mc.response_timeouts);
-        } else if none_back {
-            stats::inc(&mc.resets);
-        } else {
-            stats::inc(&mc.bad_responses);
-        }
-        // A stale reused connection is not the member's fault.
-        if !(none_back && up.reused) {
-            passive::record(pool, m, true);
-        }
-        if none_back && replayable {
-            f.retry = if up.reused {
-                x.ctx.idle.forget(m);
-                Retry::AnyMember
-            } else {
-                Retry::OtherMember
-            };
-        }
-        return Err(a.final_failure(x, f));
-    };
-    let keep_alive = resp.head.keep_alive;
-    respond(x, hooks, client, req, a, resp, MemberBody::H1(&mut up)).await?;
-    if keep_alive && up.buf.is_empty() {
-        x.ctx.idle.put(
-            m,
-            up,
-            pool.idle_per_member,
-            Duration::from_millis(pool.idle_timeout_ms),
-        );
-    }
-    Ok(())
-}
-
-/// The request's way to a member of an h2 pool: a stream on the worker's
-/// multiplexed connection to it.
-async fn via_h2<C: ClientSide>(
-    x: &mut Exchange<'_>,
-    hooks: &mut Pipeline,
-    client: &mut C,
-    req: &Request,
-    a: &Attempt<'_>,
-) -> Result<(), Failure> {
-    let (pool, m) = (a.pool, a.m);
-    let mc = m.counters.local();
-    let (mut sender, reused) = x
-        .ctx
-        .h2_members
-        .ready(
-            m,
-            pool.tls.as_deref(),
-            Duration::from_millis(x.st.upstream_connect_ms),
-            Duration::from_millis(pool.idle_timeout_ms),
-        )
-        .await
-        .map_err(|e| a.connect_failed(x, &e, "HTTP/2 "))?;
-    if reused {
-        stats::inc(&mc.connections_reused);
-    }
-    let Some(head) = h2conv::request_to_h2(req, &m.addr.to_string()) else {
-        stats::inc(&x.vs.counters.local().bad_requests);
-        return Err(Failure::new(
-            Origin::Client,
-            400,
-            "the request cannot be restated for an HTTP/2 member",
-        )
-        .closing());
-    };
-    let end = req.head.framing == Framing::None;
-    let (resp_fut, send) = match sender.send_request(head, end) {
-        Ok(x) => x,
-        Err(e) => {
-            // The connection went away between ready() and now.
-            x.ctx.h2_members.forget(m);
-            stats::inc(&mc.resets);
-            let f = Failure::new(
-                Origin::Member,
-                502,
-                format!("the server's HTTP/2 connection failed: {e}"),
-            );
-            return Err(a.final_failure(x, f.retry(Retry::AnyMember)));
-        }
-    };
-    stats::inc(&mc.requests);
-    let mut upload = H2Sink::new(send);
-    if let Some(mut body) = (!end).then(|| client.take_h2_body()).flatten() {
-        // HTTP/2 on both sides: request DATA and trailers flow while the
-        // response comes back (gRPC bidirectional streaming).
-        // TODO(waf): this path bypasses on_request_body (the hooks are
-        // busy with the response); a body-inspecting stage must buffer.
-        let up = async {
-            let r = pump_h2(&mut body, &mut upload).await;
-            match &r {
-                Ok(n) => {
-                    stats::add(&x.vs.counters.local().bytes_in, *n);
-                    stats::add(&mc.bytes_out, *n);
-                }
-                Err(e) => {
-                    log::debug(format_args!(
-                        "vserver {}: member {}: HTTP/2 request body: {e:?}",
-                        x.vs.name,
-                        a.label()
-                    ));
-                    if matches!(e, BodyError::Read(_)) {
-                        upload.reset(Reason::CANCEL);
-                    }
-                }
-            }
-        };
-        let mut xc = clone_for_download(x);
-        let down = h2_response(&mut xc, hooks, client, req, a, resp_fut, None);
-        let ((), r) = tokio::join!(up, down);
-        merge_back(x, xc);
-        return r;
-    }
-    if !end {
-        if req.expect_continue && !client.send_continue(req).await {
-            return Err(Failure::cut(Origin::Client, "the client went away"));
-        }
-        let sent = {
-            let mut sink = Inspect {
-                hooks,
-                x,
-                inner: &mut upload,
-            };
-            client.request_body(req, &mut sink).await
-        };
-        match sent {
-            Ok(n) => {
-                stats::add(&x.vs.counters.local().bytes_in, n);
-                stats::add(&mc.bytes_out, n);
-            }
-            Err(e) => {
-                if matches!(e, BodyError::Write(_)) {
-                    stats::inc(&mc.resets);
-                }
-                return Err(body_failure(x, e, "the server reset the stream"));
-            }
-        }
-    }
-    let deadline = now_ms() + x.st.upstream_response_ms;
-    h2_response(x, hooks, client, req, a, resp_fut, Some(deadline)).await
-}
-
-/// The download half of an h2 exchange runs beside the upload, which reads
-/// the same exchange only for its names and counters: it gets its own copy
-/// of the per-request state, merged back when both are done.
-fn clone_for_download<'s>(x: &Exchange<'s>) -> Exchange<'s> {
-    Exchange {
-        ctx: x.ctx,
-        vs: x.vs,
-        st: x.st,
-        peer: x.peer,
-        tls: x.tls,
-        client_subject: x.client_subject,
-        started: x.started,
-        method: x.method.clone(),
-        target: x.target.clone(),
-        pool: x.pool.clone(),
-        request_edits: x.request_edits.clone(),
-        response_edits: x.response_edits.clone(),
-        sticky: x.sticky,
-        member: x.member,
-        status: x.status,
-        body_bytes: x.body_bytes,
-        refusal: None,
-    }
-}
-
-fn merge_back<'s>(x: &mut Exchange<'s>, from: Exchange<'s>) {
-    x.status = from.status;
-    x.body_bytes = from.body_bytes;
-}
-
-/// Waits for an h2 member's response head (until `deadline`, when the
-/// request was sent whole), then relays the response.
-async fn h2_response<C: ClientSide>(
-    x: &mut Exchange<'_>,
-    hooks: &mut Pipeline,
-    client: &mut C,
-    req: &Request,
-    a: &Attempt<'_>,
-    resp_fut: h2::client::ResponseFuture,
-    deadline: Option<u64>,
-) -> Result<(), Failure> {
-    let (pool, m) = (a.pool, a.m);
-    let mc = m.counters.local();
-    let waited = match deadline {
-        Some(d) => x.ctx.idle_watch.within(d, resp_fut).await,
-        None => Ok(resp_fut.await),
-    };
-    let resp = match waited {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            if e.is_go_away() || e.is_io() {
-                x.ctx.h2_members.forget(m);
-            }
-            stats::inc(&mc.resets);
-            let (status, why) = if e.reason() == Some(Reason::REFUSED_STREAM) {
-                (503, "the server refused the stream")
-            } else {
-                (502, "the server reset the stream")
-            };
-            log::warn(format_args!(
-                "vserver {}: member {}: HTTP/2 response failed: {e}",
-                x.vs.name,
-                a.label()
-            ));
-            return Err(Failure::new(Origin::Member, status, why));
-        }
-        Err(()) => {
-            stats::inc(&mc.response_timeouts);
-            return Err(
-                Failure::new(Origin::Member, 504, "the server did not answer in time").closing(),
-            );
-        }
-    };
-    let (parts, mut body) = resp.into_parts();
-    let resp = match h2conv::response_from_h2(&parts, body.is_end_stream(), req.method) {
-        Ok(r) => r,
-        Err(e) => {
-            stats::inc(&mc.bad_responses);
-            passive::record(pool, m, true);
-            return Err(Failure::new(Origin::Member, 502, e.reason));
-        }
-    };
-    respond(x, hooks, client, req, a, resp, MemberBody::H2(&mut body)).await
-}
-
 /// Where a member's response body comes from.
-enum MemberBody<'a> {
+pub(super) enum MemberBody<'a> {
     H1(&'a mut UpConn),
     H2(&'a mut RecvStream),
 }
 
 /// The response phase, for every pair of protocols: hooks, head, body.
-async fn respond<C: ClientSide>(
+pub(super) async fn respond<C: ClientSide>(
     x: &mut Exchange<'_>,
     hooks: &mut Pipeline,
     client: &mut C,
@@ -841,49 +484,56 @@ async fn respond<C: ClientSide>(
         sink.inner.abort();
     }
     drop(sink);
-    let vc = x.vs.counters.local();
     match r {
         Ok(n) => {
-            stats::add(&vc.bytes_out, head_len + n);
+            stats::add(&x.vs.counters.local().bytes_out, head_len + n);
             stats::add(&mc.bytes_in, n);
             x.body_bytes = n;
             Ok(())
         }
-        Err(e) => {
-            match &e {
-                BodyError::Framing(_) | BodyError::Truncated => stats::inc(&mc.bad_responses),
-                BodyError::Timeout => stats::inc(&mc.response_timeouts),
-                _ => {}
-            }
-            if !matches!(e, BodyError::Write(_)) {
-                log::warn(format_args!(
-                    "vserver {}: member {}: response body failed: {e:?}",
-                    x.vs.name,
-                    a.label()
-                ));
-            }
-            if !written && !matches!(e, BodyError::Write(_)) {
-                // Nothing reached the client yet: it can still get a clean error.
-                let status = if matches!(e, BodyError::Timeout) {
-                    504
-                } else {
-                    502
-                };
-                return Err(Failure::new(
-                    Origin::Member,
-                    status,
-                    "the server sent an invalid response",
-                )
-                .closing());
-            }
-            // The head is gone already: all we can do is cut.
-            Err(Failure::cut(Origin::Member, "the response body failed"))
-        }
+        Err(e) => Err(response_body_failed(x, a, e, written)),
     }
 }
 
+/// A response body that failed: counted and logged; the client gets a
+/// clean error only if nothing reached it yet.
+fn response_body_failed(x: &Exchange<'_>, a: &Attempt<'_>, e: BodyError, written: bool) -> Failure {
+    let mc = a.m.counters.local();
+    match &e {
+        BodyError::Framing(_) | BodyError::Truncated => stats::inc(&mc.bad_responses),
+        BodyError::Timeout => stats::inc(&mc.response_timeouts),
+        _ => {}
+    }
+    let client_gone = matches!(e, BodyError::Write(_));
+    if !client_gone {
+        log::warn(format_args!(
+            "vserver {}: member {}: response body failed: {e:?}",
+            x.vs.name,
+            a.label()
+        ));
+    }
+    if !written && !client_gone {
+        let status = if matches!(e, BodyError::Timeout) {
+            504
+        } else {
+            502
+        };
+        return Failure::new(
+            Origin::Member,
+            status,
+            "the server sent an invalid response",
+        )
+        .closing();
+    }
+    // The head is gone already: all we can do is cut.
+    Failure::cut(Origin::Member, "the response body failed")
+}
+
 /// Races `fut` against the client giving up: None when it did.
-async fn unless_cancelled<C: ClientSide, F: Future>(client: &mut C, fut: F) -> Option<F::Output> {
+pub(super) async fn unless_cancelled<C: ClientSide, F: Future>(
+    client: &mut C,
+    fut: F,
+) -> Option<F::Output> {
     tokio::select! {
         biased;
         v = fut => Some(v),
@@ -892,10 +542,10 @@ async fn unless_cancelled<C: ClientSide, F: Future>(client: &mut C, fut: F) -> O
 }
 
 /// The request body on its way to the member, shown to the hooks.
-struct Inspect<'h, 'x, 's, S> {
-    hooks: &'h mut Pipeline,
-    x: &'x mut Exchange<'s>,
-    inner: S,
+pub(super) struct Inspect<'h, 'x, 's, S> {
+    pub(super) hooks: &'h mut Pipeline,
+    pub(super) x: &'x mut Exchange<'s>,
+    pub(super) inner: S,
 }
 
 impl<S: Sink> Sink for Inspect<'_, '_, '_, S> {

@@ -156,3 +156,101 @@ impl<A: Hooks, B: Hooks> Hooks for (A, B) {
         self.1.on_log(x);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::http::message::Framing;
+    use crate::proxy::{IdlePool, IdleWatch, WorkerCtx};
+    use std::sync::Arc;
+
+    /// Upper-cases the body; answers 403 to requests for /deny.
+    struct Upper;
+    impl Hooks for Upper {
+        fn on_request_head(&mut self, _x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
+            if req.target() == b"/deny" {
+                return Verdict::Respond(Local {
+                    response: Response::new(403, Framing::None),
+                    body: Bytes::new(),
+                });
+            }
+            req.head.fields.append(b"x-upper", b"1");
+            Verdict::Continue
+        }
+        fn on_response_body(
+            &mut self,
+            _x: &mut Exchange<'_>,
+            data: &[u8],
+            _end: bool,
+            out: &mut Vec<u8>,
+        ) -> BodyEdit {
+            out.extend(data.iter().map(u8::to_ascii_uppercase));
+            BodyEdit::Replaced
+        }
+    }
+
+    /// Appends "!" at the end of the body; counts the heads it saw.
+    struct Bang(u32);
+    impl Hooks for Bang {
+        fn on_request_head(&mut self, _x: &mut Exchange<'_>, _req: &mut Request) -> Verdict {
+            self.0 += 1;
+            Verdict::Continue
+        }
+        fn on_response_body(
+            &mut self,
+            _x: &mut Exchange<'_>,
+            data: &[u8],
+            end: bool,
+            out: &mut Vec<u8>,
+        ) -> BodyEdit {
+            if !end {
+                return BodyEdit::Pass;
+            }
+            out.extend_from_slice(data);
+            out.push(b'!');
+            BodyEdit::Replaced
+        }
+    }
+
+    #[test]
+    fn stages_chain_in_order_and_the_first_answer_wins() {
+        let snap = crate::config::parse("t", "[[vserver]]\nname=\"a\"\nlisten=[\"127.0.0.1:1\"]\ndefault_pool=\"p\"\n[[pool]]\nname=\"p\"\n[[pool.member]]\naddress=\"127.0.0.1:2\"\n", None).unwrap();
+        let ctx = WorkerCtx {
+            snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(snap)),
+            idle: IdlePool::default(),
+            idle_watch: IdleWatch::default(),
+            active: Default::default(),
+            buffers: Default::default(),
+            h2_members: Default::default(),
+        };
+        let snap = ctx.snapshot.load_full();
+        let vs = &snap.vservers[0];
+        let raw = bytes::Bytes::from_static(b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
+        let mut req = crate::http::head::parse_request(raw, 100).unwrap();
+        let peer = "127.0.0.1:9".parse().unwrap();
+        let mut x = Exchange::new(&ctx, vs, &snap.settings, peer, false, None, &req);
+        let mut hooks = (Upper, Bang(0));
+        assert!(matches!(
+            hooks.on_request_head(&mut x, &mut req),
+            Verdict::Continue
+        ));
+        assert_eq!(req.head.get("x-upper"), Some(&b"1"[..]));
+        assert_eq!(hooks.1 .0, 1);
+        let mut out = Vec::new();
+        assert!(matches!(
+            hooks.on_response_body(&mut x, b"ab", false, &mut out),
+            BodyEdit::Replaced
+        ));
+        assert_eq!(out, b"AB");
+        out.clear();
+        hooks.on_response_body(&mut x, b"c", true, &mut out);
+        assert_eq!(out, b"C!");
+        // A Respond stops the chain: Bang never sees the request.
+        req.target = bytes::Bytes::from_static(b"/deny");
+        assert!(matches!(
+            hooks.on_request_head(&mut x, &mut req),
+            Verdict::Respond(_)
+        ));
+        assert_eq!(hooks.1 .0, 1);
+    }
+}

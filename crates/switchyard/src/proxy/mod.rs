@@ -16,6 +16,8 @@ pub mod h2;
 pub mod hooks;
 pub mod idle;
 pub mod member;
+mod member_h1;
+mod member_h2;
 pub mod route;
 pub mod stages;
 pub mod stream;

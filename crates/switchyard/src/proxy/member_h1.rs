@@ -1,0 +1,218 @@
+//! An exchange's way to an HTTP/1.1 member: a pooled connection (or a new
+//! one), the request head and body in as few writes as possible, the
+//! response head read once (1xx relayed), and the connection given back to
+//! the idle pool when the exchange ended cleanly.
+//!
+//! Runs on the worker that owns the client connection.
+
+use std::time::Duration;
+
+use super::exchange::{
+    body_failure, respond, unless_cancelled, Attempt, ClientSide, Exchange, Failure, Inspect,
+    MemberBody, Origin, Retry,
+};
+use super::stages::Pipeline;
+use super::upstream::{self, UpConn};
+use super::{read_head, ReadHead, UPSTREAM_READ};
+use crate::clock::now_ms;
+use crate::health::passive;
+use crate::http::body::{BodyError, Out};
+use crate::http::head;
+use crate::http::message::{Framing, Request, Response};
+use crate::http::write_h1;
+use crate::stats;
+
+const NO_ANSWER: &str = "the server closed the connection without answering";
+const SEND_FAILED: &str = "the server closed the connection while receiving the request";
+
+/// What a failed read of a member's response head means: the failure, and
+/// whether not a byte came back.
+fn head_read_failure(e: ReadHead) -> (Failure, bool) {
+    let (status, why, none) = match e {
+        ReadHead::Bad(e) => (502, e.reason, false),
+        ReadHead::Timeout { .. } => (504, "the server did not answer in time", false),
+        ReadHead::Closed { partial: true } => {
+            (502, "the server closed the connection mid-response", false)
+        }
+        ReadHead::Closed { partial: false } => (502, NO_ANSWER, true),
+    };
+    (Failure::new(Origin::Member, status, why), none)
+}
+
+/// The request's way to a pooled HTTP/1.1 connection.
+pub(super) async fn exchange<C: ClientSide>(
+    x: &mut Exchange<'_>,
+    hooks: &mut Pipeline,
+    client: &mut C,
+    req: &Request,
+    a: &Attempt<'_>,
+) -> Result<(), Failure> {
+    let (pool, m) = (a.pool, a.m);
+    let mc = m.counters.local();
+    let mut up = match x.ctx.idle.take(m) {
+        Some(u) => {
+            stats::inc(&mc.connections_reused);
+            u
+        }
+        None => upstream::connect(
+            m,
+            pool.tls.as_deref(),
+            Duration::from_millis(x.st.upstream_connect_ms),
+        )
+        .await
+        .map_err(|e| a.connect_failed(x, &e, ""))?,
+    };
+    stats::inc(&mc.requests);
+    send_request(x, hooks, client, req, a, &mut up).await?;
+    let resp = response_head(x, client, req, a, &mut up).await?;
+    let keep_alive = resp.head.keep_alive;
+    respond(x, hooks, client, req, a, resp, MemberBody::H1(&mut up)).await?;
+    if keep_alive && up.buf.is_empty() {
+        x.ctx.idle.put(
+            m,
+            up,
+            pool.idle_per_member,
+            Duration::from_millis(pool.idle_timeout_ms),
+        );
+    }
+    Ok(())
+}
+
+/// The head, then the body as it arrives, the head and the first body
+/// bytes in one write.
+async fn send_request<C: ClientSide>(
+    x: &mut Exchange<'_>,
+    hooks: &mut Pipeline,
+    client: &mut C,
+    req: &Request,
+    a: &Attempt<'_>,
+    up: &mut UpConn,
+) -> Result<(), Failure> {
+    let m = a.m;
+    let mc = m.counters.local();
+    let has_body = req.head.framing != Framing::None;
+    let chunked = req.head.framing == Framing::Chunked;
+    let mut stage = Vec::with_capacity(1024);
+    // HTTP/1.0 clients need not send Host; HTTP/1.1 members require one.
+    let fallback = if req.host.is_none() {
+        m.addr.to_string()
+    } else {
+        String::new()
+    };
+    write_h1::request(&mut stage, req, chunked, fallback.as_bytes());
+    let head_len = stage.len() as u64;
+    if req.expect_continue && has_body && !client.send_continue(req).await {
+        return Err(Failure::cut(Origin::Client, "the client went away"));
+    }
+    let sent = {
+        let mut sink = Inspect {
+            hooks,
+            x,
+            inner: Out::new(&mut up.stream, &mut stage, chunked),
+        };
+        match client.request_body(req, &mut sink).await {
+            Ok(n) => sink.inner.flush_out().await.map(|_| n),
+            Err(e) => Err(e),
+        }
+    };
+    let e = match sent {
+        Ok(n) => {
+            stats::add(&mc.bytes_out, head_len + n);
+            stats::add(&x.vs.counters.local().bytes_in, n);
+            return Ok(());
+        }
+        Err(e) => e,
+    };
+    if !matches!(e, BodyError::Write(_)) {
+        return Err(body_failure(x, e, SEND_FAILED));
+    }
+    stats::inc(&mc.resets);
+    if up.reused && !has_body && req.method.idempotent() {
+        // A stale pooled connection: the others are stale too.
+        x.ctx.idle.forget(m);
+        let f = Failure::new(Origin::Member, 502, SEND_FAILED);
+        return Err(a.final_failure(x, f.retry(Retry::AnyMember)));
+    }
+    let f = body_failure(x, e, SEND_FAILED);
+    Err(a.final_failure(x, f))
+}
+
+/// The final response head; interim 1xx responses are relayed. A failure
+/// before any response byte may be retried (idempotent, body-less).
+async fn response_head<C: ClientSide>(
+    x: &mut Exchange<'_>,
+    client: &mut C,
+    req: &Request,
+    a: &Attempt<'_>,
+    up: &mut UpConn,
+) -> Result<Response, Failure> {
+    let deadline = now_ms() + x.st.upstream_response_ms;
+    // Room for a head and a typical body in one read (HAProxy reads into
+    // 16 KB buffers): an 8 KB response costs one recv and one send.
+    if up.buf.capacity() < UPSTREAM_READ {
+        up.buf.reserve(UPSTREAM_READ);
+    }
+    let (f, none_back) = loop {
+        let read = read_head(
+            &mut up.stream,
+            &mut up.buf,
+            x.st.max_header_bytes,
+            x.st.max_header_bytes,
+            &x.ctx.idle_watch,
+            deadline,
+        );
+        // A client that gave up stops the wait: the member connection is
+        // closed rather than read to its end.
+        let Some(read) = unless_cancelled(client, read).await else {
+            return Err(Failure::cut(Origin::Client, "the client reset the stream"));
+        };
+        match read {
+            Ok(raw) => match head::parse_response(raw, x.st.max_headers, req.method) {
+                Ok(r) if (100..200).contains(&r.status) && r.status != 101 => {
+                    if !client.send_interim(req, &r).await {
+                        return Err(Failure::cut(Origin::Client, "the client went away"));
+                    }
+                }
+                Ok(r) => return Ok(r),
+                Err(e) => break (Failure::new(Origin::Member, 502, e.reason), false),
+            },
+            Err(e) => break head_read_failure(e),
+        }
+    };
+    Err(response_failed(x, req, a, up, f, none_back))
+}
+
+/// Counts a member's failed response, feeds passive health, and says
+/// whether the request may go again.
+fn response_failed(
+    x: &mut Exchange<'_>,
+    req: &Request,
+    a: &Attempt<'_>,
+    up: &UpConn,
+    mut f: Failure,
+    none_back: bool,
+) -> Failure {
+    let mc = a.m.counters.local();
+    let none_back = none_back && up.buf.is_empty();
+    if f.status == Some(504) {
+        stats::inc(&mc.response_timeouts);
+    } else if none_back {
+        stats::inc(&mc.resets);
+    } else {
+        stats::inc(&mc.bad_responses);
+    }
+    // A stale reused connection is not the member's fault.
+    if !(none_back && up.reused) {
+        passive::record(a.pool, a.m, true);
+    }
+    let replayable = req.head.framing == Framing::None && req.method.idempotent();
+    if none_back && replayable {
+        f = f.retry(if up.reused {
+            x.ctx.idle.forget(a.m);
+            Retry::AnyMember
+        } else {
+            Retry::OtherMember
+        });
+    }
+    a.final_failure(x, f)
+}
