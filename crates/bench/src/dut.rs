@@ -453,6 +453,10 @@ defaults
     timeout server 120s
     timeout http-keep-alive 120s
     option forwardfor
+    # Switchyard and nginx (keepalive 256) reuse idle member connections
+    # for any request, a connection's first included; HAProxy's default
+    # "safe" opens a new one for it. Same reuse policy for all three.
+    http-reuse always
     maxconn 9900
 
 cache objcache
