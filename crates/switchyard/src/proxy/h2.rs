@@ -29,9 +29,12 @@ use h2::{Reason, RecvStream};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::client_h2::{send_local, H2Client};
-use super::exchange::{self, Exchange};
+use super::conn::ConnGuard;
+use super::ctx::WorkerCtx;
+use super::exchange::Exchange;
 use super::hooks::Local;
-use super::{ClientStream, ConnGuard, WorkerCtx};
+use super::pipeline;
+use super::stream::ClientStream;
 use crate::clock::now_ms;
 use crate::config::snapshot::Http2Settings;
 use crate::http::h2conv;
@@ -539,7 +542,7 @@ async fn stream_task(
         .and(conn.client_subject.as_deref());
     let mut x = Exchange::new(&ctx, &vs, st, conn.peer, conn.tls, subject, &req);
     let mut client = H2Client::new(&mut respond, body);
-    exchange::run(&mut x, &mut client, req).await;
+    pipeline::run(&mut x, &mut client, req).await;
 }
 
 #[cfg(test)]

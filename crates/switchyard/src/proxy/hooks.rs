@@ -21,9 +21,8 @@
 
 use std::net::SocketAddr;
 
-use bytes::Bytes;
-
 use super::exchange::Exchange;
+pub use super::exchange::Local;
 use crate::http::message::{Request, Response};
 
 /// What a hook decided.
@@ -33,12 +32,6 @@ pub enum Verdict {
     /// Stop here and answer the client with this response (the member is
     /// never contacted, or no longer).
     Respond(Local),
-}
-
-/// A response the proxy answers itself.
-pub struct Local {
-    pub response: Response,
-    pub body: Bytes,
 }
 
 /// What a body hook did with a piece of the body.
@@ -162,6 +155,7 @@ mod tests {
     use super::*;
     use crate::http::message::Framing;
     use crate::proxy::{IdlePool, IdleWatch, WorkerCtx};
+    use bytes::Bytes;
     use std::sync::Arc;
 
     /// Upper-cases the body; answers 403 to requests for /deny.

@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use tokio::net::TcpStream;
 
+use super::conn::{Client, ConnGuard};
 use crate::clock::now_ms;
 
 /// How often deadlines are checked: idle timeouts are this coarse.
@@ -221,8 +222,8 @@ impl Drop for IdleWait<'_> {
 
 /// A connection waiting in the parking lot.
 pub struct Parked {
-    pub client: super::Client,
-    pub guard: super::ConnGuard,
+    pub client: Client,
+    pub guard: ConnGuard,
     pub deadline_ms: u64,
 }
 

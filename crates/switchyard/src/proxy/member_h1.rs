@@ -7,13 +7,11 @@
 
 use std::time::Duration;
 
-use super::exchange::{
-    body_failure, respond, unless_cancelled, Attempt, ClientSide, Exchange, Failure, Inspect,
-    MemberBody, Origin, Retry,
-};
-use super::stages::Pipeline;
+use super::exchange::{body_failure, Attempt, ClientSide, Exchange, Failure, Origin, Retry};
+use super::head_read::{read_head, ReadHead};
+use super::hooks::Hooks;
+use super::respond::{respond, unless_cancelled, Inspect, MemberBody};
 use super::upstream::{self, UpConn};
-use super::{read_head, ReadHead, UPSTREAM_READ};
 use crate::clock::now_ms;
 use crate::health::passive;
 use crate::http::body::{BodyError, Out};
@@ -21,6 +19,9 @@ use crate::http::head;
 use crate::http::message::{Framing, Request, Response};
 use crate::http::write_h1;
 use crate::stats;
+
+/// Read buffer for responses from members.
+const UPSTREAM_READ: usize = 32 * 1024;
 
 const NO_ANSWER: &str = "the server closed the connection without answering";
 const SEND_FAILED: &str = "the server closed the connection while receiving the request";
@@ -40,9 +41,9 @@ fn head_read_failure(e: ReadHead) -> (Failure, bool) {
 }
 
 /// The request's way to a pooled HTTP/1.1 connection.
-pub(super) async fn exchange<C: ClientSide>(
+pub(super) async fn exchange<C: ClientSide, H: Hooks>(
     x: &mut Exchange<'_>,
-    hooks: &mut Pipeline,
+    hooks: &mut H,
     client: &mut C,
     req: &Request,
     a: &Attempt<'_>,
@@ -80,9 +81,9 @@ pub(super) async fn exchange<C: ClientSide>(
 
 /// The head, then the body as it arrives, the head and the first body
 /// bytes in one write.
-async fn send_request<C: ClientSide>(
+async fn send_request<C: ClientSide, H: Hooks>(
     x: &mut Exchange<'_>,
-    hooks: &mut Pipeline,
+    hooks: &mut H,
     client: &mut C,
     req: &Request,
     a: &Attempt<'_>,

@@ -11,12 +11,10 @@ use bytes::Bytes;
 use h2::client::ResponseFuture;
 use h2::{Reason, RecvStream, SendStream};
 
-use super::exchange::{
-    body_failure, respond, Attempt, ClientSide, Exchange, Failure, Inspect, MemberBody, Origin,
-    Retry,
-};
+use super::exchange::{body_failure, Attempt, ClientSide, Exchange, Failure, Origin, Retry};
+use super::hooks::Hooks;
 use super::member::{pump_h2, H2Sink};
-use super::stages::Pipeline;
+use super::respond::{respond, Inspect, MemberBody};
 use crate::clock::now_ms;
 use crate::health::passive;
 use crate::http::body::BodyError;
@@ -27,9 +25,9 @@ use crate::stats;
 
 /// The request's way to a member of an h2 pool: a stream on the worker's
 /// multiplexed connection to it.
-pub(super) async fn exchange<C: ClientSide>(
+pub(super) async fn exchange<C: ClientSide, H: Hooks>(
     x: &mut Exchange<'_>,
-    hooks: &mut Pipeline,
+    hooks: &mut H,
     client: &mut C,
     req: &Request,
     a: &Attempt<'_>,
@@ -127,9 +125,9 @@ async fn open_stream(
 // TODO(waf): this path bypasses on_request_body (the hooks are busy with
 // the response); a body-inspecting stage must buffer the request first.
 #[allow(clippy::too_many_arguments)]
-async fn bidirectional<C: ClientSide>(
+async fn bidirectional<C: ClientSide, H: Hooks>(
     x: &mut Exchange<'_>,
-    hooks: &mut Pipeline,
+    hooks: &mut H,
     client: &mut C,
     req: &Request,
     a: &Attempt<'_>,
@@ -195,9 +193,9 @@ fn merge_back<'s>(x: &mut Exchange<'s>, from: Exchange<'s>) {
 
 /// Waits for an h2 member's response head (until `deadline`, when the
 /// request was sent whole), then relays the response.
-async fn h2_response<C: ClientSide>(
+async fn h2_response<C: ClientSide, H: Hooks>(
     x: &mut Exchange<'_>,
-    hooks: &mut Pipeline,
+    hooks: &mut H,
     client: &mut C,
     req: &Request,
     a: &Attempt<'_>,

@@ -1,7 +1,6 @@
 //! One worker thread: a current-thread tokio runtime running the accept
 //! loops and every session they start.
 
-use std::cell::Cell;
 use std::collections::HashMap;
 use std::io;
 use std::net::SocketAddr;
@@ -95,7 +94,7 @@ async fn run(
     let ctx = Rc::new(WorkerCtx {
         buffers: Default::default(),
         idle_watch: IdleWatch::default(),
-        active: Cell::new(0),
+        active: Default::default(),
         snapshot,
         idle: IdlePool::default(),
         h2_members: Default::default(),

@@ -1,0 +1,44 @@
+//! A client connection as the worker holds it: between requests (`Client`,
+//! small enough to park by the thousand) and for its whole life
+//! (`ConnGuard`, which keeps the connection gauges right however it ends).
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use tokio::io::AsyncWriteExt;
+
+use super::stream::ClientStream;
+use crate::stats::{self, Sharded, VsCounters};
+
+/// A client connection between requests: all a session needs to resume.
+pub struct Client {
+    pub(super) stream: ClientStream,
+    pub(super) peer: SocketAddr,
+    pub(super) listen: SocketAddr,
+    pub(super) buf: BytesMut,
+}
+
+impl Client {
+    /// Writes all of `bytes` and flushes them out of TLS (a no-op on TCP).
+    pub(super) async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        self.stream.write_all(bytes).await?;
+        self.stream.flush().await
+    }
+}
+
+/// Keeps the connection gauges right for as long as a client connection
+/// lives, in a task or parked.
+pub struct ConnGuard {
+    pub(super) active: Rc<Cell<usize>>,
+    pub(super) counters: Arc<Sharded<VsCounters>>,
+}
+
+impl Drop for ConnGuard {
+    fn drop(&mut self) {
+        stats::dec(&self.counters.local().client_connections_active);
+        self.active.set(self.active.get() - 1);
+    }
+}

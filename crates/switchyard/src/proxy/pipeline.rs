@@ -1,0 +1,122 @@
+//! The request's way through the phases: the head hooks (routing, local
+//! answers), then the pool: a member picked (persistence, balancer), the
+//! exchange tried on it through its protocol (`member_h1`, `member_h2`),
+//! and retried on another member while the failure allows it.
+//!
+//! Runs on the worker that owns the client connection.
+
+use std::sync::atomic::Ordering;
+
+use super::exchange::{Attempt, ClientSide, Exchange, Failure, Origin, Retry};
+use super::hooks::{Hooks, Verdict};
+use super::stages;
+use super::{member_h1, member_h2};
+use crate::balance::persist::{request_hash, sticky_member};
+use crate::balance::{MemberState, Tried};
+use crate::config::snapshot::{Pool, UpstreamProtocol};
+use crate::http::message::Request;
+use crate::stats;
+
+/// Runs one request through the pipeline to its end.
+pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: Request) {
+    let mut hooks = stages::pipeline();
+    stats::inc(&x.vs.counters.local().requests);
+    if let Verdict::Respond(local) = hooks.on_request_head(x, &mut req) {
+        x.status = local.response.status;
+        client.answer(x, &req, local).await;
+        hooks.on_log(x);
+        return;
+    }
+    let Some(pool) = x.pool.clone() else {
+        return;
+    };
+    hooks.before_member_request(x, &mut req);
+    if let Err(f) = to_pool(x, &mut hooks, client, &req, &pool).await {
+        x.status = f.status.unwrap_or(0);
+        client.fail(x, &req, f).await;
+    }
+    x.vs.latency
+        .local()
+        .record(x.started.elapsed().as_micros() as u64);
+    hooks.on_log(x);
+}
+
+/// Counts a request in flight to a member for as long as it lives.
+struct Inflight<'a>(&'a MemberState);
+
+impl<'a> Inflight<'a> {
+    fn new(s: &'a MemberState) -> Self {
+        s.inflight.fetch_add(1, Ordering::Relaxed);
+        Inflight(s)
+    }
+}
+
+impl Drop for Inflight<'_> {
+    fn drop(&mut self) {
+        self.0.inflight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Picks members until one answers or the retries are spent.
+async fn to_pool<C: ClientSide, H: Hooks>(
+    x: &mut Exchange<'_>,
+    hooks: &mut H,
+    client: &mut C,
+    req: &Request,
+    pool: &Pool,
+) -> Result<(), Failure> {
+    let pc = pool.counters.local();
+    stats::inc(&pc.requests);
+    x.sticky = sticky_member(pool, req);
+    let hash = request_hash(pool, req, x.peer.ip());
+    let mut tried = Tried::default();
+    let mut retries_left = x.st.retries;
+    // Why the last attempt failed: the answer when no member is left.
+    let mut last: Option<Failure> = None;
+    loop {
+        let Some(i) = pool.balancer.pick(&pool.members, x.sticky, hash, tried) else {
+            return Err(last.unwrap_or_else(|| {
+                stats::inc(&pc.no_member_available);
+                Failure::new(
+                    Origin::Local,
+                    503,
+                    format!(
+                        "no server is available to handle this request (pool \"{}\")",
+                        pool.name
+                    ),
+                )
+            }));
+        };
+        if last.is_some() {
+            // Counted when the request really goes out again.
+            stats::inc(&pc.retries);
+        }
+        tried.add(i);
+        x.member = Some(i);
+        let m = &pool.members[i];
+        // Counted from the pick, not from the connect: requests picking
+        // while this one connects must see it (max_connections, least
+        // connections, p2c).
+        let _inflight = Inflight::new(&m.state);
+        let attempt = Attempt {
+            pool,
+            m,
+            may_retry: retries_left > 0,
+        };
+        let r = match pool.protocol {
+            UpstreamProtocol::Http1 => member_h1::exchange(x, hooks, client, req, &attempt).await,
+            UpstreamProtocol::H2 => member_h2::exchange(x, hooks, client, req, &attempt).await,
+        };
+        match r {
+            Ok(()) => return Ok(()),
+            Err(f) if f.retry != Retry::No && retries_left > 0 => {
+                retries_left -= 1;
+                if f.retry == Retry::AnyMember {
+                    tried.remove(i);
+                }
+                last = Some(f);
+            }
+            Err(f) => return Err(f),
+        }
+    }
+}

@@ -1,0 +1,212 @@
+//! The response phase, for every pair of protocols: the member's head
+//! through the hooks, then its body from the member's framing to the
+//! client's through the body-transform seam (`Transform`); and the request
+//! body's inspection seam on the way to the member (`Inspect`).
+//!
+//! Runs on the worker that owns the client connection.
+
+use std::future::Future;
+use std::time::Duration;
+
+use h2::RecvStream;
+
+use super::exchange::{Attempt, ClientSide, Exchange, Failure, Origin};
+use super::hooks::{BodyEdit, Hooks, Verdict};
+use super::member::pump_h2;
+use super::upstream::UpConn;
+use crate::health::passive;
+use crate::http::body::{self, BodyError, Sink};
+use crate::http::message::{Fields, Request, Response};
+use crate::log;
+use crate::stats::{self, status_class};
+
+/// Where a member's response body comes from.
+pub(super) enum MemberBody<'a> {
+    H1(&'a mut UpConn),
+    H2(&'a mut RecvStream),
+}
+
+/// The response phase, for every pair of protocols: hooks, head, body.
+pub(super) async fn respond<C: ClientSide, H: Hooks>(
+    x: &mut Exchange<'_>,
+    hooks: &mut H,
+    client: &mut C,
+    req: &Request,
+    a: &Attempt<'_>,
+    mut resp: Response,
+    body: MemberBody<'_>,
+) -> Result<(), Failure> {
+    let (pool, m) = (a.pool, a.m);
+    let mc = m.counters.local();
+    let vc = x.vs.counters.local();
+    passive::record_status(pool, m, resp.status);
+    stats::inc(&mc.responses[status_class(resp.status)]);
+    stats::inc(&vc.responses[status_class(resp.status)]);
+    stats::add(&mc.bytes_in, resp.head.wire_len as u64);
+    // De-framed as the member sent it, whatever a hook makes of it.
+    let framing_in = resp.head.framing;
+    hooks.on_response_head(x, &mut resp);
+    x.status = resp.status;
+    if resp.status == 101 {
+        return match body {
+            MemberBody::H1(up) if req.head.upgrade => client.tunnel(x, &resp, up).await,
+            _ => Err(Failure::new(
+                Origin::Member,
+                502,
+                "the server switched protocols unasked",
+            )),
+        };
+    }
+    let timeout = Duration::from_millis(x.st.upstream_response_ms);
+    let Some((sink, head_len)) = client.start_response(x, req, &resp).await else {
+        stats::inc(&mc.bad_responses);
+        return Err(Failure::new(
+            Origin::Member,
+            502,
+            "the server sent a field HTTP/2 cannot carry",
+        ));
+    };
+    let mut sink = Transform {
+        hooks,
+        x,
+        inner: sink,
+        out: Vec::new(),
+    };
+    let r = match body {
+        MemberBody::H1(up) => {
+            body::deliver(&mut up.stream, &mut up.buf, framing_in, &mut sink, timeout)
+                .await
+                .0
+        }
+        MemberBody::H2(recv) => match pump_h2(recv, &mut sink).await {
+            Ok(n) => sink.flush().await.map(|_| n),
+            Err(e) => Err(e),
+        },
+    };
+    let written = sink.inner.written();
+    if r.is_err() && written {
+        sink.inner.abort();
+    }
+    drop(sink);
+    match r {
+        Ok(n) => {
+            stats::add(&x.vs.counters.local().bytes_out, head_len + n);
+            stats::add(&mc.bytes_in, n);
+            x.body_bytes = n;
+            Ok(())
+        }
+        Err(e) => Err(response_body_failed(x, a, e, written)),
+    }
+}
+
+/// A response body that failed: counted and logged; the client gets a
+/// clean error only if nothing reached it yet.
+fn response_body_failed(x: &Exchange<'_>, a: &Attempt<'_>, e: BodyError, written: bool) -> Failure {
+    let mc = a.m.counters.local();
+    match &e {
+        BodyError::Framing(_) | BodyError::Truncated => stats::inc(&mc.bad_responses),
+        BodyError::Timeout => stats::inc(&mc.response_timeouts),
+        _ => {}
+    }
+    let client_gone = matches!(e, BodyError::Write(_));
+    if !client_gone {
+        log::warn(format_args!(
+            "vserver {}: member {}: response body failed: {e:?}",
+            x.vs.name,
+            a.label()
+        ));
+    }
+    if !written && !client_gone {
+        let status = if matches!(e, BodyError::Timeout) {
+            504
+        } else {
+            502
+        };
+        return Failure::new(
+            Origin::Member,
+            status,
+            "the server sent an invalid response",
+        )
+        .closing();
+    }
+    // The head is gone already: all we can do is cut.
+    Failure::cut(Origin::Member, "the response body failed")
+}
+
+/// Races `fut` against the client giving up: None when it did.
+pub(super) async fn unless_cancelled<C: ClientSide, F: Future>(
+    client: &mut C,
+    fut: F,
+) -> Option<F::Output> {
+    tokio::select! {
+        biased;
+        v = fut => Some(v),
+        () = client.cancelled() => None,
+    }
+}
+
+/// The request body on its way to the member, shown to the hooks.
+pub(super) struct Inspect<'h, 'x, 's, H, S> {
+    pub(super) hooks: &'h mut H,
+    pub(super) x: &'x mut Exchange<'s>,
+    pub(super) inner: S,
+}
+
+impl<H: Hooks, S: Sink> Sink for Inspect<'_, '_, '_, H, S> {
+    async fn data(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
+        if let Verdict::Respond(l) = self.hooks.on_request_body(self.x, bytes) {
+            self.x.refusal = Some(l);
+            return Err(BodyError::Refused);
+        }
+        self.inner.data(bytes).await
+    }
+    async fn flush(&mut self) -> Result<(), BodyError> {
+        self.inner.flush().await
+    }
+    async fn end(&mut self, trailers: Option<&Fields>) -> Result<(), BodyError> {
+        self.inner.end(trailers).await
+    }
+    fn written(&self) -> bool {
+        self.inner.written()
+    }
+}
+
+/// The body-transform seam: the response body between de-framing (the
+/// member's framing) and re-framing (the client's), through the hooks.
+struct Transform<'h, 'x, 's, H, S> {
+    hooks: &'h mut H,
+    x: &'x mut Exchange<'s>,
+    inner: S,
+    out: Vec<u8>,
+}
+
+impl<H: Hooks, S: Sink> Sink for Transform<'_, '_, '_, H, S> {
+    async fn data(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
+        self.out.clear();
+        match self
+            .hooks
+            .on_response_body(self.x, bytes, false, &mut self.out)
+        {
+            BodyEdit::Pass => self.inner.data(bytes).await,
+            BodyEdit::Replaced => self.inner.data(&self.out).await,
+        }
+    }
+    async fn flush(&mut self) -> Result<(), BodyError> {
+        self.inner.flush().await
+    }
+    async fn end(&mut self, trailers: Option<&Fields>) -> Result<(), BodyError> {
+        self.out.clear();
+        if let BodyEdit::Replaced = self
+            .hooks
+            .on_response_body(self.x, &[], true, &mut self.out)
+        {
+            if !self.out.is_empty() {
+                self.inner.data(&self.out).await?;
+            }
+        }
+        self.inner.end(trailers).await
+    }
+    fn written(&self) -> bool {
+        self.inner.written()
+    }
+}

@@ -1,0 +1,355 @@
+//! The HTTP/1 session: one client connection, its requests in order, each
+//! run through the exchange (`pipeline::run`).
+//!
+//! Runs on the worker that accepted the connection, start to end. Each
+//! request takes the config snapshot current when it starts and keeps it
+//! until it ends, so a reload never changes a request halfway.
+//!
+//! The per-request work is boxed and awaited from a small outer loop, so an
+//! idle keep-alive connection holds only its socket and a few words, not the
+//! state of a whole request (the target is under 1 KB per idle client).
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+
+use bytes::BytesMut;
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+use super::client_h1::H1Client;
+use super::conn::{Client, ConnGuard};
+use super::ctx::WorkerCtx;
+use super::exchange::Exchange;
+use super::h2;
+use super::head_read::{read_head, ReadHead};
+use super::idle::{IdleEnd, Parked};
+use super::pipeline;
+use super::stream::{ClientStream, TlsConn};
+use crate::clock::now_ms;
+use crate::config::snapshot::VServer;
+use crate::http::head;
+use crate::http::responses;
+use crate::log;
+use crate::stats::{self, status_class};
+
+enum Next {
+    KeepAlive,
+    Close,
+    /// The client sent the HTTP/2 preface (h2c with prior knowledge).
+    Http2,
+}
+
+/// Serves one client connection accepted on `listen`.
+pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: SocketAddr) {
+    let (counters, tls, h2_only) = {
+        let snap = ctx.snapshot.load();
+        match snap.vserver_for(&listen) {
+            Some(vs) => (vs.counters.clone(), vs.tls.clone(), vs.h2c_only),
+            None => return,
+        }
+    };
+    let c = counters.local();
+    stats::inc(&c.client_connections_total);
+    stats::inc(&c.client_connections_active);
+    ctx.active.set(ctx.active.get() + 1);
+    let guard = ConnGuard {
+        active: ctx.active.clone(),
+        counters,
+    };
+    let _ = stream.set_nodelay(true);
+    match tls {
+        None if h2_only => {
+            h2::start(
+                ctx.clone(),
+                ClientStream::Plain(stream),
+                BytesMut::new(),
+                peer,
+                listen,
+                guard,
+            );
+        }
+        None => {
+            let client = Client {
+                stream: ClientStream::Plain(stream),
+                peer,
+                listen,
+                buf: BytesMut::new(),
+            };
+            tokio::task::spawn_local(session(ctx.clone(), client, guard, true));
+        }
+        Some(tls) => {
+            tokio::task::spawn_local(handshake(ctx.clone(), stream, peer, listen, tls, guard));
+        }
+    }
+}
+
+/// Runs a TLS handshake (bounded by the client_header timeout), then the
+/// session in a task of its own, so the handshake's state (large) is freed
+/// before the connection's first request and never weighs on an idle
+/// connection. The config is the one current at accept: a reload with a new
+/// certificate applies to connections accepted after it.
+async fn handshake(
+    ctx: Rc<WorkerCtx>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    listen: SocketAddr,
+    tls: Arc<crate::tls::TlsServer>,
+    guard: ConnGuard,
+) {
+    let deadline = now_ms() + ctx.snapshot.load().settings.client_header_ms;
+    let vc = guard.counters.clone();
+    let vc = vc.local();
+    let accept = tokio_rustls::TlsAcceptor::from(tls.config.clone()).accept(tcp);
+    let stream = match ctx.idle_watch.within(deadline, accept).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            // A bare close (a port probe, a client giving up) is not a
+            // failed handshake; an alert or a protocol error is.
+            if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                stats::inc(&vc.tls_handshake_failures);
+            }
+            log::debug(format_args!("client {peer}: TLS handshake failed: {e}"));
+            return;
+        }
+        Err(()) => {
+            stats::inc(&vc.tls_handshake_failures);
+            log::debug(format_args!("client {peer}: TLS handshake timed out"));
+            return;
+        }
+    };
+    let conn = stream.get_ref().1;
+    stats::inc(&vc.tls_handshakes);
+    if conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+        stats::inc(&vc.tls_resumed);
+    }
+    let client_subject = if tls.client_subject_header.is_some() {
+        crate::tls::client_subject(conn)
+    } else {
+        None
+    };
+    // ALPN decides the codec.
+    let h2 = conn.alpn_protocol() == Some(b"h2");
+    let stream = ClientStream::Tls(Box::new(TlsConn {
+        stream,
+        client_subject,
+    }));
+    if h2 {
+        h2::start(ctx, stream, BytesMut::new(), peer, listen, guard);
+        return;
+    }
+    let client = Client {
+        stream,
+        peer,
+        listen,
+        buf: BytesMut::new(),
+    };
+    tokio::task::spawn_local(session(ctx, client, guard, true));
+}
+
+/// Resumes a parked connection that became readable.
+pub fn resume(ctx: &Rc<WorkerCtx>, p: Parked) {
+    tokio::task::spawn_local(session(ctx.clone(), p.client, p.guard, false));
+}
+
+/// Connections idle this long leave their task and wait in the worker's
+/// parking lot, which costs a fraction of a task.
+const PARK_AFTER_MS: u64 = 1000;
+
+/// Runs requests on `client` until it closes, times out, or parks.
+async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut first: bool) {
+    loop {
+        // Bytes TLS already holds are a request here: no readiness to wait for.
+        if client.buf.is_empty() && !client.stream.has_buffered() {
+            let wait_ms = {
+                let snap = ctx.snapshot.load();
+                if first {
+                    snap.settings.client_header_ms
+                } else {
+                    snap.settings.client_idle_ms
+                }
+            };
+            // Waiting holds no buffer: malloc hands the same block to the
+            // next read at once, and thousands of waiting connections do
+            // not pin 8 KB each.
+            ctx.return_buffer(std::mem::take(&mut client.buf));
+            let now = now_ms();
+            let deadline = now + wait_ms;
+            let park_at = if first { deadline } else { now + PARK_AFTER_MS };
+            match ctx
+                .idle_watch
+                .wait(client.stream.tcp(), deadline.min(park_at))
+                .await
+            {
+                IdleEnd::Readable => {}
+                IdleEnd::Timeout if now_ms() < deadline => {
+                    match ctx.idle_watch.park(Parked {
+                        client,
+                        guard,
+                        deadline_ms: deadline,
+                    }) {
+                        Ok(()) => return,
+                        // Readable while we parked it: serve it in a fresh task.
+                        Err(p) => {
+                            tokio::task::spawn_local(session(ctx, p.client, p.guard, false));
+                            return;
+                        }
+                    }
+                }
+                _ => break,
+            }
+        }
+        let was_first = std::mem::replace(&mut first, false);
+        // Boxed: the request's state (kilobytes) lives only while a request
+        // is in flight, so a connection waiting between requests keeps a
+        // small task (one allocation per request, reused by malloc at once).
+        match Box::pin(handle_request(&ctx, &mut client, was_first)).await {
+            Next::KeepAlive if !ctx.draining() => {}
+            Next::Http2 => {
+                // The preface's first line was read as a head: replay it.
+                let mut replay = BytesMut::from(h2::PREFACE_HEAD);
+                replay.extend_from_slice(&client.buf);
+                h2::start(
+                    ctx,
+                    client.stream,
+                    replay,
+                    client.peer,
+                    client.listen,
+                    guard,
+                );
+                return;
+            }
+            _ => break,
+        }
+    }
+    // On TLS this sends close_notify, which a client that stopped reading
+    // could hold up forever: bounded.
+    let _ = ctx
+        .idle_watch
+        .within(now_ms() + 1000, client.stream.shutdown())
+        .await;
+    drop(guard);
+}
+
+/// Writes a response the proxy answers itself and counts it.
+async fn respond(c: &mut Client, vs: &VServer, status: u16, bytes: &[u8]) -> bool {
+    let vc = vs.counters.local();
+    stats::inc(&vc.local_responses);
+    stats::inc(&vc.responses[status_class(status)]);
+    stats::add(&vc.bytes_out, bytes.len() as u64);
+    c.send(bytes).await.is_ok()
+}
+
+async fn error_and_close(c: &mut Client, vs: &VServer, status: u16, why: &str) -> Next {
+    respond(c, vs, status, &responses::error(status, why, true)).await;
+    Next::Close
+}
+
+async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
+    let snap = ctx.snapshot.load_full();
+    let st = &snap.settings;
+    let Some(vs) = snap.vserver_for(&c.listen).cloned() else {
+        // The virtual server was removed by a reload: finish here.
+        return Next::Close;
+    };
+    let vc = vs.counters.local();
+    let deadline = now_ms() + st.client_header_ms;
+    if c.buf.capacity() == 0 {
+        c.buf = ctx.take_buffer();
+    }
+    let before = c.buf.len();
+    let raw = match read_head(
+        &mut c.stream,
+        &mut c.buf,
+        st.max_request_line,
+        st.max_header_bytes,
+        &ctx.idle_watch,
+        deadline,
+    )
+    .await
+    {
+        Ok(raw) => raw,
+        Err(ReadHead::Closed { .. }) => return Next::Close,
+        Err(ReadHead::Timeout { partial }) => {
+            stats::inc(&vc.header_timeouts);
+            if partial {
+                return error_and_close(c, &vs, 408, "the request head was not received in time")
+                    .await;
+            }
+            return Next::Close;
+        }
+        Err(ReadHead::Bad(e)) => {
+            stats::inc(&vc.bad_requests);
+            log::debug(format_args!(
+                "vserver {}: client {}: {} ({})",
+                vs.name, c.peer, e.reason, e.status
+            ));
+            return error_and_close(c, &vs, e.status, e.reason).await;
+        }
+    };
+    if first && vs.h2c && raw[..] == *h2::PREFACE_HEAD {
+        return Next::Http2;
+    }
+    stats::add(
+        &vc.bytes_in,
+        (raw.len() + c.buf.len()).saturating_sub(before) as u64,
+    );
+    let req = match head::parse_request(raw, st.max_headers) {
+        Ok(r) => r,
+        Err(e) => {
+            stats::inc(&vc.bad_requests);
+            log::debug(format_args!(
+                "vserver {}: client {}: {} ({})",
+                vs.name, c.peer, e.reason, e.status
+            ));
+            return error_and_close(c, &vs, e.status, e.reason).await;
+        }
+    };
+    let subject = vs
+        .tls
+        .as_ref()
+        .and_then(|t| t.client_subject_header.as_ref())
+        .and(c.stream.client_subject().map(str::to_owned));
+    let (peer, tls, keep_alive) = (c.peer, c.stream.is_tls(), req.head.keep_alive);
+    let mut x = Exchange::new(ctx, &vs, st, peer, tls, subject.as_deref(), &req);
+    let mut client = H1Client::new(c, &x);
+    pipeline::run(&mut x, &mut client, req).await;
+    if client.close || !keep_alive || ctx.draining() {
+        Next::Close
+    } else {
+        Next::KeepAlive
+    }
+}
+
+#[cfg(test)]
+mod size_tests {
+    use super::*;
+
+    fn size_of_future<F: std::future::Future>(_: &F) -> usize {
+        std::mem::size_of::<F>()
+    }
+
+    #[test]
+    fn session_future_sizes() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let a = l.local_addr().unwrap();
+            let s = TcpStream::connect(a).await.unwrap();
+            let snap = crate::config::parse("t", "[[vserver]]\nname=\"a\"\nlisten=[\"127.0.0.1:1\"]\ndefault_pool=\"p\"\n[[pool]]\nname=\"p\"\n[[pool.member]]\naddress=\"127.0.0.1:2\"\n", None).unwrap();
+            let ctx = Rc::new(WorkerCtx { snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(snap)), idle: Default::default(), idle_watch: Default::default(), active: Default::default(), buffers: Default::default(), h2_members: Default::default() });
+            let counters = ctx.snapshot.load().vservers[0].counters.clone();
+            ctx.active.set(1);
+            let guard = ConnGuard { active: ctx.active.clone(), counters };
+            let f = session(ctx.clone(), Client { stream: ClientStream::Plain(s), peer: a, listen: a, buf: BytesMut::new() }, guard, true);
+            eprintln!("serve future: {} bytes", size_of_future(&f));
+            eprintln!("TcpStream: {} bytes", std::mem::size_of::<TcpStream>());
+            eprintln!("ClientStream: {} bytes", std::mem::size_of::<ClientStream>());
+            eprintln!("Parked: {} bytes", std::mem::size_of::<Parked>());
+            eprintln!("Sleep: {} bytes", std::mem::size_of::<tokio::time::Sleep>());
+        });
+    }
+}
