@@ -3,20 +3,31 @@
 //!
 //! GET /stats, GET /stats.json, GET /metrics, POST /reload, GET /healthz.
 
+mod render;
+
 use std::rc::Rc;
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::BytesMut;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
+use crate::config::Snapshot;
 use crate::http::head::{parse_request, HeadScanner};
 use crate::http::responses;
 use crate::log;
-use crate::runtime::Control;
-use crate::stats::render;
 
-pub async fn serve(listener: TcpListener, control: Rc<Control>) {
+/// What the admin endpoint needs of the running instance; the runtime's
+/// control side provides it (the admin module does not know the runtime).
+pub trait Control {
+    /// The configuration serving now.
+    fn snapshot(&self) -> Arc<Snapshot>;
+    /// Re-reads the configuration and publishes it, or explains why not.
+    fn reload(&self) -> Result<u64, String>;
+}
+
+pub async fn serve<C: Control + 'static>(listener: TcpListener, control: Rc<C>) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -24,12 +35,12 @@ pub async fn serve(listener: TcpListener, control: Rc<Control>) {
         };
         let control = control.clone();
         tokio::task::spawn_local(async move {
-            let _ = tokio::time::timeout(Duration::from_secs(10), handle(stream, &control)).await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), handle(stream, &*control)).await;
         });
     }
 }
 
-async fn handle(mut s: TcpStream, control: &Control) -> std::io::Result<()> {
+async fn handle<C: Control>(mut s: TcpStream, control: &C) -> std::io::Result<()> {
     let mut buf = BytesMut::with_capacity(4096);
     let mut scanner = HeadScanner::default();
     let (start, end) = loop {
@@ -55,7 +66,7 @@ async fn handle(mut s: TcpStream, control: &Control) -> std::io::Result<()> {
                 .await
         }
     };
-    let snap = control.snapshot.load_full();
+    let snap = control.snapshot();
     let path = req.path_only().to_vec();
     let out = match (req.method_str(), path.as_slice()) {
         (b"GET", b"/stats") => responses::simple(200, "text/plain; charset=utf-8", render::text(&snap).as_bytes(), true, &[]),

@@ -16,8 +16,20 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize
 pub use maglev::Maglev;
 
 use crate::clock::now_ms;
-use crate::config::model::Algorithm;
 use crate::stats::Sharded;
+
+/// How a pool picks among its members.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    #[default]
+    RoundRobin,
+    WeightedRoundRobin,
+    LeastConnections,
+    /// Power of two random choices, least outstanding requests.
+    P2c,
+    /// Maglev consistent hashing on the pool's hash key.
+    ConsistentHash,
+}
 
 /// State of one member that outlives config reloads (keyed by pool name and
 /// address) and is shared by every worker.

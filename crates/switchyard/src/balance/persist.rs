@@ -1,39 +1,68 @@
 //! Persistence: which member a request is pinned to (a cookie naming a
 //! member, or the client's address), and the key consistent hashing uses.
-//! Read by the exchange before it picks a member.
+//! Read by the exchange before it picks a member; knows requests and
+//! member identities, not the configuration's types.
 
 use std::net::IpAddr;
 
 use super::hash64;
-use crate::config::snapshot::{HashKey, Member, Persist, Pool};
 use crate::http::message::Request;
 
-/// The member a persistence cookie in the request names.
-pub fn sticky_member(pool: &Pool, req: &Request) -> Option<usize> {
-    match &pool.persistence {
-        Some(Persist::Cookie(name)) => cookie(req, name).and_then(|v| {
-            pool.members
-                .iter()
-                .position(|m| m.cookie_id.as_bytes() == v)
-        }),
+/// What a pool's consistent hashing hashes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum HashKey {
+    SourceIp,
+    Uri,
+    Header(String),
+    Cookie(String),
+}
+
+/// How a pool pins a client to a member.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Persist {
+    /// A cookie naming the member (its `cookie_id`).
+    Cookie(String),
+    SourceIp,
+}
+
+/// The member a persistence cookie in the request names, by position in
+/// `cookie_ids` (the pool's members' cookie values, in order).
+pub fn sticky_member<'a>(
+    persistence: Option<&Persist>,
+    mut cookie_ids: impl Iterator<Item = &'a str>,
+    req: &Request,
+) -> Option<usize> {
+    match persistence {
+        Some(Persist::Cookie(name)) => {
+            let v = cookie(req, name)?;
+            cookie_ids.position(|id| id.as_bytes() == v)
+        }
         _ => None,
     }
 }
 
-/// The Set-Cookie value that pins a client to `m`, when the pool persists
-/// by cookie and the request was not already pinned there (`set`).
-pub fn persistence_cookie(pool: &Pool, m: &Member, set: bool) -> Option<String> {
-    match &pool.persistence {
-        Some(Persist::Cookie(name)) if set => {
-            Some(format!("{name}={}; Path=/; HttpOnly", m.cookie_id))
-        }
+/// The Set-Cookie value that pins a client to the member `cookie_id`
+/// names, when the pool persists by cookie and the request was not already
+/// pinned there (`set`).
+pub fn persistence_cookie(
+    persistence: Option<&Persist>,
+    cookie_id: &str,
+    set: bool,
+) -> Option<String> {
+    match persistence {
+        Some(Persist::Cookie(name)) if set => Some(format!("{name}={cookie_id}; Path=/; HttpOnly")),
         _ => None,
     }
 }
 
 /// The consistent-hash or source-affinity key of a request, if the pool
 /// uses one.
-pub fn request_hash(pool: &Pool, req: &Request, peer: IpAddr) -> Option<u64> {
+pub fn request_hash(
+    hash_key: Option<&HashKey>,
+    persistence: Option<&Persist>,
+    req: &Request,
+    peer: IpAddr,
+) -> Option<u64> {
     let ip_hash = || match peer {
         IpAddr::V4(a) => hash64(&a.octets(), 0),
         IpAddr::V6(a) => match a.to_ipv4_mapped() {
@@ -41,7 +70,7 @@ pub fn request_hash(pool: &Pool, req: &Request, peer: IpAddr) -> Option<u64> {
             None => hash64(&a.octets(), 0),
         },
     };
-    if let Some(k) = &pool.hash_key {
+    if let Some(k) = hash_key {
         return match k {
             HashKey::SourceIp => Some(ip_hash()),
             HashKey::Uri => Some(hash64(req.target(), 0)),
@@ -49,7 +78,7 @@ pub fn request_hash(pool: &Pool, req: &Request, peer: IpAddr) -> Option<u64> {
             HashKey::Cookie(n) => cookie(req, n).map(|v| hash64(v, 0)),
         };
     }
-    if pool.persistence == Some(Persist::SourceIp) {
+    if persistence == Some(&Persist::SourceIp) {
         return Some(ip_hash());
     }
     None

@@ -496,9 +496,15 @@ fn build_pool(cx: &mut Ctx, p: &model::Pool, previous: Option<&Snapshot>) -> Opt
     let backups: Vec<bool> = members.iter().map(|m| m.backup).collect();
     let slow_start_ms = p.slow_start.map(|m| m.0).unwrap_or(0);
     Some(Pool {
-        balancer: Balancer::new(p.algorithm, slow_start_ms, &keys, &weights, &backups),
+        balancer: Balancer::new(
+            algorithm(p.algorithm),
+            slow_start_ms,
+            &keys,
+            &weights,
+            &backups,
+        ),
         name,
-        algorithm: p.algorithm,
+        algorithm: algorithm(p.algorithm),
         protocol,
         hash_key,
         persistence,
@@ -852,6 +858,18 @@ fn edits(cx: &mut Ctx, e: &model::HeaderEdits, what: &str, span: Range<usize>) -
         set: e.set.iter().map(|(n, v)| (n.clone(), v.clone())).collect(),
         add: e.add.iter().map(|(n, v)| (n.clone(), v.clone())).collect(),
         remove: e.remove.iter().map(|n| n.to_ascii_lowercase()).collect(),
+    }
+}
+
+/// The file's algorithm name, as the balancer knows it.
+fn algorithm(a: Algorithm) -> crate::balance::Algorithm {
+    use crate::balance::Algorithm as B;
+    match a {
+        Algorithm::RoundRobin => B::RoundRobin,
+        Algorithm::WeightedRoundRobin => B::WeightedRoundRobin,
+        Algorithm::LeastConnections => B::LeastConnections,
+        Algorithm::P2c => B::P2c,
+        Algorithm::ConsistentHash => B::ConsistentHash,
     }
 }
 

@@ -11,9 +11,11 @@ use std::sync::Arc;
 use bytes::Bytes;
 use regex::Regex;
 
+use super::model::HealthKind;
 pub use super::model::UpstreamProtocol;
-use super::model::{Algorithm, HealthKind};
 use super::types::Cidr;
+pub use crate::balance::persist::{HashKey, Persist};
+use crate::balance::Algorithm;
 use crate::balance::{Balancer, Candidate, MemberState};
 use crate::stats::{Histogram, MemberCounters, PoolCounters, Sharded, VsCounters};
 
@@ -191,20 +193,6 @@ impl HeaderEdits {
                 .iter()
                 .any(|(n, _)| n.as_bytes().eq_ignore_ascii_case(name))
     }
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum HashKey {
-    SourceIp,
-    Uri,
-    Header(String),
-    Cookie(String),
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Persist {
-    Cookie(String),
-    SourceIp,
 }
 
 #[derive(Clone, Debug)]

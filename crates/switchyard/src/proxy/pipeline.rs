@@ -67,8 +67,10 @@ async fn to_pool<C: ClientSide, H: Hooks>(
 ) -> Result<(), Failure> {
     let pc = pool.counters.local();
     stats::inc(&pc.requests);
-    x.sticky = sticky_member(pool, req);
-    let hash = request_hash(pool, req, x.peer.ip());
+    let persistence = pool.persistence.as_ref();
+    let ids = pool.members.iter().map(|m| m.cookie_id.as_str());
+    x.sticky = sticky_member(persistence, ids, req);
+    let hash = request_hash(pool.hash_key.as_ref(), persistence, req, x.peer.ip());
     let mut tried = Tried::default();
     let mut retries_left = x.st.retries;
     // Why the last attempt failed: the answer when no member is left.

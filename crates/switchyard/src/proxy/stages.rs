@@ -174,7 +174,9 @@ impl Hooks for Forward {
 
     fn on_response_head(&mut self, x: &mut Exchange<'_>, resp: &mut Response) {
         if let (Some(pool), Some(i)) = (&x.pool, x.member) {
-            if let Some(c) = persistence_cookie(pool, &pool.members[i], x.sticky != Some(i)) {
+            let id = &pool.members[i].cookie_id;
+            if let Some(c) = persistence_cookie(pool.persistence.as_ref(), id, x.sticky != Some(i))
+            {
                 resp.head.fields.append(b"set-cookie", c.as_bytes());
             }
         }

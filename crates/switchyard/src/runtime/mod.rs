@@ -122,6 +122,16 @@ impl Control {
     }
 }
 
+impl crate::admin::Control for Control {
+    fn snapshot(&self) -> Arc<Snapshot> {
+        self.snapshot.load_full()
+    }
+
+    fn reload(&self) -> Result<u64, String> {
+        Control::reload(self)
+    }
+}
+
 /// Starts the workers for `snapshot` and runs the control loop until the
 /// process is told to stop. Returns when every worker has finished.
 pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {

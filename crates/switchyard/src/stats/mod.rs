@@ -9,7 +9,6 @@
 
 mod histogram;
 pub use histogram::quantile;
-pub mod render;
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};

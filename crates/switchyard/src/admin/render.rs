@@ -4,9 +4,9 @@
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
-use super::{quantile, MemberValues, PoolValues, VsValues, STATUS_CLASSES};
 use crate::clock::now_ms;
 use crate::config::snapshot::{Member, Snapshot, VServer};
+use crate::stats::{quantile, MemberValues, PoolValues, VsValues, STATUS_CLASSES};
 
 fn latency(vs: &VServer) -> (u64, u64, u64, u64) {
     let mut c = Vec::new();
