@@ -110,9 +110,32 @@ impl Fields {
     }
 
     fn own(&mut self, bytes: &[u8]) -> (u32, u32) {
+        self.reserve_owned(bytes.len());
         let a = self.owned.len() as u32;
         self.owned.extend_from_slice(bytes);
         (a, self.owned.len() as u32)
+    }
+
+    /// Edits come in small pieces: the first one takes room for the usual
+    /// few (forwarding fields, a cookie) at once, not a doubling per piece.
+    fn reserve_owned(&mut self, n: usize) {
+        if self.owned.capacity() - self.owned.len() < n {
+            self.owned.reserve(n.max(256));
+        }
+    }
+
+    /// Appends a field whose value `write` produces in place (no buffer
+    /// of its own for a value built from pieces).
+    pub fn append_with(&mut self, name: &[u8], write: impl FnOnce(&mut Vec<u8>)) {
+        let name = self.own(name);
+        let a = self.owned.len() as u32;
+        write(&mut self.owned);
+        let value = (a, self.owned.len() as u32);
+        self.list.push(Field {
+            name,
+            value,
+            owned: true,
+        });
     }
 
     /// Appends a field at the end.

@@ -205,35 +205,35 @@ fn forwarding_fields(
         let n = cur.position() as usize;
         &ip_buf[..n]
     };
-    let mut v = Vec::with_capacity(128);
-    if let Some(prev) = xff {
-        v.extend_from_slice(prev);
-        v.extend_from_slice(b", ");
-    }
-    v.extend_from_slice(ip_s);
-    f.append(b"x-forwarded-for", &v);
+    f.append_with(b"x-forwarded-for", |v| {
+        if let Some(prev) = xff {
+            v.extend_from_slice(prev);
+            v.extend_from_slice(b", ");
+        }
+        v.extend_from_slice(ip_s);
+    });
     f.append(b"x-forwarded-proto", proto.as_bytes());
-    v.clear();
-    if let Some(prev) = forwarded {
-        v.extend_from_slice(prev);
-        v.extend_from_slice(b", ");
-    }
-    if ip.is_ipv6() {
-        v.extend_from_slice(b"for=\"[");
-        v.extend_from_slice(ip_s);
-        v.extend_from_slice(b"]\"");
-    } else {
-        v.extend_from_slice(b"for=");
-        v.extend_from_slice(ip_s);
-    }
-    v.extend_from_slice(b";proto=");
-    v.extend_from_slice(proto.as_bytes());
-    if let Some(h) = host {
-        v.extend_from_slice(b";host=\"");
-        v.extend_from_slice(h);
-        v.push(b'"');
-    }
-    f.append(b"forwarded", &v);
+    f.append_with(b"forwarded", |v| {
+        if let Some(prev) = forwarded {
+            v.extend_from_slice(prev);
+            v.extend_from_slice(b", ");
+        }
+        if ip.is_ipv6() {
+            v.extend_from_slice(b"for=\"[");
+            v.extend_from_slice(ip_s);
+            v.extend_from_slice(b"]\"");
+        } else {
+            v.extend_from_slice(b"for=");
+            v.extend_from_slice(ip_s);
+        }
+        v.extend_from_slice(b";proto=");
+        v.extend_from_slice(proto.as_bytes());
+        if let Some(h) = host {
+            v.extend_from_slice(b";host=\"");
+            v.extend_from_slice(h);
+            v.push(b'"');
+        }
+    });
 }
 
 /// Edits apply in order (virtual server, then matching policies): each
