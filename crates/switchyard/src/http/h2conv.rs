@@ -34,101 +34,118 @@ pub fn request_from_h2(
         None | Some("") => Bytes::from_static(b"/"),
         Some(t) => Bytes::copy_from_slice(t.as_bytes()),
     };
-    if target
-        .iter()
-        .any(|b| *b <= 0x20 || *b == 0x7f || *b == b'#')
-    {
+    if target.iter().any(|b| *b <= 0x20 || *b == 0x7f || *b == b'#') {
         return Err(bad(400, "invalid character in the request target"));
     }
-    let mut fields = Fields::default();
-    let mut size = target.len() + 16;
-    let authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
-    if let Some(a) = authority {
-        if a.is_empty() || !valid_authority(a) {
-            return Err(bad(400, "invalid :authority"));
-        }
-        fields.append(b"host", a);
-    }
-    let mut host: Option<Bytes> = authority.map(Bytes::copy_from_slice);
-    let mut cookie: Option<Vec<u8>> = None;
-    let mut length: Option<u64> = None;
-    let mut expect_continue = false;
-    let mut te_trailers = false;
-    for (name, value) in &parts.headers {
-        let (n, v) = (name.as_str().as_bytes(), value.as_bytes());
-        size += n.len() + v.len() + 4;
-        match n {
-            b"host" if authority.is_some() => continue,
-            b"host" => {
-                if host.is_some() {
-                    return Err(bad(400, "several Host fields"));
-                }
-                if !valid_authority(v) {
-                    return Err(bad(400, "invalid Host"));
-                }
-                host = Some(Bytes::copy_from_slice(v));
-            }
-            // h2 has refused every other value; it means nothing to an
-            // HTTP/1.1 member and is restated for an h2 one.
-            b"te" => {
-                te_trailers = true;
-                continue;
-            }
-            // RFC 9113 8.2.3: split cookie fields are one for HTTP/1.1.
-            b"cookie" => {
-                let c = cookie.get_or_insert_with(Vec::new);
-                if !c.is_empty() {
-                    c.extend_from_slice(b"; ");
-                }
-                c.extend_from_slice(v);
-                continue;
-            }
-            b"content-length" => {
-                if length.is_some() {
-                    return Err(bad(400, "several Content-Length fields"));
-                }
-                length = Some(parse_length(v).ok_or(bad(400, "invalid Content-Length"))?);
-            }
-            b"expect" => {
-                if !v.eq_ignore_ascii_case(b"100-continue") {
-                    return Err(bad(417, "unsupported expectation"));
-                }
-                expect_continue = true;
-            }
-            _ => {}
-        }
-        fields.append(n, v);
-    }
-    if let Some(c) = cookie {
-        fields.append(b"cookie", &c);
-    }
-    if size > limits.max_header_bytes + limits.max_request_line {
+    let mut c = collect(parts)?;
+    if c.size + target.len() > limits.max_header_bytes + limits.max_request_line {
         return Err(bad(431, "request header fields too large"));
     }
     let method = Method::parse(parts.method.as_str().as_bytes());
-    let framing = match length {
+    let framing = match c.length {
         Some(0) => Framing::None,
         Some(n) => Framing::Length(n),
         None if !end_stream => Framing::Chunked,
         None => {
             // An HTTP/1.1 member must not wait for a body that never comes.
             if matches!(method, Method::Post | Method::Put | Method::Patch) {
-                fields.append(b"content-length", b"0");
+                c.fields.append(b"content-length", b"0");
             }
             Framing::None
         }
     };
-    let mut head = Head::new(fields, framing);
-    head.wire_len = size as u32;
+    let mut head = Head::new(c.fields, framing);
+    head.wire_len = (c.size + target.len()) as u32;
     Ok(Request {
         head,
         method,
         method_raw: Bytes::copy_from_slice(parts.method.as_str().as_bytes()),
         target,
-        host,
-        expect_continue,
-        te_trailers,
+        host: c.host,
+        expect_continue: c.expect_continue,
+        te_trailers: c.te_trailers,
     })
+}
+
+/// What a request's HTTP/2 fields say, checked.
+struct Collected {
+    fields: Fields,
+    host: Option<Bytes>,
+    length: Option<u64>,
+    expect_continue: bool,
+    te_trailers: bool,
+    /// The head's size as HTTP/1 would count it.
+    size: usize,
+}
+
+/// The request's fields in neutral form: `:authority` as Host, split
+/// cookies joined (RFC 9113 8.2.3), `te` noted, the framing fields checked.
+fn collect(parts: &http::request::Parts) -> Result<Collected, HeadError> {
+    let authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
+    let mut c = Collected {
+        fields: Fields::default(),
+        host: None,
+        length: None,
+        expect_continue: false,
+        te_trailers: false,
+        size: 16,
+    };
+    if let Some(a) = authority {
+        if a.is_empty() || !valid_authority(a) {
+            return Err(bad(400, "invalid :authority"));
+        }
+        c.fields.append(b"host", a);
+        c.host = Some(Bytes::copy_from_slice(a));
+    }
+    let mut cookie: Option<Vec<u8>> = None;
+    for (name, value) in &parts.headers {
+        let (n, v) = (name.as_str().as_bytes(), value.as_bytes());
+        c.size += n.len() + v.len() + 4;
+        match n {
+            b"host" if authority.is_some() => continue,
+            b"host" => {
+                if c.host.is_some() {
+                    return Err(bad(400, "several Host fields"));
+                }
+                if !valid_authority(v) {
+                    return Err(bad(400, "invalid Host"));
+                }
+                c.host = Some(Bytes::copy_from_slice(v));
+            }
+            // h2 has refused every other value; it means nothing to an
+            // HTTP/1.1 member and is restated for an h2 one.
+            b"te" => {
+                c.te_trailers = true;
+                continue;
+            }
+            b"cookie" => {
+                let j = cookie.get_or_insert_with(Vec::new);
+                if !j.is_empty() {
+                    j.extend_from_slice(b"; ");
+                }
+                j.extend_from_slice(v);
+                continue;
+            }
+            b"content-length" => {
+                if c.length.is_some() {
+                    return Err(bad(400, "several Content-Length fields"));
+                }
+                c.length = Some(parse_length(v).ok_or(bad(400, "invalid Content-Length"))?);
+            }
+            b"expect" => {
+                if !v.eq_ignore_ascii_case(b"100-continue") {
+                    return Err(bad(417, "unsupported expectation"));
+                }
+                c.expect_continue = true;
+            }
+            _ => {}
+        }
+        c.fields.append(n, v);
+    }
+    if let Some(j) = cookie {
+        c.fields.append(b"cookie", &j);
+    }
+    Ok(c)
 }
 
 /// A member's HTTP/2 response head. `end_stream`: no body follows.

@@ -317,61 +317,12 @@ pub fn parse_request(raw: Bytes, max_headers: usize) -> Result<Request, HeadErro
             return Err(bad("invalid Host"));
         }
     }
-    let path = if target.first() == Some(&b'/') || (target == b"*" && method == Method::Options) {
-        sub(&raw, range_of(&raw, target))
-    } else if let Some((auth, path)) = split_absolute(target) {
-        if !valid_authority(auth) || auth.is_empty() {
-            return Err(bad("invalid authority in the request target"));
-        }
-        // RFC 9112 3.2.2: the target's authority wins over Host.
-        host = Some(range_of(&raw, auth));
-        if path.is_empty() {
-            Bytes::from_static(b"/")
-        } else {
-            sub(&raw, range_of(&raw, path))
-        }
-    } else if method == Method::Connect {
-        return Err(HeadError {
-            status: 501,
-            reason: "CONNECT is not supported",
-        });
-    } else {
-        return Err(bad("invalid request target"));
-    };
-    if target
-        .iter()
-        .any(|b| *b <= 0x20 || *b == 0x7f || *b == b'#')
-    {
-        return Err(bad("invalid character in the request target"));
-    }
+    let path = request_target(&raw, target, method, &mut host)?;
     if minor == 1 && host.is_none() {
         return Err(bad("HTTP/1.1 request without Host"));
     }
 
-    let framing = if c.te_present {
-        if minor == 0 {
-            return Err(bad("Transfer-Encoding in an HTTP/1.0 request"));
-        }
-        if c.content_length.is_some() {
-            return Err(bad("both Transfer-Encoding and Content-Length"));
-        }
-        if !c.te_valid {
-            // RFC 9112 6.3: chunked must be the final coding, applied once.
-            return Err(bad("invalid Transfer-Encoding"));
-        }
-        if c.te_other_codings {
-            return Err(HeadError {
-                status: 501,
-                reason: "unsupported transfer coding",
-            });
-        }
-        Framing::Chunked
-    } else {
-        match c.content_length {
-            Some(0) | None => Framing::None,
-            Some(n) => Framing::Length(n),
-        }
-    };
+    let framing = request_framing(&c, minor)?;
 
     let expect_continue = match c.expect {
         None => false,
@@ -408,6 +359,71 @@ pub fn parse_request(raw: Bytes, max_headers: usize) -> Result<Request, HeadErro
         expect_continue,
         te_trailers: false,
     })
+}
+
+/// The origin-form target of a request (an absolute-form one's authority
+/// goes to `host`).
+fn request_target(
+    raw: &Bytes,
+    target: &[u8],
+    method: Method,
+    host: &mut Option<(u32, u32)>,
+) -> Result<Bytes, HeadError> {
+    if target
+        .iter()
+        .any(|b| *b <= 0x20 || *b == 0x7f || *b == b'#')
+    {
+        return Err(bad("invalid character in the request target"));
+    }
+    if target.first() == Some(&b'/') || (target == b"*" && method == Method::Options) {
+        return Ok(sub(raw, range_of(raw, target)));
+    }
+    if let Some((auth, path)) = split_absolute(target) {
+        if !valid_authority(auth) || auth.is_empty() {
+            return Err(bad("invalid authority in the request target"));
+        }
+        // RFC 9112 3.2.2: the target's authority wins over Host.
+        *host = Some(range_of(raw, auth));
+        return Ok(if path.is_empty() {
+            Bytes::from_static(b"/")
+        } else {
+            sub(raw, range_of(raw, path))
+        });
+    }
+    if method == Method::Connect {
+        return Err(HeadError {
+            status: 501,
+            reason: "CONNECT is not supported",
+        });
+    }
+    Err(bad("invalid request target"))
+}
+
+/// How a request's body is delimited, refusing every ambiguous shape.
+fn request_framing(c: &Common, minor: u8) -> Result<Framing, HeadError> {
+    if !c.te_present {
+        return Ok(match c.content_length {
+            Some(0) | None => Framing::None,
+            Some(n) => Framing::Length(n),
+        });
+    }
+    if minor == 0 {
+        return Err(bad("Transfer-Encoding in an HTTP/1.0 request"));
+    }
+    if c.content_length.is_some() {
+        return Err(bad("both Transfer-Encoding and Content-Length"));
+    }
+    if !c.te_valid {
+        // RFC 9112 6.3: chunked must be the final coding, applied once.
+        return Err(bad("invalid Transfer-Encoding"));
+    }
+    if c.te_other_codings {
+        return Err(HeadError {
+            status: 501,
+            reason: "unsupported transfer coding",
+        });
+    }
+    Ok(Framing::Chunked)
 }
 
 fn split_absolute(t: &[u8]) -> Option<(&[u8], &[u8])> {

@@ -50,7 +50,7 @@ impl<'c> H1Client<'c> {
             continue_sent: false,
             body_timeout: Duration::from_millis(x.st.client_body_ms),
             tunnel_idle: Duration::from_millis(x.st.tunnel_idle_ms),
-            draining: x.ctx.draining(),
+            draining: x.timers.is_draining(),
             close: false,
         }
     }
@@ -155,7 +155,7 @@ impl ClientSide for H1Client<'_> {
         let reframe = matches!(resp.head.framing, Framing::Chunked | Framing::Close);
         let chunked = reframe && client_11;
         let close =
-            !req.head.keep_alive || (reframe && !client_11) || self.draining || x.ctx.draining();
+            !req.head.keep_alive || (reframe && !client_11) || self.draining || x.timers.is_draining();
         self.close |= close;
         self.stage.clear();
         let cf = ClientFraming {

@@ -29,8 +29,9 @@ use std::time::Instant;
 use bytes::Bytes;
 use h2::RecvStream;
 
-use super::ctx::WorkerCtx;
-use super::upstream::{ConnectError, UpConn};
+use super::idle::IdleWatch;
+use super::member::H2Conns;
+use super::upstream::{ConnectError, IdlePool, UpConn};
 use crate::config::snapshot::{HeaderEdits, Member, Pool, Settings, VServer};
 use crate::health::passive;
 use crate::http::body::{BodyError, Sink};
@@ -47,7 +48,12 @@ pub struct Local {
 /// Everything one request carries through its phases: who asked, where it
 /// goes, and what came of it. Hooks read and write it.
 pub struct Exchange<'s> {
-    pub ctx: &'s WorkerCtx,
+    /// The worker's idle HTTP/1.1 member connections.
+    pub idle: &'s IdlePool,
+    /// The worker's HTTP/2 member connections.
+    pub h2_members: &'s H2Conns,
+    /// The worker's coarse deadlines (and whether it drains).
+    pub timers: &'s IdleWatch,
     pub vs: &'s VServer,
     pub st: &'s Settings,
     pub peer: SocketAddr,
@@ -75,7 +81,7 @@ pub struct Exchange<'s> {
 
 impl<'s> Exchange<'s> {
     pub fn new(
-        ctx: &'s WorkerCtx,
+        ctx: &'s super::ctx::WorkerCtx,
         vs: &'s VServer,
         st: &'s Settings,
         peer: SocketAddr,
@@ -84,7 +90,9 @@ impl<'s> Exchange<'s> {
         req: &Request,
     ) -> Exchange<'s> {
         Exchange {
-            ctx,
+            idle: &ctx.idle,
+            h2_members: &ctx.h2_members,
+            timers: &ctx.idle_watch,
             vs,
             st,
             peer,

@@ -50,7 +50,7 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
 ) -> Result<(), Failure> {
     let (pool, m) = (a.pool, a.m);
     let mc = m.counters.local();
-    let mut up = match x.ctx.idle.take(m) {
+    let mut up = match x.idle.take(m) {
         Some(u) => {
             stats::inc(&mc.connections_reused);
             u
@@ -69,7 +69,7 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
     let keep_alive = resp.head.keep_alive;
     respond(x, hooks, client, req, a, resp, MemberBody::H1(&mut up)).await?;
     if keep_alive && up.buf.is_empty() {
-        x.ctx.idle.put(
+        x.idle.put(
             m,
             up,
             pool.idle_per_member,
@@ -130,7 +130,7 @@ async fn send_request<C: ClientSide, H: Hooks>(
     stats::inc(&mc.resets);
     if up.reused && !has_body && req.method.idempotent() {
         // A stale pooled connection: the others are stale too.
-        x.ctx.idle.forget(m);
+        x.idle.forget(m);
         let f = Failure::new(Origin::Member, 502, SEND_FAILED);
         return Err(a.final_failure(x, f.retry(Retry::AnyMember)));
     }
@@ -159,7 +159,7 @@ async fn response_head<C: ClientSide>(
             &mut up.buf,
             x.st.max_header_bytes,
             x.st.max_header_bytes,
-            &x.ctx.idle_watch,
+            x.timers,
             deadline,
         );
         // A client that gave up stops the wait: the member connection is
@@ -209,7 +209,7 @@ fn response_failed(
     let replayable = req.head.framing == Framing::None && req.method.idempotent();
     if none_back && replayable {
         f = f.retry(if up.reused {
-            x.ctx.idle.forget(a.m);
+            x.idle.forget(a.m);
             Retry::AnyMember
         } else {
             Retry::OtherMember

@@ -79,7 +79,6 @@ async fn open_stream(
     let (pool, m) = (a.pool, a.m);
     let mc = m.counters.local();
     let (mut sender, reused) = x
-        .ctx
         .h2_members
         .ready(
             m,
@@ -108,7 +107,7 @@ async fn open_stream(
         }
         Err(e) => {
             // The connection went away between ready() and now.
-            x.ctx.h2_members.forget(m);
+            x.h2_members.forget(m);
             stats::inc(&mc.resets);
             let f = Failure::new(
                 Origin::Member,
@@ -166,7 +165,9 @@ async fn bidirectional<C: ClientSide, H: Hooks>(
 /// of the per-request state, merged back when both are done.
 fn clone_for_download<'s>(x: &Exchange<'s>) -> Exchange<'s> {
     Exchange {
-        ctx: x.ctx,
+        idle: x.idle,
+        h2_members: x.h2_members,
+        timers: x.timers,
         vs: x.vs,
         st: x.st,
         peer: x.peer,
@@ -205,14 +206,14 @@ async fn h2_response<C: ClientSide, H: Hooks>(
     let (pool, m) = (a.pool, a.m);
     let mc = m.counters.local();
     let waited = match deadline {
-        Some(d) => x.ctx.idle_watch.within(d, resp_fut).await,
+        Some(d) => x.timers.within(d, resp_fut).await,
         None => Ok(resp_fut.await),
     };
     let resp = match waited {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
             if e.is_go_away() || e.is_io() {
-                x.ctx.h2_members.forget(m);
+                x.h2_members.forget(m);
             }
             stats::inc(&mc.resets);
             let (status, why) = if e.reason() == Some(Reason::REFUSED_STREAM) {

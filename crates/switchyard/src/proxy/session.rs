@@ -24,7 +24,9 @@ use super::exchange::Exchange;
 use super::h2;
 use super::head_read::{read_head, ReadHead};
 use super::idle::{IdleEnd, Parked};
+use super::hooks::Hooks;
 use super::pipeline;
+use super::stages;
 use super::stream::{ClientStream, TlsConn};
 use crate::clock::now_ms;
 use crate::config::snapshot::VServer;
@@ -49,6 +51,11 @@ pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: S
             None => return,
         }
     };
+    // Connection-level stages (ACLs, per-source limits) decide before any
+    // byte is read; a refused connection is closed at once.
+    if !stages::pipeline().on_accept(peer, listen) {
+        return;
+    }
     let c = counters.local();
     stats::inc(&c.client_connections_total);
     stats::inc(&c.client_connections_active);
