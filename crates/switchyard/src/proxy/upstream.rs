@@ -119,7 +119,15 @@ impl Drop for UpConn {
 struct Idle {
     conn: UpConn,
     expires: Instant,
+    /// When it was parked: spares idle for a whole purge period go.
+    since: Instant,
 }
+
+/// Every this often, half of the idle connections (rounded up) that no
+/// request took during the whole period are closed, as HAProxy's
+/// `pool-purge-delay` does: the pool follows the load down instead of
+/// keeping every connection a burst opened until `idle_timeout`.
+pub const PURGE_PERIOD: Duration = Duration::from_secs(5);
 
 #[derive(Default)]
 pub struct IdlePool {
@@ -128,6 +136,7 @@ pub struct IdlePool {
     /// (`MemberConns::_state`): while connections are pooled the address
     /// cannot be freed and handed to another member by a later reload.
     idle: RefCell<HashMap<usize, MemberConns>>,
+    last_purge: std::cell::Cell<Option<Instant>>,
 }
 
 #[derive(Default)]
@@ -146,7 +155,7 @@ impl IdlePool {
         let mut idle = self.idle.borrow_mut();
         let q = &mut idle.get_mut(&key(m))?.q;
         let now = Instant::now();
-        while let Some(Idle { mut conn, expires }) = q.pop_back() {
+        while let Some(Idle { mut conn, expires, .. }) = q.pop_back() {
             stats::dec(&conn.counters.local().server_connections_idle);
             if now >= expires || !still_open(&mut conn.stream) {
                 continue;
@@ -178,9 +187,11 @@ impl IdlePool {
             conn.buf = BytesMut::new();
         }
         stats::inc(&conn.counters.local().server_connections_idle);
+        let now = Instant::now();
         q.push_back(Idle {
             conn,
-            expires: Instant::now() + idle_timeout,
+            expires: now + idle_timeout,
+            since: now,
         });
     }
 
@@ -198,6 +209,13 @@ impl IdlePool {
     pub fn sweep(&self) {
         let mut idle = self.idle.borrow_mut();
         let now = Instant::now();
+        let last = *self.last_purge.get().get_or_insert(now);
+        if now.duration_since(last) >= PURGE_PERIOD {
+            self.last_purge.set(Some(now));
+            for e in idle.values_mut() {
+                purge_spares(&mut e.q, last);
+            }
+        }
         for e in idle.values_mut() {
             e.q.retain_mut(|i| {
                 let keep = now < i.expires && still_open(&mut i.conn.stream);
@@ -210,6 +228,11 @@ impl IdlePool {
         idle.retain(|_, e| !e.q.is_empty());
     }
 
+    /// Idle connections to `m` on this worker.
+    pub fn count(&self, m: &Member) -> usize {
+        self.idle.borrow().get(&key(m)).map_or(0, |e| e.q.len())
+    }
+
     /// Closes every idle connection (shutdown).
     pub fn clear(&self) {
         let mut idle = self.idle.borrow_mut();
@@ -217,6 +240,17 @@ impl IdlePool {
             for old in e.q {
                 stats::dec(&old.conn.counters.local().server_connections_idle);
             }
+        }
+    }
+}
+
+/// Closes half (rounded up) of the connections idle since before `since`,
+/// oldest first (the queue is oldest first; requests take the newest).
+fn purge_spares(q: &mut VecDeque<Idle>, since: Instant) {
+    let spare = q.iter().filter(|i| i.since <= since).count();
+    for _ in 0..spare.div_ceil(2) {
+        if let Some(old) = q.pop_front() {
+            stats::dec(&old.conn.counters.local().server_connections_idle);
         }
     }
 }
