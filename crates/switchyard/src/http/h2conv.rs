@@ -5,8 +5,10 @@
 //! What the HTTP/1 parser refuses for smuggling reasons is refused here
 //! too where HTTP/2 can carry it (several Content-Length fields, a bad
 //! authority, CONNECT, unsupported expectations, heads over the limits);
-//! h2 itself has already refused connection-specific fields and invalid
-//! names or values.
+//! h2 itself has already refused invalid names or values. It refuses
+//! connection-specific fields too, but those are checked again here (RFC
+//! 9113 8.2.2): a Transfer-Encoding or Connection reaching an HTTP/1.1
+//! member would be a smuggling vector, so no caller may depend on h2 alone.
 
 use bytes::Bytes;
 
@@ -34,7 +36,10 @@ pub fn request_from_h2(
         None | Some("") => Bytes::from_static(b"/"),
         Some(t) => Bytes::copy_from_slice(t.as_bytes()),
     };
-    if target.iter().any(|b| *b <= 0x20 || *b == 0x7f || *b == b'#') {
+    if target
+        .iter()
+        .any(|b| *b <= 0x20 || *b == 0x7f || *b == b'#')
+    {
         return Err(bad(400, "invalid character in the request target"));
     }
     let mut c = collect(parts)?;
@@ -112,8 +117,17 @@ fn collect(parts: &http::request::Parts) -> Result<Collected, HeadError> {
                 }
                 c.host = Some(Bytes::copy_from_slice(v));
             }
-            // h2 has refused every other value; it means nothing to an
-            // HTTP/1.1 member and is restated for an h2 one.
+            // RFC 9113 8.2.2 (h2 refuses these first; refused here too so
+            // the conversion never depends on it).
+            b"connection" | b"transfer-encoding" | b"upgrade" | b"keep-alive"
+            | b"proxy-connection" => {
+                return Err(bad(400, "connection-specific field in an HTTP/2 request"));
+            }
+            b"te" if v != b"trailers" => {
+                return Err(bad(400, "TE other than trailers in an HTTP/2 request"));
+            }
+            // It means nothing to an HTTP/1.1 member and is restated for an
+            // h2 one.
             b"te" => {
                 c.te_trailers = true;
                 continue;
@@ -332,6 +346,21 @@ mod tests {
                 .status,
             417
         );
+        // h2 refuses these before us; refused again all the same.
+        for (n, v) in [
+            ("transfer-encoding", "chunked"),
+            ("connection", "close"),
+            ("keep-alive", "timeout=5"),
+            ("upgrade", "websocket"),
+            ("proxy-connection", "close"),
+            ("te", "gzip"),
+        ] {
+            let p = mk(http::Request::builder().uri("http://a/").header(n, v));
+            assert_eq!(
+                request_from_h2(&p, true, &limits()).unwrap_err().status,
+                400
+            );
+        }
         let connect = mk(http::Request::builder().method("CONNECT").uri("a:443"));
         assert_eq!(
             request_from_h2(&connect, true, &limits())

@@ -154,8 +154,10 @@ impl ClientSide for H1Client<'_> {
         let client_11 = req.head.minor == 1;
         let reframe = matches!(resp.head.framing, Framing::Chunked | Framing::Close);
         let chunked = reframe && client_11;
-        let close =
-            !req.head.keep_alive || (reframe && !client_11) || self.draining || x.timers.is_draining();
+        let close = !req.head.keep_alive
+            || (reframe && !client_11)
+            || self.draining
+            || x.timers.is_draining();
         self.close |= close;
         self.stage.clear();
         let cf = ClientFraming {

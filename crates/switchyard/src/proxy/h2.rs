@@ -9,9 +9,9 @@
 //!
 //! Abuse the protocol allows but no client needs (CVE-2023-44487 rapid
 //! reset, SETTINGS/PING floods, empty frames) is counted on the wire by
-//! `FrameWatch`, which sees every frame header the client sends; past the
-//! budget the connection ends with GOAWAY(ENHANCE_YOUR_CALM), like
-//! HAProxy's "glitches". Header-size attacks (HPACK bombs, CONTINUATION
+//! `guard::h2flood::FrameWatch`, which sees every frame header the client
+//! sends; past the budget the connection ends with
+//! GOAWAY(ENHANCE_YOUR_CALM), like HAProxy's "glitches". Header-size attacks (HPACK bombs, CONTINUATION
 //! floods) are bounded by SETTINGS_MAX_HEADER_LIST_SIZE, which h2 enforces
 //! while decoding.
 
@@ -36,7 +36,7 @@ use super::hooks::Local;
 use super::pipeline;
 use super::stream::ClientStream;
 use crate::clock::now_ms;
-use crate::config::snapshot::Http2Settings;
+use crate::guard::h2flood::{self, FrameWatch};
 use crate::http::h2conv;
 use crate::http::head::Limits;
 use crate::http::responses;
@@ -48,6 +48,8 @@ use crate::stats;
 pub const PREFACE_HEAD: &[u8] = b"PRI * HTTP/2.0\r\n\r\n";
 const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const PREFACE_LEN: usize = PREFACE.len();
+// The flood watch skips the same preface before counting frames.
+const _: () = assert!(PREFACE_LEN == h2flood::PREFACE_LEN);
 
 /// What the streams of one connection share.
 struct Conn {
@@ -122,7 +124,12 @@ async fn run(
     let wire = Wire {
         io: stream,
         replay,
-        watch: FrameWatch::new(&limits, tripped.clone()),
+        watch: FrameWatch::new(
+            limits.max_client_resets,
+            limits.max_control_frames,
+            limits.abuse_window_ms,
+            tripped.clone(),
+        ),
         out: Vec::new(),
         out_at: 0,
         deferred: false,
@@ -389,107 +396,6 @@ impl Wire {
     }
 }
 
-/// Counts the frames a client sends, from their 9-byte headers, and trips
-/// when a budget per window is spent.
-struct FrameWatch {
-    preface_left: usize,
-    head: [u8; 9],
-    head_len: usize,
-    /// Payload bytes of the current frame still to pass.
-    skip: usize,
-    window_start: u64,
-    resets: u32,
-    control: u32,
-    max_resets: u32,
-    max_control: u32,
-    window_ms: u64,
-    tripped: Rc<Cell<Option<&'static str>>>,
-}
-
-mod frame {
-    pub const DATA: u8 = 0x0;
-    pub const HEADERS: u8 = 0x1;
-    pub const PRIORITY: u8 = 0x2;
-    pub const RST_STREAM: u8 = 0x3;
-    pub const SETTINGS: u8 = 0x4;
-    pub const PING: u8 = 0x6;
-    pub const CONTINUATION: u8 = 0x9;
-    pub const END_STREAM: u8 = 0x1;
-    pub const END_HEADERS: u8 = 0x4;
-}
-
-impl FrameWatch {
-    fn new(l: &Http2Settings, tripped: Rc<Cell<Option<&'static str>>>) -> FrameWatch {
-        FrameWatch {
-            preface_left: PREFACE_LEN,
-            head: [0; 9],
-            head_len: 0,
-            skip: 0,
-            window_start: now_ms(),
-            resets: 0,
-            control: 0,
-            max_resets: l.max_client_resets,
-            max_control: l.max_control_frames,
-            window_ms: l.abuse_window_ms,
-            tripped,
-        }
-    }
-
-    fn scan(&mut self, mut data: &[u8]) {
-        while !data.is_empty() {
-            let n = if self.preface_left > 0 {
-                let n = self.preface_left.min(data.len());
-                self.preface_left -= n;
-                n
-            } else if self.skip > 0 {
-                let n = self.skip.min(data.len());
-                self.skip -= n;
-                n
-            } else {
-                let n = (9 - self.head_len).min(data.len());
-                self.head[self.head_len..self.head_len + n].copy_from_slice(&data[..n]);
-                self.head_len += n;
-                if self.head_len == 9 {
-                    self.head_len = 0;
-                    let h = self.head;
-                    let len = (h[0] as usize) << 16 | (h[1] as usize) << 8 | h[2] as usize;
-                    self.skip = len;
-                    self.frame(h[3], h[4], len);
-                }
-                n
-            };
-            data = &data[n..];
-        }
-    }
-
-    fn frame(&mut self, kind: u8, flags: u8, len: usize) {
-        let now = now_ms();
-        if now.saturating_sub(self.window_start) >= self.window_ms {
-            self.window_start = now;
-            self.resets = 0;
-            self.control = 0;
-        }
-        match kind {
-            frame::RST_STREAM => self.resets += 1,
-            frame::SETTINGS | frame::PING | frame::PRIORITY => self.control += 1,
-            // Empty frames that end nothing do nothing but cost work.
-            frame::DATA if len == 0 && flags & frame::END_STREAM == 0 => self.control += 1,
-            frame::HEADERS | frame::CONTINUATION if len == 0 && flags & frame::END_HEADERS == 0 => {
-                self.control += 1
-            }
-            _ => {}
-        }
-        if self.resets > self.max_resets {
-            self.tripped
-                .set(Some("too many streams reset by the client (rapid reset)"));
-        } else if self.control > self.max_control {
-            self.tripped.set(Some(
-                "too many SETTINGS/PING/PRIORITY/empty frames (control-frame flood)",
-            ));
-        }
-    }
-}
-
 /// Keeps the connection's open-stream count right.
 struct OpenStream(Rc<Conn>);
 
@@ -543,72 +449,4 @@ async fn stream_task(
     let mut x = Exchange::new(&ctx, &vs, st, conn.peer, conn.tls, subject, &req);
     let mut client = H2Client::new(&mut respond, body);
     pipeline::run(&mut x, &mut client, req).await;
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn watch(resets: u32, control: u32) -> FrameWatch {
-        let l = Http2Settings {
-            max_concurrent_streams: 100,
-            stream_window: 65_535,
-            connection_window: 65_535,
-            max_frame_size: 16_384,
-            max_header_list_size: 16_384,
-            max_client_resets: resets,
-            max_control_frames: control,
-            abuse_window_ms: 60_000,
-        };
-        FrameWatch::new(&l, Rc::new(Cell::new(None)))
-    }
-
-    fn frame(kind: u8, flags: u8, payload: &[u8]) -> Vec<u8> {
-        let n = payload.len();
-        let mut f = vec![
-            (n >> 16) as u8,
-            (n >> 8) as u8,
-            n as u8,
-            kind,
-            flags,
-            0,
-            0,
-            0,
-            1,
-        ];
-        f.extend_from_slice(payload);
-        f
-    }
-
-    #[test]
-    fn counts_frames_split_across_reads() {
-        let mut w = watch(3, 100);
-        let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-        wire.extend(frame(frame::SETTINGS, 0, &[0; 6]));
-        // A DATA frame whose payload looks like frame headers must not count.
-        wire.extend(frame(frame::DATA, 0, &frame(frame::RST_STREAM, 0, &[0; 4])));
-        for _ in 0..3 {
-            wire.extend(frame(frame::RST_STREAM, 0, &[0, 0, 0, 8]));
-        }
-        for b in wire.chunks(5) {
-            w.scan(b);
-        }
-        assert_eq!((w.resets, w.control), (3, 1));
-        assert!(w.tripped.get().is_none());
-        w.scan(&frame(frame::RST_STREAM, 0, &[0, 0, 0, 8]));
-        assert!(w.tripped.get().is_some());
-    }
-
-    #[test]
-    fn empty_frames_are_control_frames() {
-        let mut w = watch(100, 2);
-        w.scan(&[0; PREFACE_LEN]);
-        w.scan(&frame(frame::DATA, 0, &[]));
-        w.scan(&frame(frame::DATA, frame::END_STREAM, &[]));
-        w.scan(&frame(frame::PING, 0, &[0; 8]));
-        assert_eq!(w.control, 2);
-        assert!(w.tripped.get().is_none());
-        w.scan(&frame(frame::PRIORITY, 0, &[0; 5]));
-        assert!(w.tripped.get().is_some());
-    }
 }

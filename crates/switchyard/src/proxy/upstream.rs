@@ -155,7 +155,10 @@ impl IdlePool {
         let mut idle = self.idle.borrow_mut();
         let q = &mut idle.get_mut(&key(m))?.q;
         let now = Instant::now();
-        while let Some(Idle { mut conn, expires, .. }) = q.pop_back() {
+        while let Some(Idle {
+            mut conn, expires, ..
+        }) = q.pop_back()
+        {
             stats::dec(&conn.counters.local().server_connections_idle);
             if now >= expires || !still_open(&mut conn.stream) {
                 continue;
