@@ -93,13 +93,17 @@ enum Event {
     Closed,
 }
 
-async fn run(
-    ctx: Rc<WorkerCtx>,
+/// Checks the preface and completes the HTTP/2 handshake (SETTINGS),
+/// within the client_header timeout; None when the client does not speak
+/// HTTP/2 or gave up.
+async fn handshake(
+    ctx: &WorkerCtx,
     mut stream: ClientStream,
     mut replay: BytesMut,
-    conn: Rc<Conn>,
-    guard: ConnGuard,
-) {
+    conn: &Conn,
+    guard: &ConnGuard,
+    tripped: &Rc<Cell<Option<&'static str>>>,
+) -> Option<H2Server> {
     let (limits, header_ms) = {
         let snap = ctx.snapshot.load();
         (snap.settings.http2.clone(), snap.settings.client_header_ms)
@@ -116,11 +120,10 @@ async fn run(
             "client {}: no HTTP/2 connection preface",
             conn.peer
         ));
-        lingering_close(&ctx, stream).await;
-        return;
+        lingering_close(ctx, stream).await;
+        return None;
     }
     stats::inc(&guard.counters.local().h2_connections);
-    let tripped = Rc::new(Cell::new(None));
     let wire = Wire {
         io: stream,
         replay,
@@ -141,20 +144,38 @@ async fn run(
         .initial_connection_window_size(limits.connection_window)
         .max_frame_size(limits.max_frame_size)
         .max_header_list_size(limits.max_header_list_size);
-    let mut h2c = match ctx
+    match ctx
         .idle_watch
         .within(now_ms() + header_ms, builder.handshake::<_, Bytes>(wire))
         .await
     {
-        Ok(Ok(c)) => c,
+        Ok(Ok(c)) => Some(c),
         Ok(Err(e)) => {
             log::debug(format_args!(
                 "client {}: HTTP/2 handshake failed: {e}",
                 conn.peer
             ));
-            return;
+            None
         }
-        Err(()) => return,
+        Err(()) => None,
+    }
+}
+
+type H2Server = h2::server::Connection<Wire, Bytes>;
+
+/// Accepts the connection's streams until it ends: each runs in a task of
+/// its own; GOAWAY on drain, on idle, on a reload that removed HTTP/2, and
+/// (ENHANCE_YOUR_CALM) on abuse.
+async fn run(
+    ctx: Rc<WorkerCtx>,
+    stream: ClientStream,
+    replay: BytesMut,
+    conn: Rc<Conn>,
+    guard: ConnGuard,
+) {
+    let tripped = Rc::new(Cell::new(None));
+    let Some(mut h2c) = handshake(&ctx, stream, replay, &conn, &guard, &tripped).await else {
+        return;
     };
     let mut shutting = false;
     loop {
@@ -197,18 +218,7 @@ async fn run(
             }
             Err(()) if shutting => {}
             Err(()) => {
-                let snap = ctx.snapshot.load();
-                let idle = conn.open.get() == 0
-                    && now_ms().saturating_sub(conn.last_active.get())
-                        >= snap.settings.client_idle_ms;
-                let gone = !speaks_h2(&snap, &conn);
-                if gone {
-                    log::info(format_args!(
-                        "client {}: GOAWAY: a reload removed this vserver or its HTTP/2",
-                        conn.peer
-                    ));
-                }
-                if idle || gone {
+                if should_go_away(&ctx, &conn) {
                     h2c.graceful_shutdown();
                     shutting = true;
                 }
@@ -227,17 +237,7 @@ async fn run(
                 break;
             }
             Ok(Event::Error(e)) => {
-                if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) {
-                    // h2's own guard: too many streams reset before they
-                    // were accepted, or too many streams it had to reset.
-                    stats::inc(&guard.counters.local().h2_abuse_closes);
-                    log::warn(format_args!(
-                        "client {}: HTTP/2 connection closed with ENHANCE_YOUR_CALM: {e}",
-                        conn.peer
-                    ));
-                } else {
-                    log::debug(format_args!("client {}: HTTP/2: {e}", conn.peer));
-                }
+                connection_error(&guard, &conn, &e);
                 break;
             }
             Ok(Event::Closed) => break,
@@ -245,6 +245,36 @@ async fn run(
     }
     drop(h2c);
     drop(guard);
+}
+
+fn connection_error(guard: &ConnGuard, conn: &Conn, e: &h2::Error) {
+    if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) {
+        // h2's own guard: too many streams reset before they were
+        // accepted, or too many streams it had to reset.
+        stats::inc(&guard.counters.local().h2_abuse_closes);
+        log::warn(format_args!(
+            "client {}: HTTP/2 connection closed with ENHANCE_YOUR_CALM: {e}",
+            conn.peer
+        ));
+    } else {
+        log::debug(format_args!("client {}: HTTP/2: {e}", conn.peer));
+    }
+}
+
+/// Checked every second: the connection is idle past client_idle, or a
+/// reload removed its vserver or its HTTP/2.
+fn should_go_away(ctx: &WorkerCtx, conn: &Conn) -> bool {
+    let snap = ctx.snapshot.load();
+    let idle = conn.open.get() == 0
+        && now_ms().saturating_sub(conn.last_active.get()) >= snap.settings.client_idle_ms;
+    let gone = !speaks_h2(&snap, conn);
+    if gone {
+        log::info(format_args!(
+            "client {}: GOAWAY: a reload removed this vserver or its HTTP/2",
+            conn.peer
+        ));
+    }
+    idle || gone
 }
 
 /// Whether the connection's vserver still exists and still offers HTTP/2
