@@ -302,7 +302,7 @@ fn verify_false_accepts_a_self_signed_member_and_verification_is_on_by_default()
     assert_eq!(o.handshakes().len(), 1);
     // The warning is logged at load ...
     assert!(
-        sy.log().contains("warning: pool \"p\" tls: verify = false"),
+        sy.wait_for_log("warning: pool \"p\" tls: verify = false"),
         "{}",
         sy.log()
     );
@@ -585,7 +585,7 @@ fn http_health_checks_run_over_tls_and_tcp_checks_stay_tcp() {
         "member bad/{} is DOWN: TLS handshake: certificate verification failed: UnknownIssuer",
         o.addr
     );
-    assert!(sy.log().contains(&want), "want {want}\n{}", sy.log());
+    assert!(sy.wait_for_log(&want), "want {want}\n{}", sy.log());
     assert_eq!(get(l, "/").status, 200);
 }
 

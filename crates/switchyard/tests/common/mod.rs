@@ -509,6 +509,13 @@ impl Switchyard {
         std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
     }
 
+    /// Whether the log holds `needle`, waiting up to 2 s for it: log lines
+    /// reach stderr through the log thread, a few milliseconds after the
+    /// event (which a test may observe first).
+    pub fn wait_for_log(&self, needle: &str) -> bool {
+        eventually(Duration::from_secs(2), || self.log().contains(needle))
+    }
+
     pub fn pid(&self) -> i32 {
         self.child.as_ref().map(|c| c.id() as i32).unwrap_or(0)
     }
