@@ -11,6 +11,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod pki;
+// Not every test file makes certificates.
+#[allow(unused_imports)]
+pub use pki::*;
+
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
     l.local_addr().expect("local addr").port()
