@@ -26,6 +26,14 @@ Logs go to stderr; SWITCHYARD_LOG=debug adds debug lines.
 ";
 
 fn main() -> ExitCode {
+    let code = command();
+    // Log lines still buffered (the last ones of a run after SIGTERM, or
+    // before a fatal error) are written before the process exits.
+    log::flush();
+    code
+}
+
+fn command() -> ExitCode {
     log::init_from_env();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let cmd = args.first().map(String::as_str).unwrap_or("run");
@@ -89,6 +97,8 @@ fn flag_value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
+    // After the log lines that led here.
+    log::flush();
     eprintln!("switchyard: {msg}");
     ExitCode::from(1)
 }
@@ -124,6 +134,7 @@ fn run(args: &[String]) -> ExitCode {
         if let Err(e) = quickstart::start_origins() {
             return fail(format!("quickstart: {e}"));
         }
+        log::flush();
         eprint!("{}", quickstart::banner());
     }
     match runtime::run(source, snap) {

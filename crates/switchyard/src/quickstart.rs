@@ -20,6 +20,12 @@ pub const ORIGINS: [&str; 2] = ["127.0.0.1:9001", "127.0.0.1:9002"];
 pub fn config_text() -> String {
     format!(
         r#"# Built-in quickstart configuration (switchyard run with no -c).
+# One worker: round robin is per worker, so with one the demo pool
+# alternates between its origins even across separate curl runs (each a new
+# connection, which the kernel may hand to any worker).
+[global]
+workers = 1
+
 [admin]
 listen = "{ADMIN}"
 

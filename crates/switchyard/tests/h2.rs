@@ -521,7 +521,7 @@ fn rapid_reset_flood_is_cut_and_other_clients_are_served() {
         "switchyard used {cpu_s:.2} s CPU in {wall:?}"
     );
     // The paced floods are caught by Switchyard's own reset budget.
-    assert!(s.sy.log().contains("rapid reset"), "{}", s.sy.log());
+    assert!(s.sy.wait_for_log("rapid reset"), "{}", s.sy.log());
 }
 
 #[test]
@@ -1051,7 +1051,7 @@ address = "{}"
     );
     assert_eq!(good.seen.lock().expect("lock").len(), 5);
     assert!(h1_only.seen.lock().expect("lock").is_empty());
-    assert!(sy.log().contains("did not choose HTTP/2"), "{}", sy.log());
+    assert!(sy.wait_for_log("did not choose HTTP/2"), "{}", sy.log());
 }
 
 #[test]
@@ -1093,11 +1093,7 @@ fn reload_that_turns_off_http2_sends_goaway_and_open_streams_finish() {
         assert!(ended.is_ok(), "{ended:?}");
         assert!(h2_request(&mut h2, get_req("/late"), &[]).await.is_err());
     });
-    assert!(
-        sy.log().contains("GOAWAY: a reload removed"),
-        "{}",
-        sy.log()
-    );
+    assert!(sy.wait_for_log("GOAWAY: a reload removed"), "{}", sy.log());
     // HTTP/1.1 goes on being served on the same listener.
     origin.set(|b| b.delay = Duration::ZERO);
     assert_eq!(get(listen, "/after").status, 200);

@@ -411,6 +411,66 @@ fn check_reports_every_error_in_order() {
 }
 
 #[test]
+fn check_locates_an_unknown_key_and_a_bad_duration_below_it() {
+    // serde stops at the first error; check goes on past it.
+    let text = GOOD
+        .replace(
+            "default_pool = \"app\"",
+            "default_pool = \"app\"\ndefault_poul = \"app\"",
+        )
+        .replace("\"10s\"", "\"10 parsecs\"");
+    let (code, _, err, f) = check("both.toml", &text);
+    assert_eq!(code, Some(1));
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].starts_with(&format!(
+            "{f}:5:1: unknown field `default_poul`, expected one of "
+        )),
+        "{err}"
+    );
+    assert_eq!(
+        lines[1],
+        format!("{f}:10:14: invalid duration \"10 parsecs\": unknown unit \" parsecs\"; allowed: ms, s, m, h")
+    );
+}
+
+#[test]
+fn check_reports_unknown_keys_with_the_cross_reference_errors() {
+    // An unknown key drops nothing the rest of the file depends on, so the
+    // pool name typo below it is reported too.
+    let text = GOOD
+        .replace(
+            "name = \"web\"",
+            "name = \"web\"\nlisen = [\"127.0.0.1:1\"]",
+        )
+        .replace("default_pool = \"app\"", "default_pool = \"aap\"");
+    let (code, _, err, f) = check("unknown-and-typo.toml", &text);
+    assert_eq!(code, Some(1));
+    let lines: Vec<&str> = err.lines().collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(
+        lines[0].starts_with(&format!("{f}:3:1: unknown field `lisen`")),
+        "{err}"
+    );
+    assert!(
+        lines[1].starts_with(&format!("{f}:5:16: vserver \"web\": default_pool \"aap\"")),
+        "{err}"
+    );
+}
+
+#[test]
+fn check_names_a_missing_file_without_a_position() {
+    let (code, _, err) = run_cli(&["check", "-c", "/nonexistent/switchyard.toml"]);
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        err,
+        "/nonexistent/switchyard.toml: cannot read the configuration file: No such file or directory\n"
+    );
+    assert!(!err.contains(":0:0"), "{err}");
+}
+
+#[test]
 fn check_without_a_file_or_with_a_missing_one_fails() {
     let (code, _, err) = run_cli(&["check"]);
     assert_eq!(code, Some(1));

@@ -9,8 +9,7 @@ mod common;
 use common::*;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 use rustls::pki_types::pem::PemObject;
@@ -18,160 +17,7 @@ use rustls::pki_types::CertificateDer;
 
 // ------------------------------------------------------------- certificates
 
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run openssl (apt-get install openssl)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
-fn ec_key(dir: &Path, key: &str) {
-    openssl(
-        dir,
-        &[
-            "genpkey",
-            "-algorithm",
-            "EC",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-out",
-            key,
-        ],
-    );
-}
-
-/// A test CA in a temp dir that issues leaf certificates.
-struct Pki {
-    dir: PathBuf,
-    name: String,
-}
-
-impl Pki {
-    fn new(name: &str) -> Pki {
-        let dir = temp_dir("uptls");
-        openssl(
-            &dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                &format!("{name}.key"),
-                "-out",
-                &format!("{name}.pem"),
-                "-days",
-                "30",
-                "-subj",
-                &format!("/CN={name}"),
-                "-addext",
-                "basicConstraints=critical,CA:TRUE",
-                "-addext",
-                "keyUsage=critical,keyCertSign,cRLSign",
-            ],
-        );
-        Pki {
-            dir,
-            name: name.to_string(),
-        }
-    }
-
-    fn ca(&self) -> PathBuf {
-        self.dir.join(format!("{}.pem", self.name))
-    }
-
-    /// Issues `file.pem` / `file.key` with subject alternative names such
-    /// as "IP:127.0.0.1,DNS:api.internal" (empty: none), for servers and
-    /// clients.
-    fn issue(&self, file: &str, cn: &str, sans: &str) -> (PathBuf, PathBuf) {
-        let key = format!("{file}.key");
-        ec_key(&self.dir, &key);
-        openssl(
-            &self.dir,
-            &[
-                "req",
-                "-new",
-                "-key",
-                &key,
-                "-out",
-                &format!("{file}.csr"),
-                "-subj",
-                &format!("/CN={cn}"),
-            ],
-        );
-        let mut ext =
-            String::from("basicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth,clientAuth\n");
-        if !sans.is_empty() {
-            ext.push_str(&format!("subjectAltName={sans}\n"));
-        }
-        std::fs::write(self.dir.join(format!("{file}.ext")), ext).expect("ext");
-        openssl(
-            &self.dir,
-            &[
-                "x509",
-                "-req",
-                "-in",
-                &format!("{file}.csr"),
-                "-CA",
-                &format!("{}.pem", self.name),
-                "-CAkey",
-                &format!("{}.key", self.name),
-                "-CAcreateserial",
-                "-days",
-                "30",
-                "-extfile",
-                &format!("{file}.ext"),
-                "-out",
-                &format!("{file}.pem"),
-            ],
-        );
-        (self.dir.join(format!("{file}.pem")), self.dir.join(key))
-    }
-
-    /// The usual member certificate: IP 127.0.0.1 and DNS api.internal.
-    fn member(&self, file: &str) -> (PathBuf, PathBuf) {
-        self.issue(file, "api.internal", "IP:127.0.0.1,DNS:api.internal")
-    }
-
-    /// A self-signed certificate (no CA) in this PKI's directory.
-    fn self_signed(&self, file: &str) -> (PathBuf, PathBuf) {
-        openssl(
-            &self.dir,
-            &[
-                "req",
-                "-x509",
-                "-newkey",
-                "ec",
-                "-pkeyopt",
-                "ec_paramgen_curve:prime256v1",
-                "-nodes",
-                "-keyout",
-                &format!("{file}.key"),
-                "-out",
-                &format!("{file}.pem"),
-                "-days",
-                "30",
-                "-subj",
-                "/CN=api.internal",
-                "-addext",
-                "subjectAltName=IP:127.0.0.1,DNS:api.internal",
-            ],
-        );
-        (
-            self.dir.join(format!("{file}.pem")),
-            self.dir.join(format!("{file}.key")),
-        )
-    }
-}
+// Pki and openssl come from common/pki.rs.
 
 // ------------------------------------------------------------------ helpers
 
@@ -302,7 +148,7 @@ fn verify_false_accepts_a_self_signed_member_and_verification_is_on_by_default()
     assert_eq!(o.handshakes().len(), 1);
     // The warning is logged at load ...
     assert!(
-        sy.log().contains("warning: pool \"p\" tls: verify = false"),
+        sy.wait_for_log("warning: pool \"p\" tls: verify = false"),
         "{}",
         sy.log()
     );
@@ -361,7 +207,7 @@ fn sni_is_sent_and_verified_and_absent_without_sni() {
 
     // ... so a certificate without the member's address in an IP SAN
     // fails verification when no sni is configured.
-    let (cert, key) = pki.issue("dns-only", "api.internal", "DNS:api.internal");
+    let (cert, key) = pki.issue_cn("dns-only", "api.internal", "DNS:api.internal");
     let o = TlsOrigin::start("tls-d2", &cert, &key, None);
     let l = free_addr();
     let sy = Switchyard::start(&config(l, &[o.addr], &tls_table(&ca_line(&pki.ca()))), &[l]);
@@ -486,7 +332,7 @@ fn mutual_tls_presents_the_configured_client_certificate() {
     let pki = Pki::new("ca-h");
     let clients = Pki::new("ca-h-clients");
     let (cert, key) = pki.member("m");
-    let (ccert, ckey) = clients.issue("switchyard", "switchyard", "");
+    let (ccert, ckey) = clients.issue_cn("switchyard", "switchyard", "");
     let o = TlsOrigin::start("tls-h", &cert, &key, Some(&clients.ca()));
 
     // Without a client certificate the member refuses. In TLS 1.3 its
@@ -585,7 +431,7 @@ fn http_health_checks_run_over_tls_and_tcp_checks_stay_tcp() {
         "member bad/{} is DOWN: TLS handshake: certificate verification failed: UnknownIssuer",
         o.addr
     );
-    assert!(sy.log().contains(&want), "want {want}\n{}", sy.log());
+    assert!(sy.wait_for_log(&want), "want {want}\n{}", sy.log());
     assert_eq!(get(l, "/").status, 200);
 }
 
@@ -606,8 +452,8 @@ fn position(text: &str, needle: &str) -> (usize, usize) {
 fn check_locates_pool_tls_mistakes() {
     let pki = Pki::new("ca-g");
     let (_cert, _key) = pki.member("m");
-    let (_ccert, _ckey) = pki.issue("client", "client", "");
-    let (_other, other_key) = pki.issue("other", "other", "");
+    let (_ccert, _ckey) = pki.issue_cn("client", "client", "");
+    let (_other, other_key) = pki.issue_cn("other", "other", "");
     let dir = &pki.dir;
     std::fs::write(dir.join("empty.pem"), "").expect("write");
     std::fs::write(

@@ -92,19 +92,27 @@ pub struct Balancer {
     maglev: Maglev,
 }
 
-/// Members already tried for this request (retries never reuse one).
+/// Most members in one pool; the configuration refuses more. It sizes
+/// `Tried`, and keeps the Maglev table (65,537 slots) over 64 slots per
+/// member.
+pub const MAX_POOL_MEMBERS: usize = 1024;
+
+/// Members already tried for this request (retries never reuse one): one bit
+/// per member index, exact for every pool size up to `MAX_POOL_MEMBERS`.
+/// 128 bytes, `Copy`, on the stack: nothing is allocated per request.
 #[derive(Default, Clone, Copy)]
-pub struct Tried(u64);
+pub struct Tried([u64; MAX_POOL_MEMBERS / 64]);
 
 impl Tried {
+    /// `i` < `MAX_POOL_MEMBERS` (member indices of a validated pool).
     pub fn add(&mut self, i: usize) {
-        self.0 |= 1u64 << (i % 64);
+        self.0[i / 64] |= 1u64 << (i % 64);
     }
     pub fn remove(&mut self, i: usize) {
-        self.0 &= !(1u64 << (i % 64));
+        self.0[i / 64] &= !(1u64 << (i % 64));
     }
     pub fn has(&self, i: usize) -> bool {
-        self.0 & (1u64 << (i % 64)) != 0
+        self.0[i / 64] & (1u64 << (i % 64)) != 0
     }
 }
 
@@ -439,6 +447,47 @@ mod tests {
         }
         t.add(1);
         assert_eq!(b.pick(&c, None, None, t), None);
+    }
+
+    #[test]
+    fn tried_is_exact_past_64_members() {
+        let mut t = Tried::default();
+        t.add(0);
+        assert!(t.has(0));
+        assert!(
+            !t.has(64) && !t.has(128),
+            "members 64 and 128 are not member 0"
+        );
+        t.add(64);
+        t.add(128);
+        t.add(MAX_POOL_MEMBERS - 1);
+        assert!(t.has(0) && t.has(64) && t.has(128) && t.has(MAX_POOL_MEMBERS - 1));
+        t.remove(64);
+        assert!(t.has(0) && !t.has(64) && t.has(128));
+        assert_eq!((0..MAX_POOL_MEMBERS).filter(|i| t.has(*i)).count(), 3);
+
+        // In a pool of 130, trying member 0 skips it and only it.
+        let n = 130;
+        let s = states(n);
+        let w = vec![1; n];
+        let bk = vec![false; n];
+        let b = Balancer::new(Algorithm::RoundRobin, 0, &keys(n), &w, &bk);
+        let c = cands(&s, &w, &bk);
+        let mut t = Tried::default();
+        t.add(0);
+        let picked: std::collections::HashSet<usize> = (0..2 * n)
+            .filter_map(|_| b.pick(&c, None, None, t))
+            .collect();
+        assert_eq!(picked.len(), n - 1);
+        assert!(!picked.contains(&0) && picked.contains(&64) && picked.contains(&128));
+        // Every member tried: none left, whatever the index.
+        let mut all = Tried::default();
+        for i in 0..n {
+            all.add(i);
+        }
+        assert_eq!(b.pick(&c, None, None, all), None);
+        all.remove(128);
+        assert_eq!(b.pick(&c, None, None, all), Some(128));
     }
 
     #[test]

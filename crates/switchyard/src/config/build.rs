@@ -12,7 +12,7 @@ use toml::Spanned;
 use super::model::{self, Algorithm, HealthKind, PersistenceKind};
 use super::snapshot::*;
 use super::{ConfigError, Positions};
-use crate::balance::{hash64, Balancer};
+use crate::balance::{hash64, Balancer, MAX_POOL_MEMBERS};
 
 struct Ctx<'a> {
     pos: &'a Positions<'a>,
@@ -491,6 +491,15 @@ fn build_pool(cx: &mut Ctx, p: &model::Pool, previous: Option<&Snapshot>) -> Opt
             format!("pool {name:?}: every member is a backup; at least one must be a primary"),
         );
     }
+    if p.member.len() > MAX_POOL_MEMBERS {
+        cx.err(
+            span.clone(),
+            format!(
+                "pool {name:?} has {} members; a pool has at most {MAX_POOL_MEMBERS} (split it into several pools)",
+                p.member.len()
+            ),
+        );
+    }
     let keys: Vec<String> = members.iter().map(|m| m.addr.to_string()).collect();
     let weights: Vec<u32> = members.iter().map(|m| m.weight).collect();
     let backups: Vec<bool> = members.iter().map(|m| m.backup).collect();
@@ -918,6 +927,30 @@ address = "127.0.0.1:9002"
         let first = &e.0[0];
         assert_eq!((first.line, first.col), (9, 10), "{e}");
         assert!(first.message.contains("\"imgs\" is not defined"), "{e}");
+    }
+
+    #[test]
+    fn a_pool_over_the_member_limit_is_refused() {
+        let n = crate::balance::MAX_POOL_MEMBERS;
+        let members = |count: usize| -> String {
+            (0..count)
+                .map(|i| {
+                    format!(
+                        "[[pool.member]]\naddress = \"127.0.{}.{}:80\"\n",
+                        i / 250,
+                        i % 250 + 1
+                    )
+                })
+                .collect()
+        };
+        let base = "[[vserver]]\nname = \"v\"\nlisten = [\"127.0.0.1:1\"]\ndefault_pool = \"p\"\n[[pool]]\nname = \"p\"\n";
+        assert!(parse("t.toml", &format!("{base}{}", members(n)), None).is_ok());
+        let e = parse("t.toml", &format!("{base}{}", members(n + 1)), None).unwrap_err();
+        assert_eq!(e.0.len(), 1, "{e}");
+        assert_eq!(
+            e.to_string(),
+            format!("t.toml:6:8: pool \"p\" has {} members; a pool has at most {n} (split it into several pools)", n + 1)
+        );
     }
 
     #[test]

@@ -6,6 +6,7 @@
 
 mod build;
 pub mod model;
+mod read;
 pub mod snapshot;
 pub mod types;
 
@@ -19,18 +20,27 @@ pub use snapshot::Snapshot;
 #[derive(Debug, Clone)]
 pub struct ConfigError {
     pub file: String,
+    /// 1-based; 0 when the problem is the file as a whole (it cannot be
+    /// read), which is then shown without a position.
     pub line: usize,
     pub col: usize,
     pub message: String,
 }
 
+impl ConfigError {
+    /// "file:line:col" or, for the file as a whole, "file".
+    fn location(&self) -> String {
+        if self.line == 0 {
+            self.file.clone()
+        } else {
+            format!("{}:{}:{}", self.file, self.line, self.col)
+        }
+    }
+}
+
 impl fmt::Display for ConfigError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{}:{}:{}: {}",
-            self.file, self.line, self.col, self.message
-        )
+        write!(f, "{}: {}", self.location(), self.message)
     }
 }
 
@@ -55,10 +65,7 @@ impl std::error::Error for ConfigErrors {}
 impl ConfigError {
     /// The same position and message, as a warning: "file:line:col: warning: ...".
     pub fn as_warning(&self) -> String {
-        format!(
-            "{}:{}:{}: warning: {}",
-            self.file, self.line, self.col, self.message
-        )
+        format!("{}: warning: {}", self.location(), self.message)
     }
 }
 
@@ -96,7 +103,8 @@ impl<'a> Positions<'a> {
     }
 }
 
-/// Parses and validates `text` (named `file` in errors) into a snapshot.
+/// Parses and validates `text` (named `file` in errors) into a snapshot,
+/// reporting every error of the file (see `read` for how).
 /// `previous` lends member state and counters to members that persist.
 pub fn parse(
     file: &str,
@@ -104,17 +112,35 @@ pub fn parse(
     previous: Option<&Snapshot>,
 ) -> Result<Snapshot, ConfigErrors> {
     let pos = Positions::new(file, text);
-    let model: model::File = toml::from_str(text).map_err(|e| {
-        let offset = e.span().map(|s| s.start).unwrap_or(0);
-        ConfigErrors(vec![pos.error(offset, e.message().trim().to_string())])
-    })?;
-    build(&pos, model, previous).map_err(ConfigErrors)
+    let read = read::read(&pos, text);
+    let mut errors = read.errors;
+    let model = match read.model {
+        Some(model) if read.complete => model,
+        _ => return Err(sorted(errors)),
+    };
+    match build(&pos, model, previous) {
+        Ok(snapshot) if errors.is_empty() => Ok(snapshot),
+        Ok(_) => Err(sorted(errors)),
+        Err(more) => {
+            errors.extend(more);
+            Err(sorted(errors))
+        }
+    }
+}
+
+/// In file order (stable: errors at one position keep the order found).
+fn sorted(mut errors: Vec<ConfigError>) -> ConfigErrors {
+    errors.sort_by_key(|e| (e.line, e.col));
+    ConfigErrors(errors)
 }
 
 /// Reads and parses a configuration file.
 pub fn load(path: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, ConfigErrors> {
     let name = path.display().to_string();
     let text = std::fs::read_to_string(path).map_err(|e| {
+        // "No such file or directory", without Rust's " (os error 2)".
+        let e = e.to_string();
+        let e = e.split(" (os error").next().unwrap_or(&e);
         ConfigErrors(vec![ConfigError {
             file: name.clone(),
             line: 0,

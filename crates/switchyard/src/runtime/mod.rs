@@ -7,12 +7,13 @@
 //! connections without a shared accept queue.
 //!
 //! The main thread runs the control runtime: signals, the admin endpoint,
-//! health checks and reloads. A reload parses and validates the new file
+//! health checks, reloads, and giving freed memory back (`trim.rs`). A reload parses and validates the new file
 //! there, binds any new addresses, then publishes the snapshot with one
 //! atomic swap; a file that fails is logged and the old snapshot keeps
 //! serving.
 
 mod listen;
+mod trim;
 mod worker;
 
 use std::cell::RefCell;
@@ -209,6 +210,7 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
             ));
             tokio::task::spawn_local(crate::admin::serve(l, control.clone()));
         }
+        tokio::task::spawn_local(trim::run());
         signals(control.clone()).await;
         Ok::<(), String>(())
     });

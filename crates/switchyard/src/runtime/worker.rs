@@ -19,6 +19,8 @@ use crate::log;
 use crate::proxy::{self, upstream::IdlePool, IdleWatch, WorkerCtx};
 use crate::stats;
 
+use super::trim::ParkedShare;
+
 pub enum WorkerCmd {
     Listen(SocketAddr, std::net::TcpListener),
     Unlisten(SocketAddr),
@@ -118,7 +120,8 @@ async fn run(
         tokio::task::spawn_local(async move {
             let mut tick = tokio::time::interval(proxy::idle::TICK);
             let mut n = 0u32;
-            let mut parked_at_trim = 0usize;
+            // Dropped with this task when the worker stops.
+            let mut share = ParkedShare::default();
             loop {
                 tick.tick().await;
                 ctx.idle_watch.tick();
@@ -128,17 +131,9 @@ async fn run(
                 }
                 ctx.idle.sweep();
                 ctx.h2_members.sweep();
-                // Give memory freed by finished requests and parked
-                // connections back to the system, as HAProxy does when it
-                // releases its pools: every 10 s, or at once after a wave
-                // of connections went idle (their tasks' memory is free).
-                let parked = ctx.idle_watch.parked();
-                if n.is_multiple_of(100) || parked > parked_at_trim + 1000 {
-                    parked_at_trim = parked;
-                    // SAFETY: malloc_trim only walks glibc's own arenas.
-                    unsafe { libc::malloc_trim(0) };
-                }
-                parked_at_trim = parked_at_trim.min(parked);
+                // For malloc_trim on the control thread (trim.rs): it trims
+                // at once after a wave of connections went idle.
+                share.set(ctx.idle_watch.parked());
             }
         })
     };

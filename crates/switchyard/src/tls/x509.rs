@@ -303,8 +303,11 @@ fn escape(v: &str, out: &mut String) {
     }
 }
 
-/// A Name as an RFC 4514 string (RDNs in reverse order), and its CN.
-fn name(der: &[u8]) -> Result<(String, Option<String>), &'static str> {
+/// A Name (the content of its SEQUENCE: the RDN SETs) as an RFC 4514
+/// string (RDNs in reverse order), and its CN. Public for the fuzz target
+/// (fuzz/fuzz_targets/x509_subject.rs), which reaches it without having to
+/// build a whole certificate around it.
+pub fn name(der: &[u8]) -> Result<(String, Option<String>), &'static str> {
     let mut rdns = Vec::new();
     let mut cn = None;
     let mut d = Der::new(der);

@@ -11,6 +11,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+mod pki;
+// Not every test file makes certificates.
+#[allow(unused_imports)]
+pub use pki::*;
+
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
     l.local_addr().expect("local addr").port()
@@ -507,6 +512,13 @@ impl Switchyard {
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("stderr.log")).unwrap_or_default()
+    }
+
+    /// Whether the log holds `needle`, waiting up to 2 s for it: log lines
+    /// reach stderr through the log thread, a few milliseconds after the
+    /// event (which a test may observe first).
+    pub fn wait_for_log(&self, needle: &str) -> bool {
+        eventually(Duration::from_secs(2), || self.log().contains(needle))
     }
 
     pub fn pid(&self) -> i32 {

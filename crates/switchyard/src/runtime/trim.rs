@@ -1,0 +1,97 @@
+//! Giving freed memory back to the system (`malloc_trim`), off the workers.
+//!
+//! glibc keeps memory freed by finished requests and closed connections in
+//! its arenas; `malloc_trim(0)` returns the free pages to the kernel, as
+//! HAProxy does when it releases its pools. It walks *every* arena (each
+//! worker allocates from its own), locking each in turn while it trims it,
+//! so it may run on any thread and frees the workers' memory as well from
+//! here as from a worker. It used to run on each worker's event loop, which
+//! stalled that worker's requests for the whole walk (milliseconds with a
+//! large heap). It now runs on the control thread: a worker only waits if it
+//! allocates from the one arena being trimmed at that moment, for that
+//! arena's turn.
+//!
+//! When: every 10 s, and at once (checked every second) after a wave of
+//! connections went idle, when the idle keep-alive connections parked on
+//! all workers grew by more than `WAVE` since the last trim: their tasks'
+//! memory is free then. Workers report how many connections they have
+//! parked through `ParkedShare`, one atomic add per second each.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+/// Idle connections parked on all workers (the sum of every `ParkedShare`).
+static PARKED: AtomicUsize = AtomicUsize::new(0);
+
+/// Trim at once when this many more connections are parked than at the last trim.
+const WAVE: usize = 1000;
+/// Trim at least this often.
+const EVERY: Duration = Duration::from_secs(10);
+
+/// A worker's part of `PARKED`; taken back out when dropped (the worker stops).
+#[derive(Default)]
+pub(super) struct ParkedShare(usize);
+
+impl ParkedShare {
+    /// This worker now has `parked` idle connections parked.
+    pub(super) fn set(&mut self, parked: usize) {
+        if parked > self.0 {
+            PARKED.fetch_add(parked - self.0, Ordering::Relaxed);
+        } else {
+            PARKED.fetch_sub(self.0 - parked, Ordering::Relaxed);
+        }
+        self.0 = parked;
+    }
+}
+
+impl Drop for ParkedShare {
+    fn drop(&mut self) {
+        self.set(0);
+    }
+}
+
+/// Runs on the control thread for the life of the process.
+pub(super) async fn run() {
+    let mut tick = tokio::time::interval(Duration::from_secs(1));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut since_trim = Duration::ZERO;
+    let mut parked_at_trim = 0usize;
+    loop {
+        tick.tick().await;
+        since_trim += Duration::from_secs(1);
+        let parked = PARKED.load(Ordering::Relaxed);
+        if since_trim >= EVERY || parked > parked_at_trim + WAVE {
+            since_trim = Duration::ZERO;
+            parked_at_trim = parked;
+            trim();
+        }
+        parked_at_trim = parked_at_trim.min(parked);
+    }
+}
+
+fn trim() {
+    // SAFETY: malloc_trim takes no pointers and is thread-safe: it locks
+    // each glibc arena while it trims it.
+    unsafe { libc::malloc_trim(0) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shares_add_up_and_leave_with_their_worker() {
+        let before = PARKED.load(Ordering::Relaxed);
+        let mut a = ParkedShare::default();
+        let mut b = ParkedShare::default();
+        a.set(700);
+        b.set(500);
+        assert_eq!(PARKED.load(Ordering::Relaxed), before + 1200);
+        a.set(100);
+        assert_eq!(PARKED.load(Ordering::Relaxed), before + 600);
+        drop(b);
+        assert_eq!(PARKED.load(Ordering::Relaxed), before + 100);
+        drop(a);
+        assert_eq!(PARKED.load(Ordering::Relaxed), before);
+    }
+}
