@@ -187,45 +187,42 @@ fn tls_request(s: &mut Tls, raw: &str) -> Result<Response, String> {
 }
 
 fn read_tls_response(s: &mut Tls) -> Result<Response, String> {
+    // Read exactly one response: the head a byte at a time, then its
+    // content-length, so bytes of a pipelined response that follows stay
+    // in the stream for the next call (one TLS read can hold both).
     let mut buf = Vec::new();
-    let mut b = [0u8; 4096];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_string();
-            let mut lines = head.split("\r\n");
-            let status: u16 = lines
-                .next()
-                .and_then(|l| l.split(' ').nth(1))
-                .and_then(|s| s.parse().ok())
-                .ok_or("bad status line")?;
-            let headers: Vec<(String, String)> = lines
-                .filter_map(|l| l.split_once(':'))
-                .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
-                .collect();
-            let mut resp = Response {
-                status,
-                headers,
-                body: buf[end + 4..].to_vec(),
-            };
-            let len: usize = resp
-                .header("content-length")
-                .and_then(|v| v.parse().ok())
-                .ok_or("responses here have a content-length")?;
-            while resp.body.len() < len {
-                let n = s.read(&mut b).map_err(|e| e.to_string())?;
-                if n == 0 {
-                    return Err("closed mid-body".into());
-                }
-                resp.body.extend_from_slice(&b[..n]);
-            }
-            return Ok(resp);
-        }
+    let mut b = [0u8; 1];
+    while !buf.ends_with(b"\r\n\r\n") {
         let n = s.read(&mut b).map_err(|e| e.to_string())?;
         if n == 0 {
             return Err("closed before a response".into());
         }
-        buf.extend_from_slice(&b[..n]);
+        buf.push(b[0]);
     }
+    let head = String::from_utf8_lossy(&buf[..buf.len() - 4]).to_string();
+    let mut lines = head.split("\r\n");
+    let status: u16 = lines
+        .next()
+        .and_then(|l| l.split(' ').nth(1))
+        .and_then(|s| s.parse().ok())
+        .ok_or("bad status line")?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+        .collect();
+    let mut resp = Response {
+        status,
+        headers,
+        body: Vec::new(),
+    };
+    let len: usize = resp
+        .header("content-length")
+        .and_then(|v| v.parse().ok())
+        .ok_or("responses here have a content-length")?;
+    resp.body.resize(len, 0);
+    s.read_exact(&mut resp.body)
+        .map_err(|e| format!("closed mid-body: {e}"))?;
+    Ok(resp)
 }
 
 fn get_req(host: &str, path: &str) -> String {

@@ -432,7 +432,7 @@ fn build_pool(cx: &mut Ctx, p: &model::Pool, previous: Option<&Snapshot>) -> Opt
     let tls = p.tls.as_ref().and_then(|t| {
         let what = format!("pool {name:?}");
         let old_tls = old.and_then(|o| o.tls.as_ref());
-        match crate::tls::upstream::build(t.get_ref(), &cx.pos.base_dir(), &what, t.span(), old_tls)
+        match super::tls_upstream::build(t.get_ref(), &cx.pos.base_dir(), &what, t.span(), old_tls)
         {
             Ok(b) => {
                 for (at, msg) in b.warnings {
@@ -584,7 +584,7 @@ fn build_vserver(
     let what = format!("vserver {name:?}");
     let tls = v.tls.as_ref().and_then(|t| {
         let old_tls = old.and_then(|o| o.tls.as_deref());
-        match crate::tls::build(t, &cx.pos.base_dir(), &what, span.clone(), old_tls) {
+        match super::tls_server::build(t, &cx.pos.base_dir(), &what, span.clone(), old_tls) {
             Ok(t) => Some(Arc::new(t)),
             Err(problems) => {
                 for (at, msg) in problems {

@@ -8,6 +8,8 @@ mod build;
 pub mod model;
 mod read;
 pub mod snapshot;
+mod tls_server;
+mod tls_upstream;
 pub mod types;
 
 use std::fmt;

@@ -1,0 +1,508 @@
+//! `[vserver.tls]` from the file model to the runtime TLS side
+//! (`tls::TlsServer`): certificates read and checked, versions, suites and
+//! groups resolved, resumption state carried over from the previous
+//! snapshot. Every error names the value at fault (file:line:column).
+
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use rustls::crypto::{aws_lc_rs, CryptoProvider};
+use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache, WebPkiClientVerifier};
+use rustls::sign::CertifiedKey;
+use rustls::{
+    Error as TlsError, InconsistentKeys, RootCertStore, ServerConfig, SupportedProtocolVersion,
+};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use toml::Spanned;
+
+use super::model::{self, ClientAuth};
+use crate::tls::{format_time, x509, CertStore, TlsServer};
+
+/// TLS 1.2 sessions remembered for session-ID resumption, shared by all
+/// workers of a vserver (one entry is a few hundred bytes).
+const SESSION_CACHE: usize = 10_000;
+
+/// One configuration error: where, and what.
+pub(super) type Problem = (Range<usize>, String);
+
+/// The protocol versions by their configuration names.
+pub(super) fn version(name: &str) -> Option<&'static SupportedProtocolVersion> {
+    match name {
+        "1.2" => Some(&rustls::version::TLS12),
+        "1.3" => Some(&rustls::version::TLS13),
+        _ => None,
+    }
+}
+
+/// rustls names TLS 1.3 suites "TLS13_*"; the IANA names ("TLS_AES_*",
+/// "TLS_CHACHA20_*") that OpenSSL and curl use are accepted too.
+fn suite_name_matches(configured: &str, rustls_name: &str) -> bool {
+    let c = configured.to_ascii_uppercase();
+    c == rustls_name
+        || rustls_name
+            .strip_prefix("TLS13_")
+            .is_some_and(|rest| c.strip_prefix("TLS_") == Some(rest))
+}
+
+fn group_name_matches(configured: &str, rustls_name: &str) -> bool {
+    let c = configured.to_ascii_lowercase();
+    let r = rustls_name.to_ascii_lowercase();
+    c == r
+        || matches!(
+            (c.as_str(), r.as_str()),
+            ("p-256" | "prime256v1", "secp256r1") | ("p-384", "secp384r1")
+        )
+}
+
+/// Resolves a path in the config file against the file's directory.
+pub fn resolve(base: &Path, p: &str) -> PathBuf {
+    let p = Path::new(p);
+    if p.is_absolute() {
+        p.to_path_buf()
+    } else {
+        base.join(p)
+    }
+}
+
+pub(super) fn read(base: &Path, p: &Spanned<String>, what: &str) -> Result<Vec<u8>, Problem> {
+    let path = resolve(base, p.get_ref());
+    std::fs::read(&path).map_err(|e| {
+        (
+            p.span(),
+            format!("{what}: cannot read {}: {e}", path.display()),
+        )
+    })
+}
+
+/// PEM certificates of a file (at least one).
+pub(super) fn read_certs(
+    base: &Path,
+    p: &Spanned<String>,
+    what: &str,
+) -> Result<Vec<CertificateDer<'static>>, Problem> {
+    let bytes = read(base, p, what)?;
+    let certs = CertificateDer::pem_slice_iter(&bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| {
+            (
+                p.span(),
+                format!("{what}: {:?} is not valid PEM: {e}", p.get_ref()),
+            )
+        })?;
+    if certs.is_empty() {
+        return Err((
+            p.span(),
+            format!(
+                "{what}: {:?} holds no PEM certificate (expected a \"-----BEGIN CERTIFICATE-----\" block)",
+                p.get_ref()
+            ),
+        ));
+    }
+    Ok(certs)
+}
+
+fn provider(t: &model::Tls, what: &str, problems: &mut Vec<Problem>) -> CryptoProvider {
+    let mut p = aws_lc_rs::default_provider();
+    if let Some(list) = &t.ciphers {
+        let mut suites = Vec::new();
+        for c in list.get_ref() {
+            match aws_lc_rs::ALL_CIPHER_SUITES.iter().find(|s| {
+                s.suite()
+                    .as_str()
+                    .is_some_and(|n| suite_name_matches(c.get_ref(), n))
+            }) {
+                Some(s) => suites.push(*s),
+                None => problems.push((
+                    c.span(),
+                    format!(
+                        "{what}: unknown cipher suite {:?}; allowed: {}",
+                        c.get_ref(),
+                        aws_lc_rs::ALL_CIPHER_SUITES
+                            .iter()
+                            .filter_map(|s| s.suite().as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )),
+            }
+        }
+        if list.get_ref().is_empty() {
+            problems.push((list.span(), format!("{what}: ciphers is empty")));
+        }
+        p.cipher_suites = suites;
+    }
+    if let Some(list) = &t.groups {
+        let mut groups = Vec::new();
+        for g in list.get_ref() {
+            match aws_lc_rs::ALL_KX_GROUPS
+                .iter()
+                .find(|k| group_name_matches(g.get_ref(), &format!("{:?}", k.name())))
+            {
+                Some(k) => groups.push(*k),
+                None => problems.push((
+                    g.span(),
+                    format!(
+                        "{what}: unknown key-exchange group {:?}; allowed: {}",
+                        g.get_ref(),
+                        aws_lc_rs::ALL_KX_GROUPS
+                            .iter()
+                            .map(|k| format!("{:?}", k.name()))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )),
+            }
+        }
+        if list.get_ref().is_empty() {
+            problems.push((list.span(), format!("{what}: groups is empty")));
+        }
+        p.kx_groups = groups;
+    }
+    p
+}
+
+/// Builds a vserver's TLS side. `span` locates errors that belong to no
+/// single value; `old` lends resumption state from the previous snapshot.
+pub fn build(
+    t: &model::Tls,
+    base: &Path,
+    what: &str,
+    span: Range<usize>,
+    old: Option<&TlsServer>,
+) -> Result<TlsServer, Vec<Problem>> {
+    let what = format!("{what} tls");
+    let what = what.as_str();
+    let mut problems = Vec::new();
+    let provider = Arc::new(provider(t, what, &mut problems));
+
+    let mut versions = Vec::new();
+    match &t.versions {
+        None => versions = vec![&rustls::version::TLS13, &rustls::version::TLS12],
+        Some(list) => {
+            for v in list.get_ref() {
+                match version(v.get_ref()) {
+                    Some(v) => versions.push(v),
+                    None => problems.push((
+                        v.span(),
+                        format!(
+                            "{what}: unknown TLS version {:?}; allowed: \"1.2\", \"1.3\"",
+                            v.get_ref()
+                        ),
+                    )),
+                }
+            }
+            if list.get_ref().is_empty() {
+                problems.push((list.span(), format!("{what}: versions is empty")));
+            }
+        }
+    }
+
+    let store = match load_certs(&t.certificates, base, what, &provider) {
+        Ok(s) => Some(s),
+        Err(mut p) => {
+            problems.append(&mut p);
+            None
+        }
+    };
+
+    let mut alpn = Vec::new();
+    for a in t.alpn.iter().flatten() {
+        match a.get_ref().as_str() {
+            // In the order given: the server's preference.
+            p @ ("http/1.1" | "h2") => {
+                if alpn.iter().any(|x: &Vec<u8>| x == p.as_bytes()) {
+                    problems.push((a.span(), format!("{what}: ALPN {p:?} is listed twice")));
+                }
+                alpn.push(p.as_bytes().to_vec())
+            }
+            other => problems.push((
+                a.span(),
+                format!("{what}: unknown ALPN protocol {other:?}; allowed: \"h2\", \"http/1.1\""),
+            )),
+        }
+    }
+    if t.alpn.is_none() {
+        alpn.push(b"http/1.1".to_vec());
+    }
+
+    let verifier = match (&t.client_ca, &t.client_auth) {
+        (None, None) => None,
+        (None, Some(a)) => {
+            problems.push((
+                a.span(),
+                format!("{what}: client_auth needs client_ca (the CA bundle client certificates must chain to)"),
+            ));
+            None
+        }
+        (Some(ca), auth) => match read_certs(base, ca, &format!("{what} client_ca")) {
+            Err(p) => {
+                problems.push(p);
+                None
+            }
+            Ok(cas) => {
+                let mut roots = RootCertStore::empty();
+                for c in cas {
+                    if let Err(e) = roots.add(c) {
+                        problems.push((
+                            ca.span(),
+                            format!("{what}: client_ca {:?}: a certificate is not usable as a trust anchor: {e}", ca.get_ref()),
+                        ));
+                    }
+                }
+                let mut b =
+                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider.clone());
+                if auth.as_ref().map(|a| *a.get_ref()) == Some(ClientAuth::Optional) {
+                    b = b.allow_unauthenticated();
+                }
+                match b.build() {
+                    Ok(v) => Some(v),
+                    Err(e) => {
+                        problems.push((ca.span(), format!("{what}: client_ca: {e}")));
+                        None
+                    }
+                }
+            }
+        },
+    };
+    let client_subject_header = verifier.as_ref().map(|_| {
+        t.client_subject_header
+            .as_ref()
+            .map(|h| h.get_ref().to_ascii_lowercase())
+            .unwrap_or_else(|| "x-client-cert-subject".to_string())
+    });
+    if let Some(h) = &t.client_subject_header {
+        if !crate::config::is_token(h.get_ref()) {
+            problems.push((
+                h.span(),
+                format!(
+                    "{what}: client_subject_header {:?} is not a valid field name",
+                    h.get_ref()
+                ),
+            ));
+        }
+    }
+
+    let hsts = t.hsts.as_ref().map(|h| {
+        let mut v = format!("max-age={}", h.max_age);
+        if h.include_subdomains {
+            v.push_str("; includeSubDomains");
+        }
+        if h.preload {
+            v.push_str("; preload");
+        }
+        v
+    });
+
+    let Some(store) = store else {
+        return Err(problems);
+    };
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+
+    let builder = match ServerConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)
+    {
+        Ok(b) => b,
+        Err(e) => {
+            let at = t
+                .versions
+                .as_ref()
+                .map(|v| v.span())
+                .or_else(|| t.ciphers.as_ref().map(|c| c.span()))
+                .unwrap_or(span);
+            return Err(vec![(
+                at,
+                format!("{what}: the versions, ciphers and groups do not fit together ({e}): each version needs at least one of its cipher suites"),
+            )]);
+        }
+    };
+    let builder = match verifier {
+        Some(v) => builder.with_client_cert_verifier(v),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(Arc::new(store));
+    config.alpn_protocols = alpn;
+    // The operator's order of suites and groups wins over the client's.
+    config.ignore_client_order = true;
+    let (tickets, sessions) = if t.resumption.unwrap_or(true) {
+        let tickets = match old.and_then(|o| o.tickets.clone()) {
+            Some(t) => t,
+            None => match aws_lc_rs::Ticketer::new() {
+                Ok(t) => t,
+                Err(e) => {
+                    return Err(vec![(
+                        span,
+                        format!("{what}: cannot make session ticket keys: {e}"),
+                    )])
+                }
+            },
+        };
+        let sessions = old
+            .and_then(|o| o.sessions.clone())
+            .unwrap_or_else(|| ServerSessionMemoryCache::new(SESSION_CACHE));
+        config.ticketer = tickets.clone();
+        config.session_storage = sessions.clone();
+        (Some(tickets), Some(sessions))
+    } else {
+        config.session_storage = Arc::new(NoServerSessionStorage {});
+        config.send_tls13_tickets = 0;
+        (None, None)
+    };
+    Ok(TlsServer {
+        config: Arc::new(config),
+        hsts,
+        client_subject_header,
+        tickets,
+        sessions,
+    })
+}
+
+/// A vserver's certificates, each checked (readable, matching key, in its
+/// validity period), indexed by the names they cover.
+fn load_certs(
+    list: &Spanned<Vec<model::Certificate>>,
+    base: &Path,
+    what: &str,
+    provider: &CryptoProvider,
+) -> Result<CertStore, Vec<Problem>> {
+    let mut problems = Vec::new();
+    let mut store = CertStore::empty();
+    if list.get_ref().is_empty() {
+        problems.push((
+            list.span(),
+            format!("{what}: certificates is empty; give at least one {{ cert = \"cert.pem\", key = \"key.pem\" }}"),
+        ));
+    }
+    for c in list.get_ref() {
+        match load_one(c, base, what, provider) {
+            Ok((ck, names)) => store.add(ck, names),
+            Err(p) => problems.push(p),
+        }
+    }
+    if problems.is_empty() {
+        Ok(store)
+    } else {
+        Err(problems)
+    }
+}
+
+fn load_one(
+    c: &model::Certificate,
+    base: &Path,
+    what: &str,
+    provider: &CryptoProvider,
+) -> Result<(CertifiedKey, Vec<String>), Problem> {
+    let chain = read_certs(base, &c.cert, &format!("{what} cert"))?;
+    let info = x509::parse(&chain[0]).map_err(|e| {
+        (
+            c.cert.span(),
+            format!(
+                "{what}: {:?} is not a usable X.509 certificate: {e}",
+                c.cert.get_ref()
+            ),
+        )
+    })?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    if info.not_after < now {
+        return Err((
+            c.cert.span(),
+            format!(
+                "{what}: certificate {:?} expired on {}",
+                c.cert.get_ref(),
+                format_time(info.not_after)
+            ),
+        ));
+    }
+    let names = info.names();
+    if names.is_empty() {
+        return Err((
+            c.cert.span(),
+            format!(
+                "{what}: certificate {:?} names no host (no DNS subject alternative name and no common name)",
+                c.cert.get_ref()
+            ),
+        ));
+    }
+    let key_bytes = read(base, &c.key, &format!("{what} key"))?;
+    let key = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|e| {
+        (
+            c.key.span(),
+            format!(
+                "{what}: {:?} holds no PEM private key (expected a PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY block): {e}",
+                c.key.get_ref()
+            ),
+        )
+    })?;
+    let signing = provider.key_provider.load_private_key(key).map_err(|e| {
+        (
+            c.key.span(),
+            format!(
+                "{what}: private key {:?} is not usable: {e}",
+                c.key.get_ref()
+            ),
+        )
+    })?;
+    let mut ck = CertifiedKey::new(chain, signing);
+    match ck.keys_match() {
+        Ok(()) | Err(TlsError::InconsistentKeys(InconsistentKeys::Unknown)) => {}
+        Err(TlsError::InconsistentKeys(InconsistentKeys::KeyMismatch)) => {
+            return Err((
+                c.key.span(),
+                format!(
+                    "{what}: private key {:?} does not match certificate {:?}",
+                    c.key.get_ref(),
+                    c.cert.get_ref()
+                ),
+            ))
+        }
+        Err(e) => {
+            return Err((
+                c.cert.span(),
+                format!("{what}: certificate {:?}: {e}", c.cert.get_ref()),
+            ))
+        }
+    }
+    if let Some(o) = &c.ocsp {
+        let der = read(base, o, &format!("{what} ocsp"))?;
+        // An OCSPResponse is a DER SEQUENCE; anything else (PEM, empty) is
+        // a mistake the client would only report as a failed handshake.
+        if der.first() != Some(&0x30) {
+            return Err((
+                o.span(),
+                format!("{what}: {:?} is not a DER OCSP response", o.get_ref()),
+            ));
+        }
+        ck.ocsp = Some(der);
+    }
+    Ok((ck, names))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names() {
+        assert!(suite_name_matches(
+            "TLS_AES_256_GCM_SHA384",
+            "TLS13_AES_256_GCM_SHA384"
+        ));
+        assert!(suite_name_matches(
+            "tls13_aes_256_gcm_sha384",
+            "TLS13_AES_256_GCM_SHA384"
+        ));
+        assert!(!suite_name_matches(
+            "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384",
+            "TLS13_AES_256_GCM_SHA384"
+        ));
+        assert!(group_name_matches("x25519", "X25519"));
+        assert!(group_name_matches("P-256", "secp256r1"));
+        assert!(group_name_matches("X25519MLKEM768", "X25519MLKEM768"));
+    }
+}

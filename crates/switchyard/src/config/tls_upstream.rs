@@ -1,0 +1,335 @@
+//! `[pool.tls]` from the file model to the runtime TLS side
+//! (`tls::UpstreamTls`): trust anchors, the client certificate for mutual
+//! TLS, versions, and a fingerprint of every input so an unchanged pool
+//! keeps its built config (and its session cache) across a reload.
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+
+use rustls::client::{ClientSessionMemoryCache, Resumption};
+use rustls::crypto::{aws_lc_rs, CryptoProvider};
+use rustls::sign::{CertifiedKey, SingleCertAndKey};
+use rustls::{ClientConfig, Error as TlsError, InconsistentKeys, RootCertStore};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+use super::model;
+use super::tls_server::{read, read_certs, version, Problem};
+use crate::tls::upstream::{AcceptAnyCertificate, UpstreamTls};
+use crate::tls::{format_time, x509};
+
+/// Used when a pool verifies members and names no `ca`.
+pub const SYSTEM_CA: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Sessions remembered for resumption per pool (per server name rustls
+/// keeps a few TLS 1.3 tickets; one entry is a few hundred bytes).
+const SESSION_CACHE: usize = 1024;
+
+/// What `build` makes: the TLS side, and warnings to show at load.
+pub struct Built {
+    pub tls: Arc<UpstreamTls>,
+    pub warnings: Vec<Problem>,
+}
+
+/// One fingerprint input: what it is, then its bytes.
+fn tagged(tag: &[u8], bytes: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(tag.len() + bytes.len());
+    v.extend_from_slice(tag);
+    v.extend_from_slice(bytes);
+    v
+}
+
+/// SHA-256 over length-prefixed parts (the provider's own hash).
+fn fingerprint(parts: &[&[u8]]) -> Vec<u8> {
+    let Some(suite) = aws_lc_rs::cipher_suite::TLS13_AES_128_GCM_SHA256.tls13() else {
+        return Vec::new();
+    };
+    let mut h = suite.common.hash_provider.start();
+    for p in parts {
+        h.update(&(p.len() as u64).to_be_bytes());
+        h.update(p);
+    }
+    h.finish().as_ref().to_vec()
+}
+
+/// The trust anchors: the pool's `ca` file (every certificate must be
+/// usable), or the system bundle (the ones webpki can use).
+fn roots(
+    t: &model::PoolTls,
+    base: &Path,
+    what: &str,
+    span: &Range<usize>,
+    inputs: &mut Vec<Vec<u8>>,
+) -> Result<RootCertStore, Problem> {
+    let mut roots = RootCertStore::empty();
+    match &t.ca {
+        Some(ca) => {
+            let certs = read_certs(base, ca, &format!("{what} ca"))?;
+            for c in certs {
+                inputs.push(tagged(b"ca:", &c));
+                if let Err(e) = roots.add(c) {
+                    return Err((
+                        ca.span(),
+                        format!(
+                            "{what}: ca {:?}: a certificate is not usable as a trust anchor: {e}",
+                            ca.get_ref()
+                        ),
+                    ));
+                }
+            }
+        }
+        None => {
+            let bytes = std::fs::read(SYSTEM_CA).map_err(|e| {
+                (
+                    span.clone(),
+                    format!("{what}: cannot read the system CA bundle {SYSTEM_CA}: {e}; give ca = \"FILE\" (PEM), or install the bundle (ca-certificates)"),
+                )
+            })?;
+            inputs.push(tagged(b"system-ca:", &bytes));
+            let certs = CertificateDer::pem_slice_iter(&bytes).filter_map(|c| c.ok());
+            let (added, _) = roots.add_parsable_certificates(certs);
+            if added == 0 {
+                return Err((
+                    span.clone(),
+                    format!("{what}: the system CA bundle {SYSTEM_CA} holds no usable certificate; give ca = \"FILE\" (PEM)"),
+                ));
+            }
+        }
+    }
+    Ok(roots)
+}
+
+/// The client certificate and key for mutual TLS.
+fn client_cert(
+    cert: &toml::Spanned<String>,
+    key: &toml::Spanned<String>,
+    base: &Path,
+    what: &str,
+    provider: &CryptoProvider,
+    inputs: &mut Vec<Vec<u8>>,
+) -> Result<CertifiedKey, Problem> {
+    let chain = read_certs(base, cert, &format!("{what} cert"))?;
+    let info = x509::parse(&chain[0]).map_err(|e| {
+        (
+            cert.span(),
+            format!(
+                "{what}: {:?} is not a usable X.509 certificate: {e}",
+                cert.get_ref()
+            ),
+        )
+    })?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    if info.not_after < now {
+        return Err((
+            cert.span(),
+            format!(
+                "{what}: certificate {:?} expired on {}",
+                cert.get_ref(),
+                format_time(info.not_after)
+            ),
+        ));
+    }
+    let key_bytes = read(base, key, &format!("{what} key"))?;
+    let der = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|e| {
+        (
+            key.span(),
+            format!(
+                "{what}: {:?} holds no PEM private key (expected a PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY block): {e}",
+                key.get_ref()
+            ),
+        )
+    })?;
+    inputs.extend(chain.iter().map(|c| tagged(b"cert:", c)));
+    inputs.push(tagged(b"key:", der.secret_der()));
+    let signing = provider.key_provider.load_private_key(der).map_err(|e| {
+        (
+            key.span(),
+            format!("{what}: private key {:?} is not usable: {e}", key.get_ref()),
+        )
+    })?;
+    let ck = CertifiedKey::new(chain, signing);
+    match ck.keys_match() {
+        Ok(()) | Err(TlsError::InconsistentKeys(InconsistentKeys::Unknown)) => Ok(ck),
+        Err(TlsError::InconsistentKeys(InconsistentKeys::KeyMismatch)) => Err((
+            key.span(),
+            format!(
+                "{what}: private key {:?} does not match certificate {:?}",
+                key.get_ref(),
+                cert.get_ref()
+            ),
+        )),
+        Err(e) => Err((
+            cert.span(),
+            format!("{what}: certificate {:?}: {e}", cert.get_ref()),
+        )),
+    }
+}
+
+/// Builds a pool's TLS side. `what` names the pool ("pool \"app\""),
+/// `span` locates errors that belong to the table rather than one value;
+/// `old` is the same pool's TLS side in the previous snapshot.
+pub fn build(
+    t: &model::PoolTls,
+    base: &Path,
+    what: &str,
+    span: Range<usize>,
+    old: Option<&Arc<UpstreamTls>>,
+) -> Result<Built, Vec<Problem>> {
+    let what = format!("{what} tls");
+    let what = what.as_str();
+    let mut problems = Vec::new();
+    let mut warnings = Vec::new();
+    // Everything the config is made from, for the fingerprint.
+    let mut inputs: Vec<Vec<u8>> = Vec::new();
+    let provider = Arc::new(aws_lc_rs::default_provider());
+
+    let verify = t.verify.as_ref().map(|v| *v.get_ref()).unwrap_or(true);
+    inputs.push(tagged(b"verify:", &[u8::from(verify)]));
+
+    let mut versions = Vec::new();
+    match &t.versions {
+        None => versions = vec![&rustls::version::TLS13, &rustls::version::TLS12],
+        Some(list) => {
+            for v in list.get_ref() {
+                match version(v.get_ref()) {
+                    Some(v) => versions.push(v),
+                    None => problems.push((
+                        v.span(),
+                        format!(
+                            "{what}: unknown TLS version {:?}; allowed: \"1.2\", \"1.3\"",
+                            v.get_ref()
+                        ),
+                    )),
+                }
+            }
+            if list.get_ref().is_empty() {
+                problems.push((list.span(), format!("{what}: versions is empty")));
+            }
+        }
+    }
+    for v in &versions {
+        inputs.push(tagged(b"version:", format!("{:?}", v.version).as_bytes()));
+    }
+
+    let sni = match &t.sni {
+        None => None,
+        Some(s) => match ServerName::try_from(s.get_ref().as_str()) {
+            Ok(n) => {
+                inputs.push(tagged(b"sni:", s.get_ref().as_bytes()));
+                Some(n.to_owned())
+            }
+            Err(_) => {
+                problems.push((
+                    s.span(),
+                    format!(
+                        "{what}: sni {:?} is not a valid DNS name (or IP address)",
+                        s.get_ref()
+                    ),
+                ));
+                None
+            }
+        },
+    };
+    let roots = match (verify, &t.ca) {
+        (true, _) => match roots(t, base, what, &span, &mut inputs) {
+            Ok(r) => Some(r),
+            Err(p) => {
+                problems.push(p);
+                None
+            }
+        },
+        (false, Some(ca)) => {
+            problems.push((
+                ca.span(),
+                format!("{what}: ca has no effect with verify = false; remove one of them"),
+            ));
+            None
+        }
+        (false, None) => {
+            let at = t.verify.as_ref().map(|v| v.span()).unwrap_or(span.clone());
+            warnings.push((
+                at,
+                format!("{what}: verify = false: members' certificates are not checked (the connection is encrypted, but any server can pose as a member)"),
+            ));
+            None
+        }
+    };
+
+    let client = match (&t.cert, &t.key) {
+        (None, None) => None,
+        (Some(c), None) => {
+            problems.push((
+                c.span(),
+                format!("{what}: cert needs key (the client certificate's private key)"),
+            ));
+            None
+        }
+        (None, Some(k)) => {
+            problems.push((
+                k.span(),
+                format!("{what}: key needs cert (the client certificate it belongs to)"),
+            ));
+            None
+        }
+        (Some(c), Some(k)) => match client_cert(c, k, base, what, &provider, &mut inputs) {
+            Ok(ck) => Some(ck),
+            Err(p) => {
+                problems.push(p);
+                None
+            }
+        },
+    };
+
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    let parts: Vec<&[u8]> = inputs.iter().map(|v| v.as_slice()).collect();
+    let fingerprint = fingerprint(&parts);
+    if let Some(old) = old {
+        if !fingerprint.is_empty() && old.fingerprint == fingerprint {
+            return Ok(Built {
+                tls: old.clone(),
+                warnings,
+            });
+        }
+    }
+
+    let builder = match ClientConfig::builder_with_provider(provider.clone())
+        .with_protocol_versions(&versions)
+    {
+        Ok(b) => b,
+        Err(e) => {
+            let at = t.versions.as_ref().map(|v| v.span()).unwrap_or(span);
+            return Err(vec![(at, format!("{what}: versions: {e}"))]);
+        }
+    };
+    let builder = match roots {
+        Some(r) => builder.with_root_certificates(r),
+        None => builder
+            .dangerous()
+            .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider.clone()))),
+    };
+    let mut config = match client {
+        Some(ck) => builder.with_client_cert_resolver(Arc::new(SingleCertAndKey::from(ck))),
+        None => builder.with_no_client_auth(),
+    };
+    // We speak HTTP/1.1 to members.
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.resumption = Resumption::store(Arc::new(ClientSessionMemoryCache::new(SESSION_CACHE)));
+    let mut config_h2 = config.clone();
+    config_h2.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Built {
+        tls: Arc::new(UpstreamTls {
+            config: Arc::new(config),
+            config_h2: Arc::new(config_h2),
+            sni,
+            verify,
+            fingerprint,
+        }),
+        warnings,
+    })
+}
