@@ -417,3 +417,52 @@ impl AsyncWrite for UpConn {
         Pin::new(&mut self.get_mut().stream).poll_shutdown(cx)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn spares_idle_a_whole_period_are_halved_and_an_arc_keeps_the_key() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            let text = format!("[[vserver]]\nname=\"a\"\nlisten=[\"127.0.0.1:1\"]\ndefault_pool=\"p\"\n[[pool]]\nname=\"p\"\n[[pool.member]]\naddress=\"{addr}\"\n");
+            let snap = crate::config::parse("t", &text, None).unwrap();
+            let m = snap.pools[0].members[0].clone();
+            let pool = IdlePool::default();
+            let mut accepted = Vec::new();
+            for _ in 0..3 {
+                let c = connect(&m, None, Duration::from_secs(1)).await.unwrap();
+                accepted.push(l.accept().await.unwrap());
+                pool.put(&m, c, 8, Duration::from_secs(60));
+            }
+            assert_eq!(pool.count(&m), 3);
+            // The pool holds the member's state: its address stays taken.
+            assert!(Arc::strong_count(&m.state) >= 2);
+            let later = Instant::now() + Duration::from_millis(1);
+            {
+                let mut idle = pool.idle.borrow_mut();
+                let q = &mut idle.get_mut(&key(&m)).unwrap().q;
+                // All three were idle through the period: two go (3 / 2 rounded up).
+                purge_spares(q, later);
+                assert_eq!(q.len(), 1);
+                purge_spares(q, later);
+                assert_eq!(q.len(), 0);
+            }
+            // A connection parked after the period started is no spare.
+            let c = connect(&m, None, Duration::from_secs(1)).await.unwrap();
+            accepted.push(l.accept().await.unwrap());
+            let before = Instant::now();
+            pool.put(&m, c, 8, Duration::from_secs(60));
+            let mut idle = pool.idle.borrow_mut();
+            let q = &mut idle.get_mut(&key(&m)).unwrap().q;
+            purge_spares(q, before - Duration::from_millis(1));
+            assert_eq!(q.len(), 1);
+        });
+    }
+}

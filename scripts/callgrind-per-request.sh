@@ -1,0 +1,50 @@
+#!/bin/bash
+# User-space instructions per request (callgrind `Ir`), deterministic where
+# CPU time on this shared VM is not: each DUT runs under valgrind's
+# callgrind, serves N and then 2N requests in two separate runs, and the
+# difference divided by N is its cost per request (startup cancels out).
+# Kernel work (about 80 % of the CPU per request on loopback) is not counted:
+# this compares the proxies' own code, not their syscalls.
+#   scripts/callgrind-per-request.sh REPORT_DIR/work [N]
+# Cases: h1 keep-alive 128 B (h2load --h1 -c 10), h1 one request per
+# connection 128 B (h2load --h1 -c 10 with Connection: close), HTTP/2 over
+# TLS 1 KB (h2load -c 4 -m 10, ALPN h2; handshakes are in both runs alike).
+set -u
+W=${1:?usage: callgrind-per-request.sh REPORT_DIR/work [N]}
+N=${2:-2000}
+B=${SWITCHYARD:-target/release/switchyard}
+T=$(mktemp -d)
+cp -r "$W"/switchyard "$W"/haproxy "$W"/nginx "$T"/
+sed -i 's/^  resumption = true$/  resumption = true\n  alpn = ["h2", "http\/1.1"]/' "$T"/switchyard/switchyard.toml
+sed -i 's/^\(    bind 127.0.0.1:2608[45] ssl .*\)$/\1 alpn h2,http\/1.1/' "$T"/haproxy/haproxy.cfg
+sed -i 's/listen 127.0.0.1:\(2608[45]\) ssl;/listen 127.0.0.1:\1 ssl http2;/' "$T"/nginx/nginx.conf
+sed -i 's/^master_process on;/master_process off;/' "$T"/nginx/nginx.conf
+taskset -c 1 $B bench origin --listen 127.0.0.1:27081 --listen 127.0.0.1:27082 >/dev/null 2>&1 & O=$!
+sleep 0.3
+ir() { # target case n -> total Ir
+  local out="$T/cg.$1.$2.$3"
+  case $1 in
+    sy) taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$out" $B run -c "$T"/switchyard/switchyard.toml >/dev/null 2>&1 & ;;
+    hp) taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$out" haproxy -db -f "$T"/haproxy/haproxy.cfg >/dev/null 2>&1 & ;;
+    ng) taskset -c 0 valgrind --tool=callgrind --callgrind-out-file="$out" nginx -c "$T"/nginx/nginx.conf >/dev/null 2>&1 & ;;
+  esac
+  local P=$!
+  for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/26080) 2>/dev/null && break; sleep 0.2; done
+  sleep 1
+  case $2 in
+    ka128) taskset -c 1 h2load --h1 -n "$3" -c 10 http://127.0.0.1:26080/size/128 >/dev/null 2>&1 ;;
+    close128) taskset -c 1 h2load --h1 -n "$3" -c 10 -H "connection: close" http://127.0.0.1:26080/size/128 >/dev/null 2>&1 ;;
+    h2tls1k) taskset -c 1 h2load -n "$3" -c 4 -m 10 https://127.0.0.1:26084/size/1024 >/dev/null 2>&1 ;;
+  esac
+  kill -TERM $P 2>/dev/null
+  if [ "$1" = ng ]; then sleep 1; kill -QUIT $P 2>/dev/null; fi
+  wait $P 2>/dev/null
+  # Sum the totals of every thread's file (valgrind writes one per process).
+  cat "$out"* 2>/dev/null | awk '/^totals:/ {t+=$2} /^summary:/ {s+=$2} END {print (t ? t : s)+0}'
+}
+for t in ${TARGETS:-sy hp ng}; do for c in ${CASES:-ka128 close128 h2tls1k}; do
+  a=$(ir $t $c "$N"); b=$(ir $t $c $((2*N)))
+  echo "$t $c: $(python3 -c "print(round(($b-$a)/$N))") instructions/request (N=$N: $a, 2N: $b)"
+done; done
+kill $O
+rm -rf "$T"
