@@ -10,6 +10,7 @@ pub mod admin;
 pub mod balance;
 pub mod clock;
 pub mod config;
+pub mod fasthash;
 pub mod guard;
 pub mod health;
 pub mod http;

@@ -74,7 +74,7 @@ pub fn build(
     }
 
     let mut vservers = Vec::new();
-    let mut by_listen: HashMap<SocketAddr, Arc<VServer>> = HashMap::new();
+    let mut by_listen: crate::fasthash::FxHashMap<SocketAddr, Arc<VServer>> = Default::default();
     let mut vs_names = HashSet::new();
     let mut listen_owner: HashMap<SocketAddr, String> = HashMap::new();
     if file.vserver.is_empty() {

@@ -4,7 +4,6 @@
 //! atomic swap. Objects that must survive a reload (member health, counters)
 //! are carried over from the previous snapshot by name.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
@@ -26,7 +25,7 @@ pub struct Snapshot {
     pub vservers: Vec<Arc<VServer>>,
     pub pools: Vec<Arc<Pool>>,
     /// Listen address -> virtual server.
-    pub by_listen: HashMap<SocketAddr, Arc<VServer>>,
+    pub by_listen: crate::fasthash::FxHashMap<SocketAddr, Arc<VServer>>,
     /// Things that work but deserve the operator's attention (shown by
     /// `check`, logged at load and reload).
     pub warnings: Vec<super::ConfigError>,

@@ -63,6 +63,14 @@ impl HeadScanner {
         }
         let mut i = self.pos;
         while i < buf.len() {
+            // Only CR, LF and NUL matter: jump to the next one (SIMD).
+            match memchr::memchr3(b'\r', b'\n', 0, &buf[i..]) {
+                Some(k) => i += k,
+                None => {
+                    i = buf.len();
+                    break;
+                }
+            }
             match buf[i] {
                 0 => return Err(bad("NUL byte in the message head")),
                 b'\r' => {
@@ -201,45 +209,59 @@ fn common(raw: &Bytes, parsed: &[httparse::Header]) -> Result<Common, HeadError>
     for h in parsed {
         let name = h.name.as_bytes();
         let value = h.value;
-        if value.iter().any(|b| *b < 0x20 && *b != b'\t' || *b == 0x7f) {
+        // Without a short cut, so it vectorises: most values are clean.
+        let ctl = value.iter().fold(false, |acc, &b| {
+            acc | ((b < 0x20) & (b != b'\t')) | (b == 0x7f)
+        });
+        if ctl {
             return Err(bad("control character in a header value"));
         }
-        if name.eq_ignore_ascii_case(b"content-length") {
-            if c.content_length.is_some() {
-                return Err(bad("several Content-Length fields"));
-            }
-            c.content_length = Some(parse_length(value).ok_or(bad("invalid Content-Length"))?);
-        } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            c.te_present = true;
-            for t in tokens(value) {
-                te_codings += 1;
-                c.te_chunked = t.eq_ignore_ascii_case(b"chunked");
-                te_chunked_count += c.te_chunked as u32;
-            }
-        } else if name.eq_ignore_ascii_case(b"connection") {
-            for t in tokens(value) {
-                if t.eq_ignore_ascii_case(b"close") {
-                    c.close = true;
-                } else if t.eq_ignore_ascii_case(b"keep-alive") {
-                    c.keep_alive_token = true;
-                } else if t.eq_ignore_ascii_case(b"upgrade") {
-                    c.upgrade_token = true;
+        // Dispatch on the length first: most fields are none of these.
+        match name.len() {
+            14 if name.eq_ignore_ascii_case(b"content-length") => {
+                if c.content_length.is_some() {
+                    return Err(bad("several Content-Length fields"));
                 }
-                c.connection_tokens
-                    .push(String::from_utf8_lossy(t).to_ascii_lowercase());
+                c.content_length = Some(parse_length(value).ok_or(bad("invalid Content-Length"))?);
             }
-        } else if name.eq_ignore_ascii_case(b"upgrade") {
-            c.has_upgrade_field = true;
-        } else if name.eq_ignore_ascii_case(b"host") {
-            c.host_count += 1;
-            c.host = Some(range_of(raw, value));
-        } else if name.eq_ignore_ascii_case(b"expect") {
+            17 if name.eq_ignore_ascii_case(b"transfer-encoding") => {
+                c.te_present = true;
+                for t in tokens(value) {
+                    te_codings += 1;
+                    c.te_chunked = t.eq_ignore_ascii_case(b"chunked");
+                    te_chunked_count += c.te_chunked as u32;
+                }
+            }
+            10 if name.eq_ignore_ascii_case(b"connection") => {
+                for t in tokens(value) {
+                    if t.eq_ignore_ascii_case(b"close") {
+                        c.close = true;
+                    } else if t.eq_ignore_ascii_case(b"keep-alive") {
+                        // Hop-by-hop already: no need to remember it.
+                        c.keep_alive_token = true;
+                        continue;
+                    } else if t.eq_ignore_ascii_case(b"upgrade") {
+                        c.upgrade_token = true;
+                        continue;
+                    }
+                    c.connection_tokens
+                        .push(String::from_utf8_lossy(t).to_ascii_lowercase());
+                }
+            }
+            7 if name.eq_ignore_ascii_case(b"upgrade") => c.has_upgrade_field = true,
+            4 if name.eq_ignore_ascii_case(b"host") => {
+                c.host_count += 1;
+                c.host = Some(range_of(raw, value));
+            }
             // The last one decides; any but 100-continue is refused.
-            if c.expect.is_none_or(|(a, b)| {
-                raw[a as usize..b as usize].eq_ignore_ascii_case(b"100-continue")
-            }) {
+            6 if name.eq_ignore_ascii_case(b"expect")
+                && c.expect.is_none_or(|(a, b)| {
+                    raw[a as usize..b as usize].eq_ignore_ascii_case(b"100-continue")
+                }) =>
+            {
                 c.expect = Some(range_of(raw, value));
             }
+            _ => {}
         }
         c.fields
             .push_span(range_of(raw, name), range_of(raw, value));

@@ -160,6 +160,9 @@ impl ClientSide for H1Client<'_> {
             || x.timers.is_draining();
         self.close |= close;
         self.stage.clear();
+        // Room for the head and a small body: one allocation, not a
+        // doubling per field.
+        self.stage.reserve(2048);
         let cf = ClientFraming {
             chunked,
             close,

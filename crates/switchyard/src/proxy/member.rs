@@ -10,7 +10,7 @@
 //! Runs on the owning worker only (`RefCell`, no locks).
 
 use std::cell::RefCell;
-use std::collections::HashMap;
+
 use std::future::poll_fn;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,6 +22,7 @@ use h2::{Reason, RecvStream, SendStream};
 use super::upstream::{self, ConnectError};
 use crate::balance::MemberState;
 use crate::config::snapshot::Member;
+use crate::fasthash::FxHashMap;
 use crate::http::body::{BodyError, Sink};
 use crate::http::h2conv::{trailers_from_h2, trailers_to_h2};
 use crate::http::message::Fields;
@@ -31,7 +32,7 @@ use crate::tls::upstream::UpstreamTls;
 /// The worker's HTTP/2 connections to members, by member.
 #[derive(Default)]
 pub struct H2Conns {
-    conns: RefCell<HashMap<usize, H2Conn>>,
+    conns: RefCell<FxHashMap<usize, H2Conn>>,
 }
 
 struct H2Conn {

@@ -198,13 +198,7 @@ fn forwarding_fields(
     };
     // Formatted on the stack: no allocation per request for the address.
     let mut ip_buf = [0u8; 48];
-    let ip_s = {
-        use std::io::Write;
-        let mut cur = std::io::Cursor::new(&mut ip_buf[..]);
-        let _ = write!(cur, "{ip}");
-        let n = cur.position() as usize;
-        &ip_buf[..n]
-    };
+    let ip_s = format_ip(ip, &mut ip_buf);
     f.append_with(b"x-forwarded-for", |v| {
         if let Some(prev) = xff {
             v.extend_from_slice(prev);
@@ -234,6 +228,40 @@ fn forwarding_fields(
             v.push(b'"');
         }
     });
+}
+
+/// An address as text, IPv4 without the formatting machinery (it is on
+/// every request).
+fn format_ip(ip: IpAddr, buf: &mut [u8; 48]) -> &[u8] {
+    match ip {
+        IpAddr::V4(v4) => {
+            let mut n = 0;
+            for (i, o) in v4.octets().iter().enumerate() {
+                if i > 0 {
+                    buf[n] = b'.';
+                    n += 1;
+                }
+                if *o >= 100 {
+                    buf[n] = b'0' + o / 100;
+                    n += 1;
+                }
+                if *o >= 10 {
+                    buf[n] = b'0' + o / 10 % 10;
+                    n += 1;
+                }
+                buf[n] = b'0' + o % 10;
+                n += 1;
+            }
+            &buf[..n]
+        }
+        IpAddr::V6(_) => {
+            use std::io::Write;
+            let mut cur = std::io::Cursor::new(&mut buf[..]);
+            let _ = write!(cur, "{ip}");
+            let n = cur.position() as usize;
+            &buf[..n]
+        }
+    }
 }
 
 /// Edits apply in order (virtual server, then matching policies): each
@@ -269,5 +297,27 @@ impl Hooks for AccessLog {
             pool.members[i].label(&pool.name),
             x.started.elapsed().as_micros()
         ));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_format_like_display() {
+        for a in [
+            "0.0.0.0",
+            "1.2.3.4",
+            "10.20.30.40",
+            "127.0.0.1",
+            "255.255.255.255",
+            "::1",
+            "2001:db8::7",
+        ] {
+            let ip: IpAddr = a.parse().unwrap();
+            let mut buf = [0u8; 48];
+            assert_eq!(format_ip(ip, &mut buf), ip.to_string().as_bytes());
+        }
     }
 }

@@ -9,7 +9,7 @@
 //! pooled and reused exactly like a plain one.
 
 use std::cell::RefCell;
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::io;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -25,6 +25,7 @@ use tokio_rustls::TlsConnector;
 
 use crate::balance::MemberState;
 use crate::config::snapshot::Member;
+use crate::fasthash::FxHashMap;
 use crate::stats::{self, MemberCounters, Sharded};
 use crate::tls::upstream::{handshake_error, UpstreamTls};
 
@@ -135,7 +136,7 @@ pub struct IdlePool {
     /// reloads, so pooled connections do too. Each entry holds that state
     /// (`MemberConns::_state`): while connections are pooled the address
     /// cannot be freed and handed to another member by a later reload.
-    idle: RefCell<HashMap<usize, MemberConns>>,
+    idle: RefCell<FxHashMap<usize, MemberConns>>,
     last_purge: std::cell::Cell<Option<Instant>>,
 }
 
