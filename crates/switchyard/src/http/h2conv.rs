@@ -228,19 +228,12 @@ pub fn request_to_h2(req: &Request, default_authority: &str) -> Option<http::Req
         .uri(uri)
         .body(())
         .ok()?;
-    let h = r.headers_mut();
-    for (name, value) in req.head.fields.iter() {
-        if name.eq_ignore_ascii_case(b"host") || req.head.is_connection_field(name) {
-            continue;
-        }
-        h.append(
-            http::HeaderName::from_bytes(name).ok()?,
-            http::HeaderValue::from_bytes(value).ok()?,
-        );
-    }
+    let mut h = h2_fields(&req.head)?;
+    h.remove(http::header::HOST);
     if req.te_trailers {
         h.insert(http::header::TE, http::HeaderValue::from_static("trailers"));
     }
+    *r.headers_mut() = h;
     Some(r)
 }
 
@@ -250,17 +243,24 @@ pub fn response_to_h2(resp: &Response) -> Option<http::Response<()>> {
         .status(resp.status)
         .body(())
         .ok()?;
-    let h = r.headers_mut();
-    for (name, value) in resp.head.fields.iter() {
-        if resp.head.is_connection_field(name) {
+    *r.headers_mut() = h2_fields(&resp.head)?;
+    Some(r)
+}
+
+/// A head's fields as an HTTP/2 header map, minus connection-specific
+/// ones. Values are shared with the received head, not copied.
+fn h2_fields(head: &Head) -> Option<http::HeaderMap> {
+    let mut h = http::HeaderMap::with_capacity(head.fields.len());
+    for (name, value) in head.fields.iter_shared() {
+        if head.is_connection_field(name) {
             continue;
         }
         h.append(
             http::HeaderName::from_bytes(name).ok()?,
-            http::HeaderValue::from_bytes(value).ok()?,
+            http::HeaderValue::from_maybe_shared(value).ok()?,
         );
     }
-    Some(r)
+    Some(h)
 }
 
 /// Trailer fields for HTTP/2 (those it can carry).

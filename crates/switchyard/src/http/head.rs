@@ -475,9 +475,16 @@ pub fn parse_response(
     max_headers: usize,
     request_method: Method,
 ) -> Result<Response, HeadError> {
-    let mut hbuf = [httparse::EMPTY_HEADER; MAX_HEADERS_CAP];
-    let mut resp = httparse::Response::new(&mut hbuf[..max_headers.clamp(1, MAX_HEADERS_CAP)]);
-    match resp.parse(&raw) {
+    // Uninitialised slots, as for requests: filling 256 empty headers
+    // costs more than parsing a typical head.
+    let mut slots = header_slots();
+    let mut resp = httparse::Response::new(&mut []);
+    let parsed = httparse::ParserConfig::default().parse_response_with_uninit_headers(
+        &mut resp,
+        &raw,
+        &mut slots[..max_headers.clamp(1, MAX_HEADERS_CAP)],
+    );
+    match parsed {
         Ok(httparse::Status::Complete(_)) => {}
         Ok(httparse::Status::Partial) => return Err(bad("incomplete response head")),
         Err(e) => return Err(map_parse_error(e)),

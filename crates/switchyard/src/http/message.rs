@@ -209,6 +209,24 @@ impl Fields {
             .map(|f| (self.bytes(f.owned, f.name), self.bytes(f.owned, f.value)))
     }
 
+    /// Every field with its value as shared bytes: a slice of the received
+    /// head where it came from there (no copy), else a slice of one copy
+    /// of the edited fields. For handing values to the `http` crate.
+    pub fn iter_shared(&self) -> impl Iterator<Item = (&[u8], Bytes)> + '_ {
+        let owned = if self.list.iter().any(|f| f.owned) {
+            Bytes::copy_from_slice(&self.owned)
+        } else {
+            Bytes::new()
+        };
+        self.list.iter().map(move |f| {
+            let src = if f.owned { &owned } else { &self.raw };
+            (
+                self.bytes(f.owned, f.name),
+                src.slice(f.value.0 as usize..f.value.1 as usize),
+            )
+        })
+    }
+
     /// First value of a field (names are case-insensitive).
     pub fn get(&self, name: &str) -> Option<&[u8]> {
         self.iter()
