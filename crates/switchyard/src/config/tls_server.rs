@@ -36,6 +36,34 @@ pub(super) fn version(name: &str) -> Option<&'static SupportedProtocolVersion> {
     }
 }
 
+/// The configured protocol versions (both when none are given).
+pub(super) fn versions(
+    list: Option<&Spanned<Vec<Spanned<String>>>>,
+    what: &str,
+    problems: &mut Vec<Problem>,
+) -> Vec<&'static SupportedProtocolVersion> {
+    let Some(list) = list else {
+        return vec![&rustls::version::TLS13, &rustls::version::TLS12];
+    };
+    let mut out = Vec::new();
+    for v in list.get_ref() {
+        match version(v.get_ref()) {
+            Some(v) => out.push(v),
+            None => problems.push((
+                v.span(),
+                format!(
+                    "{what}: unknown TLS version {:?}; allowed: \"1.2\", \"1.3\"",
+                    v.get_ref()
+                ),
+            )),
+        }
+    }
+    if list.get_ref().is_empty() {
+        problems.push((list.span(), format!("{what}: versions is empty")));
+    }
+    out
+}
+
 /// rustls names TLS 1.3 suites "TLS13_*"; the IANA names ("TLS_AES_*",
 /// "TLS_CHACHA20_*") that OpenSSL and curl use are accepted too.
 fn suite_name_matches(configured: &str, rustls_name: &str) -> bool {
@@ -177,27 +205,7 @@ pub fn build(
     let mut problems = Vec::new();
     let provider = Arc::new(provider(t, what, &mut problems));
 
-    let mut versions = Vec::new();
-    match &t.versions {
-        None => versions = vec![&rustls::version::TLS13, &rustls::version::TLS12],
-        Some(list) => {
-            for v in list.get_ref() {
-                match version(v.get_ref()) {
-                    Some(v) => versions.push(v),
-                    None => problems.push((
-                        v.span(),
-                        format!(
-                            "{what}: unknown TLS version {:?}; allowed: \"1.2\", \"1.3\"",
-                            v.get_ref()
-                        ),
-                    )),
-                }
-            }
-            if list.get_ref().is_empty() {
-                problems.push((list.span(), format!("{what}: versions is empty")));
-            }
-        }
-    }
+    let versions = versions(t.versions.as_ref(), what, &mut problems);
 
     let store = match load_certs(&t.certificates, base, what, &provider) {
         Ok(s) => Some(s),

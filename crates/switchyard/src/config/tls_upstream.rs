@@ -15,7 +15,7 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 use super::model;
-use super::tls_server::{read, read_certs, version, Problem};
+use super::tls_server::{read, read_certs, versions, Problem};
 use crate::tls::upstream::{AcceptAnyCertificate, UpstreamTls};
 use crate::tls::{format_time, x509};
 
@@ -190,27 +190,7 @@ pub fn build(
     let verify = t.verify.as_ref().map(|v| *v.get_ref()).unwrap_or(true);
     inputs.push(tagged(b"verify:", &[u8::from(verify)]));
 
-    let mut versions = Vec::new();
-    match &t.versions {
-        None => versions = vec![&rustls::version::TLS13, &rustls::version::TLS12],
-        Some(list) => {
-            for v in list.get_ref() {
-                match version(v.get_ref()) {
-                    Some(v) => versions.push(v),
-                    None => problems.push((
-                        v.span(),
-                        format!(
-                            "{what}: unknown TLS version {:?}; allowed: \"1.2\", \"1.3\"",
-                            v.get_ref()
-                        ),
-                    )),
-                }
-            }
-            if list.get_ref().is_empty() {
-                problems.push((list.span(), format!("{what}: versions is empty")));
-            }
-        }
-    }
+    let versions = versions(t.versions.as_ref(), &what, &mut problems);
     for v in &versions {
         inputs.push(tagged(b"version:", format!("{:?}", v.version).as_bytes()));
     }

@@ -111,17 +111,6 @@ fn query_matches(q: &NameValueMatch, query: &[u8]) -> bool {
     })
 }
 
-/// The value of a cookie in the request's Cookie fields.
-pub fn cookie<'r>(req: &'r Request, name: &str) -> Option<&'r [u8]> {
-    req.head.all("cookie").find_map(|v| {
-        v.split(|b| *b == b';').find_map(|kv| {
-            let kv = kv.trim_ascii_start();
-            let i = kv.iter().position(|b| *b == b'=')?;
-            (&kv[..i] == name.as_bytes()).then(|| &kv[i + 1..])
-        })
-    })
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
