@@ -213,7 +213,13 @@ impl IdlePool {
     pub fn sweep(&self) {
         let mut idle = self.idle.borrow_mut();
         let now = Instant::now();
-        let last = *self.last_purge.get().get_or_insert(now);
+        let last = match self.last_purge.get() {
+            Some(last) => last,
+            None => {
+                self.last_purge.set(Some(now));
+                now
+            }
+        };
         if now.duration_since(last) >= PURGE_PERIOD {
             self.last_purge.set(Some(now));
             for e in idle.values_mut() {
