@@ -190,7 +190,7 @@ pub fn build(
     let verify = t.verify.as_ref().map(|v| *v.get_ref()).unwrap_or(true);
     inputs.push(tagged(b"verify:", &[u8::from(verify)]));
 
-    let versions = versions(t.versions.as_ref(), &what, &mut problems);
+    let versions = versions(t.versions.as_ref(), what, &mut problems);
     for v in &versions {
         inputs.push(tagged(b"version:", format!("{:?}", v.version).as_bytes()));
     }

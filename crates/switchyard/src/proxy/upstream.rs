@@ -211,8 +211,11 @@ impl IdlePool {
 
     /// Closes connections past their idle timeout, or closed by the member.
     pub fn sweep(&self) {
+        self.sweep_at(Instant::now());
+    }
+
+    fn sweep_at(&self, now: Instant) {
         let mut idle = self.idle.borrow_mut();
-        let now = Instant::now();
         let last = match self.last_purge.get() {
             Some(last) => last,
             None => {
@@ -461,6 +464,19 @@ mod tests {
                 purge_spares(q, later);
                 assert_eq!(q.len(), 0);
             }
+            // Through sweep: the first call starts a period, one a whole
+            // period later halves what stayed idle through it.
+            for _ in 0..2 {
+                let c = connect(&m, None, Duration::from_secs(1)).await.unwrap();
+                accepted.push(l.accept().await.unwrap());
+                pool.put(&m, c, 8, Duration::from_secs(60));
+            }
+            let t0 = Instant::now();
+            pool.sweep_at(t0);
+            assert_eq!(pool.count(&m), 2);
+            pool.sweep_at(t0 + PURGE_PERIOD + Duration::from_millis(1));
+            assert_eq!(pool.count(&m), 1);
+            pool.clear();
             // A connection parked after the period started is no spare.
             let c = connect(&m, None, Duration::from_secs(1)).await.unwrap();
             accepted.push(l.accept().await.unwrap());
