@@ -7,7 +7,7 @@
 # Cases: keep-alive 128 B (wrk -c 50), one request per connection 128 B
 # (wrk -c 50 with "Connection: close"), keep-alive 1 KB (wrk -c 20).
 set -u
-W=${1:?usage: cpu-per-request.sh REPORT_DIR/work [rounds]}
+W=$(realpath "${1:?usage: cpu-per-request.sh REPORT_DIR/work [rounds]}")
 ROUNDS=${2:-3}
 B=${SWITCHYARD:-target/release/switchyard}
 D=${SECONDS_PER_RUN:-8}
@@ -38,7 +38,7 @@ run_case() { # target case
   err=$(echo "$out" | sed -n 's/.*Non-2xx or 3xx responses: *\([0-9]*\).*/\1/p')
   echo "round $3 $1 $2: $rps req/s, $n requests, errors ${err:-0}, DUT CPU $(python3 -c "print(round(($c1-$c0)*10000/max(1,${n:-0}),2))") us/request"
 }
-for round in $(seq "$ROUNDS"); do for t in sy hp ng; do
+for round in $(seq "$ROUNDS"); do for t in ${TARGETS:-sy hp ng}; do
   start $t
   for c in ${CASES:-ka128 close128 ka1k}; do run_case $t $c $round; done
   stop $t
