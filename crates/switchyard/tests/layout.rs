@@ -1,0 +1,182 @@
+//! The architecture's rules, checked on the source itself (docs/internals.md):
+//! no module imports one that imports it back (between top-level modules,
+//! and between the files of `proxy/`), and no file in `proxy/` grows past
+//! about 800 lines.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+fn src() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+fn rs_files(dir: &Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).expect("read src dir").flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(rs_files(&p));
+        } else if p.extension().is_some_and(|x| x == "rs") {
+            out.push(p);
+        }
+    }
+    out
+}
+
+/// The code of a file without its `#[cfg(test)]` module (tests may reach
+/// anywhere) and without comments.
+fn code(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).expect("read source");
+    let text = match text.find("#[cfg(test)]\nmod ") {
+        Some(i) => &text[..i],
+        None => &text[..],
+    };
+    text.lines()
+        .filter(|l| !l.trim_start().starts_with("//"))
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// Names following `prefix` (`crate::` or `super::`), including those in
+/// `prefix{a, b::c}` groups.
+fn refs(code: &str, prefix: &str) -> BTreeSet<String> {
+    let mut out = BTreeSet::new();
+    let mut rest = code;
+    while let Some(i) = rest.find(prefix) {
+        rest = &rest[i + prefix.len()..];
+        if let Some(group) = rest.strip_prefix('{') {
+            let end = group.find('}').unwrap_or(group.len());
+            for item in group[..end].split(',') {
+                let name: String = item
+                    .trim()
+                    .chars()
+                    .take_while(|c| c.is_alphanumeric() || *c == '_')
+                    .collect();
+                if !name.is_empty() {
+                    out.insert(name);
+                }
+            }
+        } else {
+            let name: String = rest
+                .chars()
+                .take_while(|c| c.is_alphanumeric() || *c == '_')
+                .collect();
+            if !name.is_empty() {
+                out.insert(name);
+            }
+        }
+    }
+    out
+}
+
+/// A cycle in `graph`, if there is one.
+fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    fn visit(
+        n: &str,
+        graph: &BTreeMap<String, BTreeSet<String>>,
+        path: &mut Vec<String>,
+        done: &mut BTreeSet<String>,
+    ) -> Option<Vec<String>> {
+        if let Some(i) = path.iter().position(|p| p == n) {
+            let mut c = path[i..].to_vec();
+            c.push(n.to_string());
+            return Some(c);
+        }
+        if done.contains(n) {
+            return None;
+        }
+        path.push(n.to_string());
+        for d in graph.get(n).into_iter().flatten() {
+            if let Some(c) = visit(d, graph, path, done) {
+                return Some(c);
+            }
+        }
+        path.pop();
+        done.insert(n.to_string());
+        None
+    }
+    let mut done = BTreeSet::new();
+    for n in graph.keys() {
+        if let Some(c) = visit(n, graph, &mut Vec::new(), &mut done) {
+            return Some(c);
+        }
+    }
+    None
+}
+
+#[test]
+fn top_level_modules_do_not_import_each_other_back() {
+    let root = src();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in rs_files(&root) {
+        let rel = f.strip_prefix(&root).expect("under src");
+        let module = match rel.components().next() {
+            Some(c) => c
+                .as_os_str()
+                .to_string_lossy()
+                .trim_end_matches(".rs")
+                .to_string(),
+            None => continue,
+        };
+        if module == "main" || module == "lib" {
+            continue;
+        }
+        let deps = graph.entry(module.clone()).or_default();
+        for d in refs(&code(&f), "crate::") {
+            if d != module && (root.join(&d).is_dir() || root.join(format!("{d}.rs")).is_file()) {
+                deps.insert(d);
+            }
+        }
+    }
+    assert!(graph.contains_key("proxy") && graph.contains_key("config"));
+    if let Some(c) = cycle(&graph) {
+        panic!("import loop between modules: {}", c.join(" -> "));
+    }
+}
+
+#[test]
+fn proxy_files_form_a_tree_and_stay_small() {
+    let dir = src().join("proxy");
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in rs_files(&dir) {
+        let name = f
+            .file_stem()
+            .expect("file name")
+            .to_string_lossy()
+            .to_string();
+        let lines = std::fs::read_to_string(&f).expect("read").lines().count();
+        assert!(
+            lines <= 800,
+            "{} has {lines} lines (at most about 800)",
+            f.display()
+        );
+        if name == "mod" {
+            // mod.rs only declares the files and re-exports.
+            continue;
+        }
+        let deps = graph.entry(name.clone()).or_default();
+        for d in refs(&code(&f), "super::") {
+            if d != name && dir.join(format!("{d}.rs")).is_file() {
+                deps.insert(d);
+            }
+        }
+    }
+    assert!(graph.len() > 10, "proxy/ files found: {:?}", graph.keys());
+    if let Some(c) = cycle(&graph) {
+        panic!("import loop between proxy files: {}", c.join(" -> "));
+    }
+}
+
+#[test]
+fn a_loop_is_found() {
+    let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    g.entry("a".into()).or_default().insert("b".into());
+    g.entry("b".into()).or_default().insert("c".into());
+    assert!(cycle(&g).is_none());
+    g.entry("c".into()).or_default().insert("a".into());
+    assert_eq!(cycle(&g).map(|c| c.len()), Some(4));
+    assert_eq!(
+        refs("use super::{a, b::C};\nuse super::d::E;", "super::"),
+        ["a", "b", "d"].iter().map(|s| s.to_string()).collect()
+    );
+}
