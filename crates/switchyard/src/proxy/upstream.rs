@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
+use tokio::sync::oneshot;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
@@ -138,6 +139,13 @@ pub struct IdlePool {
     /// cannot be freed and handed to another member by a later reload.
     idle: RefCell<FxHashMap<usize, MemberConns>>,
     last_purge: std::cell::Cell<Option<Instant>>,
+    /// Requests that found no idle connection and are connecting: the next
+    /// connection released to that member goes to the oldest of them
+    /// instead of the pool (`put`), whichever comes first, that or their
+    /// own connect. A burst then opens fewer connections than it has
+    /// requests, and waits no longer than a connect. A waiter's request
+    /// holds its snapshot, hence the member: the address cannot be reused.
+    waiters: RefCell<FxHashMap<usize, VecDeque<oneshot::Sender<UpConn>>>>,
 }
 
 #[derive(Default)]
@@ -172,9 +180,13 @@ impl IdlePool {
 
     /// Parks a connection whose last exchange ended cleanly, for at most `idle_timeout`.
     pub fn put(&self, m: &Member, conn: UpConn, max_idle: usize, idle_timeout: Duration) {
+        // No reuse at all with idle_per_member = 0.
         if max_idle == 0 || !conn.buf.is_empty() {
             return;
         }
+        let Some(conn) = self.hand_over(m, conn) else {
+            return;
+        };
         let mut idle = self.idle.borrow_mut();
         let entry = idle.entry(key(m)).or_default();
         entry._state.get_or_insert_with(|| m.state.clone());
@@ -197,6 +209,36 @@ impl IdlePool {
             expires: now + idle_timeout,
             since: now,
         });
+    }
+
+    /// Gives `conn` to the oldest request still waiting for a connection to
+    /// `m`; returns it when none is.
+    fn hand_over(&self, m: &Member, mut conn: UpConn) -> Option<UpConn> {
+        let mut waiters = self.waiters.borrow_mut();
+        let Some(q) = waiters.get_mut(&key(m)) else {
+            return Some(conn);
+        };
+        while let Some(tx) = q.pop_front() {
+            match tx.send(conn) {
+                Ok(()) => return None,
+                // That request connected first and went on.
+                Err(c) => conn = c,
+            }
+        }
+        waiters.remove(&key(m));
+        Some(conn)
+    }
+
+    /// A receiver for the next connection to `m` released on this worker
+    /// (see `hand_over`); a request races it against its own connect.
+    pub fn wait_release(&self, m: &Member) -> oneshot::Receiver<UpConn> {
+        let (tx, rx) = oneshot::channel();
+        self.waiters
+            .borrow_mut()
+            .entry(key(m))
+            .or_default()
+            .push_back(tx);
+        rx
     }
 
     /// Drops every idle connection to `m` (one turned out stale: the member
@@ -239,6 +281,11 @@ impl IdlePool {
             });
         }
         idle.retain(|_, e| !e.q.is_empty());
+        // Waiters whose request went on without a handed connection.
+        self.waiters.borrow_mut().retain(|_, q| {
+            q.retain(|tx| !tx.is_closed());
+            !q.is_empty()
+        });
     }
 
     /// Idle connections to `m` on this worker.
@@ -248,6 +295,7 @@ impl IdlePool {
 
     /// Closes every idle connection (shutdown).
     pub fn clear(&self) {
+        self.waiters.borrow_mut().clear();
         let mut idle = self.idle.borrow_mut();
         for (_, e) in idle.drain() {
             for old in e.q {
@@ -476,6 +524,19 @@ mod tests {
             assert_eq!(pool.count(&m), 2);
             pool.sweep_at(t0 + PURGE_PERIOD + Duration::from_millis(1));
             assert_eq!(pool.count(&m), 1);
+            pool.clear();
+            // A released connection goes to a waiting request, not the pool;
+            // a waiter that went on (dropped) is passed over.
+            let gone = pool.wait_release(&m);
+            let waiting = pool.wait_release(&m);
+            drop(gone);
+            let c = connect(&m, None, Duration::from_secs(1)).await.unwrap();
+            accepted.push(l.accept().await.unwrap());
+            pool.put(&m, c, 8, Duration::from_secs(60));
+            assert_eq!(pool.count(&m), 0);
+            let handed = waiting.await.expect("handed over");
+            pool.put(&m, handed, 8, Duration::from_secs(60));
+            assert_eq!(pool.count(&m), 1, "no waiter left: pooled");
             pool.clear();
             // A connection parked after the period started is no spare.
             let c = connect(&m, None, Duration::from_secs(1)).await.unwrap();
