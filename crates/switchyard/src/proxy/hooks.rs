@@ -70,6 +70,15 @@ pub trait Hooks {
         Verdict::Continue
     }
 
+    /// True when this stage overrides `on_request_body`. An HTTP/2 client's
+    /// stream to an h2 member then sends its whole body before the
+    /// response is read (as a WAF buffers it), instead of both directions
+    /// at once: the hooks see every piece of every request body, whatever
+    /// the protocols.
+    fn wants_request_body(&self) -> bool {
+        false
+    }
+
     /// The member's final response head (not 1xx). May edit it (header
     /// edits, persistence cookie), decide to transform the body (then
     /// remove Content-Length: the body is re-framed as chunked or HTTP/2
@@ -116,6 +125,10 @@ impl<A: Hooks, B: Hooks> Hooks for (A, B) {
             Verdict::Continue => self.1.on_request_body(x, data),
             answer => answer,
         }
+    }
+
+    fn wants_request_body(&self) -> bool {
+        self.0.wants_request_body() || self.1.wants_request_body()
     }
 
     fn on_response_head(&mut self, x: &mut Exchange<'_>, resp: &mut Response) {
@@ -246,5 +259,14 @@ mod tests {
             Verdict::Respond(_)
         ));
         assert_eq!(hooks.1 .0, 1);
+        assert!(!hooks.wants_request_body());
+        assert!((Upper, Inspecting).wants_request_body());
+    }
+
+    struct Inspecting;
+    impl Hooks for Inspecting {
+        fn wants_request_body(&self) -> bool {
+            true
+        }
     }
 }

@@ -35,7 +35,9 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
     let end = req.head.framing == Framing::None;
     let (resp_fut, send) = open_stream(x, req, a, end).await?;
     let mut upload = H2Sink::new(send);
-    if let Some(body) = (!end).then(|| client.take_h2_body()).flatten() {
+    // Both directions at once unless a stage inspects request bodies.
+    let both_ways = !end && !hooks.wants_request_body();
+    if let Some(body) = both_ways.then(|| client.take_h2_body()).flatten() {
         return bidirectional(x, hooks, client, req, a, resp_fut, body, upload).await;
     }
     if !end {
@@ -120,9 +122,9 @@ async fn open_stream(
 }
 
 /// HTTP/2 on both sides: request DATA and trailers flow while the response
-/// comes back (gRPC bidirectional streaming).
-// TODO(waf): this path bypasses on_request_body (the hooks are busy with
-// the response); a body-inspecting stage must buffer the request first.
+/// comes back (gRPC bidirectional streaming). Taken only when no stage
+/// inspects request bodies (`Hooks::wants_request_body`): the hooks are
+/// busy with the response meanwhile.
 #[allow(clippy::too_many_arguments)]
 async fn bidirectional<C: ClientSide, H: Hooks>(
     x: &mut Exchange<'_>,
