@@ -19,6 +19,7 @@ use std::time::Duration;
 use tokio::net::TcpStream;
 
 use super::conn::{Client, ConnGuard};
+use super::stream::ClientStream;
 use crate::clock::now_ms;
 
 /// How often deadlines are checked: idle timeouts are this coarse.
@@ -227,6 +228,33 @@ pub struct Parked {
     pub deadline_ms: u64,
 }
 
+/// What a slot of the lot holds. A plain TCP connection leaves tokio while
+/// it waits (`into_std` frees its 256-byte registration) and is watched by
+/// the lot's own epoll as a bare descriptor: an idle connection then costs
+/// its slot and the kernel's socket, nothing more. A TLS connection keeps
+/// its session and waits on tokio's readiness with a slot waker.
+enum Stored {
+    Tokio(Parked),
+    Fd(ParkedFd),
+}
+
+struct ParkedFd {
+    tcp: std::net::TcpStream,
+    peer: std::net::SocketAddr,
+    listen: std::net::SocketAddr,
+    guard: ConnGuard,
+    deadline_ms: u64,
+}
+
+impl Stored {
+    fn deadline_ms(&self) -> u64 {
+        match self {
+            Stored::Tokio(p) => p.deadline_ms,
+            Stored::Fd(p) => p.deadline_ms,
+        }
+    }
+}
+
 /// Wake-ups from the I/O driver, by slot. Only the owning worker's runtime
 /// ever wakes these (current-thread), so the mutexes never contend; they
 /// are there because a `Waker` must be `Send + Sync`.
@@ -258,11 +286,44 @@ impl std::task::Wake for SlotWake {
 
 #[derive(Default)]
 pub struct ParkingLot {
-    parked: RefCell<Vec<Option<Parked>>>,
-    /// One waker per slot, made once and reused with the slot.
-    wakers: RefCell<Vec<Waker>>,
+    parked: RefCell<Vec<Option<Stored>>>,
+    /// A waker per slot a TLS connection used, made once and reused.
+    wakers: RefCell<Vec<Option<Waker>>>,
     free: RefCell<Vec<usize>>,
     shared: std::sync::Arc<ParkShared>,
+    /// The lot's epoll for parked plain connections (made on first use,
+    /// inside the worker's runtime); its own readiness is tokio's.
+    epoll: std::cell::OnceCell<Option<super::lot_epoll::LotEpoll>>,
+}
+
+impl ParkingLot {
+    fn slot(&self) -> usize {
+        if let Some(i) = self.free.borrow_mut().pop() {
+            return i;
+        }
+        let mut parked = self.parked.borrow_mut();
+        parked.push(None);
+        self.wakers.borrow_mut().push(None);
+        parked.len() - 1
+    }
+
+    fn waker(&self, slot: usize) -> Waker {
+        let mut wakers = self.wakers.borrow_mut();
+        wakers[slot]
+            .get_or_insert_with(|| {
+                Waker::from(std::sync::Arc::new(SlotWake {
+                    slot,
+                    shared: self.shared.clone(),
+                }))
+            })
+            .clone()
+    }
+
+    fn epoll(&self) -> Option<&super::lot_epoll::LotEpoll> {
+        self.epoll
+            .get_or_init(|| super::lot_epoll::LotEpoll::new().ok())
+            .as_ref()
+    }
 }
 
 impl IdleWatch {
@@ -271,22 +332,22 @@ impl IdleWatch {
     #[allow(clippy::result_large_err)] // the connection itself comes back
     pub fn park(&self, p: Parked) -> Result<(), Parked> {
         let lot = &self.lot;
-        let slot = match lot.free.borrow_mut().pop() {
-            Some(i) => i,
-            None => {
-                let mut parked = lot.parked.borrow_mut();
-                parked.push(None);
-                let i = parked.len() - 1;
-                lot.wakers
-                    .borrow_mut()
-                    .push(Waker::from(std::sync::Arc::new(SlotWake {
-                        slot: i,
-                        shared: lot.shared.clone(),
-                    })));
-                i
-            }
+        let slot = lot.slot();
+        let p = match (p.client.stream.is_tls(), lot.epoll()) {
+            (false, Some(ep)) => match park_fd(ep, p, slot) {
+                FdPark::Parked(fd) => {
+                    lot.parked.borrow_mut()[slot] = Some(Stored::Fd(fd));
+                    return Ok(());
+                }
+                FdPark::Closed => {
+                    lot.free.borrow_mut().push(slot);
+                    return Ok(());
+                }
+                FdPark::Back(p) => p,
+            },
+            _ => p,
         };
-        let waker = lot.wakers.borrow()[slot].clone();
+        let waker = lot.waker(slot);
         if p.client
             .stream
             .tcp()
@@ -296,7 +357,7 @@ impl IdleWatch {
             lot.free.borrow_mut().push(slot);
             return Err(p);
         }
-        lot.parked.borrow_mut()[slot] = Some(p);
+        lot.parked.borrow_mut()[slot] = Some(Stored::Tokio(p));
         Ok(())
     }
 
@@ -308,17 +369,31 @@ impl IdleWatch {
             if let Ok(mut w) = lot.shared.lot_task.lock() {
                 *w = Some(cx.waker().clone());
             }
+            let mut out = Vec::new();
+            if let Some(ep) = lot.epoll() {
+                for slot in ep.poll_ready(cx) {
+                    let taken =
+                        lot.parked.borrow_mut().get_mut(slot).and_then(|s| {
+                            matches!(s, Some(Stored::Fd(_))).then(|| s.take()).flatten()
+                        });
+                    if let Some(Stored::Fd(fd)) = taken {
+                        lot.free.borrow_mut().push(slot);
+                        if let Some(p) = resume_fd(ep, fd) {
+                            out.push(p);
+                        }
+                    }
+                }
+            }
             let ready: Vec<usize> = match lot.shared.ready.lock() {
                 Ok(mut r) => std::mem::take(&mut *r),
                 Err(_) => Vec::new(),
             };
-            let mut out = Vec::new();
             for slot in ready {
                 let mut parked = lot.parked.borrow_mut();
-                let Some(p) = parked.get(slot).and_then(|p| p.as_ref()) else {
+                let Some(Some(Stored::Tokio(p))) = parked.get(slot) else {
                     continue;
                 };
-                let waker = lot.wakers.borrow()[slot].clone();
+                let waker = lot.waker(slot);
                 // A wake-up for a slot reused since is spurious: check.
                 if p.client
                     .stream
@@ -326,7 +401,7 @@ impl IdleWatch {
                     .poll_read_ready(&mut Context::from_waker(&waker))
                     .is_ready()
                 {
-                    if let Some(p) = parked[slot].take() {
+                    if let Some(Stored::Tokio(p)) = parked[slot].take() {
                         out.push(p);
                     }
                     lot.free.borrow_mut().push(slot);
@@ -346,12 +421,13 @@ impl IdleWatch {
         let now = now_ms();
         let lot = &self.lot;
         // Dropping a connection runs its guard, which must not find the lot
-        // borrowed: collect first, drop after.
+        // borrowed: collect first, drop after. A closed descriptor leaves
+        // the lot's epoll by itself.
         let mut closed = Vec::new();
         {
             let mut parked = lot.parked.borrow_mut();
             for (i, p) in parked.iter_mut().enumerate() {
-                if p.as_ref().is_some_and(|p| all || p.deadline_ms <= now) {
+                if p.as_ref().is_some_and(|p| all || p.deadline_ms() <= now) {
                     closed.push(p.take());
                     lot.free.borrow_mut().push(i);
                 }
@@ -369,4 +445,77 @@ impl IdleWatch {
             .filter(|p| p.is_some())
             .count()
     }
+}
+
+/// What became of a connection offered to the lot's epoll.
+enum FdPark {
+    Parked(ParkedFd),
+    /// Not a plain connection, or the epoll refused it: still in tokio.
+    Back(Parked),
+    /// It could not leave tokio: closed (its guard keeps the counts right).
+    Closed,
+}
+
+/// Takes a plain connection out of tokio and into the lot's epoll.
+fn park_fd(ep: &super::lot_epoll::LotEpoll, p: Parked, slot: usize) -> FdPark {
+    let Parked {
+        client,
+        guard,
+        deadline_ms,
+    } = p;
+    let Client {
+        stream,
+        peer,
+        listen,
+        buf,
+    } = client;
+    let back = |stream, guard| {
+        FdPark::Back(Parked {
+            client: Client {
+                stream,
+                peer,
+                listen,
+                buf: bytes::BytesMut::new(),
+            },
+            guard,
+            deadline_ms,
+        })
+    };
+    drop(buf);
+    let tcp = match stream {
+        ClientStream::Plain(t) => t,
+        tls => return back(tls, guard),
+    };
+    let Ok(tcp) = tcp.into_std() else {
+        return FdPark::Closed;
+    };
+    if ep.add(&tcp, slot).is_err() {
+        return match TcpStream::from_std(tcp) {
+            Ok(t) => back(ClientStream::Plain(t), guard),
+            Err(_) => FdPark::Closed,
+        };
+    }
+    FdPark::Parked(ParkedFd {
+        tcp,
+        peer,
+        listen,
+        guard,
+        deadline_ms,
+    })
+}
+
+/// A readable parked descriptor back into tokio, as a client to serve.
+fn resume_fd(ep: &super::lot_epoll::LotEpoll, fd: ParkedFd) -> Option<Parked> {
+    ep.remove(&fd.tcp);
+    let tcp = TcpStream::from_std(fd.tcp).ok()?;
+    Some(Parked {
+        client: Client {
+            stream: ClientStream::Plain(tcp),
+            peer: fd.peer,
+            listen: fd.listen,
+            buf: bytes::BytesMut::new(),
+        },
+        guard: fd.guard,
+        deadline_ms: fd.deadline_ms,
+    })
 }

@@ -15,6 +15,7 @@ pub mod h2;
 mod head_read;
 pub mod hooks;
 pub mod idle;
+mod lot_epoll;
 pub mod member;
 mod member_h1;
 mod member_h2;
