@@ -220,6 +220,28 @@ fn long_idle_connections_park_and_resume() {
 }
 
 #[test]
+fn hundreds_of_parked_connections_resume_at_once() {
+    // More parked connections than the lot takes per wake-up (256) become
+    // readable together: every one is served.
+    let o = Origin::start("a");
+    let l = free_addr();
+    let _sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    let mut clients: Vec<Client> = (0..600).map(|_| Client::connect(l)).collect();
+    for c in &mut clients {
+        assert_eq!(c.get("/size/3").status, 200);
+    }
+    // Past the parking threshold: plain connections now wait outside tokio.
+    std::thread::sleep(Duration::from_millis(1600));
+    for c in &mut clients {
+        c.send(b"GET /size/7 HTTP/1.1\r\nHost: t\r\n\r\n");
+    }
+    for c in &mut clients {
+        let r = c.read_response(false).expect("a parked connection is served");
+        assert_eq!((r.status, r.body.len()), (200, 7));
+    }
+}
+
+#[test]
 fn member_closing_pooled_connections_loses_no_request() {
     // A member that closes every connection after answering, without
     // saying so: pooled connections go stale all the time. With a single
