@@ -236,7 +236,9 @@ fn hundreds_of_parked_connections_resume_at_once() {
         c.send(b"GET /size/7 HTTP/1.1\r\nHost: t\r\n\r\n");
     }
     for c in &mut clients {
-        let r = c.read_response(false).expect("a parked connection is served");
+        let r = c
+            .read_response(false)
+            .expect("a parked connection is served");
         assert_eq!((r.status, r.body.len()), (200, 7));
     }
 }
