@@ -11,17 +11,9 @@ W=$(realpath "${1:?usage: cpu-per-request.sh REPORT_DIR/work [rounds]}")
 ROUNDS=${2:-3}
 B=${SWITCHYARD:-target/release/switchyard}
 D=${SECONDS_PER_RUN:-8}
-cpu() { awk '{print $14+$15}' /proc/$1/stat 2>/dev/null || echo 0; }
-taskset -c 1 $B bench origin --listen 127.0.0.1:27081 --listen 127.0.0.1:27082 >/dev/null 2>&1 & O=$!
-sleep 0.3
-start() { case $1 in
-  sy) taskset -c 0 $B run -c "$W"/switchyard/switchyard.toml 2>/dev/null & ;;
-  hp) taskset -c 0 haproxy -f "$W"/haproxy/haproxy.cfg 2>/dev/null & ;;
-  ng) taskset -c 0 nginx -c "$W"/nginx/nginx.conf 2>/dev/null & ;;
-esac; P=$!; sleep 0.7; }
-stop() { if [ "$1" = ng ]; then nginx -c "$W"/nginx/nginx.conf -s stop 2>/dev/null; fi; kill $P 2>/dev/null; wait $P 2>/dev/null; sleep 0.3; }
-pids() { if [ "$1" = ng ]; then echo "$P $(pgrep -P $P)"; else echo $P; fi; }
-sumcpu() { t=0; for p in $(pids "$1"); do t=$((t+$(cpu $p))); done; echo $t; }
+CONF="$W"
+. "$(dirname "$0")/dut-lib.sh"
+start_origin
 run_case() { # target case
   local args
   case $2 in

@@ -15,17 +15,9 @@ cp -r "$W"/switchyard "$W"/haproxy "$W"/nginx "$T"/
 sed -i 's/^  resumption = true$/  resumption = true\n  alpn = ["h2", "http\/1.1"]/' "$T"/switchyard/switchyard.toml
 sed -i 's/^\(    bind 127.0.0.1:2608[45] ssl .*\)$/\1 alpn h2,http\/1.1/' "$T"/haproxy/haproxy.cfg
 sed -i 's/listen 127.0.0.1:\(2608[45]\) ssl;/listen 127.0.0.1:\1 ssl http2;/' "$T"/nginx/nginx.conf
-cpu() { awk '{print $14+$15}' /proc/$1/stat 2>/dev/null || echo 0; }
-taskset -c 1 $B bench origin --listen 127.0.0.1:27081 --listen 127.0.0.1:27082 >/dev/null 2>&1 & O=$!
-sleep 0.3
-start() { case $1 in
-  sy) taskset -c 0 $B run -c "$T"/switchyard/switchyard.toml 2>/dev/null & ;;
-  hp) taskset -c 0 haproxy -f "$T"/haproxy/haproxy.cfg 2>/dev/null & ;;
-  ng) taskset -c 0 nginx -c "$T"/nginx/nginx.conf 2>/dev/null & ;;
-esac; P=$!; sleep 0.7; }
-stop() { if [ "$1" = ng ]; then nginx -c "$T"/nginx/nginx.conf -s stop 2>/dev/null; fi; kill $P 2>/dev/null; wait $P 2>/dev/null; sleep 0.3; }
-pids() { if [ "$1" = ng ]; then echo "$P $(pgrep -P $P)"; else echo $P; fi; }
-sumcpu() { t=0; for p in $(pids "$1"); do t=$((t+$(cpu $p))); done; echo $t; }
+CONF="$T"
+. "$(dirname "$0")/dut-lib.sh"
+start_origin
 for round in $(seq "$ROUNDS"); do for t in sy hp ng; do for proto in h2 h1; do
   start $t
   extra=""; [ $proto = h1 ] && extra="--h1"

@@ -122,7 +122,7 @@ fuzz_target!(|data: &[u8]| {
                     String::from_utf8_lossy(name)
                 );
             }
-            let _ = request_to_h2(&req, "m:1");
+            let _ = request_to_h2(&req, std::net::SocketAddr::from(([127, 0, 0, 1], 1)));
             let _ = (req.target(), req.path_only(), req.query(), req.host_name());
             req.method
         }

@@ -403,30 +403,7 @@ fn load_one(
     what: &str,
     provider: &CryptoProvider,
 ) -> Result<(CertifiedKey, Vec<String>), Problem> {
-    let chain = read_certs(base, &c.cert, &format!("{what} cert"))?;
-    let info = x509::parse(&chain[0]).map_err(|e| {
-        (
-            c.cert.span(),
-            format!(
-                "{what}: {:?} is not a usable X.509 certificate: {e}",
-                c.cert.get_ref()
-            ),
-        )
-    })?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    if info.not_after < now {
-        return Err((
-            c.cert.span(),
-            format!(
-                "{what}: certificate {:?} expired on {}",
-                c.cert.get_ref(),
-                format_time(info.not_after)
-            ),
-        ));
-    }
+    let (chain, info) = read_leaf(base, &c.cert, what)?;
     let names = info.names();
     if names.is_empty() {
         return Err((
@@ -437,45 +414,8 @@ fn load_one(
             ),
         ));
     }
-    let key_bytes = read(base, &c.key, &format!("{what} key"))?;
-    let key = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|e| {
-        (
-            c.key.span(),
-            format!(
-                "{what}: {:?} holds no PEM private key (expected a PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY block): {e}",
-                c.key.get_ref()
-            ),
-        )
-    })?;
-    let signing = provider.key_provider.load_private_key(key).map_err(|e| {
-        (
-            c.key.span(),
-            format!(
-                "{what}: private key {:?} is not usable: {e}",
-                c.key.get_ref()
-            ),
-        )
-    })?;
-    let mut ck = CertifiedKey::new(chain, signing);
-    match ck.keys_match() {
-        Ok(()) | Err(TlsError::InconsistentKeys(InconsistentKeys::Unknown)) => {}
-        Err(TlsError::InconsistentKeys(InconsistentKeys::KeyMismatch)) => {
-            return Err((
-                c.key.span(),
-                format!(
-                    "{what}: private key {:?} does not match certificate {:?}",
-                    c.key.get_ref(),
-                    c.cert.get_ref()
-                ),
-            ))
-        }
-        Err(e) => {
-            return Err((
-                c.cert.span(),
-                format!("{what}: certificate {:?}: {e}", c.cert.get_ref()),
-            ))
-        }
-    }
+    let key = read_key(base, &c.key, what)?;
+    let mut ck = certified_key(chain, key, &c.cert, &c.key, what, provider)?;
     if let Some(o) = &c.ocsp {
         let der = read(base, o, &format!("{what} ocsp"))?;
         // An OCSPResponse is a DER SEQUENCE; anything else (PEM, empty) is
@@ -489,6 +429,90 @@ fn load_one(
         ck.ocsp = Some(der);
     }
     Ok((ck, names))
+}
+
+/// A certificate chain from `cert`, its leaf parsed and not expired.
+pub(super) fn read_leaf(
+    base: &Path,
+    cert: &Spanned<String>,
+    what: &str,
+) -> Result<(Vec<CertificateDer<'static>>, x509::CertInfo), Problem> {
+    let chain = read_certs(base, cert, &format!("{what} cert"))?;
+    let info = x509::parse(&chain[0]).map_err(|e| {
+        (
+            cert.span(),
+            format!(
+                "{what}: {:?} is not a usable X.509 certificate: {e}",
+                cert.get_ref()
+            ),
+        )
+    })?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0);
+    if info.not_after < now {
+        return Err((
+            cert.span(),
+            format!(
+                "{what}: certificate {:?} expired on {}",
+                cert.get_ref(),
+                format_time(info.not_after)
+            ),
+        ));
+    }
+    Ok((chain, info))
+}
+
+/// The PEM private key in `key`.
+pub(super) fn read_key(
+    base: &Path,
+    key: &Spanned<String>,
+    what: &str,
+) -> Result<PrivateKeyDer<'static>, Problem> {
+    let bytes = read(base, key, &format!("{what} key"))?;
+    PrivateKeyDer::from_pem_slice(&bytes).map_err(|e| {
+        (
+            key.span(),
+            format!(
+                "{what}: {:?} holds no PEM private key (expected a PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY block): {e}",
+                key.get_ref()
+            ),
+        )
+    })
+}
+
+/// The chain and its private key, loaded and checked to belong together.
+pub(super) fn certified_key(
+    chain: Vec<CertificateDer<'static>>,
+    der: PrivateKeyDer<'static>,
+    cert: &Spanned<String>,
+    key: &Spanned<String>,
+    what: &str,
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, Problem> {
+    let signing = provider.key_provider.load_private_key(der).map_err(|e| {
+        (
+            key.span(),
+            format!("{what}: private key {:?} is not usable: {e}", key.get_ref()),
+        )
+    })?;
+    let ck = CertifiedKey::new(chain, signing);
+    match ck.keys_match() {
+        Ok(()) | Err(TlsError::InconsistentKeys(InconsistentKeys::Unknown)) => Ok(ck),
+        Err(TlsError::InconsistentKeys(InconsistentKeys::KeyMismatch)) => Err((
+            key.span(),
+            format!(
+                "{what}: private key {:?} does not match certificate {:?}",
+                key.get_ref(),
+                cert.get_ref()
+            ),
+        )),
+        Err(e) => Err((
+            cert.span(),
+            format!("{what}: certificate {:?}: {e}", cert.get_ref()),
+        )),
+    }
 }
 
 #[cfg(test)]

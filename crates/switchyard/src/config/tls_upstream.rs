@@ -10,14 +10,13 @@ use std::sync::Arc;
 use rustls::client::{ClientSessionMemoryCache, Resumption};
 use rustls::crypto::{aws_lc_rs, CryptoProvider};
 use rustls::sign::{CertifiedKey, SingleCertAndKey};
-use rustls::{ClientConfig, Error as TlsError, InconsistentKeys, RootCertStore};
+use rustls::{ClientConfig, RootCertStore};
 use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls_pki_types::{CertificateDer, ServerName};
 
 use super::model;
-use super::tls_server::{read, read_certs, versions, Problem};
+use super::tls_server::{certified_key, read_certs, read_key, read_leaf, versions, Problem};
 use crate::tls::upstream::{AcceptAnyCertificate, UpstreamTls};
-use crate::tls::{format_time, x509};
 
 /// Used when a pool verifies members and names no `ca`.
 pub const SYSTEM_CA: &str = "/etc/ssl/certs/ca-certificates.crt";
@@ -109,64 +108,11 @@ fn client_cert(
     provider: &CryptoProvider,
     inputs: &mut Vec<Vec<u8>>,
 ) -> Result<CertifiedKey, Problem> {
-    let chain = read_certs(base, cert, &format!("{what} cert"))?;
-    let info = x509::parse(&chain[0]).map_err(|e| {
-        (
-            cert.span(),
-            format!(
-                "{what}: {:?} is not a usable X.509 certificate: {e}",
-                cert.get_ref()
-            ),
-        )
-    })?;
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0);
-    if info.not_after < now {
-        return Err((
-            cert.span(),
-            format!(
-                "{what}: certificate {:?} expired on {}",
-                cert.get_ref(),
-                format_time(info.not_after)
-            ),
-        ));
-    }
-    let key_bytes = read(base, key, &format!("{what} key"))?;
-    let der = PrivateKeyDer::from_pem_slice(&key_bytes).map_err(|e| {
-        (
-            key.span(),
-            format!(
-                "{what}: {:?} holds no PEM private key (expected a PRIVATE KEY, RSA PRIVATE KEY or EC PRIVATE KEY block): {e}",
-                key.get_ref()
-            ),
-        )
-    })?;
+    let (chain, _) = read_leaf(base, cert, what)?;
+    let der = read_key(base, key, what)?;
     inputs.extend(chain.iter().map(|c| tagged(b"cert:", c)));
     inputs.push(tagged(b"key:", der.secret_der()));
-    let signing = provider.key_provider.load_private_key(der).map_err(|e| {
-        (
-            key.span(),
-            format!("{what}: private key {:?} is not usable: {e}", key.get_ref()),
-        )
-    })?;
-    let ck = CertifiedKey::new(chain, signing);
-    match ck.keys_match() {
-        Ok(()) | Err(TlsError::InconsistentKeys(InconsistentKeys::Unknown)) => Ok(ck),
-        Err(TlsError::InconsistentKeys(InconsistentKeys::KeyMismatch)) => Err((
-            key.span(),
-            format!(
-                "{what}: private key {:?} does not match certificate {:?}",
-                key.get_ref(),
-                cert.get_ref()
-            ),
-        )),
-        Err(e) => Err((
-            cert.span(),
-            format!("{what}: certificate {:?}: {e}", cert.get_ref()),
-        )),
-    }
+    certified_key(chain, der, cert, key, what, provider)
 }
 
 /// Builds a pool's TLS side. `what` names the pool ("pool \"app\""),

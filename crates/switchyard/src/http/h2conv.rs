@@ -64,12 +64,26 @@ pub fn request_from_h2(
     Ok(Request {
         head,
         method,
-        method_raw: Bytes::copy_from_slice(parts.method.as_str().as_bytes()),
+        method_raw: method_bytes(&parts.method),
         target,
         host: c.host,
         expect_continue: c.expect_continue,
         te_trailers: c.te_trailers,
     })
+}
+
+/// A method's name, without a copy for the standard ones.
+fn method_bytes(m: &http::Method) -> Bytes {
+    match m.as_str() {
+        "GET" => Bytes::from_static(b"GET"),
+        "HEAD" => Bytes::from_static(b"HEAD"),
+        "POST" => Bytes::from_static(b"POST"),
+        "PUT" => Bytes::from_static(b"PUT"),
+        "DELETE" => Bytes::from_static(b"DELETE"),
+        "OPTIONS" => Bytes::from_static(b"OPTIONS"),
+        "PATCH" => Bytes::from_static(b"PATCH"),
+        other => Bytes::copy_from_slice(other.as_bytes()),
+    }
 }
 
 /// What a request's HTTP/2 fields say, checked.
@@ -211,15 +225,20 @@ pub fn response_from_h2(
     })
 }
 
-/// The request for an h2 member. `default_authority` stands in when the
-/// request has no Host (HTTP/1.0). None when a field cannot be carried.
-pub fn request_to_h2(req: &Request, default_authority: &str) -> Option<http::Request<()>> {
+/// The request for an h2 member. The member's address stands in for the
+/// authority when the request has no Host (HTTP/1.0). None when a field
+/// cannot be carried.
+pub fn request_to_h2(req: &Request, member: std::net::SocketAddr) -> Option<http::Request<()>> {
     if req.method == Method::Connect {
         return None;
     }
+    let fallback;
     let host = match req.host() {
         Some(h) => std::str::from_utf8(h).ok()?,
-        None => default_authority,
+        None => {
+            fallback = member.to_string();
+            &fallback
+        }
     };
     let target = std::str::from_utf8(req.target()).ok()?;
     let uri = format!("http://{host}{target}");
@@ -319,7 +338,7 @@ mod tests {
         let r = request_from_h2(&parts, true, &limits()).unwrap();
         assert_eq!(r.head.framing, Framing::None);
         assert_eq!(r.head.get("content-length"), Some(&b"0"[..]));
-        let back = request_to_h2(&r, "m:1").unwrap();
+        let back = request_to_h2(&r, "127.0.0.1:1".parse().unwrap()).unwrap();
         assert_eq!(back.uri(), "http://example.com/a?b=1");
         assert_eq!(back.headers().get("te").unwrap(), "trailers");
         assert!(back.headers().get("host").is_none());

@@ -373,18 +373,18 @@ impl Response {
 }
 
 /// Fields that describe one connection, never forwarded (RFC 9110 7.6.1).
+/// Checked for every field a head writer copies: the length decides first.
 pub fn is_hop_by_hop(name: &[u8]) -> bool {
-    const HOP: [&[u8]; 8] = [
-        b"connection",
-        b"keep-alive",
-        b"proxy-connection",
-        b"te",
-        b"trailer",
-        b"transfer-encoding",
-        b"upgrade",
-        b"proxy-authenticate",
-    ];
-    HOP.iter().any(|h| h.eq_ignore_ascii_case(name))
+    let is = |h: &[u8]| name.eq_ignore_ascii_case(h);
+    match name.len() {
+        2 => is(b"te"),
+        7 => is(b"trailer") || is(b"upgrade"),
+        10 => is(b"connection") || is(b"keep-alive"),
+        16 => is(b"proxy-connection"),
+        17 => is(b"transfer-encoding"),
+        18 => is(b"proxy-authenticate"),
+        _ => false,
+    }
 }
 
 #[cfg(test)]
@@ -410,6 +410,25 @@ mod tests {
         );
         assert_eq!(f.all("a").collect::<Vec<_>>(), vec![&b"1"[..], b"3"]);
         assert_eq!(f.get("b"), Some(&b"2"[..]));
+    }
+
+    #[test]
+    fn hop_by_hop_names() {
+        for n in [
+            "Connection",
+            "keep-alive",
+            "Proxy-Connection",
+            "TE",
+            "trailer",
+            "Transfer-Encoding",
+            "upgrade",
+            "proxy-authenticate",
+        ] {
+            assert!(is_hop_by_hop(n.as_bytes()), "{n}");
+        }
+        for n in ["host", "trailers", "tee", "content-length", "x-upgrade"] {
+            assert!(!is_hop_by_hop(n.as_bytes()), "{n}");
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use super::exchange::{ClientSide, Exchange, Failure, Origin};
+use super::exchange::{ClientSide, Exchange, Failure};
 use super::hooks::Local;
 use super::stream::ClientStream;
 use super::tunnel;
@@ -14,6 +14,7 @@ use super::upstream::UpConn;
 use super::Client;
 use crate::http::body::{self, BodyError, Discard, Out, Sink};
 use crate::http::message::{Framing, Request, Response};
+use crate::http::responses;
 use crate::http::write_h1::{self, ClientFraming};
 use crate::stats::{self, status_class};
 
@@ -32,7 +33,6 @@ pub struct H1Client<'c> {
     continue_sent: bool,
     body_timeout: Duration,
     tunnel_idle: Duration,
-    draining: bool,
     /// The connection must close after this exchange.
     pub close: bool,
 }
@@ -50,7 +50,6 @@ impl<'c> H1Client<'c> {
             continue_sent: false,
             body_timeout: Duration::from_millis(x.st.client_body_ms),
             tunnel_idle: Duration::from_millis(x.st.tunnel_idle_ms),
-            draining: x.timers.is_draining(),
             close: false,
         }
     }
@@ -154,10 +153,7 @@ impl ClientSide for H1Client<'_> {
         let client_11 = req.head.minor == 1;
         let reframe = matches!(resp.head.framing, Framing::Chunked | Framing::Close);
         let chunked = reframe && client_11;
-        let close = !req.head.keep_alive
-            || (reframe && !client_11)
-            || self.draining
-            || x.timers.is_draining();
+        let close = !req.head.keep_alive || (reframe && !client_11) || x.timers.is_draining();
         self.close |= close;
         self.stage.clear();
         // Room for the head and a small body: one allocation, not a
@@ -208,24 +204,23 @@ impl ClientSide for H1Client<'_> {
 
     async fn answer(&mut self, x: &Exchange<'_>, req: &Request, local: Local) {
         if !self.discard(req.head.framing).await {
-            let f = Failure::new(Origin::Client, 400, "invalid request body");
-            if let Some(l) = f.answer() {
-                self.write_local(x, req, &l, true).await;
-            }
+            let (response, body) = responses::local_error(400, "invalid request body");
+            self.write_local(x, req, &Local { response, body }, true)
+                .await;
             return;
         }
-        let close = !req.head.keep_alive || self.draining;
+        let close = !req.head.keep_alive || x.timers.is_draining();
         self.write_local(x, req, &local, close).await;
     }
 
     async fn fail(&mut self, x: &Exchange<'_>, req: &Request, f: Failure) {
         // Whatever was staged for the failed response never leaves.
         self.stage.clear();
-        let Some(local) = f.answer() else {
+        let mut close = f.close || !req.head.keep_alive;
+        let Some(local) = f.into_answer() else {
             self.close = true;
             return;
         };
-        let mut close = f.close || !req.head.keep_alive;
         match self.body {
             BodyState::Unread => match req.head.framing {
                 Framing::None => {}

@@ -129,7 +129,7 @@ impl ClientSide for H2Client<'_> {
     }
 
     async fn fail(&mut self, x: &Exchange<'_>, _req: &Request, f: Failure) {
-        if let Some(local) = f.answer() {
+        if let Some(local) = f.into_answer() {
             send_local(self.respond, x.vs, &local);
         }
     }

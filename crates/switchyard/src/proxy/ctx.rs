@@ -60,3 +60,21 @@ impl WorkerCtx {
         }
     }
 }
+
+#[cfg(test)]
+impl WorkerCtx {
+    /// A worker context on a one-vserver, one-member configuration, for
+    /// unit tests of the request path.
+    pub(crate) fn for_tests() -> WorkerCtx {
+        let text = "[[vserver]]\nname=\"a\"\nlisten=[\"127.0.0.1:1\"]\ndefault_pool=\"p\"\n[[pool]]\nname=\"p\"\n[[pool.member]]\naddress=\"127.0.0.1:2\"\n";
+        let snap = crate::config::parse("t", text, None).expect("test configuration");
+        WorkerCtx {
+            snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(snap)),
+            idle: IdlePool::default(),
+            idle_watch: IdleWatch::default(),
+            active: Default::default(),
+            buffers: Default::default(),
+            h2_members: Default::default(),
+        }
+    }
+}

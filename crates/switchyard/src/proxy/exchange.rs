@@ -40,6 +40,7 @@ use crate::log;
 use crate::stats;
 
 /// A response the proxy answers itself.
+#[derive(Debug)]
 pub struct Local {
     pub response: Response,
     pub body: Bytes,
@@ -62,8 +63,6 @@ pub struct Exchange<'s> {
     pub client_subject: Option<&'s str>,
     /// When the request head was complete.
     pub started: Instant,
-    pub method: Bytes,
-    pub target: Bytes,
     /// The pool routing chose.
     pub pool: Option<Arc<Pool>>,
     pub request_edits: Vec<&'s HeaderEdits>,
@@ -87,7 +86,6 @@ impl<'s> Exchange<'s> {
         peer: SocketAddr,
         tls: bool,
         client_subject: Option<&'s str>,
-        req: &Request,
     ) -> Exchange<'s> {
         Exchange {
             idle: &ctx.idle,
@@ -99,8 +97,6 @@ impl<'s> Exchange<'s> {
             tls,
             client_subject,
             started: Instant::now(),
-            method: req.method_raw.clone(),
-            target: req.target.clone(),
             pool: None,
             request_edits: Vec::new(),
             response_edits: Vec::new(),
@@ -143,6 +139,8 @@ pub struct Failure {
     pub retry: Retry,
     /// The client connection cannot carry another request after this.
     pub close: bool,
+    /// A hook's own answer (a request-body hook stopped the upload).
+    pub local: Option<Box<Local>>,
 }
 
 impl Failure {
@@ -153,6 +151,7 @@ impl Failure {
             why: why.into(),
             retry: Retry::No,
             close: false,
+            local: None,
         }
     }
 
@@ -174,11 +173,15 @@ impl Failure {
             why: why.into(),
             retry: Retry::No,
             close: true,
+            local: None,
         }
     }
 
-    /// The answer for the client.
-    pub fn answer(&self) -> Option<Local> {
+    /// The answer for the client: a hook's own, or the error.
+    pub fn into_answer(self) -> Option<Local> {
+        if let Some(l) = self.local {
+            return Some(*l);
+        }
         self.status.map(|s| {
             let (response, body) = crate::http::responses::local_error(s, &self.why);
             Local { response, body }
@@ -294,11 +297,13 @@ impl Attempt<'_> {
 }
 
 /// A request body error, as the client sees it.
-pub(super) fn body_failure(x: &mut Exchange<'_>, e: BodyError, member_write: &str) -> Failure {
+pub(super) fn body_failure(
+    x: &mut Exchange<'_>,
+    e: BodyError,
+    member_write: &'static str,
+) -> Failure {
     match e {
-        BodyError::Write(_) => {
-            Failure::new(Origin::Member, 502, member_write.to_string()).closing()
-        }
+        BodyError::Write(_) => Failure::new(Origin::Member, 502, member_write).closing(),
         BodyError::Timeout => Failure::new(
             Origin::Client,
             408,
@@ -309,10 +314,15 @@ pub(super) fn body_failure(x: &mut Exchange<'_>, e: BodyError, member_write: &st
             stats::inc(&x.vs.counters.local().bad_requests);
             Failure::new(Origin::Client, 400, why).closing()
         }
-        BodyError::Refused => match x.refusal.take() {
-            Some(l) => Failure::new(Origin::Local, l.response.status, "refused").closing(),
-            None => Failure::new(Origin::Local, 403, "refused").closing(),
-        },
+        // The hook's answer goes to the client as it made it.
+        BodyError::Refused => {
+            let mut f = Failure::new(Origin::Local, 403, "refused by a request-body hook");
+            if let Some(l) = x.refusal.take() {
+                f.status = Some(l.response.status);
+                f.local = Some(Box::new(l));
+            }
+            f.closing()
+        }
         // The client went away (or reset its stream) mid-body.
         BodyError::Read(_) | BodyError::Truncated => {
             Failure::cut(Origin::Client, "the client went away")

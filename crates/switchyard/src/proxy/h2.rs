@@ -476,7 +476,7 @@ async fn stream_task(
         .as_ref()
         .and_then(|t| t.client_subject_header.as_ref())
         .and(conn.client_subject.as_deref());
-    let mut x = Exchange::new(&ctx, &vs, st, conn.peer, conn.tls, subject, &req);
+    let mut x = Exchange::new(&ctx, &vs, st, conn.peer, conn.tls, subject);
     let mut client = H2Client::new(&mut respond, body);
     pipeline::run(&mut x, &mut client, req).await;
 }

@@ -99,7 +99,7 @@ pub trait Hooks {
     }
 
     /// The exchange is over (answered by a member or locally, or failed).
-    fn on_log(&mut self, _x: &Exchange<'_>) {}
+    fn on_log(&mut self, _x: &Exchange<'_>, _req: &Request) {}
 }
 
 /// Two stages in order: `A`'s phases run before `B`'s.
@@ -157,9 +157,9 @@ impl<A: Hooks, B: Hooks> Hooks for (A, B) {
         }
     }
 
-    fn on_log(&mut self, x: &Exchange<'_>) {
-        self.0.on_log(x);
-        self.1.on_log(x);
+    fn on_log(&mut self, x: &Exchange<'_>, req: &Request) {
+        self.0.on_log(x, req);
+        self.1.on_log(x, req);
     }
 }
 
@@ -167,9 +167,8 @@ impl<A: Hooks, B: Hooks> Hooks for (A, B) {
 mod tests {
     use super::*;
     use crate::http::message::Framing;
-    use crate::proxy::{IdlePool, IdleWatch, WorkerCtx};
+    use crate::proxy::WorkerCtx;
     use bytes::Bytes;
-    use std::sync::Arc;
 
     /// Upper-cases the body; answers 403 to requests for /deny.
     struct Upper;
@@ -221,21 +220,13 @@ mod tests {
 
     #[test]
     fn stages_chain_in_order_and_the_first_answer_wins() {
-        let snap = crate::config::parse("t", "[[vserver]]\nname=\"a\"\nlisten=[\"127.0.0.1:1\"]\ndefault_pool=\"p\"\n[[pool]]\nname=\"p\"\n[[pool.member]]\naddress=\"127.0.0.1:2\"\n", None).unwrap();
-        let ctx = WorkerCtx {
-            snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(snap)),
-            idle: IdlePool::default(),
-            idle_watch: IdleWatch::default(),
-            active: Default::default(),
-            buffers: Default::default(),
-            h2_members: Default::default(),
-        };
+        let ctx = WorkerCtx::for_tests();
         let snap = ctx.snapshot.load_full();
         let vs = &snap.vservers[0];
         let raw = bytes::Bytes::from_static(b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
         let mut req = crate::http::head::parse_request(raw, 100).unwrap();
         let peer = "127.0.0.1:9".parse().unwrap();
-        let mut x = Exchange::new(&ctx, vs, &snap.settings, peer, false, None, &req);
+        let mut x = Exchange::new(&ctx, vs, &snap.settings, peer, false, None);
         let mut hooks = (Upper, Bang(0));
         assert!(matches!(
             hooks.on_request_head(&mut x, &mut req),
@@ -261,6 +252,28 @@ mod tests {
         assert_eq!(hooks.1 .0, 1);
         assert!(!hooks.wants_request_body());
         assert!((Upper, Inspecting).wants_request_body());
+    }
+
+    #[test]
+    fn a_request_body_hooks_answer_reaches_the_client_as_made() {
+        let ctx = WorkerCtx::for_tests();
+        let snap = ctx.snapshot.load_full();
+        let peer = "127.0.0.1:9".parse().unwrap();
+        let mut x = Exchange::new(&ctx, &snap.vservers[0], &snap.settings, peer, false, None);
+        x.refusal = Some(Local {
+            response: Response::new(406, Framing::None),
+            body: Bytes::from_static(b"no thanks"),
+        });
+        let f = crate::proxy::exchange::body_failure(
+            &mut x,
+            crate::http::body::BodyError::Refused,
+            "unused",
+        );
+        assert_eq!(f.status, Some(406));
+        assert!(f.close);
+        let answer = f.into_answer().expect("an answer");
+        assert_eq!(answer.response.status, 406);
+        assert_eq!(&answer.body[..], b"no thanks");
     }
 
     struct Inspecting;

@@ -93,7 +93,7 @@ async fn open_stream(
     if reused {
         stats::inc(&mc.connections_reused);
     }
-    let Some(head) = h2conv::request_to_h2(req, &m.addr.to_string()) else {
+    let Some(head) = h2conv::request_to_h2(req, m.addr) else {
         stats::inc(&x.vs.counters.local().bad_requests);
         return Err(Failure::new(
             Origin::Client,
@@ -137,16 +137,19 @@ async fn bidirectional<C: ClientSide, H: Hooks>(
     mut upload: H2Sink,
 ) -> Result<(), Failure> {
     let mc = a.m.counters.local();
+    // The upload needs only the vserver (names, counters): the exchange
+    // itself stays free for the response.
+    let vs = x.vs;
     let up = async {
         match pump_h2(&mut body, &mut upload).await {
             Ok(n) => {
-                stats::add(&x.vs.counters.local().bytes_in, n);
+                stats::add(&vs.counters.local().bytes_in, n);
                 stats::add(&mc.bytes_out, n);
             }
             Err(e) => {
                 log::debug(format_args!(
                     "vserver {}: member {}: HTTP/2 request body: {e:?}",
-                    x.vs.name,
+                    vs.name,
                     a.label()
                 ));
                 if matches!(e, BodyError::Read(_)) {
@@ -155,43 +158,9 @@ async fn bidirectional<C: ClientSide, H: Hooks>(
             }
         }
     };
-    let mut xc = clone_for_download(x);
-    let down = h2_response(&mut xc, hooks, client, req, a, resp_fut, None);
+    let down = h2_response(x, hooks, client, req, a, resp_fut, None);
     let ((), r) = tokio::join!(up, down);
-    merge_back(x, xc);
     r
-}
-
-/// The download half of an h2 exchange runs beside the upload, which reads
-/// the same exchange only for its names and counters: it gets its own copy
-/// of the per-request state, merged back when both are done.
-fn clone_for_download<'s>(x: &Exchange<'s>) -> Exchange<'s> {
-    Exchange {
-        idle: x.idle,
-        h2_members: x.h2_members,
-        timers: x.timers,
-        vs: x.vs,
-        st: x.st,
-        peer: x.peer,
-        tls: x.tls,
-        client_subject: x.client_subject,
-        started: x.started,
-        method: x.method.clone(),
-        target: x.target.clone(),
-        pool: x.pool.clone(),
-        request_edits: x.request_edits.clone(),
-        response_edits: x.response_edits.clone(),
-        sticky: x.sticky,
-        member: x.member,
-        status: x.status,
-        body_bytes: x.body_bytes,
-        refusal: None,
-    }
-}
-
-fn merge_back<'s>(x: &mut Exchange<'s>, from: Exchange<'s>) {
-    x.status = from.status;
-    x.body_bytes = from.body_bytes;
 }
 
 /// Waits for an h2 member's response head (until `deadline`, when the

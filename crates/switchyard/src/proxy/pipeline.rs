@@ -24,7 +24,7 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
     if let Verdict::Respond(local) = hooks.on_request_head(x, &mut req) {
         x.status = local.response.status;
         client.answer(x, &req, local).await;
-        hooks.on_log(x);
+        hooks.on_log(x, &req);
         return;
     }
     let Some(pool) = x.pool.clone() else {
@@ -38,7 +38,7 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
     x.vs.latency
         .local()
         .record(x.started.elapsed().as_micros() as u64);
-    hooks.on_log(x);
+    hooks.on_log(x, &req);
 }
 
 /// Counts a request in flight to a member for as long as it lives.

@@ -318,7 +318,7 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
         .and_then(|t| t.client_subject_header.as_ref())
         .and(c.stream.client_subject().map(str::to_owned));
     let (peer, tls, keep_alive) = (c.peer, c.stream.is_tls(), req.head.keep_alive);
-    let mut x = Exchange::new(ctx, &vs, st, peer, tls, subject.as_deref(), &req);
+    let mut x = Exchange::new(ctx, &vs, st, peer, tls, subject.as_deref());
     let mut client = H1Client::new(c, &x);
     pipeline::run(&mut x, &mut client, req).await;
     if client.close || !keep_alive || ctx.draining() {
@@ -346,15 +346,30 @@ mod size_tests {
             let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let a = l.local_addr().unwrap();
             let s = TcpStream::connect(a).await.unwrap();
-            let snap = crate::config::parse("t", "[[vserver]]\nname=\"a\"\nlisten=[\"127.0.0.1:1\"]\ndefault_pool=\"p\"\n[[pool]]\nname=\"p\"\n[[pool.member]]\naddress=\"127.0.0.1:2\"\n", None).unwrap();
-            let ctx = Rc::new(WorkerCtx { snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(snap)), idle: Default::default(), idle_watch: Default::default(), active: Default::default(), buffers: Default::default(), h2_members: Default::default() });
+            let ctx = Rc::new(WorkerCtx::for_tests());
             let counters = ctx.snapshot.load().vservers[0].counters.clone();
             ctx.active.set(1);
-            let guard = ConnGuard { active: ctx.active.clone(), counters };
-            let f = session(ctx.clone(), Client { stream: ClientStream::Plain(s), peer: a, listen: a, buf: BytesMut::new() }, guard, true);
+            let guard = ConnGuard {
+                active: ctx.active.clone(),
+                counters,
+            };
+            let f = session(
+                ctx.clone(),
+                Client {
+                    stream: ClientStream::Plain(s),
+                    peer: a,
+                    listen: a,
+                    buf: BytesMut::new(),
+                },
+                guard,
+                true,
+            );
             eprintln!("serve future: {} bytes", size_of_future(&f));
             eprintln!("TcpStream: {} bytes", std::mem::size_of::<TcpStream>());
-            eprintln!("ClientStream: {} bytes", std::mem::size_of::<ClientStream>());
+            eprintln!(
+                "ClientStream: {} bytes",
+                std::mem::size_of::<ClientStream>()
+            );
             eprintln!("Parked: {} bytes", std::mem::size_of::<Parked>());
             eprintln!("Sleep: {} bytes", std::mem::size_of::<tokio::time::Sleep>());
         });

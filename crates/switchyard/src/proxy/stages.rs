@@ -279,7 +279,7 @@ pub fn apply_edits(f: &mut Fields, edits: &[&HeaderEdits]) {
 pub struct AccessLog;
 
 impl Hooks for AccessLog {
-    fn on_log(&mut self, x: &Exchange<'_>) {
+    fn on_log(&mut self, x: &Exchange<'_>, req: &Request) {
         if !x.st.access_log {
             return;
         }
@@ -290,8 +290,8 @@ impl Hooks for AccessLog {
             "{} {} \"{} {}\" {} {} {} {}us",
             x.peer,
             x.vs.name,
-            String::from_utf8_lossy(&x.method),
-            String::from_utf8_lossy(&x.target),
+            String::from_utf8_lossy(req.method_str()),
+            String::from_utf8_lossy(req.target()),
             x.status,
             x.body_bytes,
             pool.members[i].label(&pool.name),

@@ -1,0 +1,13 @@
+# Shared by the benchmark scripts: start, stop and measure one DUT on CPU 0
+# with the configs of a `switchyard bench compare` work dir, the origin on
+# CPU 1. Source it after setting CONF (the config dir) and B (switchyard).
+cpu() { awk '{print $14+$15}' /proc/$1/stat 2>/dev/null || echo 0; }
+start_origin() { taskset -c 1 $B bench origin --listen 127.0.0.1:27081 --listen 127.0.0.1:27082 >/dev/null 2>&1 & O=$!; sleep 0.3; }
+start() { case $1 in
+  sy) taskset -c 0 $B run -c "$CONF"/switchyard/switchyard.toml 2>/dev/null & ;;
+  hp) taskset -c 0 haproxy -f "$CONF"/haproxy/haproxy.cfg 2>/dev/null & ;;
+  ng) taskset -c 0 nginx -c "$CONF"/nginx/nginx.conf 2>/dev/null & ;;
+esac; P=$!; sleep 0.7; }
+stop() { if [ "$1" = ng ]; then nginx -c "$CONF"/nginx/nginx.conf -s stop 2>/dev/null; fi; kill $P 2>/dev/null; wait $P 2>/dev/null; sleep 0.3; }
+pids() { if [ "$1" = ng ]; then echo "$P $(pgrep -P $P)"; else echo $P; fi; }
+sumcpu() { t=0; for p in $(pids "$1"); do t=$((t+$(cpu $p))); done; echo $t; }
