@@ -9,6 +9,7 @@
 pub mod admin;
 pub mod balance;
 pub mod clock;
+pub mod compress;
 pub mod config;
 pub mod fasthash;
 pub mod guard;

@@ -527,6 +527,110 @@ fn build_pool(cx: &mut Ctx, p: &model::Pool, previous: Option<&Snapshot>) -> Opt
     })
 }
 
+/// `[vserver.compression]`: every key checked against what the encoders
+/// accept.
+fn build_compression(
+    cx: &mut Ctx,
+    c: &model::Compression,
+    what: &str,
+) -> crate::compress::Settings {
+    use crate::compress::{Coding, Settings};
+    let mut s = Settings::default();
+    if let Some(list) = &c.algorithms {
+        s.algorithms.clear();
+        for a in list.get_ref() {
+            match Coding::parse(a.get_ref()) {
+                Some(coding) if !s.algorithms.contains(&coding) => s.algorithms.push(coding),
+                Some(_) => cx.err(
+                    a.span(),
+                    format!(
+                        "{what}: compression algorithm {:?} is listed twice",
+                        a.get_ref()
+                    ),
+                ),
+                None => cx.err(
+                    a.span(),
+                    format!(
+                        "{what}: unknown compression algorithm {:?}; known: gzip, br, zstd",
+                        a.get_ref()
+                    ),
+                ),
+            }
+        }
+        if list.get_ref().is_empty() {
+            cx.err(
+                list.span(),
+                format!("{what}: compression.algorithms is empty; remove the table or set enabled = false"),
+            );
+        }
+    }
+    let mut level = |v: &Option<toml::Spanned<u32>>, lo: u32, hi: u32, name: &str| -> Option<u32> {
+        let v = v.as_ref()?;
+        if (lo..=hi).contains(v.get_ref()) {
+            Some(*v.get_ref())
+        } else {
+            cx.err(
+                v.span(),
+                format!(
+                    "{what}: compression.{name} {} is out of range {lo} to {hi}",
+                    v.get_ref()
+                ),
+            );
+            None
+        }
+    };
+    if let Some(l) = level(&c.gzip_level, 1, 9, "gzip_level") {
+        s.gzip_level = l;
+    }
+    if let Some(l) = level(&c.brotli_level, 0, 11, "brotli_level") {
+        s.brotli_level = l;
+    }
+    if let Some(z) = &c.zstd_level {
+        if (-7..=19).contains(z.get_ref()) && *z.get_ref() != 0 {
+            s.zstd_level = *z.get_ref();
+        } else {
+            cx.err(
+                z.span(),
+                format!(
+                    "{what}: compression.zstd_level {} is out of range -7 to 19 (not 0)",
+                    z.get_ref()
+                ),
+            );
+        }
+    }
+    if let Some(types) = &c.types {
+        s.types.clear();
+        for t in types.get_ref() {
+            let v = t.get_ref().trim().to_ascii_lowercase();
+            let ok = match v.split_once('/') {
+                Some((major, minor)) => {
+                    !major.is_empty()
+                        && major != "*"
+                        && !minor.is_empty()
+                        && (minor == "*" || !minor.contains('*'))
+                        && !v.contains(';')
+                }
+                None => false,
+            };
+            if ok {
+                s.types.push(v);
+            } else {
+                cx.err(
+                    t.span(),
+                    format!(
+                        "{what}: compression type {:?} is not a media type (\"text/html\") or a range (\"text/*\")",
+                        t.get_ref()
+                    ),
+                );
+            }
+        }
+    }
+    if let Some(n) = c.min_size {
+        s.min_size = n;
+    }
+    s
+}
+
 fn build_vserver(
     cx: &mut Ctx,
     v: &model::VServer,
@@ -567,6 +671,7 @@ fn build_vserver(
             && p.response_headers.add.is_empty()
             && p.response_headers.remove.is_empty()
             && p.action.is_none()
+            && p.compression.is_none()
         {
             cx.err(
                 span.clone(),
@@ -579,6 +684,7 @@ fn build_vserver(
             action,
             request_headers: edits(cx, &p.request_headers, &what, span.clone()),
             response_headers: edits(cx, &p.response_headers, &what, span.clone()),
+            compression: p.compression,
         });
     }
     let what = format!("vserver {name:?}");
@@ -619,6 +725,10 @@ fn build_vserver(
             Some(b) => *b.get_ref(),
             None => false,
         };
+    let compression = v
+        .compression
+        .as_ref()
+        .map(|c| build_compression(cx, c, &what));
     let mut response_headers = edits(cx, &v.response_headers, &what, span.clone());
     if let Some(h) = tls.as_ref().and_then(|t| t.hsts.clone()) {
         // HSTS rides on the vserver's own response edits so every proxied
@@ -636,6 +746,19 @@ fn build_vserver(
         tls,
         h2c,
         h2c_only,
+        compression_on: v
+            .compression
+            .as_ref()
+            .is_some_and(|c| c.enabled.unwrap_or(true)),
+        compression: compression
+            .or_else(|| {
+                // A policy may turn on what the vserver leaves off.
+                v.policy
+                    .iter()
+                    .any(|p| p.compression == Some(true))
+                    .then(crate::compress::Settings::default)
+            })
+            .map(Arc::new),
         counters: old.map(|o| o.counters.clone()).unwrap_or_default(),
         latency: old.map(|o| o.latency.clone()).unwrap_or_default(),
         name,

@@ -128,6 +128,29 @@ pub struct VServer {
     /// The listener speaks only h2c (HAProxy's `proto h2`): a connection
     /// that does not open with the HTTP/2 preface is closed unanswered.
     pub h2c_only: Option<Spanned<bool>>,
+    /// Response compression; on for every request unless `enabled = false`
+    /// or a policy says otherwise.
+    pub compression: Option<Compression>,
+}
+
+/// `[vserver.compression]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Compression {
+    /// Default true; false keeps the settings for policies that turn it on.
+    pub enabled: Option<bool>,
+    /// "gzip", "br", "zstd", best first (breaks ties in Accept-Encoding).
+    pub algorithms: Option<Spanned<Vec<Spanned<String>>>>,
+    /// 1 (fastest) to 9.
+    pub gzip_level: Option<Spanned<u32>>,
+    /// 0 to 11.
+    pub brotli_level: Option<Spanned<u32>>,
+    /// 1 to 19 (negative levels are faster still).
+    pub zstd_level: Option<Spanned<i32>>,
+    /// Media types: "type/subtype" or "type/*".
+    pub types: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Responses declaring a smaller Content-Length are sent as they are.
+    pub min_size: Option<u64>,
 }
 
 /// `[vserver.tls]`. File paths are relative to the configuration file.
@@ -206,6 +229,8 @@ pub struct Policy {
     pub request_headers: HeaderEdits,
     #[serde(default)]
     pub response_headers: HeaderEdits,
+    /// Turns the vserver's compression on or off for matching requests.
+    pub compression: Option<bool>,
 }
 
 /// Every field present must match (logical AND). An empty match always matches.

@@ -103,6 +103,10 @@ pub struct VServer {
     pub h2c: bool,
     /// Only h2c: no HTTP/1 on this vserver.
     pub h2c_only: bool,
+    /// Compression settings, and whether they apply to requests no policy
+    /// decides for.
+    pub compression: Option<Arc<crate::compress::Settings>>,
+    pub compression_on: bool,
 }
 
 pub struct Policy {
@@ -111,6 +115,8 @@ pub struct Policy {
     pub action: Option<Action>,
     pub request_headers: HeaderEdits,
     pub response_headers: HeaderEdits,
+    /// Compression on or off for matching requests.
+    pub compression: Option<bool>,
 }
 
 pub enum Action {

@@ -52,6 +52,36 @@ pub async fn read_more<R: AsyncRead + Unpin>(
     }
 }
 
+/// Reads more bytes, flushing `out` first only if none are ready: output
+/// is pushed when the sender pauses, not after every read (a compressor
+/// ends a block per flush; the staging buffer writes per flush).
+pub async fn read_or_flush<R, S>(
+    src: &mut R,
+    buf: &mut BytesMut,
+    out: &mut S,
+    timeout: Duration,
+) -> Result<usize, BodyError>
+where
+    R: AsyncRead + Unpin,
+    S: Sink,
+{
+    flush_if_pending(read_more(src, buf, timeout), out).await?
+}
+
+/// Awaits `fut`; if it is not ready at once, flushes `out` while it waits.
+pub async fn flush_if_pending<F: std::future::Future, S: Sink>(
+    fut: F,
+    out: &mut S,
+) -> Result<F::Output, BodyError> {
+    let mut fut = std::pin::pin!(fut);
+    let ready = std::future::poll_fn(|cx| std::task::Poll::Ready(fut.as_mut().poll(cx))).await;
+    if let std::task::Poll::Ready(v) = ready {
+        return Ok(v);
+    }
+    out.flush().await?;
+    Ok(fut.await)
+}
+
 /// Where a de-framed body goes: the framing of the receiving side (HTTP/1
 /// raw or chunked, HTTP/2 DATA frames), or a body filter in front of it.
 /// Statically dispatched; one per transfer.
@@ -249,11 +279,8 @@ where
         Framing::Close => {
             let mut total = 0u64;
             loop {
-                if inbuf.is_empty() {
-                    out.flush().await?;
-                    if read_more(src, inbuf, timeout).await? == 0 {
-                        break;
-                    }
+                if inbuf.is_empty() && read_or_flush(src, inbuf, out, timeout).await? == 0 {
+                    break;
                 }
                 let data = inbuf.split();
                 total += data.len() as u64;
@@ -279,11 +306,8 @@ where
     S: Sink,
 {
     while remaining > 0 {
-        if inbuf.is_empty() {
-            out.flush().await?;
-            if read_more(src, inbuf, timeout).await? == 0 {
-                return Err(BodyError::Truncated);
-            }
+        if inbuf.is_empty() && read_or_flush(src, inbuf, out, timeout).await? == 0 {
+            return Err(BodyError::Truncated);
         }
         let take = (inbuf.len() as u64).min(remaining) as usize;
         out.data(&inbuf[..take]).await?;
@@ -318,8 +342,7 @@ where
         if inbuf.len() > max {
             return Err(BodyError::Framing("chunk line too long"));
         }
-        out.flush().await?;
-        if read_more(src, inbuf, timeout).await? == 0 {
+        if read_or_flush(src, inbuf, out, timeout).await? == 0 {
             return Err(BodyError::Truncated);
         }
     }
@@ -386,8 +409,7 @@ where
             .ok_or(BodyError::Framing("body too large"))?;
         copy_exact(src, inbuf, size, out, timeout).await?;
         while inbuf.len() < 2 {
-            out.flush().await?;
-            if read_more(src, inbuf, timeout).await? == 0 {
+            if read_or_flush(src, inbuf, out, timeout).await? == 0 {
                 return Err(BodyError::Truncated);
             }
         }

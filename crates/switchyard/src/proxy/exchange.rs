@@ -67,6 +67,8 @@ pub struct Exchange<'s> {
     pub pool: Option<Arc<Pool>>,
     pub request_edits: Vec<&'s HeaderEdits>,
     pub response_edits: Vec<&'s HeaderEdits>,
+    /// Response compression, when routing turned it on for this request.
+    pub compression: Option<&'s crate::compress::Settings>,
     /// The member a persistence cookie pins the request to.
     pub sticky: Option<usize>,
     /// The member serving (or that last tried to).
@@ -100,6 +102,7 @@ impl<'s> Exchange<'s> {
             pool: None,
             request_edits: Vec::new(),
             response_edits: Vec::new(),
+            compression: None,
             sticky: None,
             member: None,
             status: 0,

@@ -98,6 +98,11 @@ pub trait Hooks {
         BodyEdit::Pass
     }
 
+    /// The member paused: a body hook appends to `out` what it holds back
+    /// (a compressor's pending block), so streams (server-sent events,
+    /// long polls) keep flowing.
+    fn on_response_flush(&mut self, _x: &mut Exchange<'_>, _out: &mut Vec<u8>) {}
+
     /// The exchange is over (answered by a member or locally, or failed).
     fn on_log(&mut self, _x: &Exchange<'_>, _req: &Request) {}
 }
@@ -155,6 +160,18 @@ impl<A: Hooks, B: Hooks> Hooks for (A, B) {
                 BodyEdit::Replaced
             }
         }
+    }
+
+    fn on_response_flush(&mut self, x: &mut Exchange<'_>, out: &mut Vec<u8>) {
+        self.0.on_response_flush(x, out);
+        if !out.is_empty() {
+            // What A released is body to B.
+            let first = std::mem::take(out);
+            if let BodyEdit::Pass = self.1.on_response_body(x, &first, false, out) {
+                *out = first;
+            }
+        }
+        self.1.on_response_flush(x, out);
     }
 
     fn on_log(&mut self, x: &Exchange<'_>, req: &Request) {

@@ -23,7 +23,7 @@ use super::upstream::{self, ConnectError};
 use crate::balance::MemberState;
 use crate::config::snapshot::Member;
 use crate::fasthash::FxHashMap;
-use crate::http::body::{BodyError, Sink};
+use crate::http::body::{self, BodyError, Sink};
 use crate::http::h2conv::{trailers_from_h2, trailers_to_h2};
 use crate::http::message::Fields;
 use crate::log;
@@ -237,7 +237,8 @@ impl Sink for H2Sink {
 pub async fn pump_h2<S: Sink>(from: &mut RecvStream, sink: &mut S) -> Result<u64, BodyError> {
     let read_err = |e: h2::Error| BodyError::Read(std::io::Error::other(e));
     let mut total = 0u64;
-    while let Some(chunk) = from.data().await {
+    // Output is flushed when the member pauses (a compressor ends a block).
+    while let Some(chunk) = body::flush_if_pending(from.data(), sink).await? {
         let chunk = chunk.map_err(read_err)?;
         let n = chunk.len();
         sink.data(&chunk).await?;

@@ -8,6 +8,7 @@
 
 mod client_h1;
 mod client_h2;
+mod compressing;
 mod conn;
 mod ctx;
 pub mod exchange;

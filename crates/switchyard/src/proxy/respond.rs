@@ -192,6 +192,11 @@ impl<H: Hooks, S: Sink> Sink for Transform<'_, '_, '_, H, S> {
         }
     }
     async fn flush(&mut self) -> Result<(), BodyError> {
+        self.out.clear();
+        self.hooks.on_response_flush(self.x, &mut self.out);
+        if !self.out.is_empty() {
+            self.inner.data(&self.out).await?;
+        }
         self.inner.flush().await
     }
     async fn end(&mut self, trailers: Option<&Fields>) -> Result<(), BodyError> {

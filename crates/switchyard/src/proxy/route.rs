@@ -13,6 +13,8 @@ pub struct Decision<'a> {
     pub action: Option<&'a Action>,
     pub request_edits: Vec<&'a HeaderEdits>,
     pub response_edits: Vec<&'a HeaderEdits>,
+    /// Compression for this request, after the matching policies' say.
+    pub compression: bool,
 }
 
 pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
@@ -20,6 +22,7 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
         action: None,
         request_edits: Vec::new(),
         response_edits: Vec::new(),
+        compression: vs.compression_on,
     };
     if !vs.request_headers.is_empty() {
         d.request_edits.push(&vs.request_headers);
@@ -36,6 +39,9 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
         }
         if !p.response_headers.is_empty() {
             d.response_edits.push(&p.response_headers);
+        }
+        if let Some(on) = p.compression {
+            d.compression = on;
         }
         if let Some(a) = &p.action {
             d.action = Some(a);

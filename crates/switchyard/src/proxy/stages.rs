@@ -8,6 +8,7 @@ use std::net::IpAddr;
 
 use bytes::Bytes;
 
+use super::compressing::Compress;
 use super::exchange::Exchange;
 use super::hooks::{Hooks, Local, Verdict};
 use super::route;
@@ -19,10 +20,10 @@ use crate::log;
 use crate::stats;
 
 /// The stages, in the order their hooks run.
-pub type Pipeline = (Route, (Forward, AccessLog));
+pub type Pipeline = (Route, (Forward, (Compress, AccessLog)));
 
 pub fn pipeline() -> Pipeline {
-    (Route, (Forward, AccessLog))
+    (Route, (Forward, (Compress::default(), AccessLog)))
 }
 
 /// Content switching: the vserver's policies choose the pool, collect the
@@ -35,6 +36,9 @@ impl Hooks for Route {
         let d = route::route(vs, req, x.peer.ip());
         x.request_edits = d.request_edits;
         x.response_edits = d.response_edits;
+        if d.compression {
+            x.compression = vs.compression.as_deref();
+        }
         let local = |status: u16, extra: &[(&str, &str)], body: &[u8], ctype: &str| {
             let mut fields: Vec<(&str, &str)> = extra.to_vec();
             fields.extend(hsts(vs));

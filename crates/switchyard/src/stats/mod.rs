@@ -160,6 +160,17 @@ counters!(
         /// HTTP/2 connections closed with ENHANCE_YOUR_CALM (rapid reset,
         /// control-frame floods).
         h2_abuse_closes,
+        /// Responses compressed, and their payload bytes before and after,
+        /// per coding.
+        compressed_gzip,
+        compressed_br,
+        compressed_zstd,
+        compress_bytes_in_gzip,
+        compress_bytes_in_br,
+        compress_bytes_in_zstd,
+        compress_bytes_out_gzip,
+        compress_bytes_out_br,
+        compress_bytes_out_zstd,
     }
 );
 

@@ -1,0 +1,290 @@
+//! Streaming encoders with bounded memory: each keeps only its coding's
+//! window, whatever the body's size. Input goes in piece by piece; output
+//! is drained into the caller's buffer after every call, so nothing
+//! accumulates here. `flush` ends a block so that what went in so far can
+//! be decoded (server-sent events, long polls); `finish` ends the stream.
+//!
+//! Deflate states are reused per thread: initialising one allocates and
+//! clears ~300 KB, which would dominate small responses.
+
+use std::cell::RefCell;
+use std::io::{self, Write};
+
+use flate2::{Compress, Compression, FlushCompress, Status};
+
+use super::{Coding, Settings};
+
+/// Brotli's window: 2^18 = 256 KB (its default of 4 MB per response is
+/// too much memory per stream for a proxy).
+const BROTLI_LGWIN: u32 = 18;
+/// zstd's window, as a power of two (512 KB).
+const ZSTD_WINDOW_LOG: u32 = 19;
+/// Spare deflate states kept per thread.
+const SPARE_DEFLATES: usize = 16;
+
+thread_local! {
+    static DEFLATES: RefCell<Vec<(u32, Compress)>> = const { RefCell::new(Vec::new()) };
+}
+
+pub enum Encoder {
+    Gzip { z: Option<Compress>, level: u32 },
+    Br(Option<Box<brotli::CompressorWriter<Vec<u8>>>>),
+    Zstd(Option<zstd::stream::write::Encoder<'static, Vec<u8>>>),
+}
+
+impl Encoder {
+    /// `size` is the body's length when the member declared one: small
+    /// bodies get small tables.
+    pub fn new(c: Coding, s: &Settings, size: Option<u64>) -> io::Result<Encoder> {
+        Ok(match c {
+            Coding::Gzip => {
+                let level = s.gzip_level;
+                let spare = DEFLATES.with(|d| {
+                    let mut d = d.borrow_mut();
+                    let i = d.iter().position(|(l, _)| *l == level)?;
+                    Some(d.swap_remove(i).1)
+                });
+                let z = spare.unwrap_or_else(|| Compress::new_gzip(Compression::new(level), 15));
+                Encoder::Gzip { z: Some(z), level }
+            }
+            Coding::Br => {
+                let p = brotli::enc::BrotliEncoderParams {
+                    quality: s.brotli_level as i32,
+                    lgwin: BROTLI_LGWIN as i32,
+                    size_hint: size.and_then(|n| usize::try_from(n).ok()).unwrap_or(0),
+                    ..Default::default()
+                };
+                let w = brotli::CompressorWriter::with_params(Vec::new(), 4096, &p);
+                Encoder::Br(Some(Box::new(w)))
+            }
+            Coding::Zstd => {
+                let mut e = zstd::stream::write::Encoder::new(Vec::new(), s.zstd_level)?;
+                e.set_parameter(zstd::stream::raw::CParameter::WindowLog(ZSTD_WINDOW_LOG))?;
+                if let Some(n) = size {
+                    e.set_pledged_src_size(Some(n))?;
+                }
+                Encoder::Zstd(Some(e))
+            }
+        })
+    }
+
+    pub fn write(&mut self, data: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
+        match self {
+            Encoder::Gzip { z, .. } => deflate(live(z)?, data, out, FlushCompress::None),
+            Encoder::Br(w) => {
+                let w = live(w)?;
+                w.write_all(data)?;
+                drain(w.get_mut(), out);
+                Ok(())
+            }
+            Encoder::Zstd(e) => {
+                let e = live(e)?;
+                e.write_all(data)?;
+                drain(e.get_mut(), out);
+                Ok(())
+            }
+        }
+    }
+
+    /// Everything written so far becomes decodable output.
+    pub fn flush(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+        match self {
+            Encoder::Gzip { z, .. } => deflate(live(z)?, &[], out, FlushCompress::Sync),
+            Encoder::Br(w) => {
+                let w = live(w)?;
+                w.flush()?;
+                drain(w.get_mut(), out);
+                Ok(())
+            }
+            Encoder::Zstd(e) => {
+                let e = live(e)?;
+                e.flush()?;
+                drain(e.get_mut(), out);
+                Ok(())
+            }
+        }
+    }
+
+    /// Ends the stream (trailer, checksum). The encoder is spent.
+    pub fn finish(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
+        match self {
+            Encoder::Gzip { z, level } => {
+                let mut s = z.take().ok_or_else(spent)?;
+                deflate(&mut s, &[], out, FlushCompress::Finish)?;
+                s.reset();
+                let level = *level;
+                DEFLATES.with(|d| {
+                    let mut d = d.borrow_mut();
+                    if d.len() < SPARE_DEFLATES {
+                        d.push((level, s));
+                    }
+                });
+                Ok(())
+            }
+            Encoder::Br(w) => {
+                let mut rest = w.take().ok_or_else(spent)?.into_inner();
+                drain(&mut rest, out);
+                Ok(())
+            }
+            Encoder::Zstd(e) => {
+                let mut rest = e.take().ok_or_else(spent)?.finish()?;
+                drain(&mut rest, out);
+                Ok(())
+            }
+        }
+    }
+}
+
+fn spent() -> io::Error {
+    io::Error::other("encoder used after finish")
+}
+
+fn live<T>(slot: &mut Option<T>) -> io::Result<&mut T> {
+    slot.as_mut().ok_or_else(spent)
+}
+
+/// Moves what an encoder produced into `out`, keeping both buffers.
+fn drain(produced: &mut Vec<u8>, out: &mut Vec<u8>) {
+    if out.is_empty() {
+        std::mem::swap(produced, out);
+    } else {
+        out.append(produced);
+    }
+}
+
+/// Runs deflate over `input` until it is consumed and, for a flush or
+/// finish, until deflate has nothing more to say.
+fn deflate(
+    z: &mut Compress,
+    mut input: &[u8],
+    out: &mut Vec<u8>,
+    f: FlushCompress,
+) -> io::Result<()> {
+    loop {
+        if out.capacity() - out.len() < 1024 {
+            out.reserve((input.len() / 2).max(16 * 1024));
+        }
+        let (in0, out0) = (z.total_in(), z.total_out());
+        let room = out.capacity() - out.len();
+        let st = z.compress_vec(input, out, f).map_err(io::Error::other)?;
+        input = &input[(z.total_in() - in0) as usize..];
+        let filled = (z.total_out() - out0) as usize == room;
+        match (f, st) {
+            (_, Status::StreamEnd) => return Ok(()),
+            (FlushCompress::Finish, _) => {}
+            (_, Status::BufError) if input.is_empty() => return Ok(()),
+            _ if input.is_empty() && !filled => return Ok(()),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+
+    fn text(n: usize) -> Vec<u8> {
+        let words = [
+            "<div class=\"row\">",
+            "switchyard",
+            "balance",
+            "</div>\n",
+            "pool ",
+            "member ",
+        ];
+        let mut out = Vec::with_capacity(n);
+        let mut i = 7usize;
+        while out.len() < n {
+            i = i.wrapping_mul(31).wrapping_add(17);
+            out.extend_from_slice(words[i % words.len()].as_bytes());
+            out.extend_from_slice(format!("{} ", i % 1000).as_bytes());
+        }
+        out.truncate(n);
+        out
+    }
+
+    fn decode(c: Coding, data: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        match c {
+            Coding::Gzip => {
+                flate2::read::GzDecoder::new(data)
+                    .read_to_end(&mut out)
+                    .unwrap();
+            }
+            Coding::Br => {
+                brotli::Decompressor::new(data, 4096)
+                    .read_to_end(&mut out)
+                    .unwrap();
+            }
+            Coding::Zstd => {
+                out = zstd::stream::decode_all(data).unwrap();
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn round_trips_in_pieces_with_flushes() {
+        let s = Settings::default();
+        for c in Coding::ALL {
+            for n in [0usize, 1, 100, 70_000, 1_000_000] {
+                let body = text(n);
+                for _ in 0..2 {
+                    // Twice: the second gzip run reuses a spare state.
+                    let mut e = Encoder::new(c, &s, Some(n as u64)).unwrap();
+                    let mut wire = Vec::new();
+                    for (i, piece) in body.chunks(8191).enumerate() {
+                        let mut out = Vec::new();
+                        e.write(piece, &mut out).unwrap();
+                        if i % 5 == 4 {
+                            e.flush(&mut out).unwrap();
+                        }
+                        wire.extend_from_slice(&out);
+                    }
+                    let mut out = Vec::new();
+                    e.finish(&mut out).unwrap();
+                    wire.extend_from_slice(&out);
+                    assert!(e.finish(&mut out).is_err(), "spent");
+                    assert_eq!(decode(c, &wire), body, "{c:?} {n}");
+                    if n >= 70_000 {
+                        assert!(wire.len() < n / 2, "{c:?} compresses text: {}", wire.len());
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_flush_makes_everything_so_far_decodable() {
+        let s = Settings::default();
+        for c in Coding::ALL {
+            let mut e = Encoder::new(c, &s, None).unwrap();
+            let mut wire = Vec::new();
+            e.write(b"data: first event\n\n", &mut wire).unwrap();
+            e.flush(&mut wire).unwrap();
+            // A streaming decoder sees the whole event before the end.
+            let got = match c {
+                Coding::Gzip => {
+                    let mut d = flate2::write::GzDecoder::new(Vec::new());
+                    d.write_all(&wire).unwrap();
+                    d.flush().unwrap();
+                    d.get_ref().clone()
+                }
+                Coding::Br => {
+                    let mut d = brotli::DecompressorWriter::new(Vec::new(), 4096);
+                    d.write_all(&wire).unwrap();
+                    d.flush().unwrap();
+                    d.get_ref().clone()
+                }
+                Coding::Zstd => {
+                    let mut d = zstd::stream::write::Decoder::new(Vec::new()).unwrap();
+                    d.write_all(&wire).unwrap();
+                    d.flush().unwrap();
+                    d.get_ref().clone()
+                }
+            };
+            assert_eq!(got, b"data: first event\n\n", "{c:?}");
+        }
+    }
+}
