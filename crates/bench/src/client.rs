@@ -75,6 +75,58 @@ pub struct Expect {
     pub size: Option<u64>,
     /// Compare the body with the origin's X-Body-Sum when present.
     pub verify_body: bool,
+    /// A gzip-encoded body must end with this trailer: the original
+    /// object's CRC-32 and its size mod 2^32 (RFC 1952). Checked without
+    /// decompressing, so a DUT that mangles the object still fails.
+    pub gzip_trailer: Option<(u32, u32)>,
+}
+
+/// The running checksum of a body, its length, and its first 2 and last 8
+/// bytes (a gzip member's magic and trailer).
+struct BodyCheck {
+    sum: Sum,
+    len: u64,
+    head: [u8; 2],
+    tail: [u8; 8],
+}
+
+impl BodyCheck {
+    fn new() -> BodyCheck {
+        BodyCheck {
+            sum: Sum::new(),
+            len: 0,
+            head: [0; 2],
+            tail: [0; 8],
+        }
+    }
+    fn update(&mut self, d: &[u8]) {
+        if d.is_empty() {
+            return;
+        }
+        for (i, b) in d
+            .iter()
+            .take(2usize.saturating_sub(self.len as usize))
+            .enumerate()
+        {
+            self.head[self.len as usize + i] = *b;
+        }
+        if d.len() >= 8 {
+            self.tail.copy_from_slice(&d[d.len() - 8..]);
+        } else {
+            self.tail.rotate_left(d.len());
+            self.tail[8 - d.len()..].copy_from_slice(d);
+        }
+        self.sum.update(d);
+        self.len += d.len() as u64;
+    }
+    /// A gzip member with this trailer: magic 1f 8b, CRC-32, ISIZE.
+    fn gzip_ok(&self, (crc, isize): (u32, u32)) -> bool {
+        let le = |b: &[u8]| u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        self.len >= 18
+            && self.head == [0x1f, 0x8b]
+            && le(&self.tail[..4]) == crc
+            && le(&self.tail[4..]) == isize
+    }
 }
 
 #[derive(Debug)]
@@ -87,6 +139,8 @@ pub struct Resp {
     /// The server will close (or closed) the connection after this response.
     pub close: bool,
     pub encoded: bool,
+    /// Content-Encoding: gzip.
+    pub gzip: bool,
 }
 
 /// Connects, optionally from a given source address. IP_BIND_ADDRESS_NO_PORT
@@ -160,14 +214,13 @@ struct Chunked {
 
 impl Chunked {
     /// Feeds bytes; returns how many were consumed (all, unless done).
-    fn feed(&mut self, data: &[u8], sum: &mut Sum, body_len: &mut u64) -> Result<usize, ErrKind> {
+    fn feed(&mut self, data: &[u8], body: &mut BodyCheck) -> Result<usize, ErrKind> {
         let mut i = 0;
         while i < data.len() && self.state != 4 {
             match self.state {
                 1 => {
                     let take = (self.remaining as usize).min(data.len() - i);
-                    sum.update(&data[i..i + take]);
-                    *body_len += take as u64;
+                    body.update(&data[i..i + take]);
                     self.remaining -= take as u64;
                     i += take;
                     if self.remaining == 0 {
@@ -239,7 +292,7 @@ pub async fn transact<S: AsyncRead + AsyncWrite + Unpin>(
     }
     buf.clear();
     let mut first_byte = None;
-    let (status, framing, close, sum_hdr, encoded, head_len) = loop {
+    let (status, framing, close, sum_hdr, encoded, gzip, head_len) = loop {
         let n = match s.read_buf(buf).await {
             Ok(n) => n,
             Err(e) => return Err((io_kind(&e), first_byte.is_some())),
@@ -260,6 +313,7 @@ pub async fn transact<S: AsyncRead + AsyncWrite + Unpin>(
                 let mut chunked = false;
                 let mut sum = None;
                 let mut encoded = false;
+                let mut gzip = false;
                 for h in r.headers.iter() {
                     let n = h.name;
                     if n.eq_ignore_ascii_case("content-length") {
@@ -283,6 +337,8 @@ pub async fn transact<S: AsyncRead + AsyncWrite + Unpin>(
                             .and_then(|v| u64::from_str_radix(v.trim(), 16).ok());
                     } else if n.eq_ignore_ascii_case("content-encoding") {
                         encoded = !h.value.eq_ignore_ascii_case(b"identity");
+                        gzip = h.value.eq_ignore_ascii_case(b"gzip")
+                            || h.value.eq_ignore_ascii_case(b"x-gzip");
                     }
                 }
                 let framing = if chunked {
@@ -295,7 +351,7 @@ pub async fn transact<S: AsyncRead + AsyncWrite + Unpin>(
                     close = true;
                     Framing::UntilClose
                 };
-                break (status, framing, close, sum, encoded, hl);
+                break (status, framing, close, sum, encoded, gzip, hl);
             }
             Ok(httparse::Status::Partial) => {
                 if buf.len() > 64 * 1024 {
@@ -309,8 +365,7 @@ pub async fn transact<S: AsyncRead + AsyncWrite + Unpin>(
         }
     };
     let first_byte = first_byte.unwrap_or_else(Instant::now);
-    let mut sum = Sum::new();
-    let mut body_len = 0u64;
+    let mut body = BodyCheck::new();
     let mut wire = buf.len() as u64;
     let mut framing = framing;
     let mut pending: &[u8] = &buf[head_len..];
@@ -319,19 +374,16 @@ pub async fn transact<S: AsyncRead + AsyncWrite + Unpin>(
         let done = match &mut framing {
             Framing::Length(rem) => {
                 let take = (*rem as usize).min(pending.len());
-                sum.update(&pending[..take]);
-                body_len += take as u64;
+                body.update(&pending[..take]);
                 *rem -= take as u64;
                 *rem == 0
             }
             Framing::Chunked(c) => {
-                c.feed(pending, &mut sum, &mut body_len)
-                    .map_err(|k| (k, true))?;
+                c.feed(pending, &mut body).map_err(|k| (k, true))?;
                 c.state == 4
             }
             Framing::UntilClose => {
-                sum.update(pending);
-                body_len += pending.len() as u64;
+                body.update(pending);
                 false
             }
         };
@@ -355,7 +407,14 @@ pub async fn transact<S: AsyncRead + AsyncWrite + Unpin>(
     if status != exp.status {
         return Err((ErrKind::BadStatus, true));
     }
-    if !encoded {
+    let body_len = body.len;
+    if gzip {
+        if let Some(t) = exp.gzip_trailer {
+            if !body.gzip_ok(t) {
+                return Err((ErrKind::BadBody, true));
+            }
+        }
+    } else if !encoded {
         if let Some(want) = exp.size {
             if body_len != want {
                 return Err((ErrKind::BadSize, true));
@@ -363,7 +422,7 @@ pub async fn transact<S: AsyncRead + AsyncWrite + Unpin>(
         }
         if exp.verify_body {
             if let Some(want) = sum_hdr {
-                if sum.finish() != want {
+                if body.sum.finish() != want {
                     return Err((ErrKind::BadBody, true));
                 }
             }
@@ -376,5 +435,6 @@ pub async fn transact<S: AsyncRead + AsyncWrite + Unpin>(
         first_byte,
         close,
         encoded,
+        gzip,
     })
 }

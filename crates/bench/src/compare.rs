@@ -28,7 +28,7 @@ pub struct Opts {
     pub timing: Timing,
 }
 
-pub const HELP: &str = "switchyard bench compare --targets switchyard,haproxy,nginx --scenario l7-rps[,latency,...|all]
+pub const HELP: &str = "switchyard bench compare --targets switchyard,haproxy,nginx[,varnish] --scenario l7-rps[,latency,...|all]
   --runs N            runs per target (3; 1 with --quick)
   --quick             short phases: every scenario in a few minutes (a smoke test)
   --duration D        steady phase (the reports': 600s; equal-cpu 7 min)
@@ -382,6 +382,29 @@ pub fn median_of(samples: &[Json], target: &str, section: &str, key: &str) -> Op
     Some(v[v.len() / 2])
 }
 
+/// During a caching run's measured phase the origin may see a few requests
+/// per object (an expiry, a request straddling the counters' snapshot);
+/// more means the DUT did not serve from its cache.
+pub const MAX_ORIGIN_REQUESTS_PER_OBJECT: f64 = 2.0;
+
+/// None when the origin's count shows the DUT served from its cache; else
+/// the "not cached" reason the report gives instead of a ratio.
+pub fn cache_verdict(origin_requests: u64, objects: usize) -> Option<String> {
+    let objects = objects.max(1);
+    (origin_requests as f64 / objects as f64 > MAX_ORIGIN_REQUESTS_PER_OBJECT).then(|| {
+        format!(
+            "not cached: the origin received {origin_requests} requests for {objects} object(s) during the measured phase (more than {MAX_ORIGIN_REQUESTS_PER_OBJECT:.0} per object)"
+        )
+    })
+}
+
+fn distinct_paths(l: &LoadConfig) -> usize {
+    let mut v: Vec<&str> = l.paths.iter().map(|p| p.path.as_str()).collect();
+    v.sort();
+    v.dedup();
+    v.len().max(1)
+}
+
 /// What the sampling hook collects during one load run.
 #[derive(Default)]
 struct Samples {
@@ -580,6 +603,7 @@ fn run_sample(
         s.origin_open.iter().sum::<i64>() as f64 / s.origin_open.len() as f64
     };
     let p = |q: f64| r.latency.percentile(q) as f64;
+    let mut not_cached = None;
     let mut kpi = obj()
         .set("rps", r.rps)
         .set("cps", r.cps)
@@ -648,15 +672,30 @@ fn run_sample(
             kpi = kpi.set("mem_per_conn_bytes", per);
         }
         "compression" => {
-            let ratio = if od.bytes_out > 0 {
-                1.0 - r.bytes_in as f64 / od.bytes_out as f64
+            // Compressed body bytes on the wire over the objects' own size
+            // (lower is smaller; 1.0: sent as is).
+            let ratio = if r.orig_body_bytes > 0 {
+                r.body_bytes as f64 / r.orig_body_bytes as f64
             } else {
-                0.0
+                f64::NAN
             };
-            kpi = kpi.set("compression_ratio", ratio).set(
-                "throughput_bps",
-                (r.bytes_in + od.bytes_out) as f64 * 8.0 / steady,
-            );
+            let per_core = if cpu > 0.0 {
+                r.orig_body_bytes as f64 / cpu
+            } else {
+                f64::NAN
+            };
+            kpi = kpi
+                .set("compression_ratio", ratio)
+                .set("input_bytes_per_core_sec", per_core)
+                .set("input_bytes_per_sec", r.orig_body_bytes as f64 / steady)
+                .set(
+                    "encoded_share",
+                    if r.ok > 0 {
+                        r.encoded as f64 / r.ok as f64
+                    } else {
+                        0.0
+                    },
+                );
         }
         "caching" => {
             let hit = if r.ok > 0 {
@@ -664,7 +703,16 @@ fn run_sample(
             } else {
                 0.0
             };
-            kpi = kpi.set("cache_hit_ratio", hit.max(0.0));
+            let objects = distinct_paths(&case.load);
+            let per_object = od.requests as f64 / objects as f64;
+            kpi = kpi
+                .set("cache_hit_ratio", hit.max(0.0))
+                .set("origin_requests_per_object", per_object)
+                .set(
+                    "rps_per_core",
+                    if share > 0.0 { r.rps / share } else { f64::NAN },
+                );
+            not_cached = cache_verdict(od.requests, objects);
         }
         _ => {}
     }
@@ -707,6 +755,10 @@ fn run_sample(
     } else if od.body_bad > 0 {
         valid = false;
         reason = Some(format!("the DUT corrupted {} request bodies", od.body_bad));
+    } else if let Some(why) = not_cached {
+        // Served, but by the origin: no caching figure to compare.
+        valid = false;
+        reason = Some(why);
     }
     // A few requests straddle the counters' snapshots; more means the DUT
     // does not add the header.

@@ -60,8 +60,19 @@ pub enum Kind {
     Switchyard,
     Haproxy,
     Nginx,
+    Varnish,
     Cmd,
 }
+
+/// Memory for all cached objects, every caching DUT (the caching scenario).
+pub const CACHE_MAX_BYTES: u64 = 256 << 20;
+/// Larger responses are not stored, every caching DUT.
+pub const CACHE_MAX_OBJECT_BYTES: u64 = 8 << 20;
+/// gzip level of every DUT that has levels (HAProxy's libslz has none).
+pub const GZIP_LEVEL: u32 = 1;
+/// Responses below this size are sent as they are, every compressing DUT
+/// that has the setting (HAProxy 2.6 has none).
+pub const COMPRESS_MIN_SIZE: u64 = 256;
 
 /// Addresses shared by every target's configuration.
 #[derive(Clone, Debug)]
@@ -134,6 +145,10 @@ pub struct Target {
 
 /// What Switchyard can do today. Update as features land;
 /// `--caps switchyard=l7,l4,...` overrides it for a build that can do more.
+/// The `[cache]` table and the "compress" / "cache" vservers are written only
+/// when Cap::Compression / Cap::Caching are on (the binary rejects unknown
+/// fields), so a build without them still loads its bench config.
+// Add Cap::Compression and Cap::Caching here once the proxy's [vserver.compression] and [cache] land.
 pub const SWITCHYARD_CAPS: &[Cap] = &[Cap::L7, Cap::Ipv6, Cap::Tls];
 
 /// The server name in the bench's certificates (and the load's SNI).
@@ -239,7 +254,7 @@ pub fn nginx_stream_module() -> Option<PathBuf> {
     .find(|p| p.is_file())
 }
 
-/// Resolves a target name: switchyard, haproxy, nginx, or cmd:COMMAND.
+/// Resolves a target name: switchyard, haproxy, nginx, varnish, or cmd:COMMAND.
 pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, String> {
     if let Some(cmd) = name.strip_prefix("cmd:") {
         return Ok(Target {
@@ -320,8 +335,39 @@ pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, Stri
                 notes,
             })
         }
+        "varnish" => {
+            let found = sys::which("varnishd").or_else(|| {
+                ["/usr/sbin/varnishd", "/usr/local/sbin/varnishd"]
+                    .iter()
+                    .map(PathBuf::from)
+                    .find(|p| p.is_file())
+            });
+            let Some(program) = found else {
+                // Not an error: every scenario is skipped with this note.
+                return Ok(Target {
+                    name: name.into(),
+                    kind: Kind::Varnish,
+                    program: PathBuf::from("varnishd"),
+                    command: String::new(),
+                    caps: Vec::new(),
+                    notes: vec![VARNISH_MISSING.into()],
+                    version: String::new(),
+                });
+            };
+            Ok(Target {
+                name: name.into(),
+                kind: Kind::Varnish,
+                version: version_of(&program, "-V"),
+                program,
+                command: String::new(),
+                caps: vec![Cap::L7, Cap::Ipv6, Cap::Caching],
+                notes: vec![
+                    "varnish: no L4, TLS, compression on the fly (it gzips only what it stores) or WAF".into(),
+                ],
+            })
+        }
         other => Err(format!(
-            "unknown target {other}: use switchyard, haproxy, nginx or cmd:COMMAND"
+            "unknown target {other}: use switchyard, haproxy, nginx, varnish or cmd:COMMAND"
         )),
     }
 }
@@ -357,7 +403,7 @@ pin_workers = false      # the harness pins with taskset instead
 
 [admin]
 listen = "127.0.0.1:{admin}"
-
+{cache}
 [[vserver]]
 name = "l7"
 listen = ["127.0.0.1:{l7}"{v6}]
@@ -369,6 +415,13 @@ action = {{ pool = "images" }}
 "#,
                 admin = p.admin,
                 l7 = p.l7,
+                cache = if has(Cap::Caching) {
+                    format!(
+                        "\n[cache]\nmax_bytes = {CACHE_MAX_BYTES}          # memory for all cached objects\nmax_object_bytes = {CACHE_MAX_OBJECT_BYTES}     # larger responses are not stored\n"
+                    )
+                } else {
+                    String::new()
+                },
                 v6 = if has(Cap::Ipv6) {
                     format!(", \"[::1]:{}\"", p.l7)
                 } else {
@@ -380,6 +433,37 @@ action = {{ pool = "images" }}
                     s,
                     "\n[[vserver]]\nname = \"l4\"\nprotocol = \"tcp\"\nlisten = [\"127.0.0.1:{}\"]\ndefault_pool = \"web\"\n",
                     p.l4
+                );
+            }
+            if has(Cap::Compression) {
+                let _ = write!(
+                    s,
+                    r#"
+[[vserver]]
+name = "compress"
+listen = ["127.0.0.1:{port}"]
+default_pool = "web"
+[vserver.compression]
+algorithms = ["gzip"]          # server preference; also "br", "zstd"
+gzip_level = {GZIP_LEVEL}
+min_size = {COMPRESS_MIN_SIZE}
+types = ["text/*", "application/json", "application/javascript"]
+"#,
+                    port = p.compress
+                );
+            }
+            if has(Cap::Caching) {
+                let _ = write!(
+                    s,
+                    r#"
+[[vserver]]
+name = "cache"
+listen = ["127.0.0.1:{port}"]
+default_pool = "web"
+[vserver.cache]
+enabled = true
+"#,
+                    port = p.cache
                 );
             }
             if certs.is_some() {
@@ -459,10 +543,13 @@ defaults
     http-reuse always
     maxconn 9900
 
+# The caching scenario: the same memory and object limit as every DUT;
+# objects live as long as the origin's Cache-Control max-age says, up to
+# max-age here.
 cache objcache
-    total-max-size 256
-    max-object-size 1048576
-    max-age 600
+    total-max-size {cache_mb}
+    max-object-size {max_obj}
+    max-age {max_age}
 
 frontend l7
     bind 127.0.0.1:{l7}
@@ -484,16 +571,23 @@ backend web
 backend images
     server s1 {img}
 
+# libslz: gzip without levels (about zlib level 1's speed, a bigger
+# output); HAProxy 2.6 has no minimum size.
 backend web_compress
+    filter compression
     compression algo gzip
-    compression type text/html
+    compression type text/html text/plain text/css application/json application/javascript
     server s1 {web}
 
 backend web_cache
+    filter cache objcache
     http-request cache-use objcache
     http-response cache-store objcache
     server s1 {web}
 "#,
+                cache_mb = CACHE_MAX_BYTES >> 20,
+                max_obj = CACHE_MAX_OBJECT_BYTES,
+                max_age = crate::origin::MAX_AGE,
                 l7 = p.l7,
                 comp = p.compress,
                 cache = p.cache,
@@ -557,7 +651,9 @@ http {{
     scgi_temp_path {d}/scgi;
     keepalive_timeout 120s;
     keepalive_requests 1000000;
-    proxy_cache_path {d}/cache levels=1:2 keys_zone=objcache:10m max_size=256m inactive=10m use_temp_path=off;
+    # The caching scenario: 256 MB like every DUT (files, read through the
+    # page cache); freshness from the origin's Cache-Control, no override.
+    proxy_cache_path {d}/cache levels=1:2 keys_zone=objcache:10m max_size={cache_mb}m inactive=60m use_temp_path=off;
 
     upstream web {{
         server {web};
@@ -585,8 +681,11 @@ http {{
     server {{
         listen 127.0.0.1:{comp};
         gzip on;
-        gzip_min_length 1;
+        gzip_comp_level {gzip_level};
+        gzip_min_length {gzip_min};
         gzip_proxied any;
+        gzip_vary on;
+        gzip_types text/plain text/css application/json application/javascript;
         location / {{
             proxy_pass http://web;
             {proxy}
@@ -598,7 +697,7 @@ http {{
         location / {{
             proxy_pass http://web;
             proxy_cache objcache;
-            proxy_cache_valid 200 10m;
+            proxy_cache_lock on;
             {proxy}
         }}
     }}
@@ -609,6 +708,9 @@ http {{
                 l7 = p.l7,
                 comp = p.compress,
                 cache = p.cache,
+                cache_mb = CACHE_MAX_BYTES >> 20,
+                gzip_level = GZIP_LEVEL,
+                gzip_min = COMPRESS_MIN_SIZE,
                 tls = if certs.is_some() {
                     let mut x = String::new();
                     for (port, key) in [(p.tls_rsa, "rsa"), (p.tls_ecdsa, "ecdsa")] {
@@ -661,8 +763,104 @@ http {{
                 f,
             ])
         }
+        Kind::Varnish => {
+            let vcl = w("varnish.vcl", &varnish_vcl(p))?;
+            let workdir = dir.join("varnish");
+            std::fs::create_dir_all(&workdir).map_err(|e| format!("{}: {e}", workdir.display()))?;
+            let mut argv = vec![
+                t.program.display().to_string(),
+                "-F".into(),
+                "-n".into(),
+                workdir.display().to_string(),
+                "-f".into(),
+                vcl,
+                "-s".into(),
+                format!("malloc,{}m", CACHE_MAX_BYTES >> 20),
+                "-a".into(),
+                format!("l7=127.0.0.1:{}", p.l7),
+                "-a".into(),
+                format!("l7v6=[::1]:{}", p.l7),
+                "-a".into(),
+                format!("cache=127.0.0.1:{}", p.cache),
+                "-T".into(),
+                "none".into(),
+            ];
+            // Root drops to the varnish users by default, who cannot
+            // read the bench's folders: no jail, like the other DUTs.
+            // SAFETY: geteuid has no preconditions.
+            if unsafe { libc::geteuid() } == 0 {
+                argv.extend(["-j".into(), "none".into()]);
+            }
+            for (k, v) in VARNISH_PARAMS {
+                argv.push("-p".into());
+                argv.push(format!("{k}={v}"));
+            }
+            Ok(argv)
+        }
         Kind::Cmd => Ok(vec!["/bin/sh".into(), "-c".into(), t.command.clone()]),
     }
+}
+
+pub const VARNISH_MISSING: &str = "varnish is not installed (apt-get install -y varnish): skipped";
+
+/// varnishd parameters: one thread pool for one core (threads per
+/// connection, as Varnish works, from the one pool), and client keep-alive
+/// as long as the other DUTs'.
+pub const VARNISH_PARAMS: &[(&str, &str)] = &[
+    ("thread_pools", "1"),
+    ("thread_pool_min", "100"),
+    ("thread_pool_max", "5000"),
+    ("timeout_idle", "120"),
+];
+
+/// The VCL: the L7 listeners pass everything (path switching, no caching);
+/// the cache listener runs Varnish's built-in VCL (cache by the response's
+/// own freshness) with the object size limit every caching DUT has.
+pub fn varnish_vcl(p: &Ports) -> String {
+    format!(
+        r#"# Written by switchyard bench.
+vcl 4.1;
+import std;
+
+backend web {{
+    .host = "{web_ip}";
+    .port = "{web_port}";
+}}
+
+backend images {{
+    .host = "{img_ip}";
+    .port = "{img_port}";
+}}
+
+sub vcl_recv {{
+    if (local.socket == "l7" || local.socket == "l7v6") {{
+        if (req.url ~ "^/images/") {{
+            set req.backend_hint = images;
+        }} else {{
+            set req.backend_hint = web;
+        }}
+        return (pass);
+    }}
+    set req.backend_hint = web;
+    # Falls through to the built-in vcl_recv.
+}}
+
+sub vcl_backend_response {{
+    # Larger responses are not stored (max-object-size elsewhere).
+    if (std.integer(beresp.http.Content-Length, 0) > {max_obj}) {{
+        set beresp.uncacheable = true;
+        return (deliver);
+    }}
+    # Falls through to the built-in vcl_backend_response: TTL from
+    # Cache-Control.
+}}
+"#,
+        web_ip = p.web_origin.ip(),
+        web_port = p.web_origin.port(),
+        img_ip = p.images_origin.ip(),
+        img_port = p.images_origin.port(),
+        max_obj = CACHE_MAX_OBJECT_BYTES,
+    )
 }
 
 /// A running device under test.

@@ -153,6 +153,11 @@ pub struct LoadResult {
     pub bytes_in: u64,
     pub bytes_out: u64,
     pub body_bytes: u64,
+    /// What the successful responses' bodies weigh unencoded (the objects'
+    /// sizes), against `body_bytes` as received: the compression ratio.
+    pub orig_body_bytes: u64,
+    /// Successful responses that came with a Content-Encoding.
+    pub encoded: u64,
     pub rps: f64,
     pub rps_sec: Mam,
     pub cps: f64,
@@ -227,6 +232,8 @@ impl LoadResult {
             .set("bytes_in", self.bytes_in)
             .set("bytes_out", self.bytes_out)
             .set("body_bytes", self.body_bytes)
+            .set("orig_body_bytes", self.orig_body_bytes)
+            .set("encoded", self.encoded)
             .set("rps", self.rps)
             .set("rps_per_sec", self.rps_sec.json())
             .set("cps", self.cps)
@@ -311,6 +318,8 @@ struct ThreadStats {
     bytes_in: u64,
     bytes_out: u64,
     body_bytes: u64,
+    orig_bytes: u64,
+    encoded: u64,
     tls_handshakes: u64,
     tls_resumed: u64,
 }
@@ -331,6 +340,8 @@ impl ThreadStats {
             bytes_in: 0,
             bytes_out: 0,
             body_bytes: 0,
+            orig_bytes: 0,
+            encoded: 0,
             tls_handshakes: 0,
             tls_resumed: 0,
         }
@@ -419,10 +430,23 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
     let expects = cfg
         .paths
         .iter()
-        .map(|p| Expect {
-            status: cfg.expect_status,
-            size: p.expect_size,
-            verify_body: cfg.verify_body,
+        .map(|p| {
+            let asks_gzip = cfg.headers.iter().any(|(k, v)| {
+                k.eq_ignore_ascii_case("accept-encoding") && v.to_ascii_lowercase().contains("gzip")
+            });
+            let path = p.path.split('?').next().unwrap_or(&p.path);
+            Expect {
+                status: cfg.expect_status,
+                size: p.expect_size,
+                verify_body: cfg.verify_body,
+                gzip_trailer: match p.expect_size {
+                    Some(n) if asks_gzip && cfg.verify_body => Some((
+                        crate::content::crc32(&crate::content::object(path, n)),
+                        n as u32,
+                    )),
+                    _ => None,
+                },
+            }
         })
         .collect();
     // A short lead so every thread is up before the clock starts.
@@ -570,6 +594,8 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
         merged.bytes_in += st.bytes_in;
         merged.bytes_out += st.bytes_out;
         merged.body_bytes += st.body_bytes;
+        merged.orig_bytes += st.orig_bytes;
+        merged.encoded += st.encoded;
         merged.tls_handshakes += st.tls_handshakes;
         merged.tls_resumed += st.tls_resumed;
     }
@@ -606,6 +632,8 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
         bytes_in: merged.bytes_in,
         bytes_out: merged.bytes_out,
         body_bytes: merged.body_bytes,
+        orig_body_bytes: merged.orig_bytes,
+        encoded: merged.encoded,
         rps: merged.ok as f64 / d,
         rps_sec: series(&|s| s.ok as f64),
         cps: merged.conns as f64 / d,
@@ -873,6 +901,12 @@ async fn slot<C: client::Connector>(
                         st.bytes_in += resp.wire_len;
                         st.bytes_out += req.len() as u64;
                         st.body_bytes += resp.body_len;
+                        st.orig_bytes += if resp.encoded {
+                            exp.size.unwrap_or(resp.body_len)
+                        } else {
+                            resp.body_len
+                        };
+                        st.encoded += resp.encoded as u64;
                         st.latency.record((done - started_at).as_micros() as u64);
                         st.ttfb.record(
                             resp.first_byte

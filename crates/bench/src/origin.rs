@@ -4,7 +4,7 @@
 //! (client connections / server connections).
 //!
 //! Paths: `/size/<n>`, `/images/...<n>`, `/obj/<n>[k|m][.html]` (an object of
-//! that size), `/status/<code>` (that status), `/corrupt/<n>` (a body that
+//! that size), `/html/<n>` (a realistic HTML page of that size), `/status/<code>` (that status), `/corrupt/<n>` (a body that
 //! does not match its X-Body-Sum, to test the client's checks),
 //! `/__origin/stats` (the counters as JSON). `?delay=<ms>` delays one answer.
 //! A request carrying `X-Body-Sum` has its body checked; a mismatch is
@@ -282,20 +282,20 @@ struct Ctx {
     idx: usize,
     delay: Duration,
     x_origin: String,
-    /// Checksums of the objects served so far, by (size, corrupt).
-    sums: RefCell<HashMap<u64, u64>>,
+    /// Checksums of the objects served so far, by (realistic HTML, size).
+    sums: RefCell<HashMap<(bool, u64), u64>>,
 }
 
 impl Ctx {
     fn c(&self) -> &Counters {
         &self.shared.counters[self.idx]
     }
-    fn sum_of(&self, n: u64) -> u64 {
+    fn sum_of(&self, path: &str, n: u64) -> u64 {
         *self
             .sums
             .borrow_mut()
-            .entry(n)
-            .or_insert_with(|| Sum::of(&content::body(n)))
+            .entry((path.starts_with("/html/"), n))
+            .or_insert_with(|| Sum::of(&content::object(path, n)))
     }
 }
 
@@ -334,6 +334,12 @@ struct Req {
 }
 
 const MAX_REQUEST: usize = 64 << 20;
+
+/// The freshness every response carries (`Cache-Control: public,
+/// max-age=...`): longer than a whole run with the reports' phases (960 s),
+/// so a cache (the caching scenario) stores each object by the response's
+/// own freshness and never refreshes it during a run.
+pub const MAX_AGE: u64 = 3600;
 
 fn parse_head(buf: &[u8]) -> Result<Option<Req>, ()> {
     let mut headers = [httparse::EMPTY_HEADER; 48];
@@ -576,19 +582,19 @@ async fn respond(
     }
     let size = size.unwrap_or(0);
     let obj = if extra.is_none() && status == 200 {
-        Some(content::body(size))
+        Some(content::object(path, size))
     } else {
         None
     };
     let (len, sum) = match (&extra, &obj) {
         (Some(e), _) => (e.len(), Sum::of(e)),
-        (None, Some(o)) => (o.len(), ctx.sum_of(size)),
+        (None, Some(o)) => (o.len(), ctx.sum_of(path, size)),
         (None, None) => (0, Sum::of(b"")),
     };
     use std::io::Write;
     let _ = write!(
         out,
-        "HTTP/1.1 {status} {}\r\nServer: switchyard-origin\r\nX-Origin: {}\r\nContent-Type: text/html\r\nCache-Control: public, max-age=300\r\nX-Body-Sum: {sum:016x}\r\nContent-Length: {len}\r\n{}\r\n",
+        "HTTP/1.1 {status} {}\r\nServer: switchyard-origin\r\nX-Origin: {}\r\nContent-Type: text/html\r\nCache-Control: public, max-age={MAX_AGE}\r\nX-Body-Sum: {sum:016x}\r\nContent-Length: {len}\r\n{}\r\n",
         reason(status),
         ctx.x_origin,
         if req.close { "Connection: close\r\n" } else { "" }

@@ -64,6 +64,7 @@ pub fn fmt_kpi(key: &str, v: f64) -> String {
         "throughput_bps" | "goodput_bps" => fmt_bps(v),
         k if k.ends_with("_us") => fmt_us(v as u64),
         "dut_cpu_us_per_req" | "dut_cpu_us_per_handshake" => format!("{v:.1} µs"),
+        "input_bytes_per_core_sec" => format!("{:.1} MB/s", v / 1e6),
         "mux_ratio" => format!("{v:.1} : 1"),
         "concurrent_max" => format!("{v:.0}"),
         _ => {
@@ -87,6 +88,8 @@ fn kpi_title(key: &str) -> &'static str {
         "concurrent_max" => "concurrent connections",
         "mux_ratio" => "client : server connections",
         "dut_cpu_us_per_req" => "DUT CPU per request",
+        "rps_per_core" => "requests/s per DUT core",
+        "input_bytes_per_core_sec" => "uncompressed MB/s per DUT core",
         _ => "value",
     }
 }
@@ -456,7 +459,7 @@ fn scenario_extra_key(sc: &str) -> Option<&'static str> {
 
 fn scenario_extra_title(sc: &str) -> &'static str {
     match sc {
-        "compression" => " compression ratio |",
+        "compression" => " compression ratio (wire / original) |",
         "caching" => " cache hit ratio |",
         "concurrency" => " DUT memory per connection |",
         "multiplexing" => " server connections |",
@@ -467,7 +470,8 @@ fn scenario_extra_title(sc: &str) -> &'static str {
 
 fn fmt_extra(k: &str, v: f64) -> String {
     match k {
-        "compression_ratio" | "cache_hit_ratio" => format!("{:.1} %", v * 100.0),
+        "compression_ratio" => format!("{v:.3}"),
+        "cache_hit_ratio" => format!("{:.1} %", v * 100.0),
         "mem_per_conn_bytes" => format!("{:.1} KB", v / 1024.0),
         "dut_cpu_us_per_handshake" => format!("{v:.1} µs"),
         _ => format!("{v:.1}"),

@@ -1,0 +1,261 @@
+//! The peers' generated configurations are valid for the peers themselves:
+//! `haproxy -c`, `nginx -t` and `varnishd -C` check the files `switchyard
+//! bench` writes, so a broken compression or caching setting fails here, not
+//! in the middle of a benchmark. A peer that is not installed is skipped.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+use switchyard_bench::dut::{self, Cap, Kind, Ports};
+
+fn tmpdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sy-peercfg-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn ports() -> Ports {
+    Ports::from_base(12000 + (std::process::id() % 400) as u16 * 10)
+}
+
+/// Writes the target's configuration; None when it is not installed.
+fn written(name: &str) -> Option<(dut::Target, PathBuf, Vec<String>)> {
+    let t = match dut::resolve(name, None) {
+        Ok(t) if !t.caps.is_empty() => t,
+        Ok(t) => {
+            eprintln!("skipped: {}", t.notes.join("; "));
+            return None;
+        }
+        Err(e) => {
+            eprintln!("skipped: {e}");
+            return None;
+        }
+    };
+    let dir = tmpdir(name).join("work").join(name);
+    std::fs::create_dir_all(&dir).unwrap();
+    let argv = dut::write_config(&t, &ports(), &dir).unwrap();
+    Some((t, dir, argv))
+}
+
+fn check(cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn haproxy_config_is_valid_and_compresses_and_caches() {
+    let Some((t, dir, _)) = written("haproxy") else {
+        return;
+    };
+    let cfg = std::fs::read_to_string(dir.join("haproxy.cfg")).unwrap();
+    for want in [
+        "filter compression",
+        "compression algo gzip",
+        "total-max-size 256",
+        "max-object-size 8388608",
+        "http-request cache-use objcache",
+        "http-response cache-store objcache",
+    ] {
+        assert!(cfg.contains(want), "haproxy.cfg lacks {want}");
+    }
+    check(
+        Command::new(&t.program)
+            .arg("-c")
+            .arg("-f")
+            .arg(dir.join("haproxy.cfg")),
+    );
+}
+
+#[test]
+fn nginx_config_is_valid_and_compresses_and_caches() {
+    let Some((t, dir, _)) = written("nginx") else {
+        return;
+    };
+    let cfg = std::fs::read_to_string(dir.join("nginx.conf")).unwrap();
+    for want in [
+        "gzip_comp_level 1;",
+        "gzip_min_length 256;",
+        "max_size=256m",
+        "proxy_cache objcache;",
+    ] {
+        assert!(cfg.contains(want), "nginx.conf lacks {want}");
+    }
+    // Freshness comes from the origin's Cache-Control, not an override.
+    assert!(!cfg.contains("proxy_cache_valid"));
+    check(
+        Command::new(&t.program)
+            .arg("-t")
+            .arg("-p")
+            .arg(&dir)
+            .arg("-e")
+            .arg(dir.join("error.log"))
+            .arg("-c")
+            .arg(dir.join("nginx.conf")),
+    );
+}
+
+#[test]
+fn varnish_vcl_compiles_and_caches_with_the_object_limit() {
+    let Some((t, dir, argv)) = written("varnish") else {
+        return;
+    };
+    assert_eq!(t.kind, Kind::Varnish);
+    assert!(t.caps.contains(&Cap::Caching));
+    assert!(argv.iter().any(|a| a == "malloc,256m"), "{argv:?}");
+    assert!(argv.iter().any(|a| a == "thread_pools=1"), "{argv:?}");
+    let vcl = std::fs::read_to_string(dir.join("varnish.vcl")).unwrap();
+    assert!(vcl.contains("> 8388608"));
+    let mut cmd = Command::new(&t.program);
+    cmd.arg("-C")
+        .arg("-n")
+        .arg(dir.join("varnish-check"))
+        .arg("-f")
+        .arg(dir.join("varnish.vcl"));
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        cmd.args(["-j", "none"]);
+    }
+    check(&mut cmd);
+}
+
+#[test]
+fn switchyard_config_has_the_compression_and_cache_tables_only_with_the_caps() {
+    let p = ports();
+    let mut t = dut::Target {
+        name: "switchyard".into(),
+        kind: Kind::Switchyard,
+        program: PathBuf::from("/nonexistent/switchyard"),
+        command: String::new(),
+        caps: dut::SWITCHYARD_CAPS.to_vec(),
+        notes: Vec::new(),
+        version: String::new(),
+    };
+    let dir = tmpdir("switchyard").join("work").join("switchyard");
+    std::fs::create_dir_all(&dir).unwrap();
+    let read = |t: &dut::Target| {
+        dut::write_config(t, &p, &dir).unwrap();
+        std::fs::read_to_string(dir.join("switchyard.toml")).unwrap()
+    };
+    let today = read(&t);
+    for absent in ["[cache]", "[vserver.compression]", "[vserver.cache]"] {
+        assert!(
+            !today.contains(absent),
+            "{absent} written without the capability"
+        );
+    }
+    t.caps.extend([Cap::Compression, Cap::Caching]);
+    let full = read(&t);
+    for want in [
+        "[cache]\nmax_bytes = 268435456",
+        "max_object_bytes = 8388608",
+        &format!(
+            "name = \"compress\"\nlisten = [\"127.0.0.1:{}\"]",
+            p.compress
+        ),
+        "[vserver.compression]\nalgorithms = [\"gzip\"]",
+        "gzip_level = 1",
+        "min_size = 256",
+        "types = [\"text/*\", \"application/json\", \"application/javascript\"]",
+        &format!("name = \"cache\"\nlisten = [\"127.0.0.1:{}\"]", p.cache),
+        "[vserver.cache]\nenabled = true",
+    ] {
+        assert!(full.contains(want), "switchyard.toml lacks {want}:\n{full}");
+    }
+    // [cache] is a top-level table: before the first [[vserver]].
+    assert!(full.find("[cache]").unwrap() < full.find("[[vserver]]").unwrap());
+}
+
+#[test]
+fn a_dut_the_origin_sees_every_request_of_is_not_cached() {
+    use switchyard_bench::compare::cache_verdict;
+    assert_eq!(cache_verdict(0, 1), None);
+    assert_eq!(cache_verdict(2, 1), None);
+    assert_eq!(cache_verdict(6, 3), None);
+    let why = cache_verdict(5000, 1).unwrap();
+    assert!(why.starts_with("not cached"), "{why}");
+    assert!(cache_verdict(7, 3).is_some());
+}
+
+/// One request through a running DUT, with the load generator's checks.
+fn fetch(
+    rt: &tokio::runtime::Runtime,
+    addr: std::net::SocketAddr,
+    path: &str,
+    gzip: bool,
+) -> switchyard_bench::client::Resp {
+    use switchyard_bench::client::{self, Expect};
+    use switchyard_bench::content;
+    let size = content::object_size(path).unwrap();
+    let exp = Expect {
+        status: 200,
+        size: Some(size),
+        verify_body: true,
+        gzip_trailer: gzip.then(|| (content::crc32(&content::object(path, size)), size as u32)),
+    };
+    let req = format!(
+        "GET {path} HTTP/1.1\r\nHost: bench.switchyard.test\r\n{}\r\n",
+        if gzip {
+            "Accept-Encoding: gzip\r\n"
+        } else {
+            ""
+        }
+    );
+    rt.block_on(async {
+        let mut s = client::connect(addr, None).await.unwrap();
+        let mut buf = Vec::with_capacity(8192);
+        client::transact(&mut s, req.as_bytes(), &mut buf, &exp)
+            .await
+            .unwrap_or_else(|e| panic!("{addr}{path}: {e:?}"))
+    })
+}
+
+/// The peers, started as the harness starts them: each compresses HTML at
+/// the ratio its compressor gives (the gzip trailer checked against the
+/// object) and serves repeated requests from its cache (the origin sees one).
+#[test]
+fn peers_compress_and_serve_from_cache() {
+    use switchyard_bench::dut::Listener;
+    use switchyard_bench::origin::{spawn_origin, OriginOpts};
+    let p = Ports::from_base(16100 + (std::process::id() % 300) as u16 * 10);
+    let origin = spawn_origin(&[p.web_origin, p.images_origin], OriginOpts::default()).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let out = tmpdir("run");
+    for name in ["haproxy", "nginx", "varnish"] {
+        let t = match dut::resolve(name, None) {
+            Ok(t) if !t.caps.is_empty() => t,
+            _ => {
+                eprintln!("skipped: {name} is not installed");
+                continue;
+            }
+        };
+        let dir = out.join("work").join(name);
+        let probe = p.addr(Listener::Cache);
+        let d = dut::start(&t, &p, &dir, None, probe).unwrap_or_else(|e| panic!("{name}: {e}"));
+        if t.caps.contains(&Cap::Compression) {
+            let r = fetch(&rt, p.addr(Listener::Compress), "/html/65536", true);
+            assert!(r.gzip, "{name} did not gzip");
+            let ratio = r.body_len as f64 / 65536.0;
+            assert!((0.2..0.45).contains(&ratio), "{name}: ratio {ratio}");
+            // Without Accept-Encoding: the object as it is.
+            let r = fetch(&rt, p.addr(Listener::Compress), "/html/8192", false);
+            assert!(!r.encoded && r.body_len == 8192, "{name}");
+        }
+        let before = origin.stats().requests;
+        for _ in 0..4 {
+            let r = fetch(&rt, probe, "/size/65536", false);
+            assert_eq!(r.body_len, 65536);
+        }
+        let seen = origin.stats().requests - before;
+        d.stop();
+        assert_eq!(seen, 1, "{name}: the origin saw {seen} of 4 requests");
+    }
+}
