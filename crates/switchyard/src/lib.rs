@@ -8,6 +8,7 @@
 
 pub mod admin;
 pub mod balance;
+pub mod cache;
 pub mod clock;
 pub mod compress;
 pub mod config;

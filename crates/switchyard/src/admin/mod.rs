@@ -76,7 +76,7 @@ async fn handle<C: Control>(mut s: TcpStream, control: &C) -> std::io::Result<()
         (b"GET", b"/") => responses::simple(
             200,
             "text/plain",
-            b"switchyard admin: GET /stats, GET /stats.json, GET /metrics, POST /reload, GET /healthz\n",
+            b"switchyard admin: GET /stats, GET /stats.json, GET /metrics, POST /reload, POST /cache/purge?url=URL|prefix=URL, GET /healthz\n",
             true,
             &[],
         ),
@@ -88,8 +88,64 @@ async fn handle<C: Control>(mut s: TcpStream, control: &C) -> std::io::Result<()
             }
         },
         (_, b"/reload") => responses::error(405, "use POST /reload", true),
+        (b"POST", b"/cache/purge") => purge(&snap, req.query().unwrap_or_default()),
+        (_, b"/cache/purge") => responses::error(405, "use POST /cache/purge?url=URL or ?prefix=URL", true),
         _ => responses::error(404, "unknown admin path; try GET /", true),
     };
     s.write_all(&out).await?;
     s.shutdown().await
+}
+
+/// `POST /cache/purge?url=http://host/path` removes that URL (every variant
+/// and key extra); `?prefix=http://host/dir/` every URL under it.
+fn purge(snap: &Snapshot, query: &[u8]) -> Vec<u8> {
+    let query = String::from_utf8_lossy(query);
+    let (how, url) = query.split_once('=').unwrap_or(("", ""));
+    let url = percent_decode(url);
+    if url.is_empty() || !matches!(how, "url" | "prefix") {
+        return responses::error(
+            400,
+            "give ?url=http://host/path or ?prefix=http://host/path",
+            true,
+        );
+    }
+    let key = crate::cache::url_key(&url);
+    let n = if how == "prefix" {
+        snap.cache.purge_prefix(&key)
+    } else {
+        let mut extras = key.clone();
+        extras.push(0);
+        usize::from(snap.cache.invalidate(&key)) + snap.cache.purge_prefix(&extras)
+    };
+    log::info(format_args!("admin: cache purge {how} {url}: {n} removed"));
+    let body = format!("{{\"purged\":{n}}}\n");
+    responses::simple(200, "application/json", body.as_bytes(), true, &[])
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let hex = |c: u8| (c as char).to_digit(16);
+        match (
+            b[i],
+            b.get(i + 1).copied().and_then(hex),
+            b.get(i + 2).copied().and_then(hex),
+        ) {
+            (b'%', Some(h), Some(l)) => {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+            }
+            (b'+', _, _) => {
+                out.push(b' ');
+                i += 1;
+            }
+            (c, _, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }

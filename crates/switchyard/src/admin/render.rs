@@ -215,8 +215,13 @@ pub fn json(snap: &Snapshot) -> String {
             format!("{{\"name\":{},{},\"members\":[{}]}}", esc(&pool.name), fields_json(p.fields(), &p.responses), members.join(","))
         })
         .collect();
+    let c = snap.cache.usage();
+    let cache = format!(
+        "{{\"objects\":{},\"bytes\":{},\"max_bytes\":{},\"evictions\":{},\"not_admitted\":{},\"purged\":{}}}",
+        c.objects, c.bytes, c.max_bytes, c.evictions, c.not_admitted, c.purged
+    );
     format!(
-        "{{\"generation\":{},\"client_connections_total\":{},\"server_connections_total\":{},\"multiplexing_ratio\":{:.4},\"vservers\":[{}],\"pools\":[{}]}}\n",
+        "{{\"generation\":{},\"client_connections_total\":{},\"server_connections_total\":{},\"multiplexing_ratio\":{:.4},\"cache\":{cache},\"vservers\":[{}],\"pools\":[{}]}}\n",
         snap.generation,
         t.client_total,
         t.server_total,
@@ -229,6 +234,17 @@ pub fn json(snap: &Snapshot) -> String {
 pub fn prometheus(snap: &Snapshot) -> String {
     let mut o = String::new();
     let _ = writeln!(o, "switchyard_config_generation {}", snap.generation);
+    let c = snap.cache.usage();
+    for (k, n) in [
+        ("objects", c.objects),
+        ("bytes", c.bytes),
+        ("max_bytes", c.max_bytes),
+        ("evictions", c.evictions),
+        ("not_admitted", c.not_admitted),
+        ("purged", c.purged),
+    ] {
+        let _ = writeln!(o, "switchyard_cache_{k} {n}");
+    }
     for vs in &snap.vservers {
         let v = vs.counters.read();
         let l = format!("vserver={}", esc(&vs.name));

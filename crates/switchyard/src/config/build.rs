@@ -51,6 +51,7 @@ pub fn build(
         warnings: Vec::new(),
     };
     let settings = settings(&mut cx, &file);
+    let (store, cache_limits) = cache_store(&mut cx, file.cache.as_ref(), previous);
 
     // Pools first: virtual servers refer to them.
     let mut pools: Vec<Arc<Pool>> = Vec::new();
@@ -106,7 +107,7 @@ pub fn build(
                 );
             }
         }
-        let vs = build_vserver(&mut cx, v, &pool_names, previous);
+        let vs = build_vserver(&mut cx, v, &pool_names, previous, &store);
         let vs = Arc::new(vs);
         for a in &vs.listen {
             by_listen.entry(*a).or_insert_with(|| vs.clone());
@@ -131,12 +132,14 @@ pub fn build(
         cx.errors.sort_by_key(|e| (e.line, e.col));
         return Err(cx.errors);
     }
+    store.set_limits(cache_limits.0, cache_limits.1);
     Ok(Snapshot {
         generation: previous.map(|p| p.generation + 1).unwrap_or(1),
         settings,
         admin,
         vservers,
         pools,
+        cache: store,
         by_listen,
         warnings: cx.warnings,
     })
@@ -631,11 +634,93 @@ fn build_compression(
     s
 }
 
+const CACHE_MAX_BYTES: u64 = 256 << 20;
+const CACHE_MAX_OBJECT: u64 = 8 << 20;
+
+/// `[cache]`: the previous snapshot's store with the new limits, so a
+/// reload keeps what is cached.
+fn cache_store(
+    cx: &mut Ctx,
+    c: Option<&model::CacheStore>,
+    previous: Option<&Snapshot>,
+) -> (Arc<crate::cache::Store>, (u64, u64)) {
+    let mut max = CACHE_MAX_BYTES;
+    let mut obj = CACHE_MAX_OBJECT;
+    if let Some(c) = c {
+        if let Some(m) = &c.max_bytes {
+            max = *m.get_ref();
+            if max < 1 << 20 {
+                cx.err(
+                    m.span(),
+                    format!("cache.max_bytes {max} is below the minimum of 1 MiB (1048576)"),
+                );
+            }
+        }
+        if let Some(o) = &c.max_object_bytes {
+            obj = *o.get_ref();
+            if obj > max {
+                cx.err(
+                    o.span(),
+                    format!("cache.max_object_bytes {obj} is larger than cache.max_bytes {max}"),
+                );
+            }
+        }
+    }
+    // The new limits apply once the whole configuration is valid: a
+    // failed reload must not shrink the running cache.
+    let store = match previous {
+        Some(p) => p.cache.clone(),
+        None => Arc::new(crate::cache::Store::new(max, obj)),
+    };
+    (store, (max, obj))
+}
+
+/// `[vserver.cache]`.
+fn build_cache(cx: &mut Ctx, c: &model::VsCache, what: &str, name: &str) -> crate::cache::Settings {
+    use crate::cache::{KeyPart, Settings};
+    let mut s = Settings {
+        name: format!("switchyard-{name}"),
+        ..Settings::default()
+    };
+    for k in c.key.iter().flatten() {
+        let part = match k.get_ref().split_once(':') {
+            Some(("header", n)) if is_token(n) => Some((KeyPart::Header, n.to_ascii_lowercase())),
+            Some(("cookie", n)) if !n.is_empty() => Some((KeyPart::Cookie, n.to_string())),
+            _ => None,
+        };
+        match part {
+            Some(p) => s.key_extras.push(p),
+            None => cx.err(
+                k.span(),
+                format!(
+                    "{what}: cache key part {:?} is not \"header:NAME\" or \"cookie:NAME\"",
+                    k.get_ref()
+                ),
+            ),
+        }
+    }
+    if let Some(h) = &c.heuristic_percent {
+        if *h.get_ref() > 100 {
+            cx.err(
+                h.span(),
+                format!(
+                    "{what}: cache.heuristic_percent {} is over 100",
+                    h.get_ref()
+                ),
+            );
+        } else {
+            s.heuristic_percent = *h.get_ref();
+        }
+    }
+    s
+}
+
 fn build_vserver(
     cx: &mut Ctx,
     v: &model::VServer,
     pools: &HashMap<String, Arc<Pool>>,
     previous: Option<&Snapshot>,
+    store: &Arc<crate::cache::Store>,
 ) -> VServer {
     let name = v.name.get_ref().clone();
     let span = v.name.span();
@@ -672,6 +757,7 @@ fn build_vserver(
             && p.response_headers.remove.is_empty()
             && p.action.is_none()
             && p.compression.is_none()
+            && p.cache.is_none()
         {
             cx.err(
                 span.clone(),
@@ -685,6 +771,7 @@ fn build_vserver(
             request_headers: edits(cx, &p.request_headers, &what, span.clone()),
             response_headers: edits(cx, &p.response_headers, &what, span.clone()),
             compression: p.compression,
+            cache: p.cache,
         });
     }
     let what = format!("vserver {name:?}");
@@ -729,6 +816,7 @@ fn build_vserver(
         .compression
         .as_ref()
         .map(|c| build_compression(cx, c, &what));
+    let cache = v.cache.as_ref().map(|c| build_cache(cx, c, &what, &name));
     let mut response_headers = edits(cx, &v.response_headers, &what, span.clone());
     if let Some(h) = tls.as_ref().and_then(|t| t.hsts.clone()) {
         // HSTS rides on the vserver's own response edits so every proxied
@@ -759,6 +847,20 @@ fn build_vserver(
                     .then(crate::compress::Settings::default)
             })
             .map(Arc::new),
+        cache_on: v.cache.as_ref().is_some_and(|c| c.enabled.unwrap_or(true)),
+        cache: cache
+            .or_else(|| {
+                v.policy
+                    .iter()
+                    .any(|p| p.cache == Some(true))
+                    .then(crate::cache::Settings::default)
+            })
+            .map(|settings| {
+                Arc::new(super::snapshot::VsCache {
+                    settings,
+                    store: store.clone(),
+                })
+            }),
         counters: old.map(|o| o.counters.clone()).unwrap_or_default(),
         latency: old.map(|o| o.latency.clone()).unwrap_or_default(),
         name,

@@ -29,6 +29,8 @@ pub struct File {
     #[serde(default)]
     pub http2: Http2,
     pub admin: Option<Admin>,
+    /// The shared HTTP cache's memory; vservers turn caching on.
+    pub cache: Option<CacheStore>,
     #[serde(default)]
     pub vserver: Vec<VServer>,
     #[serde(default)]
@@ -100,6 +102,29 @@ pub struct Timeouts {
     pub tunnel_idle: Option<Millis>,
 }
 
+/// `[cache]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheStore {
+    /// Memory for every cached object of every vserver (default 256 MiB).
+    pub max_bytes: Option<Spanned<u64>>,
+    /// Larger responses are not stored (default 8 MiB).
+    pub max_object_bytes: Option<Spanned<u64>>,
+}
+
+/// `[vserver.cache]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct VsCache {
+    /// Default true; false keeps the settings for policies that turn it on.
+    pub enabled: Option<bool>,
+    /// Added to the cache key: "header:NAME" or "cookie:NAME".
+    pub key: Option<Vec<Spanned<String>>>,
+    /// Percent of (Date - Last-Modified) a response without explicit
+    /// freshness stays fresh (default 10).
+    pub heuristic_percent: Option<Spanned<u64>>,
+}
+
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Admin {
@@ -131,6 +156,8 @@ pub struct VServer {
     /// Response compression; on for every request unless `enabled = false`
     /// or a policy says otherwise.
     pub compression: Option<Compression>,
+    /// HTTP caching (RFC 9111) of this vserver's responses.
+    pub cache: Option<VsCache>,
 }
 
 /// `[vserver.compression]`.
@@ -231,6 +258,8 @@ pub struct Policy {
     pub response_headers: HeaderEdits,
     /// Turns the vserver's compression on or off for matching requests.
     pub compression: Option<bool>,
+    /// Turns the vserver's cache on or off for matching requests.
+    pub cache: Option<bool>,
 }
 
 /// Every field present must match (logical AND). An empty match always matches.

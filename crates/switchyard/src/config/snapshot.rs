@@ -24,6 +24,9 @@ pub struct Snapshot {
     pub admin: Option<SocketAddr>,
     pub vservers: Vec<Arc<VServer>>,
     pub pools: Vec<Arc<Pool>>,
+    /// The HTTP cache's objects: one store for every vserver, handed from
+    /// snapshot to snapshot (a reload keeps the cache).
+    pub cache: Arc<crate::cache::Store>,
     /// Listen address -> virtual server.
     pub by_listen: crate::fasthash::FxHashMap<SocketAddr, Arc<VServer>>,
     /// Things that work but deserve the operator's attention (shown by
@@ -107,6 +110,16 @@ pub struct VServer {
     /// decides for.
     pub compression: Option<Arc<crate::compress::Settings>>,
     pub compression_on: bool,
+    /// Caching settings, and whether they apply to requests no policy
+    /// decides for.
+    pub cache: Option<Arc<VsCache>>,
+    pub cache_on: bool,
+}
+
+/// A vserver's cache: its settings and the shared store.
+pub struct VsCache {
+    pub settings: crate::cache::Settings,
+    pub store: Arc<crate::cache::Store>,
 }
 
 pub struct Policy {
@@ -117,6 +130,8 @@ pub struct Policy {
     pub response_headers: HeaderEdits,
     /// Compression on or off for matching requests.
     pub compression: Option<bool>,
+    /// Caching on or off for matching requests.
+    pub cache: Option<bool>,
 }
 
 pub enum Action {

@@ -69,6 +69,8 @@ pub struct Exchange<'s> {
     pub response_edits: Vec<&'s HeaderEdits>,
     /// Response compression, when routing turned it on for this request.
     pub compression: Option<&'s crate::compress::Settings>,
+    /// The cache, when routing turned it on for this request.
+    pub cache: Option<&'s crate::config::snapshot::VsCache>,
     /// The member a persistence cookie pins the request to.
     pub sticky: Option<usize>,
     /// The member serving (or that last tried to).
@@ -103,6 +105,7 @@ impl<'s> Exchange<'s> {
             request_edits: Vec::new(),
             response_edits: Vec::new(),
             compression: None,
+            cache: None,
             sticky: None,
             member: None,
             status: 0,

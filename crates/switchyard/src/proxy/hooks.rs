@@ -43,6 +43,7 @@ pub enum BodyEdit {
     Replaced,
 }
 
+#[allow(async_fn_in_trait)] // single-threaded workers: no Send bound wanted
 pub trait Hooks {
     /// A client connection was accepted on `listen`, before any byte is
     /// read (ACLs, per-source limits). False closes it at once.
@@ -55,6 +56,13 @@ pub trait Hooks {
     /// WAF block, a cache hit). Stages run in order; the first `Respond`
     /// wins and the later ones are skipped.
     fn on_request_head(&mut self, _x: &mut Exchange<'_>, _req: &mut Request) -> Verdict {
+        Verdict::Continue
+    }
+
+    /// After `on_request_head`, for stages that must wait before the member
+    /// is asked (request coalescing: a miss waits for the same key's fill
+    /// in progress). Same rules as `on_request_head`.
+    async fn on_request_wait(&mut self, _x: &mut Exchange<'_>, _req: &mut Request) -> Verdict {
         Verdict::Continue
     }
 
@@ -103,6 +111,12 @@ pub trait Hooks {
     /// long polls) keep flowing.
     fn on_response_flush(&mut self, _x: &mut Exchange<'_>, _out: &mut Vec<u8>) {}
 
+    /// No member could answer and the client has no response yet: a stage
+    /// may answer instead (a stale cached copy, stale-if-error).
+    fn on_member_failure(&mut self, _x: &mut Exchange<'_>) -> Option<Local> {
+        None
+    }
+
     /// The exchange is over (answered by a member or locally, or failed).
     fn on_log(&mut self, _x: &Exchange<'_>, _req: &Request) {}
 }
@@ -118,6 +132,19 @@ impl<A: Hooks, B: Hooks> Hooks for (A, B) {
             Verdict::Continue => self.1.on_request_head(x, req),
             answer => answer,
         }
+    }
+
+    async fn on_request_wait(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
+        match self.0.on_request_wait(x, req).await {
+            Verdict::Continue => self.1.on_request_wait(x, req).await,
+            answer => answer,
+        }
+    }
+
+    fn on_member_failure(&mut self, x: &mut Exchange<'_>) -> Option<Local> {
+        self.0
+            .on_member_failure(x)
+            .or_else(|| self.1.on_member_failure(x))
     }
 
     fn before_member_request(&mut self, x: &mut Exchange<'_>, req: &mut Request) {

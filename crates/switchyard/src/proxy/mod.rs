@@ -6,6 +6,7 @@
 //! docs/internals.md draws the phases, who owns what, and the life of one
 //! request on each pair of protocols.
 
+mod caching;
 mod client_h1;
 mod client_h2;
 mod compressing;

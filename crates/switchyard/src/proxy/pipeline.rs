@@ -21,7 +21,11 @@ use crate::stats;
 pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: Request) {
     let mut hooks = stages::pipeline();
     stats::inc(&x.vs.counters.local().requests);
-    if let Verdict::Respond(local) = hooks.on_request_head(x, &mut req) {
+    let mut verdict = hooks.on_request_head(x, &mut req);
+    if let Verdict::Continue = verdict {
+        verdict = hooks.on_request_wait(x, &mut req).await;
+    }
+    if let Verdict::Respond(local) = verdict {
         x.status = local.response.status;
         client.answer(x, &req, local).await;
         hooks.on_log(x, &req);
@@ -32,8 +36,16 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
     };
     hooks.before_member_request(x, &mut req);
     if let Err(f) = to_pool(x, &mut hooks, client, &req, &pool).await {
-        x.status = f.status.unwrap_or(0);
-        client.fail(x, &req, f).await;
+        match f.status.and_then(|_| hooks.on_member_failure(x)) {
+            Some(local) => {
+                x.status = local.response.status;
+                client.answer(x, &req, local).await;
+            }
+            None => {
+                x.status = f.status.unwrap_or(0);
+                client.fail(x, &req, f).await;
+            }
+        }
     }
     x.vs.latency
         .local()

@@ -15,6 +15,8 @@ pub struct Decision<'a> {
     pub response_edits: Vec<&'a HeaderEdits>,
     /// Compression for this request, after the matching policies' say.
     pub compression: bool,
+    /// Caching for this request, likewise.
+    pub cache: bool,
 }
 
 pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
@@ -23,6 +25,7 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
         request_edits: Vec::new(),
         response_edits: Vec::new(),
         compression: vs.compression_on,
+        cache: vs.cache_on,
     };
     if !vs.request_headers.is_empty() {
         d.request_edits.push(&vs.request_headers);
@@ -42,6 +45,9 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
         }
         if let Some(on) = p.compression {
             d.compression = on;
+        }
+        if let Some(on) = p.cache {
+            d.cache = on;
         }
         if let Some(a) = &p.action {
             d.action = Some(a);

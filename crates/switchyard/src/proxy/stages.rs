@@ -8,6 +8,7 @@ use std::net::IpAddr;
 
 use bytes::Bytes;
 
+use super::caching::Cache;
 use super::compressing::Compress;
 use super::exchange::Exchange;
 use super::hooks::{Hooks, Local, Verdict};
@@ -20,10 +21,19 @@ use crate::log;
 use crate::stats;
 
 /// The stages, in the order their hooks run.
-pub type Pipeline = (Route, (Forward, (Compress, AccessLog)));
+///
+/// Compression comes before the cache: the response body passes the
+/// encoder first, so the cache stores the encoded variant once.
+pub type Pipeline = (Route, (Forward, (Compress, (Cache, AccessLog))));
 
 pub fn pipeline() -> Pipeline {
-    (Route, (Forward, (Compress::default(), AccessLog)))
+    (
+        Route,
+        (
+            Forward,
+            (Compress::default(), (Cache::default(), AccessLog)),
+        ),
+    )
 }
 
 /// Content switching: the vserver's policies choose the pool, collect the
@@ -38,6 +48,9 @@ impl Hooks for Route {
         x.response_edits = d.response_edits;
         if d.compression {
             x.compression = vs.compression.as_deref();
+        }
+        if d.cache {
+            x.cache = vs.cache.as_deref();
         }
         let local = |status: u16, extra: &[(&str, &str)], body: &[u8], ctype: &str| {
             let mut fields: Vec<(&str, &str)> = extra.to_vec();

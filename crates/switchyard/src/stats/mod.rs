@@ -171,6 +171,17 @@ counters!(
         compress_bytes_out_gzip,
         compress_bytes_out_br,
         compress_bytes_out_zstd,
+        /// Requests answered from the cache while fresh; misses (nothing
+        /// stored suits the request); stored responses revalidated with
+        /// the member; stale responses served (stale-while-revalidate,
+        /// stale-if-error); misses answered by another request's fill
+        /// (coalescing); responses stored.
+        cache_hits,
+        cache_misses,
+        cache_revalidations,
+        cache_stale_served,
+        cache_coalesced,
+        cache_stored,
     }
 );
 

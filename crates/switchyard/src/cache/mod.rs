@@ -1,0 +1,614 @@
+//! A shared HTTP cache as RFC 9111 defines it: what may be stored
+//! (`storable`), how fresh a stored response is (`Object::freshness`),
+//! which stored variant a request may get (`Object::matches`), and how a
+//! stored response answers a request (conditional, HEAD, Range:
+//! `answer.rs`). Objects live in memory in one `Store` shared by every
+//! worker (`store.rs`). The pipeline stage that drives it is
+//! `proxy/caching.rs`.
+//!
+//! Depends on `http` only: the proxy uses it, never the other way round.
+
+pub mod answer;
+pub mod control;
+pub mod httpdate;
+pub mod store;
+
+use bytes::Bytes;
+
+use crate::http::message::{Fields, Framing, Method, Request, Response};
+use control::Directives;
+
+pub use store::Store;
+
+/// `[vserver.cache]`, checked.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// Request fields and cookies added to the key: ("header", name) or
+    /// ("cookie", name).
+    pub key_extras: Vec<(KeyPart, String)>,
+    /// Share of (Date - Last-Modified) a response without explicit
+    /// freshness stays fresh (RFC 9111 4.2.2), in percent.
+    pub heuristic_percent: u64,
+    /// Who answers in Cache-Status.
+    pub name: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyPart {
+    Header,
+    Cookie,
+}
+
+impl Default for Settings {
+    fn default() -> Settings {
+        Settings {
+            key_extras: Vec::new(),
+            heuristic_percent: 10,
+            name: "switchyard".into(),
+        }
+    }
+}
+
+/// The primary cache key: scheme, authority, target, and the configured
+/// extras. The method is not in it: GET fills, HEAD reads.
+pub fn key(req: &Request, tls: bool, s: &Settings) -> Vec<u8> {
+    let mut k = Vec::with_capacity(64);
+    k.extend_from_slice(if tls { b"https://" } else { b"http://" });
+    if let Some(h) = req.host() {
+        k.extend(h.iter().map(u8::to_ascii_lowercase));
+    }
+    k.extend_from_slice(req.target());
+    for (part, name) in &s.key_extras {
+        k.push(0);
+        match part {
+            KeyPart::Header => {
+                for v in req.head.all(name) {
+                    k.extend_from_slice(v);
+                    k.push(b',');
+                }
+            }
+            KeyPart::Cookie => {
+                if let Some(v) = cookie(req, name) {
+                    k.extend_from_slice(v);
+                }
+            }
+        }
+    }
+    k
+}
+
+/// The prefix every key of `url` starts with ("http://host/path...").
+pub fn url_key(url: &str) -> Vec<u8> {
+    let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));
+    let (host, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, "/"),
+    };
+    format!(
+        "{}://{}{}",
+        scheme.to_ascii_lowercase(),
+        host.to_ascii_lowercase(),
+        path
+    )
+    .into_bytes()
+}
+
+fn cookie<'a>(req: &'a Request, name: &str) -> Option<&'a [u8]> {
+    req.head.all("cookie").find_map(|c| {
+        c.split(|b| *b == b';').find_map(|kv| {
+            let kv = kv.trim_ascii();
+            let i = kv.iter().position(|b| *b == b'=')?;
+            (kv[..i].trim_ascii() == name.as_bytes()).then(|| kv[i + 1..].trim_ascii())
+        })
+    })
+}
+
+/// Statuses a cache may give a heuristic lifetime (RFC 9110 15.1).
+fn heuristic_status(st: u16) -> bool {
+    matches!(
+        st,
+        200 | 203 | 204 | 206 | 300 | 301 | 308 | 404 | 405 | 410 | 414 | 501
+    )
+}
+
+/// Statuses this cache stores (final, and understood well enough to
+/// replay: not 206 partial content, nothing that needs the connection).
+fn understood(st: u16) -> bool {
+    matches!(
+        st,
+        200 | 203 | 204 | 300 | 301 | 302 | 303 | 307 | 308 | 404 | 405 | 410 | 414 | 501
+    )
+}
+
+/// Why a response is not stored, or None when it may be.
+pub fn storable(req: &Request, resp: &Response, rc: &Directives, now: i64) -> Option<&'static str> {
+    let q = Directives::of(&req.head.fields);
+    if req.method != Method::Get {
+        return Some("method");
+    }
+    if !understood(resp.status) {
+        return Some("status");
+    }
+    if q.no_store || rc.no_store {
+        return Some("no-store");
+    }
+    if rc.private {
+        return Some("private");
+    }
+    if rc.must_understand && !understood(resp.status) {
+        return Some("must-understand");
+    }
+    if req.head.fields.contains("authorization")
+        && !(rc.must_revalidate || rc.public || rc.s_maxage.is_some())
+    {
+        return Some("authorization");
+    }
+    let f = &resp.head.fields;
+    if vary_names(f).any(|n| n == b"*") {
+        return Some("vary *");
+    }
+    if f.contains("set-cookie") {
+        // A shared cache would hand one client's cookie to every other.
+        return Some("set-cookie");
+    }
+    let explicit = rc.s_maxage.is_some() || rc.max_age.is_some() || f.contains("expires");
+    let heuristic = heuristic_status(resp.status) || rc.public;
+    let validators = f.contains("etag") || f.contains("last-modified");
+    if !(explicit || (heuristic && (validators || rc.public))) {
+        return Some("no freshness");
+    }
+    let _ = now;
+    None
+}
+
+impl Directives {
+    pub fn of(f: &Fields) -> Directives {
+        let mut d = control::parse(f.all("cache-control"));
+        // Pragma: no-cache counts only without Cache-Control (RFC 9111 5.4).
+        if !f.contains("cache-control")
+            && f.all("pragma")
+                .any(|v| v.trim_ascii().eq_ignore_ascii_case(b"no-cache"))
+        {
+            d.no_cache = true;
+        }
+        d
+    }
+}
+
+fn vary_names(f: &Fields) -> impl Iterator<Item = Vec<u8>> + '_ {
+    f.all("vary").flat_map(|v| {
+        v.split(|b| *b == b',')
+            .map(|t| t.trim_ascii().to_ascii_lowercase())
+            .filter(|t| !t.is_empty())
+    })
+}
+
+/// Request field values a variant was chosen by, normalised (whitespace
+/// after commas dropped), None when the request had none.
+fn vary_value(req: &Fields, name: &[u8]) -> Option<Vec<u8>> {
+    let name = std::str::from_utf8(name).ok()?;
+    let mut out: Option<Vec<u8>> = None;
+    for v in req.all(name) {
+        for part in v.split(|b| *b == b',') {
+            let o = out.get_or_insert_with(Vec::new);
+            o.extend_from_slice(part.trim_ascii());
+            o.push(b',');
+        }
+    }
+    out
+}
+
+/// A stored response.
+#[derive(Debug)]
+pub struct Object {
+    /// Status, reason and fields, without hop-by-hop fields and without
+    /// Content-Length (restated from the body when served).
+    pub head: Response,
+    pub body: Bytes,
+    pub cc: Directives,
+    /// When the request went out and the response came (ms since epoch).
+    pub request_ms: i64,
+    pub response_ms: i64,
+    /// Age the response had on arrival, corrected (RFC 9111 4.2.3), ms.
+    pub initial_age_ms: i64,
+    /// Freshness lifetime (RFC 9111 4.2.1), ms.
+    pub lifetime_ms: i64,
+    /// (field name, the request's value) for every field Vary names.
+    pub vary: Vec<(Vec<u8>, Option<Vec<u8>>)>,
+    pub etag: Option<Bytes>,
+    pub last_modified: Option<i64>,
+    /// Its Content-Encoding, which Vary: Accept-Encoding is matched on.
+    pub encoding: Option<Vec<u8>>,
+    /// Memory it holds, for the store's limit.
+    pub size: usize,
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+impl Object {
+    /// Builds the stored form of `resp` (its head as it went to the
+    /// client) for `req`.
+    pub fn new(
+        req: &Request,
+        resp: &Response,
+        body: Bytes,
+        request_ms: i64,
+        s: &Settings,
+    ) -> Object {
+        let response_ms = now_ms();
+        let f = &resp.head.fields;
+        let cc = Directives::of(f);
+        let date = f.get("date").and_then(httpdate::parse).map(|d| d * 1000);
+        let age_value = f
+            .get("age")
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .unwrap_or(0)
+            .max(0);
+        let apparent = date.map_or(0, |d| (response_ms - d).max(0));
+        let corrected_age = age_value * 1000 + (response_ms - request_ms).max(0);
+        let initial_age_ms = apparent.max(corrected_age);
+        let date_or_now = date.unwrap_or(response_ms);
+        let last_modified = f.get("last-modified").and_then(httpdate::parse);
+        let lifetime_ms = if let Some(s) = cc.s_maxage {
+            s as i64 * 1000
+        } else if let Some(m) = cc.max_age {
+            m as i64 * 1000
+        } else if let Some(e) = f.get("expires") {
+            // An invalid Expires means already expired (RFC 9111 5.3).
+            httpdate::parse(e).map_or(0, |e| (e * 1000 - date_or_now).max(0))
+        } else if let (Some(lm), true) = (last_modified, heuristic_status(resp.status) || cc.public)
+        {
+            ((date_or_now - lm * 1000).max(0)) * s.heuristic_percent as i64 / 100
+        } else {
+            0
+        };
+        let vary = vary_names(f)
+            .map(|n| {
+                let v = vary_value(&req.head.fields, &n);
+                (n, v)
+            })
+            .collect();
+        let mut head = Response::new(resp.status, Framing::Length(body.len() as u64));
+        head.reason = resp.reason.clone();
+        for (n, v) in f.iter() {
+            if resp.head.is_connection_field(n) || n.eq_ignore_ascii_case(b"content-length") {
+                continue;
+            }
+            head.head.fields.append(n, v);
+        }
+        let size = body.len()
+            + head
+                .head
+                .fields
+                .iter()
+                .map(|(n, v)| n.len() + v.len() + 16)
+                .sum::<usize>()
+            + 256;
+        Object {
+            etag: f.get("etag").map(Bytes::copy_from_slice),
+            encoding: f
+                .get("content-encoding")
+                .map(|v| v.trim_ascii().to_ascii_lowercase()),
+            head,
+            body,
+            cc,
+            request_ms,
+            response_ms,
+            initial_age_ms,
+            lifetime_ms,
+            vary,
+            last_modified,
+            size,
+        }
+    }
+
+    /// This object freshened by a member's 304 (RFC 9111 4.3.4): the
+    /// 304's fields replace the stored ones of the same name; the body
+    /// stays.
+    pub fn freshened(
+        &self,
+        not_modified: &Response,
+        req: &Request,
+        request_ms: i64,
+        s: &Settings,
+    ) -> Object {
+        let mut merged = Response::new(self.head.status, Framing::Length(self.body.len() as u64));
+        merged.reason = self.head.reason.clone();
+        let fresh = &not_modified.head;
+        let replaced = |n: &[u8]| {
+            !n.eq_ignore_ascii_case(b"content-length")
+                && !fresh.is_connection_field(n)
+                && fresh.fields.iter().any(|(m, _)| m.eq_ignore_ascii_case(n))
+        };
+        for (n, v) in self.head.head.fields.iter() {
+            if !replaced(n) {
+                merged.head.fields.append(n, v);
+            }
+        }
+        for (n, v) in fresh.fields.iter() {
+            if replaced(n) {
+                merged.head.fields.append(n, v);
+            }
+        }
+        let mut o = Object::new(req, &merged, self.body.clone(), request_ms, s);
+        // The variant stays the one it was chosen as.
+        o.vary = self.vary.clone();
+        o
+    }
+
+    /// Current age (RFC 9111 4.2.3), ms.
+    pub fn age_ms(&self, now: i64) -> i64 {
+        self.initial_age_ms + (now - self.response_ms).max(0)
+    }
+
+    /// How fresh the object is for `req`: positive while fresh, ms.
+    /// The request's max-age and min-fresh narrow it.
+    pub fn freshness(&self, q: &Directives, now: i64) -> i64 {
+        let age = self.age_ms(now);
+        let mut lifetime = self.lifetime_ms;
+        if let Some(m) = q.max_age {
+            lifetime = lifetime.min(m as i64 * 1000);
+        }
+        let mut left = lifetime - age;
+        if let Some(m) = q.min_fresh {
+            left -= m as i64 * 1000;
+        }
+        left
+    }
+
+    /// Whether this stored response may be served to `req` without
+    /// contacting the member.
+    pub fn fresh_for(&self, q: &Directives, now: i64) -> bool {
+        if self.cc.no_cache || q.no_cache {
+            return false;
+        }
+        let left = self.freshness(q, now);
+        if left > 0 {
+            return true;
+        }
+        // The client accepts staleness, unless the member forbade it.
+        let must =
+            self.cc.must_revalidate || self.cc.proxy_revalidate || self.cc.s_maxage.is_some();
+        match q.max_stale {
+            Some(limit) if !must => limit.is_none_or(|l| -left < l as i64 * 1000),
+            _ => false,
+        }
+    }
+
+    /// Within stale-while-revalidate (served stale while one request
+    /// revalidates), ms of staleness allowed; 0 if none.
+    pub fn stale_window(&self, d: Option<u64>) -> i64 {
+        if self.cc.must_revalidate || self.cc.proxy_revalidate || self.cc.no_cache {
+            return 0;
+        }
+        d.map_or(0, |s| s as i64 * 1000)
+    }
+
+    /// Whether this variant suits the request's fields named by Vary.
+    pub fn matches(&self, req: &Fields) -> bool {
+        self.vary.iter().all(|(name, stored)| {
+            if name == b"accept-encoding" {
+                // The coding this variant carries must be one the client
+                // accepts: one stored variant serves every client that can
+                // decode it (compress once).
+                return match &self.encoding {
+                    None => true,
+                    Some(e) => accepts(req, e),
+                };
+            }
+            vary_value(req, name) == *stored
+        })
+    }
+}
+
+/// Whether Accept-Encoding lists `coding` (or `*`) with q > 0.
+fn accepts(req: &Fields, coding: &[u8]) -> bool {
+    let mut star = false;
+    for v in req.all("accept-encoding") {
+        for item in v.split(|b| *b == b',') {
+            let mut parts = item.split(|b| *b == b';');
+            let token = parts.next().unwrap_or_default().trim_ascii();
+            let zero = parts.any(|p| {
+                let p = p.trim_ascii();
+                p.len() >= 3
+                    && p[..2].eq_ignore_ascii_case(b"q=")
+                    && p[2..].iter().all(|b| *b == b'0' || *b == b'.')
+            });
+            if token.eq_ignore_ascii_case(coding)
+                || (coding == b"gzip" && token.eq_ignore_ascii_case(b"x-gzip"))
+            {
+                return !zero;
+            }
+            if token == b"*" {
+                star = !zero;
+            }
+        }
+    }
+    star
+}
+
+pub fn now() -> i64 {
+    now_ms()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn req(fields: &[(&str, &str)]) -> Request {
+        let mut raw = b"GET /a?b HTTP/1.1\r\nHost: Example.COM\r\n".to_vec();
+        for (n, v) in fields {
+            raw.extend_from_slice(format!("{n}: {v}\r\n").as_bytes());
+        }
+        raw.extend_from_slice(b"\r\n");
+        crate::http::head::parse_request(Bytes::from(raw), 100).expect("request")
+    }
+
+    fn resp(status: u16, fields: &[(&str, &str)]) -> Response {
+        let mut r = Response::new(status, Framing::Length(3));
+        for (n, v) in fields {
+            r.head.fields.append(n.as_bytes(), v.as_bytes());
+        }
+        r
+    }
+
+    fn why(q: &[(&str, &str)], st: u16, f: &[(&str, &str)]) -> Option<&'static str> {
+        let r = resp(st, f);
+        storable(&req(q), &r, &Directives::of(&r.head.fields), 0)
+    }
+
+    #[test]
+    fn what_may_be_stored() {
+        assert_eq!(why(&[], 200, &[("cache-control", "max-age=10")]), None);
+        assert_eq!(why(&[], 200, &[]), Some("no freshness"));
+        assert_eq!(
+            why(
+                &[],
+                200,
+                &[("last-modified", "Sun, 06 Nov 1994 08:49:37 GMT")]
+            ),
+            None
+        );
+        assert_eq!(why(&[], 302, &[("etag", "\"x\"")]), Some("no freshness"));
+        assert_eq!(why(&[], 302, &[("cache-control", "max-age=5")]), None);
+        assert_eq!(
+            why(&[], 206, &[("cache-control", "max-age=5")]),
+            Some("status")
+        );
+        assert_eq!(
+            why(&[], 200, &[("cache-control", "max-age=5, no-store")]),
+            Some("no-store")
+        );
+        assert_eq!(
+            why(
+                &[("cache-control", "no-store")],
+                200,
+                &[("cache-control", "max-age=5")]
+            ),
+            Some("no-store")
+        );
+        assert_eq!(
+            why(&[], 200, &[("cache-control", "private, max-age=5")]),
+            Some("private")
+        );
+        assert_eq!(
+            why(
+                &[("authorization", "x")],
+                200,
+                &[("cache-control", "max-age=5")]
+            ),
+            Some("authorization")
+        );
+        assert_eq!(
+            why(
+                &[("authorization", "x")],
+                200,
+                &[("cache-control", "s-maxage=5")]
+            ),
+            None
+        );
+        assert_eq!(
+            why(
+                &[],
+                200,
+                &[("cache-control", "max-age=5"), ("vary", "Foo, *")]
+            ),
+            Some("vary *")
+        );
+        assert_eq!(
+            why(
+                &[],
+                200,
+                &[("cache-control", "max-age=5"), ("set-cookie", "a=b")]
+            ),
+            Some("set-cookie")
+        );
+    }
+
+    #[test]
+    fn freshness_from_the_fields() {
+        let s = Settings::default();
+        let now = now_ms();
+        let date = httpdate::format(now / 1000);
+        let o = |f: &[(&str, &str)]| {
+            Object::new(
+                &req(&[]),
+                &resp(200, f),
+                Bytes::from_static(b"abc"),
+                now,
+                &s,
+            )
+        };
+        let q = Directives::default();
+        assert!(o(&[("cache-control", "max-age=100")]).fresh_for(&q, now));
+        assert!(!o(&[("cache-control", "max-age=100")]).fresh_for(&q, now + 101_000));
+        assert!(!o(&[("cache-control", "max-age=100"), ("age", "100")]).fresh_for(&q, now));
+        assert!(!o(&[("cache-control", "max-age=100, s-maxage=0")]).fresh_for(&q, now));
+        let exp = httpdate::format(now / 1000 + 50);
+        assert!(o(&[("expires", &exp), ("date", &date)]).fresh_for(&q, now));
+        assert!(!o(&[("expires", "0"), ("date", &date)]).fresh_for(&q, now));
+        let lm = httpdate::format(now / 1000 - 1000);
+        let h = o(&[("last-modified", &lm), ("date", &date)]);
+        assert!((h.lifetime_ms - 100_000).abs() < 2000, "{}", h.lifetime_ms);
+        assert!(!o(&[("cache-control", "max-age=100, no-cache")]).fresh_for(&q, now));
+        let q10 = control::parse(std::iter::once(&b"max-age=10"[..]));
+        assert!(!o(&[("cache-control", "max-age=100")]).fresh_for(&q10, now + 11_000));
+        let stale = control::parse(std::iter::once(&b"max-stale=60"[..]));
+        assert!(o(&[("cache-control", "max-age=1")]).fresh_for(&stale, now + 30_000));
+        assert!(
+            !o(&[("cache-control", "max-age=1, must-revalidate")]).fresh_for(&stale, now + 30_000)
+        );
+    }
+
+    #[test]
+    fn variants_match_on_vary() {
+        let s = Settings::default();
+        let f = [
+            ("cache-control", "max-age=100"),
+            ("vary", "Foo, Accept-Encoding"),
+            ("content-encoding", "br"),
+        ];
+        let o = Object::new(
+            &req(&[("foo", "1"), ("accept-encoding", "br")]),
+            &resp(200, &f),
+            Bytes::new(),
+            0,
+            &s,
+        );
+        assert!(o.matches(
+            &req(&[("foo", "1"), ("accept-encoding", "gzip, br")])
+                .head
+                .fields
+        ));
+        assert!(!o.matches(
+            &req(&[("foo", "1"), ("accept-encoding", "gzip")])
+                .head
+                .fields
+        ));
+        assert!(!o.matches(
+            &req(&[("foo", "1"), ("accept-encoding", "br;q=0")])
+                .head
+                .fields
+        ));
+        assert!(!o.matches(&req(&[("foo", "2"), ("accept-encoding", "br")]).head.fields));
+        assert!(!o.matches(&req(&[("accept-encoding", "br")]).head.fields));
+        assert!(o.matches(&req(&[("foo", "1"), ("accept-encoding", "*")]).head.fields));
+    }
+
+    #[test]
+    fn keys() {
+        let s = Settings {
+            key_extras: vec![(KeyPart::Cookie, "lang".into())],
+            ..Settings::default()
+        };
+        let k = key(&req(&[("cookie", "a=1; lang=fr")]), false, &s);
+        assert_eq!(k, b"http://example.com/a?b\0fr");
+        assert!(k.starts_with(&url_key("HTTP://EXAMPLE.com/a")));
+    }
+}

@@ -1,0 +1,280 @@
+//! The cache stage: a request is answered from the shared store when a
+//! stored response may serve it (fresh, or stale where the member and the
+//! client allow it), a stale one is revalidated with the member and
+//! freshened by its 304, concurrent misses for one key wait for the first
+//! (coalescing), and a storable member response is kept while it streams
+//! to the client. The RFC's rules are in `cache/`; this file is the
+//! pipeline's side of them.
+//!
+//! Runs after the compression stage: what is stored is what the client
+//! got, encoded once, and served to every client that accepts the coding.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use super::exchange::Exchange;
+use super::hooks::{BodyEdit, Hooks, Local, Verdict};
+use crate::balance::persist::Persist;
+use crate::cache::control::Directives;
+use crate::cache::store::{Fill, FillGuard};
+use crate::cache::{self, answer::answer, Object};
+use crate::http::message::{Method, Request, Response};
+use crate::http::responses;
+use crate::stats;
+
+#[derive(Default)]
+pub struct Cache {
+    /// Set when caching applies to this request.
+    key: Option<Vec<u8>>,
+    /// The request, kept to answer it from a stored response later.
+    req: Option<Request>,
+    q: Directives,
+    /// A stale variant being revalidated (or served if the member fails).
+    stale: Option<Arc<Object>>,
+    /// This request fetches the object; others wait for it.
+    fill: Option<FillGuard>,
+    /// Another request is fetching it: wait, then look again.
+    wait: Option<watch::Receiver<bool>>,
+    request_ms: i64,
+    /// The response being stored as it streams, and its body so far.
+    capture: Option<(Response, Vec<u8>)>,
+    /// A body to send instead of the member's (a freshened stored object).
+    replay: Option<Bytes>,
+    /// An unsafe method's target, invalidated when it succeeds.
+    invalidate: Option<Vec<u8>>,
+}
+
+impl Cache {
+    fn hit(&self, x: &Exchange<'_>, o: &Object, req: &Request, status: &str) -> Local {
+        let name = x.cache.map_or("switchyard", |c| c.settings.name.as_str());
+        let (response, body) = answer(o, req, cache::now(), &format!("{name}; {status}"));
+        Local { response, body }
+    }
+
+    fn status(&self, x: &Exchange<'_>, detail: &str) -> String {
+        let name = x.cache.map_or("switchyard", |c| c.settings.name.as_str());
+        format!("{name}; {detail}")
+    }
+}
+
+impl Hooks for Cache {
+    fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
+        let Some(vc) = x.cache else {
+            return Verdict::Continue;
+        };
+        let key = cache::key(req, x.tls, &vc.settings);
+        if !matches!(req.method, Method::Get | Method::Head) {
+            // Unsafe methods invalidate the target (RFC 9111 4.4).
+            if !matches!(
+                req.method,
+                Method::Options | Method::Trace | Method::Connect
+            ) {
+                self.invalidate = Some(key);
+            }
+            return Verdict::Continue;
+        }
+        let vcount = x.vs.counters.local();
+        self.q = Directives::of(&req.head.fields);
+        let now = cache::now();
+        if let Some(o) = vc.store.lookup(&key, &req.head.fields) {
+            if o.fresh_for(&self.q, now) {
+                stats::inc(&vcount.cache_hits);
+                return Verdict::Respond(self.hit(x, &o, req, "hit"));
+            }
+            // Stale: served as it is only while someone else revalidates
+            // it within stale-while-revalidate.
+            let swr = o.stale_window(o.cc.stale_while_revalidate);
+            if swr > 0 && -o.freshness(&self.q, now) < swr {
+                if let Fill::Wait(_) = vc.store.begin_fill(&key) {
+                    stats::inc(&vcount.cache_stale_served);
+                    return Verdict::Respond(self.hit(
+                        x,
+                        &o,
+                        req,
+                        "hit; detail=stale-while-revalidate",
+                    ));
+                }
+            }
+            stats::inc(&vcount.cache_revalidations);
+            self.stale = Some(o);
+        } else {
+            stats::inc(&vcount.cache_misses);
+            if self.q.only_if_cached {
+                let (response, body) =
+                    responses::local_error(504, "not in the cache (only-if-cached)");
+                return Verdict::Respond(Local { response, body });
+            }
+        }
+        // One fetch per key at a time; not for HEAD or ranges, whose
+        // responses are not stored.
+        if req.method == Method::Get && !req.head.fields.contains("range") {
+            match vc.store.begin_fill(&key) {
+                Fill::Leader(g) => self.fill = Some(g),
+                Fill::Wait(rx) => self.wait = Some(rx),
+            }
+        }
+        self.key = Some(key);
+        self.req = Some(req.clone());
+        Verdict::Continue
+    }
+
+    async fn on_request_wait(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
+        let (Some(mut rx), Some(vc), Some(key)) = (self.wait.take(), x.cache, self.key.as_ref())
+        else {
+            return Verdict::Continue;
+        };
+        let limit = Duration::from_millis(x.st.upstream_response_ms);
+        let _ = tokio::time::timeout(limit, rx.wait_for(|done| *done)).await;
+        if let Some(o) = vc.store.lookup(key, &req.head.fields) {
+            if o.fresh_for(&self.q, cache::now()) {
+                stats::inc(&x.vs.counters.local().cache_coalesced);
+                return Verdict::Respond(self.hit(x, &o, req, "hit; detail=collapsed"));
+            }
+        }
+        Verdict::Continue
+    }
+
+    fn before_member_request(&mut self, _x: &mut Exchange<'_>, req: &mut Request) {
+        self.request_ms = cache::now();
+        let Some(o) = &self.stale else {
+            return;
+        };
+        // Our validators replace the client's: the client's conditions are
+        // evaluated against the freshened object afterwards.
+        let f = &mut req.head.fields;
+        for n in [
+            &b"if-none-match"[..],
+            b"if-modified-since",
+            b"if-match",
+            b"if-unmodified-since",
+            b"if-range",
+            b"range",
+        ] {
+            f.remove(n);
+        }
+        if let Some(e) = &o.etag {
+            f.append(b"if-none-match", e);
+        }
+        if let Some(lm) = o.head.head.get("last-modified") {
+            let lm = lm.to_vec();
+            f.append(b"if-modified-since", &lm);
+        }
+    }
+
+    fn on_response_head(&mut self, x: &mut Exchange<'_>, resp: &mut Response) {
+        let Some(vc) = x.cache else {
+            return;
+        };
+        if let Some(key) = self.invalidate.take() {
+            if (200..400).contains(&resp.status) {
+                vc.store.invalidate(&key);
+            }
+            return;
+        }
+        let (Some(key), Some(req)) = (&self.key, &self.req) else {
+            return;
+        };
+        if let Some(o) = self.stale.take() {
+            if resp.status == 304 {
+                let fresh = o.freshened(resp, req, self.request_ms, &vc.settings);
+                let fresh = Arc::new(fresh);
+                vc.store.replace(key, &o, fresh.clone());
+                let status = self.status(x, "fwd=stale; fwd-status=304");
+                let (r, body) = answer(&fresh, req, cache::now(), &status);
+                *resp = r;
+                self.replay = Some(body);
+                return;
+            }
+            let sie = o.stale_window(o.cc.stale_if_error.or(self.q.stale_if_error));
+            if resp.status >= 500 && sie > 0 && -o.freshness(&self.q, cache::now()) < sie {
+                stats::inc(&x.vs.counters.local().cache_stale_served);
+                let status = self.status(
+                    x,
+                    &format!(
+                        "fwd=stale; fwd-status={}; detail=stale-if-error",
+                        resp.status
+                    ),
+                );
+                let (r, body) = answer(&o, req, cache::now(), &status);
+                *resp = r;
+                self.replay = Some(body);
+                return;
+            }
+        }
+        let mut stored = resp.clone();
+        // The persistence cookie is ours, per client: never stored.
+        if let Some(Persist::Cookie(name)) = x.pool.as_ref().and_then(|p| p.persistence.as_ref()) {
+            let prefix = format!("{name}=");
+            stored.head.fields.retain(|n, v| {
+                !(n.eq_ignore_ascii_case(b"set-cookie") && v.starts_with(prefix.as_bytes()))
+            });
+        }
+        let rc = Directives::of(&stored.head.fields);
+        let too_big = match resp.head.framing {
+            crate::http::message::Framing::Length(n) => n > vc.store.max_object(),
+            _ => false,
+        };
+        let why = if too_big {
+            Some("too big")
+        } else {
+            cache::storable(req, &stored, &rc, 0)
+        };
+        let detail = match why {
+            None => {
+                self.capture = Some((stored, Vec::new()));
+                "fwd=miss; stored".to_string()
+            }
+            Some(why) => format!("fwd=miss; detail={}", why.replace(' ', "-")),
+        };
+        let status = self.status(x, &detail);
+        resp.head.fields.append(b"cache-status", status.as_bytes());
+    }
+
+    fn on_response_body(
+        &mut self,
+        x: &mut Exchange<'_>,
+        data: &[u8],
+        end: bool,
+        out: &mut Vec<u8>,
+    ) -> BodyEdit {
+        if let Some(body) = &self.replay {
+            if end {
+                out.extend_from_slice(body);
+            }
+            return BodyEdit::Replaced;
+        }
+        let Some((_, body)) = &mut self.capture else {
+            return BodyEdit::Pass;
+        };
+        let max = x.cache.map_or(0, |c| c.store.max_object()) as usize;
+        if body.len() + data.len() > max {
+            self.capture = None;
+            return BodyEdit::Pass;
+        }
+        body.extend_from_slice(data);
+        if end {
+            if let (Some((head, body)), Some(vc), Some(key), Some(req)) =
+                (self.capture.take(), x.cache, &self.key, &self.req)
+            {
+                let o = Object::new(req, &head, Bytes::from(body), self.request_ms, &vc.settings);
+                if vc.store.insert(key, o) {
+                    stats::inc(&x.vs.counters.local().cache_stored);
+                }
+            }
+        }
+        BodyEdit::Pass
+    }
+
+    fn on_member_failure(&mut self, x: &mut Exchange<'_>) -> Option<Local> {
+        let (o, req) = (self.stale.as_ref()?, self.req.as_ref()?);
+        let sie = o.stale_window(o.cc.stale_if_error.or(self.q.stale_if_error));
+        if sie > 0 && -o.freshness(&self.q, cache::now()) < sie {
+            stats::inc(&x.vs.counters.local().cache_stale_served);
+            return Some(self.hit(x, o, req, "fwd=stale; detail=stale-if-error"));
+        }
+        None
+    }
+}
