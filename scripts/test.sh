@@ -48,6 +48,19 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace
+# The HTTP cache against the http-tests/cache-tests suite (node 20.18+ for
+# its undici client): a required test that passed before must still pass.
+if ! command -v node >/dev/null 2>&1; then
+  echo "== installing nodejs npm"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
+fi
+if node -e 'const [a,b]=process.versions.node.split(".").map(Number); process.exit(a>20||(a==20&&b>=18)?0:1)'; then
+  echo "== cache-tests (RFC 9111 conformance)"
+  bash scripts/cache-tests.sh --check
+else
+  echo "== cache-tests SKIPPED: node $(node --version) is older than 20.18 (the suite's undici needs it)" >&2
+fi
 # The load generator's agreement with wrk is only meaningful optimised.
 echo "== cargo test --release (bench harness)"
 cargo test --release -p switchyard-bench

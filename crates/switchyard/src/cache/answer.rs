@@ -105,9 +105,10 @@ fn not_modified(o: &Object, req: &Request) -> bool {
     ) {
         (Some(since), Some(lm)) => lm <= since,
         (Some(since), None) => {
-            // No Last-Modified: the stored Date stands in (RFC 9110 13.1.3).
+            // No Last-Modified: the stored Date stands in (RFC 9110
+            // 13.1.3), or when the response came.
             let date = o.head.head.get("date").and_then(httpdate::parse);
-            date.is_some_and(|d| d <= since)
+            date.unwrap_or(o.response_ms / 1000) <= since
         }
         _ => false,
     }

@@ -27,6 +27,8 @@ pub struct Directives {
     pub min_fresh: Option<Delta>,
     pub stale_while_revalidate: Option<Delta>,
     pub stale_if_error: Option<Delta>,
+    /// Read from CDN-Cache-Control (RFC 9213), not Cache-Control.
+    pub targeted: bool,
 }
 
 fn delta(v: Option<&[u8]>) -> Option<Delta> {
@@ -96,6 +98,42 @@ pub fn parse<'a>(fields: impl Iterator<Item = &'a [u8]>) -> Directives {
         }
     }
     d
+}
+
+/// Whether a CDN-Cache-Control value is a valid Structured Field
+/// dictionary (RFC 8941) with integer freshness values (RFC 9213 says to
+/// ignore the field otherwise).
+pub fn valid_sf_dictionary(v: &[u8]) -> bool {
+    split_list(v).all(|item| {
+        let (key, value) = match item.iter().position(|b| *b == b'=') {
+            Some(i) => (&item[..i], Some(&item[i + 1..])),
+            None => (item, None),
+        };
+        let key_ok = key
+            .first()
+            .is_some_and(|c| c.is_ascii_lowercase() || *c == b'*')
+            && key
+                .iter()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || b"_-.*".contains(c));
+        let numeric = matches!(
+            key,
+            b"max-age" | b"s-maxage" | b"stale-while-revalidate" | b"stale-if-error" | b"min-fresh"
+        );
+        let value_ok = match value {
+            None => !numeric,
+            Some(v) if numeric => {
+                !v.is_empty() && v.len() <= 15 && v.iter().all(u8::is_ascii_digit)
+            }
+            Some(v) => {
+                (v.len() >= 2 && v[0] == b'"' && v[v.len() - 1] == b'"')
+                    || (!v.is_empty()
+                        && v.iter().all(|c| {
+                            c.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~:/?".contains(c)
+                        }))
+            }
+        };
+        key_ok && value_ok
+    })
 }
 
 /// Splits a list on commas outside quoted strings.

@@ -46,35 +46,91 @@ pub fn format(secs: i64) -> String {
     )
 }
 
-/// Any of the three formats; None when it is none of them.
+/// Any of the three formats, strictly (a date a cache misreads could make
+/// a response fresh that is not); month, day and zone names in any case.
+/// None when it is none of them.
 pub fn parse(v: &[u8]) -> Option<i64> {
-    let s = std::str::from_utf8(v).ok()?.trim();
-    let (_, rest) = s.split_once(' ')?;
-    let parts: Vec<&str> = rest.split_ascii_whitespace().collect();
-    let (d, mon, y, time) = match parts.as_slice() {
-        // IMF-fixdate: "06 Nov 1994 08:49:37 GMT"
-        [d, mon, y, t, "GMT"] => (d.parse().ok()?, *mon, y.parse::<i64>().ok()?, *t),
-        // RFC 850: "Sunday, 06-Nov-94 08:49:37 GMT"
-        [dmy, t, "GMT"] => {
-            let mut it = dmy.split('-');
-            let d = it.next()?.parse().ok()?;
-            let mon = it.next()?;
-            let yy: i64 = it.next()?.parse().ok()?;
-            // Two-digit years more than 50 years ahead are in the past.
-            let y = if yy < 70 { 2000 + yy } else { 1900 + yy };
-            (d, mon, y, *t)
-        }
-        // asctime: "Nov  6 08:49:37 1994" (after the day name)
-        [mon, d, t, y] => (d.parse().ok()?, *mon, y.parse().ok()?, *t),
-        _ => return None,
+    let s = std::str::from_utf8(v).ok()?;
+    imf_fixdate(s).or_else(|| rfc850(s)).or_else(|| asctime(s))
+}
+
+fn month(m: &str) -> Option<u32> {
+    MONTHS
+        .iter()
+        .position(|x| x.eq_ignore_ascii_case(m))
+        .map(|i| i as u32 + 1)
+}
+
+fn num(s: &str, digits: usize) -> Option<i64> {
+    (s.len() == digits && s.bytes().all(|b| b.is_ascii_digit())).then(|| s.parse().ok())?
+}
+
+/// "08:49:37" as seconds of the day.
+fn clock(t: &str) -> Option<i64> {
+    let (h, rest) = t.split_once(':')?;
+    let (m, s) = rest.split_once(':')?;
+    let (h, m, s) = (num(h, 2)?, num(m, 2)?, num(s, 2)?);
+    (h <= 23 && m <= 59 && s <= 60).then_some(h * 3600 + m * 60 + s)
+}
+
+fn at(y: i64, m: u32, d: i64, secs: i64) -> Option<i64> {
+    (1..=31)
+        .contains(&d)
+        .then(|| days_from_civil(y, m, d as u32) * 86_400 + secs)
+}
+
+/// "Sun, 06 Nov 1994 08:49:37 GMT"
+fn imf_fixdate(s: &str) -> Option<i64> {
+    let p: Vec<&str> = s.split(' ').collect();
+    let [day, d, mon, y, t, gmt] = p.as_slice() else {
+        return None;
     };
-    let m = MONTHS.iter().position(|x| *x == mon)? as u32 + 1;
-    let mut hms = time.split(':').map(|x| x.parse::<i64>().ok());
-    let (h, mi, se) = (hms.next()??, hms.next()??, hms.next()??);
-    if !(1..=31).contains(&d) || h > 23 || mi > 59 || se > 60 {
+    let day = day.strip_suffix(',')?;
+    if day.len() != 3
+        || !DAYS.iter().any(|x| x.eq_ignore_ascii_case(day))
+        || !gmt.eq_ignore_ascii_case("GMT")
+    {
         return None;
     }
-    Some(days_from_civil(y, m, d) * 86_400 + h * 3600 + mi * 60 + se)
+    at(num(y, 4)?, month(mon)?, num(d, 2)?, clock(t)?)
+}
+
+/// "Sunday, 06-Nov-94 08:49:37 GMT"
+fn rfc850(s: &str) -> Option<i64> {
+    let p: Vec<&str> = s.split(' ').collect();
+    let [day, dmy, t, gmt] = p.as_slice() else {
+        return None;
+    };
+    day.strip_suffix(',')?;
+    if !gmt.eq_ignore_ascii_case("GMT") {
+        return None;
+    }
+    let mut it = dmy.split('-');
+    let (d, mon, yy) = (num(it.next()?, 2)?, month(it.next()?)?, num(it.next()?, 2)?);
+    if it.next().is_some() {
+        return None;
+    }
+    // Two-digit years: 70-99 are the 1900s (RFC 9110 5.6.7 asks for "more
+    // than 50 years in the future" to be the past; this is that for now).
+    let y = if yy < 70 { 2000 + yy } else { 1900 + yy };
+    at(y, mon, d, clock(t)?)
+}
+
+/// "Sun Nov  6 08:49:37 1994"
+fn asctime(s: &str) -> Option<i64> {
+    if s.len() != 24 {
+        return None;
+    }
+    let (day, mon, d, t, y) = (&s[0..3], &s[4..7], &s[8..10], &s[11..19], &s[20..24]);
+    if &s[3..4] != " " || &s[7..8] != " " || &s[10..11] != " " || &s[19..20] != " " {
+        return None;
+    }
+    if !DAYS.iter().any(|x| x.eq_ignore_ascii_case(day)) {
+        return None;
+    }
+    let d = d.trim_start();
+    let d = if d.len() == 1 { num(d, 1)? } else { num(d, 2)? };
+    at(num(y, 4)?, month(mon)?, d, clock(t)?)
 }
 
 pub fn now() -> i64 {

@@ -111,13 +111,16 @@ fn heuristic_status(st: u16) -> bool {
     )
 }
 
-/// Statuses this cache stores (final, and understood well enough to
-/// replay: not 206 partial content, nothing that needs the connection).
+/// Statuses this cache may store: final ones it can replay (not 206
+/// partial content, not 304).
+fn replayable(st: u16) -> bool {
+    (200..600).contains(&st) && st != 206 && st != 304
+}
+
+/// Status codes this cache knows the meaning of (RFC 9110), for
+/// `must-understand`.
 fn understood(st: u16) -> bool {
-    matches!(
-        st,
-        200 | 203 | 204 | 300 | 301 | 302 | 303 | 307 | 308 | 404 | 405 | 410 | 414 | 501
-    )
+    matches!(st, 200..=205 | 300..=303 | 305 | 307 | 308 | 400..=417 | 421 | 422 | 426 | 428 | 429 | 431 | 451 | 500..=505 | 511)
 }
 
 /// Why a response is not stored, or None when it may be.
@@ -126,17 +129,23 @@ pub fn storable(req: &Request, resp: &Response, rc: &Directives, now: i64) -> Op
     if req.method != Method::Get {
         return Some("method");
     }
-    if !understood(resp.status) {
+    if !replayable(resp.status) {
         return Some("status");
     }
-    if q.no_store || rc.no_store {
+    if rc.must_understand {
+        // Stored only if the status is understood; then the response's
+        // no-store is for caches that do not (RFC 9111 5.2.2.3).
+        if !understood(resp.status) {
+            return Some("must-understand");
+        }
+    } else if rc.no_store {
+        return Some("no-store");
+    }
+    if q.no_store {
         return Some("no-store");
     }
     if rc.private {
         return Some("private");
-    }
-    if rc.must_understand && !understood(resp.status) {
-        return Some("must-understand");
     }
     if req.head.fields.contains("authorization")
         && !(rc.must_revalidate || rc.public || rc.s_maxage.is_some())
@@ -147,11 +156,8 @@ pub fn storable(req: &Request, resp: &Response, rc: &Directives, now: i64) -> Op
     if vary_names(f).any(|n| n == b"*") {
         return Some("vary *");
     }
-    if f.contains("set-cookie") {
-        // A shared cache would hand one client's cookie to every other.
-        return Some("set-cookie");
-    }
-    let explicit = rc.s_maxage.is_some() || rc.max_age.is_some() || f.contains("expires");
+    let explicit =
+        rc.s_maxage.is_some() || rc.max_age.is_some() || (!rc.targeted && f.contains("expires"));
     let heuristic = heuristic_status(resp.status) || rc.public;
     let validators = f.contains("etag") || f.contains("last-modified");
     if !(explicit || (heuristic && (validators || rc.public))) {
@@ -162,6 +168,21 @@ pub fn storable(req: &Request, resp: &Response, rc: &Directives, now: i64) -> Op
 }
 
 impl Directives {
+    /// A response's directives: CDN-Cache-Control when present (RFC 9213:
+    /// a cache that honours a targeted field ignores Cache-Control and
+    /// Expires then), else Cache-Control.
+    pub fn of_response(f: &Fields) -> Directives {
+        if f.contains("cdn-cache-control")
+            && f.all("cdn-cache-control").all(control::valid_sf_dictionary)
+        {
+            let mut d = control::parse(f.all("cdn-cache-control"));
+            d.targeted = true;
+            return d;
+        }
+        Directives::of(f)
+    }
+
+    /// A request's directives (and a response's without targeted fields).
     pub fn of(f: &Fields) -> Directives {
         let mut d = control::parse(f.all("cache-control"));
         // Pragma: no-cache counts only without Cache-Control (RFC 9111 5.4).
@@ -187,15 +208,24 @@ fn vary_names(f: &Fields) -> impl Iterator<Item = Vec<u8>> + '_ {
 /// after commas dropped), None when the request had none.
 fn vary_value(req: &Fields, name: &[u8]) -> Option<Vec<u8>> {
     let name = std::str::from_utf8(name).ok()?;
-    let mut out: Option<Vec<u8>> = None;
+    let mut parts: Vec<Vec<u8>> = Vec::new();
+    let mut present = false;
     for v in req.all(name) {
-        for part in v.split(|b| *b == b',') {
-            let o = out.get_or_insert_with(Vec::new);
-            o.extend_from_slice(part.trim_ascii());
-            o.push(b',');
-        }
+        present = true;
+        parts.extend(v.split(|b| *b == b',').map(|p| p.trim_ascii().to_vec()));
     }
-    out
+    if !present {
+        return None;
+    }
+    // Language lists mean the same in any order and case.
+    if name.eq_ignore_ascii_case("accept-language") {
+        for p in &mut parts {
+            p.make_ascii_lowercase();
+            p.retain(|b| *b != b' ');
+        }
+        parts.sort();
+    }
+    Some(parts.join(&b","[..]))
 }
 
 /// A stored response.
@@ -242,16 +272,23 @@ impl Object {
     ) -> Object {
         let response_ms = now_ms();
         let f = &resp.head.fields;
-        let cc = Directives::of(f);
+        let cc = Directives::of_response(f);
         let date = f.get("date").and_then(httpdate::parse).map(|d| d * 1000);
+        // The first member of the first Age line counts; one that is not
+        // a number is ignored (what the cache-tests suite and browsers do).
         let age_value = f
-            .get("age")
-            .and_then(|v| std::str::from_utf8(v).ok())
-            .and_then(|v| v.trim().parse::<i64>().ok())
-            .unwrap_or(0)
-            .max(0);
+            .all("age")
+            .next()
+            .and_then(|v| v.split(|b| *b == b',').next())
+            .map(<[u8]>::trim_ascii)
+            .filter(|v| !v.is_empty() && v.iter().all(u8::is_ascii_digit))
+            .map_or(0, |v| {
+                v.iter().fold(0i64, |n, d| {
+                    n.saturating_mul(10).saturating_add(i64::from(d - b'0'))
+                })
+            });
         let apparent = date.map_or(0, |d| (response_ms - d).max(0));
-        let corrected_age = age_value * 1000 + (response_ms - request_ms).max(0);
+        let corrected_age = age_value.saturating_mul(1000) + (response_ms - request_ms).max(0);
         let initial_age_ms = apparent.max(corrected_age);
         let date_or_now = date.unwrap_or(response_ms);
         let last_modified = f.get("last-modified").and_then(httpdate::parse);
@@ -259,9 +296,13 @@ impl Object {
             s as i64 * 1000
         } else if let Some(m) = cc.max_age {
             m as i64 * 1000
-        } else if let Some(e) = f.get("expires") {
-            // An invalid Expires means already expired (RFC 9111 5.3).
-            httpdate::parse(e).map_or(0, |e| (e * 1000 - date_or_now).max(0))
+        } else if let (Some(e), false) = (f.get("expires"), cc.targeted) {
+            // An invalid Expires, or several, means already expired (RFC
+            // 9111 5.3).
+            let one = f.all("expires").count() == 1;
+            httpdate::parse(e)
+                .filter(|_| one)
+                .map_or(0, |e| (e * 1000 - date_or_now).max(0))
         } else if let (Some(lm), true) = (last_modified, heuristic_status(resp.status) || cc.public)
         {
             ((date_or_now - lm * 1000).max(0)) * s.heuristic_percent as i64 / 100
@@ -460,7 +501,7 @@ mod tests {
 
     fn why(q: &[(&str, &str)], st: u16, f: &[(&str, &str)]) -> Option<&'static str> {
         let r = resp(st, f);
-        storable(&req(q), &r, &Directives::of(&r.head.fields), 0)
+        storable(&req(q), &r, &Directives::of_response(&r.head.fields), 0)
     }
 
     #[test]
@@ -527,7 +568,36 @@ mod tests {
                 200,
                 &[("cache-control", "max-age=5"), ("set-cookie", "a=b")]
             ),
-            Some("set-cookie")
+            None,
+            "RFC 9111 7.3: stored; private keeps it out"
+        );
+        assert_eq!(
+            why(
+                &[],
+                599,
+                &[("cache-control", "max-age=5, must-understand, no-store")]
+            ),
+            Some("must-understand")
+        );
+        assert_eq!(
+            why(
+                &[],
+                200,
+                &[("cache-control", "max-age=5, must-understand, no-store")]
+            ),
+            None
+        );
+        assert_eq!(why(&[], 503, &[("cache-control", "max-age=5")]), None);
+        assert_eq!(
+            why(
+                &[],
+                200,
+                &[
+                    ("cdn-cache-control", "no-store"),
+                    ("cache-control", "max-age=5")
+                ]
+            ),
+            Some("no-store")
         );
     }
 
@@ -553,6 +623,21 @@ mod tests {
         let exp = httpdate::format(now / 1000 + 50);
         assert!(o(&[("expires", &exp), ("date", &date)]).fresh_for(&q, now));
         assert!(!o(&[("expires", "0"), ("date", &date)]).fresh_for(&q, now));
+        assert!(!o(&[("expires", &exp), ("expires", &exp), ("date", &date)]).fresh_for(&q, now));
+        assert!(!o(&[("cache-control", "max-age=100"), ("age", "200, 0")]).fresh_for(&q, now));
+        assert!(o(&[("cache-control", "max-age=100"), ("age", "0, 200")]).fresh_for(&q, now));
+        assert!(o(&[("cache-control", "max-age=100"), ("age", "-200")]).fresh_for(&q, now));
+        assert!(!o(&[
+            ("cdn-cache-control", "max-age=\"100\""),
+            ("cache-control", "no-cache")
+        ])
+        .fresh_for(&q, now));
+        assert!(!o(&[("cdn-cache-control", "max-age=0"), ("expires", &exp)]).fresh_for(&q, now));
+        assert!(o(&[
+            ("cdn-cache-control", "max-age=100"),
+            ("cache-control", "max-age=0")
+        ])
+        .fresh_for(&q, now));
         let lm = httpdate::format(now / 1000 - 1000);
         let h = o(&[("last-modified", &lm), ("date", &date)]);
         assert!((h.lifetime_ms - 100_000).abs() < 2000, "{}", h.lifetime_ms);

@@ -179,6 +179,8 @@ struct Common {
     te_valid: bool,
     /// Codings other than chunked are applied too.
     te_other_codings: bool,
+    /// How many times "chunked" is listed.
+    te_chunked_count: u32,
     te_present: bool,
     close: bool,
     keep_alive_token: bool,
@@ -197,6 +199,7 @@ fn common(raw: &Bytes, parsed: &[httparse::Header]) -> Result<Common, HeadError>
         te_chunked: false,
         te_valid: false,
         te_other_codings: false,
+        te_chunked_count: 0,
         te_present: false,
         close: false,
         keep_alive_token: false,
@@ -267,6 +270,7 @@ fn common(raw: &Bytes, parsed: &[httparse::Header]) -> Result<Common, HeadError>
             .push_span(range_of(raw, name), range_of(raw, value));
     }
     c.te_valid = c.te_chunked && te_chunked_count == 1;
+    c.te_chunked_count = te_chunked_count;
     c.te_other_codings = te_codings > 1;
     Ok(c)
 }
@@ -504,10 +508,18 @@ pub fn parse_response(
         if c.content_length.is_some() {
             return Err(bad("both Transfer-Encoding and Content-Length"));
         }
-        if !c.te_valid || c.te_other_codings || minor == 0 {
+        let chunked_anywhere = c.te_valid || c.te_chunked_count > 0;
+        if !chunked_anywhere && minor == 1 {
+            // No chunked coding at all: the body runs until the member
+            // closes (RFC 9112 6.3, rule 4); the connection is not reused.
+            if no_body {
+                Framing::None
+            } else {
+                Framing::Close
+            }
+        } else if !c.te_valid || c.te_other_codings || minor == 0 {
             return Err(bad("unsupported Transfer-Encoding"));
-        }
-        if no_body {
+        } else if no_body {
             Framing::None
         } else {
             Framing::Chunked
@@ -636,5 +648,17 @@ mod tests {
             b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n",
         );
         assert!(parse_response(raw, 100, Method::Get).is_err());
+        // No chunked: delimited by close (RFC 9112 6.3 rule 4).
+        let raw = Bytes::from_static(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: foo\r\n\r\n");
+        let r = parse_response(raw, 100, Method::Get).unwrap();
+        assert_eq!(r.head.framing, Framing::Close);
+        assert!(!r.head.keep_alive);
+        for bad in [
+            &b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked, foo\r\n\r\n"[..],
+            b"HTTP/1.0 200 OK\r\nTransfer-Encoding: foo\r\n\r\n",
+            b"HTTP/1.1 200 OK\r\nTransfer-Encoding: foo\r\nContent-Length: 3\r\n\r\n",
+        ] {
+            assert!(parse_response(Bytes::from_static(bad), 100, Method::Get).is_err());
+        }
     }
 }

@@ -84,19 +84,23 @@ impl Hooks for Cache {
                 stats::inc(&vcount.cache_hits);
                 return Verdict::Respond(self.hit(x, &o, req, "hit"));
             }
-            // Stale: served as it is only while someone else revalidates
-            // it within stale-while-revalidate.
+            // Within stale-while-revalidate: served stale at once; the
+            // first such request then revalidates it with the member.
             let swr = o.stale_window(o.cc.stale_while_revalidate);
-            if swr > 0 && -o.freshness(&self.q, now) < swr {
-                if let Fill::Wait(_) = vc.store.begin_fill(&key) {
-                    stats::inc(&vcount.cache_stale_served);
-                    return Verdict::Respond(self.hit(
-                        x,
-                        &o,
-                        req,
-                        "hit; detail=stale-while-revalidate",
-                    ));
-                }
+            if swr > 0 && -o.freshness(&self.q, now) < swr && req.method == Method::Get {
+                stats::inc(&vcount.cache_stale_served);
+                let local = self.hit(x, &o, req, "hit; detail=stale-while-revalidate");
+                return match vc.store.begin_fill(&key) {
+                    Fill::Wait(_) => Verdict::Respond(local),
+                    Fill::Leader(g) => {
+                        stats::inc(&vcount.cache_revalidations);
+                        self.fill = Some(g);
+                        self.stale = Some(o);
+                        self.key = Some(key);
+                        self.req = Some(req.clone());
+                        Verdict::RespondThenForward(local)
+                    }
+                };
             }
             stats::inc(&vcount.cache_revalidations);
             self.stale = Some(o);
@@ -212,7 +216,7 @@ impl Hooks for Cache {
                 !(n.eq_ignore_ascii_case(b"set-cookie") && v.starts_with(prefix.as_bytes()))
             });
         }
-        let rc = Directives::of(&stored.head.fields);
+        let rc = Directives::of_response(&stored.head.fields);
         let too_big = match resp.head.framing {
             crate::http::message::Framing::Length(n) => n > vc.store.max_object(),
             _ => false,

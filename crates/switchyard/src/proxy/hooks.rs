@@ -32,6 +32,11 @@ pub enum Verdict {
     /// Stop here and answer the client with this response (the member is
     /// never contacted, or no longer).
     Respond(Local),
+    /// Answer the client with this response, then send the request to the
+    /// member anyway and let the stages see its response, which no client
+    /// gets (a stale cached copy served while it is revalidated:
+    /// stale-while-revalidate). Request-head phases only.
+    RespondThenForward(Local),
 }
 
 /// What a body hook did with a piece of the body.

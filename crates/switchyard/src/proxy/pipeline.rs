@@ -8,13 +8,15 @@
 use std::sync::atomic::Ordering;
 
 use super::exchange::{Attempt, ClientSide, Exchange, Failure, Origin, Retry};
-use super::hooks::{Hooks, Verdict};
+use super::hooks::{Hooks, Local, Verdict};
 use super::stages;
+use super::upstream::UpConn;
 use super::{member_h1, member_h2};
 use crate::balance::persist::{request_hash, sticky_member};
 use crate::balance::{MemberState, Tried};
 use crate::config::snapshot::{Pool, UpstreamProtocol};
-use crate::http::message::Request;
+use crate::http::body::{BodyError, Discard, Sink};
+use crate::http::message::{Request, Response};
 use crate::stats;
 
 /// Runs one request through the pipeline to its end.
@@ -25,16 +27,31 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
     if let Verdict::Continue = verdict {
         verdict = hooks.on_request_wait(x, &mut req).await;
     }
-    if let Verdict::Respond(local) = verdict {
-        x.status = local.response.status;
-        client.answer(x, &req, local).await;
-        hooks.on_log(x, &req);
-        return;
+    let mut background = false;
+    match verdict {
+        Verdict::Continue => {}
+        Verdict::Respond(local) => {
+            x.status = local.response.status;
+            client.answer(x, &req, local).await;
+            hooks.on_log(x, &req);
+            return;
+        }
+        Verdict::RespondThenForward(local) => {
+            x.status = local.response.status;
+            client.answer(x, &req, local).await;
+            background = true;
+        }
     }
     let Some(pool) = x.pool.clone() else {
         return;
     };
     hooks.before_member_request(x, &mut req);
+    if background {
+        // The client has its answer; the member's goes to the stages only.
+        let _ = to_pool(x, &mut hooks, &mut Nobody, &req, &pool).await;
+        hooks.on_log(x, &req);
+        return;
+    }
     if let Err(f) = to_pool(x, &mut hooks, client, &req, &pool).await {
         match f.status.and_then(|_| hooks.on_member_failure(x)) {
             Some(local) => {
@@ -51,6 +68,56 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
         .local()
         .record(x.started.elapsed().as_micros() as u64);
     hooks.on_log(x, &req);
+}
+
+/// The client side of a request answered already (`RespondThenForward`):
+/// the member's response is read to the end and dropped.
+struct Nobody;
+
+impl ClientSide for Nobody {
+    type Out<'a> = Discard;
+
+    async fn request_body<S: Sink>(&mut self, _: &Request, sink: &mut S) -> Result<u64, BodyError> {
+        sink.end(None).await.map(|_| 0)
+    }
+
+    async fn send_continue(&mut self, _: &Request) -> bool {
+        true
+    }
+
+    async fn send_interim(&mut self, _: &Request, _: &Response) -> bool {
+        true
+    }
+
+    async fn start_response(
+        &mut self,
+        _: &Exchange<'_>,
+        _: &Request,
+        _: &Response,
+    ) -> Option<(Discard, u64)> {
+        Some((Discard, 0))
+    }
+
+    async fn tunnel(
+        &mut self,
+        _: &Exchange<'_>,
+        _: &Response,
+        _: &mut UpConn,
+    ) -> Result<(), Failure> {
+        Err(Failure::new(
+            Origin::Member,
+            502,
+            "the server switched protocols unasked",
+        ))
+    }
+
+    async fn answer(&mut self, _: &Exchange<'_>, _: &Request, _: Local) {}
+
+    async fn fail(&mut self, _: &Exchange<'_>, _: &Request, _: Failure) {}
+
+    async fn cancelled(&mut self) {
+        std::future::pending::<()>().await
+    }
 }
 
 /// Counts a request in flight to a member for as long as it lives.
