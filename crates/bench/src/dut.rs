@@ -148,8 +148,7 @@ pub struct Target {
 /// The `[cache]` table and the "compress" / "cache" vservers are written only
 /// when Cap::Compression / Cap::Caching are on (the binary rejects unknown
 /// fields), so a build without them still loads its bench config.
-// Add Cap::Compression and Cap::Caching here once the proxy's [vserver.compression] and [cache] land.
-pub const SWITCHYARD_CAPS: &[Cap] = &[Cap::L7, Cap::Ipv6, Cap::Tls];
+pub const SWITCHYARD_CAPS: &[Cap] = &[Cap::L7, Cap::Ipv6, Cap::Tls, Cap::Compression, Cap::Caching];
 
 /// The server name in the bench's certificates (and the load's SNI).
 pub const TLS_NAME: &str = "bench.switchyard.test";
@@ -286,10 +285,7 @@ pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, Stri
                 program,
                 command: String::new(),
                 caps: SWITCHYARD_CAPS.to_vec(),
-                notes: vec![
-                    "switchyard: no L4 (protocol = \"tcp\"), compression, caching or WAF yet"
-                        .into(),
-                ],
+                notes: vec!["switchyard: no L4 (protocol = \"tcp\") or WAF yet".into()],
             })
         }
         "haproxy" => {

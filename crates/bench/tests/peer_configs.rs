@@ -3,7 +3,7 @@
 //! bench` writes, so a broken compression or caching setting fails here, not
 //! in the middle of a benchmark. A peer that is not installed is skipped.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use switchyard_bench::dut::{self, Cap, Kind, Ports};
@@ -132,7 +132,7 @@ fn switchyard_config_has_the_compression_and_cache_tables_only_with_the_caps() {
         kind: Kind::Switchyard,
         program: PathBuf::from("/nonexistent/switchyard"),
         command: String::new(),
-        caps: dut::SWITCHYARD_CAPS.to_vec(),
+        caps: vec![Cap::L7, Cap::Ipv6, Cap::Tls],
         notes: Vec::new(),
         version: String::new(),
     };
@@ -169,6 +169,23 @@ fn switchyard_config_has_the_compression_and_cache_tables_only_with_the_caps() {
     }
     // [cache] is a top-level table: before the first [[vserver]].
     assert!(full.find("[cache]").unwrap() < full.find("[[vserver]]").unwrap());
+    assert!(dut::SWITCHYARD_CAPS.contains(&Cap::Compression));
+    assert!(dut::SWITCHYARD_CAPS.contains(&Cap::Caching));
+    // The proxy itself accepts it, when it is built.
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/switchyard");
+    if bin.exists() {
+        let out = std::process::Command::new(&bin)
+            .args(["check", "-c"])
+            .arg(dir.join("switchyard.toml"))
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "switchyard check: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]

@@ -432,15 +432,30 @@ impl Object {
     }
 
     /// Whether this variant suits the request's fields named by Vary.
+    /// Whether `other` is the same variant (it replaces this one when
+    /// stored): the same coding and the same Vary values, the request's
+    /// Accept-Encoding aside for an encoded variant.
+    pub fn same_variant(&self, other: &Object) -> bool {
+        self.encoding == other.encoding
+            && self.vary.len() == other.vary.len()
+            && self.vary.iter().zip(&other.vary).all(|(a, b)| {
+                a.0 == b.0 && (a.1 == b.1 || (a.0 == b"accept-encoding" && self.encoding.is_some()))
+            })
+    }
+
     pub fn matches(&self, req: &Fields) -> bool {
         self.vary.iter().all(|(name, stored)| {
             if name == b"accept-encoding" {
-                // The coding this variant carries must be one the client
-                // accepts: one stored variant serves every client that can
-                // decode it (compress once).
+                // An encoded variant serves every client that accepts its
+                // coding (compressed once); the identity one only clients
+                // that accept none of the codings a proxy or member would
+                // produce, so that one client without gzip does not keep
+                // every other from the gzip variant.
                 return match &self.encoding {
-                    None => true,
                     Some(e) => accepts(req, e),
+                    None => ![&b"gzip"[..], b"br", b"zstd"]
+                        .iter()
+                        .any(|c| accepts(req, c)),
                 };
             }
             vary_value(req, name) == *stored
@@ -684,6 +699,23 @@ mod tests {
         assert!(!o.matches(&req(&[("foo", "2"), ("accept-encoding", "br")]).head.fields));
         assert!(!o.matches(&req(&[("accept-encoding", "br")]).head.fields));
         assert!(o.matches(&req(&[("foo", "1"), ("accept-encoding", "*")]).head.fields));
+        let plain = Object::new(
+            &req(&[("accept-encoding", "identity")]),
+            &resp(
+                200,
+                &[
+                    ("cache-control", "max-age=100"),
+                    ("vary", "accept-encoding"),
+                ],
+            ),
+            Bytes::new(),
+            0,
+            &s,
+        );
+        assert!(plain.matches(&req(&[("accept-encoding", "identity")]).head.fields));
+        assert!(plain.matches(&req(&[("accept-encoding", "gzip;q=0")]).head.fields));
+        assert!(plain.matches(&req(&[]).head.fields));
+        assert!(!plain.matches(&req(&[("accept-encoding", "gzip")]).head.fields));
     }
 
     #[test]

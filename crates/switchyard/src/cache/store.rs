@@ -260,8 +260,7 @@ impl Store {
         match inner.map.get_mut(key) {
             Some(e) => {
                 let before = e.size;
-                e.variants
-                    .retain(|v| v.vary != o.vary || v.encoding != o.encoding);
+                e.variants.retain(|v| !v.same_variant(&o));
                 if e.variants.len() >= MAX_VARIANTS {
                     e.variants.remove(0);
                 }

@@ -140,15 +140,10 @@ fn has_no_transform(cc: &[u8]) -> bool {
         .any(|d| d.trim_ascii().eq_ignore_ascii_case(b"no-transform"))
 }
 
-/// The head edits of a response that will be compressed with `c`: the
-/// coding declared, the length dropped (the body is re-framed), Vary
-/// extended, a strong validator weakened (the bytes differ from the
-/// member's).
-pub fn rewrite_head(resp: &mut Response, c: Coding) {
+/// Vary: Accept-Encoding, unless the response varies on it (or on
+/// everything) already.
+pub fn add_vary(resp: &mut Response) {
     let f = &mut resp.head.fields;
-    f.remove(b"content-encoding");
-    f.remove(b"content-length");
-    f.append(b"content-encoding", c.token().as_bytes());
     let varies = f.all("vary").any(|v| {
         v.split(|b| *b == b',').any(|t| {
             let t = t.trim_ascii();
@@ -158,6 +153,19 @@ pub fn rewrite_head(resp: &mut Response, c: Coding) {
     if !varies {
         f.append(b"vary", b"Accept-Encoding");
     }
+}
+
+/// The head edits of a response that will be compressed with `c`: the
+/// coding declared, the length dropped (the body is re-framed), Vary
+/// extended, a strong validator weakened (the bytes differ from the
+/// member's).
+pub fn rewrite_head(resp: &mut Response, c: Coding) {
+    let f = &mut resp.head.fields;
+    f.remove(b"content-encoding");
+    f.remove(b"content-length");
+    f.append(b"content-encoding", c.token().as_bytes());
+    add_vary(resp);
+    let f = &mut resp.head.fields;
     if let Some(etag) = f.get("etag") {
         if etag.starts_with(b"\"") {
             let weak = [b"W/", etag].concat();

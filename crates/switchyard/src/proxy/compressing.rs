@@ -33,12 +33,18 @@ impl Hooks for Compress {
     }
 
     fn on_response_head(&mut self, x: &mut Exchange<'_>, resp: &mut Response) {
-        let (Some(s), Some(coding)) = (x.compression, self.wanted) else {
+        let Some(s) = x.compression else {
             return;
         };
         if !compress::eligible(self.head_request, resp, s) {
             return;
         }
+        let Some(coding) = self.wanted else {
+            // Sent as it is to this client, but another would get it
+            // encoded: caches downstream (and ours) must know.
+            compress::add_vary(resp);
+            return;
+        };
         let size = match resp.head.framing {
             Framing::Length(n) => Some(n),
             _ => None,
