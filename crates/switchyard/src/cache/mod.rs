@@ -29,6 +29,10 @@ pub struct Settings {
     /// Share of (Date - Last-Modified) a response without explicit
     /// freshness stays fresh (RFC 9111 4.2.2), in percent.
     pub heuristic_percent: u64,
+    /// Store responses that set cookies (RFC 9111 allows it; off by
+    /// default, as in Varnish and nginx: one client's cookie would be
+    /// replayed to every other).
+    pub store_set_cookie: bool,
     /// Who answers in Cache-Status.
     pub name: String,
 }
@@ -44,6 +48,7 @@ impl Default for Settings {
         Settings {
             key_extras: Vec::new(),
             heuristic_percent: 10,
+            store_set_cookie: false,
             name: "switchyard".into(),
         }
     }
@@ -124,7 +129,12 @@ fn understood(st: u16) -> bool {
 }
 
 /// Why a response is not stored, or None when it may be.
-pub fn storable(req: &Request, resp: &Response, rc: &Directives, now: i64) -> Option<&'static str> {
+pub fn storable(
+    req: &Request,
+    resp: &Response,
+    rc: &Directives,
+    s: &Settings,
+) -> Option<&'static str> {
     let q = Directives::of(&req.head.fields);
     if req.method != Method::Get {
         return Some("method");
@@ -156,6 +166,9 @@ pub fn storable(req: &Request, resp: &Response, rc: &Directives, now: i64) -> Op
     if vary_names(f).any(|n| n == b"*") {
         return Some("vary *");
     }
+    if !s.store_set_cookie && f.contains("set-cookie") {
+        return Some("set-cookie");
+    }
     let explicit =
         rc.s_maxage.is_some() || rc.max_age.is_some() || (!rc.targeted && f.contains("expires"));
     let heuristic = heuristic_status(resp.status) || rc.public;
@@ -163,7 +176,6 @@ pub fn storable(req: &Request, resp: &Response, rc: &Directives, now: i64) -> Op
     if !(explicit || (heuristic && (validators || rc.public))) {
         return Some("no freshness");
     }
-    let _ = now;
     None
 }
 
@@ -362,8 +374,12 @@ impl Object {
         let mut merged = Response::new(self.head.status, Framing::Length(self.body.len() as u64));
         merged.reason = self.head.reason.clone();
         let fresh = &not_modified.head;
+        // The ETag stays: the 304 matched it, and a stored compressed copy
+        // keeps the weak form its coding gave it (the member's strong tag
+        // names the uncompressed bytes).
         let replaced = |n: &[u8]| {
             !n.eq_ignore_ascii_case(b"content-length")
+                && !n.eq_ignore_ascii_case(b"etag")
                 && !fresh.is_connection_field(n)
                 && fresh.fields.iter().any(|(m, _)| m.eq_ignore_ascii_case(n))
         };
@@ -516,7 +532,8 @@ mod tests {
 
     fn why(q: &[(&str, &str)], st: u16, f: &[(&str, &str)]) -> Option<&'static str> {
         let r = resp(st, f);
-        storable(&req(q), &r, &Directives::of_response(&r.head.fields), 0)
+        let s = Settings::default();
+        storable(&req(q), &r, &Directives::of_response(&r.head.fields), &s)
     }
 
     #[test]
@@ -583,8 +600,8 @@ mod tests {
                 200,
                 &[("cache-control", "max-age=5"), ("set-cookie", "a=b")]
             ),
-            None,
-            "RFC 9111 7.3: stored; private keeps it out"
+            Some("set-cookie"),
+            "not stored unless store_set_cookie"
         );
         assert_eq!(
             why(

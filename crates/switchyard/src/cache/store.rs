@@ -97,7 +97,7 @@ struct Inner {
 #[derive(Default)]
 pub struct StoreCounters {
     pub evictions: AtomicU64,
-    /// Objects refused by the admission filter or the size limit.
+    /// Objects the admission filter refused, or larger than the store.
     pub not_admitted: AtomicU64,
     pub purged: AtomicU64,
 }

@@ -4,8 +4,19 @@
 //! accumulates here. `flush` ends a block so that what went in so far can
 //! be decoded (server-sent events, long polls); `finish` ends the stream.
 //!
-//! Deflate states are reused per thread: initialising one allocates and
-//! clears ~300 KB, which would dominate small responses.
+//! gzip of a body whose length is known and at most `WHOLE_BODY_MAX` is
+//! gathered and compressed in one call by libdeflate: measured on the
+//! bench's HTML (examples/codecs.rs, BENCHMARKS.md) it is faster than
+//! zlib's streaming deflate at every size and compresses better, and the
+//! memory it holds is bounded by that limit. Longer or unframed bodies
+//! (server-sent events, long polls) stream through zlib-rs.
+//!
+//! zlib-rs's level 1 is a different algorithm (deflate_quick) whose output
+//! is 25 % larger than zlib's level 1 on HTML; level 1 streams at zlib-rs
+//! level 2, which matches zlib's level-1 ratio.
+//!
+//! Compressor states are reused per thread: initialising a deflate state
+//! allocates and clears ~300 KB, which would dominate small responses.
 
 use std::cell::RefCell;
 use std::io::{self, Write};
@@ -21,13 +32,26 @@ const BROTLI_LGWIN: u32 = 18;
 const ZSTD_WINDOW_LOG: u32 = 19;
 /// Spare deflate states kept per thread.
 const SPARE_DEFLATES: usize = 16;
+/// Bodies up to this size (declared by Content-Length) are compressed
+/// whole.
+pub const WHOLE_BODY_MAX: u64 = 256 * 1024;
 
 thread_local! {
     static DEFLATES: RefCell<Vec<(u32, Compress)>> = const { RefCell::new(Vec::new()) };
+    static WHOLE: RefCell<Vec<(u32, libdeflater::Compressor)>> = const { RefCell::new(Vec::new()) };
 }
 
 pub enum Encoder {
-    Gzip { z: Option<Compress>, level: u32 },
+    Gzip {
+        z: Option<Compress>,
+        level: u32,
+    },
+    /// gzip of a short body, gathered and compressed at the end.
+    GzipWhole {
+        body: Vec<u8>,
+        level: u32,
+        done: bool,
+    },
     Br(Option<Box<brotli::CompressorWriter<Vec<u8>>>>),
     Zstd(Option<zstd::stream::write::Encoder<'static, Vec<u8>>>),
 }
@@ -37,8 +61,13 @@ impl Encoder {
     /// bodies get small tables.
     pub fn new(c: Coding, s: &Settings, size: Option<u64>) -> io::Result<Encoder> {
         Ok(match c {
+            Coding::Gzip if size.is_some_and(|n| n <= WHOLE_BODY_MAX) => Encoder::GzipWhole {
+                body: Vec::with_capacity(size.unwrap_or(0) as usize),
+                level: s.gzip_level,
+                done: false,
+            },
             Coding::Gzip => {
-                let level = s.gzip_level;
+                let level = if s.gzip_level == 1 { 2 } else { s.gzip_level };
                 let spare = DEFLATES.with(|d| {
                     let mut d = d.borrow_mut();
                     let i = d.iter().position(|(l, _)| *l == level)?;
@@ -70,6 +99,13 @@ impl Encoder {
 
     pub fn write(&mut self, data: &[u8], out: &mut Vec<u8>) -> io::Result<()> {
         match self {
+            Encoder::GzipWhole { body, done, .. } => {
+                if *done {
+                    return Err(spent());
+                }
+                body.extend_from_slice(data);
+                Ok(())
+            }
             Encoder::Gzip { z, .. } => deflate(live(z)?, data, out, FlushCompress::None),
             Encoder::Br(w) => {
                 let w = live(w)?;
@@ -89,6 +125,8 @@ impl Encoder {
     /// Everything written so far becomes decodable output.
     pub fn flush(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
         match self {
+            // Short and about to end: held until then.
+            Encoder::GzipWhole { .. } => Ok(()),
             Encoder::Gzip { z, .. } => deflate(live(z)?, &[], out, FlushCompress::Sync),
             Encoder::Br(w) => {
                 let w = live(w)?;
@@ -108,6 +146,12 @@ impl Encoder {
     /// Ends the stream (trailer, checksum). The encoder is spent.
     pub fn finish(&mut self, out: &mut Vec<u8>) -> io::Result<()> {
         match self {
+            Encoder::GzipWhole { body, level, done } => {
+                if std::mem::replace(done, true) {
+                    return Err(spent());
+                }
+                whole_gzip(body, *level, out)
+            }
             Encoder::Gzip { z, level } => {
                 let mut s = z.take().ok_or_else(spent)?;
                 deflate(&mut s, &[], out, FlushCompress::Finish)?;
@@ -131,6 +175,44 @@ impl Encoder {
                 drain(&mut rest, out);
                 Ok(())
             }
+        }
+    }
+}
+
+/// One gzip member of `body`, appended to `out`, by a per-thread
+/// libdeflate compressor.
+fn whole_gzip(body: &[u8], level: u32, out: &mut Vec<u8>) -> io::Result<()> {
+    let mut z = WHOLE
+        .with(|w| {
+            let mut w = w.borrow_mut();
+            let i = w.iter().position(|(l, _)| *l == level)?;
+            Some(w.swap_remove(i).1)
+        })
+        .map_or_else(
+            || {
+                let lvl = libdeflater::CompressionLvl::new(level as i32)
+                    .map_err(|e| io::Error::other(format!("{e:?}")))?;
+                Ok::<_, io::Error>(libdeflater::Compressor::new(lvl))
+            },
+            Ok,
+        )?;
+    let start = out.len();
+    out.resize(start + z.gzip_compress_bound(body.len()), 0);
+    let r = z.gzip_compress(body, &mut out[start..]);
+    WHOLE.with(|w| {
+        let mut w = w.borrow_mut();
+        if w.len() < SPARE_DEFLATES {
+            w.push((level, z));
+        }
+    });
+    match r {
+        Ok(n) => {
+            out.truncate(start + n);
+            Ok(())
+        }
+        Err(e) => {
+            out.truncate(start);
+            Err(io::Error::other(format!("libdeflate: {e:?}")))
         }
     }
 }

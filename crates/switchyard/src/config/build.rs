@@ -699,6 +699,7 @@ fn build_cache(cx: &mut Ctx, c: &model::VsCache, what: &str, name: &str) -> crat
             ),
         }
     }
+    s.store_set_cookie = c.store_set_cookie.unwrap_or(false);
     if let Some(h) = &c.heuristic_percent {
         if *h.get_ref() > 100 {
             cx.err(

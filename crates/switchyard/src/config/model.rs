@@ -123,6 +123,8 @@ pub struct VsCache {
     /// Percent of (Date - Last-Modified) a response without explicit
     /// freshness stays fresh (default 10).
     pub heuristic_percent: Option<Spanned<u64>>,
+    /// Store responses carrying Set-Cookie (default false).
+    pub store_set_cookie: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]

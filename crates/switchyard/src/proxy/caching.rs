@@ -224,7 +224,7 @@ impl Hooks for Cache {
         let why = if too_big {
             Some("too big")
         } else {
-            cache::storable(req, &stored, &rc, 0)
+            cache::storable(req, &stored, &rc, &vc.settings)
         };
         let detail = match why {
             None => {
