@@ -5,7 +5,10 @@
 # and case: requests/s and the DUT's CPU (utime+stime from /proc) per request.
 #   scripts/cpu-per-request.sh REPORT_DIR/work [rounds]
 # Cases: keep-alive 128 B (wrk -c 50), one request per connection 128 B
-# (wrk -c 50 with "Connection: close"), keep-alive 1 KB (wrk -c 20).
+# (wrk -c 50 with "Connection: close"), keep-alive 1 KB (wrk -c 20); with
+# CASES="gz2k gz64k hit2k hit64k": gzip of the bench's HTML at 2 KB and
+# 64 KB on the compress listener, and cache hits of 2 KB and 64 KB on the
+# cache listener (keep-alive, wrk -c 20). TARGETS="sy hp ng" by default.
 set -u
 W=$(realpath "${1:?usage: cpu-per-request.sh REPORT_DIR/work [rounds]}")
 ROUNDS=${2:-3}
@@ -15,15 +18,20 @@ CONF="$W"
 . "$(dirname "$0")/dut-lib.sh"
 start_origin
 run_case() { # target case
-  local args
+  local args hdr="X-Bench: 1"
   case $2 in
     ka128) args="-c 50 http://127.0.0.1:26080/size/128" ;;
     close128) args="-c 50 -H Connection:close http://127.0.0.1:26080/size/128" ;;
     ka1k) args="-c 20 http://127.0.0.1:26080/size/1024" ;;
+    # wrk sends a header only when written "Name: value" (with the space).
+    gz2k) args="-c 20 http://127.0.0.1:26082/html/2048"; hdr="Accept-Encoding: gzip" ;;
+    gz64k) args="-c 20 http://127.0.0.1:26082/html/65536"; hdr="Accept-Encoding: gzip" ;;
+    hit2k) args="-c 20 http://127.0.0.1:26083/size/2048" ;;
+    hit64k) args="-c 20 http://127.0.0.1:26083/size/65536" ;;
   esac
   local c0 c1 out n rps
   c0=$(sumcpu "$1")
-  out=$(taskset -c 1 wrk -t 1 -d "${D}s" $args 2>&1)
+  out=$(taskset -c 1 wrk -t 1 -d "${D}s" -H "$hdr" $args 2>&1)
   c1=$(sumcpu "$1")
   n=$(echo "$out" | sed -n 's/^ *\([0-9]*\) requests in.*/\1/p')
   rps=$(echo "$out" | sed -n 's/^Requests\/sec: *\([0-9.]*\).*/\1/p')
