@@ -21,7 +21,8 @@ const NOT_MODIFIED_FIELDS: [&str; 7] = [
 /// The answer to `req` from `o`; `status` is the Cache-Status entry
 /// ("hit", "fwd=stale; fwd-status=304"...).
 pub fn answer(o: &Object, req: &Request, now_ms: i64, cache_status: &str) -> (Response, Bytes) {
-    let age = (o.age_ms(now_ms) / 1000).max(0).to_string();
+    let mut age_buf = [0u8; 20];
+    let age = decimal((o.age_ms(now_ms) / 1000).max(0) as u64, &mut age_buf);
     if not_modified(o, req) {
         let mut r = Response::new(304, Framing::None);
         r.reason = Bytes::from_static(b"Not Modified");
@@ -30,7 +31,7 @@ pub fn answer(o: &Object, req: &Request, now_ms: i64, cache_status: &str) -> (Re
                 r.head.fields.append(name.as_bytes(), v);
             }
         }
-        r.head.fields.append(b"age", age.as_bytes());
+        r.head.fields.append(b"age", age);
         r.head
             .fields
             .append(b"cache-status", cache_status.as_bytes());
@@ -38,7 +39,7 @@ pub fn answer(o: &Object, req: &Request, now_ms: i64, cache_status: &str) -> (Re
     }
     let mut r = o.head.clone();
     r.head.fields.remove(b"age");
-    r.head.fields.append(b"age", age.as_bytes());
+    r.head.fields.append(b"age", age);
     r.head
         .fields
         .append(b"cache-status", cache_status.as_bytes());
@@ -68,8 +69,10 @@ pub fn answer(o: &Object, req: &Request, now_ms: i64, cache_status: &str) -> (Re
             None => {}
         }
     }
-    let len = body.len().to_string();
-    r.head.fields.append(b"content-length", len.as_bytes());
+    let mut len_buf = [0u8; 20];
+    r.head
+        .fields
+        .append(b"content-length", decimal(body.len() as u64, &mut len_buf));
     r.head.framing = if body.is_empty() {
         Framing::None
     } else {
@@ -79,6 +82,19 @@ pub fn answer(o: &Object, req: &Request, now_ms: i64, cache_status: &str) -> (Re
         body = Bytes::new();
     }
     (r, body)
+}
+
+/// `n` in decimal, in `buf` (no allocation on the hit path).
+fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
 }
 
 /// Whether the client's validators match (RFC 9110 13.1.2, 13.1.3):

@@ -35,6 +35,8 @@ pub struct Settings {
     pub store_set_cookie: bool,
     /// Who answers in Cache-Status.
     pub name: String,
+    /// "<name>; hit", the most frequent Cache-Status.
+    pub hit_status: String,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,6 +52,7 @@ impl Default for Settings {
             heuristic_percent: 10,
             store_set_cookie: false,
             name: "switchyard".into(),
+            hit_status: "switchyard; hit".into(),
         }
     }
 }

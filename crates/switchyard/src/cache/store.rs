@@ -29,7 +29,12 @@ const MAX_VARIANTS: usize = 8;
 
 struct Entry {
     variants: Vec<Arc<Object>>,
-    tick: u64,
+    /// Its key in the recency order.
+    at: u64,
+    /// When it was last used. A hit only sets this (no reordering on the
+    /// request path); eviction moves an entry used since `at` to the
+    /// recent end instead of evicting it.
+    used: u64,
     size: usize,
 }
 
@@ -190,10 +195,7 @@ impl Store {
         let found = e.variants.iter().rev().find(|o| o.matches(req)).cloned();
         if found.is_some() {
             inner.tick += 1;
-            if let Some(k) = inner.lru.remove(&e.tick) {
-                inner.lru.insert(inner.tick, k);
-            }
-            e.tick = inner.tick;
+            e.used = inner.tick;
         }
         found
     }
@@ -237,9 +239,16 @@ impl Store {
             let Some(e) = inner.map.get_mut(&victim) else {
                 continue;
             };
+            if e.used > e.at {
+                // Used since it was placed: recent after all.
+                e.at = e.used;
+                inner.lru.insert(e.at, victim);
+                continue;
+            }
             if &*victim != key && inner.sketch.estimate(self.hasher.hash_one(&victim)) > wanted {
                 inner.tick += 1;
-                e.tick = inner.tick;
+                e.at = inner.tick;
+                e.used = inner.tick;
                 inner.lru.insert(inner.tick, victim);
                 if chances == 0 {
                     self.counters.not_admitted.fetch_add(1, Ordering::Relaxed);
@@ -267,17 +276,19 @@ impl Store {
                 e.variants.push(o);
                 e.size = e.variants.iter().map(|v| v.size).sum();
                 inner.bytes = inner.bytes + e.size - before;
-                if let Some(k) = inner.lru.remove(&e.tick) {
+                if let Some(k) = inner.lru.remove(&e.at) {
                     inner.lru.insert(tick, k);
                 }
-                e.tick = tick;
+                e.at = tick;
+                e.used = tick;
             }
             None => {
                 inner.map.insert(
                     key.into(),
                     Entry {
                         variants: vec![o],
-                        tick,
+                        at: tick,
+                        used: tick,
                         size,
                     },
                 );
@@ -309,7 +320,7 @@ impl Store {
         let Some(e) = g.map.remove(key) else {
             return false;
         };
-        g.lru.remove(&e.tick);
+        g.lru.remove(&e.at);
         g.bytes -= e.size;
         self.counters.purged.fetch_add(1, Ordering::Relaxed);
         true
@@ -326,7 +337,7 @@ impl Store {
             .collect();
         for k in &keys {
             if let Some(e) = g.map.remove(k) {
-                g.lru.remove(&e.tick);
+                g.lru.remove(&e.at);
                 g.bytes -= e.size;
             }
         }

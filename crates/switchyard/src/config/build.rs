@@ -680,6 +680,7 @@ fn build_cache(cx: &mut Ctx, c: &model::VsCache, what: &str, name: &str) -> crat
     use crate::cache::{KeyPart, Settings};
     let mut s = Settings {
         name: format!("switchyard-{name}"),
+        hit_status: format!("switchyard-{name}; hit"),
         ..Settings::default()
     };
     for k in c.key.iter().flatten() {

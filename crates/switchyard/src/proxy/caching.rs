@@ -49,8 +49,11 @@ pub struct Cache {
 
 impl Cache {
     fn hit(&self, x: &Exchange<'_>, o: &Object, req: &Request, status: &str) -> Local {
-        let name = x.cache.map_or("switchyard", |c| c.settings.name.as_str());
-        let (response, body) = answer(o, req, cache::now(), &format!("{name}; {status}"));
+        let (response, body) = match x.cache {
+            // The common answer's Cache-Status is made once per config.
+            Some(c) if status == "hit" => answer(o, req, cache::now(), &c.settings.hit_status),
+            _ => answer(o, req, cache::now(), &self.status(x, status)),
+        };
         Local { response, body }
     }
 

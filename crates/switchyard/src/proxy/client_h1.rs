@@ -78,20 +78,26 @@ impl<'c> H1Client<'c> {
 
     /// Writes a response the proxy answers itself and counts it.
     async fn write_local(&mut self, x: &Exchange<'_>, req: &Request, l: &Local, close: bool) {
-        let mut out = Vec::with_capacity(256 + l.body.len());
+        // Small bodies ride behind the head in one buffer; large ones (a
+        // cache hit) go beside it in one vectored write, uncopied.
+        let inline = l.body.len() <= 4096;
+        let mut out = Vec::with_capacity(256 + if inline { l.body.len() } else { 0 });
         let cf = ClientFraming {
             close,
             keep_alive_10: req.head.minor == 0 && !close,
             ..Default::default()
         };
         write_h1::response(&mut out, &l.response, &cf);
-        out.extend_from_slice(&l.body);
+        if inline {
+            out.extend_from_slice(&l.body);
+        }
         let vc = x.vs.counters.local();
         stats::inc(&vc.local_responses);
         stats::inc(&vc.responses[status_class(l.response.status)]);
-        stats::add(&vc.bytes_out, out.len() as u64);
+        let body: &[u8] = if inline { &[] } else { &l.body };
+        stats::add(&vc.bytes_out, (out.len() + body.len()) as u64);
         self.close |= close;
-        if self.c.send(&out).await.is_err() {
+        if self.c.send2(&out, body).await.is_err() {
             self.close = true;
         }
     }

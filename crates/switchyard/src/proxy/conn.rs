@@ -27,6 +27,23 @@ impl Client {
         self.stream.write_all(bytes).await?;
         self.stream.flush().await
     }
+
+    /// A head and a body in one vectored write where the stream can (a
+    /// large body is not copied behind the head).
+    pub(super) async fn send2(&mut self, head: &[u8], body: &[u8]) -> std::io::Result<()> {
+        let (mut head, mut body) = (head, body);
+        while !head.is_empty() || !body.is_empty() {
+            let bufs = [std::io::IoSlice::new(head), std::io::IoSlice::new(body)];
+            let n = self.stream.write_vectored(&bufs).await?;
+            if n == 0 {
+                return Err(std::io::ErrorKind::WriteZero.into());
+            }
+            let from_head = n.min(head.len());
+            head = &head[from_head..];
+            body = &body[n - from_head..];
+        }
+        self.stream.flush().await
+    }
 }
 
 /// Keeps the connection gauges right for as long as a client connection
