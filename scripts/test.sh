@@ -21,6 +21,29 @@ if [ ${#need[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+# The bench's peers (crates/bench/tests/peer_configs.rs checks and starts
+# the configs it writes for them): installed without starting their
+# services; when that fails their tests skip and say so.
+peers=()
+command -v haproxy >/dev/null 2>&1 || peers+=(haproxy)
+command -v nginx >/dev/null 2>&1 || peers+=(nginx)
+command -v varnishd >/dev/null 2>&1 || peers+=(varnish)
+if [ ${#peers[@]} -gt 0 ]; then
+  echo "== installing ${peers[*]} (bench peers)"
+  (
+    set -e
+    made_policy=0
+    if [ ! -e /usr/sbin/policy-rc.d ]; then
+      printf '#!/bin/sh\nexit 101\n' | $SUDO tee /usr/sbin/policy-rc.d >/dev/null
+      $SUDO chmod +x /usr/sbin/policy-rc.d
+      made_policy=1
+    fi
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${peers[@]}" >/dev/null || status=$?
+    if [ "$made_policy" = 1 ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
+    exit "${status:-0}"
+  ) || echo "== could not install ${peers[*]}: their bench config tests skip" >&2
+fi
 # h2spec (HTTP/2 conformance, tests/h2.rs) is a Go program: go install.
 export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"
 if ! command -v h2spec >/dev/null 2>&1; then
