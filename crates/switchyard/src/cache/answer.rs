@@ -6,6 +6,7 @@ use bytes::Bytes;
 
 use super::{httpdate, Object};
 use crate::http::message::{Framing, Method, Request, Response};
+use crate::http::responses::itoa;
 
 /// Fields a 304 carries from the stored response (RFC 9110 15.4.5).
 const NOT_MODIFIED_FIELDS: [&str; 7] = [
@@ -22,7 +23,7 @@ const NOT_MODIFIED_FIELDS: [&str; 7] = [
 /// ("hit", "fwd=stale; fwd-status=304"...).
 pub fn answer(o: &Object, req: &Request, now_ms: i64, cache_status: &str) -> (Response, Bytes) {
     let mut age_buf = [0u8; 20];
-    let age = decimal((o.age_ms(now_ms) / 1000).max(0) as u64, &mut age_buf);
+    let age = itoa((o.age_ms(now_ms) / 1000).max(0) as u64, &mut age_buf);
     if not_modified(o, req) {
         let mut r = Response::new(304, Framing::None);
         r.reason = Bytes::from_static(b"Not Modified");
@@ -72,7 +73,7 @@ pub fn answer(o: &Object, req: &Request, now_ms: i64, cache_status: &str) -> (Re
     let mut len_buf = [0u8; 20];
     r.head
         .fields
-        .append(b"content-length", decimal(body.len() as u64, &mut len_buf));
+        .append(b"content-length", itoa(body.len() as u64, &mut len_buf));
     r.head.framing = if body.is_empty() {
         Framing::None
     } else {
@@ -82,19 +83,6 @@ pub fn answer(o: &Object, req: &Request, now_ms: i64, cache_status: &str) -> (Re
         body = Bytes::new();
     }
     (r, body)
-}
-
-/// `n` in decimal, in `buf` (no allocation on the hit path).
-fn decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
-    let mut i = buf.len();
-    loop {
-        i -= 1;
-        buf[i] = b'0' + (n % 10) as u8;
-        n /= 10;
-        if n == 0 {
-            return &buf[i..];
-        }
-    }
 }
 
 /// Whether the client's validators match (RFC 9110 13.1.2, 13.1.3):

@@ -62,7 +62,8 @@ pub fn local_error(status: u16, why: &str) -> (Response, bytes::Bytes) {
     local(status, "text/plain; charset=utf-8", body.into(), &[])
 }
 
-fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+/// `n` in decimal, written into `buf` (no allocation).
+pub fn itoa(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     let mut i = buf.len();
     loop {
         i -= 1;
