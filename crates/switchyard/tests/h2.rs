@@ -1098,3 +1098,86 @@ fn reload_that_turns_off_http2_sends_goaway_and_open_streams_finish() {
     origin.set(|b| b.delay = Duration::ZERO);
     assert_eq!(get(listen, "/after").status, 200);
 }
+
+/// A compressed stream from an h2 member keeps flowing: each echoed piece
+/// reaches the client decodable while the stream is still open (the
+/// encoder is flushed when the member pauses).
+#[test]
+fn compressed_streams_from_h2_members_flow_piece_by_piece() {
+    let origin = h2_origin();
+    let listen = free_addr();
+    let cfg = format!(
+        r#"
+[global]
+workers = 1
+
+[[vserver]]
+name = "stream"
+listen = ["{listen}"]
+default_pool = "g"
+h2c = true
+[vserver.compression]
+algorithms = ["gzip"]
+types = ["application/grpc"]
+min_size = 0
+
+[[pool]]
+name = "g"
+protocol = "h2"
+[[pool.member]]
+address = "{}"
+"#,
+        origin.addr
+    );
+    let _sy = Switchyard::start(&cfg, &[listen]);
+    runtime().block_on(async {
+        let (h2, _c) = h2_connect(listen).await;
+        let req = http::Request::post("http://stream.test/events")
+            .header("accept-encoding", "gzip")
+            .body(())
+            .expect("req");
+        let mut s = h2.clone().ready().await.expect("ready");
+        let (resp, mut up) = s.send_request(req, false).expect("send");
+        up.send_data(Bytes::from_static(b"first piece;"), false)
+            .expect("data");
+        let resp = tokio::time::timeout(Duration::from_secs(5), resp)
+            .await
+            .expect("head before the request ends")
+            .expect("response");
+        assert_eq!(resp.headers()["content-encoding"], "gzip");
+        let mut body = resp.into_body();
+        let mut decoder = flate2::write::GzDecoder::new(Vec::new());
+        // Until the first piece decodes: the request stays open, so only a
+        // flush on the member's pause can get it here.
+        for piece in [&b"first piece;"[..], b"second piece;"] {
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while !decoder.get_ref().windows(piece.len()).any(|w| w == piece) {
+                let left = deadline.saturating_duration_since(Instant::now());
+                let chunk = tokio::time::timeout(left, body.data())
+                    .await
+                    .unwrap_or_else(|_| {
+                        panic!(
+                            "{:?} did not arrive while the stream was open",
+                            String::from_utf8_lossy(piece)
+                        )
+                    })
+                    .expect("chunk")
+                    .expect("ok");
+                let _ = body.flow_control().release_capacity(chunk.len());
+                decoder.write_all(&chunk).expect("gzip");
+                decoder.flush().expect("gzip");
+            }
+            if piece == b"first piece;" {
+                up.send_data(Bytes::from_static(b"second piece;"), false)
+                    .expect("data");
+            }
+        }
+        up.send_data(Bytes::new(), true).expect("end");
+        while let Some(Ok(chunk)) = body.data().await {
+            let _ = body.flow_control().release_capacity(chunk.len());
+            decoder.write_all(&chunk).expect("gzip");
+        }
+        let all = decoder.finish().expect("a whole gzip stream");
+        assert_eq!(all, b"first piece;second piece;");
+    });
+}
