@@ -167,6 +167,7 @@ fn setup(compression: &str) -> Setup {
     let cfg = format!(
         "[global]\nworkers = 1\n\n[[vserver]]\nname = \"web\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\nh2c = true\n\
          [[vserver.policy]]\nmatch = {{ path_prefix = \"/off/\" }}\ncompression = false\n\
+         [[vserver.policy]]\nmatch = {{ path_prefix = \"/brotli/\" }}\ncompression = {{ algorithms = [\"br\"], brotli_level = 5, min_size = 0 }}\n\
          [vserver.compression]\n{compression}\n\n[[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
         o.addr
     );
@@ -204,6 +205,25 @@ fn negotiation_follows_q_values_and_the_server_order() {
         (Some("*;q=0"), None),
         (Some("identity;q=0, *;q=0"), None),
     ];
+    // A policy with settings of its own: brotli only, whatever the vserver
+    // offers first; level 5 compresses better than the vserver's level 1.
+    let r = get(f.l, "/brotli/t?n=5000", Some("gzip, br, zstd"));
+    assert_eq!(r.header("content-encoding"), Some("br"));
+    assert_eq!(decode(Some("br"), &r.body), text(5000));
+    let vs_br = get(f.l, "/t?n=5000", Some("br"));
+    assert_eq!(vs_br.header("content-encoding"), Some("br"));
+    assert!(
+        r.body.len() < vs_br.body.len(),
+        "{} vs {}",
+        r.body.len(),
+        vs_br.body.len()
+    );
+    let r = get(f.l, "/brotli/t?n=5000", Some("gzip"));
+    assert_eq!(
+        r.header("content-encoding"),
+        None,
+        "the policy offers br only"
+    );
     let want = text(5000);
     for (ae, expect) in cases {
         let r = get(f.l, "/t?n=5000", *ae);
@@ -521,4 +541,22 @@ fn bad_compression_settings_are_refused_with_their_line() {
     );
     assert!(err.contains(":6:"), "{err}");
     assert!(err.contains("compression type \"html\""), "{err}");
+    // A policy's own settings are checked the same way.
+    std::fs::write(
+        &f,
+        "[[vserver]]\nname = \"w\"\nlisten = [\"127.0.0.1:1\"]\n[[vserver.policy]]\nmatch = { path_prefix = \"/a/\" }\ncompression = { algorithms = [\"lz4\"] }\n",
+    )
+    .expect("write");
+    let out = std::process::Command::new(bin())
+        .args(["check", "-c"])
+        .arg(&f)
+        .output()
+        .expect("run check");
+    let err =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{err}");
+    assert!(
+        err.contains("policy") && err.contains("unknown compression algorithm \"lz4\""),
+        "{err}"
+    );
 }

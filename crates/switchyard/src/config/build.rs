@@ -772,7 +772,13 @@ fn build_vserver(
             action,
             request_headers: edits(cx, &p.request_headers, &what, span.clone()),
             response_headers: edits(cx, &p.response_headers, &what, span.clone()),
-            compression: p.compression,
+            compression: p.compression.as_ref().map(|c| match c {
+                model::OnOrSettings::Switch(false) => PolicyCompression::Off,
+                model::OnOrSettings::Switch(true) => PolicyCompression::On,
+                model::OnOrSettings::Settings(c) => {
+                    PolicyCompression::With(Arc::new(build_compression(cx, c, &what)))
+                }
+            }),
             cache: p.cache,
         });
     }
@@ -845,7 +851,7 @@ fn build_vserver(
                 // A policy may turn on what the vserver leaves off.
                 v.policy
                     .iter()
-                    .any(|p| p.compression == Some(true))
+                    .any(|p| matches!(p.compression, Some(model::OnOrSettings::Switch(true))))
                     .then(crate::compress::Settings::default)
             })
             .map(Arc::new),

@@ -162,6 +162,38 @@ pub struct VServer {
     pub cache: Option<VsCache>,
 }
 
+/// `true`, `false`, or a table of settings. Deserialized by hand: serde's
+/// untagged enums buffer the value and lose the spans `Spanned` fields
+/// need for their error lines.
+#[derive(Debug)]
+pub enum OnOrSettings<T> {
+    Switch(bool),
+    Settings(T),
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for OnOrSettings<T> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<T>(std::marker::PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> serde::de::Visitor<'de> for V<T> {
+            type Value = OnOrSettings<T>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("true, false or a table of settings")
+            }
+            fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<Self::Value, E> {
+                Ok(OnOrSettings::Switch(b))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                T::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(OnOrSettings::Settings)
+            }
+        }
+        d.deserialize_any(V(std::marker::PhantomData))
+    }
+}
+
 /// `[vserver.compression]`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -258,8 +290,10 @@ pub struct Policy {
     pub request_headers: HeaderEdits,
     #[serde(default)]
     pub response_headers: HeaderEdits,
-    /// Turns the vserver's compression on or off for matching requests.
-    pub compression: Option<bool>,
+    /// Turns the vserver's compression on or off for matching requests,
+    /// or gives them settings of their own (a `[vserver.compression]`-like
+    /// table).
+    pub compression: Option<OnOrSettings<Compression>>,
     /// Turns the vserver's cache on or off for matching requests.
     pub cache: Option<bool>,
 }

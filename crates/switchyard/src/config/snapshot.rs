@@ -128,10 +128,17 @@ pub struct Policy {
     pub action: Option<Action>,
     pub request_headers: HeaderEdits,
     pub response_headers: HeaderEdits,
-    /// Compression on or off for matching requests.
-    pub compression: Option<bool>,
+    /// Compression for matching requests: off, on with the vserver's
+    /// settings, or on with the policy's own.
+    pub compression: Option<PolicyCompression>,
     /// Caching on or off for matching requests.
     pub cache: Option<bool>,
+}
+
+pub enum PolicyCompression {
+    Off,
+    On,
+    With(Arc<crate::compress::Settings>),
 }
 
 pub enum Action {

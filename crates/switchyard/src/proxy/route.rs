@@ -6,15 +6,19 @@
 
 use std::net::IpAddr;
 
-use crate::config::snapshot::{Action, HeaderEdits, Matcher, NameValueMatch, VServer};
+use crate::config::snapshot::{
+    Action, HeaderEdits, Matcher, NameValueMatch, PolicyCompression, VServer,
+};
 use crate::http::head::Request;
 
 pub struct Decision<'a> {
     pub action: Option<&'a Action>,
     pub request_edits: Vec<&'a HeaderEdits>,
     pub response_edits: Vec<&'a HeaderEdits>,
-    /// Compression for this request, after the matching policies' say.
+    /// Compression for this request, after the matching policies' say,
+    /// and a policy's own settings when one gave them.
     pub compression: bool,
+    pub compression_with: Option<&'a crate::compress::Settings>,
     /// Caching for this request, likewise.
     pub cache: bool,
 }
@@ -25,6 +29,7 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
         request_edits: Vec::new(),
         response_edits: Vec::new(),
         compression: vs.compression_on,
+        compression_with: None,
         cache: vs.cache_on,
     };
     if !vs.request_headers.is_empty() {
@@ -43,8 +48,14 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
         if !p.response_headers.is_empty() {
             d.response_edits.push(&p.response_headers);
         }
-        if let Some(on) = p.compression {
-            d.compression = on;
+        match &p.compression {
+            Some(PolicyCompression::Off) => d.compression = false,
+            Some(PolicyCompression::On) => d.compression = true,
+            Some(PolicyCompression::With(s)) => {
+                d.compression = true;
+                d.compression_with = Some(s);
+            }
+            None => {}
         }
         if let Some(on) = p.cache {
             d.cache = on;

@@ -47,7 +47,7 @@ impl Hooks for Route {
         x.request_edits = d.request_edits;
         x.response_edits = d.response_edits;
         if d.compression {
-            x.compression = vs.compression.as_deref();
+            x.compression = d.compression_with.or(vs.compression.as_deref());
         }
         if d.cache {
             x.cache = vs.cache.as_deref();
