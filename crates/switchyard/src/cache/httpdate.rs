@@ -121,13 +121,6 @@ fn asctime(s: &str) -> Option<i64> {
     at(num(y, 4)?, month(mon)?, d, clock(t)?)
 }
 
-pub fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

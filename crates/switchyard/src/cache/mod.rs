@@ -15,6 +15,7 @@ pub mod store;
 
 use bytes::Bytes;
 
+use crate::compress::{negotiate, Coding};
 use crate::http::message::{Fields, Framing, Method, Request, Response};
 use control::Directives;
 
@@ -134,11 +135,11 @@ fn understood(st: u16) -> bool {
 /// Why a response is not stored, or None when it may be.
 pub fn storable(
     req: &Request,
+    q: &Directives,
     resp: &Response,
     rc: &Directives,
     s: &Settings,
 ) -> Option<&'static str> {
-    let q = Directives::of(&req.head.fields);
     if req.method != Method::Get {
         return Some("method");
     }
@@ -441,13 +442,14 @@ impl Object {
         }
     }
 
-    /// Within stale-while-revalidate (served stale while one request
-    /// revalidates), ms of staleness allowed; 0 if none.
-    pub fn stale_window(&self, d: Option<u64>) -> i64 {
+    /// Whether this stale object may still be served within `window`
+    /// seconds of staleness (stale-while-revalidate, stale-if-error),
+    /// unless the member asked for revalidation every time.
+    pub fn within_stale_window(&self, window: Option<u64>, q: &Directives, now: i64) -> bool {
         if self.cc.must_revalidate || self.cc.proxy_revalidate || self.cc.no_cache {
-            return 0;
+            return false;
         }
-        d.map_or(0, |s| s as i64 * 1000)
+        window.is_some_and(|w| -self.freshness(q, now) < w as i64 * 1000)
     }
 
     /// Whether this variant suits the request's fields named by Vary.
@@ -470,42 +472,15 @@ impl Object {
                 // that accept none of the codings a proxy or member would
                 // produce, so that one client without gzip does not keep
                 // every other from the gzip variant.
+                let ae = req.all("accept-encoding");
                 return match &self.encoding {
-                    Some(e) => accepts(req, e),
-                    None => ![&b"gzip"[..], b"br", b"zstd"]
-                        .iter()
-                        .any(|c| accepts(req, c)),
+                    Some(e) => negotiate::accepts(ae, e),
+                    None => negotiate::choose(ae, &Coding::ALL).is_none(),
                 };
             }
             vary_value(req, name) == *stored
         })
     }
-}
-
-/// Whether Accept-Encoding lists `coding` (or `*`) with q > 0.
-fn accepts(req: &Fields, coding: &[u8]) -> bool {
-    let mut star = false;
-    for v in req.all("accept-encoding") {
-        for item in v.split(|b| *b == b',') {
-            let mut parts = item.split(|b| *b == b';');
-            let token = parts.next().unwrap_or_default().trim_ascii();
-            let zero = parts.any(|p| {
-                let p = p.trim_ascii();
-                p.len() >= 3
-                    && p[..2].eq_ignore_ascii_case(b"q=")
-                    && p[2..].iter().all(|b| *b == b'0' || *b == b'.')
-            });
-            if token.eq_ignore_ascii_case(coding)
-                || (coding == b"gzip" && token.eq_ignore_ascii_case(b"x-gzip"))
-            {
-                return !zero;
-            }
-            if token == b"*" {
-                star = !zero;
-            }
-        }
-    }
-    star
 }
 
 pub fn now() -> i64 {
@@ -536,7 +511,9 @@ mod tests {
     fn why(q: &[(&str, &str)], st: u16, f: &[(&str, &str)]) -> Option<&'static str> {
         let r = resp(st, f);
         let s = Settings::default();
-        storable(&req(q), &r, &Directives::of_response(&r.head.fields), &s)
+        let req = req(q);
+        let q = Directives::of(&req.head.fields);
+        storable(&req, &q, &r, &Directives::of_response(&r.head.fields), &s)
     }
 
     #[test]

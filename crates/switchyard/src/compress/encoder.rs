@@ -68,12 +68,8 @@ impl Encoder {
             },
             Coding::Gzip => {
                 let level = if s.gzip_level == 1 { 2 } else { s.gzip_level };
-                let spare = DEFLATES.with(|d| {
-                    let mut d = d.borrow_mut();
-                    let i = d.iter().position(|(l, _)| *l == level)?;
-                    Some(d.swap_remove(i).1)
-                });
-                let z = spare.unwrap_or_else(|| Compress::new_gzip(Compression::new(level), 15));
+                let z = take_spare(&DEFLATES, level)
+                    .unwrap_or_else(|| Compress::new_gzip(Compression::new(level), 15));
                 Encoder::Gzip { z: Some(z), level }
             }
             Coding::Br => {
@@ -156,13 +152,7 @@ impl Encoder {
                 let mut s = z.take().ok_or_else(spent)?;
                 deflate(&mut s, &[], out, FlushCompress::Finish)?;
                 s.reset();
-                let level = *level;
-                DEFLATES.with(|d| {
-                    let mut d = d.borrow_mut();
-                    if d.len() < SPARE_DEFLATES {
-                        d.push((level, s));
-                    }
-                });
+                put_spare(&DEFLATES, *level, s);
                 Ok(())
             }
             Encoder::Br(w) => {
@@ -182,29 +172,18 @@ impl Encoder {
 /// One gzip member of `body`, appended to `out`, by a per-thread
 /// libdeflate compressor.
 fn whole_gzip(body: &[u8], level: u32, out: &mut Vec<u8>) -> io::Result<()> {
-    let mut z = WHOLE
-        .with(|w| {
-            let mut w = w.borrow_mut();
-            let i = w.iter().position(|(l, _)| *l == level)?;
-            Some(w.swap_remove(i).1)
-        })
-        .map_or_else(
-            || {
-                let lvl = libdeflater::CompressionLvl::new(level as i32)
-                    .map_err(|e| io::Error::other(format!("{e:?}")))?;
-                Ok::<_, io::Error>(libdeflater::Compressor::new(lvl))
-            },
-            Ok,
-        )?;
+    let mut z = match take_spare(&WHOLE, level) {
+        Some(z) => z,
+        None => {
+            let lvl = libdeflater::CompressionLvl::new(level as i32)
+                .map_err(|e| io::Error::other(format!("{e:?}")))?;
+            libdeflater::Compressor::new(lvl)
+        }
+    };
     let start = out.len();
     out.resize(start + z.gzip_compress_bound(body.len()), 0);
     let r = z.gzip_compress(body, &mut out[start..]);
-    WHOLE.with(|w| {
-        let mut w = w.borrow_mut();
-        if w.len() < SPARE_DEFLATES {
-            w.push((level, z));
-        }
-    });
+    put_spare(&WHOLE, level, z);
     match r {
         Ok(n) => {
             out.truncate(start + n);
@@ -215,6 +194,27 @@ fn whole_gzip(body: &[u8], level: u32, out: &mut Vec<u8>) -> io::Result<()> {
             Err(io::Error::other(format!("libdeflate: {e:?}")))
         }
     }
+}
+
+type Spares<T> = std::thread::LocalKey<RefCell<Vec<(u32, T)>>>;
+
+/// This thread's spare compressor state for `level`, if one is kept.
+fn take_spare<T: 'static>(spares: &'static Spares<T>, level: u32) -> Option<T> {
+    spares.with(|s| {
+        let mut s = s.borrow_mut();
+        let i = s.iter().position(|(l, _)| *l == level)?;
+        Some(s.swap_remove(i).1)
+    })
+}
+
+/// Keeps a compressor state for the next response on this thread.
+fn put_spare<T: 'static>(spares: &'static Spares<T>, level: u32, state: T) {
+    spares.with(|s| {
+        let mut s = s.borrow_mut();
+        if s.len() < SPARE_DEFLATES {
+            s.push((level, state));
+        }
+    });
 }
 
 fn spent() -> io::Error {

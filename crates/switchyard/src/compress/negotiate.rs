@@ -18,28 +18,16 @@ pub fn choose<'a>(
     // q in thousandths; None: not listed.
     let mut q = [None::<u16>; 3];
     let mut star = None::<u16>;
-    for field in accept_encoding {
-        for item in field.split(|b| *b == b',') {
-            let mut parts = item.split(|b| *b == b';');
-            let token = parts.next().unwrap_or_default().trim_ascii();
-            if token.is_empty() {
-                continue;
-            }
-            let weight = parts.find_map(qvalue).unwrap_or(1000);
-            let slot = if token == b"*" {
-                &mut star
-            } else if token.eq_ignore_ascii_case(b"gzip") || token.eq_ignore_ascii_case(b"x-gzip") {
-                &mut q[Coding::Gzip.index()]
-            } else if token.eq_ignore_ascii_case(b"br") {
-                &mut q[Coding::Br.index()]
-            } else if token.eq_ignore_ascii_case(b"zstd") {
-                &mut q[Coding::Zstd.index()]
-            } else {
-                continue;
-            };
-            // Listed twice: the most favourable reading.
-            *slot = Some(slot.map_or(weight, |w| w.max(weight)));
-        }
+    for (token, weight) in weighted(accept_encoding) {
+        let slot = if token == b"*" {
+            &mut star
+        } else if let Some(c) = coding_of(token) {
+            &mut q[c.index()]
+        } else {
+            continue;
+        };
+        // Listed twice: the most favourable reading.
+        *slot = Some(slot.map_or(weight, |w| w.max(weight)));
     }
     let mut best: Option<(Coding, u16)> = None;
     for &c in offered {
@@ -49,6 +37,47 @@ pub fn choose<'a>(
         }
     }
     best.map(|(c, _)| c)
+}
+
+/// Whether Accept-Encoding accepts `coding` (any token, e.g. a stored
+/// response's Content-Encoding): listed, or covered by `*`, with q > 0.
+pub fn accepts<'a>(accept_encoding: impl Iterator<Item = &'a [u8]>, coding: &[u8]) -> bool {
+    let (mut listed, mut star) = (None::<u16>, None::<u16>);
+    let same = |t: &[u8]| {
+        t.eq_ignore_ascii_case(coding)
+            || (coding.eq_ignore_ascii_case(b"gzip") && t.eq_ignore_ascii_case(b"x-gzip"))
+    };
+    for (token, weight) in weighted(accept_encoding) {
+        let slot = if token == b"*" {
+            &mut star
+        } else if same(token) {
+            &mut listed
+        } else {
+            continue;
+        };
+        *slot = Some(slot.map_or(weight, |w| w.max(weight)));
+    }
+    listed.or(star).unwrap_or(0) > 0
+}
+
+fn coding_of(token: &[u8]) -> Option<Coding> {
+    if token.eq_ignore_ascii_case(b"x-gzip") {
+        return Some(Coding::Gzip);
+    }
+    Coding::ALL
+        .into_iter()
+        .find(|c| token.eq_ignore_ascii_case(c.token().as_bytes()))
+}
+
+/// Every (coding, q in thousandths) the fields list.
+fn weighted<'a>(fields: impl Iterator<Item = &'a [u8]>) -> impl Iterator<Item = (&'a [u8], u16)> {
+    fields
+        .flat_map(|f| f.split(|b| *b == b','))
+        .filter_map(|item| {
+            let mut parts = item.split(|b| *b == b';');
+            let token = parts.next().unwrap_or_default().trim_ascii();
+            (!token.is_empty()).then(|| (token, parts.find_map(qvalue).unwrap_or(1000)))
+        })
 }
 
 /// "q=0.5" as thousandths; None when this parameter is not a q-value.
@@ -119,5 +148,9 @@ mod tests {
         // Split over two fields.
         let two = [&b"br;q=0.1"[..], &b"gzip"[..]];
         assert_eq!(choose(two.into_iter(), &all), Some(Gzip));
+        let acc = |ae: &str, c: &str| accepts(std::iter::once(ae.as_bytes()), c.as_bytes());
+        assert!(acc("gzip, br", "br") && acc("x-gzip", "gzip") && acc("*", "deflate"));
+        assert!(!acc("br;q=0", "br") && !acc("*;q=0", "br") && !acc("gzip", "br"));
+        assert!(!acc("*, br;q=0", "br") && acc("br;q=0, *", "gzip"));
     }
 }

@@ -21,7 +21,7 @@ use crate::balance::persist::Persist;
 use crate::cache::control::Directives;
 use crate::cache::store::{Fill, FillGuard};
 use crate::cache::{self, answer::answer, Object};
-use crate::http::message::{Method, Request, Response};
+use crate::http::message::{Framing, Method, Request, Response};
 use crate::http::responses;
 use crate::stats;
 
@@ -61,6 +61,20 @@ impl Cache {
         let name = x.cache.map_or("switchyard", |c| c.settings.name.as_str());
         format!("{name}; {detail}")
     }
+
+    /// Within stale-if-error (the response's, else the request's).
+    fn stale_if_error(&self, o: &Object) -> bool {
+        let window = o.cc.stale_if_error.or(self.q.stale_if_error);
+        o.within_stale_window(window, &self.q, cache::now())
+    }
+
+    /// The member's response becomes `o`'s answer to the request; its body
+    /// is sent in place of the member's.
+    fn answer_instead(&mut self, resp: &mut Response, o: &Object, req: &Request, status: String) {
+        let (r, body) = answer(o, req, cache::now(), &status);
+        *resp = r;
+        self.replay = Some(body);
+    }
 }
 
 impl Hooks for Cache {
@@ -89,8 +103,9 @@ impl Hooks for Cache {
             }
             // Within stale-while-revalidate: served stale at once; the
             // first such request then revalidates it with the member.
-            let swr = o.stale_window(o.cc.stale_while_revalidate);
-            if swr > 0 && -o.freshness(&self.q, now) < swr && req.method == Method::Get {
+            if req.method == Method::Get
+                && o.within_stale_window(o.cc.stale_while_revalidate, &self.q, now)
+            {
                 stats::inc(&vcount.cache_stale_served);
                 let local = self.hit(x, &o, req, "hit; detail=stale-while-revalidate");
                 return match vc.store.begin_fill(&key) {
@@ -181,33 +196,25 @@ impl Hooks for Cache {
             }
             return;
         }
-        let (Some(key), Some(req)) = (&self.key, &self.req) else {
+        let (Some(key), Some(req)) = (self.key.take(), self.req.take()) else {
             return;
         };
         if let Some(o) = self.stale.take() {
             if resp.status == 304 {
-                let fresh = o.freshened(resp, req, self.request_ms, &vc.settings);
-                let fresh = Arc::new(fresh);
-                vc.store.replace(key, &o, fresh.clone());
+                let fresh = Arc::new(o.freshened(resp, &req, self.request_ms, &vc.settings));
+                vc.store.replace(&key, &o, fresh.clone());
                 let status = self.status(x, "fwd=stale; fwd-status=304");
-                let (r, body) = answer(&fresh, req, cache::now(), &status);
-                *resp = r;
-                self.replay = Some(body);
+                self.answer_instead(resp, &fresh, &req, status);
                 return;
             }
-            let sie = o.stale_window(o.cc.stale_if_error.or(self.q.stale_if_error));
-            if resp.status >= 500 && sie > 0 && -o.freshness(&self.q, cache::now()) < sie {
+            if resp.status >= 500 && self.stale_if_error(&o) {
                 stats::inc(&x.vs.counters.local().cache_stale_served);
-                let status = self.status(
-                    x,
-                    &format!(
-                        "fwd=stale; fwd-status={}; detail=stale-if-error",
-                        resp.status
-                    ),
+                let detail = format!(
+                    "fwd=stale; fwd-status={}; detail=stale-if-error",
+                    resp.status
                 );
-                let (r, body) = answer(&o, req, cache::now(), &status);
-                *resp = r;
-                self.replay = Some(body);
+                let status = self.status(x, &detail);
+                self.answer_instead(resp, &o, &req, status);
                 return;
             }
         }
@@ -220,18 +227,21 @@ impl Hooks for Cache {
             });
         }
         let rc = Directives::of_response(&stored.head.fields);
-        let too_big = match resp.head.framing {
-            crate::http::message::Framing::Length(n) => n > vc.store.max_object(),
-            _ => false,
-        };
+        let too_big = matches!(resp.head.framing, Framing::Length(n) if n > vc.store.max_object());
         let why = if too_big {
             Some("too big")
         } else {
-            cache::storable(req, &stored, &rc, &vc.settings)
+            cache::storable(&req, &self.q, &stored, &rc, &vc.settings)
         };
         let detail = match why {
             None => {
-                self.capture = Some((stored, Vec::new()));
+                let len = match resp.head.framing {
+                    Framing::Length(n) => n as usize,
+                    _ => 0,
+                };
+                self.capture = Some((stored, Vec::with_capacity(len)));
+                self.key = Some(key);
+                self.req = Some(req);
                 "fwd=miss; stored".to_string()
             }
             Some(why) => format!("fwd=miss; detail={}", why.replace(' ', "-")),
@@ -277,11 +287,10 @@ impl Hooks for Cache {
 
     fn on_member_failure(&mut self, x: &mut Exchange<'_>) -> Option<Local> {
         let (o, req) = (self.stale.as_ref()?, self.req.as_ref()?);
-        let sie = o.stale_window(o.cc.stale_if_error.or(self.q.stale_if_error));
-        if sie > 0 && -o.freshness(&self.q, cache::now()) < sie {
-            stats::inc(&x.vs.counters.local().cache_stale_served);
-            return Some(self.hit(x, o, req, "fwd=stale; detail=stale-if-error"));
+        if !self.stale_if_error(o) {
+            return None;
         }
-        None
+        stats::inc(&x.vs.counters.local().cache_stale_served);
+        Some(self.hit(x, o, req, "fwd=stale; detail=stale-if-error"))
     }
 }
