@@ -513,15 +513,10 @@ fn stream_decode(coding: &str, data: &[u8]) -> Vec<u8> {
     }
 }
 
-#[test]
-fn bad_compression_settings_are_refused_with_their_line() {
-    let dir = temp_dir("compress-check");
-    let f = dir.join("bad.toml");
-    std::fs::write(
-        &f,
-        "[[vserver]]\nname = \"w\"\nlisten = [\"127.0.0.1:1\"]\n[vserver.compression]\nalgorithms = [\"gzip\", \"lz4\"]\ngzip_level = 12\ntypes = [\"html\"]\n",
-    )
-    .expect("write");
+/// `switchyard check` on `toml`: it must fail; its output.
+fn check_fails(toml: &str) -> String {
+    let f = temp_dir("compress-check").join("bad.toml");
+    std::fs::write(&f, toml).expect("write");
     let out = std::process::Command::new(bin())
         .args(["check", "-c"])
         .arg(&f)
@@ -530,6 +525,14 @@ fn bad_compression_settings_are_refused_with_their_line() {
     let err =
         String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{err}");
+    err
+}
+
+#[test]
+fn bad_compression_settings_are_refused_with_their_line() {
+    let err = check_fails(
+        "[[vserver]]\nname = \"w\"\nlisten = [\"127.0.0.1:1\"]\n[vserver.compression]\nalgorithms = [\"gzip\", \"lz4\"]\ngzip_level = 12\ntypes = [\"html\"]\n",
+    );
     assert!(
         err.contains("unknown compression algorithm \"lz4\""),
         "{err}"
@@ -542,19 +545,9 @@ fn bad_compression_settings_are_refused_with_their_line() {
     assert!(err.contains(":6:"), "{err}");
     assert!(err.contains("compression type \"html\""), "{err}");
     // A policy's own settings are checked the same way.
-    std::fs::write(
-        &f,
+    let err = check_fails(
         "[[vserver]]\nname = \"w\"\nlisten = [\"127.0.0.1:1\"]\n[[vserver.policy]]\nmatch = { path_prefix = \"/a/\" }\ncompression = { algorithms = [\"lz4\"] }\n",
-    )
-    .expect("write");
-    let out = std::process::Command::new(bin())
-        .args(["check", "-c"])
-        .arg(&f)
-        .output()
-        .expect("run check");
-    let err =
-        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
-    assert!(!out.status.success(), "{err}");
+    );
     assert!(
         err.contains("policy") && err.contains("unknown compression algorithm \"lz4\""),
         "{err}"
