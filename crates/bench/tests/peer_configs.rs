@@ -271,6 +271,13 @@ fn peers_compress_and_serve_from_cache() {
             let r = fetch(&rt, probe, "/size/65536", false);
             assert_eq!(r.body_len, 65536);
         }
+        // The origin counts a request once its answer is written, which can
+        // trail the client's receipt of it on a busy machine: wait for it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        while origin.stats().requests == before && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
         let seen = origin.stats().requests - before;
         d.stop();
         assert_eq!(seen, 1, "{name}: the origin saw {seen} of 4 requests");
