@@ -11,7 +11,9 @@ mod maglev;
 pub mod persist;
 
 use std::cell::Cell;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    AtomicBool, AtomicI64, AtomicU32, AtomicU64, AtomicU8, AtomicUsize, Ordering,
+};
 
 pub use maglev::Maglev;
 
@@ -47,6 +49,36 @@ pub struct MemberState {
     /// Consecutive active-check results, owned by the health checker.
     pub check_ok_streak: AtomicU32,
     pub check_fail_streak: AtomicU32,
+    /// Run-time administration (admin API): the state an operator set, a
+    /// health verdict forced over the checks, and a weight replacing the
+    /// configured one. All survive a reload that keeps the member.
+    admin: AtomicU8,
+    forced: AtomicU8,
+    /// 0: none; else the run-time weight plus one (weight 0 is allowed).
+    weight_override: AtomicU32,
+    /// The configured weight when the override was set: a reload that
+    /// changes the member's weight in the file drops the override.
+    weight_override_base: AtomicU32,
+}
+
+/// What an operator set for a member at run time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AdminState {
+    /// Serves when healthy.
+    Enabled,
+    /// Maintenance: takes nothing new, its idle connections are closed.
+    Disabled,
+    /// Takes nothing new; requests in flight finish. Reported as drained
+    /// once none is left and no connection is in use.
+    Draining,
+}
+
+/// A health verdict forced over the active and passive checks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ForcedHealth {
+    Auto,
+    Up,
+    Down,
 }
 
 impl Default for MemberState {
@@ -59,14 +91,126 @@ impl Default for MemberState {
             inflight: AtomicU64::new(0),
             check_ok_streak: AtomicU32::new(0),
             check_fail_streak: AtomicU32::new(0),
+            admin: AtomicU8::new(0),
+            forced: AtomicU8::new(0),
+            weight_override: AtomicU32::new(0),
+            weight_override_base: AtomicU32::new(0),
         }
     }
 }
 
 impl MemberState {
+    /// May take new requests: enabled, and healthy (or forced up).
     #[inline]
     pub fn is_up(&self, now: u64) -> bool {
-        self.healthy.load(Ordering::Relaxed) && self.ejected_until_ms.load(Ordering::Relaxed) <= now
+        self.admin.load(Ordering::Relaxed) == 0 && self.healthy_at(now)
+    }
+
+    /// The health verdict, forced or from the checks.
+    pub fn healthy_at(&self, now: u64) -> bool {
+        match self.forced() {
+            ForcedHealth::Up => true,
+            ForcedHealth::Down => false,
+            ForcedHealth::Auto => {
+                self.healthy.load(Ordering::Relaxed)
+                    && self.ejected_until_ms.load(Ordering::Relaxed) <= now
+            }
+        }
+    }
+
+    pub fn admin(&self) -> AdminState {
+        match self.admin.load(Ordering::Relaxed) {
+            0 => AdminState::Enabled,
+            1 => AdminState::Disabled,
+            _ => AdminState::Draining,
+        }
+    }
+
+    /// Sets the run-time state. Enabling a member that was out starts its
+    /// slow start, as a recovery from a failed health check does.
+    pub fn set_admin(&self, a: AdminState) {
+        let v = match a {
+            AdminState::Enabled => 0,
+            AdminState::Disabled => 1,
+            AdminState::Draining => 2,
+        };
+        let was = self.admin.swap(v, Ordering::Relaxed);
+        if v == 0 && was != 0 {
+            self.up_since_ms.store(now_ms().max(1), Ordering::Relaxed);
+        }
+    }
+
+    pub fn forced(&self) -> ForcedHealth {
+        match self.forced.load(Ordering::Relaxed) {
+            0 => ForcedHealth::Auto,
+            1 => ForcedHealth::Up,
+            _ => ForcedHealth::Down,
+        }
+    }
+
+    pub fn set_forced(&self, f: ForcedHealth) {
+        let v = match f {
+            ForcedHealth::Auto => 0,
+            ForcedHealth::Up => 1,
+            ForcedHealth::Down => 2,
+        };
+        self.forced.store(v, Ordering::Relaxed);
+    }
+
+    /// The run-time weight, when one is set.
+    pub fn weight_override(&self) -> Option<u32> {
+        match self.weight_override.load(Ordering::Relaxed) {
+            0 => None,
+            w => Some(w - 1),
+        }
+    }
+
+    /// Sets (Some) or clears (None) the run-time weight; `configured` is the
+    /// member's weight in the file, remembered to spot a reload changing it.
+    pub fn set_weight_override(&self, w: Option<u32>, configured: u32) {
+        self.weight_override_base
+            .store(configured, Ordering::Relaxed);
+        self.weight_override
+            .store(w.map_or(0, |w| w.saturating_add(1)), Ordering::Relaxed);
+    }
+
+    /// Called by a reload that keeps this state for a member now configured
+    /// with `configured`: a changed weight in the file wins over the run-time
+    /// one (the operator edited the file after the change).
+    pub fn reconfigured(&self, configured: u32) {
+        if self.weight_override().is_some()
+            && self.weight_override_base.load(Ordering::Relaxed) != configured
+        {
+            self.weight_override.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// What the member is doing, for people and the API. `in_use` is the
+    /// number of its connections carrying a request (not idle).
+    pub fn condition(&self, now: u64, in_use: u64) -> &'static str {
+        match self.admin() {
+            AdminState::Disabled => "disabled",
+            AdminState::Draining => {
+                if self.inflight.load(Ordering::Relaxed) == 0 && in_use == 0 {
+                    "drained"
+                } else {
+                    "draining"
+                }
+            }
+            AdminState::Enabled => {
+                if self.forced() == ForcedHealth::Down
+                    || !self.healthy.load(Ordering::Relaxed) && self.forced() == ForcedHealth::Auto
+                {
+                    "down"
+                } else if self.forced() == ForcedHealth::Auto
+                    && self.ejected_until_ms.load(Ordering::Relaxed) > now
+                {
+                    "ejected"
+                } else {
+                    "up"
+                }
+            }
+        }
     }
 }
 

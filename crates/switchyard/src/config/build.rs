@@ -115,18 +115,10 @@ pub fn build(
         vservers.push(vs);
     }
 
-    let admin = file.admin.as_ref().map(|a| {
-        if let Some(owner) = listen_owner.get(a.listen.get_ref()) {
-            cx.err(
-                a.listen.span(),
-                format!(
-                    "admin listen address {} is already used by vserver {owner:?}",
-                    a.listen.get_ref()
-                ),
-            );
-        }
-        *a.listen.get_ref()
-    });
+    let admin = file
+        .admin
+        .as_ref()
+        .map(|a| build_admin(&mut cx, a, &listen_owner, previous));
 
     if !cx.errors.is_empty() {
         cx.errors.sort_by_key(|e| (e.line, e.col));
@@ -137,12 +129,84 @@ pub fn build(
         generation: previous.map(|p| p.generation + 1).unwrap_or(1),
         settings,
         admin,
+        source: Arc::from(pos.text),
+        source_name: pos.file.to_string(),
         vservers,
         pools,
         cache: store,
         by_listen,
         warnings: cx.warnings,
     })
+}
+
+/// The admin listener: loopback by default; anywhere else only with tokens.
+fn build_admin(
+    cx: &mut Ctx,
+    a: &model::Admin,
+    listen_owner: &HashMap<SocketAddr, String>,
+    previous: Option<&Snapshot>,
+) -> AdminSettings {
+    let listen = a
+        .listen
+        .as_ref()
+        .map(|l| *l.get_ref())
+        .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9090)));
+    let span = a.listen.as_ref().map(|l| l.span()).unwrap_or(0..0);
+    if let Some(owner) = listen_owner.get(&listen) {
+        cx.err(
+            span.clone(),
+            format!("admin listen address {listen} is already used by vserver {owner:?}"),
+        );
+    }
+    let tokens = a.tokens_file.as_ref().and_then(|f| {
+        let path = super::tls_server::resolve(&cx.pos.base_dir(), f.get_ref());
+        match std::fs::read_to_string(&path) {
+            Err(e) => {
+                cx.err(
+                    f.span(),
+                    format!("admin tokens_file {}: cannot read it: {e}", path.display()),
+                );
+                None
+            }
+            Ok(text) => match crate::admin::auth::Tokens::parse(&text) {
+                Ok(t) => Some(Arc::new(t)),
+                Err((line, msg)) => {
+                    cx.err(
+                        f.span(),
+                        format!("admin tokens_file {} line {line}: {msg}", path.display()),
+                    );
+                    None
+                }
+            },
+        }
+    });
+    if a.tokens_file.is_none() && !listen.ip().is_loopback() {
+        cx.err(
+            span.clone(),
+            format!(
+                "admin listen {listen} is not a loopback address: name a tokens_file so that only holders of a token can use the API"
+            ),
+        );
+    }
+    let tls = a.tls.as_ref().and_then(|t| {
+        let old = previous
+            .and_then(|p| p.admin.as_ref())
+            .and_then(|a| a.tls.as_deref());
+        match super::tls_server::build(t, &cx.pos.base_dir(), "admin", span.clone(), old) {
+            Ok(t) => Some(Arc::new(t)),
+            Err(problems) => {
+                for (at, msg) in problems {
+                    cx.err(at, msg);
+                }
+                None
+            }
+        }
+    });
+    AdminSettings {
+        listen,
+        tokens,
+        tls,
+    }
 }
 
 fn bounded(

@@ -130,7 +130,14 @@ pub struct VsCache {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Admin {
-    pub listen: Spanned<SocketAddr>,
+    /// Default 127.0.0.1:9090: loopback unless the operator says otherwise.
+    pub listen: Option<Spanned<SocketAddr>>,
+    /// Bearer tokens, one per line: `<name> <role> <token>`, role `read`
+    /// or `admin`. Without it the API is open to whoever reaches the
+    /// listener, which must then be on loopback.
+    pub tokens_file: Option<Spanned<String>>,
+    /// TLS on the admin listener, as `[vserver.tls]` (client certificates too).
+    pub tls: Option<Tls>,
 }
 
 #[derive(Debug, Deserialize)]

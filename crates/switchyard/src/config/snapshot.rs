@@ -21,7 +21,11 @@ use crate::stats::{Histogram, MemberCounters, PoolCounters, Sharded, VsCounters}
 pub struct Snapshot {
     pub generation: u64,
     pub settings: Settings,
-    pub admin: Option<SocketAddr>,
+    pub admin: Option<AdminSettings>,
+    /// The configuration text this snapshot was built from, and its name
+    /// (a path, or the quickstart's), for the admin API.
+    pub source: Arc<str>,
+    pub source_name: String,
     pub vservers: Vec<Arc<VServer>>,
     pub pools: Vec<Arc<Pool>>,
     /// The HTTP cache's objects: one store for every vserver, handed from
@@ -56,6 +60,13 @@ impl Snapshot {
         v.sort();
         v
     }
+}
+
+/// `[admin]`, validated.
+pub struct AdminSettings {
+    pub listen: SocketAddr,
+    pub tokens: Option<Arc<crate::admin::auth::Tokens>>,
+    pub tls: Option<Arc<crate::tls::TlsServer>>,
 }
 
 #[derive(Clone, Debug)]
@@ -266,7 +277,7 @@ impl Candidate for Arc<Member> {
         &self.state
     }
     fn weight(&self) -> u32 {
-        self.weight
+        self.state.weight_override().unwrap_or(self.weight)
     }
     fn max_connections(&self) -> u32 {
         self.max_connections

@@ -331,7 +331,8 @@ pub fn build(
         Some(v) => builder.with_client_cert_verifier(v),
         None => builder.with_no_client_auth(),
     };
-    let mut config = builder.with_cert_resolver(Arc::new(store));
+    let store = Arc::new(store);
+    let mut config = builder.with_cert_resolver(store.clone());
     config.alpn_protocols = alpn;
     // The operator's order of suites and groups wins over the client's.
     config.ignore_client_order = true;
@@ -360,6 +361,7 @@ pub fn build(
         (None, None)
     };
     Ok(TlsServer {
+        certs: store,
         config: Arc::new(config),
         hsts,
         client_subject_header,

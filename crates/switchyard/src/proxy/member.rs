@@ -20,7 +20,7 @@ use h2::client::SendRequest;
 use h2::{Reason, RecvStream, SendStream};
 
 use super::upstream::{self, ConnectError};
-use crate::balance::MemberState;
+use crate::balance::{AdminState, MemberState};
 use crate::config::snapshot::Member;
 use crate::fasthash::FxHashMap;
 use crate::http::body::{self, BodyError, Sink};
@@ -38,7 +38,7 @@ pub struct H2Conns {
 struct H2Conn {
     /// Held so the key (the state's address) cannot be reused by another
     /// member while this entry lives.
-    _state: Arc<MemberState>,
+    state: Arc<MemberState>,
     send: SendRequest<Bytes>,
     last_used: Instant,
     idle_timeout: Duration,
@@ -74,7 +74,7 @@ impl H2Conns {
         self.conns.borrow_mut().insert(
             key(m),
             H2Conn {
-                _state: m.state.clone(),
+                state: m.state.clone(),
                 send: s.clone(),
                 last_used: Instant::now(),
                 idle_timeout,
@@ -96,9 +96,10 @@ impl H2Conns {
     /// member removed by a reload is not held forever either.
     pub fn sweep(&self) {
         let now = Instant::now();
-        self.conns
-            .borrow_mut()
-            .retain(|_, c| now.duration_since(c.last_used) < c.idle_timeout);
+        self.conns.borrow_mut().retain(|_, c| {
+            now.duration_since(c.last_used) < c.idle_timeout
+                && c.state.admin() == AdminState::Enabled
+        });
     }
 }
 

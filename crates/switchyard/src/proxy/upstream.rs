@@ -24,7 +24,7 @@ use tokio::sync::oneshot;
 use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
-use crate::balance::MemberState;
+use crate::balance::{AdminState, MemberState};
 use crate::config::snapshot::Member;
 use crate::fasthash::FxHashMap;
 use crate::stats::{self, MemberCounters, Sharded};
@@ -135,7 +135,7 @@ pub const PURGE_PERIOD: Duration = Duration::from_secs(5);
 pub struct IdlePool {
     /// Keyed by the address of the member's shared state, which survives
     /// reloads, so pooled connections do too. Each entry holds that state
-    /// (`MemberConns::_state`): while connections are pooled the address
+    /// (`MemberConns::state`): while connections are pooled the address
     /// cannot be freed and handed to another member by a later reload.
     idle: RefCell<FxHashMap<usize, MemberConns>>,
     last_purge: std::cell::Cell<Option<Instant>>,
@@ -150,7 +150,7 @@ pub struct IdlePool {
 
 #[derive(Default)]
 struct MemberConns {
-    _state: Option<Arc<MemberState>>,
+    state: Option<Arc<MemberState>>,
     q: VecDeque<Idle>,
 }
 
@@ -189,7 +189,7 @@ impl IdlePool {
         };
         let mut idle = self.idle.borrow_mut();
         let entry = idle.entry(key(m)).or_default();
-        entry._state.get_or_insert_with(|| m.state.clone());
+        entry.state.get_or_insert_with(|| m.state.clone());
         let q = &mut entry.q;
         if q.len() >= max_idle {
             if let Some(old) = q.pop_front() {
@@ -272,8 +272,14 @@ impl IdlePool {
             }
         }
         for e in idle.values_mut() {
+            // A disabled or draining member's idle connections are closed:
+            // it takes nothing new, and a drain ends with none open.
+            let out = e
+                .state
+                .as_ref()
+                .is_some_and(|s| s.admin() != AdminState::Enabled);
             e.q.retain_mut(|i| {
-                let keep = now < i.expires && still_open(&mut i.conn.stream);
+                let keep = !out && now < i.expires && still_open(&mut i.conn.stream);
                 if !keep {
                     stats::dec(&i.conn.counters.local().server_connections_idle);
                 }

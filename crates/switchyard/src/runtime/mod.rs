@@ -97,6 +97,10 @@ impl Control {
             bound.push((*addr, per_worker));
         }
         let generation = next.generation;
+        // Run-time weights give way where the file changed the weight.
+        for m in next.pools.iter().flat_map(|p| &p.members) {
+            m.state.reconfigured(m.weight);
+        }
         self.snapshot.store(Arc::new(next));
         for (addr, listeners) in bound {
             for (w, l) in self.workers.iter().zip(listeners) {
@@ -137,7 +141,7 @@ impl crate::admin::Control for Control {
 /// process is told to stop. Returns when every worker has finished.
 pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
     let settings = snapshot.settings.clone();
-    let admin = snapshot.admin;
+    let admin = snapshot.admin.as_ref().map(|a| (a.listen, a.tls.is_some()));
     let snapshot = Arc::new(ArcSwap::from_pointee(snapshot));
     let (drain_tx, drain_rx) = watch::channel(false);
     let addrs = snapshot.load().listen_addrs();
@@ -201,14 +205,16 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
             .health
             .borrow_mut()
             .restart(&control.snapshot.load_full());
-        if let Some(addr) = admin {
+        if let Some((addr, tls)) = admin {
             let l = tokio::net::TcpListener::bind(addr)
                 .await
                 .map_err(|e| format!("admin: cannot listen on {addr}: {e}"))?;
+            let scheme = if tls { "https" } else { "http" };
             log::info(format_args!(
-                "admin endpoint on http://{addr}/ (stats, metrics, reload)"
+                "admin endpoint on {scheme}://{addr}/ (API, dashboard, metrics)"
             ));
-            tokio::task::spawn_local(crate::admin::serve(l, control.clone()));
+            let api = Rc::new(crate::admin::Admin::new(control.clone()));
+            tokio::task::spawn_local(crate::admin::serve(l, api));
         }
         tokio::task::spawn_local(trim::run());
         signals(control.clone()).await;

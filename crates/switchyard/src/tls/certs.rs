@@ -47,6 +47,11 @@ impl CertStore {
         }
     }
 
+    /// Every certificate, in configuration order (the first is the default).
+    pub fn all(&self) -> &[Arc<CertifiedKey>] {
+        &self.certs
+    }
+
     fn candidates(&self, sni: &str) -> &[usize] {
         let lower;
         let name = if sni.bytes().any(|b| b.is_ascii_uppercase()) {

@@ -37,6 +37,8 @@ pub use upstream::UpstreamTls;
 /// The built TLS side of a virtual server.
 pub struct TlsServer {
     pub config: Arc<ServerConfig>,
+    /// The certificates served, for the admin API (names, expiry, OCSP).
+    pub certs: Arc<CertStore>,
     /// Strict-Transport-Security value, when configured.
     pub hsts: Option<String>,
     /// Where the verified client-certificate subject goes, when client

@@ -121,6 +121,80 @@ const OCTET_STRING: u8 = 0x04;
 const OID_SAN: &[u8] = &[0x55, 0x1d, 0x11];
 const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
 
+/// What the admin API shows of a stapled OCSP response (RFC 6960).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OcspInfo {
+    /// "successful", "malformedRequest", ... (responseStatus).
+    pub response_status: &'static str,
+    /// "good", "revoked" or "unknown" for the first certificate answered.
+    pub cert_status: Option<&'static str>,
+    pub this_update: Option<i64>,
+    pub next_update: Option<i64>,
+}
+
+/// Reads the status and validity of a DER OCSPResponse.
+pub fn ocsp(der: &[u8]) -> Result<OcspInfo, &'static str> {
+    let mut outer = Der::new(der);
+    let resp = outer.expect(SEQUENCE)?;
+    let mut r = Der::new(resp.value);
+    let status = r.next()?;
+    if status.tag != 0x0a || status.value.len() != 1 {
+        return Err("malformed OCSP response status");
+    }
+    let response_status = match status.value[0] {
+        0 => "successful",
+        1 => "malformedRequest",
+        2 => "internalError",
+        3 => "tryLater",
+        5 => "sigRequired",
+        6 => "unauthorized",
+        _ => "unknown",
+    };
+    let mut info = OcspInfo {
+        response_status,
+        cert_status: None,
+        this_update: None,
+        next_update: None,
+    };
+    if r.is_empty() {
+        return Ok(info);
+    }
+    // responseBytes [0] EXPLICIT SEQUENCE { responseType, response OCTET STRING }
+    let rb = r.next()?;
+    let mut rb = Der::new(Der::new(rb.value).expect(SEQUENCE)?.value);
+    rb.expect(OID)?;
+    let basic = rb.expect(OCTET_STRING)?;
+    let basic = Der::new(basic.value).expect(SEQUENCE)?;
+    let mut b = Der::new(basic.value);
+    let tbs = b.expect(SEQUENCE)?;
+    let mut t = Der::new(tbs.value);
+    if t.peek_tag() == Some(0xa0) {
+        t.next()?; // version
+    }
+    t.next()?; // responderID
+    t.next()?; // producedAt
+    let responses = t.expect(SEQUENCE)?;
+    let mut list = Der::new(responses.value);
+    if list.is_empty() {
+        return Ok(info);
+    }
+    let single = list.expect(SEQUENCE)?;
+    let mut one = Der::new(single.value);
+    one.expect(SEQUENCE)?; // certID
+    let cs = one.next()?;
+    info.cert_status = Some(match cs.tag & 0x1f {
+        0 => "good",
+        1 => "revoked",
+        _ => "unknown",
+    });
+    info.this_update = Some(time(&one.next()?)?);
+    if one.peek_tag() == Some(0xa0) {
+        let nu = one.next()?;
+        info.next_update = Some(time(&Der::new(nu.value).next()?)?);
+    }
+    Ok(info)
+}
+
 /// Parses a DER certificate.
 pub fn parse(der: &[u8]) -> Result<CertInfo, &'static str> {
     let mut outer = Der::new(der);
