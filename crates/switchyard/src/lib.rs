@@ -12,6 +12,7 @@ pub mod cache;
 pub mod clock;
 pub mod compress;
 pub mod config;
+pub mod ctl;
 pub mod fasthash;
 pub mod guard;
 pub mod health;

@@ -1,10 +1,7 @@
 //! The `switchyard` command: run | check | reload | stats | bench.
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 use switchyard::{config, log, quickstart, runtime, stats};
 
@@ -19,6 +16,8 @@ USAGE:
                                   (or send it SIGHUP)
   switchyard stats [-c FILE | --admin ADDR] [--json | --prometheus]
                                   print the running instance's counters
+  switchyard ctl COMMAND ...      members, drain, enable, weight, top, ...
+                                  through the admin API (switchyard ctl --help)
   switchyard bench ...            benchmarks (switchyard bench --help)
   switchyard version
 
@@ -52,6 +51,7 @@ fn command() -> ExitCode {
             };
             admin_call(rest, "GET", path)
         }
+        "ctl" => ExitCode::from(switchyard::ctl::main(rest).clamp(0, 255) as u8),
         "bench" => {
             let code = switchyard_bench::main_with_args(rest.to_vec());
             ExitCode::from(code.clamp(0, 255) as u8)
@@ -87,13 +87,6 @@ fn config_arg(args: &[String]) -> Result<Option<PathBuf>, String> {
         }
     }
     Ok(None)
-}
-
-fn flag_value<'a>(args: &'a [String], name: &str) -> Option<&'a str> {
-    args.iter()
-        .position(|a| a == name)
-        .and_then(|i| args.get(i + 1))
-        .map(String::as_str)
 }
 
 fn fail(msg: impl std::fmt::Display) -> ExitCode {
@@ -179,60 +172,20 @@ fn plural(n: usize, what: &str) -> String {
     }
 }
 
-/// The admin address: --admin, else [admin] listen of -c FILE, else the quickstart's.
-fn admin_addr(args: &[String]) -> Result<SocketAddr, String> {
-    if let Some(a) = flag_value(args, "--admin") {
-        return a.parse().map_err(|e| format!("--admin {a}: {e}"));
-    }
-    if let Some(p) = config_arg(args)? {
-        let text = std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
-        let v: toml::Value =
-            toml::from_str(&text).map_err(|e| format!("{}: {}", p.display(), e.message()))?;
-        let a = v
-            .get("admin")
-            .and_then(|a| a.get("listen"))
-            .and_then(|l| l.as_str())
-            .ok_or_else(|| {
-                format!(
-                    "{} has no [admin] listen address; send SIGHUP to reload instead",
-                    p.display()
-                )
-            })?;
-        return a.parse().map_err(|e| format!("admin listen {a}: {e}"));
-    }
-    quickstart::ADMIN.parse().map_err(|e| format!("{e}"))
-}
-
 fn admin_call(args: &[String], method: &str, path: &str) -> ExitCode {
-    let addr = match admin_addr(args) {
-        Ok(a) => a,
+    let client = match switchyard::ctl::Client::from_args(args) {
+        Ok(c) => c,
         Err(e) => return fail(e),
     };
-    let mut s = match TcpStream::connect_timeout(&addr, Duration::from_secs(3)) {
-        Ok(s) => s,
-        Err(e) => {
-            return fail(format!(
-                "cannot reach the admin endpoint at {addr}: {e} (is switchyard running?)"
-            ))
+    match client.call(method, path, None) {
+        Ok(a) if a.status == 200 => {
+            print!("{}", a.body);
+            ExitCode::SUCCESS
         }
-    };
-    let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
-    let req = format!("{method} {path} HTTP/1.1\r\nhost: {addr}\r\ncontent-length: 0\r\nconnection: close\r\n\r\n");
-    let mut resp = Vec::new();
-    if let Err(e) = s
-        .write_all(req.as_bytes())
-        .and_then(|_| s.read_to_end(&mut resp))
-    {
-        return fail(format!("admin endpoint {addr}: {e}"));
-    }
-    let text = String::from_utf8_lossy(&resp);
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    let ok = head.starts_with("HTTP/1.1 200");
-    if ok {
-        print!("{body}");
-        ExitCode::SUCCESS
-    } else {
-        eprint!("{body}");
-        ExitCode::from(1)
+        Ok(a) => {
+            eprint!("{}", a.body);
+            ExitCode::from(1)
+        }
+        Err(e) => fail(e),
     }
 }

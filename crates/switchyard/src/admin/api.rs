@@ -707,7 +707,7 @@ pub fn member(p: &Pool, m: &Member) -> Value {
 
 /// Every certificate served: each TLS vserver's, then the admin listener's.
 pub fn certificates(snap: &Snapshot) -> Value {
-    let now = (now_ms() / 1000) as i64;
+    let now = crate::clock::unix_secs();
     let mut out = Vec::new();
     let tls = snap
         .vservers

@@ -84,7 +84,7 @@ impl<C: Control> Admin<C> {
             a.pop_front();
         }
         a.push_back(serde_json::json!({
-            "time": crate::tls::format_time(crate::clock::now_ms() as i64 / 1000),
+            "time": crate::tls::format_time(crate::clock::unix_secs()),
             "who": who.name,
             "role": who.role.as_str(),
             "from": peer.to_string(),
