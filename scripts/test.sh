@@ -22,14 +22,17 @@ if [ ${#need[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need[@]}" >/dev/null
 fi
 # The bench's peers (crates/bench/tests/peer_configs.rs checks and starts
-# the configs it writes for them): installed without starting their
-# services; when that fails their tests skip and say so.
+# the configs it writes for them) and promtool from Debian's prometheus
+# (tests/metrics.rs lints /metrics and the Grafana dashboard's queries
+# with it): installed without starting their services; when that fails
+# their tests skip and say so.
 peers=()
 command -v haproxy >/dev/null 2>&1 || peers+=(haproxy)
 command -v nginx >/dev/null 2>&1 || peers+=(nginx)
 command -v varnishd >/dev/null 2>&1 || peers+=(varnish)
+command -v promtool >/dev/null 2>&1 || peers+=(prometheus)
 if [ ${#peers[@]} -gt 0 ]; then
-  echo "== installing ${peers[*]} (bench peers)"
+  echo "== installing ${peers[*]} (bench peers, promtool)"
   (
     set -e
     made_policy=0
@@ -42,7 +45,7 @@ if [ ${#peers[@]} -gt 0 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${peers[@]}" >/dev/null || status=$?
     if [ "$made_policy" = 1 ]; then $SUDO rm -f /usr/sbin/policy-rc.d; fi
     exit "${status:-0}"
-  ) || echo "== could not install ${peers[*]}: their bench config tests skip" >&2
+  ) || echo "== could not install ${peers[*]}: the tests that use them skip" >&2
 fi
 # h2spec (HTTP/2 conformance, tests/h2.rs) is a Go program: go install.
 export PATH="$PATH:/usr/local/go/bin:$HOME/go/bin"

@@ -320,7 +320,7 @@ fn rustls_client_gets_a_proxied_response_over_tls_1_2_and_1_3() {
     // Prometheus carries the TLS counters too.
     let m = sy.admin_get("/metrics");
     assert!(
-        m.contains("switchyard_vserver_tls_handshakes{vserver=\"secure\"} 2"),
+        m.contains("switchyard_vserver_tls_handshakes_total{vserver=\"secure\"} 2"),
         "{m}"
     );
 }

@@ -118,7 +118,7 @@ fn wrong_ca_is_a_502_counted_and_logged_with_the_member_and_reason() {
     // Prometheus carries the counter with the member's label.
     let prom = sy.admin_get("/metrics");
     let line = format!(
-        "switchyard_member_tls_handshake_failures{{pool=\"p\",member=\"{}\"}} 1",
+        "switchyard_member_tls_handshake_failures_total{{pool=\"p\",member=\"{}\"}} 1",
         o.addr
     );
     assert!(prom.contains(&line), "want {line} in\n{prom}");

@@ -1,6 +1,8 @@
 //! Text renderings of the counters: a table for people, JSON for tools,
 //! Prometheus exposition for scrapers. All read the same summed values.
 
+mod prometheus;
+
 use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
@@ -231,64 +233,7 @@ pub fn json(snap: &Snapshot) -> String {
     )
 }
 
+/// The Prometheus exposition of `/metrics` (see `prometheus.rs`).
 pub fn prometheus(snap: &Snapshot) -> String {
-    let mut o = String::new();
-    let _ = writeln!(o, "switchyard_config_generation {}", snap.generation);
-    let c = snap.cache.usage();
-    for (k, n) in [
-        ("objects", c.objects),
-        ("bytes", c.bytes),
-        ("max_bytes", c.max_bytes),
-        ("evictions", c.evictions),
-        ("not_admitted", c.not_admitted),
-        ("purged", c.purged),
-    ] {
-        let _ = writeln!(o, "switchyard_cache_{k} {n}");
-    }
-    for vs in &snap.vservers {
-        let v = vs.counters.read();
-        let l = format!("vserver={}", esc(&vs.name));
-        for (k, n) in v.fields() {
-            let _ = writeln!(o, "switchyard_vserver_{k}{{{l}}} {n}");
-        }
-        for (c, n) in STATUS_CLASSES.iter().zip(&v.responses) {
-            let _ = writeln!(o, "switchyard_vserver_responses{{{l},class=\"{c}\"}} {n}");
-        }
-        let (p50, p90, p99, p999) = latency(vs);
-        for (q, n) in [("0.5", p50), ("0.9", p90), ("0.99", p99), ("0.999", p999)] {
-            let _ = writeln!(
-                o,
-                "switchyard_vserver_latency_seconds{{{l},quantile=\"{q}\"}} {}",
-                n as f64 / 1e6
-            );
-        }
-    }
-    for pool in &snap.pools {
-        let p = pool.counters.read();
-        let l = format!("pool={}", esc(&pool.name));
-        for (k, n) in p.fields() {
-            let _ = writeln!(o, "switchyard_pool_{k}{{{l}}} {n}");
-        }
-        for m in &pool.members {
-            let c = m.counters.read();
-            let ml = format!("{l},member={}", esc(&m.addr.to_string()));
-            let _ = writeln!(
-                o,
-                "switchyard_member_up{{{ml}}} {}",
-                (member_state(m) == "up") as u8
-            );
-            let _ = writeln!(
-                o,
-                "switchyard_member_inflight{{{ml}}} {}",
-                m.state.inflight.load(Ordering::Relaxed)
-            );
-            for (k, n) in c.fields() {
-                let _ = writeln!(o, "switchyard_member_{k}{{{ml}}} {n}");
-            }
-            for (cl, n) in STATUS_CLASSES.iter().zip(&c.responses) {
-                let _ = writeln!(o, "switchyard_member_responses{{{ml},class=\"{cl}\"}} {n}");
-            }
-        }
-    }
-    o
+    prometheus::render(snap)
 }

@@ -259,6 +259,8 @@ pub(super) struct Attempt<'a> {
     /// Another attempt may follow a retryable failure (else it is final
     /// and logged as such).
     pub(super) may_retry: bool,
+    /// When the member was picked: its time to first byte counts from here.
+    pub(super) started: Instant,
 }
 
 impl Attempt<'_> {

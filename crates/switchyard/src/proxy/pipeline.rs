@@ -6,6 +6,7 @@
 //! Runs on the worker that owns the client connection.
 
 use std::sync::atomic::Ordering;
+use std::time::Instant;
 
 use super::exchange::{Attempt, ClientSide, Exchange, Failure, Origin, Retry};
 use super::hooks::{Hooks, Local, Verdict};
@@ -33,16 +34,19 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
         Verdict::Respond(local) => {
             x.status = local.response.status;
             client.answer(x, &req, local).await;
+            record_latency(x);
             hooks.on_log(x, &req);
             return;
         }
         Verdict::RespondThenForward(local) => {
             x.status = local.response.status;
             client.answer(x, &req, local).await;
+            record_latency(x);
             background = true;
         }
     }
     let Some(pool) = x.pool.clone() else {
+        record_latency(x);
         return;
     };
     hooks.before_member_request(x, &mut req);
@@ -64,10 +68,16 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
             }
         }
     }
+    record_latency(x);
+    hooks.on_log(x, &req);
+}
+
+/// The request's total time, once per request: to the end of the client's
+/// answer (not the background fetch after a `RespondThenForward`).
+fn record_latency(x: &Exchange<'_>) {
     x.vs.latency
         .local()
         .record(x.started.elapsed().as_micros() as u64);
-    hooks.on_log(x, &req);
 }
 
 /// The client side of a request answered already (`RespondThenForward`):
@@ -183,6 +193,7 @@ async fn to_pool<C: ClientSide, H: Hooks>(
             pool,
             m,
             may_retry: retries_left > 0,
+            started: Instant::now(),
         };
         let r = match pool.protocol {
             UpstreamProtocol::Http1 => member_h1::exchange(x, hooks, client, req, &attempt).await,

@@ -39,6 +39,8 @@ pub(super) async fn respond<C: ClientSide, H: Hooks>(
     let (pool, m) = (a.pool, a.m);
     let mc = m.counters.local();
     let vc = x.vs.counters.local();
+    mc.time_to_first_byte
+        .record(a.started.elapsed().as_micros() as u64);
     passive::record_status(pool, m, resp.status);
     stats::inc(&mc.responses[status_class(resp.status)]);
     stats::inc(&vc.responses[status_class(resp.status)]);

@@ -4,11 +4,13 @@
 //! thread (plus slot 0 for the control thread). A worker only ever touches its
 //! own slot, so the `Relaxed` atomic adds on the request path never contend;
 //! the admin thread sums the slots when someone asks. This module also holds
-//! every metric name (the `counters!` blocks below), so the names used where
-//! metrics are emitted and where they are rendered cannot drift apart.
+//! every counter (the `counters!` blocks below), so the names used where
+//! metrics are emitted and where they are rendered cannot drift apart; the
+//! Prometheus names and help texts are in `admin/render/prometheus.rs`, whose tests
+//! check that every counter here has one.
 
 mod histogram;
-pub use histogram::quantile;
+pub use histogram::{quantile, BucketValues, Buckets};
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -99,19 +101,23 @@ pub fn status_class(status: u16) -> usize {
 pub const STATUS_CLASSES: [&str; 6] = ["1xx", "2xx", "3xx", "4xx", "5xx", "other"];
 
 macro_rules! counters {
-    ($(#[$m:meta])* $name:ident / $values:ident { $($(#[$fm:meta])* $field:ident),* $(,)? }) => {
+    ($(#[$m:meta])* $name:ident / $values:ident {
+        $($(#[$fm:meta])* $field:ident),* $(,)?
+    } $(histograms { $($(#[$hm:meta])* $hist:ident),* $(,)? })?) => {
         $(#[$m])*
         #[derive(Default)]
         pub struct $name {
             $($(#[$fm])* pub $field: AtomicU64,)*
             /// Responses by status class, see `status_class`.
             pub responses: [AtomicU64; 6],
+            $($($(#[$hm])* pub $hist: Buckets,)*)?
         }
 
         #[derive(Default, Debug, Clone, Copy)]
         pub struct $values {
             $(pub $field: u64,)*
             pub responses: [u64; 6],
+            $($(pub $hist: BucketValues,)*)?
         }
 
         impl $values {
@@ -129,6 +135,7 @@ macro_rules! counters {
                     for (i, r) in s.responses.iter().enumerate() {
                         v.responses[i] += r.load(Ordering::Relaxed);
                     }
+                    $($(s.$hist.merge_into(&mut v.$hist);)*)?
                 }
                 v
             }
@@ -216,5 +223,9 @@ counters!(
         resets,
         health_transitions,
         ejections,
+    }
+    histograms {
+        /// From picking the member (connect included) to its response head.
+        time_to_first_byte,
     }
 );
