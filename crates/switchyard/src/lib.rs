@@ -6,6 +6,7 @@
 //! pools in `proxy::upstream`; `tls` terminates TLS before the session. `config` builds the immutable snapshot every
 //! step reads; `health` and `stats` run beside the data path.
 
+pub mod accesslog;
 pub mod admin;
 pub mod balance;
 pub mod cache;

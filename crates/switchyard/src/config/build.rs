@@ -889,6 +889,17 @@ fn build_vserver(
         .as_ref()
         .map(|c| build_compression(cx, c, &what));
     let cache = v.cache.as_ref().map(|c| build_cache(cx, c, &what, &name));
+    let access_log = v.access_log.as_ref().and_then(|a| {
+        match crate::accesslog::build(a, &cx.pos.base_dir(), &what) {
+            Ok(c) => Some(Arc::new(c)),
+            Err(problems) => {
+                for (at, msg) in problems {
+                    cx.err(at, msg);
+                }
+                None
+            }
+        }
+    });
     let mut response_headers = edits(cx, &v.response_headers, &what, span.clone());
     if let Some(h) = tls.as_ref().and_then(|t| t.hsts.clone()) {
         // HSTS rides on the vserver's own response edits so every proxied
@@ -935,6 +946,7 @@ fn build_vserver(
             }),
         counters: old.map(|o| o.counters.clone()).unwrap_or_default(),
         latency: old.map(|o| o.latency.clone()).unwrap_or_default(),
+        access_log,
         name,
     }
 }

@@ -167,6 +167,27 @@ pub struct VServer {
     pub compression: Option<Compression>,
     /// HTTP caching (RFC 9111) of this vserver's responses.
     pub cache: Option<VsCache>,
+    /// One line per request (docs/access-logs.md).
+    pub access_log: Option<AccessLog>,
+}
+
+/// `[vserver.access_log]`; checked by `accesslog::build`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessLog {
+    /// "json", "common", "combined" (default), or a template of $variables.
+    pub format: Option<Spanned<String>>,
+    /// "stdout" (default), "stderr", "file:PATH", "syslog:udp:HOST:PORT",
+    /// "syslog:unix:PATH".
+    pub to: Option<Spanned<String>>,
+    /// Share of requests logged, 0.0 to 1.0 (default 1); 5xx always are.
+    pub sample: Option<Spanned<f64>>,
+    /// Syslog facility name (default "local7").
+    pub facility: Option<Spanned<String>>,
+    /// Syslog APP-NAME (default "switchyard").
+    pub app_name: Option<Spanned<String>>,
+    /// Start a W3C traceparent for requests without a valid one (default true).
+    pub traceparent: Option<bool>,
 }
 
 /// `true`, `false`, or a table of settings. Deserialized by hand: serde's

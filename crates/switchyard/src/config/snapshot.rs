@@ -125,6 +125,8 @@ pub struct VServer {
     /// decides for.
     pub cache: Option<Arc<VsCache>>,
     pub cache_on: bool,
+    /// `[vserver.access_log]`, when set.
+    pub access_log: Option<Arc<crate::accesslog::Config>>,
 }
 
 /// A vserver's cache: its settings and the shared store.

@@ -84,6 +84,7 @@ impl Hooks for Cache {
         };
         let key = cache::key(req, x.tls, &vc.settings);
         if !matches!(req.method, Method::Get | Method::Head) {
+            x.facts.cache_verdict("bypass");
             // Unsafe methods invalidate the target (RFC 9111 4.4).
             if !matches!(
                 req.method,
@@ -99,6 +100,7 @@ impl Hooks for Cache {
         if let Some(o) = vc.store.lookup(&key, &req.head.fields) {
             if o.fresh_for(&self.q, now) {
                 stats::inc(&vcount.cache_hits);
+                x.facts.cache_verdict("hit");
                 return Verdict::Respond(self.hit(x, &o, req, "hit"));
             }
             // Within stale-while-revalidate: served stale at once; the
@@ -107,6 +109,7 @@ impl Hooks for Cache {
                 && o.within_stale_window(o.cc.stale_while_revalidate, &self.q, now)
             {
                 stats::inc(&vcount.cache_stale_served);
+                x.facts.cache_verdict("stale");
                 let local = self.hit(x, &o, req, "hit; detail=stale-while-revalidate");
                 return match vc.store.begin_fill(&key) {
                     Fill::Wait(_) => Verdict::Respond(local),
@@ -125,6 +128,7 @@ impl Hooks for Cache {
         } else {
             stats::inc(&vcount.cache_misses);
             if self.q.only_if_cached {
+                x.facts.cache_verdict("miss");
                 let (response, body) =
                     responses::local_error(504, "not in the cache (only-if-cached)");
                 return Verdict::Respond(Local { response, body });
@@ -153,6 +157,7 @@ impl Hooks for Cache {
         if let Some(o) = vc.store.lookup(key, &req.head.fields) {
             if o.fresh_for(&self.q, cache::now()) {
                 stats::inc(&x.vs.counters.local().cache_coalesced);
+                x.facts.cache_verdict("hit");
                 return Verdict::Respond(self.hit(x, &o, req, "hit; detail=collapsed"));
             }
         }
@@ -201,6 +206,7 @@ impl Hooks for Cache {
         };
         if let Some(o) = self.stale.take() {
             if resp.status == 304 {
+                x.facts.cache_verdict("revalidated");
                 let fresh = Arc::new(o.freshened(resp, &req, self.request_ms, &vc.settings));
                 vc.store.replace(&key, &o, fresh.clone());
                 let status = self.status(x, "fwd=stale; fwd-status=304");
@@ -209,6 +215,7 @@ impl Hooks for Cache {
             }
             if resp.status >= 500 && self.stale_if_error(&o) {
                 stats::inc(&x.vs.counters.local().cache_stale_served);
+                x.facts.cache_verdict("stale");
                 let detail = format!(
                     "fwd=stale; fwd-status={}; detail=stale-if-error",
                     resp.status
@@ -218,6 +225,7 @@ impl Hooks for Cache {
                 return;
             }
         }
+        x.facts.cache_verdict("miss");
         let mut stored = resp.clone();
         // The persistence cookie is ours, per client: never stored.
         if let Some(Persist::Cookie(name)) = x.pool.as_ref().and_then(|p| p.persistence.as_ref()) {
@@ -291,6 +299,7 @@ impl Hooks for Cache {
             return None;
         }
         stats::inc(&x.vs.counters.local().cache_stale_served);
+        x.facts.cache_verdict("stale");
         Some(self.hit(x, o, req, "fwd=stale; detail=stale-if-error"))
     }
 }

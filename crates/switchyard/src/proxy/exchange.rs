@@ -80,6 +80,58 @@ pub struct Exchange<'s> {
     pub body_bytes: u64,
     /// A request-body hook's answer, when one stopped the upload.
     pub(super) refusal: Option<Local>,
+    /// What the access log reports beyond the above.
+    pub facts: Facts,
+}
+
+/// What the access log reports of an exchange: instants turned into
+/// microseconds and small counters, recorded whether or not a log is on
+/// (no allocation; a few clock reads per request).
+#[derive(Default)]
+pub struct Facts {
+    /// The client speaks HTTP/2.
+    pub http2: bool,
+    /// The client connection's TLS parameters.
+    pub tls: Option<crate::accesslog::TlsInfo>,
+    /// Reading the request head (HTTP/1; µs).
+    pub head_us: Option<u32>,
+    /// Getting a member connection, for the last attempt (0: reused).
+    pub connect_us: Option<u32>,
+    /// The last attempt's request sent, to its response head (µs).
+    pub ttfb_us: Option<u32>,
+    /// When the last attempt's request went out.
+    pub(super) sent_at: Option<Instant>,
+    /// Attempts on members (retries are the attempts after the first).
+    pub attempts: u32,
+    /// Request body bytes sent on to the member.
+    pub body_in: u64,
+    /// The cache's verdict ("hit", "miss", "stale", "revalidated", "bypass").
+    pub cache: Option<&'static str>,
+    /// The W3C trace the request belongs to.
+    pub trace: Option<crate::accesslog::trace::Trace>,
+}
+
+/// Microseconds since `t`, saturated to u32 (71 minutes).
+pub fn micros_since(t: Instant) -> u32 {
+    t.elapsed().as_micros().min(u32::MAX as u128) as u32
+}
+
+impl Facts {
+    /// The request goes out to a member now.
+    pub(super) fn request_sent(&mut self) {
+        self.sent_at = Some(Instant::now());
+    }
+
+    /// The member's response head came in.
+    pub(super) fn response_head(&mut self) {
+        self.ttfb_us = self.sent_at.map(micros_since);
+    }
+
+    /// The cache's verdict, unless one is set already (a stale answer
+    /// served while its revalidation runs keeps "stale").
+    pub fn cache_verdict(&mut self, v: &'static str) {
+        self.cache.get_or_insert(v);
+    }
 }
 
 impl<'s> Exchange<'s> {
@@ -111,6 +163,7 @@ impl<'s> Exchange<'s> {
             status: 0,
             body_bytes: 0,
             refusal: None,
+            facts: Facts::default(),
         }
     }
 }

@@ -57,6 +57,7 @@ struct Conn {
     listen: SocketAddr,
     tls: bool,
     client_subject: Option<String>,
+    tls_info: Option<crate::accesslog::TlsInfo>,
     /// Streams being served (the connection is idle at zero).
     open: Cell<usize>,
     /// When a stream last started or ended (`clock` ms).
@@ -78,6 +79,7 @@ pub fn start(
         listen,
         tls: stream.is_tls(),
         client_subject: stream.client_subject().map(str::to_string),
+        tls_info: stream.tls_info(),
         open: Cell::new(0),
         last_active: Cell::new(now_ms()),
     });
@@ -477,6 +479,8 @@ async fn stream_task(
         .and_then(|t| t.client_subject_header.as_ref())
         .and(conn.client_subject.as_deref());
     let mut x = Exchange::new(&ctx, &vs, st, conn.peer, conn.tls, subject);
+    x.facts.http2 = true;
+    x.facts.tls = conn.tls_info;
     let mut client = H2Client::new(&mut respond, body);
     pipeline::run(&mut x, &mut client, req).await;
 }

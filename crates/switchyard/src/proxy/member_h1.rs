@@ -5,9 +5,11 @@
 //!
 //! Runs on the worker that owns the client connection.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use super::exchange::{body_failure, Attempt, ClientSide, Exchange, Failure, Origin, Retry};
+use super::exchange::{
+    body_failure, micros_since, Attempt, ClientSide, Exchange, Failure, Origin, Retry,
+};
 use super::head_read::{read_head, ReadHead};
 use super::hooks::Hooks;
 use super::respond::{respond, unless_cancelled, Inspect, MemberBody};
@@ -50,16 +52,25 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
 ) -> Result<(), Failure> {
     let (pool, m) = (a.pool, a.m);
     let mc = m.counters.local();
+    x.facts.attempts += 1;
+    let connecting = Instant::now();
     let mut up = match x.idle.take(m) {
         Some(u) => {
             stats::inc(&mc.connections_reused);
+            x.facts.connect_us = Some(0);
             u
         }
-        None => connect_or_take_released(x, a).await?,
+        None => {
+            let u = connect_or_take_released(x, a).await?;
+            x.facts.connect_us = Some(micros_since(connecting));
+            u
+        }
     };
     stats::inc(&mc.requests);
+    x.facts.request_sent();
     send_request(x, hooks, client, req, a, &mut up).await?;
     let resp = response_head(x, client, req, a, &mut up).await?;
+    x.facts.response_head();
     let keep_alive = resp.head.keep_alive;
     respond(x, hooks, client, req, a, resp, MemberBody::H1(&mut up)).await?;
     if keep_alive && up.buf.is_empty() {
@@ -137,6 +148,7 @@ async fn send_request<C: ClientSide, H: Hooks>(
         Ok(n) => {
             stats::add(&mc.bytes_out, head_len + n);
             stats::add(&x.vs.counters.local().bytes_in, n);
+            x.facts.body_in = n;
             return Ok(());
         }
         Err(e) => e,

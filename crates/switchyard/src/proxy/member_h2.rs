@@ -5,13 +5,16 @@
 //!
 //! Runs on the worker that owns the client connection.
 
-use std::time::Duration;
+use std::cell::Cell;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use h2::client::ResponseFuture;
 use h2::{Reason, RecvStream, SendStream};
 
-use super::exchange::{body_failure, Attempt, ClientSide, Exchange, Failure, Origin, Retry};
+use super::exchange::{
+    body_failure, micros_since, Attempt, ClientSide, Exchange, Failure, Origin, Retry,
+};
 use super::hooks::Hooks;
 use super::member::{pump_h2, H2Sink};
 use super::respond::{respond, Inspect, MemberBody};
@@ -33,7 +36,9 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
     a: &Attempt<'_>,
 ) -> Result<(), Failure> {
     let end = req.head.framing == Framing::None;
+    x.facts.attempts += 1;
     let (resp_fut, send) = open_stream(x, req, a, end).await?;
+    x.facts.request_sent();
     let mut upload = H2Sink::new(send);
     // Both directions at once unless a stage inspects request bodies.
     let both_ways = !end && !hooks.wants_request_body();
@@ -57,6 +62,7 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
             Ok(n) => {
                 stats::add(&x.vs.counters.local().bytes_in, n);
                 stats::add(&mc.bytes_out, n);
+                x.facts.body_in = n;
             }
             Err(e) => {
                 if matches!(e, BodyError::Write(_)) {
@@ -80,6 +86,7 @@ async fn open_stream(
 ) -> Result<(ResponseFuture, SendStream<Bytes>), Failure> {
     let (pool, m) = (a.pool, a.m);
     let mc = m.counters.local();
+    let connecting = Instant::now();
     let (mut sender, reused) = x
         .h2_members
         .ready(
@@ -93,6 +100,7 @@ async fn open_stream(
     if reused {
         stats::inc(&mc.connections_reused);
     }
+    x.facts.connect_us = Some(if reused { 0 } else { micros_since(connecting) });
     let Some(head) = h2conv::request_to_h2(req, m.addr) else {
         stats::inc(&x.vs.counters.local().bad_requests);
         return Err(Failure::new(
@@ -140,11 +148,13 @@ async fn bidirectional<C: ClientSide, H: Hooks>(
     // The upload needs only the vserver (names, counters): the exchange
     // itself stays free for the response.
     let vs = x.vs;
+    let body_in = Cell::new(0);
     let up = async {
         match pump_h2(&mut body, &mut upload).await {
             Ok(n) => {
                 stats::add(&vs.counters.local().bytes_in, n);
                 stats::add(&mc.bytes_out, n);
+                body_in.set(n);
             }
             Err(e) => {
                 log::debug(format_args!(
@@ -160,6 +170,7 @@ async fn bidirectional<C: ClientSide, H: Hooks>(
     };
     let down = h2_response(x, hooks, client, req, a, resp_fut, None);
     let ((), r) = tokio::join!(up, down);
+    x.facts.body_in = body_in.get();
     r
 }
 
@@ -181,7 +192,10 @@ async fn h2_response<C: ClientSide, H: Hooks>(
         None => Ok(resp_fut.await),
     };
     let resp = match waited {
-        Ok(Ok(r)) => r,
+        Ok(Ok(r)) => {
+            x.facts.response_head();
+            r
+        }
         Ok(Err(e)) => {
             if e.is_go_away() || e.is_io() {
                 x.h2_members.forget(m);

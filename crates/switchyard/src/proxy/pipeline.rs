@@ -32,6 +32,7 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
     match verdict {
         Verdict::Continue => {}
         Verdict::Respond(local) => {
+            x.body_bytes = local.body.len() as u64;
             x.status = local.response.status;
             client.answer(x, &req, local).await;
             record_latency(x);
@@ -39,6 +40,7 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
             return;
         }
         Verdict::RespondThenForward(local) => {
+            x.body_bytes = local.body.len() as u64;
             x.status = local.response.status;
             client.answer(x, &req, local).await;
             record_latency(x);

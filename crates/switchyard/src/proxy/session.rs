@@ -12,6 +12,7 @@
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
@@ -20,7 +21,7 @@ use tokio::net::TcpStream;
 use super::client_h1::H1Client;
 use super::conn::{Client, ConnGuard};
 use super::ctx::WorkerCtx;
-use super::exchange::Exchange;
+use super::exchange::{micros_since, Exchange};
 use super::h2;
 use super::head_read::{read_head, ReadHead};
 use super::hooks::Hooks;
@@ -107,6 +108,7 @@ async fn handshake(
     let deadline = now_ms() + ctx.snapshot.load().settings.client_header_ms;
     let vc = guard.counters.clone();
     let vc = vc.local();
+    let began = Instant::now();
     let accept = tokio_rustls::TlsAcceptor::from(tls.config.clone()).accept(tcp);
     let stream = match ctx.idle_watch.within(deadline, accept).await {
         Ok(Ok(s)) => s,
@@ -126,6 +128,7 @@ async fn handshake(
         }
     };
     let conn = stream.get_ref().1;
+    let info = crate::accesslog::TlsInfo::of(conn, micros_since(began));
     stats::inc(&vc.tls_handshakes);
     if conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
         stats::inc(&vc.tls_resumed);
@@ -140,6 +143,7 @@ async fn handshake(
     let stream = ClientStream::Tls(Box::new(TlsConn {
         stream,
         client_subject,
+        info,
     }));
     if h2 {
         h2::start(ctx, stream, BytesMut::new(), peer, listen, guard);
@@ -265,6 +269,7 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
         c.buf = ctx.take_buffer();
     }
     let before = c.buf.len();
+    let reading = Instant::now();
     let raw = match read_head(
         &mut c.stream,
         &mut c.buf,
@@ -319,6 +324,8 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
         .and(c.stream.client_subject().map(str::to_owned));
     let (peer, tls, keep_alive) = (c.peer, c.stream.is_tls(), req.head.keep_alive);
     let mut x = Exchange::new(ctx, &vs, st, peer, tls, subject.as_deref());
+    x.facts.head_us = Some(micros_since(reading));
+    x.facts.tls = c.stream.tls_info();
     let mut client = H1Client::new(c, &x);
     pipeline::run(&mut x, &mut client, req).await;
     if client.close || !keep_alive || ctx.draining() {

@@ -13,6 +13,7 @@ use super::compressing::Compress;
 use super::exchange::Exchange;
 use super::hooks::{Hooks, Local, Verdict};
 use super::route;
+use crate::accesslog::{self, trace, trace::Trace};
 use crate::balance::persist::persistence_cookie;
 use crate::config::snapshot::{Action, HeaderEdits, VServer};
 use crate::http::message::{Fields, Request, Response};
@@ -186,6 +187,9 @@ impl Hooks for Forward {
         if let (Some(name), Some(subject)) = (cert_field, x.client_subject) {
             f.append(name.as_bytes(), subject.as_bytes());
         }
+        if x.vs.access_log.as_ref().is_some_and(|l| l.traceparent) {
+            x.facts.trace = Some(traceparent(f));
+        }
         apply_edits(f, &x.request_edits);
     }
 
@@ -199,6 +203,28 @@ impl Hooks for Forward {
         }
         apply_edits(&mut resp.head.fields, &x.response_edits);
     }
+}
+
+/// The request's W3C trace: one valid `traceparent` goes on unchanged;
+/// none, several or an invalid one are replaced by a new trace (and an
+/// orphaned `tracestate` is dropped, W3C Trace Context 3.3).
+fn traceparent(f: &mut Fields) -> Trace {
+    let incoming = {
+        let mut all = f.all("traceparent");
+        match (all.next(), all.next()) {
+            (Some(v), None) => trace::parse(v),
+            _ => None,
+        }
+    };
+    if let Some(t) = incoming {
+        return t;
+    }
+    f.retain(|n, _| {
+        !(n.eq_ignore_ascii_case(b"traceparent") || n.eq_ignore_ascii_case(b"tracestate"))
+    });
+    let t = trace::start();
+    f.append(b"traceparent", &t.header());
+    t
 }
 
 fn forwarding_fields(
@@ -292,11 +318,19 @@ pub fn apply_edits(f: &mut Fields, edits: &[&HeaderEdits]) {
     }
 }
 
-/// One line per exchange a member answered, when `global.access_log` is on.
+/// One line per exchange: the vserver's `[vserver.access_log]` when it
+/// has one (every exchange, sampled), else the fixed stderr line of
+/// `global.access_log` (exchanges a member answered).
 pub struct AccessLog;
 
 impl Hooks for AccessLog {
     fn on_log(&mut self, x: &Exchange<'_>, req: &Request) {
+        if let Some(l) = x.vs.access_log.as_deref() {
+            if l.sampled(x.status) {
+                l.write(&entry(x, req));
+            }
+            return;
+        }
         if !x.st.access_log {
             return;
         }
@@ -314,6 +348,50 @@ impl Hooks for AccessLog {
             pool.members[i].label(&pool.name),
             x.started.elapsed().as_micros()
         ));
+    }
+}
+
+/// What the access log shows of a finished exchange.
+fn entry<'a>(x: &'a Exchange<'_>, req: &'a Request) -> accesslog::Entry<'a> {
+    let f = &x.facts;
+    let since_head = x.started.elapsed().as_micros() as u64;
+    let total_us = since_head + u64::from(f.head_us.unwrap_or(0));
+    let now_us = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64);
+    let member = x
+        .pool
+        .as_ref()
+        .zip(x.member)
+        .and_then(|(p, i)| p.members.get(i))
+        .map(|m| m.addr);
+    accesslog::Entry {
+        time_us: now_us.saturating_sub(total_us),
+        client: x.peer,
+        vserver: &x.vs.name,
+        req,
+        http2: f.http2,
+        status: x.status,
+        bytes_sent: x.body_bytes,
+        bytes_received: f.body_in,
+        pool: x.pool.as_deref().map(|p| p.name.as_str()),
+        member,
+        retries: f.attempts.saturating_sub(1),
+        tls: f.tls,
+        head_us: f.head_us,
+        connect_us: f.connect_us,
+        ttfb_us: f.ttfb_us,
+        total_us,
+        cache: f.cache,
+        // A request answered here (a cache hit, a redirect) still shows
+        // the trace it came with.
+        trace: f.trace.or_else(|| {
+            let mut all = req.head.all("traceparent");
+            match (all.next(), all.next()) {
+                (Some(v), None) => trace::parse(v),
+                _ => None,
+            }
+        }),
     }
 }
 

@@ -24,6 +24,8 @@ pub struct TlsConn {
     /// The verified client certificate's subject (RFC 4514), when the
     /// vserver asks for client certificates and one was presented.
     pub client_subject: Option<String>,
+    /// The version, cipher and handshake time, for the access log.
+    pub info: crate::accesslog::TlsInfo,
 }
 
 impl ClientStream {
@@ -37,6 +39,13 @@ impl ClientStream {
 
     pub fn is_tls(&self) -> bool {
         matches!(self, ClientStream::Tls(_))
+    }
+
+    pub fn tls_info(&self) -> Option<crate::accesslog::TlsInfo> {
+        match self {
+            ClientStream::Plain(_) => None,
+            ClientStream::Tls(t) => Some(t.info),
+        }
     }
 
     pub fn client_subject(&self) -> Option<&str> {

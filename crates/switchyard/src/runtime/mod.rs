@@ -235,6 +235,8 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
             "control state still referenced; not waiting for workers"
         )),
     }
+    // Every access log line of the drained requests is written.
+    crate::accesslog::flush();
     log::info(format_args!("stopped"));
     result
 }
@@ -246,13 +248,15 @@ fn vserver_name(snap: &Snapshot, addr: &SocketAddr) -> String {
         .unwrap_or_default()
 }
 
-/// Waits for SIGHUP (reload) until SIGTERM or SIGINT (drain and stop).
+/// Waits for SIGHUP (reload) and SIGUSR1 (reopen access log files, for
+/// logrotate) until SIGTERM or SIGINT (drain and stop).
 async fn signals(control: Rc<Control>) {
     use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut hup), Ok(mut term), Ok(mut int)) = (
+    let (Ok(mut hup), Ok(mut term), Ok(mut int), Ok(mut usr1)) = (
         signal(SignalKind::hangup()),
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
+        signal(SignalKind::user_defined1()),
     ) else {
         log::error(format_args!("cannot install signal handlers"));
         return;
@@ -264,6 +268,10 @@ async fn signals(control: Rc<Control>) {
                 if let Err(e) = control.reload() {
                     log::error(format_args!("reload rejected, the running configuration stays:\n{e}"));
                 }
+            }
+            _ = usr1.recv() => {
+                log::info(format_args!("SIGUSR1: reopening access log files"));
+                crate::accesslog::reopen();
             }
             _ = term.recv() => break,
             _ = int.recv() => break,
