@@ -596,6 +596,19 @@ mod tests {
     }
 
     #[test]
+    fn controls_are_escaped_in_text_and_json() {
+        let mut out = Vec::new();
+        text(&mut out, b"a\x01\n\x7fb");
+        assert_eq!(out, b"a\\x01\\x0A\\x7Fb");
+        out.clear();
+        json_str(&mut out, b"a\x01\n\x7f\xc3\xa9");
+        assert_eq!(
+            String::from_utf8(out).expect("utf-8"),
+            "\"a\\u0001\\n\\u007f\u{e9}\""
+        );
+    }
+
+    #[test]
     fn json_has_every_field() {
         let r = req(b"POST /x?y HTTP/1.1\r\nHost: site\r\n\r\n");
         let mut e = entry(&r);
