@@ -11,6 +11,7 @@ use std::collections::{BTreeSet, HashMap};
 use std::io::{BufRead, BufReader, Write};
 use std::net::{SocketAddr, TcpListener};
 use std::process::{Command, Stdio};
+use std::time::Duration;
 
 #[derive(Debug, Clone)]
 struct Sample {
@@ -490,7 +491,17 @@ fn metrics_follow_the_conventions_and_move_with_traffic() {
         assert_eq!(r.status, 200);
     }
 
-    let text = sy.admin_get("/metrics");
+    // A request's duration is recorded once its answer is out: the client
+    // may have it a moment before.
+    let timed = |m: &[Family]| {
+        value(m, "switchyard_vserver_request_duration_seconds_count", &[])
+            == value(m, "switchyard_vserver_requests_total", &[])
+    };
+    let mut text = sy.admin_get("/metrics");
+    eventually(Duration::from_secs(2), || {
+        text = sy.admin_get("/metrics");
+        timed(&parse(&text))
+    });
     let m = parse(&text);
     check_conventions(&m);
     let web_l = [("vserver", "web")];
