@@ -630,6 +630,10 @@ fn metrics_follow_the_conventions_and_move_with_traffic() {
     // Process and build.
     assert_eq!(value(&m, "switchyard_build_info", &[]), 1.0);
     assert_eq!(value(&m, "switchyard_config_generation", &[]), 1.0);
+    assert_eq!(
+        value(&m, "switchyard_access_log_dropped_lines_total", &[]),
+        0.0
+    );
     assert!(value(&m, "process_resident_memory_bytes", &[]) > 1e6);
     assert!(value(&m, "process_open_fds", &[]) > 3.0);
     assert!(value(&m, "process_start_time_seconds", &[]) > 1.6e9);

@@ -525,6 +525,13 @@ pub fn render(snap: &Snapshot) -> String {
         "",
         snap.generation,
     );
+    ex.sample(
+        "switchyard_access_log_dropped_lines_total",
+        Kind::Counter,
+        "Access log lines dropped: a worker's buffer full, or a sink that failed.",
+        "",
+        crate::accesslog::dropped_total(),
+    );
     let cu = snap.cache.usage();
     for (name, kind, help, v) in [
         (
