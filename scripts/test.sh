@@ -68,6 +68,30 @@ rustup component add rustfmt clippy >/dev/null 2>&1 || true
 # Tests open many sockets; this machine allows 20,000 open files.
 ulimit -n "$(ulimit -Hn)" 2>/dev/null || true
 
+# The dashboard's browser test (crates/switchyard/tests/dashboard.rs, run
+# by cargo test below) drives Debian's chromium with playwright-core from
+# tests/browser (npm ci; no browser download). When they cannot be
+# installed the test skips and says so.
+if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+  echo "== installing nodejs npm"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq nodejs npm >/dev/null
+fi
+if [ ! -x /usr/bin/chromium ]; then
+  echo "== installing chromium (dashboard browser test)"
+  (
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null
+  ) || echo "== could not install chromium: the dashboard browser test skips" >&2
+fi
+want_pw=$(node -p 'require("./tests/browser/package-lock.json").packages["node_modules/playwright-core"].version')
+have_pw=$(node -p 'require("./tests/browser/node_modules/playwright-core/package.json").version' 2>/dev/null || true)
+if [ "$want_pw" != "$have_pw" ]; then
+  echo "== npm ci in tests/browser (playwright-core $want_pw)"
+  (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error) \
+    || echo "== npm ci in tests/browser failed: the dashboard browser test skips" >&2
+fi
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"

@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::api::certificates;
+use crate::balance::AdminState;
 use crate::clock::now_ms;
 use crate::config::Snapshot;
 use crate::stats::quantile;
@@ -54,6 +55,15 @@ fn delta(now: &[u64], before: &[u64]) -> Vec<u64> {
         .enumerate()
         .map(|(i, n)| n.saturating_sub(before.get(i).copied().unwrap_or(0)))
         .collect()
+}
+
+/// Hits over lookups in the last period, to 0.001; null without lookups.
+fn hit_ratio(hits: u64, lookups: u64) -> Value {
+    if lookups == 0 {
+        Value::Null
+    } else {
+        json!((hits as f64 / lookups as f64 * 1000.0).round() / 1000.0)
+    }
 }
 
 fn ms(us: u64) -> f64 {
@@ -117,9 +127,7 @@ impl History {
                 "p99_ms": ms(quantile(&recent, 0.99)),
                 "connections_active": c.client_connections_active,
                 "requests_total": c.requests,
-                "cache_hit_ratio": if lookups == 0 { Value::Null } else {
-                    json!(((t.cache_hits.saturating_sub(before.cache_hits)) as f64 / lookups as f64 * 1000.0).round() / 1000.0)
-                },
+                "cache_hit_ratio": hit_ratio(t.cache_hits.saturating_sub(before.cache_hits), lookups),
             }));
             all.requests += t.requests;
             all.errors += t.errors;
@@ -129,6 +137,10 @@ impl History {
             all_before.errors += before.errors;
             all_before.bytes_in += before.bytes_in;
             all_before.bytes_out += before.bytes_out;
+            all.cache_hits += t.cache_hits;
+            all.cache_lookups += t.cache_lookups;
+            all_before.cache_hits += before.cache_hits;
+            all_before.cache_lookups += before.cache_lookups;
             if all.latency.len() < recent.len() {
                 all.latency.resize(recent.len(), 0);
             }
@@ -154,6 +166,11 @@ impl History {
                 members.push(json!({
                     "address": m.addr.to_string(),
                     "state": m.state.condition(t_now, in_use),
+                    "admin_state": match m.state.admin() {
+                        AdminState::Enabled => "enabled",
+                        AdminState::Disabled => "disabled",
+                        AdminState::Draining => "draining",
+                    },
                     "weight": crate::balance::Candidate::weight(m),
                     "backup": m.backup,
                     "inflight": m.state.inflight.load(Ordering::Relaxed),
@@ -168,7 +185,10 @@ impl History {
         self.members = next_members;
 
         let sample = json!({
-            "time_ms": t_now,
+            "time_ms": std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
             "generation": snap.generation,
             "totals": {
                 "requests_per_s": rate(all.requests, all_before.requests, secs),
@@ -177,6 +197,10 @@ impl History {
                 "bytes_out_per_s": rate(all.bytes_out, all_before.bytes_out, secs),
                 "p50_ms": ms(quantile(&all.latency, 0.5)),
                 "p99_ms": ms(quantile(&all.latency, 0.99)),
+                "cache_hit_ratio": hit_ratio(
+                    all.cache_hits.saturating_sub(all_before.cache_hits),
+                    all.cache_lookups.saturating_sub(all_before.cache_lookups),
+                ),
             },
             "vservers": vservers,
             "pools": pools,
