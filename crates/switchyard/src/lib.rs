@@ -18,6 +18,7 @@ pub mod fasthash;
 pub mod guard;
 pub mod health;
 pub mod http;
+pub mod l4;
 pub mod log;
 pub mod proxy;
 pub mod quickstart;

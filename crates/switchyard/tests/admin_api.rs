@@ -298,7 +298,7 @@ fn every_documented_route_answers_as_documented() {
         "{audit}"
     );
     assert!(
-        sy.wait_for_log(&format!("admin: alice (admin) from 127.0.0.1")),
+        sy.wait_for_log("admin: alice (admin) from 127.0.0.1"),
         "{}",
         sy.log()
     );

@@ -77,7 +77,11 @@ pub fn build(
     let mut vservers = Vec::new();
     let mut by_listen: crate::fasthash::FxHashMap<SocketAddr, Arc<VServer>> = Default::default();
     let mut vs_names = HashSet::new();
+    let mut udp_by_listen: crate::fasthash::FxHashMap<SocketAddr, Arc<VServer>> =
+        Default::default();
+    // A TCP and a UDP vserver may share an address and port.
     let mut listen_owner: HashMap<SocketAddr, String> = HashMap::new();
+    let mut udp_owner: HashMap<SocketAddr, String> = HashMap::new();
     if file.vserver.is_empty() {
         cx.errors.push(pos.error(
             0,
@@ -96,8 +100,13 @@ pub fn build(
         if v.listen.get_ref().is_empty() {
             cx.err(v.listen.span(), format!("vserver {name:?}: listen is empty; give at least one address such as \"127.0.0.1:8080\""));
         }
+        let owners = if v.protocol == model::Protocol::Udp {
+            &mut udp_owner
+        } else {
+            &mut listen_owner
+        };
         for a in v.listen.get_ref() {
-            if let Some(other) = listen_owner.insert(*a.get_ref(), name.clone()) {
+            if let Some(other) = owners.insert(*a.get_ref(), name.clone()) {
                 cx.err(
                     a.span(),
                     format!(
@@ -109,8 +118,13 @@ pub fn build(
         }
         let vs = build_vserver(&mut cx, v, &pool_names, previous, &store);
         let vs = Arc::new(vs);
+        let map = if vs.protocol == model::Protocol::Udp {
+            &mut udp_by_listen
+        } else {
+            &mut by_listen
+        };
         for a in &vs.listen {
-            by_listen.entry(*a).or_insert_with(|| vs.clone());
+            map.entry(*a).or_insert_with(|| vs.clone());
         }
         vservers.push(vs);
     }
@@ -135,6 +149,7 @@ pub fn build(
         pools,
         cache: store,
         by_listen,
+        udp_by_listen,
         warnings: cx.warnings,
     })
 }
@@ -488,6 +503,9 @@ fn build_pool(cx: &mut Ctx, p: &model::Pool, previous: Option<&Snapshot>) -> Opt
             host: h.host.clone(),
             expect_status,
             expect_body: h.expect_body.clone(),
+            send: h.send.clone().unwrap_or_default().into_bytes(),
+            expect: h.expect.clone().unwrap_or_default().into_bytes(),
+            port: h.port,
         }
     });
     let passive = p.passive.as_ref().map(|ps| PassiveCheck {
@@ -571,7 +589,14 @@ fn build_pool(cx: &mut Ctx, p: &model::Pool, previous: Option<&Snapshot>) -> Opt
     let weights: Vec<u32> = members.iter().map(|m| m.weight).collect();
     let backups: Vec<bool> = members.iter().map(|m| m.backup).collect();
     let slow_start_ms = p.slow_start.map(|m| m.0).unwrap_or(0);
+    let mut problems = Vec::new();
+    let proxy_protocol = super::l4::proxy_version(p, &mut problems);
+    for (at, msg) in problems {
+        cx.err(at, msg);
+    }
     Some(Pool {
+        proxy_protocol,
+        source_address: p.source_address.as_ref().map(|a| *a.get_ref()),
         balancer: Balancer::new(
             algorithm(p.algorithm),
             slow_start_ms,
@@ -908,6 +933,49 @@ fn build_vserver(
             .set
             .push(("strict-transport-security".to_string(), h));
     }
+    let mut problems = Vec::new();
+    let l4 = super::l4::build(v, &name, pools, span.clone(), &mut problems).map(Arc::new);
+    let accept_proxy = super::l4::accept_proxy(v).map(Arc::new);
+    let socket = super::l4::socket_opts(v, &name, &mut problems);
+    if l4.is_some() {
+        let http_only = [
+            (!v.policy.is_empty(), "policy"),
+            (v.compression.is_some(), "compression"),
+            (v.cache.is_some(), "cache"),
+            (v.h2c.is_some() || v.h2c_only.is_some(), "h2c"),
+            (v.access_log.is_some(), "access_log"),
+            (
+                !v.request_headers.set.is_empty()
+                    || !v.request_headers.add.is_empty()
+                    || !v.request_headers.remove.is_empty(),
+                "request_headers",
+            ),
+        ];
+        for (set, key) in http_only {
+            if set {
+                problems.push((
+                    span.clone(),
+                    format!(
+                        "vserver {name:?}: {key} is HTTP; a {} vserver relays bytes",
+                        if v.protocol == model::Protocol::Udp {
+                            "udp"
+                        } else {
+                            "tcp"
+                        }
+                    ),
+                ));
+            }
+        }
+        if v.default_pool.is_none() && v.sni_route.is_empty() {
+            problems.push((
+                span.clone(),
+                format!("vserver {name:?}: an L4 vserver needs a default_pool (or sni_route)"),
+            ));
+        }
+    }
+    for (at, msg) in problems {
+        cx.err(at, msg);
+    }
     VServer {
         listen: v.listen.get_ref().iter().map(|a| *a.get_ref()).collect(),
         policies,
@@ -947,6 +1015,10 @@ fn build_vserver(
         counters: old.map(|o| o.counters.clone()).unwrap_or_default(),
         latency: old.map(|o| o.latency.clone()).unwrap_or_default(),
         access_log,
+        protocol: v.protocol,
+        l4,
+        accept_proxy,
+        socket,
         name,
     }
 }

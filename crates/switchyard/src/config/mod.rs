@@ -5,6 +5,7 @@
 //! set is closed, what is allowed.
 
 mod build;
+pub mod l4;
 pub mod model;
 mod read;
 pub mod snapshot;

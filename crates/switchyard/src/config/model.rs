@@ -169,6 +169,69 @@ pub struct VServer {
     pub cache: Option<VsCache>,
     /// One line per request (docs/access-logs.md).
     pub access_log: Option<AccessLog>,
+    /// L4 settings of a `tcp` or `udp` vserver.
+    pub l4: Option<L4>,
+    /// TLS passthrough on a `tcp` vserver: the pool by the server name of
+    /// the ClientHello, which is relayed untouched.
+    #[serde(default)]
+    pub sni_route: Vec<SniRoute>,
+    /// Connections from these sources open with a PROXY protocol header.
+    pub proxy_protocol: Option<AcceptProxy>,
+    /// Listening socket options.
+    pub socket: Option<SocketOptions>,
+}
+
+/// `[vserver.l4]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct L4 {
+    /// A relay with no byte either way for this long is closed (tcp,
+    /// default 10m); a UDP session idle this long ends (default 30s).
+    pub idle_timeout: Option<Millis>,
+    /// "auto" (default: splice(2) from 16 KiB reads on), "splice", "copy".
+    pub zero_copy: Option<Spanned<String>>,
+    /// Time allowed for the whole ClientHello on an `sni_route` vserver.
+    pub client_hello_timeout: Option<Millis>,
+    /// UDP: most client sessions at once per worker (default 65536).
+    pub max_sessions: Option<Spanned<usize>>,
+    /// UDP: balance every datagram on its own (stateless protocols such as
+    /// DNS) instead of keeping a session per client address.
+    pub per_datagram: Option<bool>,
+}
+
+/// `[[vserver.sni_route]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SniRoute {
+    /// Exact names and `*.parent` wildcards.
+    pub names: Spanned<Vec<Spanned<String>>>,
+    pub pool: Spanned<String>,
+}
+
+/// `[vserver.proxy_protocol]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcceptProxy {
+    /// Sources that must send a header (and only they may).
+    pub trusted: Spanned<Vec<Spanned<Cidr>>>,
+    /// Time allowed for the header (default 5s).
+    pub timeout: Option<Millis>,
+}
+
+/// `[vserver.socket]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SocketOptions {
+    /// listen(2) backlog (default 4096; the kernel caps it at somaxconn).
+    pub backlog: Option<Spanned<u32>>,
+    /// TCP keepalive probes on client connections after this idle time.
+    pub keepalive: Option<Millis>,
+    /// TCP_FASTOPEN queue length (0: off, the default).
+    pub fast_open: Option<Spanned<u32>>,
+    /// TCP_DEFER_ACCEPT: wake the worker only once data arrived.
+    pub defer_accept: Option<Millis>,
+    /// TCP_NODELAY on client connections (default true).
+    pub nodelay: Option<bool>,
 }
 
 /// `[vserver.access_log]`; checked by `accesslog::build`.
@@ -305,6 +368,10 @@ pub struct Hsts {
 pub enum Protocol {
     #[default]
     Http,
+    /// L4: connections relayed byte for byte (`[vserver.l4]`).
+    Tcp,
+    /// L4: datagrams relayed per client session or one by one.
+    Udp,
 }
 
 #[derive(Debug, Deserialize)]
@@ -415,6 +482,11 @@ pub struct Pool {
     pub passive: Option<Passive>,
     /// TLS to the members; absent means plain TCP.
     pub tls: Option<Spanned<PoolTls>>,
+    /// Send a PROXY protocol header ("v1" or "v2") on each connection to a
+    /// member (L4 vservers).
+    pub proxy_protocol: Option<Spanned<String>>,
+    /// Local address connections to the members come from.
+    pub source_address: Option<Spanned<std::net::IpAddr>>,
     #[serde(default)]
     pub member: Vec<Member>,
 }
@@ -494,6 +566,12 @@ pub struct Health {
     pub expect_status: Option<OneOrMany<u16>>,
     /// Substring the response body must contain.
     pub expect_body: Option<String>,
+    /// `udp`: the probe datagram, and what the reply must contain.
+    pub send: Option<String>,
+    pub expect: Option<String>,
+    /// Check this port instead of the member's (a TCP check beside a UDP
+    /// service).
+    pub port: Option<u16>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
@@ -502,6 +580,8 @@ pub enum HealthKind {
     #[default]
     Tcp,
     Http,
+    /// A datagram sent, a reply expected.
+    Udp,
 }
 
 #[derive(Debug, Deserialize)]

@@ -31,8 +31,10 @@ pub struct Snapshot {
     /// The HTTP cache's objects: one store for every vserver, handed from
     /// snapshot to snapshot (a reload keeps the cache).
     pub cache: Arc<crate::cache::Store>,
-    /// Listen address -> virtual server.
+    /// Listen address -> virtual server (TCP listeners: HTTP and tcp).
     pub by_listen: crate::fasthash::FxHashMap<SocketAddr, Arc<VServer>>,
+    /// UDP listen address -> udp virtual server.
+    pub udp_by_listen: crate::fasthash::FxHashMap<SocketAddr, Arc<VServer>>,
     /// Things that work but deserve the operator's attention (shown by
     /// `check`, logged at load and reload).
     pub warnings: Vec<super::ConfigError>,
@@ -53,6 +55,12 @@ impl std::fmt::Debug for Snapshot {
 impl Snapshot {
     pub fn vserver_for(&self, listen: &SocketAddr) -> Option<&Arc<VServer>> {
         self.by_listen.get(listen)
+    }
+
+    pub fn udp_addrs(&self) -> Vec<SocketAddr> {
+        let mut v: Vec<SocketAddr> = self.udp_by_listen.keys().copied().collect();
+        v.sort();
+        v
     }
 
     pub fn listen_addrs(&self) -> Vec<SocketAddr> {
@@ -125,6 +133,12 @@ pub struct VServer {
     /// decides for.
     pub cache: Option<Arc<VsCache>>,
     pub cache_on: bool,
+    /// HTTP, or L4 (`tcp`, `udp`) with its settings.
+    pub protocol: super::model::Protocol,
+    pub l4: Option<Arc<super::l4::L4Settings>>,
+    /// Sources that open with a PROXY protocol header.
+    pub accept_proxy: Option<Arc<super::l4::AcceptProxy>>,
+    pub socket: super::l4::SocketOpts,
     /// `[vserver.access_log]`, when set.
     pub access_log: Option<Arc<crate::accesslog::Config>>,
 }
@@ -248,6 +262,11 @@ pub struct HealthCheck {
     /// Empty: any 2xx or 3xx.
     pub expect_status: Vec<u16>,
     pub expect_body: Option<String>,
+    /// UDP probe and the bytes its reply must contain.
+    pub send: Vec<u8>,
+    pub expect: Vec<u8>,
+    /// Port checked instead of the member's.
+    pub port: Option<u16>,
 }
 
 #[derive(Clone, Debug)]
@@ -270,6 +289,10 @@ pub struct Pool {
     /// TLS to the members (`[pool.tls]`), when configured.
     pub tls: Option<Arc<crate::tls::UpstreamTls>>,
     pub members: Vec<Arc<Member>>,
+    /// A PROXY protocol header sent to members on L4 connections.
+    pub proxy_protocol: Option<super::l4::ProxyVersion>,
+    /// Local address of connections to the members.
+    pub source_address: Option<std::net::IpAddr>,
     pub balancer: Balancer,
     pub counters: Arc<Sharded<PoolCounters>>,
 }

@@ -45,10 +45,15 @@ enum Next {
 
 /// Serves one client connection accepted on `listen`.
 pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: SocketAddr) {
-    let (counters, tls, h2_only) = {
+    let (counters, tls, h2_only, l4) = {
         let snap = ctx.snapshot.load();
         match snap.vserver_for(&listen) {
-            Some(vs) => (vs.counters.clone(), vs.tls.clone(), vs.h2c_only),
+            Some(vs) => (
+                vs.counters.clone(),
+                vs.tls.clone(),
+                vs.h2c_only,
+                vs.l4.is_some().then(|| (Arc::clone(&snap), vs.clone())),
+            ),
             None => return,
         }
     };
@@ -66,6 +71,18 @@ pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: S
         counters,
     };
     let _ = stream.set_nodelay(true);
+    if let Some((snap, vs)) = l4 {
+        tokio::task::spawn_local(crate::l4::tcp::serve(
+            ctx.clone(),
+            stream,
+            peer,
+            listen,
+            snap,
+            vs,
+            guard,
+        ));
+        return;
+    }
     match tls {
         None if h2_only => {
             h2::start(

@@ -1,0 +1,282 @@
+//! The L4 parts of a vserver, validated: relay settings of `tcp` and `udp`
+//! vservers, SNI routes for TLS passthrough, the sources trusted to send a
+//! PROXY protocol header (any vserver), and listening socket options.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use super::model::{self, Protocol};
+use super::snapshot::Pool;
+use super::tls_server::Problem;
+use super::types::Cidr;
+
+/// How a TCP relay moves bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ZeroCopy {
+    /// splice(2) once reads are large (bulk transfers), copies for small ones.
+    Auto,
+    Splice,
+    Copy,
+}
+
+pub struct L4Settings {
+    pub idle_timeout_ms: u64,
+    pub zero_copy: ZeroCopy,
+    pub client_hello_timeout_ms: u64,
+    /// TLS passthrough routes; empty: every connection to the default pool.
+    pub sni: SniTable,
+    pub max_sessions: usize,
+    pub per_datagram: bool,
+}
+
+/// Pools by server name: exact names first, then the longest wildcard.
+#[derive(Default)]
+pub struct SniTable {
+    exact: HashMap<String, Arc<Pool>>,
+    /// "example.com" for "*.example.com".
+    wildcard: HashMap<String, Arc<Pool>>,
+}
+
+impl SniTable {
+    pub fn is_empty(&self) -> bool {
+        self.exact.is_empty() && self.wildcard.is_empty()
+    }
+
+    /// The pool for `name` (lower case): exact, else `*.parent` for the
+    /// nearest parent (a wildcard matches one label or more, as HAProxy's
+    /// `req.ssl_sni -m end` rules are usually written).
+    pub fn pool_for(&self, name: &str) -> Option<&Arc<Pool>> {
+        if let Some(p) = self.exact.get(name) {
+            return Some(p);
+        }
+        let mut rest = name;
+        while let Some((_, parent)) = rest.split_once('.') {
+            if let Some(p) = self.wildcard.get(parent) {
+                return Some(p);
+            }
+            rest = parent;
+        }
+        None
+    }
+}
+
+/// Who must (and who alone may) open with a PROXY protocol header.
+#[derive(Debug)]
+pub struct AcceptProxy {
+    pub trusted: Vec<Cidr>,
+    pub timeout_ms: u64,
+}
+
+impl AcceptProxy {
+    pub fn trusts(&self, ip: std::net::IpAddr) -> bool {
+        self.trusted.iter().any(|c| c.contains(ip))
+    }
+}
+
+/// Listening socket options.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketOpts {
+    pub backlog: i32,
+    pub keepalive_ms: Option<u64>,
+    pub fast_open: u32,
+    pub defer_accept_s: u32,
+    pub nodelay: bool,
+}
+
+impl Default for SocketOpts {
+    fn default() -> Self {
+        SocketOpts {
+            backlog: 4096,
+            keepalive_ms: None,
+            fast_open: 0,
+            defer_accept_s: 0,
+            nodelay: true,
+        }
+    }
+}
+
+/// PROXY protocol version sent to a pool's members.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProxyVersion {
+    V1,
+    V2,
+}
+
+/// `[vserver.l4]` and `[[vserver.sni_route]]` of vserver `name`.
+pub fn build(
+    v: &model::VServer,
+    name: &str,
+    pools: &HashMap<String, Arc<Pool>>,
+    span: Range<usize>,
+    problems: &mut Vec<Problem>,
+) -> Option<L4Settings> {
+    let what = format!("vserver {name:?}");
+    let l4 = v.l4.as_ref();
+    if v.protocol == Protocol::Http {
+        if let Some(r) = v.sni_route.first() {
+            problems.push((
+                r.pool.span(),
+                format!("{what}: sni_route is for protocol = \"tcp\" (TLS passthrough); an HTTP vserver routes by host with policies"),
+            ));
+        }
+        if l4.is_some() {
+            problems.push((
+                span,
+                format!("{what}: [vserver.l4] is for protocol = \"tcp\" or \"udp\""),
+            ));
+        }
+        return None;
+    }
+    let udp = v.protocol == Protocol::Udp;
+    let zero_copy = match l4.and_then(|l| l.zero_copy.as_ref()) {
+        None => ZeroCopy::Auto,
+        Some(z) => match z.get_ref().as_str() {
+            "auto" => ZeroCopy::Auto,
+            "splice" => ZeroCopy::Splice,
+            "copy" => ZeroCopy::Copy,
+            other => {
+                problems.push((
+                    z.span(),
+                    format!("{what}: zero_copy {other:?}: use \"auto\", \"splice\" or \"copy\""),
+                ));
+                ZeroCopy::Auto
+            }
+        },
+    };
+    let max_sessions = match l4.and_then(|l| l.max_sessions.as_ref()) {
+        None => 65_536,
+        Some(m) if (1..=1 << 22).contains(m.get_ref()) => *m.get_ref(),
+        Some(m) => {
+            problems.push((
+                m.span(),
+                format!("{what}: max_sessions must be between 1 and 4194304"),
+            ));
+            65_536
+        }
+    };
+    let mut sni = SniTable::default();
+    for r in &v.sni_route {
+        let Some(pool) = pools.get(r.pool.get_ref()) else {
+            problems.push((
+                r.pool.span(),
+                format!(
+                    "{what}: sni_route pool {:?} is not defined",
+                    r.pool.get_ref()
+                ),
+            ));
+            continue;
+        };
+        if r.names.get_ref().is_empty() {
+            problems.push((r.names.span(), format!("{what}: sni_route names is empty")));
+        }
+        for n in r.names.get_ref() {
+            let lower = n.get_ref().to_ascii_lowercase();
+            let (table, key) = match lower.strip_prefix("*.") {
+                Some(parent) => (&mut sni.wildcard, parent.to_string()),
+                None => (&mut sni.exact, lower.clone()),
+            };
+            if key.is_empty()
+                || key.contains('*')
+                || !key
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.')
+            {
+                problems.push((
+                    n.span(),
+                    format!(
+                        "{what}: sni_route name {:?} is not a host name or *.parent wildcard",
+                        n.get_ref()
+                    ),
+                ));
+                continue;
+            }
+            if table.insert(key, pool.clone()).is_some() {
+                problems.push((
+                    n.span(),
+                    format!("{what}: sni_route name {:?} is listed twice", n.get_ref()),
+                ));
+            }
+        }
+    }
+    if !sni.is_empty() && v.tls.is_some() {
+        problems.push((
+            span.clone(),
+            format!("{what}: sni_route passes TLS through untouched, [vserver.tls] terminates it: choose one"),
+        ));
+    }
+    if udp && (!sni.is_empty() || v.tls.is_some()) {
+        problems.push((
+            span,
+            format!("{what}: a udp vserver has no TLS (no tls, no sni_route)"),
+        ));
+    }
+    let default_idle = if udp { 30_000 } else { 600_000 };
+    Some(L4Settings {
+        idle_timeout_ms: l4
+            .and_then(|l| l.idle_timeout)
+            .map(|m| m.0)
+            .unwrap_or(default_idle),
+        zero_copy,
+        client_hello_timeout_ms: l4
+            .and_then(|l| l.client_hello_timeout)
+            .map(|m| m.0)
+            .unwrap_or(5_000),
+        sni,
+        max_sessions,
+        per_datagram: l4.and_then(|l| l.per_datagram).unwrap_or(false),
+    })
+}
+
+pub fn accept_proxy(v: &model::VServer) -> Option<AcceptProxy> {
+    v.proxy_protocol.as_ref().map(|p| AcceptProxy {
+        trusted: p.trusted.get_ref().iter().map(|c| *c.get_ref()).collect(),
+        timeout_ms: p.timeout.map(|m| m.0).unwrap_or(5_000),
+    })
+}
+
+pub fn socket_opts(v: &model::VServer, name: &str, problems: &mut Vec<Problem>) -> SocketOpts {
+    let mut o = SocketOpts::default();
+    let Some(s) = &v.socket else {
+        return o;
+    };
+    if let Some(b) = &s.backlog {
+        if (1..=65_535).contains(b.get_ref()) {
+            o.backlog = *b.get_ref() as i32;
+        } else {
+            problems.push((
+                b.span(),
+                format!("vserver {name:?}: socket backlog must be between 1 and 65535"),
+            ));
+        }
+    }
+    if let Some(f) = &s.fast_open {
+        o.fast_open = *f.get_ref();
+    }
+    o.keepalive_ms = s.keepalive.map(|m| m.0.max(1000));
+    o.defer_accept_s = s
+        .defer_accept
+        .map(|m| m.0.div_ceil(1000) as u32)
+        .unwrap_or(0);
+    o.nodelay = s.nodelay.unwrap_or(true);
+    o
+}
+
+/// `proxy_protocol` of a pool.
+pub fn proxy_version(p: &model::Pool, problems: &mut Vec<Problem>) -> Option<ProxyVersion> {
+    let v = p.proxy_protocol.as_ref()?;
+    match v.get_ref().as_str() {
+        "v1" => Some(ProxyVersion::V1),
+        "v2" => Some(ProxyVersion::V2),
+        other => {
+            problems.push((
+                v.span(),
+                format!(
+                    "pool {:?}: proxy_protocol {other:?}: use \"v1\" or \"v2\"",
+                    p.name.get_ref()
+                ),
+            ));
+            None
+        }
+    }
+}

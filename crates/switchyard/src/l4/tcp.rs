@@ -1,0 +1,413 @@
+//! A connection to a `tcp` vserver, from accept to the end of its relay:
+//!
+//! 1. the PROXY protocol header of a trusted source (its client address
+//!    replaces the connection's for persistence and the member's header);
+//! 2. TLS: terminated (`[vserver.tls]`), or passed through with the pool
+//!    chosen by the ClientHello's server name (`sni_route`);
+//! 3. a member picked as for HTTP (balancer, source-IP persistence, slow
+//!    start, backups, max_connections), connected with retries on other
+//!    members when the connect fails;
+//! 4. a PROXY protocol header to the member if its pool sends one, then the
+//!    bytes already read (a ClientHello), then the relay.
+//!
+//! The connection holds the snapshot it was accepted under: a reload lets
+//! it finish on the old configuration.
+
+use std::net::{IpAddr, SocketAddr};
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::io::AsyncWriteExt;
+use tokio::net::{TcpSocket, TcpStream};
+
+use super::relay::{self, End, Meter};
+use super::{client_hello, proxy_protocol};
+use crate::balance::{hash64, MemberState, Tried};
+use crate::config::l4::{AcceptProxy, ProxyVersion};
+use crate::config::snapshot::{HashKey, Member, Persist, Pool, Snapshot, VServer};
+use crate::health::passive;
+use crate::log;
+use crate::proxy::{ConnGuard, WorkerCtx};
+use crate::stats::{self, MemberCounters, Sharded, VsCounters};
+
+/// Runs one accepted connection of a `tcp` vserver.
+pub async fn serve(
+    ctx: Rc<WorkerCtx>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    listen: SocketAddr,
+    snap: Arc<Snapshot>,
+    vs: Arc<VServer>,
+    guard: ConnGuard,
+) {
+    let _guard = guard;
+    let Some(l4) = vs.l4.clone() else { return };
+    let mut client = peer;
+    let mut trusted_header = false;
+    if let Some(ap) = &vs.accept_proxy {
+        if ap.trusts(peer.ip()) {
+            match read_proxy_header(&stream, ap).await {
+                Ok(Some(addr)) => client = addr,
+                Ok(None) => {}
+                Err(e) => {
+                    stats::inc(&vs.counters.local().bad_requests);
+                    log::debug(format_args!(
+                        "vserver {:?}: PROXY header from {peer}: {e}; closed",
+                        vs.name
+                    ));
+                    return;
+                }
+            }
+            trusted_header = true;
+        }
+    }
+    // A PROXY header from a source the vserver does not trust would be
+    // relayed to members that may believe it: refuse it.
+    let refuse_proxy_prefix = vs.accept_proxy.is_some() && !trusted_header;
+
+    if let Some(tls) = vs.tls.clone() {
+        let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.clone());
+        let hs = Box::pin(acceptor.accept(stream));
+        let tls_stream = match tokio::time::timeout(ms(snap.settings.client_header_ms), hs).await {
+            Ok(Ok(s)) => s,
+            _ => {
+                stats::inc(&vs.counters.local().tls_handshake_failures);
+                return;
+            }
+        };
+        stats::inc(&vs.counters.local().tls_handshakes);
+        let Some(pool) = vs.default_pool.clone() else {
+            return;
+        };
+        let Some(up) = connect(&snap, &vs, &pool, client, listen, &[]).await else {
+            return;
+        };
+        let meter = Counters::new(&vs.counters, &pool.members[up.index].counters);
+        let end = relay::streams(tls_stream, up.stream, ms(l4.idle_timeout_ms), &meter).await;
+        finish(&vs, &pool, &pool.members[up.index], end);
+        return;
+    }
+
+    let mut first = Vec::new();
+    let pool = if l4.sni.is_empty() {
+        vs.default_pool.clone()
+    } else {
+        match read_client_hello(&stream, &mut first, l4.client_hello_timeout_ms).await {
+            Ok(hello) => {
+                let by_name = hello
+                    .server_name
+                    .as_deref()
+                    .and_then(|n| l4.sni.pool_for(n))
+                    .cloned();
+                by_name.or_else(|| vs.default_pool.clone())
+            }
+            Err(e) => {
+                stats::inc(&vs.counters.local().bad_requests);
+                log::debug(format_args!(
+                    "vserver {:?}: ClientHello from {client}: {e}; closed",
+                    vs.name
+                ));
+                return;
+            }
+        }
+    };
+    let Some(pool) = pool else {
+        stats::inc(&vs.counters.local().no_pool);
+        return;
+    };
+    let Some(mut up) = connect(&snap, &vs, &pool, client, listen, &first).await else {
+        return;
+    };
+    let m = pool.members[up.index].clone();
+    let meter = Counters::new(&vs.counters, &m.counters);
+    if !first.is_empty() {
+        meter.up(first.len() as u64);
+    }
+    let end = relay::tcp(
+        &stream,
+        &up.stream,
+        l4.zero_copy,
+        ms(l4.idle_timeout_ms),
+        refuse_proxy_prefix,
+        &meter,
+    )
+    .await;
+    let _ = up.stream.shutdown().await;
+    finish(&vs, &pool, &m, end);
+    drop(ctx);
+}
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+fn finish(vs: &VServer, pool: &Pool, m: &Member, end: End) {
+    match end {
+        End::Done(_) => {}
+        End::Idle(moved) => log::debug(format_args!(
+            "vserver {:?}: relay to {} idle, closed after {} bytes up, {} down",
+            vs.name,
+            m.label(&pool.name),
+            moved.up,
+            moved.down
+        )),
+        End::Failed(moved, e) => {
+            stats::inc(&m.counters.local().resets);
+            log::debug(format_args!(
+                "vserver {:?}: relay to {} ended: {e} ({} bytes up, {} down)",
+                vs.name,
+                m.label(&pool.name),
+                moved.up,
+                moved.down
+            ))
+        }
+    }
+}
+
+/// Byte counters of the vserver and the member, as bytes pass.
+struct Counters<'a> {
+    vs: &'a VsCounters,
+    member: &'a MemberCounters,
+}
+
+impl<'a> Counters<'a> {
+    fn new(vs: &'a Sharded<VsCounters>, member: &'a Sharded<MemberCounters>) -> Self {
+        Counters {
+            vs: vs.local(),
+            member: member.local(),
+        }
+    }
+}
+
+impl Meter for Counters<'_> {
+    fn up(&self, n: u64) {
+        stats::add(&self.vs.bytes_in, n);
+        stats::add(&self.member.bytes_out, n);
+    }
+    fn down(&self, n: u64) {
+        stats::add(&self.vs.bytes_out, n);
+        stats::add(&self.member.bytes_in, n);
+    }
+}
+
+/// Reads a PROXY protocol header without consuming what follows it:
+/// peeks until the header is whole, then reads exactly its bytes. Some(the
+/// client address it carries); None for LOCAL / UNKNOWN.
+async fn read_proxy_header(s: &TcpStream, ap: &AcceptProxy) -> Result<Option<SocketAddr>, String> {
+    let mut buf = vec![0u8; 536];
+    let work = async {
+        loop {
+            let n = s.peek(&mut buf).await.map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("closed before the header".to_string());
+            }
+            match proxy_protocol::parse(&buf[..n]).map_err(|e| e.to_string())? {
+                proxy_protocol::Parsed::Incomplete if n == buf.len() => {
+                    // A v2 header with TLVs: make room and peek again.
+                    if buf.len() >= 16 + 4096 {
+                        return Err("header longer than 4 KiB".into());
+                    }
+                    buf.resize(buf.len() * 2, 0);
+                }
+                proxy_protocol::Parsed::Incomplete => {
+                    // Wait for more bytes than the ones already peeked.
+                    s.readable().await.map_err(|e| e.to_string())?;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                proxy_protocol::Parsed::Done {
+                    header_len,
+                    proxied,
+                } => {
+                    let mut discard = vec![0u8; header_len];
+                    let mut got = 0;
+                    while got < header_len {
+                        s.readable().await.map_err(|e| e.to_string())?;
+                        match s.try_read(&mut discard[got..]) {
+                            Ok(0) => return Err("closed in the header".into()),
+                            Ok(n) => got += n,
+                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                            Err(e) => return Err(e.to_string()),
+                        }
+                    }
+                    return Ok(proxied.map(|p| p.source));
+                }
+            }
+        }
+    };
+    match tokio::time::timeout(ms(ap.timeout_ms), work).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no complete header within {} ms", ap.timeout_ms)),
+    }
+}
+
+/// Reads until `buf` holds a whole ClientHello (a split one too).
+async fn read_client_hello(
+    s: &TcpStream,
+    buf: &mut Vec<u8>,
+    timeout_ms: u64,
+) -> Result<client_hello::ClientHello, String> {
+    let work = async {
+        let mut chunk = [0u8; 4096];
+        loop {
+            s.readable().await.map_err(|e| e.to_string())?;
+            match s.try_read(&mut chunk) {
+                Ok(0) => return Err("closed before the ClientHello ended".to_string()),
+                Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(e.to_string()),
+            }
+            match client_hello::parse(buf).map_err(|e| e.to_string())? {
+                client_hello::Parsed::Incomplete => {}
+                client_hello::Parsed::Done(h) => return Ok(h),
+            }
+        }
+    };
+    match tokio::time::timeout(ms(timeout_ms), work).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no complete ClientHello within {timeout_ms} ms")),
+    }
+}
+
+/// A connection to a member, counted as in flight and active while held.
+pub struct Upstream {
+    pub stream: TcpStream,
+    pub index: usize,
+    _held: Held,
+}
+
+/// Keeps the member's in-flight count (max_connections, least connections)
+/// and active-connection gauge up for the life of the relay.
+struct Held {
+    state: Arc<MemberState>,
+    counters: Arc<Sharded<MemberCounters>>,
+}
+
+impl Held {
+    fn new(m: &Member) -> Held {
+        m.state.inflight.fetch_add(1, Ordering::Relaxed);
+        Held {
+            state: m.state.clone(),
+            counters: m.counters.clone(),
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        self.state.inflight.fetch_sub(1, Ordering::Relaxed);
+        stats::dec(&self.counters.local().server_connections_active);
+    }
+}
+
+/// The source-IP hash when the pool balances or persists on it.
+fn source_hash(pool: &Pool, client: IpAddr) -> Option<u64> {
+    let by_ip = matches!(pool.hash_key, Some(HashKey::SourceIp))
+        || pool.persistence == Some(Persist::SourceIp);
+    by_ip.then(|| match client {
+        IpAddr::V4(a) => hash64(&a.octets(), 0),
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(v4) => hash64(&v4.octets(), 0),
+            None => hash64(&a.octets(), 0),
+        },
+    })
+}
+
+/// Picks and connects a member, trying others when a connect fails (up to
+/// `limits.retries` more); sends the pool's PROXY header and `first`.
+async fn connect(
+    snap: &Snapshot,
+    vs: &VServer,
+    pool: &Pool,
+    client: SocketAddr,
+    listen: SocketAddr,
+    first: &[u8],
+) -> Option<Upstream> {
+    let pc = pool.counters.local();
+    stats::inc(&pc.requests);
+    let hash = source_hash(pool, client.ip());
+    let mut tried = Tried::default();
+    let mut retries_left = snap.settings.retries;
+    let mut attempts = 0;
+    loop {
+        let Some(i) = pool.balancer.pick(&pool.members, None, hash, tried) else {
+            if attempts == 0 {
+                stats::inc(&pc.no_member_available);
+            }
+            log::debug(format_args!(
+                "vserver {:?}: no member of pool {:?} available for {client}",
+                vs.name, pool.name
+            ));
+            return None;
+        };
+        if attempts > 0 {
+            stats::inc(&pc.retries);
+        }
+        attempts += 1;
+        tried.add(i);
+        let m = &pool.members[i];
+        let held = Held::new(m);
+        let mc = m.counters.local();
+        stats::inc(&mc.server_connections_total);
+        stats::inc(&mc.server_connections_active);
+        match open(m, pool, snap.settings.upstream_connect_ms).await {
+            Ok(mut s) => {
+                passive::record(pool, m, false);
+                stats::inc(&mc.requests);
+                let header = match pool.proxy_protocol {
+                    None => Vec::new(),
+                    Some(ProxyVersion::V1) => proxy_protocol::encode_v1(client, listen),
+                    Some(ProxyVersion::V2) => {
+                        proxy_protocol::encode_v2(client, listen, proxy_protocol::Transport::Stream)
+                    }
+                };
+                let mut pre = header;
+                pre.extend_from_slice(first);
+                if !pre.is_empty() && s.write_all(&pre).await.is_err() {
+                    stats::inc(&mc.resets);
+                    return None;
+                }
+                return Some(Upstream {
+                    stream: s,
+                    index: i,
+                    _held: held,
+                });
+            }
+            Err(e) => {
+                stats::inc(&mc.connect_failures);
+                passive::record(pool, m, true);
+                log::debug(format_args!(
+                    "vserver {:?}: connect to {} failed: {e}",
+                    vs.name,
+                    m.label(&pool.name)
+                ));
+                drop(held);
+                if retries_left == 0 {
+                    return None;
+                }
+                retries_left -= 1;
+            }
+        }
+    }
+}
+
+/// A TCP connection to `m`, from the pool's source address if it has one.
+async fn open(m: &Member, pool: &Pool, timeout_ms: u64) -> std::io::Result<TcpStream> {
+    let sock = if m.addr.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    if let Some(src) = pool.source_address {
+        sock.bind(SocketAddr::new(src, 0))?;
+    }
+    sock.set_nodelay(true)?;
+    match tokio::time::timeout(ms(timeout_ms), sock.connect(m.addr)).await {
+        Ok(r) => r,
+        Err(_) => Err(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            format!("no connection within {timeout_ms} ms"),
+        )),
+    }
+}
