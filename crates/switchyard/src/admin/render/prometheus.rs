@@ -601,9 +601,9 @@ pub fn render(snap: &Snapshot) -> String {
             ex.sample(
                 "switchyard_member_weight",
                 Kind::Gauge,
-                "The member's configured weight.",
+                "The member's weight: set at run time (admin API), else configured.",
                 &labels,
-                m.weight,
+                m.state.weight_override().unwrap_or(m.weight),
             );
             ex.sample(
                 "switchyard_member_inflight_requests",
