@@ -23,15 +23,13 @@ fn latency(vs: &VServer) -> (u64, u64, u64, u64) {
     )
 }
 
+/// The member's condition: up, down, ejected, disabled, draining, drained.
 pub fn member_state(m: &Member) -> &'static str {
-    let s = &m.state;
-    if !s.healthy.load(Ordering::Relaxed) {
-        "down"
-    } else if s.ejected_until_ms.load(Ordering::Relaxed) > now_ms() {
-        "ejected"
-    } else {
-        "up"
-    }
+    let c = m.counters.read();
+    let in_use = c
+        .server_connections_active
+        .saturating_sub(c.server_connections_idle);
+    m.state.condition(now_ms(), in_use)
 }
 
 struct Totals {
