@@ -118,7 +118,14 @@ async fn check_once(m: &Member, hc: &HealthCheck, tls: Option<&UpstreamTls>) -> 
 }
 
 async fn probe(m: &Member, hc: &HealthCheck, tls: Option<&UpstreamTls>) -> Result<(), String> {
-    let s = TcpStream::connect(m.addr)
+    let addr = match hc.port {
+        Some(p) => std::net::SocketAddr::new(m.addr.ip(), p),
+        None => m.addr,
+    };
+    if hc.kind == HealthKind::Udp {
+        return udp_probe(addr, hc).await;
+    }
+    let s = TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     if hc.kind == HealthKind::Tcp {
@@ -134,6 +141,36 @@ async fn probe(m: &Member, hc: &HealthCheck, tls: Option<&UpstreamTls>) -> Resul
                 .map_err(|e| format!("TLS handshake: {}", handshake_error(&e)))?;
             http_check(s, m, hc).await
         }
+    }
+}
+
+/// A datagram to the member, and a reply that contains `expect` (any reply
+/// when `expect` is empty). A closed port answers with ICMP, which the
+/// connected socket reports as a refused receive.
+async fn udp_probe(addr: std::net::SocketAddr, hc: &HealthCheck) -> Result<(), String> {
+    let local: std::net::SocketAddr = if addr.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        ([0u16; 8], 0).into()
+    };
+    let s = tokio::net::UdpSocket::bind(local)
+        .await
+        .map_err(|e| format!("socket: {e}"))?;
+    s.connect(addr).await.map_err(|e| format!("connect: {e}"))?;
+    s.send(&hc.send).await.map_err(|e| format!("send: {e}"))?;
+    let mut buf = vec![0u8; 65_535];
+    let n = s
+        .recv(&mut buf)
+        .await
+        .map_err(|e| format!("receive: {e}"))?;
+    let reply = &buf[..n];
+    if hc.expect.is_empty() || reply.windows(hc.expect.len()).any(|w| w == &hc.expect[..]) {
+        Ok(())
+    } else {
+        Err(format!(
+            "the reply ({n} bytes) does not contain {:?}",
+            String::from_utf8_lossy(&hc.expect)
+        ))
     }
 }
 

@@ -7,3 +7,4 @@ pub mod client_hello;
 pub mod proxy_protocol;
 pub mod relay;
 pub mod tcp;
+pub mod udp;

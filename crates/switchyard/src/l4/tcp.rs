@@ -195,7 +195,10 @@ impl Meter for Counters<'_> {
 /// Reads a PROXY protocol header without consuming what follows it:
 /// peeks until the header is whole, then reads exactly its bytes. Some(the
 /// client address it carries); None for LOCAL / UNKNOWN.
-async fn read_proxy_header(s: &TcpStream, ap: &AcceptProxy) -> Result<Option<SocketAddr>, String> {
+pub async fn read_proxy_header(
+    s: &TcpStream,
+    ap: &AcceptProxy,
+) -> Result<Option<SocketAddr>, String> {
     let mut buf = vec![0u8; 536];
     let work = async {
         loop {
@@ -302,7 +305,7 @@ impl Drop for Held {
 }
 
 /// The source-IP hash when the pool balances or persists on it.
-fn source_hash(pool: &Pool, client: IpAddr) -> Option<u64> {
+pub(super) fn source_hash(pool: &Pool, client: IpAddr) -> Option<u64> {
     let by_ip = matches!(pool.hash_key, Some(HashKey::SourceIp))
         || pool.persistence == Some(Persist::SourceIp);
     by_ip.then(|| match client {

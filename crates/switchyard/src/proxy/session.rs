@@ -45,7 +45,7 @@ enum Next {
 
 /// Serves one client connection accepted on `listen`.
 pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: SocketAddr) {
-    let (counters, tls, h2_only, l4) = {
+    let (counters, tls, h2_only, l4, accept_proxy) = {
         let snap = ctx.snapshot.load();
         match snap.vserver_for(&listen) {
             Some(vs) => (
@@ -53,6 +53,7 @@ pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: S
                 vs.tls.clone(),
                 vs.h2c_only,
                 vs.l4.is_some().then(|| (Arc::clone(&snap), vs.clone())),
+                vs.accept_proxy.clone(),
             ),
             None => return,
         }
@@ -83,6 +84,45 @@ pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: S
         ));
         return;
     }
+    // A trusted proxy in front says who the client is: that address is the
+    // one policies, persistence, logs and X-Forwarded-For see.
+    if let Some(ap) = accept_proxy.filter(|ap| ap.trusts(peer.ip())) {
+        let ctx = ctx.clone();
+        tokio::task::spawn_local(async move {
+            match crate::l4::tcp::read_proxy_header(&stream, &ap).await {
+                Ok(client) => start(
+                    &ctx,
+                    stream,
+                    client.unwrap_or(peer),
+                    listen,
+                    tls,
+                    h2_only,
+                    guard,
+                ),
+                Err(e) => {
+                    stats::inc(&guard.counters.local().bad_requests);
+                    log::debug(format_args!(
+                        "PROXY header from {peer} on {listen}: {e}; closed"
+                    ));
+                }
+            }
+        });
+        return;
+    }
+    start(ctx, stream, peer, listen, tls, h2_only, guard);
+}
+
+/// Starts the HTTP session of an accepted connection: TLS first if the
+/// vserver terminates it, HTTP/2 only, or HTTP/1 (upgradable to h2c).
+fn start(
+    ctx: &Rc<WorkerCtx>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    listen: SocketAddr,
+    tls: Option<Arc<crate::tls::TlsServer>>,
+    h2_only: bool,
+    guard: ConnGuard,
+) {
     match tls {
         None if h2_only => {
             h2::start(

@@ -18,7 +18,6 @@ mod worker;
 
 use std::cell::RefCell;
 use std::collections::HashSet;
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -30,6 +29,7 @@ use tokio::sync::{mpsc, watch};
 use crate::config::{self, Snapshot};
 use crate::health::Checker;
 use crate::log;
+use listen::Bound;
 use worker::WorkerCmd;
 
 /// Where the running configuration comes from.
@@ -62,7 +62,7 @@ pub struct Control {
     pub source: Source,
     pub snapshot: Arc<ArcSwap<Snapshot>>,
     workers: Vec<WorkerHandle>,
-    listening: RefCell<HashSet<SocketAddr>>,
+    listening: RefCell<HashSet<Bound>>,
     drain: watch::Sender<bool>,
     health: RefCell<Checker>,
 }
@@ -83,18 +83,19 @@ impl Control {
                 "global.workers changed: takes effect at the next restart"
             ));
         }
-        let old: HashSet<SocketAddr> = self.listening.borrow().clone();
-        let new: HashSet<SocketAddr> = next.listen_addrs().into_iter().collect();
+        let old: HashSet<Bound> = self.listening.borrow().clone();
+        let new: HashSet<Bound> = listen::wanted(&next).into_iter().collect();
         // Bind new addresses before publishing: a reload that cannot listen
         // is rejected whole.
         let mut bound = Vec::new();
-        for addr in new.difference(&old) {
+        for b in new.difference(&old) {
             let mut per_worker = Vec::new();
             for _ in &self.workers {
-                let l = listen::bind(*addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+                let l = listen::bind_for(&next, *b)
+                    .map_err(|e| format!("cannot listen on {b}: {e}"))?;
                 per_worker.push(l);
             }
-            bound.push((*addr, per_worker));
+            bound.push((*b, per_worker));
         }
         let generation = next.generation;
         // Run-time weights give way where the file changed the weight.
@@ -102,14 +103,14 @@ impl Control {
             m.state.reconfigured(m.weight);
         }
         self.snapshot.store(Arc::new(next));
-        for (addr, listeners) in bound {
+        for (b, listeners) in bound {
             for (w, l) in self.workers.iter().zip(listeners) {
-                let _ = w.cmd.send(WorkerCmd::Listen(addr, l));
+                let _ = w.cmd.send(WorkerCmd::Listen(b, l));
             }
         }
-        for addr in old.difference(&new) {
+        for b in old.difference(&new) {
             for w in &self.workers {
-                let _ = w.cmd.send(WorkerCmd::Unlisten(*addr));
+                let _ = w.cmd.send(WorkerCmd::Unlisten(*b));
             }
         }
         *self.listening.borrow_mut() = new;
@@ -144,17 +145,17 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
     let admin = snapshot.admin.as_ref().map(|a| (a.listen, a.tls.is_some()));
     let snapshot = Arc::new(ArcSwap::from_pointee(snapshot));
     let (drain_tx, drain_rx) = watch::channel(false);
-    let addrs = snapshot.load().listen_addrs();
+    let addrs = listen::wanted(&snapshot.load());
     let cpus = worker::allowed_cpus();
 
     let mut workers = Vec::new();
     for id in 0..settings.workers {
         let mut listeners = Vec::new();
-        for addr in &addrs {
-            let vs = vserver_name(&snapshot.load(), addr);
-            let l = listen::bind(*addr)
-                .map_err(|e| format!("vserver \"{vs}\": cannot listen on {addr}: {e}"))?;
-            listeners.push((*addr, l));
+        for b in &addrs {
+            let vs = vserver_name(&snapshot.load(), b);
+            let l = listen::bind_for(&snapshot.load(), *b)
+                .map_err(|e| format!("vserver \"{vs}\": cannot listen on {b}: {e}"))?;
+            listeners.push((*b, l));
         }
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let cpu = if settings.pin_workers && !cpus.is_empty() {
@@ -242,10 +243,12 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
 }
 
 /// The name of the virtual server listening on `addr`, for messages.
-fn vserver_name(snap: &Snapshot, addr: &SocketAddr) -> String {
-    snap.vserver_for(addr)
-        .map(|v| v.name.clone())
-        .unwrap_or_default()
+fn vserver_name(snap: &Snapshot, b: &Bound) -> String {
+    let vs = match b {
+        Bound::Tcp(a) => snap.vserver_for(a),
+        Bound::Udp(a) => snap.udp_by_listen.get(a),
+    };
+    vs.map(|v| v.name.clone()).unwrap_or_default()
 }
 
 /// Waits for SIGHUP (reload) and SIGUSR1 (reopen access log files, for

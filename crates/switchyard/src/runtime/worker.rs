@@ -19,11 +19,12 @@ use crate::log;
 use crate::proxy::{self, upstream::IdlePool, IdleWatch, WorkerCtx};
 use crate::stats;
 
+use super::listen::{Bound, Socket2};
 use super::trim::ParkedShare;
 
 pub enum WorkerCmd {
-    Listen(SocketAddr, std::net::TcpListener),
-    Unlisten(SocketAddr),
+    Listen(Bound, Socket2),
+    Unlisten(Bound),
 }
 
 /// The CPUs this process may run on (respects taskset and cgroups).
@@ -59,7 +60,7 @@ pub fn spawn(
     id: usize,
     cpu: Option<usize>,
     snapshot: Arc<ArcSwap<Snapshot>>,
-    listeners: Vec<(SocketAddr, std::net::TcpListener)>,
+    listeners: Vec<(Bound, Socket2)>,
     cmds: mpsc::UnboundedReceiver<WorkerCmd>,
     drain: watch::Receiver<bool>,
     grace_ms: u64,
@@ -88,7 +89,7 @@ pub fn spawn(
 
 async fn run(
     snapshot: Arc<ArcSwap<Snapshot>>,
-    listeners: Vec<(SocketAddr, std::net::TcpListener)>,
+    listeners: Vec<(Bound, Socket2)>,
     mut cmds: mpsc::UnboundedReceiver<WorkerCmd>,
     mut drain: watch::Receiver<bool>,
     grace_ms: u64,
@@ -101,7 +102,7 @@ async fn run(
         idle: IdlePool::default(),
         h2_members: Default::default(),
     });
-    let mut accepting: HashMap<SocketAddr, TaskHandle<()>> = HashMap::new();
+    let mut accepting: HashMap<Bound, TaskHandle<()>> = HashMap::new();
     for (addr, l) in listeners {
         start(&mut accepting, &ctx, addr, l);
     }
@@ -173,20 +174,32 @@ async fn run(
 }
 
 fn start(
-    accepting: &mut HashMap<SocketAddr, TaskHandle<()>>,
+    accepting: &mut HashMap<Bound, TaskHandle<()>>,
     ctx: &Rc<WorkerCtx>,
-    addr: SocketAddr,
-    l: std::net::TcpListener,
+    b: Bound,
+    l: Socket2,
 ) {
-    let listener = match TcpListener::from_std(l) {
-        Ok(l) => l,
-        Err(e) => {
-            log::error(format_args!("cannot register listener {addr}: {e}"));
+    let h = match (b, l) {
+        (Bound::Tcp(addr), Socket2::Tcp(l)) => match TcpListener::from_std(l) {
+            Ok(l) => tokio::task::spawn_local(accept_loop(ctx.clone(), l, addr)),
+            Err(e) => {
+                log::error(format_args!("cannot register listener {addr}: {e}"));
+                return;
+            }
+        },
+        (Bound::Udp(addr), Socket2::Udp(s)) => match tokio::net::UdpSocket::from_std(s) {
+            Ok(s) => tokio::task::spawn_local(crate::l4::udp::serve(ctx.clone(), s, addr)),
+            Err(e) => {
+                log::error(format_args!("cannot register udp socket {addr}: {e}"));
+                return;
+            }
+        },
+        (b, _) => {
+            log::error(format_args!("listener {b}: socket of the wrong kind"));
             return;
         }
     };
-    let h = tokio::task::spawn_local(accept_loop(ctx.clone(), listener, addr));
-    if let Some(old) = accepting.insert(addr, h) {
+    if let Some(old) = accepting.insert(b, h) {
         old.abort();
     }
 }

@@ -189,6 +189,14 @@ counters!(
         cache_stale_served,
         cache_coalesced,
         cache_stored,
+        /// UDP vservers: client sessions opened, and open now (gauge);
+        /// datagrams from clients and back to them; datagrams dropped
+        /// (no member, session table full, send failed).
+        udp_sessions_total,
+        udp_sessions_active,
+        udp_datagrams_in,
+        udp_datagrams_out,
+        udp_dropped,
     }
 );
 

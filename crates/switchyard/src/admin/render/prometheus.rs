@@ -245,6 +245,31 @@ const VSERVER: &[Spec] = &[
         "switchyard_vserver_cache_stores_total",
         "Responses stored in the cache.",
     ),
+    c(
+        "udp_sessions_total",
+        "switchyard_vserver_udp_sessions_total",
+        "UDP client sessions opened (udp vservers).",
+    ),
+    g(
+        "udp_sessions_active",
+        "switchyard_vserver_udp_sessions",
+        "UDP client sessions open now.",
+    ),
+    c(
+        "udp_datagrams_in",
+        "switchyard_vserver_udp_datagrams_received_total",
+        "Datagrams received from clients.",
+    ),
+    c(
+        "udp_datagrams_out",
+        "switchyard_vserver_udp_datagrams_sent_total",
+        "Datagrams relayed back to clients.",
+    ),
+    c(
+        "udp_dropped",
+        "switchyard_vserver_udp_datagrams_dropped_total",
+        "Datagrams dropped: no member available, session table full, or a failed send.",
+    ),
 ];
 
 /// `PoolCounters`, labelled `pool`.

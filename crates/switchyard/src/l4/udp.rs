@@ -1,0 +1,329 @@
+//! `udp` vservers: datagrams from clients relayed to members and the
+//! replies relayed back.
+//!
+//! Every worker has its own socket on the vserver's address
+//! (SO_REUSEPORT): the kernel hashes a client's address and port to one of
+//! them, so a client's datagrams all reach the same worker, and each
+//! worker keeps its own session table, without locks.
+//!
+//! - **Sessions** (the default): the first datagram of a client address
+//!   opens a session. A member is picked as for TCP, and a socket is
+//!   connected to it. Replies on that socket go back to that client from
+//!   the vserver's address. The session ends after `idle_timeout` with no
+//!   datagram either way. The table is bounded by `max_sessions`: a new
+//!   client's datagram is dropped and counted while the table is full.
+//! - **Per datagram** (`per_datagram = true`, for stateless protocols such
+//!   as DNS): every datagram is balanced on its own. The session then keeps
+//!   one socket per member it used, so replies still find their client.
+//! - **PROXY protocol v2** (pool `proxy_protocol = "v2"`): each datagram
+//!   to a member is prefixed with a header carrying the client address.
+
+use std::cell::{Cell, RefCell};
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::UdpSocket;
+
+use super::proxy_protocol;
+use crate::balance::{MemberState, Tried};
+use crate::clock::now_ms;
+use crate::config::l4::ProxyVersion;
+use crate::config::snapshot::{Member, Pool, VServer};
+use crate::fasthash::FxHashMap;
+use crate::health::passive;
+use crate::log;
+use crate::proxy::WorkerCtx;
+use crate::stats::{self, MemberCounters, Sharded};
+
+/// Largest datagram relayed (the largest a UDP/IPv4 datagram can be).
+const MAX_DATAGRAM: usize = 65_535;
+
+/// One client's session on one worker.
+struct Session {
+    /// Sockets connected to the members this client's datagrams went to:
+    /// one in session mode, up to one per member per datagram.
+    links: RefCell<Vec<Rc<Link>>>,
+    last: Cell<u64>,
+    closed: Cell<bool>,
+}
+
+/// A socket connected to a member, for one client.
+struct Link {
+    member: usize,
+    sock: UdpSocket,
+    /// In flight and active on the member while the link lives.
+    state: Arc<MemberState>,
+    counters: Arc<Sharded<MemberCounters>>,
+}
+
+impl Drop for Link {
+    fn drop(&mut self) {
+        self.state.inflight.fetch_sub(1, Ordering::Relaxed);
+        stats::dec(&self.counters.local().server_connections_active);
+    }
+}
+
+type Table = Rc<RefCell<FxHashMap<SocketAddr, Rc<Session>>>>;
+
+/// Serves one worker's socket of the udp vserver on `listen` until the
+/// listener is removed (the task is aborted).
+pub async fn serve(ctx: Rc<WorkerCtx>, sock: UdpSocket, listen: SocketAddr) {
+    let sock = Rc::new(sock);
+    let table: Table = Rc::default();
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    loop {
+        let (n, client) = match sock.recv_from(&mut buf).await {
+            Ok(x) => x,
+            Err(e) => {
+                // ICMP errors of earlier sends surface here: not fatal.
+                log::debug(format_args!("udp {listen}: receive: {e}"));
+                continue;
+            }
+        };
+        let snap = ctx.snapshot.load_full();
+        let Some(vs) = snap.udp_by_listen.get(&listen).cloned() else {
+            continue;
+        };
+        let vc = vs.counters.local();
+        stats::inc(&vc.udp_datagrams_in);
+        stats::add(&vc.bytes_in, n as u64);
+        if !forward(&vs, &sock, &table, client, listen, &buf[..n]).await {
+            stats::inc(&vs.counters.local().udp_dropped);
+        }
+    }
+}
+
+/// Relays one datagram; false when it was dropped.
+async fn forward(
+    vs: &Arc<VServer>,
+    sock: &Rc<UdpSocket>,
+    table: &Table,
+    client: SocketAddr,
+    listen: SocketAddr,
+    data: &[u8],
+) -> bool {
+    let Some(l4) = vs.l4.as_ref() else {
+        return false;
+    };
+    let Some(pool) = vs.default_pool.clone() else {
+        return false;
+    };
+    let existing = table.borrow().get(&client).cloned();
+    let session = match existing {
+        Some(s) => s,
+        None => {
+            if table.borrow().len() >= l4.max_sessions {
+                return false;
+            }
+            let s = Rc::new(Session {
+                links: RefCell::new(Vec::new()),
+                last: Cell::new(now_ms()),
+                closed: Cell::new(false),
+            });
+            table.borrow_mut().insert(client, s.clone());
+            let vc = vs.counters.local();
+            stats::inc(&vc.udp_sessions_total);
+            stats::inc(&vc.udp_sessions_active);
+            tokio::task::spawn_local(expire(
+                table.clone(),
+                client,
+                s.clone(),
+                vs.clone(),
+                l4.idle_timeout_ms,
+            ));
+            s
+        }
+    };
+    session.last.set(now_ms());
+    // Session mode: the member of the first datagram; per datagram: a pick
+    // each time, reusing the link to the member picked if there is one.
+    let reuse = if l4.per_datagram {
+        let Some(i) = pick(&pool, client, Tried::default(), true) else {
+            return false;
+        };
+        let found = session
+            .links
+            .borrow()
+            .iter()
+            .find(|l| l.member == i)
+            .cloned();
+        match found {
+            Some(l) => Ok(l),
+            None => Err(i),
+        }
+    } else {
+        match session.links.borrow().first().cloned() {
+            Some(l) => Ok(l),
+            None => match pick(&pool, client, Tried::default(), false) {
+                Some(i) => Err(i),
+                None => return false,
+            },
+        }
+    };
+    let link = match reuse {
+        Ok(l) => l,
+        Err(i) => match open(&pool, i).await {
+            Some(l) => {
+                let l = Rc::new(l);
+                session.links.borrow_mut().push(l.clone());
+                tokio::task::spawn_local(replies(
+                    sock.clone(),
+                    l.clone(),
+                    session.clone(),
+                    vs.clone(),
+                    pool.clone(),
+                    client,
+                ));
+                l
+            }
+            None => return false,
+        },
+    };
+    let m = &pool.members[link.member];
+    let mc = m.counters.local();
+    let sent = match pool.proxy_protocol {
+        Some(ProxyVersion::V2) => {
+            let mut d =
+                proxy_protocol::encode_v2(client, listen, proxy_protocol::Transport::Datagram);
+            d.extend_from_slice(data);
+            link.sock.send(&d).await
+        }
+        _ => link.sock.send(data).await,
+    };
+    match sent {
+        Ok(_) => {
+            stats::inc(&mc.requests);
+            stats::add(&mc.bytes_out, data.len() as u64);
+            true
+        }
+        Err(e) => {
+            // ECONNREFUSED from an earlier datagram's ICMP: the member's
+            // port is closed.
+            stats::inc(&mc.connect_failures);
+            passive::record(&pool, m, true);
+            log::debug(format_args!(
+                "vserver {:?}: datagram to {}: {e}",
+                vs.name,
+                m.label(&pool.name)
+            ));
+            false
+        }
+    }
+}
+
+/// Ends `session` once idle for `idle_ms`, closing its member sockets.
+async fn expire(table: Table, client: SocketAddr, s: Rc<Session>, vs: Arc<VServer>, idle_ms: u64) {
+    loop {
+        let since = now_ms().saturating_sub(s.last.get());
+        if since >= idle_ms {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(idle_ms - since)).await;
+    }
+    s.closed.set(true);
+    s.links.borrow_mut().clear();
+    let mut t = table.borrow_mut();
+    if t.get(&client).is_some_and(|x| Rc::ptr_eq(x, &s)) {
+        t.remove(&client);
+    }
+    stats::dec(&vs.counters.local().udp_sessions_active);
+}
+
+/// Relays a member's replies on `link` to `client` until the session ends.
+async fn replies(
+    sock: Rc<UdpSocket>,
+    link: Rc<Link>,
+    s: Rc<Session>,
+    vs: Arc<VServer>,
+    pool: Arc<Pool>,
+    client: SocketAddr,
+) {
+    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let m = pool.members[link.member].clone();
+    loop {
+        // Wakes now and then to notice the session's end.
+        let r = tokio::time::timeout(Duration::from_millis(500), link.sock.recv(&mut buf)).await;
+        if s.closed.get() {
+            return;
+        }
+        let n = match r {
+            Err(_) => continue,
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
+                stats::inc(&m.counters.local().connect_failures);
+                passive::record(&pool, &m, true);
+                log::debug(format_args!(
+                    "vserver {:?}: from {}: {e}",
+                    vs.name,
+                    m.label(&pool.name)
+                ));
+                continue;
+            }
+        };
+        s.last.set(now_ms());
+        passive::record(&pool, &m, false);
+        stats::add(&m.counters.local().bytes_in, n as u64);
+        let vc = vs.counters.local();
+        match sock.send_to(&buf[..n], client).await {
+            Ok(_) => {
+                stats::inc(&vc.udp_datagrams_out);
+                stats::add(&vc.bytes_out, n as u64);
+            }
+            Err(_) => stats::inc(&vc.udp_dropped),
+        }
+    }
+}
+
+fn pick(pool: &Pool, client: SocketAddr, tried: Tried, per_datagram: bool) -> Option<usize> {
+    // A session sticks to its member by itself; hashing the source keeps a
+    // client on one member across sessions when the pool asks for it.
+    let hash = if per_datagram {
+        None
+    } else {
+        super::tcp::source_hash(pool, client.ip())
+    };
+    let i = pool.balancer.pick(&pool.members, None, hash, tried);
+    if i.is_none() {
+        stats::inc(&pool.counters.local().no_member_available);
+    }
+    i
+}
+
+/// A socket connected to member `i`.
+async fn open(pool: &Pool, i: usize) -> Option<Link> {
+    let m: &Member = &pool.members[i];
+    let local: SocketAddr = match (pool.source_address, m.addr) {
+        (Some(ip), _) => SocketAddr::new(ip, 0),
+        (None, SocketAddr::V4(_)) => SocketAddr::from(([0, 0, 0, 0], 0)),
+        (None, SocketAddr::V6(_)) => SocketAddr::from(([0u16; 8], 0)),
+    };
+    let mc = m.counters.local();
+    let sock = match UdpSocket::bind(local).await {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn(format_args!(
+                "udp: cannot open a socket toward {}: {e}",
+                m.addr
+            ));
+            return None;
+        }
+    };
+    if let Err(e) = sock.connect(m.addr).await {
+        stats::inc(&mc.connect_failures);
+        log::debug(format_args!("udp: connect to {}: {e}", m.addr));
+        return None;
+    }
+    stats::inc(&pool.counters.local().requests);
+    stats::inc(&mc.server_connections_total);
+    stats::inc(&mc.server_connections_active);
+    m.state.inflight.fetch_add(1, Ordering::Relaxed);
+    Some(Link {
+        member: i,
+        sock,
+        state: m.state.clone(),
+        counters: m.counters.clone(),
+    })
+}

@@ -1,0 +1,239 @@
+//! `udp` vservers end to end: echo sessions with several clients and
+//! members, DNS-style per-datagram balancing, session timeout, the session
+//! bound, UDP health probes, and a TCP and a UDP vserver on one port.
+
+mod common;
+use common::*;
+
+use std::collections::{HashMap, HashSet};
+use std::net::{SocketAddr, UdpSocket};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// A UDP member that answers `<name>:<datagram>`; "ping" gets "pong".
+struct UdpEcho {
+    addr: SocketAddr,
+    _t: JoinHandle<()>,
+}
+
+fn udp_echo(name: &'static str) -> UdpEcho {
+    let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let addr = s.local_addr().expect("addr");
+    let t = std::thread::spawn(move || {
+        let mut buf = [0u8; 65_535];
+        loop {
+            let Ok((n, from)) = s.recv_from(&mut buf) else {
+                return;
+            };
+            let reply = if &buf[..n] == b"ping" {
+                b"pong".to_vec()
+            } else {
+                let mut r = format!("{name}:").into_bytes();
+                r.extend_from_slice(&buf[..n]);
+                r
+            };
+            let _ = s.send_to(&reply, from);
+        }
+    });
+    UdpEcho { addr, _t: t }
+}
+
+fn udp_config(listen: SocketAddr, members: &[SocketAddr], l4: &str, pool_extra: &str) -> String {
+    let mut s = format!(
+        "[global]\nworkers = 2\n[[vserver]]\nname = \"dns\"\nprotocol = \"udp\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n\
+         [vserver.l4]\n{l4}\n[[pool]]\nname = \"p\"\n{pool_extra}\n"
+    );
+    for m in members {
+        s.push_str(&format!("[[pool.member]]\naddress = \"{m}\"\n"));
+    }
+    s
+}
+
+fn client() -> UdpSocket {
+    let c = UdpSocket::bind("127.0.0.1:0").expect("client");
+    c.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    c
+}
+
+/// Sends `msg` and returns the reply (retrying: the first datagrams may
+/// race the workers' sockets coming up).
+fn ask(c: &UdpSocket, to: SocketAddr, msg: &str) -> String {
+    for _ in 0..5 {
+        c.send_to(msg.as_bytes(), to).expect("send");
+        let mut buf = [0u8; 2048];
+        if let Ok((n, from)) = c.recv_from(&mut buf) {
+            assert_eq!(from, to, "the reply comes from the vserver's address");
+            return String::from_utf8_lossy(&buf[..n]).into_owned();
+        }
+    }
+    panic!("no reply to {msg:?}");
+}
+
+/// The harness waits on TCP; a udp vserver has no TCP listener, so wait on
+/// the admin listener and then for the first reply.
+fn start(cfg: &str) -> Switchyard {
+    Switchyard::start(cfg, &[])
+}
+
+#[test]
+fn sessions_keep_each_client_on_one_member() {
+    let a = udp_echo("a");
+    let b = udp_echo("b");
+    let l = free_addr();
+    let sy = start(&udp_config(l, &[a.addr, b.addr], "", ""));
+    let mut by_member: HashMap<String, usize> = HashMap::new();
+    for i in 0..6 {
+        let c = client();
+        let mut members = HashSet::new();
+        for j in 0..5 {
+            let r = ask(&c, l, &format!("c{i}-{j}"));
+            let (m, body) = r.split_once(':').expect("name:body");
+            assert_eq!(body, format!("c{i}-{j}"));
+            members.insert(m.to_string());
+        }
+        assert_eq!(
+            members.len(),
+            1,
+            "client {i} moved between members: {members:?}"
+        );
+        *by_member
+            .entry(members.into_iter().next().unwrap())
+            .or_default() += 1;
+    }
+    assert_eq!(by_member.len(), 2, "both members serve: {by_member:?}");
+    // Counted once sent: a moment after the client has its reply.
+    assert!(eventually(Duration::from_secs(2), || sy.stats()
+        ["vservers"][0]["udp_datagrams_out"]
+        == 30));
+    let v = &sy.stats()["vservers"][0];
+    assert_eq!(v["udp_sessions_total"], 6, "{v}");
+    assert_eq!(v["udp_datagrams_in"], 30, "{v}");
+}
+
+#[test]
+fn per_datagram_balancing_spreads_one_client() {
+    let a = udp_echo("a");
+    let b = udp_echo("b");
+    let l = free_addr();
+    let _sy = start(&udp_config(l, &[a.addr, b.addr], "per_datagram = true", ""));
+    let c = client();
+    let mut seen: HashMap<String, usize> = HashMap::new();
+    for j in 0..20 {
+        let r = ask(&c, l, &format!("q{j}"));
+        let (m, body) = r.split_once(':').expect("name:body");
+        assert_eq!(
+            body,
+            format!("q{j}"),
+            "each answer reaches the client that asked"
+        );
+        *seen.entry(m.to_string()).or_default() += 1;
+    }
+    assert_eq!(seen.get("a"), Some(&10), "{seen:?}");
+    assert_eq!(seen.get("b"), Some(&10), "{seen:?}");
+}
+
+#[test]
+fn idle_sessions_end_and_the_table_is_bounded() {
+    let a = udp_echo("a");
+    let l = free_addr();
+    let sy = start(&udp_config(
+        l,
+        &[a.addr],
+        "idle_timeout = \"1500ms\"\nmax_sessions = 2",
+        "",
+    ));
+    let c1 = client();
+    ask(&c1, l, "one");
+    let v = sy.stats()["vservers"][0].clone();
+    assert_eq!(v["udp_sessions_active"], 1, "{v}");
+    assert!(eventually(Duration::from_secs(5), || sy.stats()
+        ["vservers"][0]["udp_sessions_active"]
+        == 0));
+    // A bound of 2 per worker: with every client on one worker's socket at
+    // most 2 sessions, so some of 8 clients are dropped, and counted.
+    let clients: Vec<UdpSocket> = (0..8).map(|_| client()).collect();
+    let mut answered = 0;
+    for c in &clients {
+        c.set_read_timeout(Some(Duration::from_millis(100)))
+            .unwrap();
+        c.send_to(b"x", l).unwrap();
+        let mut buf = [0u8; 64];
+        if c.recv_from(&mut buf).is_ok() {
+            answered += 1;
+        }
+    }
+    assert!(
+        answered <= 4,
+        "{answered} sessions with max_sessions = 2 and 2 workers"
+    );
+    assert!(answered >= 1);
+    let v = sy.stats()["vservers"][0].clone();
+    assert!(v["udp_dropped"].as_u64().unwrap() >= 4, "{v}");
+}
+
+#[test]
+fn udp_health_probe_takes_a_silent_member_out() {
+    let a = udp_echo("a");
+    // Bound but never answering: probes time out.
+    let silent = UdpSocket::bind("127.0.0.1:0").unwrap();
+    let s_addr = silent.local_addr().unwrap();
+    let l = free_addr();
+    let sy = start(&udp_config(
+        l,
+        &[a.addr, s_addr],
+        "",
+        "[pool.health]\ntype = \"udp\"\nsend = \"ping\"\nexpect = \"pong\"\ninterval = \"100ms\"\ntimeout = \"200ms\"\nfall = 1\nrise = 1\n",
+    ));
+    assert!(eventually(Duration::from_secs(3), || sy
+        .member_stats("p", s_addr)["state"]
+        == "down"));
+    assert_eq!(sy.member_stats("p", a.addr)["state"], "up");
+    for i in 0..6 {
+        let c = client();
+        assert!(ask(&c, l, &format!("m{i}")).starts_with("a:"));
+    }
+    drop(silent);
+}
+
+#[test]
+fn a_tcp_and_a_udp_vserver_share_a_port_but_two_udp_do_not() {
+    let d = temp_dir("udpcheck");
+    let l = free_addr();
+    let base = |second: &str| {
+        format!(
+            "[[vserver]]\nname = \"t\"\nprotocol = \"tcp\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\n\
+             [[vserver]]\nname = \"u\"\nprotocol = \"{second}\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\n\
+             [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:9\"\n"
+        )
+    };
+    let check = |text: String| {
+        let p = d.join("c.toml");
+        std::fs::write(&p, text).unwrap();
+        let out = std::process::Command::new(bin())
+            .args(["check", "-c"])
+            .arg(&p)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, err) = check(base("udp"));
+    assert!(ok, "{err}");
+    let (ok, err) = check(base("tcp"));
+    assert!(!ok);
+    assert!(err.contains("already used by vserver \"t\""), "{err}");
+    // And it runs: the same port answers TCP and UDP.
+    let e = udp_echo("u");
+    let cfg = format!(
+        "[[vserver]]\nname = \"t\"\nprotocol = \"tcp\"\nlisten = [\"{l}\"]\ndefault_pool = \"tp\"\n\
+         [[vserver]]\nname = \"u\"\nprotocol = \"udp\"\nlisten = [\"{l}\"]\ndefault_pool = \"up\"\n\
+         [[pool]]\nname = \"tp\"\n[[pool.member]]\naddress = \"127.0.0.1:9\"\n\
+         [[pool]]\nname = \"up\"\n[[pool.member]]\naddress = \"{}\"\n",
+        e.addr
+    );
+    let _sy = Switchyard::start(&cfg, &[l]);
+    assert_eq!(ask(&client(), l, "hi"), "u:hi");
+}
