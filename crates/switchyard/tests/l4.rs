@@ -304,3 +304,426 @@ fn idle_relay_is_closed() {
         "{waited:?}"
     );
 }
+
+/// A TCP member that records what each connection sent (until EOF) and
+/// answers nothing.
+struct Recorder {
+    addr: SocketAddr,
+    got: mpsc::Receiver<Vec<u8>>,
+    accepted: Arc<AtomicUsize>,
+}
+
+fn recorder() -> Recorder {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap();
+    let (tx, rx) = mpsc::channel();
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let n = accepted.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            n.fetch_add(1, Ordering::Relaxed);
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut all = Vec::new();
+                let _ = s.read_to_end(&mut all);
+                let _ = tx.send(all);
+            });
+        }
+    });
+    Recorder {
+        addr,
+        got: rx,
+        accepted,
+    }
+}
+
+/// Sends `bytes`, half-closes, and reads until the proxy closes.
+fn send_and_close(l: SocketAddr, bytes: &[u8]) -> Vec<u8> {
+    let mut c = TcpStream::connect(l).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let _ = c.write_all(bytes);
+    let _ = c.shutdown(Shutdown::Write);
+    let mut back = Vec::new();
+    let _ = c.read_to_end(&mut back);
+    back
+}
+
+/// `openssl s_server` answering with its status page (-www) for `cert`.
+struct SServer {
+    addr: SocketAddr,
+    child: std::process::Child,
+}
+
+impl Drop for SServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn s_server(cert: &(std::path::PathBuf, std::path::PathBuf)) -> SServer {
+    let addr = free_addr();
+    let child = std::process::Command::new("openssl")
+        .args(["s_server", "-www", "-quiet", "-accept"])
+        .arg(addr.to_string())
+        .arg("-cert")
+        .arg(&cert.0)
+        .arg("-key")
+        .arg(&cert.1)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("openssl s_server");
+    let start = Instant::now();
+    while TcpStream::connect(addr).is_err() {
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "s_server did not start"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    SServer { addr, child }
+}
+
+/// curl over HTTPS to `name` resolved to the vserver; (exit ok, body).
+fn curl_https(l: SocketAddr, name: &str, ca: &std::path::Path) -> (bool, String) {
+    let out = std::process::Command::new("curl")
+        .args(["-sS", "--max-time", "5", "--cacert"])
+        .arg(ca)
+        .arg("--resolve")
+        .arg(format!("{name}:{}:{}", l.port(), l.ip()))
+        .arg(format!("https://{name}:{}/", l.port()))
+        .output()
+        .expect("curl");
+    (
+        out.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ),
+    )
+}
+
+/// TLS passthrough: the pool by the ClientHello's server name (exact, then
+/// wildcard, else the default pool), the bytes untouched (curl verifies
+/// each member's own certificate end to end); a ClientHello split over
+/// several writes is reassembled; garbage is closed unrelayed.
+#[test]
+fn sni_passthrough_routes_by_server_name() {
+    let pki = Pki::new("sni");
+    let a = s_server(&pki.issue("a", "/CN=a.test", &["a.test"], Kind::Ecdsa, 30));
+    let w = s_server(&pki.issue("w", "/CN=wild", &["*.wild.test"], Kind::Ecdsa, 30));
+    let d = s_server(&pki.issue(
+        "d",
+        "/CN=default",
+        &["default.test", "b.test"],
+        Kind::Rsa,
+        30,
+    ));
+    let rec = recorder();
+    let l = free_addr();
+    let cfg = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"tls\"\nprotocol = \"tcp\"\nlisten = [\"{l}\"]\ndefault_pool = \"d\"\n\
+         [vserver.l4]\nclient_hello_timeout = \"1s\"\n\
+         [[vserver.sni_route]]\nnames = [\"a.test\"]\npool = \"a\"\n\
+         [[vserver.sni_route]]\nnames = [\"*.wild.test\"]\npool = \"w\"\n\
+         [[vserver.sni_route]]\nnames = [\"rec.test\"]\npool = \"rec\"\n\
+         [[pool]]\nname = \"a\"\n[[pool.member]]\naddress = \"{}\"\n\
+         [[pool]]\nname = \"w\"\n[[pool.member]]\naddress = \"{}\"\n\
+         [[pool]]\nname = \"d\"\n[[pool.member]]\naddress = \"{}\"\n\
+         [[pool]]\nname = \"rec\"\n[[pool.member]]\naddress = \"{}\"\n",
+        a.addr, w.addr, d.addr, rec.addr
+    );
+    let sy = Switchyard::start(&cfg, &[l]);
+    let ca = pki.ca();
+    for (name, pool_addr) in [
+        ("a.test", a.addr),
+        ("x.wild.test", w.addr),
+        ("b.test", d.addr),
+    ] {
+        let (ok, body) = curl_https(l, name, &ca);
+        assert!(
+            ok && body.contains("s_server"),
+            "{name}: {body}\n{}",
+            sy.log()
+        );
+        assert!(
+            sy.member_stats(pool_by_addr(name), pool_addr)["requests"]
+                .as_u64()
+                .unwrap()
+                >= 1,
+            "{name}"
+        );
+    }
+    // A wildcard route covers deeper names too (as HAProxy's `-m end`), though
+    // the member's certificate does not: curl refuses it, after the member
+    // answered the handshake.
+    let before_w = sy.member_stats("w", w.addr)["requests"].as_u64().unwrap();
+    assert!(!curl_https(l, "deep.x.wild.test", &ca).0);
+    assert_eq!(
+        sy.member_stats("w", w.addr)["requests"].as_u64().unwrap(),
+        before_w + 1
+    );
+    // A name with no route and no match: the default pool, whose
+    // certificate does not cover it, so curl refuses it.
+    assert!(!curl_https(l, "a.wild.test.evil", &ca).0);
+    // A ClientHello split over several writes.
+    let hello = client_hello_bytes("rec.test");
+    let mut c = TcpStream::connect(l).unwrap();
+    for part in hello.chunks(hello.len() / 3 + 1) {
+        c.write_all(part).unwrap();
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.shutdown(Shutdown::Write).unwrap();
+    let got = rec
+        .got
+        .recv_timeout(Duration::from_secs(5))
+        .expect("relayed");
+    assert_eq!(got, hello, "relayed untouched");
+    // Not TLS: closed, never relayed.
+    let before = rec.accepted.load(Ordering::Relaxed);
+    assert!(send_and_close(l, b"GET / HTTP/1.1\r\nHost: rec.test\r\n\r\n").is_empty());
+    // A ClientHello that never completes: closed at the timeout.
+    let mut c = TcpStream::connect(l).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(&hello[..10]).unwrap();
+    let start = Instant::now();
+    let mut b = Vec::new();
+    let _ = c.read_to_end(&mut b);
+    assert!(
+        start.elapsed() >= Duration::from_millis(800),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(rec.accepted.load(Ordering::Relaxed), before);
+    assert!(sy.stats()["vservers"][0]["bad_requests"].as_u64().unwrap() >= 2);
+}
+
+fn pool_by_addr(name: &str) -> &'static str {
+    match name {
+        "a.test" => "a",
+        "b.test" => "d",
+        _ => "w",
+    }
+}
+
+/// The bytes of a real ClientHello for `name` (rustls).
+fn client_hello_bytes(name: &str) -> Vec<u8> {
+    let cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .unwrap()
+    .with_root_certificates(rustls::RootCertStore::empty())
+    .with_no_client_auth();
+    let mut c = rustls::ClientConnection::new(
+        Arc::new(cfg),
+        rustls::pki_types::ServerName::try_from(name.to_string()).unwrap(),
+    )
+    .unwrap();
+    let mut out = Vec::new();
+    while c.wants_write() {
+        c.write_tls(&mut out).unwrap();
+    }
+    out
+}
+
+/// TLS terminated on a tcp vserver, plain TCP to the member.
+#[test]
+fn tls_termination_on_a_tcp_vserver() {
+    let pki = Pki::new("l4tls");
+    let site = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let e = echo();
+    let l = free_addr();
+    let cfg = format!(
+        "{}[vserver.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n",
+        tcp_config(l, &[e.addr], "idle_timeout = \"1s\"", "").replacen(
+            "[[pool]]",
+            "PLACEHOLDER",
+            1
+        ),
+        site.0.display(),
+        site.1.display()
+    );
+    // The [vserver.tls] table must follow the vserver, before the pool.
+    let cfg = {
+        let (vs, rest) = cfg.split_once("PLACEHOLDER").unwrap();
+        let (pool, tls) = rest.split_once("[vserver.tls]").unwrap();
+        format!("{vs}[vserver.tls]{tls}[[pool]]{pool}")
+    };
+    let sy = Switchyard::start(&cfg, &[l]);
+    let mut child = std::process::Command::new("openssl")
+        .args([
+            "s_client",
+            "-quiet",
+            "-servername",
+            "site.test",
+            "-verify_return_error",
+            "-CAfile",
+        ])
+        .arg(pki.ca())
+        .arg("-connect")
+        .arg(l.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"hello through TLS\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "hello through TLS\n");
+    let v = &sy.stats()["vservers"][0];
+    assert_eq!(v["tls_handshakes"], 1, "{v}");
+    // The harness's probe never finished a handshake: only the client's
+    // connection reached the member.
+    assert_eq!(e.accepted.load(Ordering::Relaxed), 1);
+}
+
+/// PROXY protocol in (trusted sources only, malformed refused) and out
+/// (v1 and v2 per pool), on tcp and HTTP vservers.
+#[test]
+fn proxy_protocol_in_and_out() {
+    use switchyard::l4::proxy_protocol::{parse, Parsed};
+    let rec = recorder();
+    let l = free_addr();
+    let cfg = |trusted: &str, version: &str| {
+        format!(
+            "{}[vserver.proxy_protocol]\ntrusted = [\"{trusted}\"]\ntimeout = \"500ms\"\n",
+            tcp_config(
+                l,
+                &[rec.addr],
+                "",
+                &format!("proxy_protocol = \"{version}\"")
+            )
+        )
+        .replacen("[[pool]]", "[[pool]]", 1)
+    };
+    // The proxy_protocol table must belong to the vserver: put it before the pool.
+    let fix = |c: String| {
+        let (head, tail) = c.split_once("[vserver.proxy_protocol]").unwrap();
+        let (vs, pool) = head.split_once("[[pool]]").unwrap();
+        format!("{vs}[vserver.proxy_protocol]{tail}[[pool]]{pool}")
+    };
+    let sy = Switchyard::start(&fix(cfg("127.0.0.1", "v1")), &[l]);
+    let _ = rec.got.recv_timeout(Duration::from_secs(5)); // the harness probe
+    send_and_close(l, b"PROXY TCP4 203.0.113.7 127.0.0.1 5555 80\r\nhello");
+    let got = rec.got.recv_timeout(Duration::from_secs(5)).unwrap();
+    let want = format!(
+        "PROXY TCP4 203.0.113.7 {} 5555 {}\r\nhello",
+        l.ip(),
+        l.port()
+    );
+    assert_eq!(String::from_utf8_lossy(&got), want);
+    // v2 in, v2 out.
+    assert!(sy.reload_with(&fix(cfg("127.0.0.1", "v2"))).0);
+    let hdr = switchyard::l4::proxy_protocol::encode_v2(
+        "[2001:db8::1]:4000".parse().unwrap(),
+        "[2001:db8::2]:443".parse().unwrap(),
+        switchyard::l4::proxy_protocol::Transport::Stream,
+    );
+    let mut msg = hdr.clone();
+    msg.extend_from_slice(b"v2 data");
+    send_and_close(l, &msg);
+    let got = rec.got.recv_timeout(Duration::from_secs(5)).unwrap();
+    match parse(&got).unwrap() {
+        Parsed::Done {
+            header_len,
+            proxied,
+        } => {
+            let p = proxied.expect("addresses");
+            assert_eq!(p.source, "[2001:db8::1]:4000".parse().unwrap());
+            assert_eq!(&got[header_len..], b"v2 data");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Malformed: closed, nothing relayed.
+    let before = rec.accepted.load(Ordering::Relaxed);
+    send_and_close(l, b"PROXY TCP4 999.0.113.7 127.0.0.1 5555 80\r\nhello");
+    send_and_close(l, b"PROXY TCP4 203.0.113.7");
+    std::thread::sleep(Duration::from_millis(700));
+    assert_eq!(rec.accepted.load(Ordering::Relaxed), before);
+    // Untrusted source: a header is refused, plain data is relayed.
+    assert!(sy.reload_with(&fix(cfg("10.0.0.0/8", "v1"))).0);
+    send_and_close(l, b"PROXY TCP4 203.0.113.7 127.0.0.1 5555 80\r\nspoof");
+    send_and_close(l, b"plain");
+    let mut got = Vec::new();
+    while let Ok(g) = rec.got.recv_timeout(Duration::from_secs(2)) {
+        got.push(String::from_utf8_lossy(&g).into_owned());
+    }
+    assert!(got.iter().any(|g| g.ends_with("\r\nplain")), "{got:?}");
+    assert!(!got.iter().any(|g| g.contains("spoof")), "{got:?}");
+
+    // An HTTP vserver: the carried address reaches X-Forwarded-For.
+    let o = Origin::start("o");
+    let h = free_addr();
+    let http = format!(
+        "[[vserver]]\nname = \"web\"\nlisten = [\"{h}\"]\ndefault_pool = \"w\"\n[vserver.proxy_protocol]\ntrusted = [\"127.0.0.0/8\"]\n\
+         [[pool]]\nname = \"w\"\n[[pool.member]]\naddress = \"{}\"\n",
+        o.addr
+    );
+    let _sy2 = Switchyard::start(&http, &[]);
+    std::thread::sleep(Duration::from_millis(300));
+    let r = request(
+        h,
+        "PROXY TCP4 198.51.100.9 127.0.0.1 40000 80\r\nGET /x HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    let seen = o.seen();
+    let last = seen.last().expect("the origin saw it");
+    assert_eq!(
+        last.header("x-forwarded-for").as_deref(),
+        Some("198.51.100.9")
+    );
+}
+
+/// A reload that removes or changes the vserver leaves the relays in flight
+/// running on the configuration they started with.
+#[test]
+fn reload_keeps_relays_in_flight() {
+    let e = echo();
+    let e2 = echo();
+    let l = free_addr();
+    let sy = Switchyard::start(&tcp_config(l, &[e.addr], "", ""), &[l]);
+    let mut c = TcpStream::connect(l).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let ping = |c: &mut TcpStream, m: &[u8]| {
+        c.write_all(m).unwrap();
+        let mut b = vec![0u8; m.len()];
+        c.read_exact(&mut b).unwrap();
+        assert_eq!(b, m);
+    };
+    ping(&mut c, b"before");
+    // Same address, another member.
+    assert!(sy.reload_with(&tcp_config(l, &[e2.addr], "", "")).0);
+    ping(&mut c, b"after a change");
+    let n2 = e2.accepted.load(Ordering::Relaxed);
+    let (a, b, _) = push_through(l, 1000);
+    assert_eq!(a, b);
+    assert_eq!(
+        e2.accepted.load(Ordering::Relaxed),
+        n2 + 1,
+        "new connections use the new member"
+    );
+    // The vserver removed: the relay goes on, new connections are refused.
+    let other = free_addr();
+    let o = Origin::start("x");
+    let only_http = format!(
+        "[[vserver]]\nname = \"web\"\nlisten = [\"{other}\"]\ndefault_pool = \"w\"\n[[pool]]\nname = \"w\"\n[[pool.member]]\naddress = \"{}\"\n",
+        o.addr
+    );
+    assert!(sy.reload_with(&only_http).0);
+    assert!(eventually(Duration::from_secs(2), || TcpStream::connect(l).is_err()));
+    ping(&mut c, b"after removal");
+    c.shutdown(Shutdown::Write).unwrap();
+    let mut rest = Vec::new();
+    c.read_to_end(&mut rest).unwrap();
+    assert!(rest.is_empty());
+}
