@@ -25,3 +25,4 @@ pub mod quickstart;
 pub mod runtime;
 pub mod stats;
 pub mod tls;
+pub mod waf;

@@ -1,0 +1,5 @@
+//! The web application firewall: a SecLang engine that runs the OWASP Core
+//! Rule Set as published (issue 11).
+//!
+//! - `seclang`: the rule language, parsed from the CRS files unchanged.
+//! - `libinjection`: `@detectSQLi` and `@detectXSS`.
