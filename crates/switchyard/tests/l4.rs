@@ -727,3 +727,53 @@ fn reload_keeps_relays_in_flight() {
     c.read_to_end(&mut rest).unwrap();
     assert!(rest.is_empty());
 }
+
+/// A member that dies mid-connection (a reset) ends that relay, and the
+/// client sees its connection close; the member's reset is counted.
+#[test]
+fn member_death_mid_connection_closes_the_relay() {
+    let ml = TcpListener::bind("127.0.0.1:0").unwrap();
+    let maddr = ml.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in ml.incoming() {
+            let Ok(mut s) = s else { return };
+            std::thread::spawn(move || {
+                let mut b = [0u8; 5];
+                if s.read_exact(&mut b).is_ok() && &b == b"crash" {
+                    s.write_all(b"bye").unwrap();
+                    // SO_LINGER 0: close sends a reset.
+                    socket2::SockRef::from(&s)
+                        .set_linger(Some(Duration::ZERO))
+                        .unwrap();
+                    drop(s);
+                }
+            });
+        }
+    });
+    let l = free_addr();
+    let sy = Switchyard::start(&tcp_config(l, &[maddr], "", ""), &[l]);
+    let mut c = TcpStream::connect(l).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    c.write_all(b"crash").unwrap();
+    let mut got = Vec::new();
+    let start = Instant::now();
+    let _ = c.read_to_end(&mut got);
+    assert!(
+        start.elapsed() < Duration::from_secs(2),
+        "the relay outlived its member"
+    );
+    assert!(got.is_empty() || got == b"bye", "{got:?}");
+    assert!(eventually(Duration::from_secs(2), || {
+        let v = sy.stats()["vservers"][0].clone();
+        v["client_connections_active"] == 0
+    }));
+    assert!(
+        eventually(Duration::from_secs(2), || sy.member_stats("p", maddr)
+            ["resets"]
+            .as_u64()
+            .unwrap_or(0)
+            >= 1),
+        "{}",
+        sy.member_stats("p", maddr)
+    );
+}

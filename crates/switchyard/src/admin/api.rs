@@ -643,6 +643,7 @@ fn vserver(v: &VServer) -> Value {
     json!({
         "name": v.name,
         "listen": v.listen.iter().map(|a| a.to_string()).collect::<Vec<_>>(),
+        "protocol": format!("{:?}", v.protocol).to_ascii_lowercase(),
         "tls": v.tls.is_some(),
         "h2c": v.h2c,
         "default_pool": v.default_pool.as_ref().map(|p| p.name.clone()),

@@ -141,6 +141,14 @@ impl crate::admin::Control for Control {
 /// Starts the workers for `snapshot` and runs the control loop until the
 /// process is told to stop. Returns when every worker has finished.
 pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| format!("cannot start the control runtime: {e}"))?;
+    let sigs = {
+        let _in = rt.enter();
+        Signals::install()?
+    };
     let settings = snapshot.settings.clone();
     let admin = snapshot.admin.as_ref().map(|a| (a.listen, a.tls.is_some()));
     let snapshot = Arc::new(ArcSwap::from_pointee(snapshot));
@@ -188,10 +196,6 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
         snapshot.load().generation
     ));
 
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| format!("cannot start the control runtime: {e}"))?;
     let local = tokio::task::LocalSet::new();
     let control = Rc::new(Control {
         source,
@@ -218,7 +222,7 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
             tokio::task::spawn_local(crate::admin::serve(l, api));
         }
         tokio::task::spawn_local(trim::run());
-        signals(control.clone()).await;
+        signals(control.clone(), sigs).await;
         Ok::<(), String>(())
     });
     control.health.borrow_mut().stop();
@@ -253,17 +257,36 @@ fn vserver_name(snap: &Snapshot, b: &Bound) -> String {
 
 /// Waits for SIGHUP (reload) and SIGUSR1 (reopen access log files, for
 /// logrotate) until SIGTERM or SIGINT (drain and stop).
-async fn signals(control: Rc<Control>) {
-    use tokio::signal::unix::{signal, SignalKind};
-    let (Ok(mut hup), Ok(mut term), Ok(mut int), Ok(mut usr1)) = (
-        signal(SignalKind::hangup()),
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::user_defined1()),
-    ) else {
-        log::error(format_args!("cannot install signal handlers"));
-        return;
-    };
+struct Signals {
+    hup: tokio::signal::unix::Signal,
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+    usr1: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    /// Installs the handlers; called first thing (inside the control
+    /// runtime), so a SIGHUP or SIGUSR1 sent while the workers start is
+    /// queued for the loop instead of killing the process (their default).
+    fn install() -> Result<Signals, String> {
+        use tokio::signal::unix::{signal, SignalKind};
+        let e = |e: std::io::Error| format!("cannot install signal handlers: {e}");
+        Ok(Signals {
+            hup: signal(SignalKind::hangup()).map_err(e)?,
+            term: signal(SignalKind::terminate()).map_err(e)?,
+            int: signal(SignalKind::interrupt()).map_err(e)?,
+            usr1: signal(SignalKind::user_defined1()).map_err(e)?,
+        })
+    }
+}
+
+async fn signals(control: Rc<Control>, sig: Signals) {
+    let Signals {
+        mut hup,
+        mut term,
+        mut int,
+        mut usr1,
+    } = sig;
     loop {
         tokio::select! {
             _ = hup.recv() => {
