@@ -133,11 +133,14 @@ async fn direction(
     // The check reads the first bytes in user space: copy at least once.
     let mut splicing = mode == ZeroCopy::Splice && !refuse_proxy_prefix;
     if !splicing {
-        let mut buf = vec![0u8; BUF];
+        // Read into spare capacity: the buffer is never zeroed, which for a
+        // short connection cost more than the bytes it carried.
+        let mut buf: Vec<u8> = Vec::with_capacity(BUF);
         let mut full_reads = 0;
         loop {
             src.readable().await?;
-            let n = match src.try_read(&mut buf) {
+            buf.clear();
+            let n = match src.try_read_buf(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,

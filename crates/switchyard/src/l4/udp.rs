@@ -48,6 +48,8 @@ struct Session {
     links: RefCell<Vec<Rc<Link>>>,
     last: Cell<u64>,
     closed: Cell<bool>,
+    /// Wakes the reply tasks when the session ends (no timer per datagram).
+    ended: tokio::sync::Notify,
 }
 
 /// A socket connected to a member, for one client.
@@ -74,6 +76,9 @@ pub async fn serve(ctx: Rc<WorkerCtx>, sock: UdpSocket, listen: SocketAddr) {
     let sock = Rc::new(sock);
     let table: Table = Rc::default();
     let mut buf = vec![0u8; MAX_DATAGRAM];
+    // The vserver of the snapshot seen last: looked up again only when a
+    // reload published a new one.
+    let mut cached: Option<(u64, Option<Arc<VServer>>)> = None;
     loop {
         let (n, client) = match sock.recv_from(&mut buf).await {
             Ok(x) => x,
@@ -83,8 +88,12 @@ pub async fn serve(ctx: Rc<WorkerCtx>, sock: UdpSocket, listen: SocketAddr) {
                 continue;
             }
         };
-        let snap = ctx.snapshot.load_full();
-        let Some(vs) = snap.udp_by_listen.get(&listen).cloned() else {
+        let generation = ctx.snapshot.load().generation;
+        if cached.as_ref().is_none_or(|(g, _)| *g != generation) {
+            let snap = ctx.snapshot.load();
+            cached = Some((snap.generation, snap.udp_by_listen.get(&listen).cloned()));
+        }
+        let Some(vs) = cached.as_ref().and_then(|(_, v)| v.clone()) else {
             continue;
         };
         let vc = vs.counters.local();
@@ -122,6 +131,7 @@ async fn forward(
                 links: RefCell::new(Vec::new()),
                 last: Cell::new(now_ms()),
                 closed: Cell::new(false),
+                ended: tokio::sync::Notify::new(),
             });
             table.borrow_mut().insert(client, s.clone());
             let vc = vs.counters.local();
@@ -224,6 +234,7 @@ async fn expire(table: Table, client: SocketAddr, s: Rc<Session>, vs: Arc<VServe
         tokio::time::sleep(Duration::from_millis(idle_ms - since)).await;
     }
     s.closed.set(true);
+    s.ended.notify_waiters();
     s.links.borrow_mut().clear();
     let mut t = table.borrow_mut();
     if t.get(&client).is_some_and(|x| Rc::ptr_eq(x, &s)) {
@@ -244,15 +255,16 @@ async fn replies(
     let mut buf = vec![0u8; MAX_DATAGRAM];
     let m = pool.members[link.member].clone();
     loop {
-        // Wakes now and then to notice the session's end.
-        let r = tokio::time::timeout(Duration::from_millis(500), link.sock.recv(&mut buf)).await;
         if s.closed.get() {
             return;
         }
+        let r = tokio::select! {
+            r = link.sock.recv(&mut buf) => r,
+            _ = s.ended.notified() => return,
+        };
         let n = match r {
-            Err(_) => continue,
-            Ok(Ok(n)) => n,
-            Ok(Err(e)) => {
+            Ok(n) => n,
+            Err(e) => {
                 stats::inc(&m.counters.local().connect_failures);
                 passive::record(&pool, &m, true);
                 log::debug(format_args!(
