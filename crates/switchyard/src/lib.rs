@@ -23,6 +23,7 @@ pub mod log;
 pub mod proxy;
 pub mod quickstart;
 pub mod runtime;
+pub mod shield;
 pub mod stats;
 pub mod tls;
 pub mod waf;
