@@ -148,7 +148,14 @@ pub struct Target {
 /// The `[cache]` table and the "compress" / "cache" vservers are written only
 /// when Cap::Compression / Cap::Caching are on (the binary rejects unknown
 /// fields), so a build without them still loads its bench config.
-pub const SWITCHYARD_CAPS: &[Cap] = &[Cap::L7, Cap::Ipv6, Cap::Tls, Cap::Compression, Cap::Caching];
+pub const SWITCHYARD_CAPS: &[Cap] = &[
+    Cap::L4,
+    Cap::L7,
+    Cap::Ipv6,
+    Cap::Tls,
+    Cap::Compression,
+    Cap::Caching,
+];
 
 /// The server name in the bench's certificates (and the load's SNI).
 pub const TLS_NAME: &str = "bench.switchyard.test";
@@ -285,7 +292,7 @@ pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, Stri
                 program,
                 command: String::new(),
                 caps: SWITCHYARD_CAPS.to_vec(),
-                notes: vec!["switchyard: no L4 (protocol = \"tcp\") or WAF yet".into()],
+                notes: vec!["switchyard: no WAF yet".into()],
             })
         }
         "haproxy" => {
@@ -524,7 +531,10 @@ address = "{img}"
                 r#"# Written by switchyard bench.
 global
     nbthread 1
-    maxconn 9900
+    # File descriptors: 2 per connection and 2 per splice pipe must fit in
+    # the 20000 the harness raises its limit to.
+    maxconn 9800
+    maxpipes 96
 
 defaults
     mode http
@@ -537,7 +547,7 @@ defaults
     # for any request, a connection's first included; HAProxy's default
     # "safe" opens a new one for it. Same reuse policy for all three.
     http-reuse always
-    maxconn 9900
+    maxconn 9800
 
 # The caching scenario: the same memory and object limit as every DUT;
 # objects live as long as the origin's Cache-Control max-age says, up to
@@ -592,7 +602,7 @@ backend web_cache
             );
             let _ = write!(
                 s,
-                "\nfrontend l4\n    mode tcp\n    bind 127.0.0.1:{}\n    default_backend web_tcp\n\nbackend web_tcp\n    mode tcp\n    server s1 {}\n",
+                "\n# L4: splice(2) once a buffer fills, as Switchyard's zero_copy = \"auto\".\nfrontend l4\n    mode tcp\n    option splice-auto\n    bind 127.0.0.1:{}\n    default_backend web_tcp\n\nbackend web_tcp\n    mode tcp\n    option splice-auto\n    server s1 {}\n",
                 p.l4, p.web_origin
             );
             if certs.is_some() {
@@ -744,7 +754,7 @@ http {{
             if has(Cap::L4) {
                 let _ = write!(
                     s,
-                    "\nstream {{\n    server {{\n        listen 127.0.0.1:{};\n        proxy_pass {};\n    }}\n}}\n",
+                    "\nstream {{\n    # 16 KiB like Switchyard's relay buffer and HAProxy's tune.bufsize.\n    proxy_buffer_size 16k;\n    server {{\n        listen 127.0.0.1:{};\n        proxy_pass {};\n    }}\n}}\n",
                     p.l4, p.web_origin
                 );
             }
@@ -944,13 +954,26 @@ pub fn start(
         }
     }
     let argv = write_config(t, p, dir)?;
+    spawn(&t.name, &argv, dir, cpu, probe, p)
+}
+
+/// Starts `argv` pinned to `cpu` in `dir` (log in dir/dut.log, the SY_*
+/// variables of `p` in its environment) and waits until `probe` accepts.
+pub fn spawn(
+    name: &str,
+    argv: &[String],
+    dir: &Path,
+    cpu: Option<usize>,
+    probe: SocketAddr,
+    p: &Ports,
+) -> Result<Running, String> {
     let log = dir.join("dut.log");
     let logf = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
     let logf2 = logf.try_clone().map_err(|e| e.to_string())?;
     let mut cmd = match cpu {
         Some(c) if sys::which("taskset").is_some() => {
             let mut c2 = Command::new("taskset");
-            c2.arg("-c").arg(c.to_string()).args(&argv);
+            c2.arg("-c").arg(c.to_string()).args(argv);
             c2
         }
         _ => {
@@ -995,7 +1018,7 @@ pub fn start(
     loop {
         if let Ok(Some(st)) = r.child.try_wait() {
             let tail = r.log_tail();
-            return Err(format!("{} exited at startup ({st}): {tail}", t.name));
+            return Err(format!("{name} exited at startup ({st}): {tail}"));
         }
         if std::net::TcpStream::connect_timeout(&probe, Duration::from_millis(200)).is_ok() {
             // taskset has exec'd by now; nginx may still be forking its worker.
@@ -1006,8 +1029,7 @@ pub fn start(
             let tail = r.log_tail();
             r.stop();
             return Err(format!(
-                "{} did not accept on {probe} within 10 s\n{tail}",
-                t.name
+                "{name} did not accept on {probe} within 10 s\n{tail}"
             ));
         }
         std::thread::sleep(Duration::from_millis(25));

@@ -2,6 +2,7 @@
 //!
 //! Subcommands: `origin` (origin emulator), `load` (load generator),
 //! `compare` (scenarios against several devices under test, with a report),
+//! `l4` (the L4 figures: tcp and udp vservers against HAProxy and nginx),
 //! `report` (rebuild a report folder from its report.json), `scenarios`.
 
 pub mod args;
@@ -12,6 +13,7 @@ pub mod content;
 pub mod dut;
 pub mod hist;
 pub mod json;
+pub mod l4;
 pub mod load;
 pub mod origin;
 pub mod report;
@@ -23,6 +25,7 @@ const HELP: &str = "usage: switchyard bench <command> [options]
   origin    --listen ADDR [--listen ADDR] [--delay-ms N] [--threads N]
   load      --url URL --connections N --duration 10s [--rate N] ... (load --help)
   compare   --targets switchyard,haproxy,nginx --scenario l7-rps [--runs 3] [--quick] [--out DIR]
+  l4        L4 tcp/udp vservers against haproxy and nginx stream: cps, throughput, udp, iperf3, wrk (l4 --help)
   report    --from DIR/report.json [--out DIR]
   scenarios list the scenarios and what each target can run";
 
@@ -37,6 +40,7 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
         "origin" => origin::cli(rest),
         "load" => cli_load::cli(rest),
         "compare" => compare::cli(rest),
+        "l4" => l4::cli(rest),
         "report" => report::cli(rest),
         "scenarios" => scenarios_cli(rest),
         "help" | "--help" | "-h" => {
