@@ -3,3 +3,4 @@
 //!
 //! - `seclang`: the rule language, parsed from the CRS files unchanged.
 //! - `libinjection`: `@detectSQLi` and `@detectXSS`.
+pub mod seclang;
