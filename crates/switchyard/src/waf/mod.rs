@@ -3,4 +3,7 @@
 //!
 //! - `seclang`: the rule language, parsed from the CRS files unchanged.
 //! - `libinjection`: `@detectSQLi` and `@detectXSS`.
+//! - `transform`: the transformations (`t:...`), ModSecurity v3 semantics.
+//! - `operator`: the other operators (`@rx` with literal prefilters, `@pm`...).
 pub mod seclang;
+pub mod transform;
