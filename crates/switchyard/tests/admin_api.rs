@@ -171,15 +171,14 @@ fn every_documented_route_answers_as_documented() {
     let o = Origin::start("a");
     let l = free_addr();
     let tokens = tokens_file();
-    let sy = Switchyard::start(
-        &config(
-            &format!("tokens_file = \"{}\"", tokens.display()),
-            l,
-            &[(o.addr, 1)],
-            "",
-        ),
-        &[l],
+    let shield = "\n[shield]\n[shield.lists]\nblocklist = [\"203.0.113.0/24\"]\n[[shield.acl]]\nsrc = [\"@blocklist\"]\naction = \"drop\"\n";
+    let cfg = config(
+        &format!("tokens_file = \"{}\"", tokens.display()),
+        l,
+        &[(o.addr, 1)],
+        "",
     );
+    let sy = Switchyard::start(&format!("{cfg}{shield}"), &[l]);
     assert_eq!(get(l, "/").status, 200);
     let a = call(sy.admin, "GET", "/api/openapi.json", None, None);
     assert_eq!(a.status, 200);
@@ -195,11 +194,13 @@ fn every_documented_route_answers_as_documented() {
             .replace("{pool}", "app")
             .replace("{member}", &o.addr.to_string())
             .replace("{file}", "index.html")
+            .replace("{list}", "blocklist")
     };
     let body_for = |p: &str| -> Option<Value> {
         match p {
             "/api/v1/pools/{pool}/members/{member}" => Some(json!({ "weight": 2 })),
             "/api/v1/cache/purge" => Some(json!({ "url": format!("http://{l}/x") })),
+            "/api/v1/shield/lists/{list}" => Some(json!({ "add": ["198.51.100.0/24"] })),
             _ => None,
         }
     };
@@ -275,7 +276,7 @@ fn every_documented_route_answers_as_documented() {
             checked += 1;
         }
     }
-    assert!(checked >= 26, "{checked} routes checked");
+    assert!(checked >= 28, "{checked} routes checked");
     // The PATCH above (weight 2) took, and the audit says who did it.
     assert_eq!(member(&sy, o.addr)["weight"], 2);
     let audit = call(sy.admin, "GET", "/api/v1/audit", Some(READ_TOKEN), None).json();

@@ -56,6 +56,8 @@ pub enum Id {
     Audit,
     Live,
     Events,
+    Shield,
+    ShieldList,
 }
 
 pub struct Route {
@@ -116,6 +118,13 @@ pub const ROUTES: &[Route] = &[
     r("GET", "/api/v1/audit", READ, Id::Audit),
     r("GET", "/api/v1/live", READ, Id::Live),
     r("GET", "/api/v1/events", READ, Id::Events),
+    r("GET", "/api/v1/shield", READ, Id::Shield),
+    r(
+        "PATCH",
+        "/api/v1/shield/lists/{list}",
+        ADMIN,
+        Id::ShieldList,
+    ),
 ];
 
 /// Matches `path` against a route pattern; the captured `{}` segments,
@@ -402,7 +411,86 @@ impl<C: Control> Cx<'_, C> {
                 ok(Value::Array(samples))
             }
             Id::Events => Reply::Events,
+            Id::Shield => ok(json!({
+                "global": snap.shield.as_ref().map(|s| s.describe()),
+                "vservers": snap
+                    .vservers
+                    .iter()
+                    .filter_map(|v| v.acl.as_ref().map(|a| (v.name.clone(), a.describe())))
+                    .collect::<Map<String, Value>>(),
+            })),
+            Id::ShieldList => self.edit_list(),
         }
+    }
+
+    /// `{"add": [CIDR...], "remove": [CIDR...]}` on address list `{list}`,
+    /// in every rule set that uses it; the rules are recompiled and swapped
+    /// in without touching established connections.
+    fn edit_list(&self) -> Reply {
+        let name = self.param(0).to_string();
+        let v: Value = match serde_json::from_slice(self.body) {
+            Ok(v) => v,
+            Err(e) => return err(400, &format!("the body is not JSON: {e}")),
+        };
+        let Some(o) = v.as_object() else {
+            return err(400, "the body must be a JSON object");
+        };
+        if let Some(k) = o.keys().find(|k| !matches!(k.as_str(), "add" | "remove")) {
+            return err(400, &format!("unknown field {k:?}; fields are add, remove"));
+        }
+        let cidrs = |key: &str| -> Result<Vec<crate::config::types::Cidr>, String> {
+            match o.get(key) {
+                None => Ok(Vec::new()),
+                Some(Value::Array(a)) => a
+                    .iter()
+                    .map(|x| {
+                        x.as_str()
+                            .ok_or_else(|| format!("{key}: entries are strings"))
+                            .and_then(crate::config::types::Cidr::parse)
+                    })
+                    .collect(),
+                Some(_) => Err(format!("{key} must be an array of CIDRs")),
+            }
+        };
+        let (add, remove) = match (cidrs("add"), cidrs("remove")) {
+            (Ok(a), Ok(r)) => (a, r),
+            (Err(e), _) | (_, Err(e)) => return err(400, &e),
+        };
+        let sets: Vec<&crate::shield::AclSet> = self
+            .snap
+            .shield
+            .iter()
+            .chain(self.snap.vservers.iter().filter_map(|v| v.acl.as_ref()))
+            .map(|a| &**a)
+            .filter(|a| a.has_list(&name))
+            .collect();
+        if sets.is_empty() {
+            return err(404, &format!("no rule set uses an address list {name:?}"));
+        }
+        let mut len = 0;
+        for set in sets {
+            match set.edit_list(&name, &add, &remove) {
+                Ok(n) => len = n,
+                Err(e) => return err(500, &e),
+            }
+        }
+        let text = |l: &[crate::config::types::Cidr]| {
+            l.iter()
+                .map(crate::shield::cidr_text)
+                .collect::<Vec<_>>()
+                .join(" ")
+        };
+        self.admin.record_change(
+            &self.caller,
+            self.peer,
+            &format!(
+                "shield list {name}: add [{}] remove [{}]",
+                text(&add),
+                text(&remove)
+            ),
+            true,
+        );
+        ok(json!({ "list": name, "entries": len }))
     }
 
     fn asset(&self, name: &str) -> Reply {

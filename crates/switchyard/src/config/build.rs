@@ -52,6 +52,28 @@ pub fn build(
     };
     let settings = settings(&mut cx, &file);
     let (store, cache_limits) = cache_store(&mut cx, file.cache.as_ref(), previous);
+    let empty_lists = Default::default();
+    let shield_lists = file
+        .shield
+        .as_ref()
+        .map(|s| &s.get_ref().lists)
+        .unwrap_or(&empty_lists);
+    let shield = file.shield.as_ref().and_then(|s| {
+        let mut problems = Vec::new();
+        let set = super::shield::build(
+            "shield",
+            &s.get_ref().acl,
+            s.get_ref().default.as_ref(),
+            shield_lists,
+            s.span(),
+            &mut problems,
+        );
+        for (at, msg) in problems {
+            cx.err(at, msg);
+        }
+        (!set.is_empty() || set.default_action() != crate::shield::acl::Action::Allow)
+            .then(|| Arc::new(set))
+    });
 
     // Pools first: virtual servers refer to them.
     let mut pools: Vec<Arc<Pool>> = Vec::new();
@@ -116,7 +138,22 @@ pub fn build(
                 );
             }
         }
-        let vs = build_vserver(&mut cx, v, &pool_names, previous, &store);
+        let mut vs = build_vserver(&mut cx, v, &pool_names, previous, &store);
+        if !v.acl.is_empty() {
+            let mut problems = Vec::new();
+            let set = super::shield::build(
+                &format!("vserver {name:?} acl"),
+                &v.acl,
+                None,
+                shield_lists,
+                v.name.span(),
+                &mut problems,
+            );
+            for (at, msg) in problems {
+                cx.err(at, msg);
+            }
+            vs.acl = Some(Arc::new(set));
+        }
         let vs = Arc::new(vs);
         let map = if vs.protocol == model::Protocol::Udp {
             &mut udp_by_listen
@@ -148,6 +185,7 @@ pub fn build(
         vservers,
         pools,
         cache: store,
+        shield,
         by_listen,
         udp_by_listen,
         warnings: cx.warnings,
@@ -1019,6 +1057,7 @@ fn build_vserver(
         l4,
         accept_proxy,
         socket,
+        acl: None,
         name,
     }
 }

@@ -8,6 +8,7 @@ mod build;
 pub mod l4;
 pub mod model;
 mod read;
+pub mod shield;
 pub mod snapshot;
 mod tls_server;
 mod tls_upstream;

@@ -31,6 +31,8 @@ pub struct File {
     pub admin: Option<Admin>,
     /// The shared HTTP cache's memory; vservers turn caching on.
     pub cache: Option<CacheStore>,
+    /// Global ACL and address lists (config/shield.rs).
+    pub shield: Option<Spanned<super::shield::ShieldFile>>,
     #[serde(default)]
     pub vserver: Vec<VServer>,
     #[serde(default)]
@@ -179,6 +181,9 @@ pub struct VServer {
     pub proxy_protocol: Option<AcceptProxy>,
     /// Listening socket options.
     pub socket: Option<SocketOptions>,
+    /// This vserver's ACL rules, after the global ones (`[[vserver.acl]]`).
+    #[serde(default)]
+    pub acl: Vec<super::shield::AclRule>,
 }
 
 /// `[vserver.l4]`.

@@ -31,6 +31,8 @@ pub struct Snapshot {
     /// The HTTP cache's objects: one store for every vserver, handed from
     /// snapshot to snapshot (a reload keeps the cache).
     pub cache: Arc<crate::cache::Store>,
+    /// The global ACL (`[shield]`), when it has rules.
+    pub shield: Option<Arc<crate::shield::AclSet>>,
     /// Listen address -> virtual server (TCP listeners: HTTP and tcp).
     pub by_listen: crate::fasthash::FxHashMap<SocketAddr, Arc<VServer>>,
     /// UDP listen address -> udp virtual server.
@@ -139,6 +141,8 @@ pub struct VServer {
     /// Sources that open with a PROXY protocol header.
     pub accept_proxy: Option<Arc<super::l4::AcceptProxy>>,
     pub socket: super::l4::SocketOpts,
+    /// This vserver's ACL, evaluated after the global one.
+    pub acl: Option<Arc<crate::shield::AclSet>>,
     /// `[vserver.access_log]`, when set.
     pub access_log: Option<Arc<crate::accesslog::Config>>,
 }

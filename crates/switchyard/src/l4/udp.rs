@@ -78,7 +78,12 @@ pub async fn serve(ctx: Rc<WorkerCtx>, sock: UdpSocket, listen: SocketAddr) {
     let mut buf = vec![0u8; MAX_DATAGRAM];
     // The vserver of the snapshot seen last: looked up again only when a
     // reload published a new one.
-    let mut cached: Option<(u64, Option<Arc<VServer>>)> = None;
+    type Cached = (
+        u64,
+        Option<Arc<VServer>>,
+        Option<Arc<crate::shield::AclSet>>,
+    );
+    let mut cached: Option<Cached> = None;
     loop {
         let (n, client) = match sock.recv_from(&mut buf).await {
             Ok(x) => x,
@@ -89,13 +94,31 @@ pub async fn serve(ctx: Rc<WorkerCtx>, sock: UdpSocket, listen: SocketAddr) {
             }
         };
         let generation = ctx.snapshot.load().generation;
-        if cached.as_ref().is_none_or(|(g, _)| *g != generation) {
+        if cached.as_ref().is_none_or(|(g, _, _)| *g != generation) {
             let snap = ctx.snapshot.load();
-            cached = Some((snap.generation, snap.udp_by_listen.get(&listen).cloned()));
+            cached = Some((
+                snap.generation,
+                snap.udp_by_listen.get(&listen).cloned(),
+                snap.shield.clone(),
+            ));
         }
-        let Some(vs) = cached.as_ref().and_then(|(_, v)| v.clone()) else {
+        let Some((_, Some(vs), shield)) = cached.as_ref() else {
             continue;
         };
+        let vs = vs.clone();
+        if shield.is_some() || vs.acl.is_some() {
+            let a = crate::shield::admit(
+                shield.as_deref(),
+                vs.acl.as_deref(),
+                client,
+                listen,
+                crate::shield::acl::UDP,
+            );
+            if a != crate::shield::acl::Action::Allow {
+                stats::inc(&vs.counters.local().acl_dropped);
+                continue;
+            }
+        }
         let vc = vs.counters.local();
         stats::inc(&vc.udp_datagrams_in);
         stats::add(&vc.bytes_in, n as u64);

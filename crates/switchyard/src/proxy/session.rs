@@ -48,13 +48,18 @@ pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: S
     let (counters, tls, h2_only, l4, accept_proxy) = {
         let snap = ctx.snapshot.load();
         match snap.vserver_for(&listen) {
-            Some(vs) => (
-                vs.counters.clone(),
-                vs.tls.clone(),
-                vs.h2c_only,
-                vs.l4.is_some().then(|| (Arc::clone(&snap), vs.clone())),
-                vs.accept_proxy.clone(),
-            ),
+            Some(vs) => {
+                if !admitted(&snap, vs, &stream, peer, listen) {
+                    return;
+                }
+                (
+                    vs.counters.clone(),
+                    vs.tls.clone(),
+                    vs.h2c_only,
+                    vs.l4.is_some().then(|| (Arc::clone(&snap), vs.clone())),
+                    vs.accept_proxy.clone(),
+                )
+            }
             None => return,
         }
     };
@@ -110,6 +115,33 @@ pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: S
         return;
     }
     start(ctx, stream, peer, listen, tls, h2_only, guard);
+}
+
+/// The ACLs' decision on a new connection: a drop closes it, a reject
+/// closes it with a reset (SO_LINGER 0).
+fn admitted(
+    snap: &crate::config::Snapshot,
+    vs: &crate::config::snapshot::VServer,
+    stream: &TcpStream,
+    peer: SocketAddr,
+    listen: SocketAddr,
+) -> bool {
+    if snap.shield.is_none() && vs.acl.is_none() {
+        return true;
+    }
+    use crate::shield::acl::{Action, TCP};
+    match crate::shield::admit(snap.shield.as_deref(), vs.acl.as_deref(), peer, listen, TCP) {
+        Action::Drop => {
+            stats::inc(&vs.counters.local().acl_dropped);
+            false
+        }
+        Action::Reject => {
+            stats::inc(&vs.counters.local().acl_rejected);
+            let _ = socket2::SockRef::from(stream).set_linger(Some(std::time::Duration::ZERO));
+            false
+        }
+        _ => true,
+    }
 }
 
 /// Starts the HTTP session of an accepted connection: TLS first if the

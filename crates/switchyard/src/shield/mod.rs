@@ -1,5 +1,197 @@
 //! The shield: what keeps unwanted traffic from the proxy (issue 12).
 //!
 //! - `acl`: ordered L3/L4 rules compiled for a lookup in near-constant
-//!   time, evaluated at accept (and, later, in XDP with the same tables).
+//!   time.
+//! - `AclSet`: one live rule set (the global `[shield]` one, or a
+//!   vserver's). It is evaluated at accept for TCP and per datagram for
+//!   UDP. Its address lists can be edited at run time through the admin
+//!   API: the rules are compiled again and swapped in, and established
+//!   connections are untouched.
+
 pub mod acl;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use serde_json::{json, Value};
+
+use crate::config::types::Cidr;
+use crate::log;
+use acl::{Acl, Action, Packet, Rule};
+
+/// A rule with the address lists it names for its sources and destinations.
+pub type ListedRule = (Rule, Vec<String>, Vec<String>);
+
+pub struct AclSet {
+    rules: Vec<ListedRule>,
+    default: Action,
+    lists: Mutex<BTreeMap<String, Vec<Cidr>>>,
+    compiled: ArcSwap<Acl>,
+    /// Matches per rule, and decisions by the default.
+    hits: Vec<AtomicU64>,
+    default_hits: AtomicU64,
+}
+
+fn compile(rules: &[ListedRule], lists: &BTreeMap<String, Vec<Cidr>>, default: Action) -> Acl {
+    let expanded = rules
+        .iter()
+        .map(|(r, src, dst)| {
+            let mut r = r.clone();
+            for l in src {
+                r.src.extend(lists.get(l).into_iter().flatten().copied());
+            }
+            for l in dst {
+                r.dst.extend(lists.get(l).into_iter().flatten().copied());
+            }
+            r
+        })
+        .collect();
+    Acl::new(expanded, default)
+}
+
+impl AclSet {
+    pub fn new(
+        rules: Vec<ListedRule>,
+        lists: BTreeMap<String, Vec<Cidr>>,
+        default: Action,
+    ) -> AclSet {
+        let compiled = compile(&rules, &lists, default);
+        AclSet {
+            hits: rules.iter().map(|_| AtomicU64::new(0)).collect(),
+            rules,
+            default,
+            lists: Mutex::new(lists),
+            compiled: ArcSwap::from_pointee(compiled),
+            default_hits: AtomicU64::new(0),
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rules.is_empty()
+    }
+
+    pub fn default_action(&self) -> Action {
+        self.default
+    }
+
+    /// The decision for `p`: counting and logging rules are counted (and
+    /// logged) on the way.
+    pub fn check(&self, p: &Packet) -> Action {
+        let acl = self.compiled.load();
+        let v = acl.check(p);
+        for i in &v.noted {
+            self.hits[*i].fetch_add(1, Ordering::Relaxed);
+            if self.rules[*i].0.action == Some(Action::Log) {
+                log::info(format_args!(
+                    "shield: rule {:?} matched {} -> {} (proto {}, port {})",
+                    self.rules[*i].0.name, p.src, p.dst, p.proto, p.dst_port
+                ));
+            }
+        }
+        match v.rule {
+            Some(i) => self.hits[i].fetch_add(1, Ordering::Relaxed),
+            None => self.default_hits.fetch_add(1, Ordering::Relaxed),
+        };
+        v.action
+    }
+
+    /// Adds and removes entries of address list `name`, then swaps in the
+    /// recompiled rules. Returns the list's new length.
+    pub fn edit_list(&self, name: &str, add: &[Cidr], remove: &[Cidr]) -> Result<usize, String> {
+        let mut lists = self
+            .lists
+            .lock()
+            .map_err(|_| "the list lock is poisoned".to_string())?;
+        let Some(list) = lists.get_mut(name) else {
+            return Err(format!("no address list {name:?}"));
+        };
+        list.retain(|c| !remove.contains(c));
+        for c in add {
+            if !list.contains(c) {
+                list.push(*c);
+            }
+        }
+        let n = list.len();
+        let compiled = compile(&self.rules, &lists, self.default);
+        self.compiled.store(Arc::new(compiled));
+        Ok(n)
+    }
+
+    pub fn has_list(&self, name: &str) -> bool {
+        self.lists
+            .lock()
+            .map(|l| l.contains_key(name))
+            .unwrap_or(false)
+    }
+
+    /// Rules with their hit counts, and the lists, for the admin API.
+    pub fn describe(&self) -> Value {
+        let rules: Vec<Value> = self
+            .rules
+            .iter()
+            .zip(&self.hits)
+            .map(|((r, sl, dl), h)| {
+                json!({
+                    "name": r.name,
+                    "action": format!("{:?}", r.action.unwrap_or(Action::Allow)).to_ascii_lowercase(),
+                    "src": r.src.iter().map(cidr_text).chain(sl.iter().map(|l| format!("@{l}"))).collect::<Vec<_>>(),
+                    "dst": r.dst.iter().map(cidr_text).chain(dl.iter().map(|l| format!("@{l}"))).collect::<Vec<_>>(),
+                    "proto": r.proto,
+                    "src_port": r.src_ports.iter().map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect::<Vec<_>>(),
+                    "dst_port": r.dst_ports.iter().map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect::<Vec<_>>(),
+                    "hits": h.load(Ordering::Relaxed),
+                })
+            })
+            .collect();
+        let lists: BTreeMap<String, Vec<String>> = self
+            .lists
+            .lock()
+            .map(|l| {
+                l.iter()
+                    .map(|(k, v)| (k.clone(), v.iter().map(cidr_text).collect()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        json!({
+            "default": format!("{:?}", self.default).to_ascii_lowercase(),
+            "default_hits": self.default_hits.load(Ordering::Relaxed),
+            "rules": rules,
+            "lists": lists,
+        })
+    }
+}
+
+pub fn cidr_text(c: &Cidr) -> String {
+    format!("{}/{}", c.net, c.prefix)
+}
+
+/// The decision for a new TCP connection or a UDP datagram from `peer` to
+/// `local`: the global rules first, then the vserver's; the first
+/// non-allow decision stands.
+pub fn admit(
+    global: Option<&AclSet>,
+    vserver: Option<&AclSet>,
+    peer: SocketAddr,
+    local: SocketAddr,
+    proto: u8,
+) -> Action {
+    let p = Packet {
+        src: peer.ip(),
+        dst: local.ip(),
+        proto,
+        src_port: peer.port(),
+        dst_port: local.port(),
+        // What the connection's first segment carried.
+        tcp_flags: if proto == acl::TCP { 0x02 } else { 0 },
+    };
+    for set in [global, vserver].into_iter().flatten() {
+        match set.check(&p) {
+            Action::Allow => {}
+            other => return other,
+        }
+    }
+    Action::Allow
+}

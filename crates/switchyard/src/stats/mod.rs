@@ -197,6 +197,9 @@ counters!(
         udp_datagrams_in,
         udp_datagrams_out,
         udp_dropped,
+        /// Connections (and UDP datagrams) the ACLs dropped or rejected.
+        acl_dropped,
+        acl_rejected,
     }
 );
 

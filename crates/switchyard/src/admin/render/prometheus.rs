@@ -266,6 +266,16 @@ const VSERVER: &[Spec] = &[
         "Datagrams relayed back to clients.",
     ),
     c(
+        "acl_dropped",
+        "switchyard_vserver_acl_dropped_total",
+        "Connections and UDP datagrams dropped by an ACL rule (global or the vserver's).",
+    ),
+    c(
+        "acl_rejected",
+        "switchyard_vserver_acl_rejected_total",
+        "Connections refused with a reset by an ACL rule.",
+    ),
+    c(
         "udp_dropped",
         "switchyard_vserver_udp_datagrams_dropped_total",
         "Datagrams dropped: no member available, session table full, or a failed send.",

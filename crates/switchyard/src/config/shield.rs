@@ -1,0 +1,256 @@
+//! `[shield]` and `[[vserver.acl]]` as written, and their validation into
+//! ACL rule sets.
+//!
+//! ```toml
+//! [shield]
+//! default = "allow"                  # what no deciding rule means
+//! [shield.lists]
+//! blocklist = ["203.0.113.0/24", "2001:db8:bad::/48"]
+//! [[shield.acl]]
+//! name = "drop the blocklist"
+//! src = ["@blocklist"]               # CIDRs, or @list references
+//! action = "drop"                    # allow, drop, reject, count, log
+//! [[shield.acl]]
+//! proto = ["tcp"]
+//! dst_port = [22, "8000-8100"]
+//! tcp_flags = "syn,!ack"
+//! action = "reject"
+//! ```
+
+use std::collections::BTreeMap;
+use std::ops::Range;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::tls_server::Problem;
+use super::types::Cidr;
+use crate::shield::acl::{self, Action, Rule};
+use crate::shield::AclSet;
+
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ShieldFile {
+    pub default: Option<Spanned<String>>,
+    #[serde(default)]
+    pub lists: BTreeMap<String, Vec<Spanned<Cidr>>>,
+    #[serde(default)]
+    pub acl: Vec<AclRule>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AclRule {
+    pub name: Option<String>,
+    #[serde(default)]
+    pub src: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub dst: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub proto: Vec<Spanned<toml::Value>>,
+    #[serde(default)]
+    pub src_port: Vec<Spanned<toml::Value>>,
+    #[serde(default)]
+    pub dst_port: Vec<Spanned<toml::Value>>,
+    /// Comma-separated flags, `!` for "not set": "syn,!ack".
+    pub tcp_flags: Option<Spanned<String>>,
+    pub action: Spanned<String>,
+}
+
+fn action(s: &Spanned<String>, problems: &mut Vec<Problem>) -> Action {
+    match s.get_ref().as_str() {
+        "allow" => Action::Allow,
+        "drop" => Action::Drop,
+        "reject" => Action::Reject,
+        "count" => Action::Count,
+        "log" => Action::Log,
+        other => {
+            problems.push((
+                s.span(),
+                format!("unknown action {other:?}; use allow, drop, reject, count or log"),
+            ));
+            Action::Allow
+        }
+    }
+}
+
+fn proto(v: &Spanned<toml::Value>, problems: &mut Vec<Problem>) -> Option<u8> {
+    let p = match v.get_ref() {
+        toml::Value::String(s) => match s.to_ascii_lowercase().as_str() {
+            "tcp" => Some(acl::TCP),
+            "udp" => Some(acl::UDP),
+            "icmp" => Some(acl::ICMP),
+            "icmpv6" | "ipv6-icmp" => Some(acl::ICMPV6),
+            _ => None,
+        },
+        toml::Value::Integer(n) => u8::try_from(*n).ok(),
+        _ => None,
+    };
+    if p.is_none() {
+        problems.push((
+            v.span(),
+            "proto: tcp, udp, icmp, icmpv6 or an IP protocol number 0-255".to_string(),
+        ));
+    }
+    p
+}
+
+fn port_range(v: &Spanned<toml::Value>, problems: &mut Vec<Problem>) -> Option<(u16, u16)> {
+    let parse = |s: &str| s.trim().parse::<u16>().ok();
+    let r = match v.get_ref() {
+        toml::Value::Integer(n) => u16::try_from(*n).ok().map(|p| (p, p)),
+        toml::Value::String(s) => match s.split_once('-') {
+            Some((a, b)) => parse(a).zip(parse(b)).filter(|(a, b)| a <= b),
+            None => parse(s).map(|p| (p, p)),
+        },
+        _ => None,
+    };
+    if r.is_none() {
+        problems.push((
+            v.span(),
+            "a port is 0-65535, or a range \"LOW-HIGH\" with LOW <= HIGH".to_string(),
+        ));
+    }
+    r
+}
+
+fn tcp_flags(s: &Spanned<String>, problems: &mut Vec<Problem>) -> Option<(u8, u8)> {
+    let (mut mask, mut value) = (0u8, 0u8);
+    for f in s.get_ref().split(',') {
+        let f = f.trim().to_ascii_lowercase();
+        let (not, name) = match f.strip_prefix('!') {
+            Some(n) => (true, n.to_string()),
+            None => (false, f),
+        };
+        let bit = match name.as_str() {
+            "fin" => 0x01,
+            "syn" => 0x02,
+            "rst" => 0x04,
+            "psh" => 0x08,
+            "ack" => 0x10,
+            "urg" => 0x20,
+            "ece" => 0x40,
+            "cwr" => 0x80,
+            _ => {
+                problems.push((
+                    s.span(),
+                    format!("tcp_flags: unknown flag {name:?}; flags are fin, syn, rst, psh, ack, urg, ece, cwr (! for not set)"),
+                ));
+                return None;
+            }
+        };
+        mask |= bit;
+        if !not {
+            value |= bit;
+        }
+    }
+    Some((mask, value))
+}
+
+/// An address entry: a CIDR, or `@list`.
+enum Addr {
+    Net(Cidr),
+    List(String),
+}
+
+fn addr(
+    s: &Spanned<String>,
+    lists: &BTreeMap<String, Vec<Spanned<Cidr>>>,
+    problems: &mut Vec<Problem>,
+) -> Option<Addr> {
+    if let Some(name) = s.get_ref().strip_prefix('@') {
+        if !lists.contains_key(name) {
+            let known: Vec<&str> = lists.keys().map(|k| k.as_str()).collect();
+            problems.push((
+                s.span(),
+                format!(
+                    "no address list {name:?}; lists: {}",
+                    if known.is_empty() {
+                        "none".to_string()
+                    } else {
+                        known.join(", ")
+                    }
+                ),
+            ));
+            return None;
+        }
+        return Some(Addr::List(name.to_string()));
+    }
+    match Cidr::parse(s.get_ref()) {
+        Ok(c) => Some(Addr::Net(c)),
+        Err(e) => {
+            problems.push((s.span(), e));
+            None
+        }
+    }
+}
+
+/// Validates rules (with `what` naming where they are) into a spec.
+pub fn build(
+    what: &str,
+    rules: &[AclRule],
+    default: Option<&Spanned<String>>,
+    lists: &BTreeMap<String, Vec<Spanned<Cidr>>>,
+    span: Range<usize>,
+    problems: &mut Vec<Problem>,
+) -> AclSet {
+    let mut local = Vec::new();
+    let default = default
+        .map(|d| action(d, &mut local))
+        .unwrap_or(Action::Allow);
+    if !default.decides() {
+        local.push((
+            span.clone(),
+            "default must be allow, drop or reject".to_string(),
+        ));
+    }
+    let mut out = Vec::new();
+    for (i, r) in rules.iter().enumerate() {
+        let mut rule = Rule {
+            name: r.name.clone().unwrap_or_else(|| format!("#{}", i + 1)),
+            action: Some(action(&r.action, &mut local)),
+            ..Default::default()
+        };
+        let mut src_lists = Vec::new();
+        let mut dst_lists = Vec::new();
+        for s in &r.src {
+            match addr(s, lists, &mut local) {
+                Some(Addr::Net(c)) => rule.src.push(c),
+                Some(Addr::List(l)) => src_lists.push(l),
+                None => {}
+            }
+        }
+        for s in &r.dst {
+            match addr(s, lists, &mut local) {
+                Some(Addr::Net(c)) => rule.dst.push(c),
+                Some(Addr::List(l)) => dst_lists.push(l),
+                None => {}
+            }
+        }
+        rule.proto = r
+            .proto
+            .iter()
+            .filter_map(|p| proto(p, &mut local))
+            .collect();
+        rule.src_ports = r
+            .src_port
+            .iter()
+            .filter_map(|p| port_range(p, &mut local))
+            .collect();
+        rule.dst_ports = r
+            .dst_port
+            .iter()
+            .filter_map(|p| port_range(p, &mut local))
+            .collect();
+        rule.tcp_flags = r.tcp_flags.as_ref().and_then(|f| tcp_flags(f, &mut local));
+        out.push((rule, src_lists, dst_lists));
+    }
+    for (at, msg) in local {
+        problems.push((at, format!("{what}: {msg}")));
+    }
+    let lists = lists
+        .iter()
+        .map(|(k, v)| (k.clone(), v.iter().map(|c| *c.get_ref()).collect()))
+        .collect();
+    AclSet::new(out, lists, default)
+}
