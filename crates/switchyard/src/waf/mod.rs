@@ -5,5 +5,6 @@
 //! - `libinjection`: `@detectSQLi` and `@detectXSS`.
 //! - `transform`: the transformations (`t:...`), ModSecurity v3 semantics.
 //! - `operator`: the other operators (`@rx` with literal prefilters, `@pm`...).
+pub mod libinjection;
 pub mod seclang;
 pub mod transform;
