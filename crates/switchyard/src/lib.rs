@@ -10,6 +10,7 @@ pub mod accesslog;
 pub mod admin;
 pub mod balance;
 pub mod cache;
+pub mod cidr;
 pub mod clock;
 pub mod compress;
 pub mod config;

@@ -29,7 +29,6 @@ pub use format::Format;
 pub use writer::{dropped_total, flush, reopen};
 use writer::{SinkHandle, Syslog, SyslogAddr, Target};
 
-use crate::config::model;
 use crate::http::message::Request;
 
 /// A client connection's TLS parameters, measured once per connection.
@@ -197,9 +196,28 @@ fn target(to: &str, base: &Path) -> Result<Target, String> {
     Err(format!("access_log.to {to:?} is not one of \"stdout\", \"stderr\", \"file:PATH\", \"syslog:udp:HOST:PORT\", \"syslog:unix:PATH\""))
 }
 
+/// `[vserver.access_log]` as written.
+#[derive(Debug, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AccessLogFile {
+    /// "json", "common", "combined" (default), or a template of $variables.
+    pub format: Option<Spanned<String>>,
+    /// "stdout" (default), "stderr", "file:PATH", "syslog:udp:HOST:PORT",
+    /// "syslog:unix:PATH".
+    pub to: Option<Spanned<String>>,
+    /// Share of requests logged, 0.0 to 1.0 (default 1); 5xx always are.
+    pub sample: Option<Spanned<f64>>,
+    /// Syslog facility name (default "local7").
+    pub facility: Option<Spanned<String>>,
+    /// Syslog APP-NAME (default "switchyard").
+    pub app_name: Option<Spanned<String>>,
+    /// Start a W3C traceparent for requests without a valid one (default true).
+    pub traceparent: Option<bool>,
+}
+
 /// Validates `[vserver.access_log]` (`what` names the vserver; relative
 /// file paths are resolved against `base`). Every problem is reported.
-pub fn build(a: &model::AccessLog, base: &Path, what: &str) -> Result<Config, Vec<Problem>> {
+pub fn build(a: &AccessLogFile, base: &Path, what: &str) -> Result<Config, Vec<Problem>> {
     let mut problems: Vec<Problem> = Vec::new();
     let format = match &a.format {
         None => Format::Combined,
@@ -290,7 +308,7 @@ mod tests {
     use super::*;
 
     fn parse(text: &str) -> Result<Config, Vec<Problem>> {
-        let m: model::AccessLog = toml::from_str(text).expect("model");
+        let m: AccessLogFile = toml::from_str(text).expect("model");
         build(&m, Path::new("/tmp"), "vserver \"v\"")
     }
 

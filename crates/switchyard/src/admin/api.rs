@@ -438,7 +438,7 @@ impl<C: Control> Cx<'_, C> {
         if let Some(k) = o.keys().find(|k| !matches!(k.as_str(), "add" | "remove")) {
             return err(400, &format!("unknown field {k:?}; fields are add, remove"));
         }
-        let cidrs = |key: &str| -> Result<Vec<crate::config::types::Cidr>, String> {
+        let cidrs = |key: &str| -> Result<Vec<crate::cidr::Cidr>, String> {
             match o.get(key) {
                 None => Ok(Vec::new()),
                 Some(Value::Array(a)) => a
@@ -446,7 +446,7 @@ impl<C: Control> Cx<'_, C> {
                     .map(|x| {
                         x.as_str()
                             .ok_or_else(|| format!("{key}: entries are strings"))
-                            .and_then(crate::config::types::Cidr::parse)
+                            .and_then(crate::cidr::Cidr::parse)
                     })
                     .collect(),
                 Some(_) => Err(format!("{key} must be an array of CIDRs")),
@@ -474,7 +474,7 @@ impl<C: Control> Cx<'_, C> {
                 Err(e) => return err(500, &e),
             }
         }
-        let text = |l: &[crate::config::types::Cidr]| {
+        let text = |l: &[crate::cidr::Cidr]| {
             l.iter()
                 .map(crate::shield::cidr_text)
                 .collect::<Vec<_>>()

@@ -10,7 +10,8 @@
 //! static files.
 
 pub mod api;
-pub mod auth;
+/// Tokens are read with the configuration (a reload rotates them).
+pub use crate::config::tokens as auth;
 mod dashboard;
 mod live;
 mod render;

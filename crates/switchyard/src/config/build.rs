@@ -221,7 +221,7 @@ fn build_admin(
                 );
                 None
             }
-            Ok(text) => match crate::admin::auth::Tokens::parse(&text) {
+            Ok(text) => match super::tokens::Tokens::parse(&text) {
                 Ok(t) => Some(Arc::new(t)),
                 Err((line, msg)) => {
                     cx.err(

@@ -12,6 +12,7 @@ pub mod shield;
 pub mod snapshot;
 mod tls_server;
 mod tls_upstream;
+pub mod tokens;
 pub mod types;
 
 use std::fmt;

@@ -239,24 +239,8 @@ pub struct SocketOptions {
     pub nodelay: Option<bool>,
 }
 
-/// `[vserver.access_log]`; checked by `accesslog::build`.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AccessLog {
-    /// "json", "common", "combined" (default), or a template of $variables.
-    pub format: Option<Spanned<String>>,
-    /// "stdout" (default), "stderr", "file:PATH", "syslog:udp:HOST:PORT",
-    /// "syslog:unix:PATH".
-    pub to: Option<Spanned<String>>,
-    /// Share of requests logged, 0.0 to 1.0 (default 1); 5xx always are.
-    pub sample: Option<Spanned<f64>>,
-    /// Syslog facility name (default "local7").
-    pub facility: Option<Spanned<String>>,
-    /// Syslog APP-NAME (default "switchyard").
-    pub app_name: Option<Spanned<String>>,
-    /// Start a W3C traceparent for requests without a valid one (default true).
-    pub traceparent: Option<bool>,
-}
+/// `[vserver.access_log]`: defined and checked by the access log module.
+pub use crate::accesslog::AccessLogFile as AccessLog;
 
 /// `true`, `false`, or a table of settings. Deserialized by hand: serde's
 /// untagged enums buffer the value and lose the spans `Spanned` fields

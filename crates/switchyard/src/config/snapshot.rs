@@ -75,7 +75,7 @@ impl Snapshot {
 /// `[admin]`, validated.
 pub struct AdminSettings {
     pub listen: SocketAddr,
-    pub tokens: Option<Arc<crate::admin::auth::Tokens>>,
+    pub tokens: Option<Arc<super::tokens::Tokens>>,
     pub tls: Option<Arc<crate::tls::TlsServer>>,
 }
 

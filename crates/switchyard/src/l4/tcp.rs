@@ -14,7 +14,6 @@
 //! it finish on the old configuration.
 
 use std::net::{IpAddr, SocketAddr};
-use std::rc::Rc;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,18 +28,18 @@ use crate::config::l4::{AcceptProxy, ProxyVersion};
 use crate::config::snapshot::{HashKey, Member, Persist, Pool, Snapshot, VServer};
 use crate::health::passive;
 use crate::log;
-use crate::proxy::{ConnGuard, WorkerCtx};
 use crate::stats::{self, MemberCounters, Sharded, VsCounters};
 
 /// Runs one accepted connection of a `tcp` vserver.
-pub async fn serve(
-    ctx: Rc<WorkerCtx>,
+/// `guard` is held until the connection ends (the worker's connection
+/// gauges).
+pub async fn serve<G>(
     stream: TcpStream,
     peer: SocketAddr,
     listen: SocketAddr,
     snap: Arc<Snapshot>,
     vs: Arc<VServer>,
-    guard: ConnGuard,
+    guard: G,
 ) {
     let _guard = guard;
     let Some(l4) = vs.l4.clone() else { return };
@@ -136,7 +135,6 @@ pub async fn serve(
     .await;
     let _ = up.stream.shutdown().await;
     finish(&vs, &pool, &m, end);
-    drop(ctx);
 }
 
 fn ms(n: u64) -> Duration {

@@ -35,7 +35,6 @@ use crate::config::snapshot::{Member, Pool, VServer};
 use crate::fasthash::FxHashMap;
 use crate::health::passive;
 use crate::log;
-use crate::proxy::WorkerCtx;
 use crate::stats::{self, MemberCounters, Sharded};
 
 /// Largest datagram relayed (the largest a UDP/IPv4 datagram can be).
@@ -72,7 +71,11 @@ type Table = Rc<RefCell<FxHashMap<SocketAddr, Rc<Session>>>>;
 
 /// Serves one worker's socket of the udp vserver on `listen` until the
 /// listener is removed (the task is aborted).
-pub async fn serve(ctx: Rc<WorkerCtx>, sock: UdpSocket, listen: SocketAddr) {
+pub async fn serve(
+    snapshot: Arc<arc_swap::ArcSwap<crate::config::Snapshot>>,
+    sock: UdpSocket,
+    listen: SocketAddr,
+) {
     let sock = Rc::new(sock);
     let table: Table = Rc::default();
     let mut buf = vec![0u8; MAX_DATAGRAM];
@@ -93,9 +96,9 @@ pub async fn serve(ctx: Rc<WorkerCtx>, sock: UdpSocket, listen: SocketAddr) {
                 continue;
             }
         };
-        let generation = ctx.snapshot.load().generation;
+        let generation = snapshot.load().generation;
         if cached.as_ref().is_none_or(|(g, _, _)| *g != generation) {
-            let snap = ctx.snapshot.load();
+            let snap = snapshot.load();
             cached = Some((
                 snap.generation,
                 snap.udp_by_listen.get(&listen).cloned(),

@@ -78,15 +78,7 @@ pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: S
     };
     let _ = stream.set_nodelay(true);
     if let Some((snap, vs)) = l4 {
-        tokio::task::spawn_local(crate::l4::tcp::serve(
-            ctx.clone(),
-            stream,
-            peer,
-            listen,
-            snap,
-            vs,
-            guard,
-        ));
+        tokio::task::spawn_local(crate::l4::tcp::serve(stream, peer, listen, snap, vs, guard));
         return;
     }
     // A trusted proxy in front says who the client is: that address is the

@@ -188,7 +188,7 @@ fn start(
             }
         },
         (Bound::Udp(addr), Socket2::Udp(s)) => match tokio::net::UdpSocket::from_std(s) {
-            Ok(s) => tokio::task::spawn_local(crate::l4::udp::serve(ctx.clone(), s, addr)),
+            Ok(s) => tokio::task::spawn_local(crate::l4::udp::serve(ctx.snapshot.clone(), s, addr)),
             Err(e) => {
                 log::error(format_args!("cannot register udp socket {addr}: {e}"));
                 return;

@@ -23,7 +23,7 @@
 
 use std::net::IpAddr;
 
-use crate::config::types::Cidr;
+use crate::cidr::Cidr;
 
 /// What a matching rule does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex};
 use arc_swap::ArcSwap;
 use serde_json::{json, Value};
 
-use crate::config::types::Cidr;
+use crate::cidr::Cidr;
 use crate::log;
 use acl::{Acl, Action, Packet, Rule};
 

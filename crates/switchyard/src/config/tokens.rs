@@ -1,4 +1,4 @@
-//! Who may use the admin API: bearer tokens from the operator's tokens file,
+//! Who may use the admin API (read with the configuration): bearer tokens from the operator's tokens file,
 //! each with a name (written in the log next to every change it makes) and
 //! a role. `read` sees everything; `admin` may also change things.
 //!
