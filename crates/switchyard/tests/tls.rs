@@ -1093,6 +1093,8 @@ fn ocsp_response_is_stapled() {
             "req.der",
             "-respout",
             "resp.der",
+            "-ndays",
+            "7",
         ],
     );
     let o = Origin::start("a");
@@ -1103,10 +1105,24 @@ fn ocsp_response_is_stapled() {
         site.1.display(),
         pki.dir.join("resp.der").display()
     );
-    let _sy = Switchyard::start(&tls_config(l, &o, &tls, ""), &[l]);
+    let sy = Switchyard::start(&tls_config(l, &o, &tls, ""), &[l]);
     let out = s_client(l, &pki.ca(), &["-status"]);
     assert!(out.contains("OCSP Response Status: successful"), "{out}");
     assert!(out.contains("Cert Status: good"), "{out}");
+    // The admin API reads the staple: status and validity.
+    let certs: serde_json::Value =
+        serde_json::from_str(&sy.admin_get("/api/v1/certificates")).expect("json");
+    let c = &certs[0];
+    assert_eq!(c["names"], serde_json::json!(["site.test"]), "{certs}");
+    assert_eq!(c["ocsp"]["stapled"], true, "{c}");
+    assert_eq!(c["ocsp"]["response_status"], "successful", "{c}");
+    assert_eq!(c["ocsp"]["cert_status"], "good", "{c}");
+    assert_eq!(c["ocsp"]["expired"], false, "{c}");
+    assert!(c["ocsp"]["next_update"].is_string(), "{c}");
+    assert!(
+        (28..=30).contains(&c["days_left"].as_i64().unwrap_or(0)),
+        "{c}"
+    );
 }
 
 #[test]
