@@ -154,6 +154,71 @@ fn loads_the_whole_crs() {
     assert!(matches!(&sv.op, SetVarOp::Add(m) if m.has_vars()));
 }
 
+/// The directives CRS ships commented out (setup options, exclusion
+/// examples), uncommented: what an operator enables must parse too.
+fn uncomment(text: &str) -> String {
+    let mut out = String::new();
+    let mut cont = false;
+    for line in text.lines() {
+        let body = line.strip_prefix('#');
+        if cont {
+            out.push_str(body.unwrap_or(line));
+            out.push('\n');
+            cont = line.trim_end().ends_with('\\');
+            continue;
+        }
+        let Some(b) = body else { continue };
+        let b = b.strip_prefix(' ').unwrap_or(b);
+        let t = b.trim_start();
+        let word = t.split_whitespace().next().unwrap_or("");
+        let directive = word.starts_with("Sec")
+            && word.len() > 3
+            && word.as_bytes()[3].is_ascii_uppercase()
+            && word.bytes().all(|c| c.is_ascii_alphanumeric());
+        if directive && word.len() < t.len() && !t.contains("->") {
+            out.push_str(b);
+            out.push('\n');
+            cont = line.trim_end().ends_with('\\');
+        }
+    }
+    out
+}
+
+#[test]
+fn crs_commented_examples_parse() {
+    if !Path::new(CRS).exists() {
+        return;
+    }
+    let crs = Path::new(CRS);
+    let rules_dir = crs.join("rules");
+    let mut l = Loader::new();
+    let setup = uncomment(&std::fs::read_to_string(crs.join("crs-setup.conf.example")).unwrap());
+    // Its SecRuleUpdate* examples say "after the inclusion of the CRS".
+    let (late, setup): (Vec<&str>, Vec<&str>) =
+        setup.lines().partition(|l| l.starts_with("SecRuleUpdate"));
+    let setup = setup.join("\n");
+    assert!(setup.lines().count() > 100);
+    l.load_str(&setup, "crs-setup (uncommented)", Some(crs))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let before = rules_dir.join("REQUEST-900-EXCLUSION-RULES-BEFORE-CRS.conf.example");
+    let text = uncomment(&std::fs::read_to_string(&before).unwrap());
+    l.load_str(&text, "900 (uncommented)", Some(&rules_dir))
+        .unwrap_or_else(|e| panic!("{e}"));
+    for f in crs_files().iter().skip(1) {
+        l.load_path(f).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let after = rules_dir.join("RESPONSE-999-EXCLUSION-RULES-AFTER-CRS.conf.example");
+    let text = uncomment(&std::fs::read_to_string(&after).unwrap()) + &late.join("\n");
+    l.load_str(&text, "999 (uncommented)", Some(&rules_dir))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let set = l.finish().unwrap();
+    assert!(set.rule(900000).is_some(), "the paranoia level SecAction");
+    assert!(
+        set.rule(942100).is_none(),
+        "SecRuleRemoveById 942100 of the 999 example"
+    );
+}
+
 /// Rough memory of the parsed CRS (resident set growth while loading);
 /// `cargo test -p switchyard --lib waf::seclang::tests::crs_memory -- --ignored --nocapture`.
 #[test]
