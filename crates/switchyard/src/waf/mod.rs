@@ -6,5 +6,6 @@
 //! - `transform`: the transformations (`t:...`), ModSecurity v3 semantics.
 //! - `operator`: the other operators (`@rx` with literal prefilters, `@pm`...).
 pub mod libinjection;
+pub mod operator;
 pub mod seclang;
 pub mod transform;
