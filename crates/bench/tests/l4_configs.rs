@@ -54,6 +54,13 @@ fn haproxy_l4_config_is_valid_with_the_expert_settings() {
         assert!(cfg.contains(want), "haproxy.cfg lacks {want}:\n{cfg}");
     }
     assert!(!cfg.contains("\n    log "), "no logging:\n{cfg}");
+    assert!(!cfg.contains("splice-response"), "{cfg}");
+    let forced = l4::resolve("haproxy-splice", None).unwrap();
+    let (_, cfg2) = written(&forced, "haproxy.cfg");
+    assert!(
+        cfg2.contains("option splice-request") && cfg2.contains("option splice-response"),
+        "{cfg2}"
+    );
     check(
         Command::new(&t.program)
             .arg("-c")
