@@ -5,6 +5,8 @@
 //! - `libinjection`: `@detectSQLi` and `@detectXSS`.
 //! - `transform`: the transformations (`t:...`), ModSecurity v3 semantics.
 //! - `operator`: the other operators (`@rx` with literal prefilters, `@pm`...).
+//! - `engine`: the compiled rule set and the transactions that run it.
+pub mod engine;
 pub mod libinjection;
 pub mod operator;
 pub mod seclang;

@@ -1,0 +1,671 @@
+use std::path::Path;
+use std::sync::OnceLock;
+
+use super::*;
+use crate::waf::seclang::{self, Loader};
+
+const CRS: &str = "/work/shared/crs";
+
+/// The CRS with `extra` directives between the setup file and the rules.
+fn crs_engine(extra: &str, settings: Settings) -> Option<Engine> {
+    if !Path::new(CRS).join("rules").is_dir() {
+        eprintln!("skipped: no CRS at {CRS}");
+        return None;
+    }
+    let mut l = Loader::new();
+    l.load_str(
+        "SecRuleEngine On\nSecRequestBodyAccess On\nSecResponseBodyAccess On\n",
+        "<test-head>",
+        None,
+    )
+    .unwrap();
+    l.load_path(&Path::new(CRS).join("crs-setup.conf.example"))
+        .unwrap();
+    l.load_str(extra, "<test>", None).unwrap();
+    l.load_path(&Path::new(CRS).join("rules")).unwrap();
+    let set = l.finish().unwrap();
+    Some(Engine::new(set, settings).unwrap())
+}
+
+fn pl1() -> Option<&'static Engine> {
+    static E: OnceLock<Option<Engine>> = OnceLock::new();
+    E.get_or_init(|| crs_engine("", Settings::default()))
+        .as_ref()
+}
+
+fn pl4() -> Option<&'static Engine> {
+    static E: OnceLock<Option<Engine>> = OnceLock::new();
+    E.get_or_init(|| {
+        crs_engine(
+            "SecAction \"id:900000,phase:1,pass,t:none,nolog,setvar:tx.blocking_paranoia_level=4\"",
+            Settings::default(),
+        )
+    })
+    .as_ref()
+}
+
+const UA: &[u8] = b"Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0";
+
+fn headers() -> Vec<(&'static [u8], &'static [u8])> {
+    vec![
+        (b"Host", b"www.example.com"),
+        (b"User-Agent", UA),
+        (
+            b"Accept",
+            b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+        ),
+        (b"Accept-Language", b"en-US,en;q=0.5"),
+        (b"Accept-Encoding", b"gzip, deflate, br"),
+        (b"Connection", b"keep-alive"),
+    ]
+}
+
+fn get(e: &Engine, uri: &str, extra: &[(&[u8], &[u8])]) -> Outcome {
+    let mut h = headers();
+    for (n, v) in extra {
+        if let Some(x) = h.iter_mut().find(|(k, _)| k.eq_ignore_ascii_case(n)) {
+            x.1 = v;
+        } else {
+            h.push((n, v));
+        }
+    }
+    let req = Request {
+        method: "GET",
+        uri: uri.as_bytes(),
+        protocol: "HTTP/1.1",
+        headers: &h,
+        remote_addr: "192.0.2.10",
+        remote_port: 40000,
+        local_addr: "192.0.2.1",
+        local_port: 80,
+        unique_id: "YnWxAcdDgkBZ0hh0Zv8NKwAAAAE",
+    };
+    let mut t = e.transaction(req);
+    t.process_request_headers();
+    t.process_request_body(b"", None);
+    t.process_logging();
+    t.into_outcome()
+}
+
+fn post(e: &Engine, uri: &str, ct: &str, body: &[u8]) -> Outcome {
+    let len = body.len().to_string();
+    let mut h = headers();
+    h.push((b"Content-Type", ct.as_bytes()));
+    h.push((b"Content-Length", len.as_bytes()));
+    let req = Request {
+        method: "POST",
+        uri: uri.as_bytes(),
+        protocol: "HTTP/1.1",
+        headers: &h,
+        remote_addr: "192.0.2.10",
+        remote_port: 40000,
+        local_addr: "192.0.2.1",
+        local_port: 80,
+        unique_id: "YnWxAcdDgkBZ0hh0Zv8NKwAAAAE",
+    };
+    let mut t = e.transaction(req);
+    t.process_request_headers();
+    t.process_request_body(body, None);
+    t.process_logging();
+    t.into_outcome()
+}
+
+fn blocked_by(o: &Outcome, id: u64) -> bool {
+    o.interrupted
+        .as_ref()
+        .is_some_and(|i| i.rule_id == id && i.status == 403)
+}
+
+#[test]
+fn crs_benign_get_is_allowed_without_matches() {
+    let Some(e) = pl1() else { return };
+    let o = get(e, "/index.html?page=2&lang=en", &[]);
+    assert!(o.interrupted.is_none(), "{:?}", o.interrupted);
+    assert!(o.matched.is_empty(), "{:?}", o.ids());
+    let o = get(e, "/", &[(b"Cookie", b"session=abc123; theme=dark")]);
+    assert!(
+        o.interrupted.is_none() && o.matched.is_empty(),
+        "{:?}",
+        o.ids()
+    );
+}
+
+#[test]
+fn crs_sqli_is_blocked() {
+    let Some(e) = pl1() else { return };
+    let o = get(e, "/?id=1%27%20or%20%271%27%3D%271", &[]);
+    assert!(blocked_by(&o, 949110), "{:?} {:?}", o.interrupted, o.ids());
+    assert!(o.has(942100), "{:?}", o.ids());
+    let m = o.matched.iter().find(|m| m.id == 942100).unwrap();
+    assert!(m.logdata.contains("ARGS:id"), "{}", m.logdata);
+}
+
+#[test]
+fn crs_xss_is_blocked() {
+    let Some(e) = pl1() else { return };
+    let o = get(e, "/?q=%3Cscript%3Ealert(1)%3C/script%3E", &[]);
+    assert!(blocked_by(&o, 949110), "{:?}", o.ids());
+    assert!(o.has(941100) && o.has(941110), "{:?}", o.ids());
+}
+
+#[test]
+fn crs_lfi_is_blocked() {
+    let Some(e) = pl1() else { return };
+    let o = get(e, "/?file=/etc/passwd", &[]);
+    assert!(blocked_by(&o, 949110), "{:?}", o.ids());
+    assert!(o.has(930120), "{:?}", o.ids());
+}
+
+#[test]
+fn crs_scanner_user_agent() {
+    let Some(e) = pl1() else { return };
+    let o = get(
+        e,
+        "/",
+        &[(
+            b"User-Agent",
+            b"Mozilla/5.00 (Nikto/2.1.6) (Evasions:None) (Test:000003)",
+        )],
+    );
+    assert!(o.has(913100), "{:?}", o.ids());
+    assert!(blocked_by(&o, 949110), "{:?}", o.ids());
+}
+
+#[test]
+fn crs_urlencoded_post() {
+    let Some(e) = pl1() else { return };
+    let o = post(
+        e,
+        "/login",
+        "application/x-www-form-urlencoded",
+        b"user=alice&pass=1%27+OR+%271%27%3D%271",
+    );
+    assert!(o.has(942100), "{:?}", o.ids());
+    assert!(blocked_by(&o, 949110));
+    let o = post(
+        e,
+        "/login",
+        "application/x-www-form-urlencoded",
+        b"user=alice&pass=secret",
+    );
+    assert!(
+        o.interrupted.is_none() && o.matched.is_empty(),
+        "{:?}",
+        o.ids()
+    );
+}
+
+#[test]
+fn crs_detection_only_never_interrupts() {
+    let Some(e) = crs_engine(
+        "",
+        Settings {
+            mode: Some(seclang::EngineMode::DetectionOnly),
+            ..Settings::default()
+        },
+    ) else {
+        return;
+    };
+    let o = get(&e, "/?id=1%27%20or%20%271%27%3D%271", &[]);
+    assert!(o.interrupted.is_none());
+    assert!(o.has(942100) && o.has(949110), "{:?}", o.ids());
+    assert!(o.matched.iter().all(|m| !m.disruptive));
+}
+
+#[test]
+fn crs_paranoia_4_loads_and_evaluates() {
+    let Some(e) = pl4() else { return };
+    let o = get(e, "/?id=1%27%20or%20%271%27%3D%271", &[]);
+    assert!(blocked_by(&o, 949110), "{:?}", o.ids());
+    // PL2+ rules run.
+    assert!(
+        o.ids()
+            .iter()
+            .any(|&id| (942000..943000).contains(&id) && id != 942100),
+        "{:?}",
+        o.ids()
+    );
+    let o = get(e, "/index.html", &[]);
+    assert!(o.interrupted.is_none(), "{:?}", o.ids());
+}
+
+// ---------------------------------------------------------------------------
+// semantics, on small rule sets
+
+fn engine(rules: &str) -> Engine {
+    let text = format!("SecRuleEngine On\nSecRequestBodyAccess On\n{rules}");
+    let set = seclang::parse_str(&text).unwrap();
+    Engine::new(set, Settings::default()).unwrap()
+}
+
+fn run(
+    e: &Engine,
+    uri: &str,
+    hdrs: &[(&[u8], &[u8])],
+    body: Option<(&str, &[u8])>,
+) -> (Outcome, Vec<(String, String)>) {
+    let mut h: Vec<(&[u8], &[u8])> = hdrs.to_vec();
+    if let Some((ct, _)) = body {
+        h.push((b"Content-Type", ct.as_bytes()));
+    }
+    let req = Request {
+        method: if body.is_some() { "POST" } else { "GET" },
+        uri: uri.as_bytes(),
+        protocol: "HTTP/1.1",
+        headers: &h,
+        remote_addr: "10.0.0.1",
+        remote_port: 1234,
+        local_addr: "10.0.0.2",
+        local_port: 80,
+        unique_id: "abc",
+    };
+    let mut t = e.transaction(req);
+    t.process_request_headers();
+    t.process_request_body(body.map_or(&b""[..], |b| b.1), None);
+    let tx: Vec<(String, String)> = t
+        .values("TX")
+        .into_iter()
+        .map(|(k, v)| (k, String::from_utf8_lossy(&v).into_owned()))
+        .collect();
+    (t.into_outcome(), tx)
+}
+
+fn txv(tx: &[(String, String)], k: &str) -> Option<String> {
+    tx.iter()
+        .find(|(n, _)| n.eq_ignore_ascii_case(&format!("TX:{k}")))
+        .map(|(_, v)| v.clone())
+}
+
+#[test]
+fn chain_needs_every_link() {
+    let e = engine(
+        r#"
+SecRule ARGS:a "@streq x" "id:1,phase:1,pass,log,msg:'chain',setvar:tx.starter=1,chain"
+    SecRule ARGS:b "@streq y" "setvar:tx.link=1"
+"#,
+    );
+    let (o, tx) = run(&e, "/?a=x&b=y", &[], None);
+    assert_eq!(o.ids(), vec![1]);
+    assert_eq!(txv(&tx, "link").as_deref(), Some("1"));
+    let (o, tx) = run(&e, "/?a=x&b=n", &[], None);
+    assert!(o.matched.is_empty());
+    // As in ModSecurity v3, the starter's setvar ran on its own match.
+    assert_eq!(txv(&tx, "starter").as_deref(), Some("1"));
+    assert_eq!(txv(&tx, "link"), None);
+}
+
+#[test]
+fn chain_link_reads_matched_var() {
+    let e = engine(
+        r#"
+SecRule ARGS "@rx ^a" "id:1,phase:1,pass,log,chain"
+    SecRule MATCHED_VAR "@endsWith z" "setvar:tx.hit=%{MATCHED_VAR}"
+"#,
+    );
+    let (o, tx) = run(&e, "/?q=abz", &[], None);
+    assert_eq!(o.ids(), vec![1]);
+    assert_eq!(txv(&tx, "hit").as_deref(), Some("abz"));
+    assert_eq!(o.matched[0].matched_var_name, "MATCHED_VAR");
+}
+
+#[test]
+fn skip_after_jumps_to_marker() {
+    let e = engine(
+        r#"
+SecAction "id:1,phase:1,pass,nolog,skipAfter:END"
+SecAction "id:2,phase:1,pass,log"
+SecMarker END
+SecAction "id:3,phase:1,pass,log"
+SecAction "id:4,phase:1,pass,log,skip:1"
+SecAction "id:5,phase:1,pass,log"
+SecAction "id:6,phase:1,pass,log"
+"#,
+    );
+    let (o, _) = run(&e, "/", &[], None);
+    assert_eq!(o.ids(), vec![3, 4, 6]);
+}
+
+#[test]
+fn setvar_arithmetic_and_macros() {
+    let e = engine(
+        r#"
+SecAction "id:1,phase:1,pass,nolog,setvar:tx.score=5,setvar:tx.score=+3,setvar:tx.score=-1,setvar:'tx.name=%{REQUEST_METHOD}-%{tx.score}',setvar:tx.gone=1,setvar:!tx.gone"
+SecRule TX:SCORE "@eq 7" "id:2,phase:1,pass,log,msg:'score %{tx.score}'"
+SecRule &TX:gone "@eq 0" "id:3,phase:1,pass,log"
+"#,
+    );
+    let (o, tx) = run(&e, "/", &[], None);
+    assert_eq!(o.ids(), vec![2, 3]);
+    assert_eq!(o.matched[0].msg, "score 7");
+    assert_eq!(txv(&tx, "name").as_deref(), Some("GET-7"));
+}
+
+#[test]
+fn capture_fills_tx_digits() {
+    let e = engine(
+        r#"
+SecRule ARGS:v "@rx (\d+)-(\w+)" "id:1,phase:1,pass,log,capture,logdata:'%{TX.0}|%{TX.1}|%{TX.2}',setvar:tx.got=%{tx.2}"
+"#,
+    );
+    let (o, tx) = run(&e, "/?v=xx12-ab", &[], None);
+    assert_eq!(o.matched[0].logdata, "12-ab|12|ab");
+    assert_eq!(txv(&tx, "got").as_deref(), Some("ab"));
+}
+
+#[test]
+fn multimatch_tries_every_stage() {
+    let rules = |mm: &str| {
+        engine(&format!(
+            r#"SecRule ARGS "@rx ^abc$" "id:1,phase:1,pass,log,t:none,t:urlDecode,t:removeWhitespace{mm},setvar:tx.n=+1""#
+        ))
+    };
+    // x matches as it is; y ("%61%20bc") once decoded and without blanks.
+    let (o, tx) = run(&rules(",multiMatch"), "/?x=abc&y=%2561%2520bc", &[], None);
+    assert_eq!(o.ids(), vec![1]);
+    assert_eq!(txv(&tx, "n").as_deref(), Some("2"));
+    let e = rules(",multiMatch");
+    let (_, tx) = run(&e, "/?y=a%2520bc", &[], None);
+    // y = "a%20bc" -> urlDecode "a bc" -> removeWhitespace "abc": matches once.
+    assert_eq!(txv(&tx, "n").as_deref(), Some("1"));
+    let e = engine(
+        r#"SecRule ARGS "@rx ^a%20bc$" "id:1,phase:1,pass,log,t:none,t:urlDecode,multiMatch""#,
+    );
+    let (o, _) = run(&e, "/?y=a%2520bc", &[], None);
+    assert_eq!(o.ids(), vec![1], "the untransformed value is tried");
+    let e = engine(r#"SecRule ARGS "@rx ^a%20bc$" "id:1,phase:1,pass,log,t:none,t:urlDecode""#);
+    let (o, _) = run(&e, "/?y=a%2520bc", &[], None);
+    assert!(o.matched.is_empty());
+}
+
+#[test]
+fn ctl_rule_remove_target_by_id() {
+    let e = engine(
+        r#"
+SecRule REQUEST_URI "@beginsWith /api" "id:1,phase:1,pass,nolog,ctl:ruleRemoveTargetById=10;ARGS:token"
+SecRule ARGS "@contains evil" "id:10,phase:1,pass,log,setvar:tx.n=+1"
+SecRule ARGS|!ARGS:skip "@contains evil" "id:11,phase:1,pass,log,setvar:tx.m=+1"
+"#,
+    );
+    let (o, tx) = run(&e, "/api?token=evil&other=evil&skip=evil", &[], None);
+    assert_eq!(o.ids(), vec![10, 11]);
+    assert_eq!(txv(&tx, "n").as_deref(), Some("2"));
+    assert_eq!(txv(&tx, "m").as_deref(), Some("2"));
+    let (_, tx) = run(&e, "/web?token=evil&other=evil", &[], None);
+    assert_eq!(txv(&tx, "n").as_deref(), Some("2"));
+}
+
+#[test]
+fn ctl_rule_remove_by_id_and_tag() {
+    let e = engine(
+        r#"
+SecAction "id:1,phase:1,pass,nolog,ctl:ruleRemoveById=2,ctl:ruleRemoveByTag=gone"
+SecAction "id:2,phase:1,pass,log"
+SecAction "id:3,phase:1,pass,log,tag:'gone'"
+SecAction "id:4,phase:2,pass,log,tag:'kept'"
+"#,
+    );
+    let (o, _) = run(&e, "/", &[], None);
+    assert_eq!(o.ids(), vec![4]);
+}
+
+#[test]
+fn counting_args() {
+    let e = engine(
+        r#"
+SecRule &ARGS "@eq 3" "id:1,phase:1,pass,log"
+SecRule &ARGS:a "@eq 2" "id:2,phase:1,pass,log"
+SecRule &ARGS_NAMES:/^b/ "@eq 1" "id:3,phase:1,pass,log"
+SecRule &REQUEST_HEADERS:X-Missing "@eq 0" "id:4,phase:1,pass,log"
+"#,
+    );
+    let (o, _) = run(&e, "/?a=1&A=2&b=3", &[], None);
+    assert_eq!(o.ids(), vec![1, 2, 3, 4]);
+}
+
+#[test]
+fn deny_status_and_phase_default_block() {
+    let e = engine(
+        r#"
+SecDefaultAction "phase:1,log,auditlog,deny,status:406"
+SecRule ARGS:a "@streq 1" "id:1,phase:1,block"
+"#,
+    );
+    let (o, _) = run(&e, "/?a=1", &[], None);
+    let i = o.interrupted.unwrap();
+    assert_eq!((i.rule_id, i.status, i.phase), (1, 406, 1));
+    let e = engine(r#"SecRule ARGS:a "@streq 1" "id:1,phase:2,deny,status:418""#);
+    let (o, _) = run(&e, "/?a=1", &[], None);
+    assert_eq!(o.interrupted.unwrap().status, 418);
+    let e = engine(r#"SecRule ARGS:a "@streq 1" "id:1,phase:1,pass,log""#);
+    let (o, _) = run(&e, "/?a=1", &[], None);
+    assert!(o.interrupted.is_none());
+}
+
+#[test]
+fn allow_stops_later_rules() {
+    let e = engine(
+        r#"
+SecRule REMOTE_ADDR "@ipMatch 10.0.0.0/8" "id:1,phase:1,allow,nolog"
+SecAction "id:2,phase:1,deny,log"
+SecAction "id:3,phase:2,deny,log"
+"#,
+    );
+    let (o, _) = run(&e, "/", &[], None);
+    assert!(o.interrupted.is_none(), "{:?}", o.interrupted);
+}
+
+#[test]
+fn transformation_cache_gives_same_results() {
+    let e = engine(
+        r#"
+SecRule ARGS "@streq <b>" "id:1,phase:1,pass,log,t:urlDecodeUni,t:htmlEntityDecode"
+SecRule ARGS "@streq &lt;b&gt;" "id:2,phase:1,pass,log,t:urlDecodeUni,t:lowercase"
+SecRule ARGS "@streq <B>" "id:3,phase:1,pass,log,t:urlDecodeUni,t:htmlEntityDecode,t:uppercase"
+"#,
+    );
+    let (o, _) = run(&e, "/?x=%25%33Cb%25%33E&y=%26lt;b%26gt;", &[], None);
+    assert_eq!(o.ids(), vec![1, 2, 3]);
+}
+
+#[test]
+fn cookies_parsed_as_modsecurity() {
+    let e = engine(
+        r#"
+SecRule REQUEST_COOKIES:a "@streq 1=2" "id:1,phase:1,pass,log"
+SecRule REQUEST_COOKIES_NAMES "@streq b" "id:2,phase:1,pass,log"
+SecRule &REQUEST_COOKIES "@eq 3" "id:3,phase:1,pass,log"
+"#,
+    );
+    let (o, _) = run(&e, "/", &[(b"Cookie", b"a=1=2;  b=; ; =x; c  ")], None);
+    assert_eq!(o.ids(), vec![1, 2, 3]);
+}
+
+#[test]
+fn uri_variables() {
+    let e = engine(
+        r#"
+SecRule REQUEST_FILENAME "@streq /a b/c.php" "id:1,phase:1,pass,log"
+SecRule REQUEST_BASENAME "@streq c.php" "id:2,phase:1,pass,log"
+SecRule QUERY_STRING "@streq x=%41" "id:3,phase:1,pass,log"
+SecRule REQUEST_URI "@streq /a b/c.php?x=A" "id:4,phase:1,pass,log"
+SecRule REQUEST_URI_RAW "@streq /a%20b/c.php?x=%41#f" "id:5,phase:1,pass,log"
+SecRule REQUEST_LINE "@streq GET /a%20b/c.php?x=%41#f HTTP/1.1" "id:6,phase:1,pass,log"
+SecRule ARGS_GET:x "@streq A" "id:7,phase:1,pass,log"
+"#,
+    );
+    let (o, _) = run(&e, "/a%20b/c.php?x=%41#f", &[], None);
+    assert_eq!(o.ids(), vec![1, 2, 3, 4, 5, 6, 7]);
+}
+
+#[test]
+fn json_body_args() {
+    let e = engine(
+        r#"
+SecRule REQUEST_HEADERS:Content-Type "@rx ^application/json" "id:1,phase:1,pass,nolog,ctl:requestBodyProcessor=JSON"
+SecRule ARGS_POST:json.a.b "@streq c" "id:2,phase:2,pass,log"
+SecRule ARGS_POST:json.list.array_1 "@streq 2" "id:3,phase:2,pass,log"
+SecRule ARGS_POST:json.t "@streq true" "id:4,phase:2,pass,log"
+SecRule REQBODY_ERROR "@eq 0" "id:5,phase:2,pass,log"
+SecRule REQBODY_PROCESSOR "@streq JSON" "id:6,phase:2,pass,log"
+"#,
+    );
+    let (o, _) = run(
+        &e,
+        "/",
+        &[],
+        Some((
+            "application/json",
+            br#"{"a":{"b":"c"},"list":[1,2],"t":true}"#,
+        )),
+    );
+    assert_eq!(o.ids(), vec![2, 3, 4, 5, 6]);
+    let e = engine(
+        r#"
+SecRule REQUEST_HEADERS:Content-Type "@rx ^application/json" "id:1,phase:1,pass,nolog,ctl:requestBodyProcessor=JSON"
+SecRule REQBODY_ERROR "!@eq 0" "id:2,phase:2,deny,log,msg:'%{REQBODY_ERROR_MSG}'"
+"#,
+    );
+    let (o, _) = run(&e, "/", &[], Some(("application/json", br#"{"a":"#)));
+    assert_eq!(o.interrupted.unwrap().rule_id, 2);
+}
+
+#[test]
+fn xml_body() {
+    let e = engine(
+        r#"
+SecRule REQUEST_HEADERS:Content-Type "@rx xml" "id:1,phase:1,pass,nolog,ctl:requestBodyProcessor=XML"
+SecRule XML:/* "@contains hello world" "id:2,phase:2,pass,log"
+SecRule XML://@* "@streq v1" "id:3,phase:2,pass,log"
+SecRule REQBODY_ERROR "@eq 1" "id:4,phase:2,pass,log"
+"#,
+    );
+    let (o, _) = run(
+        &e,
+        "/",
+        &[],
+        Some((
+            "text/xml",
+            b"<?xml version=\"1.0\"?><a k=\"v1\"><b>hello </b>world</a>",
+        )),
+    );
+    assert_eq!(o.ids(), vec![2, 3]);
+    let (o, _) = run(&e, "/", &[], Some(("text/xml", b"<a><b></a>")));
+    assert_eq!(o.ids(), vec![4]);
+}
+
+#[test]
+fn body_limit_reject_and_partial() {
+    let text = "SecRuleEngine On\nSecRequestBodyAccess On\nSecRequestBodyLimit 10\nSecRequestBodyLimitAction Reject\nSecAction \"id:1,phase:2,pass,log\"";
+    let e = Engine::new(seclang::parse_str(text).unwrap(), Settings::default()).unwrap();
+    let (o, _) = run(&e, "/", &[], Some(("text/plain", b"0123456789abc")));
+    let i = o.interrupted.unwrap();
+    assert_eq!((i.status, i.rule_id), (403, 0));
+    let text = "SecRuleEngine On\nSecRequestBodyAccess On\nSecRequestBodyLimit 10\nSecRequestBodyLimitAction ProcessPartial\nSecRule REQUEST_BODY \"@streq 0123456789\" \"id:1,phase:2,pass,log\"\nSecRule INBOUND_DATA_ERROR \"@eq 1\" \"id:2,phase:2,pass,log\"";
+    let e = Engine::new(seclang::parse_str(text).unwrap(), Settings::default()).unwrap();
+    let (o, _) = run(&e, "/", &[], Some(("text/plain", b"0123456789abc")));
+    assert_eq!(o.ids(), vec![1, 2]);
+}
+
+#[test]
+fn regex_work_is_bounded() {
+    let text = "SecRuleEngine On\nSecRule ARGS \"@rx zzz\" \"id:1,phase:1,pass,log\"\nSecRule MSC_PCRE_LIMITS_EXCEEDED \"@eq 1\" \"id:2,phase:1,pass,log\"";
+    let e = Engine::new(
+        seclang::parse_str(text).unwrap(),
+        Settings {
+            max_operator_evals: 2,
+            ..Settings::default()
+        },
+    )
+    .unwrap();
+    let (o, _) = run(&e, "/?a=1&b=2&c=zzz", &[], None);
+    assert_eq!(o.ids(), vec![2]);
+    assert!(o.limits_exceeded);
+}
+
+#[test]
+fn response_phases() {
+    let e = engine(
+        r#"
+SecResponseBodyAccess On
+SecRule RESPONSE_STATUS "@streq 500" "id:1,phase:3,pass,log"
+SecRule RESPONSE_HEADERS:X-Powered-By "@contains PHP" "id:2,phase:3,pass,log"
+SecRule RESPONSE_BODY "@contains root:x:0:0" "id:3,phase:4,deny,log"
+SecAction "id:4,phase:5,pass,log"
+"#,
+    );
+    let req = Request {
+        method: "GET",
+        uri: b"/",
+        protocol: "1.1",
+        ..Request::default()
+    };
+    let mut t = e.transaction(req);
+    t.process_request_headers();
+    t.process_request_body(b"", None);
+    t.process_response_headers(
+        500,
+        "HTTP/1.1",
+        &[(b"Content-Type", b"text/html"), (b"X-Powered-By", b"PHP/8")],
+    );
+    assert!(t.wants_response_body());
+    t.process_response_body(b"<pre>root:x:0:0:root:/root:/bin/bash</pre>");
+    t.process_logging();
+    let o = t.into_outcome();
+    assert_eq!(o.ids(), vec![1, 2, 3, 4]);
+    assert_eq!(o.interrupted.unwrap().phase, 4);
+}
+
+// ---------------------------------------------------------------------------
+// measurement
+
+/// CPU per benign GET at paranoia level 1 and the memory of the loaded
+/// engine: `cargo test --release -p switchyard --lib waf::engine::tests::measure -- --ignored --nocapture`
+#[test]
+#[ignore]
+fn measure() {
+    fn rss_kb() -> u64 {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        s.lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+    let before = rss_kb();
+    let Some(e) = crs_engine("", Settings::default()) else {
+        return;
+    };
+    // Warm the lazy regex caches once.
+    for _ in 0..10 {
+        get(&e, "/index.html?page=2&lang=en", &[]);
+    }
+    let after = rss_kb();
+    let n = 20_000;
+    let cpu = || {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    };
+    let t0 = cpu();
+    for i in 0..n {
+        let uri = if i % 2 == 0 {
+            "/index.html?page=2&lang=en"
+        } else {
+            "/products/list?category=shoes&sort=price&page=3"
+        };
+        let o = get(&e, uri, &[(b"Cookie", b"session=8f3a9c2e1b; theme=dark")]);
+        assert!(o.interrupted.is_none());
+    }
+    let per = (cpu() - t0) / n as f64;
+    println!(
+        "benign GET at PL1: {:.1} us CPU; engine RSS {} KiB ({} KiB before loading, {} KiB after)",
+        per * 1e6,
+        after.saturating_sub(before),
+        before,
+        after
+    );
+}

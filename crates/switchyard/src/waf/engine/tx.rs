@@ -1,0 +1,1904 @@
+//! A transaction: the request's collections, the TX variables, and the
+//! phases run over the compiled rules with ModSecurity v3's semantics.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use super::body;
+use super::compile::{
+    CDisruptive, CMacro, COp, CPart, CRule, CSetOp, CSetVar, Exclusion, Item, Link, Post, Program,
+    Sel, TNode, Target,
+};
+use super::{Engine, Intervention, InterventionKind, MatchedRule, Outcome, Request};
+use crate::waf::operator::{self, Captures};
+use crate::waf::seclang::{
+    AllowScope, BodyProcessor, Collection, Ctl, EngineMode, IdRange, LimitAction, Variable,
+};
+use crate::waf::transform;
+
+/// The engine, borrowed or shared.
+#[derive(Clone)]
+enum EngineRef<'e> {
+    Borrowed(&'e Engine),
+    Shared(Arc<Engine>),
+}
+
+impl std::ops::Deref for EngineRef<'_> {
+    type Target = Engine;
+    fn deref(&self) -> &Engine {
+        match self {
+            EngineRef::Borrowed(e) => e,
+            EngineRef::Shared(e) => e,
+        }
+    }
+}
+
+/// One member of a list collection. The value's transformation cache slot
+/// is `slot`, the key's (for the `_NAMES` collections) `slot + 1`.
+#[derive(Debug, Clone)]
+pub(crate) struct Kv {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub slot: u32,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Arg {
+    pub kv: Kv,
+    pub post: bool,
+}
+
+#[derive(Debug, Clone)]
+pub(crate) struct Single {
+    value: Vec<u8>,
+    slot: u32,
+}
+
+/// TX-like collections: keys without regard to case, insertion order kept.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct VarMap {
+    entries: Vec<Option<(Vec<u8>, Vec<u8>)>>,
+    index: HashMap<Vec<u8>, usize>,
+}
+
+impl VarMap {
+    pub fn get(&self, lower_key: &[u8]) -> Option<&[u8]> {
+        let i = *self.index.get(lower_key)?;
+        self.entries[i].as_ref().map(|(_, v)| v.as_slice())
+    }
+
+    pub fn set(&mut self, key: &[u8], value: Vec<u8>) {
+        let lower = key.to_ascii_lowercase();
+        match self.index.get(&lower) {
+            Some(&i) => {
+                if let Some(e) = &mut self.entries[i] {
+                    e.1 = value;
+                } else {
+                    self.entries[i] = Some((key.to_vec(), value));
+                }
+            }
+            None => {
+                self.entries.push(Some((key.to_vec(), value)));
+                self.index.insert(lower, self.entries.len() - 1);
+            }
+        }
+    }
+
+    pub fn delete(&mut self, key: &[u8]) {
+        if let Some(i) = self.index.remove(&key.to_ascii_lowercase()) {
+            self.entries[i] = None;
+        }
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.entries
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.as_slice(), v.as_slice()))
+    }
+}
+
+/// The request and response data (what rules read, not what they write).
+#[derive(Debug, Default)]
+pub(crate) struct Data {
+    singles: Vec<Option<Single>>,
+    pub args: Vec<Arg>,
+    pub headers: Vec<Kv>,
+    pub cookies: Vec<Kv>,
+    /// FILES: part name and file name.
+    pub files: Vec<Kv>,
+    /// FILES_SIZES: part name and size.
+    pub files_sizes: Vec<Kv>,
+    /// FILES_TMP_CONTENT: part name and (the start of) the content.
+    pub files_content: Vec<Kv>,
+    /// MULTIPART_PART_HEADERS: part name and a header line.
+    pub part_headers: Vec<Kv>,
+    pub resp_headers: Vec<Kv>,
+    /// XML:/* (the document's text) and XML://@* (attribute values).
+    pub xml_text: Option<Single>,
+    pub xml_attrs: Vec<Kv>,
+    pub body: Vec<u8>,
+    next_slot: u32,
+}
+
+impl Data {
+    fn slot2(&mut self) -> u32 {
+        let s = self.next_slot;
+        self.next_slot += 2;
+        s
+    }
+
+    pub fn kv(&mut self, key: &[u8], value: &[u8]) -> Kv {
+        Kv {
+            key: key.to_vec(),
+            value: value.to_vec(),
+            slot: self.slot2(),
+        }
+    }
+
+    pub fn set(&mut self, c: Collection, value: impl Into<Vec<u8>>) {
+        let slot = self.slot2();
+        let i = c as usize;
+        if self.singles.len() <= i {
+            self.singles.resize(i + 1, None);
+        }
+        self.singles[i] = Some(Single {
+            value: value.into(),
+            slot,
+        });
+    }
+
+    pub fn get(&self, c: Collection) -> Option<&[u8]> {
+        self.singles
+            .get(c as usize)
+            .and_then(|s| s.as_ref())
+            .map(|s| s.value.as_slice())
+    }
+
+    fn single(&self, c: Collection) -> Option<&Single> {
+        self.singles.get(c as usize).and_then(|s| s.as_ref())
+    }
+
+    pub fn set_xml_text(&mut self, text: Vec<u8>) {
+        let slot = self.slot2();
+        self.xml_text = Some(Single { value: text, slot });
+    }
+
+    fn args_combined_size(&self) -> usize {
+        self.args
+            .iter()
+            .map(|a| a.kv.key.len() + a.kv.value.len())
+            .sum()
+    }
+}
+
+/// Where a collected value lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ListId {
+    Args,
+    Headers,
+    Cookies,
+    Files,
+    FilesSizes,
+    FilesContent,
+    PartHeaders,
+    RespHeaders,
+    XmlAttrs,
+}
+
+#[derive(Debug)]
+enum Src {
+    /// `names`: the key is the value (`ARGS_NAMES`).
+    List(ListId, u32, bool),
+    Single(Collection),
+    XmlText,
+    Owned(Vec<u8>, Vec<u8>),
+}
+
+#[derive(Debug)]
+struct Val {
+    coll: Collection,
+    src: Src,
+}
+
+fn list(d: &Data, l: ListId) -> &[Kv] {
+    match l {
+        ListId::Args => &[],
+        ListId::Headers => &d.headers,
+        ListId::Cookies => &d.cookies,
+        ListId::Files => &d.files,
+        ListId::FilesSizes => &d.files_sizes,
+        ListId::FilesContent => &d.files_content,
+        ListId::PartHeaders => &d.part_headers,
+        ListId::RespHeaders => &d.resp_headers,
+        ListId::XmlAttrs => &d.xml_attrs,
+    }
+}
+
+fn kv_of(d: &Data, l: ListId, i: u32) -> &Kv {
+    match l {
+        ListId::Args => &d.args[i as usize].kv,
+        _ => &list(d, l)[i as usize],
+    }
+}
+
+impl Val {
+    fn value<'a>(&'a self, d: &'a Data) -> &'a [u8] {
+        match &self.src {
+            Src::List(l, i, names) => {
+                let kv = kv_of(d, *l, *i);
+                if *names {
+                    &kv.key
+                } else {
+                    &kv.value
+                }
+            }
+            Src::Single(c) => d.get(*c).unwrap_or(b""),
+            Src::XmlText => d.xml_text.as_ref().map_or(b"", |s| &s.value),
+            Src::Owned(_, v) => v,
+        }
+    }
+
+    fn key<'a>(&'a self, d: &'a Data) -> Option<&'a [u8]> {
+        match &self.src {
+            Src::List(l, i, _) => Some(&kv_of(d, *l, *i).key),
+            Src::Single(_) => None,
+            Src::XmlText => Some(b"/*"),
+            Src::Owned(k, _) => (!k.is_empty()).then_some(k.as_slice()),
+        }
+    }
+
+    fn slot(&self, d: &Data) -> Option<u32> {
+        match &self.src {
+            Src::List(l, i, names) => Some(kv_of(d, *l, *i).slot + u32::from(*names)),
+            Src::Single(c) => d.single(*c).map(|s| s.slot),
+            Src::XmlText => d.xml_text.as_ref().map(|s| s.slot),
+            Src::Owned(..) => None,
+        }
+    }
+
+    /// `ARGS:id`, `REQUEST_URI`.
+    fn name(&self, d: &Data) -> Vec<u8> {
+        let mut n = self.coll.name().as_bytes().to_vec();
+        if let Some(k) = self.key(d) {
+            n.push(b':');
+            n.extend_from_slice(k);
+        }
+        n
+    }
+}
+
+/// Transformation results per (value slot, pipeline node).
+#[derive(Default)]
+struct Cache {
+    /// Per slot: (node, result) pairs; result `u32::MAX` is the value
+    /// itself, otherwise an index into `bufs`.
+    slots: Vec<Vec<(u32, u32)>>,
+    /// The same for volatile slots (cleared after each rule).
+    vslots: Vec<Vec<(u32, u32)>>,
+    bufs: Vec<Vec<u8>>,
+    next_volatile: u32,
+}
+
+const SAME: u32 = u32::MAX;
+/// Slots from here are for values that change (TX...): used once.
+const VOLATILE: u32 = 1 << 31;
+
+impl Cache {
+    fn lookup(&self, slot: u32, node: u32) -> Option<u32> {
+        let v = if slot >= VOLATILE {
+            &self.vslots
+        } else {
+            &self.slots
+        };
+        v.get((slot & !VOLATILE) as usize)?
+            .iter()
+            .find(|(n, _)| *n == node)
+            .map(|(_, r)| *r)
+    }
+
+    fn store(&mut self, slot: u32, node: u32, r: u32) {
+        let v = if slot >= VOLATILE {
+            &mut self.vslots
+        } else {
+            &mut self.slots
+        };
+        let i = (slot & !VOLATILE) as usize;
+        if v.len() <= i {
+            v.resize_with(i + 1, Vec::new);
+        }
+        v[i].push((node, r));
+    }
+
+    /// The result of pipeline `node` on `orig` (`SAME` or a buffer).
+    fn get(&mut self, nodes: &[TNode], slot: u32, node: u32, orig: &[u8]) -> u32 {
+        if node == 0 {
+            return SAME;
+        }
+        if let Some(r) = self.lookup(slot, node) {
+            return r;
+        }
+        let n = nodes[node as usize];
+        let parent = self.get(nodes, slot, n.parent, orig);
+        let input: &[u8] = if parent == SAME {
+            orig
+        } else {
+            &self.bufs[parent as usize]
+        };
+        let mut out = Vec::new();
+        let r = if transform::apply(n.t, input, &mut out) {
+            self.bufs.push(out);
+            (self.bufs.len() - 1) as u32
+        } else {
+            parent
+        };
+        self.store(slot, node, r);
+        r
+    }
+
+    fn slice<'a>(&'a self, r: u32, orig: &'a [u8]) -> &'a [u8] {
+        if r == SAME {
+            orig
+        } else {
+            &self.bufs[r as usize]
+        }
+    }
+
+    /// A slot for a value that is not cached across rules.
+    fn volatile(&mut self) -> u32 {
+        // Reuse: volatile slots are cleared after each use.
+        let s = VOLATILE + self.next_volatile;
+        self.next_volatile += 1;
+        s
+    }
+}
+
+/// Which rules a target removal applies to.
+#[derive(Debug, Clone)]
+enum Which {
+    Ids(Vec<IdRange>),
+    Tag(Box<str>),
+    Msg(Box<str>),
+}
+
+/// What rules write and the flow of control.
+struct State {
+    mode: EngineMode,
+    tx: VarMap,
+    /// IP, GLOBAL, SESSION, USER, RESOURCE (per transaction; `initcol`
+    /// names them).
+    others: Vec<(Box<str>, VarMap)>,
+    env: VarMap,
+    matched_var: Option<(Vec<u8>, Vec<u8>)>,
+    matched_vars: Vec<(Vec<u8>, Vec<u8>)>,
+    skip_marker: Option<u32>,
+    skip_next: u32,
+    allow: Option<AllowScope>,
+    allow_phase: u8,
+    removed_ids: Vec<IdRange>,
+    removed_tags: Vec<Box<str>>,
+    removed_msgs: Vec<Box<str>>,
+    removed_targets: Vec<(Which, Exclusion)>,
+    body_processor: Option<BodyProcessor>,
+    request_body_access: bool,
+    response_body_access: bool,
+    request_body_limit: u64,
+    highest_severity: Option<u8>,
+    captures: Captures,
+    ops: u64,
+    scanned: u64,
+    limit_hit: bool,
+    /// The message and logdata of the rule being evaluated.
+    cur_msg: Vec<u8>,
+    cur_logdata: Vec<u8>,
+}
+
+/// A request going through the phases. Feed it in order:
+/// [`Transaction::process_request_headers`] (phase 1),
+/// [`Transaction::process_request_body`] (phase 2: call it also when there
+/// is no body), [`Transaction::process_response_headers`] (3),
+/// [`Transaction::process_response_body`] (4),
+/// [`Transaction::process_logging`] (5). Each returns the outcome so far;
+/// once interrupted, later phases do nothing (but logging).
+pub struct Transaction<'e> {
+    eng: EngineRef<'e>,
+    d: Data,
+    st: State,
+    cache: Cache,
+    outcome: Outcome,
+    /// The last phase run.
+    done: u8,
+    started: std::time::Instant,
+    vals: Vec<Val>,
+    scratch: Vec<u8>,
+    body_type: Option<BodyProcessor>,
+    content_type: Vec<u8>,
+}
+
+/// ModSecurity's `uri_decode`: `%XX` with two hex digits, nothing else.
+fn uri_decode(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'%' && i + 2 < s.len() {
+            if let (Some(a), Some(b)) = (hex(s[i + 1]), hex(s[i + 2])) {
+                out.push(a << 4 | b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(s[i]);
+        i += 1;
+    }
+    out
+}
+
+pub(crate) fn hex(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
+/// ModSecurity's `urldecode_nonstrict_inplace`: `+` is a space, `%XX`
+/// decoded, an invalid `%` kept (and counted).
+pub(crate) fn url_decode_nonstrict(s: &[u8], invalid: &mut bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        match s[i] {
+            b'%' => {
+                if i + 2 < s.len() {
+                    if let (Some(a), Some(b)) = (hex(s[i + 1]), hex(s[i + 2])) {
+                        out.push(a << 4 | b);
+                        i += 3;
+                        continue;
+                    }
+                }
+                *invalid = true;
+                out.push(b'%');
+                i += 1;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+fn now_parts() -> [u64; 8] {
+    // [epoch, year, mon(1-12), day, hour, min, sec, wday]
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = t / 86400;
+    let rem = t % 86400;
+    // civil from days (Howard Hinnant)
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    let wday = (days + 4) % 7;
+    [
+        t,
+        y as u64,
+        m as u64,
+        d as u64,
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        wday,
+    ]
+}
+
+fn sel_matches(sel: &Sel, key: &[u8]) -> bool {
+    match sel {
+        Sel::All => true,
+        Sel::Key(k, _) => key.eq_ignore_ascii_case(k),
+        Sel::Regex(r) => r.is_match(key),
+    }
+}
+
+fn to_exclusion(v: &Variable) -> Exclusion {
+    use crate::waf::seclang::Selector;
+    Exclusion {
+        coll: v.collection,
+        sel: match &v.selector {
+            None => Sel::All,
+            Some(Selector::Key(k)) => {
+                Sel::Key(k.to_ascii_lowercase().into_bytes().into(), k.clone())
+            }
+            Some(Selector::Regex { regex, .. }) => Sel::Regex(regex.clone()),
+        },
+    }
+}
+
+impl<'e> Transaction<'e> {
+    pub(crate) fn new(eng: &'e Engine, req: Request<'_>) -> Transaction<'e> {
+        Transaction::build(EngineRef::Borrowed(eng), req)
+    }
+
+    pub(crate) fn new_arc(eng: Arc<Engine>, req: Request<'_>) -> Transaction<'static> {
+        Transaction::build(EngineRef::Shared(eng), req)
+    }
+
+    fn build(eng: EngineRef<'e>, req: Request<'_>) -> Transaction<'e> {
+        let l = &eng.limits;
+        let st = State {
+            mode: l.mode,
+            tx: VarMap::default(),
+            others: Vec::new(),
+            env: VarMap::default(),
+            matched_var: None,
+            matched_vars: Vec::new(),
+            skip_marker: None,
+            skip_next: 0,
+            allow: None,
+            allow_phase: 0,
+            removed_ids: Vec::new(),
+            removed_tags: Vec::new(),
+            removed_msgs: Vec::new(),
+            removed_targets: Vec::new(),
+            body_processor: None,
+            request_body_access: l.request_body_access,
+            response_body_access: l.response_body_access,
+            request_body_limit: l.request_body_limit,
+            highest_severity: None,
+            captures: Captures::new(),
+            ops: 0,
+            scanned: 0,
+            limit_hit: false,
+            cur_msg: Vec::new(),
+            cur_logdata: Vec::new(),
+        };
+        let mut t = Transaction {
+            eng,
+            d: Data::default(),
+            st,
+            cache: Cache::default(),
+            outcome: Outcome::default(),
+            done: 0,
+            started: std::time::Instant::now(),
+            vals: Vec::new(),
+            scratch: Vec::new(),
+            body_type: None,
+            content_type: Vec::new(),
+        };
+        t.set_request(req);
+        t
+    }
+
+    fn set_request(&mut self, req: Request<'_>) {
+        use Collection as C;
+        let d = &mut self.d;
+        let proto = if req.protocol.len() >= 5 && req.protocol[..5].eq_ignore_ascii_case("HTTP/") {
+            req.protocol.to_string()
+        } else {
+            format!("HTTP/{}", req.protocol)
+        };
+        let raw = req.uri;
+        let mut line = Vec::with_capacity(req.method.len() + raw.len() + proto.len() + 2);
+        line.extend_from_slice(req.method.as_bytes());
+        line.push(b' ');
+        line.extend_from_slice(raw);
+        line.push(b' ');
+        line.extend_from_slice(proto.as_bytes());
+        d.set(C::RequestLine, line);
+        d.set(C::RequestMethod, req.method.as_bytes());
+        d.set(C::RequestProtocol, proto.as_bytes());
+        d.set(C::RequestUriRaw, raw);
+        let no_frag = match memchr::memchr(b'#', raw) {
+            Some(p) => &raw[..p],
+            None => raw,
+        };
+        let decoded = uri_decode(no_frag);
+        let qpos = memchr::memchr(b'?', no_frag);
+        let query = qpos.map(|p| &no_frag[p + 1..]);
+        if let Some(q) = query {
+            d.set(C::QueryString, q);
+        }
+        let path: &[u8] = match memchr::memchr(b'?', &decoded) {
+            Some(p) => &decoded[..p],
+            None => &decoded,
+        };
+        if let Some(off) = path.iter().rposition(|&c| c == b'/' || c == b'\\') {
+            if path.len() > off + 1 {
+                d.set(C::RequestBasename, &path[off + 1..]);
+            }
+        }
+        d.set(C::RequestFilename, path);
+        let mut parsed: &[u8] = &decoded;
+        if !decoded.is_empty() && decoded[0] != b'/' {
+            if let Some(colon) = memchr::memchr(b':', &decoded) {
+                let host = colon + 3;
+                if decoded.len() >= host && &decoded[colon + 1..host] == b"//" {
+                    if let Some(p) = memchr::memchr(b'/', &decoded[host..]) {
+                        parsed = &decoded[host + p..];
+                    }
+                }
+            }
+        }
+        let parsed = parsed.to_vec();
+        d.set(C::RequestUri, parsed);
+        d.set(C::RemoteAddr, req.remote_addr.as_bytes());
+        d.set(C::RemoteHost, req.remote_addr.as_bytes());
+        d.set(C::RemotePort, req.remote_port.to_string());
+        d.set(C::ServerAddr, req.local_addr.as_bytes());
+        d.set(C::ServerPort, req.local_port.to_string());
+        d.set(C::UniqueId, req.unique_id.as_bytes());
+        if let Some(q) = query {
+            let q = q.to_vec();
+            self.add_urlencoded(&q, false);
+        }
+        for (name, value) in req.headers {
+            self.add_header(name, value);
+        }
+    }
+
+    fn add_header(&mut self, name: &[u8], value: &[u8]) {
+        let kv = self.d.kv(name, value);
+        self.d.headers.push(kv);
+        if name.eq_ignore_ascii_case(b"cookie") {
+            self.add_cookies(value);
+        } else if name.eq_ignore_ascii_case(b"content-type") {
+            self.content_type = value.to_vec();
+            let l = value.to_ascii_lowercase();
+            if l.starts_with(b"multipart/form-data") {
+                self.body_type = Some(BodyProcessor::Multipart);
+                self.d.set(Collection::ReqbodyProcessor, "MULTIPART");
+            } else if l == b"application/x-www-form-urlencoded" {
+                self.body_type = Some(BodyProcessor::UrlEncoded);
+                self.d.set(Collection::ReqbodyProcessor, "URLENCODED");
+            }
+        } else if name.eq_ignore_ascii_case(b"host") {
+            let host = if value.first() == Some(&b'[') {
+                match memchr::memchr(b']', value) {
+                    Some(p) => &value[..=p],
+                    None => value,
+                }
+            } else {
+                match memchr::memchr(b':', value) {
+                    Some(p) => &value[..p],
+                    None => value,
+                }
+            };
+            self.d.set(Collection::ServerName, host);
+        } else if name.eq_ignore_ascii_case(b"authorization") {
+            let scheme = value.split(|&c| c == b' ').next().unwrap_or(b"");
+            self.d.set(Collection::AuthType, scheme);
+        }
+    }
+
+    /// ModSecurity v3's cookie parsing: `;`-separated, the last pair's
+    /// trailing blanks dropped, split at the first `=`, keys left-trimmed,
+    /// empty keys skipped.
+    fn add_cookies(&mut self, value: &[u8]) {
+        let mut pieces: Vec<&[u8]> = value.split(|&c| c == b';').collect();
+        // getline drops a final empty piece.
+        if pieces.last().is_some_and(|p| p.is_empty()) {
+            pieces.pop();
+        }
+        if let Some(last) = pieces.last_mut() {
+            while let Some((&c, rest)) = last.split_last() {
+                if c.is_ascii_whitespace() || c == 0x0b {
+                    *last = rest;
+                } else {
+                    break;
+                }
+            }
+        }
+        for c in pieces {
+            if c.is_empty() {
+                continue;
+            }
+            let (k, v) = match memchr::memchr(b'=', c) {
+                Some(p) => (&c[..p], &c[p + 1..]),
+                None => (c, &b""[..]),
+            };
+            let k = {
+                let s = k
+                    .iter()
+                    .position(|&x| !(x.is_ascii_whitespace() || x == 0x0b))
+                    .unwrap_or(k.len());
+                &k[s..]
+            };
+            if k.is_empty() {
+                continue;
+            }
+            let kv = self.d.kv(k, v);
+            self.d.cookies.push(kv);
+        }
+    }
+
+    /// Splits `a=1&b=2` into ARGS_GET or ARGS_POST.
+    pub(crate) fn add_urlencoded(&mut self, s: &[u8], post: bool) {
+        let sep = self.eng.limits.argument_separator;
+        let mut pieces: Vec<&[u8]> = s.split(|&c| c == sep).collect();
+        if pieces.last().is_some_and(|p| p.is_empty()) {
+            pieces.pop();
+        }
+        let mut invalid = false;
+        for p in pieces {
+            let (k, v) = match memchr::memchr(b'=', p) {
+                Some(i) => (&p[..i], &p[i + 1..]),
+                None => (p, &b""[..]),
+            };
+            let k = url_decode_nonstrict(k, &mut invalid);
+            let v = url_decode_nonstrict(v, &mut invalid);
+            self.add_arg(&k, &v, post);
+        }
+        if invalid {
+            self.d.set(Collection::UrlencodedError, "1");
+        }
+    }
+
+    pub(crate) fn add_arg(&mut self, k: &[u8], v: &[u8], post: bool) -> bool {
+        if self.d.args.len() >= self.eng.limits.max_args {
+            return false;
+        }
+        let kv = self.d.kv(k, v);
+        self.d.args.push(Arg { kv, post });
+        true
+    }
+
+    pub(crate) fn data(&mut self) -> &mut Data {
+        &mut self.d
+    }
+
+    pub(crate) fn limits(&self) -> &super::Limits {
+        &self.eng.limits
+    }
+
+    /// Phase 1.
+    pub fn process_request_headers(&mut self) -> &Outcome {
+        if self.done < 1 {
+            self.done = 1;
+            self.run_phase(1);
+        }
+        &self.outcome
+    }
+
+    /// Phase 2 with the request body (possibly empty) and its
+    /// `Content-Type` (the request header's if `None`).
+    pub fn process_request_body(&mut self, body: &[u8], content_type: Option<&[u8]>) -> &Outcome {
+        self.process_request_headers();
+        if self.done >= 2 {
+            return &self.outcome;
+        }
+        self.done = 2;
+        if self.outcome.interrupted.is_some() || self.st.mode == EngineMode::Off {
+            return &self.outcome;
+        }
+        if let Some(ct) = content_type {
+            self.content_type = ct.to_vec();
+        }
+        self.d.set(Collection::InboundDataError, "0");
+        let mut body = body;
+        let limit = self.st.request_body_limit;
+        if limit > 0 && body.len() as u64 > limit {
+            self.d.set(Collection::InboundDataError, "1");
+            match self.eng.limits.request_body_limit_action {
+                LimitAction::ProcessPartial => body = &body[..limit as usize],
+                LimitAction::Reject => {
+                    if self.st.mode == EngineMode::On {
+                        self.outcome.interrupted = Some(Intervention {
+                            kind: InterventionKind::Deny,
+                            status: 403,
+                            rule_id: 0,
+                            phase: 2,
+                            message: "Request body limit is marked to reject the request".into(),
+                        });
+                        return &self.outcome;
+                    }
+                    body = &body[..limit as usize];
+                }
+            }
+        }
+        if self.st.request_body_access {
+            self.process_body(body);
+        }
+        self.run_phase(2);
+        &self.outcome
+    }
+
+    fn process_body(&mut self, body: &[u8]) {
+        use Collection as C;
+        let proc_ = self.st.body_processor.or(self.body_type);
+        let nofiles = self.eng.limits.request_body_no_files_limit;
+        let mut ok = true;
+        match proc_ {
+            Some(p @ (BodyProcessor::UrlEncoded | BodyProcessor::Json | BodyProcessor::Xml))
+                if nofiles > 0 && body.len() as u64 > nofiles =>
+            {
+                let _ = p;
+                self.d.set(C::ReqbodyError, "1");
+                self.d.set(
+                    C::ReqbodyErrorMsg,
+                    "Request body excluding files is bigger than the maximum expected.",
+                );
+                self.d.set(C::InboundDataError, "1");
+                ok = false;
+            }
+            _ => {}
+        }
+        if ok {
+            match proc_ {
+                Some(BodyProcessor::Xml) => {
+                    let r = body::xml(self, body);
+                    self.body_result("XML", r);
+                }
+                Some(BodyProcessor::Json) => {
+                    let r = if body.is_empty() {
+                        Ok(())
+                    } else {
+                        body::json(self, body)
+                    };
+                    self.body_result("JSON", r);
+                }
+                Some(BodyProcessor::Multipart) => {
+                    let ct = std::mem::take(&mut self.content_type);
+                    let r = body::multipart(self, &ct, body);
+                    self.content_type = ct;
+                    self.body_result("Multipart", r);
+                }
+                Some(BodyProcessor::UrlEncoded) => {
+                    self.add_urlencoded(body, true);
+                    self.d.set(C::ReqbodyError, "0");
+                    self.d.set(C::ReqbodyProcessorError, "0");
+                }
+                None => {
+                    self.d.set(C::ReqbodyError, "0");
+                    self.d.set(C::ReqbodyProcessorError, "0");
+                }
+            }
+        }
+        if !body.is_empty() {
+            self.d.body = body.to_vec();
+            self.d.set(C::RequestBody, body);
+            self.d.set(C::RequestBodyLength, body.len().to_string());
+        }
+    }
+
+    fn body_result(&mut self, what: &str, r: Result<(), String>) {
+        use Collection as C;
+        match r {
+            Ok(()) => {
+                self.d.set(C::ReqbodyError, "0");
+                self.d.set(C::ReqbodyProcessorError, "0");
+            }
+            Err(e) => {
+                let msg = format!("{what} parsing error: {e}");
+                self.d.set(C::ReqbodyError, "1");
+                self.d.set(C::ReqbodyProcessorError, "1");
+                self.d.set(C::ReqbodyErrorMsg, msg.as_bytes());
+                self.d.set(C::ReqbodyProcessorErrorMsg, msg);
+            }
+        }
+    }
+
+    /// Phase 3: the response status and headers.
+    pub fn process_response_headers(
+        &mut self,
+        status: u16,
+        protocol: &str,
+        headers: &[(&[u8], &[u8])],
+    ) -> &Outcome {
+        self.process_request_body(b"", None);
+        if self.done >= 3 {
+            return &self.outcome;
+        }
+        self.done = 3;
+        if self.outcome.interrupted.is_some() {
+            return &self.outcome;
+        }
+        use Collection as C;
+        self.d.set(C::ResponseStatus, status.to_string());
+        let proto = if protocol.is_empty() {
+            "HTTP/1.1"
+        } else {
+            protocol
+        };
+        self.d.set(C::ResponseProtocol, proto);
+        self.d.set(C::StatusLine, format!("{proto} {status}"));
+        for (n, v) in headers {
+            let kv = self.d.kv(n, v);
+            self.d.resp_headers.push(kv);
+            if n.eq_ignore_ascii_case(b"content-type") {
+                self.d.set(C::ResponseContentType, *v);
+            } else if n.eq_ignore_ascii_case(b"content-length") {
+                self.d.set(C::ResponseContentLength, *v);
+            }
+        }
+        self.run_phase(3);
+        &self.outcome
+    }
+
+    /// Whether phase 4 wants the response body (body access on and its
+    /// type listed in `SecResponseBodyMimeType`).
+    pub fn wants_response_body(&self) -> bool {
+        if !self.st.response_body_access {
+            return false;
+        }
+        let ct = self.d.get(Collection::ResponseContentType).unwrap_or(b"");
+        let ct = match memchr::memchr(b';', ct) {
+            Some(p) => &ct[..p],
+            None => ct,
+        };
+        let ct = ct.trim_ascii();
+        self.eng
+            .limits
+            .response_mime_types
+            .iter()
+            .any(|m| m.as_bytes().eq_ignore_ascii_case(ct))
+    }
+
+    /// Phase 4 with the response body (or the part of it inspected).
+    pub fn process_response_body(&mut self, body: &[u8]) -> &Outcome {
+        if self.done < 3 {
+            self.process_response_headers(200, "", &[]);
+        }
+        if self.done >= 4 {
+            return &self.outcome;
+        }
+        self.done = 4;
+        if self.outcome.interrupted.is_some() {
+            return &self.outcome;
+        }
+        if self.wants_response_body() {
+            let limit = self.eng.limits.response_body_limit as usize;
+            let b = if limit > 0 && body.len() > limit {
+                self.d.set(Collection::OutboundDataError, "1");
+                &body[..limit]
+            } else {
+                self.d.set(Collection::OutboundDataError, "0");
+                body
+            };
+            self.d.set(Collection::ResponseBody, b);
+        }
+        self.run_phase(4);
+        &self.outcome
+    }
+
+    /// Phase 5 (logging): runs whatever happened before.
+    pub fn process_logging(&mut self) -> &Outcome {
+        if self.done >= 5 {
+            return &self.outcome;
+        }
+        self.done = 5;
+        let interrupted = self.outcome.interrupted.take();
+        self.run_phase(5);
+        if interrupted.is_some() {
+            self.outcome.interrupted = interrupted;
+        }
+        &self.outcome
+    }
+
+    /// The outcome so far.
+    pub fn outcome(&self) -> &Outcome {
+        &self.outcome
+    }
+
+    /// Takes the outcome (the transaction is finished).
+    pub fn into_outcome(self) -> Outcome {
+        self.outcome
+    }
+
+    /// A TX variable (for tests and the audit log).
+    pub fn tx(&self, key: &str) -> Option<&[u8]> {
+        self.st.tx.get(key.to_ascii_lowercase().as_bytes())
+    }
+
+    /// The values of a variable as rules see them, e.g. `ARGS_POST` or
+    /// `MULTIPART_STRICT_ERROR` (names and values).
+    pub fn values(&mut self, var: &str) -> Vec<(String, Vec<u8>)> {
+        let Ok(vars) = crate::waf::seclang::parse_variables(var) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for v in vars {
+            let t = Target {
+                coll: v.collection,
+                sel: to_exclusion(&v).sel,
+                count: v.count,
+            };
+            let mut vals = Vec::new();
+            self.collect(&t, &[], &mut vals, None);
+            for v in vals {
+                out.push((
+                    String::from_utf8_lossy(&v.name(&self.d)).into_owned(),
+                    v.value(&self.d).to_vec(),
+                ));
+            }
+        }
+        out
+    }
+
+    // ------------------------------------------------------------------
+    // rule evaluation
+
+    fn run_phase(&mut self, phase: u8) {
+        if self.st.mode == EngineMode::Off {
+            return;
+        }
+        if phase < 5 && self.outcome.interrupted.is_some() {
+            return;
+        }
+        let eng = self.eng.clone();
+        let prog: &Program = &eng.prog;
+        let list = &prog.phases[usize::from(phase)];
+        let mut i = 0usize;
+        while i < list.len() {
+            let item = list[i];
+            i += 1;
+            if let Some(m) = self.st.skip_marker {
+                if let Item::Marker(x) = item {
+                    if x == m {
+                        self.st.skip_marker = None;
+                    }
+                }
+                continue;
+            }
+            if self.st.skip_next > 0 {
+                self.st.skip_next -= 1;
+                continue;
+            }
+            if let Some(a) = self.st.allow {
+                let skip = match a {
+                    AllowScope::All => phase < 5,
+                    AllowScope::Request => phase <= 2,
+                    AllowScope::Phase => phase == self.st.allow_phase,
+                };
+                if skip {
+                    break;
+                }
+            }
+            let Item::Rule(ri, jump) = item else { continue };
+            let r = &prog.rules[ri as usize];
+            if self.removed(r) {
+                continue;
+            }
+            if self.eval_rule(&eng, r) {
+                if r.skip > 0 {
+                    self.st.skip_next = r.skip;
+                }
+                if let Some(m) = r.skip_after {
+                    match jump {
+                        Some(j) => i = j as usize,
+                        None => self.st.skip_marker = Some(m),
+                    }
+                }
+            }
+            if phase < 5 && self.outcome.interrupted.is_some() {
+                break;
+            }
+        }
+        if self.st.allow == Some(AllowScope::Phase) && self.st.allow_phase == phase {
+            self.st.allow = None;
+        }
+        self.outcome.limits_exceeded = self.st.limit_hit;
+    }
+
+    fn removed(&self, r: &CRule) -> bool {
+        let st = &self.st;
+        (!st.removed_ids.is_empty() && st.removed_ids.iter().any(|g| g.contains(r.id)))
+            || (!st.removed_tags.is_empty()
+                && st
+                    .removed_tags
+                    .iter()
+                    .any(|t| r.tags.iter().any(|x| x == t)))
+            || (!st.removed_msgs.is_empty()
+                && r.msg_raw
+                    .as_ref()
+                    .is_some_and(|m| st.removed_msgs.iter().any(|x| x == m)))
+    }
+
+    fn eval_rule(&mut self, eng: &Engine, r: &CRule) -> bool {
+        let log = r.log;
+        if log {
+            self.st.cur_msg.clear();
+            self.st.cur_logdata.clear();
+        }
+        for link in &r.links {
+            if !self.eval_link(eng, r, link) {
+                self.st.matched_var = None;
+                self.st.matched_vars.clear();
+                return false;
+            }
+        }
+        // The whole chain matched: the actions that wait for it, the
+        // last link's first (as ModSecurity unwinds its recursion).
+        for link in r.links.iter().rev() {
+            for p in &link.post {
+                self.run_post(r, p);
+            }
+        }
+        if let Some(s) = r.severity {
+            let s = s as u8;
+            if self.st.highest_severity.is_none_or(|h| s < h) {
+                self.st.highest_severity = Some(s);
+            }
+        }
+        let mut disrupted = false;
+        if self.st.mode == EngineMode::On {
+            let kind = match &r.disruptive {
+                CDisruptive::Pass => None,
+                CDisruptive::Deny => Some((InterventionKind::Deny, r.status.unwrap_or(403))),
+                CDisruptive::Drop => Some((InterventionKind::Drop, r.status.unwrap_or(403))),
+                CDisruptive::Redirect(m) => {
+                    let mut url = Vec::new();
+                    self.expand(m, Some(r), &mut url);
+                    let status = r
+                        .status
+                        .filter(|s| matches!(s, 301 | 302 | 303 | 307))
+                        .unwrap_or(302);
+                    Some((
+                        InterventionKind::Redirect(String::from_utf8_lossy(&url).into_owned()),
+                        status,
+                    ))
+                }
+                CDisruptive::Allow(scope) => {
+                    self.st.allow = Some(*scope);
+                    self.st.allow_phase = r.phase;
+                    None
+                }
+            };
+            if let Some((kind, status)) = kind {
+                disrupted = true;
+                self.outcome.interrupted = Some(Intervention {
+                    kind,
+                    status,
+                    rule_id: r.id,
+                    phase: r.phase,
+                    message: String::from_utf8_lossy(&self.st.cur_msg).into_owned(),
+                });
+            }
+        }
+        if log {
+            let limit = self.eng.limits.logdata_limit;
+            let mut logdata = String::from_utf8_lossy(&self.st.cur_logdata).into_owned();
+            truncate(&mut logdata, limit);
+            let (mut name, mut value) = match &self.st.matched_var {
+                Some((n, v)) => (
+                    String::from_utf8_lossy(n).into_owned(),
+                    String::from_utf8_lossy(v).into_owned(),
+                ),
+                None => (String::new(), String::new()),
+            };
+            truncate(&mut name, limit);
+            truncate(&mut value, limit);
+            self.outcome.matched.push(MatchedRule {
+                id: r.id,
+                phase: r.phase,
+                msg: String::from_utf8_lossy(&self.st.cur_msg).into_owned(),
+                logdata,
+                severity: r.severity,
+                tags: r.tags.clone(),
+                ver: r.ver.clone(),
+                matched_var_name: name,
+                matched_var: value,
+                disruptive: disrupted,
+            });
+        }
+        true
+    }
+
+    fn run_post(&mut self, r: &CRule, p: &Post) {
+        match p {
+            Post::Ctl(c) => self.ctl(c),
+            Post::InitCol(name, key) => {
+                let mut k = Vec::new();
+                self.expand(key, Some(r), &mut k);
+                if !self.st.others.iter().any(|(n, _)| n == name) {
+                    let mut m = VarMap::default();
+                    m.set(b"KEY", k);
+                    self.st.others.push((name.clone(), m));
+                }
+            }
+            Post::SetEnv(name, value) => {
+                let mut n = Vec::new();
+                self.expand(name, Some(r), &mut n);
+                match value {
+                    Some(v) => {
+                        let mut val = Vec::new();
+                        self.expand(v, Some(r), &mut val);
+                        self.st.env.set(&n, val);
+                    }
+                    None => self.st.env.delete(&n),
+                }
+            }
+        }
+    }
+
+    fn ctl(&mut self, c: &Ctl) {
+        let st = &mut self.st;
+        match c {
+            Ctl::RuleEngine(m) => st.mode = *m,
+            Ctl::RuleRemoveById(r) => st.removed_ids.extend_from_slice(r),
+            Ctl::RuleRemoveByTag(t) => st.removed_tags.push(t.clone()),
+            Ctl::RuleRemoveByMsg(m) => st.removed_msgs.push(m.clone()),
+            Ctl::RuleRemoveTargetById(r, vars) => {
+                for v in vars {
+                    st.removed_targets
+                        .push((Which::Ids(r.clone()), to_exclusion(v)));
+                }
+            }
+            Ctl::RuleRemoveTargetByTag(t, vars) => {
+                for v in vars {
+                    st.removed_targets
+                        .push((Which::Tag(t.clone()), to_exclusion(v)));
+                }
+            }
+            Ctl::RuleRemoveTargetByMsg(t, vars) => {
+                for v in vars {
+                    st.removed_targets
+                        .push((Which::Msg(t.clone()), to_exclusion(v)));
+                }
+            }
+            Ctl::RequestBodyProcessor(p) => {
+                st.body_processor = Some(*p);
+                let name = match p {
+                    BodyProcessor::UrlEncoded => "URLENCODED",
+                    BodyProcessor::Multipart => "MULTIPART",
+                    BodyProcessor::Xml => "XML",
+                    BodyProcessor::Json => "JSON",
+                };
+                self.d.set(Collection::ReqbodyProcessor, name);
+            }
+            Ctl::RequestBodyAccess(b) => st.request_body_access = *b,
+            Ctl::ResponseBodyAccess(b) => st.response_body_access = *b,
+            Ctl::RequestBodyLimit(n) => st.request_body_limit = *n,
+            _ => {}
+        }
+    }
+
+    /// The target removals (`ctl:ruleRemoveTarget...`) for rule `r`.
+    fn removals(&self, r: &CRule) -> Vec<Exclusion> {
+        self.st
+            .removed_targets
+            .iter()
+            .filter(|(w, _)| match w {
+                Which::Ids(g) => g.iter().any(|g| g.contains(r.id)),
+                Which::Tag(t) => r.tags.iter().any(|x| x == t),
+                Which::Msg(m) => r.msg_raw.as_ref().is_some_and(|x| x == m),
+            })
+            .map(|(_, e)| e.clone())
+            .collect()
+    }
+
+    fn eval_link(&mut self, eng: &Engine, r: &CRule, link: &Link) -> bool {
+        if link.unconditional {
+            self.on_match(r, link, None, b"");
+            return true;
+        }
+        let removals = if self.st.removed_targets.is_empty() {
+            Vec::new()
+        } else {
+            self.removals(r)
+        };
+        let mut vals = std::mem::take(&mut self.vals);
+        vals.clear();
+        for t in &link.targets {
+            let whole = removals.iter().any(|e| {
+                e.coll == t.coll
+                    && match (&e.sel, &t.sel) {
+                        (Sel::All, _) => true,
+                        (Sel::Key(a, _), Sel::Key(b, _)) => a == b,
+                        _ => false,
+                    }
+            });
+            if whole {
+                continue;
+            }
+            self.collect(t, &link.exclusions, &mut vals, Some(&removals));
+        }
+        let arg = self.op_arg(link, r);
+        let arg = arg.as_deref();
+        let limits = &eng.limits;
+        let prog = &eng.prog;
+        let mut any = false;
+        for v in vals.iter() {
+            let slot = match v.slot(&self.d) {
+                Some(s) => s,
+                None => self.cache.volatile(),
+            };
+            if link.multi_match {
+                // The value, then each transformation's result that
+                // differs from the one before.
+                let orig = v.value(&self.d).to_vec();
+                let mut path: Vec<u32> = Vec::new();
+                let mut n = link.tnode;
+                while n != 0 {
+                    path.push(n);
+                    n = prog.tnodes[n as usize].parent;
+                }
+                let mut results = vec![SAME];
+                for &n in path.iter().rev() {
+                    let r = self.cache.get(&prog.tnodes, slot, n, &orig);
+                    if Some(&r) != results.last() {
+                        results.push(r);
+                    }
+                }
+                for res in results {
+                    let input = self.cache.slice(res, &orig).to_vec();
+                    if run_op(&mut self.st, limits, link, &input, arg) {
+                        any = true;
+                        let name = v.name(&self.d);
+                        self.on_match(r, link, Some(name), &input);
+                    }
+                }
+            } else {
+                let orig = v.value(&self.d);
+                let res = self.cache.get(&prog.tnodes, slot, link.tnode, orig);
+                let input: &[u8] = self.cache.slice(res, orig);
+                if run_op(&mut self.st, limits, link, input, arg) {
+                    any = true;
+                    let input = input.to_vec();
+                    let name = v.name(&self.d);
+                    self.on_match(r, link, Some(name), &input);
+                }
+            }
+        }
+        if self.cache.next_volatile > 0 {
+            for v in &mut self.cache.vslots {
+                v.clear();
+            }
+            self.cache.next_volatile = 0;
+        }
+        self.vals = vals;
+        any
+    }
+
+    /// The expanded argument of an operator with macros.
+    fn op_arg(&self, link: &Link, r: &CRule) -> Option<Vec<u8>> {
+        match &link.op {
+            COp::Dynamic(_, m) | COp::DynamicRx(m) => {
+                let mut out = Vec::new();
+                self.expand(m, Some(r), &mut out);
+                Some(out)
+            }
+            _ => None,
+        }
+    }
+
+    /// A value matched: MATCHED_VAR(S), then the actions ModSecurity runs
+    /// per match (setvar, severity, msg and logdata).
+    fn on_match(&mut self, r: &CRule, link: &Link, name: Option<Vec<u8>>, value: &[u8]) {
+        if let Some(name) = name {
+            self.st.matched_var = Some((name.clone(), value.to_vec()));
+            self.st.matched_vars.push((name, value.to_vec()));
+        }
+        for s in &link.setvars {
+            self.setvar(r, s);
+        }
+        if r.log {
+            if let Some(m) = &link.logdata {
+                let mut out = std::mem::take(&mut self.st.cur_logdata);
+                out.clear();
+                self.expand(m, Some(r), &mut out);
+                self.st.cur_logdata = out;
+            }
+            if let Some(m) = &link.msg {
+                let mut out = std::mem::take(&mut self.st.cur_msg);
+                out.clear();
+                self.expand(m, Some(r), &mut out);
+                self.st.cur_msg = out;
+            }
+        }
+    }
+
+    fn setvar(&mut self, r: &CRule, s: &CSetVar) {
+        let mut key = std::mem::take(&mut self.scratch);
+        key.clear();
+        self.expand(&s.key, Some(r), &mut key);
+        let new = match &s.op {
+            CSetOp::Delete => {
+                self.map_mut(&s.coll).delete(&key);
+                self.scratch = key;
+                return;
+            }
+            CSetOp::Set(m) => {
+                let mut v = Vec::new();
+                self.expand(m, Some(r), &mut v);
+                v
+            }
+            CSetOp::Add(m) | CSetOp::Sub(m) => {
+                let mut v = Vec::new();
+                self.expand(m, Some(r), &mut v);
+                let delta = operator::stoi(&v);
+                let lower = key.to_ascii_lowercase();
+                let cur = self
+                    .map(&s.coll)
+                    .and_then(|m| m.get(&lower))
+                    .map(operator::stoi)
+                    .unwrap_or(0);
+                let n = if matches!(s.op, CSetOp::Add(_)) {
+                    cur + delta
+                } else {
+                    cur - delta
+                };
+                n.to_string().into_bytes()
+            }
+        };
+        self.map_mut(&s.coll).set(&key, new);
+        self.scratch = key;
+    }
+
+    fn map(&self, coll: &str) -> Option<&VarMap> {
+        if coll == "tx" {
+            return Some(&self.st.tx);
+        }
+        self.st
+            .others
+            .iter()
+            .find(|(n, _)| &**n == coll)
+            .map(|(_, m)| m)
+    }
+
+    fn map_mut(&mut self, coll: &str) -> &mut VarMap {
+        if coll == "tx" {
+            return &mut self.st.tx;
+        }
+        if coll == "env" {
+            return &mut self.st.env;
+        }
+        let i = match self.st.others.iter().position(|(n, _)| &**n == coll) {
+            Some(i) => i,
+            None => {
+                self.st.others.push((coll.into(), VarMap::default()));
+                self.st.others.len() - 1
+            }
+        };
+        &mut self.st.others[i].1
+    }
+
+    fn other(&self, c: Collection) -> Option<&VarMap> {
+        let n = match c {
+            Collection::Ip => "ip",
+            Collection::Global => "global",
+            Collection::Session => "session",
+            Collection::User => "user",
+            Collection::Resource => "resource",
+            _ => return None,
+        };
+        self.map(n)
+    }
+
+    /// Expands a macro into `out`.
+    fn expand(&self, m: &CMacro, r: Option<&CRule>, out: &mut Vec<u8>) {
+        for p in &m.parts {
+            match p {
+                CPart::Lit(s) => out.extend_from_slice(s),
+                CPart::Var { coll, key } => self.resolve_first(*coll, key.as_deref(), r, out),
+            }
+        }
+    }
+
+    /// The first value of `coll[:key]` (what a macro expands to).
+    fn resolve_first(
+        &self,
+        coll: Collection,
+        key: Option<&[u8]>,
+        r: Option<&CRule>,
+        out: &mut Vec<u8>,
+    ) {
+        use Collection as C;
+        match (coll, key) {
+            (C::Tx, Some(k)) => {
+                if let Some(v) = self.st.tx.get(k) {
+                    out.extend_from_slice(v);
+                }
+            }
+            (C::MatchedVar, _) => {
+                if let Some((_, v)) = &self.st.matched_var {
+                    out.extend_from_slice(v);
+                }
+            }
+            (C::MatchedVarName, _) => {
+                if let Some((n, _)) = &self.st.matched_var {
+                    out.extend_from_slice(n);
+                }
+            }
+            (C::Rule, Some(k)) => {
+                let Some(r) = r else { return };
+                match k {
+                    b"id" => out.extend_from_slice(r.id.to_string().as_bytes()),
+                    b"phase" => out.extend_from_slice(r.phase.to_string().as_bytes()),
+                    b"msg" => out.extend_from_slice(&self.st.cur_msg),
+                    b"logdata" => out.extend_from_slice(&self.st.cur_logdata),
+                    b"severity" => {
+                        if let Some(s) = r.severity {
+                            out.extend_from_slice((s as u8).to_string().as_bytes())
+                        }
+                    }
+                    b"ver" => {
+                        if let Some(v) = &r.ver {
+                            out.extend_from_slice(v.as_bytes())
+                        }
+                    }
+                    b"rev" => {
+                        if let Some(v) = &r.rev {
+                            out.extend_from_slice(v.as_bytes())
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            _ => {
+                let t = Target {
+                    coll,
+                    sel: match key {
+                        Some(k) => Sel::Key(k.into(), "".into()),
+                        None => Sel::All,
+                    },
+                    count: false,
+                };
+                let mut vals = Vec::new();
+                self.collect(&t, &[], &mut vals, None);
+                if let Some(v) = vals.first() {
+                    out.extend_from_slice(v.value(&self.d));
+                }
+            }
+        }
+    }
+
+    /// The values of one target, exclusions applied.
+    fn collect(
+        &self,
+        t: &Target,
+        excl: &[Exclusion],
+        out: &mut Vec<Val>,
+        removals: Option<&[Exclusion]>,
+    ) {
+        use Collection as C;
+        let removals = removals.unwrap_or(&[]);
+        let excluded = |coll: Collection, key: &[u8]| -> bool {
+            excl.iter()
+                .chain(removals.iter())
+                .any(|e| e.coll == coll && sel_matches(&e.sel, key))
+        };
+        let start = out.len();
+        let d = &self.d;
+        let coll = t.coll;
+        let push_list = |l: ListId, items: &[Kv], names: bool, out: &mut Vec<Val>| {
+            for (i, kv) in items.iter().enumerate() {
+                if !sel_matches(&t.sel, &kv.key) || excluded(coll, &kv.key) {
+                    continue;
+                }
+                out.push(Val {
+                    coll,
+                    src: Src::List(l, i as u32, names),
+                });
+            }
+        };
+        match coll {
+            C::Args
+            | C::ArgsGet
+            | C::ArgsPost
+            | C::ArgsNames
+            | C::ArgsGetNames
+            | C::ArgsPostNames => {
+                let names = matches!(coll, C::ArgsNames | C::ArgsGetNames | C::ArgsPostNames);
+                for (i, a) in d.args.iter().enumerate() {
+                    let keep = match coll {
+                        C::ArgsGet | C::ArgsGetNames => !a.post,
+                        C::ArgsPost | C::ArgsPostNames => a.post,
+                        _ => true,
+                    };
+                    if !keep || !sel_matches(&t.sel, &a.kv.key) || excluded(coll, &a.kv.key) {
+                        continue;
+                    }
+                    out.push(Val {
+                        coll,
+                        src: Src::List(ListId::Args, i as u32, names),
+                    });
+                }
+            }
+            C::RequestHeaders => push_list(ListId::Headers, &d.headers, false, out),
+            C::RequestHeadersNames => push_list(ListId::Headers, &d.headers, true, out),
+            C::RequestCookies => push_list(ListId::Cookies, &d.cookies, false, out),
+            C::RequestCookiesNames => push_list(ListId::Cookies, &d.cookies, true, out),
+            C::ResponseHeaders => push_list(ListId::RespHeaders, &d.resp_headers, false, out),
+            C::ResponseHeadersNames => push_list(ListId::RespHeaders, &d.resp_headers, true, out),
+            C::Files => push_list(ListId::Files, &d.files, false, out),
+            C::FilesNames => push_list(ListId::Files, &d.files, true, out),
+            C::FilesSizes => push_list(ListId::FilesSizes, &d.files_sizes, false, out),
+            C::FilesTmpContent => push_list(ListId::FilesContent, &d.files_content, false, out),
+            C::FilesTmpNames => {}
+            C::MultipartPartHeaders => push_list(ListId::PartHeaders, &d.part_headers, false, out),
+            C::Xml => {
+                let raw: &str = match &t.sel {
+                    Sel::Key(_, raw) => raw,
+                    _ => "/*",
+                };
+                if raw.contains('@') {
+                    push_list(ListId::XmlAttrs, &d.xml_attrs, false, out);
+                    // Attribute paths select by XPath, not by key.
+                    out.truncate(start);
+                    for i in 0..d.xml_attrs.len() {
+                        out.push(Val {
+                            coll,
+                            src: Src::List(ListId::XmlAttrs, i as u32, false),
+                        });
+                    }
+                } else if d.xml_text.is_some() {
+                    out.push(Val {
+                        coll,
+                        src: Src::XmlText,
+                    });
+                }
+            }
+            C::Tx | C::Ip | C::Global | C::Session | C::User | C::Resource | C::Env => {
+                let m = match coll {
+                    C::Tx => Some(&self.st.tx),
+                    C::Env => Some(&self.st.env),
+                    _ => self.other(coll),
+                };
+                if let Some(m) = m {
+                    match &t.sel {
+                        Sel::Key(k, _) => {
+                            if let Some(i) = m.index.get(&**k) {
+                                if let Some((key, v)) = &m.entries[*i] {
+                                    if !excluded(coll, key) {
+                                        out.push(Val {
+                                            coll,
+                                            src: Src::Owned(key.clone(), v.clone()),
+                                        });
+                                    }
+                                }
+                            }
+                        }
+                        _ => {
+                            for (k, v) in m.iter() {
+                                if sel_matches(&t.sel, k) && !excluded(coll, k) {
+                                    out.push(Val {
+                                        coll,
+                                        src: Src::Owned(k.to_vec(), v.to_vec()),
+                                    });
+                                }
+                            }
+                        }
+                    }
+                }
+                if coll == C::Env && out.len() == start {
+                    if let Sel::Key(_, raw) = &t.sel {
+                        if let Some(v) = std::env::var_os(&**raw) {
+                            out.push(Val {
+                                coll,
+                                src: Src::Owned(
+                                    raw.as_bytes().to_vec(),
+                                    v.to_string_lossy().as_bytes().to_vec(),
+                                ),
+                            });
+                        }
+                    }
+                }
+            }
+            C::MatchedVar => {
+                let v = self.st.matched_var.as_ref().map_or(&[][..], |(_, v)| v);
+                out.push(Val {
+                    coll,
+                    src: Src::Owned(Vec::new(), v.to_vec()),
+                });
+            }
+            C::MatchedVarName => {
+                let v = self.st.matched_var.as_ref().map_or(&[][..], |(n, _)| n);
+                out.push(Val {
+                    coll,
+                    src: Src::Owned(Vec::new(), v.to_vec()),
+                });
+            }
+            C::MatchedVars | C::MatchedVarsNames => {
+                for (n, v) in &self.st.matched_vars {
+                    if !sel_matches(&t.sel, n) || excluded(coll, n) {
+                        continue;
+                    }
+                    let value = if coll == C::MatchedVars { v } else { n };
+                    out.push(Val {
+                        coll,
+                        src: Src::Owned(n.clone(), value.clone()),
+                    });
+                }
+            }
+            C::ArgsCombinedSize => out.push(owned(coll, d.args_combined_size().to_string())),
+            C::FilesCombinedSize => {
+                let n: u64 = d
+                    .files_sizes
+                    .iter()
+                    .map(|kv| operator::stoi(&kv.value).max(0) as u64)
+                    .sum();
+                out.push(owned(coll, n.to_string()))
+            }
+            C::FullRequest | C::FullRequestLength => {
+                let mut f = Vec::new();
+                f.extend_from_slice(d.get(C::RequestLine).unwrap_or(b""));
+                f.push(b'\n');
+                for h in &d.headers {
+                    f.extend_from_slice(&h.key);
+                    f.extend_from_slice(b": ");
+                    f.extend_from_slice(&h.value);
+                    f.push(b'\n');
+                }
+                f.push(b'\n');
+                f.extend_from_slice(&d.body);
+                if coll == C::FullRequest {
+                    out.push(Val {
+                        coll,
+                        src: Src::Owned(Vec::new(), f),
+                    });
+                } else {
+                    out.push(owned(coll, f.len().to_string()));
+                }
+            }
+            C::HighestSeverity => out.push(owned(
+                coll,
+                self.st
+                    .highest_severity
+                    .map_or("255".to_string(), |s| s.to_string()),
+            )),
+            C::Duration => out.push(owned(coll, self.started.elapsed().as_micros().to_string())),
+            C::Time
+            | C::TimeDay
+            | C::TimeEpoch
+            | C::TimeHour
+            | C::TimeMin
+            | C::TimeMon
+            | C::TimeSec
+            | C::TimeWday
+            | C::TimeYear => {
+                let p = now_parts();
+                let s = match coll {
+                    C::TimeEpoch => p[0].to_string(),
+                    C::TimeYear => p[1].to_string(),
+                    C::TimeMon => format!("{:02}", p[2]),
+                    C::TimeDay => format!("{:02}", p[3]),
+                    C::TimeHour => format!("{:02}", p[4]),
+                    C::TimeMin => format!("{:02}", p[5]),
+                    C::TimeSec => format!("{:02}", p[6]),
+                    C::TimeWday => p[7].to_string(),
+                    _ => format!(
+                        "{:02}{:02}{:02}{:02}{:02}{:02}{:02}",
+                        p[1] / 100,
+                        p[1] % 100,
+                        p[2],
+                        p[3],
+                        p[4],
+                        p[5],
+                        p[6]
+                    ),
+                };
+                out.push(owned(coll, s));
+            }
+            C::MscPcreLimitsExceeded => out.push(owned(
+                coll,
+                if self.st.limit_hit { "1" } else { "0" }.to_string(),
+            )),
+            C::ModsecBuild => out.push(owned(coll, "030009".to_string())),
+            C::Rule => {}
+            C::Geo => {}
+            C::WebserverErrorLog => {}
+            C::ResponseContentType
+            | C::ResponseContentLength
+            | C::MultipartFilename
+            | C::MultipartName => {
+                if let Some(s) = d.single(coll) {
+                    let _ = s;
+                    out.push(Val {
+                        coll,
+                        src: Src::Single(coll),
+                    });
+                }
+            }
+            _ => out.push(Val {
+                coll,
+                src: Src::Single(coll),
+            }),
+        }
+        if t.count {
+            let n = out.len() - start;
+            out.truncate(start);
+            out.push(owned(coll, n.to_string()));
+        }
+    }
+}
+
+fn owned(coll: Collection, v: String) -> Val {
+    Val {
+        coll,
+        src: Src::Owned(Vec::new(), v.into_bytes()),
+    }
+}
+
+fn truncate(s: &mut String, limit: usize) {
+    if s.len() > limit {
+        let mut n = limit;
+        while !s.is_char_boundary(n) {
+            n -= 1;
+        }
+        s.truncate(n);
+    }
+}
+
+/// Runs a link's operator on one (transformed) value, counting the regex
+/// work; negation applied.
+fn run_op(
+    st: &mut State,
+    limits: &super::Limits,
+    link: &Link,
+    input: &[u8],
+    arg: Option<&[u8]>,
+) -> bool {
+    let raw = match &link.op {
+        COp::Never => false,
+        COp::Dynamic(o, _) => o.matches_arg(arg.unwrap_or(b""), input, None),
+        COp::Op(o) if !link.op.is_scanner() => o.matches(input, None),
+        _ => {
+            if !st.limit_hit
+                && (st.ops >= limits.max_operator_evals
+                    || st.scanned + input.len() as u64 > limits.max_scan_bytes)
+            {
+                st.limit_hit = true;
+            }
+            if st.limit_hit {
+                false
+            } else {
+                st.ops += 1;
+                st.scanned += input.len() as u64;
+                scan(st, link, input, arg)
+            }
+        }
+    };
+    raw != link.negated
+}
+
+fn scan(st: &mut State, link: &Link, input: &[u8], arg: Option<&[u8]>) -> bool {
+    let caps = if link.capture {
+        Some(&mut st.captures)
+    } else {
+        None
+    };
+    let m = match &link.op {
+        COp::Op(o) => o.matches(input, caps),
+        COp::DynamicRx(_) => {
+            let pattern = String::from_utf8_lossy(arg.unwrap_or(b""));
+            match operator::Rx::new(&pattern) {
+                Ok(rx) => rx.matches(input, caps),
+                Err(_) => false,
+            }
+        }
+        COp::Sqli => match crate::waf::libinjection::sqli_fingerprint(input) {
+            Some(fp) => {
+                if link.capture {
+                    st.tx.set(b"0", fp.as_bytes().to_vec());
+                }
+                return true;
+            }
+            None => false,
+        },
+        COp::Xss => crate::waf::libinjection::detect_xss(input),
+        _ => false,
+    };
+    if m && link.capture && matches!(link.op, COp::Op(_) | COp::DynamicRx(_)) {
+        for i in 0..10 {
+            if let Some(v) = st.captures.get(i) {
+                let v = v.to_vec();
+                st.tx.set(i.to_string().as_bytes(), v);
+            }
+        }
+    }
+    m
+}
