@@ -80,18 +80,23 @@ pub async fn tcp(
         up: up.get(),
         down: down.get(),
     };
+    let ended = Cell::new(0u8);
     let a = direction(
-        client,
-        member,
+        (client, member),
         mode,
-        &activity,
+        (&activity, &ended),
         &up,
         refuse_proxy_prefix,
         |n| meter.up(n),
     );
-    let b = direction(member, client, mode, &activity, &down, false, |n| {
-        meter.down(n)
-    });
+    let b = direction(
+        (member, client),
+        mode,
+        (&activity, &ended),
+        &down,
+        false,
+        |n| meter.down(n),
+    );
     let both = async { tokio::try_join!(a, b) };
     tokio::select! {
         r = both => match r {
@@ -115,12 +120,13 @@ async fn idle_watch(activity: &Cell<u64>, idle: Duration) {
 }
 
 /// One direction: `src` to `dst` until `src`'s EOF, then `dst`'s sending
-/// half is shut.
+/// half is shut, unless the other direction is over too: then both
+/// sockets are closed at once, and the close sends the FIN (a shutdown
+/// first was a system call per connection for nothing).
 async fn direction(
-    src: &TcpStream,
-    dst: &TcpStream,
+    (src, dst): (&TcpStream, &TcpStream),
     mode: ZeroCopy,
-    activity: &Cell<u64>,
+    (activity, ended): (&Cell<u64>, &Cell<u8>),
     total: &Cell<u64>,
     mut refuse_proxy_prefix: bool,
     count: impl Fn(u64),
@@ -174,7 +180,10 @@ async fn direction(
         let pipe = Pipe::new()?;
         splice_until_eof(src, dst, &pipe, &note).await?;
     }
-    shutdown_write(dst);
+    if ended.get() == 0 {
+        shutdown_write(dst);
+    }
+    ended.set(ended.get() + 1);
     Ok(())
 }
 

@@ -116,7 +116,7 @@ pub async fn serve<G>(
         stats::inc(&vs.counters.local().no_pool);
         return;
     };
-    let Some(mut up) = connect(&snap, &vs, &pool, client, listen, &first).await else {
+    let Some(up) = connect(&snap, &vs, &pool, client, listen, &first).await else {
         return;
     };
     let m = pool.members[up.index].clone();
@@ -133,7 +133,6 @@ pub async fn serve<G>(
         &meter,
     )
     .await;
-    let _ = up.stream.shutdown().await;
     finish(&vs, &pool, &m, end);
 }
 

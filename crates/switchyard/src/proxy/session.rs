@@ -76,7 +76,8 @@ pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: S
         active: ctx.active.clone(),
         counters,
     };
-    let _ = stream.set_nodelay(true);
+    // TCP_NODELAY comes from the listening socket (runtime/listen.rs):
+    // accepted sockets inherit it, so no setsockopt per connection.
     if let Some((snap, vs)) = l4 {
         tokio::task::spawn_local(crate::l4::tcp::serve(stream, peer, listen, snap, vs, guard));
         return;
