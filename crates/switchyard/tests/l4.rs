@@ -172,6 +172,13 @@ fn relay_integrity_each_way_with_splice_copy_and_auto() {
         let m = sy.member_stats("p", e.addr);
         assert_eq!(m["bytes_out"], size, "{m}");
         assert_eq!(m["server_connections_active"], 0, "{m}");
+        // More connections through the same worker: spliced ones reuse
+        // the worker's spare pipes, and nothing leaks between relays.
+        for k in 1..=6u64 {
+            let n = k * 100_000;
+            let (sent, got, back) = push_through(l, n);
+            assert_eq!((sent, back), (got, n), "{mode}: connection {k}");
+        }
     }
 }
 

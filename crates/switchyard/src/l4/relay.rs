@@ -177,8 +177,10 @@ async fn direction(
         }
     }
     if splicing {
-        let pipe = Pipe::new()?;
+        let pipe = Pipe::take()?;
         splice_until_eof(src, dst, &pipe, &note).await?;
+        // Empty again (everything spliced in was spliced out): reusable.
+        pipe.give_back();
     }
     if ended.get() == 0 {
         shutdown_write(dst);
@@ -220,7 +222,34 @@ struct Pipe {
     w: OwnedFd,
 }
 
+/// Pipes a worker keeps for its next relays: creating one (pipe2) and
+/// closing both ends cost three system calls, as much as a short splice.
+const SPARE_PIPES: usize = 32;
+
+thread_local! {
+    static SPARES: std::cell::RefCell<Vec<Pipe>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 impl Pipe {
+    /// A spare pipe of this worker, or a new one.
+    fn take() -> io::Result<Pipe> {
+        match SPARES.with(|s| s.borrow_mut().pop()) {
+            Some(p) => Ok(p),
+            None => Pipe::new(),
+        }
+    }
+
+    /// Keeps an empty pipe for the next relay. Only pipes whose relay ran
+    /// to its source's EOF come back: an error may leave bytes inside.
+    fn give_back(self) {
+        SPARES.with(|s| {
+            let mut s = s.borrow_mut();
+            if s.len() < SPARE_PIPES {
+                s.push(self);
+            }
+        });
+    }
+
     fn new() -> io::Result<Pipe> {
         let mut fds = [0 as RawFd; 2];
         // SAFETY: pipe2 writes two descriptors into the array it is given.
