@@ -553,6 +553,91 @@ SecRule REQBODY_ERROR "@eq 1" "id:4,phase:2,pass,log"
     assert_eq!(o.ids(), vec![4]);
 }
 
+const MP_RULES: &str = r#"
+SecRule MULTIPART_STRICT_ERROR "!@eq 0" "id:1,phase:2,pass,log,msg:'strict'"
+SecRule REQBODY_ERROR "!@eq 0" "id:2,phase:2,pass,log,msg:'%{REQBODY_ERROR_MSG}'"
+SecRule ARGS_POST:field "@rx ^hello\r\nworld$" "id:3,phase:2,pass,log"
+SecRule FILES:upload "@streq shell.php" "id:4,phase:2,pass,log"
+SecRule FILES_SIZES:upload "@eq 11" "id:5,phase:2,pass,log"
+SecRule MULTIPART_PART_HEADERS:upload "@rx ^Content-Type: application/x-php$" "id:6,phase:2,pass,log"
+SecRule MULTIPART_UNMATCHED_BOUNDARY "@eq 1" "id:7,phase:2,pass,log"
+SecRule MULTIPART_LF_LINE "@eq 1" "id:8,phase:2,pass,log"
+SecRule MULTIPART_INVALID_QUOTING "@eq 1" "id:9,phase:2,pass,log"
+SecRule MULTIPART_DATA_AFTER "@eq 1" "id:10,phase:2,pass,log"
+SecRule FILES_NAMES "@streq upload" "id:11,phase:2,pass,log"
+"#;
+
+fn mp(body: &str, boundary: &str) -> Vec<u64> {
+    let e = engine(MP_RULES);
+    let ct = format!("multipart/form-data; boundary={boundary}");
+    let (o, _) = run(&e, "/", &[], Some((&ct, body.as_bytes())));
+    o.ids()
+}
+
+#[test]
+fn multipart_fields_and_files() {
+    let body = "--XyZ\r\nContent-Disposition: form-data; name=\"field\"\r\n\r\nhello\r\nworld\r\n--XyZ\r\nContent-Disposition: form-data; name=\"upload\"; filename=\"shell.php\"\r\nContent-Type: application/x-php\r\n\r\n<?php x();?>\r\n--XyZ--\r\n";
+    // 12 bytes of content minus... "<?php x();?>" is 12: check the size rule fails then.
+    let ids = mp(body, "XyZ");
+    assert_eq!(ids, vec![3, 4, 6, 11], "{ids:?}");
+    let body = body.replace("<?php x();?>", "<?php x()?>");
+    assert_eq!(mp(&body, "XyZ"), vec![3, 4, 5, 6, 11]);
+}
+
+#[test]
+fn multipart_strict_flags() {
+    // LF line endings only.
+    let body = "--b\nContent-Disposition: form-data; name=\"field\"\n\nhello\n--b--\n";
+    assert_eq!(mp(body, "b"), vec![1, 8]);
+    // Missing final boundary.
+    let body = "--b\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nx\r\n";
+    assert_eq!(mp(body, "b"), vec![1, 2]);
+    // A line that looks like another boundary.
+    let body = "--b\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nsee --b here\r\n--b--\r\n";
+    assert_eq!(mp(body, "b"), vec![7]);
+    let body = "--b\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\n--bb\r\n--b--\r\n";
+    assert_eq!(mp(body, "b"), vec![1, 2], "a boundary with garbage");
+    // Single quotes in the disposition.
+    let body = "--b\r\nContent-Disposition: form-data; name='a'\r\n\r\nx\r\n--b--\r\n";
+    assert_eq!(mp(body, "b"), vec![1, 9]);
+    // Data after the last boundary.
+    let body = "--b\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nx\r\n--b--\r\ntrailing";
+    assert_eq!(mp(body, "b"), vec![1, 10]);
+    // A part without Content-Disposition.
+    let body = "--b\r\nX-A: 1\r\n\r\nx\r\n--b--\r\n";
+    assert_eq!(mp(body, "b"), vec![1, 2]);
+    // A clean one.
+    let body =
+        "--b\r\nContent-Disposition: form-data; name=\"field\"\r\n\r\nhello\r\nworld\r\n--b--\r\n";
+    assert_eq!(mp(body, "b"), vec![3]);
+    // A bad boundary parameter.
+    let e = engine(MP_RULES);
+    let (o, _) = run(
+        &e,
+        "/",
+        &[],
+        Some(("multipart/form-data; boundary=\"a", b"x")),
+    );
+    assert_eq!(o.ids(), vec![1, 2]);
+}
+
+#[test]
+fn crs_multipart_attack_is_blocked() {
+    let Some(e) = pl1() else { return };
+    let body =
+        b"--XyZ\r\nContent-Disposition: form-data; name=\"q\"\r\n\r\n1' or '1'='1\r\n--XyZ--\r\n";
+    let o = post(e, "/upload", "multipart/form-data; boundary=XyZ", body);
+    assert!(o.has(942100), "{:?}", o.ids());
+    assert!(blocked_by(&o, 949110));
+    let body = b"--XyZ\r\nContent-Disposition: form-data; name=\"comment\"\r\n\r\nNice shoes, thanks\r\n--XyZ\r\nContent-Disposition: form-data; name=\"photo\"; filename=\"me.jpg\"\r\nContent-Type: image/jpeg\r\n\r\n\xff\xd8\xff\xe0JFIF\r\n--XyZ--\r\n";
+    let o = post(e, "/upload", "multipart/form-data; boundary=XyZ", body);
+    assert!(
+        o.interrupted.is_none() && o.matched.is_empty(),
+        "{:?}",
+        o.ids()
+    );
+}
+
 #[test]
 fn body_limit_reject_and_partial() {
     let text = "SecRuleEngine On\nSecRequestBodyAccess On\nSecRequestBodyLimit 10\nSecRequestBodyLimitAction Reject\nSecAction \"id:1,phase:2,pass,log\"";
@@ -661,6 +746,19 @@ fn measure() {
         assert!(o.interrupted.is_none());
     }
     let per = (cpu() - t0) / n as f64;
+    {
+        let h = headers();
+        let req = Request {
+            method: "GET",
+            uri: b"/products/list?category=shoes&sort=price&page=3",
+            protocol: "HTTP/1.1",
+            headers: &h,
+            ..Request::default()
+        };
+        let mut t = e.transaction(req);
+        t.process_request_body(b"", None);
+        println!("operator evaluations (scanning): {:?}", t.work());
+    }
     println!(
         "benign GET at PL1: {:.1} us CPU; engine RSS {} KiB ({} KiB before loading, {} KiB after)",
         per * 1e6,

@@ -277,10 +277,12 @@ struct Cache {
     /// The same for volatile slots (cleared after each rule).
     vslots: Vec<Vec<(u32, u32)>>,
     bufs: Vec<Vec<u8>>,
+
     next_volatile: u32,
 }
 
 const SAME: u32 = u32::MAX;
+
 /// Slots from here are for values that change (TX...): used once.
 const VOLATILE: u32 = 1 << 31;
 
@@ -986,6 +988,12 @@ impl<'e> Transaction<'e> {
             self.outcome.interrupted = interrupted;
         }
         &self.outcome
+    }
+
+    /// Operator evaluations that count against the regex work bound, and
+    /// the bytes they scanned.
+    pub fn work(&self) -> (u64, u64) {
+        (self.st.ops, self.st.scanned)
     }
 
     /// The outcome so far.
