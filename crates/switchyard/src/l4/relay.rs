@@ -164,15 +164,10 @@ async fn direction(
             }
             write_all(dst, &buf[..n]).await?;
             note(n);
-            if mode == ZeroCopy::Splice {
+            // A bulk transfer (a read filled the buffer) splices from here.
+            if mode == ZeroCopy::Splice || (mode == ZeroCopy::Auto && n == BUF) {
                 splicing = true;
                 break;
-            }
-            if mode == ZeroCopy::Auto {
-                if n == BUF {
-                    splicing = true;
-                    break;
-                }
             }
         }
     }
