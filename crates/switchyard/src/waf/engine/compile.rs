@@ -76,7 +76,9 @@ pub(crate) enum Sel {
     All,
     /// Lower case (also the raw text, for XML paths).
     Key(Box<[u8]>, Box<str>),
-    Regex(Regex),
+    /// With an id shared by every selector of the same source (below 64,
+    /// results are cached per value in the transaction), `u32::MAX` none.
+    Regex(Regex, u32),
 }
 
 #[derive(Debug, Clone)]
@@ -222,6 +224,7 @@ struct Builder {
     tnodes: Vec<TNode>,
     markers: HashMap<Box<str>, u32>,
     marker_names: Vec<Box<str>>,
+    sel_regex: HashMap<Box<str>, u32>,
     notes: Vec<String>,
 }
 
@@ -261,11 +264,15 @@ impl Builder {
     }
 }
 
-fn sel_of(v: &Variable) -> Sel {
+fn sel_of(b: &mut Builder, v: &Variable) -> Sel {
     match &v.selector {
         None => Sel::All,
         Some(Selector::Key(k)) => Sel::Key(k.to_ascii_lowercase().into_bytes().into(), k.clone()),
-        Some(Selector::Regex { regex, .. }) => Sel::Regex(regex.clone()),
+        Some(Selector::Regex { regex, source }) => {
+            let next = b.sel_regex.len() as u32;
+            let id = *b.sel_regex.entry(source.clone()).or_insert(next);
+            Sel::Regex(regex.clone(), id)
+        }
     }
 }
 
@@ -369,12 +376,12 @@ fn compile_link(b: &mut Builder, r: &Rule, starter: bool) -> Result<Link, String
         if v.exclude {
             exclusions.push(Exclusion {
                 coll: v.collection,
-                sel: sel_of(v),
+                sel: sel_of(b, v),
             });
         } else {
             targets.push(Target {
                 coll: v.collection,
-                sel: sel_of(v),
+                sel: sel_of(b, v),
                 count: v.count,
             });
         }
@@ -453,6 +460,7 @@ impl Program {
             }],
             markers: HashMap::new(),
             marker_names: Vec::new(),
+            sel_regex: HashMap::new(),
             notes: Vec::new(),
         };
         let mut rules = Vec::new();

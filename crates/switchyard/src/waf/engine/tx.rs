@@ -1,7 +1,9 @@
 //! A transaction: the request's collections, the TX variables, and the
 //! phases run over the compiled rules with ModSecurity v3's semantics.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use super::body;
@@ -54,11 +56,36 @@ pub(crate) struct Single {
     slot: u32,
 }
 
+/// FxHash (rustc's): short keys, no DoS concern for rule-set keys... and
+/// request-chosen keys are bounded by the argument limits.
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Fx(u64);
+
+impl Hasher for Fx {
+    fn write(&mut self, bytes: &[u8]) {
+        const K: u64 = 0x517c_c1b7_2722_0a95;
+        let mut h = self.0;
+        let mut c = bytes.chunks_exact(8);
+        for w in &mut c {
+            let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
+            h = (h.rotate_left(5) ^ v).wrapping_mul(K);
+        }
+        for &b in c.remainder() {
+            h = (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
+        }
+        self.0 = h;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
 /// TX-like collections: keys without regard to case, insertion order kept.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct VarMap {
     entries: Vec<Option<(Vec<u8>, Vec<u8>)>>,
-    index: HashMap<Vec<u8>, usize>,
+    index: HashMap<Vec<u8>, usize, BuildHasherDefault<Fx>>,
 }
 
 impl VarMap {
@@ -68,9 +95,17 @@ impl VarMap {
     }
 
     pub fn set(&mut self, key: &[u8], value: Vec<u8>) {
-        let lower = key.to_ascii_lowercase();
-        match self.index.get(&lower) {
-            Some(&i) => {
+        let mut small = [0u8; 64];
+        let found = if key.len() <= 64 {
+            let l = &mut small[..key.len()];
+            l.copy_from_slice(key);
+            l.make_ascii_lowercase();
+            self.index.get(&l[..]).copied()
+        } else {
+            self.index.get(&key.to_ascii_lowercase()).copied()
+        };
+        match found {
+            Some(i) => {
                 if let Some(e) = &mut self.entries[i] {
                     e.1 = value;
                 } else {
@@ -79,8 +114,17 @@ impl VarMap {
             }
             None => {
                 self.entries.push(Some((key.to_vec(), value)));
-                self.index.insert(lower, self.entries.len() - 1);
+                self.index
+                    .insert(key.to_ascii_lowercase(), self.entries.len() - 1);
             }
+        }
+    }
+
+    /// Entry `i` (empty if deleted).
+    fn at(&self, i: u32) -> (&[u8], &[u8]) {
+        match self.entries.get(i as usize) {
+            Some(Some((k, v))) => (k, v),
+            _ => (b"", b""),
         }
     }
 
@@ -88,13 +132,6 @@ impl VarMap {
         if let Some(i) = self.index.remove(&key.to_ascii_lowercase()) {
             self.entries[i] = None;
         }
-    }
-
-    pub fn iter(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.entries
-            .iter()
-            .flatten()
-            .map(|(k, v)| (k.as_slice(), v.as_slice()))
     }
 }
 
@@ -192,6 +229,8 @@ enum Src {
     List(ListId, u32, bool),
     Single(Collection),
     XmlText,
+    /// A TX variable by its entry (copied before the operator runs).
+    Tx(u32),
     Owned(Vec<u8>, Vec<u8>),
 }
 
@@ -223,8 +262,17 @@ fn kv_of(d: &Data, l: ListId, i: u32) -> &Kv {
 }
 
 impl Val {
-    fn value<'a>(&'a self, d: &'a Data) -> &'a [u8] {
+    fn value<'a>(&'a self, d: &'a Data, tx: &'a VarMap) -> &'a [u8] {
         match &self.src {
+            Src::Tx(i) => tx.at(*i).1,
+            _ => self.value_d(d),
+        }
+    }
+
+    /// The value of anything but a TX variable.
+    fn value_d<'a>(&'a self, d: &'a Data) -> &'a [u8] {
+        match &self.src {
+            Src::Tx(_) => b"",
             Src::List(l, i, names) => {
                 let kv = kv_of(d, *l, *i);
                 if *names {
@@ -239,8 +287,9 @@ impl Val {
         }
     }
 
-    fn key<'a>(&'a self, d: &'a Data) -> Option<&'a [u8]> {
+    fn key<'a>(&'a self, d: &'a Data, tx: &'a VarMap) -> Option<&'a [u8]> {
         match &self.src {
+            Src::Tx(i) => Some(tx.at(*i).0),
             Src::List(l, i, _) => Some(&kv_of(d, *l, *i).key),
             Src::Single(_) => None,
             Src::XmlText => Some(b"/*"),
@@ -253,14 +302,14 @@ impl Val {
             Src::List(l, i, names) => Some(kv_of(d, *l, *i).slot + u32::from(*names)),
             Src::Single(c) => d.single(*c).map(|s| s.slot),
             Src::XmlText => d.xml_text.as_ref().map(|s| s.slot),
-            Src::Owned(..) => None,
+            Src::Owned(..) | Src::Tx(_) => None,
         }
     }
 
     /// `ARGS:id`, `REQUEST_URI`.
-    fn name(&self, d: &Data) -> Vec<u8> {
+    fn name(&self, d: &Data, tx: &VarMap) -> Vec<u8> {
         let mut n = self.coll.name().as_bytes().to_vec();
-        if let Some(k) = self.key(d) {
+        if let Some(k) = self.key(d, tx) {
             n.push(b':');
             n.extend_from_slice(k);
         }
@@ -268,21 +317,20 @@ impl Val {
     }
 }
 
-/// Transformation results per (value slot, pipeline node).
+/// Transformation results per (value slot, pipeline node): a row per
+/// slot (allocated when a value is first transformed), a column per node.
 #[derive(Default)]
 struct Cache {
-    /// Per slot: (node, result) pairs; result `u32::MAX` is the value
-    /// itself, otherwise an index into `bufs`.
-    slots: Vec<Vec<(u32, u32)>>,
+    nodes: usize,
+    slots: Vec<Option<Box<[u32]>>>,
     /// The same for volatile slots (cleared after each rule).
-    vslots: Vec<Vec<(u32, u32)>>,
+    vslots: Vec<Option<Box<[u32]>>>,
     bufs: Vec<Vec<u8>>,
-
     next_volatile: u32,
 }
 
 const SAME: u32 = u32::MAX;
-
+const UNSET: u32 = u32::MAX - 1;
 /// Slots from here are for values that change (TX...): used once.
 const VOLATILE: u32 = 1 << 31;
 
@@ -293,13 +341,12 @@ impl Cache {
         } else {
             &self.slots
         };
-        v.get((slot & !VOLATILE) as usize)?
-            .iter()
-            .find(|(n, _)| *n == node)
-            .map(|(_, r)| *r)
+        let r = v.get((slot & !VOLATILE) as usize)?.as_ref()?[node as usize];
+        (r != UNSET).then_some(r)
     }
 
     fn store(&mut self, slot: u32, node: u32, r: u32) {
+        let nodes = self.nodes;
         let v = if slot >= VOLATILE {
             &mut self.vslots
         } else {
@@ -307,9 +354,9 @@ impl Cache {
         };
         let i = (slot & !VOLATILE) as usize;
         if v.len() <= i {
-            v.resize_with(i + 1, Vec::new);
+            v.resize_with(i + 1, || None);
         }
-        v[i].push((node, r));
+        v[i].get_or_insert_with(|| vec![UNSET; nodes].into_boxed_slice())[node as usize] = r;
     }
 
     /// The result of pipeline `node` on `orig` (`SAME` or a buffer).
@@ -371,8 +418,12 @@ struct State {
     /// names them).
     others: Vec<(Box<str>, VarMap)>,
     env: VarMap,
-    matched_var: Option<(Vec<u8>, Vec<u8>)>,
+    /// MATCHED_VAR_NAME and MATCHED_VAR (buffers reused).
+    mv: (Vec<u8>, Vec<u8>),
+    has_mv: bool,
+    /// MATCHED_VARS: the first `mvs_len` entries (buffers reused).
     matched_vars: Vec<(Vec<u8>, Vec<u8>)>,
+    mvs_len: usize,
     skip_marker: Option<u32>,
     skip_next: u32,
     allow: Option<AllowScope>,
@@ -413,6 +464,9 @@ pub struct Transaction<'e> {
     started: std::time::Instant,
     vals: Vec<Val>,
     scratch: Vec<u8>,
+    tmpval: Vec<u8>,
+    /// Key selector regex results per slot (known bits, match bits).
+    sel_cache: RefCell<Vec<(u64, u64)>>,
     body_type: Option<BodyProcessor>,
     content_type: Vec<u8>,
 }
@@ -512,7 +566,32 @@ fn sel_matches(sel: &Sel, key: &[u8]) -> bool {
     match sel {
         Sel::All => true,
         Sel::Key(k, _) => key.eq_ignore_ascii_case(k),
-        Sel::Regex(r) => r.is_match(key),
+        Sel::Regex(r, _) => r.is_match(key),
+    }
+}
+
+/// [`sel_matches`] for a list member, regex results cached per slot.
+fn sel_matches_at(cache: &RefCell<Vec<(u64, u64)>>, sel: &Sel, key: &[u8], slot: u32) -> bool {
+    match sel {
+        Sel::Regex(r, id) if *id < 64 => {
+            let bit = 1u64 << id;
+            let mut c = cache.borrow_mut();
+            let i = slot as usize;
+            if c.len() <= i {
+                c.resize(i + 1, (0, 0));
+            }
+            let (known, hit) = c[i];
+            if known & bit != 0 {
+                return hit & bit != 0;
+            }
+            let m = r.is_match(key);
+            c[i].0 |= bit;
+            if m {
+                c[i].1 |= bit;
+            }
+            m
+        }
+        _ => sel_matches(sel, key),
     }
 }
 
@@ -525,7 +604,7 @@ fn to_exclusion(v: &Variable) -> Exclusion {
             Some(Selector::Key(k)) => {
                 Sel::Key(k.to_ascii_lowercase().into_bytes().into(), k.clone())
             }
-            Some(Selector::Regex { regex, .. }) => Sel::Regex(regex.clone()),
+            Some(Selector::Regex { regex, .. }) => Sel::Regex(regex.clone(), u32::MAX),
         },
     }
 }
@@ -540,14 +619,17 @@ impl<'e> Transaction<'e> {
     }
 
     fn build(eng: EngineRef<'e>, req: Request<'_>) -> Transaction<'e> {
+        let nodes = eng.prog.tnodes.len();
         let l = &eng.limits;
         let st = State {
             mode: l.mode,
             tx: VarMap::default(),
             others: Vec::new(),
             env: VarMap::default(),
-            matched_var: None,
+            mv: (Vec::new(), Vec::new()),
+            has_mv: false,
             matched_vars: Vec::new(),
+            mvs_len: 0,
             skip_marker: None,
             skip_next: 0,
             allow: None,
@@ -572,12 +654,17 @@ impl<'e> Transaction<'e> {
             eng,
             d: Data::default(),
             st,
-            cache: Cache::default(),
+            cache: Cache {
+                nodes,
+                ..Cache::default()
+            },
             outcome: Outcome::default(),
             done: 0,
             started: std::time::Instant::now(),
             vals: Vec::new(),
             scratch: Vec::new(),
+            tmpval: Vec::new(),
+            sel_cache: RefCell::new(Vec::new()),
             body_type: None,
             content_type: Vec::new(),
         };
@@ -1028,8 +1115,8 @@ impl<'e> Transaction<'e> {
             self.collect(&t, &[], &mut vals, None);
             for v in vals {
                 out.push((
-                    String::from_utf8_lossy(&v.name(&self.d)).into_owned(),
-                    v.value(&self.d).to_vec(),
+                    String::from_utf8_lossy(&v.name(&self.d, &self.st.tx)).into_owned(),
+                    v.value(&self.d, &self.st.tx).to_vec(),
                 ));
             }
         }
@@ -1123,8 +1210,8 @@ impl<'e> Transaction<'e> {
         }
         for link in &r.links {
             if !self.eval_link(eng, r, link) {
-                self.st.matched_var = None;
-                self.st.matched_vars.clear();
+                self.st.has_mv = false;
+                self.st.mvs_len = 0;
                 return false;
             }
         }
@@ -1180,7 +1267,7 @@ impl<'e> Transaction<'e> {
             let limit = self.eng.limits.logdata_limit;
             let mut logdata = String::from_utf8_lossy(&self.st.cur_logdata).into_owned();
             truncate(&mut logdata, limit);
-            let (mut name, mut value) = match &self.st.matched_var {
+            let (mut name, mut value) = match self.st.has_mv.then_some(&self.st.mv) {
                 Some((n, v)) => (
                     String::from_utf8_lossy(n).into_owned(),
                     String::from_utf8_lossy(v).into_owned(),
@@ -1290,7 +1377,7 @@ impl<'e> Transaction<'e> {
 
     fn eval_link(&mut self, eng: &Engine, r: &CRule, link: &Link) -> bool {
         if link.unconditional {
-            self.on_match(r, link, None, b"");
+            self.on_match(r, link);
             return true;
         }
         let removals = if self.st.removed_targets.is_empty() {
@@ -1319,6 +1406,7 @@ impl<'e> Transaction<'e> {
         let limits = &eng.limits;
         let prog = &eng.prog;
         let mut any = false;
+        let mut tmp = std::mem::take(&mut self.tmpval);
         for v in vals.iter() {
             let slot = match v.slot(&self.d) {
                 Some(s) => s,
@@ -1327,7 +1415,7 @@ impl<'e> Transaction<'e> {
             if link.multi_match {
                 // The value, then each transformation's result that
                 // differs from the one before.
-                let orig = v.value(&self.d).to_vec();
+                let orig = v.value(&self.d, &self.st.tx).to_vec();
                 let mut path: Vec<u32> = Vec::new();
                 let mut n = link.tnode;
                 while n != 0 {
@@ -1345,25 +1433,31 @@ impl<'e> Transaction<'e> {
                     let input = self.cache.slice(res, &orig).to_vec();
                     if run_op(&mut self.st, limits, link, &input, arg) {
                         any = true;
-                        let name = v.name(&self.d);
-                        self.on_match(r, link, Some(name), &input);
+                        set_matched(&mut self.st, &self.d, v, &input);
+                        self.on_match(r, link);
                     }
                 }
             } else {
-                let orig = v.value(&self.d);
+                let orig: &[u8] = if let Src::Tx(i) = v.src {
+                    tmp.clear();
+                    tmp.extend_from_slice(self.st.tx.at(i).1);
+                    &tmp
+                } else {
+                    v.value_d(&self.d)
+                };
                 let res = self.cache.get(&prog.tnodes, slot, link.tnode, orig);
                 let input: &[u8] = self.cache.slice(res, orig);
                 if run_op(&mut self.st, limits, link, input, arg) {
                     any = true;
-                    let input = input.to_vec();
-                    let name = v.name(&self.d);
-                    self.on_match(r, link, Some(name), &input);
+                    set_matched(&mut self.st, &self.d, v, input);
+                    self.on_match(r, link);
                 }
             }
         }
+        self.tmpval = tmp;
         if self.cache.next_volatile > 0 {
-            for v in &mut self.cache.vslots {
-                v.clear();
+            for v in self.cache.vslots.iter_mut().flatten() {
+                v.fill(UNSET);
             }
             self.cache.next_volatile = 0;
         }
@@ -1385,11 +1479,7 @@ impl<'e> Transaction<'e> {
 
     /// A value matched: MATCHED_VAR(S), then the actions ModSecurity runs
     /// per match (setvar, severity, msg and logdata).
-    fn on_match(&mut self, r: &CRule, link: &Link, name: Option<Vec<u8>>, value: &[u8]) {
-        if let Some(name) = name {
-            self.st.matched_var = Some((name.clone(), value.to_vec()));
-            self.st.matched_vars.push((name, value.to_vec()));
-        }
+    fn on_match(&mut self, r: &CRule, link: &Link) {
         for s in &link.setvars {
             self.setvar(r, s);
         }
@@ -1512,13 +1602,13 @@ impl<'e> Transaction<'e> {
                 }
             }
             (C::MatchedVar, _) => {
-                if let Some((_, v)) = &self.st.matched_var {
-                    out.extend_from_slice(v);
+                if self.st.has_mv {
+                    out.extend_from_slice(&self.st.mv.1);
                 }
             }
             (C::MatchedVarName, _) => {
-                if let Some((n, _)) = &self.st.matched_var {
-                    out.extend_from_slice(n);
+                if self.st.has_mv {
+                    out.extend_from_slice(&self.st.mv.0);
                 }
             }
             (C::Rule, Some(k)) => {
@@ -1558,7 +1648,7 @@ impl<'e> Transaction<'e> {
                 let mut vals = Vec::new();
                 self.collect(&t, &[], &mut vals, None);
                 if let Some(v) = vals.first() {
-                    out.extend_from_slice(v.value(&self.d));
+                    out.extend_from_slice(v.value(&self.d, &self.st.tx));
                 }
             }
         }
@@ -1574,17 +1664,25 @@ impl<'e> Transaction<'e> {
     ) {
         use Collection as C;
         let removals = removals.unwrap_or(&[]);
+        let sc = &self.sel_cache;
         let excluded = |coll: Collection, key: &[u8]| -> bool {
             excl.iter()
                 .chain(removals.iter())
                 .any(|e| e.coll == coll && sel_matches(&e.sel, key))
+        };
+        let excluded_at = |coll: Collection, key: &[u8], slot: u32| -> bool {
+            excl.iter()
+                .chain(removals.iter())
+                .any(|e| e.coll == coll && sel_matches_at(sc, &e.sel, key, slot))
         };
         let start = out.len();
         let d = &self.d;
         let coll = t.coll;
         let push_list = |l: ListId, items: &[Kv], names: bool, out: &mut Vec<Val>| {
             for (i, kv) in items.iter().enumerate() {
-                if !sel_matches(&t.sel, &kv.key) || excluded(coll, &kv.key) {
+                if !sel_matches_at(sc, &t.sel, &kv.key, kv.slot + 1)
+                    || excluded_at(coll, &kv.key, kv.slot + 1)
+                {
                     continue;
                 }
                 out.push(Val {
@@ -1607,7 +1705,10 @@ impl<'e> Transaction<'e> {
                         C::ArgsPost | C::ArgsPostNames => a.post,
                         _ => true,
                     };
-                    if !keep || !sel_matches(&t.sel, &a.kv.key) || excluded(coll, &a.kv.key) {
+                    if !keep
+                        || !sel_matches_at(sc, &t.sel, &a.kv.key, a.kv.slot + 1)
+                        || excluded_at(coll, &a.kv.key, a.kv.slot + 1)
+                    {
                         continue;
                     }
                     out.push(Val {
@@ -1657,26 +1758,31 @@ impl<'e> Transaction<'e> {
                     _ => self.other(coll),
                 };
                 if let Some(m) = m {
+                    let is_tx = coll == C::Tx;
+                    let mk = |i: usize, k: &[u8], v: &[u8]| Val {
+                        coll,
+                        src: if is_tx {
+                            Src::Tx(i as u32)
+                        } else {
+                            Src::Owned(k.to_vec(), v.to_vec())
+                        },
+                    };
                     match &t.sel {
                         Sel::Key(k, _) => {
-                            if let Some(i) = m.index.get(&**k) {
-                                if let Some((key, v)) = &m.entries[*i] {
+                            if let Some(&i) = m.index.get(&**k) {
+                                if let Some((key, v)) = &m.entries[i] {
                                     if !excluded(coll, key) {
-                                        out.push(Val {
-                                            coll,
-                                            src: Src::Owned(key.clone(), v.clone()),
-                                        });
+                                        out.push(mk(i, key, v));
                                     }
                                 }
                             }
                         }
                         _ => {
-                            for (k, v) in m.iter() {
-                                if sel_matches(&t.sel, k) && !excluded(coll, k) {
-                                    out.push(Val {
-                                        coll,
-                                        src: Src::Owned(k.to_vec(), v.to_vec()),
-                                    });
+                            for (i, e) in m.entries.iter().enumerate() {
+                                if let Some((k, v)) = e {
+                                    if sel_matches(&t.sel, k) && !excluded(coll, k) {
+                                        out.push(mk(i, k, v));
+                                    }
                                 }
                             }
                         }
@@ -1697,21 +1803,21 @@ impl<'e> Transaction<'e> {
                 }
             }
             C::MatchedVar => {
-                let v = self.st.matched_var.as_ref().map_or(&[][..], |(_, v)| v);
+                let v: &[u8] = if self.st.has_mv { &self.st.mv.1 } else { b"" };
                 out.push(Val {
                     coll,
                     src: Src::Owned(Vec::new(), v.to_vec()),
                 });
             }
             C::MatchedVarName => {
-                let v = self.st.matched_var.as_ref().map_or(&[][..], |(n, _)| n);
+                let v: &[u8] = if self.st.has_mv { &self.st.mv.0 } else { b"" };
                 out.push(Val {
                     coll,
                     src: Src::Owned(Vec::new(), v.to_vec()),
                 });
             }
             C::MatchedVars | C::MatchedVarsNames => {
-                for (n, v) in &self.st.matched_vars {
+                for (n, v) in &self.st.matched_vars[..self.st.mvs_len] {
                     if !sel_matches(&t.sel, n) || excluded(coll, n) {
                         continue;
                     }
@@ -1822,6 +1928,36 @@ impl<'e> Transaction<'e> {
             out.push(owned(coll, n.to_string()));
         }
     }
+}
+
+/// MATCHED_VAR(_NAME) and a MATCHED_VARS member for a match of `v`.
+fn set_matched(st: &mut State, d: &Data, v: &Val, value: &[u8]) {
+    let State {
+        mv,
+        has_mv,
+        matched_vars,
+        mvs_len,
+        tx,
+        ..
+    } = st;
+    mv.0.clear();
+    mv.0.extend_from_slice(v.coll.name().as_bytes());
+    if let Some(k) = v.key(d, tx) {
+        mv.0.push(b':');
+        mv.0.extend_from_slice(k);
+    }
+    mv.1.clear();
+    mv.1.extend_from_slice(value);
+    *has_mv = true;
+    if *mvs_len == matched_vars.len() {
+        matched_vars.push(Default::default());
+    }
+    let e = &mut matched_vars[*mvs_len];
+    e.0.clear();
+    e.0.extend_from_slice(&mv.0);
+    e.1.clear();
+    e.1.extend_from_slice(value);
+    *mvs_len += 1;
 }
 
 fn owned(coll: Collection, v: String) -> Val {
