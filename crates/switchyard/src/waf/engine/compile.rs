@@ -465,7 +465,7 @@ impl Program {
         };
         let mut rules = Vec::new();
         let mut phases: [Vec<Item>; 6] = Default::default();
-        for e in &set.entries {
+        for e in set.entries {
             match e {
                 Entry::Marker(m) => {
                     let id = b.marker(&m.name);
@@ -479,7 +479,7 @@ impl Program {
                         line: r.line,
                         message,
                     };
-                    let mut links = vec![compile_link(&mut b, r, true).map_err(err)?];
+                    let mut links = vec![compile_link(&mut b, &r, true).map_err(err)?];
                     for l in &r.chain {
                         let err = |message: String| CompileError {
                             file: l.file.to_string(),
@@ -499,7 +499,7 @@ impl Program {
                         id: r.id.unwrap_or(0),
                         phase,
                         links,
-                        disruptive: compile_disruptive(r),
+                        disruptive: compile_disruptive(&r),
                         status: r.status,
                         log: r.log,
                         msg_raw: r.msg.as_ref().map(|m| m.raw().into()),

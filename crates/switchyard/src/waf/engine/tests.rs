@@ -716,14 +716,23 @@ fn measure() {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0)
     }
+    fn trim() {
+        // SAFETY: returns freed heap pages to the kernel; no preconditions.
+        unsafe { libc::malloc_trim(0) };
+    }
+    trim();
     let before = rss_kb();
     let Some(e) = crs_engine("", Settings::default()) else {
         return;
     };
+    trim();
+    let loaded = rss_kb();
     // Warm the lazy regex caches once.
     for _ in 0..10 {
         get(&e, "/index.html?page=2&lang=en", &[]);
+        get(&e, "/?id=1%27%20or%20%271%27%3D%271", &[]);
     }
+    trim();
     let after = rss_kb();
     let n = 20_000;
     let cpu = || {
@@ -760,10 +769,82 @@ fn measure() {
         println!("operator evaluations (scanning): {:?}", t.work());
     }
     println!(
-        "benign GET at PL1: {:.1} us CPU; engine RSS {} KiB ({} KiB before loading, {} KiB after)",
+        "benign GET at PL1: {:.1} us CPU; engine RSS +{} KiB loaded, +{} KiB after some requests ({} KiB before loading)",
         per * 1e6,
+        loaded.saturating_sub(before),
         after.saturating_sub(before),
         before,
-        after
+    );
+}
+
+/// Where the engine's memory goes (regexes with prefilters, @pm automata).
+#[test]
+#[ignore]
+fn measure_memory_parts() {
+    use crate::waf::operator;
+    use crate::waf::seclang::{OperatorName, OperatorParam};
+    fn rss_kb() -> u64 {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        s.lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+    fn trim() {
+        // SAFETY: no preconditions.
+        unsafe { libc::malloc_trim(0) };
+    }
+    if !Path::new(CRS).join("rules").is_dir() {
+        return;
+    }
+    let set = seclang::load(&[
+        Path::new(CRS).join("crs-setup.conf.example"),
+        Path::new(CRS).join("rules"),
+    ])
+    .unwrap();
+    let mut ops = Vec::new();
+    for r in set.rules() {
+        ops.push(r.operator.clone());
+        for l in &r.chain {
+            ops.push(l.operator.clone());
+        }
+    }
+    drop(set);
+    trim();
+    let r0 = rss_kb();
+    let mut rxs = Vec::new();
+    let mut plain = Vec::new();
+    for o in &ops {
+        if o.name == OperatorName::Rx {
+            rxs.push(operator::Rx::new(&o.raw).unwrap());
+        }
+    }
+    trim();
+    let r1 = rss_kb();
+    for o in &ops {
+        if o.name == OperatorName::Rx {
+            plain.push(regex::bytes::Regex::new(&format!("(?s-u){}", o.raw)).ok());
+        }
+    }
+    trim();
+    let r2 = rss_kb();
+    let mut pms = Vec::new();
+    for o in &ops {
+        if let (OperatorName::PmFromFile | OperatorName::Pm, OperatorParam::List(l)) =
+            (o.name, &o.param)
+        {
+            pms.push(operator::Pm::new(l.iter().map(|s| s.as_bytes().to_vec()).collect()).unwrap());
+        }
+    }
+    trim();
+    let r3 = rss_kb();
+    println!(
+        "{} @rx with prefilters: {} KiB; the same regexes alone: {} KiB; {} @pm: {} KiB",
+        rxs.len(),
+        r1 - r0,
+        r2 - r1,
+        pms.len(),
+        r3 - r2
     );
 }

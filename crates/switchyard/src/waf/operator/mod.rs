@@ -186,6 +186,7 @@ impl Pm {
             Some(
                 aho_corasick::AhoCorasick::builder()
                     .ascii_case_insensitive(true)
+                    .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
                     .match_kind(aho_corasick::MatchKind::LeftmostFirst)
                     .build(&phrases)
                     .map_err(|e| format!("@pm: {e}"))?,
