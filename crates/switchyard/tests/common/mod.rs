@@ -466,7 +466,14 @@ impl Switchyard {
     /// added) and waits until `wait_for` accepts connections.
     pub fn start(config: &str, wait_for: &[SocketAddr]) -> Switchyard {
         let dir = temp_dir("sy");
-        let admin: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().expect("addr");
+        // A port the test's own configuration does not use: free_port
+        // releases what it found, so two calls can return the same port.
+        let admin: SocketAddr = loop {
+            let port = free_port();
+            if !config.contains(&format!(":{port}\"")) {
+                break format!("127.0.0.1:{port}").parse().expect("addr");
+            }
+        };
         let path = dir.join("switchyard.toml");
         std::fs::write(&path, format!("[admin]\nlisten = \"{admin}\"\n{config}"))
             .expect("write config");
