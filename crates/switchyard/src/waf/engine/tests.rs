@@ -848,3 +848,121 @@ fn measure_memory_parts() {
         r3 - r2
     );
 }
+
+/// The CRS regression tests run straight against the engine (no HTTP):
+/// `python3` turns the go-ftw YAML into JSON lines (see the commit
+/// message); this reads `CRS_TESTS_JSONL` and prints pass/fail counts and
+/// the failures. The real runner (`switchyard waf test`) goes through the
+/// proxy.
+#[test]
+#[ignore]
+fn crs_regression_direct() {
+    let path = std::env::var("CRS_TESTS_JSONL").unwrap_or("/tmp/crs_tests.jsonl".into());
+    let Ok(text) = std::fs::read_to_string(&path) else {
+        eprintln!("skipped: no {path}");
+        return;
+    };
+    let setup = r#"
+SecAction "id:900005,phase:1,nolog,pass,setvar:tx.blocking_paranoia_level=4,setvar:tx.crs_validate_utf8_encoding=1,setvar:tx.arg_name_length=100,setvar:tx.arg_length=400,setvar:tx.total_arg_length=64000,setvar:tx.max_num_args=255,setvar:tx.max_file_size=64100,setvar:tx.combined_file_sizes=65535"
+SecRule REQUEST_HEADERS:Content-Type "^(?:application(?:/soap\+|/)|text/)xml" "id:200000,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=XML"
+SecRule REQUEST_HEADERS:Content-Type "^application/json" "id:200001,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=JSON"
+SecRule REQBODY_ERROR "!@eq 0" "id:200002,phase:2,t:none,log,deny,status:400,msg:'Failed to parse request body.'"
+SecRule MULTIPART_STRICT_ERROR "!@eq 0" "id:200003,phase:2,t:none,log,deny,status:400,msg:'Multipart strict'"
+SecRule MULTIPART_UNMATCHED_BOUNDARY "@eq 1" "id:200004,phase:2,t:none,log,deny,msg:'Multipart unmatched boundary'"
+"#;
+    let Some(e) = crs_engine(setup, Settings::default()) else {
+        return;
+    };
+    let (mut pass, mut fail, mut skip) = (0, 0, 0);
+    let mut fails: Vec<String> = Vec::new();
+    for line in text.lines() {
+        let t: serde_json::Value = serde_json::from_str(line).unwrap();
+        if t.get("skip").is_some() {
+            skip += 1;
+            continue;
+        }
+        let s = |k: &str| t[k].as_str().unwrap_or("").to_string();
+        let (method, uri, version, mut data) = (s("method"), s("uri"), s("version"), s("data"));
+        let multipart = t["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|h| h[1].as_str().unwrap_or("").starts_with("multipart/"));
+        // go-ftw sends YAML block bodies with CRLF line ends.
+        if multipart && !data.contains("\r\n") {
+            data = data.replace('\n', "\r\n");
+        }
+        let mut hs: Vec<(Vec<u8>, Vec<u8>)> = t["headers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| {
+                (
+                    h[0].as_str().unwrap().as_bytes().to_vec(),
+                    h[1].as_str().unwrap().as_bytes().to_vec(),
+                )
+            })
+            .collect();
+        let has = |hs: &Vec<(Vec<u8>, Vec<u8>)>, n: &str| {
+            hs.iter().any(|(k, _)| k.eq_ignore_ascii_case(n.as_bytes()))
+        };
+        if !data.is_empty() {
+            if !has(&hs, "content-type") && method == "POST" {
+                hs.push((
+                    b"Content-Type".to_vec(),
+                    b"application/x-www-form-urlencoded".to_vec(),
+                ));
+            }
+            if !has(&hs, "content-length") {
+                hs.push((
+                    b"Content-Length".to_vec(),
+                    data.len().to_string().into_bytes(),
+                ));
+            }
+        }
+        let href: Vec<(&[u8], &[u8])> = hs.iter().map(|(a, b)| (&a[..], &b[..])).collect();
+        let req = Request {
+            method: &method,
+            uri: uri.as_bytes(),
+            protocol: &version,
+            headers: &href,
+            remote_addr: "127.0.0.1",
+            remote_port: 50000,
+            local_addr: "127.0.0.1",
+            local_port: 80,
+            unique_id: "aBcDeFgHiJkLmNoP",
+        };
+        let mut tx = e.transaction(req);
+        tx.process_request_headers();
+        tx.process_request_body(data.as_bytes(), None);
+        tx.process_logging();
+        let err = tx
+            .values("REQBODY_ERROR_MSG")
+            .first()
+            .map(|(_, v)| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_default();
+        let o = tx.into_outcome();
+        let ids = |k: &str| -> Vec<u64> {
+            t[k].as_array()
+                .map(|a| a.iter().filter_map(|v| v.as_u64()).collect())
+                .unwrap_or_default()
+        };
+        let missing: Vec<u64> = ids("expect").into_iter().filter(|i| !o.has(*i)).collect();
+        let unwanted: Vec<u64> = ids("no_expect").into_iter().filter(|i| o.has(*i)).collect();
+        if missing.is_empty() && unwanted.is_empty() {
+            pass += 1;
+        } else {
+            fail += 1;
+            fails.push(format!(
+                "{} #{}: missing {missing:?} unwanted {unwanted:?} (matched {:?}) {err}",
+                s("file"),
+                t["test"],
+                o.ids()
+            ));
+        }
+    }
+    for f in &fails {
+        println!("FAIL {f}");
+    }
+    println!("{pass} passed, {fail} failed, {skip} skipped");
+}

@@ -63,9 +63,13 @@ struct Mp {
     last_filename: Vec<u8>,
 }
 
+/// ModSecurity's `multipart_count_boundary_params`: occurrences of
+/// `boundary` (any case) with an `=` somewhere after them.
 fn count_boundary(s: &[u8]) -> usize {
     let l = s.to_ascii_lowercase();
-    memchr::memmem::find_iter(&l, b"boundary").count()
+    memchr::memmem::find_iter(&l, b"boundary")
+        .filter(|&p| memchr::memchr(b'=', &l[p + 8..]).is_some())
+        .count()
 }
 
 fn boundary_chars_valid(b: &[u8]) -> bool {
