@@ -906,19 +906,19 @@ SecRule MULTIPART_UNMATCHED_BOUNDARY "@eq 1" "id:200004,phase:2,t:none,log,deny,
         let has = |hs: &Vec<(Vec<u8>, Vec<u8>)>, n: &str| {
             hs.iter().any(|(k, _)| k.eq_ignore_ascii_case(n.as_bytes()))
         };
-        if !data.is_empty() {
-            if !has(&hs, "content-type") && method == "POST" {
+        // go-ftw's autocompletion: a body without Content-Length gets one,
+        // and a form Content-Type if it has none.
+        if !data.is_empty() && !has(&hs, "content-length") {
+            if !has(&hs, "content-type") {
                 hs.push((
                     b"Content-Type".to_vec(),
                     b"application/x-www-form-urlencoded".to_vec(),
                 ));
             }
-            if !has(&hs, "content-length") {
-                hs.push((
-                    b"Content-Length".to_vec(),
-                    data.len().to_string().into_bytes(),
-                ));
-            }
+            hs.push((
+                b"Content-Length".to_vec(),
+                data.len().to_string().into_bytes(),
+            ));
         }
         let href: Vec<(&[u8], &[u8])> = hs.iter().map(|(a, b)| (&a[..], &b[..])).collect();
         let req = Request {

@@ -750,7 +750,7 @@ impl<'e> Transaction<'e> {
             if l.starts_with(b"multipart/form-data") {
                 self.body_type = Some(BodyProcessor::Multipart);
                 self.d.set(Collection::ReqbodyProcessor, "MULTIPART");
-            } else if l == b"application/x-www-form-urlencoded" {
+            } else if l.starts_with(b"application/x-www-form-urlencoded") {
                 self.body_type = Some(BodyProcessor::UrlEncoded);
                 self.d.set(Collection::ReqbodyProcessor, "URLENCODED");
             }

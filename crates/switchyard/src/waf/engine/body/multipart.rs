@@ -548,8 +548,10 @@ fn parse_content_disposition(
             return Err(-6);
         }
         let value: Vec<u8>;
+        let mut quoted_by = 0u8;
         if at(p) == b'"' || at(p) == b'\'' {
             let quote = at(p);
+            quoted_by = quote;
             if quote == b'\'' {
                 *invalid_quoting = true;
             }
@@ -585,7 +587,9 @@ fn parse_content_disposition(
             }
             value = v[s..p].to_vec();
         }
-        if value.contains(&b'\'') {
+        // validate_quotes: a single quote inside a value is suspicious
+        // unless the value was in double quotes.
+        if quoted_by != b'"' && value.contains(&b'\'') {
             *invalid_quoting = true;
         }
         match name {
