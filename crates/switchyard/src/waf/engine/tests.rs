@@ -863,7 +863,7 @@ fn crs_regression_direct() {
         return;
     };
     let setup = r#"
-SecAction "id:900005,phase:1,nolog,pass,setvar:tx.blocking_paranoia_level=4,setvar:tx.crs_validate_utf8_encoding=1,setvar:tx.arg_name_length=100,setvar:tx.arg_length=400,setvar:tx.total_arg_length=64000,setvar:tx.max_num_args=255,setvar:tx.max_file_size=64100,setvar:tx.combined_file_sizes=65535"
+SecAction "id:900005,phase:1,nolog,pass,setvar:tx.blocking_paranoia_level=4,setvar:tx.crs_validate_utf8_encoding=1,setvar:tx.arg_name_length=100,setvar:tx.arg_length=400,setvar:tx.total_arg_length=64000,setvar:tx.max_num_args=255,setvar:tx.max_file_size=64100,setvar:tx.combined_file_sizes=65535,setvar:tx.inbound_anomaly_score_threshold=10000,setvar:tx.outbound_anomaly_score_threshold=10000"
 SecRule REQUEST_HEADERS:Content-Type "^(?:application(?:/soap\+|/)|text/)xml" "id:200000,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=XML"
 SecRule REQUEST_HEADERS:Content-Type "^application/json" "id:200001,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=JSON"
 SecRule REQBODY_ERROR "!@eq 0" "id:200002,phase:2,t:none,log,deny,status:400,msg:'Failed to parse request body.'"
@@ -935,6 +935,35 @@ SecRule MULTIPART_UNMATCHED_BOUNDARY "@eq 1" "id:200004,phase:2,t:none,log,deny,
         let mut tx = e.transaction(req);
         tx.process_request_headers();
         tx.process_request_body(data.as_bytes(), None);
+        // The test origin (albedo) answers /reflect with the status,
+        // headers and body the JSON request names.
+        if uri.starts_with("/reflect") {
+            if let Ok(j) = serde_json::from_str::<serde_json::Value>(&data) {
+                let status = j["status"].as_u64().unwrap_or(200) as u16;
+                let mut rh: Vec<(Vec<u8>, Vec<u8>)> = Vec::new();
+                if let Some(h) = j["headers"].as_object() {
+                    for (k, v) in h {
+                        rh.push((
+                            k.as_bytes().to_vec(),
+                            v.as_str().unwrap_or("").as_bytes().to_vec(),
+                        ));
+                    }
+                }
+                if !rh
+                    .iter()
+                    .any(|(k, _)| k.eq_ignore_ascii_case(b"content-type"))
+                {
+                    rh.push((
+                        b"Content-Type".to_vec(),
+                        b"text/plain; charset=utf-8".to_vec(),
+                    ));
+                }
+                let body = j["body"].as_str().unwrap_or("").as_bytes().to_vec();
+                let rref: Vec<(&[u8], &[u8])> = rh.iter().map(|(a, b)| (&a[..], &b[..])).collect();
+                tx.process_response_headers(status, "HTTP/1.1", &rref);
+                tx.process_response_body(&body);
+            }
+        }
         tx.process_logging();
         let err = tx
             .values("REQBODY_ERROR_MSG")
