@@ -173,6 +173,9 @@ pub(crate) struct Link {
     pub post: Vec<Post>,
     pub msg: Option<CMacro>,
     pub logdata: Option<CMacro>,
+    /// `@rx` with a literal prefilter: every match contains one of its
+    /// literals, so a value shorter than the shortest cannot match.
+    pub min_len: usize,
 }
 
 #[derive(Debug)]
@@ -433,7 +436,16 @@ fn compile_link(b: &mut Builder, r: &Rule, starter: bool) -> Result<Link, String
             _ => None,
         })
     };
+    let min_len = match &op {
+        COp::Op(operator::Operator::Rx(rx)) if rx.has_prefilter() => rx
+            .literals
+            .as_ref()
+            .and_then(|l| l.iter().map(Vec::len).min())
+            .unwrap_or(0),
+        _ => 0,
+    };
     Ok(Link {
+        min_len,
         targets,
         exclusions,
         op,

@@ -2002,7 +2002,7 @@ fn run_op(
             } else {
                 st.ops += 1;
                 st.scanned += input.len() as u64;
-                scan(st, link, input, arg)
+                input.len() >= link.min_len && scan(st, link, input, arg)
             }
         }
     };
