@@ -839,6 +839,10 @@ fn measure_memory_parts() {
     }
     trim();
     let r3 = rss_kb();
+    crate::waf::libinjection::warm_up();
+    trim();
+    let r4 = rss_kb();
+    println!("libinjection tables: {} KiB", r4 - r3);
     println!(
         "{} @rx with prefilters: {} KiB; the same regexes alone: {} KiB; {} @pm: {} KiB",
         rxs.len(),
