@@ -21,6 +21,23 @@
 //!
 //! Nothing is specific to the Core Rule Set: its paranoia level and
 //! thresholds are TX variables its own setup rules set.
+//!
+//! ModSecurity v3 behaviours kept on purpose (the CRS tests expect them):
+//! setvar, msg and logdata run on every matched value of every link, even
+//! when a later link of the chain fails; ctl, initcol, setenv, skip and
+//! the disruptive action wait for the whole chain; MATCHED_VAR(S) are
+//! cleared only by a rule that does not match; single-valued variables
+//! (REQUEST_BODY, REQBODY_PROCESSOR, ...) always yield a value, empty when
+//! unset; REQUEST_BODY is always set (`ctl:forceRequestBodyVariable` is a
+//! no-op); markers exist in every phase; `block` is the phase default's
+//! action and a rule without a disruptive action has none. One deliberate
+//! difference: with request body access off, phase 2 still runs (without
+//! body variables), where ModSecurity v3 skips it.
+//!
+//! Bounds: the body limits of the rule set (Reject answers 403 with rule
+//! id 0, ProcessPartial inspects the first bytes and sets
+//! INBOUND_DATA_ERROR); [`Settings::max_args`], [`Settings::max_parts`],
+//! JSON/XML depth; regex work per transaction ([`Settings`]).
 
 mod body;
 mod compile;
