@@ -853,11 +853,34 @@ fn measure_memory_parts() {
     );
 }
 
-/// The CRS regression tests run straight against the engine (no HTTP):
-/// `python3` turns the go-ftw YAML into JSON lines (see the commit
-/// message); this reads `CRS_TESTS_JSONL` and prints pass/fail counts and
-/// the failures. The real runner (`switchyard waf test`) goes through the
-/// proxy.
+/// The CRS regression tests run straight against the engine (no HTTP),
+/// a development aid; the real runner (`switchyard waf test`) goes through
+/// the proxy. Make the input with python3 and PyYAML (one JSON object per
+/// stage: file, test, method, uri, version, headers as pairs, data,
+/// expect, no_expect; `skip` for encoded_request or no log expectation):
+///
+/// ```text
+/// import yaml, json, glob, os
+/// out = open('/tmp/crs_tests.jsonl', 'w')
+/// for f in sorted(glob.glob('/work/shared/crs/tests/regression/*/*.yaml')):
+///     for t in (yaml.safe_load(open(f)) or {}).get('tests', []):
+///         for si, st in enumerate(t.get('stages', [])):
+///             st = st.get('stage', st); i = st.get('input', {}); o = st.get('output', {})
+///             log = o.get('log') or {}; d = i.get('data'); d = ''.join(d) if isinstance(d, list) else d
+///             r = {'file': os.path.basename(f), 'test': t.get('test_id'), 'stage': si,
+///                  'method': i.get('method', 'GET'), 'uri': str(i.get('uri', '/')),
+///                  'version': str(i.get('version', 'HTTP/1.1')),
+///                  'headers': [[str(k), str(v)] for k, v in (i.get('headers') or {}).items()],
+///                  'data': d or '', 'expect': log.get('expect_ids') or [],
+///                  'no_expect': log.get('no_expect_ids') or []}
+///             if 'encoded_request' in i: r['skip'] = 'encoded_request'
+///             if not r['expect'] and not r['no_expect']: r['skip'] = 'no log expectation'
+///             out.write(json.dumps(r) + '\n')
+/// ```
+///
+/// Then `CRS_TESTS_JSONL=/tmp/crs_tests.jsonl cargo test --release -p
+/// switchyard --lib waf::engine::tests::crs_regression_direct -- --exact
+/// --ignored --nocapture`.
 #[test]
 #[ignore]
 fn crs_regression_direct() {
