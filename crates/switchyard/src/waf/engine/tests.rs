@@ -4,7 +4,7 @@ use std::sync::OnceLock;
 use super::*;
 use crate::waf::seclang::{self, Loader};
 
-const CRS: &str = "/work/shared/crs";
+const CRS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/crs");
 
 /// The CRS with `extra` directives between the setup file and the rules.
 fn crs_engine(extra: &str, settings: Settings) -> Option<Engine> {

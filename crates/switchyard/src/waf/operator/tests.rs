@@ -409,7 +409,7 @@ fn prefilter_literals() {
 // ---------------------------------------------------------------------------
 // The CRS: every operator compiles; the prefilter on all @rx patterns.
 
-const CRS_RULES: &str = "/work/shared/crs/rules";
+const CRS_RULES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/crs/rules");
 
 /// `(file, operator name, argument)` of every SecRule in the CRS rule files
 /// (continuation lines joined; `!` dropped; no `@` means `@rx`).

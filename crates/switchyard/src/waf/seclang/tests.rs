@@ -2,7 +2,7 @@ use std::path::{Path, PathBuf};
 
 use super::*;
 
-const CRS: &str = "/work/shared/crs";
+const CRS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/crs");
 
 fn rule(set: &Ruleset, id: u64) -> &Rule {
     set.rule(id)

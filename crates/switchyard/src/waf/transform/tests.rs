@@ -75,7 +75,10 @@ fn by_name_is_case_insensitive_and_knows_both_spellings() {
 
 #[test]
 fn every_transform_used_by_crs_is_known() {
-    let Ok(dir) = std::fs::read_dir("/work/shared/crs/rules") else {
+    let Ok(dir) = std::fs::read_dir(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../../shared/crs/rules"
+    )) else {
         return; // the CRS checkout is not on every machine
     };
     let re = regex::Regex::new(r"t:([A-Za-z0-9]+)").unwrap();
