@@ -618,7 +618,7 @@ impl<C: Control> Cx<'_, C> {
         let mut what = Vec::new();
         if let Some(s) = state {
             m.state.set_admin(s);
-            what.push(format!("state {}", admin_state(s)));
+            what.push(format!("state {}", s.as_str()));
         }
         if let Some(w) = weight {
             m.state.set_weight_override(w, m.weight);
@@ -629,7 +629,7 @@ impl<C: Control> Cx<'_, C> {
         }
         if let Some(h) = health {
             m.state.set_forced(h);
-            what.push(format!("health {}", forced(h)));
+            what.push(format!("health {}", h.as_str()));
         }
         self.admin.record_change(
             &self.caller,
@@ -686,22 +686,6 @@ impl<C: Control> Cx<'_, C> {
             true,
         );
         ok(json!({ "purged": n }))
-    }
-}
-
-fn admin_state(s: AdminState) -> &'static str {
-    match s {
-        AdminState::Enabled => "enabled",
-        AdminState::Disabled => "disabled",
-        AdminState::Draining => "draining",
-    }
-}
-
-fn forced(h: ForcedHealth) -> &'static str {
-    match h {
-        ForcedHealth::Auto => "auto",
-        ForcedHealth::Up => "up",
-        ForcedHealth::Down => "down",
     }
 }
 
@@ -770,9 +754,9 @@ pub fn member(p: &Pool, m: &Member) -> Value {
         "pool": p.name,
         "address": m.addr.to_string(),
         "state": render::member_state(m),
-        "admin_state": admin_state(s.admin()),
+        "admin_state": s.admin().as_str(),
         "health": {
-            "forced": forced(s.forced()),
+            "forced": s.forced().as_str(),
             "checked": p.health.is_some(),
             "check_healthy": s.healthy.load(Ordering::Relaxed),
             "check_ok_streak": s.check_ok_streak.load(Ordering::Relaxed),

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 use super::api::certificates;
-use crate::balance::AdminState;
 use crate::clock::now_ms;
 use crate::config::Snapshot;
 use crate::stats::quantile;
@@ -166,11 +165,7 @@ impl History {
                 members.push(json!({
                     "address": m.addr.to_string(),
                     "state": m.state.condition(t_now, in_use),
-                    "admin_state": match m.state.admin() {
-                        AdminState::Enabled => "enabled",
-                        AdminState::Disabled => "disabled",
-                        AdminState::Draining => "draining",
-                    },
+                    "admin_state": m.state.admin().as_str(),
                     "weight": crate::balance::Candidate::weight(m),
                     "backup": m.backup,
                     "inflight": m.state.inflight.load(Ordering::Relaxed),

@@ -73,6 +73,16 @@ pub enum AdminState {
     Draining,
 }
 
+impl AdminState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdminState::Enabled => "enabled",
+            AdminState::Disabled => "disabled",
+            AdminState::Draining => "draining",
+        }
+    }
+}
+
 /// A health verdict forced over the active and passive checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ForcedHealth {
@@ -95,6 +105,16 @@ impl Default for MemberState {
             forced: AtomicU8::new(0),
             weight_override: AtomicU32::new(0),
             weight_override_base: AtomicU32::new(0),
+        }
+    }
+}
+
+impl ForcedHealth {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ForcedHealth::Auto => "auto",
+            ForcedHealth::Up => "up",
+            ForcedHealth::Down => "down",
         }
     }
 }

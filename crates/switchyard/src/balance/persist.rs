@@ -55,6 +55,18 @@ pub fn persistence_cookie(
     }
 }
 
+/// The hash of a client address for source-IP balancing and persistence;
+/// an IPv4 client on an IPv6 socket hashes as its IPv4 address.
+pub fn source_ip_hash(ip: IpAddr) -> u64 {
+    match ip {
+        IpAddr::V4(a) => hash64(&a.octets(), 0),
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(v4) => hash64(&v4.octets(), 0),
+            None => hash64(&a.octets(), 0),
+        },
+    }
+}
+
 /// The consistent-hash or source-affinity key of a request, if the pool
 /// uses one.
 pub fn request_hash(
@@ -63,13 +75,7 @@ pub fn request_hash(
     req: &Request,
     peer: IpAddr,
 ) -> Option<u64> {
-    let ip_hash = || match peer {
-        IpAddr::V4(a) => hash64(&a.octets(), 0),
-        IpAddr::V6(a) => match a.to_ipv4_mapped() {
-            Some(v4) => hash64(&v4.octets(), 0),
-            None => hash64(&a.octets(), 0),
-        },
-    };
+    let ip_hash = || source_ip_hash(peer);
     if let Some(k) = hash_key {
         return match k {
             HashKey::SourceIp => Some(ip_hash()),

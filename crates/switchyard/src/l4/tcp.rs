@@ -14,7 +14,6 @@
 //! it finish on the old configuration.
 
 use std::net::{IpAddr, SocketAddr};
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,8 +21,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
 use super::relay::{self, End, Meter};
+use super::Lease;
 use super::{client_hello, proxy_protocol};
-use crate::balance::{hash64, MemberState, Tried};
+use crate::balance::persist::source_ip_hash;
+use crate::balance::Tried;
 use crate::config::l4::{AcceptProxy, ProxyVersion};
 use crate::config::snapshot::{HashKey, Member, Persist, Pool, Snapshot, VServer};
 use crate::health::passive;
@@ -274,44 +275,14 @@ async fn read_client_hello(
 pub struct Upstream {
     pub stream: TcpStream,
     pub index: usize,
-    _held: Held,
-}
-
-/// Keeps the member's in-flight count (max_connections, least connections)
-/// and active-connection gauge up for the life of the relay.
-struct Held {
-    state: Arc<MemberState>,
-    counters: Arc<Sharded<MemberCounters>>,
-}
-
-impl Held {
-    fn new(m: &Member) -> Held {
-        m.state.inflight.fetch_add(1, Ordering::Relaxed);
-        Held {
-            state: m.state.clone(),
-            counters: m.counters.clone(),
-        }
-    }
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        self.state.inflight.fetch_sub(1, Ordering::Relaxed);
-        stats::dec(&self.counters.local().server_connections_active);
-    }
+    _lease: Lease,
 }
 
 /// The source-IP hash when the pool balances or persists on it.
 pub(super) fn source_hash(pool: &Pool, client: IpAddr) -> Option<u64> {
     let by_ip = matches!(pool.hash_key, Some(HashKey::SourceIp))
         || pool.persistence == Some(Persist::SourceIp);
-    by_ip.then(|| match client {
-        IpAddr::V4(a) => hash64(&a.octets(), 0),
-        IpAddr::V6(a) => match a.to_ipv4_mapped() {
-            Some(v4) => hash64(&v4.octets(), 0),
-            None => hash64(&a.octets(), 0),
-        },
-    })
+    by_ip.then(|| source_ip_hash(client))
 }
 
 /// Picks and connects a member, trying others when a connect fails (up to
@@ -347,10 +318,8 @@ async fn connect(
         attempts += 1;
         tried.add(i);
         let m = &pool.members[i];
-        let held = Held::new(m);
+        let lease = Lease::new(m);
         let mc = m.counters.local();
-        stats::inc(&mc.server_connections_total);
-        stats::inc(&mc.server_connections_active);
         match open(m, pool, snap.settings.upstream_connect_ms).await {
             Ok(mut s) => {
                 passive::record(pool, m, false);
@@ -371,7 +340,7 @@ async fn connect(
                 return Some(Upstream {
                     stream: s,
                     index: i,
-                    _held: held,
+                    _lease: lease,
                 });
             }
             Err(e) => {
@@ -382,7 +351,7 @@ async fn connect(
                     vs.name,
                     m.label(&pool.name)
                 ));
-                drop(held);
+                drop(lease);
                 if retries_left == 0 {
                     return None;
                 }

@@ -21,21 +21,21 @@
 use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::UdpSocket;
 
 use super::proxy_protocol;
-use crate::balance::{MemberState, Tried};
+use super::Lease;
+use crate::balance::Tried;
 use crate::clock::now_ms;
 use crate::config::l4::ProxyVersion;
 use crate::config::snapshot::{Member, Pool, VServer};
 use crate::fasthash::FxHashMap;
 use crate::health::passive;
 use crate::log;
-use crate::stats::{self, MemberCounters, Sharded};
+use crate::stats;
 
 /// Largest datagram relayed (the largest a UDP/IPv4 datagram can be).
 const MAX_DATAGRAM: usize = 65_535;
@@ -55,16 +55,7 @@ struct Session {
 struct Link {
     member: usize,
     sock: UdpSocket,
-    /// In flight and active on the member while the link lives.
-    state: Arc<MemberState>,
-    counters: Arc<Sharded<MemberCounters>>,
-}
-
-impl Drop for Link {
-    fn drop(&mut self) {
-        self.state.inflight.fetch_sub(1, Ordering::Relaxed);
-        stats::dec(&self.counters.local().server_connections_active);
-    }
+    _lease: Lease,
 }
 
 type Table = Rc<RefCell<FxHashMap<SocketAddr, Rc<Session>>>>;
@@ -108,7 +99,6 @@ pub async fn serve(
         let Some((_, Some(vs), shield)) = cached.as_ref() else {
             continue;
         };
-        let vs = vs.clone();
         if shield.is_some() || vs.acl.is_some() {
             let a = crate::shield::admit(
                 shield.as_deref(),
@@ -125,7 +115,7 @@ pub async fn serve(
         let vc = vs.counters.local();
         stats::inc(&vc.udp_datagrams_in);
         stats::add(&vc.bytes_in, n as u64);
-        if !forward(&vs, &sock, &table, client, listen, &buf[..n]).await {
+        if !forward(vs, &sock, &table, client, listen, &buf[..n]).await {
             stats::inc(&vs.counters.local().udp_dropped);
         }
     }
@@ -355,13 +345,9 @@ async fn open(pool: &Pool, i: usize) -> Option<Link> {
         return None;
     }
     stats::inc(&pool.counters.local().requests);
-    stats::inc(&mc.server_connections_total);
-    stats::inc(&mc.server_connections_active);
-    m.state.inflight.fetch_add(1, Ordering::Relaxed);
     Some(Link {
         member: i,
         sock,
-        state: m.state.clone(),
-        counters: m.counters.clone(),
+        _lease: Lease::new(m),
     })
 }

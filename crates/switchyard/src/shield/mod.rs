@@ -140,8 +140,8 @@ impl AclSet {
                     "src": r.src.iter().map(cidr_text).chain(sl.iter().map(|l| format!("@{l}"))).collect::<Vec<_>>(),
                     "dst": r.dst.iter().map(cidr_text).chain(dl.iter().map(|l| format!("@{l}"))).collect::<Vec<_>>(),
                     "proto": r.proto,
-                    "src_port": r.src_ports.iter().map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect::<Vec<_>>(),
-                    "dst_port": r.dst_ports.iter().map(|(a, b)| if a == b { a.to_string() } else { format!("{a}-{b}") }).collect::<Vec<_>>(),
+                    "src_port": ports_text(&r.src_ports),
+                    "dst_port": ports_text(&r.dst_ports),
                     "hits": h.load(Ordering::Relaxed),
                 })
             })
@@ -162,6 +162,19 @@ impl AclSet {
             "lists": lists,
         })
     }
+}
+
+fn ports_text(ranges: &[(u16, u16)]) -> Vec<String> {
+    ranges
+        .iter()
+        .map(|(a, b)| {
+            if a == b {
+                a.to_string()
+            } else {
+                format!("{a}-{b}")
+            }
+        })
+        .collect()
 }
 
 pub fn cidr_text(c: &Cidr) -> String {
