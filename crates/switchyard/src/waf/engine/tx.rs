@@ -436,6 +436,7 @@ struct State {
     request_body_access: bool,
     response_body_access: bool,
     request_body_limit: u64,
+    request_body_limit_action: LimitAction,
     highest_severity: Option<u8>,
     captures: Captures,
     ops: u64,
@@ -642,6 +643,7 @@ impl<'e> Transaction<'e> {
             request_body_access: l.request_body_access,
             response_body_access: l.response_body_access,
             request_body_limit: l.request_body_limit,
+            request_body_limit_action: l.request_body_limit_action,
             highest_severity: None,
             captures: Captures::new(),
             ops: 0,
@@ -881,7 +883,7 @@ impl<'e> Transaction<'e> {
         let limit = self.st.request_body_limit;
         if limit > 0 && body.len() as u64 > limit {
             self.d.set(Collection::InboundDataError, "1");
-            match self.eng.limits.request_body_limit_action {
+            match self.st.request_body_limit_action {
                 LimitAction::ProcessPartial => body = &body[..limit as usize],
                 LimitAction::Reject => {
                     if self.st.mode == EngineMode::On {
@@ -1096,6 +1098,35 @@ impl<'e> Transaction<'e> {
     /// A TX variable (for tests and the audit log).
     pub fn tx(&self, key: &str) -> Option<&[u8]> {
         self.st.tx.get(key.to_ascii_lowercase().as_bytes())
+    }
+
+    /// Sets a TX variable before phase 1 runs: per-vserver settings (the
+    /// paranoia level, thresholds) on an engine shared by vservers, as a
+    /// setup file's `SecAction setvar:` would. The CRS initialisation
+    /// rules only set what is still unset, so these win.
+    pub fn preset_tx(&mut self, key: &[u8], value: &[u8]) {
+        self.st.tx.set(key, value.to_vec());
+    }
+
+    /// The engine mode for this transaction (a vserver's off / detection
+    /// only / blocking over one shared engine). `ctl:ruleEngine` may still
+    /// change it.
+    pub fn set_mode(&mut self, mode: EngineMode) {
+        self.st.mode = mode;
+    }
+
+    /// Request and response body access for this transaction
+    /// (`SecRequestBodyAccess` / `SecResponseBodyAccess` per vserver).
+    pub fn set_body_access(&mut self, request: bool, response: bool) {
+        self.st.request_body_access = request;
+        self.st.response_body_access = response;
+    }
+
+    /// The request body limit for this transaction (`SecRequestBodyLimit`
+    /// per vserver).
+    pub fn set_request_body_limit(&mut self, bytes: u64, action: LimitAction) {
+        self.st.request_body_limit = bytes;
+        self.st.request_body_limit_action = action;
     }
 
     /// The values of a variable as rules see them, e.g. `ARGS_POST` or
