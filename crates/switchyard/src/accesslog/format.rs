@@ -278,7 +278,7 @@ fn text_or_dash(out: &mut Vec<u8>, v: Option<&[u8]>) {
 }
 
 /// A JSON string (quotes included); invalid UTF-8 becomes U+FFFD.
-fn json_str(out: &mut Vec<u8>, v: &[u8]) {
+pub fn json_str(out: &mut Vec<u8>, v: &[u8]) {
     out.push(b'"');
     for chunk in v.utf8_chunks() {
         for c in chunk.valid().bytes() {

@@ -146,7 +146,7 @@ fn inside(s: &Spanned<String>, i: usize) -> Range<usize> {
 
 /// Parses `to`: "stdout", "stderr", "file:PATH", "syslog:udp:HOST:PORT",
 /// "syslog:unix:PATH".
-fn target(to: &str, base: &Path) -> Result<Target, String> {
+pub fn target(to: &str, base: &Path) -> Result<Target, String> {
     let syslog = |to| Syslog {
         to,
         facility: 23,

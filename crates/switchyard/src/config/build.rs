@@ -75,6 +75,16 @@ pub fn build(
             .then(|| Arc::new(set))
     });
 
+    let mut problems = Vec::new();
+    let rulesets = file
+        .waf
+        .as_ref()
+        .map(|w| super::waf::rulesets(w, &pos.base_dir(), &mut problems))
+        .unwrap_or_default();
+    for (at, msg) in problems {
+        cx.err(at, msg);
+    }
+
     // Pools first: virtual servers refer to them.
     let mut pools: Vec<Arc<Pool>> = Vec::new();
     let mut pool_names: HashMap<String, Arc<Pool>> = HashMap::new();
@@ -138,7 +148,7 @@ pub fn build(
                 );
             }
         }
-        let mut vs = build_vserver(&mut cx, v, &pool_names, previous, &store);
+        let mut vs = build_vserver(&mut cx, v, &pool_names, previous, &store, &rulesets);
         if !v.acl.is_empty() {
             let mut problems = Vec::new();
             let set = super::shield::build(
@@ -850,6 +860,7 @@ fn build_vserver(
     pools: &HashMap<String, Arc<Pool>>,
     previous: Option<&Snapshot>,
     store: &Arc<crate::cache::Store>,
+    rulesets: &HashMap<String, super::waf::Ruleset>,
 ) -> VServer {
     let name = v.name.get_ref().clone();
     let span = v.name.span();
@@ -972,6 +983,17 @@ fn build_vserver(
             .push(("strict-transport-security".to_string(), h));
     }
     let mut problems = Vec::new();
+    let waf = v.waf.as_ref().and_then(|w| {
+        super::waf::build(
+            w,
+            rulesets,
+            &cx.pos.base_dir(),
+            &what,
+            old.and_then(|o| o.waf.as_deref()),
+            &mut problems,
+        )
+        .map(Arc::new)
+    });
     let l4 = super::l4::build(v, &name, pools, span.clone(), &mut problems).map(Arc::new);
     let accept_proxy = super::l4::accept_proxy(v).map(Arc::new);
     let socket = super::l4::socket_opts(v, &name, &mut problems);
@@ -980,6 +1002,7 @@ fn build_vserver(
             (!v.policy.is_empty(), "policy"),
             (v.compression.is_some(), "compression"),
             (v.cache.is_some(), "cache"),
+            (v.waf.is_some(), "waf"),
             (v.h2c.is_some() || v.h2c_only.is_some(), "h2c"),
             (v.access_log.is_some(), "access_log"),
             (
@@ -1053,6 +1076,7 @@ fn build_vserver(
         counters: old.map(|o| o.counters.clone()).unwrap_or_default(),
         latency: old.map(|o| o.latency.clone()).unwrap_or_default(),
         access_log,
+        waf,
         protocol: v.protocol,
         l4,
         accept_proxy,

@@ -14,6 +14,7 @@ mod tls_server;
 mod tls_upstream;
 pub mod tokens;
 pub mod types;
+pub mod waf;
 
 use std::fmt;
 use std::path::Path;

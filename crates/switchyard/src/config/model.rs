@@ -31,6 +31,8 @@ pub struct File {
     pub admin: Option<Admin>,
     /// The shared HTTP cache's memory; vservers turn caching on.
     pub cache: Option<CacheStore>,
+    /// WAF rule sets (config/waf.rs); vservers turn the WAF on.
+    pub waf: Option<super::waf::WafFile>,
     /// Global ACL and address lists (config/shield.rs).
     pub shield: Option<Spanned<super::shield::ShieldFile>>,
     #[serde(default)]
@@ -169,6 +171,8 @@ pub struct VServer {
     pub compression: Option<Compression>,
     /// HTTP caching (RFC 9111) of this vserver's responses.
     pub cache: Option<VsCache>,
+    /// The web application firewall (docs/waf.md).
+    pub waf: Option<super::waf::VsWafFile>,
     /// One line per request (docs/access-logs.md).
     pub access_log: Option<AccessLog>,
     /// L4 settings of a `tcp` or `udp` vserver.

@@ -135,6 +135,8 @@ pub struct VServer {
     /// decides for.
     pub cache: Option<Arc<VsCache>>,
     pub cache_on: bool,
+    /// The web application firewall, when the vserver turns it on.
+    pub waf: Option<Arc<crate::waf::policy::VsWaf>>,
     /// HTTP, or L4 (`tcp`, `udp`) with its settings.
     pub protocol: super::model::Protocol,
     pub l4: Option<Arc<super::l4::L4Settings>>,

@@ -10,7 +10,17 @@
 //!
 //! ```text
 //! on_request_head ─► before_member_request ─► [on_request_body]* ─►
-//!     (member) ─► on_response_head ─► [on_response_body]* ─► on_log
+//!     on_request_body_end ─► (member) ─► on_response_head ─►
+//!     [on_response_body]* ─► on_log
+//! ```
+//!
+//! A stage that asks for it (`request_body_buffer`) gets the whole body
+//! before a member is picked, between `on_request_head` and
+//! `before_member_request`:
+//!
+//! ```text
+//! on_request_head ─► on_request_body ─► on_request_body_end ─►
+//!     before_member_request ─► (member: the body replayed) ─► ...
 //! ```
 //!
 //! Connection-level admission (`on_accept`) runs before any byte is read,
@@ -81,6 +91,22 @@ pub trait Hooks {
     /// answer and the member connection is closed.
     fn on_request_body(&mut self, _x: &mut Exchange<'_>, _data: &[u8]) -> Verdict {
         Verdict::Continue
+    }
+
+    /// The request body (its payload, all of it) is complete: the last
+    /// chance to refuse it before the member has the whole request.
+    fn on_request_body_end(&mut self, _x: &mut Exchange<'_>) -> Verdict {
+        Verdict::Continue
+    }
+
+    /// Read the whole request body, up to this many bytes, before a member
+    /// is picked (a WAF that must judge the body before any of it leaves,
+    /// as HAProxy's `http-buffer-request` and nginx's request buffering
+    /// do). The body is then shown to `on_request_body` and
+    /// `on_request_body_end` once, and replayed to the member (and to a
+    /// retry). A longer body is refused with 413. None: the body streams.
+    fn request_body_buffer(&self) -> Option<u64> {
+        None
     }
 
     /// True when this stage overrides `on_request_body`. An HTTP/2 client's
@@ -161,6 +187,20 @@ impl<A: Hooks, B: Hooks> Hooks for (A, B) {
         match self.0.on_request_body(x, data) {
             Verdict::Continue => self.1.on_request_body(x, data),
             answer => answer,
+        }
+    }
+
+    fn on_request_body_end(&mut self, x: &mut Exchange<'_>) -> Verdict {
+        match self.0.on_request_body_end(x) {
+            Verdict::Continue => self.1.on_request_body_end(x),
+            answer => answer,
+        }
+    }
+
+    fn request_body_buffer(&self) -> Option<u64> {
+        match (self.0.request_body_buffer(), self.1.request_body_buffer()) {
+            (Some(a), Some(b)) => Some(a.max(b)),
+            (a, b) => a.or(b),
         }
     }
 

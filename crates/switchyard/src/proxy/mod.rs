@@ -6,6 +6,7 @@
 //! docs/internals.md draws the phases, who owns what, and the life of one
 //! request on each pair of protocols.
 
+mod buffered;
 mod caching;
 mod client_h1;
 mod client_h2;
@@ -13,6 +14,7 @@ mod compressing;
 mod conn;
 mod ctx;
 pub mod exchange;
+mod firewall;
 pub mod h2;
 mod head_read;
 pub mod hooks;

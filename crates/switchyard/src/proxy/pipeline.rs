@@ -8,7 +8,8 @@
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use super::exchange::{Attempt, ClientSide, Exchange, Failure, Origin, Retry};
+use super::buffered::{Buffer, Replay};
+use super::exchange::{body_failure, Attempt, ClientSide, Exchange, Failure, Origin, Retry};
 use super::hooks::{Hooks, Local, Verdict};
 use super::stages;
 use super::upstream::UpConn;
@@ -17,7 +18,7 @@ use crate::balance::persist::{request_hash, sticky_member};
 use crate::balance::{MemberState, Tried};
 use crate::config::snapshot::{Pool, UpstreamProtocol};
 use crate::http::body::{BodyError, Discard, Sink};
-use crate::http::message::{Request, Response};
+use crate::http::message::{Fields, Framing, Request, Response};
 use crate::stats;
 
 /// Runs one request through the pipeline to its end.
@@ -51,6 +52,30 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
         record_latency(x);
         return;
     };
+    let mut buffered = None;
+    if let Some(limit) = hooks.request_body_buffer() {
+        if !background && req.head.framing != Framing::None {
+            match buffer_body(x, &mut hooks, client, &req, limit).await {
+                Ok(b) => buffered = Some(b),
+                Err(stop) => {
+                    match stop {
+                        Stop::Answer(local) => {
+                            x.body_bytes = local.body.len() as u64;
+                            x.status = local.response.status;
+                            client.answer(x, &req, local).await;
+                        }
+                        Stop::Fail(f) => {
+                            x.status = f.status.unwrap_or(0);
+                            client.fail(x, &req, f).await;
+                        }
+                    }
+                    record_latency(x);
+                    hooks.on_log(x, &req);
+                    return;
+                }
+            }
+        }
+    }
     hooks.before_member_request(x, &mut req);
     if background {
         // The client has its answer; the member's goes to the stages only.
@@ -58,20 +83,93 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
         hooks.on_log(x, &req);
         return;
     }
-    if let Err(f) = to_pool(x, &mut hooks, client, &req, &pool).await {
-        match f.status.and_then(|_| hooks.on_member_failure(x)) {
-            Some(local) => {
-                x.status = local.response.status;
-                client.answer(x, &req, local).await;
-            }
-            None => {
-                x.status = f.status.unwrap_or(0);
-                client.fail(x, &req, f).await;
-            }
+    match buffered {
+        Some((body, trailers)) => {
+            let mut replay = Replay {
+                client,
+                body: body.into(),
+                trailers,
+            };
+            to_pool_and_answer(x, &mut hooks, &mut replay, &req, &pool).await
         }
+        None => to_pool_and_answer(x, &mut hooks, client, &req, &pool).await,
     }
     record_latency(x);
     hooks.on_log(x, &req);
+}
+
+/// The member's answer, or the failure's.
+async fn to_pool_and_answer<C: ClientSide, H: Hooks>(
+    x: &mut Exchange<'_>,
+    hooks: &mut H,
+    client: &mut C,
+    req: &Request,
+    pool: &Pool,
+) {
+    if let Err(f) = to_pool(x, hooks, client, req, pool).await {
+        match f.status.and_then(|_| hooks.on_member_failure(x)) {
+            Some(local) => {
+                x.status = local.response.status;
+                client.answer(x, req, local).await;
+            }
+            None => {
+                x.status = f.status.unwrap_or(0);
+                client.fail(x, req, f).await;
+            }
+        }
+    }
+}
+
+/// Why a buffered request stops before any member.
+enum Stop {
+    /// A stage refused the body with its own answer.
+    Answer(Local),
+    /// The body could not be read (too long, cut, late).
+    Fail(Failure),
+}
+
+/// Reads the whole request body for the stages that judge it before a
+/// member is picked, and shows it to them.
+async fn buffer_body<C: ClientSide, H: Hooks>(
+    x: &mut Exchange<'_>,
+    hooks: &mut H,
+    client: &mut C,
+    req: &Request,
+    limit: u64,
+) -> Result<(Vec<u8>, Option<Fields>), Stop> {
+    if req.expect_continue && !client.send_continue(req).await {
+        return Err(Stop::Fail(Failure::cut(
+            Origin::Client,
+            "the client went away",
+        )));
+    }
+    let mut buf = Buffer::new(limit);
+    match client.request_body(req, &mut buf).await {
+        // Counted when the member takes it (the replay).
+        Ok(_) => {}
+        Err(BodyError::Refused) if buf.over => {
+            // Part of the body is read: the connection cannot go on.
+            return Err(Stop::Fail(
+                Failure::new(
+                    Origin::Client,
+                    413,
+                    format!(
+                        "the request body is longer than the {limit} bytes this vserver inspects"
+                    ),
+                )
+                .closing(),
+            ));
+        }
+        Err(e) => return Err(Stop::Fail(body_failure(x, e, "unused"))),
+    }
+    let mut verdict = hooks.on_request_body(x, &buf.body);
+    if let Verdict::Continue = verdict {
+        verdict = hooks.on_request_body_end(x);
+    }
+    match verdict {
+        Verdict::Continue => Ok((buf.body, buf.trailers)),
+        Verdict::Respond(l) | Verdict::RespondThenForward(l) => Err(Stop::Answer(l)),
+    }
 }
 
 /// The request's total time, once per request: to the end of the client's

@@ -166,6 +166,10 @@ impl<H: Hooks, S: Sink> Sink for Inspect<'_, '_, '_, H, S> {
         self.inner.flush().await
     }
     async fn end(&mut self, trailers: Option<&Fields>) -> Result<(), BodyError> {
+        if let Verdict::Respond(l) = self.hooks.on_request_body_end(self.x) {
+            self.x.refusal = Some(l);
+            return Err(BodyError::Refused);
+        }
         self.inner.end(trailers).await
     }
     fn written(&self) -> bool {

@@ -11,6 +11,7 @@ use bytes::Bytes;
 use super::caching::Cache;
 use super::compressing::Compress;
 use super::exchange::Exchange;
+use super::firewall::Waf;
 use super::hooks::{Hooks, Local, Verdict};
 use super::route;
 use crate::accesslog::{self, trace, trace::Trace};
@@ -25,14 +26,20 @@ use crate::stats;
 ///
 /// Compression comes before the cache: the response body passes the
 /// encoder first, so the cache stores the encoded variant once.
-pub type Pipeline = (Route, (Forward, (Compress, (Cache, AccessLog))));
+///
+/// The WAF comes right after routing: it judges every request a member
+/// or the cache would answer, before the request is edited for the member.
+pub type Pipeline = (Route, (Waf, (Forward, (Compress, (Cache, AccessLog)))));
 
 pub fn pipeline() -> Pipeline {
     (
         Route,
         (
-            Forward,
-            (Compress::default(), (Cache::default(), AccessLog)),
+            Waf::default(),
+            (
+                Forward,
+                (Compress::default(), (Cache::default(), AccessLog)),
+            ),
         ),
     )
 }

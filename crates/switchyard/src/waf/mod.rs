@@ -6,8 +6,15 @@
 //! - `transform`: the transformations (`t:...`), ModSecurity v3 semantics.
 //! - `operator`: the other operators (`@rx` with literal prefilters, `@pm`...).
 //! - `engine`: the compiled rule set and the transactions that run it.
+//! - `policy`: a vserver's WAF (mode, paranoia, sampling, limits) over a
+//!   compiled rule set shared by every vserver and reload that names it.
+//! - `audit`: the audit log's JSON lines.
+//!
+//! The proxy's stage that runs it on each request is `proxy/firewall.rs`.
+pub mod audit;
 pub mod engine;
 pub mod libinjection;
 pub mod operator;
+pub mod policy;
 pub mod seclang;
 pub mod transform;

@@ -203,6 +203,21 @@ impl Engine {
         n
     }
 
+    /// Whether rule `id` denies, drops or redirects when the engine blocks:
+    /// in detection-only mode, a match of such a rule is what would have
+    /// blocked.
+    pub fn blocks(&self, id: u64) -> bool {
+        self.prog.rules.iter().any(|r| {
+            r.id == id
+                && matches!(
+                    r.disruptive,
+                    compile::CDisruptive::Deny
+                        | compile::CDisruptive::Drop
+                        | compile::CDisruptive::Redirect(_)
+                )
+        })
+    }
+
     /// Remarks from compilation (operators that never match here, ...).
     pub fn notes(&self) -> &[String] {
         &self.prog.notes
