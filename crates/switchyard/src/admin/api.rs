@@ -58,6 +58,7 @@ pub enum Id {
     Events,
     Shield,
     ShieldList,
+    Waf,
 }
 
 pub struct Route {
@@ -119,6 +120,7 @@ pub const ROUTES: &[Route] = &[
     r("GET", "/api/v1/live", READ, Id::Live),
     r("GET", "/api/v1/events", READ, Id::Events),
     r("GET", "/api/v1/shield", READ, Id::Shield),
+    r("GET", "/api/v1/waf", READ, Id::Waf),
     r(
         "PATCH",
         "/api/v1/shield/lists/{list}",
@@ -126,6 +128,43 @@ pub const ROUTES: &[Route] = &[
         Id::ShieldList,
     ),
 ];
+
+/// A vserver's WAF: its settings and counters, matches per rule id.
+fn waf_json(name: &str, w: &crate::waf::policy::VsWaf) -> Value {
+    use crate::waf::policy::WafCounters as C;
+    let c = &w.counters;
+    let tx: Map<String, Value> =
+        w.tx.iter()
+            .map(|(k, v)| {
+                (
+                    String::from_utf8_lossy(k).into_owned(),
+                    Value::from(String::from_utf8_lossy(v).into_owned()),
+                )
+            })
+            .collect();
+    json!({
+        "name": name,
+        "ruleset": w.ruleset,
+        "rules_loaded": w.engine.rule_counts().iter().sum::<usize>(),
+        "mode": w.mode.name(),
+        "tx": tx,
+        "sample_percent": w.sample_percent,
+        "request_body": w.request_body,
+        "response_body": w.response_body,
+        "body_limit": w.body_limit,
+        "inspected": C::get(&c.inspected),
+        "sampled_out": C::get(&c.sampled_out),
+        "blocked": C::get(&c.blocked),
+        "detected": C::get(&c.detected),
+        "body_rejected": C::get(&c.body_rejected),
+        "limits_exceeded": C::get(&c.limits_exceeded),
+        "rules": c
+            .rules_sorted()
+            .into_iter()
+            .map(|(id, n)| json!({"id": id, "matches": n}))
+            .collect::<Vec<Value>>(),
+    })
+}
 
 /// Matches `path` against a route pattern; the captured `{}` segments,
 /// percent-decoded.
@@ -420,6 +459,13 @@ impl<C: Control> Cx<'_, C> {
                     .collect::<Map<String, Value>>(),
             })),
             Id::ShieldList => self.edit_list(),
+            Id::Waf => ok(json!({
+                "vservers": snap
+                    .vservers
+                    .iter()
+                    .filter_map(|v| v.waf.as_ref().map(|w| waf_json(&v.name, w)))
+                    .collect::<Vec<Value>>(),
+            })),
         }
     }
 
