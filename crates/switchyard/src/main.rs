@@ -1,4 +1,4 @@
-//! The `switchyard` command: run | check | reload | stats | bench.
+//! The `switchyard` command: run | check | reload | stats | bench | waf.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -19,6 +19,9 @@ USAGE:
   switchyard ctl COMMAND ...      members, drain, enable, weight, top, ...
                                   through the admin API (switchyard ctl --help)
   switchyard bench ...            benchmarks (switchyard bench --help)
+  switchyard waf test --tests DIR [--crs DIR] [--overrides FILE] ...
+                                  the OWASP CRS regression tests (go-ftw YAML)
+                                  through this binary (switchyard waf --help)
   switchyard version
 
 Logs go to stderr; SWITCHYARD_LOG=debug adds debug lines.
@@ -56,6 +59,7 @@ fn command() -> ExitCode {
             let code = switchyard_bench::main_with_args(rest.to_vec());
             ExitCode::from(code.clamp(0, 255) as u8)
         }
+        "waf" => ExitCode::from(switchyard::waf::ftw::main(rest).clamp(0, 255) as u8),
         "version" | "--version" | "-V" => {
             println!("switchyard {}", env!("CARGO_PKG_VERSION"));
             ExitCode::SUCCESS
