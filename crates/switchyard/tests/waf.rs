@@ -148,6 +148,14 @@ fn attacks_are_blocked_before_the_member_and_audited() {
             .any(|r| r["id"] == 949110 && r["matches"] == 3),
         "{v}"
     );
+    let m = sy.admin_get("/metrics");
+    for line in [
+        "switchyard_waf_requests_total{vserver=\"web\",result=\"blocked\"} 3",
+        "switchyard_waf_rule_matches_total{vserver=\"web\",rule=\"949110\"} 3",
+        "# TYPE switchyard_waf_requests_total counter",
+    ] {
+        assert!(m.lines().any(|l| l == line), "no {line:?} in\n{m}");
+    }
 }
 
 #[test]
@@ -352,4 +360,76 @@ fn a_reload_changes_the_paranoia_level_and_a_broken_rule_file_keeps_the_old() {
     assert!(!ok);
     assert!(out.contains("bad.conf") && out.contains(":2"), "{out}");
     assert_eq!(request(listen, bare).status, 403);
+}
+
+/// HTTP/2 streams go through the same stage: an attack in a stream's body
+/// is refused before the member, a benign body reaches it whole, and the
+/// connection's other streams go on.
+#[test]
+fn h2c_streams_are_inspected_like_http1_requests() {
+    let Some(_) = crs() else { return };
+    let o = Origin::start("a");
+    let listen = addr(free_port());
+    let dir = temp_dir("waf");
+    let audit = dir.join("audit.jsonl");
+    let cfg = config(listen, &o, "", &audit).replace(
+        "default_pool = \"p\"\n",
+        "default_pool = \"p\"\nh2c = true\n",
+    );
+    let _sy = Switchyard::start(&cfg, &[listen]);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(listen)
+            .await
+            .expect("connect");
+        let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+        tokio::spawn(conn);
+        let post = |path: &str, body: &'static str| {
+            http::Request::builder()
+                .method("POST")
+                .uri(format!("http://shop.example{path}"))
+                .header(
+                    "user-agent",
+                    "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
+                )
+                .header("accept", "text/html")
+                .header("content-type", "application/x-www-form-urlencoded")
+                .header("content-length", body.len().to_string())
+                .body(())
+                .expect("request")
+        };
+        let mut results = Vec::new();
+        for (path, body) in [
+            ("/search", "q=%3Cscript%3Ealert(1)%3C%2Fscript%3E"),
+            ("/search", "q=garden+chairs&page=2"),
+        ] {
+            let mut s = send.clone().ready().await.expect("ready");
+            let (resp, mut out) = s.send_request(post(path, body), false).expect("send");
+            out.send_data(bytes::Bytes::from_static(body.as_bytes()), true)
+                .expect("data");
+            let resp = resp.await.expect("response");
+            let status = resp.status().as_u16();
+            let id = resp
+                .headers()
+                .get("x-request-id")
+                .map(|v| v.to_str().unwrap_or("").to_string());
+            let mut recv = resp.into_body();
+            while let Some(chunk) = recv.data().await {
+                let chunk = chunk.expect("data");
+                let _ = recv.flow_control().release_capacity(chunk.len());
+            }
+            results.push((status, id));
+        }
+        assert_eq!(results[0].0, 403);
+        assert_eq!(results[1].0, 200);
+        let line = audit_for(&audit, results[0].1.as_deref().expect("x-request-id"));
+        assert_eq!(line["protocol"], "HTTP/2.0");
+        assert!(ids(&line).contains(&941100), "{line}");
+    });
+    let seen = o.seen();
+    assert_eq!(seen.len(), 1, "only the benign stream reached the member");
+    assert_eq!(seen[0].body, b"q=garden+chairs&page=2");
 }

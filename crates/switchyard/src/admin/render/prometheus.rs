@@ -625,6 +625,11 @@ pub fn render(snap: &Snapshot) -> String {
             &vs.latency.read_buckets(),
         );
     }
+    for vs in &snap.vservers {
+        if let Some(w) = &vs.waf {
+            waf(&mut ex, &vs.name, w);
+        }
+    }
     for pool in &snap.pools {
         let labels = format!("pool={}", quote(&pool.name));
         let p = pool.counters.read();
@@ -664,6 +669,39 @@ pub fn render(snap: &Snapshot) -> String {
     }
     process(&mut ex);
     ex.finish()
+}
+
+/// A vserver's WAF: requests by what the WAF did, and matches per rule.
+fn waf(ex: &mut Exposition, vserver: &str, w: &crate::waf::policy::VsWaf) {
+    use crate::waf::policy::WafCounters as C;
+    const REQUESTS: &str = "Requests by what the WAF did: inspected, sampled_out (not inspected), blocked, detected (would have blocked in detection-only mode), body_rejected (413), limits_exceeded (regex work bound reached).";
+    let labels = format!("vserver={}", quote(vserver));
+    let c = &w.counters;
+    for (result, v) in [
+        ("inspected", &c.inspected),
+        ("sampled_out", &c.sampled_out),
+        ("blocked", &c.blocked),
+        ("detected", &c.detected),
+        ("body_rejected", &c.body_rejected),
+        ("limits_exceeded", &c.limits_exceeded),
+    ] {
+        ex.sample(
+            "switchyard_waf_requests_total",
+            Kind::Counter,
+            REQUESTS,
+            &join(&labels, &format!("result=\"{result}\"")),
+            C::get(v),
+        );
+    }
+    for (id, n) in c.rules_sorted() {
+        ex.sample(
+            "switchyard_waf_rule_matches_total",
+            Kind::Counter,
+            "Requests each rule matched (rules that matched at least once).",
+            &join(&labels, &format!("rule=\"{id}\"")),
+            n,
+        );
+    }
 }
 
 /// The standard `process_*` metrics, from /proc (Linux only; whatever cannot
