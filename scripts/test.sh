@@ -98,6 +98,19 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets -- -D warnings
 echo "== cargo test"
 cargo test --workspace
+# The OWASP CRS regression suite (go-ftw YAML, ~4,100 tests) through the
+# debug binary cargo test just built, in front of its own echo origin:
+# every test passes or is in tests/waf/overrides.yaml with its reason.
+# About half a minute. The CRS lives beside the checkout, as for the WAF's
+# cargo tests.
+if [ -d ../shared/crs/tests/regression ]; then
+  echo "== switchyard waf test (CRS regression suite)"
+  "${CARGO_TARGET_DIR:-target}/debug/switchyard" waf test \
+    --tests ../shared/crs/tests/regression --crs ../shared/crs \
+    --overrides tests/waf/overrides.yaml
+else
+  echo "== CRS regression suite SKIPPED: no ../shared/crs beside the checkout" >&2
+fi
 # The HTTP cache against the http-tests/cache-tests suite (node 20.18+ for
 # its undici client): a required test that passed before must still pass.
 if ! command -v node >/dev/null 2>&1; then

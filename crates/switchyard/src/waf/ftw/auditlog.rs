@@ -61,6 +61,8 @@ pub struct Entry {
     /// The ModSecurity-style text regexes are matched against, followed by
     /// the line itself.
     pub text: String,
+    /// The line as logged (for --verbose).
+    pub line: String,
 }
 
 impl Entry {
@@ -69,6 +71,7 @@ impl Entry {
             // Not JSON: still searchable by regex.
             return Entry {
                 text: line.to_string(),
+                line: line.to_string(),
                 ..Entry::default()
             };
         };
@@ -116,6 +119,7 @@ impl Entry {
             client_port,
             ids,
             text,
+            line: line.to_string(),
         }
     }
 }

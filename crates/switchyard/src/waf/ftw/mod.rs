@@ -406,6 +406,9 @@ fn run_test(inst: &mut Instance, test: &Test, ctx: &Ctx<'_>) -> Outcome {
                 }
             }
             let why = runner::check(expected, &run);
+            if ctx.verbose {
+                trace(test, si, &run, &why);
+            }
             attempt += 1;
             if why.is_empty() || !retry || attempt > 1 {
                 break why;
@@ -422,14 +425,47 @@ fn run_test(inst: &mut Instance, test: &Test, ctx: &Ctx<'_>) -> Outcome {
         }
     }
     match (failure, expect_failure) {
-        (None, None) => Outcome::Passed,
-        (Some(w), None) => Outcome::Failed(w),
+        // A test the overrides name counts as skipped even when it passes
+        // its replaced expectations: the figure of passes is the suite's
+        // own; a replaced expectation that fails is still a failure.
+        (None, None) => match replace.filter(|o| o.output.is_some()) {
+            Some(o) => Outcome::Skipped(format!("overridden: {}", o.reason)),
+            None => Outcome::Passed,
+        },
+        (Some(w), None) => Outcome::Failed(match replace.filter(|o| o.output.is_some()) {
+            Some(_) => format!("{w} (with the overridden expectations)"),
+            None => w,
+        }),
         (Some(_), Some(o)) => Outcome::Skipped(format!("expected failure: {}", o.reason)),
         (None, Some(o)) => Outcome::Failed(format!(
             "passes, but the overrides expect it to fail ({}): remove that override",
             o.reason
         )),
     }
+}
+
+/// `--verbose`: what a stage sent, got and logged, on stderr.
+fn trace(test: &Test, si: usize, run: &runner::StageRun, why: &[String]) {
+    const MAX: usize = 2048;
+    let req = String::from_utf8_lossy(&run.request[..run.request.len().min(MAX)]);
+    let mut out = format!("--- {} stage {}\n>>> {req:?}\n", test.id_string(), si + 1);
+    match &run.response {
+        Ok(r) => {
+            let head = r.raw.split(|&b| b == b'\n').next().unwrap_or(&[]);
+            out.push_str(&format!(
+                "<<< {}\n",
+                String::from_utf8_lossy(head).trim_end()
+            ));
+        }
+        Err(e) => out.push_str(&format!("<<< error: {e}\n")),
+    }
+    for e in &run.entries {
+        out.push_str(&format!("log {}\n", e.line));
+    }
+    if !why.is_empty() {
+        out.push_str(&format!("why {}\n", why.join("; ")));
+    }
+    eprint!("{out}");
 }
 
 #[cfg(test)]

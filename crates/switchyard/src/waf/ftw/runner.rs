@@ -174,6 +174,8 @@ pub struct Instance {
 
 /// What a stage produced.
 pub struct StageRun {
+    /// What was sent (for --verbose).
+    pub request: Vec<u8>,
     pub response: Result<Response, String>,
     pub entries: Vec<Entry>,
     /// Why the log could not be read (the end marker never came).
@@ -335,6 +337,7 @@ impl Instance {
             Ok(b) => b,
             Err(e) => {
                 return StageRun {
+                    request: Vec::new(),
                     response: Err(format!("cannot build the request: {e}")),
                     entries: Vec::new(),
                     log_problem: Some(e),
@@ -355,6 +358,7 @@ impl Instance {
             .filter(|e| local_port.is_some() && e.client_port == local_port)
             .collect();
         StageRun {
+            request: bytes,
             response,
             entries,
             log_problem,
@@ -505,6 +509,7 @@ mod tests {
 
     fn run(status: u16, lines: &[&str]) -> StageRun {
         StageRun {
+            request: Vec::new(),
             response: Ok(Response {
                 status,
                 raw: b"HTTP/1.1 200 OK\r\n\r\n".to_vec(),
