@@ -313,11 +313,12 @@ fn run(a: &Args) -> Result<i32, String> {
         }
     }
     eprintln!(
-        "waf test: {} stages in {:.1} s ({} Switchyard instance{}){}",
+        "waf test: {} stages in {:.1} s ({} Switchyard instance{}, {} late audit lines set aside){}",
         stage_total,
         started.elapsed().as_secs_f64(),
         jobs,
         if jobs == 1 { "" } else { "s" },
+        runner::STRAY_LINES.load(Ordering::Relaxed),
         if excluded > 0 {
             format!(", {excluded} tests not selected by --include")
         } else {

@@ -22,6 +22,10 @@ use super::client::{exchange, Exchange, Response};
 use super::model::{Output, Stage};
 use super::request;
 
+/// Audit lines that fell in a stage's bracket but came from another
+/// connection (see the module doc).
+pub static STRAY_LINES: AtomicU64 = AtomicU64::new(0);
+
 /// The test setup rule that logs markers.
 pub const MARKER_RULE: u64 = 999_999;
 pub const MARKER_HEADER: &str = "X-CRS-Test";
@@ -352,11 +356,13 @@ impl Instance {
             Ok(l) => (l, None),
             Err(e) => (std::mem::take(&mut self.pending), Some(e)),
         };
-        let entries = lines
+        let (entries, stray): (Vec<Entry>, Vec<Entry>) = lines
             .iter()
             .map(|l| Entry::parse(l))
-            .filter(|e| local_port.is_some() && e.client_port == local_port)
-            .collect();
+            .partition(|e| local_port.is_some() && e.client_port == local_port);
+        // Lines of no request of this stage: an earlier request's line
+        // logged late. Counted, so a run can say how often that happens.
+        STRAY_LINES.fetch_add(stray.len() as u64, Ordering::Relaxed);
         StageRun {
             request: bytes,
             response,
