@@ -30,6 +30,9 @@ peers=()
 command -v haproxy >/dev/null 2>&1 || peers+=(haproxy)
 command -v nginx >/dev/null 2>&1 || peers+=(nginx)
 command -v varnishd >/dev/null 2>&1 || peers+=(varnish)
+# ModSecurity for nginx: the bench's waf scenario runs nginx+ModSecurity
+# with the project's CRS (../shared/crs), not Debian's modsecurity-crs.
+[ -e /usr/lib/nginx/modules/ngx_http_modsecurity_module.so ] || peers+=(libnginx-mod-http-modsecurity)
 command -v promtool >/dev/null 2>&1 || peers+=(prometheus)
 if [ ${#peers[@]} -gt 0 ]; then
   echo "== installing ${peers[*]} (bench peers, promtool)"

@@ -39,6 +39,7 @@ pub const HELP: &str = "switchyard bench compare --targets switchyard,haproxy,ng
   --port-base N       listeners at N.. and origins at N+1001.. (26080)
   --switchyard-bin P  the switchyard binary (default: this executable or its sibling)
   --caps T=C,C        override a target's capability list, e.g. switchyard=l7,ipv6,l4
+  --crs DIR           the OWASP CRS v4 the WAF targets load (default: $SWITCHYARD_BENCH_CRS, ../shared/crs)
   --quiet             no progress line";
 
 pub fn cli(args: &[String]) -> Result<i32, String> {
@@ -92,10 +93,15 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
     let base = a.num::<u16>("port-base")?.unwrap_or(26080);
     let sy_bin = a.get("switchyard-bin").map(PathBuf::from);
     let caps = a.get_all("caps");
+    let crs = a.get("crs").map(PathBuf::from);
     a.finish()?;
     let mut targets = Vec::new();
     for n in &names {
-        targets.push(dut::resolve(n, sy_bin.as_deref())?);
+        let mut t = dut::resolve(n, sy_bin.as_deref())?;
+        if let Some(c) = &crs {
+            dut::use_crs(&mut t, c)?;
+        }
+        targets.push(t);
     }
     for c in caps {
         let (t, list) = c.split_once('=').ok_or("--caps wants TARGET=cap,cap")?;
@@ -172,6 +178,7 @@ pub fn run(o: &Opts) -> Result<Json, String> {
     let timing = o.timing;
     let mut samples = Vec::new();
     let mut skips = Vec::new();
+    let mut waf_attacks = Vec::new();
     let started = Instant::now();
     let mut total = 0;
     let mut estimate = 0.0;
@@ -302,6 +309,11 @@ pub fn run(o: &Opts) -> Result<Json, String> {
             }
             samples.extend(case_samples);
         }
+        if *sc == "waf" {
+            for t in o.targets.iter().filter(|t| t.caps.contains(&Cap::Waf)) {
+                waf_attacks.push(attack_set(o, t));
+            }
+        }
     }
     let machine = obj()
         .set("cpus", cpus)
@@ -356,6 +368,7 @@ pub fn run(o: &Opts) -> Result<Json, String> {
             ),
         )
         .set("samples", Json::Arr(samples))
+        .set("waf_attacks", Json::Arr(waf_attacks))
         .set("skipped", Json::Arr(skips)))
 }
 
@@ -714,8 +727,31 @@ fn run_sample(
                 );
             not_cached = cache_verdict(od.requests, objects);
         }
+        "waf" => {
+            kpi = kpi
+                .set(
+                    "rps_per_core",
+                    if share > 0.0 { r.rps / share } else { f64::NAN },
+                )
+                .set("origin_posts", od.posts)
+                .set(
+                    "post_share",
+                    if od.requests > 0 {
+                        od.posts as f64 / od.requests as f64
+                    } else {
+                        0.0
+                    },
+                );
+        }
         _ => {}
     }
+    // A WAF that refuses benign traffic has not done the scenario's work,
+    // whatever its rate: one refused request voids the run.
+    let refused_benign = if case.scenario == "waf" {
+        r.errors.get("bad_status").copied().unwrap_or(0)
+    } else {
+        0
+    };
     let mut valid = true;
     let mut reason = None;
     if let Some(e) = died {
@@ -737,6 +773,11 @@ fn run_sample(
             valid = false;
             reason = Some("no connection could be built".into());
         }
+    } else if refused_benign > 0 {
+        valid = false;
+        reason = Some(format!(
+            "the DUT refused {refused_benign} benign requests (a status other than 200: blocked by its WAF?)"
+        ));
     } else if r.error_ratio() > o.max_error_ratio {
         valid = false;
         reason = Some(format!(
@@ -786,6 +827,29 @@ fn run_sample(
         )
         .set("origin", od.to_json())
         .set("load", r.to_json())
+}
+
+/// The WAF scenario's attack set (and its benign requests) sent once to a
+/// freshly started target's 100 % WAF listener.
+fn attack_set(o: &Opts, t: &Target) -> Json {
+    let dir = o.out.join("work").join(&t.name);
+    let addr = o.ports.addr(Listener::Waf);
+    if o.progress {
+        eprintln!("[waf attack set] {}", t.name);
+    }
+    let dut = match dut::start(t, &o.ports, &dir, o.dut_cpu, addr) {
+        Ok(d) => d,
+        Err(e) => {
+            return obj().set("target", t.name.clone()).set(
+                "error",
+                format!("DUT did not start: {}", e.lines().next().unwrap_or("")),
+            );
+        }
+    };
+    let attacks = crate::waf::send_all(addr, &crate::waf::attacks());
+    let benign = crate::waf::send_all(addr, &crate::waf::benign("/size/1"));
+    dut.stop();
+    crate::waf::summary(&t.name, &attacks, &benign)
 }
 
 /// Overall position for the progress line: sample k of n, time left.

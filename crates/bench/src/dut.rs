@@ -74,6 +74,15 @@ pub const GZIP_LEVEL: u32 = 1;
 /// that has the setting (HAProxy 2.6 has none).
 pub const COMPRESS_MIN_SIZE: u64 = 256;
 
+/// The WAF scenario's settings, the same for every WAF target: CRS
+/// paranoia level 1 (blocking), request bodies inspected up to 1 MiB and
+/// refused above it (Switchyard's defaults, ModSecurity's
+/// SecRequestBodyLimit / SecRequestBodyLimitAction Reject), no response
+/// body inspection, and a second listener inspecting 33 % of requests.
+pub const WAF_PARANOIA: u8 = 1;
+pub const WAF_BODY_LIMIT: u64 = 1 << 20;
+pub const WAF_SAMPLE_PERCENT: u32 = 33;
+
 /// Addresses shared by every target's configuration.
 #[derive(Clone, Debug)]
 pub struct Ports {
@@ -84,6 +93,10 @@ pub struct Ports {
     /// HTTPS with the RSA-2048 and the ECDSA P-256 certificate.
     pub tls_rsa: u16,
     pub tls_ecdsa: u16,
+    /// HTTPS (RSA certificate) with the WAF inspecting every request, and
+    /// with it inspecting 33 % of them (report 001).
+    pub waf: u16,
+    pub waf33: u16,
     pub admin: u16,
     pub web_origin: SocketAddr,
     pub images_origin: SocketAddr,
@@ -98,6 +111,8 @@ impl Ports {
             cache: base + 3,
             tls_rsa: base + 4,
             tls_ecdsa: base + 5,
+            waf: base + 6,
+            waf33: base + 7,
             admin: base + 9,
             web_origin: SocketAddr::from(([127, 0, 0, 1], base + 1001)),
             images_origin: SocketAddr::from(([127, 0, 0, 1], base + 1002)),
@@ -114,6 +129,8 @@ pub enum Listener {
     Cache,
     TlsRsa,
     TlsEcdsa,
+    Waf,
+    Waf33,
 }
 
 impl Ports {
@@ -126,6 +143,8 @@ impl Ports {
             Listener::Cache => SocketAddr::from(([127, 0, 0, 1], self.cache)),
             Listener::TlsRsa => SocketAddr::from(([127, 0, 0, 1], self.tls_rsa)),
             Listener::TlsEcdsa => SocketAddr::from(([127, 0, 0, 1], self.tls_ecdsa)),
+            Listener::Waf => SocketAddr::from(([127, 0, 0, 1], self.waf)),
+            Listener::Waf33 => SocketAddr::from(([127, 0, 0, 1], self.waf33)),
         }
     }
 }
@@ -141,6 +160,9 @@ pub struct Target {
     /// Why capabilities are missing, for the report.
     pub notes: Vec<String>,
     pub version: String,
+    /// The OWASP CRS folder (crs-setup.conf[.example], rules/) every WAF
+    /// target loads; None: no WAF capability.
+    pub crs: Option<PathBuf>,
 }
 
 /// What Switchyard can do today. Update as features land;
@@ -155,6 +177,7 @@ pub const SWITCHYARD_CAPS: &[Cap] = &[
     Cap::Tls,
     Cap::Compression,
     Cap::Caching,
+    Cap::Waf,
 ];
 
 /// The server name in the bench's certificates (and the load's SNI).
@@ -260,6 +283,76 @@ pub fn nginx_stream_module() -> Option<PathBuf> {
     .find(|p| p.is_file())
 }
 
+pub fn nginx_modsecurity_module() -> Option<PathBuf> {
+    [
+        "/usr/lib/nginx/modules/ngx_http_modsecurity_module.so",
+        "/usr/share/nginx/modules/ngx_http_modsecurity_module.so",
+    ]
+    .iter()
+    .map(PathBuf::from)
+    .find(|p| p.is_file())
+}
+
+pub const CRS_MISSING: &str =
+    "pass --crs DIR (a CRS v4 checkout: crs-setup.conf.example and rules/) or set SWITCHYARD_BENCH_CRS";
+
+/// A CRS v4 folder: rules/REQUEST-901-INITIALIZATION.conf and a setup file.
+pub fn is_crs(dir: &Path) -> bool {
+    dir.join("rules/REQUEST-901-INITIALIZATION.conf").is_file() && crs_setup(dir).is_some()
+}
+
+/// The setup file both WAFs load: crs-setup.conf, else the example (the
+/// same choice Switchyard's `crs = DIR` makes).
+pub fn crs_setup(dir: &Path) -> Option<PathBuf> {
+    ["crs-setup.conf", "crs-setup.conf.example"]
+        .iter()
+        .map(|n| dir.join(n))
+        .find(|p| p.is_file())
+}
+
+/// The CRS the WAF targets load: $SWITCHYARD_BENCH_CRS, else a `shared/crs`
+/// next to the working directory or the source tree (this project's
+/// layout). Not Debian's modsecurity-crs: that is CRS 3.3, and both DUTs
+/// must run the same rules.
+pub fn find_crs() -> Option<PathBuf> {
+    let mut c: Vec<PathBuf> = Vec::new();
+    if let Some(e) = std::env::var_os("SWITCHYARD_BENCH_CRS") {
+        c.push(PathBuf::from(e));
+    }
+    c.push(PathBuf::from("../shared/crs"));
+    c.push(PathBuf::from("shared/crs"));
+    c.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../../shared/crs"));
+    c.into_iter()
+        .find(|d| is_crs(d))
+        .and_then(|d| std::fs::canonicalize(d).ok())
+}
+
+/// Points a target at the CRS in `crs` (`compare --crs DIR`): Switchyard,
+/// and nginx with ModSecurity installed, gain the waf capability.
+pub fn use_crs(t: &mut Target, crs: &Path) -> Result<(), String> {
+    if !is_crs(crs) {
+        return Err(format!(
+            "--crs {}: not a CRS v4 folder (rules/REQUEST-901-INITIALIZATION.conf and crs-setup.conf[.example])",
+            crs.display()
+        ));
+    }
+    let able = match t.kind {
+        Kind::Switchyard => SWITCHYARD_CAPS.contains(&Cap::Waf),
+        Kind::Nginx => nginx_modsecurity_module().is_some(),
+        _ => false,
+    };
+    if able {
+        t.crs =
+            Some(std::fs::canonicalize(crs).map_err(|e| format!("--crs {}: {e}", crs.display()))?);
+        t.notes.retain(|n| !n.contains("without the OWASP CRS"));
+        if !t.caps.contains(&Cap::Waf) {
+            t.caps.push(Cap::Waf);
+            t.caps.sort();
+        }
+    }
+    Ok(())
+}
+
 /// Resolves a target name: switchyard, haproxy, nginx, varnish, or cmd:COMMAND.
 pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, String> {
     if let Some(cmd) = name.strip_prefix("cmd:") {
@@ -273,6 +366,7 @@ pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, Stri
                 "cmd: target: the command must serve HTTP on $SY_L7 and route /images/ to $SY_IMAGES_ORIGIN, the rest to $SY_WEB_ORIGIN".into(),
             ],
             version: String::new(),
+            crs: None,
         });
     }
     match name {
@@ -285,14 +379,24 @@ pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, Stri
                     "cannot find the switchyard binary next to this program; pass --switchyard-bin PATH (cargo build --release -p switchyard)",
                 )?,
             };
+            let crs = find_crs();
+            let mut caps = SWITCHYARD_CAPS.to_vec();
+            let mut notes = Vec::new();
+            if crs.is_none() {
+                caps.retain(|c| *c != Cap::Waf);
+                notes.push(format!(
+                    "switchyard: no WAF figures without the OWASP CRS: {CRS_MISSING}"
+                ));
+            }
             Ok(Target {
                 name: name.into(),
                 kind: Kind::Switchyard,
                 version: version_of(&program, "--version"),
                 program,
                 command: String::new(),
-                caps: SWITCHYARD_CAPS.to_vec(),
-                notes: vec!["switchyard: no WAF yet".into()],
+                caps,
+                notes,
+                crs,
             })
         }
         "haproxy" => {
@@ -312,14 +416,26 @@ pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, Stri
                     Cap::Compression,
                     Cap::Caching,
                 ],
-                notes: vec!["haproxy: no WAF in the Debian package".into()],
+                notes: vec!["haproxy: no WAF in HAProxy 2.6 (the WAF scenario needs one)".into()],
+                crs: None,
             })
         }
         "nginx" => {
             let program =
                 sys::which("nginx").ok_or("nginx is not installed: apt-get install -y nginx")?;
             let mut caps = vec![Cap::L7, Cap::Ipv6, Cap::Tls, Cap::Compression, Cap::Caching];
-            let mut notes = vec!["nginx: no WAF in the Debian package".to_string()];
+            let mut notes = Vec::new();
+            let crs = find_crs();
+            match (nginx_modsecurity_module(), &crs) {
+                (Some(_), Some(_)) => {
+                    caps.push(Cap::Waf);
+                    notes.push("nginx: WAF = ModSecurity v3 (libnginx-mod-http-modsecurity) with the same CRS as Switchyard".into());
+                }
+                (None, _) => notes.push(
+                    "nginx: no WAF without ModSecurity: apt-get install -y libnginx-mod-http-modsecurity".into(),
+                ),
+                (Some(_), None) => notes.push(format!("nginx: no WAF figures without the OWASP CRS: {CRS_MISSING}")),
+            }
             if nginx_stream_module().is_some() {
                 caps.push(Cap::L4);
             } else {
@@ -336,6 +452,7 @@ pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, Stri
                 command: String::new(),
                 caps,
                 notes,
+                crs,
             })
         }
         "varnish" => {
@@ -355,6 +472,7 @@ pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, Stri
                     caps: Vec::new(),
                     notes: vec![VARNISH_MISSING.into()],
                     version: String::new(),
+                    crs: None,
                 });
             };
             Ok(Target {
@@ -367,6 +485,7 @@ pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, Stri
                 notes: vec![
                     "varnish: no L4, TLS, compression on the fly (it gzips only what it stores) or WAF".into(),
                 ],
+                crs: None,
             })
         }
         other => Err(format!(
@@ -394,6 +513,17 @@ pub fn write_config(t: &Target, p: &Ports, dir: &Path) -> Result<Vec<String>, St
             .map(|d| d.join(n).display().to_string())
             .unwrap_or_default()
     };
+    // The WAF listeners need TLS (the RSA certificate) and the CRS.
+    let waf_crs = if has(Cap::Waf) && certs.is_some() {
+        Some(t.crs.clone().ok_or_else(|| {
+            format!(
+                "{}: the waf capability needs the OWASP CRS: {CRS_MISSING}",
+                t.name
+            )
+        })?)
+    } else {
+        None
+    };
     match t.kind {
         Kind::Switchyard => {
             let mut s = String::new();
@@ -406,7 +536,7 @@ pin_workers = false      # the harness pins with taskset instead
 
 [admin]
 listen = "127.0.0.1:{admin}"
-{cache}
+{cache}{waf}
 [[vserver]]
 name = "l7"
 listen = ["127.0.0.1:{l7}"{v6}]
@@ -429,6 +559,14 @@ action = {{ pool = "images" }}
                     format!(", \"[::1]:{}\"", p.l7)
                 } else {
                     String::new()
+                },
+                waf = match &waf_crs {
+                    // Compiled once, shared by both WAF vservers.
+                    Some(crs) => format!(
+                        "\n[[waf.ruleset]]\nname = \"crs\"\ncrs = \"{}\"\n",
+                        crs.display()
+                    ),
+                    None => String::new(),
                 },
             );
             if has(Cap::L4) {
@@ -494,6 +632,42 @@ action = {{ pool = "images" }}
 "#,
                         c = cert(&format!("{key}.pem")),
                         k = cert(&format!("{key}.key")),
+                    );
+                }
+            }
+            if waf_crs.is_some() {
+                for (name, port, sample) in
+                    [("waf", p.waf, 100), ("waf33", p.waf33, WAF_SAMPLE_PERCENT)]
+                {
+                    let _ = write!(
+                        s,
+                        r#"
+[[vserver]]
+name = "{name}"
+listen = ["127.0.0.1:{port}"]
+default_pool = "web"
+
+  [vserver.tls]
+  certificates = [ {{ cert = "{c}", key = "{k}" }} ]
+  versions = ["1.2", "1.3"]
+  ciphers = ["TLS13_AES_256_GCM_SHA384", "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384", "TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384"]
+  resumption = true
+
+  # The CRS blocking at paranoia 1; bodies inspected as nginx's
+  # ModSecurity is told to (SecRequestBodyAccess On, 1 MiB, Reject); no
+  # audit log (SecAuditEngine Off there).
+  [vserver.waf]
+  ruleset = "crs"
+  mode = "block"
+  paranoia = {WAF_PARANOIA}
+  request_body = true
+  response_body = false
+  body_limit = {WAF_BODY_LIMIT}
+  body_limit_action = "reject"
+  sample_percent = {sample}
+"#,
+                        c = cert("rsa.pem"),
+                        k = cert("rsa.key"),
                     );
                 }
             }
@@ -634,6 +808,17 @@ backend web_cache
                     let _ = writeln!(s, "load_module {};", m.display());
                 }
             }
+            let waf = match &waf_crs {
+                Some(crs) => {
+                    let m = nginx_modsecurity_module().ok_or(
+                        "nginx: the waf capability needs ModSecurity: apt-get install -y libnginx-mod-http-modsecurity",
+                    )?;
+                    let _ = writeln!(s, "load_module {};", m.display());
+                    let main = write_modsecurity_main(crs, dir)?;
+                    nginx_waf_servers(p, &main, &cert("rsa.pem"), &cert("rsa.key"), proxy)
+                }
+                None => String::new(),
+            };
             let _ = write!(
                 s,
                 r#"# Written by switchyard bench.
@@ -683,7 +868,7 @@ http {{
         }}
     }}
 
-{tls}
+{tls}{waf}
     server {{
         listen 127.0.0.1:{comp};
         gzip on;
@@ -805,6 +990,114 @@ http {{
         }
         Kind::Cmd => Ok(vec!["/bin/sh".into(), "-c".into(), t.command.clone()]),
     }
+}
+
+/// ModSecurity's main rules file for nginx (`modsecurity_rules_file`):
+/// the engine settings Switchyard's `[vserver.waf]` has, then the same CRS
+/// files in the same order as Switchyard's `crs = DIR` loads them. Written
+/// into `dir/modsecurity/`; returns its path.
+pub fn write_modsecurity_main(crs: &Path, dir: &Path) -> Result<PathBuf, String> {
+    let md = dir.join("modsecurity");
+    std::fs::create_dir_all(&md).map_err(|e| format!("{}: {e}", md.display()))?;
+    let md = std::fs::canonicalize(&md).map_err(|e| format!("{}: {e}", md.display()))?;
+    let setup = crs_setup(crs).ok_or_else(|| format!("{}: {CRS_MISSING}", crs.display()))?;
+    let text = format!(
+        r#"# Written by switchyard bench: the same WAF settings as Switchyard's
+# [vserver.waf] (mode = "block", request_body = true, body_limit = {limit},
+# body_limit_action = "reject", response_body = false, no audit log) and the
+# same CRS, paranoia {pl}. Not Debian's /etc/nginx/modsecurity.conf: its
+# extra rules (200000-200007) and audit log are not in Switchyard's config.
+SecRuleEngine On
+SecRequestBodyAccess On
+SecRequestBodyLimit {limit}
+SecRequestBodyNoFilesLimit {limit}
+SecRequestBodyLimitAction Reject
+SecResponseBodyAccess Off
+# Neither DUT writes an audit log (Switchyard: no audit_log); matches of
+# blocked requests still go to nginx's error log, as ModSecurity does.
+SecAuditEngine Off
+SecArgumentSeparator &
+SecCookieFormat 0
+SecTmpDir {md}
+SecDataDir {md}
+
+Include {setup}
+# Switchyard's `paranoia = {pl}` (tx.blocking_paranoia_level), set before
+# REQUEST-901 fills in the defaults.
+SecAction "id:900000,phase:1,pass,t:none,nolog,setvar:tx.blocking_paranoia_level={pl}"
+Include {crs}/rules/*.conf
+"#,
+        limit = WAF_BODY_LIMIT,
+        pl = WAF_PARANOIA,
+        md = md.display(),
+        setup = setup.display(),
+        crs = crs.display(),
+    );
+    let f = md.join("main.conf");
+    std::fs::write(&f, text).map_err(|e| format!("{}: {e}", f.display()))?;
+    Ok(f)
+}
+
+/// nginx's two WAF servers: ModSecurity on every request, and on 33 %.
+///
+/// `modsecurity on|off` is a per-location flag (no variables), so the 33 %
+/// server picks a location per request: `split_clients` on `$request_id`
+/// (16 random bytes per request, as Switchyard rolls a random number per
+/// request) yields "on" for 33 % and "off" for the rest, and `rewrite ...
+/// last` moves the request to an internal location with ModSecurity on or
+/// off. Both proxy `$request_uri` (the client's URI, not the rewritten one)
+/// to the same `web` upstream and its keep-alive pool; ModSecurity inspects
+/// the client's URI too (`r->unparsed_uri`). The rules are loaded at server
+/// level, so both locations share them and "off" costs one flag test.
+pub fn nginx_waf_servers(p: &Ports, main: &Path, cert: &str, key: &str, proxy: &str) -> String {
+    let tls = format!(
+        "ssl_certificate {cert};\n        ssl_certificate_key {key};\n        ssl_protocols TLSv1.2 TLSv1.3;\n        ssl_ciphers {TLS12_RSA_SUITE}:{TLS12_ECDSA_SUITE};\n        ssl_conf_command Ciphersuites {TLS13_SUITE};\n        ssl_session_cache shared:SSL:10m;\n        ssl_session_tickets on;"
+    );
+    format!(
+        r#"
+    # WAF (report 001): ModSecurity with the CRS, 100 % and {pct} % inspected.
+    split_clients "${{request_id}}" $waf_branch {{
+        {pct}%    on;
+        *      off;
+    }}
+
+    server {{
+        listen 127.0.0.1:{waf} ssl;
+        {tls}
+        modsecurity on;
+        modsecurity_rules_file {main};
+        location / {{
+            proxy_pass http://web;
+            {proxy}
+        }}
+    }}
+
+    server {{
+        listen 127.0.0.1:{waf33} ssl;
+        {tls}
+        modsecurity_rules_file {main};
+        location / {{
+            rewrite ^ /.waf-$waf_branch last;
+        }}
+        location = /.waf-on {{
+            internal;
+            modsecurity on;
+            proxy_pass http://web$request_uri;
+            {proxy}
+        }}
+        location = /.waf-off {{
+            internal;
+            modsecurity off;
+            proxy_pass http://web$request_uri;
+            {proxy}
+        }}
+    }}
+"#,
+        pct = WAF_SAMPLE_PERCENT,
+        waf = p.waf,
+        waf33 = p.waf33,
+        main = main.display(),
+    )
 }
 
 pub const VARNISH_MISSING: &str = "varnish is not installed (apt-get install -y varnish): skipped";
@@ -945,6 +1238,8 @@ pub fn start(
         Listener::Cache,
         Listener::TlsRsa,
         Listener::TlsEcdsa,
+        Listener::Waf,
+        Listener::Waf33,
     ] {
         let a = p.addr(l);
         if std::net::TcpListener::bind(a).is_err() {

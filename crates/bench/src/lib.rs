@@ -20,6 +20,7 @@ pub mod report;
 pub mod scenario;
 pub mod sys;
 pub mod tls;
+pub mod waf;
 
 const HELP: &str = "usage: switchyard bench <command> [options]
   origin    --listen ADDR [--listen ADDR] [--delay-ms N] [--threads N]

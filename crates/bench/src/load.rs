@@ -54,6 +54,11 @@ pub struct LoadConfig {
     pub timeout: Duration,
     pub post_ratio: f64,
     pub post_size: usize,
+    /// POSTs carry realistic HTML form bodies
+    /// (application/x-www-form-urlencoded, a few hundred bytes of benign
+    /// fields: `crate::waf::FORM_BODIES`, one per path in turn) instead of
+    /// `post_size` bytes of application/octet-stream.
+    pub post_form: bool,
     /// Slot i binds to `src_ips[i % len]` before connecting (same family only).
     pub src_ips: Vec<IpAddr>,
     pub expect_status: u16,
@@ -88,6 +93,7 @@ impl Default for LoadConfig {
             timeout: Duration::from_secs(10),
             post_ratio: 0.0,
             post_size: 1024,
+            post_form: false,
             src_ips: Vec::new(),
             expect_status: 200,
             verify_body: true,
@@ -372,7 +378,7 @@ fn build_request(
     host: &str,
     path: &str,
     headers: &[(String, String)],
-    post: Option<&[u8]>,
+    post: Option<(&str, &[u8])>,
 ) -> Vec<u8> {
     let mut r = Vec::with_capacity(256);
     let m = if post.is_some() { "POST" } else { "GET" };
@@ -383,10 +389,10 @@ fn build_request(
     for (k, v) in headers {
         r.extend_from_slice(format!("{k}: {v}\r\n").as_bytes());
     }
-    if let Some(b) = post {
+    if let Some((ctype, b)) = post {
         r.extend_from_slice(
             format!(
-                "Content-Type: application/octet-stream\r\nContent-Length: {}\r\nX-Body-Sum: {:016x}\r\n",
+                "Content-Type: {ctype}\r\nContent-Length: {}\r\nX-Body-Sum: {:016x}\r\n",
                 b.len(),
                 crate::content::Sum::of(b)
             )
@@ -394,7 +400,7 @@ fn build_request(
         );
     }
     r.extend_from_slice(b"\r\n");
-    if let Some(b) = post {
+    if let Some((_, b)) = post {
         r.extend_from_slice(b);
     }
     r
@@ -425,7 +431,16 @@ pub fn run(cfg: LoadConfig, on_edge: &mut dyn FnMut(Edge)) -> Result<LoadResult,
     let posts = cfg
         .paths
         .iter()
-        .map(|p| build_request(&cfg.host, &p.path, &cfg.headers, Some(&post_body)))
+        .enumerate()
+        .map(|(i, p)| {
+            let post = if cfg.post_form {
+                let forms = crate::waf::FORM_BODIES;
+                (crate::waf::FORM_TYPE, forms[i % forms.len()].as_bytes())
+            } else {
+                ("application/octet-stream", &post_body[..])
+            };
+            build_request(&cfg.host, &p.path, &cfg.headers, Some(post))
+        })
         .collect();
     let expects = cfg
         .paths

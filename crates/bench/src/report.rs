@@ -349,6 +349,11 @@ pub fn render(doc: &Json) -> (String, Vec<(String, String)>) {
                 }
                 bars.push((t.to_string(), st));
             }
+            if sc == "waf" {
+                if let Some(line) = waf_target_line(&by, sc, case, &key) {
+                    let _ = writeln!(md, "\n{line}");
+                }
+            }
             // EANTC style: min / avg / max per second over the steady phase.
             let series = match key.as_str() {
                 "rps" => Some("rps_per_sec"),
@@ -422,6 +427,7 @@ pub fn render(doc: &Json) -> (String, Vec<(String, String)>) {
             let _ = writeln!(md, "![{sc}]({name})\n");
         }
     }
+    waf_attack_section(&mut md, doc);
     if !skipped.is_empty() {
         let _ = writeln!(
             md,
@@ -446,6 +452,95 @@ pub fn render(doc: &Json) -> (String, Vec<(String, String)>) {
     (md, svgs)
 }
 
+/// Issue 11: Switchyard keeps at least this many times nginx+ModSecurity's
+/// transactions per core.
+pub const WAF_TARGET_RATIO: f64 = 5.0;
+
+type ByCase<'a> = BTreeMap<(String, String, String), Vec<&'a Json>>;
+
+/// "Switchyard / nginx+ModSecurity: 6.1x (issue 11's target: >= 5x, met)".
+fn waf_target_line(by: &ByCase, sc: &str, case: &str, key: &str) -> Option<String> {
+    let get = |t: &str| by.get(&(sc.to_string(), case.to_string(), t.to_string()));
+    let a = stat(get("switchyard")?, key);
+    let b = stat(get("nginx")?, key);
+    if a.n_valid == 0 || b.n_valid == 0 || b.median <= 0.0 {
+        return Some(format!(
+            "Issue 11's target (Switchyard >= {WAF_TARGET_RATIO:.0}x nginx+ModSecurity per core): no ratio, a target has no valid run"
+        ));
+    }
+    let r = a.median / b.median;
+    Some(format!(
+        "Switchyard / nginx+ModSecurity, {}: **{r:.2}x** (issue 11's target: >= {WAF_TARGET_RATIO:.0}x, {})",
+        kpi_title(key),
+        if r >= WAF_TARGET_RATIO { "met" } else { "missed" }
+    ))
+}
+
+/// The attack set's table: blocked per target, then every request's status.
+fn waf_attack_section(md: &mut String, doc: &Json) {
+    let sets = doc.get("waf_attacks").map(Json::as_arr).unwrap_or(&[]);
+    if sets.is_empty() {
+        return;
+    }
+    let _ = writeln!(
+        md,
+        "\n## WAF attack set\n\nEach request sent once, on its own TLS 1.3 connection, to the listener \
+         where the WAF inspects every request. Blocked: answered 403. Benign: the scenario's own GETs and \
+         form POSTs and a few more, which must all get 200.\n\n\
+         | target | attacks blocked | benign refused |\n|---|---|---|"
+    );
+    let num = |j: &Json, k: &str| j.get(k).and_then(Json::as_f64).unwrap_or(0.0) as u64;
+    for x in sets {
+        if let Some(e) = x.get("error").and_then(Json::as_str) {
+            let _ = writeln!(md, "| {} | {e} | |", s(x, "target"));
+            continue;
+        }
+        let _ = writeln!(
+            md,
+            "| {} | {} / {} | {} / {} |",
+            s(x, "target"),
+            num(x, "blocked"),
+            num(x, "attacks"),
+            num(x, "benign_refused"),
+            num(x, "benign")
+        );
+    }
+    let ok: Vec<&Json> = sets.iter().filter(|x| x.get("error").is_none()).collect();
+    for (title, key) in [("attack", "attack_answers"), ("benign", "benign_answers")] {
+        let Some(first) = ok.first() else { return };
+        let rows = first.get(key).map(Json::as_arr).unwrap_or(&[]);
+        let _ = write!(md, "\n| {title} | request |");
+        for x in &ok {
+            let _ = write!(md, " {} |", s(x, "target"));
+        }
+        let _ = write!(md, "\n|---|---|");
+        for _ in &ok {
+            md.push_str("---|");
+        }
+        md.push('\n');
+        for (i, r) in rows.iter().enumerate() {
+            let _ = write!(
+                md,
+                "| {} | {} |",
+                s(r, "category"),
+                s(r, "name").replace('|', "\\|")
+            );
+            for x in &ok {
+                let a = x.get(key).map(Json::as_arr).and_then(|v| v.get(i));
+                let cell = match a {
+                    Some(a) => match a.get("status").and_then(Json::as_f64) {
+                        Some(st) => format!("{st:.0}"),
+                        None => s(a, "error").to_string(),
+                    },
+                    None => String::new(),
+                };
+                let _ = write!(md, " {cell} |");
+            }
+            md.push('\n');
+        }
+    }
+}
+
 fn scenario_extra_key(sc: &str) -> Option<&'static str> {
     match sc {
         "compression" => Some("compression_ratio"),
@@ -453,6 +548,7 @@ fn scenario_extra_key(sc: &str) -> Option<&'static str> {
         "concurrency" => Some("mem_per_conn_bytes"),
         "multiplexing" => Some("server_conns_avg"),
         "ssl-tps" => Some("dut_cpu_us_per_handshake"),
+        "waf" => Some("rps"),
         _ => None,
     }
 }
@@ -464,6 +560,7 @@ fn scenario_extra_title(sc: &str) -> &'static str {
         "concurrency" => " DUT memory per connection |",
         "multiplexing" => " server connections |",
         "ssl-tps" => " DUT CPU per handshake |",
+        "waf" => " requests/s |",
         _ => "",
     }
 }
@@ -474,6 +571,7 @@ fn fmt_extra(k: &str, v: f64) -> String {
         "cache_hit_ratio" => format!("{:.1} %", v * 100.0),
         "mem_per_conn_bytes" => format!("{:.1} KB", v / 1024.0),
         "dut_cpu_us_per_handshake" => format!("{v:.1} µs"),
+        "rps" => format!("{v:.0}"),
         _ => format!("{v:.1}"),
     }
 }

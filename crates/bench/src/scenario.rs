@@ -128,7 +128,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
         "caching",
         "2 KB / 8 KB / 64 KB objects from the DUT's cache, 1 / 10 / unlimited requests per connection; req/s per core",
     ),
-    ("waf", "WAF inspecting 100 % and 33 % of HTTPS traffic"),
+    (
+        "waf",
+        "WAF (OWASP CRS, paranoia 1) inspecting 100 % and 33 % of HTTPS traffic, 80 % GET / 20 % POST forms, 30 KB volume and 1 B transaction tests; req/s per DUT core; an attack set",
+    ),
     (
         "syn-flood",
         "SYN flood while valid traffic must keep succeeding",
@@ -356,16 +359,50 @@ pub fn cases(scenario: &str, t: &Timing, max_conns: usize) -> Result<Vec<Case>, 
             }
         }
         "waf" => {
-            let mut c = case(
-                "waf",
-                "all".into(),
-                Listener::L7,
-                &[Cap::Waf, Cap::Tls],
-                base(t, &[size_url(1)]),
-                Kpi::Rps,
-            );
-            c.skip_all = Some("no target has a WAF".into());
-            out.push(c);
+            // Report 001: HTTPS, 80 % GET / 20 % POST, the WAF inspecting
+            // every request and 33 % of them. Its WAF runs were volume tests
+            // (30 KB); issue 11 adds the transaction test (1 B), here with 10
+            // requests per connection so the handshakes do not hide the WAF.
+            let versions: &[(TlsVersion, &str)] = if q {
+                &[(TlsVersion::V13, crate::dut::TLS13_SUITE)]
+            } else {
+                &[
+                    (TlsVersion::V13, crate::dut::TLS13_SUITE),
+                    (TlsVersion::V12, crate::dut::TLS12_RSA_SUITE),
+                ]
+            };
+            for &(v, suite) in versions {
+                for (test, n, rpc) in [("volume", 30720u64, 0u64), ("transaction", 1, 10)] {
+                    for (listener, pct) in [
+                        (Listener::Waf, 100),
+                        (Listener::Waf33, crate::dut::WAF_SAMPLE_PERCENT),
+                    ] {
+                        let mut l = base(t, &crate::waf::paths(&size_url(n)));
+                        l.requests_per_conn = rpc;
+                        l.tls = tls(v, suite, 0);
+                        l.post_ratio = 0.2;
+                        l.post_form = true;
+                        l.headers = crate::waf::browser_headers();
+                        let mut c = case(
+                            "waf",
+                            format!(
+                                "TLS {} {test} {} {} req/conn, WAF {pct}%",
+                                v.name(),
+                                fmt_size(n),
+                                rpc_name(rpc)
+                            ),
+                            listener,
+                            &[Cap::Waf, Cap::Tls],
+                            l,
+                            Kpi::RpsPerCore,
+                        );
+                        c.note = Some(format!(
+                            "80 % GET with a query string / 20 % POST of a urlencoded form; the WAF inspects {pct} % of requests; any benign request refused makes the run invalid"
+                        ));
+                        out.push(c);
+                    }
+                }
+            }
         }
         "syn-flood" => {
             let mut c = case(

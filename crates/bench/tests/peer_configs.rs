@@ -135,6 +135,7 @@ fn switchyard_config_has_the_compression_and_cache_tables_only_with_the_caps() {
         caps: vec![Cap::L7, Cap::Ipv6, Cap::Tls],
         notes: Vec::new(),
         version: String::new(),
+        crs: None,
     };
     let dir = tmpdir("switchyard").join("work").join("switchyard");
     std::fs::create_dir_all(&dir).unwrap();
@@ -143,7 +144,13 @@ fn switchyard_config_has_the_compression_and_cache_tables_only_with_the_caps() {
         std::fs::read_to_string(dir.join("switchyard.toml")).unwrap()
     };
     let today = read(&t);
-    for absent in ["[cache]", "[vserver.compression]", "[vserver.cache]"] {
+    for absent in [
+        "[cache]",
+        "[vserver.compression]",
+        "[vserver.cache]",
+        "[vserver.waf]",
+        "[[waf.ruleset]]",
+    ] {
         assert!(
             !today.contains(absent),
             "{absent} written without the capability"
@@ -282,4 +289,208 @@ fn peers_compress_and_serve_from_cache() {
         d.stop();
         assert_eq!(seen, 1, "{name}: the origin saw {seen} of 4 requests");
     }
+}
+
+/// `switchyard check` with the debug binary, when it is built.
+fn switchyard_check(cfg: &Path) {
+    let bin = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/debug/switchyard");
+    if !bin.exists() {
+        eprintln!("switchyard check skipped: {} is not built", bin.display());
+        return;
+    }
+    check(Command::new(&bin).args(["check", "-c"]).arg(cfg));
+}
+
+/// The WAF scenario's Switchyard config: two HTTPS vservers on one CRS rule
+/// set, blocking at paranoia 1 with body inspection, one sampling 33 %.
+#[test]
+fn switchyard_waf_config_loads_the_crs_once_for_two_vservers() {
+    let Some(crs) = dut::find_crs() else {
+        eprintln!("skipped: no CRS ({})", dut::CRS_MISSING);
+        return;
+    };
+    let p = ports();
+    let t = dut::Target {
+        name: "switchyard".into(),
+        kind: Kind::Switchyard,
+        program: PathBuf::from("/nonexistent/switchyard"),
+        command: String::new(),
+        caps: vec![Cap::L7, Cap::Ipv6, Cap::Tls, Cap::Waf],
+        notes: Vec::new(),
+        version: String::new(),
+        crs: Some(crs.clone()),
+    };
+    let dir = tmpdir("switchyard-waf").join("work").join("switchyard");
+    std::fs::create_dir_all(&dir).unwrap();
+    dut::write_config(&t, &p, &dir).unwrap();
+    let cfg = std::fs::read_to_string(dir.join("switchyard.toml")).unwrap();
+    assert_eq!(cfg.matches("[[waf.ruleset]]").count(), 1, "{cfg}");
+    assert!(
+        cfg.contains(&format!("crs = \"{}\"", crs.display())),
+        "{cfg}"
+    );
+    assert_eq!(cfg.matches("[vserver.waf]").count(), 2, "{cfg}");
+    for want in [
+        &format!("name = \"waf\"\nlisten = [\"127.0.0.1:{}\"]", p.waf),
+        &format!("name = \"waf33\"\nlisten = [\"127.0.0.1:{}\"]", p.waf33),
+        "mode = \"block\"",
+        "paranoia = 1",
+        "request_body = true",
+        "body_limit = 1048576",
+        "body_limit_action = \"reject\"",
+        "sample_percent = 100",
+        "sample_percent = 33",
+    ] {
+        assert!(cfg.contains(want), "switchyard.toml lacks {want}:\n{cfg}");
+    }
+    assert!(
+        !cfg.contains("audit_log"),
+        "no audit log, as nginx's SecAuditEngine Off"
+    );
+    // Without the capability: none of it.
+    let mut t2 = t.clone();
+    t2.caps.retain(|c| *c != Cap::Waf);
+    dut::write_config(&t2, &p, &dir).unwrap();
+    let plain = std::fs::read_to_string(dir.join("switchyard.toml")).unwrap();
+    assert!(
+        !plain.contains("[vserver.waf]") && !plain.contains("[[waf.ruleset]]"),
+        "{plain}"
+    );
+    dut::write_config(&t, &p, &dir).unwrap();
+    switchyard_check(&dir.join("switchyard.toml"));
+}
+
+/// nginx with ModSecurity: the same CRS and engine settings, 33 % through
+/// split_clients, and `nginx -t` loads the module and every rule.
+#[test]
+fn nginx_waf_config_is_valid_with_modsecurity_and_the_same_crs() {
+    let Some((t, dir, _)) = written("nginx") else {
+        return;
+    };
+    if !t.caps.contains(&Cap::Waf) {
+        eprintln!("skipped: {}", t.notes.join("; "));
+        return;
+    }
+    let crs = t.crs.clone().unwrap();
+    let cfg = std::fs::read_to_string(dir.join("nginx.conf")).unwrap();
+    let main = dir
+        .join("modsecurity")
+        .canonicalize()
+        .unwrap()
+        .join("main.conf");
+    for want in [
+        "load_module /usr/lib/nginx/modules/ngx_http_modsecurity_module.so;".to_string(),
+        format!("modsecurity_rules_file {};", main.display()),
+        "modsecurity on;".into(),
+        "split_clients \"${request_id}\" $waf_branch".into(),
+        "33%    on;".into(),
+        "rewrite ^ /.waf-$waf_branch last;".into(),
+        "proxy_pass http://web$request_uri;".into(),
+        format!("listen 127.0.0.1:{} ssl;", ports().waf),
+        format!("listen 127.0.0.1:{} ssl;", ports().waf33),
+    ] {
+        assert!(cfg.contains(&want), "nginx.conf lacks {want}");
+    }
+    let m = std::fs::read_to_string(&main).unwrap();
+    for want in [
+        "SecRuleEngine On".to_string(),
+        "SecRequestBodyAccess On".into(),
+        "SecRequestBodyLimit 1048576".into(),
+        "SecRequestBodyLimitAction Reject".into(),
+        "SecResponseBodyAccess Off".into(),
+        "SecAuditEngine Off".into(),
+        "setvar:tx.blocking_paranoia_level=1".into(),
+        format!("Include {}/rules/*.conf", crs.display()),
+    ] {
+        assert!(m.contains(&want), "main.conf lacks {want}:\n{m}");
+    }
+    // The project's CRS, not Debian's modsecurity-crs (CRS 3.3).
+    assert!(!m.contains("/usr/share/modsecurity-crs"));
+    check(
+        Command::new(&t.program)
+            .arg("-t")
+            .arg("-p")
+            .arg(&dir)
+            .arg("-e")
+            .arg(dir.join("error.log"))
+            .arg("-c")
+            .arg(dir.join("nginx.conf")),
+    );
+}
+
+/// The waf scenario end to end, quick: nginx+ModSecurity and Switchyard
+/// (when built next to this test) serve the 80/20 benign mix with no
+/// refusal on both listeners, and block the attack set.
+#[test]
+fn waf_scenario_quick_run() {
+    use switchyard_bench::compare::{self, Opts};
+    use switchyard_bench::json::Json;
+    let mut targets = Vec::new();
+    match dut::resolve("nginx", None) {
+        Ok(t) if t.caps.contains(&Cap::Waf) => targets.push(t),
+        Ok(t) => eprintln!("nginx skipped: {}", t.notes.join("; ")),
+        Err(e) => eprintln!("nginx skipped: {e}"),
+    }
+    match dut::resolve("switchyard", None) {
+        Ok(t) if t.caps.contains(&Cap::Waf) => targets.push(t),
+        Ok(t) => eprintln!("switchyard skipped: {}", t.notes.join("; ")),
+        Err(e) => eprintln!("switchyard skipped: {e}"),
+    }
+    if targets.is_empty() {
+        return;
+    }
+    let names: Vec<String> = targets.iter().map(|t| t.name.clone()).collect();
+    let out = tmpdir("waf-run");
+    let opts = Opts {
+        targets,
+        scenarios: vec!["waf"],
+        runs: 1,
+        quick: true,
+        out: out.clone(),
+        dut_cpu: None,
+        load_cpu: None,
+        ports: Ports::from_base(17100 + (std::process::id() % 300) as u16 * 10),
+        progress: false,
+        max_error_ratio: 0.01,
+        timing: switchyard_bench::scenario::Timing::new(true),
+    };
+    let doc = compare::run(&opts).unwrap();
+    switchyard_bench::report::write(&doc, &out).unwrap();
+    let samples = doc.get("samples").unwrap().as_arr();
+    assert!(!samples.is_empty());
+    for s in samples {
+        let what = format!(
+            "{} {}",
+            s.get("target").and_then(Json::as_str).unwrap_or(""),
+            s.get("case").and_then(Json::as_str).unwrap_or("")
+        );
+        assert_eq!(
+            s.get("valid"),
+            Some(&Json::Bool(true)),
+            "{what}: {}",
+            s.get("reason").and_then(Json::as_str).unwrap_or("")
+        );
+        let k = s.get("kpi").unwrap();
+        let share = k.get("post_share").and_then(Json::as_f64).unwrap();
+        assert!((0.1..0.3).contains(&share), "{what}: POST share {share}");
+    }
+    let attacks = doc.get("waf_attacks").unwrap().as_arr();
+    assert_eq!(attacks.len(), names.len());
+    for a in attacks {
+        let t = a.get("target").and_then(Json::as_str).unwrap_or("");
+        let n = |k: &str| a.get(k).and_then(Json::as_f64).unwrap_or(-1.0);
+        assert_eq!(
+            n("benign_refused"),
+            0.0,
+            "{t} refused benign requests: {a:?}"
+        );
+        assert!(
+            n("blocked") >= 30.0,
+            "{t} blocked {} of {}",
+            n("blocked"),
+            n("attacks")
+        );
+    }
+    let md = std::fs::read_to_string(out.join("report.md")).unwrap();
+    assert!(md.contains("WAF attack set"), "{md}");
 }
