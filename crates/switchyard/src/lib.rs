@@ -26,5 +26,6 @@ pub mod quickstart;
 pub mod runtime;
 pub mod shield;
 pub mod stats;
+pub mod stick;
 pub mod tls;
 pub mod waf;

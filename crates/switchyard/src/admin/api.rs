@@ -129,6 +129,39 @@ pub const ROUTES: &[Route] = &[
     ),
 ];
 
+/// A per-source limit: its settings, keys tracked and refusals by reason.
+fn limit_json(l: &crate::stick::Limit) -> Value {
+    use std::sync::atomic::Ordering::Relaxed;
+    let c = l.counters();
+    let rate =
+        |r: Option<crate::stick::Rate>| r.map(|r| json!({"count": r.n, "window_ms": r.period_ms}));
+    json!({
+        "name": l.name,
+        "key": match &l.key {
+            crate::stick::Key::Source => "src".to_string(),
+            crate::stick::Key::Header(h) => format!("header:{h}"),
+            crate::stick::Key::Cookie(c) => format!("cookie:{c}"),
+            crate::stick::Key::Path => "path".to_string(),
+        },
+        "conn_cur": l.conn_cur,
+        "conn_rate": rate(l.conn_rate),
+        "req_rate": rate(l.req_rate),
+        "action": match l.action {
+            crate::stick::Action::Reject => "reject",
+            crate::stick::Action::Close => "close",
+            crate::stick::Action::Tarpit(_) => "tarpit",
+            crate::stick::Action::Deny(_) => "deny",
+        },
+        "keys": l.table.len(),
+        "refused": crate::stick::Reason::ALL
+            .iter()
+            .map(|r| (r.name().to_string(), Value::from(c.refused[*r as usize].load(Relaxed))))
+            .collect::<Map<String, Value>>(),
+        "tarpitted": c.tarpitted.load(Relaxed),
+        "untracked": c.table_full.load(Relaxed),
+    })
+}
+
 /// A vserver's WAF: its settings and counters, matches per rule id.
 fn waf_json(name: &str, w: &crate::waf::policy::VsWaf) -> Value {
     use crate::waf::policy::WafCounters as C;
@@ -456,6 +489,17 @@ impl<C: Control> Cx<'_, C> {
                     .vservers
                     .iter()
                     .filter_map(|v| v.acl.as_ref().map(|a| (v.name.clone(), a.describe())))
+                    .collect::<Map<String, Value>>(),
+                "limits": snap
+                    .vservers
+                    .iter()
+                    .filter(|v| !v.limits.is_empty())
+                    .map(|v| {
+                        (
+                            v.name.clone(),
+                            Value::from(v.limits.iter().map(|l| limit_json(l)).collect::<Vec<Value>>()),
+                        )
+                    })
                     .collect::<Map<String, Value>>(),
             })),
             Id::ShieldList => self.edit_list(),

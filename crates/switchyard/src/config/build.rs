@@ -164,6 +164,47 @@ pub fn build(
             }
             vs.acl = Some(Arc::new(set));
         }
+        if !v.limit.is_empty() {
+            let old: HashMap<String, Arc<crate::stick::Table>> = previous
+                .and_then(|p| p.vservers.iter().find(|o| o.name == name))
+                .map(|o| {
+                    o.limits
+                        .iter()
+                        .map(|l| (l.name.clone(), l.table.clone()))
+                        .collect()
+                })
+                .unwrap_or_default();
+            let mut problems = Vec::new();
+            vs.limits = super::limits::build(
+                &v.limit,
+                &name,
+                shield_lists,
+                &old,
+                v.name.span(),
+                &mut problems,
+            );
+            if vs.protocol == model::Protocol::Udp {
+                problems.push((
+                    v.name.span(),
+                    format!(
+                        "vserver {name:?}: a udp vserver has no connections or requests to limit"
+                    ),
+                ));
+            } else if vs.protocol != model::Protocol::Http
+                && vs
+                    .limits
+                    .iter()
+                    .any(|l| l.req_rate.is_some() || !l.key.at_accept())
+            {
+                problems.push((
+                    v.name.span(),
+                    format!("vserver {name:?}: req_rate and request keys are HTTP; an L4 vserver limits connections (conn_cur, conn_rate)"),
+                ));
+            }
+            for (at, msg) in problems {
+                cx.err(at, msg);
+            }
+        }
         let vs = Arc::new(vs);
         let map = if vs.protocol == model::Protocol::Udp {
             &mut udp_by_listen
@@ -1077,6 +1118,7 @@ fn build_vserver(
         latency: old.map(|o| o.latency.clone()).unwrap_or_default(),
         access_log,
         waf,
+        limits: Vec::new(),
         protocol: v.protocol,
         l4,
         accept_proxy,

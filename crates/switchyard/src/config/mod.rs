@@ -6,6 +6,7 @@
 
 mod build;
 pub mod l4;
+pub mod limits;
 pub mod model;
 mod read;
 pub mod shield;

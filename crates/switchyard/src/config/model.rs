@@ -173,6 +173,9 @@ pub struct VServer {
     pub cache: Option<VsCache>,
     /// The web application firewall (docs/waf.md).
     pub waf: Option<super::waf::VsWafFile>,
+    /// Per-source limits (config/limits.rs, docs/shield.md).
+    #[serde(default)]
+    pub limit: Vec<super::limits::LimitFile>,
     /// One line per request (docs/access-logs.md).
     pub access_log: Option<AccessLog>,
     /// L4 settings of a `tcp` or `udp` vserver.

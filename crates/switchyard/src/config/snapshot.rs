@@ -137,6 +137,8 @@ pub struct VServer {
     pub cache_on: bool,
     /// The web application firewall, when the vserver turns it on.
     pub waf: Option<Arc<crate::waf::policy::VsWaf>>,
+    /// Per-source limits, in order.
+    pub limits: Vec<Arc<crate::stick::Limit>>,
     /// HTTP, or L4 (`tcp`, `udp`) with its settings.
     pub protocol: super::model::Protocol,
     pub l4: Option<Arc<super::l4::L4Settings>>,

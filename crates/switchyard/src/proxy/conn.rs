@@ -51,6 +51,10 @@ impl Client {
 pub struct ConnGuard {
     pub(super) active: Rc<Cell<usize>>,
     pub(super) counters: Arc<Sharded<VsCounters>>,
+    /// The connection's places in per-source limits (`stick`), given back
+    /// when it ends (held for their `Drop`).
+    #[allow(dead_code)]
+    pub(super) leases: Option<Box<[crate::stick::Lease]>>,
 }
 
 impl Drop for ConnGuard {

@@ -19,6 +19,7 @@ pub mod h2;
 mod head_read;
 pub mod hooks;
 pub mod idle;
+mod limiting;
 mod lot_epoll;
 pub mod member;
 mod member_h1;

@@ -45,19 +45,27 @@ enum Next {
 
 /// Serves one client connection accepted on `listen`.
 pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: SocketAddr) {
-    let (counters, tls, h2_only, l4, accept_proxy) = {
+    let (counters, tls, h2_only, l4, accept_proxy, leases) = {
         let snap = ctx.snapshot.load();
         match snap.vserver_for(&listen) {
             Some(vs) => {
                 if !admitted(&snap, vs, &stream, peer, listen) {
                     return;
                 }
+                let leases = match limited(vs, peer) {
+                    Admission::Yes(leases) => leases,
+                    Admission::No(action) => {
+                        refuse(stream, action);
+                        return;
+                    }
+                };
                 (
                     vs.counters.clone(),
                     vs.tls.clone(),
                     vs.h2c_only,
                     vs.l4.is_some().then(|| (Arc::clone(&snap), vs.clone())),
                     vs.accept_proxy.clone(),
+                    leases,
                 )
             }
             None => return,
@@ -75,6 +83,7 @@ pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: S
     let guard = ConnGuard {
         active: ctx.active.clone(),
         counters,
+        leases,
     };
     // TCP_NODELAY comes from the listening socket (runtime/listen.rs):
     // accepted sockets inherit it, so no setsockopt per connection.
@@ -134,6 +143,59 @@ fn admitted(
             false
         }
         _ => true,
+    }
+}
+
+/// A connection's fate under the vserver's per-source limits.
+enum Admission {
+    Yes(Option<Box<[crate::stick::Lease]>>),
+    No(crate::stick::Action),
+}
+
+/// The per-source limits' decision on a new connection (by its source
+/// address: the only key known at accept).
+fn limited(vs: &VServer, peer: SocketAddr) -> Admission {
+    if vs.limits.is_empty() {
+        return Admission::Yes(None);
+    }
+    let mut leases = Vec::new();
+    for l in &vs.limits {
+        match l.on_connection(peer.ip()) {
+            Ok(lease) => leases.extend(lease),
+            Err(reason) => {
+                if let crate::stick::Action::Tarpit(_) = l.action {
+                    l.counters()
+                        .tarpitted
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+                log::debug(format_args!(
+                    "vserver {}: limit {:?}: connection from {peer} refused ({})",
+                    vs.name,
+                    l.name,
+                    reason.name()
+                ));
+                return Admission::No(l.action);
+            }
+        }
+    }
+    Admission::Yes((!leases.is_empty()).then(|| leases.into_boxed_slice()))
+}
+
+/// Closes a connection a limit refused: with a reset (reject, deny), a
+/// plain close, or after holding it (tarpit).
+fn refuse(stream: TcpStream, action: crate::stick::Action) {
+    use crate::stick::Action;
+    match action {
+        Action::Reject | Action::Deny(_) => {
+            let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
+        }
+        Action::Close => {}
+        Action::Tarpit(ms) => {
+            tokio::task::spawn_local(async move {
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+                drop(stream);
+            });
+        }
     }
 }
 
@@ -441,6 +503,7 @@ mod size_tests {
             let guard = ConnGuard {
                 active: ctx.active.clone(),
                 counters,
+                leases: None,
             };
             let f = session(
                 ctx.clone(),

@@ -13,6 +13,7 @@ use super::compressing::Compress;
 use super::exchange::Exchange;
 use super::firewall::Waf;
 use super::hooks::{Hooks, Local, Verdict};
+use super::limiting::Limits;
 use super::route;
 use crate::accesslog::{self, trace, trace::Trace};
 use crate::balance::persist::persistence_cookie;
@@ -27,18 +28,25 @@ use crate::stats;
 /// Compression comes before the cache: the response body passes the
 /// encoder first, so the cache stores the encoded variant once.
 ///
+/// Per-source limits come first: a refused request costs nothing else.
 /// The WAF comes right after routing: it judges every request a member
 /// or the cache would answer, before the request is edited for the member.
-pub type Pipeline = (Route, (Waf, (Forward, (Compress, (Cache, AccessLog)))));
+pub type Pipeline = (
+    Limits,
+    (Route, (Waf, (Forward, (Compress, (Cache, AccessLog))))),
+);
 
 pub fn pipeline() -> Pipeline {
     (
-        Route,
+        Limits::default(),
         (
-            Waf::default(),
+            Route,
             (
-                Forward,
-                (Compress::default(), (Cache::default(), AccessLog)),
+                Waf::default(),
+                (
+                    Forward,
+                    (Compress::default(), (Cache::default(), AccessLog)),
+                ),
             ),
         ),
     )

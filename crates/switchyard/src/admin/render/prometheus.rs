@@ -629,6 +629,9 @@ pub fn render(snap: &Snapshot) -> String {
         if let Some(w) = &vs.waf {
             waf(&mut ex, &vs.name, w);
         }
+        for l in &vs.limits {
+            limit(&mut ex, &vs.name, l);
+        }
     }
     for pool in &snap.pools {
         let labels = format!("pool={}", quote(&pool.name));
@@ -702,6 +705,42 @@ fn waf(ex: &mut Exposition, vserver: &str, w: &crate::waf::policy::VsWaf) {
             n,
         );
     }
+}
+
+/// A per-source limit: refusals by reason, tarpits, keys tracked.
+fn limit(ex: &mut Exposition, vserver: &str, l: &crate::stick::Limit) {
+    let labels = format!("vserver={},limit={}", quote(vserver), quote(&l.name));
+    let c = l.counters();
+    for r in crate::stick::Reason::ALL {
+        ex.sample(
+            "switchyard_limit_refused_total",
+            Kind::Counter,
+            "Connections and requests a per-source limit refused, by reason (conn_cur, conn_rate, req_rate, denied).",
+            &join(&labels, &format!("reason=\"{}\"", r.name())),
+            c.refused[r as usize].load(Ordering::Relaxed),
+        );
+    }
+    ex.sample(
+        "switchyard_limit_tarpitted_total",
+        Kind::Counter,
+        "Refusals held before the answer or the close (action tarpit).",
+        &labels,
+        c.tarpitted.load(Ordering::Relaxed),
+    );
+    ex.sample(
+        "switchyard_limit_untracked_total",
+        Kind::Counter,
+        "Keys admitted without being counted: the limit's table was full of keys holding connections.",
+        &labels,
+        c.table_full.load(Ordering::Relaxed),
+    );
+    ex.sample(
+        "switchyard_limit_keys",
+        Kind::Gauge,
+        "Keys (sources, header or cookie values, paths) the limit's table holds.",
+        &labels,
+        l.table.len(),
+    );
 }
 
 /// The standard `process_*` metrics, from /proc (Linux only; whatever cannot

@@ -1,0 +1,102 @@
+//! The per-source limits' request side (`stick`): each request counts
+//! against the vserver's `req_rate` limits under its key (the source
+//! address, a header, a cookie or the path), and a key over its limit, or
+//! denied for a while, is answered `status` (429) with Retry-After; a
+//! tarpit holds the answer first. The connection side (`conn_cur`,
+//! `conn_rate`) is decided at accept (`session.rs`).
+//!
+//! Runs first in the pipeline: a refused request costs no routing, WAF or
+//! cache work.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+
+use super::exchange::Exchange;
+use super::hooks::{Hooks, Local, Verdict};
+use crate::balance::persist::cookie;
+use crate::http::message::Request;
+use crate::http::responses;
+use crate::stick::{self, Action, Decision, Key, Limit, Reason};
+
+#[derive(Default)]
+pub struct Limits {
+    /// A refusal held back for this long (tarpit).
+    tarpit: Option<(u64, Local)>,
+}
+
+/// The request's value of a limit's key; None when it has none (no such
+/// header or cookie): such requests are not limited by it.
+fn key_of<'r>(l: &Limit, req: &'r Request, source: &'r [u8]) -> Option<&'r [u8]> {
+    match &l.key {
+        Key::Source => Some(source),
+        Key::Header(h) => req.head.get(h),
+        Key::Cookie(c) => cookie(req, c),
+        Key::Path => Some(req.path_only()),
+    }
+}
+
+fn refusal(l: &Limit, reason: Reason) -> Local {
+    let retry_after = match (l.action, reason) {
+        (Action::Deny(ms), _) => ms,
+        (_, Reason::ReqRate) => l.req_rate.map_or(1000, |r| r.period_ms),
+        _ => 1000,
+    };
+    let secs = retry_after.div_ceil(1000).max(1).to_string();
+    let (mut response, body) = responses::local(
+        l.status,
+        "text/plain; charset=utf-8",
+        Bytes::from(format!(
+            "Too many requests: limit \"{}\" ({}); retry after {secs} s.\n",
+            l.name,
+            reason.name()
+        )),
+        &[("retry-after", &secs)],
+    );
+    if l.action == Action::Close {
+        response.head.fields.set(b"connection", b"close");
+        response.head.keep_alive = false;
+    }
+    Local { response, body }
+}
+
+impl Hooks for Limits {
+    fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
+        if x.vs.limits.is_empty() {
+            return Verdict::Continue;
+        }
+        let ip = x.peer.ip();
+        let source = stick::source_key(ip);
+        for l in &x.vs.limits {
+            // Connection-only limits still deny requests of a denied source.
+            if l.req_rate.is_none() && !matches!(l.action, Action::Deny(_)) {
+                continue;
+            }
+            let Some(value) = key_of(l, req, &source) else {
+                continue;
+            };
+            if let Decision::Refuse(reason) = l.on_request(ip, value) {
+                let local = refusal(l, reason);
+                if let Action::Tarpit(ms) = l.action {
+                    l.counters()
+                        .tarpitted
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.tarpit = Some((ms, local));
+                    return Verdict::Continue;
+                }
+                return Verdict::Respond(local);
+            }
+        }
+        Verdict::Continue
+    }
+
+    async fn on_request_wait(&mut self, _x: &mut Exchange<'_>, _req: &mut Request) -> Verdict {
+        match self.tarpit.take() {
+            Some((ms, local)) => {
+                tokio::time::sleep(Duration::from_millis(ms)).await;
+                Verdict::Respond(local)
+            }
+            None => Verdict::Continue,
+        }
+    }
+}

@@ -1,0 +1,512 @@
+//! Per-source limits, as HAProxy's stick tables keep them: per key (the
+//! client's address, or a header, a cookie, the path), the connections
+//! open now, the connection rate and the request rate, shared by every
+//! worker; a key over a limit is refused, tarpitted or denied for a while.
+//!
+//! - Rates are sliding windows estimated from two fixed periods (the
+//!   current count plus the previous one weighted by how much of it is
+//!   still inside the window: HAProxy's `freq_ctr`), so a burst at a
+//!   period's edge is not forgiven.
+//! - The table is sharded (a mutex per shard, chosen by the key's hash):
+//!   workers contend only on the same shard, for a few hundred
+//!   nanoseconds per connection or request.
+//! - It is bounded: a full shard first drops entries nothing refers to any
+//!   more (no open connection, no deny, idle for longer than the longest
+//!   window), then the least recently seen of those; when every entry holds
+//!   open connections, a new key is admitted untracked and counted
+//!   (`table_full`), so a flood of sources cannot grow memory without
+//!   bound or shut out everyone.
+//! - A table belongs to a vserver's limit by name: a reload keeps it, so a
+//!   reload does not reset who is over a limit.
+
+use std::collections::HashMap;
+use std::hash::BuildHasher;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use crate::cidr::Cidr;
+use crate::clock::now_ms;
+use crate::fasthash::FxBuild;
+
+const SHARDS: usize = 32;
+
+/// What a limit counts per.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Key {
+    /// The client's address.
+    Source,
+    /// A request header's value (lower-case name).
+    Header(String),
+    /// A cookie's value.
+    Cookie(String),
+    /// The request path (without the query).
+    Path,
+}
+
+impl Key {
+    /// Whether connections can be counted (the key is known at accept).
+    pub fn at_accept(&self) -> bool {
+        *self == Key::Source
+    }
+}
+
+/// `n` events per `period_ms`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Rate {
+    pub n: u32,
+    pub period_ms: u64,
+}
+
+/// What happens to a key over a limit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Connections: closed with a reset. Requests: answered `status`.
+    Reject,
+    /// Connections: closed. Requests: answered `status`, then the
+    /// connection closes.
+    Close,
+    /// Held this long, then refused as `Reject` (slows down a client that
+    /// retries at once; costs it a connection slot).
+    Tarpit(u64),
+    /// Refused as `Reject`, and every connection and request of the key is
+    /// refused for this long.
+    Deny(u64),
+}
+
+/// One `[[vserver.limit]]`.
+#[derive(Debug)]
+pub struct Limit {
+    pub name: String,
+    pub key: Key,
+    pub conn_cur: Option<u32>,
+    pub conn_rate: Option<Rate>,
+    pub req_rate: Option<Rate>,
+    pub action: Action,
+    /// The status of a refused request (429 by default).
+    pub status: u16,
+    /// Sources never limited.
+    pub allow: Vec<Cidr>,
+    pub table: Arc<Table>,
+}
+
+/// Why a key was refused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reason {
+    ConnCur,
+    ConnRate,
+    ReqRate,
+    /// Denied for a while (an earlier refusal with `deny`).
+    Denied,
+}
+
+impl Reason {
+    pub const ALL: [Reason; 4] = [
+        Reason::ConnCur,
+        Reason::ConnRate,
+        Reason::ReqRate,
+        Reason::Denied,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Reason::ConnCur => "conn_cur",
+            Reason::ConnRate => "conn_rate",
+            Reason::ReqRate => "req_rate",
+            Reason::Denied => "denied",
+        }
+    }
+}
+
+/// A limit's counters (they survive reloads with the table).
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// Refusals by reason, in `Reason::ALL` order.
+    pub refused: [AtomicU64; 4],
+    pub tarpitted: AtomicU64,
+    /// Keys admitted without being tracked (every entry of a shard held
+    /// open connections).
+    pub table_full: AtomicU64,
+}
+
+/// A two-period rate counter.
+#[derive(Clone, Copy, Debug, Default)]
+struct Freq {
+    start_ms: u64,
+    cur: u32,
+    prev: u32,
+}
+
+impl Freq {
+    fn roll(&mut self, now: u64, period: u64) {
+        let period = period.max(1);
+        let elapsed = now.saturating_sub(self.start_ms);
+        if elapsed >= 2 * period {
+            self.prev = 0;
+            self.cur = 0;
+            self.start_ms = now;
+        } else if elapsed >= period {
+            self.prev = self.cur;
+            self.cur = 0;
+            self.start_ms += period;
+        }
+    }
+
+    /// Events in the last `period`, this one not counted.
+    fn estimate(&mut self, now: u64, period: u64) -> u64 {
+        self.roll(now, period);
+        let period = period.max(1);
+        let into = now.saturating_sub(self.start_ms).min(period);
+        self.cur as u64 + (self.prev as u64 * (period - into)) / period
+    }
+
+    fn add(&mut self) {
+        self.cur = self.cur.saturating_add(1);
+    }
+}
+
+#[derive(Debug, Default)]
+struct Entry {
+    conn_cur: u32,
+    conn: Freq,
+    req: Freq,
+    deny_until_ms: u64,
+    seen_ms: u64,
+}
+
+#[derive(Debug, Default)]
+struct Shard {
+    map: HashMap<Vec<u8>, Entry, FxBuild>,
+}
+
+/// One limit's table: keys and their counts.
+#[derive(Debug)]
+pub struct Table {
+    shards: Box<[Mutex<Shard>]>,
+    per_shard: usize,
+    /// Entries idle longer than this are forgotten first.
+    idle_ms: u64,
+    pub counters: Counters,
+}
+
+/// Holds a connection's place in `conn_cur`; gives it back on drop.
+#[derive(Debug)]
+pub struct Lease {
+    table: Arc<Table>,
+    key: Vec<u8>,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        self.table.release(&self.key);
+    }
+}
+
+/// The decision on a connection or a request.
+#[derive(Debug)]
+pub enum Decision {
+    Admit,
+    Refuse(Reason),
+}
+
+fn shard_of(key: &[u8]) -> usize {
+    (FxBuild::default().hash_one(key) >> 32) as usize % SHARDS
+}
+
+/// The address as a key: 4 or 16 bytes.
+pub fn source_key(ip: IpAddr) -> Vec<u8> {
+    match ip {
+        IpAddr::V4(a) => a.octets().to_vec(),
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(v4) => v4.octets().to_vec(),
+            None => a.octets().to_vec(),
+        },
+    }
+}
+
+impl Table {
+    /// A table of at most `size` keys; entries idle for `idle_ms` go first.
+    pub fn new(size: usize, idle_ms: u64) -> Table {
+        Table {
+            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
+            per_shard: size.div_ceil(SHARDS).max(1),
+            idle_ms,
+            counters: Counters::default(),
+        }
+    }
+
+    /// Keys tracked now.
+    pub fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().unwrap_or_else(|e| e.into_inner()).map.len())
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn count(&self, r: Reason) {
+        self.counters.refused[r as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Runs `f` on the key's entry (made if new). None: the shard is full
+    /// of entries in use, and the key is not tracked.
+    fn with<T>(&self, key: &[u8], now: u64, f: impl FnOnce(&mut Entry) -> T) -> Option<T> {
+        let mut s = self.shards[shard_of(key)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if !s.map.contains_key(key) && s.map.len() >= self.per_shard {
+            let idle = self.idle_ms;
+            s.map.retain(|_, e| {
+                e.conn_cur > 0 || e.deny_until_ms > now || now.saturating_sub(e.seen_ms) < idle
+            });
+            if s.map.len() >= self.per_shard {
+                // The least recently seen entry that holds no connection.
+                let victim = s
+                    .map
+                    .iter()
+                    .filter(|(_, e)| e.conn_cur == 0)
+                    .min_by_key(|(_, e)| e.seen_ms)
+                    .map(|(k, _)| k.clone());
+                match victim {
+                    Some(k) => {
+                        s.map.remove(&k);
+                    }
+                    None => {
+                        self.counters.table_full.fetch_add(1, Ordering::Relaxed);
+                        return None;
+                    }
+                }
+            }
+        }
+        let e = s.map.entry(key.to_vec()).or_default();
+        e.seen_ms = now;
+        Some(f(e))
+    }
+
+    fn release(&self, key: &[u8]) {
+        let mut s = self.shards[shard_of(key)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = s.map.get_mut(key) {
+            e.conn_cur = e.conn_cur.saturating_sub(1);
+        }
+    }
+}
+
+impl Limit {
+    fn allowed(&self, ip: IpAddr) -> bool {
+        self.allow.iter().any(|c| c.contains(ip))
+    }
+
+    fn deny_ms(&self) -> Option<u64> {
+        match self.action {
+            Action::Deny(ms) => Some(ms),
+            _ => None,
+        }
+    }
+
+    /// A new connection from `ip`. On admit, the lease (when connections
+    /// are counted) keeps its place until the connection ends.
+    pub fn on_connection(&self, ip: IpAddr) -> Result<Option<Lease>, Reason> {
+        if !self.key.at_accept() || self.allowed(ip) {
+            return Ok(None);
+        }
+        let key = source_key(ip);
+        let now = now_ms();
+        let counted = self.conn_cur.is_some();
+        let deny = self.deny_ms();
+        let d = self.table.with(&key, now, |e| {
+            if e.deny_until_ms > now {
+                return Decision::Refuse(Reason::Denied);
+            }
+            if let Some(r) = self.conn_rate {
+                if e.conn.estimate(now, r.period_ms) >= r.n as u64 {
+                    if let Some(ms) = deny {
+                        e.deny_until_ms = now + ms;
+                    }
+                    return Decision::Refuse(Reason::ConnRate);
+                }
+                e.conn.add();
+            }
+            if let Some(max) = self.conn_cur {
+                if e.conn_cur >= max {
+                    if let Some(ms) = deny {
+                        e.deny_until_ms = now + ms;
+                    }
+                    return Decision::Refuse(Reason::ConnCur);
+                }
+                e.conn_cur += 1;
+            }
+            Decision::Admit
+        });
+        match d {
+            // Untracked (a full table): admitted without a count.
+            None => Ok(None),
+            Some(Decision::Admit) => Ok(counted.then(|| Lease {
+                table: self.table.clone(),
+                key,
+            })),
+            Some(Decision::Refuse(r)) => {
+                self.table.count(r);
+                Err(r)
+            }
+        }
+    }
+
+    /// A request whose key value is `value` (the source's address bytes for
+    /// `Key::Source`), from `ip`.
+    pub fn on_request(&self, ip: IpAddr, value: &[u8]) -> Decision {
+        if self.allowed(ip) {
+            return Decision::Admit;
+        }
+        let now = now_ms();
+        let deny = self.deny_ms();
+        let d = self.table.with(value, now, |e| {
+            if e.deny_until_ms > now {
+                return Decision::Refuse(Reason::Denied);
+            }
+            if let Some(r) = self.req_rate {
+                if e.req.estimate(now, r.period_ms) >= r.n as u64 {
+                    if let Some(ms) = deny {
+                        e.deny_until_ms = now + ms;
+                    }
+                    return Decision::Refuse(Reason::ReqRate);
+                }
+                e.req.add();
+            }
+            Decision::Admit
+        });
+        match d {
+            Some(Decision::Refuse(r)) => {
+                self.table.count(r);
+                Decision::Refuse(r)
+            }
+            _ => Decision::Admit,
+        }
+    }
+
+    /// Refusals by reason, tarpits, and keys untracked for a full table.
+    pub fn counters(&self) -> &Counters {
+        &self.table.counters
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn limit(conn_cur: Option<u32>, conn_rate: Option<Rate>, req_rate: Option<Rate>) -> Limit {
+        Limit {
+            name: "t".into(),
+            key: Key::Source,
+            conn_cur,
+            conn_rate,
+            req_rate,
+            action: Action::Reject,
+            status: 429,
+            allow: vec![Cidr::parse("10.0.0.0/8").expect("cidr")],
+            table: Arc::new(Table::new(1000, 60_000)),
+        }
+    }
+
+    const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1));
+    const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 2));
+
+    #[test]
+    fn concurrent_connections_are_counted_and_given_back() {
+        let l = limit(Some(2), None, None);
+        let a1 = l.on_connection(A).expect("first");
+        let a2 = l.on_connection(A).expect("second");
+        assert!(a1.is_some() && a2.is_some());
+        assert_eq!(l.on_connection(A).err(), Some(Reason::ConnCur));
+        // Another source has its own count.
+        let _b = l.on_connection(B).expect("other source");
+        drop(a1);
+        assert!(l.on_connection(A).is_ok());
+        assert_eq!(
+            l.counters().refused[Reason::ConnCur as usize].load(Ordering::Relaxed),
+            1
+        );
+        // An allowed source is never counted.
+        let ten: IpAddr = "10.1.2.3".parse().expect("ip");
+        for _ in 0..10 {
+            assert!(matches!(l.on_connection(ten), Ok(None)));
+        }
+    }
+
+    #[test]
+    fn rates_slide_over_two_periods() {
+        let mut f = Freq {
+            start_ms: 1000,
+            ..Freq::default()
+        };
+        for _ in 0..10 {
+            f.add();
+        }
+        // Half-way through the next period, half of the previous counts.
+        assert_eq!(f.estimate(2500, 1000), 5);
+        // Two periods later, nothing.
+        assert_eq!(f.estimate(4100, 1000), 0);
+
+        let l = limit(
+            None,
+            None,
+            Some(Rate {
+                n: 3,
+                period_ms: 60_000,
+            }),
+        );
+        let k = source_key(A);
+        for _ in 0..3 {
+            assert!(matches!(l.on_request(A, &k), Decision::Admit));
+        }
+        assert!(matches!(
+            l.on_request(A, &k),
+            Decision::Refuse(Reason::ReqRate)
+        ));
+        assert!(matches!(l.on_request(B, &source_key(B)), Decision::Admit));
+    }
+
+    #[test]
+    fn deny_refuses_the_key_for_a_while() {
+        let mut l = limit(
+            None,
+            Some(Rate {
+                n: 1,
+                period_ms: 60_000,
+            }),
+            None,
+        );
+        l.action = Action::Deny(60_000);
+        assert!(l.on_connection(A).is_ok());
+        assert_eq!(l.on_connection(A).err(), Some(Reason::ConnRate));
+        assert_eq!(l.on_connection(A).err(), Some(Reason::Denied));
+        assert!(matches!(
+            l.on_request(A, &source_key(A)),
+            Decision::Refuse(Reason::Denied)
+        ));
+    }
+
+    #[test]
+    fn the_table_stays_bounded_and_keeps_keys_with_connections() {
+        let t = Arc::new(Table::new(SHARDS, 0));
+        let l = Limit {
+            table: t.clone(),
+            ..limit(Some(1), None, None)
+        };
+        let mut leases = Vec::new();
+        for i in 0..5000u32 {
+            let ip = IpAddr::V4(std::net::Ipv4Addr::from(0xC000_0000 + i));
+            match l.on_connection(ip) {
+                Ok(Some(lease)) if leases.len() < 4 => leases.push(lease),
+                _ => {}
+            }
+        }
+        // One entry per shard at most, whatever the number of sources.
+        assert!(t.len() <= SHARDS, "{} entries", t.len());
+        assert!(t.counters.table_full.load(Ordering::Relaxed) > 0);
+    }
+}

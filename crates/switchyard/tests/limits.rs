@@ -1,0 +1,233 @@
+//! Per-source limits (HAProxy's stick tables) through the real binary:
+//! concurrent connections per source given back when a connection ends,
+//! request rates per header key, allow lists, deny for a while, tarpit,
+//! a reload that keeps the counts, an L4 vserver, and the counters in the
+//! admin API and /metrics. Sources are loopback addresses (127.0.0.x).
+
+mod common;
+use common::*;
+
+use std::time::{Duration, Instant};
+
+fn config(listen: std::net::SocketAddr, o: &Origin, limits: &str) -> String {
+    format!(
+        "[global]\nworkers = 2\n\n[[vserver]]\nname = \"web\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n{limits}\n\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
+        o.addr
+    )
+}
+
+fn get_from(listen: std::net::SocketAddr, source: &str, extra: &str) -> Option<Response> {
+    let mut c = Client::connect_from(listen, source);
+    c.send(format!("GET / HTTP/1.1\r\nHost: h\r\n{extra}Connection: close\r\n\r\n").as_bytes());
+    c.read_response(false)
+}
+
+/// Whether a connection from `source` is refused: reset during the
+/// connect, or closed before an answer.
+fn refused(listen: std::net::SocketAddr, source: &str) -> bool {
+    use std::io::{Read, Write};
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+        .expect("socket");
+    let src: std::net::SocketAddr = format!("{source}:0").parse().expect("source");
+    sock.bind(&src.into()).expect("bind source");
+    if sock
+        .connect_timeout(&listen.into(), Duration::from_secs(5))
+        .is_err()
+    {
+        return true;
+    }
+    let mut s: std::net::TcpStream = sock.into();
+    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+    if s.write_all(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").is_err() {
+        return true;
+    }
+    let mut b = [0u8; 64];
+    matches!(s.read(&mut b), Ok(0) | Err(_))
+}
+
+fn limit_json(sy: &Switchyard) -> serde_json::Value {
+    let v: serde_json::Value =
+        serde_json::from_str(&sy.admin_get("/api/v1/shield")).expect("shield json");
+    v["limits"]["web"][0].clone()
+}
+
+#[test]
+fn concurrent_connections_per_source_are_limited_and_given_back() {
+    let o = Origin::start("a");
+    let listen = addr(free_port());
+    let sy = Switchyard::start(
+        &config(
+            listen,
+            &o,
+            "[[vserver.limit]]\nname = \"per-source\"\nconn_cur = 2\nallow = [\"127.0.0.9/32\"]",
+        ),
+        &[listen],
+    );
+    // Two kept-alive connections from 127.0.0.2 hold both places.
+    let mut a = Client::connect_from(listen, "127.0.0.2");
+    let mut b = Client::connect_from(listen, "127.0.0.2");
+    assert_eq!(a.get("/").status, 200);
+    assert_eq!(b.get("/").status, 200);
+    // A third is refused at once.
+    let mut c = Client::connect_from(listen, "127.0.0.2");
+    c.send(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    assert!(
+        c.read_response(false).is_none(),
+        "a third connection was served"
+    );
+    // Another source has its own count; an allowed one is never counted.
+    assert_eq!(
+        get_from(listen, "127.0.0.3", "").expect("other").status,
+        200
+    );
+    let held: Vec<Client> = (0..4)
+        .map(|_| Client::connect_from(listen, "127.0.0.9"))
+        .collect();
+    for mut h in held {
+        assert_eq!(h.get("/").status, 200);
+    }
+    // Closing one gives its place back.
+    drop(a);
+    assert!(eventually(Duration::from_secs(3), || {
+        get_from(listen, "127.0.0.2", "").is_some_and(|r| r.status == 200)
+    }));
+    let l = limit_json(&sy);
+    assert!(l["refused"]["conn_cur"].as_u64().unwrap_or(0) >= 1, "{l}");
+    let m = sy.admin_get("/metrics");
+    assert!(
+        m.lines().any(|x| x.starts_with(
+            "switchyard_limit_refused_total{vserver=\"web\",limit=\"per-source\",reason=\"conn_cur\"}"
+        ) && !x.ends_with(" 0")),
+        "{m}"
+    );
+    drop(b);
+}
+
+#[test]
+fn request_rates_per_header_key_with_retry_after_and_a_reload_keeps_counts() {
+    let o = Origin::start("a");
+    let listen = addr(free_port());
+    let cfg = config(
+        listen,
+        &o,
+        "[[vserver.limit]]\nname = \"per-key\"\nkey = \"header:X-Api-Key\"\nreq_rate = \"5/1m\"",
+    );
+    let sy = Switchyard::start(&cfg, &[listen]);
+    let key = |k: &str| format!("X-Api-Key: {k}\r\n");
+    for _ in 0..5 {
+        assert_eq!(
+            get_from(listen, "127.0.0.2", &key("alpha"))
+                .expect("r")
+                .status,
+            200
+        );
+    }
+    // From another source too: the key is the header, not the address.
+    let r = get_from(listen, "127.0.0.3", &key("alpha")).expect("r");
+    assert_eq!(r.status, 429);
+    assert_eq!(r.header("retry-after"), Some("60"));
+    assert_eq!(
+        get_from(listen, "127.0.0.2", &key("beta"))
+            .expect("r")
+            .status,
+        200
+    );
+    // Requests without the key are not limited by it.
+    for _ in 0..8 {
+        assert_eq!(get_from(listen, "127.0.0.2", "").expect("r").status, 200);
+    }
+    // A reload keeps who is over the limit.
+    let (ok, out) = sy.reload_with(&cfg);
+    assert!(ok, "{out}");
+    assert_eq!(
+        get_from(listen, "127.0.0.2", &key("alpha"))
+            .expect("r")
+            .status,
+        429
+    );
+    let l = limit_json(&sy);
+    assert_eq!(l["refused"]["req_rate"], 2, "{l}");
+    assert_eq!(l["key"], "header:x-api-key");
+}
+
+#[test]
+fn deny_refuses_a_source_for_a_while_and_tarpit_holds_the_answer() {
+    let o = Origin::start("a");
+    let listen = addr(free_port());
+    let sy = Switchyard::start(
+        &config(
+            listen,
+            &o,
+            "[[vserver.limit]]\nname = \"burst\"\nconn_rate = \"3/1m\"\naction = \"deny\"\ndeny_for = \"1m\"",
+        ),
+        &[listen],
+    );
+    for _ in 0..3 {
+        assert_eq!(get_from(listen, "127.0.0.2", "").expect("r").status, 200);
+    }
+    assert!(refused(listen, "127.0.0.2"));
+    // Denied now: refused although the rate window would not refuse yet.
+    assert!(refused(listen, "127.0.0.2"));
+    let l = limit_json(&sy);
+    assert_eq!(l["refused"]["conn_rate"], 1, "{l}");
+    assert_eq!(l["refused"]["denied"], 1, "{l}");
+    drop(sy);
+
+    let listen = addr(free_port());
+    let _sy = Switchyard::start(
+        &config(
+            listen,
+            &o,
+            "[[vserver.limit]]\nname = \"slow\"\nreq_rate = \"1/1m\"\naction = \"tarpit\"\ntarpit = \"400ms\"",
+        ),
+        &[listen],
+    );
+    let mut c = Client::connect_from(listen, "127.0.0.4");
+    assert_eq!(c.get("/").status, 200);
+    let t = Instant::now();
+    let r = c.get("/");
+    assert_eq!(r.status, 429);
+    assert!(
+        t.elapsed() >= Duration::from_millis(350),
+        "{:?}",
+        t.elapsed()
+    );
+}
+
+#[test]
+fn an_l4_vserver_limits_connections_and_check_refuses_request_limits_there() {
+    let o = Origin::start("a");
+    let listen = addr(free_port());
+    let cfg = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"web\"\nprotocol = \"tcp\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n\
+         [[vserver.limit]]\nname = \"c\"\nconn_cur = 1\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
+        o.addr
+    );
+    let _sy = Switchyard::start(&cfg, &[listen]);
+    let mut a = Client::connect_from(listen, "127.0.0.2");
+    assert_eq!(a.get("/").status, 200);
+    assert!(refused(listen, "127.0.0.2"));
+
+    let dir = temp_dir("limits");
+    let path = dir.join("bad.toml");
+    std::fs::write(
+        &path,
+        cfg.replace("conn_cur = 1", "req_rate = \"10/1s\"\nkey = \"path\""),
+    )
+    .expect("write");
+    let out = std::process::Command::new(bin())
+        .args(["check", "-c"])
+        .arg(&path)
+        .output()
+        .expect("check");
+    let text =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success());
+    assert!(text.contains("an L4 vserver limits connections"), "{text}");
+    assert!(
+        text.contains("conn_cur and conn_rate") || text.contains("req_rate"),
+        "{text}"
+    );
+}
