@@ -16,6 +16,10 @@ for cmd in wrk curl openssl cmake gcc gzip h2load nghttp; do
   case "$cmd" in h2load|nghttp) pkg=nghttp2-client ;; *) pkg="$cmd" ;; esac
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
+# The shield's XDP program (crates/switchyard/build.rs) is compiled with
+# clang against libbpf-dev's headers; tests/xdp.rs floods SYNs with hping3.
+for cmd in clang hping3; do command -v "$cmd" >/dev/null 2>&1 || need+=("$cmd"); done
+[ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   $SUDO apt-get update -qq

@@ -60,7 +60,7 @@ pub fn build(
         .unwrap_or(&empty_lists);
     let shield = file.shield.as_ref().and_then(|s| {
         let mut problems = Vec::new();
-        let set = super::shield::build(
+        let mut set = super::shield::build(
             "shield",
             &s.get_ref().acl,
             s.get_ref().default.as_ref(),
@@ -68,6 +68,7 @@ pub fn build(
             s.span(),
             &mut problems,
         );
+        super::shield::build_xdp(s.get_ref(), &mut set, &mut problems);
         for (at, msg) in problems {
             cx.err(at, msg);
         }

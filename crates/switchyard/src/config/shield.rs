@@ -15,6 +15,10 @@
 //! dst_port = [22, "8000-8100"]
 //! tcp_flags = "syn,!ack"
 //! action = "reject"
+//! [shield.xdp]                       # the same rules in XDP, on these interfaces
+//! interfaces = ["eth0"]
+//! mode = "auto"                      # native, else generic; or "native", "generic"
+//! syn_per_source = 1000              # SYNs/s per source let through; 0: no limit
 //! ```
 
 use std::collections::BTreeMap;
@@ -36,6 +40,113 @@ pub struct ShieldFile {
     pub lists: BTreeMap<String, Vec<Spanned<Cidr>>>,
     #[serde(default)]
     pub acl: Vec<AclRule>,
+    pub xdp: Option<Spanned<XdpFile>>,
+}
+
+/// `[shield.xdp]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct XdpFile {
+    pub interfaces: Spanned<Vec<Spanned<String>>>,
+    pub mode: Option<Spanned<String>>,
+    pub syn_per_source: Option<Spanned<i64>>,
+}
+
+/// Linux's rule for interface names (dev_valid_name): 1 to 15 bytes, not
+/// "." or "..", no '/', ':' or white space.
+fn interface_name_problem(n: &str) -> Option<String> {
+    if n.is_empty() || n.len() > 15 {
+        return Some(format!("interface name {n:?} must be 1 to 15 bytes long"));
+    }
+    if n == "."
+        || n == ".."
+        || n.bytes()
+            .any(|b| b == b'/' || b == b':' || b.is_ascii_whitespace() || b == 0)
+    {
+        return Some(format!(
+            "{n:?} is not an interface name (no '/', ':' or white space)"
+        ));
+    }
+    None
+}
+
+/// Validates `[shield.xdp]` into `set` (the global rule set): interface
+/// names, the mode, and whether the rules fit the XDP tables.
+pub fn build_xdp(file: &ShieldFile, set: &mut AclSet, problems: &mut Vec<Problem>) {
+    let Some(x) = &file.xdp else { return };
+    let mut ok = true;
+    let mut interfaces = Vec::new();
+    if x.get_ref().interfaces.get_ref().is_empty() {
+        problems.push((
+            x.get_ref().interfaces.span(),
+            "shield.xdp.interfaces: name at least one interface (or remove [shield.xdp])".into(),
+        ));
+        ok = false;
+    }
+    for i in x.get_ref().interfaces.get_ref() {
+        if let Some(p) = interface_name_problem(i.get_ref()) {
+            problems.push((i.span(), format!("shield.xdp.interfaces: {p}")));
+            ok = false;
+        } else if interfaces.contains(i.get_ref()) {
+            problems.push((
+                i.span(),
+                format!("shield.xdp.interfaces: {:?} is named twice", i.get_ref()),
+            ));
+            ok = false;
+        } else {
+            interfaces.push(i.get_ref().clone());
+        }
+    }
+    let mode = match x
+        .get_ref()
+        .mode
+        .as_ref()
+        .map(|m| (m.get_ref().as_str(), m.span()))
+    {
+        None | Some(("auto", _)) => crate::shield::xdp::Mode::Auto,
+        Some(("native", _)) => crate::shield::xdp::Mode::Native,
+        Some(("generic", _)) => crate::shield::xdp::Mode::Generic,
+        Some((other, at)) => {
+            problems.push((
+                at,
+                format!("shield.xdp.mode: unknown mode {other:?}; use auto (native, else generic), native or generic"),
+            ));
+            ok = false;
+            crate::shield::xdp::Mode::Auto
+        }
+    };
+    let syn_per_source = match &x.get_ref().syn_per_source {
+        None => 0,
+        Some(n) => match u32::try_from(*n.get_ref()) {
+            Ok(v) => v,
+            Err(_) => {
+                problems.push((
+                    n.span(),
+                    format!(
+                        "shield.xdp.syn_per_source: {} is not 0 to {}",
+                        n.get_ref(),
+                        u32::MAX
+                    ),
+                ));
+                ok = false;
+                0
+            }
+        },
+    };
+    if let Err(e) = crate::shield::xdp::tables(&set.compiled()) {
+        problems.push((
+            x.span(),
+            format!("shield.xdp: the [shield] rules do not fit XDP: {e} (remove [shield.xdp] to evaluate them at accept only)"),
+        ));
+        ok = false;
+    }
+    if ok {
+        set.set_xdp(crate::shield::xdp::Spec {
+            interfaces,
+            mode,
+            syn_per_source,
+        });
+    }
 }
 
 #[derive(Debug, Deserialize)]

@@ -103,6 +103,8 @@ impl Control {
             m.state.reconfigured(m.weight);
         }
         self.snapshot.store(Arc::new(next));
+        // XDP follows the new rules and interfaces (shield/xdp).
+        crate::shield::xdp::apply(&self.snapshot.load());
         for (b, listeners) in bound {
             for (w, l) in self.workers.iter().zip(listeners) {
                 let _ = w.cmd.send(WorkerCmd::Listen(b, l));
@@ -196,6 +198,7 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
         snapshot.load().generation
     ));
 
+    crate::shield::xdp::apply(&snapshot.load());
     let local = tokio::task::LocalSet::new();
     let control = Rc::new(Control {
         source,
@@ -240,6 +243,8 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
             "control state still referenced; not waiting for workers"
         )),
     }
+    // The XDP links close (the program detaches) before we say stopped.
+    crate::shield::xdp::shutdown();
     // Every access log line of the drained requests is written.
     crate::accesslog::flush();
     log::info(format_args!("stopped"));

@@ -7,8 +7,11 @@
 //!   UDP. Its address lists can be edited at run time through the admin
 //!   API: the rules are compiled again and swapped in, and established
 //!   connections are untouched.
+//! - `xdp`: the global set also evaluated in XDP on the interfaces
+//!   `[shield.xdp]` names, before the kernel's stack (docs/shield.md).
 
 pub mod acl;
+pub mod xdp;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -33,6 +36,8 @@ pub struct AclSet {
     /// Matches per rule, and decisions by the default.
     hits: Vec<AtomicU64>,
     default_hits: AtomicU64,
+    /// `[shield.xdp]`: only the global set has it.
+    xdp: Option<xdp::Spec>,
 }
 
 fn compile(rules: &[ListedRule], lists: &BTreeMap<String, Vec<Cidr>>, default: Action) -> Acl {
@@ -66,11 +71,26 @@ impl AclSet {
             lists: Mutex::new(lists),
             compiled: ArcSwap::from_pointee(compiled),
             default_hits: AtomicU64::new(0),
+            xdp: None,
         }
     }
 
+    /// Nothing to do: no rules, and no XDP to attach.
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty()
+        self.rules.is_empty() && self.xdp.is_none()
+    }
+
+    pub fn set_xdp(&mut self, spec: xdp::Spec) {
+        self.xdp = Some(spec);
+    }
+
+    pub fn xdp_spec(&self) -> Option<&xdp::Spec> {
+        self.xdp.as_ref()
+    }
+
+    /// The rules as compiled now (lists expanded).
+    pub fn compiled(&self) -> Arc<Acl> {
+        self.compiled.load_full()
     }
 
     pub fn default_action(&self) -> Action {
@@ -105,18 +125,31 @@ impl AclSet {
             .lists
             .lock()
             .map_err(|_| "the list lock is poisoned".to_string())?;
-        let Some(list) = lists.get_mut(name) else {
+        let Some(list) = lists.get(name) else {
             return Err(format!("no address list {name:?}"));
         };
-        list.retain(|c| !remove.contains(c));
+        let mut edited = list.clone();
+        edited.retain(|c| !remove.contains(c));
         for c in add {
-            if !list.contains(c) {
-                list.push(*c);
+            if !edited.contains(c) {
+                edited.push(*c);
             }
         }
-        let n = list.len();
-        let compiled = compile(&self.rules, &lists, self.default);
+        let n = edited.len();
+        let mut lists_after = lists.clone();
+        lists_after.insert(name.to_string(), edited);
+        let compiled = compile(&self.rules, &lists_after, self.default);
+        if self.xdp.is_some() {
+            // Refuse an edit the XDP tables cannot hold, before changing
+            // anything.
+            xdp::tables(&compiled).map_err(|e| format!("[shield.xdp]: {e}"))?;
+        }
+        *lists = lists_after;
         self.compiled.store(Arc::new(compiled));
+        // Under the list lock: two edits reach the maps in their order.
+        if self.xdp.is_some() {
+            xdp::refresh(self);
+        }
         Ok(n)
     }
 
@@ -128,12 +161,17 @@ impl AclSet {
     }
 
     /// Rules with their hit counts, and the lists, for the admin API.
+    /// `hits` count decisions at accept; `xdp_hits` those in XDP (a
+    /// connection XDP allows is evaluated again at accept, and counted in
+    /// both).
     pub fn describe(&self) -> Value {
+        let xdp_hits = self.xdp.as_ref().and_then(|_| xdp::hits(self));
         let rules: Vec<Value> = self
             .rules
             .iter()
             .zip(&self.hits)
-            .map(|((r, sl, dl), h)| {
+            .enumerate()
+            .map(|(i, ((r, sl, dl), h))| {
                 json!({
                     "name": r.name,
                     "action": format!("{:?}", r.action.unwrap_or(Action::Allow)).to_ascii_lowercase(),
@@ -143,6 +181,7 @@ impl AclSet {
                     "src_port": ports_text(&r.src_ports),
                     "dst_port": ports_text(&r.dst_ports),
                     "hits": h.load(Ordering::Relaxed),
+                    "xdp_hits": xdp_hits.as_ref().and_then(|(x, _)| x.get(i)),
                 })
             })
             .collect();
@@ -160,6 +199,8 @@ impl AclSet {
             "default_hits": self.default_hits.load(Ordering::Relaxed),
             "rules": rules,
             "lists": lists,
+            "xdp_default_hits": xdp_hits.as_ref().map(|(_, d)| d),
+            "xdp": self.xdp.as_ref().map(|_| xdp::describe()),
         })
     }
 }

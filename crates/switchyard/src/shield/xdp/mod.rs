@@ -1,0 +1,466 @@
+//! The shield in XDP: `[shield.xdp]` attaches shield.bpf.c to interfaces
+//! and loads the global `[shield]` ACL into its maps.
+//!
+//! - **Build.** build.rs compiles shield.bpf.c with clang when clang and
+//!   the kernel headers are there; otherwise Switchyard is built without
+//!   XDP and says so once when `[shield.xdp]` asks for it.
+//! - **Loader.** Our own (sys.rs, elf.rs): no crate, see sys.rs for why.
+//! - **Attach.** A BPF link per interface, native (driver) mode first,
+//!   generic (skb) mode when the driver refuses (`mode = "auto"`). The link
+//!   closes, and the program detaches, on exit, on a failure of the maps,
+//!   and when a reload no longer names the interface. Where loading or
+//!   attaching is refused (no CAP_BPF, no such interface) it is logged
+//!   once and the accept-path shield carries on alone.
+//! - **Updates.** Reloads and list edits write the inactive generation of
+//!   the tables and flip to it: the program stays attached.
+
+pub mod elf;
+pub mod sys;
+pub mod tables;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::os::fd::OwnedFd;
+use std::sync::Mutex;
+
+use serde_json::{json, Value};
+
+use super::acl::Acl;
+use super::AclSet;
+use crate::config::Snapshot;
+use crate::log;
+use tables::{Tables, MAX_RULES, PORTS_PER_GEN, SETS_PER_GEN, WORDS};
+
+/// The compiled program (build.rs), or nothing when clang was missing.
+#[cfg(switchyard_xdp)]
+static OBJECT: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/shield.bpf.o"));
+#[cfg(not(switchyard_xdp))]
+static OBJECT: &[u8] = &[];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Native, else generic.
+    Auto,
+    Native,
+    Generic,
+}
+
+/// `[shield.xdp]`, validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    pub interfaces: Vec<String>,
+    pub mode: Mode,
+    /// SYNs per second and source address let through to the kernel; 0:
+    /// no limit.
+    pub syn_per_source: u32,
+}
+
+/// Names of the `stats` slots of shield.bpf.c, in order.
+const STATS: [&str; 8] = [
+    "evaluated",
+    "allowed",
+    "dropped",
+    "rejected_rst",
+    "rejected_dropped",
+    "syn",
+    "syn_limited",
+    "not_for_vservers",
+];
+
+struct Link {
+    _fd: OwnedFd,
+    mode: &'static str,
+}
+
+struct Loaded {
+    maps: BTreeMap<String, OwnedFd>,
+    _prog: OwnedFd,
+    cpus: usize,
+    /// The generation the program reads.
+    gen: u32,
+    /// LPM keys written per generation, to delete before it is rewritten.
+    lpm_keys: [Vec<(bool, Vec<u8>)>; 2],
+    links: BTreeMap<String, Link>,
+    /// The rule set the tables come from (its address), and its rules.
+    set: usize,
+    rules: usize,
+}
+
+#[derive(Default)]
+struct State {
+    loaded: Option<Loaded>,
+    /// Messages already logged: each is said once.
+    said: BTreeSet<String>,
+    /// Interface -> why it is not attached.
+    refused: BTreeMap<String, String>,
+    spec: Option<Spec>,
+}
+
+static STATE: Mutex<State> = Mutex::new(State {
+    loaded: None,
+    said: BTreeSet::new(),
+    refused: BTreeMap::new(),
+    spec: None,
+});
+
+fn state() -> std::sync::MutexGuard<'static, State> {
+    // A panic while holding it leaves plain data: carry on with it.
+    STATE.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl State {
+    fn once(&mut self, msg: String) {
+        if self.said.insert(msg.clone()) {
+            log::warn(format_args!("{msg}"));
+        }
+    }
+}
+
+fn map<'a>(l: &'a Loaded, name: &str) -> Result<&'a OwnedFd, String> {
+    l.maps
+        .get(name)
+        .ok_or_else(|| format!("the XDP object has no map {name:?}"))
+}
+
+fn load() -> Result<Loaded, String> {
+    let obj = elf::parse(OBJECT, "xdp").map_err(|e| format!("shield.bpf.o: {e}"))?;
+    let mut maps = BTreeMap::new();
+    for (name, d) in &obj.maps {
+        let fd = sys::map_create(name, d.kind, d.key, d.value, d.entries, d.flags)
+            .map_err(|e| format!("cannot create BPF map {name}: {e}"))?;
+        maps.insert(name.clone(), fd);
+    }
+    let mut insns = obj.insns.clone();
+    for (off, name) in &obj.relocs {
+        use std::os::fd::AsRawFd;
+        let fd = maps
+            .get(name)
+            .ok_or_else(|| format!("relocation against unknown map {name}"))?
+            .as_raw_fd();
+        // ld_imm64: src_reg = BPF_PSEUDO_MAP_FD (1), imm = the map's fd.
+        insns[off + 1] = (insns[off + 1] & 0x0f) | 0x10;
+        insns[off + 4..off + 8].copy_from_slice(&fd.to_le_bytes());
+    }
+    let prog = sys::prog_load_xdp("sy_shield", &insns, &obj.license)
+        .map_err(|e| format!("cannot load the XDP program: {e}"))?;
+    let cpus = sys::possible_cpus().map_err(|e| format!("cannot count the CPUs: {e}"))?;
+    Ok(Loaded {
+        maps,
+        _prog: prog,
+        cpus,
+        gen: 0,
+        lpm_keys: [Vec::new(), Vec::new()],
+        links: BTreeMap::new(),
+        set: 0,
+        rules: 0,
+    })
+}
+
+fn u32s(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_ne_bytes()).collect()
+}
+
+impl Loaded {
+    /// Writes `t` into the inactive generation, then flips to it.
+    fn write(&mut self, t: &Tables, syn_per_source: u32) -> Result<(), String> {
+        let next = 1 - self.gen;
+        let sets_base = next * SETS_PER_GEN;
+        for (v6, key) in std::mem::take(&mut self.lpm_keys[next as usize]) {
+            let m = map(self, if v6 { "lpm6" } else { "lpm4" })?;
+            // A key that is gone already is what we want.
+            let _ = sys::map_delete(m, &key);
+        }
+        let keys: Vec<u32> = (0..t.sets.len() as u32).map(|i| sets_base + i).collect();
+        let values: Vec<u8> = t
+            .sets
+            .iter()
+            .flatten()
+            .flat_map(|w| w.to_ne_bytes())
+            .collect();
+        sys::map_update_batch(
+            map(self, "bitsets")?,
+            &u32s(&keys),
+            &values,
+            keys.len() as u32,
+        )
+        .map_err(|e| format!("cannot write the rule sets: {e}"))?;
+        let keys: Vec<u32> = (0..PORTS_PER_GEN)
+            .map(|i| next * PORTS_PER_GEN + i)
+            .collect();
+        let values: Vec<u32> = t.ports.iter().map(|s| sets_base + s).collect();
+        sys::map_update_batch(
+            map(self, "ports")?,
+            &u32s(&keys),
+            &u32s(&values),
+            keys.len() as u32,
+        )
+        .map_err(|e| format!("cannot write the port table: {e}"))?;
+        let mut written = Vec::with_capacity(t.lpm.len());
+        for e in &t.lpm {
+            let mut key = (8 + e.prefix as u32).to_ne_bytes().to_vec();
+            key.push((next * 2 + u32::from(e.dst)) as u8);
+            if e.v6 {
+                key.extend_from_slice(&e.net.to_be_bytes());
+            } else {
+                key.extend_from_slice(&(e.net as u32).to_be_bytes());
+            }
+            let m = map(self, if e.v6 { "lpm6" } else { "lpm4" })?;
+            sys::map_update(m, &key, &(sets_base + e.set).to_ne_bytes())
+                .map_err(|err| format!("cannot write address entry /{}: {err}", e.prefix))?;
+            written.push((e.v6, key));
+        }
+        self.lpm_keys[next as usize] = written;
+        let gen_cfg = u32s(&[0, t.words, t.default, syn_per_source]);
+        sys::map_update(map(self, "cfg")?, &(next + 1).to_ne_bytes(), &gen_cfg)
+            .map_err(|e| format!("cannot write the settings: {e}"))?;
+        sys::map_update(
+            map(self, "cfg")?,
+            &0u32.to_ne_bytes(),
+            &u32s(&[next, 0, 0, 0]),
+        )
+        .map_err(|e| format!("cannot switch to the new rules: {e}"))?;
+        self.gen = next;
+        Ok(())
+    }
+
+    fn zero_hits(&self) -> Result<(), String> {
+        let zeros = vec![0u8; 8 * self.cpus];
+        let m = map(self, "hits")?;
+        for i in 0..=MAX_RULES as u32 {
+            sys::map_update(m, &i.to_ne_bytes(), &zeros)
+                .map_err(|e| format!("cannot reset the rule counters: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn percpu_sum(&self, name: &str, slot: u32) -> Result<u64, String> {
+        let mut buf = vec![0u8; 8 * self.cpus];
+        sys::map_lookup(map(self, name)?, &slot.to_ne_bytes(), &mut buf)
+            .map_err(|e| format!("cannot read {name}[{slot}]: {e}"))?;
+        Ok(buf
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+            .sum())
+    }
+
+    fn served(&self, snap: &Snapshot) -> Result<(), String> {
+        let mut on = vec![0u32; 2 * 65536];
+        for a in snap.listen_addrs() {
+            on[a.port() as usize] = 1;
+        }
+        for a in snap.udp_addrs() {
+            on[65536 + a.port() as usize] = 1;
+        }
+        let keys: Vec<u32> = (0..on.len() as u32).collect();
+        sys::map_update_batch(
+            map(self, "served")?,
+            &u32s(&keys),
+            &u32s(&on),
+            keys.len() as u32,
+        )
+        .map_err(|e| format!("cannot write the vserver ports: {e}"))
+    }
+}
+
+/// The XDP tables for `acl`, or why they cannot be built.
+pub fn tables(acl: &Acl) -> Result<Tables, String> {
+    tables::build(acl.rules(), acl.default_action())
+}
+
+/// Makes the attached state match `snap`: at start and after each reload.
+pub fn apply(snap: &Snapshot) {
+    let mut st = state();
+    let Some((set, spec)) = snap
+        .shield
+        .as_ref()
+        .and_then(|s| s.xdp_spec().cloned().map(|x| (s.clone(), x)))
+    else {
+        if let Some(l) = st.loaded.take() {
+            for name in l.links.keys() {
+                log::info(format_args!("shield: XDP detached from {name}"));
+            }
+        }
+        st.spec = None;
+        st.refused.clear();
+        return;
+    };
+    st.spec = Some(spec.clone());
+    if OBJECT.is_empty() {
+        st.once(
+            "shield: this Switchyard was built without XDP (no clang at build time); [shield.xdp] is ignored and the shield runs at accept".into(),
+        );
+        return;
+    }
+    if st.loaded.is_none() {
+        match load() {
+            Ok(l) => st.loaded = Some(l),
+            Err(e) => {
+                st.once(format!(
+                    "shield: XDP unavailable ({e}); the shield runs at accept only"
+                ));
+                return;
+            }
+        }
+    }
+    if let Err(e) = write_set(&mut st, &set, snap) {
+        fail(&mut st, &e);
+        return;
+    }
+    let Some(l) = st.loaded.as_mut() else { return };
+    l.links.retain(|name, _| {
+        let keep = spec.interfaces.contains(name);
+        if !keep {
+            log::info(format_args!("shield: XDP detached from {name}"));
+        }
+        keep
+    });
+    let mut refused = Vec::new();
+    for name in &spec.interfaces {
+        if l.links.contains_key(name) {
+            continue;
+        }
+        match attach(&l._prog, name, spec.mode) {
+            Ok(link) => {
+                log::info(format_args!(
+                    "shield: XDP attached to {name} in {} mode",
+                    link.mode
+                ));
+                l.links.insert(name.clone(), link);
+            }
+            Err(e) => refused.push((name.clone(), e)),
+        }
+    }
+    st.refused.retain(|n, _| spec.interfaces.contains(n));
+    for (name, e) in refused {
+        st.once(format!(
+            "shield: XDP not attached to {name}: {e}; the shield runs at accept there"
+        ));
+        st.refused.insert(name, e);
+    }
+}
+
+fn attach(prog: &OwnedFd, name: &str, mode: Mode) -> Result<Link, String> {
+    let ifindex = sys::ifindex(name).map_err(|e| format!("no interface {name}: {e}"))?;
+    let native = || {
+        sys::xdp_link(prog, ifindex, sys::XDP_FLAGS_DRV_MODE).map(|fd| Link {
+            _fd: fd,
+            mode: "native",
+        })
+    };
+    let generic = || {
+        sys::xdp_link(prog, ifindex, sys::XDP_FLAGS_SKB_MODE).map(|fd| Link {
+            _fd: fd,
+            mode: "generic",
+        })
+    };
+    match mode {
+        Mode::Native => native().map_err(|e| format!("native mode refused: {e}")),
+        Mode::Generic => generic().map_err(|e| format!("generic mode refused: {e}")),
+        Mode::Auto => native().or_else(|ne| {
+            generic()
+                .map_err(|ge| format!("native mode refused ({ne}), generic mode refused ({ge})"))
+        }),
+    }
+}
+
+/// Writes `set`'s rules; a new rule set starts its counters at zero.
+fn write_set(st: &mut State, set: &std::sync::Arc<AclSet>, snap: &Snapshot) -> Result<(), String> {
+    let syn = st.spec.as_ref().map(|s| s.syn_per_source).unwrap_or(0);
+    let Some(l) = st.loaded.as_mut() else {
+        return Ok(());
+    };
+    let acl = set.compiled();
+    let t = tables(&acl)?;
+    let id = std::sync::Arc::as_ptr(set) as usize;
+    if id != l.set {
+        l.zero_hits()?;
+        l.set = id;
+        l.rules = acl.rules().len();
+    }
+    l.served(snap)?;
+    l.write(&t, syn)
+}
+
+/// The maps failed under a running program: detach rather than filter
+/// with half-written tables.
+fn fail(st: &mut State, e: &str) {
+    log::error(format_args!(
+        "shield: XDP tables cannot be written ({e}); XDP detached, the shield runs at accept"
+    ));
+    st.loaded = None;
+}
+
+/// After a list edit of `set`: its new rules, if it is the set loaded.
+pub fn refresh(set: &AclSet) {
+    let mut st = state();
+    let syn = st.spec.as_ref().map(|s| s.syn_per_source).unwrap_or(0);
+    let Some(l) = st.loaded.as_mut() else { return };
+    if l.set != set as *const AclSet as usize {
+        return;
+    }
+    let r = tables(&set.compiled()).and_then(|t| l.write(&t, syn));
+    if let Err(e) = r {
+        fail(&mut st, &e);
+    }
+}
+
+/// Detaches everything: at exit.
+pub fn shutdown() {
+    let mut st = state();
+    if let Some(l) = st.loaded.take() {
+        for name in l.links.keys() {
+            log::info(format_args!("shield: XDP detached from {name}"));
+        }
+    }
+}
+
+/// Per rule of `set`, the XDP hits, and the default's; None when `set`
+/// is not the one loaded.
+pub fn hits(set: &AclSet) -> Option<(Vec<u64>, u64)> {
+    let st = state();
+    let l = st.loaded.as_ref()?;
+    if l.set != set as *const AclSet as usize {
+        return None;
+    }
+    let per: Result<Vec<u64>, String> = (0..l.rules as u32)
+        .map(|i| l.percpu_sum("hits", i))
+        .collect();
+    let def = l.percpu_sum("hits", MAX_RULES as u32);
+    per.ok().zip(def.ok())
+}
+
+/// The XDP state for `GET /api/v1/shield`.
+pub fn describe() -> Value {
+    let st = state();
+    let Some(spec) = &st.spec else {
+        return Value::Null;
+    };
+    let attached: Vec<Value> = st
+        .loaded
+        .iter()
+        .flat_map(|l| l.links.iter())
+        .map(|(n, l)| json!({"interface": n, "mode": l.mode}))
+        .collect();
+    let stats: serde_json::Map<String, Value> = st
+        .loaded
+        .iter()
+        .flat_map(|l| {
+            STATS.iter().enumerate().map(move |(i, n)| {
+                (
+                    n.to_string(),
+                    json!(l.percpu_sum("stats", i as u32).unwrap_or(0)),
+                )
+            })
+        })
+        .collect();
+    json!({
+        "interfaces": spec.interfaces,
+        "attached": attached,
+        "refused": st.refused,
+        "built_with_xdp": !OBJECT.is_empty(),
+        "loaded": st.loaded.is_some(),
+        "max_rules": MAX_RULES,
+        "words": WORDS,
+        "syn_per_source": spec.syn_per_source,
+        "packets": stats,
+    })
+}

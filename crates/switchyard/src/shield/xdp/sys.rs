@@ -1,0 +1,235 @@
+//! The few bpf(2) commands the shield needs, through libc.
+//!
+//! Why not a crate: loading one clang-built object needs map creation, one
+//! relocation type, a program load and an XDP link; about 150 lines here
+//! against aya's object-file, BTF and async layers (a dozen crates). A
+//! BPF link (`BPF_LINK_CREATE`, Linux 5.9) detaches when its last file
+//! descriptor closes, so the program goes away with the process even when
+//! it is killed: detach on exit needs no cleanup path.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+const BPF_MAP_CREATE: libc::c_long = 0;
+const BPF_MAP_LOOKUP_ELEM: libc::c_long = 1;
+const BPF_MAP_UPDATE_ELEM: libc::c_long = 2;
+const BPF_MAP_DELETE_ELEM: libc::c_long = 3;
+const BPF_PROG_LOAD: libc::c_long = 5;
+const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
+const BPF_LINK_CREATE: libc::c_long = 28;
+const BPF_PROG_TYPE_XDP: u32 = 6;
+const BPF_XDP: u32 = 37;
+
+pub const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
+pub const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
+
+/// `union bpf_attr`, as bytes: each command fills its own fields; the
+/// rest must be zero.
+struct Attr([u8; 144]);
+
+impl Attr {
+    fn new() -> Attr {
+        Attr([0; 144])
+    }
+    fn u32(&mut self, at: usize, v: u32) -> &mut Self {
+        self.0[at..at + 4].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    fn u64(&mut self, at: usize, v: u64) -> &mut Self {
+        self.0[at..at + 8].copy_from_slice(&v.to_ne_bytes());
+        self
+    }
+    fn bytes(&mut self, at: usize, v: &[u8]) -> &mut Self {
+        self.0[at..at + v.len()].copy_from_slice(v);
+        self
+    }
+    fn call(&mut self, cmd: libc::c_long) -> io::Result<i64> {
+        // SAFETY: the attribute buffer outlives the call, and every
+        // pointer stored in it points at memory the caller keeps alive
+        // and sized as the command expects.
+        let r = unsafe {
+            libc::syscall(
+                libc::SYS_bpf,
+                cmd,
+                self.0.as_mut_ptr(),
+                self.0.len() as libc::c_uint,
+            )
+        };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r)
+        }
+    }
+    fn fd(&mut self, cmd: libc::c_long) -> io::Result<OwnedFd> {
+        let fd = self.call(cmd)?;
+        // SAFETY: the kernel returned a new file descriptor we now own.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+    }
+}
+
+fn name16(name: &str) -> [u8; 16] {
+    // The kernel accepts [A-Za-z0-9_.] up to 15 bytes.
+    let mut out = [0u8; 16];
+    for (o, b) in out
+        .iter_mut()
+        .zip(
+            name.bytes()
+                .filter(|b| b.is_ascii_alphanumeric() || *b == b'_'),
+        )
+        .take(15)
+    {
+        *o = b;
+    }
+    out
+}
+
+pub fn map_create(
+    name: &str,
+    kind: u32,
+    key: u32,
+    value: u32,
+    entries: u32,
+    flags: u32,
+) -> io::Result<OwnedFd> {
+    Attr::new()
+        .u32(0, kind)
+        .u32(4, key)
+        .u32(8, value)
+        .u32(12, entries)
+        .u32(16, flags)
+        .bytes(28, &name16(name))
+        .fd(BPF_MAP_CREATE)
+}
+
+pub fn map_update(map: &OwnedFd, key: &[u8], value: &[u8]) -> io::Result<()> {
+    Attr::new()
+        .u32(0, map.as_raw_fd() as u32)
+        .u64(8, key.as_ptr() as u64)
+        .u64(16, value.as_ptr() as u64)
+        .call(BPF_MAP_UPDATE_ELEM)
+        .map(|_| ())
+}
+
+pub fn map_delete(map: &OwnedFd, key: &[u8]) -> io::Result<()> {
+    Attr::new()
+        .u32(0, map.as_raw_fd() as u32)
+        .u64(8, key.as_ptr() as u64)
+        .call(BPF_MAP_DELETE_ELEM)
+        .map(|_| ())
+}
+
+/// Reads the value at `key` into `value`, which must be the map's value
+/// size (times the possible CPUs for a per-CPU map).
+pub fn map_lookup(map: &OwnedFd, key: &[u8], value: &mut [u8]) -> io::Result<()> {
+    Attr::new()
+        .u32(0, map.as_raw_fd() as u32)
+        .u64(8, key.as_ptr() as u64)
+        .u64(16, value.as_mut_ptr() as u64)
+        .call(BPF_MAP_LOOKUP_ELEM)
+        .map(|_| ())
+}
+
+/// Loads an XDP program; on a verifier refusal the error carries the end
+/// of the verifier's log.
+pub fn prog_load_xdp(name: &str, insns: &[u8], license: &str) -> io::Result<OwnedFd> {
+    let license = CString::new(license).map_err(|_| io::Error::other("bad license string"))?;
+    let attempt = |log: Option<&mut Vec<u8>>| {
+        let mut a = Attr::new();
+        a.u32(0, BPF_PROG_TYPE_XDP)
+            .u32(4, (insns.len() / 8) as u32)
+            .u64(8, insns.as_ptr() as u64)
+            .u64(16, license.as_ptr() as u64)
+            .bytes(48, &name16(name))
+            .u32(68, BPF_XDP);
+        if let Some(log) = log {
+            a.u32(24, 1)
+                .u32(28, log.len() as u32)
+                .u64(32, log.as_mut_ptr() as u64);
+        }
+        a.fd(BPF_PROG_LOAD)
+    };
+    match attempt(None) {
+        Ok(fd) => Ok(fd),
+        Err(e)
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::EACCES | libc::EINVAL | libc::E2BIG | libc::ENOSPC)
+            ) =>
+        {
+            // Again with the verifier's log, to say why.
+            let mut log = vec![0u8; 1 << 20];
+            let again = attempt(Some(&mut log));
+            let text =
+                String::from_utf8_lossy(&log[..log.iter().position(|b| *b == 0).unwrap_or(0)])
+                    .into_owned();
+            let tail: String = text
+                .lines()
+                .rev()
+                .take(12)
+                .collect::<Vec<_>>()
+                .into_iter()
+                .rev()
+                .collect::<Vec<_>>()
+                .join("\n");
+            match again {
+                Ok(fd) => Ok(fd),
+                Err(_) => Err(io::Error::new(e.kind(), format!("{e}; verifier:\n{tail}"))),
+            }
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Attaches `prog` to interface `ifindex` with XDP `flags` (driver or
+/// generic mode); the program stays attached while the returned link is
+/// open.
+pub fn xdp_link(prog: &OwnedFd, ifindex: u32, flags: u32) -> io::Result<OwnedFd> {
+    Attr::new()
+        .u32(0, prog.as_raw_fd() as u32)
+        .u32(4, ifindex)
+        .u32(8, BPF_XDP)
+        .u32(12, flags)
+        .fd(BPF_LINK_CREATE)
+}
+
+pub fn ifindex(name: &str) -> io::Result<u32> {
+    let c = CString::new(name).map_err(|_| io::Error::other("interface name has a NUL"))?;
+    // SAFETY: a valid C string.
+    let i = unsafe { libc::if_nametoindex(c.as_ptr()) };
+    if i == 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(i)
+    }
+}
+
+/// The number of possible CPUs: a per-CPU map's value has one slot each.
+pub fn possible_cpus() -> io::Result<usize> {
+    let s = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    let mut n = 0;
+    for part in s.trim().split(',') {
+        let (a, b) = part.split_once('-').unwrap_or((part, part));
+        let a: usize = a
+            .parse()
+            .map_err(|_| io::Error::other(format!("bad cpu list {s:?}")))?;
+        let b: usize = b
+            .parse()
+            .map_err(|_| io::Error::other(format!("bad cpu list {s:?}")))?;
+        n += b.saturating_sub(a) + 1;
+    }
+    Ok(n.max(1))
+}
+
+/// Writes `count` entries at once (arrays; Linux 5.6): `keys` and `values`
+/// hold them back to back.
+pub fn map_update_batch(map: &OwnedFd, keys: &[u8], values: &[u8], count: u32) -> io::Result<()> {
+    let mut done = Attr::new();
+    done.u64(16, keys.as_ptr() as u64)
+        .u64(24, values.as_ptr() as u64)
+        .u32(32, count)
+        .u32(36, map.as_raw_fd() as u32)
+        .call(BPF_MAP_UPDATE_BATCH)
+        .map(|_| ())
+}
