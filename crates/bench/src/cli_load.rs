@@ -104,6 +104,7 @@ pub const HELP: &str = "switchyard bench load --url URL [options]
   --think D              think time between requests (closed loop)
   --timeout D            per transaction (10s)
   --post-ratio F         share of POSTs (0.0); --post-size SIZE (1k)
+  --post-form            POSTs carry urlencoded HTML forms (the waf scenario's)
   --src-ips SPEC         bind to source addresses: N, or A-B, or A,B,...
   --host NAME            Host header (from the URL)
   --header 'K: V'        extra request header (repeatable)
@@ -207,6 +208,7 @@ pub fn config_from_args(a: &mut Args) -> Result<LoadConfig, String> {
     if let Some(v) = a.size("post-size")? {
         cfg.post_size = v as usize;
     }
+    cfg.post_form = a.flag("post-form");
     if let Some(v) = a.get("src-ips") {
         cfg.src_ips = parse_src_ips(&v)?;
     }
@@ -254,7 +256,7 @@ pub fn config_from_args(a: &mut Args) -> Result<LoadConfig, String> {
 }
 
 pub fn cli(args: &[String]) -> Result<i32, String> {
-    let mut a = Args::parse(args, &["json", "quiet", "no-verify", "help"])?;
+    let mut a = Args::parse(args, &["json", "quiet", "no-verify", "post-form", "help"])?;
     if a.flag("help") {
         println!("{HELP}");
         return Ok(0);

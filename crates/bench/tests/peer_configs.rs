@@ -21,6 +21,11 @@ fn ports() -> Ports {
 
 /// Writes the target's configuration; None when it is not installed.
 fn written(name: &str) -> Option<(dut::Target, PathBuf, Vec<String>)> {
+    written_in(name, name)
+}
+
+/// As `written`, in a folder of its own (tests run in parallel).
+fn written_in(name: &str, folder: &str) -> Option<(dut::Target, PathBuf, Vec<String>)> {
     let t = match dut::resolve(name, None) {
         Ok(t) if !t.caps.is_empty() => t,
         Ok(t) => {
@@ -32,7 +37,7 @@ fn written(name: &str) -> Option<(dut::Target, PathBuf, Vec<String>)> {
             return None;
         }
     };
-    let dir = tmpdir(name).join("work").join(name);
+    let dir = tmpdir(folder).join("work").join(name);
     std::fs::create_dir_all(&dir).unwrap();
     let argv = dut::write_config(&t, &ports(), &dir).unwrap();
     Some((t, dir, argv))
@@ -364,7 +369,7 @@ fn switchyard_waf_config_loads_the_crs_once_for_two_vservers() {
 /// split_clients, and `nginx -t` loads the module and every rule.
 #[test]
 fn nginx_waf_config_is_valid_with_modsecurity_and_the_same_crs() {
-    let Some((t, dir, _)) = written("nginx") else {
+    let Some((t, dir, _)) = written_in("nginx", "nginx-waf") else {
         return;
     };
     if !t.caps.contains(&Cap::Waf) {
@@ -449,7 +454,8 @@ fn waf_scenario_quick_run() {
         out: out.clone(),
         dut_cpu: None,
         load_cpu: None,
-        ports: Ports::from_base(17100 + (std::process::id() % 300) as u16 * 10),
+        // Clear of the other tests' ranges (their origins reach 20101).
+        ports: Ports::from_base(21000 + (std::process::id() % 300) as u16 * 10),
         progress: false,
         max_error_ratio: 0.01,
         timing: switchyard_bench::scenario::Timing::new(true),
