@@ -23,6 +23,8 @@ const SY: &str = "10.77.0.1";
 const ALLOWED: &str = "10.77.0.2";
 const DROPPED: &str = "10.77.0.3";
 const REJECTED: &str = "10.77.0.4";
+/// The SYN flood's source (allowed by the rules).
+const FLOODER: &str = "10.77.0.5";
 const PORT: u16 = 8080;
 const ADMIN: &str = "127.0.0.1:9000";
 
@@ -100,7 +102,7 @@ impl Net {
                 "dev",
                 &net.dev,
             ])?;
-            for a in [ALLOWED, DROPPED, REJECTED] {
+            for a in [ALLOWED, DROPPED, REJECTED, FLOODER] {
                 ip(&[
                     "-n",
                     &net.client,
@@ -529,4 +531,76 @@ fn without_xdp_the_accept_path_shields() {
         sy.log()
     );
     assert_eq!(hits(&s, "hits")[1], 1, "{s}");
+}
+
+/// A SYN flood from one source (hping3, 30,000 SYNs at most, 10 s at
+/// most) while a valid client connects: XDP lets `syn_per_source` SYNs a
+/// second of the flooder through to the kernel (whose SYN cookies,
+/// net.ipv4.tcp_syncookies=2 in the namespace, answer them without
+/// queueing) and drops the rest; every valid connection succeeds.
+#[test]
+fn a_syn_flood_is_limited_per_source_while_valid_clients_connect() {
+    let Some(net) = Net::new() else { return };
+    if Command::new("hping3").arg("--version").output().is_err() {
+        eprintln!("skipped: no hping3 (apt-get install hping3)");
+        return;
+    }
+    let st = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &net.sy,
+            "sysctl",
+            "-qw",
+            "net.ipv4.tcp_syncookies=2",
+        ])
+        .status();
+    assert!(st.is_ok_and(|s| s.success()), "sysctl in the namespace");
+    let o = origin_in(&net);
+    let sy = Sy::start(
+        &net,
+        &config(o.addr, RULES, &xdp(&net.dev, "syn_per_source = 50")),
+    );
+    if !attached(&sy, &net.dev) {
+        return;
+    }
+    let mut flood = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &net.client,
+            "timeout",
+            "10",
+            "hping3",
+            "-q",
+            "-S",
+            "-p",
+        ])
+        .arg(PORT.to_string())
+        .args(["-a", FLOODER, "-i", "u100", "-c", "30000", SY])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("hping3");
+    // The flood is under way when the limit starts to bite.
+    assert!(
+        eventually(Duration::from_secs(5), || sy.shield()["xdp"]["packets"]
+            ["syn_limited"]
+            .as_u64()
+            .is_some_and(|n| n > 100)),
+        "{}",
+        sy.shield()
+    );
+    let mut ok = 0;
+    for _ in 0..20 {
+        if get_from(&net.client, ALLOWED, Duration::from_secs(2)) == Ok(200) {
+            ok += 1;
+        }
+    }
+    let during = sy.shield()["xdp"]["packets"].clone();
+    let _ = flood.wait();
+    assert_eq!(ok, 20, "valid clients during the flood: {during}");
+    let limited = during["syn_limited"].as_u64().unwrap_or(0);
+    let syn = during["syn"].as_u64().unwrap_or(0);
+    assert!(limited > 100 && limited < syn, "{during}");
 }
