@@ -12,8 +12,15 @@ if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 # h2load (the bench's latency agreement test) and nghttp (tests/h2.rs) come
 # from nghttp2-client.
 need=()
-for cmd in wrk curl openssl cmake gcc gzip h2load nghttp; do
-  case "$cmd" in h2load|nghttp) pkg=nghttp2-client ;; *) pkg="$cmd" ;; esac
+# etcd and etcdctl (tests/cluster.rs runs cluster nodes on a real etcd)
+# come from etcd-server and etcd-client.
+for cmd in wrk curl openssl cmake gcc gzip h2load nghttp etcd etcdctl; do
+  case "$cmd" in
+    h2load|nghttp) pkg=nghttp2-client ;;
+    etcd) pkg=etcd-server ;;
+    etcdctl) pkg=etcd-client ;;
+    *) pkg="$cmd" ;;
+  esac
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
 done
 # The shield's XDP program (crates/switchyard/build.rs) is compiled with

@@ -37,6 +37,9 @@ COMMANDS:
   reload                            re-read the configuration
   purge URL | purge --prefix URL    remove cached objects
   top [--interval SECS] [--count N] live view (Ctrl-C or N refreshes to stop)
+  cluster status                    every node: revision applied, errors
+  cluster publish FILE [--if-match REV]
+                                    publish FILE to the cluster (etcd)
 
 OPTIONS:
   --admin ADDR | -c FILE            where the admin listener is
@@ -85,6 +88,7 @@ const VALUE_OPTIONS: &[&str] = &[
     "--interval",
     "--count",
     "--wait",
+    "--if-match",
 ];
 
 /// The words of the command, options removed.
@@ -157,13 +161,29 @@ impl Client {
     /// One request; the connection closes after the answer.
     pub fn call(&self, method: &str, path: &str, body: Option<&Value>) -> Result<Answer, String> {
         let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let ctype: &[(&str, &str)] = if body.is_empty() {
+            &[]
+        } else {
+            &[("content-type", "application/json")]
+        };
+        self.call_with(method, path, &body, ctype)
+    }
+
+    /// One request with a body of any type and extra header fields.
+    pub fn call_with(
+        &self,
+        method: &str,
+        path: &str,
+        body: &str,
+        fields: &[(&str, &str)],
+    ) -> Result<Answer, String> {
         let mut req = format!(
             "{method} {path} HTTP/1.1\r\nhost: {}\r\nconnection: close\r\ncontent-length: {}\r\n",
             self.host,
             body.len()
         );
-        if !body.is_empty() {
-            req.push_str("content-type: application/json\r\n");
+        for (n, v) in fields {
+            req.push_str(&format!("{n}: {v}\r\n"));
         }
         if let Some(t) = &self.token {
             req.push_str(&format!("authorization: Bearer {t}\r\n"));
@@ -206,6 +226,59 @@ impl Client {
 
     fn get(&self, path: &str) -> Result<Value, String> {
         expect_ok(self.call("GET", path, None)?)
+    }
+}
+
+/// `cluster status` and `cluster publish FILE [--if-match REV]`.
+fn cluster(c: &Client, args: &[String], w: &[&str], json_out: bool) -> Result<(), String> {
+    match w.get(1).copied() {
+        Some("status") => {
+            let v = c.get("/api/v1/cluster")?;
+            if json_out {
+                println!("{}", serde_json::to_string_pretty(&v).unwrap_or_default());
+                return Ok(());
+            }
+            println!("cluster {}", v["prefix"].as_str().unwrap_or("?"));
+            println!(
+                "{:<20} {:>9} {:>10}  ERROR",
+                "NODE", "REVISION", "GENERATION"
+            );
+            for n in v["nodes"].as_array().into_iter().flatten() {
+                println!(
+                    "{:<20} {:>9} {:>10}  {}",
+                    n["node"].as_str().unwrap_or("?"),
+                    n["applied_revision"],
+                    n["generation"],
+                    n["error"].as_str().map_or(String::new(), |e| format!(
+                        "revision {}: {e}",
+                        n["error_revision"]
+                    ))
+                );
+            }
+            Ok(())
+        }
+        Some("publish") => {
+            let file = w
+                .get(2)
+                .ok_or("usage: switchyard ctl cluster publish FILE [--if-match REV]")?;
+            let text = std::fs::read_to_string(file).map_err(|e| format!("{file}: {e}"))?;
+            let rev = args
+                .iter()
+                .position(|a| a == "--if-match")
+                .and_then(|i| args.get(i + 1))
+                .map(|r| format!("\"{r}\""));
+            let mut fields = vec![("content-type", "application/toml")];
+            if let Some(r) = &rev {
+                fields.push(("if-match", r));
+            }
+            let a = c.call_with("PUT", "/api/v1/cluster/config", &text, &fields)?;
+            let v = expect_ok(a)?;
+            println!("published revision {}", v["revision"]);
+            Ok(())
+        }
+        _ => Err(
+            "usage: switchyard ctl cluster status | cluster publish FILE [--if-match REV]".into(),
+        ),
     }
 }
 
@@ -561,6 +634,7 @@ fn run(c: &Client, args: &[String], json_out: bool) -> Result<(), String> {
             Ok(())
         }
         "top" => top(c, args, json_out),
+        "cluster" => cluster(c, args, &w, json_out),
         other => Err(format!("unknown command {other:?}\n\n{USAGE}")),
     }
 }

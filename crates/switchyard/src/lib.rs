@@ -12,6 +12,7 @@ pub mod balance;
 pub mod cache;
 pub mod cidr;
 pub mod clock;
+pub mod cluster;
 pub mod compress;
 pub mod config;
 pub mod ctl;

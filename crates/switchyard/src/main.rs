@@ -106,7 +106,11 @@ fn run(args: &[String]) -> ExitCode {
         Err(e) => return fail(e),
     };
     let source = match &path {
-        Some(p) => runtime::Source::File(p.clone()),
+        Some(p) => match cluster_source(p) {
+            Ok(Some(s)) => s,
+            Ok(None) => runtime::Source::File(p.clone()),
+            Err(e) => return fail(e),
+        },
         None => runtime::Source::Text {
             name: "<quickstart>".into(),
             text: quickstart::config_text(),
@@ -140,12 +144,70 @@ fn run(args: &[String]) -> ExitCode {
     }
 }
 
+/// A file with `[cluster]` makes this process a cluster node: its
+/// configuration is the file followed by what is published in etcd.
+fn cluster_source(path: &std::path::Path) -> Result<Option<runtime::Source>, String> {
+    let Ok(text) = std::fs::read_to_string(path) else {
+        // config::load reports it.
+        return Ok(None);
+    };
+    let Some(settings) = config::cluster_settings(&text)? else {
+        return Ok(None);
+    };
+    let node = switchyard::cluster::start(settings, &path.display().to_string(), &text)?;
+    Ok(Some(runtime::Source::Cluster(node)))
+}
+
 fn check(args: &[String]) -> ExitCode {
     let path = match config_arg(args) {
         Ok(Some(p)) => p,
         Ok(None) => return fail("check needs -c FILE"),
         Err(e) => return fail(e),
     };
+    // A cluster node's file: checked with what is published now.
+    if let Ok(text) = std::fs::read_to_string(&path) {
+        match config::cluster_settings(&text) {
+            Err(e) => return fail(e),
+            Ok(Some(settings)) => {
+                return match switchyard::cluster::published(&settings) {
+                    Ok((rev, Some(published))) => {
+                        let node = switchyard::cluster::Node::detached(
+                            settings,
+                            &path.display().to_string(),
+                            &text,
+                        );
+                        match config::parse(
+                            &format!("{} + etcd revision {rev}", path.display()),
+                            &node.combined(&published),
+                            None,
+                        ) {
+                            Ok(_) => {
+                                println!(
+                                    "{}: OK (cluster node; published revision {rev})",
+                                    path.display()
+                                );
+                                ExitCode::SUCCESS
+                            }
+                            Err(e) => {
+                                eprintln!("{e}");
+                                ExitCode::from(1)
+                            }
+                        }
+                    }
+                    Ok((_, None)) => fail(format!(
+                        "{}: cluster {:?} has nothing published",
+                        path.display(),
+                        settings.prefix
+                    )),
+                    Err(e) => fail(format!(
+                        "{}: cannot read the published configuration: {e}",
+                        path.display()
+                    )),
+                };
+            }
+            Ok(None) => {}
+        }
+    }
     match config::load(&path, None) {
         Ok(s) => {
             for w in &s.warnings {

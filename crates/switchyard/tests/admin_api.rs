@@ -267,8 +267,11 @@ fn every_documented_route_answers_as_documented() {
                     a.json();
                 }
             }
+            // The cluster routes answer 404 on an instance that is not a
+            // cluster node (tests/cluster.rs calls them on real nodes).
+            let not_a_node = a.status == 404 && url.starts_with("/api/v1/cluster");
             assert!(
-                (200..400).contains(&a.status),
+                (200..400).contains(&a.status) || not_a_node,
                 "{m} {url}: {} {}",
                 a.status,
                 a.body

@@ -27,8 +27,8 @@ fn get_from(listen: std::net::SocketAddr, source: &str, extra: &str) -> Option<R
 /// connect, or closed before an answer.
 fn refused(listen: std::net::SocketAddr, source: &str) -> bool {
     use std::io::{Read, Write};
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-        .expect("socket");
+    let sock =
+        socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).expect("socket");
     let src: std::net::SocketAddr = format!("{source}:0").parse().expect("source");
     sock.bind(&src.into()).expect("bind source");
     if sock
@@ -39,7 +39,9 @@ fn refused(listen: std::net::SocketAddr, source: &str) -> bool {
     }
     let mut s: std::net::TcpStream = sock.into();
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-    if s.write_all(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").is_err() {
+    if s.write_all(b"GET / HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n")
+        .is_err()
+    {
         return true;
     }
     let mut b = [0u8; 64];

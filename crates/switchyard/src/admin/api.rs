@@ -59,6 +59,9 @@ pub enum Id {
     Shield,
     ShieldList,
     Waf,
+    Cluster,
+    ClusterConfig,
+    ClusterPublish,
 }
 
 pub struct Route {
@@ -121,6 +124,9 @@ pub const ROUTES: &[Route] = &[
     r("GET", "/api/v1/events", READ, Id::Events),
     r("GET", "/api/v1/shield", READ, Id::Shield),
     r("GET", "/api/v1/waf", READ, Id::Waf),
+    r("GET", "/api/v1/cluster", READ, Id::Cluster),
+    r("GET", "/api/v1/cluster/config", READ, Id::ClusterConfig),
+    r("PUT", "/api/v1/cluster/config", ADMIN, Id::ClusterPublish),
     r(
         "PATCH",
         "/api/v1/shield/lists/{list}",
@@ -271,6 +277,12 @@ pub fn handle<C: Control>(admin: &Admin<C>, peer: SocketAddr, req: &Request, bod
         },
     };
     let query = String::from_utf8_lossy(req.query().unwrap_or_default()).into_owned();
+    let if_match = req.head.get("if-match").map(|v| {
+        String::from_utf8_lossy(v)
+            .trim()
+            .trim_matches('"')
+            .to_string()
+    });
     let cx = Cx {
         admin,
         snap: &snap,
@@ -279,6 +291,7 @@ pub fn handle<C: Control>(admin: &Admin<C>, peer: SocketAddr, req: &Request, bod
         params,
         query: &query,
         body,
+        if_match,
     };
     cx.run(route.id)
 }
@@ -311,6 +324,8 @@ struct Cx<'a, C> {
     params: &'a [String],
     query: &'a str,
     body: &'a [u8],
+    /// `If-Match` (quotes removed).
+    if_match: Option<String>,
 }
 
 fn json_body(v: &Value) -> String {
@@ -503,6 +518,9 @@ impl<C: Control> Cx<'_, C> {
                     .collect::<Map<String, Value>>(),
             })),
             Id::ShieldList => self.edit_list(),
+            Id::Cluster => self.cluster(),
+            Id::ClusterConfig => self.cluster_config(),
+            Id::ClusterPublish => self.cluster_publish(),
             Id::Waf => ok(json!({
                 "vservers": snap
                     .vservers
@@ -510,6 +528,99 @@ impl<C: Control> Cx<'_, C> {
                     .filter_map(|v| v.waf.as_ref().map(|w| waf_json(&v.name, w)))
                     .collect::<Vec<Value>>(),
             })),
+        }
+    }
+
+    /// This node, and every node's status from etcd.
+    fn cluster(&self) -> Reply {
+        let Some(node) = crate::cluster::node() else {
+            return err(
+                404,
+                "this instance is not a cluster node (no [cluster] in its file)",
+            );
+        };
+        let nodes = crate::cluster::statuses(&node.settings).unwrap_or_else(|e| {
+            vec![json!({ "error": format!("cannot list the nodes' status: {e}") })]
+        });
+        ok(json!({
+            "prefix": node.settings.prefix,
+            "endpoints": node.settings.endpoints,
+            "this": node.status_json(),
+            "nodes": nodes,
+        }))
+    }
+
+    /// The published configuration; its revision is the ETag.
+    fn cluster_config(&self) -> Reply {
+        let Some(node) = crate::cluster::node() else {
+            return err(
+                404,
+                "this instance is not a cluster node (no [cluster] in its file)",
+            );
+        };
+        match crate::cluster::published(&node.settings) {
+            Ok((rev, text)) => Reply::Full(responses::simple(
+                200,
+                "application/toml",
+                text.unwrap_or_default().as_bytes(),
+                true,
+                &[
+                    ("etag", &format!("\"{rev}\"")),
+                    ("cache-control", "no-store"),
+                ],
+            )),
+            Err(e) => err(503, &e),
+        }
+    }
+
+    /// Publishes the body (TOML) to the cluster, validated here first with
+    /// this node's own file; `If-Match: "<revision>"` makes it a
+    /// compare-and-swap (a stale revision gets 409).
+    fn cluster_publish(&self) -> Reply {
+        let Some(node) = crate::cluster::node() else {
+            return err(
+                404,
+                "this instance is not a cluster node (no [cluster] in its file)",
+            );
+        };
+        let Ok(text) = std::str::from_utf8(self.body) else {
+            return err(
+                400,
+                "the body must be the configuration's TOML text (UTF-8)",
+            );
+        };
+        if let Err(e) = crate::cluster::check_published(text) {
+            return err(400, &e);
+        }
+        if let Err(e) = crate::config::parse("<published>", &node.combined(text), None) {
+            return err(400, &format!("the configuration is not valid:\n{e}"));
+        }
+        let expect =
+            match self.if_match.as_deref() {
+                None | Some("*") => None,
+                Some(v) => match v.parse::<i64>() {
+                    Ok(r) => Some(r),
+                    Err(_) => return err(
+                        400,
+                        "If-Match must be the revision (the ETag of GET /api/v1/cluster/config)",
+                    ),
+                },
+            };
+        match crate::cluster::publish(&node.settings, text, expect) {
+            Ok(Some(rev)) => {
+                self.admin.record_change(
+                    &self.caller,
+                    self.peer,
+                    &format!("cluster publish: revision {rev}"),
+                    true,
+                );
+                ok(json!({ "revision": rev }))
+            }
+            Ok(None) => err(
+                409,
+                "the published configuration changed since that revision; GET it again and redo the change",
+            ),
+            Err(e) => err(503, &e),
         }
     }
 

@@ -69,6 +69,18 @@ impl fmt::Display for ConfigErrors {
 
 impl std::error::Error for ConfigErrors {}
 
+impl ConfigErrors {
+    /// One error about the whole source, not a line of it.
+    pub fn message(file: &str, message: &str) -> ConfigErrors {
+        ConfigErrors(vec![ConfigError {
+            file: file.to_string(),
+            line: 0,
+            col: 0,
+            message: message.to_string(),
+        }])
+    }
+}
+
 impl ConfigError {
     /// The same position and message, as a warning: "file:line:col: warning: ...".
     pub fn as_warning(&self) -> String {
@@ -156,4 +168,51 @@ pub fn load(path: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, Config
         }])
     })?;
     parse(&name, &text, previous)
+}
+
+/// The `[cluster]` table of a node's file, validated; None without one.
+pub fn cluster_settings(text: &str) -> Result<Option<crate::cluster::Settings>, String> {
+    #[derive(serde::Deserialize)]
+    struct Only {
+        cluster: Option<model::ClusterFile>,
+    }
+    let only: Only = toml::from_str(text).map_err(|e| format!("[cluster]: {e}"))?;
+    let Some(c) = only.cluster else {
+        return Ok(None);
+    };
+    if c.endpoints.is_empty() {
+        return Err("[cluster]: endpoints is empty; give etcd's client URLs".into());
+    }
+    if let Some(bad) = c.endpoints.iter().find(|e| e.starts_with("https://")) {
+        return Err(format!(
+            "[cluster]: endpoint {bad:?}: TLS to etcd is not supported yet; use http:// on a trusted network"
+        ));
+    }
+    if !c.prefix.starts_with('/') || c.prefix.ends_with('/') || c.prefix.len() < 2 {
+        return Err(format!(
+            "[cluster]: prefix {:?} must start with / and not end with / (\"/switchyard/prod\")",
+            c.prefix
+        ));
+    }
+    let node = match c.node {
+        Some(n) => n,
+        None => std::fs::read_to_string("/etc/hostname")
+            .map(|h| h.trim().to_string())
+            .unwrap_or_default(),
+    };
+    if node.is_empty() || node.contains('/') {
+        return Err(format!(
+            "[cluster]: node name {node:?} must be non-empty, without /"
+        ));
+    }
+    let ms =
+        |m: Option<types::Millis>, d: u64| std::time::Duration::from_millis(m.map_or(d, |m| m.0));
+    Ok(Some(crate::cluster::Settings {
+        endpoints: c.endpoints,
+        prefix: c.prefix,
+        node,
+        status_ttl_s: ms(c.status_ttl, 10_000).as_secs().max(2),
+        watch_idle: ms(c.watch_idle, 10_000).max(std::time::Duration::from_millis(500)),
+        startup_wait: ms(c.startup_wait, 30_000),
+    }))
 }

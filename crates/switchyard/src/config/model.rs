@@ -31,6 +31,8 @@ pub struct File {
     pub admin: Option<Admin>,
     /// The shared HTTP cache's memory; vservers turn caching on.
     pub cache: Option<CacheStore>,
+    /// This node's cluster (cluster/): read by `run` before the rest.
+    pub cluster: Option<ClusterFile>,
     /// WAF rule sets (config/waf.rs); vservers turn the WAF on.
     pub waf: Option<super::waf::WafFile>,
     /// Global ACL and address lists (config/shield.rs).
@@ -104,6 +106,24 @@ pub struct Timeouts {
     pub upstream_response: Option<Millis>,
     /// Idle time after which a tunnel (WebSocket, Upgrade) is closed.
     pub tunnel_idle: Option<Millis>,
+}
+
+/// `[cluster]`: where the cluster's configuration lives (docs/cluster.md).
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterFile {
+    /// etcd client URLs, "http://host:port".
+    pub endpoints: Vec<String>,
+    /// Key prefix; also the cluster's name.
+    pub prefix: String,
+    /// This node's name (default: the host name).
+    pub node: Option<String>,
+    /// Lease of the node's status key (default "10s").
+    pub status_ttl: Option<Millis>,
+    /// A watch silent this long is checked against a read (default "10s").
+    pub watch_idle: Option<Millis>,
+    /// How long `run` waits for etcd and a published configuration (default "30s").
+    pub startup_wait: Option<Millis>,
 }
 
 /// `[cache]`.

@@ -41,6 +41,9 @@ pub enum Source {
         name: String,
         text: String,
     },
+    /// A cluster node: its file and the configuration published in etcd
+    /// (cluster/).
+    Cluster(Arc<crate::cluster::Node>),
 }
 
 impl Source {
@@ -48,6 +51,21 @@ impl Source {
         match self {
             Source::File(p) => config::load(p, previous),
             Source::Text { name, text } => config::parse(name, text, previous),
+            Source::Cluster(node) => {
+                let published = node
+                    .published
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .clone();
+                let Some(p) = published else {
+                    return Err(config::ConfigErrors::message(
+                        &node.local_name,
+                        "nothing published in the cluster yet",
+                    ));
+                };
+                let name = format!("{} + etcd revision {}", node.local_name, p.revision);
+                config::parse(&name, &node.combined(&p.text), previous)
+            }
         }
     }
 }
@@ -225,6 +243,11 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
             tokio::task::spawn_local(crate::admin::serve(l, api));
         }
         tokio::task::spawn_local(trim::run());
+        if let Source::Cluster(node) = &control.source {
+            let (tx, rx) = mpsc::unbounded_channel();
+            crate::cluster::follow(node.clone(), tx);
+            tokio::task::spawn_local(apply_published(control.clone(), node.clone(), rx));
+        }
         signals(control.clone(), sigs).await;
         Ok::<(), String>(())
     });
@@ -249,6 +272,28 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
     crate::accesslog::flush();
     log::info(format_args!("stopped"));
     result
+}
+
+/// Applies what the cluster publishes, one revision at a time, through the
+/// reload path; a revision that fails leaves the running one (and the text
+/// a later reload would read) as it was.
+async fn apply_published(
+    control: Rc<Control>,
+    node: Arc<crate::cluster::Node>,
+    mut rx: mpsc::UnboundedReceiver<crate::cluster::Apply>,
+) {
+    while let Some((p, answer)) = rx.recv().await {
+        let before = node
+            .published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .replace(p);
+        let r = control.reload();
+        if r.is_err() {
+            *node.published.lock().unwrap_or_else(|e| e.into_inner()) = before;
+        }
+        let _ = answer.send(r);
+    }
 }
 
 /// The name of the virtual server listening on `addr`, for messages.

@@ -1,0 +1,484 @@
+//! A small etcd v3 client over etcd's JSON gateway (`/v3/kv/range`,
+//! `/v3/kv/txn`, `/v3/watch`, `/v3/lease/...`), which every etcd since 3.4
+//! serves on its client port: plain HTTP/1.1 and JSON, no gRPC stack and
+//! no protobuf compiler in the build. Blocking, with a timeout on every
+//! socket operation; the node runs it on a thread of its own.
+//!
+//! Endpoints are tried in order until one answers; an answer's header
+//! carries the cluster id, which the node pins (another cluster's data is
+//! never applied).
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A key's value at a revision.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kv {
+    pub key: Vec<u8>,
+    pub value: Vec<u8>,
+    pub mod_revision: i64,
+}
+
+/// What an answer's header says.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    pub cluster_id: u64,
+    pub revision: i64,
+}
+
+#[derive(Debug)]
+pub enum Error {
+    /// No endpoint answered (connect, timeout, a broken stream).
+    Unreachable(String),
+    /// etcd answered with an error.
+    Etcd(String),
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Error::Unreachable(e) => write!(f, "etcd unreachable: {e}"),
+            Error::Etcd(e) => write!(f, "etcd: {e}"),
+        }
+    }
+}
+
+pub struct Client {
+    /// "host:port" of each endpoint (from `http://host:port`).
+    endpoints: Vec<String>,
+    /// The endpoint that answered last: tried first.
+    current: usize,
+}
+
+pub fn b64(data: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
+    for c in data.chunks(3) {
+        let n = (c[0] as u32) << 16
+            | (*c.get(1).unwrap_or(&0) as u32) << 8
+            | *c.get(2).unwrap_or(&0) as u32;
+        for i in 0..4 {
+            if i <= c.len() {
+                out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
+}
+
+pub fn unb64(s: &str) -> Option<Vec<u8>> {
+    let mut out = Vec::with_capacity(s.len() / 4 * 3);
+    let mut acc = 0u32;
+    let mut bits = 0;
+    for c in s.bytes() {
+        let v = match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            b'=' => break,
+            _ => return None,
+        };
+        acc = acc << 6 | v as u32;
+        bits += 6;
+        if bits >= 8 {
+            bits -= 8;
+            out.push((acc >> bits) as u8);
+        }
+    }
+    Some(out)
+}
+
+/// The first key after every key that starts with `prefix`.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    vec![0]
+}
+
+fn num(v: &Value) -> i64 {
+    match v {
+        Value::String(s) => s.parse().unwrap_or(0),
+        Value::Number(n) => n.as_i64().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+fn header(v: &Value) -> Header {
+    let h = &v["header"];
+    Header {
+        cluster_id: match &h["cluster_id"] {
+            Value::String(s) => s.parse().unwrap_or(0),
+            Value::Number(n) => n.as_u64().unwrap_or(0),
+            _ => 0,
+        },
+        revision: num(&h["revision"]),
+    }
+}
+
+fn kv(v: &Value) -> Option<Kv> {
+    Some(Kv {
+        key: unb64(v["key"].as_str()?)?,
+        value: unb64(v["value"].as_str().unwrap_or(""))?,
+        mod_revision: num(&v["mod_revision"]),
+    })
+}
+
+/// A response head: status and whether the body is chunked / its length.
+struct Head {
+    status: u16,
+    chunked: bool,
+    length: Option<usize>,
+}
+
+fn read_head(r: &mut impl BufRead) -> std::io::Result<Head> {
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let status = line
+        .split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| std::io::Error::other(format!("bad status line {line:?}")))?;
+    let mut h = Head {
+        status,
+        chunked: false,
+        length: None,
+    };
+    loop {
+        line.clear();
+        if r.read_line(&mut line)? == 0 {
+            return Err(std::io::ErrorKind::UnexpectedEof.into());
+        }
+        let l = line.trim_end();
+        if l.is_empty() {
+            return Ok(h);
+        }
+        if let Some((n, v)) = l.split_once(':') {
+            let v = v.trim();
+            if n.eq_ignore_ascii_case("transfer-encoding") && v.eq_ignore_ascii_case("chunked") {
+                h.chunked = true;
+            } else if n.eq_ignore_ascii_case("content-length") {
+                h.length = v.parse().ok();
+            }
+        }
+    }
+}
+
+/// The next chunk of a chunked body (empty at its end).
+fn read_chunk(r: &mut impl BufRead) -> std::io::Result<Vec<u8>> {
+    let mut line = String::new();
+    r.read_line(&mut line)?;
+    let size = usize::from_str_radix(line.trim().split(';').next().unwrap_or(""), 16)
+        .map_err(|_| std::io::Error::other(format!("bad chunk size {line:?}")))?;
+    if size > 64 << 20 {
+        return Err(std::io::Error::other("chunk over 64 MiB"));
+    }
+    let mut data = vec![0; size + 2];
+    r.read_exact(&mut data)?;
+    data.truncate(size);
+    Ok(data)
+}
+
+impl Client {
+    /// `endpoints`: "http://host:port" (or "host:port").
+    pub fn new(endpoints: &[String]) -> Client {
+        Client {
+            endpoints: endpoints
+                .iter()
+                .map(|e| {
+                    e.trim_start_matches("http://")
+                        .trim_end_matches('/')
+                        .to_string()
+                })
+                .collect(),
+            current: 0,
+        }
+    }
+
+    fn connect(&mut self, timeout: Duration) -> Result<(TcpStream, String), Error> {
+        let mut why = Vec::new();
+        for i in 0..self.endpoints.len() {
+            let at = (self.current + i) % self.endpoints.len();
+            let ep = self.endpoints[at].clone();
+            let addrs: Vec<SocketAddr> = match ep.to_socket_addrs() {
+                Ok(a) => a.collect(),
+                Err(e) => {
+                    why.push(format!("{ep}: {e}"));
+                    continue;
+                }
+            };
+            for a in addrs {
+                match TcpStream::connect_timeout(&a, TIMEOUT) {
+                    Ok(s) => {
+                        let _ = s.set_read_timeout(Some(timeout));
+                        let _ = s.set_write_timeout(Some(TIMEOUT));
+                        let _ = s.set_nodelay(true);
+                        self.current = at;
+                        return Ok((s, ep));
+                    }
+                    Err(e) => why.push(format!("{ep}: {e}")),
+                }
+            }
+        }
+        Err(Error::Unreachable(why.join("; ")))
+    }
+
+    fn send(s: &mut TcpStream, host: &str, path: &str, body: &Value) -> std::io::Result<()> {
+        let body = body.to_string();
+        let req = format!(
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        s.write_all(req.as_bytes())
+    }
+
+    /// One request, one JSON answer.
+    fn call(&mut self, path: &str, body: Value) -> Result<Value, Error> {
+        let (mut s, host) = self.connect(TIMEOUT)?;
+        let io = |e: std::io::Error| Error::Unreachable(format!("{host}{path}: {e}"));
+        Self::send(&mut s, &host, path, &body).map_err(io)?;
+        let mut r = BufReader::new(s);
+        let h = read_head(&mut r).map_err(io)?;
+        let mut data = Vec::new();
+        if h.chunked {
+            // A streaming call read as unary: its first message is enough.
+            loop {
+                let c = read_chunk(&mut r).map_err(io)?;
+                if c.is_empty() {
+                    break;
+                }
+                data.extend_from_slice(&c);
+                if serde_json::from_slice::<Value>(&data).is_ok() {
+                    break;
+                }
+            }
+        } else if let Some(n) = h.length {
+            data.resize(n.min(64 << 20), 0);
+            r.read_exact(&mut data).map_err(io)?;
+        } else {
+            r.read_to_end(&mut data).map_err(io)?;
+        }
+        let v: Value = serde_json::from_slice(&data)
+            .map_err(|e| Error::Etcd(format!("{path}: invalid JSON ({e})")))?;
+        if h.status != 200 || v.get("error").is_some() {
+            return Err(Error::Etcd(format!(
+                "{path}: {} {}",
+                h.status,
+                v.get("message").or(v.get("error")).unwrap_or(&v)
+            )));
+        }
+        Ok(v.get("result").cloned().unwrap_or(v))
+    }
+
+    /// The key's value, if it exists.
+    pub fn get(&mut self, key: &[u8]) -> Result<(Header, Option<Kv>), Error> {
+        let v = self.call("/v3/kv/range", json!({"key": b64(key)}))?;
+        let kv = v["kvs"].as_array().and_then(|a| a.first()).and_then(kv);
+        Ok((header(&v), kv))
+    }
+
+    /// Every key under `prefix`.
+    pub fn list(&mut self, prefix: &[u8]) -> Result<(Header, Vec<Kv>), Error> {
+        let v = self.call(
+            "/v3/kv/range",
+            json!({"key": b64(prefix), "range_end": b64(&prefix_end(prefix))}),
+        )?;
+        let kvs = v["kvs"]
+            .as_array()
+            .map(|a| a.iter().filter_map(kv).collect())
+            .unwrap_or_default();
+        Ok((header(&v), kvs))
+    }
+
+    /// Puts `value` if the key's revision is still `expect` (0: the key
+    /// must not exist). Ok(Some(revision)) when written, Ok(None) when the
+    /// key moved on (a stale `If-Match`).
+    pub fn compare_and_put(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        expect: i64,
+    ) -> Result<Option<i64>, Error> {
+        let v = self.call(
+            "/v3/kv/txn",
+            json!({
+                "compare": [{"key": b64(key), "target": "MOD", "result": "EQUAL", "mod_revision": expect.to_string()}],
+                "success": [{"request_put": {"key": b64(key), "value": b64(value)}}],
+            }),
+        )?;
+        Ok((v["succeeded"] == true).then(|| header(&v).revision))
+    }
+
+    /// Puts `value` under a lease (0: none).
+    pub fn put(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<Header, Error> {
+        let mut body = json!({"key": b64(key), "value": b64(value)});
+        if lease != 0 {
+            body["lease"] = Value::from(lease.to_string());
+        }
+        let v = self.call("/v3/kv/put", body)?;
+        Ok(header(&v))
+    }
+
+    /// A lease of `ttl` seconds.
+    pub fn grant(&mut self, ttl: u64) -> Result<i64, Error> {
+        let v = self.call("/v3/lease/grant", json!({"TTL": ttl.to_string()}))?;
+        Ok(num(&v["ID"]))
+    }
+
+    /// Renews a lease; false when it expired.
+    pub fn keep_alive(&mut self, id: i64) -> Result<bool, Error> {
+        let v = self.call("/v3/lease/keepalive", json!({"ID": id.to_string()}))?;
+        Ok(num(&v["TTL"]) > 0)
+    }
+
+    /// Compacts the history up to `revision` (tests, operators).
+    pub fn compact(&mut self, revision: i64) -> Result<(), Error> {
+        self.call(
+            "/v3/kv/compaction",
+            json!({"revision": revision.to_string(), "physical": true}),
+        )
+        .map(|_| ())
+    }
+
+    /// Watches `key` from `revision`; `idle` bounds the wait for each read.
+    pub fn watch(&mut self, key: &[u8], revision: i64, idle: Duration) -> Result<Watch, Error> {
+        let (mut s, host) = self.connect(idle)?;
+        let body = json!({"create_request": {"key": b64(key), "start_revision": revision.to_string(), "progress_notify": true}});
+        let io = |e: std::io::Error| Error::Unreachable(format!("{host}/v3/watch: {e}"));
+        Self::send(&mut s, &host, "/v3/watch", &body).map_err(io)?;
+        let mut r = BufReader::new(s);
+        let h = read_head(&mut r).map_err(io)?;
+        if h.status != 200 || !h.chunked {
+            return Err(Error::Etcd(format!("/v3/watch: status {}", h.status)));
+        }
+        Ok(Watch { r, buf: Vec::new() })
+    }
+}
+
+/// What a watch delivers.
+#[derive(Debug)]
+pub enum WatchEvent {
+    Created,
+    /// Puts (Some) and deletes (None) of the key.
+    Changes(Header, Vec<(i64, Option<Kv>)>),
+    /// The revision asked for is compacted away: list again.
+    Compacted(i64),
+    /// etcd ended the watch.
+    Canceled(String),
+    /// Nothing new (progress notification).
+    Progress(Header),
+}
+
+pub struct Watch {
+    r: BufReader<TcpStream>,
+    buf: Vec<u8>,
+}
+
+impl Watch {
+    /// The next message; an error when the stream broke or stayed silent
+    /// past the idle bound.
+    pub fn next(&mut self) -> Result<WatchEvent, Error> {
+        loop {
+            if let Some(end) = self.buf.iter().position(|&c| c == b'\n') {
+                let line: Vec<u8> = self.buf.drain(..=end).collect();
+                let line = line.trim_ascii();
+                if line.is_empty() {
+                    continue;
+                }
+                let v: Value = serde_json::from_slice(line)
+                    .map_err(|e| Error::Etcd(format!("watch: invalid JSON ({e})")))?;
+                return Ok(event(&v));
+            }
+            let c = read_chunk(&mut self.r)
+                .map_err(|e| Error::Unreachable(format!("watch stream: {e}")))?;
+            if c.is_empty() {
+                return Err(Error::Unreachable("watch stream ended".into()));
+            }
+            self.buf.extend_from_slice(&c);
+            if !self.buf.contains(&b'\n') && serde_json::from_slice::<Value>(&self.buf).is_ok() {
+                self.buf.push(b'\n');
+            }
+        }
+    }
+}
+
+fn event(v: &Value) -> WatchEvent {
+    let r = v.get("result").unwrap_or(v);
+    if let Some(e) = v.get("error") {
+        return WatchEvent::Canceled(e.to_string());
+    }
+    let h = header(r);
+    let compact = num(&r["compact_revision"]);
+    if compact > 0 {
+        return WatchEvent::Compacted(compact);
+    }
+    if r["canceled"] == true {
+        return WatchEvent::Canceled(
+            r["cancel_reason"]
+                .as_str()
+                .unwrap_or("canceled")
+                .to_string(),
+        );
+    }
+    if r["created"] == true {
+        return WatchEvent::Created;
+    }
+    match r["events"].as_array() {
+        Some(evs) if !evs.is_empty() => WatchEvent::Changes(
+            h,
+            evs.iter()
+                .map(|e| {
+                    let rev = num(&e["kv"]["mod_revision"]);
+                    let deleted = e["type"] == "DELETE";
+                    (rev, if deleted { None } else { kv(&e["kv"]) })
+                })
+                .collect(),
+        ),
+        _ => WatchEvent::Progress(h),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn base64_round_trips() {
+        for s in ["", "a", "ab", "abc", "abcd", "/switchyard/config"] {
+            assert_eq!(unb64(&b64(s.as_bytes())).as_deref(), Some(s.as_bytes()));
+        }
+        assert_eq!(b64(b"/sy/config"), "L3N5L2NvbmZpZw==");
+        assert_eq!(prefix_end(b"/a/"), b"/a0");
+    }
+
+    #[test]
+    fn watch_messages_are_read() {
+        let v: Value = serde_json::from_str(r#"{"result":{"header":{"cluster_id":"12","revision":"3"},"events":[{"kv":{"key":"L3N5L2NvbmZpZw==","mod_revision":"3","value":"d29ybGQ="}}]}}"#).unwrap();
+        match event(&v) {
+            WatchEvent::Changes(h, c) => {
+                assert_eq!(h.cluster_id, 12);
+                assert_eq!(c[0].0, 3);
+                assert_eq!(c[0].1.as_ref().unwrap().value, b"world");
+            }
+            e => panic!("{e:?}"),
+        }
+        let v: Value = serde_json::from_str(
+            r#"{"result":{"header":{"revision":"9"},"compact_revision":"5","canceled":true}}"#,
+        )
+        .unwrap();
+        assert!(matches!(event(&v), WatchEvent::Compacted(5)));
+    }
+}

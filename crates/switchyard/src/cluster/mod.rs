@@ -1,0 +1,529 @@
+//! A node of a cluster configured from etcd (issue 14).
+//!
+//! The whole configuration (its vservers, pools, WAF, limits...) is one
+//! snapshot under `<prefix>/config`, in an envelope naming the cluster
+//! (`{"cluster": "<prefix>", "config": "<TOML>"}`). A node's own file keeps
+//! what is node-local: `[cluster]` itself, `[admin]`, `[global]`; the
+//! configuration a node runs is its file followed by the published text.
+//!
+//! - At start the node lists the key (waiting for etcd up to
+//!   `startup_wait`), then runs; a watcher thread follows the key from the
+//!   next revision. Each new revision is validated and swapped in through
+//!   the reload path (`runtime`), on the control thread.
+//! - A watch that etcd cancels, or whose revision was compacted away, is
+//!   followed by a new list; a broken stream by a back-off and a new list;
+//!   a watch silent for `watch_idle` is checked against a read of the key,
+//!   so a silently stalled watch is noticed (and replaced) within that time.
+//! - Never applied: a deleted or empty key, a revision at or below the one
+//!   running, an envelope of another cluster, data from another etcd
+//!   cluster than the one first seen (its cluster id is pinned), a text
+//!   that sets node-local sections, and anything that fails validation.
+//! - Each node writes `{node, applied_revision, generation, error}` under
+//!   `<prefix>/status/<node>`, on a lease it keeps alive: a node that dies
+//!   disappears from `switchyard ctl cluster status` within the lease's TTL.
+//! - Publishing goes through the admin API (`PUT /api/v1/cluster/config`):
+//!   validated on the publishing node, written with a compare-and-swap on
+//!   the key's revision (`If-Match`), so a stale editor gets 409.
+
+pub mod etcd;
+
+use std::sync::{mpsc, Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::log;
+use etcd::{Client, WatchEvent};
+
+/// `[cluster]`, validated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Settings {
+    pub endpoints: Vec<String>,
+    /// Key prefix, also the cluster's name in the envelope.
+    pub prefix: String,
+    pub node: String,
+    pub status_ttl_s: u64,
+    pub watch_idle: Duration,
+    pub startup_wait: Duration,
+}
+
+impl Settings {
+    pub fn config_key(&self) -> Vec<u8> {
+        format!("{}/config", self.prefix).into_bytes()
+    }
+
+    pub fn status_prefix(&self) -> Vec<u8> {
+        format!("{}/status/", self.prefix).into_bytes()
+    }
+
+    fn status_key(&self) -> Vec<u8> {
+        format!("{}/status/{}", self.prefix, self.node).into_bytes()
+    }
+}
+
+/// A published configuration.
+#[derive(Clone, Debug)]
+pub struct Published {
+    pub revision: i64,
+    pub text: String,
+}
+
+/// What this node runs and how the last attempt went.
+#[derive(Clone, Debug, Default)]
+pub struct Status {
+    pub applied_revision: i64,
+    pub generation: u64,
+    /// Why the last revision seen was not applied.
+    pub error: Option<String>,
+    pub error_revision: i64,
+}
+
+/// The node: its settings, what it runs, and its state.
+pub struct Node {
+    pub settings: Settings,
+    /// The node's own file (node-local sections).
+    pub local_text: String,
+    pub local_name: String,
+    /// The published configuration running now.
+    pub published: Mutex<Option<Published>>,
+    pub status: Mutex<Status>,
+    /// The etcd cluster id first seen.
+    cluster_id: Mutex<u64>,
+}
+
+static NODE: OnceLock<Arc<Node>> = OnceLock::new();
+
+/// The running node, when this process is a cluster node.
+pub fn node() -> Option<&'static Arc<Node>> {
+    NODE.get()
+}
+
+/// A request to apply a revision, answered with the reload's result.
+pub type Apply = (Published, mpsc::Sender<Result<u64, String>>);
+
+/// Sections only a node's own file may set.
+const NODE_LOCAL: [&str; 3] = ["cluster", "admin", "global"];
+
+/// The envelope's text, checked: this cluster's, not empty, no node-local
+/// section.
+pub fn open_envelope(settings: &Settings, value: &[u8]) -> Result<String, String> {
+    let v: Value = serde_json::from_slice(value)
+        .map_err(|e| format!("the published value is not a configuration envelope: {e}"))?;
+    let cluster = v["cluster"].as_str().unwrap_or("");
+    if cluster != settings.prefix {
+        return Err(format!(
+            "the published configuration belongs to cluster {cluster:?}, not {:?}",
+            settings.prefix
+        ));
+    }
+    let text = v["config"].as_str().unwrap_or("");
+    check_published(text)?;
+    Ok(text.to_string())
+}
+
+/// A published text is never empty and never sets node-local sections.
+pub fn check_published(text: &str) -> Result<(), String> {
+    let table: toml::Table = text
+        .parse()
+        .map_err(|e| format!("the published configuration is not TOML: {e}"))?;
+    if table.is_empty() {
+        return Err(
+            "the published configuration is empty; an empty configuration is never applied".into(),
+        );
+    }
+    if let Some(k) = NODE_LOCAL.iter().find(|k| table.contains_key(**k)) {
+        return Err(format!(
+            "the published configuration sets [{k}], which is node-local (each node's own file has it)"
+        ));
+    }
+    Ok(())
+}
+
+pub fn envelope(settings: &Settings, text: &str) -> Vec<u8> {
+    json!({"cluster": settings.prefix, "config": text})
+        .to_string()
+        .into_bytes()
+}
+
+impl Node {
+    /// A node that runs nothing (to check a node's file).
+    pub fn detached(settings: Settings, local_name: &str, local_text: &str) -> Node {
+        Node {
+            settings,
+            local_text: local_text.to_string(),
+            local_name: local_name.to_string(),
+            published: Mutex::new(None),
+            status: Mutex::new(Status::default()),
+            cluster_id: Mutex::new(0),
+        }
+    }
+
+    /// The configuration text this node runs: its file, then the
+    /// published configuration.
+    pub fn combined(&self, published: &str) -> String {
+        format!(
+            "{}\n# ---- published configuration ({}) ----\n{published}",
+            self.local_text,
+            String::from_utf8_lossy(&self.settings.config_key())
+        )
+    }
+
+    fn pin(&self, cluster_id: u64) -> Result<(), String> {
+        let mut pinned = self.cluster_id.lock().unwrap_or_else(|e| e.into_inner());
+        if *pinned == 0 {
+            *pinned = cluster_id;
+        } else if cluster_id != 0 && *pinned != cluster_id {
+            return Err(format!(
+                "etcd answered as cluster {cluster_id:x}, not {:x} as before: another etcd cluster's data is never applied",
+                *pinned
+            ));
+        }
+        Ok(())
+    }
+
+    fn report(&self, f: impl FnOnce(&mut Status)) {
+        let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut s);
+    }
+
+    fn applied(&self) -> i64 {
+        self.published
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map_or(0, |p| p.revision)
+    }
+
+    /// This node's status as JSON.
+    pub fn status_json(&self) -> Value {
+        let s = self
+            .status
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        json!({
+            "node": self.settings.node,
+            "applied_revision": s.applied_revision,
+            "generation": s.generation,
+            "error": s.error,
+            "error_revision": s.error_revision,
+        })
+    }
+}
+
+/// Starts a node for `settings`: waits (up to `startup_wait`) for the
+/// published configuration. The node is then `node()`.
+pub fn start(settings: Settings, local_name: &str, local_text: &str) -> Result<Arc<Node>, String> {
+    let node = Arc::new(Node::detached(settings, local_name, local_text));
+    let s = &node.settings;
+    let mut client = Client::new(&s.endpoints);
+    let began = Instant::now();
+    loop {
+        let last_err = match client.get(&s.config_key()) {
+            Ok((h, Some(kv))) => {
+                node.pin(h.cluster_id)?;
+                let text = open_envelope(s, &kv.value)?;
+                *node.published.lock().unwrap_or_else(|e| e.into_inner()) = Some(Published {
+                    revision: kv.mod_revision,
+                    text,
+                });
+                node.report(|st| st.applied_revision = kv.mod_revision);
+                break;
+            }
+            Ok((_, None)) => format!(
+                "nothing is published under {} yet",
+                String::from_utf8_lossy(&s.config_key())
+            ),
+            Err(e) => e.to_string(),
+        };
+        if began.elapsed() >= s.startup_wait {
+            return Err(format!(
+                "cluster {:?}: no configuration to run after {:?}: {last_err}",
+                s.prefix, s.startup_wait
+            ));
+        }
+        log::warn(format_args!("cluster {:?}: {last_err}; waiting", s.prefix));
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    NODE.set(node.clone())
+        .map_err(|_| "a cluster node is already running".to_string())?;
+    Ok(node)
+}
+
+/// Follows the key on a thread of its own; every revision to apply goes
+/// to `apply` (the control thread), whose answer is reported in etcd.
+pub fn follow(node: Arc<Node>, apply: tokio::sync::mpsc::UnboundedSender<Apply>) {
+    let n = node.clone();
+    let _ = std::thread::Builder::new()
+        .name("cluster-watch".into())
+        .spawn(move || watch_loop(&n, &apply));
+    let _ = std::thread::Builder::new()
+        .name("cluster-status".into())
+        .spawn(move || status_loop(&node));
+}
+
+/// Applies `p` through the control thread; the status follows.
+fn apply_revision(node: &Node, p: Published, apply: &tokio::sync::mpsc::UnboundedSender<Apply>) {
+    let rev = p.revision;
+    if rev <= node.applied() {
+        return;
+    }
+    let (tx, rx) = mpsc::channel();
+    if apply.send((p, tx)).is_err() {
+        return;
+    }
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(Ok(generation)) => {
+            log::info(format_args!(
+                "cluster {:?}: revision {rev} applied (configuration generation {generation})",
+                node.settings.prefix
+            ));
+            node.report(|s| {
+                s.applied_revision = rev;
+                s.generation = generation;
+                s.error = None;
+                s.error_revision = 0;
+            });
+        }
+        Ok(Err(e)) => refuse(node, rev, e),
+        Err(_) => refuse(node, rev, "the reload did not answer".into()),
+    }
+}
+
+fn refuse(node: &Node, rev: i64, why: String) {
+    log::error(format_args!(
+        "cluster {:?}: revision {rev} not applied, the running configuration stays: {why}",
+        node.settings.prefix
+    ));
+    node.report(|s| {
+        s.error = Some(why);
+        s.error_revision = rev;
+    });
+}
+
+fn watch_loop(node: &Node, apply: &tokio::sync::mpsc::UnboundedSender<Apply>) {
+    let s = &node.settings;
+    let key = s.config_key();
+    let mut client = Client::new(&s.endpoints);
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        if apply.is_closed() {
+            return;
+        }
+        // List: the key as it is now.
+        let from = match client.get(&key) {
+            Ok((h, kv)) => {
+                if let Err(e) = node.pin(h.cluster_id) {
+                    refuse(node, h.revision, e);
+                    std::thread::sleep(backoff);
+                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    continue;
+                }
+                backoff = Duration::from_millis(200);
+                match kv {
+                    Some(kv) if kv.mod_revision > node.applied() => {
+                        match open_envelope(s, &kv.value) {
+                            Ok(text) => apply_revision(
+                                node,
+                                Published {
+                                    revision: kv.mod_revision,
+                                    text,
+                                },
+                                apply,
+                            ),
+                            Err(e) => refuse(node, kv.mod_revision, e),
+                        }
+                    }
+                    Some(_) => {}
+                    None => refuse(
+                        node,
+                        h.revision,
+                        "the published configuration was deleted; the running one stays".into(),
+                    ),
+                }
+                h.revision + 1
+            }
+            Err(e) => {
+                log::warn(format_args!(
+                    "cluster {:?}: {e}; retrying in {backoff:?}",
+                    s.prefix
+                ));
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+        };
+        let mut w = match client.watch(&key, from, s.watch_idle) {
+            Ok(w) => w,
+            Err(e) => {
+                log::warn(format_args!("cluster {:?}: watch: {e}", s.prefix));
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+        };
+        loop {
+            match w.next() {
+                Ok(WatchEvent::Created) | Ok(WatchEvent::Progress(_)) => {}
+                Ok(WatchEvent::Changes(h, changes)) => {
+                    if let Err(e) = node.pin(h.cluster_id) {
+                        refuse(node, h.revision, e);
+                        break;
+                    }
+                    // The last change is the one that counts.
+                    match changes.into_iter().last() {
+                        Some((rev, Some(kv))) => match open_envelope(s, &kv.value) {
+                            Ok(text) => apply_revision(
+                                node,
+                                Published {
+                                    revision: rev,
+                                    text,
+                                },
+                                apply,
+                            ),
+                            Err(e) => refuse(node, rev, e),
+                        },
+                        Some((rev, None)) => refuse(
+                            node,
+                            rev,
+                            "the published configuration was deleted; the running one stays".into(),
+                        ),
+                        None => {}
+                    }
+                }
+                Ok(WatchEvent::Compacted(rev)) => {
+                    log::warn(format_args!(
+                        "cluster {:?}: watch revision compacted (now {rev}); listing again",
+                        s.prefix
+                    ));
+                    break;
+                }
+                Ok(WatchEvent::Canceled(why)) => {
+                    log::warn(format_args!(
+                        "cluster {:?}: watch canceled ({why}); listing again",
+                        s.prefix
+                    ));
+                    break;
+                }
+                Err(e) => {
+                    // Silent for watch_idle, or broken: list again (which
+                    // applies what a stalled watch missed) and watch anew.
+                    log::debug(format_args!(
+                        "cluster {:?}: watch: {e}; listing again",
+                        s.prefix
+                    ));
+                    break;
+                }
+            }
+        }
+    }
+}
+
+fn status_loop(node: &Node) {
+    let s = &node.settings;
+    let mut client = Client::new(&s.endpoints);
+    let mut lease = 0i64;
+    let mut written = String::new();
+    loop {
+        let body = node.status_json().to_string();
+        let result = (|| -> Result<(), etcd::Error> {
+            if lease == 0 || !client.keep_alive(lease)? {
+                lease = client.grant(s.status_ttl_s)?;
+                written.clear();
+            }
+            if body != written {
+                client.put(&s.status_key(), body.as_bytes(), lease)?;
+                written = body.clone();
+            }
+            Ok(())
+        })();
+        if let Err(e) = result {
+            log::debug(format_args!("cluster {:?}: status: {e}", s.prefix));
+            lease = 0;
+        }
+        std::thread::sleep(Duration::from_millis(
+            (s.status_ttl_s * 1000 / 4).clamp(200, 2000),
+        ));
+    }
+}
+
+/// Every node's status, from etcd.
+pub fn statuses(settings: &Settings) -> Result<Vec<Value>, String> {
+    let mut c = Client::new(&settings.endpoints);
+    let (_, kvs) = c
+        .list(&settings.status_prefix())
+        .map_err(|e| e.to_string())?;
+    Ok(kvs
+        .iter()
+        .filter_map(|kv| serde_json::from_slice(&kv.value).ok())
+        .collect())
+}
+
+/// The published configuration and its revision (0: none).
+pub fn published(settings: &Settings) -> Result<(i64, Option<String>), String> {
+    let mut c = Client::new(&settings.endpoints);
+    let (_, kv) = c.get(&settings.config_key()).map_err(|e| e.to_string())?;
+    Ok(match kv {
+        Some(kv) => (kv.mod_revision, open_envelope(settings, &kv.value).ok()),
+        None => (0, None),
+    })
+}
+
+/// Writes `text` if the key's revision is still `expect` (None: whatever
+/// it is now). Ok(Some(rev)): written; Ok(None): stale.
+pub fn publish(
+    settings: &Settings,
+    text: &str,
+    expect: Option<i64>,
+) -> Result<Option<i64>, String> {
+    check_published(text)?;
+    let mut c = Client::new(&settings.endpoints);
+    let expect = match expect {
+        Some(r) => r,
+        None => c
+            .get(&settings.config_key())
+            .map_err(|e| e.to_string())?
+            .1
+            .map_or(0, |kv| kv.mod_revision),
+    };
+    c.compare_and_put(&settings.config_key(), &envelope(settings, text), expect)
+        .map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings() -> Settings {
+        Settings {
+            endpoints: vec![],
+            prefix: "/sy/prod".into(),
+            node: "n1".into(),
+            status_ttl_s: 5,
+            watch_idle: Duration::from_secs(5),
+            startup_wait: Duration::from_secs(1),
+        }
+    }
+
+    #[test]
+    fn envelopes_of_other_clusters_empty_or_node_local_texts_are_refused() {
+        let s = settings();
+        let ok = envelope(&s, "[[pool]]\nname = \"p\"\n");
+        assert!(open_envelope(&s, &ok).is_ok());
+        let other = Settings {
+            prefix: "/sy/staging".into(),
+            ..settings()
+        };
+        let e = open_envelope(&s, &envelope(&other, "[[pool]]\nname = \"p\"\n")).unwrap_err();
+        assert!(e.contains("/sy/staging"), "{e}");
+        assert!(open_envelope(&s, &envelope(&s, ""))
+            .unwrap_err()
+            .contains("empty"));
+        assert!(
+            open_envelope(&s, &envelope(&s, "[admin]\nlisten = \"127.0.0.1:1\"\n"))
+                .unwrap_err()
+                .contains("node-local")
+        );
+        assert!(open_envelope(&s, b"not json").is_err());
+    }
+}

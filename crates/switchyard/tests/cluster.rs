@@ -1,0 +1,306 @@
+//! Cluster nodes configured from a real etcd (Debian's etcd-server) on
+//! loopback: two real switchyard nodes follow what is published, through
+//! the admin API with a compare-and-swap (a stale If-Match gets 409), and
+//! never apply what is invalid, deleted, empty or another cluster's; each
+//! reports its status under a lease; an etcd restart is survived.
+
+mod common;
+use common::*;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+struct Etcd {
+    child: Option<Child>,
+    dir: PathBuf,
+    client: SocketAddr,
+    peer: SocketAddr,
+}
+
+impl Etcd {
+    fn start(dir: &Path, client: SocketAddr, peer: SocketAddr) -> Etcd {
+        let log = std::fs::File::create(dir.join("etcd.log")).expect("log");
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(dir.join("data"))
+            .args(["--name", "e1"])
+            .args(["--listen-client-urls", &format!("http://{client}")])
+            .args(["--advertise-client-urls", &format!("http://{client}")])
+            .args(["--listen-peer-urls", &format!("http://{peer}")])
+            .args(["--initial-advertise-peer-urls", &format!("http://{peer}")])
+            .args(["--initial-cluster", &format!("e1=http://{peer}")])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start etcd");
+        let e = Etcd {
+            child: Some(child),
+            dir: dir.to_path_buf(),
+            client,
+            peer,
+        };
+        assert!(
+            eventually(Duration::from_secs(20), || e.ctl(&["endpoint", "health"]).0),
+            "etcd did not start: {}",
+            std::fs::read_to_string(dir.join("etcd.log")).unwrap_or_default()
+        );
+        e
+    }
+
+    fn ctl(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints=http://{}", self.client))
+            .args(args)
+            .output()
+            .expect("etcdctl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    }
+
+    fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// A published configuration: one vserver on `listen` over `origin`.
+fn published(listen: SocketAddr, origin: &Origin) -> String {
+    format!(
+        "[[vserver]]\nname = \"web\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n\
+         response_headers = {{ set = {{ \"x-origin\" = \"{}\" }} }}\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
+        origin.name, origin.addr
+    )
+}
+
+fn envelope(prefix: &str, text: &str) -> String {
+    serde_json::json!({"cluster": prefix, "config": text}).to_string()
+}
+
+/// A node: its own file has [global], [admin] and [cluster].
+fn node(etcd: &Etcd, prefix: &str, name: &str, wait_for: &[SocketAddr]) -> Switchyard {
+    let cfg = format!(
+        "[global]\nworkers = 1\n[cluster]\nendpoints = [\"http://{}\"]\nprefix = \"{prefix}\"\nnode = \"{name}\"\n\
+         status_ttl = \"3s\"\nwatch_idle = \"2s\"\nstartup_wait = \"10s\"\n",
+        etcd.client
+    );
+    Switchyard::start(&cfg, wait_for)
+}
+
+fn origin_behind(listen: SocketAddr) -> Option<String> {
+    // Not listening (yet, or any more): no origin.
+    std::net::TcpStream::connect_timeout(&listen, Duration::from_secs(1)).ok()?;
+    let r = get(listen, "/");
+    (r.status == 200).then(|| r.header("x-origin").unwrap_or("").to_string())
+}
+
+fn put_config(sy: &Switchyard, text: &str, if_match: Option<i64>) -> Response {
+    let mut extra = String::new();
+    if let Some(r) = if_match {
+        extra = format!("If-Match: \"{r}\"\r\n");
+    }
+    request(
+        sy.admin,
+        &format!(
+            "PUT /api/v1/cluster/config HTTP/1.1\r\nHost: admin\r\nContent-Type: application/toml\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{text}",
+            text.len()
+        ),
+    )
+}
+
+fn cluster_json(sy: &Switchyard) -> serde_json::Value {
+    serde_json::from_str(&sy.admin_get("/api/v1/cluster")).expect("cluster json")
+}
+
+#[test]
+fn nodes_follow_what_is_published_and_refuse_what_must_not_run() {
+    if !have("etcd") || !have("etcdctl") {
+        eprintln!(
+            "skipped: etcd and etcdctl are not installed (apt-get install etcd-server etcd-client)"
+        );
+        return;
+    }
+    let dir = temp_dir("cluster");
+    let mut etcd = Etcd::start(&dir, addr(free_port()), addr(free_port()));
+    let prefix = "/switchyard/test";
+    let key = format!("{prefix}/config");
+    let (o1, o2) = (Origin::start("one"), Origin::start("two"));
+    let listen = addr(free_port());
+    let listen2 = addr(free_port());
+    let v1 = published(listen, &o1);
+    let (ok, out) = etcd.ctl(&["put", &key, &envelope(prefix, &v1)]);
+    assert!(ok, "{out}");
+
+    // The first node runs what is published.
+    let n1 = node(&etcd, prefix, "n1", &[listen]);
+    assert_eq!(origin_behind(listen).as_deref(), Some("one"));
+    // A change through n1's admin API (a second vserver) reaches n1; a
+    // second node then starts on it (both bind the same addresses: the
+    // listeners are SO_REUSEPORT).
+    let v1b = published(listen2, &o1);
+    let rev = cluster_json(&n1)["this"]["applied_revision"]
+        .as_i64()
+        .expect("revision");
+    let r = put_config(
+        &n1,
+        &format!(
+            "{v1}\n{}",
+            v1b.replace("name = \"web\"", "name = \"web2\"")
+                .replace("name = \"p\"", "name = \"p2\"")
+                .replace("default_pool = \"p\"", "default_pool = \"p2\"")
+        ),
+        Some(rev),
+    );
+    assert_eq!(r.status, 200, "{}", r.body_text());
+    let rev2 = serde_json::from_slice::<serde_json::Value>(&r.body).expect("json")["revision"]
+        .as_i64()
+        .expect("revision");
+    assert!(rev2 > rev);
+    assert!(eventually(Duration::from_secs(5), || origin_behind(
+        listen2
+    )
+    .is_some()));
+    let n2 = node(&etcd, prefix, "n2", &[]);
+    // Both nodes report the revision they run.
+    assert!(
+        eventually(Duration::from_secs(8), || {
+            let v = cluster_json(&n2);
+            let nodes = v["nodes"].as_array().cloned().unwrap_or_default();
+            nodes.len() == 2 && nodes.iter().all(|n| n["applied_revision"] == rev2)
+        }),
+        "{}",
+        cluster_json(&n2)
+    );
+
+    // A stale If-Match: 409, nothing written.
+    let r = put_config(&n2, &published(listen, &o2), Some(rev));
+    assert_eq!(r.status, 409, "{}", r.body_text());
+    // An invalid configuration: 400 from the publishing node.
+    let r = put_config(
+        &n2,
+        "[[vserver]]\nname = \"x\"\nlisten = [\"127.0.0.1:1\"]\ndefault_pool = \"nope\"\n",
+        None,
+    );
+    assert_eq!(r.status, 400, "{}", r.body_text());
+    assert!(r.body_text().contains("nope"), "{}", r.body_text());
+    // Node-local sections are refused.
+    let r = put_config(&n2, "[admin]\nlisten = \"127.0.0.1:1\"\n", None);
+    assert_eq!(r.status, 400);
+
+    // Invalid, deleted and foreign data written straight into etcd: the
+    // nodes keep running what they run, and say why.
+    let broken = format!("{v1}\n[[pool]]\nname = \"p\"\n");
+    assert!(etcd.ctl(&["put", &key, &envelope(prefix, &broken)]).0);
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            cluster_json(&n1)["this"]["error"]
+                .as_str()
+                .is_some_and(|e| e.contains("defined twice"))
+        }),
+        "{}",
+        cluster_json(&n1)
+    );
+    assert_eq!(origin_behind(listen).as_deref(), Some("one"));
+    assert!(
+        etcd.ctl(&[
+            "put",
+            &key,
+            &envelope("/other/cluster", &published(listen, &o2))
+        ])
+        .0
+    );
+    assert!(eventually(Duration::from_secs(5), || {
+        cluster_json(&n2)["this"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("/other/cluster"))
+    }));
+    assert!(etcd.ctl(&["del", &key]).0);
+    assert!(eventually(Duration::from_secs(5), || {
+        cluster_json(&n1)["this"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("deleted"))
+    }));
+    assert_eq!(origin_behind(listen).as_deref(), Some("one"));
+
+    // etcd restarts: the nodes' watches break; they list again and apply
+    // what is published after.
+    etcd.stop();
+    std::thread::sleep(Duration::from_millis(500));
+    let etcd = Etcd::start(&etcd.dir.clone(), etcd.client, etcd.peer);
+    let v3 = format!(
+        "{}\n{}",
+        published(listen, &o2),
+        v1b.replace("name = \"web\"", "name = \"web2\"")
+            .replace("name = \"p\"", "name = \"p2\"")
+            .replace("default_pool = \"p\"", "default_pool = \"p2\"")
+    );
+    assert!(etcd.ctl(&["put", &key, &envelope(prefix, &v3)]).0);
+    // Both nodes apply it (each reports the revision it runs).
+    let rev3 = etcd
+        .ctl(&["get", &key, "-w", "json"])
+        .1
+        .split("\"mod_revision\":")
+        .nth(1)
+        .and_then(|r| {
+            r.split(|c: char| !c.is_ascii_digit())
+                .next()
+                .map(str::to_string)
+        })
+        .and_then(|r| r.parse::<i64>().ok())
+        .expect("mod_revision");
+    assert!(
+        eventually(Duration::from_secs(15), || {
+            [&n1, &n2].iter().all(|n| {
+                let v = cluster_json(n);
+                v["this"]["error"].is_null() && v["this"]["applied_revision"] == rev3
+            })
+        }),
+        "the nodes did not apply after the etcd restart: {} {}",
+        cluster_json(&n1),
+        cluster_json(&n2)
+    );
+    assert_eq!(origin_behind(listen).as_deref(), Some("two"));
+
+    // A node that stops disappears from the status within its lease.
+    drop(n2);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            cluster_json(&n1)["nodes"]
+                .as_array()
+                .is_some_and(|a| a.len() == 1)
+        }),
+        "{}",
+        cluster_json(&n1)
+    );
+
+    // ctl shows the nodes.
+    let out = Command::new(bin())
+        .args(["ctl", "--admin", &n1.admin.to_string(), "cluster", "status"])
+        .output()
+        .expect("ctl");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("n1") && text.contains(prefix), "{text}");
+}
