@@ -462,20 +462,7 @@ fn compile_link(b: &mut Builder, r: &Rule, starter: bool) -> Result<Link, String
 }
 
 impl Program {
-    pub fn new(mut set: Ruleset) -> Result<Program, CompileError> {
-        // The loader's compiled regexes are rebuilt here (with prefilters):
-        // free them first, so that the new ones reuse their memory.
-        for e in &mut set.entries {
-            if let Entry::Rule(r) = e {
-                for op in std::iter::once(&mut r.operator)
-                    .chain(r.chain.iter_mut().map(|l| &mut l.operator))
-                {
-                    if matches!(op.param, OperatorParam::Regex { .. }) {
-                        op.param = OperatorParam::None;
-                    }
-                }
-            }
-        }
+    pub fn new(set: Ruleset) -> Result<Program, CompileError> {
         let mut b = Builder {
             tnode_ids: HashMap::new(),
             tnodes: vec![TNode {

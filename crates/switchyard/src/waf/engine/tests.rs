@@ -1022,3 +1022,181 @@ SecRule MULTIPART_UNMATCHED_BOUNDARY "@eq 1" "id:200004,phase:2,t:none,log,deny,
     }
     println!("{pass} passed, {fail} failed, {skip} skipped");
 }
+
+// ---------------------------------------------------------------------------
+// benchmark
+
+const BENCH_GET_HEADERS: [(&[u8], &[u8]); 8] = [
+    (b"Host", b"www.example.com"),
+    (b"User-Agent", UA),
+    (
+        b"Accept",
+        b"text/html,application/xhtml+xml,application/xml;q=0.9,*/*;q=0.8",
+    ),
+    (b"Accept-Language", b"en-US,en;q=0.5"),
+    (b"Accept-Encoding", b"gzip, deflate, br"),
+    (b"Connection", b"keep-alive"),
+    (b"Referer", b"https://www.example.com/products/"),
+    (b"Cookie", b"session=8f3a9c2e1b; theme=dark"),
+];
+
+const BENCH_HTML: &[u8] = b"<!DOCTYPE html>\n<html><head><title>Shoes</title></head>\n<body><h1>Shoes</h1><ul><li><a href=\"/p/1\">Runner</a></li><li><a href=\"/p/2\">Walker</a></li></ul></body></html>\n";
+
+/// A benign browser GET through all five phases (empty request body,
+/// a small text/html response).
+fn bench_get(e: &Engine) -> bool {
+    let req = Request {
+        method: "GET",
+        uri: b"/products/list?category=shoes&sort=price&page=3",
+        protocol: "HTTP/1.1",
+        headers: &BENCH_GET_HEADERS,
+        remote_addr: "192.0.2.10",
+        remote_port: 40000,
+        local_addr: "192.0.2.1",
+        local_port: 80,
+        unique_id: "YnWxAcdDgkBZ0hh0Zv8NKwAAAAE",
+    };
+    let len = BENCH_HTML.len().to_string();
+    let resp: [(&[u8], &[u8]); 3] = [
+        (b"Content-Type", b"text/html; charset=utf-8"),
+        (b"Content-Length", len.as_bytes()),
+        (b"Cache-Control", b"max-age=60"),
+    ];
+    let mut t = e.transaction(req);
+    t.process_request_headers();
+    t.process_request_body(b"", None);
+    t.process_response_headers(200, "HTTP/1.1", &resp);
+    t.process_response_body(BENCH_HTML);
+    t.process_logging();
+    let o = t.into_outcome();
+    o.interrupted.is_none() && o.matched.is_empty()
+}
+
+const BENCH_FORM: &[u8] =
+    b"username=alice&email=alice%40example.com&comment=Hello+there%2C+nice+shop%21&remember=on";
+
+/// A benign POST of a small urlencoded form, all five phases.
+fn bench_post(e: &Engine) -> bool {
+    let len = BENCH_FORM.len().to_string();
+    let mut h: Vec<(&[u8], &[u8])> = BENCH_GET_HEADERS.to_vec();
+    h.push((b"Content-Type", b"application/x-www-form-urlencoded"));
+    h.push((b"Content-Length", len.as_bytes()));
+    let req = Request {
+        method: "POST",
+        uri: b"/account/profile",
+        protocol: "HTTP/1.1",
+        headers: &h,
+        remote_addr: "192.0.2.10",
+        remote_port: 40000,
+        local_addr: "192.0.2.1",
+        local_port: 80,
+        unique_id: "YnWxAcdDgkBZ0hh0Zv8NKwAAAAE",
+    };
+    let blen = BENCH_HTML.len().to_string();
+    let resp: [(&[u8], &[u8]); 2] = [
+        (b"Content-Type", b"text/html; charset=utf-8"),
+        (b"Content-Length", blen.as_bytes()),
+    ];
+    let mut t = e.transaction(req);
+    t.process_request_headers();
+    t.process_request_body(BENCH_FORM, None);
+    t.process_response_headers(200, "HTTP/1.1", &resp);
+    t.process_response_body(BENCH_HTML);
+    t.process_logging();
+    let o = t.into_outcome();
+    o.interrupted.is_none() && o.matched.is_empty()
+}
+
+/// `n` transactions of `f` (a symbol of its own, so that callgrind can
+/// count just this: `--collect-atstart=no --toggle-collect='*bench_loop*'`).
+#[inline(never)]
+fn bench_loop(e: &Engine, n: usize, f: fn(&Engine) -> bool) -> usize {
+    let mut ok = 0;
+    for _ in 0..n {
+        ok += usize::from(std::hint::black_box(f(std::hint::black_box(e))));
+    }
+    ok
+}
+
+/// CPU per benign transaction at paranoia level 1 with the full CRS
+/// (median of rounds, thread CPU time) and the RSS the engine build adds:
+/// `cargo test --release -p switchyard --lib waf::engine::tests::bench_crs
+/// -- --exact --ignored --nocapture`. `BENCH_N` transactions per round
+/// (default 20000), `BENCH_ROUNDS` rounds (default 7). Under callgrind
+/// (`BENCH_N=1000 BENCH_ROUNDS=1`), the instructions of `bench_loop` over
+/// 2000 are the instructions per transaction (GET and POST together).
+#[test]
+#[ignore]
+fn bench_crs() {
+    fn rss_kb() -> u64 {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        s.lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0)
+    }
+    fn trim() {
+        // SAFETY: returns freed heap pages to the kernel; no preconditions.
+        unsafe { libc::malloc_trim(0) };
+    }
+    fn cpu() -> f64 {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid timespec pointer.
+        unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        ts.tv_sec as f64 + ts.tv_nsec as f64 * 1e-9
+    }
+    let env = |k: &str, d: usize| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(d)
+    };
+    let n = env("BENCH_N", 20_000);
+    let rounds = env("BENCH_ROUNDS", 7);
+    // The libinjection tables are process-wide: not the engine's.
+    crate::waf::libinjection::warm_up();
+    trim();
+    let r0 = rss_kb();
+    let t0 = std::time::Instant::now();
+    let Some(e) = crs_engine("", Settings::default()) else {
+        return;
+    };
+    let build = t0.elapsed();
+    let r1 = rss_kb();
+    trim();
+    let r2 = rss_kb();
+    println!(
+        "engine build: {:.0} ms, RSS +{} KiB (+{} KiB before malloc_trim)",
+        build.as_secs_f64() * 1e3,
+        r2.saturating_sub(r0),
+        r1.saturating_sub(r0)
+    );
+    assert!(bench_get(&e), "the benign GET matched a rule");
+    assert!(bench_post(&e), "the benign POST matched a rule");
+    for (name, f) in [
+        ("GET", bench_get as fn(&Engine) -> bool),
+        ("POST", bench_post),
+    ] {
+        bench_loop(&e, n / 10 + 1, f);
+        let mut per: Vec<f64> = (0..rounds)
+            .map(|_| {
+                let t = cpu();
+                assert_eq!(bench_loop(&e, n, f), n);
+                (cpu() - t) / n as f64 * 1e6
+            })
+            .collect();
+        per.sort_by(f64::total_cmp);
+        println!(
+            "benign {name} at PL1, 5 phases: median {:.1} us CPU (min {:.1}, max {:.1}; {rounds} x {n})",
+            per[per.len() / 2],
+            per[0],
+            per[per.len() - 1]
+        );
+    }
+    trim();
+    println!("RSS after the runs: +{} KiB", rss_kb().saturating_sub(r0));
+}

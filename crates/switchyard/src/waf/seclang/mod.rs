@@ -38,7 +38,7 @@ pub use lexer::{logical_lines, split_actions, split_args};
 pub use loader::Loader;
 pub use model::*;
 pub use parse::{parse_actions, parse_operator, parse_variables, read_list};
-pub use pcre::{compile_pcre, translate_pcre};
+pub use pcre::{check_pcre, compile_pcre, translate_pcre};
 
 /// A load error: where, and what.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -404,12 +404,11 @@ pub enum OperatorParam {
     None,
     /// Text, with macros (`@streq`, `@within %{tx.allowed_methods}`, `@lt 5`).
     Text(Macro),
-    /// `@rx`: the pattern translated from PCRE and compiled (bytes, Unicode
-    /// off, DOTALL and MULTILINE as ModSecurity compiles).
-    Regex {
-        translated: Box<str>,
-        regex: regex::bytes::Regex,
-    },
+    /// `@rx`: the pattern translated from PCRE, its syntax checked (bytes,
+    /// Unicode off, DOTALL and MULTILINE as ModSecurity compiles). Not
+    /// compiled here: the engine compiles it once, with its prefilter
+    /// (`compile_pcre` compiles it alone).
+    Regex { translated: Box<str> },
     /// `@rx` whose pattern holds macros: compiled per transaction.
     DynamicRegex(Macro),
     /// `@pm` phrases, `@pmFromFile` lines, `@ipMatch(FromFile)` addresses.

@@ -198,11 +198,10 @@ fn operator_param(
                     }
                 }
             }
-            let (translated, regex) = pcre::compile_pcre(raw)
-                .map_err(|e| format!("@rx pattern does not compile: {e}"))?;
+            let translated =
+                pcre::check_pcre(raw).map_err(|e| format!("@rx pattern does not compile: {e}"))?;
             OperatorParam::Regex {
                 translated: translated.into(),
-                regex,
             }
         }
         O::Pm => {

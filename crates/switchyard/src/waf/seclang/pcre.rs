@@ -169,6 +169,23 @@ pub fn compile_pcre(pattern: &str) -> Result<(String, Regex), String> {
     Ok((translated, re))
 }
 
+/// Translates and checks the syntax with the flags [`compile_pcre`] uses,
+/// without building the automata: the loader refuses a bad pattern, and
+/// the engine compiles each `@rx` once (with its prefilter), so that a
+/// loaded rule set does not hold a second copy of every regex.
+pub fn check_pcre(pattern: &str) -> Result<String, String> {
+    let translated = translate_pcre(pattern)?;
+    regex_syntax::ParserBuilder::new()
+        .unicode(false)
+        .utf8(false)
+        .dot_matches_new_line(true)
+        .multi_line(true)
+        .build()
+        .parse(&translated)
+        .map_err(|e| e.to_string())?;
+    Ok(translated)
+}
+
 /// A variable selector regex (`ARGS:/^foo/`): case-insensitive.
 pub fn compile_selector(pattern: &str) -> Result<Regex, String> {
     build(&translate_pcre(pattern)?, true)
