@@ -325,7 +325,12 @@ struct Cache {
     slots: Vec<Option<Box<[u32]>>>,
     /// The same for volatile slots (cleared after each rule).
     vslots: Vec<Option<Box<[u32]>>>,
-    bufs: Vec<Vec<u8>>,
+    /// Every transformation result back to back (`spans` index it): one
+    /// growing buffer rather than an allocation per result.
+    arena: Vec<u8>,
+    spans: Vec<(usize, usize)>,
+    /// Where a transformation writes before its result joins the arena.
+    out: Vec<u8>,
     next_volatile: u32,
 }
 
@@ -372,12 +377,14 @@ impl Cache {
         let input: &[u8] = if parent == SAME {
             orig
         } else {
-            &self.bufs[parent as usize]
+            let (a, b) = self.spans[parent as usize];
+            &self.arena[a..b]
         };
-        let mut out = Vec::new();
-        let r = if transform::apply(n.t, input, &mut out) {
-            self.bufs.push(out);
-            (self.bufs.len() - 1) as u32
+        let r = if transform::apply(n.t, input, &mut self.out) {
+            let a = self.arena.len();
+            self.arena.extend_from_slice(&self.out);
+            self.spans.push((a, self.arena.len()));
+            (self.spans.len() - 1) as u32
         } else {
             parent
         };
@@ -389,7 +396,8 @@ impl Cache {
         if r == SAME {
             orig
         } else {
-            &self.bufs[r as usize]
+            let (a, b) = self.spans[r as usize];
+            &self.arena[a..b]
         }
     }
 

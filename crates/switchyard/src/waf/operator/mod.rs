@@ -66,34 +66,74 @@ impl Captures {
 }
 
 /// A compiled `@rx`.
+///
+/// With a prefilter, the regex is built the first time the prefilter lets
+/// a value through: most CRS patterns never get that far on benign
+/// traffic, and their automata (up to 700 KiB each, about 12 MiB over the
+/// CRS) would otherwise be the bulk of a loaded rule set. The syntax is
+/// checked up front, so a bad pattern still fails at load.
 #[derive(Debug)]
 pub struct Rx {
     pub pattern: String,
-    pub regex: Regex,
+    /// The pattern as the regex crate reads it.
+    translated: Box<str>,
+    regex: std::sync::OnceLock<Regex>,
     /// Literals one of which every match contains (lower-case), if any.
     pub literals: Option<Vec<Vec<u8>>>,
     prefilter: Option<Prefilter>,
 }
 
+fn build_rx(pattern: &str, translated: &str) -> Result<Regex, String> {
+    RegexBuilder::new(translated)
+        .unicode(false)
+        .dot_matches_new_line(true)
+        .multi_line(true)
+        .size_limit(64 << 20)
+        .dfa_size_limit(16 << 20)
+        .build()
+        .map_err(|e| format!("@rx {pattern:?}: {e}"))
+}
+
 impl Rx {
     pub fn new(pattern: &str) -> Result<Rx, String> {
         let translated = translate(pattern);
-        let regex = RegexBuilder::new(&translated)
-            .unicode(false)
-            .dot_matches_new_line(true)
-            .multi_line(true)
-            .size_limit(64 << 20)
-            .dfa_size_limit(16 << 20)
-            .build()
-            .map_err(|e| format!("@rx {pattern:?}: {e}"))?;
         let literals = required_literals(&translated);
         let prefilter = literals.as_deref().and_then(Prefilter::new);
+        let regex = std::sync::OnceLock::new();
+        if prefilter.is_none() {
+            // Run on every value anyway: build it now.
+            let _ = regex.set(build_rx(pattern, &translated)?);
+        } else {
+            // The flags `build_rx` compiles with; what the parser accepts
+            // compiles (the size limit is far above any rule's needs).
+            regex_syntax::ParserBuilder::new()
+                .unicode(false)
+                .utf8(false)
+                .dot_matches_new_line(true)
+                .multi_line(true)
+                .build()
+                .parse(&translated)
+                .map_err(|e| format!("@rx {pattern:?}: {e}"))?;
+        }
         Ok(Rx {
             pattern: pattern.to_string(),
+            translated: translated.into(),
             regex,
             literals,
             prefilter,
         })
+    }
+
+    /// The compiled regex (built on first use). `None` only if the build
+    /// fails after the syntax check passed (a size limit): never matches.
+    pub fn regex(&self) -> Option<&Regex> {
+        if let Some(r) = self.regex.get() {
+            return Some(r);
+        }
+        match build_rx(&self.pattern, &self.translated) {
+            Ok(r) => Some(self.regex.get_or_init(|| r)),
+            Err(_) => None,
+        }
     }
 
     /// Whether the prefilter lets `input` through (true without one).
@@ -108,16 +148,22 @@ impl Rx {
 
     /// The regex alone, without the prefilter (for measurements).
     pub fn matches_unfiltered(&self, input: &[u8]) -> bool {
-        self.regex.is_match(input)
+        self.regex().is_some_and(|r| r.is_match(input))
     }
 
     pub fn matches(&self, input: &[u8], captures: Option<&mut Captures>) -> bool {
         if !self.may_match(input) {
             return false;
         }
+        let Some(regex) = self.regex() else {
+            return false;
+        };
         match captures {
-            None => self.regex.is_match(input),
-            Some(c) => match self.regex.captures(input) {
+            None => regex.is_match(input),
+            // `is_match` first: it allocates nothing and is the common
+            // answer (no match) at a fraction of a capturing search.
+            Some(_) if !regex.is_match(input) => false,
+            Some(c) => match regex.captures(input) {
                 None => false,
                 Some(caps) => {
                     c.clear();

@@ -399,8 +399,26 @@ pub enum Prefilter {
     Byte(u8),
     Bytes2(u8, u8),
     Bytes3(u8, u8, u8),
-    Literals(aho_corasick::AhoCorasick),
+    /// The automaton, and the rarest byte of each literal (lower case, a
+    /// 256-bit set): a short value holding none of them contains no
+    /// literal, which a pass over its bytes tells for a fraction of an
+    /// automaton search (most values rules see are short).
+    Literals(aho_corasick::AhoCorasick, [u64; 4]),
 }
+
+/// Bytes of HTTP text from the most to the least common (lower case); any
+/// other byte is rarer than all of them.
+const COMMON: &[u8] = b"eatoinsrlcdhupm/.=-0123456789gfbywk&;,:_ vxjqz%+?()'\"*<>[]{}|!@#$^~`";
+
+fn rank(b: u8) -> usize {
+    COMMON
+        .iter()
+        .position(|&c| c == b.to_ascii_lowercase())
+        .map_or(0, |p| COMMON.len() - p)
+}
+
+/// Values up to this long get the byte-set test before the automaton.
+const SHORT: usize = 64;
 
 impl Prefilter {
     pub fn new(lits: &[Vec<u8>]) -> Option<Prefilter> {
@@ -419,12 +437,23 @@ impl Prefilter {
                 _ => Prefilter::Bytes3(lits[0][0], lits[1][0], lits[2][0]),
             });
         }
+        // A contiguous NFA: the DFA the builder would pick for a few dozen
+        // literals costs tens to hundreds of KiB each (megabytes over the
+        // CRS) and is hardly faster on the short values rules see.
         let ac = aho_corasick::AhoCorasick::builder()
             .ascii_case_insensitive(true)
+            .kind(Some(aho_corasick::AhoCorasickKind::ContiguousNFA))
             .match_kind(aho_corasick::MatchKind::Standard)
             .build(lits)
             .ok()?;
-        Some(Prefilter::Literals(ac))
+        let mut rare = [0u64; 4];
+        for l in lits {
+            if let Some(&b) = l.iter().min_by_key(|&&b| rank(b)) {
+                let b = b.to_ascii_lowercase();
+                rare[usize::from(b >> 6)] |= 1 << (b & 63);
+            }
+        }
+        Some(Prefilter::Literals(ac, rare))
     }
 
     #[inline]
@@ -433,7 +462,19 @@ impl Prefilter {
             Prefilter::Byte(a) => memchr::memchr(*a, input).is_some(),
             Prefilter::Bytes2(a, b) => memchr::memchr2(*a, *b, input).is_some(),
             Prefilter::Bytes3(a, b, c) => memchr::memchr3(*a, *b, *c, input).is_some(),
-            Prefilter::Literals(ac) => ac.is_match(input),
+            Prefilter::Literals(ac, rare) => {
+                if input.len() <= SHORT {
+                    let mut set = [0u64; 4];
+                    for &b in input {
+                        let b = b.to_ascii_lowercase();
+                        set[usize::from(b >> 6)] |= 1 << (b & 63);
+                    }
+                    if (0..4).all(|i| set[i] & rare[i] == 0) {
+                        return false;
+                    }
+                }
+                ac.is_match(input)
+            }
         }
     }
 }
