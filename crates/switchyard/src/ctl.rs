@@ -189,7 +189,7 @@ impl Client {
             req.push_str(&format!("authorization: Bearer {t}\r\n"));
         }
         req.push_str("\r\n");
-        req.push_str(&body);
+        req.push_str(body);
         let tcp = TcpStream::connect_timeout(&self.addr, Duration::from_secs(3)).map_err(|e| {
             format!(
                 "cannot reach the admin endpoint at {}: {e} (is switchyard running?)",

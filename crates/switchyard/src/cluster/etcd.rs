@@ -390,7 +390,7 @@ pub struct Watch {
 impl Watch {
     /// The next message; an error when the stream broke or stayed silent
     /// past the idle bound.
-    pub fn next(&mut self) -> Result<WatchEvent, Error> {
+    pub fn next_event(&mut self) -> Result<WatchEvent, Error> {
         loop {
             if let Some(end) = self.buf.iter().position(|&c| c == b'\n') {
                 let line: Vec<u8> = self.buf.drain(..=end).collect();

@@ -363,7 +363,7 @@ fn watch_loop(node: &Node, apply: &tokio::sync::mpsc::UnboundedSender<Apply>) {
             }
         };
         loop {
-            match w.next() {
+            match w.next_event() {
                 Ok(WatchEvent::Created) | Ok(WatchEvent::Progress(_)) => {}
                 Ok(WatchEvent::Changes(h, changes)) => {
                     if let Err(e) = node.pin(h.cluster_id) {
