@@ -318,15 +318,15 @@ fn normalise(ip: std::net::IpAddr) -> std::net::IpAddr {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::cidr::Cidr;
     use crate::shield::acl::{scan, ICMP, TCP, UDP};
     use std::net::IpAddr;
 
-    struct Rng(u64);
+    pub(crate) struct Rng(pub u64);
     impl Rng {
-        fn below(&mut self, n: u64) -> u64 {
+        pub(crate) fn below(&mut self, n: u64) -> u64 {
             self.0 ^= self.0 << 13;
             self.0 ^= self.0 >> 7;
             self.0 ^= self.0 << 17;
@@ -350,7 +350,7 @@ mod tests {
         }
     }
 
-    fn rule(g: &mut Rng) -> Rule {
+    pub(crate) fn rule(g: &mut Rng) -> Rule {
         let mut r = Rule::default();
         let v6 = g.below(4) == 0;
         for _ in 0..g.below(3) {
@@ -387,7 +387,7 @@ mod tests {
         r
     }
 
-    fn packet(g: &mut Rng) -> Packet {
+    pub(crate) fn packet(g: &mut Rng) -> Packet {
         let v6 = g.below(4) == 0;
         let addr = |g: &mut Rng| -> IpAddr {
             if v6 {
