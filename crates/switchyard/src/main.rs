@@ -151,7 +151,11 @@ fn cluster_source(path: &std::path::Path) -> Result<Option<runtime::Source>, Str
         // config::load reports it.
         return Ok(None);
     };
-    let Some(settings) = config::cluster_settings(&text)? else {
+    let base = path
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .to_path_buf();
+    let Some(settings) = config::cluster_settings(&text, &base)? else {
         return Ok(None);
     };
     let node = switchyard::cluster::start(settings, &path.display().to_string(), &text)?;
@@ -166,7 +170,11 @@ fn check(args: &[String]) -> ExitCode {
     };
     // A cluster node's file: checked with what is published now.
     if let Ok(text) = std::fs::read_to_string(&path) {
-        match config::cluster_settings(&text) {
+        let base = path
+            .parent()
+            .unwrap_or(std::path::Path::new("."))
+            .to_path_buf();
+        match config::cluster_settings(&text, &base) {
             Err(e) => return fail(e),
             Ok(Some(settings)) => {
                 return match switchyard::cluster::published(&settings) {

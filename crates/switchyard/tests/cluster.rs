@@ -304,3 +304,144 @@ fn nodes_follow_what_is_published_and_refuse_what_must_not_run() {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("n1") && text.contains(prefix), "{text}");
 }
+
+/// A node restarted while etcd is away starts from the last configuration
+/// it applied (kept on its disk), serves it, and follows etcd again once
+/// etcd is back.
+#[test]
+fn a_node_starts_from_last_known_good_when_etcd_is_away() {
+    if !have("etcd") || !have("etcdctl") {
+        eprintln!(
+            "skipped: etcd and etcdctl are not installed (apt-get install etcd-server etcd-client)"
+        );
+        return;
+    }
+    let dir = temp_dir("cluster-lkg");
+    let mut etcd = Etcd::start(&dir, addr(free_port()), addr(free_port()));
+    let prefix = "/switchyard/lkg";
+    let key = format!("{prefix}/config");
+    let (o1, o2) = (Origin::start("one"), Origin::start("two"));
+    let listen = addr(free_port());
+    assert!(
+        etcd.ctl(&["put", &key, &envelope(prefix, &published(listen, &o1))])
+            .0
+    );
+    let state = dir.join("state");
+    let node_cfg = format!(
+        "[global]\nworkers = 1\n[cluster]\nendpoints = [\"http://{}\"]\nprefix = \"{prefix}\"\nnode = \"n1\"\n\
+         status_ttl = \"3s\"\nwatch_idle = \"2s\"\nstartup_wait = \"10s\"\nstate_dir = \"{}\"\n",
+        etcd.client,
+        state.display()
+    );
+    let n1 = Switchyard::start(&node_cfg, &[listen]);
+    assert_eq!(origin_behind(listen).as_deref(), Some("one"));
+    drop(n1);
+    etcd.stop();
+
+    // etcd is down: the node starts at once from what it applied last.
+    let n1 = Switchyard::start(&node_cfg, &[listen]);
+    assert_eq!(origin_behind(listen).as_deref(), Some("one"));
+    let v = cluster_json(&n1);
+    assert!(
+        v["this"]["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("last known good")),
+        "{v}"
+    );
+    // etcd comes back with a new revision: the node follows.
+    let etcd = Etcd::start(&etcd.dir.clone(), etcd.client, etcd.peer);
+    assert!(
+        etcd.ctl(&["put", &key, &envelope(prefix, &published(listen, &o2))])
+            .0
+    );
+    assert!(
+        eventually(Duration::from_secs(20), || origin_behind(listen).as_deref()
+            == Some("two")),
+        "{}",
+        cluster_json(&n1)
+    );
+}
+
+/// A listener with `freebind` starts on an address the host does not have
+/// yet (a failover VIP), and serves it once the address arrives (as
+/// keepalived adds it): in a network namespace the test makes.
+#[test]
+fn freebind_listens_on_a_vip_before_it_arrives() {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !root || !have("ip") {
+        eprintln!("skipped: needs root and ip(8) for a network namespace");
+        return;
+    }
+    let ns = format!("sy-vip-{}", std::process::id());
+    let ip = |args: &[&str]| {
+        Command::new("ip")
+            .args(args)
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    struct Ns(String);
+    impl Drop for Ns {
+        fn drop(&mut self) {
+            let _ = Command::new("ip").args(["netns", "del", &self.0]).status();
+        }
+    }
+    assert!(ip(&["netns", "add", &ns]));
+    let _guard = Ns(ns.clone());
+    assert!(ip(&["-n", &ns, "link", "set", "lo", "up"]));
+    let dir = temp_dir("vip");
+    let vip = "10.99.0.1:8080";
+    let origin = "127.0.0.1:9099";
+    let cfg = dir.join("vip.toml");
+    let body = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"vip\"\nlisten = [\"{vip}\"]\ndefault_pool = \"p\"\n\
+         [vserver.socket]\nfreebind = true\n\
+         [[vserver.policy]]\naction = {{ status = 200, body = \"served on the vip\\n\" }}\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{origin}\"\n"
+    );
+    std::fs::write(&cfg, body).expect("write");
+    let log = std::fs::File::create(dir.join("stderr.log")).expect("log");
+    let mut child = Command::new("ip")
+        .args(["netns", "exec", &ns, bin(), "run", "-c"])
+        .arg(&cfg)
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("run in the namespace");
+    let curl = || {
+        Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &ns,
+                "curl",
+                "-s",
+                "-m",
+                "2",
+                &format!("http://{vip}/"),
+            ])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).to_string())
+            .unwrap_or_default()
+    };
+    let listening = eventually(Duration::from_secs(10), || {
+        std::fs::read_to_string(dir.join("stderr.log"))
+            .unwrap_or_default()
+            .contains("listening on 10.99.0.1:8080")
+    });
+    // The address arrives (keepalived would add it).
+    assert!(ip(&["-n", &ns, "addr", "add", "10.99.0.1/32", "dev", "lo"]));
+    let served = eventually(Duration::from_secs(5), || {
+        curl().contains("served on the vip")
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        listening,
+        "{}",
+        std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default()
+    );
+    assert!(served);
+}

@@ -45,6 +45,8 @@ pub struct Settings {
     pub status_ttl_s: u64,
     pub watch_idle: Duration,
     pub startup_wait: Duration,
+    /// Where the last applied configuration is kept (last known good).
+    pub state_dir: Option<std::path::PathBuf>,
 }
 
 impl Settings {
@@ -54,6 +56,18 @@ impl Settings {
 
     pub fn status_prefix(&self) -> Vec<u8> {
         format!("{}/status/", self.prefix).into_bytes()
+    }
+
+    fn last_good_path(&self) -> Option<std::path::PathBuf> {
+        self.state_dir.as_ref().map(|d| {
+            let name: String = self
+                .prefix
+                .trim_start_matches('/')
+                .chars()
+                .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+                .collect();
+            d.join(format!("last-good-{name}.json"))
+        })
     }
 
     fn status_key(&self) -> Vec<u8> {
@@ -211,6 +225,48 @@ impl Node {
     }
 }
 
+/// Writes the applied configuration to local disk, atomically (a
+/// temporary file renamed over the old one), so a node restarted while
+/// etcd is away starts from it.
+fn save_last_good(s: &Settings, p: &Published) {
+    let Some(path) = s.last_good_path() else {
+        return;
+    };
+    let body = json!({"cluster": s.prefix, "revision": p.revision, "config": p.text}).to_string();
+    let tmp = path.with_extension("json.tmp");
+    let r = (|| -> std::io::Result<()> {
+        if let Some(d) = path.parent() {
+            std::fs::create_dir_all(d)?;
+        }
+        let mut f = std::fs::File::create(&tmp)?;
+        std::io::Write::write_all(&mut f, body.as_bytes())?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    })();
+    if let Err(e) = r {
+        log::warn(format_args!(
+            "cluster {:?}: cannot keep the last known good configuration in {}: {e}",
+            s.prefix,
+            path.display()
+        ));
+    }
+}
+
+/// The last known good configuration, when there is one of this cluster.
+fn load_last_good(s: &Settings) -> Option<Published> {
+    let path = s.last_good_path()?;
+    let v: Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+    if v["cluster"].as_str() != Some(s.prefix.as_str()) {
+        return None;
+    }
+    let text = v["config"].as_str()?.to_string();
+    check_published(&text).ok()?;
+    Some(Published {
+        revision: v["revision"].as_i64()?,
+        text,
+    })
+}
+
 /// Starts a node for `settings`: waits (up to `startup_wait`) for the
 /// published configuration. The node is then `node()`.
 pub fn start(settings: Settings, local_name: &str, local_text: &str) -> Result<Arc<Node>, String> {
@@ -218,15 +274,18 @@ pub fn start(settings: Settings, local_name: &str, local_text: &str) -> Result<A
     let s = &node.settings;
     let mut client = Client::new(&s.endpoints);
     let began = Instant::now();
+    let last_good = load_last_good(s);
     loop {
         let last_err = match client.get(&s.config_key()) {
             Ok((h, Some(kv))) => {
                 node.pin(h.cluster_id)?;
                 let text = open_envelope(s, &kv.value)?;
-                *node.published.lock().unwrap_or_else(|e| e.into_inner()) = Some(Published {
+                let p = Published {
                     revision: kv.mod_revision,
                     text,
-                });
+                };
+                save_last_good(s, &p);
+                *node.published.lock().unwrap_or_else(|e| e.into_inner()) = Some(p);
                 node.report(|st| st.applied_revision = kv.mod_revision);
                 break;
             }
@@ -236,6 +295,23 @@ pub fn start(settings: Settings, local_name: &str, local_text: &str) -> Result<A
             ),
             Err(e) => e.to_string(),
         };
+        // etcd away (or empty): the last known good configuration serves
+        // at once; the watcher catches up when etcd is back.
+        if let Some(p) = &last_good {
+            log::warn(format_args!(
+                "cluster {:?}: {last_err}; starting from the last known good configuration (revision {})",
+                s.prefix, p.revision
+            ));
+            node.report(|st| {
+                st.applied_revision = p.revision;
+                st.error = Some(format!(
+                    "started from the last known good configuration: {last_err}"
+                ));
+                st.error_revision = p.revision;
+            });
+            *node.published.lock().unwrap_or_else(|e| e.into_inner()) = Some(p.clone());
+            break;
+        }
         if began.elapsed() >= s.startup_wait {
             return Err(format!(
                 "cluster {:?}: no configuration to run after {:?}: {last_err}",
@@ -274,6 +350,14 @@ fn apply_revision(node: &Node, p: Published, apply: &tokio::sync::mpsc::Unbounde
     }
     match rx.recv_timeout(Duration::from_secs(60)) {
         Ok(Ok(generation)) => {
+            if let Some(p) = node
+                .published
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .as_ref()
+            {
+                save_last_good(&node.settings, p);
+            }
             log::info(format_args!(
                 "cluster {:?}: revision {rev} applied (configuration generation {generation})",
                 node.settings.prefix
@@ -502,6 +586,7 @@ mod tests {
             status_ttl_s: 5,
             watch_idle: Duration::from_secs(5),
             startup_wait: Duration::from_secs(1),
+            state_dir: None,
         }
     }
 

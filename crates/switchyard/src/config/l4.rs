@@ -82,6 +82,8 @@ pub struct SocketOpts {
     pub fast_open: u32,
     pub defer_accept_s: u32,
     pub nodelay: bool,
+    /// IP_FREEBIND: bind an address not (yet) on this host.
+    pub freebind: bool,
 }
 
 impl Default for SocketOpts {
@@ -92,6 +94,7 @@ impl Default for SocketOpts {
             fast_open: 0,
             defer_accept_s: 0,
             nodelay: true,
+            freebind: false,
         }
     }
 }
@@ -259,6 +262,7 @@ pub fn socket_opts(v: &model::VServer, name: &str, problems: &mut Vec<Problem>) 
         .map(|m| m.0.div_ceil(1000) as u32)
         .unwrap_or(0);
     o.nodelay = s.nodelay.unwrap_or(true);
+    o.freebind = s.freebind.unwrap_or(false);
     o
 }
 

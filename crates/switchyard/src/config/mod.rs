@@ -171,7 +171,12 @@ pub fn load(path: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, Config
 }
 
 /// The `[cluster]` table of a node's file, validated; None without one.
-pub fn cluster_settings(text: &str) -> Result<Option<crate::cluster::Settings>, String> {
+/// `base` is the node file's folder (relative paths, the default state
+/// folder).
+pub fn cluster_settings(
+    text: &str,
+    base: &Path,
+) -> Result<Option<crate::cluster::Settings>, String> {
     #[derive(serde::Deserialize)]
     struct Only {
         cluster: Option<model::ClusterFile>,
@@ -214,5 +219,10 @@ pub fn cluster_settings(text: &str) -> Result<Option<crate::cluster::Settings>, 
         status_ttl_s: ms(c.status_ttl, 10_000).as_secs().max(2),
         watch_idle: ms(c.watch_idle, 10_000).max(std::time::Duration::from_millis(500)),
         startup_wait: ms(c.startup_wait, 30_000),
+        state_dir: Some(match c.state_dir {
+            Some(d) if Path::new(&d).is_absolute() => d.into(),
+            Some(d) => base.join(d),
+            None => base.to_path_buf(),
+        }),
     }))
 }

@@ -124,6 +124,9 @@ pub struct ClusterFile {
     pub watch_idle: Option<Millis>,
     /// How long `run` waits for etcd and a published configuration (default "30s").
     pub startup_wait: Option<Millis>,
+    /// Where the last applied configuration is kept, to start from when
+    /// etcd is away (default: the node file's folder).
+    pub state_dir: Option<String>,
 }
 
 /// `[cache]`.
@@ -262,6 +265,9 @@ pub struct SocketOptions {
     pub fast_open: Option<Spanned<u32>>,
     /// TCP_DEFER_ACCEPT: wake the worker only once data arrived.
     pub defer_accept: Option<Millis>,
+    /// Listen on an address this host does not have yet (IP_FREEBIND): a
+    /// failover VIP that keepalived moves here later.
+    pub freebind: Option<bool>,
     /// TCP_NODELAY on client connections (default true).
     pub nodelay: Option<bool>,
 }

@@ -69,6 +69,13 @@ pub fn bind_with(addr: SocketAddr, o: &SocketOpts) -> io::Result<std::net::TcpLi
             .with_interval(std::time::Duration::from_millis(ms.div_ceil(3).max(1000)));
         s.set_tcp_keepalive(&ka)?;
     }
+    if o.freebind {
+        if addr.is_ipv6() {
+            s.set_freebind_ipv6(true)?;
+        } else {
+            s.set_freebind(true)?;
+        }
+    }
     if o.defer_accept_s > 0 {
         setsockopt_int(
             &s,
