@@ -604,3 +604,98 @@ fn a_syn_flood_is_limited_per_source_while_valid_clients_connect() {
     let syn = during["syn"].as_u64().unwrap_or(0);
     assert!(limited > 100 && limited < syn, "{during}");
 }
+
+/// SYN cookies issued in XDP (SYN+ACK by XDP_TX) and completed by the tc
+/// program (bpf_sk_assign_tcp_reqsk): valid clients connect through them,
+/// during a hping3 SYN flood (30,000 SYNs at most, 10 s at most) that XDP
+/// answers without the kernel's SYN queue or its own cookies. Generic
+/// mode: a veth peer without XDP drops frames sent back in native mode.
+#[test]
+fn syn_cookies_in_xdp_complete_handshakes_under_a_flood() {
+    let Some(net) = Net::new() else { return };
+    if Command::new("hping3").arg("--version").output().is_err() {
+        eprintln!("skipped: no hping3 (apt-get install hping3)");
+        return;
+    }
+    let o = origin_in(&net);
+    let sy = Sy::start(
+        &net,
+        &config(
+            o.addr,
+            RULES,
+            &xdp(&net.dev, "mode = \"generic\"\nsyn_cookies = true"),
+        ),
+    );
+    if !attached(&sy, &net.dev) {
+        return;
+    }
+    let x = sy.shield()["xdp"].clone();
+    if x["syn_cookies"] != true {
+        // A kernel before 6.10 has no bpf_sk_assign_tcp_reqsk.
+        assert!(
+            sy.log().contains("SYN cookies in XDP unavailable"),
+            "{}",
+            sy.log()
+        );
+        eprintln!("skipped: SYN cookies in XDP unavailable here: {}", sy.log());
+        return;
+    }
+    assert_eq!(x["attached"][0]["tc"], true, "{x}");
+    // Without a flood: a connection through a cookie.
+    assert_eq!(
+        get_from(&net.client, ALLOWED, Duration::from_secs(2)),
+        Ok(200)
+    );
+    let p = sy.shield()["xdp"]["packets"].clone();
+    assert_eq!(
+        (
+            p["syn_cookies_sent"].as_u64(),
+            p["syn_cookies_completed"].as_u64()
+        ),
+        (Some(1), Some(1)),
+        "{p}"
+    );
+
+    let mut flood = Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &net.client,
+            "timeout",
+            "10",
+            "hping3",
+            "-q",
+            "-S",
+            "-p",
+        ])
+        .arg(PORT.to_string())
+        .args(["-a", FLOODER, "-i", "u100", "-c", "30000", SY])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("hping3");
+    assert!(
+        eventually(Duration::from_secs(5), || sy.shield()["xdp"]["packets"]
+            ["syn_cookies_sent"]
+            .as_u64()
+            .is_some_and(|n| n > 1000)),
+        "{}",
+        sy.shield()
+    );
+    let mut ok = 0;
+    for _ in 0..20 {
+        if get_from(&net.client, ALLOWED, Duration::from_secs(2)) == Ok(200) {
+            ok += 1;
+        }
+    }
+    let during = sy.shield()["xdp"]["packets"].clone();
+    let _ = flood.wait();
+    assert_eq!(ok, 20, "valid clients during the flood: {during}");
+    assert!(
+        during["syn_cookies_completed"].as_u64() >= Some(21),
+        "{during}"
+    );
+    assert_eq!(during["syn_cookies_bad"], 0, "{during}");
+    assert_eq!(during["syn_cookies_refused"], 0, "{during}");
+    assert_eq!(o.requests(), 21);
+}

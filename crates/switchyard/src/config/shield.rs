@@ -19,6 +19,7 @@
 //! interfaces = ["eth0"]
 //! mode = "auto"                      # native, else generic; or "native", "generic"
 //! syn_per_source = 1000              # SYNs/s per source let through; 0: no limit
+//! syn_cookies = true                 # answer SYNs with cookies in XDP (Linux 6.10+)
 //! ```
 
 use std::collections::BTreeMap;
@@ -50,6 +51,7 @@ pub struct XdpFile {
     pub interfaces: Spanned<Vec<Spanned<String>>>,
     pub mode: Option<Spanned<String>>,
     pub syn_per_source: Option<Spanned<i64>>,
+    pub syn_cookies: Option<bool>,
 }
 
 /// Linux's rule for interface names (dev_valid_name): 1 to 15 bytes, not
@@ -145,6 +147,7 @@ pub fn build_xdp(file: &ShieldFile, set: &mut AclSet, problems: &mut Vec<Problem
             interfaces,
             mode,
             syn_per_source,
+            syn_cookies: x.get_ref().syn_cookies.unwrap_or(false),
         });
     }
 }

@@ -23,6 +23,9 @@ pub struct Object {
     pub maps: BTreeMap<String, MapDef>,
     /// (byte offset of an `ld_imm64` in `insns`, the map it loads).
     pub relocs: Vec<(usize, String)>,
+    /// (byte offset of a call, the kernel function it calls): resolved
+    /// against the kernel's BTF by the loader.
+    pub kfuncs: Vec<(usize, String)>,
     pub license: String,
 }
 
@@ -148,6 +151,7 @@ pub fn parse(b: &[u8], prog: &str) -> Result<Object, String> {
     // SHT_REL = 9 applying to the program or .text: 16 bytes each
     // (offset, info = symbol << 32 | type).
     let mut relocs = Vec::new();
+    let mut kfuncs = Vec::new();
     for s in secs
         .iter()
         .filter(|s| s.kind == 9 && (s.info as usize == prog_i || Some(s.info as usize) == text_i))
@@ -195,6 +199,11 @@ pub fn parse(b: &[u8], prog: &str) -> Result<Object, String> {
                 }
                 continue;
             }
+            // An undefined symbol called: a kernel function (__ksym).
+            if *shndx == 0 && kind == 10 && opcode == 0x85 {
+                kfuncs.push((off, name.clone()));
+                continue;
+            }
             // R_BPF_64_64 (1): an ld_imm64 of a map.
             if kind != 1 || Some(*shndx) != maps_i || opcode != 0x18 {
                 return Err(format!(
@@ -214,6 +223,7 @@ pub fn parse(b: &[u8], prog: &str) -> Result<Object, String> {
         insns,
         maps,
         relocs,
+        kfuncs,
         license,
     })
 }

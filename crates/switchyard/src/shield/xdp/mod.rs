@@ -14,6 +14,7 @@
 //! - **Updates.** Reloads and list edits write the inactive generation of
 //!   the tables and flip to it: the program stays attached.
 
+pub mod btf;
 pub mod elf;
 pub mod sys;
 pub mod tables;
@@ -52,10 +53,13 @@ pub struct Spec {
     /// SYNs per second and source address let through to the kernel; 0:
     /// no limit.
     pub syn_per_source: u32,
+    /// Answer SYNs with cookies in XDP, completed by a tc program
+    /// (bpf_sk_assign_tcp_reqsk, Linux 6.10).
+    pub syn_cookies: bool,
 }
 
 /// Names of the `stats` slots of shield.bpf.c, in order.
-const STATS: [&str; 8] = [
+const STATS: [&str; 12] = [
     "evaluated",
     "allowed",
     "dropped",
@@ -64,11 +68,17 @@ const STATS: [&str; 8] = [
     "syn",
     "syn_limited",
     "not_for_vservers",
+    "syn_cookies_sent",
+    "syn_cookies_completed",
+    "syn_cookies_bad",
+    "syn_cookies_refused",
 ];
 
 struct Link {
     _fd: OwnedFd,
     mode: &'static str,
+    /// The tc program's link (SYN cookies), when attached.
+    tc: Option<OwnedFd>,
 }
 
 struct Loaded {
@@ -83,6 +93,10 @@ struct Loaded {
     /// The rule set the tables come from (its address), and its rules.
     set: usize,
     rules: usize,
+    /// The tc program completing SYN cookies, or why it did not load.
+    tc: Result<OwnedFd, String>,
+    /// Whether XDP answers SYNs with cookies now.
+    cookies: bool,
 }
 
 #[derive(Default)]
@@ -121,17 +135,11 @@ fn map<'a>(l: &'a Loaded, name: &str) -> Result<&'a OwnedFd, String> {
         .ok_or_else(|| format!("the XDP object has no map {name:?}"))
 }
 
-fn load() -> Result<Loaded, String> {
-    let obj = elf::parse(OBJECT, "xdp").map_err(|e| format!("shield.bpf.o: {e}"))?;
-    let mut maps = BTreeMap::new();
-    for (name, d) in &obj.maps {
-        let fd = sys::map_create(name, d.kind, d.key, d.value, d.entries, d.flags)
-            .map_err(|e| format!("cannot create BPF map {name}: {e}"))?;
-        maps.insert(name.clone(), fd);
-    }
+/// Resolves map and kernel-function references in `obj`'s program.
+fn link_program(obj: &elf::Object, maps: &BTreeMap<String, OwnedFd>) -> Result<Vec<u8>, String> {
+    use std::os::fd::AsRawFd;
     let mut insns = obj.insns.clone();
     for (off, name) in &obj.relocs {
-        use std::os::fd::AsRawFd;
         let fd = maps
             .get(name)
             .ok_or_else(|| format!("relocation against unknown map {name}"))?
@@ -140,10 +148,57 @@ fn load() -> Result<Loaded, String> {
         insns[off + 1] = (insns[off + 1] & 0x0f) | 0x10;
         insns[off + 4..off + 8].copy_from_slice(&fd.to_le_bytes());
     }
-    let prog = sys::prog_load_xdp("sy_shield", &insns, &obj.license)
-        .map_err(|e| format!("cannot load the XDP program: {e}"))?;
+    if !obj.kfuncs.is_empty() {
+        let btf = std::fs::read("/sys/kernel/btf/vmlinux")
+            .map_err(|e| format!("cannot read the kernel's BTF: {e}"))?;
+        for (off, name) in &obj.kfuncs {
+            let id = btf::func_id(&btf, name)?;
+            // call: src_reg = BPF_PSEUDO_KFUNC_CALL (2), imm = BTF id,
+            // off = 0 (vmlinux).
+            insns[off + 1] = (insns[off + 1] & 0x0f) | 0x20;
+            insns[off + 2..off + 4].copy_from_slice(&[0, 0]);
+            insns[off + 4..off + 8].copy_from_slice(&id.to_le_bytes());
+        }
+    }
+    Ok(insns)
+}
+
+fn load() -> Result<Loaded, String> {
+    let obj = elf::parse(OBJECT, "xdp").map_err(|e| format!("shield.bpf.o: {e}"))?;
+    let mut maps = BTreeMap::new();
+    for (name, d) in &obj.maps {
+        let fd = sys::map_create(name, d.kind, d.key, d.value, d.entries, d.flags)
+            .map_err(|e| format!("cannot create BPF map {name}: {e}"))?;
+        maps.insert(name.clone(), fd);
+    }
+    let insns = link_program(&obj, &maps)?;
+    let prog = sys::prog_load(
+        sys::BPF_PROG_TYPE_XDP,
+        sys::BPF_XDP,
+        "sy_shield",
+        &insns,
+        &obj.license,
+    )
+    .map_err(|e| format!("cannot load the XDP program: {e}"))?;
     let cpus = sys::possible_cpus().map_err(|e| format!("cannot count the CPUs: {e}"))?;
-    Ok(Loaded {
+    // The tc half of SYN cookies: it needs a kernel with
+    // bpf_sk_assign_tcp_reqsk; without it XDP does not issue cookies.
+    let tc = elf::parse(OBJECT, "tc")
+        .map_err(|e| format!("shield.bpf.o: {e}"))
+        .and_then(|o| {
+            let insns = link_program(&o, &maps)?;
+            sys::prog_load(
+                sys::BPF_PROG_TYPE_SCHED_CLS,
+                sys::BPF_TCX_INGRESS,
+                "sy_shield_tc",
+                &insns,
+                &o.license,
+            )
+            .map_err(|e| format!("cannot load the tc program: {e}"))
+        });
+    let mut key = [0u8; 16];
+    sys::random(&mut key).map_err(|e| format!("no random bytes for the SYN cookie key: {e}"))?;
+    let l = Loaded {
         maps,
         _prog: prog,
         cpus,
@@ -152,7 +207,12 @@ fn load() -> Result<Loaded, String> {
         links: BTreeMap::new(),
         set: 0,
         rules: 0,
-    })
+        tc,
+        cookies: false,
+    };
+    sys::map_update(map(&l, "cookie_key")?, &0u32.to_ne_bytes(), &key)
+        .map_err(|e| format!("cannot write the SYN cookie key: {e}"))?;
+    Ok(l)
 }
 
 fn u32s(v: &[u32]) -> Vec<u8> {
@@ -162,6 +222,7 @@ fn u32s(v: &[u32]) -> Vec<u8> {
 impl Loaded {
     /// Writes `t` into the inactive generation, then flips to it.
     fn write(&mut self, t: &Tables, syn_per_source: u32) -> Result<(), String> {
+        let cookies = u32::from(self.cookies);
         let next = 1 - self.gen;
         let sets_base = next * SETS_PER_GEN;
         for (v6, key) in std::mem::take(&mut self.lpm_keys[next as usize]) {
@@ -209,13 +270,13 @@ impl Loaded {
             written.push((e.v6, key));
         }
         self.lpm_keys[next as usize] = written;
-        let gen_cfg = u32s(&[0, t.words, t.default, syn_per_source]);
+        let gen_cfg = u32s(&[0, t.words, t.default, syn_per_source, cookies]);
         sys::map_update(map(self, "cfg")?, &(next + 1).to_ne_bytes(), &gen_cfg)
             .map_err(|e| format!("cannot write the settings: {e}"))?;
         sys::map_update(
             map(self, "cfg")?,
             &0u32.to_ne_bytes(),
-            &u32s(&[next, 0, 0, 0]),
+            &u32s(&[next, 0, 0, 0, 0]),
         )
         .map_err(|e| format!("cannot switch to the new rules: {e}"))?;
         self.gen = next;
@@ -308,10 +369,6 @@ pub fn apply(snap: &Snapshot) {
             }
         }
     }
-    if let Err(e) = write_set(&mut st, &set, snap) {
-        fail(&mut st, &e);
-        return;
-    }
     let Some(l) = st.loaded.as_mut() else { return };
     l.links.retain(|name, _| {
         let keep = spec.interfaces.contains(name);
@@ -326,7 +383,19 @@ pub fn apply(snap: &Snapshot) {
             continue;
         }
         match attach(&l._prog, name, spec.mode) {
-            Ok(link) => {
+            Ok(mut link) => {
+                if spec.syn_cookies {
+                    if let Ok(tc) = &l.tc {
+                        // Attached with the XDP link, detached with it.
+                        match sys::ifindex(name)
+                            .and_then(|i| sys::link(tc, i, sys::BPF_TCX_INGRESS, 0))
+                        {
+                            Ok(fd) => link.tc = Some(fd),
+                            Err(e) => refused
+                                .push((format!("{name} (tc)"), format!("tc ingress refused: {e}"))),
+                        }
+                    }
+                }
                 log::info(format_args!(
                     "shield: XDP attached to {name} in {} mode",
                     link.mode
@@ -336,27 +405,50 @@ pub fn apply(snap: &Snapshot) {
             Err(e) => refused.push((name.clone(), e)),
         }
     }
-    st.refused.retain(|n, _| spec.interfaces.contains(n));
+    // Cookies only where every interface can complete them; otherwise the
+    // kernel's own SYN cookies answer.
+    let tc_error = l.tc.as_ref().err().cloned();
+    l.cookies = spec.syn_cookies
+        && tc_error.is_none()
+        && !l.links.is_empty()
+        && l.links.values().all(|k| k.tc.is_some());
+    let cookies = l.cookies;
+    st.refused.retain(|n, _| {
+        spec.interfaces
+            .iter()
+            .any(|i| n == i || *n == format!("{i} (tc)"))
+    });
     for (name, e) in refused {
         st.once(format!(
             "shield: XDP not attached to {name}: {e}; the shield runs at accept there"
         ));
         st.refused.insert(name, e);
     }
+    if spec.syn_cookies && !cookies {
+        st.once(format!(
+            "shield: SYN cookies in XDP unavailable ({}); the kernel's own SYN cookies answer",
+            tc_error.unwrap_or_else(|| "tc ingress is not attached everywhere".into())
+        ));
+    }
+    if let Err(e) = write_set(&mut st, &set, snap) {
+        fail(&mut st, &e);
+    }
 }
 
 fn attach(prog: &OwnedFd, name: &str, mode: Mode) -> Result<Link, String> {
     let ifindex = sys::ifindex(name).map_err(|e| format!("no interface {name}: {e}"))?;
     let native = || {
-        sys::xdp_link(prog, ifindex, sys::XDP_FLAGS_DRV_MODE).map(|fd| Link {
+        sys::link(prog, ifindex, sys::BPF_XDP, sys::XDP_FLAGS_DRV_MODE).map(|fd| Link {
             _fd: fd,
             mode: "native",
+            tc: None,
         })
     };
     let generic = || {
-        sys::xdp_link(prog, ifindex, sys::XDP_FLAGS_SKB_MODE).map(|fd| Link {
+        sys::link(prog, ifindex, sys::BPF_XDP, sys::XDP_FLAGS_SKB_MODE).map(|fd| Link {
             _fd: fd,
             mode: "generic",
+            tc: None,
         })
     };
     match mode {
@@ -445,7 +537,7 @@ pub fn describe() -> Value {
         .loaded
         .iter()
         .flat_map(|l| l.links.iter())
-        .map(|(n, l)| json!({"interface": n, "mode": l.mode}))
+        .map(|(n, l)| json!({"interface": n, "mode": l.mode, "tc": l.tc.is_some()}))
         .collect();
     let stats: serde_json::Map<String, Value> = st
         .loaded
@@ -468,6 +560,7 @@ pub fn describe() -> Value {
         "max_rules": MAX_RULES,
         "words": WORDS,
         "syn_per_source": spec.syn_per_source,
+        "syn_cookies": st.loaded.as_ref().is_some_and(|l| l.cookies),
         "packets": stats,
     })
 }

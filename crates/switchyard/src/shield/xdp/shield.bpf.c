@@ -60,7 +60,11 @@
 #define ST_SYN 5
 #define ST_SYN_LIMITED 6
 #define ST_PASSED 7
-#define N_STATS 8
+#define ST_COOKIE_SENT 8
+#define ST_COOKIE_OK 9
+#define ST_COOKIE_BAD 10
+#define ST_COOKIE_REFUSED 11
+#define N_STATS 12
 
 // The loader (shield/xdp/elf.rs) reads these from the "maps" section:
 // libbpf's old map definition, which needs no BTF to load.
@@ -83,6 +87,8 @@ struct cfg {
 	__u32 words;
 	__u32 default_action;
 	__u32 syn_per_sec;
+	// Answer SYNs with cookies here (XDP), completed by shield_tc.
+	__u32 syn_cookies;
 };
 
 struct syn_state {
@@ -120,6 +126,9 @@ struct map_def SEC("maps") stats = { BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, N_STATS, 0
 struct map_def SEC("maps") syn_rate = { BPF_MAP_TYPE_LRU_HASH, 16, sizeof(struct syn_state),
 					65536, 0 };
 
+// The SYN cookie key (SipHash), random per load.
+struct map_def SEC("maps") cookie_key = { BPF_MAP_TYPE_ARRAY, 4, 16, 1, 0 };
+
 char LICENSE[] SEC("license") = "GPL";
 
 struct pkt {
@@ -128,6 +137,8 @@ struct pkt {
 	__u8 flags;
 	__u16 sport; // host order
 	__u16 dport;
+	__u16 mss;
+	__u32 isn;
 	__u8 src[16];
 	__u8 dst[16];
 };
@@ -302,29 +313,110 @@ static __always_inline __u64 sum16(const void *data, int words)
 	const __u16 *w = data;
 	__u64 s = 0;
 #pragma clang loop unroll(full)
-	for (int i = 0; i < 10; i++)
+	for (int i = 0; i < 12; i++)
 		if (i < words)
 			s += w[i];
 	return s;
 }
 
-// Turns the SYN in the frame into a RST+ACK back to its sender (XDP_TX):
+// SipHash-2-4 of two words: the SYN cookie's MAC.
+#define ROTL(x, b) (((x) << (b)) | ((x) >> (64 - (b))))
+#define SIPROUND                                                               \
+	do {                                                                   \
+		v0 += v1;                                                      \
+		v1 = ROTL(v1, 13);                                             \
+		v1 ^= v0;                                                      \
+		v0 = ROTL(v0, 32);                                             \
+		v2 += v3;                                                      \
+		v3 = ROTL(v3, 16);                                             \
+		v3 ^= v2;                                                      \
+		v0 += v3;                                                      \
+		v3 = ROTL(v3, 21);                                             \
+		v3 ^= v0;                                                      \
+		v2 += v1;                                                      \
+		v1 = ROTL(v1, 17);                                             \
+		v1 ^= v2;                                                      \
+		v2 = ROTL(v2, 32);                                             \
+	} while (0)
+
+static __always_inline __u64 siphash2(__u64 a, __u64 b, __u64 k0, __u64 k1)
+{
+	__u64 v0 = k0 ^ 0x736f6d6570736575ULL, v1 = k1 ^ 0x646f72616e646f6dULL;
+	__u64 v2 = k0 ^ 0x6c7967656e657261ULL, v3 = k1 ^ 0x7465646279746573ULL;
+	__u64 m = 16ULL << 56;
+	v3 ^= a;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= a;
+	v3 ^= b;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= b;
+	v3 ^= m;
+	SIPROUND;
+	SIPROUND;
+	v0 ^= m;
+	v2 ^= 0xff;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	SIPROUND;
+	return v0 ^ v1 ^ v2 ^ v3;
+}
+
+// The cookie (our ISN):
+//   | 31 ... 8: MAC | 7 6: time slot & 3 | 5 4: MSS index | 3 ... 0: 0 |
+// MAC = SipHash(addresses, client ISN and ports; key ^ time slot), a slot
+// being 2^36 ns (about 69 s); a cookie is good in its slot and the next.
+// No window scaling, SACK or timestamps are offered: the cookie has no room
+// for them.
+// The MSS table, four 16-bit entries packed in an immediate (constant
+// arrays would need a .rodata map the loader does not make).
+#define MSS_V4 (1460ULL << 48 | 1440ULL << 32 | 1300ULL << 16 | 536ULL)
+#define MSS_V6 (1440ULL << 48 | 1420ULL << 32 | 1280ULL << 16 | 1220ULL)
+
+static __always_inline __u16 mss_at(int v6, __u32 i)
+{
+	return ((v6 ? MSS_V6 : MSS_V4) >> (16 * (i & 3))) & 0xffff;
+}
+
+static __always_inline __u32 fold16(const __u8 *a)
+{
+	const __u32 *w = (const __u32 *)a;
+	return w[0] ^ w[1] ^ w[2] ^ w[3];
+}
+
+static __always_inline __u32 cookie_mac(const __u8 *src, const __u8 *dst, __u32 isn, __u16 sport,
+					__u16 dport, __u64 slot)
+{
+	__u32 zero = 0;
+	__u64 *k = bpf_map_lookup_elem(&cookie_key, &zero);
+	if (!k)
+		return 0;
+	__u64 a = (__u64)fold16(src) << 32 | fold16(dst);
+	__u64 b = (__u64)isn << 32 | (__u32)sport << 16 | dport;
+	return (__u32)siphash2(a, b, k[0], k[1] ^ slot) & 0xffffff00;
+}
+
+// Turns the SYN in the frame into a reply back to its sender (XDP_TX):
 // addresses and ports swapped, the SYN's options and payload cut off.
-// Returns 0, or -1 where the frame cannot be rewritten (IPv4 options): the
-// caller drops it then.
-static __always_inline int make_rst(struct xdp_md *ctx, int v6)
+// `cookie` 0: a RST+ACK; otherwise a SYN+ACK with that ISN and one MSS
+// option. Returns 0, or -1 where the frame cannot be rewritten (IPv4
+// options): the caller drops it then.
+static __always_inline int make_reply(struct xdp_md *ctx, int v6, __u32 cookie, __u16 mss)
 {
 	void *data = (void *)(long)ctx->data;
 	void *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	int l3 = v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
+	int tl = cookie ? 24 : 20;
 	if ((void *)(eth + 1) + l3 + sizeof(struct tcphdr) > end)
 		return -1;
 	if (!v6 && ((struct iphdr *)(eth + 1))->ihl != 5)
 		return -1;
-	int want = sizeof(*eth) + l3 + sizeof(struct tcphdr);
+	int want = sizeof(*eth) + l3 + tl;
 	int delta = want - (int)(end - data);
-	if (delta < 0 && bpf_xdp_adjust_tail(ctx, delta))
+	if (delta && bpf_xdp_adjust_tail(ctx, delta))
 		return -1;
 	data = (void *)(long)ctx->data;
 	end = (void *)(long)ctx->data_end;
@@ -342,36 +434,60 @@ static __always_inline int make_rst(struct xdp_md *ctx, int v6)
 		struct in6_addr a = ip6->saddr;
 		ip6->saddr = ip6->daddr;
 		ip6->daddr = a;
-		ip6->payload_len = bpf_htons(sizeof(struct tcphdr));
+		ip6->payload_len = bpf_htons(tl);
 		ip6->hop_limit = 64;
-		pseudo = sum16(&ip6->saddr, 8) + sum16(&ip6->daddr, 8) +
-			 bpf_htons(IPPROTO_TCP) + bpf_htons(sizeof(struct tcphdr));
+		pseudo = sum16(&ip6->saddr, 8) + sum16(&ip6->daddr, 8) + bpf_htons(IPPROTO_TCP) +
+			 bpf_htons(tl);
 	} else {
 		struct iphdr *ip = (void *)(eth + 1);
 		__u32 a = ip->saddr;
 		ip->saddr = ip->daddr;
 		ip->daddr = a;
-		ip->tot_len = bpf_htons(sizeof(struct iphdr) + sizeof(struct tcphdr));
+		ip->tot_len = bpf_htons(sizeof(struct iphdr) + tl);
 		ip->ttl = 64;
 		ip->frag_off = bpf_htons(0x4000); // DF
 		ip->check = 0;
 		ip->check = fold(sum16(ip, 10));
 		pseudo = sum16(&ip->saddr, 2) + sum16(&ip->daddr, 2) + bpf_htons(IPPROTO_TCP) +
-			 bpf_htons(sizeof(struct tcphdr));
+			 bpf_htons(tl);
 	}
 	__u16 port = th->source;
 	th->source = th->dest;
 	th->dest = port;
 	// The SYN takes one sequence number.
 	th->ack_seq = bpf_htonl(bpf_ntohl(th->seq) + 1);
-	th->seq = 0;
-	((__u8 *)th)[12] = 5 << 4; // doff 5, no options
-	((__u8 *)th)[13] = 0x14;   // RST, ACK
-	th->window = 0;
+	th->seq = bpf_htonl(cookie);
 	th->urg_ptr = 0;
 	th->check = 0;
-	th->check = fold(pseudo + sum16(th, 10));
+	if (cookie) {
+		__u8 *opt = (__u8 *)(th + 1);
+		if ((void *)(opt + 4) > end)
+			return -1;
+		((__u8 *)th)[12] = 6 << 4; // doff 6: the MSS option
+		((__u8 *)th)[13] = 0x12;   // SYN, ACK
+		th->window = bpf_htons(65535);
+		opt[0] = 2;
+		opt[1] = 4;
+		opt[2] = mss >> 8;
+		opt[3] = mss & 0xff;
+		th->check = fold(pseudo + sum16(th, 12));
+	} else {
+		((__u8 *)th)[12] = 5 << 4; // doff 5, no options
+		((__u8 *)th)[13] = 0x14;   // RST, ACK
+		th->window = 0;
+		th->check = fold(pseudo + sum16(th, 10));
+	}
 	return 0;
+}
+
+static __always_inline struct cfg *active_cfg(void)
+{
+	__u32 zero = 0;
+	struct cfg *c0 = bpf_map_lookup_elem(&cfg, &zero);
+	if (!c0)
+		return 0;
+	__u32 gslot = (c0->gen & 1) + 1;
+	return bpf_map_lookup_elem(&cfg, &gslot);
 }
 
 SEC("xdp")
@@ -423,6 +539,13 @@ int shield(struct xdp_md *ctx)
 			return XDP_PASS;
 		p.sport = bpf_ntohs(th->source);
 		p.dport = bpf_ntohs(th->dest);
+		p.isn = bpf_ntohl(th->seq);
+		// The client's MSS, where it is the first option (as every
+		// common stack sends it); else the minimum.
+		__u8 *opt = (__u8 *)(th + 1);
+		p.mss = 536;
+		if (((__u8 *)th)[12] >> 4 >= 6 && (void *)(opt + 4) <= end && opt[0] == 2 && opt[1] == 4)
+			p.mss = (__u16)opt[2] << 8 | opt[3];
 		served_at = p.dport;
 	} else if (p.proto == IPPROTO_UDP) {
 		struct udphdr *uh = l4;
@@ -446,7 +569,7 @@ int shield(struct xdp_md *ctx)
 		return XDP_DROP;
 	}
 	if (a == ACT_REJECT) {
-		if (p.proto == IPPROTO_TCP && make_rst(ctx, p.v6) == 0) {
+		if (p.proto == IPPROTO_TCP && make_reply(ctx, p.v6, 0, 0) == 0) {
 			count(&stats, ST_REJECTED);
 			return XDP_TX;
 		}
@@ -456,17 +579,140 @@ int shield(struct xdp_md *ctx)
 	}
 	if (p.proto == IPPROTO_TCP) {
 		count(&stats, ST_SYN);
-		__u32 zero = 0;
-		struct cfg *c0 = bpf_map_lookup_elem(&cfg, &zero);
-		if (c0) {
-			__u32 gslot = (c0->gen & 1) + 1;
-			struct cfg *gc = bpf_map_lookup_elem(&cfg, &gslot);
-			if (gc && syn_limited(&p, gc->syn_per_sec)) {
-				count(&stats, ST_SYN_LIMITED);
-				return XDP_DROP;
+		struct cfg *gc = active_cfg();
+		if (gc && syn_limited(&p, gc->syn_per_sec)) {
+			count(&stats, ST_SYN_LIMITED);
+			return XDP_DROP;
+		}
+		if (gc && gc->syn_cookies) {
+			__u32 mi = 0;
+			if (p.mss >= mss_at(p.v6, 1))
+				mi = 1;
+			if (p.mss >= mss_at(p.v6, 2))
+				mi = 2;
+			if (p.mss >= mss_at(p.v6, 3))
+				mi = 3;
+			__u64 slot = bpf_ktime_get_ns() >> 36;
+			__u32 c = cookie_mac(p.src, p.dst, p.isn, p.sport, p.dport, slot) |
+				  (__u32)(slot & 3) << 6 | mi << 4;
+			if (make_reply(ctx, p.v6, c, mss_at(p.v6, mi)) == 0) {
+				count(&stats, ST_COOKIE_SENT);
+				return XDP_TX;
 			}
 		}
 	}
 	count(&stats, ST_ALLOWED);
 	return XDP_PASS;
+}
+
+// tc ingress: the ACK that completes a handshake XDP answered with a
+// cookie. No socket but the listener knows the connection; a good cookie
+// becomes a request socket the kernel completes (bpf_sk_assign_tcp_reqsk,
+// Linux 6.10), as if it had issued the cookie itself.
+struct bpf_tcp_req_attrs {
+	__u32 rcv_tsval;
+	__u32 rcv_tsecr;
+	__u16 mss;
+	__u8 rcv_wscale;
+	__u8 snd_wscale;
+	__u8 ecn_ok;
+	__u8 wscale_ok;
+	__u8 sack_ok;
+	__u8 tstamp_ok;
+	__u8 usec_ts_ok;
+	__u8 reserved[3];
+};
+
+struct sock;
+extern int bpf_sk_assign_tcp_reqsk(struct __sk_buff *skb, struct sock *sk,
+				   struct bpf_tcp_req_attrs *attrs, int attrs__sz) __ksym;
+
+#define TC_ACT_OK 0
+#define TCP_LISTEN 10
+
+SEC("tc")
+int shield_tc(struct __sk_buff *skb)
+{
+	void *data = (void *)(long)skb->data;
+	void *end = (void *)(long)skb->data_end;
+	struct ethhdr *eth = data;
+	struct bpf_sock_tuple t = {};
+	__u8 src[16] = {}, dst[16] = {};
+	struct tcphdr *th;
+	__u32 tsize;
+	int v6 = 0;
+
+	if ((void *)(eth + 1) > end)
+		return TC_ACT_OK;
+	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *ip = (void *)(eth + 1);
+		if ((void *)(ip + 1) > end || ip->ihl != 5 || ip->protocol != IPPROTO_TCP)
+			return TC_ACT_OK;
+		th = (void *)(ip + 1);
+		if ((void *)(th + 1) > end)
+			return TC_ACT_OK;
+		t.ipv4.saddr = ip->saddr;
+		t.ipv4.daddr = ip->daddr;
+		t.ipv4.sport = th->source;
+		t.ipv4.dport = th->dest;
+		tsize = sizeof(t.ipv4);
+		src[10] = src[11] = dst[10] = dst[11] = 0xff;
+		__builtin_memcpy(src + 12, &ip->saddr, 4);
+		__builtin_memcpy(dst + 12, &ip->daddr, 4);
+	} else if (eth->h_proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = (void *)(eth + 1);
+		if ((void *)(ip6 + 1) > end || ip6->nexthdr != IPPROTO_TCP)
+			return TC_ACT_OK;
+		th = (void *)(ip6 + 1);
+		if ((void *)(th + 1) > end)
+			return TC_ACT_OK;
+		__builtin_memcpy(t.ipv6.saddr, &ip6->saddr, 16);
+		__builtin_memcpy(t.ipv6.daddr, &ip6->daddr, 16);
+		t.ipv6.sport = th->source;
+		t.ipv6.dport = th->dest;
+		tsize = sizeof(t.ipv6);
+		__builtin_memcpy(src, &ip6->saddr, 16);
+		__builtin_memcpy(dst, &ip6->daddr, 16);
+		v6 = 1;
+	} else {
+		return TC_ACT_OK;
+	}
+	// A bare ACK (no SYN, RST or FIN) to a vserver port.
+	if ((((__u8 *)th)[13] & 0x17) != 0x10)
+		return TC_ACT_OK;
+	__u32 served_at = bpf_ntohs(th->dest);
+	__u32 *on = bpf_map_lookup_elem(&served, &served_at);
+	if (!on || !*on)
+		return TC_ACT_OK;
+	struct cfg *gc = active_cfg();
+	if (!gc || !gc->syn_cookies)
+		return TC_ACT_OK;
+	__u32 cookie = bpf_ntohl(th->ack_seq) - 1;
+	__u32 isn = bpf_ntohl(th->seq) - 1;
+	__u16 sport = bpf_ntohs(th->source), dport = bpf_ntohs(th->dest);
+
+	struct bpf_sock *skc = bpf_skc_lookup_tcp(skb, &t, tsize, BPF_F_CURRENT_NETNS, 0);
+	if (!skc)
+		return TC_ACT_OK;
+	// Only where no connection exists: the listener answers.
+	if (skc->state != TCP_LISTEN)
+		goto release;
+	__u64 now = bpf_ktime_get_ns() >> 36;
+	__u64 slot = (now & 3) == ((cookie >> 6) & 3) ? now : now - 1;
+	if (((slot & 3) != ((cookie >> 6) & 3)) ||
+	    cookie_mac(src, dst, isn, sport, dport, slot) != (cookie & 0xffffff00)) {
+		count(&stats, ST_COOKIE_BAD);
+		goto release;
+	}
+	struct bpf_tcp_req_attrs attrs = {};
+	attrs.mss = mss_at(v6, cookie >> 4);
+	struct sock *sk = (struct sock *)bpf_skc_to_tcp_sock(skc);
+	if (!sk || bpf_sk_assign_tcp_reqsk(skb, sk, &attrs, sizeof(attrs)) < 0) {
+		count(&stats, ST_COOKIE_REFUSED);
+		goto release;
+	}
+	count(&stats, ST_COOKIE_OK);
+release:
+	bpf_sk_release(skc);
+	return TC_ACT_OK;
 }

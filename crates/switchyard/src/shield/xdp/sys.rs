@@ -19,8 +19,11 @@ const BPF_PROG_LOAD: libc::c_long = 5;
 const BPF_PROG_TEST_RUN: libc::c_long = 10;
 const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 const BPF_LINK_CREATE: libc::c_long = 28;
-const BPF_PROG_TYPE_XDP: u32 = 6;
-const BPF_XDP: u32 = 37;
+pub const BPF_PROG_TYPE_XDP: u32 = 6;
+pub const BPF_PROG_TYPE_SCHED_CLS: u32 = 3;
+pub const BPF_XDP: u32 = 37;
+/// tcx ingress (Linux 6.6): a tc program attached by a link.
+pub const BPF_TCX_INGRESS: u32 = 46;
 
 pub const XDP_FLAGS_SKB_MODE: u32 = 1 << 1;
 pub const XDP_FLAGS_DRV_MODE: u32 = 1 << 2;
@@ -132,18 +135,24 @@ pub fn map_lookup(map: &OwnedFd, key: &[u8], value: &mut [u8]) -> io::Result<()>
         .map(|_| ())
 }
 
-/// Loads an XDP program; on a verifier refusal the error carries the end
-/// of the verifier's log.
-pub fn prog_load_xdp(name: &str, insns: &[u8], license: &str) -> io::Result<OwnedFd> {
+/// Loads a program of type `kind` for `attach`; on a verifier refusal the
+/// error carries the end of the verifier's log.
+pub fn prog_load(
+    kind: u32,
+    attach: u32,
+    name: &str,
+    insns: &[u8],
+    license: &str,
+) -> io::Result<OwnedFd> {
     let license = CString::new(license).map_err(|_| io::Error::other("bad license string"))?;
     let attempt = |log: Option<&mut Vec<u8>>| {
         let mut a = Attr::new();
-        a.u32(0, BPF_PROG_TYPE_XDP)
+        a.u32(0, kind)
             .u32(4, (insns.len() / 8) as u32)
             .u64(8, insns.as_ptr() as u64)
             .u64(16, license.as_ptr() as u64)
             .bytes(48, &name16(name))
-            .u32(68, BPF_XDP);
+            .u32(68, attach);
         if let Some(log) = log {
             a.u32(24, 1)
                 .u32(28, log.len() as u32)
@@ -183,16 +192,30 @@ pub fn prog_load_xdp(name: &str, insns: &[u8], license: &str) -> io::Result<Owne
     }
 }
 
-/// Attaches `prog` to interface `ifindex` with XDP `flags` (driver or
-/// generic mode); the program stays attached while the returned link is
-/// open.
-pub fn xdp_link(prog: &OwnedFd, ifindex: u32, flags: u32) -> io::Result<OwnedFd> {
+/// Attaches `prog` to interface `ifindex` at `attach` (BPF_XDP with XDP
+/// `flags` for driver or generic mode, or BPF_TCX_INGRESS); the program
+/// stays attached while the returned link is open.
+pub fn link(prog: &OwnedFd, ifindex: u32, attach: u32, flags: u32) -> io::Result<OwnedFd> {
     Attr::new()
         .u32(0, prog.as_raw_fd() as u32)
         .u32(4, ifindex)
-        .u32(8, BPF_XDP)
+        .u32(8, attach)
         .u32(12, flags)
         .fd(BPF_LINK_CREATE)
+}
+
+/// Random bytes from the kernel (the SYN cookie key).
+pub fn random(buf: &mut [u8]) -> io::Result<()> {
+    let mut done = 0;
+    while done < buf.len() {
+        // SAFETY: writes at most the rest of `buf`.
+        let n = unsafe { libc::getrandom(buf[done..].as_mut_ptr().cast(), buf.len() - done, 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        done += n as usize;
+    }
+    Ok(())
 }
 
 pub fn ifindex(name: &str) -> io::Result<u32> {
