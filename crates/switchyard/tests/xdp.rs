@@ -139,6 +139,18 @@ impl Net {
     }
 }
 
+impl Net {
+    /// `ip link show` of the Switchyard end: says "prog/xdp" while a
+    /// program is attached.
+    fn link_shows_xdp(&self) -> bool {
+        Command::new("ip")
+            .args(["-n", &self.sy, "link", "show", "dev", &self.dev])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).contains("prog/xdp"))
+            .unwrap_or(false)
+    }
+}
+
 impl Drop for Net {
     fn drop(&mut self) {
         let _ = ip(&["netns", "del", &self.client]);
@@ -425,6 +437,13 @@ fn a_thousand_rules_in_native_mode() {
     assert!(
         s["xdp"]["attached"][0]["mode"] == "native" || s["xdp"]["attached"][0]["mode"] == "generic"
     );
+    assert!(net.link_shows_xdp());
+    // Killed outright: the link closes with the process, the program goes.
+    drop(sy);
+    assert!(
+        eventually(Duration::from_secs(3), || !net.link_shows_xdp()),
+        "XDP still attached after the process died"
+    );
 }
 
 /// Reloads that change the rules and a list edit, while a client opens
@@ -493,6 +512,23 @@ fn reloads_and_list_edits_under_traffic() {
         "attached once, never detached:\n{log}"
     );
     assert!(!log.contains("XDP detached"), "{log}");
+    // A reload without [shield.xdp] detaches; the accept path goes on.
+    assert!(net.link_shows_xdp());
+    sy.reload(&config(o.addr, RULES, ""), 4);
+    assert!(
+        sy.log().contains(&format!("XDP detached from {}", net.dev)),
+        "{}",
+        sy.log()
+    );
+    assert!(!net.link_shows_xdp());
+    let d = get_from(&net.client, DROPPED, t);
+    assert!(
+        matches!(
+            d,
+            Err(ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset)
+        ),
+        "{d:?}"
+    );
 }
 
 /// Where XDP cannot attach (no such interface), Switchyard says so once
