@@ -25,6 +25,9 @@ const DROPPED: &str = "10.77.0.3";
 const REJECTED: &str = "10.77.0.4";
 /// The SYN flood's source (allowed by the rules).
 const FLOODER: &str = "10.77.0.5";
+const SY6: &str = "fd77::1";
+const ALLOWED6: &str = "fd77::2";
+const DROPPED6: &str = "fd77::3";
 const PORT: u16 = 8080;
 const ADMIN: &str = "127.0.0.1:9000";
 
@@ -112,6 +115,13 @@ impl Net {
                     "dev",
                     &peer,
                 ])?;
+            }
+            // nodad: usable at once, without duplicate address detection.
+            let v6 = format!("{SY6}/64");
+            ip(&["-n", &net.sy, "addr", "add", &v6, "dev", &net.dev, "nodad"])?;
+            for a in [ALLOWED6, DROPPED6] {
+                let a = format!("{a}/64");
+                ip(&["-n", &net.client, "addr", "add", &a, "dev", &peer, "nodad"])?;
             }
             for (ns, dev) in [(&net.sy, &net.dev), (&net.client, &peer)] {
                 ip(&["-n", ns, "link", "set", dev, "up"])?;
@@ -257,18 +267,27 @@ impl Drop for Sy {
 /// Ok(status), or how it failed.
 fn get_from(client_ns: &str, source: &'static str, timeout: Duration) -> Result<u16, ErrorKind> {
     Net::within(client_ns, move || {
-        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
-            .map_err(|e| e.kind())?;
+        let v6 = source.contains(':');
+        let domain = if v6 {
+            socket2::Domain::IPV6
+        } else {
+            socket2::Domain::IPV4
+        };
+        let (from, to) = if v6 {
+            (format!("[{source}]:0"), format!("[{SY6}]:{PORT}"))
+        } else {
+            (format!("{source}:0"), format!("{SY}:{PORT}"))
+        };
+        let sock =
+            socket2::Socket::new(domain, socket2::Type::STREAM, None).map_err(|e| e.kind())?;
         sock.bind(
-            &format!("{source}:0")
+            &from
                 .parse::<SocketAddr>()
                 .map_err(|_| ErrorKind::InvalidInput)?
                 .into(),
         )
         .map_err(|e| e.kind())?;
-        let to: SocketAddr = format!("{SY}:{PORT}")
-            .parse()
-            .map_err(|_| ErrorKind::InvalidInput)?;
+        let to: SocketAddr = to.parse().map_err(|_| ErrorKind::InvalidInput)?;
         sock.connect_timeout(&to.into(), timeout)
             .map_err(|e| e.kind())?;
         let mut s: TcpStream = sock.into();
@@ -294,7 +313,7 @@ fn origin_in(net: &Net) -> Origin {
 
 fn config(origin: SocketAddr, rules: &str, xdp: &str) -> String {
     format!(
-        "[global]\nworkers = 1\n[[vserver]]\nname = \"web\"\nlisten = [\"{SY}:{PORT}\"]\ndefault_pool = \"p\"\n\
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"web\"\nlisten = [\"{SY}:{PORT}\", \"[{SY6}]:{PORT}\"]\ndefault_pool = \"p\"\n\
          [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{origin}\"\n{rules}\n{xdp}\n"
     )
 }
@@ -305,7 +324,8 @@ const RULES: &str = "[shield]\ndefault = \"allow\"\n[shield.lists]\nbad = [\"10.
     [[shield.acl]]\nname = \"count all\"\nproto = [\"tcp\"]\naction = \"count\"\n\
     [[shield.acl]]\nname = \"drop the list\"\nsrc = [\"@bad\"]\naction = \"drop\"\n\
     [[shield.acl]]\nname = \"reject four\"\nsrc = [\"10.77.0.4/32\"]\nproto = [\"tcp\"]\ndst_port = [8080]\naction = \"reject\"\n\
-    [[shield.acl]]\nname = \"allow two\"\nsrc = [\"10.77.0.0/24\"]\ntcp_flags = \"syn,!ack\"\naction = \"allow\"\n";
+    [[shield.acl]]\nname = \"allow two\"\nsrc = [\"10.77.0.0/24\"]\ntcp_flags = \"syn,!ack\"\naction = \"allow\"\n\
+    [[shield.acl]]\nname = \"drop v6 three\"\nsrc = [\"fd77::3/128\"]\naction = \"drop\"\n";
 
 fn xdp(dev: &str, extra: &str) -> String {
     format!("[shield.xdp]\ninterfaces = [\"{dev}\"]\n{extra}\n")
@@ -370,16 +390,24 @@ fn xdp_and_accept_decide_alike_on_one_rule_file() {
         Err(ErrorKind::ConnectionRefused),
         "a reject in XDP is a RST"
     );
+    assert_eq!(get_from(&net.client, ALLOWED6, t), Ok(200));
+    assert_eq!(get_from(&net.client, DROPPED6, t), Err(ErrorKind::TimedOut));
     let s = sy.shield();
     let x = hits(&s, "xdp_hits");
-    // count, drop (the SYN and its retransmissions), reject, allow.
-    assert!(x[0] >= 3 && x[1] >= 1 && x[2] == 1 && x[3] == 1, "{s}");
+    // count, drop (the SYN and its retransmissions), reject, allow, drop
+    // IPv6; the allowed IPv6 client went by the default.
+    assert!(
+        x[0] >= 5 && x[1] >= 1 && x[2] == 1 && x[3] == 1 && x[4] >= 1,
+        "{s}"
+    );
+    assert_eq!(s["xdp_default_hits"], 1, "{s}");
     assert_eq!(s["xdp"]["packets"]["rejected_rst"], 1, "{s}");
     assert!(s["xdp"]["packets"]["dropped"].as_u64() >= Some(1), "{s}");
-    // Only the allowed connection reached accept, where it is evaluated
-    // again.
-    assert_eq!(hits(&s, "hits"), vec![1, 0, 0, 1], "{s}");
-    assert_eq!(o.requests(), 1);
+    // Only the allowed connections reached accept, where they are
+    // evaluated again.
+    assert_eq!(hits(&s, "hits"), vec![2, 0, 0, 1, 0], "{s}");
+    assert_eq!(s["default_hits"], 1, "{s}");
+    assert_eq!(o.requests(), 2);
     drop(sy);
 
     // The same file without [shield.xdp]: the decisions at accept.
@@ -397,10 +425,20 @@ fn xdp_and_accept_decide_alike_on_one_rule_file() {
         get_from(&net.client, REJECTED, t),
         Err(ErrorKind::ConnectionReset)
     );
+    assert_eq!(get_from(&net.client, ALLOWED6, t), Ok(200));
+    let d = get_from(&net.client, DROPPED6, t);
+    assert!(
+        matches!(
+            d,
+            Err(ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset)
+        ),
+        "{d:?}"
+    );
     let s = sy.shield();
-    assert_eq!(hits(&s, "hits"), vec![3, 1, 1, 1], "{s}");
+    assert_eq!(hits(&s, "hits"), vec![5, 1, 1, 1, 1], "{s}");
+    assert_eq!(s["default_hits"], 1, "{s}");
     assert_eq!(s["xdp"], Value::Null);
-    assert_eq!(o.requests(), 2);
+    assert_eq!(o.requests(), 4);
 }
 
 /// 1,000 rules in native mode: the one that decides is the last; the

@@ -28,6 +28,8 @@ use acl::{Acl, Action, Packet, Rule};
 /// A rule with the address lists it names for its sources and destinations.
 pub type ListedRule = (Rule, Vec<String>, Vec<String>);
 
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
 pub struct AclSet {
     rules: Vec<ListedRule>,
     default: Action,
@@ -38,6 +40,9 @@ pub struct AclSet {
     default_hits: AtomicU64,
     /// `[shield.xdp]`: only the global set has it.
     xdp: Option<xdp::Spec>,
+    /// Unique per set: XDP tells a reload's new set from a list edit of
+    /// the one loaded (an address could be reused).
+    id: u64,
 }
 
 fn compile(rules: &[ListedRule], lists: &BTreeMap<String, Vec<Cidr>>, default: Action) -> Acl {
@@ -72,6 +77,7 @@ impl AclSet {
             compiled: ArcSwap::from_pointee(compiled),
             default_hits: AtomicU64::new(0),
             xdp: None,
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -82,6 +88,10 @@ impl AclSet {
 
     pub fn set_xdp(&mut self, spec: xdp::Spec) {
         self.xdp = Some(spec);
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     pub fn xdp_spec(&self) -> Option<&xdp::Spec> {

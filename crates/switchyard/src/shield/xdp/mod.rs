@@ -90,8 +90,8 @@ struct Loaded {
     /// LPM keys written per generation, to delete before it is rewritten.
     lpm_keys: [Vec<(bool, Vec<u8>)>; 2],
     links: BTreeMap<String, Link>,
-    /// The rule set the tables come from (its address), and its rules.
-    set: usize,
+    /// The rule set the tables come from (its id), and its rules.
+    set: u64,
     rules: usize,
     /// The tc program completing SYN cookies, or why it did not load.
     tc: Result<OwnedFd, String>,
@@ -469,7 +469,7 @@ fn write_set(st: &mut State, set: &std::sync::Arc<AclSet>, snap: &Snapshot) -> R
     };
     let acl = set.compiled();
     let t = tables(&acl)?;
-    let id = std::sync::Arc::as_ptr(set) as usize;
+    let id = set.id();
     if id != l.set {
         l.zero_hits()?;
         l.set = id;
@@ -493,7 +493,7 @@ pub fn refresh(set: &AclSet) {
     let mut st = state();
     let syn = st.spec.as_ref().map(|s| s.syn_per_source).unwrap_or(0);
     let Some(l) = st.loaded.as_mut() else { return };
-    if l.set != set as *const AclSet as usize {
+    if l.set != set.id() {
         return;
     }
     let r = tables(&set.compiled()).and_then(|t| l.write(&t, syn));
@@ -517,7 +517,7 @@ pub fn shutdown() {
 pub fn hits(set: &AclSet) -> Option<(Vec<u64>, u64)> {
     let st = state();
     let l = st.loaded.as_ref()?;
-    if l.set != set as *const AclSet as usize {
+    if l.set != set.id() {
         return None;
     }
     let per: Result<Vec<u64>, String> = (0..l.rules as u32)

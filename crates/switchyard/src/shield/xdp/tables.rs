@@ -14,7 +14,9 @@
 
 use std::collections::HashMap;
 
-use crate::shield::acl::{Action, Packet, Rule, Verdict};
+use crate::shield::acl::{Action, Rule};
+#[cfg(test)]
+use crate::shield::acl::{Packet, Verdict};
 
 // Keep in step with shield.bpf.c.
 pub const MAX_RULES: usize = 1024;
@@ -237,6 +239,7 @@ pub fn build(rules: &[Rule], default: Action) -> Result<Tables, String> {
     })
 }
 
+#[cfg(test)]
 impl Tables {
     /// What the XDP program decides for `p`, computed from these tables
     /// the way shield.bpf.c does: the tests hold it against acl.rs.
@@ -310,6 +313,7 @@ impl Tables {
     }
 }
 
+#[cfg(test)]
 fn normalise(ip: std::net::IpAddr) -> std::net::IpAddr {
     match ip {
         std::net::IpAddr::V6(a) => a.to_ipv4_mapped().map(std::net::IpAddr::V4).unwrap_or(ip),
