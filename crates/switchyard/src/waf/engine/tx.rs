@@ -1254,6 +1254,17 @@ impl<'e> Transaction<'e> {
                 return false;
             }
         }
+        // A chain's logdata says what the whole chain matched: expanded
+        // again now, with the last link's captures and matched variable
+        // (ModSecurity v3 evaluates it after the full match).
+        if log && r.links.len() > 1 {
+            if let Some(m) = &r.links[0].logdata {
+                let mut out = std::mem::take(&mut self.st.cur_logdata);
+                out.clear();
+                self.expand(m, Some(r), &mut out);
+                self.st.cur_logdata = out;
+            }
+        }
         // The whole chain matched: the actions that wait for it, the
         // last link's first (as ModSecurity unwinds its recursion).
         for link in r.links.iter().rev() {
