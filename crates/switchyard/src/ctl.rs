@@ -37,6 +37,7 @@ COMMANDS:
   reload                            re-read the configuration
   purge URL | purge --prefix URL    remove cached objects
   top [--interval SECS] [--count N] live view (Ctrl-C or N refreshes to stop)
+  node drain | node ready            /readyz answers 503 (the VIP moves away) or 200
   cluster status                    every node: revision applied, errors
   cluster publish FILE [--if-match REV]
                                     publish FILE to the cluster (etcd)
@@ -635,6 +636,16 @@ fn run(c: &Client, args: &[String], json_out: bool) -> Result<(), String> {
         }
         "top" => top(c, args, json_out),
         "cluster" => cluster(c, args, &w, json_out),
+        "node" => {
+            let ready = match w.get(1).copied() {
+                Some("drain") => false,
+                Some("ready") => true,
+                _ => return Err("usage: switchyard ctl node drain | node ready".into()),
+            };
+            let v = expect_ok(c.call("POST", "/api/v1/node", Some(&json!({ "ready": ready })))?)?;
+            println!("ready: {}", v["ready"]);
+            Ok(())
+        }
         other => Err(format!("unknown command {other:?}\n\n{USAGE}")),
     }
 }

@@ -201,6 +201,8 @@ fn every_documented_route_answers_as_documented() {
             "/api/v1/pools/{pool}/members/{member}" => Some(json!({ "weight": 2 })),
             "/api/v1/cache/purge" => Some(json!({ "url": format!("http://{l}/x") })),
             "/api/v1/shield/lists/{list}" => Some(json!({ "add": ["198.51.100.0/24"] })),
+            // Leaves the node ready (the routes after it still check it).
+            "/api/v1/node" => Some(json!({ "ready": true })),
             _ => None,
         }
     };
@@ -762,4 +764,41 @@ fn check_refuses_unsafe_or_broken_admin_settings() {
     assert!(ok, "{err}");
     let (ok, err) = check("[admin]");
     assert!(ok, "the default is loopback: {err}");
+}
+
+/// Draining a node: /readyz answers 503 (a VRRP check or a BGP announcer
+/// moves the VIP away) while requests are still served; ready again after.
+#[test]
+fn a_drained_node_is_not_ready_and_still_serves() {
+    let o = Origin::start("a");
+    let listen = addr(free_port());
+    let sy = Switchyard::start(&simple_config(listen, &[&o], ""), &[listen]);
+    let readyz = || {
+        request(
+            sy.admin,
+            "GET /readyz HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n",
+        )
+        .status
+    };
+    assert_eq!(readyz(), 200);
+    let a = call(
+        sy.admin,
+        "POST",
+        "/api/v1/node",
+        None,
+        Some(&json!({ "ready": false })),
+    );
+    assert_eq!(a.status, 200, "{}", a.body);
+    assert_eq!(readyz(), 503);
+    assert_eq!(get(listen, "/").status, 200, "a drained node still serves");
+    let out = std::process::Command::new(bin())
+        .args(["ctl", "--admin", &sy.admin.to_string(), "node", "ready"])
+        .output()
+        .expect("ctl");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(readyz(), 200);
 }

@@ -59,6 +59,9 @@ pub enum Id {
     Shield,
     ShieldList,
     Waf,
+    Readyz,
+    Node,
+    NodeSet,
     Cluster,
     ClusterConfig,
     ClusterPublish,
@@ -88,6 +91,7 @@ const ADMIN: Option<Role> = Some(Role::Admin);
 pub const ROUTES: &[Route] = &[
     r("GET", "/", None, Id::Index),
     r("GET", "/healthz", None, Id::Healthz),
+    r("GET", "/readyz", None, Id::Readyz),
     r("GET", "/api/openapi.json", None, Id::OpenApi),
     r("GET", "/dashboard/", None, Id::Dashboard),
     r("GET", "/dashboard/{file}", None, Id::DashboardAsset),
@@ -124,6 +128,8 @@ pub const ROUTES: &[Route] = &[
     r("GET", "/api/v1/events", READ, Id::Events),
     r("GET", "/api/v1/shield", READ, Id::Shield),
     r("GET", "/api/v1/waf", READ, Id::Waf),
+    r("GET", "/api/v1/node", READ, Id::Node),
+    r("POST", "/api/v1/node", ADMIN, Id::NodeSet),
     r("GET", "/api/v1/cluster", READ, Id::Cluster),
     r("GET", "/api/v1/cluster/config", READ, Id::ClusterConfig),
     r("PUT", "/api/v1/cluster/config", ADMIN, Id::ClusterPublish),
@@ -370,6 +376,21 @@ impl<C: Control> Cx<'_, C> {
                 &[("location", "/dashboard/")],
             )),
             Id::Healthz => Reply::Full(responses::simple(200, "text/plain", b"ok\n", true, &[])),
+            Id::Readyz => {
+                if crate::admin::ready() {
+                    Reply::Full(responses::simple(200, "text/plain", b"ready\n", true, &[]))
+                } else {
+                    Reply::Full(responses::simple(
+                        503,
+                        "text/plain",
+                        b"drained\n",
+                        true,
+                        &[],
+                    ))
+                }
+            }
+            Id::Node => ok(json!({ "ready": crate::admin::ready() })),
+            Id::NodeSet => self.node_set(),
             Id::OpenApi => Reply::Full(responses::simple(
                 200,
                 "application/json",
@@ -529,6 +550,29 @@ impl<C: Control> Cx<'_, C> {
                     .collect::<Vec<Value>>(),
             })),
         }
+    }
+
+    /// `{"ready": false}` drains the node (`/readyz` answers 503 while
+    /// every request is still served); `{"ready": true}` takes it back.
+    fn node_set(&self) -> Reply {
+        let v: Value = match serde_json::from_slice(self.body) {
+            Ok(v) => v,
+            Err(e) => return err(400, &format!("the body is not JSON: {e}")),
+        };
+        let Some(ready) = v.get("ready").and_then(Value::as_bool) else {
+            return err(
+                400,
+                "send {\"ready\": false} to drain the node, {\"ready\": true} to take it back",
+            );
+        };
+        crate::admin::set_ready(ready);
+        self.admin.record_change(
+            &self.caller,
+            self.peer,
+            if ready { "node ready" } else { "node drained" },
+            true,
+        );
+        ok(json!({ "ready": ready }))
     }
 
     /// This node, and every node's status from etcd.

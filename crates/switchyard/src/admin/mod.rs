@@ -58,6 +58,20 @@ const MAX_BODY: u64 = 64 * 1024;
 /// Changes remembered for `GET /api/v1/audit`.
 const AUDIT_KEEP: usize = 200;
 
+/// Whether this node should receive new traffic: false once an operator
+/// drains it (`POST /api/v1/node`), so a VRRP check or a BGP announcer
+/// watching `/readyz` moves the VIP away while every request still gets
+/// served.
+static DRAINED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+pub fn ready() -> bool {
+    !DRAINED.load(std::sync::atomic::Ordering::Relaxed)
+}
+
+pub fn set_ready(ready: bool) {
+    DRAINED.store(!ready, std::sync::atomic::Ordering::Relaxed);
+}
+
 /// State of the admin endpoint itself, on the control thread.
 pub struct Admin<C> {
     pub control: C,
