@@ -772,4 +772,39 @@ fn syn_cookies_in_xdp_complete_handshakes_under_a_flood() {
     assert_eq!(during["syn_cookies_bad"], 0, "{during}");
     assert_eq!(during["syn_cookies_refused"], 0, "{during}");
     assert_eq!(o.requests(), 21);
+
+    // Reloads turn cookies off (the tc program detaches, the kernel
+    // answers) and on again, XDP staying attached.
+    let plain = xdp(&net.dev, "mode = \"generic\"");
+    sy.reload(&config(o.addr, RULES, &plain), 2);
+    let x = sy.shield()["xdp"].clone();
+    assert_eq!(
+        (&x["syn_cookies"], &x["attached"][0]["tc"]),
+        (&Value::Bool(false), &Value::Bool(false)),
+        "{x}"
+    );
+    let sent = x["packets"]["syn_cookies_sent"].as_u64();
+    assert_eq!(
+        get_from(&net.client, ALLOWED, Duration::from_secs(2)),
+        Ok(200)
+    );
+    assert_eq!(
+        sy.shield()["xdp"]["packets"]["syn_cookies_sent"].as_u64(),
+        sent
+    );
+    let cookies = xdp(&net.dev, "mode = \"generic\"\nsyn_cookies = true");
+    sy.reload(&config(o.addr, RULES, &cookies), 3);
+    assert_eq!(sy.shield()["xdp"]["syn_cookies"], true);
+    let done = sy.shield()["xdp"]["packets"]["syn_cookies_completed"]
+        .as_u64()
+        .unwrap_or(0);
+    assert_eq!(
+        get_from(&net.client, ALLOWED, Duration::from_secs(2)),
+        Ok(200)
+    );
+    assert_eq!(
+        sy.shield()["xdp"]["packets"]["syn_cookies_completed"].as_u64(),
+        Some(done + 1)
+    );
+    assert_eq!(sy.log().matches("XDP attached").count(), 1, "{}", sy.log());
 }

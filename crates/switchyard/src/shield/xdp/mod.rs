@@ -370,8 +370,15 @@ pub fn apply(snap: &Snapshot) {
         }
     }
     let Some(l) = st.loaded.as_mut() else { return };
-    l.links.retain(|name, _| {
-        let keep = spec.interfaces.contains(name);
+    // Interfaces no longer named, or attached in a mode no longer
+    // allowed, are detached (and the latter attached again below).
+    l.links.retain(|name, link| {
+        let keep = spec.interfaces.contains(name)
+            && match spec.mode {
+                Mode::Auto => true,
+                Mode::Native => link.mode == "native",
+                Mode::Generic => link.mode == "generic",
+            };
         if !keep {
             log::info(format_args!("shield: XDP detached from {name}"));
         }
@@ -379,30 +386,33 @@ pub fn apply(snap: &Snapshot) {
     });
     let mut refused = Vec::new();
     for name in &spec.interfaces {
-        if l.links.contains_key(name) {
-            continue;
-        }
-        match attach(&l._prog, name, spec.mode) {
-            Ok(mut link) => {
-                if spec.syn_cookies {
-                    if let Ok(tc) = &l.tc {
-                        // Attached with the XDP link, detached with it.
-                        match sys::ifindex(name)
-                            .and_then(|i| sys::link(tc, i, sys::BPF_TCX_INGRESS, 0))
-                        {
-                            Ok(fd) => link.tc = Some(fd),
-                            Err(e) => refused
-                                .push((format!("{name} (tc)"), format!("tc ingress refused: {e}"))),
-                        }
-                    }
+        if !l.links.contains_key(name) {
+            match attach(&l._prog, name, spec.mode) {
+                Ok(link) => {
+                    log::info(format_args!(
+                        "shield: XDP attached to {name} in {} mode",
+                        link.mode
+                    ));
+                    l.links.insert(name.clone(), link);
                 }
-                log::info(format_args!(
-                    "shield: XDP attached to {name} in {} mode",
-                    link.mode
-                ));
-                l.links.insert(name.clone(), link);
+                Err(e) => {
+                    refused.push((name.clone(), e));
+                    continue;
+                }
             }
-            Err(e) => refused.push((name.clone(), e)),
+        }
+        // The tc half of SYN cookies, with the XDP link (and detached
+        // with it).
+        let (Some(link), Ok(tc)) = (l.links.get_mut(name), &l.tc) else {
+            continue;
+        };
+        if spec.syn_cookies && link.tc.is_none() {
+            match sys::ifindex(name).and_then(|i| sys::link(tc, i, sys::BPF_TCX_INGRESS, 0)) {
+                Ok(fd) => link.tc = Some(fd),
+                Err(e) => {
+                    refused.push((format!("{name} (tc)"), format!("tc ingress refused: {e}")))
+                }
+            }
         }
     }
     // Cookies only where every interface can complete them; otherwise the
@@ -432,6 +442,13 @@ pub fn apply(snap: &Snapshot) {
     }
     if let Err(e) = write_set(&mut st, &set, snap) {
         fail(&mut st, &e);
+        return;
+    }
+    // Cookies are off in the maps now: their tc links may go.
+    if !spec.syn_cookies {
+        for link in st.loaded.iter_mut().flat_map(|l| l.links.values_mut()) {
+            link.tc = None;
+        }
     }
 }
 
