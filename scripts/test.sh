@@ -13,8 +13,9 @@ if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 # from nghttp2-client.
 need=()
 # etcd and etcdctl (tests/cluster.rs runs cluster nodes on a real etcd)
-# come from etcd-server and etcd-client.
-for cmd in wrk curl openssl cmake gcc gzip h2load nghttp etcd etcdctl; do
+# come from etcd-server and etcd-client; keepalived moves the VIP of
+# tests/vip.rs between network namespaces.
+for cmd in wrk curl openssl cmake gcc gzip h2load nghttp etcd etcdctl keepalived; do
   case "$cmd" in
     h2load|nghttp) pkg=nghttp2-client ;;
     etcd) pkg=etcd-server ;;

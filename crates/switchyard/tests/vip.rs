@@ -1,0 +1,342 @@
+//! A failover VIP with keepalived (VRRPv3, 0.1 s adverts) in network
+//! namespaces the test makes: two nodes each run switchyard (listening on
+//! the VIP with `freebind`) and keepalived (its `vrrp_script` asks
+//! switchyard's `/readyz`); a client namespace holds the bridge. A client
+//! that retries loses no request when the master's switchyard is killed,
+//! when the old master comes back, or when a node is drained.
+//!
+//! Needs root, ip(8), keepalived and curl; skips otherwise. Every process
+//! is stopped by PID and every namespace deleted, even on failure.
+
+mod common;
+use common::*;
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The namespaces and processes of one test, torn down on drop.
+struct Lab {
+    tag: String,
+    children: Vec<Child>,
+}
+
+impl Lab {
+    fn ns(&self, n: &str) -> String {
+        format!("sy{}-{n}", self.tag)
+    }
+
+    fn spawn(&mut self, ns: &str, args: &[&str], log: &Path) -> usize {
+        let f = std::fs::File::create(log).expect("log");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns(ns)])
+            .args(args)
+            .stdout(f.try_clone().expect("log"))
+            .stderr(f)
+            .spawn()
+            .expect("spawn in namespace");
+        self.children.push(child);
+        self.children.len() - 1
+    }
+
+    fn kill(&mut self, i: usize, sig: &str) {
+        let pid = self.children[i].id();
+        // `ip netns exec` execs the program: the child's PID is its PID.
+        let _ = Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status();
+        let _ = self.children[i].wait();
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for n in ["c", "a", "b"] {
+            let _ = Command::new("ip")
+                .args(["netns", "del", &self.ns(n)])
+                .status();
+        }
+    }
+}
+
+const VIP: &str = "10.77.0.100";
+
+fn node_config(name: &str) -> String {
+    format!(
+        "[global]\nworkers = 1\n[admin]\nlisten = \"127.0.0.1:9090\"\n\
+         [[vserver]]\nname = \"vip\"\nlisten = [\"{VIP}:80\"]\ndefault_pool = \"p\"\n\
+         [vserver.socket]\nfreebind = true\n\
+         [[vserver.policy]]\naction = {{ status = 200, body = \"{name}\" }}\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:9\"\n"
+    )
+}
+
+fn keepalived_config(name: &str, priority: u32) -> String {
+    format!(
+        "global_defs {{\n  router_id {name}\n  vrrp_version 3\n  enable_script_security\n  script_user root\n}}\n\
+         vrrp_script ready {{\n  script \"/usr/bin/curl -fs -m 1 -o /dev/null http://127.0.0.1:9090/readyz\"\n  interval 1\n  fall 1\n  rise 1\n}}\n\
+         vrrp_instance vip {{\n  state BACKUP\n  interface eth0\n  virtual_router_id 51\n  priority {priority}\n  advert_int 0.1\n\
+           virtual_ipaddress {{\n    {VIP}/24 dev eth0\n  }}\n  track_script {{\n    ready\n  }}\n}}\n"
+    )
+}
+
+/// Runs `f` on a thread inside network namespace `ns`.
+fn in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = PathBuf::from("/run/netns").join(ns);
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).expect("netns file");
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns on this thread only, with a valid namespace fd.
+        let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "setns {}", path.display());
+        f()
+    })
+}
+
+/// One GET to the VIP: the body (the node's name), or None.
+fn fetch() -> Option<String> {
+    let a: SocketAddr = format!("{VIP}:80").parse().ok()?;
+    let mut s = TcpStream::connect_timeout(&a, Duration::from_millis(300)).ok()?;
+    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+    s.write_all(b"GET / HTTP/1.1\r\nHost: vip\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    if !out.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    out.split("\r\n\r\n").nth(1).map(|b| b.trim().to_string())
+}
+
+/// What a client that retries saw: (when, who answered) per request,
+/// requests that failed every retry, and the longest time without an
+/// answer.
+#[derive(Default)]
+struct Seen {
+    answers: Vec<(Duration, String)>,
+    failed: u32,
+    longest_gap: Duration,
+}
+
+/// A client in namespace `ns` that retries each request for up to 5 s,
+/// until `stop`.
+fn client(ns: &str, stop: Arc<AtomicBool>, seen: Arc<Mutex<Seen>>) -> std::thread::JoinHandle<()> {
+    in_netns(ns, move || {
+        let start = Instant::now();
+        let mut last_ok = Instant::now();
+        while !stop.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(60) {
+            let t = Instant::now();
+            let mut got = None;
+            while got.is_none() && t.elapsed() < Duration::from_secs(5) {
+                got = fetch();
+                if got.is_none() {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+            }
+            let mut s = seen.lock().expect("lock");
+            match got {
+                Some(who) => {
+                    let gap = last_ok.elapsed();
+                    s.longest_gap = s.longest_gap.max(gap);
+                    last_ok = Instant::now();
+                    s.answers.push((start.elapsed(), who));
+                }
+                None => s.failed += 1,
+            }
+            drop(s);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    })
+}
+
+fn last_answer(seen: &Mutex<Seen>) -> Option<String> {
+    seen.lock()
+        .expect("lock")
+        .answers
+        .last()
+        .map(|a| a.1.clone())
+}
+
+#[test]
+fn a_retrying_client_loses_nothing_through_failover_failback_and_drain() {
+    let root = Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
+    if !root || !have("ip") || !have("keepalived") || !have("curl") {
+        eprintln!("skipped: needs root, ip, keepalived and curl (apt-get install keepalived)");
+        return;
+    }
+    let mut lab = Lab {
+        tag: format!("{}", std::process::id() % 100_000),
+        children: Vec::new(),
+    };
+    let (c, a, b) = (lab.ns("c"), lab.ns("a"), lab.ns("b"));
+    for n in [&c, &a, &b] {
+        assert!(ip(&["netns", "add", n]), "netns add {n}");
+        assert!(ip(&["-n", n, "link", "set", "lo", "up"]));
+    }
+    assert!(ip(&["-n", &c, "link", "add", "br0", "type", "bridge"]));
+    assert!(ip(&[
+        "-n",
+        &c,
+        "addr",
+        "add",
+        "10.77.0.10/24",
+        "dev",
+        "br0"
+    ]));
+    assert!(ip(&["-n", &c, "link", "set", "br0", "up"]));
+    for (n, port, addr4) in [(&a, "va", "10.77.0.1/24"), (&b, "vb", "10.77.0.2/24")] {
+        assert!(ip(&[
+            "-n", &c, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", n
+        ]));
+        assert!(ip(&["-n", &c, "link", "set", port, "master", "br0", "up"]));
+        assert!(ip(&["-n", n, "addr", "add", addr4, "dev", "eth0"]));
+        assert!(ip(&["-n", n, "link", "set", "eth0", "up"]));
+    }
+    let dir = temp_dir("vip");
+    let mut sy = Vec::new();
+    for (n, name, prio) in [("a", "node-a", 150), ("b", "node-b", 100)] {
+        let cfg = dir.join(format!("{n}.toml"));
+        std::fs::write(&cfg, node_config(name)).expect("write");
+        let ka = dir.join(format!("{n}-keepalived.conf"));
+        std::fs::write(&ka, keepalived_config(name, prio)).expect("write");
+        let cfg_s = cfg.display().to_string();
+        sy.push(lab.spawn(
+            n,
+            &[bin(), "run", "-c", &cfg_s],
+            &dir.join(format!("{n}-sy.log")),
+        ));
+        let ka_s = ka.display().to_string();
+        let pid = |k: &str| dir.join(format!("{n}-{k}.pid")).display().to_string();
+        lab.spawn(
+            n,
+            &[
+                "keepalived",
+                "-n",
+                "-l",
+                "-D",
+                "--vrrp",
+                "-f",
+                &ka_s,
+                "-p",
+                &pid("ka"),
+                "-r",
+                &pid("vrrp"),
+            ],
+            &dir.join(format!("{n}-keepalived.log")),
+        );
+    }
+    // The VIP settles on node a (the higher priority).
+    let settled = in_netns(&c, || {
+        eventually(Duration::from_secs(20), || {
+            fetch().as_deref() == Some("node-a")
+        })
+    })
+    .join()
+    .expect("client thread");
+    let logs = |dir: &Path| {
+        ["a-sy", "b-sy", "a-keepalived", "b-keepalived"]
+            .iter()
+            .map(|f| {
+                format!(
+                    "== {f}\n{}",
+                    std::fs::read_to_string(dir.join(format!("{f}.log"))).unwrap_or_default()
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert!(
+        settled,
+        "the VIP never answered from node a\n{}",
+        logs(&dir)
+    );
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let seen = Arc::new(Mutex::new(Seen::default()));
+    let t = client(&c, stop.clone(), seen.clone());
+    std::thread::sleep(Duration::from_millis(500));
+
+    // 1. The master's switchyard dies (SIGKILL): b takes the VIP.
+    let killed = Instant::now();
+    lab.kill(sy[0], "KILL");
+    let moved = eventually(Duration::from_secs(10), || {
+        last_answer(&seen).as_deref() == Some("node-b")
+    });
+    let failover = killed.elapsed();
+    assert!(moved, "the VIP did not move to b\n{}", logs(&dir));
+
+    // 2. a comes back: it takes the VIP again (preemption), b still serving meanwhile.
+    let cfg_a = dir.join("a.toml").display().to_string();
+    sy[0] = lab.spawn("a", &[bin(), "run", "-c", &cfg_a], &dir.join("a-sy.log"));
+    let back = eventually(Duration::from_secs(10), || {
+        last_answer(&seen).as_deref() == Some("node-a")
+    });
+    assert!(back, "the VIP did not come back to a\n{}", logs(&dir));
+
+    // 3. a is drained: /readyz says 503, the VIP moves to b, a still
+    // serves what reaches it meanwhile.
+    let drained = in_netns(&a, || {
+        let mut s = TcpStream::connect("127.0.0.1:9090").expect("admin");
+        let body = "{\"ready\": false}";
+        let _ = s.write_all(
+            format!("POST /api/v1/node HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes(),
+        );
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out.starts_with("HTTP/1.1 200")
+    })
+    .join()
+    .expect("admin thread");
+    assert!(drained);
+    let away = eventually(Duration::from_secs(10), || {
+        last_answer(&seen).as_deref() == Some("node-b")
+    });
+    assert!(away, "draining a did not move the VIP\n{}", logs(&dir));
+
+    stop.store(true, Ordering::Relaxed);
+    let _ = t.join();
+    let s = seen.lock().expect("lock");
+    eprintln!(
+        "failover after SIGKILL seen by the client within {failover:?}; {} answers; longest gap {:?}; {} failed",
+        s.answers.len(),
+        s.longest_gap,
+        s.failed
+    );
+    assert_eq!(
+        s.failed,
+        0,
+        "a retrying client lost requests\n{}",
+        logs(&dir)
+    );
+    assert!(s.answers.len() > 20);
+}
