@@ -607,6 +607,11 @@ mod tests {
     }
 
     fn frame(p: &Packet, seq: u32) -> Vec<u8> {
+        frame_with(p, seq, &[])
+    }
+
+    /// A frame carrying `p`; a TCP segment gets `opts` (whole words).
+    fn frame_with(p: &Packet, seq: u32, opts: &[u8]) -> Vec<u8> {
         let mut f = vec![2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2];
         let mut l4 = match p.proto {
             TCP => {
@@ -615,7 +620,9 @@ mod tests {
                 t.extend_from_slice(&p.dst_port.to_be_bytes());
                 t.extend_from_slice(&seq.to_be_bytes());
                 t.extend_from_slice(&0u32.to_be_bytes());
-                t.extend_from_slice(&[5 << 4, p.tcp_flags, 0xff, 0xff, 0, 0, 0, 0]);
+                let doff = 5 + opts.len() as u8 / 4;
+                t.extend_from_slice(&[doff << 4, p.tcp_flags, 0xff, 0xff, 0, 0, 0, 0]);
+                t.extend_from_slice(opts);
                 t
             }
             UDP => {
@@ -754,6 +761,76 @@ mod tests {
         // generation, then the same verdicts.
         l.write(&t, 0).expect("rewrite");
         assert_eq!(l.gen, 0);
+    }
+
+    /// A SYN answered with a cookie in XDP, IPv4 and IPv6: a SYN+ACK back
+    /// (addresses and ports swapped, ack = ISN + 1, one MSS option, both
+    /// checksums right) whose ISN carries the MSS index, and the same SYN
+    /// gets the same cookie.
+    #[test]
+    fn syn_cookies_answer_with_a_right_syn_ack() {
+        let Some(mut l) = loaded() else { return };
+        if l.tc.is_err() {
+            eprintln!("skipped: no tc program here (bpf_sk_assign_tcp_reqsk)");
+            return;
+        }
+        l.served_ports(&[8080], &[]).expect("ports");
+        l.cookies = true;
+        l.write(&tables::build(&[], Action::Allow).expect("tables"), 0)
+            .expect("write");
+        for (src, dst, mss_opt, want_mss) in [
+            ("10.77.0.2", "10.77.0.1", 1460u16, 1460u16),
+            ("10.77.0.2", "10.77.0.1", 1300, 1300),
+            ("fd77::2", "fd77::1", 1460, 1440),
+            ("fd77::2", "fd77::1", 1000, 1220),
+        ] {
+            let p = Packet {
+                src: src.parse().expect("addr"),
+                dst: dst.parse().expect("addr"),
+                proto: TCP,
+                src_port: 40000,
+                dst_port: 8080,
+                tcp_flags: 0x02,
+            };
+            let isn = 0x1234_5678;
+            let m = mss_opt.to_be_bytes();
+            let syn = frame_with(&p, isn, &[2, 4, m[0], m[1], 1, 1, 4, 2]);
+            let (v, out, _) = sys::test_run(&l._prog, &syn, 1).expect("run");
+            assert_eq!(v, 3, "XDP_TX for {src}");
+            let l3 = if p.src.is_ipv6() { 40 } else { 20 };
+            assert_eq!(out.len(), 14 + l3 + 24, "{src}");
+            let (ip, th) = (&out[14..14 + l3], &out[14 + l3..]);
+            let (s, d) = if l3 == 40 {
+                (&ip[8..24], &ip[24..40])
+            } else {
+                assert_eq!(csum(ip), 0xffff, "IPv4 header checksum");
+                (&ip[12..16], &ip[16..20])
+            };
+            let mut pseudo = [s, d].concat();
+            pseudo.extend_from_slice(&[0, TCP, 0, 24]);
+            pseudo.extend_from_slice(th);
+            assert_eq!(csum(&pseudo), 0xffff, "TCP checksum {src}");
+            assert_eq!(&out[..6], &syn[6..12], "back to the sender's MAC");
+            assert_eq!(u16::from_be_bytes([th[0], th[1]]), 8080);
+            assert_eq!(u16::from_be_bytes([th[2], th[3]]), 40000);
+            assert_eq!(u32::from_be_bytes([th[8], th[9], th[10], th[11]]), isn + 1);
+            assert_eq!((th[12], th[13]), (6 << 4, 0x12), "doff 6, SYN+ACK");
+            assert_eq!(
+                &th[20..24],
+                &[2, 4, (want_mss >> 8) as u8, want_mss as u8],
+                "{src}"
+            );
+            let cookie = u32::from_be_bytes([th[4], th[5], th[6], th[7]]);
+            assert_eq!(cookie & 0xf, 0);
+            let (again, out2, _) = sys::test_run(&l._prog, &syn, 1).expect("run");
+            assert_eq!(
+                (again, &out2[18 + l3..22 + l3]),
+                (3, &th[4..8]),
+                "same SYN, same cookie"
+            );
+        }
+        let sent = l.percpu_sum("stats", 8).expect("stats");
+        assert_eq!(sent, 8);
     }
 
     /// What a packet costs in the kernel, 10 rules against 1,000, the

@@ -373,7 +373,7 @@ static __always_inline __u64 siphash2(__u64 a, __u64 b, __u64 k0, __u64 k1)
 // The MSS table, four 16-bit entries packed in an immediate (constant
 // arrays would need a .rodata map the loader does not make).
 #define MSS_V4 (1460ULL << 48 | 1440ULL << 32 | 1300ULL << 16 | 536ULL)
-#define MSS_V6 (1440ULL << 48 | 1420ULL << 32 | 1280ULL << 16 | 1220ULL)
+#define MSS_V6 (8940ULL << 48 | 1440ULL << 32 | 1420ULL << 16 | 1220ULL)
 
 static __always_inline __u16 mss_at(int v6, __u32 i)
 {
@@ -595,7 +595,14 @@ int shield(struct xdp_md *ctx)
 			__u64 slot = bpf_ktime_get_ns() >> 36;
 			__u32 c = cookie_mac(p.src, p.dst, p.isn, p.sport, p.dport, slot) |
 				  (__u32)(slot & 3) << 6 | mi << 4;
-			if (make_reply(ctx, p.v6, c, mss_at(p.v6, mi)) == 0) {
+			// Our own MSS: the client's class, within the interface's
+			// MTU.
+			__u32 mtu = 0;
+			__u16 ours = mss_at(p.v6, mi);
+			if (bpf_check_mtu(ctx, 0, &mtu, 0, 0) >= 0 && mtu > 100 &&
+			    mtu - (p.v6 ? 60 : 40) < ours)
+				ours = mtu - (p.v6 ? 60 : 40);
+			if (make_reply(ctx, p.v6, c, ours) == 0) {
 				count(&stats, ST_COOKIE_SENT);
 				return XDP_TX;
 			}
