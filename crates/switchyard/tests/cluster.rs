@@ -1,8 +1,11 @@
 //! Cluster nodes configured from a real etcd (Debian's etcd-server) on
-//! loopback: two real switchyard nodes follow what is published, through
-//! the admin API with a compare-and-swap (a stale If-Match gets 409), and
-//! never apply what is invalid, deleted, empty or another cluster's; each
-//! reports its status under a lease; an etcd restart is survived.
+//! loopback: real switchyard nodes follow what is published, through the
+//! admin API with a compare-and-swap (a stale If-Match gets 409), and never
+//! apply what is invalid, deleted, empty or another cluster's; each reports
+//! its status under a lease; an etcd restart is survived; a node restarted
+//! with etcd down starts from its last known good configuration; on a
+//! 3-member etcd, three nodes go through a leader loss, a quorum loss and a
+//! compaction; `freebind` listens on a VIP before it arrives.
 
 mod common;
 use common::*;
@@ -444,4 +447,273 @@ fn freebind_listens_on_a_vip_before_it_arrives() {
         std::fs::read_to_string(dir.join("stderr.log")).unwrap_or_default()
     );
     assert!(served);
+}
+
+/// A 3-member etcd on loopback.
+struct Members {
+    dir: PathBuf,
+    clients: Vec<SocketAddr>,
+    peers: Vec<SocketAddr>,
+    children: Vec<Option<Child>>,
+}
+
+impl Members {
+    fn start(dir: &Path) -> Members {
+        let clients: Vec<SocketAddr> = (0..3).map(|_| addr(free_port())).collect();
+        let peers: Vec<SocketAddr> = (0..3).map(|_| addr(free_port())).collect();
+        let mut m = Members {
+            dir: dir.to_path_buf(),
+            clients,
+            peers,
+            children: vec![None, None, None],
+        };
+        for i in 0..3 {
+            m.start_member(i, "new");
+        }
+        assert!(
+            eventually(Duration::from_secs(30), || m.ctl(&["endpoint", "health"]).0),
+            "etcd cluster not healthy: {}",
+            m.ctl(&["endpoint", "health"]).1
+        );
+        m
+    }
+
+    fn start_member(&mut self, i: usize, state: &str) {
+        let cluster: Vec<String> = self
+            .peers
+            .iter()
+            .enumerate()
+            .map(|(j, p)| format!("e{j}=http://{p}"))
+            .collect();
+        let log = std::fs::File::create(self.dir.join(format!("etcd{i}.log"))).expect("log");
+        let child = Command::new("etcd")
+            .arg("--data-dir")
+            .arg(self.dir.join(format!("data{i}")))
+            .args(["--name", &format!("e{i}")])
+            .args([
+                "--listen-client-urls",
+                &format!("http://{}", self.clients[i]),
+            ])
+            .args([
+                "--advertise-client-urls",
+                &format!("http://{}", self.clients[i]),
+            ])
+            .args(["--listen-peer-urls", &format!("http://{}", self.peers[i])])
+            .args([
+                "--initial-advertise-peer-urls",
+                &format!("http://{}", self.peers[i]),
+            ])
+            .args(["--initial-cluster", &cluster.join(",")])
+            .args(["--initial-cluster-state", state])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start etcd");
+        self.children[i] = Some(child);
+    }
+
+    fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    fn endpoints(&self) -> String {
+        self.clients
+            .iter()
+            .map(|c| format!("http://{c}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    fn ctl(&self, args: &[&str]) -> (bool, String) {
+        let out = Command::new("etcdctl")
+            .env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints={}", self.endpoints()))
+            .arg("--command-timeout=2s")
+            .args(args)
+            .output()
+            .expect("etcdctl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    }
+
+    /// The member that leads now.
+    fn leader(&self) -> Option<usize> {
+        let (_, out) = self.ctl(&["endpoint", "status", "-w", "json"]);
+        let v: serde_json::Value = serde_json::from_str(&out).ok()?;
+        let arr = v.as_array()?;
+        for e in arr {
+            let me = e["Status"]["header"]["member_id"].as_u64()?;
+            let leader = e["Status"]["leader"].as_u64()?;
+            if me == leader {
+                let ep = e["Endpoint"].as_str()?;
+                return self
+                    .clients
+                    .iter()
+                    .position(|c| ep.ends_with(&c.to_string()));
+            }
+        }
+        None
+    }
+}
+
+impl Drop for Members {
+    fn drop(&mut self) {
+        for i in 0..3 {
+            self.kill(i);
+        }
+    }
+}
+
+/// Three nodes on a 3-member etcd: a change published once is live on
+/// every node; the leader killed during a change; concurrent publishers
+/// (one gets 409); two members down while the nodes keep serving; a
+/// compaction under the nodes' watches.
+#[test]
+fn three_nodes_on_three_etcd_members_through_leader_loss_and_quorum_loss() {
+    if !have("etcd") || !have("etcdctl") {
+        eprintln!(
+            "skipped: etcd and etcdctl are not installed (apt-get install etcd-server etcd-client)"
+        );
+        return;
+    }
+    let dir = temp_dir("cluster3");
+    let mut etcd = Members::start(&dir);
+    let prefix = "/switchyard/three";
+    let key = format!("{prefix}/config");
+    let (o1, o2) = (Origin::start("one"), Origin::start("two"));
+    let listen = addr(free_port());
+    assert!(
+        etcd.ctl(&["put", &key, &envelope(prefix, &published(listen, &o1))])
+            .0
+    );
+    let endpoints: Vec<String> = etcd
+        .clients
+        .iter()
+        .map(|c| format!("\"http://{c}\""))
+        .collect();
+    let nodes: Vec<Switchyard> = (0..3)
+        .map(|i| {
+            let cfg = format!(
+                "[global]\nworkers = 1\n[cluster]\nendpoints = [{}]\nprefix = \"{prefix}\"\nnode = \"n{i}\"\n\
+                 status_ttl = \"3s\"\nwatch_idle = \"2s\"\nstartup_wait = \"10s\"\n",
+                endpoints.join(", ")
+            );
+            Switchyard::start(&cfg, &[listen])
+        })
+        .collect();
+    let applied = |n: &Switchyard| {
+        cluster_json(n)["this"]["applied_revision"]
+            .as_i64()
+            .unwrap_or(0)
+    };
+    let all_at = |rev: i64| nodes.iter().all(|n| applied(n) == rev);
+    let publish = |n: &Switchyard, text: &str, expect: Option<i64>| -> (u16, i64) {
+        let r = put_config(n, text, expect);
+        let rev = serde_json::from_slice::<serde_json::Value>(&r.body)
+            .ok()
+            .and_then(|v| v["revision"].as_i64())
+            .unwrap_or(0);
+        (r.status, rev)
+    };
+
+    // A change published once is live on every node.
+    let t = std::time::Instant::now();
+    let (status, rev) = publish(&nodes[0], &published(listen, &o2), None);
+    assert_eq!(status, 200);
+    assert!(eventually(Duration::from_secs(10), || all_at(rev)));
+    eprintln!(
+        "a change was live on 3 nodes {:?} after the publish began",
+        t.elapsed()
+    );
+    assert_eq!(origin_behind(listen).as_deref(), Some("two"));
+
+    // Concurrent publishers with the same If-Match: one wins, one gets 409.
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(|| publish(&nodes[1], &published(listen, &o1), Some(rev)).0);
+        let b = s.spawn(|| publish(&nodes[2], &published(listen, &o2), Some(rev)).0);
+        (a.join().expect("a"), b.join().expect("b"))
+    });
+    let mut codes = [a, b];
+    codes.sort();
+    assert_eq!(codes, [200, 409]);
+
+    // The leader is killed; a change published meanwhile (retried while
+    // etcd elects a new leader) reaches every node, and no request fails.
+    let leader = etcd.leader().expect("a leader");
+    etcd.kill(leader);
+    let mut rev2 = 0;
+    assert!(eventually(Duration::from_secs(15), || {
+        let (s, r) = publish(&nodes[0], &published(listen, &o1), None);
+        rev2 = r;
+        s == 200
+    }));
+    assert!(
+        eventually(Duration::from_secs(10), || all_at(rev2)),
+        "after a leader loss: {:?}",
+        nodes.iter().map(applied).collect::<Vec<_>>()
+    );
+    for _ in 0..20 {
+        assert_eq!(get(listen, "/").status, 200);
+    }
+    etcd.start_member(leader, "existing");
+
+    // Two members down: no quorum, nothing can be published, and every
+    // node keeps serving what it runs.
+    assert!(eventually(Duration::from_secs(15), || etcd
+        .ctl(&["endpoint", "health"])
+        .0));
+    let down: Vec<usize> = (0..3)
+        .filter(|i| Some(*i) != etcd.leader())
+        .take(2)
+        .collect();
+    for i in &down {
+        etcd.kill(*i);
+    }
+    for _ in 0..3 {
+        for _ in 0..10 {
+            let r = get(listen, "/");
+            assert_eq!(r.status, 200);
+            assert_eq!(r.header("x-origin"), Some("one"));
+        }
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    for i in &down {
+        etcd.start_member(*i, "existing");
+    }
+    assert!(eventually(Duration::from_secs(20), || etcd
+        .ctl(&["endpoint", "health"])
+        .0));
+
+    // A compaction under the nodes' watches disturbs nothing: the next
+    // change still arrives.
+    let (_, out) = etcd.ctl(&["get", &key, "-w", "json"]);
+    let head: i64 = out
+        .split("\"revision\":")
+        .nth(1)
+        .and_then(|r| {
+            r.split(|c: char| !c.is_ascii_digit())
+                .next()
+                .map(str::to_string)
+        })
+        .and_then(|r| r.parse().ok())
+        .expect("revision");
+    assert!(etcd.ctl(&["compaction", &head.to_string()]).0);
+    let mut rev3 = 0;
+    assert!(eventually(Duration::from_secs(15), || {
+        let (s, r) = publish(&nodes[1], &published(listen, &o2), None);
+        rev3 = r;
+        s == 200
+    }));
+    assert!(
+        eventually(Duration::from_secs(15), || all_at(rev3)),
+        "after a compaction: {:?}",
+        nodes.iter().map(applied).collect::<Vec<_>>()
+    );
+    assert_eq!(origin_behind(listen).as_deref(), Some("two"));
 }
