@@ -808,3 +808,91 @@ fn syn_cookies_in_xdp_complete_handshakes_under_a_flood() {
     );
     assert_eq!(sy.log().matches("XDP attached").count(), 1, "{}", sy.log());
 }
+
+/// Not a timed test (ignored; run it with `cargo test -p switchyard --test
+/// xdp measure -- --ignored --nocapture`): what the shield drops per
+/// second from a source a rule drops, in XDP and at accept. A hping3 SYN
+/// flood for 5 s against each path, then, at accept, connections opened
+/// as fast as two threads can for 3 s (a SYN flood never reaches accept:
+/// the kernel answers it before any socket sees it).
+#[test]
+#[ignore]
+fn measure_drop_rates() {
+    let Some(net) = Net::new() else { return };
+    let o = origin_in(&net);
+    let rules = "[shield]\n[[shield.acl]]\nname = \"drop three\"\nsrc = [\"10.77.0.3\"]\naction = \"drop\"\n";
+    let stat = |sy: &Sy, key: &str| sy.shield()["xdp"]["packets"][key].as_u64().unwrap_or(0);
+    let rx = |net: &Net| -> u64 {
+        Command::new("ip")
+            .args(["netns", "exec", &net.sy, "cat"])
+            .arg(format!("/sys/class/net/{}/statistics/rx_packets", net.dev))
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8_lossy(&o.stdout).trim().parse().ok())
+            .unwrap_or(0)
+    };
+    let flood = |net: &Net, secs: u32| {
+        let _ = Command::new("ip")
+            .args([
+                "netns",
+                "exec",
+                &net.client,
+                "timeout",
+                &secs.to_string(),
+                "hping3",
+                "-q",
+                "--flood",
+                "-S",
+                "-p",
+            ])
+            .arg(PORT.to_string())
+            .args(["-a", DROPPED, SY])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    };
+    for (label, x) in [("XDP native", ""), ("XDP generic", "mode = \"generic\"")] {
+        let sy = Sy::start(&net, &config(o.addr, rules, &xdp(&net.dev, x)));
+        if !attached(&sy, &net.dev) {
+            return;
+        }
+        let (r0, d0) = (rx(&net), stat(&sy, "dropped"));
+        flood(&net, 5);
+        let (r1, d1) = (rx(&net), stat(&sy, "dropped"));
+        eprintln!(
+            "{label}: hping3 --flood: {} SYN/s received, {} SYN/s dropped in XDP",
+            (r1 - r0) / 5,
+            (d1 - d0) / 5
+        );
+        drop(sy);
+    }
+    let sy = Sy::start(&net, &config(o.addr, rules, ""));
+    let r0 = rx(&net);
+    flood(&net, 5);
+    let flood_hits = hits(&sy.shield(), "hits")[0];
+    eprintln!(
+        "accept: hping3 --flood: {} packets/s received (SYNs, and RSTs to the kernel's SYN cookies), {flood_hits} dropped by the ACL",
+        (rx(&net) - r0) / 5
+    );
+    let start = Instant::now();
+    let threads: Vec<_> = (0..2)
+        .map(|_| {
+            let ns = net.client.clone();
+            std::thread::spawn(move || {
+                let mut n = 0u64;
+                while start.elapsed() < Duration::from_secs(3) {
+                    let _ = get_from(&ns, DROPPED, Duration::from_secs(1));
+                    n += 1;
+                }
+                n
+            })
+        })
+        .collect();
+    let tried: u64 = threads.into_iter().map(|t| t.join().unwrap_or(0)).sum();
+    let dropped = hits(&sy.shield(), "hits")[0] - flood_hits;
+    eprintln!(
+        "accept: connections from the dropped source: {} tried/s, {} dropped/s at accept",
+        tried / 3,
+        dropped / 3
+    );
+}
