@@ -717,3 +717,138 @@ fn three_nodes_on_three_etcd_members_through_leader_loss_and_quorum_loss() {
     );
     assert_eq!(origin_behind(listen).as_deref(), Some("two"));
 }
+
+/// etcd behind TLS with client certificates and with auth on: the node
+/// reaches it with its CA, certificate and key and a user's password (a
+/// token renewed when it expires), publishes and follows; a wrong password
+/// is a clear error at start.
+#[test]
+fn a_node_reaches_etcd_over_tls_with_a_client_certificate_and_a_password() {
+    if !have("etcd") || !have("etcdctl") || !have("openssl") {
+        eprintln!("skipped: etcd, etcdctl and openssl are needed");
+        return;
+    }
+    let pki = Pki::new("etcd-ca");
+    let (scert, skey) = pki.leaf("etcd", "/CN=etcd", "IP:127.0.0.1", Kind::Ecdsa, 30);
+    // No CN: etcd's gateway refuses a client certificate with one when its
+    // auth is on (the user comes from the token).
+    let (ccert, ckey) = pki.leaf("node", "/O=switchyard", "", Kind::Ecdsa, 30);
+    let dir = temp_dir("cluster-tls");
+    let (client, peer) = (addr(free_port()), addr(free_port()));
+    let log = std::fs::File::create(dir.join("etcd.log")).expect("log");
+    let mut child = Command::new("etcd")
+        .arg("--data-dir")
+        .arg(dir.join("data"))
+        .args(["--listen-client-urls", &format!("https://{client}")])
+        .args(["--advertise-client-urls", &format!("https://{client}")])
+        .args(["--listen-peer-urls", &format!("http://{peer}")])
+        .args(["--initial-advertise-peer-urls", &format!("http://{peer}")])
+        .args(["--initial-cluster", &format!("default=http://{peer}")])
+        .arg("--cert-file")
+        .arg(&scert)
+        .arg("--key-file")
+        .arg(&skey)
+        .arg("--trusted-ca-file")
+        .arg(pki.ca())
+        .arg("--client-cert-auth")
+        // Tokens that expire within the test: the node renews its own.
+        .arg("--auth-token-ttl=2")
+        .stdout(Stdio::null())
+        .stderr(log)
+        .spawn()
+        .expect("etcd");
+    struct Kill<'a>(&'a mut Child);
+    impl Drop for Kill<'_> {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let _kill = Kill(&mut child);
+    let ctl = |user: bool, args: &[&str]| -> (bool, String) {
+        let mut c = Command::new("etcdctl");
+        c.env("ETCDCTL_API", "3")
+            .arg(format!("--endpoints=https://{client}"))
+            .arg(format!("--cacert={}", pki.ca().display()))
+            .arg(format!("--cert={}", ccert.display()))
+            .arg(format!("--key={}", ckey.display()));
+        if user {
+            c.arg("--user=root:s3cret");
+        }
+        let out = c.args(args).output().expect("etcdctl");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    assert!(eventually(Duration::from_secs(20), || ctl(
+        false,
+        &["endpoint", "health"]
+    )
+    .0));
+    assert!(
+        ctl(
+            false,
+            &["user", "add", "root", "--new-user-password=s3cret"]
+        )
+        .0
+    );
+    assert!(ctl(false, &["user", "grant-role", "root", "root"]).0);
+    let (ok, out) = ctl(false, &["auth", "enable"]);
+    assert!(ok, "{out}");
+
+    let prefix = "/switchyard/secure";
+    let key = format!("{prefix}/config");
+    let (o1, o2) = (Origin::start("one"), Origin::start("two"));
+    let listen = addr(free_port());
+    let (ok, out) = ctl(
+        true,
+        &["put", &key, &envelope(prefix, &published(listen, &o1))],
+    );
+    assert!(ok, "{out}");
+    let pw = dir.join("password");
+    std::fs::write(&pw, "s3cret\n").expect("write");
+    let node_cfg = |password_file: &Path| {
+        format!(
+            "[global]\nworkers = 1\n[cluster]\nendpoints = [\"https://{client}\"]\nprefix = \"{prefix}\"\nnode = \"n1\"\n\
+             status_ttl = \"3s\"\nwatch_idle = \"2s\"\nstartup_wait = \"2s\"\n\
+             ca = \"{}\"\ncert = \"{}\"\nkey = \"{}\"\nusername = \"root\"\npassword_file = \"{}\"\n",
+            pki.ca().display(),
+            ccert.display(),
+            ckey.display(),
+            password_file.display()
+        )
+    };
+    let n1 = Switchyard::start(&node_cfg(&pw), &[listen]);
+    assert_eq!(origin_behind(listen).as_deref(), Some("one"));
+    let r = put_config(&n1, &published(listen, &o2), None);
+    assert_eq!(r.status, 200, "{}", r.body_text());
+    assert!(eventually(Duration::from_secs(5), || origin_behind(listen)
+        .as_deref()
+        == Some("two")));
+    // The node's status went through too (a leased key, with the token).
+    assert!(eventually(Duration::from_secs(5), || {
+        ctl(true, &["get", &format!("{prefix}/status/n1")])
+            .1
+            .contains("applied_revision")
+    }));
+    drop(n1);
+
+    // A wrong password: the node does not start, and says why.
+    let bad = dir.join("bad-password");
+    std::fs::write(&bad, "wrong").expect("write");
+    let cfg = dir.join("bad.toml");
+    std::fs::write(&cfg, node_cfg(&bad)).expect("write");
+    let out = Command::new(bin())
+        .args(["run", "-c"])
+        .arg(&cfg)
+        .output()
+        .expect("run");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        text.contains("authentication failed") || text.contains("invalid"),
+        "{text}"
+    );
+}

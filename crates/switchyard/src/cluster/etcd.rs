@@ -10,6 +10,7 @@
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{json, Value};
@@ -48,11 +49,80 @@ impl std::fmt::Display for Error {
     }
 }
 
+/// How to reach etcd beyond plain HTTP: TLS (with a client certificate
+/// when etcd asks for one) and a user's password.
+#[derive(Debug, Default)]
+pub struct Access {
+    /// For `https://` endpoints.
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// etcd's auth: a token got with these, sent on every call.
+    pub user: Option<(String, String)>,
+    /// The token in use (shared by the node's clients).
+    token: Mutex<Option<String>>,
+}
+
+impl Access {
+    pub fn new(tls: Option<Arc<rustls::ClientConfig>>, user: Option<(String, String)>) -> Access {
+        Access {
+            tls,
+            user,
+            token: Mutex::new(None),
+        }
+    }
+
+    fn token(&self) -> Option<String> {
+        self.token.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn set_token(&self, t: Option<String>) {
+        *self.token.lock().unwrap_or_else(|e| e.into_inner()) = t;
+    }
+}
+
+/// One endpoint: where, and whether TLS.
+#[derive(Clone, Debug)]
+struct Endpoint {
+    /// "host:port".
+    hostport: String,
+    host: String,
+    tls: bool,
+}
+
+/// A connection to an endpoint.
+enum Conn {
+    Plain(TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>),
+}
+
+impl Read for Conn {
+    fn read(&mut self, b: &mut [u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.read(b),
+            Conn::Tls(s) => s.read(b),
+        }
+    }
+}
+
+impl Write for Conn {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        match self {
+            Conn::Plain(s) => s.write(b),
+            Conn::Tls(s) => s.write(b),
+        }
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            Conn::Plain(s) => s.flush(),
+            Conn::Tls(s) => s.flush(),
+        }
+    }
+}
+
 pub struct Client {
-    /// "host:port" of each endpoint (from `http://host:port`).
-    endpoints: Vec<String>,
+    endpoints: Vec<Endpoint>,
     /// The endpoint that answered last: tried first.
     current: usize,
+    access: Arc<Access>,
 }
 
 pub fn b64(data: &[u8]) -> String {
@@ -193,63 +263,139 @@ fn read_chunk(r: &mut impl BufRead) -> std::io::Result<Vec<u8>> {
 }
 
 impl Client {
-    /// `endpoints`: "http://host:port" (or "host:port").
-    pub fn new(endpoints: &[String]) -> Client {
+    /// `endpoints`: "http://host:port" or "https://host:port".
+    pub fn new(endpoints: &[String], access: Arc<Access>) -> Client {
         Client {
             endpoints: endpoints
                 .iter()
                 .map(|e| {
-                    e.trim_start_matches("http://")
+                    let tls = e.starts_with("https://");
+                    let hostport = e
+                        .trim_start_matches("https://")
+                        .trim_start_matches("http://")
                         .trim_end_matches('/')
-                        .to_string()
+                        .to_string();
+                    let host = match hostport.rsplit_once(':') {
+                        Some((h, _)) => h.trim_start_matches('[').trim_end_matches(']').to_string(),
+                        None => hostport.clone(),
+                    };
+                    Endpoint {
+                        hostport,
+                        host,
+                        tls,
+                    }
                 })
                 .collect(),
             current: 0,
+            access,
         }
     }
 
-    fn connect(&mut self, timeout: Duration) -> Result<(TcpStream, String), Error> {
+    fn connect(&mut self, timeout: Duration) -> Result<(Conn, String), Error> {
         let mut why = Vec::new();
         for i in 0..self.endpoints.len() {
             let at = (self.current + i) % self.endpoints.len();
             let ep = self.endpoints[at].clone();
-            let addrs: Vec<SocketAddr> = match ep.to_socket_addrs() {
+            let addrs: Vec<SocketAddr> = match ep.hostport.to_socket_addrs() {
                 Ok(a) => a.collect(),
                 Err(e) => {
-                    why.push(format!("{ep}: {e}"));
+                    why.push(format!("{}: {e}", ep.hostport));
                     continue;
                 }
             };
             for a in addrs {
-                match TcpStream::connect_timeout(&a, TIMEOUT) {
-                    Ok(s) => {
-                        let _ = s.set_read_timeout(Some(timeout));
-                        let _ = s.set_write_timeout(Some(TIMEOUT));
-                        let _ = s.set_nodelay(true);
-                        self.current = at;
-                        return Ok((s, ep));
+                let s = match TcpStream::connect_timeout(&a, TIMEOUT) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        why.push(format!("{}: {e}", ep.hostport));
+                        continue;
                     }
-                    Err(e) => why.push(format!("{ep}: {e}")),
-                }
+                };
+                let _ = s.set_read_timeout(Some(timeout));
+                let _ = s.set_write_timeout(Some(TIMEOUT));
+                let _ = s.set_nodelay(true);
+                let conn = if ep.tls {
+                    let Some(cfg) = self.access.tls.clone() else {
+                        why.push(format!(
+                            "{}: https endpoint without TLS settings",
+                            ep.hostport
+                        ));
+                        continue;
+                    };
+                    let name = match rustls_pki_types::ServerName::try_from(ep.host.clone()) {
+                        Ok(n) => n,
+                        Err(e) => {
+                            why.push(format!("{}: {e}", ep.hostport));
+                            continue;
+                        }
+                    };
+                    match rustls::ClientConnection::new(cfg, name) {
+                        Ok(c) => Conn::Tls(Box::new(rustls::StreamOwned::new(c, s))),
+                        Err(e) => {
+                            why.push(format!("{}: TLS: {e}", ep.hostport));
+                            continue;
+                        }
+                    }
+                } else {
+                    Conn::Plain(s)
+                };
+                self.current = at;
+                return Ok((conn, ep.hostport));
             }
         }
         Err(Error::Unreachable(why.join("; ")))
     }
 
-    fn send(s: &mut TcpStream, host: &str, path: &str, body: &Value) -> std::io::Result<()> {
+    fn send(&self, s: &mut Conn, host: &str, path: &str, body: &Value) -> std::io::Result<()> {
         let body = body.to_string();
+        let auth = match self.access.token() {
+            Some(t) if path != "/v3/auth/authenticate" => format!("Authorization: {t}\r\n"),
+            _ => String::new(),
+        };
         let req = format!(
-            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
-        s.write_all(req.as_bytes())
+        s.write_all(req.as_bytes())?;
+        s.flush()
     }
 
-    /// One request, one JSON answer.
+    /// Gets a token for the configured user (none without one).
+    fn authenticate(&mut self) -> Result<(), Error> {
+        let Some((name, password)) = self.access.user.clone() else {
+            return Ok(());
+        };
+        let v = self.call_once(
+            "/v3/auth/authenticate",
+            &json!({"name": name, "password": password}),
+        )?;
+        let token = v["token"]
+            .as_str()
+            .ok_or_else(|| Error::Etcd("authenticate: no token in the answer".into()))?;
+        self.access.set_token(Some(token.to_string()));
+        Ok(())
+    }
+
+    /// One request, one JSON answer; with a user, a missing or expired
+    /// token is renewed once.
     fn call(&mut self, path: &str, body: Value) -> Result<Value, Error> {
+        if self.access.user.is_some() && self.access.token().is_none() {
+            self.authenticate()?;
+        }
+        match self.call_once(path, &body) {
+            Err(Error::Etcd(e)) if self.access.user.is_some() && e.contains("token") => {
+                self.access.set_token(None);
+                self.authenticate()?;
+                self.call_once(path, &body)
+            }
+            r => r,
+        }
+    }
+
+    fn call_once(&mut self, path: &str, body: &Value) -> Result<Value, Error> {
         let (mut s, host) = self.connect(TIMEOUT)?;
         let io = |e: std::io::Error| Error::Unreachable(format!("{host}{path}: {e}"));
-        Self::send(&mut s, &host, path, &body).map_err(io)?;
+        self.send(&mut s, &host, path, body).map_err(io)?;
         let mut r = BufReader::new(s);
         let h = read_head(&mut r).map_err(io)?;
         let mut data = Vec::new();
@@ -271,8 +417,17 @@ impl Client {
         } else {
             r.read_to_end(&mut data).map_err(io)?;
         }
-        let v: Value = serde_json::from_slice(&data)
-            .map_err(|e| Error::Etcd(format!("{path}: invalid JSON ({e})")))?;
+        let v: Value = serde_json::from_slice(&data).map_err(|e| {
+            if h.status != 200 {
+                // etcd's gateway answers some refusals in plain text.
+                let text = String::from_utf8_lossy(&data[..data.len().min(300)])
+                    .trim()
+                    .to_string();
+                Error::Etcd(format!("{path}: {} {text}", h.status))
+            } else {
+                Error::Etcd(format!("{path}: invalid JSON ({e})"))
+            }
+        })?;
         if h.status != 200 || v.get("error").is_some() {
             return Err(Error::Etcd(format!(
                 "{path}: {} {}",
@@ -355,13 +510,20 @@ impl Client {
 
     /// Watches `key` from `revision`; `idle` bounds the wait for each read.
     pub fn watch(&mut self, key: &[u8], revision: i64, idle: Duration) -> Result<Watch, Error> {
+        if self.access.user.is_some() && self.access.token().is_none() {
+            self.authenticate()?;
+        }
         let (mut s, host) = self.connect(idle)?;
         let body = json!({"create_request": {"key": b64(key), "start_revision": revision.to_string(), "progress_notify": true}});
         let io = |e: std::io::Error| Error::Unreachable(format!("{host}/v3/watch: {e}"));
-        Self::send(&mut s, &host, "/v3/watch", &body).map_err(io)?;
+        self.send(&mut s, &host, "/v3/watch", &body).map_err(io)?;
         let mut r = BufReader::new(s);
         let h = read_head(&mut r).map_err(io)?;
         if h.status != 200 || !h.chunked {
+            // An expired token: the next list authenticates again.
+            if h.status == 401 {
+                self.access.set_token(None);
+            }
             return Err(Error::Etcd(format!("/v3/watch: status {}", h.status)));
         }
         Ok(Watch { r, buf: Vec::new() })
@@ -383,7 +545,7 @@ pub enum WatchEvent {
 }
 
 pub struct Watch {
-    r: BufReader<TcpStream>,
+    r: BufReader<Conn>,
     buf: Vec<u8>,
 }
 

@@ -36,7 +36,7 @@ use crate::log;
 use etcd::{Client, WatchEvent};
 
 /// `[cluster]`, validated.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct Settings {
     pub endpoints: Vec<String>,
     /// Key prefix, also the cluster's name in the envelope.
@@ -47,6 +47,8 @@ pub struct Settings {
     pub startup_wait: Duration,
     /// Where the last applied configuration is kept (last known good).
     pub state_dir: Option<std::path::PathBuf>,
+    /// TLS and the user for etcd.
+    pub access: Arc<etcd::Access>,
 }
 
 impl Settings {
@@ -272,7 +274,7 @@ fn load_last_good(s: &Settings) -> Option<Published> {
 pub fn start(settings: Settings, local_name: &str, local_text: &str) -> Result<Arc<Node>, String> {
     let node = Arc::new(Node::detached(settings, local_name, local_text));
     let s = &node.settings;
-    let mut client = Client::new(&s.endpoints);
+    let mut client = Client::new(&s.endpoints, s.access.clone());
     let began = Instant::now();
     let last_good = load_last_good(s);
     loop {
@@ -388,7 +390,7 @@ fn refuse(node: &Node, rev: i64, why: String) {
 fn watch_loop(node: &Node, apply: &tokio::sync::mpsc::UnboundedSender<Apply>) {
     let s = &node.settings;
     let key = s.config_key();
-    let mut client = Client::new(&s.endpoints);
+    let mut client = Client::new(&s.endpoints, s.access.clone());
     let mut backoff = Duration::from_millis(200);
     loop {
         if apply.is_closed() {
@@ -505,7 +507,7 @@ fn watch_loop(node: &Node, apply: &tokio::sync::mpsc::UnboundedSender<Apply>) {
 
 fn status_loop(node: &Node) {
     let s = &node.settings;
-    let mut client = Client::new(&s.endpoints);
+    let mut client = Client::new(&s.endpoints, s.access.clone());
     let mut lease = 0i64;
     let mut written = String::new();
     loop {
@@ -533,7 +535,7 @@ fn status_loop(node: &Node) {
 
 /// Every node's status, from etcd.
 pub fn statuses(settings: &Settings) -> Result<Vec<Value>, String> {
-    let mut c = Client::new(&settings.endpoints);
+    let mut c = Client::new(&settings.endpoints, settings.access.clone());
     let (_, kvs) = c
         .list(&settings.status_prefix())
         .map_err(|e| e.to_string())?;
@@ -545,7 +547,7 @@ pub fn statuses(settings: &Settings) -> Result<Vec<Value>, String> {
 
 /// The published configuration and its revision (0: none).
 pub fn published(settings: &Settings) -> Result<(i64, Option<String>), String> {
-    let mut c = Client::new(&settings.endpoints);
+    let mut c = Client::new(&settings.endpoints, settings.access.clone());
     let (_, kv) = c.get(&settings.config_key()).map_err(|e| e.to_string())?;
     Ok(match kv {
         Some(kv) => (kv.mod_revision, open_envelope(settings, &kv.value).ok()),
@@ -561,7 +563,7 @@ pub fn publish(
     expect: Option<i64>,
 ) -> Result<Option<i64>, String> {
     check_published(text)?;
-    let mut c = Client::new(&settings.endpoints);
+    let mut c = Client::new(&settings.endpoints, settings.access.clone());
     let expect = match expect {
         Some(r) => r,
         None => c
@@ -587,6 +589,7 @@ mod tests {
             watch_idle: Duration::from_secs(5),
             startup_wait: Duration::from_secs(1),
             state_dir: None,
+            access: Arc::default(),
         }
     }
 

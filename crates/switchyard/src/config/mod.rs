@@ -188,11 +188,57 @@ pub fn cluster_settings(
     if c.endpoints.is_empty() {
         return Err("[cluster]: endpoints is empty; give etcd's client URLs".into());
     }
-    if let Some(bad) = c.endpoints.iter().find(|e| e.starts_with("https://")) {
+    if let Some(bad) = c
+        .endpoints
+        .iter()
+        .find(|e| !(e.starts_with("http://") || e.starts_with("https://")))
+    {
         return Err(format!(
-            "[cluster]: endpoint {bad:?}: TLS to etcd is not supported yet; use http:// on a trusted network"
+            "[cluster]: endpoint {bad:?} must be a URL: \"http://host:port\" or \"https://host:port\""
         ));
     }
+    let resolve = |p: &str| {
+        let p = Path::new(p);
+        if p.is_absolute() {
+            p.to_path_buf()
+        } else {
+            base.join(p)
+        }
+    };
+    let https = c.endpoints.iter().any(|e| e.starts_with("https://"));
+    let tls = match (&c.ca, https) {
+        (Some(ca), _) => Some(cluster_tls(
+            &resolve(ca),
+            c.cert.as_deref().map(&resolve).as_deref(),
+            c.key.as_deref().map(&resolve).as_deref(),
+        )?),
+        (None, true) => return Err(
+            "[cluster]: https endpoints need ca = \"FILE\" (the CA that signed etcd's certificate)"
+                .into(),
+        ),
+        (None, false) => None,
+    };
+    if (c.cert.is_some() || c.key.is_some()) && c.ca.is_none() {
+        return Err("[cluster]: cert and key are for TLS: give ca too".into());
+    }
+    let password = match (&c.password, &c.password_file) {
+        (Some(_), Some(_)) => {
+            return Err("[cluster]: give password or password_file, not both".into())
+        }
+        (Some(p), None) => Some(p.clone()),
+        (None, Some(f)) => Some(
+            std::fs::read_to_string(resolve(f))
+                .map_err(|e| format!("[cluster]: password_file {f}: {e}"))?
+                .trim_end_matches(['\r', '\n'])
+                .to_string(),
+        ),
+        (None, None) => None,
+    };
+    let user = match (c.username.clone(), password) {
+        (Some(u), Some(p)) => Some((u, p)),
+        (None, None) => None,
+        _ => return Err("[cluster]: username and password go together".into()),
+    };
     if !c.prefix.starts_with('/') || c.prefix.ends_with('/') || c.prefix.len() < 2 {
         return Err(format!(
             "[cluster]: prefix {:?} must start with / and not end with / (\"/switchyard/prod\")",
@@ -219,10 +265,53 @@ pub fn cluster_settings(
         status_ttl_s: ms(c.status_ttl, 10_000).as_secs().max(2),
         watch_idle: ms(c.watch_idle, 10_000).max(std::time::Duration::from_millis(500)),
         startup_wait: ms(c.startup_wait, 30_000),
+        access: std::sync::Arc::new(crate::cluster::etcd::Access::new(tls, user)),
         state_dir: Some(match c.state_dir {
             Some(d) if Path::new(&d).is_absolute() => d.into(),
             Some(d) => base.join(d),
             None => base.to_path_buf(),
         }),
     }))
+}
+
+/// The TLS client configuration for etcd: its CA, and this node's
+/// certificate when given.
+fn cluster_tls(
+    ca: &Path,
+    cert: Option<&Path>,
+    key: Option<&Path>,
+) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(ca).map_err(|e| format!("[cluster]: ca {}: {e}", ca.display()))?;
+    for c in CertificateDer::pem_slice_iter(&pem) {
+        let c = c.map_err(|e| format!("[cluster]: ca {}: {e}", ca.display()))?;
+        roots
+            .add(c)
+            .map_err(|e| format!("[cluster]: ca {}: {e}", ca.display()))?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| format!("[cluster]: TLS: {e}"))?
+    .with_root_certificates(roots);
+    let cfg = match (cert, key) {
+        (Some(cert), Some(key)) => {
+            let pem = std::fs::read(cert)
+                .map_err(|e| format!("[cluster]: cert {}: {e}", cert.display()))?;
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<_, _>>()
+                .map_err(|e| format!("[cluster]: cert {}: {e}", cert.display()))?;
+            let key = PrivateKeyDer::from_pem_file(key)
+                .map_err(|e| format!("[cluster]: key {}: {e}", key.display()))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| format!("[cluster]: client certificate: {e}"))?
+        }
+        (None, None) => builder.with_no_client_auth(),
+        _ => return Err("[cluster]: cert and key go together".into()),
+    };
+    Ok(std::sync::Arc::new(cfg))
 }

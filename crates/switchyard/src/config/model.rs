@@ -127,6 +127,15 @@ pub struct ClusterFile {
     /// Where the last applied configuration is kept, to start from when
     /// etcd is away (default: the node file's folder).
     pub state_dir: Option<String>,
+    /// TLS to `https://` endpoints: the CA that signed etcd's certificate,
+    /// and this node's client certificate and key when etcd asks for one.
+    pub ca: Option<String>,
+    pub cert: Option<String>,
+    pub key: Option<String>,
+    /// etcd's auth: a user and its password (or a file holding it).
+    pub username: Option<String>,
+    pub password: Option<String>,
+    pub password_file: Option<String>,
 }
 
 /// `[cache]`.
