@@ -14,12 +14,14 @@ if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 need=()
 # etcd and etcdctl (tests/cluster.rs runs cluster nodes on a real etcd)
 # come from etcd-server and etcd-client; keepalived moves the VIP of
-# tests/vip.rs between network namespaces.
-for cmd in wrk curl openssl cmake gcc gzip h2load nghttp etcd etcdctl keepalived; do
+# tests/vip.rs between network namespaces; bird2 announces it over BGP in
+# tests/ecmp.rs.
+for cmd in wrk curl openssl cmake gcc gzip h2load nghttp etcd etcdctl keepalived bird; do
   case "$cmd" in
     h2load|nghttp) pkg=nghttp2-client ;;
     etcd) pkg=etcd-server ;;
     etcdctl) pkg=etcd-client ;;
+    bird) pkg=bird2 ;;
     *) pkg="$cmd" ;;
   esac
   command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")

@@ -9,79 +9,15 @@
 //! is stopped by PID and every namespace deleted, even on failure.
 
 mod common;
+use common::netns::{have, in_netns, is_root, Lab};
 use common::*;
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-
-fn have(cmd: &str) -> bool {
-    Command::new("sh")
-        .args(["-c", &format!("command -v {cmd}")])
-        .stdout(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-fn ip(args: &[&str]) -> bool {
-    Command::new("ip")
-        .args(args)
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
-/// The namespaces and processes of one test, torn down on drop.
-struct Lab {
-    tag: String,
-    children: Vec<Child>,
-}
-
-impl Lab {
-    fn ns(&self, n: &str) -> String {
-        format!("sy{}-{n}", self.tag)
-    }
-
-    fn spawn(&mut self, ns: &str, args: &[&str], log: &Path) -> usize {
-        let f = std::fs::File::create(log).expect("log");
-        let child = Command::new("ip")
-            .args(["netns", "exec", &self.ns(ns)])
-            .args(args)
-            .stdout(f.try_clone().expect("log"))
-            .stderr(f)
-            .spawn()
-            .expect("spawn in namespace");
-        self.children.push(child);
-        self.children.len() - 1
-    }
-
-    fn kill(&mut self, i: usize, sig: &str) {
-        let pid = self.children[i].id();
-        // `ip netns exec` execs the program: the child's PID is its PID.
-        let _ = Command::new("kill")
-            .args([&format!("-{sig}"), &pid.to_string()])
-            .status();
-        let _ = self.children[i].wait();
-    }
-}
-
-impl Drop for Lab {
-    fn drop(&mut self) {
-        for c in &mut self.children {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        for n in ["c", "a", "b"] {
-            let _ = Command::new("ip")
-                .args(["netns", "del", &self.ns(n)])
-                .status();
-        }
-    }
-}
 
 const VIP: &str = "10.77.0.100";
 
@@ -102,22 +38,6 @@ fn keepalived_config(name: &str, priority: u32) -> String {
          vrrp_instance vip {{\n  state BACKUP\n  interface eth0\n  virtual_router_id 51\n  priority {priority}\n  advert_int 0.1\n\
            virtual_ipaddress {{\n    {VIP}/24 dev eth0\n  }}\n  track_script {{\n    ready\n  }}\n}}\n"
     )
-}
-
-/// Runs `f` on a thread inside network namespace `ns`.
-fn in_netns<T: Send + 'static>(
-    ns: &str,
-    f: impl FnOnce() -> T + Send + 'static,
-) -> std::thread::JoinHandle<T> {
-    let path = PathBuf::from("/run/netns").join(ns);
-    std::thread::spawn(move || {
-        let file = std::fs::File::open(&path).expect("netns file");
-        use std::os::fd::AsRawFd;
-        // SAFETY: setns on this thread only, with a valid namespace fd.
-        let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
-        assert_eq!(r, 0, "setns {}", path.display());
-        f()
-    })
 }
 
 /// One GET to the VIP: the body (the node's name), or None.
@@ -186,41 +106,20 @@ fn last_answer(seen: &Mutex<Seen>) -> Option<String> {
 
 #[test]
 fn a_retrying_client_loses_nothing_through_failover_failback_and_drain() {
-    let root = Command::new("id")
-        .arg("-u")
-        .output()
-        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0");
-    if !root || !have("ip") || !have("keepalived") || !have("curl") {
+    if !is_root() || !have("ip") || !have("keepalived") || !have("curl") {
         eprintln!("skipped: needs root, ip, keepalived and curl (apt-get install keepalived)");
         return;
     }
-    let mut lab = Lab {
-        tag: format!("{}", std::process::id() % 100_000),
-        children: Vec::new(),
-    };
-    let (c, a, b) = (lab.ns("c"), lab.ns("a"), lab.ns("b"));
-    for n in [&c, &a, &b] {
-        assert!(ip(&["netns", "add", n]), "netns add {n}");
-        assert!(ip(&["-n", n, "link", "set", "lo", "up"]));
-    }
-    assert!(ip(&["-n", &c, "link", "add", "br0", "type", "bridge"]));
-    assert!(ip(&[
-        "-n",
-        &c,
-        "addr",
-        "add",
-        "10.77.0.10/24",
-        "dev",
-        "br0"
-    ]));
-    assert!(ip(&["-n", &c, "link", "set", "br0", "up"]));
-    for (n, port, addr4) in [(&a, "va", "10.77.0.1/24"), (&b, "vb", "10.77.0.2/24")] {
-        assert!(ip(&[
-            "-n", &c, "link", "add", port, "type", "veth", "peer", "name", "eth0", "netns", n
-        ]));
-        assert!(ip(&["-n", &c, "link", "set", port, "master", "br0", "up"]));
-        assert!(ip(&["-n", n, "addr", "add", addr4, "dev", "eth0"]));
-        assert!(ip(&["-n", n, "link", "set", "eth0", "up"]));
+    let mut lab = Lab::new(&["c", "a", "b"]);
+    let c = lab.ns("c");
+    let a = lab.ns("a");
+    assert!(lab.ip("c", &["link", "add", "br0", "type", "bridge"]));
+    assert!(lab.ip("c", &["addr", "add", "10.77.0.10/24", "dev", "br0"]));
+    assert!(lab.ip("c", &["link", "set", "br0", "up"]));
+    for (n, port, addr4) in [("a", "va", "10.77.0.1/24"), ("b", "vb", "10.77.0.2/24")] {
+        lab.veth("c", port, n, "eth0");
+        assert!(lab.ip("c", &["link", "set", port, "master", "br0", "up"]));
+        assert!(lab.ip(n, &["addr", "add", addr4, "dev", "eth0"]));
     }
     let dir = temp_dir("vip");
     let mut sy = Vec::new();

@@ -1,0 +1,144 @@
+//! Network namespaces for tests that need more than loopback (a VIP, BGP
+//! routers): made by the test, with the processes started in them, all
+//! torn down on drop (processes killed by PID, namespaces deleted).
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+
+pub fn have(cmd: &str) -> bool {
+    Command::new("sh")
+        .args(["-c", &format!("command -v {cmd}")])
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+pub fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+/// `ip ARGS`, true on success.
+pub fn ip(args: &[&str]) -> bool {
+    Command::new("ip")
+        .args(args)
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// The namespaces and processes of one test.
+pub struct Lab {
+    tag: String,
+    names: Vec<String>,
+    pub children: Vec<Child>,
+}
+
+impl Lab {
+    /// Namespaces `sy<pid>-<name>` for each name, loopback up.
+    pub fn new(names: &[&str]) -> Lab {
+        let mut lab = Lab {
+            tag: format!("{}", std::process::id() % 100_000),
+            names: Vec::new(),
+            children: Vec::new(),
+        };
+        for n in names {
+            let ns = lab.ns(n);
+            assert!(ip(&["netns", "add", &ns]), "ip netns add {ns}");
+            lab.names.push(ns.clone());
+            assert!(ip(&["-n", &ns, "link", "set", "lo", "up"]));
+        }
+        lab
+    }
+
+    pub fn ns(&self, n: &str) -> String {
+        format!("sy{}-{n}", self.tag)
+    }
+
+    /// `ip -n <ns> ARGS`.
+    pub fn ip(&self, n: &str, args: &[&str]) -> bool {
+        let ns = self.ns(n);
+        let mut all = vec!["-n", ns.as_str()];
+        all.extend_from_slice(args);
+        ip(&all)
+    }
+
+    /// Runs a command in namespace `n` and waits for it.
+    pub fn run(&self, n: &str, args: &[&str]) -> (bool, String) {
+        let out = Command::new("ip")
+            .args(["netns", "exec", &self.ns(n)])
+            .args(args)
+            .output()
+            .expect("ip netns exec");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    }
+
+    /// Starts a process in namespace `n` (`ip netns exec` execs it: the
+    /// child's PID is the program's); its output goes to `log`.
+    pub fn spawn(&mut self, n: &str, args: &[&str], log: &Path) -> usize {
+        let f = std::fs::File::create(log).expect("log");
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns(n)])
+            .args(args)
+            .stdout(f.try_clone().expect("log"))
+            .stderr(f)
+            .spawn()
+            .expect("spawn in namespace");
+        self.children.push(child);
+        self.children.len() - 1
+    }
+
+    /// Sends `sig` to child `i` and reaps it.
+    pub fn kill(&mut self, i: usize, sig: &str) {
+        let pid = self.children[i].id();
+        let _ = Command::new("kill")
+            .args([&format!("-{sig}"), &pid.to_string()])
+            .status();
+        let _ = self.children[i].wait();
+    }
+
+    /// A veth pair: `a_if` in `a`, `b_if` in `b`, both up.
+    pub fn veth(&self, a: &str, a_if: &str, b: &str, b_if: &str) {
+        let bns = self.ns(b);
+        assert!(self.ip(
+            a,
+            &["link", "add", a_if, "type", "veth", "peer", "name", b_if, "netns", &bns]
+        ));
+        assert!(self.ip(a, &["link", "set", a_if, "up"]));
+        assert!(self.ip(b, &["link", "set", b_if, "up"]));
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        for ns in &self.names {
+            let _ = Command::new("ip").args(["netns", "del", ns]).status();
+        }
+    }
+}
+
+/// Runs `f` on a thread inside network namespace `ns`.
+pub fn in_netns<T: Send + 'static>(
+    ns: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> std::thread::JoinHandle<T> {
+    let path = PathBuf::from("/run/netns").join(ns);
+    std::thread::spawn(move || {
+        let file = std::fs::File::open(&path).expect("netns file");
+        use std::os::fd::AsRawFd;
+        // SAFETY: setns on this thread only, with a valid namespace fd.
+        let r = unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) };
+        assert_eq!(r, 0, "setns {}", path.display());
+        f()
+    })
+}
