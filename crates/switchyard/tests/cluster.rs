@@ -852,3 +852,71 @@ fn a_node_reaches_etcd_over_tls_with_a_client_certificate_and_a_password() {
         "{text}"
     );
 }
+
+/// How long a published change takes to be live on every node: 100
+/// changes on a 3-member etcd with 3 nodes, each published through the
+/// admin API and polled on every node's status. A measurement, not a
+/// timed test (run it by hand: `cargo test --release -p switchyard --test
+/// cluster propagation -- --ignored --nocapture`); docs/cluster.md has the
+/// figures.
+#[test]
+#[ignore]
+fn propagation_latency() {
+    if !have("etcd") || !have("etcdctl") {
+        eprintln!("skipped: etcd and etcdctl are not installed");
+        return;
+    }
+    let dir = temp_dir("cluster-latency");
+    let etcd = Members::start(&dir);
+    let prefix = "/switchyard/latency";
+    let key = format!("{prefix}/config");
+    let (o1, o2) = (Origin::start("one"), Origin::start("two"));
+    let listen = addr(free_port());
+    assert!(
+        etcd.ctl(&["put", &key, &envelope(prefix, &published(listen, &o1))])
+            .0
+    );
+    let endpoints: Vec<String> = etcd
+        .clients
+        .iter()
+        .map(|c| format!("\"http://{c}\""))
+        .collect();
+    let nodes: Vec<Switchyard> = (0..3)
+        .map(|i| {
+            Switchyard::start(
+                &format!(
+                    "[global]\nworkers = 1\n[cluster]\nendpoints = [{}]\nprefix = \"{prefix}\"\nnode = \"n{i}\"\n",
+                    endpoints.join(", ")
+                ),
+                &[listen],
+            )
+        })
+        .collect();
+    let mut took = Vec::new();
+    for k in 0..100 {
+        let o = if k % 2 == 0 { &o2 } else { &o1 };
+        let t = std::time::Instant::now();
+        let r = put_config(&nodes[k % 3], &published(listen, o), None);
+        assert_eq!(r.status, 200);
+        let rev = serde_json::from_slice::<serde_json::Value>(&r.body).expect("json")["revision"]
+            .as_i64()
+            .expect("revision");
+        // The running configuration's source names its revision (a local
+        // read: no etcd round trip in the polling).
+        let want = format!("etcd revision {rev}");
+        let mut pending: Vec<usize> = (0..3).collect();
+        while !pending.is_empty() && t.elapsed() < Duration::from_secs(5) {
+            pending.retain(|&i| !nodes[i].admin_get("/api/v1/config").contains(&want));
+        }
+        assert!(pending.is_empty());
+        took.push(t.elapsed());
+    }
+    took.sort();
+    let p = |q: f64| took[((took.len() as f64 * q) as usize).min(took.len() - 1)];
+    eprintln!(
+        "publish to live on 3 nodes: p50 {:?}, p99 {:?}, max {:?} (100 changes; validation, reload and status polling included)",
+        p(0.5),
+        p(0.99),
+        took[took.len() - 1]
+    );
+}
