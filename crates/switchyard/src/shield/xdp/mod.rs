@@ -778,11 +778,21 @@ mod tests {
         l.cookies = true;
         l.write(&tables::build(&[], Action::Allow).expect("tables"), 0)
             .expect("write");
-        for (src, dst, mss_opt, want_mss) in [
-            ("10.77.0.2", "10.77.0.1", 1460u16, 1460u16),
-            ("10.77.0.2", "10.77.0.1", 1300, 1300),
-            ("fd77::2", "fd77::1", 1460, 1440),
-            ("fd77::2", "fd77::1", 1000, 1220),
+        // The SYN's options as common stacks lay them out, and what the
+        // answer must say: MSS, window scale (ours, 7, when the client
+        // offers one), SACK.
+        let ts = [8, 10, 1, 2, 3, 4, 0, 0, 0, 0];
+        let linux_ts = [&[2, 4, 5, 180, 4, 2][..], &ts, &[1, 3, 3, 9]].concat();
+        let windows = vec![2, 4, 5, 20, 1, 3, 3, 8, 1, 1, 4, 2];
+        let macos = [&[2, 4, 5, 180, 1, 3, 3, 6, 1, 1][..], &ts, &[4, 2, 0, 0]].concat();
+        let linux = vec![2, 4, 5, 180, 1, 1, 4, 2, 1, 3, 3, 14];
+        for (src, dst, opts, ws, sack, want_mss) in [
+            ("10.77.0.2", "10.77.0.1", linux_ts, Some(9u8), true, 1460u16),
+            ("10.77.0.2", "10.77.0.1", windows, Some(8), true, 1300),
+            ("10.77.0.2", "10.77.0.1", macos, Some(6), true, 1460),
+            ("10.77.0.2", "10.77.0.1", vec![], None, false, 536),
+            ("fd77::2", "fd77::1", linux, Some(14), true, 1440),
+            ("fd77::2", "fd77::1", vec![2, 4, 3, 232], None, false, 1220),
         ] {
             let p = Packet {
                 src: src.parse().expect("addr"),
@@ -793,12 +803,11 @@ mod tests {
                 tcp_flags: 0x02,
             };
             let isn = 0x1234_5678;
-            let m = mss_opt.to_be_bytes();
-            let syn = frame_with(&p, isn, &[2, 4, m[0], m[1], 1, 1, 4, 2]);
+            let syn = frame_with(&p, isn, &opts);
             let (v, out, _) = sys::test_run(&l._prog, &syn, 1).expect("run");
             assert_eq!(v, 3, "XDP_TX for {src}");
             let l3 = if p.src.is_ipv6() { 40 } else { 20 };
-            assert_eq!(out.len(), 14 + l3 + 24, "{src}");
+            assert_eq!(out.len(), 14 + l3 + 32, "{src}");
             let (ip, th) = (&out[14..14 + l3], &out[14 + l3..]);
             let (s, d) = if l3 == 40 {
                 (&ip[8..24], &ip[24..40])
@@ -807,21 +816,25 @@ mod tests {
                 (&ip[12..16], &ip[16..20])
             };
             let mut pseudo = [s, d].concat();
-            pseudo.extend_from_slice(&[0, TCP, 0, 24]);
+            pseudo.extend_from_slice(&[0, TCP, 0, 32]);
             pseudo.extend_from_slice(th);
             assert_eq!(csum(&pseudo), 0xffff, "TCP checksum {src}");
             assert_eq!(&out[..6], &syn[6..12], "back to the sender's MAC");
             assert_eq!(u16::from_be_bytes([th[0], th[1]]), 8080);
             assert_eq!(u16::from_be_bytes([th[2], th[3]]), 40000);
             assert_eq!(u32::from_be_bytes([th[8], th[9], th[10], th[11]]), isn + 1);
-            assert_eq!((th[12], th[13]), (6 << 4, 0x12), "doff 6, SYN+ACK");
-            assert_eq!(
-                &th[20..24],
-                &[2, 4, (want_mss >> 8) as u8, want_mss as u8],
-                "{src}"
-            );
+            assert_eq!((th[12], th[13]), (8 << 4, 0x12), "doff 8, SYN+ACK");
+            let mut want = vec![2, 4, (want_mss >> 8) as u8, want_mss as u8];
+            want.extend_from_slice(if ws.is_some() {
+                &[1, 3, 3, 7]
+            } else {
+                &[1, 1, 1, 1]
+            });
+            want.extend_from_slice(if sack { &[1, 1, 4, 2] } else { &[1, 1, 1, 1] });
+            assert_eq!(&th[20..32], &want[..], "{src} {ws:?} {sack}");
             let cookie = u32::from_be_bytes([th[4], th[5], th[6], th[7]]);
-            assert_eq!(cookie & 0xf, 0);
+            assert_eq!(cookie & 0xf, u32::from(ws.unwrap_or(15)));
+            assert_eq!(cookie >> 8 & 1, u32::from(sack));
             let (again, out2, _) = sys::test_run(&l._prog, &syn, 1).expect("run");
             assert_eq!(
                 (again, &out2[18 + l3..22 + l3]),
@@ -830,7 +843,7 @@ mod tests {
             );
         }
         let sent = l.percpu_sum("stats", 8).expect("stats");
-        assert_eq!(sent, 8);
+        assert_eq!(sent, 12);
     }
 
     /// What a packet costs in the kernel, 10 rules against 1,000, the

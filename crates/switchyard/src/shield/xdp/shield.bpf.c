@@ -138,6 +138,8 @@ struct pkt {
 	__u16 sport; // host order
 	__u16 dport;
 	__u16 mss;
+	__u8 wscale;
+	__u8 sack;
 	__u32 isn;
 	__u8 src[16];
 	__u8 dst[16];
@@ -313,7 +315,7 @@ static __always_inline __u64 sum16(const void *data, int words)
 	const __u16 *w = data;
 	__u64 s = 0;
 #pragma clang loop unroll(full)
-	for (int i = 0; i < 12; i++)
+	for (int i = 0; i < 16; i++)
 		if (i < words)
 			s += w[i];
 	return s;
@@ -365,11 +367,16 @@ static __always_inline __u64 siphash2(__u64 a, __u64 b, __u64 k0, __u64 k1)
 }
 
 // The cookie (our ISN):
-//   | 31 ... 8: MAC | 7 6: time slot & 3 | 5 4: MSS index | 3 ... 0: 0 |
-// MAC = SipHash(addresses, client ISN and ports; key ^ time slot), a slot
-// being 2^36 ns (about 69 s); a cookie is good in its slot and the next.
-// No window scaling, SACK or timestamps are offered: the cookie has no room
-// for them.
+//   | 31 ... 9: MAC | 8: SACK | 7 6: time slot & 3 | 5 4: MSS index |
+//   | 3 ... 0: the client's window scale, 15 for none |
+// MAC = SipHash(addresses, client ISN and ports; key ^ the low 9 bits,
+// key ^ time slot), a slot being 2^36 ns (about 69 s); a cookie is good in
+// its slot and the next. Timestamps are not offered: the cookie has no
+// room for them.
+#define COOKIE_MAC 0xfffffe00
+#define NO_WSCALE 15
+// The window scale we offer, as Linux picks for its default buffers.
+#define OUR_WSCALE 7
 // The MSS table, four 16-bit entries packed in an immediate (constant
 // arrays would need a .rodata map the loader does not make).
 #define MSS_V4 (1460ULL << 48 | 1440ULL << 32 | 1300ULL << 16 | 536ULL)
@@ -387,7 +394,7 @@ static __always_inline __u32 fold16(const __u8 *a)
 }
 
 static __always_inline __u32 cookie_mac(const __u8 *src, const __u8 *dst, __u32 isn, __u16 sport,
-					__u16 dport, __u64 slot)
+					__u16 dport, __u64 slot, __u32 low)
 {
 	__u32 zero = 0;
 	__u64 *k = bpf_map_lookup_elem(&cookie_key, &zero);
@@ -395,13 +402,14 @@ static __always_inline __u32 cookie_mac(const __u8 *src, const __u8 *dst, __u32 
 		return 0;
 	__u64 a = (__u64)fold16(src) << 32 | fold16(dst);
 	__u64 b = (__u64)isn << 32 | (__u32)sport << 16 | dport;
-	return (__u32)siphash2(a, b, k[0], k[1] ^ slot) & 0xffffff00;
+	return (__u32)siphash2(a, b, k[0] ^ (low & ~COOKIE_MAC), k[1] ^ slot) & COOKIE_MAC;
 }
 
 // Turns the SYN in the frame into a reply back to its sender (XDP_TX):
 // addresses and ports swapped, the SYN's options and payload cut off.
-// `cookie` 0: a RST+ACK; otherwise a SYN+ACK with that ISN and one MSS
-// option. Returns 0, or -1 where the frame cannot be rewritten (IPv4
+// `cookie` 0: a RST+ACK; otherwise a SYN+ACK with that ISN, an MSS
+// option, and window scaling and SACK where the cookie says the client
+// offered them. Returns 0, or -1 where the frame cannot be rewritten (IPv4
 // options): the caller drops it then.
 static __always_inline int make_reply(struct xdp_md *ctx, int v6, __u32 cookie, __u16 mss)
 {
@@ -409,7 +417,7 @@ static __always_inline int make_reply(struct xdp_md *ctx, int v6, __u32 cookie, 
 	void *end = (void *)(long)ctx->data_end;
 	struct ethhdr *eth = data;
 	int l3 = v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
-	int tl = cookie ? 24 : 20;
+	int tl = cookie ? 32 : 20;
 	if ((void *)(eth + 1) + l3 + sizeof(struct tcphdr) > end)
 		return -1;
 	if (!v6 && ((struct iphdr *)(eth + 1))->ihl != 5)
@@ -461,16 +469,26 @@ static __always_inline int make_reply(struct xdp_md *ctx, int v6, __u32 cookie, 
 	th->check = 0;
 	if (cookie) {
 		__u8 *opt = (__u8 *)(th + 1);
-		if ((void *)(opt + 4) > end)
+		if ((void *)(opt + 12) > end)
 			return -1;
-		((__u8 *)th)[12] = 6 << 4; // doff 6: the MSS option
+		((__u8 *)th)[12] = 8 << 4; // doff 8: 12 bytes of options
 		((__u8 *)th)[13] = 0x12;   // SYN, ACK
 		th->window = bpf_htons(65535);
 		opt[0] = 2;
 		opt[1] = 4;
 		opt[2] = mss >> 8;
 		opt[3] = mss & 0xff;
-		th->check = fold(pseudo + sum16(th, 12));
+		// NOP, window scale; NOP, NOP, SACK permitted; NOPs where not.
+		__u32 ws = cookie & 0xf;
+		opt[4] = 1;
+		opt[5] = ws == NO_WSCALE ? 1 : 3;
+		opt[6] = ws == NO_WSCALE ? 1 : 3;
+		opt[7] = ws == NO_WSCALE ? 1 : OUR_WSCALE;
+		opt[8] = 1;
+		opt[9] = 1;
+		opt[10] = cookie & 0x100 ? 4 : 1;
+		opt[11] = cookie & 0x100 ? 2 : 1;
+		th->check = fold(pseudo + sum16(th, 16));
 	} else {
 		((__u8 *)th)[12] = 5 << 4; // doff 5, no options
 		((__u8 *)th)[13] = 0x14;   // RST, ACK
@@ -540,12 +558,41 @@ int shield(struct xdp_md *ctx)
 		p.sport = bpf_ntohs(th->source);
 		p.dport = bpf_ntohs(th->dest);
 		p.isn = bpf_ntohl(th->seq);
-		// The client's MSS, where it is the first option (as every
-		// common stack sends it); else the minimum.
-		__u8 *opt = (__u8 *)(th + 1);
+		// The client's MSS (else the minimum), window scale and SACK:
+		// the MSS must come first (as every common stack sends it); the
+		// others are read from the layouts of Linux (with and without
+		// timestamps), Windows and macOS. A walk over the options would
+		// cost the verifier too much (a million instructions); another
+		// layout gets no window scaling and no SACK, which is safe.
 		p.mss = 536;
-		if (((__u8 *)th)[12] >> 4 >= 6 && (void *)(opt + 4) <= end && opt[0] == 2 && opt[1] == 4)
-			p.mss = (__u16)opt[2] << 8 | opt[3];
+		p.wscale = NO_WSCALE;
+		__u8 *o = (__u8 *)(th + 1);
+		__u32 olen = (((__u8 *)th)[12] >> 4) * 4 - 20;
+		if (olen >= 4 && (void *)(o + 4) <= end && o[0] == 2 && o[1] == 4)
+			p.mss = (__u16)o[2] << 8 | o[3];
+		if (olen >= 20 && (void *)(o + 20) <= end && o[4] == 4 && o[5] == 2 && o[6] == 8 &&
+		    o[7] == 10 && o[16] == 1 && o[17] == 3 && o[18] == 3) {
+			// Linux: MSS, SACK permitted, timestamps, NOP, window scale.
+			p.sack = 1;
+			p.wscale = o[19];
+		} else if (olen >= 12 && (void *)(o + 12) <= end && o[4] == 1 && o[5] == 1 &&
+			   o[6] == 4 && o[7] == 2 && o[8] == 1 && o[9] == 3 && o[10] == 3) {
+			// Linux without timestamps: MSS, NOP, NOP, SACK, NOP, WS.
+			p.sack = 1;
+			p.wscale = o[11];
+		} else if (olen >= 12 && (void *)(o + 12) <= end && o[4] == 1 && o[5] == 3 &&
+			   o[6] == 3) {
+			// Windows: MSS, NOP, WS, NOP, NOP, SACK; macOS: MSS, NOP,
+			// WS, NOP, NOP, timestamps, SACK, EOL, EOL.
+			p.wscale = o[7];
+			if (o[8] == 1 && o[9] == 1 && o[10] == 4 && o[11] == 2)
+				p.sack = 1;
+			else if (olen >= 24 && (void *)(o + 24) <= end && o[8] == 1 && o[9] == 1 &&
+				 o[10] == 8 && o[11] == 10 && o[20] == 4 && o[21] == 2)
+				p.sack = 1;
+		}
+		if (p.wscale > 14 && p.wscale != NO_WSCALE)
+			p.wscale = 14;
 		served_at = p.dport;
 	} else if (p.proto == IPPROTO_UDP) {
 		struct udphdr *uh = l4;
@@ -593,8 +640,8 @@ int shield(struct xdp_md *ctx)
 			if (p.mss >= mss_at(p.v6, 3))
 				mi = 3;
 			__u64 slot = bpf_ktime_get_ns() >> 36;
-			__u32 c = cookie_mac(p.src, p.dst, p.isn, p.sport, p.dport, slot) |
-				  (__u32)(slot & 3) << 6 | mi << 4;
+			__u32 low = (__u32)p.sack << 8 | (__u32)(slot & 3) << 6 | mi << 4 | p.wscale;
+			__u32 c = cookie_mac(p.src, p.dst, p.isn, p.sport, p.dport, slot, low) | low;
 			// Our own MSS: the client's class, within the interface's
 			// MTU.
 			__u32 mtu = 0;
@@ -707,12 +754,18 @@ int shield_tc(struct __sk_buff *skb)
 	__u64 now = bpf_ktime_get_ns() >> 36;
 	__u64 slot = (now & 3) == ((cookie >> 6) & 3) ? now : now - 1;
 	if (((slot & 3) != ((cookie >> 6) & 3)) ||
-	    cookie_mac(src, dst, isn, sport, dport, slot) != (cookie & 0xffffff00)) {
+	    cookie_mac(src, dst, isn, sport, dport, slot, cookie) != (cookie & COOKIE_MAC)) {
 		count(&stats, ST_COOKIE_BAD);
 		goto release;
 	}
 	struct bpf_tcp_req_attrs attrs = {};
 	attrs.mss = mss_at(v6, cookie >> 4);
+	if ((cookie & 0xf) != NO_WSCALE) {
+		attrs.wscale_ok = 1;
+		attrs.snd_wscale = cookie & 0xf;
+		attrs.rcv_wscale = OUR_WSCALE;
+	}
+	attrs.sack_ok = (cookie >> 8) & 1;
 	struct sock *sk = (struct sock *)bpf_skc_to_tcp_sock(skc);
 	if (!sk || bpf_sk_assign_tcp_reqsk(skb, sk, &attrs, sizeof(attrs)) < 0) {
 		count(&stats, ST_COOKIE_REFUSED);
