@@ -2,8 +2,9 @@
 //
 // Switchyard's shield in XDP (issue 12): the `[shield]` ACL evaluated on
 // the packet before the kernel's stack sees it, with the same rules and
-// the same semantics as at accept (shield/acl.rs), and a per-source SYN
-// limit in front of the kernel's own SYN cookies.
+// the same semantics as at accept (shield/acl.rs), a per-source SYN limit,
+// and SYN cookies answered here and completed by the tc program at the end
+// (shield_tc) with bpf_sk_assign_tcp_reqsk.
 //
 // The ACL is the bit-vector design of acl.rs, loaded into maps by
 // shield/xdp/tables.rs:
