@@ -920,3 +920,83 @@ fn propagation_latency() {
         took[took.len() - 1]
     );
 }
+
+/// A cache purge on one node reaches every node's cache (a leased key
+/// under `<prefix>/purge/`).
+#[test]
+fn a_cache_purge_on_one_node_empties_every_nodes_cache() {
+    if !have("etcd") || !have("etcdctl") {
+        eprintln!("skipped: etcd and etcdctl are not installed");
+        return;
+    }
+    let dir = temp_dir("cluster-purge");
+    let etcd = Etcd::start(&dir, addr(free_port()), addr(free_port()));
+    let prefix = "/switchyard/purge";
+    let o1 = Origin::start("one");
+    o1.set(|b| b.body = Some("cacheable".into()));
+    let listen = addr(free_port());
+    let text = published(listen, &o1).replace(
+        "default_pool = \"p\"\n",
+        "default_pool = \"p\"\nresponse_headers = { set = { \"cache-control\" = \"max-age=600\" } }\n[vserver.cache]\n",
+    );
+    // The published text sets response_headers twice otherwise: keep one.
+    let text = text.replacen(
+        "response_headers = { set = { \"x-origin\" = \"one\" } }\n",
+        "",
+        1,
+    );
+    let (ok, out) = etcd.ctl(&["put", &format!("{prefix}/config"), &envelope(prefix, &text)]);
+    assert!(ok, "{out}");
+    let nodes: Vec<Switchyard> = (0..2)
+        .map(|i| {
+            let cfg = format!(
+                "[global]\nworkers = 1\n[cluster]\nendpoints = [\"http://{}\"]\nprefix = \"{prefix}\"\nnode = \"n{i}\"\nwatch_idle = \"2s\"\n",
+                etcd.client
+            );
+            Switchyard::start(&cfg, &[listen])
+        })
+        .collect();
+    let objects = |n: &Switchyard| {
+        serde_json::from_str::<serde_json::Value>(&n.admin_get("/api/v1/cache")).expect("json")
+            ["objects"]
+            .as_u64()
+            .unwrap_or(0)
+    };
+    // Both nodes share the listener (SO_REUSEPORT): new connections fill
+    // both caches.
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            let _ = get(listen, "/page");
+            nodes.iter().all(|n| objects(n) >= 1)
+        }),
+        "the caches did not fill: {:?}",
+        nodes.iter().map(objects).collect::<Vec<_>>()
+    );
+    // The cache key has the request's Host (common::get sends "test").
+    let body = "{\"url\": \"http://test/page\"}";
+    let r = request(
+        nodes[0].admin,
+        &format!(
+            "POST /api/v1/cache/purge HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    assert_eq!(r.status, 200, "{}", r.body_text());
+    assert!(
+        r.body_text().contains("sent to every node"),
+        "{}",
+        r.body_text()
+    );
+    assert!(
+        eventually(Duration::from_secs(5), || nodes
+            .iter()
+            .all(|n| objects(n) == 0)),
+        "{:?}",
+        nodes.iter().map(objects).collect::<Vec<_>>()
+    );
+    assert!(
+        nodes[1].wait_for_log("cache purge url"),
+        "{}",
+        nodes[1].log()
+    );
+}

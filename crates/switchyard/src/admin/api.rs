@@ -916,21 +916,23 @@ impl<C: Control> Cx<'_, C> {
                 "give ?url=http://host/path or ?prefix=http://host/path",
             );
         }
-        let key = crate::cache::url_key(url);
-        let n = if how == "prefix" {
-            self.snap.cache.purge_prefix(&key)
-        } else {
-            let mut extras = key.clone();
-            extras.push(0);
-            usize::from(self.snap.cache.invalidate(&key)) + self.snap.cache.purge_prefix(&extras)
-        };
+        let n = crate::cache::purge(&self.snap.cache, url, how == "prefix");
+        // A cluster node tells the others (their caches hold their own copies).
+        let cluster = crate::cluster::node().map(|node| {
+            crate::cluster::publish_purge(&node.settings, how, url)
+                .map_err(|e| format!("not sent to the other nodes: {e}"))
+        });
         self.admin.record_change(
             &self.caller,
             self.peer,
             &format!("cache purge {how} {url}: {n} removed"),
             true,
         );
-        ok(json!({ "purged": n }))
+        match cluster {
+            None => ok(json!({ "purged": n })),
+            Some(Ok(())) => ok(json!({ "purged": n, "cluster": "sent to every node" })),
+            Some(Err(e)) => ok(json!({ "purged": n, "cluster": e })),
+        }
     }
 }
 

@@ -86,6 +86,19 @@ pub fn key(req: &Request, tls: bool, s: &Settings) -> Vec<u8> {
     k
 }
 
+/// Removes `url` (every variant and key extra), or every URL under it when
+/// `prefix`; answers how many objects went.
+pub fn purge(store: &Store, url: &str, prefix: bool) -> usize {
+    let key = url_key(url);
+    if prefix {
+        store.purge_prefix(&key)
+    } else {
+        let mut extras = key.clone();
+        extras.push(0);
+        usize::from(store.invalidate(&key)) + store.purge_prefix(&extras)
+    }
+}
+
 /// The prefix every key of `url` starts with ("http://host/path...").
 pub fn url_key(url: &str) -> Vec<u8> {
     let (scheme, rest) = url.split_once("://").unwrap_or(("http", url));

@@ -510,11 +510,34 @@ impl Client {
 
     /// Watches `key` from `revision`; `idle` bounds the wait for each read.
     pub fn watch(&mut self, key: &[u8], revision: i64, idle: Duration) -> Result<Watch, Error> {
+        self.watch_range(key, None, revision, idle)
+    }
+
+    /// Watches every key under `prefix` from `revision`.
+    pub fn watch_prefix(
+        &mut self,
+        prefix: &[u8],
+        revision: i64,
+        idle: Duration,
+    ) -> Result<Watch, Error> {
+        self.watch_range(prefix, Some(prefix_end(prefix)), revision, idle)
+    }
+
+    fn watch_range(
+        &mut self,
+        key: &[u8],
+        range_end: Option<Vec<u8>>,
+        revision: i64,
+        idle: Duration,
+    ) -> Result<Watch, Error> {
         if self.access.user.is_some() && self.access.token().is_none() {
             self.authenticate()?;
         }
         let (mut s, host) = self.connect(idle)?;
-        let body = json!({"create_request": {"key": b64(key), "start_revision": revision.to_string(), "progress_notify": true}});
+        let mut body = json!({"create_request": {"key": b64(key), "start_revision": revision.to_string(), "progress_notify": true}});
+        if let Some(end) = range_end {
+            body["create_request"]["range_end"] = Value::from(b64(&end));
+        }
         let io = |e: std::io::Error| Error::Unreachable(format!("{host}/v3/watch: {e}"));
         self.send(&mut s, &host, "/v3/watch", &body).map_err(io)?;
         let mut r = BufReader::new(s);

@@ -533,6 +533,117 @@ fn status_loop(node: &Node) {
     }
 }
 
+/// Purges a node applies for the others: `(how, url)` with how "url" or
+/// "prefix"; answers how many objects went.
+pub type Purger = Box<dyn Fn(&str, &str) -> usize + Send>;
+
+fn purge_prefix_key(settings: &Settings) -> Vec<u8> {
+    format!("{}/purge/", settings.prefix).into_bytes()
+}
+
+/// Tells the other nodes to purge: a key under `<prefix>/purge/` on a lease
+/// of a minute (etcd forgets it by itself).
+pub fn publish_purge(settings: &Settings, how: &str, url: &str) -> Result<(), String> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let mut c = Client::new(&settings.endpoints, settings.access.clone());
+    let lease = c.grant(60).map_err(|e| e.to_string())?;
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let stamp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros());
+    let key = format!("{}/purge/{}-{stamp}-{n}", settings.prefix, settings.node);
+    let value = json!({"node": settings.node, "how": how, "url": url}).to_string();
+    c.put(key.as_bytes(), value.as_bytes(), lease)
+        .map(|_| ())
+        .map_err(|e| e.to_string())
+}
+
+/// Applies the purges other nodes publish, from start on.
+pub fn follow_purges(node: Arc<Node>, purge: Purger) {
+    let _ = std::thread::Builder::new()
+        .name("cluster-purge".into())
+        .spawn(move || purge_loop(&node, &purge));
+}
+
+fn purge_loop(node: &Node, purge: &Purger) {
+    let s = &node.settings;
+    let prefix = purge_prefix_key(s);
+    let mut client = Client::new(&s.endpoints, s.access.clone());
+    // Keys seen (applied or already there at start): never applied twice.
+    let mut seen: std::collections::HashSet<Vec<u8>> = std::collections::HashSet::new();
+    let mut first = true;
+    let mut backoff = Duration::from_millis(200);
+    loop {
+        let from = match client.list(&prefix) {
+            Ok((h, kvs)) => {
+                let present: std::collections::HashSet<Vec<u8>> =
+                    kvs.iter().map(|kv| kv.key.clone()).collect();
+                for kv in kvs {
+                    // Purges from before this node started concern a
+                    // cache it did not have.
+                    if !first && !seen.contains(&kv.key) {
+                        apply_purge(node, purge, &kv.value);
+                    }
+                    seen.insert(kv.key);
+                }
+                seen.retain(|k| present.contains(k));
+                first = false;
+                backoff = Duration::from_millis(200);
+                h.revision + 1
+            }
+            Err(e) => {
+                log::debug(format_args!("cluster {:?}: purges: {e}", s.prefix));
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(10));
+                continue;
+            }
+        };
+        let mut w = match client.watch_prefix(&prefix, from, s.watch_idle) {
+            Ok(w) => w,
+            Err(_) => {
+                std::thread::sleep(backoff);
+                continue;
+            }
+        };
+        while let Ok(ev) = w.next_event() {
+            match ev {
+                WatchEvent::Changes(_, changes) => {
+                    for (_, kv) in changes {
+                        if let Some(kv) = kv {
+                            if seen.insert(kv.key.clone()) {
+                                apply_purge(node, purge, &kv.value);
+                            }
+                        }
+                    }
+                }
+                WatchEvent::Compacted(_) | WatchEvent::Canceled(_) => break,
+                WatchEvent::Created | WatchEvent::Progress(_) => {}
+            }
+        }
+    }
+}
+
+fn apply_purge(node: &Node, purge: &Purger, value: &[u8]) {
+    let Ok(v) = serde_json::from_slice::<Value>(value) else {
+        return;
+    };
+    let from = v["node"].as_str().unwrap_or("");
+    if from == node.settings.node {
+        return;
+    }
+    let (Some(how), Some(url)) = (v["how"].as_str(), v["url"].as_str()) else {
+        return;
+    };
+    if !matches!(how, "url" | "prefix") {
+        return;
+    }
+    let n = purge(how, url);
+    log::info(format_args!(
+        "cluster {:?}: cache purge {how} {url} from node {from}: {n} removed",
+        node.settings.prefix
+    ));
+}
+
 /// Every node's status, from etcd.
 pub fn statuses(settings: &Settings) -> Result<Vec<Value>, String> {
     let mut c = Client::new(&settings.endpoints, settings.access.clone());

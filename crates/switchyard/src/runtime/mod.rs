@@ -246,6 +246,13 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
         if let Source::Cluster(node) = &control.source {
             let (tx, rx) = mpsc::unbounded_channel();
             crate::cluster::follow(node.clone(), tx);
+            let snapshot = control.snapshot.clone();
+            crate::cluster::follow_purges(
+                node.clone(),
+                Box::new(move |how, url| {
+                    crate::cache::purge(&snapshot.load().cache, url, how == "prefix")
+                }),
+            );
             tokio::task::spawn_local(apply_published(control.clone(), node.clone(), rx));
         }
         signals(control.clone(), sigs).await;
