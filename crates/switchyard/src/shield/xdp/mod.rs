@@ -370,11 +370,24 @@ pub fn apply(snap: &Snapshot) {
         }
     }
     let Some(l) = st.loaded.as_mut() else { return };
+    // Frames sent back with XDP_TX (a reject's RST, a cookie's SYN+ACK)
+    // leave a veth in native mode only if its peer runs XDP too: "auto"
+    // takes generic mode on a veth when the rules or cookies send any.
+    let sends = spec.syn_cookies
+        || set
+            .compiled()
+            .rules()
+            .iter()
+            .any(|r| r.action == Some(super::acl::Action::Reject));
+    let mode_for = |name: &str| match spec.mode {
+        Mode::Auto if sends && sys::driver(name).is_ok_and(|d| d == "veth") => Mode::Generic,
+        m => m,
+    };
     // Interfaces no longer named, or attached in a mode no longer
     // allowed, are detached (and the latter attached again below).
     l.links.retain(|name, link| {
         let keep = spec.interfaces.contains(name)
-            && match spec.mode {
+            && match mode_for(name) {
                 Mode::Auto => true,
                 Mode::Native => link.mode == "native",
                 Mode::Generic => link.mode == "generic",
@@ -387,10 +400,15 @@ pub fn apply(snap: &Snapshot) {
     let mut refused = Vec::new();
     for name in &spec.interfaces {
         if !l.links.contains_key(name) {
-            match attach(&l._prog, name, spec.mode) {
+            match attach(&l._prog, name, mode_for(name)) {
                 Ok(link) => {
+                    let why = if spec.mode == Mode::Auto && mode_for(name) == Mode::Generic {
+                        " (a veth, and XDP sends frames back: native mode would lose them)"
+                    } else {
+                        ""
+                    };
                     log::info(format_args!(
-                        "shield: XDP attached to {name} in {} mode",
+                        "shield: XDP attached to {name} in {} mode{why}",
                         link.mode
                     ));
                     l.links.insert(name.clone(), link);

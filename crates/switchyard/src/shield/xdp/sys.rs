@@ -275,3 +275,34 @@ pub fn test_run(prog: &OwnedFd, packet: &[u8], repeat: u32) -> io::Result<(u32, 
     out.truncate(word(12) as usize);
     Ok((word(4), out, word(36)))
 }
+
+/// The driver of interface `name` (SIOCETHTOOL, ETHTOOL_GDRVINFO): "veth"
+/// for a veth.
+pub fn driver(name: &str) -> io::Result<String> {
+    // struct ethtool_drvinfo: cmd, then driver[32], the rest unread.
+    let mut info = [0u8; 196];
+    info[..4].copy_from_slice(&3u32.to_ne_bytes());
+    // struct ifreq: the name (16 bytes), then a pointer to the request.
+    let mut ifr = [0u8; 40];
+    if name.len() >= 16 {
+        return Err(io::Error::other("interface name too long"));
+    }
+    ifr[..name.len()].copy_from_slice(name.as_bytes());
+    ifr[16..24].copy_from_slice(&(info.as_mut_ptr() as u64).to_ne_bytes());
+    // SAFETY: a socket we close below; ifreq and drvinfo outlive the call.
+    let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel writes at most sizeof(ethtool_drvinfo) = 196.
+    let r = unsafe { libc::ioctl(fd, libc::SIOCETHTOOL, ifr.as_mut_ptr()) };
+    let err = io::Error::last_os_error();
+    // SAFETY: our own descriptor.
+    unsafe { libc::close(fd) };
+    if r < 0 {
+        return Err(err);
+    }
+    let d = &info[4..36];
+    let end = d.iter().position(|b| *b == 0).unwrap_or(d.len());
+    Ok(String::from_utf8_lossy(&d[..end]).into_owned())
+}
