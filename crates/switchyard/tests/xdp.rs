@@ -177,12 +177,20 @@ struct Sy {
 
 impl Sy {
     fn start(net: &Net, config: &str) -> Sy {
+        Sy::start_with(net, config, &[])
+    }
+
+    /// Started through `wrapper` (a command and its arguments before the
+    /// binary), e.g. setpriv.
+    fn start_with(net: &Net, config: &str, wrapper: &[&str]) -> Sy {
         let dir = temp_dir("xdp");
         let path = dir.join("switchyard.toml");
         std::fs::write(&path, format!("[admin]\nlisten = \"{ADMIN}\"\n{config}")).expect("config");
         let log = std::fs::File::create(dir.join("stderr.log")).expect("log");
         let child = Command::new("ip")
-            .args(["netns", "exec", &net.sy, bin(), "run", "-c"])
+            .args(["netns", "exec", &net.sy])
+            .args(wrapper)
+            .args([bin(), "run", "-c"])
             .arg(&path)
             .stdout(Stdio::null())
             .stderr(log)
@@ -603,6 +611,47 @@ fn without_xdp_the_accept_path_shields() {
         sy.log()
     );
     assert_eq!(hits(&s, "hits")[1], 1, "{s}");
+}
+
+/// Without capabilities (setpriv drops them all, CAP_BPF included) the
+/// program cannot load: Switchyard says so once, not again on reload, and
+/// the accept path shields.
+#[test]
+fn without_cap_bpf_the_accept_path_shields() {
+    let Some(net) = Net::new() else { return };
+    if Command::new("setpriv").arg("--version").output().is_err() {
+        eprintln!("skipped: no setpriv (util-linux)");
+        return;
+    }
+    let o = origin_in(&net);
+    let sy = Sy::start_with(
+        &net,
+        &config(o.addr, RULES, &xdp(&net.dev, "")),
+        &["setpriv", "--bounding-set=-all", "--inh-caps=-all", "--"],
+    );
+    let t = Duration::from_millis(1500);
+    assert_eq!(get_from(&net.client, ALLOWED, t), Ok(200));
+    let d = get_from(&net.client, DROPPED, t);
+    assert!(
+        matches!(
+            d,
+            Err(ErrorKind::UnexpectedEof | ErrorKind::ConnectionReset)
+        ),
+        "{d:?}"
+    );
+    let s = sy.shield();
+    if s["xdp"]["built_with_xdp"] == false {
+        return;
+    }
+    assert_eq!(s["xdp"]["loaded"], false, "{s}");
+    assert!(!net.link_shows_xdp());
+    let said = |sy: &Sy| sy.log().matches("XDP unavailable").count();
+    assert_eq!(said(&sy), 1, "{}", sy.log());
+    assert!(sy.log().contains("Operation not permitted"), "{}", sy.log());
+    // The drop was decided at accept.
+    assert_eq!(hits(&s, "hits")[1], 1, "{s}");
+    sy.reload(&config(o.addr, RULES, &xdp(&net.dev, "")), 2);
+    assert_eq!(said(&sy), 1, "said once: {}", sy.log());
 }
 
 /// A SYN flood from one source (hping3, 30,000 SYNs at most, 10 s at
