@@ -41,6 +41,8 @@ COMMANDS:
   cluster status                    every node: revision applied, errors
   cluster publish FILE [--if-match REV]
                                     publish FILE to the cluster (etcd)
+  cluster file NAME PATH            publish PATH as NAME in every node's
+                                    state_dir/files/ (certificates, keys)
 
 OPTIONS:
   --admin ADDR | -c FILE            where the admin listener is
@@ -277,9 +279,22 @@ fn cluster(c: &Client, args: &[String], w: &[&str], json_out: bool) -> Result<()
             println!("published revision {}", v["revision"]);
             Ok(())
         }
-        _ => Err(
-            "usage: switchyard ctl cluster status | cluster publish FILE [--if-match REV]".into(),
-        ),
+        Some("file") => {
+            let (Some(name), Some(path)) = (w.get(2), w.get(3)) else {
+                return Err("usage: switchyard ctl cluster file NAME PATH".into());
+            };
+            let data = std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))?;
+            let a = c.call_with(
+                "PUT",
+                &format!("/api/v1/cluster/files/{}", encode(name)),
+                &data,
+                &[("content-type", "application/octet-stream")],
+            )?;
+            let v = expect_ok(a)?;
+            println!("file {name} published with revision {}", v["revision"]);
+            Ok(())
+        }
+        _ => Err("usage: switchyard ctl cluster status | cluster publish FILE [--if-match REV] | cluster file NAME PATH".into()),
     }
 }
 

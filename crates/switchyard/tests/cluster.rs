@@ -1000,3 +1000,112 @@ fn a_cache_purge_on_one_node_empties_every_nodes_cache() {
         nodes[1].log()
     );
 }
+
+/// Certificates travel with the configuration: published as files (sibling
+/// keys), written into every node's state_dir/files/ before the revision
+/// that names them runs; a renewed certificate reaches the nodes the same
+/// way.
+#[test]
+fn certificates_published_as_files_reach_every_node() {
+    if !have("etcd") || !have("etcdctl") || !have("curl") {
+        eprintln!("skipped: etcd, etcdctl and curl are needed");
+        return;
+    }
+    let dir = temp_dir("cluster-files");
+    let etcd = Etcd::start(&dir, addr(free_port()), addr(free_port()));
+    let prefix = "/switchyard/files";
+    let o1 = Origin::start("one");
+    let plain = addr(free_port());
+    let tls = addr(free_port());
+    assert!(
+        etcd.ctl(&[
+            "put",
+            &format!("{prefix}/config"),
+            &envelope(prefix, &published(plain, &o1))
+        ])
+        .0
+    );
+    let n1 = Switchyard::start(
+        &format!(
+            "[global]\nworkers = 1\n[cluster]\nendpoints = [\"http://{}\"]\nprefix = \"{prefix}\"\nnode = \"n1\"\nwatch_idle = \"2s\"\n",
+            etcd.client
+        ),
+        &[plain],
+    );
+    let pki = Pki::new("files-ca");
+    let put_file = |name: &str, path: &Path| {
+        let out = Command::new(bin())
+            .args([
+                "ctl",
+                "--admin",
+                &n1.admin.to_string(),
+                "cluster",
+                "file",
+                name,
+            ])
+            .arg(path)
+            .output()
+            .expect("ctl");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let (cert, key) = pki.leaf(
+        "site1",
+        "/CN=first.example",
+        "IP:127.0.0.1",
+        Kind::Ecdsa,
+        30,
+    );
+    put_file("site.pem", &cert);
+    put_file("site.key", &key);
+    // The configuration names them relative to the node's state folder
+    // (by default its own file's folder).
+    let text = format!(
+        "{}\n[[vserver]]\nname = \"secure\"\nlisten = [\"{tls}\"]\ndefault_pool = \"p\"\n\
+         [vserver.tls]\ncertificates = [{{ cert = \"files/site.pem\", key = \"files/site.key\" }}]\n",
+        published(plain, &o1)
+    );
+    let r = put_config(&n1, &text, None);
+    assert_eq!(r.status, 200, "{}", r.body_text());
+    let subject = || {
+        let out = Command::new("curl")
+            .args(["-sv", "-o", "/dev/null", "--cacert"])
+            .arg(pki.ca())
+            .arg(format!("https://{tls}/"))
+            .output()
+            .expect("curl");
+        String::from_utf8_lossy(&out.stderr).to_string()
+    };
+    assert!(
+        eventually(Duration::from_secs(5), || subject()
+            .contains("CN=first.example")),
+        "{}\n{}",
+        subject(),
+        n1.log()
+    );
+    // A renewed certificate: the files again, the nodes reload.
+    let (cert2, key2) = pki.leaf(
+        "site2",
+        "/CN=second.example",
+        "IP:127.0.0.1",
+        Kind::Ecdsa,
+        30,
+    );
+    put_file("site.key", &key2);
+    put_file("site.pem", &cert2);
+    assert!(
+        eventually(Duration::from_secs(5), || subject()
+            .contains("CN=second.example")),
+        "{}",
+        n1.log()
+    );
+    // A name that is a path is refused.
+    let r = request(
+        n1.admin,
+        "PUT /api/v1/cluster/files/..%2Fescape HTTP/1.1\r\nHost: a\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx",
+    );
+    assert_eq!(r.status, 400, "{}", r.body_text());
+}

@@ -65,6 +65,7 @@ pub enum Id {
     Cluster,
     ClusterConfig,
     ClusterPublish,
+    ClusterFile,
 }
 
 pub struct Route {
@@ -133,6 +134,12 @@ pub const ROUTES: &[Route] = &[
     r("GET", "/api/v1/cluster", READ, Id::Cluster),
     r("GET", "/api/v1/cluster/config", READ, Id::ClusterConfig),
     r("PUT", "/api/v1/cluster/config", ADMIN, Id::ClusterPublish),
+    r(
+        "PUT",
+        "/api/v1/cluster/files/{file}",
+        ADMIN,
+        Id::ClusterFile,
+    ),
     r(
         "PATCH",
         "/api/v1/shield/lists/{list}",
@@ -542,6 +549,7 @@ impl<C: Control> Cx<'_, C> {
             Id::Cluster => self.cluster(),
             Id::ClusterConfig => self.cluster_config(),
             Id::ClusterPublish => self.cluster_publish(),
+            Id::ClusterFile => self.cluster_file(),
             Id::Waf => ok(json!({
                 "vservers": snap
                     .vservers
@@ -636,7 +644,13 @@ impl<C: Control> Cx<'_, C> {
         if let Err(e) = crate::cluster::check_published(text) {
             return err(400, &e);
         }
-        if let Err(e) = crate::config::parse("<published>", &node.combined(text), None) {
+        // Checked as the nodes will run it: relative paths from the node's
+        // folder, with the files published so far written there.
+        if let Err(e) = crate::cluster::sync_files(&node.settings) {
+            return err(503, &e);
+        }
+        let name = format!("{} (to publish)", node.local_name);
+        if let Err(e) = crate::config::parse(&name, &node.combined(text), None) {
             return err(400, &format!("the configuration is not valid:\n{e}"));
         }
         let expect =
@@ -664,6 +678,35 @@ impl<C: Control> Cx<'_, C> {
                 409,
                 "the published configuration changed since that revision; GET it again and redo the change",
             ),
+            Err(e) => err(503, &e),
+        }
+    }
+
+    /// Publishes a file (certificate, key, rule file) for every node; the
+    /// configuration is published again so every node writes it and
+    /// reloads.
+    fn cluster_file(&self) -> Reply {
+        let Some(node) = crate::cluster::node() else {
+            return err(
+                404,
+                "this instance is not a cluster node (no [cluster] in its file)",
+            );
+        };
+        let name = self.param(0).to_string();
+        if self.body.is_empty() || self.body.len() > 1 << 20 {
+            return err(400, "the body is the file's content (1 byte to 1 MiB)");
+        }
+        match crate::cluster::publish_file(&node.settings, &name, self.body) {
+            Ok(rev) => {
+                self.admin.record_change(
+                    &self.caller,
+                    self.peer,
+                    &format!("cluster file {name}: revision {rev}"),
+                    true,
+                );
+                ok(json!({ "file": name, "revision": rev }))
+            }
+            Err(e) if e.contains("file name") => err(400, &e),
             Err(e) => err(503, &e),
         }
     }

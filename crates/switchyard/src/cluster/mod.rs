@@ -282,6 +282,7 @@ pub fn start(settings: Settings, local_name: &str, local_text: &str) -> Result<A
             Ok((h, Some(kv))) => {
                 node.pin(h.cluster_id)?;
                 let text = open_envelope(s, &kv.value)?;
+                sync_files(s)?;
                 let p = Published {
                     revision: kv.mod_revision,
                     text,
@@ -344,6 +345,12 @@ pub fn follow(node: Arc<Node>, apply: tokio::sync::mpsc::UnboundedSender<Apply>)
 fn apply_revision(node: &Node, p: Published, apply: &tokio::sync::mpsc::UnboundedSender<Apply>) {
     let rev = p.revision;
     if rev <= node.applied() {
+        return;
+    }
+    // The files it names first: a configuration never runs with another
+    // revision's certificates.
+    if let Err(e) = sync_files(&node.settings) {
+        refuse(node, rev, e);
         return;
     }
     let (tx, rx) = mpsc::channel();
@@ -530,6 +537,79 @@ fn status_loop(node: &Node) {
         std::thread::sleep(Duration::from_millis(
             (s.status_ttl_s * 1000 / 4).clamp(200, 2000),
         ));
+    }
+}
+
+fn files_prefix(settings: &Settings) -> Vec<u8> {
+    format!("{}/files/", settings.prefix).into_bytes()
+}
+
+/// A file name the cluster may carry: one path segment, no dot first.
+pub fn valid_file_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 200
+        && !name.starts_with('.')
+        && name
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || b"._-".contains(&c))
+}
+
+/// Writes every file published under `<prefix>/files/` into
+/// `<state_dir>/files/`, each atomically (a temporary file renamed), before
+/// a revision that may name them is applied.
+pub fn sync_files(s: &Settings) -> Result<(), String> {
+    let Some(dir) = s.state_dir.as_ref().map(|d| d.join("files")) else {
+        return Ok(());
+    };
+    let mut c = Client::new(&s.endpoints, s.access.clone());
+    let (_, kvs) = c
+        .list(&files_prefix(s))
+        .map_err(|e| format!("cannot read the published files: {e}"))?;
+    if kvs.is_empty() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let prefix_len = files_prefix(s).len();
+    for kv in kvs {
+        let name = String::from_utf8_lossy(&kv.key[prefix_len..]).into_owned();
+        if !valid_file_name(&name) {
+            continue;
+        }
+        let path = dir.join(&name);
+        if std::fs::read(&path).is_ok_and(|old| old == kv.value) {
+            continue;
+        }
+        let tmp = dir.join(format!(".{name}.tmp"));
+        std::fs::write(&tmp, &kv.value)
+            .and_then(|_| std::fs::rename(&tmp, &path))
+            .map_err(|e| format!("{}: {e}", path.display()))?;
+    }
+    Ok(())
+}
+
+/// Publishes a file (a certificate, a key, a rule file) for the nodes, then
+/// the configuration again (same text, new revision), so every node writes
+/// it and reloads.
+pub fn publish_file(settings: &Settings, name: &str, data: &[u8]) -> Result<i64, String> {
+    if !valid_file_name(name) {
+        return Err(format!(
+            "file name {name:?}: letters, digits, '.', '_' and '-' only, not starting with '.'"
+        ));
+    }
+    let mut c = Client::new(&settings.endpoints, settings.access.clone());
+    let mut key = files_prefix(settings);
+    key.extend_from_slice(name.as_bytes());
+    c.put(&key, data, 0).map_err(|e| e.to_string())?;
+    let (_, kv) = c.get(&settings.config_key()).map_err(|e| e.to_string())?;
+    let Some(kv) = kv else {
+        return Err("the file is stored; nothing is published yet to use it".into());
+    };
+    match c
+        .compare_and_put(&settings.config_key(), &kv.value, kv.mod_revision)
+        .map_err(|e| e.to_string())?
+    {
+        Some(rev) => Ok(rev),
+        None => Err("the configuration changed meanwhile; the file is stored and the next revision brings it".into()),
     }
 }
 
