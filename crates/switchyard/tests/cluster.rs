@@ -542,6 +542,28 @@ impl Members {
         )
     }
 
+    /// Publishes `text` under `prefix` and starts three nodes on these
+    /// members, serving `listen`.
+    fn three_nodes(&self, prefix: &str, text: &str, listen: SocketAddr) -> Vec<Switchyard> {
+        let (ok, out) = self.ctl(&["put", &format!("{prefix}/config"), &envelope(prefix, text)]);
+        assert!(ok, "{out}");
+        let endpoints: Vec<String> = self
+            .clients
+            .iter()
+            .map(|c| format!("\"http://{c}\""))
+            .collect();
+        (0..3)
+            .map(|i| {
+                let cfg = format!(
+                    "[global]\nworkers = 1\n[cluster]\nendpoints = [{}]\nprefix = \"{prefix}\"\nnode = \"n{i}\"\n\
+                     status_ttl = \"3s\"\nwatch_idle = \"2s\"\nstartup_wait = \"10s\"\n",
+                    endpoints.join(", ")
+                );
+                Switchyard::start(&cfg, &[listen])
+            })
+            .collect()
+    }
+
     /// The member that leads now.
     fn leader(&self) -> Option<usize> {
         let (_, out) = self.ctl(&["endpoint", "status", "-w", "json"]);
@@ -588,25 +610,7 @@ fn three_nodes_on_three_etcd_members_through_leader_loss_and_quorum_loss() {
     let key = format!("{prefix}/config");
     let (o1, o2) = (Origin::start("one"), Origin::start("two"));
     let listen = addr(free_port());
-    assert!(
-        etcd.ctl(&["put", &key, &envelope(prefix, &published(listen, &o1))])
-            .0
-    );
-    let endpoints: Vec<String> = etcd
-        .clients
-        .iter()
-        .map(|c| format!("\"http://{c}\""))
-        .collect();
-    let nodes: Vec<Switchyard> = (0..3)
-        .map(|i| {
-            let cfg = format!(
-                "[global]\nworkers = 1\n[cluster]\nendpoints = [{}]\nprefix = \"{prefix}\"\nnode = \"n{i}\"\n\
-                 status_ttl = \"3s\"\nwatch_idle = \"2s\"\nstartup_wait = \"10s\"\n",
-                endpoints.join(", ")
-            );
-            Switchyard::start(&cfg, &[listen])
-        })
-        .collect();
+    let nodes = etcd.three_nodes(prefix, &published(listen, &o1), listen);
     let applied = |n: &Switchyard| {
         cluster_json(n)["this"]["applied_revision"]
             .as_i64()
@@ -869,29 +873,9 @@ fn propagation_latency() {
     let dir = temp_dir("cluster-latency");
     let etcd = Members::start(&dir);
     let prefix = "/switchyard/latency";
-    let key = format!("{prefix}/config");
     let (o1, o2) = (Origin::start("one"), Origin::start("two"));
     let listen = addr(free_port());
-    assert!(
-        etcd.ctl(&["put", &key, &envelope(prefix, &published(listen, &o1))])
-            .0
-    );
-    let endpoints: Vec<String> = etcd
-        .clients
-        .iter()
-        .map(|c| format!("\"http://{c}\""))
-        .collect();
-    let nodes: Vec<Switchyard> = (0..3)
-        .map(|i| {
-            Switchyard::start(
-                &format!(
-                    "[global]\nworkers = 1\n[cluster]\nendpoints = [{}]\nprefix = \"{prefix}\"\nnode = \"n{i}\"\n",
-                    endpoints.join(", ")
-                ),
-                &[listen],
-            )
-        })
-        .collect();
+    let nodes = etcd.three_nodes(prefix, &published(listen, &o1), listen);
     let mut took = Vec::new();
     for k in 0..100 {
         let o = if k % 2 == 0 { &o2 } else { &o1 };

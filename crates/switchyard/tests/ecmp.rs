@@ -8,11 +8,9 @@
 //! stopped by PID and every namespace deleted, even on failure.
 
 mod common;
-use common::netns::{have, in_netns, is_root, Lab};
+use common::netns::{drain_node, have, in_netns, is_root, vip_get, Lab};
 use common::*;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -51,20 +49,8 @@ fn router_bird() -> String {
     )
 }
 
-/// One GET to the VIP from a fresh connection (a fresh source port: a new
-/// flow for the multipath hash): the node's name, or None.
 fn fetch() -> Option<String> {
-    let a: SocketAddr = format!("{VIP}:80").parse().ok()?;
-    let mut s = TcpStream::connect_timeout(&a, Duration::from_millis(300)).ok()?;
-    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    s.write_all(b"GET / HTTP/1.1\r\nHost: vip\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    if !out.starts_with("HTTP/1.1 200") {
-        return None;
-    }
-    out.split("\r\n\r\n").nth(1).map(|b| b.trim().to_string())
+    vip_get(VIP)
 }
 
 #[derive(Default)]
@@ -214,18 +200,7 @@ fn ecmp_spreads_over_both_nodes_and_a_drain_withdraws_before_the_stop() {
 
     // Drain node a: its route is withdrawn first...
     let a_ns = lab.ns("a");
-    let drained = in_netns(&a_ns, || {
-        let mut s = TcpStream::connect("127.0.0.1:9090").expect("admin");
-        let body = "{\"ready\": false}";
-        let _ = s.write_all(
-            format!("POST /api/v1/node HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes(),
-        );
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        out.starts_with("HTTP/1.1 200")
-    })
-    .join()
-    .expect("admin");
+    let drained = drain_node(&a_ns);
     assert!(drained);
     let t = Instant::now();
     let withdrawn = eventually(Duration::from_secs(10), || {

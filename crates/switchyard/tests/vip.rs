@@ -9,11 +9,9 @@
 //! is stopped by PID and every namespace deleted, even on failure.
 
 mod common;
-use common::netns::{have, in_netns, is_root, Lab};
+use common::netns::{drain_node, have, in_netns, is_root, vip_get, Lab};
 use common::*;
 
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -40,19 +38,8 @@ fn keepalived_config(name: &str, priority: u32) -> String {
     )
 }
 
-/// One GET to the VIP: the body (the node's name), or None.
 fn fetch() -> Option<String> {
-    let a: SocketAddr = format!("{VIP}:80").parse().ok()?;
-    let mut s = TcpStream::connect_timeout(&a, Duration::from_millis(300)).ok()?;
-    let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
-    s.write_all(b"GET / HTTP/1.1\r\nHost: vip\r\nConnection: close\r\n\r\n")
-        .ok()?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).ok()?;
-    if !out.starts_with("HTTP/1.1 200") {
-        return None;
-    }
-    out.split("\r\n\r\n").nth(1).map(|b| b.trim().to_string())
+    vip_get(VIP)
 }
 
 /// What a client that retries saw: (when, who answered) per request,
@@ -204,18 +191,7 @@ fn a_retrying_client_loses_nothing_through_failover_failback_and_drain() {
 
     // 3. a is drained: /readyz says 503, the VIP moves to b, a still
     // serves what reaches it meanwhile.
-    let drained = in_netns(&a, || {
-        let mut s = TcpStream::connect("127.0.0.1:9090").expect("admin");
-        let body = "{\"ready\": false}";
-        let _ = s.write_all(
-            format!("POST /api/v1/node HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes(),
-        );
-        let mut out = String::new();
-        let _ = s.read_to_string(&mut out);
-        out.starts_with("HTTP/1.1 200")
-    })
-    .join()
-    .expect("admin thread");
+    let drained = drain_node(&a);
     assert!(drained);
     let away = eventually(Duration::from_secs(10), || {
         last_answer(&seen).as_deref() == Some("node-b")

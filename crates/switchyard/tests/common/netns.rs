@@ -142,3 +142,41 @@ pub fn in_netns<T: Send + 'static>(
         f()
     })
 }
+
+/// One GET to `vip:80` on a fresh connection (a new flow): the body (the
+/// node's name in the VIP and ECMP tests), or None.
+pub fn vip_get(vip: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let a: std::net::SocketAddr = format!("{vip}:80").parse().ok()?;
+    let mut s =
+        std::net::TcpStream::connect_timeout(&a, std::time::Duration::from_millis(300)).ok()?;
+    let _ = s.set_read_timeout(Some(std::time::Duration::from_millis(500)));
+    s.write_all(b"GET / HTTP/1.1\r\nHost: vip\r\nConnection: close\r\n\r\n")
+        .ok()?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).ok()?;
+    if !out.starts_with("HTTP/1.1 200") {
+        return None;
+    }
+    out.split("\r\n\r\n").nth(1).map(|b| b.trim().to_string())
+}
+
+/// Drains the node of namespace `ns` (`POST /api/v1/node {"ready":
+/// false}` on its admin listener, 127.0.0.1:9090 there).
+pub fn drain_node(ns: &str) -> bool {
+    in_netns(ns, || {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect("127.0.0.1:9090") else {
+            return false;
+        };
+        let body = "{\"ready\": false}";
+        let _ = s.write_all(
+            format!("POST /api/v1/node HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes(),
+        );
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out);
+        out.starts_with("HTTP/1.1 200")
+    })
+    .join()
+    .unwrap_or(false)
+}
