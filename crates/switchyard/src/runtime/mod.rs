@@ -122,7 +122,7 @@ impl Control {
         }
         self.snapshot.store(Arc::new(next));
         // XDP follows the new rules and interfaces (shield/xdp).
-        crate::shield::xdp::apply(&self.snapshot.load());
+        apply_xdp(&self.snapshot.load());
         for (b, listeners) in bound {
             for (w, l) in self.workers.iter().zip(listeners) {
                 let _ = w.cmd.send(WorkerCmd::Listen(b, l));
@@ -216,7 +216,7 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
         snapshot.load().generation
     ));
 
-    crate::shield::xdp::apply(&snapshot.load());
+    apply_xdp(&snapshot.load());
     let local = tokio::task::LocalSet::new();
     let control = Rc::new(Control {
         source,
@@ -301,6 +301,15 @@ async fn apply_published(
         }
         let _ = answer.send(r);
     }
+}
+
+/// XDP follows the configuration: its global rules and vservers' ports.
+fn apply_xdp(snap: &Snapshot) {
+    let served = crate::shield::xdp::Served {
+        tcp: snap.listen_addrs().iter().map(|a| a.port()).collect(),
+        udp: snap.udp_addrs().iter().map(|a| a.port()).collect(),
+    };
+    crate::shield::xdp::apply(snap.shield.as_ref(), &served);
 }
 
 /// The name of the virtual server listening on `addr`, for messages.

@@ -27,7 +27,6 @@ use serde_json::{json, Value};
 
 use super::acl::Acl;
 use super::AclSet;
-use crate::config::Snapshot;
 use crate::log;
 use tables::{Tables, MAX_RULES, PORTS_PER_GEN, SETS_PER_GEN, WORDS};
 
@@ -303,12 +302,6 @@ impl Loaded {
             .sum())
     }
 
-    fn served(&self, snap: &Snapshot) -> Result<(), String> {
-        let tcp: Vec<u16> = snap.listen_addrs().iter().map(|a| a.port()).collect();
-        let udp: Vec<u16> = snap.udp_addrs().iter().map(|a| a.port()).collect();
-        self.served_ports(&tcp, &udp)
-    }
-
     /// The ports the program evaluates: vservers' TCP and UDP ports.
     fn served_ports(&self, tcp: &[u16], udp: &[u16]) -> Result<(), String> {
         let mut on = vec![0u32; 2 * 65536];
@@ -334,13 +327,18 @@ pub fn tables(acl: &Acl) -> Result<Tables, String> {
     tables::build(acl.rules(), acl.default_action())
 }
 
-/// Makes the attached state match `snap`: at start and after each reload.
-pub fn apply(snap: &Snapshot) {
+/// The ports vservers listen on: the only traffic the program evaluates.
+#[derive(Debug, Default, Clone)]
+pub struct Served {
+    pub tcp: Vec<u16>,
+    pub udp: Vec<u16>,
+}
+
+/// Makes the attached state match the configuration (its global rule set
+/// and the vservers' ports): at start and after each reload.
+pub fn apply(shield: Option<&std::sync::Arc<AclSet>>, served: &Served) {
     let mut st = state();
-    let Some((set, spec)) = snap
-        .shield
-        .as_ref()
-        .and_then(|s| s.xdp_spec().cloned().map(|x| (s.clone(), x)))
+    let Some((set, spec)) = shield.and_then(|s| s.xdp_spec().cloned().map(|x| (s.clone(), x)))
     else {
         if let Some(l) = st.loaded.take() {
             for name in l.links.keys() {
@@ -458,7 +456,7 @@ pub fn apply(snap: &Snapshot) {
             tc_error.unwrap_or_else(|| "tc ingress is not attached everywhere".into())
         ));
     }
-    if let Err(e) = write_set(&mut st, &set, snap) {
+    if let Err(e) = write_set(&mut st, &set, served) {
         fail(&mut st, &e);
         return;
     }
@@ -497,7 +495,7 @@ fn attach(prog: &OwnedFd, name: &str, mode: Mode) -> Result<Link, String> {
 }
 
 /// Writes `set`'s rules; a new rule set starts its counters at zero.
-fn write_set(st: &mut State, set: &std::sync::Arc<AclSet>, snap: &Snapshot) -> Result<(), String> {
+fn write_set(st: &mut State, set: &std::sync::Arc<AclSet>, served: &Served) -> Result<(), String> {
     let syn = st.spec.as_ref().map(|s| s.syn_per_source).unwrap_or(0);
     let Some(l) = st.loaded.as_mut() else {
         return Ok(());
@@ -510,7 +508,7 @@ fn write_set(st: &mut State, set: &std::sync::Arc<AclSet>, snap: &Snapshot) -> R
         l.set = id;
         l.rules = acl.rules().len();
     }
-    l.served(snap)?;
+    l.served_ports(&served.tcp, &served.udp)?;
     l.write(&t, syn)
 }
 
