@@ -2,14 +2,16 @@
 //! namespaces the test makes: two nodes each run switchyard (listening on
 //! the VIP with `freebind`) and keepalived (its `vrrp_script` asks
 //! switchyard's `/readyz`); a client namespace holds the bridge. A client
-//! that retries loses no request when the master's switchyard is killed,
-//! when the old master comes back, or when a node is drained.
+//! that retries loses no request when the master's switchyard is killed
+//! (SIGKILL) or stopped (SIGTERM), when the old master comes back, when a
+//! node is drained and made ready again, or when the master's link goes
+//! down.
 //!
 //! Needs root, ip(8), keepalived and curl; skips otherwise. Every process
 //! is stopped by PID and every namespace deleted, even on failure.
 
 mod common;
-use common::netns::{drain_node, have, in_netns, is_root, vip_get, Lab};
+use common::netns::{drain_node, have, in_netns, is_root, set_ready, vip_get, Lab};
 use common::*;
 
 use std::path::Path;
@@ -197,6 +199,51 @@ fn a_retrying_client_loses_nothing_through_failover_failback_and_drain() {
         last_answer(&seen).as_deref() == Some("node-b")
     });
     assert!(away, "draining a did not move the VIP\n{}", logs(&dir));
+
+    // 4. a is ready again: it takes the VIP back.
+    assert!(set_ready(&a, true));
+    let back = eventually(Duration::from_secs(10), || {
+        last_answer(&seen).as_deref() == Some("node-a")
+    });
+    assert!(
+        back,
+        "a did not take the VIP back once ready\n{}",
+        logs(&dir)
+    );
+
+    // 5. a's switchyard is stopped (SIGTERM: it drains, then exits): b.
+    lab.kill(sy[0], "TERM");
+    let moved = eventually(Duration::from_secs(10), || {
+        last_answer(&seen).as_deref() == Some("node-b")
+    });
+    assert!(
+        moved,
+        "the VIP did not move to b after a SIGTERM\n{}",
+        logs(&dir)
+    );
+    sy[0] = lab.spawn("a", &[bin(), "run", "-c", &cfg_a], &dir.join("a-sy.log"));
+    let back = eventually(Duration::from_secs(10), || {
+        last_answer(&seen).as_deref() == Some("node-a")
+    });
+    assert!(
+        back,
+        "a did not take the VIP back after its restart\n{}",
+        logs(&dir)
+    );
+
+    // 6. a's link goes down: b hears no adverts and takes the VIP.
+    let cut = Instant::now();
+    assert!(lab.ip("a", &["link", "set", "eth0", "down"]));
+    let moved = eventually(Duration::from_secs(10), || {
+        last_answer(&seen).as_deref() == Some("node-b")
+    });
+    let link_failover = cut.elapsed();
+    assert!(
+        moved,
+        "the VIP did not move to b after a's link went down\n{}",
+        logs(&dir)
+    );
+    eprintln!("failover after a link down seen by the client within {link_failover:?}");
 
     stop.store(true, Ordering::Relaxed);
     let _ = t.join();

@@ -164,12 +164,17 @@ pub fn vip_get(vip: &str) -> Option<String> {
 /// Drains the node of namespace `ns` (`POST /api/v1/node {"ready":
 /// false}` on its admin listener, 127.0.0.1:9090 there).
 pub fn drain_node(ns: &str) -> bool {
-    in_netns(ns, || {
+    set_ready(ns, false)
+}
+
+/// Sets the readiness of the node of namespace `ns`.
+pub fn set_ready(ns: &str, ready: bool) -> bool {
+    in_netns(ns, move || {
         use std::io::{Read, Write};
         let Ok(mut s) = std::net::TcpStream::connect("127.0.0.1:9090") else {
             return false;
         };
-        let body = "{\"ready\": false}";
+        let body = format!("{{\"ready\": {ready}}}");
         let _ = s.write_all(
             format!("POST /api/v1/node HTTP/1.1\r\nHost: a\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()).as_bytes(),
         );
