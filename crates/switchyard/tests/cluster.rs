@@ -1093,3 +1093,69 @@ fn certificates_published_as_files_reach_every_node() {
     );
     assert_eq!(r.status, 400, "{}", r.body_text());
 }
+
+/// The dashboard shows the cluster's nodes (revision, last error), read in
+/// Debian's headless Chromium.
+#[test]
+fn the_dashboard_shows_every_node() {
+    if !have("etcd") || !have("etcdctl") || !have("node") {
+        eprintln!("skipped: etcd, etcdctl and node are needed");
+        return;
+    }
+    let chromium = std::env::var("CHROMIUM").unwrap_or("/usr/bin/chromium".into());
+    let browser = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/browser");
+    if !Path::new(&chromium).exists() || !browser.join("node_modules/playwright-core").exists() {
+        eprintln!(
+            "skipped: chromium and tests/browser/node_modules (scripts/test.sh installs them)"
+        );
+        return;
+    }
+    let dir = temp_dir("cluster-dashboard");
+    let etcd = Etcd::start(&dir, addr(free_port()), addr(free_port()));
+    let prefix = "/switchyard/dash";
+    let o1 = Origin::start("one");
+    let listen = addr(free_port());
+    assert!(
+        etcd.ctl(&[
+            "put",
+            &format!("{prefix}/config"),
+            &envelope(prefix, &published(listen, &o1))
+        ])
+        .0
+    );
+    let nodes: Vec<Switchyard> = ["east", "west"]
+        .iter()
+        .map(|n| {
+            Switchyard::start(
+                &format!(
+                    "[global]\nworkers = 1\n[cluster]\nendpoints = [\"http://{}\"]\nprefix = \"{prefix}\"\nnode = \"{n}\"\nstatus_ttl = \"3s\"\n",
+                    etcd.client
+                ),
+                &[listen],
+            )
+        })
+        .collect();
+    let out = Command::new("node")
+        .arg(browser.join("cluster.js"))
+        .args([
+            "--url",
+            &format!("http://{}/dashboard/", nodes[0].admin),
+            "--nodes",
+            "2",
+        ])
+        .env("CHROMIUM", &chromium)
+        .output()
+        .expect("node");
+    let text = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(
+        out.status.success(),
+        "{}{}",
+        text,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(text.trim()).expect("json line");
+    assert_eq!(v["prefix"], prefix);
+    let rows = v["rows"].as_array().expect("rows");
+    let names: Vec<&str> = rows.iter().filter_map(|r| r[0].as_str()).collect();
+    assert!(names.contains(&"east") && names.contains(&"west"), "{v}");
+}

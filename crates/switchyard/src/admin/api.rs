@@ -396,7 +396,10 @@ impl<C: Control> Cx<'_, C> {
                     ))
                 }
             }
-            Id::Node => ok(json!({ "ready": crate::admin::ready() })),
+            Id::Node => ok(json!({
+                "ready": crate::admin::ready(),
+                "cluster": crate::cluster::node().map(|n| n.settings.prefix.clone()),
+            })),
             Id::NodeSet => self.node_set(),
             Id::OpenApi => Reply::Full(responses::simple(
                 200,

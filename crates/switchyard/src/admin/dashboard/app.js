@@ -182,6 +182,51 @@
     }
     stream(mine);
     watchdog(mine);
+    cluster(mine);
+  }
+
+  // Cluster nodes (GET /api/v1/cluster every 5 s), on a cluster node only
+  // (GET /api/v1/node says which cluster, or null).
+  async function cluster(mine) {
+    try {
+      const me = await api('GET', '/node');
+      if (!me || !me.cluster) {
+        $('cluster-section').hidden = true;
+        return;
+      }
+    } catch (e) {
+      return;
+    }
+    while (mine === session) {
+      let v = null;
+      try {
+        v = await api('GET', '/cluster');
+      } catch (e) {
+        if (e instanceof Unauthorized) return;
+      }
+      if (v) {
+        $('cluster-section').hidden = false;
+        $('cluster-prefix').textContent = v.prefix || '';
+        syncRows(
+          $('cluster').tBodies[0],
+          (v.nodes || []).filter((n) => n.node),
+          (n) => n.node,
+          () => {
+            const tr = el('tr', { 'data-testid': 'cluster-row' });
+            tr.append(el('th', { scope: 'row' }), el('td', { class: 'n' }), el('td', { class: 'n' }), el('td'));
+            return tr;
+          },
+          (tr, n) => {
+            const err = n.error ? 'revision ' + n.error_revision + ': ' + n.error : '';
+            cells(tr, [n.node, num(n.applied_revision), num(n.generation), err]);
+            tr.cells[3].className = err ? 'bad' : '';
+          },
+          'no node has reported yet',
+          4
+        );
+      }
+      await sleep(5000);
+    }
   }
 
   // The event stream, reopened (after seeding again) when it ends or stalls.
