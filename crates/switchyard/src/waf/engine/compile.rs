@@ -176,6 +176,9 @@ pub(crate) struct Link {
     /// `@rx` with a literal prefilter: every match contains one of its
     /// literals, so a value shorter than the shortest cannot match.
     pub min_len: usize,
+    /// `@rx` with a literal prefilter, or `@pm`: asks the transaction for
+    /// the value's cached [`operator::Sig`].
+    pub sig: bool,
 }
 
 #[derive(Debug)]
@@ -444,8 +447,11 @@ fn compile_link(b: &mut Builder, r: &Rule, starter: bool) -> Result<Link, String
             .unwrap_or(0),
         _ => 0,
     };
+    let sig = matches!(&op, COp::Op(operator::Operator::Rx(rx)) if rx.has_prefilter())
+        || matches!(&op, COp::Op(operator::Operator::Pm(_)));
     Ok(Link {
         min_len,
+        sig,
         targets,
         exclusions,
         op,

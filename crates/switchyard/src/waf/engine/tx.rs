@@ -332,6 +332,13 @@ struct Cache {
     /// Where a transformation writes before its result joins the arena.
     out: Vec<u8>,
     next_volatile: u32,
+    /// Prefilter summaries of values, built when a prefiltered `@rx` first
+    /// looks at one and shared by every later one: per span
+    /// (`span_sig`) and per untransformed value of a non-volatile slot
+    /// (`slot_sig`), indices into `sigs` or `UNSET`.
+    sigs: Vec<operator::Sig>,
+    span_sig: Vec<u32>,
+    slot_sig: Vec<u32>,
 }
 
 const SAME: u32 = u32::MAX;
@@ -399,6 +406,36 @@ impl Cache {
             let (a, b) = self.spans[r as usize];
             &self.arena[a..b]
         }
+    }
+
+    /// The [`operator::Sig`] of result `r` of `slot` (`orig` its value),
+    /// built once; `None` for an untransformed volatile value (no identity
+    /// to cache it under).
+    fn sig(&mut self, r: u32, slot: u32, orig: &[u8]) -> Option<u32> {
+        let (table, i) = if r == SAME {
+            if slot >= VOLATILE {
+                return None;
+            }
+            (&mut self.slot_sig, slot as usize)
+        } else {
+            (&mut self.span_sig, r as usize)
+        };
+        if table.len() <= i {
+            table.resize(i + 1, UNSET);
+        }
+        if table[i] != UNSET {
+            return Some(table[i]);
+        }
+        let n = self.sigs.len() as u32;
+        table[i] = n;
+        let input = if r == SAME {
+            orig
+        } else {
+            let (a, b) = self.spans[r as usize];
+            &self.arena[a..b]
+        };
+        self.sigs.push(operator::Sig::of(input));
+        Some(n)
     }
 
     /// A slot for a value that is not cached across rules.
@@ -1496,8 +1533,14 @@ impl<'e> Transaction<'e> {
                     v.value_d(&self.d)
                 };
                 let res = self.cache.get(&prog.tnodes, slot, link.tnode, orig);
+                let sig = if link.sig {
+                    self.cache.sig(res, slot, orig)
+                } else {
+                    None
+                };
+                let sig = sig.map(|i| &self.cache.sigs[i as usize]);
                 let input: &[u8] = self.cache.slice(res, orig);
-                if run_op(&mut self.st, limits, link, input, arg) {
+                if run_op_sig(&mut self.st, limits, link, input, arg, sig) {
                     any = true;
                     set_matched(&mut self.st, &self.d, v, input);
                     self.on_match(r, link);
@@ -2036,6 +2079,19 @@ fn run_op(
     input: &[u8],
     arg: Option<&[u8]>,
 ) -> bool {
+    run_op_sig(st, limits, link, input, arg, None)
+}
+
+/// [`run_op`] with the value's prefilter summary, if the link has use for
+/// one (`Link::sig`).
+fn run_op_sig(
+    st: &mut State,
+    limits: &super::Limits,
+    link: &Link,
+    input: &[u8],
+    arg: Option<&[u8]>,
+    sig: Option<&operator::Sig>,
+) -> bool {
     let raw = match &link.op {
         COp::Never => false,
         COp::Dynamic(o, _) => o.matches_arg(arg.unwrap_or(b""), input, None),
@@ -2052,20 +2108,34 @@ fn run_op(
             } else {
                 st.ops += 1;
                 st.scanned += input.len() as u64;
-                input.len() >= link.min_len && scan(st, link, input, arg)
+                input.len() >= link.min_len && scan(st, link, input, arg, sig)
             }
         }
     };
     raw != link.negated
 }
 
-fn scan(st: &mut State, link: &Link, input: &[u8], arg: Option<&[u8]>) -> bool {
+fn scan(
+    st: &mut State,
+    link: &Link,
+    input: &[u8],
+    arg: Option<&[u8]>,
+    sig: Option<&operator::Sig>,
+) -> bool {
     let caps = if link.capture {
         Some(&mut st.captures)
     } else {
         None
     };
     let m = match &link.op {
+        COp::Op(operator::Operator::Rx(rx)) if sig.is_some() => match sig {
+            Some(sig) => rx.matches_sig(input, sig, caps),
+            None => rx.matches(input, caps),
+        },
+        COp::Op(operator::Operator::Pm(pm)) if sig.is_some() => match sig {
+            Some(sig) => pm.matches_sig(input, sig, caps),
+            None => pm.matches(input, caps),
+        },
         COp::Op(o) => o.matches(input, caps),
         COp::DynamicRx(_) => {
             let pattern = String::from_utf8_lossy(arg.unwrap_or(b""));

@@ -23,7 +23,7 @@ use std::path::Path;
 
 use regex::bytes::{Regex, RegexBuilder};
 
-pub use prefilter::{required_literals, Prefilter, PrefilterSet};
+pub use prefilter::{required_literals, Prefilter, PrefilterSet, Sig, SigChecks};
 
 /// TX.0 to TX.9 as set by a matching operator when the rule has `capture`.
 /// The buffers are reused from one evaluation to the next.
@@ -155,6 +155,27 @@ impl Rx {
         if !self.may_match(input) {
             return false;
         }
+        self.matches_past_prefilter(input, captures)
+    }
+
+    /// Whether the prefilter lets `input` through, given its [`Sig`] (the
+    /// engine keeps one per transformed value).
+    #[inline]
+    pub fn may_match_sig(&self, input: &[u8], sig: &Sig) -> bool {
+        self.prefilter
+            .as_ref()
+            .is_none_or(|p| p.may_match_sig(input, sig))
+    }
+
+    /// [`Rx::matches`] with the value's [`Sig`].
+    pub fn matches_sig(&self, input: &[u8], sig: &Sig, captures: Option<&mut Captures>) -> bool {
+        if !self.may_match_sig(input, sig) {
+            return false;
+        }
+        self.matches_past_prefilter(input, captures)
+    }
+
+    fn matches_past_prefilter(&self, input: &[u8], captures: Option<&mut Captures>) -> bool {
         let Some(regex) = self.regex() else {
             return false;
         };
@@ -222,6 +243,8 @@ fn translate(p: &str) -> String {
 pub struct Pm {
     pub phrases: Vec<Vec<u8>>,
     ac: Option<aho_corasick::AhoCorasick>,
+    /// What a value's [`Sig`] needs to hold a phrase.
+    checks: SigChecks,
 }
 
 impl Pm {
@@ -238,7 +261,18 @@ impl Pm {
                     .map_err(|e| format!("@pm: {e}"))?,
             )
         };
-        Ok(Pm { phrases, ac })
+        let checks = SigChecks::new(&phrases);
+        Ok(Pm {
+            phrases,
+            ac,
+            checks,
+        })
+    }
+
+    /// [`Pm::matches`] with the value's [`Sig`]: most values are ruled
+    /// out without the automaton.
+    pub fn matches_sig(&self, input: &[u8], sig: &Sig, captures: Option<&mut Captures>) -> bool {
+        self.checks.may(sig) && self.matches(input, captures)
     }
 
     pub fn matches(&self, input: &[u8], captures: Option<&mut Captures>) -> bool {

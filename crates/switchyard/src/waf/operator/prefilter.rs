@@ -393,17 +393,169 @@ pub fn required_literals(pattern: &str) -> Option<Vec<Vec<u8>>> {
     usable(&out).then_some(out)
 }
 
+/// A summary of a value, computed once per transformed value and shared by
+/// every prefilter that looks at it: the set of its bytes and a Bloom
+/// filter of its adjacent byte pairs (both lower case). A literal can
+/// occur only if all its bytes (one-byte literals) or all its pairs are
+/// there, so most values are ruled out without a scan of the value.
+#[derive(Clone, Debug)]
+pub struct Sig([u64; SIG_WORDS]);
+
+/// 256 bits of bytes, then `PAIR_BITS` bits of pairs.
+const PAIR_BITS: u32 = 1024;
+const SIG_WORDS: usize = (256 + PAIR_BITS as usize) / 64;
+
+#[inline]
+fn pair_bit(a: u8, b: u8) -> u16 {
+    let h = (u32::from(a) << 8 | u32::from(b)).wrapping_mul(0x9E37_79B1);
+    (256 + (h >> (32 - PAIR_BITS.trailing_zeros()))) as u16
+}
+
+impl Sig {
+    pub fn of(input: &[u8]) -> Sig {
+        let mut w = [0u64; SIG_WORDS];
+        let mut prev: Option<u8> = None;
+        for &b in input {
+            let b = b.to_ascii_lowercase();
+            w[usize::from(b >> 6)] |= 1 << (b & 63);
+            if let Some(a) = prev {
+                let i = pair_bit(a, b);
+                w[usize::from(i >> 6)] |= 1 << (i & 63);
+            }
+            prev = Some(b);
+        }
+        Sig(w)
+    }
+
+    #[inline]
+    fn has(&self, bit: u16) -> bool {
+        self.0[usize::from(bit >> 6)] & (1 << (bit & 63)) != 0
+    }
+}
+
+/// What a set of literals needs in a [`Sig`].
+#[derive(Debug)]
+pub struct SigChecks {
+    /// A literal is empty: every value may hold it.
+    always: bool,
+    /// One key bit per literal (its byte, or its rarest pair), as the
+    /// non-zero words of a [`Sig`]: a value without any of them holds no
+    /// literal (a test of a few words, where most values fail).
+    any: Box<[(u8, u64)]>,
+    /// (key bit, offset in `all`) sorted by key bit: the literals to look
+    /// at further when their key bit is in the value.
+    keyed: Box<[(u16, u32)]>,
+    /// For larger sets, where the literals of each key bit start in
+    /// `keyed` (a bit's range without a search; a value holds many keys
+    /// of a set of hundreds of phrases).
+    index: Option<Box<[u16]>>,
+    /// Per literal a count, then the bits it needs (rarest first): its
+    /// byte if it has one, else its pairs (deduplicated).
+    all: Box<[u16]>,
+}
+
+impl SigChecks {
+    pub fn new(lits: &[Vec<u8>]) -> SigChecks {
+        let mut all = Vec::new();
+        let mut keyed = Vec::new();
+        let mut any = [0u64; SIG_WORDS];
+        let mut always = false;
+        for l in lits {
+            let l: Vec<u8> = l.iter().map(u8::to_ascii_lowercase).collect();
+            let mut bits: Vec<(usize, u16)> = match l.len() {
+                0 => {
+                    always = true;
+                    continue;
+                }
+                1 => vec![(0, u16::from(l[0]))],
+                _ => l
+                    .windows(2)
+                    .map(|p| (rank(p[0]) + rank(p[1]), pair_bit(p[0], p[1])))
+                    .collect(),
+            };
+            // Rarest first: most values miss it, ending the check.
+            bits.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            let mut seen = Vec::new();
+            bits.retain(|&(_, b)| {
+                let new = !seen.contains(&b);
+                seen.push(b);
+                new
+            });
+            let key = bits[0].1;
+            any[usize::from(key >> 6)] |= 1 << (key & 63);
+            keyed.push((key, all.len() as u32));
+            all.push(bits.len() as u16);
+            all.extend(bits.iter().map(|&(_, b)| b));
+        }
+        keyed.sort_unstable();
+        let index = (keyed.len() > 16 && keyed.len() < usize::from(u16::MAX)).then(|| {
+            (0..=SIG_WORDS * 64)
+                .map(|bit| keyed.partition_point(|&(k, _)| usize::from(k) < bit) as u16)
+                .collect()
+        });
+        SigChecks {
+            always,
+            index,
+            any: any
+                .iter()
+                .enumerate()
+                .filter(|(_, &w)| w != 0)
+                .map(|(i, &w)| (i as u8, w))
+                .collect(),
+            keyed: keyed.into_boxed_slice(),
+            all: all.into_boxed_slice(),
+        }
+    }
+
+    /// Whether some literal may occur in the value `sig` summarises.
+    #[inline]
+    pub fn may(&self, sig: &Sig) -> bool {
+        if self.always {
+            return true;
+        }
+        for &(i, w) in self.any.iter() {
+            let mut hits = sig.0[usize::from(i)] & w;
+            while hits != 0 {
+                let key = u16::from(i) * 64 + hits.trailing_zeros() as u16;
+                hits &= hits - 1;
+                let from = match &self.index {
+                    Some(ix) => usize::from(ix[usize::from(key)]),
+                    None => self.keyed.partition_point(|&(k, _)| k < key),
+                };
+                for &(k, off) in &self.keyed[from..] {
+                    if k != key {
+                        break;
+                    }
+                    if self.literal_may(off as usize, sig) {
+                        return true;
+                    }
+                }
+            }
+        }
+        false
+    }
+
+    /// The literal at `off` in `all`: all its bits after the key.
+    fn literal_may(&self, off: usize, sig: &Sig) -> bool {
+        let n = usize::from(self.all.get(off).copied().unwrap_or(0));
+        self.all
+            .get(off + 2..off + 1 + n)
+            .is_some_and(|b| b.iter().all(|&b| sig.has(b)))
+    }
+}
+
 /// A compiled prefilter: `may_match` is false only if no literal occurs.
 #[derive(Debug)]
 pub enum Prefilter {
     Byte(u8),
     Bytes2(u8, u8),
     Bytes3(u8, u8, u8),
-    /// The automaton, and the rarest byte of each literal (lower case, a
+    /// The automaton, the rarest byte of each literal (lower case, a
     /// 256-bit set): a short value holding none of them contains no
     /// literal, which a pass over its bytes tells for a fraction of an
-    /// automaton search (most values rules see are short).
-    Literals(aho_corasick::AhoCorasick, [u64; 4]),
+    /// automaton search (most values rules see are short); and the
+    /// literals' [`Sig`] bits.
+    Literals(aho_corasick::AhoCorasick, [u64; 4], SigChecks),
 }
 
 /// Bytes of HTTP text from the most to the least common (lower case); any
@@ -453,7 +605,21 @@ impl Prefilter {
                 rare[usize::from(b >> 6)] |= 1 << (b & 63);
             }
         }
-        Some(Prefilter::Literals(ac, rare))
+        Some(Prefilter::Literals(ac, rare, SigChecks::new(lits)))
+    }
+
+    /// [`Prefilter::may_match`] given the value's [`Sig`]: the same answer
+    /// (the automaton still confirms), mostly without reading the value.
+    #[inline]
+    pub fn may_match_sig(&self, input: &[u8], sig: &Sig) -> bool {
+        match self {
+            Prefilter::Byte(a) => sig.has(u16::from(*a)),
+            Prefilter::Bytes2(a, b) => sig.has(u16::from(*a)) || sig.has(u16::from(*b)),
+            Prefilter::Bytes3(a, b, c) => {
+                sig.has(u16::from(*a)) || sig.has(u16::from(*b)) || sig.has(u16::from(*c))
+            }
+            Prefilter::Literals(ac, _, checks) => checks.may(sig) && ac.is_match(input),
+        }
     }
 
     #[inline]
@@ -462,7 +628,7 @@ impl Prefilter {
             Prefilter::Byte(a) => memchr::memchr(*a, input).is_some(),
             Prefilter::Bytes2(a, b) => memchr::memchr2(*a, *b, input).is_some(),
             Prefilter::Bytes3(a, b, c) => memchr::memchr3(*a, *b, *c, input).is_some(),
-            Prefilter::Literals(ac, rare) => {
+            Prefilter::Literals(ac, rare, _) => {
                 if input.len() <= SHORT {
                     let mut set = [0u64; 4];
                     for &b in input {

@@ -17,7 +17,14 @@ fn check(cases: &[(&str, &str, &[u8], bool)]) -> usize {
         let got = o.matches(input, None);
         let mut caps = Captures::new();
         let got_c = o.matches(input, Some(&mut caps));
-        if got != want || got_c != want {
+        // The engine's path: the value's signature first.
+        let sig = Sig::of(input);
+        let got_s = match &o {
+            Operator::Rx(rx) => rx.matches_sig(input, &sig, None),
+            Operator::Pm(pm) => pm.matches_sig(input, &sig, None),
+            _ => got,
+        };
+        if got != want || got_c != want || got_s != want {
             failures.push(format!(
                 "@{name} {arg:?} on {:?}: {got}, want {want}",
                 String::from_utf8_lossy(input)
@@ -404,6 +411,54 @@ fn prefilter_literals() {
     let rx = Rx::new("(?i)<script").unwrap();
     assert!(!rx.may_match(b"/index.html"));
     assert!(rx.matches(b"x<SCRIPT>", None));
+}
+
+/// A value's signature never rules out a literal it holds (any case), for
+/// one-byte literals, repeated pairs and bytes past ASCII.
+#[test]
+fn sig_checks_are_sound() {
+    let lits: Vec<Vec<u8>> = [
+        &b"<script"[..],
+        b"union",
+        b"'",
+        b"aaaa",
+        b"\xc2\xa0",
+        b"/etc/passwd",
+        b"x",
+        b"zz9",
+    ]
+    .iter()
+    .map(|l| l.to_vec())
+    .collect();
+    let checks = SigChecks::new(&lits);
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let alphabet = b"aAxXzZ9'<sScCrRiIpPtTuUnNoO/eEwWdD \xc2\xa0";
+    for _ in 0..20_000 {
+        let len = (next() % 24) as usize;
+        let v: Vec<u8> = (0..len)
+            .map(|_| alphabet[(next() % alphabet.len() as u64) as usize])
+            .collect();
+        let lower = v.to_ascii_lowercase();
+        let holds = lits
+            .iter()
+            .any(|l| lower.windows(l.len()).any(|w| w == &l[..]));
+        if holds {
+            assert!(
+                checks.may(&Sig::of(&v)),
+                "{:?} ruled out",
+                String::from_utf8_lossy(&v)
+            );
+        }
+    }
+    assert!(!checks.may(&Sig::of(b"/home.php?page=1")));
+    assert!(checks.may(&Sig::of(b"1 UNION select")));
+    assert!(SigChecks::new(&[Vec::new()]).may(&Sig::of(b"")));
 }
 
 // ---------------------------------------------------------------------------
