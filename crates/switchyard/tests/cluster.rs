@@ -216,14 +216,28 @@ fn nodes_follow_what_is_published_and_refuse_what_must_not_run() {
     // nodes keep running what they run, and say why.
     let broken = format!("{v1}\n[[pool]]\nname = \"p\"\n");
     assert!(etcd.ctl(&["put", &key, &envelope(prefix, &broken)]).0);
+    // Every node refuses it and reports why (in its own status and in the
+    // node list every node reads from etcd).
     assert!(
         eventually(Duration::from_secs(5), || {
-            cluster_json(&n1)["this"]["error"]
-                .as_str()
-                .is_some_and(|e| e.contains("defined twice"))
+            [&n1, &n2].iter().all(|n| {
+                cluster_json(n)["this"]["error"]
+                    .as_str()
+                    .is_some_and(|e| e.contains("defined twice"))
+            }) && cluster_json(&n1)["nodes"].as_array().is_some_and(|a| {
+                a.iter()
+                    .filter(|n| {
+                        n["error"]
+                            .as_str()
+                            .is_some_and(|e| e.contains("defined twice"))
+                    })
+                    .count()
+                    == 2
+            })
         }),
-        "{}",
-        cluster_json(&n1)
+        "{} {}",
+        cluster_json(&n1),
+        cluster_json(&n2)
     );
     assert_eq!(origin_behind(listen).as_deref(), Some("one"));
     assert!(

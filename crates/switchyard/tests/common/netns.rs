@@ -39,8 +39,11 @@ pub struct Lab {
 impl Lab {
     /// Namespaces `sy<pid>-<name>` for each name, loopback up.
     pub fn new(names: &[&str]) -> Lab {
+        // Unique per lab: tests of one binary run at once.
+        static N: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut lab = Lab {
-            tag: format!("{}", std::process::id() % 100_000),
+            tag: format!("{}{n}", std::process::id() % 100_000),
             names: Vec::new(),
             children: Vec::new(),
         };
