@@ -17,9 +17,21 @@ fn config(listen: std::net::SocketAddr, o: &Origin, limits: &str) -> String {
     )
 }
 
+/// One request from `source`; None when the connection is refused (reset
+/// during the connect, a write that fails, or closed before an answer).
 fn get_from(listen: std::net::SocketAddr, source: &str, extra: &str) -> Option<Response> {
-    let mut c = Client::connect_from(listen, source);
-    c.send(format!("GET / HTTP/1.1\r\nHost: h\r\n{extra}Connection: close\r\n\r\n").as_bytes());
+    use std::io::Write;
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).ok()?;
+    let src: std::net::SocketAddr = format!("{source}:0").parse().ok()?;
+    sock.bind(&src.into()).ok()?;
+    sock.connect_timeout(&listen.into(), Duration::from_secs(5))
+        .ok()?;
+    let s: std::net::TcpStream = sock.into();
+    let mut c = Client::from_stream(s);
+    c.w.write_all(
+        format!("GET / HTTP/1.1\r\nHost: h\r\n{extra}Connection: close\r\n\r\n").as_bytes(),
+    )
+    .ok()?;
     c.read_response(false)
 }
 
