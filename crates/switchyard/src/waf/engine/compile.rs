@@ -179,6 +179,48 @@ pub(crate) struct Link {
     /// `@rx` with a literal prefilter, or `@pm`: asks the transaction for
     /// the value's cached [`operator::Sig`].
     pub sig: bool,
+    /// Links with the same targets and exclusions, all read from the
+    /// request and response data (not TX, MATCHED_VARS, time...), share
+    /// an id: the transaction collects their values once per phase.
+    /// `NO_TARGETS_ID` otherwise.
+    pub targets_id: u32,
+}
+
+pub(crate) const NO_TARGETS_ID: u32 = u32::MAX;
+
+/// Whether a collection's members depend only on the request and response
+/// data, which change between phases (and by `ctl`), not while rules run.
+fn data_only(c: Collection) -> bool {
+    use Collection as C;
+    !matches!(
+        c,
+        C::Tx
+            | C::Ip
+            | C::Global
+            | C::Session
+            | C::User
+            | C::Resource
+            | C::Env
+            | C::MatchedVar
+            | C::MatchedVarName
+            | C::MatchedVars
+            | C::MatchedVarsNames
+            | C::FullRequest
+            | C::FullRequestLength
+            | C::HighestSeverity
+            | C::Duration
+            | C::Time
+            | C::TimeDay
+            | C::TimeEpoch
+            | C::TimeHour
+            | C::TimeMin
+            | C::TimeMon
+            | C::TimeSec
+            | C::TimeWday
+            | C::TimeYear
+            | C::MscPcreLimitsExceeded
+            | C::Rule
+    )
 }
 
 #[derive(Debug)]
@@ -222,6 +264,8 @@ pub(crate) struct Program {
     pub phases: [Vec<Item>; 6],
     /// Node 0 is the empty pipeline.
     pub tnodes: Vec<TNode>,
+    /// How many distinct `Link::targets_id`s.
+    pub target_lists: usize,
     pub notes: Vec<String>,
 }
 
@@ -231,6 +275,7 @@ struct Builder {
     markers: HashMap<Box<str>, u32>,
     marker_names: Vec<Box<str>>,
     sel_regex: HashMap<Box<str>, u32>,
+    targets_ids: HashMap<String, u32>,
     notes: Vec<String>,
 }
 
@@ -447,11 +492,24 @@ fn compile_link(b: &mut Builder, r: &Rule, starter: bool) -> Result<Link, String
             .unwrap_or(0),
         _ => 0,
     };
+    let targets_id = if !targets.is_empty()
+        && targets.iter().all(|t| data_only(t.coll))
+        && exclusions.iter().all(|e| data_only(e.coll))
+    {
+        // The variables as written identify the list (a regex selector's
+        // Debug form is its pattern).
+        let key = format!("{targets:?} {exclusions:?}");
+        let next = b.targets_ids.len() as u32;
+        *b.targets_ids.entry(key).or_insert(next)
+    } else {
+        NO_TARGETS_ID
+    };
     let sig = matches!(&op, COp::Op(operator::Operator::Rx(rx)) if rx.has_prefilter())
         || matches!(&op, COp::Op(operator::Operator::Pm(_)));
     Ok(Link {
         min_len,
         sig,
+        targets_id,
         targets,
         exclusions,
         op,
@@ -479,6 +537,7 @@ impl Program {
             markers: HashMap::new(),
             marker_names: Vec::new(),
             sel_regex: HashMap::new(),
+            targets_ids: HashMap::new(),
             notes: Vec::new(),
         };
         let mut rules = Vec::new();
@@ -550,6 +609,7 @@ impl Program {
             rules,
             phases,
             tnodes: b.tnodes,
+            target_lists: b.targets_ids.len(),
             notes: b.notes,
         })
     }

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::body;
 use super::compile::{
     CDisruptive, CMacro, COp, CPart, CRule, CSetOp, CSetVar, Exclusion, Item, Link, Post, Program,
-    Sel, TNode, Target,
+    Sel, TNode, Target, NO_TARGETS_ID,
 };
 use super::{Engine, Intervention, InterventionKind, MatchedRule, Outcome, Request};
 use crate::waf::operator::{self, Captures};
@@ -509,6 +509,11 @@ pub struct Transaction<'e> {
     done: u8,
     started: std::time::Instant,
     vals: Vec<Val>,
+    /// The values of each shared target list (`Link::targets_id`), valid
+    /// while their generation is `lists_gen` (bumped at each phase and by
+    /// each ctl: what changes the data or the removals).
+    lists: Vec<(u32, Vec<Val>)>,
+    lists_gen: u32,
     scratch: Vec<u8>,
     tmpval: Vec<u8>,
     /// Key selector regex results per slot (known bits, match bits).
@@ -666,6 +671,7 @@ impl<'e> Transaction<'e> {
 
     fn build(eng: EngineRef<'e>, req: Request<'_>) -> Transaction<'e> {
         let nodes = eng.prog.tnodes.len();
+        let target_lists = eng.prog.target_lists;
         let l = &eng.limits;
         let st = State {
             mode: l.mode,
@@ -709,6 +715,8 @@ impl<'e> Transaction<'e> {
             done: 0,
             started: std::time::Instant::now(),
             vals: Vec::new(),
+            lists: (0..target_lists).map(|_| (0, Vec::new())).collect(),
+            lists_gen: 1,
             scratch: Vec::new(),
             tmpval: Vec::new(),
             sel_cache: RefCell::new(Vec::new()),
@@ -1212,6 +1220,8 @@ impl<'e> Transaction<'e> {
         let eng = self.eng.clone();
         let prog: &Program = &eng.prog;
         let list = &prog.phases[usize::from(phase)];
+        // The data changed since the last phase.
+        self.lists_gen += 1;
         let mut i = 0usize;
         while i < list.len() {
             let item = list[i];
@@ -1407,6 +1417,7 @@ impl<'e> Transaction<'e> {
     }
 
     fn ctl(&mut self, c: &Ctl) {
+        self.lists_gen += 1;
         let st = &mut self.st;
         match c {
             Ctl::RuleEngine(m) => st.mode = *m,
@@ -1472,9 +1483,25 @@ impl<'e> Transaction<'e> {
         } else {
             self.removals(r)
         };
-        let mut vals = std::mem::take(&mut self.vals);
-        vals.clear();
-        for t in &link.targets {
+        // The values of a shared target list, collected once per phase
+        // (and again after a ctl); target removals make them the rule's own.
+        let shared = (link.targets_id != NO_TARGETS_ID && removals.is_empty())
+            .then_some(link.targets_id as usize);
+        let mut vals = match shared {
+            Some(id) => match self.lists.get_mut(id) {
+                Some((g, v)) if *g == self.lists_gen => std::mem::take(v),
+                _ => Vec::new(),
+            },
+            None => std::mem::take(&mut self.vals),
+        };
+        let fresh = match shared {
+            Some(id) => self.lists.get(id).is_none_or(|(g, _)| *g != self.lists_gen),
+            None => true,
+        };
+        if fresh {
+            vals.clear();
+        }
+        for t in link.targets.iter().filter(|_| fresh) {
             let whole = removals.iter().any(|e| {
                 e.coll == t.coll
                     && match (&e.sel, &t.sel) {
@@ -1554,7 +1581,15 @@ impl<'e> Transaction<'e> {
             }
             self.cache.next_volatile = 0;
         }
-        self.vals = vals;
+        match shared {
+            Some(id) => {
+                if self.lists.len() <= id {
+                    self.lists.resize_with(id + 1, Default::default);
+                }
+                self.lists[id] = (self.lists_gen, vals);
+            }
+            None => self.vals = vals,
+        }
         any
     }
 
