@@ -168,6 +168,9 @@ impl Limits {
 pub struct Engine {
     pub(crate) prog: compile::Program,
     pub(crate) limits: Limits,
+    /// The most TX variables a transaction held so far: new transactions
+    /// make room for as many up front.
+    pub(crate) tx_vars_hint: std::sync::atomic::AtomicUsize,
 }
 
 impl std::fmt::Debug for Engine {
@@ -186,7 +189,11 @@ impl Engine {
         let limits = Limits::new(&ruleset.config, &settings);
         let prog = compile::Program::new(ruleset)?;
         super::libinjection::warm_up();
-        Ok(Engine { prog, limits })
+        Ok(Engine {
+            prog,
+            limits,
+            tx_vars_hint: std::sync::atomic::AtomicUsize::new(0),
+        })
     }
 
     /// The limits and mode in force.

@@ -1204,3 +1204,31 @@ fn bench_crs() {
     trim();
     println!("RSS after the runs: +{} KiB", rss_kb().saturating_sub(r0));
 }
+
+/// Transactions on one thread reuse each other's buffers (and engines of
+/// different shapes share the thread's pool): nothing of one transaction
+/// shows in the next, and shared target lists are collected per phase.
+#[test]
+fn reused_buffers_carry_nothing_over() {
+    let a = engine(
+        r#"SecAction "id:1,phase:1,pass,nolog,setvar:tx.seen=%{tx.seen}x"
+SecRule ARGS "@rx evil" "id:2,phase:2,deny,log,t:lowercase,setvar:tx.hit=1"
+SecRule ARGS "@rx other" "id:3,phase:2,pass,log,t:lowercase"
+SecRule TX:seen "!@streq x" "id:4,phase:2,deny,log""#,
+    );
+    let b = engine(
+        r#"SecRule REQUEST_HEADERS:User-Agent "@pm curl wget" "id:10,phase:1,deny,log,t:none,t:urlDecode,t:lowercase,t:compressWhitespace""#,
+    );
+    for _ in 0..3 {
+        let o = get(&a, "/?q=EVIL", &[]);
+        assert_eq!(o.ids(), vec![2], "{:?}", o.interrupted);
+        let o = get(&b, "/", &[(b"User-Agent", b"Wget/1.0")]);
+        assert_eq!(o.ids(), vec![10]);
+        let o = get(&a, "/?q=fine", &[]);
+        assert!(o.matched.is_empty(), "{:?}", o.ids());
+        let o = post(&a, "/", "application/x-www-form-urlencoded", b"x=Other");
+        assert_eq!(o.ids(), vec![3]);
+        let o = get(&b, "/", &[]);
+        assert!(o.matched.is_empty(), "{:?}", o.ids());
+    }
+}

@@ -94,16 +94,39 @@ impl VarMap {
         self.entries[i].as_ref().map(|(_, v)| v.as_slice())
     }
 
-    pub fn set(&mut self, key: &[u8], value: Vec<u8>) {
+    /// The entry of `key` (any case), deleted or not.
+    fn find(&self, key: &[u8]) -> Option<usize> {
         let mut small = [0u8; 64];
-        let found = if key.len() <= 64 {
+        if key.len() <= 64 {
             let l = &mut small[..key.len()];
             l.copy_from_slice(key);
             l.make_ascii_lowercase();
             self.index.get(&l[..]).copied()
         } else {
             self.index.get(&key.to_ascii_lowercase()).copied()
-        };
+        }
+    }
+
+    /// [`VarMap::set`] from a slice: an existing value's buffer is reused.
+    pub fn set_slice(&mut self, key: &[u8], value: &[u8]) {
+        if let Some(i) = self.find(key) {
+            if let Some(e) = &mut self.entries[i] {
+                e.1.clear();
+                e.1.extend_from_slice(value);
+                return;
+            }
+        }
+        self.set(key, value.to_vec());
+    }
+
+    /// The value of `key` in any case.
+    fn get_any_case(&self, key: &[u8]) -> Option<&[u8]> {
+        let i = self.find(key)?;
+        self.entries[i].as_ref().map(|(_, v)| v.as_slice())
+    }
+
+    pub fn set(&mut self, key: &[u8], value: Vec<u8>) {
+        let found = self.find(key);
         match found {
             Some(i) => {
                 if let Some(e) = &mut self.entries[i] {
@@ -339,6 +362,93 @@ struct Cache {
     sigs: Vec<operator::Sig>,
     span_sig: Vec<u32>,
     slot_sig: Vec<u32>,
+    /// Rows of an earlier transaction (on this thread), for new slots.
+    spare: Vec<Box<[u32]>>,
+}
+
+/// Most cache rows kept for the next transaction.
+const MAX_SPARE_ROWS: usize = 256;
+/// A buffer larger than this is not kept for the next transaction.
+const KEEP_BYTES: usize = 256 << 10;
+/// Most idle scratch sets kept per thread.
+const POOLED: usize = 2;
+
+/// What a finished transaction leaves for the next one on its thread:
+/// the capacity of its lists, buffers and TX table, which a new
+/// transaction would otherwise allocate again, hundreds of times.
+#[derive(Default)]
+struct Scratch {
+    cache: Cache,
+    vals: Vec<Val>,
+    lists: Vec<(u32, Vec<Val>)>,
+    matched_vars: Vec<(Vec<u8>, Vec<u8>)>,
+    mv: (Vec<u8>, Vec<u8>),
+    bufs: [Vec<u8>; 5],
+    sel_cache: Vec<(u64, u64)>,
+    tx: VarMap,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Vec<Scratch>> = const { RefCell::new(Vec::new()) };
+}
+
+fn small(mut b: Vec<u8>) -> Vec<u8> {
+    b.clear();
+    if b.capacity() > KEEP_BYTES {
+        Vec::new()
+    } else {
+        b
+    }
+}
+
+impl Drop for Transaction<'_> {
+    fn drop(&mut self) {
+        let mut lists = std::mem::take(&mut self.lists);
+        for (g, v) in &mut lists {
+            *g = 0;
+            v.clear();
+        }
+        let mut vals = std::mem::take(&mut self.vals);
+        vals.clear();
+        let mut matched_vars = std::mem::take(&mut self.st.matched_vars);
+        matched_vars.truncate(64);
+        for (n, v) in &mut matched_vars {
+            if n.capacity() > KEEP_BYTES || v.capacity() > KEEP_BYTES {
+                *n = Vec::new();
+                *v = Vec::new();
+            }
+        }
+        let (n, v) = std::mem::take(&mut self.st.mv);
+        let mut tx = std::mem::take(&mut self.st.tx);
+        tx.entries.clear();
+        tx.index.clear();
+        let mut sel_cache = std::mem::take(self.sel_cache.get_mut());
+        sel_cache.clear();
+        let sc = Scratch {
+            cache: std::mem::take(&mut self.cache),
+            vals,
+            lists,
+            matched_vars,
+            mv: (small(n), small(v)),
+            bufs: [
+                small(std::mem::take(&mut self.st.cur_msg)),
+                small(std::mem::take(&mut self.st.cur_logdata)),
+                small(std::mem::take(&mut self.setbuf)),
+                small(std::mem::take(&mut self.scratch)),
+                small(std::mem::take(&mut self.tmpval)),
+            ],
+            sel_cache,
+            tx,
+        };
+        // Not during the thread's teardown, nor if the pool is busy.
+        let _ = SCRATCH.try_with(|p| {
+            if let Ok(mut p) = p.try_borrow_mut() {
+                if p.len() < POOLED {
+                    p.push(sc);
+                }
+            }
+        });
+    }
 }
 
 const SAME: u32 = u32::MAX;
@@ -359,16 +469,55 @@ impl Cache {
 
     fn store(&mut self, slot: u32, node: u32, r: u32) {
         let nodes = self.nodes;
-        let v = if slot >= VOLATILE {
-            &mut self.vslots
-        } else {
-            &mut self.slots
-        };
+        let Cache {
+            slots,
+            vslots,
+            spare,
+            ..
+        } = self;
+        let v = if slot >= VOLATILE { vslots } else { slots };
         let i = (slot & !VOLATILE) as usize;
         if v.len() <= i {
             v.resize_with(i + 1, || None);
         }
-        v[i].get_or_insert_with(|| vec![UNSET; nodes].into_boxed_slice())[node as usize] = r;
+        v[i].get_or_insert_with(|| match spare.pop() {
+            Some(mut row) => {
+                row.fill(UNSET);
+                row
+            }
+            None => vec![UNSET; nodes].into_boxed_slice(),
+        })[node as usize] = r;
+    }
+
+    /// Empty for a new transaction over `nodes` pipeline nodes, keeping
+    /// what capacity is worth keeping.
+    fn reset(&mut self, nodes: usize) {
+        if self.nodes == nodes {
+            for row in self.slots.drain(..).flatten() {
+                if self.spare.len() < MAX_SPARE_ROWS {
+                    self.spare.push(row);
+                }
+            }
+            for row in self.vslots.iter_mut().flatten() {
+                row.fill(UNSET);
+            }
+        } else {
+            self.slots.clear();
+            self.vslots.clear();
+            self.spare.clear();
+        }
+        self.nodes = nodes;
+        for b in [&mut self.arena, &mut self.out] {
+            b.clear();
+            if b.capacity() > KEEP_BYTES {
+                *b = Vec::new();
+            }
+        }
+        self.spans.clear();
+        self.sigs.clear();
+        self.span_sig.clear();
+        self.slot_sig.clear();
+        self.next_volatile = 0;
     }
 
     /// The result of pipeline `node` on `orig` (`SAME` or a buffer).
@@ -509,6 +658,8 @@ pub struct Transaction<'e> {
     done: u8,
     started: std::time::Instant,
     vals: Vec<Val>,
+    /// A setvar's value as it is expanded.
+    setbuf: Vec<u8>,
     /// The values of each shared target list (`Link::targets_id`), valid
     /// while their generation is `lists_gen` (bumped at each phase and by
     /// each ctl: what changes the data or the removals).
@@ -673,14 +824,26 @@ impl<'e> Transaction<'e> {
         let nodes = eng.prog.tnodes.len();
         let target_lists = eng.prog.target_lists;
         let l = &eng.limits;
+        let mut sc = SCRATCH
+            .try_with(|p| p.try_borrow_mut().ok().and_then(|mut p| p.pop()))
+            .ok()
+            .flatten()
+            .unwrap_or_default();
+        sc.cache.reset(nodes);
+        sc.lists.truncate(target_lists);
+        sc.lists.resize_with(target_lists, Default::default);
+        let hint = eng.tx_vars_hint.load(std::sync::atomic::Ordering::Relaxed);
+        sc.tx.entries.reserve(hint);
+        sc.tx.index.reserve(hint);
+        let [cur_msg, cur_logdata, setbuf, scratch, tmpval] = sc.bufs;
         let st = State {
             mode: l.mode,
-            tx: VarMap::default(),
+            tx: sc.tx,
             others: Vec::new(),
             env: VarMap::default(),
-            mv: (Vec::new(), Vec::new()),
+            mv: sc.mv,
             has_mv: false,
-            matched_vars: Vec::new(),
+            matched_vars: sc.matched_vars,
             mvs_len: 0,
             skip_marker: None,
             skip_next: 0,
@@ -700,26 +863,24 @@ impl<'e> Transaction<'e> {
             ops: 0,
             scanned: 0,
             limit_hit: false,
-            cur_msg: Vec::new(),
-            cur_logdata: Vec::new(),
+            cur_msg,
+            cur_logdata,
         };
         let mut t = Transaction {
             eng,
             d: Data::default(),
             st,
-            cache: Cache {
-                nodes,
-                ..Cache::default()
-            },
+            cache: sc.cache,
             outcome: Outcome::default(),
             done: 0,
             started: std::time::Instant::now(),
-            vals: Vec::new(),
-            lists: (0..target_lists).map(|_| (0, Vec::new())).collect(),
+            vals: sc.vals,
+            setbuf,
+            lists: sc.lists,
             lists_gen: 1,
-            scratch: Vec::new(),
-            tmpval: Vec::new(),
-            sel_cache: RefCell::new(Vec::new()),
+            scratch,
+            tmpval,
+            sel_cache: RefCell::new(sc.sel_cache),
             body_type: None,
             content_type: Vec::new(),
         };
@@ -1144,8 +1305,8 @@ impl<'e> Transaction<'e> {
     }
 
     /// Takes the outcome (the transaction is finished).
-    pub fn into_outcome(self) -> Outcome {
-        self.outcome
+    pub fn into_outcome(mut self) -> Outcome {
+        std::mem::take(&mut self.outcome)
     }
 
     /// A TX variable (for tests and the audit log).
@@ -1267,6 +1428,14 @@ impl<'e> Transaction<'e> {
             if phase < 5 && self.outcome.interrupted.is_some() {
                 break;
             }
+        }
+        // How many TX variables transactions hold, for the next ones' room
+        // (read first: no write to the shared line once it settled).
+        // Bounded: request data may name TX variables.
+        let n = self.st.tx.entries.len().min(1024);
+        if n > eng.tx_vars_hint.load(std::sync::atomic::Ordering::Relaxed) {
+            eng.tx_vars_hint
+                .fetch_max(n, std::sync::atomic::Ordering::Relaxed);
         }
         if self.st.allow == Some(AllowScope::Phase) && self.st.allow_phase == phase {
             self.st.allow = None;
@@ -1638,18 +1807,19 @@ impl<'e> Transaction<'e> {
                 return;
             }
             CSetOp::Set(m) => {
-                let mut v = Vec::new();
+                let mut v = std::mem::take(&mut self.setbuf);
+                v.clear();
                 self.expand(m, Some(r), &mut v);
                 v
             }
             CSetOp::Add(m) | CSetOp::Sub(m) => {
-                let mut v = Vec::new();
+                let mut v = std::mem::take(&mut self.setbuf);
+                v.clear();
                 self.expand(m, Some(r), &mut v);
                 let delta = operator::stoi(&v);
-                let lower = key.to_ascii_lowercase();
                 let cur = self
                     .map(&s.coll)
-                    .and_then(|m| m.get(&lower))
+                    .and_then(|m| m.get_any_case(&key))
                     .map(operator::stoi)
                     .unwrap_or(0);
                 let n = if matches!(s.op, CSetOp::Add(_)) {
@@ -1657,10 +1827,16 @@ impl<'e> Transaction<'e> {
                 } else {
                     cur - delta
                 };
-                n.to_string().into_bytes()
+                v.clear();
+                use std::io::Write;
+                let _ = write!(v, "{n}");
+                v
             }
         };
-        self.map_mut(&s.coll).set(&key, new);
+        // Into the existing value's buffer: the setup rules and the
+        // anomaly scores rewrite the same variables in every transaction.
+        self.map_mut(&s.coll).set_slice(&key, &new);
+        self.setbuf = new;
         self.scratch = key;
     }
 
