@@ -469,93 +469,9 @@ mod tests {
         );
     }
 
-    /// A small deterministic generator for the randomized comparison.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
-
-    fn random_rule(g: &mut Rng) -> Rule {
-        let mut r = Rule::default();
-        let v6 = g.below(4) == 0;
-        for _ in 0..g.below(3) {
-            r.src.push(random_cidr(g, v6));
-        }
-        for _ in 0..g.below(2) {
-            r.dst.push(random_cidr(g, v6));
-        }
-        if g.below(2) == 0 {
-            r.proto.push([TCP, UDP, ICMP][g.below(3) as usize]);
-        }
-        for _ in 0..g.below(3) {
-            let lo = g.below(2000) as u16;
-            r.dst_ports.push((lo, lo + g.below(50) as u16));
-        }
-        if g.below(5) == 0 {
-            let lo = g.below(65000) as u16;
-            r.src_ports
-                .push((lo, lo.saturating_add(g.below(500) as u16)));
-        }
-        if g.below(6) == 0 {
-            r.tcp_flags = Some((g.below(256) as u8, 0)).map(|(m, _)| (m, m & g.below(256) as u8));
-        }
-        r.action = Some(
-            [
-                Action::Allow,
-                Action::Drop,
-                Action::Reject,
-                Action::Count,
-                Action::Log,
-            ][g.below(5) as usize],
-        );
-        r
-    }
-
-    fn random_cidr(g: &mut Rng, v6: bool) -> Cidr {
-        if v6 {
-            let a = ((0x2001_0db8u128) << 96) | (g.below(16) as u128) << 80;
-            Cidr {
-                net: IpAddr::V6(a.into()),
-                prefix: 32 + g.below(64) as u8,
-            }
-        } else {
-            let a = 0x0a00_0000u32 | (g.below(1 << 16) as u32) << 8;
-            Cidr {
-                net: IpAddr::V4(a.into()),
-                prefix: 8 + g.below(25) as u8,
-            }
-        }
-    }
-
-    fn random_packet(g: &mut Rng) -> Packet {
-        let v6 = g.below(4) == 0;
-        let addr = |g: &mut Rng| -> IpAddr {
-            if v6 {
-                let a = ((0x2001_0db8u128) << 96)
-                    | (g.below(16) as u128) << 80
-                    | g.below(1 << 20) as u128;
-                IpAddr::V6(a.into())
-            } else {
-                IpAddr::V4((0x0a00_0000u32 | g.below(1 << 24) as u32).into())
-            }
-        };
-        Packet {
-            src: addr(g),
-            dst: addr(g),
-            proto: [TCP, UDP, ICMP, 47][g.below(4) as usize],
-            src_port: g.below(65536) as u16,
-            dst_port: g.below(2100) as u16,
-            tcp_flags: g.below(256) as u8,
-        }
-    }
+    // The generator the XDP tables' tests use too: the same random rules
+    // and packets check both lookups against the scan.
+    use crate::shield::xdp::tables::tests::{packet as random_packet, rule as random_rule, Rng};
 
     /// 1,000 random rules: the compiled lookup agrees with a linear scan
     /// on 20,000 random packets.
