@@ -86,9 +86,45 @@ impl Hasher for Fx {
 pub(crate) struct VarMap {
     entries: Vec<Option<(Vec<u8>, Vec<u8>)>>,
     index: HashMap<Vec<u8>, usize, BuildHasherDefault<Fx>>,
+    /// Emptied buffers of an earlier transaction's variables (names,
+    /// values, index keys), for new ones: the setup rules create the same
+    /// hundred-odd variables in every transaction.
+    spare: Vec<Vec<u8>>,
 }
 
+/// Most spare buffers a [`VarMap`] keeps, and the largest.
+const MAX_SPARE_BUFS: usize = 1024;
+const MAX_SPARE_BUF: usize = 4096;
+
 impl VarMap {
+    /// A buffer holding `from`.
+    fn buf(&mut self, from: &[u8]) -> Vec<u8> {
+        match self.spare.pop() {
+            Some(mut b) => {
+                b.extend_from_slice(from);
+                b
+            }
+            None => from.to_vec(),
+        }
+    }
+
+    /// Empties the map, keeping its buffers for the next transaction.
+    fn recycle(&mut self) {
+        let keep = |mut b: Vec<u8>, spare: &mut Vec<Vec<u8>>| {
+            if spare.len() < MAX_SPARE_BUFS && b.capacity() <= MAX_SPARE_BUF {
+                b.clear();
+                spare.push(b);
+            }
+        };
+        for (k, v) in self.entries.drain(..).flatten() {
+            keep(k, &mut self.spare);
+            keep(v, &mut self.spare);
+        }
+        for (l, _) in self.index.drain() {
+            keep(l, &mut self.spare);
+        }
+    }
+
     pub fn get(&self, lower_key: &[u8]) -> Option<&[u8]> {
         let i = *self.index.get(lower_key)?;
         self.entries[i].as_ref().map(|(_, v)| v.as_slice())
@@ -116,7 +152,12 @@ impl VarMap {
                 return;
             }
         }
-        self.set(key, value.to_vec());
+        let k = self.buf(key);
+        let v = self.buf(value);
+        let mut lower = self.buf(key);
+        lower.make_ascii_lowercase();
+        self.entries.push(Some((k, v)));
+        self.index.insert(lower, self.entries.len() - 1);
     }
 
     /// The value of `key` in any case.
@@ -420,8 +461,7 @@ impl Drop for Transaction<'_> {
         }
         let (n, v) = std::mem::take(&mut self.st.mv);
         let mut tx = std::mem::take(&mut self.st.tx);
-        tx.entries.clear();
-        tx.index.clear();
+        tx.recycle();
         let mut sel_cache = std::mem::take(self.sel_cache.get_mut());
         sel_cache.clear();
         let sc = Scratch {
