@@ -92,9 +92,10 @@ pub(crate) struct VarMap {
     spare: Vec<Vec<u8>>,
 }
 
-/// Most spare buffers a [`VarMap`] keeps, and the largest.
+/// Most spare buffers a [`VarMap`] or [`Data`] keeps, and the largest (a
+/// thread's idle transactions hold at most a few hundred KiB).
 const MAX_SPARE_BUFS: usize = 1024;
-const MAX_SPARE_BUF: usize = 4096;
+const MAX_SPARE_BUF: usize = 256;
 
 impl VarMap {
     /// A buffer holding `from`.
@@ -220,9 +221,58 @@ pub(crate) struct Data {
     pub xml_attrs: Vec<Kv>,
     pub body: Vec<u8>,
     next_slot: u32,
+    /// Emptied key and value buffers of an earlier transaction's members.
+    spare: Vec<Vec<u8>>,
 }
 
 impl Data {
+    fn buf(&mut self, from: &[u8]) -> Vec<u8> {
+        match self.spare.pop() {
+            Some(mut b) => {
+                b.extend_from_slice(from);
+                b
+            }
+            None => from.to_vec(),
+        }
+    }
+
+    /// Empties the data for the next transaction on the thread, keeping
+    /// the lists' capacity and the members' buffers (bounded).
+    fn recycle(&mut self) {
+        let spare = &mut self.spare;
+        let mut keep = |kv: Kv| {
+            for mut b in [kv.key, kv.value] {
+                if spare.len() < MAX_SPARE_BUFS && b.capacity() <= MAX_SPARE_BUF {
+                    b.clear();
+                    spare.push(b);
+                }
+            }
+        };
+        for a in self.args.drain(..) {
+            keep(a.kv);
+        }
+        for l in [
+            &mut self.headers,
+            &mut self.cookies,
+            &mut self.files,
+            &mut self.files_sizes,
+            &mut self.files_content,
+            &mut self.part_headers,
+            &mut self.resp_headers,
+            &mut self.xml_attrs,
+        ] {
+            for kv in l.drain(..) {
+                keep(kv);
+            }
+        }
+        for s in &mut self.singles {
+            *s = None;
+        }
+        self.xml_text = None;
+        self.body = small(std::mem::take(&mut self.body));
+        self.next_slot = 0;
+    }
+
     fn slot2(&mut self) -> u32 {
         let s = self.next_slot;
         self.next_slot += 2;
@@ -231,8 +281,8 @@ impl Data {
 
     pub fn kv(&mut self, key: &[u8], value: &[u8]) -> Kv {
         Kv {
-            key: key.to_vec(),
-            value: value.to_vec(),
+            key: self.buf(key),
+            value: self.buf(value),
             slot: self.slot2(),
         }
     }
@@ -427,6 +477,7 @@ struct Scratch {
     bufs: [Vec<u8>; 5],
     sel_cache: Vec<(u64, u64)>,
     tx: VarMap,
+    d: Data,
 }
 
 thread_local! {
@@ -462,6 +513,8 @@ impl Drop for Transaction<'_> {
         let (n, v) = std::mem::take(&mut self.st.mv);
         let mut tx = std::mem::take(&mut self.st.tx);
         tx.recycle();
+        let mut d = std::mem::take(&mut self.d);
+        d.recycle();
         let mut sel_cache = std::mem::take(self.sel_cache.get_mut());
         sel_cache.clear();
         let sc = Scratch {
@@ -479,6 +532,7 @@ impl Drop for Transaction<'_> {
             ],
             sel_cache,
             tx,
+            d,
         };
         // Not during the thread's teardown, nor if the pool is busy.
         let _ = SCRATCH.try_with(|p| {
@@ -908,7 +962,7 @@ impl<'e> Transaction<'e> {
         };
         let mut t = Transaction {
             eng,
-            d: Data::default(),
+            d: sc.d,
             st,
             cache: sc.cache,
             outcome: Outcome::default(),
@@ -1696,11 +1750,13 @@ impl<'e> Transaction<'e> {
         // (and again after a ctl); target removals make them the rule's own.
         let shared = (link.targets_id != NO_TARGETS_ID && removals.is_empty())
             .then_some(link.targets_id as usize);
+        // Stale lists are taken too: their capacity is reused.
         let mut vals = match shared {
-            Some(id) => match self.lists.get_mut(id) {
-                Some((g, v)) if *g == self.lists_gen => std::mem::take(v),
-                _ => Vec::new(),
-            },
+            Some(id) => self
+                .lists
+                .get_mut(id)
+                .map(|(_, v)| std::mem::take(v))
+                .unwrap_or_default(),
             None => std::mem::take(&mut self.vals),
         };
         let fresh = match shared {
