@@ -193,7 +193,7 @@ pub struct Table {
 #[derive(Debug)]
 pub struct Lease {
     table: Arc<Table>,
-    key: Vec<u8>,
+    key: SourceKey,
 }
 
 impl Drop for Lease {
@@ -213,15 +213,35 @@ fn shard_of(key: &[u8]) -> usize {
     (FxBuild::default().hash_one(key) >> 32) as usize % SHARDS
 }
 
-/// The address as a key: 4 or 16 bytes.
-pub fn source_key(ip: IpAddr) -> Vec<u8> {
-    match ip {
-        IpAddr::V4(a) => a.octets().to_vec(),
-        IpAddr::V6(a) => match a.to_ipv4_mapped() {
-            Some(v4) => v4.octets().to_vec(),
-            None => a.octets().to_vec(),
-        },
+/// An address as a key, on the stack (no allocation per connection or
+/// request): 4 bytes for IPv4 (and IPv4-mapped IPv6), 16 for IPv6.
+#[derive(Clone, Copy, Debug)]
+pub struct SourceKey {
+    bytes: [u8; 16],
+    len: u8,
+}
+
+impl std::ops::Deref for SourceKey {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.bytes[..self.len as usize]
     }
+}
+
+pub fn source_key(ip: IpAddr) -> SourceKey {
+    let v4 = |a: std::net::Ipv4Addr| {
+        let mut bytes = [0u8; 16];
+        bytes[..4].copy_from_slice(&a.octets());
+        (bytes, 4)
+    };
+    let (bytes, len) = match ip {
+        IpAddr::V4(a) => v4(a),
+        IpAddr::V6(a) => match a.to_ipv4_mapped() {
+            Some(m) => v4(m),
+            None => (a.octets(), 16),
+        },
+    };
+    SourceKey { bytes, len }
 }
 
 impl Table {
@@ -280,6 +300,11 @@ impl Table {
                     }
                 }
             }
+        }
+        // Known keys are found without building an owned key.
+        if let Some(e) = s.map.get_mut(key) {
+            e.seen_ms = now;
+            return Some(f(e));
         }
         let e = s.map.entry(key.to_vec()).or_default();
         e.seen_ms = now;
