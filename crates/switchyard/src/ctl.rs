@@ -8,12 +8,11 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls_pki_types::ServerName;
 use serde_json::{json, Value};
 
 pub const USAGE: &str = "\
@@ -340,37 +339,23 @@ fn admin_from_config(path: &Path) -> Result<(String, bool), String> {
 }
 
 fn tls_config(args: &[String]) -> Result<Arc<rustls::ClientConfig>, String> {
+    use crate::tls::ClientFile;
     let ca = flag(args, "--cacert").ok_or(
         "the admin listener speaks TLS: give --cacert FILE (the CA that signed its certificate)",
     )?;
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(ca).map_err(|e| format!("--cacert {ca}: {e}"))?;
-    for c in CertificateDer::pem_slice_iter(&pem) {
-        let c = c.map_err(|e| format!("--cacert {ca}: {e}"))?;
-        roots.add(c).map_err(|e| format!("--cacert {ca}: {e}"))?;
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| format!("TLS: {e}"))?
-    .with_root_certificates(roots);
-    let cfg = match (flag(args, "--cert"), flag(args, "--key")) {
-        (Some(cert), Some(key)) => {
-            let pem = std::fs::read(cert).map_err(|e| format!("--cert {cert}: {e}"))?;
-            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("--cert {cert}: {e}"))?;
-            let key = PrivateKeyDer::from_pem_file(PathBuf::from(key))
-                .map_err(|e| format!("--key {key}: {e}"))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| format!("client certificate: {e}"))?
-        }
-        (None, None) => builder.with_no_client_auth(),
+    let (cert, key) = (flag(args, "--cert"), flag(args, "--key"));
+    let client = match (cert, key) {
+        (Some(c), Some(k)) => Some((Path::new(c), Path::new(k))),
+        (None, None) => None,
         _ => return Err("--cert and --key go together".into()),
     };
-    Ok(Arc::new(cfg))
+    crate::tls::client_config(Path::new(ca), client).map_err(|(which, e)| match which {
+        ClientFile::Ca => format!("--cacert {ca}: {e}"),
+        ClientFile::Cert => format!("--cert {}: {e}", cert.unwrap_or_default()),
+        ClientFile::Key => format!("--key {}: {e}", key.unwrap_or_default()),
+        ClientFile::Pair => format!("client certificate: {e}"),
+        ClientFile::Versions => format!("TLS: {e}"),
+    })
 }
 
 fn member_path(pool: &str, member: &str) -> String {

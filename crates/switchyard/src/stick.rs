@@ -413,6 +413,14 @@ impl Limit {
         }
     }
 
+    /// A refusal held first (action tarpit), at accept or per request.
+    pub fn count_tarpit(&self) {
+        self.table
+            .counters
+            .tarpitted
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Refusals by reason, tarpits, and keys untracked for a full table.
     pub fn counters(&self) -> &Counters {
         &self.table.counters

@@ -281,37 +281,17 @@ fn cluster_tls(
     cert: Option<&Path>,
     key: Option<&Path>,
 ) -> Result<std::sync::Arc<rustls::ClientConfig>, String> {
-    use rustls_pki_types::pem::PemObject;
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
-    let mut roots = rustls::RootCertStore::empty();
-    let pem = std::fs::read(ca).map_err(|e| format!("[cluster]: ca {}: {e}", ca.display()))?;
-    for c in CertificateDer::pem_slice_iter(&pem) {
-        let c = c.map_err(|e| format!("[cluster]: ca {}: {e}", ca.display()))?;
-        roots
-            .add(c)
-            .map_err(|e| format!("[cluster]: ca {}: {e}", ca.display()))?;
-    }
-    let builder = rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| format!("[cluster]: TLS: {e}"))?
-    .with_root_certificates(roots);
-    let cfg = match (cert, key) {
-        (Some(cert), Some(key)) => {
-            let pem = std::fs::read(cert)
-                .map_err(|e| format!("[cluster]: cert {}: {e}", cert.display()))?;
-            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
-                .collect::<Result<_, _>>()
-                .map_err(|e| format!("[cluster]: cert {}: {e}", cert.display()))?;
-            let key = PrivateKeyDer::from_pem_file(key)
-                .map_err(|e| format!("[cluster]: key {}: {e}", key.display()))?;
-            builder
-                .with_client_auth_cert(chain, key)
-                .map_err(|e| format!("[cluster]: client certificate: {e}"))?
-        }
-        (None, None) => builder.with_no_client_auth(),
+    use crate::tls::ClientFile;
+    let client = match (cert, key) {
+        (Some(c), Some(k)) => Some((c, k)),
+        (None, None) => None,
         _ => return Err("[cluster]: cert and key go together".into()),
     };
-    Ok(std::sync::Arc::new(cfg))
+    crate::tls::client_config(ca, client).map_err(|(which, e)| match which {
+        ClientFile::Ca => format!("[cluster]: ca {}: {e}", ca.display()),
+        ClientFile::Cert => format!("[cluster]: cert {}: {e}", cert.unwrap_or(ca).display()),
+        ClientFile::Key => format!("[cluster]: key {}: {e}", key.unwrap_or(ca).display()),
+        ClientFile::Pair => format!("[cluster]: client certificate: {e}"),
+        ClientFile::Versions => format!("[cluster]: TLS: {e}"),
+    })
 }

@@ -78,9 +78,7 @@ impl Hooks for Limits {
             if let Decision::Refuse(reason) = l.on_request(ip, value) {
                 let local = refusal(l, reason);
                 if let Action::Tarpit(ms) = l.action {
-                    l.counters()
-                        .tarpitted
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    l.count_tarpit();
                     self.tarpit = Some((ms, local));
                     return Verdict::Continue;
                 }

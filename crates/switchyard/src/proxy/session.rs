@@ -164,9 +164,7 @@ fn limited(vs: &VServer, peer: SocketAddr) -> Admission {
             Ok(lease) => leases.extend(lease),
             Err(reason) => {
                 if let crate::stick::Action::Tarpit(_) = l.action {
-                    l.counters()
-                        .tarpitted
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    l.count_tarpit();
                 }
                 log::debug(format_args!(
                     "vserver {}: limit {:?}: connection from {peer} refused ({})",

@@ -57,6 +57,57 @@ impl std::fmt::Debug for TlsServer {
 }
 
 /// The subject of a verified client certificate, RFC 4514.
+/// Which file of a client TLS setup failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClientFile {
+    Ca,
+    Cert,
+    Key,
+    /// The certificate and key together (they do not match).
+    Pair,
+    /// The TLS versions (never, with the default provider).
+    Versions,
+}
+
+/// A TLS client configuration from files: the CA that signs the server's
+/// certificate, and a client certificate and key when given (the admin
+/// CLI, cluster nodes reaching etcd). An error says which file and why;
+/// the caller names it as its user wrote it.
+pub fn client_config(
+    ca: &std::path::Path,
+    client: Option<(&std::path::Path, &std::path::Path)>,
+) -> Result<Arc<rustls::ClientConfig>, (ClientFile, String)> {
+    use rustls_pki_types::pem::PemObject;
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+    let mut roots = rustls::RootCertStore::empty();
+    let pem = std::fs::read(ca).map_err(|e| (ClientFile::Ca, e.to_string()))?;
+    for c in CertificateDer::pem_slice_iter(&pem) {
+        let c = c.map_err(|e| (ClientFile::Ca, e.to_string()))?;
+        roots.add(c).map_err(|e| (ClientFile::Ca, e.to_string()))?;
+    }
+    let builder = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| (ClientFile::Versions, e.to_string()))?
+    .with_root_certificates(roots);
+    let cfg = match client {
+        Some((cert, key)) => {
+            let pem = std::fs::read(cert).map_err(|e| (ClientFile::Cert, e.to_string()))?;
+            let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(&pem)
+                .collect::<Result<_, _>>()
+                .map_err(|e| (ClientFile::Cert, e.to_string()))?;
+            let key =
+                PrivateKeyDer::from_pem_file(key).map_err(|e| (ClientFile::Key, e.to_string()))?;
+            builder
+                .with_client_auth_cert(chain, key)
+                .map_err(|e| (ClientFile::Pair, e.to_string()))?
+        }
+        None => builder.with_no_client_auth(),
+    };
+    Ok(Arc::new(cfg))
+}
+
 pub fn client_subject(conn: &rustls::ServerConnection) -> Option<String> {
     let end = conn.peer_certificates()?.first()?;
     x509::parse(end).ok().map(|i| i.subject)
