@@ -3,6 +3,7 @@
 //! Subcommands: `origin` (origin emulator), `load` (load generator),
 //! `compare` (scenarios against several devices under test, with a report),
 //! `l4` (the L4 figures: tcp and udp vservers against HAProxy and nginx),
+//! `shield` (the XDP shield's figures against the kernel and nftables),
 //! `report` (rebuild a report folder from its report.json), `scenarios`.
 
 pub mod args;
@@ -16,8 +17,10 @@ pub mod json;
 pub mod l4;
 pub mod load;
 pub mod origin;
+pub mod pktgen;
 pub mod report;
 pub mod scenario;
+pub mod shield;
 pub mod sys;
 pub mod tls;
 pub mod waf;
@@ -27,6 +30,7 @@ const HELP: &str = "usage: switchyard bench <command> [options]
   load      --url URL --connections N --duration 10s [--rate N] ... (load --help)
   compare   --targets switchyard,haproxy,nginx --scenario l7-rps [--runs 3] [--quick] [--out DIR]
   l4        L4 tcp/udp vservers against haproxy and nginx stream: cps, throughput, udp, iperf3, wrk (l4 --help)
+  shield    the XDP shield against the kernel and nftables: syn-flood, acl (shield --help; root)
   report    --from DIR/report.json [--out DIR]
   scenarios list the scenarios and what each target can run";
 
@@ -42,6 +46,7 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
         "load" => cli_load::cli(rest),
         "compare" => compare::cli(rest),
         "l4" => l4::cli(rest),
+        "shield" => shield::cli(rest),
         "report" => report::cli(rest),
         "scenarios" => scenarios_cli(rest),
         "help" | "--help" | "-h" => {

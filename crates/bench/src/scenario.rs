@@ -413,7 +413,7 @@ pub fn cases(scenario: &str, t: &Timing, max_conns: usize) -> Result<Vec<Case>, 
                 base(t, &[size_url(1)]),
                 Kpi::Cps,
             );
-            c.skip_all = Some("needs a raw-socket SYN generator (not built) and a network namespace to keep the flood off the host's loopback".into());
+            c.skip_all = Some("runs in its own subcommand: `switchyard bench shield --scenario syn-flood` (as root: network namespaces, a raw-frame generator, XDP against the kernel and nftables)".into());
             out.push(c);
         }
         "latency" => {
