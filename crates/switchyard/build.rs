@@ -10,6 +10,7 @@ fn main() {
     println!("cargo:rustc-check-cfg=cfg(switchyard_xdp)");
     let src = "src/shield/xdp/shield.bpf.c";
     println!("cargo:rerun-if-changed={src}");
+    println!("cargo:rerun-if-changed=src/shield/xdp/ddos.bpf.h");
     println!("cargo:rerun-if-env-changed=CLANG");
     if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
         return;

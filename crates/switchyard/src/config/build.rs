@@ -56,19 +56,18 @@ pub fn build(
     let shield_lists = file
         .shield
         .as_ref()
-        .map(|s| &s.get_ref().lists)
+        .map(|s| &s.lists)
         .unwrap_or(&empty_lists);
     let shield = file.shield.as_ref().and_then(|s| {
         let mut problems = Vec::new();
         let mut set = super::shield::build(
             "shield",
-            &s.get_ref().acl,
-            s.get_ref().default.as_ref(),
+            &s.acl,
+            s.default.as_ref(),
             shield_lists,
-            s.span(),
             &mut problems,
         );
-        super::shield::build_xdp(s.get_ref(), &mut set, &mut problems);
+        super::shield::build_xdp(s, &mut set, &mut problems);
         for (at, msg) in problems {
             cx.err(at, msg);
         }
@@ -157,7 +156,6 @@ pub fn build(
                 &v.acl,
                 None,
                 shield_lists,
-                v.name.span(),
                 &mut problems,
             );
             for (at, msg) in problems {

@@ -5,6 +5,7 @@
 //! set is closed, what is allowed.
 
 mod build;
+pub mod ddos;
 pub mod l4;
 pub mod limits;
 pub mod model;

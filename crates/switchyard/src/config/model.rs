@@ -36,7 +36,9 @@ pub struct File {
     /// WAF rule sets (config/waf.rs); vservers turn the WAF on.
     pub waf: Option<super::waf::WafFile>,
     /// Global ACL and address lists (config/shield.rs).
-    pub shield: Option<Spanned<super::shield::ShieldFile>>,
+    /// Not `Spanned`: `[shield.xdp]` alone makes `[shield]` an implicit
+    /// table, which toml 0.8 cannot deserialize into a `Spanned`.
+    pub shield: Option<super::shield::ShieldFile>,
     #[serde(default)]
     pub vserver: Vec<VServer>,
     #[serde(default)]

@@ -23,7 +23,6 @@
 //! ```
 
 use std::collections::BTreeMap;
-use std::ops::Range;
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -42,6 +41,8 @@ pub struct ShieldFile {
     #[serde(default)]
     pub acl: Vec<AclRule>,
     pub xdp: Option<Spanned<XdpFile>>,
+    /// Not `Spanned`, for the reason of `ConfigFile::shield`.
+    pub ddos: Option<super::ddos::DdosFile>,
 }
 
 /// `[shield.xdp]` as written.
@@ -75,7 +76,19 @@ fn interface_name_problem(n: &str) -> Option<String> {
 /// Validates `[shield.xdp]` into `set` (the global rule set): interface
 /// names, the mode, and whether the rules fit the XDP tables.
 pub fn build_xdp(file: &ShieldFile, set: &mut AclSet, problems: &mut Vec<Problem>) {
-    let Some(x) = &file.xdp else { return };
+    let ddos = file
+        .ddos
+        .as_ref()
+        .map(|d| (d.span(), super::ddos::build(d, problems)));
+    let Some(x) = &file.xdp else {
+        if let Some((at, _)) = ddos {
+            problems.push((
+                at,
+                "shield.ddos: the DDoS vectors are detected in XDP; add [shield.xdp] with the interfaces to watch".into(),
+            ));
+        }
+        return;
+    };
     let mut ok = true;
     let mut interfaces = Vec::new();
     if x.get_ref().interfaces.get_ref().is_empty() {
@@ -148,6 +161,7 @@ pub fn build_xdp(file: &ShieldFile, set: &mut AclSet, problems: &mut Vec<Problem
             mode,
             syn_per_source,
             syn_cookies: x.get_ref().syn_cookies.unwrap_or(false),
+            ddos: ddos.map(|(_, spec)| spec),
         });
     }
 }
@@ -305,19 +319,20 @@ pub fn build(
     rules: &[AclRule],
     default: Option<&Spanned<String>>,
     lists: &BTreeMap<String, Vec<Spanned<Cidr>>>,
-    span: Range<usize>,
     problems: &mut Vec<Problem>,
 ) -> AclSet {
     let mut local = Vec::new();
-    let default = default
-        .map(|d| action(d, &mut local))
-        .unwrap_or(Action::Allow);
-    if !default.decides() {
-        local.push((
-            span.clone(),
-            "default must be allow, drop or reject".to_string(),
-        ));
+    let mut default_action = Action::Allow;
+    if let Some(d) = default {
+        default_action = action(d, &mut local);
+        if !default_action.decides() {
+            local.push((
+                d.span(),
+                "default must be allow, drop or reject".to_string(),
+            ));
+        }
     }
+    let default = default_action;
     let mut out = Vec::new();
     for (i, r) in rules.iter().enumerate() {
         let mut rule = Rule {

@@ -9,8 +9,11 @@
 //!   connections are untouched.
 //! - `xdp`: the global set also evaluated in XDP on the interfaces
 //!   `[shield.xdp]` names, before the kernel's stack (docs/shield.md).
+//! - `ddos`: the DDoS vectors of report 003 (`[shield.ddos]`): classified,
+//!   counted and limited in XDP, detected and learned in user space.
 
 pub mod acl;
+pub mod ddos;
 pub mod xdp;
 
 use std::collections::BTreeMap;
@@ -211,6 +214,7 @@ impl AclSet {
             "lists": lists,
             "xdp_default_hits": xdp_hits.as_ref().map(|(_, d)| d),
             "xdp": self.xdp.as_ref().map(|_| xdp::describe()),
+            "ddos": self.xdp.as_ref().and_then(|x| x.ddos.as_ref()).map(|_| xdp::ddos::describe()),
         })
     }
 }

@@ -670,8 +670,44 @@ pub fn render(snap: &Snapshot) -> String {
             );
         }
     }
+    ddos(&mut ex);
     process(&mut ex);
     ex.finish()
+}
+
+/// The DDoS vectors (`[shield.ddos]` in XDP), by vector.
+fn ddos(ex: &mut Exposition) {
+    for (name, seen, dropped, detected, rate) in crate::shield::xdp::ddos::counters() {
+        let labels = format!("vector={}", quote(name));
+        ex.sample(
+            "switchyard_shield_ddos_packets_total",
+            Kind::Counter,
+            "Packets of the DDoS vector seen in XDP.",
+            &labels,
+            seen,
+        );
+        ex.sample(
+            "switchyard_shield_ddos_dropped_total",
+            Kind::Counter,
+            "Packets of the DDoS vector dropped in XDP (past its rate limit).",
+            &labels,
+            dropped,
+        );
+        ex.sample(
+            "switchyard_shield_ddos_detected",
+            Kind::Gauge,
+            "1 while the DDoS vector is detected (its rate reached its threshold).",
+            &labels,
+            u8::from(detected),
+        );
+        ex.sample(
+            "switchyard_shield_ddos_rate",
+            Kind::Gauge,
+            "The DDoS vector's packets in the last second (half-open: connections now).",
+            &labels,
+            rate,
+        );
+    }
 }
 
 /// A vserver's WAF: requests by what the WAF did, and matches per rule.

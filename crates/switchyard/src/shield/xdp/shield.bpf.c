@@ -153,6 +153,8 @@ static __always_inline void count(void *map, __u32 slot)
 		*v += 1;
 }
 
+#include "ddos.bpf.h"
+
 static __always_inline __u32 ctz64(__u64 x)
 {
 	// No count-trailing-zeros instruction in BPF.
@@ -518,6 +520,14 @@ int shield(struct xdp_md *ctx)
 	struct pkt p = {};
 	void *l4;
 
+	__u32 zero = 0;
+	struct ddos_scratch *verdict = bpf_map_lookup_elem(&ddos_tmp, &zero);
+	if (verdict) {
+		verdict->drop = 0;
+		ddos(ctx);
+		if (verdict->drop)
+			return XDP_DROP;
+	}
 	if ((void *)(eth + 1) > end)
 		return XDP_PASS;
 	if (eth->h_proto == bpf_htons(ETH_P_IP)) {
