@@ -43,7 +43,7 @@ use crate::pktgen::{self, Generator, Limits, Pool, Shape};
 use crate::sys;
 
 const HELP: &str = "usage: switchyard bench shield [options]   (as root)
-  --scenario syn-flood,acl   what to run (default both; ddos: not built yet)
+  --scenario syn-flood,acl   what to run (default both; ddos: a named skip, not built yet)
   --paths P1,P2              only these paths (xdp-cookies, xdp-drop, kernel-cookies,
                              nft-synproxy, nft-drop, none, xdp-rules, nft-rules, hping3)
   --runs 3                   samples per path, interleaved
@@ -1669,7 +1669,7 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
             "syn-flood" => SYN_FLOOD_PATHS,
             "acl" => ACL_PATHS,
             "ddos" => {
-                notes.push("ddos: skipped: the DDoS vectors are being built in the XDP program; this scenario comes with them".to_string());
+                notes.push("ddos: skipped: not built yet in the bench (the vectors report in GET /api/v1/shield as global.ddos.vectors[]; pktgen.rs's Shape::Template is the hook for their packet shapes)".to_string());
                 &[][..]
             }
             other => return Err(format!("unknown scenario {other} (syn-flood, acl, ddos)")),
