@@ -797,7 +797,7 @@ mod tests {
     /// gets the same cookie.
     #[test]
     fn syn_cookies_answer_with_a_right_syn_ack() {
-        let Some(mut l) = loaded() else { return };
+        let Some(l) = loaded() else { return };
         if l.tc.is_err() {
             eprintln!(
                 "skipped: no tc program here (bpf_sk_assign_tcp_reqsk): {:?}",
@@ -805,6 +805,21 @@ mod tests {
             );
             return;
         }
+        // XDP answers a SYN only where the listener alone knows its
+        // tuple: run in a network namespace of this thread's own, with a
+        // listener on the port.
+        std::thread::spawn(move || {
+            // SAFETY: unshare affects this thread only.
+            assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare");
+            let listener = std::net::TcpListener::bind("[::]:8080").expect("listen");
+            syn_cookies_in(l);
+            drop(listener);
+        })
+        .join()
+        .expect("the test's thread");
+    }
+
+    fn syn_cookies_in(mut l: Loaded) {
         l.served_ports(&[8080], &[]).expect("ports");
         l.cookies = true;
         l.write(&tables::build(&[], Action::Allow).expect("tables"), 0)
@@ -875,6 +890,30 @@ mod tests {
         }
         let sent = l.percpu_sum("stats", 8).expect("stats");
         assert_eq!(sent, 12);
+        // A tuple with a socket of its own (an established connection
+        // here; a TIME_WAIT left by a closed one alike): the kernel gets
+        // the SYN. A port without a listener: the kernel resets it.
+        let up = std::process::Command::new("ip")
+            .args(["link", "set", "lo", "up"])
+            .status();
+        assert!(up.is_ok_and(|s| s.success()), "lo up");
+        let client = std::net::TcpStream::connect("127.0.0.1:8080").expect("connect");
+        let local = client.local_addr().expect("local address");
+        l.served_ports(&[8080, 8081], &[]).expect("ports");
+        for (sport, dport) in [(local.port(), 8080), (40000, 8081)] {
+            let p = Packet {
+                src: "127.0.0.1".parse().expect("addr"),
+                dst: "127.0.0.1".parse().expect("addr"),
+                proto: TCP,
+                src_port: sport,
+                dst_port: dport,
+                tcp_flags: 0x02,
+            };
+            let (v, _, _) =
+                sys::test_run(&l._prog, &frame_with(&p, 1, &[2, 4, 5, 180]), 1).expect("run");
+            assert_eq!(v, 2, "XDP_PASS for {sport} -> {dport}");
+        }
+        assert_eq!(l.percpu_sum("stats", 8).expect("stats"), 12, "no cookie");
     }
 
     /// What a packet costs in the kernel, 10 rules against 1,000, the

@@ -48,6 +48,8 @@
 #define SET_REJECT 516
 #define PORTS_PER_GEN (2 * 65536)
 
+#define TCP_LISTEN 10
+
 #define ACT_ALLOW 0
 #define ACT_DROP 1
 #define ACT_REJECT 2
@@ -501,6 +503,37 @@ static __always_inline int make_reply(struct xdp_md *ctx, int v6, __u32 cookie, 
 	return 0;
 }
 
+// Whether only the listener knows this SYN's four-tuple. A socket of its
+// own (TIME_WAIT after a connection Switchyard closed, whose port the
+// client reuses) must see the SYN itself: the kernel then recycles the
+// TIME_WAIT, where an XDP cookie would be completed by nobody (tc leaves
+// tuples with a socket alone) and the client would hang. No listener at
+// all: the kernel answers with its reset.
+static __always_inline int only_listener(struct xdp_md *ctx, struct pkt *p)
+{
+	struct bpf_sock_tuple t = {};
+	__u32 size;
+	if (p->v6) {
+		__builtin_memcpy(t.ipv6.saddr, p->src, 16);
+		__builtin_memcpy(t.ipv6.daddr, p->dst, 16);
+		t.ipv6.sport = bpf_htons(p->sport);
+		t.ipv6.dport = bpf_htons(p->dport);
+		size = sizeof(t.ipv6);
+	} else {
+		__builtin_memcpy(&t.ipv4.saddr, p->src + 12, 4);
+		__builtin_memcpy(&t.ipv4.daddr, p->dst + 12, 4);
+		t.ipv4.sport = bpf_htons(p->sport);
+		t.ipv4.dport = bpf_htons(p->dport);
+		size = sizeof(t.ipv4);
+	}
+	struct bpf_sock *sk = bpf_skc_lookup_tcp(ctx, &t, size, BPF_F_CURRENT_NETNS, 0);
+	if (!sk)
+		return 0;
+	int listener = sk->state == TCP_LISTEN;
+	bpf_sk_release(sk);
+	return listener;
+}
+
 static __always_inline struct cfg *active_cfg(void)
 {
 	__u32 zero = 0;
@@ -642,7 +675,7 @@ int shield(struct xdp_md *ctx)
 			count(&stats, ST_SYN_LIMITED);
 			return XDP_DROP;
 		}
-		if (gc && gc->syn_cookies) {
+		if (gc && gc->syn_cookies && only_listener(ctx, &p)) {
 			__u32 mi = 0;
 			if (p.mss >= mss_at(p.v6, 1))
 				mi = 1;
@@ -693,7 +726,6 @@ extern int bpf_sk_assign_tcp_reqsk(struct __sk_buff *skb, struct sock *sk,
 				   struct bpf_tcp_req_attrs *attrs, int attrs__sz) __ksym;
 
 #define TC_ACT_OK 0
-#define TCP_LISTEN 10
 
 SEC("tc")
 int shield_tc(struct __sk_buff *skb)
