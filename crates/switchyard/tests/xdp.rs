@@ -752,3 +752,57 @@ fn measure_cookie_failures() {
         eprintln!("  {l}");
     }
 }
+
+/// A datagram a rule rejects is answered in XDP as a closed port would
+/// be: the client's connected UDP socket gets "connection refused" (the
+/// ICMP port unreachable, IPv4 and IPv6), an allowed client's datagram is
+/// relayed, and the XDP counters say so.
+#[test]
+fn a_rejected_datagram_gets_port_unreachable_in_xdp() {
+    let Some(net) = Net::new() else { return };
+    let echo = Net::within(&net.sy, || {
+        let s = std::net::UdpSocket::bind("127.0.0.1:0").expect("echo");
+        let addr = s.local_addr().expect("addr");
+        std::thread::spawn(move || {
+            let mut buf = [0u8; 512];
+            while let Ok((n, from)) = s.recv_from(&mut buf) {
+                let _ = s.send_to(&buf[..n], from);
+            }
+        });
+        addr
+    });
+    let cfg = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"u\"\nprotocol = \"udp\"\nlisten = [\"{SY}:5300\", \"[{SY6}]:5300\"]\ndefault_pool = \"p\"\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{echo}\"\n\
+         [shield]\n[[shield.acl]]\nsrc = [\"{REJECTED}/32\", \"{DROPPED6}/128\"]\nproto = [\"udp\"]\naction = \"reject\"\n{}",
+        xdp(&net.dev, "")
+    );
+    let sy = Sy::start(&net, &cfg);
+    if !attached(&sy, &net.dev) {
+        return;
+    }
+    let ask = |from: &'static str, to: String| {
+        Net::within(&net.client, move || {
+            let s = std::net::UdpSocket::bind(from).expect("bind");
+            s.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
+            s.connect(&to).expect("connect");
+            s.send(b"ping").expect("send");
+            let mut b = [0u8; 16];
+            s.recv(&mut b).map(|n| b[..n].to_vec()).map_err(|e| e.kind())
+        })
+    };
+    assert_eq!(ask("10.77.0.2:0", format!("{SY}:5300")), Ok(b"ping".to_vec()));
+    assert_eq!(
+        ask("10.77.0.4:0", format!("{SY}:5300")),
+        Err(ErrorKind::ConnectionRefused),
+        "IPv4: port unreachable"
+    );
+    assert_eq!(
+        ask("[fd77::3]:0", format!("[{SY6}]:5300")),
+        Err(ErrorKind::ConnectionRefused),
+        "IPv6: port unreachable"
+    );
+    let p = sy.shield()["xdp"]["packets"].clone();
+    assert_eq!(p["rejected_icmp"], 2, "{p}");
+    assert_eq!(p["icmp_limited"], 0, "{p}");
+}

@@ -61,7 +61,7 @@ pub struct Spec {
 }
 
 /// Names of the `stats` slots of shield.bpf.c, in order.
-const STATS: [&str; 12] = [
+const STATS: [&str; 14] = [
     "evaluated",
     "allowed",
     "dropped",
@@ -74,6 +74,8 @@ const STATS: [&str; 12] = [
     "syn_cookies_completed",
     "syn_cookies_bad",
     "syn_cookies_refused",
+    "rejected_icmp",
+    "icmp_limited",
 ];
 
 struct Link {
@@ -730,9 +732,46 @@ mod tests {
         assert_eq!(th[13], 0x14);
     }
 
+    /// The ICMP error for a rejected datagram `sent`: back to its sender,
+    /// port unreachable, quoting its IP header and first 8 bytes, with
+    /// right checksums.
+    fn check_unreachable(p: &Packet, sent: &[u8], out: &[u8]) {
+        let v6 = p.src.is_ipv6();
+        let l3 = if v6 { 40 } else { 20 };
+        assert_eq!(out.len(), 14 + 2 * (l3 + 8), "{p:?}");
+        assert_eq!(&out[0..6], &sent[6..12], "to the sender's MAC");
+        let ip = &out[14..14 + l3];
+        let icmp = &out[14 + l3..];
+        assert_eq!(&icmp[8..], &sent[14..14 + l3 + 8], "the quote");
+        let (src, dst) = if v6 {
+            (&ip[8..24], &ip[24..40])
+        } else {
+            assert_eq!(csum(ip), 0xffff, "IPv4 header checksum");
+            (&ip[12..16], &ip[16..20])
+        };
+        let (sent_src, sent_dst) = if v6 {
+            (&sent[14 + 8..14 + 24], &sent[14 + 24..14 + 40])
+        } else {
+            (&sent[14 + 12..14 + 16], &sent[14 + 16..14 + 20])
+        };
+        assert_eq!((src, dst), (sent_dst, sent_src), "addresses swapped");
+        if v6 {
+            let mut pseudo = src.to_vec();
+            pseudo.extend_from_slice(dst);
+            pseudo.extend_from_slice(&((icmp.len() as u32).to_be_bytes()));
+            pseudo.extend_from_slice(&[0, 0, 0, 58]);
+            pseudo.extend_from_slice(icmp);
+            assert_eq!(csum(&pseudo), 0xffff, "ICMPv6 checksum");
+            assert_eq!((icmp[0], icmp[1]), (1, 4));
+        } else {
+            assert_eq!(csum(icmp), 0xffff, "ICMP checksum");
+            assert_eq!((icmp[0], icmp[1]), (3, 3));
+        }
+    }
+
     /// 1,000 random rules (both families, protocols, ports, flags, every
-    /// action) in the kernel: each packet's verdict, the RSTs, and every
-    /// rule's XDP counter agree with acl.rs's scan.
+    /// action) in the kernel: each packet's verdict, the RSTs and ICMP
+    /// errors, and every rule's XDP counter agree with acl.rs's scan.
     #[test]
     fn the_kernel_program_decides_like_the_scan() {
         let Some(mut l) = loaded() else { return };
@@ -744,6 +783,7 @@ mod tests {
         l.write(&t, 0).expect("write");
         let mut want_hits = vec![0u64; MAX_RULES + 1];
         let mut seen = [0usize; 4];
+        let mut unreachables = 0;
         for n in 0..4000u32 {
             let mut p = packet(&mut g);
             // Only TCP has flags (admit() says 0 for the others too).
@@ -763,21 +803,25 @@ mod tests {
                     want_hits[*i] += 1;
                 }
                 want_hits[v.rule.unwrap_or(MAX_RULES)] += 1;
-                match (v.action, p.proto) {
-                    (Action::Drop, _) | (Action::Reject, UDP) => 1,
-                    (Action::Reject, _) => 3,
+                match v.action {
+                    Action::Drop => 1,
+                    Action::Reject => 3,
                     _ => 2,
                 }
             } else {
                 2
             };
             assert_eq!(verdict, want, "{p:?}");
-            if verdict == 3 {
+            if verdict == 3 && p.proto == UDP {
+                check_unreachable(&p, &frame(&p, seq), &out);
+                unreachables += 1;
+            } else if verdict == 3 {
                 check_rst(&p, seq, &out);
             }
             seen[verdict as usize] += 1;
         }
         assert!(seen[1] > 100 && seen[2] > 100 && seen[3] > 10, "{seen:?}");
+        assert!(unreachables > 10, "{unreachables} ICMP errors checked");
         for (i, w) in want_hits.iter().enumerate() {
             assert_eq!(
                 l.percpu_sum("hits", i as u32).expect("hits"),

@@ -67,7 +67,9 @@
 #define ST_COOKIE_OK 9
 #define ST_COOKIE_BAD 10
 #define ST_COOKIE_REFUSED 11
-#define N_STATS 12
+#define ST_REJECTED_ICMP 12
+#define ST_ICMP_LIMITED 13
+#define N_STATS 14
 
 // The loader (shield/xdp/elf.rs) reads these from the "maps" section:
 // libbpf's old map definition, which needs no BTF to load.
@@ -128,6 +130,16 @@ struct map_def SEC("maps") stats = { BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, N_STATS, 0
 // Source address (IPv4 mapped into IPv6) -> SYNs in the current second.
 struct map_def SEC("maps") syn_rate = { BPF_MAP_TYPE_LRU_HASH, 16, sizeof(struct syn_state),
 					65536, 0 };
+
+// ICMP errors sent for rejected datagrams in the current second, as the
+// kernel limits its own (net.ipv4.icmp_msgs_per_sec): a flood of spoofed
+// datagrams must not make Switchyard a reflector.
+#define ICMP_PER_SEC 1000
+struct icmp_win {
+	__u64 sec;
+	__u64 count;
+};
+struct map_def SEC("maps") icmp_rate = { BPF_MAP_TYPE_ARRAY, 4, sizeof(struct icmp_win), 1, 0 };
 
 // The SYN cookie key (SipHash), random per load.
 struct map_def SEC("maps") cookie_key = { BPF_MAP_TYPE_ARRAY, 4, 16, 1, 0 };
@@ -503,6 +515,98 @@ static __always_inline int make_reply(struct xdp_md *ctx, int v6, __u32 cookie, 
 	return 0;
 }
 
+// Rewrites a UDP datagram into the ICMP error a closed port answers with
+// (IPv4: destination unreachable, port unreachable; IPv6: destination
+// unreachable, port unreachable), quoting its IP header and first 8
+// bytes, addressed back to its sender. Returns 0, or -1 where the frame
+// cannot be rewritten (IPv4 options): the caller drops it then.
+static __always_inline int make_unreachable(struct xdp_md *ctx, int v6)
+{
+	void *data = (void *)(long)ctx->data;
+	void *end = (void *)(long)ctx->data_end;
+	struct ethhdr *eth = data;
+	int l3 = v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
+	if ((void *)(eth + 1) + l3 + 8 > end)
+		return -1;
+	if (!v6 && ((struct iphdr *)(eth + 1))->ihl != 5)
+		return -1;
+	// New IP and ICMP headers go in front; the datagram's own Ethernet
+	// header then sits where the quoted IP header must follow them.
+	if (bpf_xdp_adjust_head(ctx, -(l3 + 8)))
+		return -1;
+	int total = sizeof(struct ethhdr) + 2 * (l3 + 8);
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	int delta = total - (int)(end - data);
+	if (delta && bpf_xdp_adjust_tail(ctx, delta))
+		return -1;
+	data = (void *)(long)ctx->data;
+	end = (void *)(long)ctx->data_end;
+	// The IPv4 frame's length; IPv6's, longer, is checked below.
+	if (data + sizeof(struct ethhdr) + 2 * (sizeof(struct iphdr) + 8) > end)
+		return -1;
+	struct ethhdr *neth = data;
+	struct ethhdr *old = data + l3 + 8;
+	__builtin_memcpy(neth->h_dest, old->h_source, ETH_ALEN);
+	__builtin_memcpy(neth->h_source, old->h_dest, ETH_ALEN);
+	neth->h_proto = old->h_proto;
+	if (v6) {
+		if (data + sizeof(struct ethhdr) + 2 * (sizeof(struct ipv6hdr) + 8) > end)
+			return -1;
+		struct ipv6hdr *ip6 = (void *)(neth + 1);
+		struct ipv6hdr *q = (void *)(old + 1);
+		__u8 *icmp = (void *)(ip6 + 1);
+		*(__u32 *)ip6 = bpf_htonl(0x60000000);
+		ip6->payload_len = bpf_htons(8 + l3 + 8);
+		ip6->nexthdr = 58;
+		ip6->hop_limit = 64;
+		ip6->saddr = q->daddr;
+		ip6->daddr = q->saddr;
+		__builtin_memset(icmp, 0, 8);
+		icmp[0] = 1; // destination unreachable
+		icmp[1] = 4; // port unreachable
+		__u64 sum = sum16(&ip6->saddr, 8) + sum16(&ip6->daddr, 8) + bpf_htons(58) +
+			    bpf_htons(8 + l3 + 8) + sum16(icmp, 16) + sum16(icmp + 32, 12);
+		*(__u16 *)(icmp + 2) = fold(sum);
+	} else {
+		struct iphdr *ip = (void *)(neth + 1);
+		struct iphdr *q = (void *)(old + 1);
+		__u8 *icmp = (void *)(ip + 1);
+		*(__u8 *)ip = 0x45;
+		ip->tos = 0;
+		ip->tot_len = bpf_htons(sizeof(struct iphdr) + 8 + l3 + 8);
+		ip->id = 0;
+		ip->frag_off = 0;
+		ip->ttl = 64;
+		ip->protocol = IPPROTO_ICMP;
+		ip->saddr = q->daddr;
+		ip->daddr = q->saddr;
+		ip->check = 0;
+		ip->check = fold(sum16(ip, 10));
+		__builtin_memset(icmp, 0, 8);
+		icmp[0] = 3; // destination unreachable
+		icmp[1] = 3; // port unreachable
+		*(__u16 *)(icmp + 2) = fold(sum16(icmp, 16) + sum16(icmp + 32, 2));
+	}
+	return 0;
+}
+
+// Whether one more ICMP error fits this second's budget.
+static __always_inline int icmp_allowed(void)
+{
+	__u32 zero = 0;
+	struct icmp_win *w = bpf_map_lookup_elem(&icmp_rate, &zero);
+	if (!w)
+		return 0;
+	__u64 sec = bpf_ktime_get_coarse_ns() / 1000000000ULL;
+	if (w->sec != sec) {
+		w->sec = sec;
+		w->count = 0;
+	}
+	__sync_fetch_and_add(&w->count, 1);
+	return w->count <= ICMP_PER_SEC;
+}
+
 // Whether only the listener knows this SYN's four-tuple. A socket of its
 // own (TIME_WAIT after a connection Switchyard closed, whose port the
 // client reuses) must see the SYN itself: the kernel then recycles the
@@ -664,7 +768,16 @@ int shield(struct xdp_md *ctx)
 			count(&stats, ST_REJECTED);
 			return XDP_TX;
 		}
-		// A UDP datagram is not relayed at accept either.
+		// A datagram is answered as a closed port would be, within the
+		// ICMP budget; past it, or where it cannot be rewritten, dropped.
+		if (p.proto == IPPROTO_UDP) {
+			if (!icmp_allowed()) {
+				count(&stats, ST_ICMP_LIMITED);
+			} else if (make_unreachable(ctx, p.v6) == 0) {
+				count(&stats, ST_REJECTED_ICMP);
+				return XDP_TX;
+			}
+		}
 		count(&stats, ST_REJECT_DROPPED);
 		return XDP_DROP;
 	}
