@@ -37,13 +37,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+mod ddos;
+mod frames;
+
 use crate::args::Args;
 use crate::json::{obj, Json};
 use crate::pktgen::{self, Generator, Limits, Pool, Shape};
 use crate::sys;
 
 const HELP: &str = "usage: switchyard bench shield [options]   (as root)
-  --scenario syn-flood,acl   what to run (default both; ddos: a named skip, not built yet)
+  --scenario syn-flood,acl,ddos   what to run (default all three)
   --paths P1,P2              only these paths (xdp-cookies, xdp-drop, kernel-cookies,
                              nft-synproxy, nft-drop, none, xdp-rules, nft-rules, hping3)
   --runs 3                   samples per path, interleaved
@@ -55,7 +58,14 @@ const HELP: &str = "usage: switchyard bench shield [options]   (as root)
   --nft-form sets|linear     how nftables expresses the rules (default sets)
   --dut-cpu 0 --load-cpu 1   cores of the DUT and of the load
   --switchyard-bin PATH      the binary to run (default: this one)
-  --out DIR                  report folder (default bench-shield-<time>)";
+  --out DIR                  report folder (default bench-shield-<time>)
+ ddos (each vector at rising rates, valid clients meanwhile; about 15 s per vector):
+  --vectors V1,V2            vector names, or flood, bad_header, other (default all 28)
+  --rates 10k,100k,max       frames per second of each step (max: as fast as it goes)
+  --step 2s                  each rate's measured time
+  --baseline 3s              valid traffic only before the first rate
+  --ddos-runs 1              samples per vector and rate
+  --ddos-rules 0             ACL rules beside the vectors";
 
 const GEN_NS: &str = "sysh-gen";
 const DUT_NS: &str = "sysh-dut";
@@ -65,6 +75,9 @@ const GEN_MAC: &str = "02:5e:00:00:00:02";
 const DUT_MAC: &str = "02:5e:00:00:00:01";
 const DUT_IP: &str = "10.88.0.1";
 const CLIENT_IP: &str = "10.88.0.2";
+/// IPv6 on the same link, for the IPv6 vectors.
+const DUT_IP6: &str = "fd88::1";
+const CLIENT_IP6: &str = "fd88::2";
 const PORT: u16 = 8080;
 const ADMIN: &str = "127.0.0.1:9000";
 const ORIGIN: &str = "127.0.0.1:9001";
@@ -1634,9 +1647,12 @@ pub fn render(r: &Json) -> String {
         }
         s.push('\n');
     }
-    s.push_str("## Paths\n\n");
-    for p in &paths {
-        let _ = writeln!(s, "- `{}`: {}", p.name(), p.what());
+    s.push_str(&ddos::render_section(r));
+    if !paths.is_empty() {
+        s.push_str("## Paths\n\n");
+        for p in &paths {
+            let _ = writeln!(s, "- `{}`: {}", p.name(), p.what());
+        }
     }
     if let Some(notes) = r.get("notes") {
         s.push_str("\n## Notes\n\n");
@@ -1660,16 +1676,17 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
     }
     let mut scen = a.list("scenario");
     if scen.is_empty() {
-        scen = vec!["syn-flood".into(), "acl".into()];
+        scen = vec!["syn-flood".into(), "acl".into(), "ddos".into()];
     }
     let mut notes = Vec::new();
     let mut paths: Vec<PathKind> = Vec::new();
+    let mut run_ddos = false;
     for sc in &scen {
         let list = match sc.as_str() {
             "syn-flood" => SYN_FLOOD_PATHS,
             "acl" => ACL_PATHS,
             "ddos" => {
-                notes.push("ddos: skipped: not built yet in the bench (the vectors report in GET /api/v1/shield as global.ddos.vectors[]; pktgen.rs's Shape::Template is the hook for their packet shapes)".to_string());
+                run_ddos = true;
                 &[][..]
             }
             other => return Err(format!("unknown scenario {other} (syn-flood, acl, ddos)")),
@@ -1702,6 +1719,28 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
     let dut_cpu = a.num::<usize>("dut-cpu")?.unwrap_or(0);
     let load_cpu = a.num::<usize>("load-cpu")?.unwrap_or(1);
     let sy_bin = a.get("switchyard-bin").map(PathBuf::from);
+    let ddos_opts = ddos::DdosOpts {
+        vectors: ddos::parse_vectors(&a.list("vectors"))?,
+        rates: ddos::parse_rates(&{
+            let r = a.list("rates");
+            if r.is_empty() {
+                ddos::DEFAULT_RATES.split(',').map(String::from).collect()
+            } else {
+                r
+            }
+        })?,
+        baseline: a
+            .duration("baseline")?
+            .unwrap_or(Duration::from_secs(3))
+            .max(Duration::from_secs(1)),
+        step: a
+            .duration("step")?
+            .unwrap_or(Duration::from_secs(2))
+            .max(Duration::from_millis(500)),
+        runs: a.num::<usize>("ddos-runs")?.unwrap_or(1).max(1),
+        rules: a.num::<usize>("ddos-rules")?.unwrap_or(0).min(1024),
+        pool: ddos::default_pool(),
+    };
     let out = a
         .get("out")
         .map(PathBuf::from)
@@ -1784,6 +1823,10 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
             }
         }
     }
+    let mut ddos_records = Vec::new();
+    if run_ddos && !STOP.load(Relaxed) {
+        ddos_records = ddos::run_all(&o, &ddos_opts, &mut failures);
+    }
     if o.nft_form == NftForm::Linear {
         notes.push("nftables rules as a linear chain (--nft-form linear)".into());
     }
@@ -1813,6 +1856,13 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
             Json::Arr(notes.into_iter().map(Json::from).collect()),
         )
         .set("samples", Json::Arr(samples));
+    let report = if run_ddos {
+        report
+            .set("ddos_setup", ddos::setup_text(&ddos_opts, &o))
+            .set("ddos", Json::Arr(ddos_records))
+    } else {
+        report
+    };
     let md = render(&report);
     let w = |name: &str, t: &str| {
         let f = out.join(name);
