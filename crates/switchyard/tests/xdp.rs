@@ -784,14 +784,20 @@ fn a_rejected_datagram_gets_port_unreachable_in_xdp() {
     let ask = |from: &'static str, to: String| {
         Net::within(&net.client, move || {
             let s = std::net::UdpSocket::bind(from).expect("bind");
-            s.set_read_timeout(Some(Duration::from_secs(2))).expect("timeout");
+            s.set_read_timeout(Some(Duration::from_secs(2)))
+                .expect("timeout");
             s.connect(&to).expect("connect");
             s.send(b"ping").expect("send");
             let mut b = [0u8; 16];
-            s.recv(&mut b).map(|n| b[..n].to_vec()).map_err(|e| e.kind())
+            s.recv(&mut b)
+                .map(|n| b[..n].to_vec())
+                .map_err(|e| e.kind())
         })
     };
-    assert_eq!(ask("10.77.0.2:0", format!("{SY}:5300")), Ok(b"ping".to_vec()));
+    assert_eq!(
+        ask("10.77.0.2:0", format!("{SY}:5300")),
+        Ok(b"ping".to_vec())
+    );
     assert_eq!(
         ask("10.77.0.4:0", format!("{SY}:5300")),
         Err(ErrorKind::ConnectionRefused),
@@ -805,4 +811,41 @@ fn a_rejected_datagram_gets_port_unreachable_in_xdp() {
     let p = sy.shield()["xdp"]["packets"].clone();
     assert_eq!(p["rejected_icmp"], 2, "{p}");
     assert_eq!(p["icmp_limited"], 0, "{p}");
+}
+
+/// A `log` rule matched in XDP writes the same line as at accept, marked
+/// "in XDP" (from the program's ring buffer), and counts it.
+#[test]
+fn a_log_rule_writes_a_line_from_xdp() {
+    let Some(net) = Net::new() else { return };
+    let o = origin_in(&net);
+    let rules = "[shield]\n[[shield.acl]]\nname = \"watch two\"\nsrc = [\"10.77.0.2/32\"]\naction = \"log\"\n";
+    let sy = Sy::start(&net, &config(o.addr, rules, &xdp(&net.dev, "")));
+    if !attached(&sy, &net.dev) {
+        return;
+    }
+    assert_eq!(
+        get_from(&net.client, ALLOWED, Duration::from_secs(5)),
+        Ok(200)
+    );
+    let want =
+        "shield: rule \"watch two\" matched 10.77.0.2 -> 10.77.0.1 (proto 6, port 8080) in XDP";
+    assert!(
+        eventually(Duration::from_secs(5), || sy.log().contains(want)),
+        "{want:?} in:\n{}",
+        sy.log()
+    );
+    assert!(
+        sy.log().contains(
+            "shield: rule \"watch two\" matched 10.77.0.2 -> 10.77.0.1 (proto 6, port 8080)\n"
+        ),
+        "and at accept:\n{}",
+        sy.log()
+    );
+    let p = sy.shield()["xdp"]["packets"].clone();
+    assert_eq!(
+        (p["logged"].as_u64(), p["log_suppressed"].as_u64()),
+        (Some(1), Some(0)),
+        "{p}"
+    );
 }

@@ -110,6 +110,8 @@ struct ddos_scratch {
 	__u32 frag;
 	__u32 later;
 	__u32 malformed;
+	// The ACL's first matching `log` rule, plus one (shield.bpf.c).
+	__u32 log_rule;
 };
 struct map_def SEC("maps") ddos_tmp = { BPF_MAP_TYPE_PERCPU_ARRAY, 4, sizeof(struct ddos_scratch),
 					1, 0 };

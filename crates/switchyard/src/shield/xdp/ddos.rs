@@ -5,8 +5,7 @@
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::Once;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::{Instant, SystemTime};
 
 use serde_json::Value;
 
@@ -97,32 +96,6 @@ pub(super) fn configure(st: &mut State) -> Result<(), String> {
     ]);
     sys::map_update(map(l, "ddos_cfg")?, &0u32.to_ne_bytes(), &cfg)
         .map_err(|e| format!("cannot write [shield.ddos]: {e}"))?;
-    static TICKER: Once = Once::new();
-    TICKER.call_once(|| {
-        let spawned = std::thread::Builder::new()
-            .name("shield-ddos".into())
-            .spawn(|| loop {
-                std::thread::sleep(Duration::from_secs(1));
-                // Asked without the state's lock: the admin API and
-                // reloads wait for nothing but the counters.
-                let half_open_on = state()
-                    .spec
-                    .as_ref()
-                    .and_then(|s| s.ddos.as_ref())
-                    .is_some_and(|d| d.vectors[ddos::HALF_OPEN].action != Action::Off);
-                let half_open = if half_open_on {
-                    half_open_connections().unwrap_or(0)
-                } else {
-                    0
-                };
-                tick(&mut state(), half_open);
-            });
-        if let Err(e) = spawned {
-            log::error(format_args!(
-                "shield: no thread for the DDoS detector ({e}); vectors keep their limits but nothing is detected or learned"
-            ));
-        }
-    });
     Ok(())
 }
 
@@ -138,7 +111,24 @@ fn read_counters(l: &Loaded) -> (Vec<u64>, Vec<u64>) {
         .unzip()
 }
 
-/// One second: counters in, detector ticked, changed limits out.
+/// One second of the detector: the kernel's half-open connections asked
+/// without the state's lock (the admin API and reloads wait for nothing
+/// but the counters), then the tick under it.
+pub(super) fn second() {
+    let half_open_on = state()
+        .spec
+        .as_ref()
+        .and_then(|s| s.ddos.as_ref())
+        .is_some_and(|d| d.vectors[ddos::HALF_OPEN].action != Action::Off);
+    let half_open = if half_open_on {
+        half_open_connections().unwrap_or(0)
+    } else {
+        0
+    };
+    tick(&mut state(), half_open);
+}
+
+/// Counters in, detector ticked, changed limits out.
 fn tick(st: &mut State, half_open: u64) {
     let Some(spec) = st.spec.as_ref().and_then(|s| s.ddos.clone()) else {
         return;

@@ -17,6 +17,7 @@
 pub mod btf;
 pub mod ddos;
 pub mod elf;
+mod matches;
 pub mod sys;
 pub mod tables;
 
@@ -61,7 +62,7 @@ pub struct Spec {
 }
 
 /// Names of the `stats` slots of shield.bpf.c, in order.
-const STATS: [&str; 14] = [
+const STATS: [&str; 16] = [
     "evaluated",
     "allowed",
     "dropped",
@@ -76,6 +77,8 @@ const STATS: [&str; 14] = [
     "syn_cookies_refused",
     "rejected_icmp",
     "icmp_limited",
+    "logged",
+    "log_suppressed",
 ];
 
 struct Link {
@@ -101,6 +104,9 @@ struct Loaded {
     tc: Result<OwnedFd, String>,
     /// Whether XDP answers SYNs with cookies now.
     cookies: bool,
+    /// `log` rules' matches, and the rules' names to say them by.
+    ring: Option<matches::Ring>,
+    names: Vec<String>,
 }
 
 #[derive(Default)]
@@ -216,9 +222,15 @@ fn load() -> Result<Loaded, String> {
         rules: 0,
         tc,
         cookies: false,
+        ring: None,
+        names: Vec::new(),
     };
     sys::map_update(map(&l, "cookie_key")?, &0u32.to_ne_bytes(), &key)
         .map_err(|e| format!("cannot write the SYN cookie key: {e}"))?;
+    let ring = matches::Ring::map(map(&l, "log_ring")?)
+        .map_err(|e| format!("cannot map the log ring: {e}"))?;
+    let mut l = l;
+    l.ring = Some(ring);
     Ok(l)
 }
 
@@ -375,6 +387,7 @@ pub fn apply(shield: Option<&std::sync::Arc<AclSet>>, served: &Served) {
             }
         }
     }
+    start_ticker();
     let Some(l) = st.loaded.as_mut() else { return };
     // Frames sent back with XDP_TX (a reject's RST, a cookie's SYN+ACK)
     // leave a veth in native mode only if its peer runs XDP too: "auto"
@@ -476,6 +489,33 @@ pub fn apply(shield: Option<&std::sync::Arc<AclSet>>, served: &Served) {
     }
 }
 
+/// Once a second, while a program is loaded: the DDoS detector's tick,
+/// and the log lines of `log` rules matched in XDP.
+fn start_ticker() {
+    static TICKER: std::sync::Once = std::sync::Once::new();
+    TICKER.call_once(|| {
+        let spawned = std::thread::Builder::new()
+            .name("shield-xdp".into())
+            .spawn(|| loop {
+                std::thread::sleep(std::time::Duration::from_secs(1));
+                ddos::second();
+                if let Some(Loaded {
+                    ring: Some(ring),
+                    names,
+                    ..
+                }) = state().loaded.as_mut()
+                {
+                    ring.drain(names);
+                }
+            });
+        if let Err(e) = spawned {
+            log::error(format_args!(
+                "shield: no thread for XDP's counters ({e}); DDoS vectors keep their limits but nothing is detected, and XDP `log` rules write no line"
+            ));
+        }
+    });
+}
+
 fn attach(prog: &OwnedFd, name: &str, mode: Mode) -> Result<Link, String> {
     let ifindex = sys::ifindex(name).map_err(|e| format!("no interface {name}: {e}"))?;
     let native = || {
@@ -515,6 +555,7 @@ fn write_set(st: &mut State, set: &std::sync::Arc<AclSet>, served: &Served) -> R
         l.zero_hits()?;
         l.set = id;
         l.rules = acl.rules().len();
+        l.names = acl.rules().iter().map(|r| r.name.clone()).collect();
     }
     l.served_ports(&served.tcp, &served.udp)?;
     l.write(&t, syn)

@@ -46,6 +46,7 @@
 #define SET_ALLOW 514
 #define SET_DROP 515
 #define SET_REJECT 516
+#define SET_LOG 517
 #define PORTS_PER_GEN (2 * 65536)
 
 #define TCP_LISTEN 10
@@ -69,7 +70,9 @@
 #define ST_COOKIE_REFUSED 11
 #define ST_REJECTED_ICMP 12
 #define ST_ICMP_LIMITED 13
-#define N_STATS 14
+#define ST_LOGGED 14
+#define ST_LOG_SUPPRESSED 15
+#define N_STATS 16
 
 // The loader (shield/xdp/elf.rs) reads these from the "maps" section:
 // libbpf's old map definition, which needs no BTF to load.
@@ -140,6 +143,23 @@ struct icmp_win {
 	__u64 count;
 };
 struct map_def SEC("maps") icmp_rate = { BPF_MAP_TYPE_ARRAY, 4, sizeof(struct icmp_win), 1, 0 };
+
+// `log` rules matched in XDP, for user space (shield/xdp/log.rs) to write
+// as log lines: at most LOG_PER_SEC a second, the rest counted.
+#define LOG_PER_SEC 100
+struct log_event {
+	__u32 rule;
+	__u8 v6;
+	__u8 proto;
+	__u8 flags;
+	__u8 pad;
+	__u16 sport;
+	__u16 dport;
+	__u8 src[16];
+	__u8 dst[16];
+};
+struct map_def SEC("maps") log_ring = { BPF_MAP_TYPE_RINGBUF, 0, 0, 64 * 1024, 0 };
+struct map_def SEC("maps") log_rate = { BPF_MAP_TYPE_ARRAY, 4, 16, 1, 0 };
 
 // The SYN cookie key (SipHash), random per load.
 struct map_def SEC("maps") cookie_key = { BPF_MAP_TYPE_ARRAY, 4, 16, 1, 0 };
@@ -221,6 +241,44 @@ static __always_inline __u32 lpm_index(struct pkt *p, __u32 gen, int dst)
 	return v ? *v : 0xffffffff;
 }
 
+// Hands a `log` rule's match to user space, within the budget.
+static __always_inline int log_match(struct pkt *p, __u32 rule)
+{
+	__u32 zero = 0;
+	__u64 *w = bpf_map_lookup_elem(&log_rate, &zero);
+	if (!w)
+		return 0;
+	__u64 sec = bpf_ktime_get_coarse_ns() / 1000000000ULL;
+	if (w[0] != sec) {
+		w[0] = sec;
+		w[1] = 0;
+	}
+	w[1] += 1;
+	if (w[1] > LOG_PER_SEC) {
+		count(&stats, ST_LOG_SUPPRESSED);
+		return 0;
+	}
+	// Written in place in the ring: no event on the stack, which cost the
+	// verifier more than its million instructions.
+	struct log_event *ev = bpf_ringbuf_reserve(&log_ring, sizeof(*ev), 0);
+	if (!ev) {
+		count(&stats, ST_LOG_SUPPRESSED);
+		return 0;
+	}
+	ev->rule = rule;
+	ev->v6 = p->v6;
+	ev->proto = p->proto;
+	ev->flags = p->flags;
+	ev->pad = 0;
+	ev->sport = p->sport;
+	ev->dport = p->dport;
+	__builtin_memcpy(ev->src, p->src, 16);
+	__builtin_memcpy(ev->dst, p->dst, 16);
+	bpf_ringbuf_submit(ev, 0);
+	count(&stats, ST_LOGGED);
+	return 0;
+}
+
 // The ACL: returns the action, and counts the deciding rule (or the
 // default) and the counting rules before it.
 //
@@ -255,11 +313,16 @@ static __always_inline int acl(struct pkt *p)
 	struct bits *pr = bitset(base + SET_PROTO + p->proto);
 	struct bits *fl = bitset(base + SET_FLAGS + p->flags);
 	struct bits *al = bitset(base + SET_ALLOW), *dr = bitset(base + SET_DROP),
-		    *rj = bitset(base + SET_REJECT);
-	if (!s || !d || !sp || !dp || !fam || !pr || !fl || !al || !dr || !rj)
+		    *rj = bitset(base + SET_REJECT), *lg = bitset(base + SET_LOG);
+	if (!s || !d || !sp || !dp || !fam || !pr || !fl || !al || !dr || !rj || !lg)
 		return ACT_ALLOW;
 	__u32 words = gc->words;
 	int action = -1;
+	// In the scratch map, not a register: see struct ddos_scratch.
+	struct ddos_scratch *t = bpf_map_lookup_elem(&ddos_tmp, &zero);
+	if (!t)
+		return ACT_ALLOW;
+	t->log_rule = 0;
 #pragma clang loop unroll(disable)
 	for (__u32 w = 0; w < WORDS; w++) {
 		if (w >= words)
@@ -278,6 +341,12 @@ static __always_inline int acl(struct pkt *p)
 			for (__u32 k = 0; k < 64; k++)
 				if ((noted >> k) & 1)
 					count(&hits, w * 64 + k);
+			// The first matching `log` rule is said (the others are
+			// counted): one more loop here would cost the verifier
+			// more than its million instructions.
+			__u64 logged = noted & lg->w[w];
+			if (logged && !*(volatile __u32 *)&t->log_rule)
+				t->log_rule = w * 64 + ctz64(logged) + 1;
 		}
 		if (decide) {
 			count(&hits, w * 64 + ctz64(decide));
@@ -290,6 +359,9 @@ static __always_inline int acl(struct pkt *p)
 			break;
 		}
 	}
+	__u32 logged = *(volatile __u32 *)&t->log_rule;
+	if (logged)
+		log_match(p, logged - 1);
 	if (action >= 0)
 		return action;
 	count(&hits, MAX_RULES);

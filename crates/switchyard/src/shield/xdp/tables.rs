@@ -29,7 +29,8 @@ pub const SET_FAM6: u32 = 513;
 pub const SET_ALLOW: u32 = 514;
 pub const SET_DROP: u32 = 515;
 pub const SET_REJECT: u32 = 516;
-const FIXED: u32 = 517;
+pub const SET_LOG: u32 = 517;
+const FIXED: u32 = 518;
 pub const PORTS_PER_GEN: u32 = 2 * 65536;
 
 pub const ACT_ALLOW: u32 = 0;
@@ -136,7 +137,8 @@ pub fn build(rules: &[Rule], default: Action) -> Result<Tables, String> {
             Action::Allow => set_bit(&mut fixed[SET_ALLOW as usize], i),
             Action::Drop => set_bit(&mut fixed[SET_DROP as usize], i),
             Action::Reject => set_bit(&mut fixed[SET_REJECT as usize], i),
-            Action::Count | Action::Log => {}
+            Action::Log => set_bit(&mut fixed[SET_LOG as usize], i),
+            Action::Count => {}
         }
     }
     // Fixed sets keep their places: no deduplication among them.
