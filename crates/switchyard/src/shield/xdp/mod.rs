@@ -876,6 +876,32 @@ mod tests {
         assert_eq!(l.gen, 0);
     }
 
+    /// The verifier walks the program within its limit of a million
+    /// instructions with room to spare: a change that nears it fails
+    /// here, before a kernel a little stricter refuses the program.
+    #[test]
+    fn the_verifier_has_headroom() {
+        let Some(l) = loaded() else { return };
+        let obj = elf::parse(OBJECT, "xdp").expect("object");
+        let insns = link_program(&obj, &l.maps).expect("link");
+        let stats = sys::verifier_stats(
+            sys::BPF_PROG_TYPE_XDP,
+            sys::BPF_XDP,
+            "sy_shield",
+            &insns,
+            &obj.license,
+        )
+        .expect("load with stats");
+        let processed: u64 = stats
+            .split("processed ")
+            .nth(1)
+            .and_then(|r| r.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(u64::MAX);
+        eprintln!("verifier: {}", stats.trim());
+        assert!(processed < 800_000, "{stats}");
+    }
+
     /// A SYN answered with a cookie in XDP, IPv4 and IPv6: a SYN+ACK back
     /// (addresses and ports swapped, ack = ISN + 1, one MSS option, both
     /// checksums right) whose ISN carries the MSS index, and the same SYN

@@ -144,23 +144,7 @@ pub fn prog_load(
     insns: &[u8],
     license: &str,
 ) -> io::Result<OwnedFd> {
-    let license = CString::new(license).map_err(|_| io::Error::other("bad license string"))?;
-    let attempt = |log: Option<&mut Vec<u8>>| {
-        let mut a = Attr::new();
-        a.u32(0, kind)
-            .u32(4, (insns.len() / 8) as u32)
-            .u64(8, insns.as_ptr() as u64)
-            .u64(16, license.as_ptr() as u64)
-            .bytes(48, &name16(name))
-            .u32(68, attach);
-        if let Some(log) = log {
-            a.u32(24, 1)
-                .u32(28, log.len() as u32)
-                .u64(32, log.as_mut_ptr() as u64);
-        }
-        a.fd(BPF_PROG_LOAD)
-    };
-    match attempt(None) {
+    match prog_load_logged(kind, attach, name, insns, license, None) {
         Ok(fd) => Ok(fd),
         Err(e)
             if matches!(
@@ -170,10 +154,8 @@ pub fn prog_load(
         {
             // Again with the verifier's log, to say why.
             let mut log = vec![0u8; 1 << 20];
-            let again = attempt(Some(&mut log));
-            let text =
-                String::from_utf8_lossy(&log[..log.iter().position(|b| *b == 0).unwrap_or(0)])
-                    .into_owned();
+            let again = prog_load_logged(kind, attach, name, insns, license, Some((&mut log, 1)));
+            let text = log_text(&log);
             let tail: String = text
                 .lines()
                 .rev()
@@ -190,6 +172,49 @@ pub fn prog_load(
         }
         Err(e) => Err(e),
     }
+}
+
+fn log_text(log: &[u8]) -> String {
+    String::from_utf8_lossy(&log[..log.iter().position(|b| *b == 0).unwrap_or(0)]).into_owned()
+}
+
+/// What the verifier says of a program it accepts (BPF_LOG_STATS): the
+/// "processed N insns" line, to watch the headroom under its limit.
+pub fn verifier_stats(
+    kind: u32,
+    attach: u32,
+    name: &str,
+    insns: &[u8],
+    license: &str,
+) -> io::Result<String> {
+    let mut log = vec![0u8; 1 << 16];
+    prog_load_logged(kind, attach, name, insns, license, Some((&mut log, 4)))?;
+    Ok(log_text(&log))
+}
+
+/// BPF_PROG_LOAD, with the verifier's log at `level` into the buffer.
+fn prog_load_logged(
+    kind: u32,
+    attach: u32,
+    name: &str,
+    insns: &[u8],
+    license: &str,
+    log: Option<(&mut Vec<u8>, u32)>,
+) -> io::Result<OwnedFd> {
+    let license = CString::new(license).map_err(|_| io::Error::other("bad license string"))?;
+    let mut a = Attr::new();
+    a.u32(0, kind)
+        .u32(4, (insns.len() / 8) as u32)
+        .u64(8, insns.as_ptr() as u64)
+        .u64(16, license.as_ptr() as u64)
+        .bytes(48, &name16(name))
+        .u32(68, attach);
+    if let Some((log, level)) = log {
+        a.u32(24, level)
+            .u32(28, log.len() as u32)
+            .u64(32, log.as_mut_ptr() as u64);
+    }
+    a.fd(BPF_PROG_LOAD)
 }
 
 /// Attaches `prog` to interface `ifindex` at `attach` (BPF_XDP with XDP
