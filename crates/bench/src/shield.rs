@@ -48,7 +48,8 @@ use crate::sys;
 const HELP: &str = "usage: switchyard bench shield [options]   (as root)
   --scenario syn-flood,acl,ddos   what to run (default all three)
   --paths P1,P2              only these paths (xdp-cookies, xdp-drop, kernel-cookies,
-                             nft-synproxy, nft-drop, none, xdp-rules, nft-rules, hping3)
+                             nft-synproxy, nft-drop, none, xdp-rules, nft-rules, hping3);
+                             without --scenario, no ddos
   --runs 3                   samples per path, interleaved
   --duration 3s              measured time of each sample
   --rules 1000               ACL rules (the deciding rule last)
@@ -1675,6 +1676,7 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
         return Ok(0);
     }
     let mut scen = a.list("scenario");
+    let scen_given = !scen.is_empty();
     if scen.is_empty() {
         scen = vec!["syn-flood".into(), "acl".into(), "ddos".into()];
     }
@@ -1698,6 +1700,10 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
         }
     }
     let only: Vec<String> = a.list("paths");
+    if !only.is_empty() && !scen_given {
+        // Some paths asked for, no scenario named: those paths only.
+        run_ddos = false;
+    }
     if !only.is_empty() {
         let mut sel = Vec::new();
         for n in &only {

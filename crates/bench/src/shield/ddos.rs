@@ -244,12 +244,14 @@ impl Clients {
         self.stop.store(true, Relaxed);
     }
 
-    fn finish(mut self) -> Result<(), String> {
+    /// Stops, waits for the connections under way, and returns every
+    /// bucket's (tried, ok, failed).
+    fn finish(mut self) -> Result<Vec<(u64, u64, u64)>, String> {
         self.stop();
-        match self.handle.take() {
-            Some(h) => join(h)?,
-            None => Ok(()),
+        if let Some(h) = self.handle.take() {
+            join(h)??;
         }
+        Ok((0..self.counts.len()).map(|b| self.counts(b)).collect())
     }
 }
 
@@ -498,7 +500,9 @@ pub fn vector_run(
     // Buckets: 0 the baseline, 1..=n the rates, n + 1 the pauses.
     let pause = d.rates.len() + 1;
     let clients = Clients::start(o.valid_rate, d.rates.len() + 2, o.load_cpu);
-    let mut records = Vec::new();
+    // (the clients' bucket, the record without the clients' counts: those
+    // are added once every connection has ended).
+    let mut records: Vec<(usize, Json)> = Vec::new();
     let base = |step: &str| {
         obj()
             .set("vector", name)
@@ -515,12 +519,12 @@ pub fn vector_run(
     let s1 = quiet_snap(o, prog);
     clients.set_step(pause);
     let v_base = vectors_now().ok_or("GET /api/v1/shield: no answer after the baseline")?;
-    let (tried, ok, failed) = clients.counts(0);
     let me = v_base.get(name).cloned().unwrap_or_default();
     let base_busy = s1.dut_cpu.minus(&s0.dut_cpu).busy();
     let base_secs = secs(&s0, &s1);
     let base_rx = s1.dut_rx.saturating_sub(s0.dut_rx);
-    records.push(
+    records.push((
+        0,
         figures(base("baseline"), &s0, &s1)
             .set("threshold", me.threshold)
             .set("rate_limit", me.rate_limit)
@@ -530,11 +534,8 @@ pub fn vector_run(
                 me.packets
                     .saturating_sub(v_start.get(name).map_or(0, |v| v.packets)),
             )
-            .set("detected", me.detected)
-            .set("valid_tried", tried)
-            .set("valid_ok", ok)
-            .set("valid_failed", failed),
-    );
+            .set("detected", me.detected),
+    ));
 
     let mut before = v_base;
     for (k, rate) in d.rates.iter().enumerate() {
@@ -589,7 +590,6 @@ pub fn vector_run(
             })
             .map(|(n, _)| Json::from(n.as_str()))
             .collect();
-        let (tried, ok, failed) = clients.counts(bucket);
         let busy = s1.dut_cpu.minus(&s0.dut_cpu).busy();
         let w = secs(&s0, &s1);
         let rx = s1.dut_rx.saturating_sub(s0.dut_rx);
@@ -630,18 +630,30 @@ pub fn vector_run(
             .set(
                 "dut_ns_per_frame",
                 if rx > 0 { busy / rx as f64 * 1e9 } else { 0.0 },
-            )
-            .set("valid_tried", tried)
-            .set("valid_ok", ok)
-            .set("valid_failed", failed);
+            );
         if extra_rx > 1000.0 && extra_busy > 0.0 {
             r = r.set("flood_ns_per_frame", extra_busy / extra_rx * 1e9);
         }
-        eprintln!("  {}", r.to_string_compact());
-        records.push(r);
+        records.push((bucket, r));
         before = after;
     }
-    clients.finish()?;
+    // Only once every connection has ended (or given up) are a step's
+    // counts whole: a connection whose SYN was lost is still retrying
+    // after the step's pause.
+    let counts = clients.finish()?;
+    let records: Vec<Json> = records
+        .into_iter()
+        .map(|(b, r)| {
+            let (tried, ok, failed) = counts.get(b).copied().unwrap_or((0, 0, 0));
+            let r = r
+                .set("valid_tried", tried)
+                .set("valid_ok", ok)
+                .set("valid_failed", failed)
+                .set("valid_unfinished", tried.saturating_sub(ok + failed));
+            eprintln!("  {}", r.to_string_compact());
+            r
+        })
+        .collect();
     let _ = std::fs::write(work.join(format!("{name}-{run_no}.stderr")), dut.log_text());
     drop(dut);
     drop(origin);
