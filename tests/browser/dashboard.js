@@ -159,6 +159,12 @@ async function main() {
       rs.map((r) => ({ days_left: Number(r.dataset.daysLeft), warn: r.cells[3].classList.contains('warn') }))
     );
     check(result.certificates.length >= a.minCertificates, 'certificate rows: ' + result.certificates.length);
+    // The shield's rules, with their hits at accept (no XDP on loopback).
+    await page.waitForSelector('[data-testid=shield-rule-row]', { timeout: 15000 });
+    result.shield_rules = await page.$$eval('[data-testid=shield-rule-row]', (rs) =>
+      rs.map((r) => ({ rule: r.dataset.rule, hits: Number(r.dataset.hits) }))
+    );
+    result.shield_where = await page.textContent('[data-testid=shield-xdp]');
 
     // 3. Members, and a drain from the page.
     const rowSel = `tr[data-testid=member-row][data-pool="${a.pool}"]`;

@@ -193,7 +193,8 @@ fn dashboard_in_headless_chromium() {
          [[pool.member]]\naddress = \"{}\"\n[[pool.member]]\naddress = \"{}\"\n\
          [[pool]]\nname = \"legacy\"\n\
          [pool.health]\ntype = \"tcp\"\ninterval = \"200ms\"\ntimeout = \"200ms\"\nrise = 1\nfall = 1\n\
-         [[pool.member]]\naddress = \"{dead}\"\n",
+         [[pool.member]]\naddress = \"{dead}\"\n\
+         [shield]\n[[shield.acl]]\nname = \"count web\"\nproto = [\"tcp\"]\naction = \"count\"\n",
         tokens.display(),
         cert.display(),
         key.display(),
@@ -306,6 +307,16 @@ fn dashboard_in_headless_chromium() {
         .unwrap_or_else(|e| panic!("the script's result is not JSON ({e}): {out}"));
     assert_eq!(seen["ok"], true, "{seen}");
     eprintln!("browser saw: {seen}");
+    // The shield section: the rule and the default, counted at accept.
+    assert_eq!(seen["shield_where"], "at accept", "{seen}");
+    let rules = seen["shield_rules"].as_array().cloned().unwrap_or_default();
+    assert!(
+        rules
+            .iter()
+            .any(|r| r["rule"] == "count web" && r["hits"].as_u64() > Some(0)),
+        "{rules:?}"
+    );
+    assert!(rules.iter().any(|r| r["rule"] == "(default)"), "{rules:?}");
 
     // The page's drain reached the member: the API says so, with the token.
     let (code, m) = api(sy.admin, "GET", &member_path("app", drained), "");

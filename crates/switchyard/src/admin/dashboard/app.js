@@ -183,6 +183,7 @@
     stream(mine);
     watchdog(mine);
     cluster(mine);
+    shield(mine);
   }
 
   // Cluster nodes (GET /api/v1/cluster every 5 s), on a cluster node only
@@ -227,6 +228,79 @@
       }
       await sleep(5000);
     }
+  }
+
+  // The shield (GET /api/v1/shield every 5 s) while a global rule set or
+  // XDP runs: its rules with their hits at accept and in XDP, where XDP
+  // is attached, and the DDoS vectors that saw traffic, attacks first.
+  async function shield(mine) {
+    while (mine === session) {
+      let v = null;
+      try {
+        v = await api('GET', '/shield');
+      } catch (e) {
+        if (e instanceof Unauthorized) return;
+      }
+      const g = v && v.global;
+      $('shield-section').hidden = !g;
+      if (g) renderShield(g);
+      await sleep(5000);
+    }
+  }
+
+  function renderShield(g) {
+    const x = g.xdp;
+    let where = 'at accept';
+    if (x && (x.attached || []).length) {
+      where = 'XDP on ' + x.attached.map((a) => a.interface + ' (' + a.mode + ')').join(', ');
+    } else if (x && Object.keys(x.refused || {}).length) {
+      where = 'at accept (XDP refused: ' + Object.keys(x.refused).join(', ') + ')';
+    }
+    $('shield-xdp').textContent = where;
+    const rules = (g.rules || []).map((r, i) => ({ key: String(i), name: r.name, action: r.action, hits: r.hits, xdp: r.xdp_hits }));
+    rules.push({ key: 'default', name: '(default)', action: g.default, hits: g.default_hits, xdp: g.xdp_default_hits });
+    syncRows(
+      $('shield-rules').tBodies[0],
+      rules,
+      (r) => r.key,
+      (r) => {
+        const tr = el('tr', { 'data-testid': 'shield-rule-row', 'data-rule': r.name });
+        tr.append(el('th', { scope: 'row' }), el('td'), el('td', { class: 'n' }), el('td', { class: 'n' }));
+        return tr;
+      },
+      (tr, r) => {
+        tr.dataset.rule = r.name;
+        tr.dataset.hits = r.hits;
+        cells(tr, [r.name, r.action, num(r.hits), r.xdp == null ? '–' : num(r.xdp)]);
+      },
+      'no rules',
+      4
+    );
+    const d = g.ddos;
+    $('ddos').hidden = !d;
+    if (!d) return;
+    const seen = (d.vectors || [])
+      .filter((v) => v.packets > 0 || v.detected)
+      .sort((a, b) => (b.detected - a.detected) || (b.rate - a.rate) || (b.packets - a.packets));
+    syncRows(
+      $('ddos').tBodies[0],
+      seen,
+      (v) => v.name,
+      (v) => {
+        const tr = el('tr', { 'data-testid': 'ddos-row', 'data-vector': v.name });
+        tr.append(el('th', { scope: 'row' }), el('td'), el('td', { class: 'n' }), el('td', { class: 'n' }), el('td', { class: 'n' }));
+        return tr;
+      },
+      (tr, v) => {
+        const since = v.detected_since ? new Date(v.detected_since * 1000).toLocaleTimeString() : '';
+        const state = v.detected ? 'attack since ' + since : 'quiet';
+        tr.dataset.detected = v.detected;
+        cells(tr, [v.name, state, num(v.rate), num(v.threshold), num(v.dropped)]);
+        tr.cells[1].className = v.detected ? 'bad' : '';
+      },
+      'no DDoS traffic seen',
+      5
+    );
   }
 
   // The event stream, reopened (after seeding again) when it ends or stalls.
