@@ -201,6 +201,9 @@ fn every_documented_route_answers_as_documented() {
             "/api/v1/pools/{pool}/members/{member}" => Some(json!({ "weight": 2 })),
             "/api/v1/cache/purge" => Some(json!({ "url": format!("http://{l}/x") })),
             "/api/v1/shield/lists/{list}" => Some(json!({ "add": ["198.51.100.0/24"] })),
+            "/api/v1/shield/rules" => Some(json!({ "acl": [
+                { "name": "drop the list", "src": ["@blocklist"], "action": "drop" }
+            ] })),
             // Leaves the node ready (the routes after it still check it).
             "/api/v1/node" => Some(json!({ "ready": true })),
             _ => None,

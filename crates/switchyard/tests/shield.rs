@@ -250,6 +250,110 @@ fn lists_edited_at_run_time_and_reset_by_reload() {
     assert!(sy.wait_for_log("admin: anonymous (admin) from 127.0.0.1"));
 }
 
+/// Raw text to the admin API (the rules' TOML form).
+fn api_text(sy: &Switchyard, method: &str, path: &str, body: &str) -> (u16, Value) {
+    let r = request(
+        sy.admin,
+        &format!(
+            "{method} {path} HTTP/1.1\r\nHost: a\r\nConnection: close\r\nContent-Type: application/toml\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    );
+    (
+        r.status,
+        serde_json::from_str(&r.body_text()).unwrap_or(Value::Null),
+    )
+}
+
+/// The global rules replaced through the admin API, in TOML and in JSON:
+/// new connections follow them at once, an established one goes on, the
+/// counters start again, bad rules are refused with their positions and
+/// change nothing, and a reload puts the file's rules back.
+#[test]
+fn rules_replaced_at_run_time_and_reset_by_reload() {
+    let o = Origin::start("o");
+    let l = free_addr();
+    let shield = "[shield]\n[shield.lists]\nblocklist = [\"198.51.100.0/24\"]\n[[shield.acl]]\nname = \"file\"\nsrc = [\"@blocklist\"]\naction = \"reject\"\n";
+    let cfg = http_config(l, o.addr, shield, "");
+    let sy = Switchyard::start(&cfg, &[l]);
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.bind(&"127.0.0.8:0".parse::<SocketAddr>().unwrap().into())
+        .unwrap();
+    sock.connect(&l.into()).unwrap();
+    let mut kept = Client::from_stream(sock.into());
+    assert_eq!(kept.get("/").status, 200);
+    assert_eq!(get_from(l, "127.0.0.8"), Ok(200));
+
+    let rules = "[[acl]]\nname = \"count\"\nproto = [\"tcp\"]\naction = \"count\"\n\
+                 [[acl]]\nname = \"eight\"\nsrc = [\"127.0.0.8/32\", \"@blocklist\"]\naction = \"reject\"\n";
+    let (st, v) = api_text(&sy, "PUT", "/api/v1/shield/rules", rules);
+    assert_eq!((st, v["rules"].clone()), (200, json!(2)), "{v}");
+    assert_eq!(get_from(l, "127.0.0.8"), Err(ErrorKind::ConnectionReset));
+    assert_eq!(get_from(l, "127.0.0.9"), Ok(200));
+    assert_eq!(
+        kept.get("/").status,
+        200,
+        "the established connection goes on"
+    );
+    let (_, g) = api(&sy, "GET", "/api/v1/shield", None);
+    let names: Vec<&str> = g["global"]["rules"]
+        .as_array()
+        .map(|a| a.iter().filter_map(|r| r["name"].as_str()).collect())
+        .unwrap_or_default();
+    assert_eq!(names, ["count", "eight"]);
+    // Counted from zero: two connections since the replacement.
+    assert_eq!(g["global"]["rules"][0]["hits"], 2, "{g}");
+    assert_eq!(g["global"]["rules"][1]["hits"], 1, "{g}");
+
+    // Bad rules: every problem, with where it is; nothing changes.
+    let bad = "[[acl]]\nsrc = [\"300.1.1.1\"]\naction = \"drop\"\n[[acl]]\nsrc = [\"@nolist\"]\naction = \"nuke\"\n";
+    let (st, v) = api_text(&sy, "PUT", "/api/v1/shield/rules", bad);
+    assert_eq!(st, 400, "{v}");
+    let e = v["error"].as_str().unwrap_or_default();
+    assert!(
+        e.contains("body:2:") && e.contains("body:5:") && e.contains("nolist"),
+        "{e}"
+    );
+    assert_eq!(
+        get_from(l, "127.0.0.8"),
+        Err(ErrorKind::ConnectionReset),
+        "unchanged"
+    );
+    let (st, v) = api(
+        &sy,
+        "PUT",
+        "/api/v1/shield/rules",
+        Some(json!({ "acl": [ { "name": "x", "action": "explode" } ] })),
+    );
+    assert_eq!(st, 400, "{v}");
+    assert!(
+        v["error"]
+            .as_str()
+            .unwrap_or_default()
+            .starts_with("acl[0]:"),
+        "{v}"
+    );
+
+    // JSON: the same keys.
+    let (st, v) = api(
+        &sy,
+        "PUT",
+        "/api/v1/shield/rules",
+        Some(
+            json!({ "acl": [ { "name": "nine", "src": ["127.0.0.9/32"], "proto": ["tcp"], "dst_port": [l.port()], "action": "reject" } ] }),
+        ),
+    );
+    assert_eq!((st, v["rules"].clone()), (200, json!(1)), "{v}");
+    assert_eq!(get_from(l, "127.0.0.9"), Err(ErrorKind::ConnectionReset));
+    assert_eq!(get_from(l, "127.0.0.8"), Ok(200));
+
+    // A reload: the file's rules again.
+    assert!(sy.reload_with(&cfg).0);
+    assert_eq!(get_from(l, "127.0.0.9"), Ok(200));
+    let (_, g) = api(&sy, "GET", "/api/v1/shield", None);
+    assert_eq!(g["global"]["rules"][0]["name"], "file", "{g}");
+}
+
 #[test]
 fn check_reports_bad_rules_with_their_line() {
     let d = temp_dir("shieldcheck");

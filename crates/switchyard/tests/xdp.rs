@@ -849,3 +849,51 @@ fn a_log_rule_writes_a_line_from_xdp() {
         "{p}"
     );
 }
+
+/// Rules replaced through the admin API reach XDP at once: the new rule
+/// drops in the program (the client's SYN never answered), its XDP
+/// counter starts from zero, XDP stays attached, and a reload puts the
+/// file's rules back.
+#[test]
+fn rules_replaced_at_run_time_reach_xdp() {
+    let Some(net) = Net::new() else { return };
+    let o = origin_in(&net);
+    let cfg = config(o.addr, RULES, &xdp(&net.dev, ""));
+    let sy = Sy::start(&net, &cfg);
+    if !attached(&sy, &net.dev) {
+        return;
+    }
+    assert_eq!(
+        get_from(&net.client, ALLOWED, Duration::from_secs(5)),
+        Ok(200)
+    );
+    let rules = "[[acl]]\nname = \"drop two\"\nsrc = [\"10.77.0.2/32\"]\naction = \"drop\"\n";
+    let (st, v) = sy
+        .api("PUT", "/api/v1/shield/rules", rules)
+        .expect("PUT /api/v1/shield/rules");
+    assert_eq!((st, v["rules"].clone()), (200, serde_json::json!(1)), "{v}");
+    assert_eq!(
+        get_from(&net.client, ALLOWED, Duration::from_millis(1500)),
+        Err(ErrorKind::TimedOut),
+        "dropped in XDP"
+    );
+    assert_eq!(
+        get_from(&net.client, DROPPED, Duration::from_secs(5)),
+        Ok(200),
+        "the file's drop is gone"
+    );
+    let g = sy.shield();
+    assert_eq!(g["rules"][0]["name"], "drop two", "{g}");
+    assert!(g["rules"][0]["xdp_hits"].as_u64() >= Some(1), "{g}");
+    assert_eq!(g["rules"][0]["hits"], 0, "never reached accept: {g}");
+    assert!(
+        sy.log().matches("XDP attached").count() == 1,
+        "{}",
+        sy.log()
+    );
+    sy.reload(&cfg, 2);
+    assert_eq!(
+        get_from(&net.client, ALLOWED, Duration::from_secs(5)),
+        Ok(200)
+    );
+}

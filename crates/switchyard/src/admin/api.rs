@@ -58,6 +58,7 @@ pub enum Id {
     Events,
     Shield,
     ShieldList,
+    ShieldRules,
     Waf,
     Readyz,
     Node,
@@ -146,6 +147,7 @@ pub const ROUTES: &[Route] = &[
         ADMIN,
         Id::ShieldList,
     ),
+    r("PUT", "/api/v1/shield/rules", ADMIN, Id::ShieldRules),
 ];
 
 /// A per-source limit: its settings, keys tracked and refusals by reason.
@@ -549,6 +551,7 @@ impl<C: Control> Cx<'_, C> {
                     .collect::<Map<String, Value>>(),
             })),
             Id::ShieldList => self.edit_list(),
+            Id::ShieldRules => self.replace_rules(),
             Id::Cluster => self.cluster(),
             Id::ClusterConfig => self.cluster_config(),
             Id::ClusterPublish => self.cluster_publish(),
@@ -717,6 +720,49 @@ impl<C: Control> Cx<'_, C> {
     /// `{"add": [CIDR...], "remove": [CIDR...]}` on address list `{list}`,
     /// in every rule set that uses it; the rules are recompiled and swapped
     /// in without touching established connections.
+    /// New global rules, written as the file writes them (`[[acl]]`
+    /// tables, TOML; or JSON `{"acl": [...]}` with the same keys):
+    /// validated like the file, then in force at once for
+    /// new connections (and in XDP), established ones untouched. A reload
+    /// puts the file's rules back.
+    fn replace_rules(&self) -> Reply {
+        let Some(set) = self.snap.shield.as_ref() else {
+            return err(
+                404,
+                "no [shield] section: add one to the file (a reload) first",
+            );
+        };
+        let Ok(text) = std::str::from_utf8(self.body) else {
+            return err(400, "the body is not UTF-8");
+        };
+        let lists = set.list_names();
+        let parsed = if text.trim_start().starts_with('{') {
+            match serde_json::from_str::<Value>(text) {
+                Ok(v) => crate::config::shield::rules_from_json(&v, &lists),
+                Err(e) => return err(400, &format!("the body is not JSON: {e}")),
+            }
+        } else {
+            crate::config::shield::rules_from_text(text, &lists)
+        };
+        let rules = match parsed {
+            Ok(r) => r,
+            Err(problems) => return err(400, &problems.join("\n")),
+        };
+        let names: Vec<String> = rules.iter().map(|(r, _, _)| r.name.clone()).collect();
+        match set.replace_rules(rules) {
+            Ok(n) => {
+                self.admin.record_change(
+                    &self.caller,
+                    self.peer,
+                    &format!("shield rules: {n} in force ({})", names.join(", ")),
+                    true,
+                );
+                ok(json!({ "rules": n }))
+            }
+            Err(e) => err(400, &e),
+        }
+    }
+
     fn edit_list(&self) -> Reply {
         let name = self.param(0).to_string();
         let v: Value = match serde_json::from_slice(self.body) {

@@ -383,3 +383,70 @@ pub fn build(
         .collect();
     AclSet::new(out, lists, default)
 }
+
+/// The body of `PUT /api/v1/shield/rules`: the global rules as the file
+/// writes them, `[[acl]]` tables with the keys of `[[shield.acl]]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RulesText {
+    #[serde(default)]
+    acl: Vec<AclRule>,
+}
+
+/// Rules sent as JSON (`{"acl": [{...}, ...]}`, the keys of the file):
+/// turned into the file's TOML and validated as it is; a problem names
+/// its rule ("acl[2]: ...") since the JSON has no lines to point at.
+pub fn rules_from_json(
+    v: &serde_json::Value,
+    lists: &[String],
+) -> Result<Vec<crate::shield::ListedRule>, Vec<String>> {
+    let table = toml::Value::try_from(v).map_err(|e| vec![format!("the rules: {e}")])?;
+    let text = toml::to_string(&table).map_err(|e| vec![format!("the rules: {e}")])?;
+    rules_from_text(&text, lists).map_err(|problems| {
+        problems
+            .into_iter()
+            .map(|p| {
+                // "body:LINE:COL: message" of the generated text: say which
+                // rule instead.
+                let mut parts = p.splitn(4, ':');
+                let (_, line, _, msg) = (parts.next(), parts.next(), parts.next(), parts.next());
+                let line: usize = line.and_then(|l| l.parse().ok()).unwrap_or(0);
+                let rule = text
+                    .lines()
+                    .take(line)
+                    .filter(|l| l.trim() == "[[acl]]")
+                    .count();
+                match (rule, msg) {
+                    (0, Some(m)) => m.trim().to_string(),
+                    (n, Some(m)) => format!("acl[{}]: {}", n - 1, m.trim()),
+                    (_, None) => p,
+                }
+            })
+            .collect()
+    })
+}
+
+/// Parses and validates rules sent through the admin API, against the
+/// address lists `lists` names; every problem as "body:line:col: ...".
+pub fn rules_from_text(
+    text: &str,
+    lists: &[String],
+) -> Result<Vec<crate::shield::ListedRule>, Vec<String>> {
+    let pos = super::Positions::new("body", text);
+    let file: RulesText = toml::from_str(text).map_err(|e| {
+        let at = e.span().map(|s| s.start).unwrap_or(0);
+        vec![pos.error(at, e.message().to_string()).to_string()]
+    })?;
+    let names: BTreeMap<String, Vec<Spanned<Cidr>>> =
+        lists.iter().map(|l| (l.clone(), Vec::new())).collect();
+    let mut problems = Vec::new();
+    let set = build("acl", &file.acl, None, &names, &mut problems);
+    if !problems.is_empty() {
+        problems.sort_by_key(|(at, _)| at.start);
+        return Err(problems
+            .into_iter()
+            .map(|(at, m)| pos.error(at.start, m).to_string())
+            .collect());
+    }
+    Ok(set.rules())
+}

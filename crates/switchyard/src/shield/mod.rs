@@ -34,18 +34,42 @@ pub type ListedRule = (Rule, Vec<String>, Vec<String>);
 static NEXT_ID: AtomicU64 = AtomicU64::new(1);
 
 pub struct AclSet {
-    rules: Vec<ListedRule>,
     default: Action,
     lists: Mutex<BTreeMap<String, Vec<Cidr>>>,
-    compiled: ArcSwap<Acl>,
-    /// Matches per rule, and decisions by the default.
-    hits: Vec<AtomicU64>,
-    default_hits: AtomicU64,
+    /// The rules, compiled and counted: swapped whole by a list edit
+    /// (same rules and counters) or by new rules from the admin API (new
+    /// counters), so a lookup never sees half of each.
+    live: ArcSwap<Live>,
     /// `[shield.xdp]`: only the global set has it.
     xdp: Option<xdp::Spec>,
     /// Unique per set: XDP tells a reload's new set from a list edit of
     /// the one loaded (an address could be reused).
     id: u64,
+}
+
+struct Live {
+    rules: Vec<ListedRule>,
+    compiled: Arc<Acl>,
+    hits: Arc<Hits>,
+}
+
+/// Matches per rule, and decisions by the default, for one list of rules.
+struct Hits {
+    rules: Vec<AtomicU64>,
+    default: AtomicU64,
+    /// One more each time the admin API replaces the rules: XDP then
+    /// starts its counters again too.
+    epoch: u64,
+}
+
+impl Hits {
+    fn new(n: usize, epoch: u64) -> Arc<Hits> {
+        Arc::new(Hits {
+            rules: (0..n).map(|_| AtomicU64::new(0)).collect(),
+            default: AtomicU64::new(0),
+            epoch,
+        })
+    }
 }
 
 fn compile(rules: &[ListedRule], lists: &BTreeMap<String, Vec<Cidr>>, default: Action) -> Acl {
@@ -71,14 +95,15 @@ impl AclSet {
         lists: BTreeMap<String, Vec<Cidr>>,
         default: Action,
     ) -> AclSet {
-        let compiled = compile(&rules, &lists, default);
+        let compiled = Arc::new(compile(&rules, &lists, default));
         AclSet {
-            hits: rules.iter().map(|_| AtomicU64::new(0)).collect(),
-            rules,
+            live: ArcSwap::from_pointee(Live {
+                hits: Hits::new(rules.len(), 0),
+                rules,
+                compiled,
+            }),
             default,
             lists: Mutex::new(lists),
-            compiled: ArcSwap::from_pointee(compiled),
-            default_hits: AtomicU64::new(0),
             xdp: None,
             id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
         }
@@ -86,7 +111,7 @@ impl AclSet {
 
     /// Nothing to do: no rules, and no XDP to attach.
     pub fn is_empty(&self) -> bool {
-        self.rules.is_empty() && self.xdp.is_none()
+        self.live.load().rules.is_empty() && self.xdp.is_none()
     }
 
     pub fn set_xdp(&mut self, spec: xdp::Spec) {
@@ -97,13 +122,42 @@ impl AclSet {
         self.id
     }
 
+    /// Which list of rules is in force: one more per replacement through
+    /// the admin API.
+    pub fn epoch(&self) -> u64 {
+        self.live.load().hits.epoch
+    }
+
+    /// The rules as written (lists named, not expanded).
+    pub fn rules(&self) -> Vec<ListedRule> {
+        self.live.load().rules.clone()
+    }
+
+    /// The names of the set's address lists.
+    pub fn list_names(&self) -> Vec<String> {
+        self.lists
+            .lock()
+            .map(|l| l.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The rules' names, in order.
+    pub fn names(&self) -> Vec<String> {
+        self.live
+            .load()
+            .rules
+            .iter()
+            .map(|(r, _, _)| r.name.clone())
+            .collect()
+    }
+
     pub fn xdp_spec(&self) -> Option<&xdp::Spec> {
         self.xdp.as_ref()
     }
 
     /// The rules as compiled now (lists expanded).
     pub fn compiled(&self) -> Arc<Acl> {
-        self.compiled.load_full()
+        self.live.load().compiled.clone()
     }
 
     pub fn default_action(&self) -> Action {
@@ -113,20 +167,20 @@ impl AclSet {
     /// The decision for `p`: counting and logging rules are counted (and
     /// logged) on the way.
     pub fn check(&self, p: &Packet) -> Action {
-        let acl = self.compiled.load();
-        let v = acl.check(p);
+        let live = self.live.load();
+        let v = live.compiled.check(p);
         for i in &v.noted {
-            self.hits[*i].fetch_add(1, Ordering::Relaxed);
-            if self.rules[*i].0.action == Some(Action::Log) {
+            live.hits.rules[*i].fetch_add(1, Ordering::Relaxed);
+            if live.rules[*i].0.action == Some(Action::Log) {
                 log::info(format_args!(
                     "shield: rule {:?} matched {} -> {} (proto {}, port {})",
-                    self.rules[*i].0.name, p.src, p.dst, p.proto, p.dst_port
+                    live.rules[*i].0.name, p.src, p.dst, p.proto, p.dst_port
                 ));
             }
         }
         match v.rule {
-            Some(i) => self.hits[i].fetch_add(1, Ordering::Relaxed),
-            None => self.default_hits.fetch_add(1, Ordering::Relaxed),
+            Some(i) => live.hits.rules[i].fetch_add(1, Ordering::Relaxed),
+            None => live.hits.default.fetch_add(1, Ordering::Relaxed),
         };
         v.action
     }
@@ -151,15 +205,53 @@ impl AclSet {
         let n = edited.len();
         let mut lists_after = lists.clone();
         lists_after.insert(name.to_string(), edited);
-        let compiled = compile(&self.rules, &lists_after, self.default);
+        let live = self.live.load_full();
+        let compiled = compile(&live.rules, &lists_after, self.default);
         if self.xdp.is_some() {
             // Refuse an edit the XDP tables cannot hold, before changing
             // anything.
             xdp::tables(&compiled).map_err(|e| format!("[shield.xdp]: {e}"))?;
         }
         *lists = lists_after;
-        self.compiled.store(Arc::new(compiled));
+        self.live.store(Arc::new(Live {
+            rules: live.rules.clone(),
+            compiled: Arc::new(compiled),
+            hits: live.hits.clone(),
+        }));
         // Under the list lock: two edits reach the maps in their order.
+        if self.xdp.is_some() {
+            xdp::refresh(self);
+        }
+        Ok(n)
+    }
+
+    /// Puts `rules` in force instead of the set's rules (the admin API),
+    /// with counters from zero; the lists stay. Refused, changing nothing,
+    /// when a rule names a list the set does not have or XDP cannot hold
+    /// them.
+    pub fn replace_rules(&self, rules: Vec<ListedRule>) -> Result<usize, String> {
+        let lists = self
+            .lists
+            .lock()
+            .map_err(|_| "the list lock is poisoned".to_string())?;
+        for (r, src, dst) in &rules {
+            if let Some(l) = src.iter().chain(dst).find(|l| !lists.contains_key(*l)) {
+                return Err(format!("rule {:?} names no address list {l:?}", r.name));
+            }
+        }
+        let compiled = compile(&rules, &lists, self.default);
+        if self.xdp.is_some() {
+            xdp::tables(&compiled).map_err(|e| format!("[shield.xdp]: {e}"))?;
+        }
+        let n = rules.len();
+        let epoch = self.epoch() + 1;
+        self.live.store(Arc::new(Live {
+            hits: Hits::new(n, epoch),
+            rules,
+            compiled: Arc::new(compiled),
+        }));
+        // Under the list lock: edits and replacements reach the maps in
+        // their order.
         if self.xdp.is_some() {
             xdp::refresh(self);
         }
@@ -179,10 +271,11 @@ impl AclSet {
     /// both).
     pub fn describe(&self) -> Value {
         let xdp_hits = self.xdp.as_ref().and_then(|_| xdp::hits(self));
-        let rules: Vec<Value> = self
+        let live = self.live.load();
+        let rules: Vec<Value> = live
             .rules
             .iter()
-            .zip(&self.hits)
+            .zip(&live.hits.rules)
             .enumerate()
             .map(|(i, ((r, sl, dl), h))| {
                 json!({
@@ -209,7 +302,7 @@ impl AclSet {
             .unwrap_or_default();
         json!({
             "default": format!("{:?}", self.default).to_ascii_lowercase(),
-            "default_hits": self.default_hits.load(Ordering::Relaxed),
+            "default_hits": live.hits.default.load(Ordering::Relaxed),
             "rules": rules,
             "lists": lists,
             "xdp_default_hits": xdp_hits.as_ref().map(|(_, d)| d),

@@ -99,6 +99,8 @@ struct Loaded {
     links: BTreeMap<String, Link>,
     /// The rule set the tables come from (its id), and its rules.
     set: u64,
+    /// Which of the set's lists of rules (`AclSet::epoch`).
+    epoch: u64,
     rules: usize,
     /// The tc program completing SYN cookies, or why it did not load.
     tc: Result<OwnedFd, String>,
@@ -219,6 +221,7 @@ fn load() -> Result<Loaded, String> {
         lpm_keys: [Vec::new(), Vec::new()],
         links: BTreeMap::new(),
         set: 0,
+        epoch: 0,
         rules: 0,
         tc,
         cookies: false,
@@ -299,6 +302,19 @@ impl Loaded {
         )
         .map_err(|e| format!("cannot switch to the new rules: {e}"))?;
         self.gen = next;
+        Ok(())
+    }
+
+    /// A new rule set (a reload) or new rules in it (the admin API):
+    /// its counters start at zero, as at accept.
+    fn take_rules(&mut self, set: &AclSet) -> Result<(), String> {
+        if (set.id(), set.epoch()) != (self.set, self.epoch) {
+            self.zero_hits()?;
+            self.set = set.id();
+            self.epoch = set.epoch();
+            self.names = set.names();
+            self.rules = self.names.len();
+        }
         Ok(())
     }
 
@@ -550,13 +566,7 @@ fn write_set(st: &mut State, set: &std::sync::Arc<AclSet>, served: &Served) -> R
     };
     let acl = set.compiled();
     let t = tables(&acl)?;
-    let id = set.id();
-    if id != l.set {
-        l.zero_hits()?;
-        l.set = id;
-        l.rules = acl.rules().len();
-        l.names = acl.rules().iter().map(|r| r.name.clone()).collect();
-    }
+    l.take_rules(set)?;
     l.served_ports(&served.tcp, &served.udp)?;
     l.write(&t, syn)
 }
@@ -578,7 +588,10 @@ pub fn refresh(set: &AclSet) {
     if l.set != set.id() {
         return;
     }
-    let r = tables(&set.compiled()).and_then(|t| l.write(&t, syn));
+    let r = l
+        .take_rules(set)
+        .and_then(|()| tables(&set.compiled()))
+        .and_then(|t| l.write(&t, syn));
     if let Err(e) = r {
         fail(&mut st, &e);
     }
@@ -599,7 +612,7 @@ pub fn shutdown() {
 pub fn hits(set: &AclSet) -> Option<(Vec<u64>, u64)> {
     let st = state();
     let l = st.loaded.as_ref()?;
-    if l.set != set.id() {
+    if l.set != set.id() || l.epoch != set.epoch() {
         return None;
     }
     let per: Result<Vec<u64>, String> = (0..l.rules as u32)
