@@ -792,10 +792,26 @@ pub fn render_section(r: &Json) -> String {
             let after = m("detected_after_s")
                 .map(|a| format!(", after {:.0} s", a.0))
                 .unwrap_or_default();
+            // The other vectors that went off during the step, in any run.
+            let mut also: Vec<&str> = Vec::new();
+            for x in &rows {
+                for a in x.get("also_detected").map(|a| a.as_arr()).unwrap_or(&[]) {
+                    if let Some(n) = a.as_str() {
+                        if !also.contains(&n) {
+                            also.push(n);
+                        }
+                    }
+                }
+            }
+            let also = if also.is_empty() {
+                String::new()
+            } else {
+                format!("; also {}", also.join(", "))
+            };
             match det {
-                0 => "**no**".to_string(),
-                n if n == rows.len() => format!("yes{after}"),
-                n => format!("{n}/{}{after}", rows.len()),
+                0 => format!("**no**{also}"),
+                n if n == rows.len() => format!("yes{after}{also}"),
+                n => format!("{n}/{}{after}{also}", rows.len()),
             }
         };
         let kind = rows
