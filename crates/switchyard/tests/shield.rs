@@ -22,24 +22,8 @@ fn http_config(listen: SocketAddr, origin: SocketAddr, shield: &str, vs_acl: &st
 
 /// What happens to a GET from `source`: Ok(status), or how it failed.
 fn get_from(l: SocketAddr, source: &str) -> Result<u16, ErrorKind> {
-    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    sock.bind(&format!("{source}:0").parse::<SocketAddr>().unwrap().into())
-        .unwrap();
-    sock.connect_timeout(&l.into(), Duration::from_secs(2))
-        .map_err(|e| e.kind())?;
-    let mut s: TcpStream = sock.into();
-    s.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-    let mut buf = Vec::new();
-    match s.read_to_end(&mut buf) {
-        Ok(_) if buf.is_empty() => Err(ErrorKind::UnexpectedEof),
-        Ok(_) => Ok(String::from_utf8_lossy(&buf)
-            .split(' ')
-            .nth(1)
-            .and_then(|c| c.parse().ok())
-            .unwrap_or(0)),
-        Err(e) => Err(e.kind()),
-    }
+    let from: SocketAddr = format!("{source}:0").parse().expect("source address");
+    get_from_source(from, l, Duration::from_secs(2))
 }
 
 fn api(sy: &Switchyard, method: &str, path: &str, body: Option<Value>) -> (u16, Value) {

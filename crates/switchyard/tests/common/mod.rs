@@ -19,6 +19,38 @@ pub mod xdp_lab;
 #[allow(unused_imports)]
 pub use pki::*;
 
+/// A `GET /` from `source` (bound, port 0) to `to`, connection closed
+/// after: Ok(status), or how it failed (refused, reset, timed out ...).
+pub fn get_from_source(
+    source: SocketAddr,
+    to: SocketAddr,
+    timeout: Duration,
+) -> Result<u16, std::io::ErrorKind> {
+    let domain = if source.is_ipv6() {
+        socket2::Domain::IPV6
+    } else {
+        socket2::Domain::IPV4
+    };
+    let sock = socket2::Socket::new(domain, socket2::Type::STREAM, None).map_err(|e| e.kind())?;
+    sock.bind(&source.into()).map_err(|e| e.kind())?;
+    sock.connect_timeout(&to.into(), timeout)
+        .map_err(|e| e.kind())?;
+    let mut s: TcpStream = sock.into();
+    s.set_read_timeout(Some(Duration::from_secs(3)))
+        .map_err(|e| e.kind())?;
+    let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let mut buf = Vec::new();
+    match s.read_to_end(&mut buf) {
+        Ok(_) if buf.is_empty() => Err(std::io::ErrorKind::UnexpectedEof),
+        Ok(_) => Ok(String::from_utf8_lossy(&buf)
+            .split(' ')
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(0)),
+        Err(e) => Err(e.kind()),
+    }
+}
+
 pub fn free_port() -> u16 {
     let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
     l.local_addr().expect("local addr").port()

@@ -299,43 +299,14 @@ pub fn get_from(
     timeout: Duration,
 ) -> Result<u16, ErrorKind> {
     Net::within(client_ns, move || {
-        let v6 = source.contains(':');
-        let domain = if v6 {
-            socket2::Domain::IPV6
-        } else {
-            socket2::Domain::IPV4
-        };
-        let (from, to) = if v6 {
+        let (from, to) = if source.contains(':') {
             (format!("[{source}]:0"), format!("[{SY6}]:{PORT}"))
         } else {
             (format!("{source}:0"), format!("{SY}:{PORT}"))
         };
-        let sock =
-            socket2::Socket::new(domain, socket2::Type::STREAM, None).map_err(|e| e.kind())?;
-        sock.bind(
-            &from
-                .parse::<SocketAddr>()
-                .map_err(|_| ErrorKind::InvalidInput)?
-                .into(),
-        )
-        .map_err(|e| e.kind())?;
+        let from: SocketAddr = from.parse().map_err(|_| ErrorKind::InvalidInput)?;
         let to: SocketAddr = to.parse().map_err(|_| ErrorKind::InvalidInput)?;
-        sock.connect_timeout(&to.into(), timeout)
-            .map_err(|e| e.kind())?;
-        let mut s: TcpStream = sock.into();
-        s.set_read_timeout(Some(Duration::from_secs(3)))
-            .map_err(|e| e.kind())?;
-        let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
-        let mut buf = Vec::new();
-        match s.read_to_end(&mut buf) {
-            Ok(_) if buf.is_empty() => Err(ErrorKind::UnexpectedEof),
-            Ok(_) => Ok(String::from_utf8_lossy(&buf)
-                .split(' ')
-                .nth(1)
-                .and_then(|c| c.parse().ok())
-                .unwrap_or(0)),
-            Err(e) => Err(e.kind()),
-        }
+        super::get_from_source(from, to, timeout)
     })
 }
 

@@ -1040,6 +1040,22 @@ mod tests {
         assert_eq!(l.percpu_sum("stats", 8).expect("stats"), 12, "no cookie");
     }
 
+    /// `n` drop rules for sources and ports the measured packets never
+    /// have: the rules a lookup must get past.
+    fn other_rules(n: usize) -> Vec<Rule> {
+        (0..n)
+            .map(|i| Rule {
+                src: vec![
+                    crate::cidr::Cidr::parse(&format!("10.{}.{}.0/24", i / 250, i % 250))
+                        .expect("cidr"),
+                ],
+                dst_ports: vec![(1000 + i as u16, 1000 + i as u16)],
+                action: Some(Action::Drop),
+                ..Default::default()
+            })
+            .collect()
+    }
+
     /// What a packet costs in the kernel, 10 rules against 1,000, the
     /// deciding rule last: printed (not timed: run with --nocapture).
     #[test]
@@ -1055,19 +1071,7 @@ mod tests {
             tcp_flags: 0x02,
         };
         for n in [10usize, 1000] {
-            let mut rules: Vec<Rule> = (0..n - 1)
-                .map(|i| Rule {
-                    src: vec![crate::cidr::Cidr::parse(&format!(
-                        "10.{}.{}.0/24",
-                        i / 250,
-                        i % 250
-                    ))
-                    .expect("cidr")],
-                    dst_ports: vec![(1000 + i as u16, 1000 + i as u16)],
-                    action: Some(Action::Drop),
-                    ..Default::default()
-                })
-                .collect();
+            let mut rules = other_rules(n - 1);
             rules.push(Rule {
                 src: vec![crate::cidr::Cidr::parse("10.77.0.3").expect("cidr")],
                 action: Some(Action::Drop),
@@ -1114,19 +1118,7 @@ mod tests {
             // SAFETY: unshare affects this thread only.
             assert_eq!(unsafe { libc::unshare(libc::CLONE_NEWNET) }, 0, "unshare");
             let _listener = std::net::TcpListener::bind("[::]:8080").expect("listen");
-            let mut rules: Vec<Rule> = (0..999)
-                .map(|i| Rule {
-                    src: vec![crate::cidr::Cidr::parse(&format!(
-                        "10.{}.{}.0/24",
-                        i / 250,
-                        i % 250
-                    ))
-                    .expect("cidr")],
-                    dst_ports: vec![(1000 + i as u16, 1000 + i as u16)],
-                    action: Some(Action::Drop),
-                    ..Default::default()
-                })
-                .collect();
+            let mut rules = other_rules(999);
             rules.push(Rule {
                 action: Some(Action::Allow),
                 ..Default::default()
