@@ -60,6 +60,7 @@ const HELP: &str = "usage: switchyard bench shield [options]   (as root)
   --dut-cpu 0 --load-cpu 1   cores of the DUT and of the load
   --switchyard-bin PATH      the binary to run (default: this one)
   --out DIR                  report folder (default bench-shield-<time>)
+  --from DIR/report.json     write DIR/report.md again from report.json, run nothing
  ddos (each vector at rising rates, valid clients meanwhile; about 15 s per vector):
   --vectors V1,V2            vector names, or flood, bad_header, other (default all 28)
   --rates 10k,100k,max       frames per second of each step (max: as fast as it goes)
@@ -1673,6 +1674,18 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
     let mut a = Args::parse(args, &["help"])?;
     if a.flag("help") {
         println!("{HELP}");
+        return Ok(0);
+    }
+    if let Some(from) = a.get("from") {
+        // Renders a report again from its report.json (after a change to
+        // the rendering, or to read an old run).
+        a.finish()?;
+        let text = std::fs::read_to_string(&from).map_err(|e| format!("{from}: {e}"))?;
+        let r = Json::parse(&text).map_err(|e| format!("{from}: {e}"))?;
+        let md = render(&r);
+        let path = Path::new(&from).with_file_name("report.md");
+        std::fs::write(&path, &md).map_err(|e| format!("{}: {e}", path.display()))?;
+        println!("{md}");
         return Ok(0);
     }
     let mut scen = a.list("scenario");

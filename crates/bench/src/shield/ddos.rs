@@ -514,12 +514,11 @@ pub fn vector_run(
     // Baseline: valid traffic only.
     let v_start = vectors_now().ok_or("GET /api/v1/shield: no global.ddos.vectors")?;
     sleep_unless_stopped(Duration::from_millis(500));
-    let pid = dut.child.id();
-    let q0 = quiet_snap(o, prog, pid);
+    let q0 = quiet_snap(o, prog);
     sleep_unless_stopped(d.baseline.saturating_sub(Duration::from_millis(500)));
-    let q1 = quiet_snap(o, prog, pid);
-    let base_own = own(&q0, &q1);
-    let (s0, s1) = (q0.0, q1.0);
+    let q1 = quiet_snap(o, prog);
+    let base_own = kernel(&q0, &q1);
+    let (s0, s1) = (q0, q1);
     clients.set_step(pause);
     let v_base = vectors_now().ok_or("GET /api/v1/shield: no answer after the baseline")?;
     let me = v_base.get(name).cloned().unwrap_or_default();
@@ -531,7 +530,7 @@ pub fn vector_run(
             .set("threshold", me.threshold)
             .set("rate_limit", me.rate_limit)
             .set("baseline_rate", me.baseline)
-            .set("dut_own_busy", base_own / base_secs)
+            .set("dut_kernel_busy", base_own / base_secs)
             .set(
                 "packets",
                 me.packets
@@ -564,11 +563,11 @@ pub fn vector_run(
             Ok(g.flood(&p, limits, both.flag()))
         });
         sleep_unless_stopped(Duration::from_millis(500));
-        let q0 = quiet_snap(o, prog, pid);
+        let q0 = quiet_snap(o, prog);
         sleep_unless_stopped(d.step);
-        let q1 = quiet_snap(o, prog, pid);
-        let own_s = own(&q0, &q1);
-        let (s0, s1) = (q0.0, q1.0);
+        let q1 = quiet_snap(o, prog);
+        let own_s = kernel(&q0, &q1);
+        let (s0, s1) = (q0, q1);
         stop.store(true, Relaxed);
         let sent = join(flood)??;
         clients.set_step(pause);
@@ -598,7 +597,7 @@ pub fn vector_run(
         let busy = s1.dut_cpu.minus(&s0.dut_cpu).busy();
         let w = secs(&s0, &s1);
         let rx = s1.dut_rx.saturating_sub(s0.dut_rx);
-        // The flood's own cost: the DUT's own CPU time above the
+        // The flood's own cost: the DUT core's kernel time above the
         // baseline's, per frame above the baseline's (the valid traffic
         // is then not charged to the flood).
         let extra_busy = own_s / w - base_own / base_secs;
@@ -636,9 +635,9 @@ pub fn vector_run(
                 "dut_ns_per_frame",
                 if rx > 0 { busy / rx as f64 * 1e9 } else { 0.0 },
             )
-            .set("dut_own_busy", own_s / w)
+            .set("dut_kernel_busy", own_s / w)
             .set(
-                "dut_own_ns_per_frame",
+                "dut_kernel_ns_per_frame",
                 if rx > 0 { own_s / rx as f64 * 1e9 } else { 0.0 },
             );
         if extra_rx > 1000.0 && extra_busy > 0.0 {
@@ -672,22 +671,22 @@ pub fn vector_run(
 
 /// The counters of `snap` without asking the admin API during a flood
 /// (the DUT core is busy; the vectors are read after each step instead).
-/// Also Switchyard's own CPU seconds (user + system of its process).
-fn quiet_snap(o: &Opts, prog: Option<u64>, pid: u32) -> (Snap, f64) {
+fn quiet_snap(o: &Opts, prog: Option<u64>) -> Snap {
     let mut s = snap(o, None);
     s.bpf = prog.and_then(bpf_stats);
-    let cpu = sys::sample_tree(pid).cpu_secs;
-    (s, cpu)
+    s
 }
 
-/// The DUT's own CPU seconds between two snapshots: the DUT core's
-/// softirq and irq time (the frames' kernel work, generic XDP included:
-/// RPS puts it there) and Switchyard's process time. Unlike the core's
-/// busy time, this leaves out whatever else the machine ran on that core
-/// (a neighbour's compiler).
-fn own(a: &(Snap, f64), b: &(Snap, f64)) -> f64 {
-    let d = b.0.dut_cpu.minus(&a.0.dut_cpu);
-    d.softirq + d.irq + (b.1 - a.1).max(0.0)
+/// The DUT core's kernel time between two snapshots: system, irq and
+/// softirq (the frames' work: RPS puts it there, generic XDP included).
+/// Unlike the core's busy time, it leaves out user time: Switchyard's
+/// (small: the valid clients) and whatever else the machine ran on that
+/// core (a neighbour's compiler). Switchyard's own process time is not
+/// added: the kernel charges a softirq that interrupts a task to that
+/// task's system time too, so the sum would count it twice.
+fn kernel(a: &Snap, b: &Snap) -> f64 {
+    let d = b.dut_cpu.minus(&a.dut_cpu);
+    d.system + d.irq + d.softirq
 }
 
 fn secs(s0: &Snap, s1: &Snap) -> f64 {
@@ -738,7 +737,7 @@ pub fn render_section(r: &Json) -> String {
     if let Some(d) = r.get("ddos_setup").and_then(|v| v.as_str()) {
         let _ = writeln!(s, "{d}\n");
     }
-    s.push_str("| vector | kind | step | offered/s | DUT received/s | counted | dropped | detected | threshold, limit | DUT core busy (DUT's own) | DUT ns/frame: core busy / DUT's own / flood only | XDP program ns/frame | valid connections ok |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| vector | kind | step | offered/s | DUT received/s | counted | dropped | detected | threshold, limit | DUT core busy (kernel) | DUT core ns/frame: busy / kernel / flood only | XDP program ns/frame | valid connections ok |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     // Vectors and steps in the order they ran.
     let mut keys: Vec<(String, String)> = Vec::new();
     for x in recs {
@@ -828,7 +827,7 @@ pub fn render_section(r: &Json) -> String {
         let ns = format!(
             "{} / {} / {}",
             f0(m("dut_ns_per_frame")),
-            f0(m("dut_own_ns_per_frame")),
+            f0(m("dut_kernel_ns_per_frame")),
             f0(m("flood_ns_per_frame"))
         );
         let (offered, counted, dropped) = if st == "baseline" {
@@ -843,7 +842,7 @@ pub fn render_section(r: &Json) -> String {
         let busy = format!(
             "{} ({} %)",
             cell(m("dut_busy"), pct),
-            f0(m("dut_own_busy").map(|v| (v.0 * 100.0, 0.0, 0.0)))
+            f0(m("dut_kernel_busy").map(|v| (v.0 * 100.0, 0.0, 0.0)))
         );
         let _ = writeln!(
             s,
@@ -864,7 +863,7 @@ pub fn render_section(r: &Json) -> String {
         }
     }
     s.push('\n');
-    s.push_str("- counted, dropped: the vector's `packets` and `dropped` in GET /api/v1/shield, deltas over the step and the 1.3 s after it. DUT ns/frame: the DUT core's busy time over the frames its veth received (everything on that core charged, as in syn-flood); the DUT's own time (the core's softirq and irq, and Switchyard's process time) over the same frames; the flood only: the DUT's own time and frames above the baseline's (shown when both rose). XDP program ns/frame: `run_time_ns / run_cnt` of the program (BPF statistics), every frame of the window, valid ones included.\n");
+    s.push_str("- counted, dropped: the vector's `packets` and `dropped` in GET /api/v1/shield, deltas over the step and the 1.3 s after it. DUT ns/frame: the DUT core's busy time over the frames its veth received (everything on that core charged, as in syn-flood); the core's kernel time (system, irq and softirq: the frames' work, generic XDP included, without the user time of Switchyard or of anything else on that core) over the same frames; the flood only: kernel time and frames above the baseline's (shown when both rose). XDP program ns/frame: `run_time_ns / run_cnt` of the program (BPF statistics), every frame of the window, valid ones included.\n");
     if summary.is_empty() {
         s.push_str("- Every step: detected, and at least 99 % of valid connections succeeded.\n");
     } else {
