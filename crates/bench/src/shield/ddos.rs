@@ -737,7 +737,7 @@ pub fn render_section(r: &Json) -> String {
     if let Some(d) = r.get("ddos_setup").and_then(|v| v.as_str()) {
         let _ = writeln!(s, "{d}\n");
     }
-    s.push_str("| vector | kind | step | offered/s | DUT received/s | counted | dropped | detected | threshold, limit | DUT core busy (kernel) | DUT core ns/frame: busy / kernel / flood only | XDP program ns/frame | valid connections ok |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    s.push_str("| vector | kind | step | offered/s | DUT received/s | counted | dropped | detected | threshold, limit | DUT core busy | DUT core ns/frame: busy / kernel / flood only | XDP program ns/frame | valid connections ok |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
     // Vectors and steps in the order they ran.
     let mut keys: Vec<(String, String)> = Vec::new();
     for x in recs {
@@ -840,7 +840,7 @@ pub fn render_section(r: &Json) -> String {
             )
         };
         let busy = format!(
-            "{} ({} %)",
+            "{}; kernel {} %",
             cell(m("dut_busy"), pct),
             f0(m("dut_kernel_busy").map(|v| (v.0 * 100.0, 0.0, 0.0)))
         );
