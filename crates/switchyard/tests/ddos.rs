@@ -50,11 +50,13 @@ fn ddos_config() -> String {
         "ipv6_ext_hdr_frames",
         "host_unreachable",
     ] {
-        c += &format!("[shield.ddos.vectors.{v}]\nthreshold = 20\nrate_limit = {LIMIT}\n");
+        c += &format!(
+            "[shield.ddos.vectors.{v}]\naction = \"drop\"\nthreshold = 20\nrate_limit = {LIMIT}\n"
+        );
     }
     // Half-open: detected from 5 connections in SYN_RECV; SYNs are then
     // limited, generously for the valid client.
-    c += "[shield.ddos.vectors.tcp_half_open]\nthreshold = 5\nrate_limit = 1000\n";
+    c += "[shield.ddos.vectors.tcp_half_open]\naction = \"drop\"\nthreshold = 5\nrate_limit = 1000\n";
     c
 }
 
@@ -454,7 +456,7 @@ fn every_vector_is_counted_dropped_and_detected_while_valid_clients_succeed() {
     // A reload makes udp_flood count only: nothing of it is dropped, and
     // the other vectors go on.
     let counted = cfg.replace(
-        "[shield.ddos.vectors.udp_flood]\nthreshold = 20\nrate_limit = 10\n",
+        "[shield.ddos.vectors.udp_flood]\naction = \"drop\"\nthreshold = 20\nrate_limit = 10\n",
         "[shield.ddos.vectors.udp_flood]\naction = \"count\"\nthreshold = 20\n",
     );
     assert_ne!(counted, cfg);

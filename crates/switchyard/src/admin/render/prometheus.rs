@@ -689,7 +689,7 @@ fn ddos(ex: &mut Exposition) {
         ex.sample(
             "switchyard_shield_ddos_dropped_total",
             Kind::Counter,
-            "Packets of the DDoS vector dropped in XDP (past its rate limit).",
+            "Packets of the DDoS vector dropped in XDP (past its rate limit, or by a vector checked before it).",
             &labels,
             dropped,
         );

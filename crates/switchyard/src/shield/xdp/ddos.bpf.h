@@ -137,6 +137,18 @@ static __always_inline int vec_hit(__u32 v, __u64 sec)
 	count(&ddos_cnt, slot);
 	if (c->action != VA_DROP)
 		return 0;
+	// A frame another vector drops already is no share of this one's
+	// limit (it must not crowd out the valid packets the limit lets by),
+	// but it is one of its packets dropped.
+	__u32 zero = 0;
+	struct ddos_scratch *t = bpf_map_lookup_elem(&ddos_tmp, &zero);
+	if (!t)
+		return 0;
+	if (*(volatile __u32 *)&t->drop) {
+		slot += 1;
+		count(&ddos_cnt, slot);
+		return 0;
+	}
 	struct vec_win *w = bpf_map_lookup_elem(&ddos_win, &v);
 	if (!w)
 		return 0;
@@ -439,11 +451,14 @@ static __always_inline int ddos(struct xdp_md *ctx)
 		__u16 urg_ptr = (__u16)th[18] << 8 | th[19];
 		int syn = flags & 0x02, ack = flags & 0x10, rst = flags & 0x04;
 		if (syn && !ack) {
-			vec_hit(V_SYN_FLOOD, sec);
+			// The SYNs that are dropped whatever the rate (oversize, a
+			// sweeping source's) first, so that they use up none of
+			// the SYN flood's and half-open's limits.
 			if (iplen > d->syn_max_bytes)
 				vec_hit(V_SYN_OVERSIZE, sec);
-			vec_hit(V_HALF_OPEN, sec);
 			sweep_hit(src, dst, dport, sec, d);
+			vec_hit(V_SYN_FLOOD, sec);
+			vec_hit(V_HALF_OPEN, sec);
 		}
 		if (syn && ack)
 			vec_hit(V_SYNACK_FLOOD, sec);
