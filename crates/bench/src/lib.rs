@@ -30,7 +30,7 @@ const HELP: &str = "usage: switchyard bench <command> [options]
   load      --url URL --connections N --duration 10s [--rate N] ... (load --help)
   compare   --targets switchyard,haproxy,nginx --scenario l7-rps [--runs 3] [--quick] [--out DIR]
   l4        L4 tcp/udp vservers against haproxy and nginx stream: cps, throughput, udp, iperf3, wrk (l4 --help)
-  shield    the XDP shield against the kernel and nftables: syn-flood, acl (shield --help; root)
+  shield    the XDP shield against the kernel and nftables: syn-flood, acl, ddos (shield --help; root)
   report    --from DIR/report.json [--out DIR]
   scenarios list the scenarios and what each target can run";
 
