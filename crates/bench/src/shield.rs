@@ -38,7 +38,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 mod ddos;
-mod frames;
+pub mod frames;
 
 use crate::args::Args;
 use crate::json::{obj, Json};

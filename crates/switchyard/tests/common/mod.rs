@@ -11,7 +11,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-pub mod frames;
 pub mod netns;
 mod pki;
 pub mod xdp_lab;
