@@ -299,7 +299,7 @@ fn ddos_needs_xdp_and_known_vectors() {
     std::fs::write(
         &path,
         "[[vserver]]\nname = \"w\"\nlisten = [\"127.0.0.1:1\"]\ndefault_pool = \"p\"\n[[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:2\"\n\
-         [shield.ddos]\nsweep_max = 0\n[shield.ddos.vectors.udp_flod]\nthreshold = 5\n[shield.ddos.vectors.tcp_rst_flood]\naction = \"block\"\nthreshold = 0\nrate_limit = \"lots\"\n",
+         [shield.ddos]\nsweep_max = 0\n[shield.ddos.vectors.udp_flod]\nthreshold = 5\n[shield.ddos.vectors.tcp_rst_flood]\naction = \"block\"\nthreshold = 0\nrate_limit = \"lots\"\n[shield.ddos.vectors.icmpv4_flood]\naction = \"cookies\"\n",
     )
     .expect("write");
     let out = std::process::Command::new(bin())
@@ -317,6 +317,7 @@ fn ddos_needs_xdp_and_known_vectors() {
         "shield.ddos.vectors.tcp_rst_flood.action: unknown action \"block\"",
         "shield.ddos.vectors.tcp_rst_flood.threshold: 0 would detect",
         "shield.ddos.vectors.tcp_rst_flood.rate_limit: \"lots\"",
+        "shield.ddos.vectors.icmpv4_flood.action: \"cookies\" mitigates SYN floods",
     ] {
         assert!(text.contains(want), "{want:?} in:\n{text}");
     }
@@ -324,5 +325,72 @@ fn ddos_needs_xdp_and_known_vectors() {
     assert!(
         text.contains(":10:") || text.contains("line 10"),
         "positions:\n{text}"
+    );
+}
+
+/// `action = "cookies"` on the SYN flood vector: before a flood the
+/// kernel answers SYNs; once a flood is detected XDP answers them with
+/// cookies (a valid client completes through one); when it has ended
+/// (after `hold`) the kernel answers again.
+#[test]
+fn a_detected_syn_flood_switches_xdp_cookies_on_and_off() {
+    let Some(net) = Net::new() else { return };
+    let origin = origin_in(&net);
+    let ddos = "[shield.ddos]\nhold = \"2s\"\n[shield.ddos.vectors.tcp_syn_flood]\naction = \"cookies\"\nthreshold = 20\n";
+    let cfg = config(origin.addr, "", &(xdp(&net.dev, "") + ddos));
+    let sy = Sy::start(&net, &cfg);
+    if !attached(&sy, &net.dev) {
+        return;
+    }
+    if sy.log().contains("needs the tc program") {
+        eprintln!("skipped: no tc program for SYN cookies here: {}", sy.log());
+        return;
+    }
+    let x = sy.shield()["xdp"].clone();
+    assert_eq!(x["attached"][0]["tc"], true, "{x}");
+    assert_eq!(
+        x["attached"][0]["mode"], "generic",
+        "cookies send frames back: {x}"
+    );
+    let packets = |sy: &Sy, f: &str| sy.shield()["xdp"]["packets"][f].as_u64().unwrap_or(0);
+    assert_eq!(
+        get_from(&net.client, ALLOWED, Duration::from_secs(5)),
+        Ok(200)
+    );
+    assert_eq!(packets(&sy, "syn_cookies_sent"), 0, "no flood, no cookie");
+
+    send(&net, &["tcp_syn_flood"]);
+    assert!(
+        eventually(Duration::from_secs(5), || sy
+            .log()
+            .contains("a SYN flood is detected: XDP answers SYNs with cookies")),
+        "{}",
+        sy.log()
+    );
+    assert_eq!(
+        get_from(&net.client, ALLOWED, Duration::from_secs(5)),
+        Ok(200)
+    );
+    let completed = packets(&sy, "syn_cookies_completed");
+    assert!(completed >= 1, "the valid client went through a cookie");
+    let v = vectors(&sy.shield());
+    assert_eq!(v["tcp_syn_flood"]["action"], "cookies");
+    assert_eq!(v["tcp_syn_flood"]["dropped"], 0, "cookies drop nothing");
+
+    assert!(
+        eventually(Duration::from_secs(8), || sy
+            .log()
+            .contains("the SYN flood ended: SYNs go to the kernel again")),
+        "{}",
+        sy.log()
+    );
+    assert_eq!(
+        get_from(&net.client, ALLOWED, Duration::from_secs(5)),
+        Ok(200)
+    );
+    assert_eq!(
+        packets(&sy, "syn_cookies_completed"),
+        completed,
+        "the kernel again"
     );
 }

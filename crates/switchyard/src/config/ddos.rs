@@ -16,7 +16,7 @@
 //! sweep_max = 50            # distinct addresses or ports per source and second
 //! sweep_block = "60s"       # how long a sweeping source's new flows drop
 //! [shield.ddos.vectors.udp_flood]
-//! action = "drop"           # drop (past the limit), count, off
+//! action = "drop"           # drop (past the limit), count, off; SYN vectors: cookies
 //! threshold = 20000         # packets/s that mean an attack, or "auto" (learned)
 //! rate_limit = 50000        # packets/s let through, "auto" (the threshold) or "none"
 //! ```
@@ -244,10 +244,20 @@ pub fn build(file: &DdosFile, problems: &mut Vec<Problem>) -> Spec {
                 "drop" => Action::Drop,
                 "count" => Action::Count,
                 "off" => Action::Off,
+                "cookies" if matches!(name.as_str(), "tcp_syn_flood" | "tcp_half_open") => {
+                    Action::Cookies
+                }
+                "cookies" => {
+                    problems.push((
+                        a.span(),
+                        format!("{at}.action: \"cookies\" mitigates SYN floods: tcp_syn_flood and tcp_half_open only"),
+                    ));
+                    vs.action
+                }
                 other => {
                     problems.push((
                         a.span(),
-                        format!("{at}.action: unknown action {other:?}; use drop, count or off"),
+                        format!("{at}.action: unknown action {other:?}; use drop, count, cookies (SYN vectors) or off"),
                     ));
                     vs.action
                 }

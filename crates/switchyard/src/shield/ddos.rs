@@ -107,6 +107,9 @@ pub enum Action {
     /// Detected and counted, never dropped.
     Count,
     Drop,
+    /// SYN floods: counted, and while detected XDP answers every SYN
+    /// with a cookie (completed by the tc program), keeping no state.
+    Cookies,
 }
 
 impl Action {
@@ -115,6 +118,7 @@ impl Action {
             Action::Off => "off",
             Action::Count => "count",
             Action::Drop => "drop",
+            Action::Cookies => "cookies",
         }
     }
 }
@@ -194,6 +198,13 @@ pub struct Spec {
     pub multiplier_pct: u32,
     /// Seconds below the threshold before a detection ends.
     pub hold: Duration,
+}
+
+impl Spec {
+    /// A SYN vector mitigates by cookies: the tc program must be there.
+    pub fn uses_cookies(&self) -> bool {
+        self.vectors.iter().any(|v| v.action == Action::Cookies)
+    }
 }
 
 impl Default for Spec {
@@ -290,11 +301,15 @@ impl Detector {
         };
         let action = match vs.action {
             Action::Drop if limit == u64::MAX => Action::Count,
+            // XDP counts; the cookies are switched by `cookies_now`.
+            Action::Cookies => Action::Count,
             a => a,
         };
         // Half-open: SYNs are limited only while too many connections
         // are half open; otherwise they are this vector's business not.
-        if i == HALF_OPEN && self.states[i].detected_since.is_none() {
+        if i == HALF_OPEN
+            && (self.states[i].detected_since.is_none() || vs.action == Action::Cookies)
+        {
             return Enforce {
                 action: Action::Off,
                 limit: u64::MAX,
@@ -365,6 +380,15 @@ impl Detector {
             s.seen = seen.get(i).copied().unwrap_or(0);
             s.dropped = dropped.get(i).copied().unwrap_or(0);
         }
+    }
+
+    /// Whether XDP should answer SYNs with cookies now: a vector whose
+    /// action is "cookies" is detected.
+    pub fn wants_cookies(&self, spec: &Spec) -> bool {
+        spec.vectors
+            .iter()
+            .zip(&self.states)
+            .any(|(v, s)| v.action == Action::Cookies && s.detected_since.is_some())
     }
 
     pub fn rate(&self, i: usize) -> u64 {
@@ -554,6 +578,22 @@ mod tests {
         // Normal traffic is learned, a second late.
         let (d, _) = run(&spec, rst, &[4_000, 4_000, 4_000]);
         assert_eq!(d.threshold(&spec, rst), 20_000);
+    }
+
+    #[test]
+    fn cookies_while_a_syn_flood_is_detected() {
+        let mut spec = Spec::default();
+        let syn = index("tcp_syn_flood").unwrap_or(0);
+        spec.vectors[syn].action = Action::Cookies;
+        spec.vectors[syn].threshold = Threshold::Rate(1_000);
+        spec.hold = Duration::from_secs(2);
+        assert!(spec.uses_cookies());
+        let (d, states) = run(&spec, syn, &[100, 5_000]);
+        assert_eq!(states, [false, true]);
+        assert!(d.wants_cookies(&spec));
+        assert_eq!(d.enforce(&spec, syn).action, Action::Count, "never drops");
+        let (d, _) = run(&spec, syn, &[5_000, 0, 0]);
+        assert!(!d.wants_cookies(&spec), "off after the hold");
     }
 
     #[test]

@@ -61,7 +61,12 @@ struct ddos_cfg {
 	__u32 sweep_block_s;
 	__u32 eph_lo;
 	__u32 eph_hi;
-	__u32 pad;
+	// A vector with action "cookies" is configured and the tc program
+	// completes cookies on every interface: tc checks cookies.
+	__u32 cookies_armed;
+	// One of those vectors is detected now: XDP answers SYNs with
+	// cookies (as `syn_cookies = true` does all the time).
+	__u32 cookies_now;
 };
 
 struct vec_cfg {

@@ -11,7 +11,7 @@ use serde_json::Value;
 
 use super::{map, state, sys, Loaded, State};
 use crate::log;
-use crate::shield::ddos::{self, Action, Detector, Enforce, Reading, VECTORS};
+use crate::shield::ddos::{self, Action, Detector, Enforce, Reading, Spec, VECTORS};
 
 /// The detector and what the maps hold now, kept across reloads (and
 /// across a reload of the program: the detector sees its counters start
@@ -27,6 +27,8 @@ fn action_code(a: Action) -> u32 {
         Action::Off => 0,
         Action::Count => 1,
         Action::Drop => 2,
+        // Counted in XDP; the cookies follow `cookies_now`.
+        Action::Cookies => 1,
     }
 }
 
@@ -58,7 +60,7 @@ pub(super) fn configure(st: &mut State) -> Result<(), String> {
     };
     let Some(spec) = spec else {
         st.ddos = None;
-        return sys::map_update(map(l, "ddos_cfg")?, &0u32.to_ne_bytes(), &[0u8; 48])
+        return sys::map_update(map(l, "ddos_cfg")?, &0u32.to_ne_bytes(), &[0u8; 52])
             .map_err(|e| format!("cannot turn the DDoS vectors off: {e}"));
     };
     if st.ddos.is_none() {
@@ -79,6 +81,23 @@ pub(super) fn configure(st: &mut State) -> Result<(), String> {
         write_vector(l, i, e)?;
         *w = Some(e);
     }
+    let now = run.detector.wants_cookies(&spec);
+    write_cfg(l, &spec, now)
+}
+
+/// Whether the tc program completes cookies on every interface XDP is
+/// attached to: only then may a SYN flood switch XDP's cookies on.
+fn cookies_armed(l: &Loaded, spec: &Spec) -> bool {
+    spec.uses_cookies()
+        && l.tc.is_ok()
+        && !l.links.is_empty()
+        && l.links.values().all(|k| k.tc.is_some())
+}
+
+/// `ddos_cfg`: the tunables, and whether XDP answers SYNs with cookies
+/// now (`now`, while a SYN vector with action "cookies" is detected).
+fn write_cfg(l: &Loaded, spec: &Spec, now: bool) -> Result<(), String> {
+    let armed = cookies_armed(l, spec);
     let (lo, hi) = ephemeral_ports();
     let cfg = super::u32s(&[
         1,
@@ -92,11 +111,11 @@ pub(super) fn configure(st: &mut State) -> Result<(), String> {
         spec.sweep_block.as_secs().min(u64::from(u32::MAX)) as u32,
         lo,
         hi,
-        0,
+        u32::from(armed),
+        u32::from(armed && now),
     ]);
     sys::map_update(map(l, "ddos_cfg")?, &0u32.to_ne_bytes(), &cfg)
-        .map_err(|e| format!("cannot write [shield.ddos]: {e}"))?;
-    Ok(())
+        .map_err(|e| format!("cannot write [shield.ddos]: {e}"))
 }
 
 /// Per vector: packets seen and dropped since the program loaded.
@@ -142,6 +161,7 @@ fn tick(st: &mut State, half_open: u64) {
     let elapsed = now - run.last;
     run.last = now;
     let before: Vec<bool> = (0..n).map(|i| run.detector.detected(i)).collect();
+    let cookies_before = run.detector.wants_cookies(&spec);
     run.detector.tick(
         &spec,
         &Reading {
@@ -152,6 +172,19 @@ fn tick(st: &mut State, half_open: u64) {
             now: SystemTime::now(),
         },
     );
+    let cookies_now = run.detector.wants_cookies(&spec);
+    if cookies_now != cookies_before {
+        match write_cfg(l, &spec, cookies_now) {
+            Ok(()) if !cookies_armed(l, &spec) => {}
+            Ok(()) if cookies_now => log::warn(format_args!(
+                "shield: a SYN flood is detected: XDP answers SYNs with cookies"
+            )),
+            Ok(()) => log::info(format_args!(
+                "shield: the SYN flood ended: SYNs go to the kernel again"
+            )),
+            Err(e) => log::error(format_args!("shield: {e}")),
+        }
+    }
     for (i, was) in before.into_iter().enumerate() {
         let name = VECTORS[i].name;
         match (was, run.detector.detected(i)) {

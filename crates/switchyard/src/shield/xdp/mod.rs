@@ -408,7 +408,9 @@ pub fn apply(shield: Option<&std::sync::Arc<AclSet>>, served: &Served) {
     // Frames sent back with XDP_TX (a reject's RST, a cookie's SYN+ACK)
     // leave a veth in native mode only if its peer runs XDP too: "auto"
     // takes generic mode on a veth when the rules or cookies send any.
+    let ddos_cookies = spec.ddos.as_ref().is_some_and(|d| d.uses_cookies());
     let sends = spec.syn_cookies
+        || ddos_cookies
         || set
             .compiled()
             .rules()
@@ -459,7 +461,7 @@ pub fn apply(shield: Option<&std::sync::Arc<AclSet>>, served: &Served) {
         let (Some(link), Ok(tc)) = (l.links.get_mut(name), &l.tc) else {
             continue;
         };
-        if spec.syn_cookies && link.tc.is_none() {
+        if (spec.syn_cookies || ddos_cookies) && link.tc.is_none() {
             match sys::ifindex(name).and_then(|i| sys::link(tc, i, sys::BPF_TCX_INGRESS, 0)) {
                 Ok(fd) => link.tc = Some(fd),
                 Err(e) => {
@@ -490,19 +492,32 @@ pub fn apply(shield: Option<&std::sync::Arc<AclSet>>, served: &Served) {
     if spec.syn_cookies && !cookies {
         st.once(format!(
             "shield: SYN cookies in XDP unavailable ({}); the kernel's own SYN cookies answer",
-            tc_error.unwrap_or_else(|| "tc ingress is not attached everywhere".into())
+            tc_error
+                .clone()
+                .unwrap_or_else(|| "tc ingress is not attached everywhere".into())
         ));
     }
     if let Err(e) = write_set(&mut st, &set, served).and_then(|()| ddos::configure(&mut st)) {
         fail(&mut st, &e);
         return;
     }
+    if ddos_cookies && (tc_error.is_some() || l_links_missing_tc(&st)) {
+        st.once(
+            "shield: [shield.ddos] action \"cookies\" needs the tc program on every XDP interface (Linux 6.10+); SYN floods are counted only".into(),
+        );
+    }
     // Cookies are off in the maps now: their tc links may go.
-    if !spec.syn_cookies {
+    if !spec.syn_cookies && !ddos_cookies {
         for link in st.loaded.iter_mut().flat_map(|l| l.links.values_mut()) {
             link.tc = None;
         }
     }
+}
+
+fn l_links_missing_tc(st: &State) -> bool {
+    st.loaded
+        .as_ref()
+        .is_none_or(|l| l.links.is_empty() || l.links.values().any(|k| k.tc.is_none()))
 }
 
 /// Once a second, while a program is loaded: the DDoS detector's tick,

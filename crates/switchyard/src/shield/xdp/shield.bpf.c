@@ -860,7 +860,10 @@ int shield(struct xdp_md *ctx)
 			count(&stats, ST_SYN_LIMITED);
 			return XDP_DROP;
 		}
-		if (gc && gc->syn_cookies && only_listener(ctx, &p)) {
+		__u32 z = 0;
+		struct ddos_cfg *dc = bpf_map_lookup_elem(&ddos_cfg, &z);
+		int cookies = gc && (gc->syn_cookies || (dc && dc->on && dc->cookies_now));
+		if (cookies && only_listener(ctx, &p)) {
 			__u32 mi = 0;
 			if (p.mss >= mss_at(p.v6, 1))
 				mi = 1;
@@ -967,7 +970,11 @@ int shield_tc(struct __sk_buff *skb)
 	if (!on || !*on)
 		return TC_ACT_OK;
 	struct cfg *gc = active_cfg();
-	if (!gc || !gc->syn_cookies)
+	__u32 z = 0;
+	struct ddos_cfg *dc = bpf_map_lookup_elem(&ddos_cfg, &z);
+	// Checked whenever XDP may have issued cookies: also after a SYN
+	// flood's detection ended, for handshakes still in flight.
+	if (!gc || !(gc->syn_cookies || (dc && dc->on && dc->cookies_armed)))
 		return TC_ACT_OK;
 	__u32 cookie = bpf_ntohl(th->ack_seq) - 1;
 	__u32 isn = bpf_ntohl(th->seq) - 1;
