@@ -137,7 +137,7 @@ pub fn vary(base: IpAddr, prefix: u8, r: u64) -> IpAddr {
 }
 
 /// The one's-complement sum of 16-bit words, not yet folded.
-fn sum16(b: &[u8], mut s: u32) -> u32 {
+pub(crate) fn sum16(b: &[u8], mut s: u32) -> u32 {
     let mut it = b.chunks_exact(2);
     for w in &mut it {
         s += u32::from(u16::from_be_bytes([w[0], w[1]]));
@@ -148,7 +148,7 @@ fn sum16(b: &[u8], mut s: u32) -> u32 {
     s
 }
 
-fn fold(mut s: u32) -> u16 {
+pub(crate) fn fold(mut s: u32) -> u16 {
     while s > 0xffff {
         s = (s & 0xffff) + (s >> 16);
     }

@@ -13,7 +13,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use crate::pktgen::{self, Mac};
+use crate::pktgen::{self, fold, sum16, Mac};
 
 /// Every vector, in the order of shield/ddos.rs's VECTORS, with its kind
 /// as GET /api/v1/shield reports it.
@@ -71,24 +71,6 @@ pub struct Ends {
     pub dst6: Ipv6Addr,
     /// The vserver's port (TCP vectors aim at a listener, as attacks do).
     pub port: u16,
-}
-
-fn sum16(b: &[u8], mut s: u32) -> u32 {
-    let mut it = b.chunks_exact(2);
-    for w in &mut it {
-        s += u32::from(u16::from_be_bytes([w[0], w[1]]));
-    }
-    if let [last] = it.remainder() {
-        s += u32::from(*last) << 8;
-    }
-    s
-}
-
-fn fold(mut s: u32) -> u16 {
-    while s > 0xffff {
-        s = (s & 0xffff) + (s >> 16);
-    }
-    !(s as u16)
 }
 
 #[derive(Clone, Copy)]
