@@ -60,6 +60,13 @@ impl Etcd {
         e
     }
 
+    /// Writes `text` as the configuration under `prefix`, as a publish
+    /// does.
+    fn put_config(&self, prefix: &str, text: &str) {
+        let (ok, out) = self.ctl(&["put", &format!("{prefix}/config"), &envelope(prefix, text)]);
+        assert!(ok, "{out}");
+    }
+
     fn ctl(&self, args: &[&str]) -> (bool, String) {
         let out = Command::new("etcdctl")
             .env("ETCDCTL_API", "3")
@@ -943,8 +950,7 @@ fn a_cache_purge_on_one_node_empties_every_nodes_cache() {
         "",
         1,
     );
-    let (ok, out) = etcd.ctl(&["put", &format!("{prefix}/config"), &envelope(prefix, &text)]);
-    assert!(ok, "{out}");
+    etcd.put_config(prefix, &text);
     let nodes: Vec<Switchyard> = (0..2)
         .map(|i| {
             let cfg = format!(
@@ -1015,14 +1021,7 @@ fn certificates_published_as_files_reach_every_node() {
     let o1 = Origin::start("one");
     let plain = addr(free_port());
     let tls = addr(free_port());
-    assert!(
-        etcd.ctl(&[
-            "put",
-            &format!("{prefix}/config"),
-            &envelope(prefix, &published(plain, &o1))
-        ])
-        .0
-    );
+    etcd.put_config(prefix, &published(plain, &o1));
     let n1 = Switchyard::start(
         &format!(
             "[global]\nworkers = 1\n[cluster]\nendpoints = [\"http://{}\"]\nprefix = \"{prefix}\"\nnode = \"n1\"\nwatch_idle = \"2s\"\n",
@@ -1129,14 +1128,7 @@ fn the_dashboard_shows_every_node() {
     let prefix = "/switchyard/dash";
     let o1 = Origin::start("one");
     let listen = addr(free_port());
-    assert!(
-        etcd.ctl(&[
-            "put",
-            &format!("{prefix}/config"),
-            &envelope(prefix, &published(listen, &o1))
-        ])
-        .0
-    );
+    etcd.put_config(prefix, &published(listen, &o1));
     let nodes: Vec<Switchyard> = ["east", "west"]
         .iter()
         .map(|n| {

@@ -8,7 +8,7 @@
 //! stopped by PID and every namespace deleted, even on failure.
 
 mod common;
-use common::netns::{drain_node, have, in_netns, is_root, vip_get, Lab};
+use common::netns::{drain_node, have, in_netns, is_root, vip_get, vip_get_retrying, Lab};
 use common::*;
 
 use std::path::Path;
@@ -47,10 +47,6 @@ fn router_bird() -> String {
          protocol bgp b {{ local 10.88.2.1 as 65000; neighbor 10.88.2.2 as 65001; {TIMERS}\n\
            ipv4 {{ import all; export none; }}; }}\n"
     )
-}
-
-fn fetch() -> Option<String> {
-    vip_get(VIP)
 }
 
 #[derive(Default)]
@@ -160,7 +156,7 @@ fn ecmp_spreads_over_both_nodes_and_a_drain_withdraws_before_the_stop() {
     let spread = in_netns(&r_ns, || {
         let mut who = std::collections::HashSet::new();
         for _ in 0..200 {
-            if let Some(w) = fetch() {
+            if let Some(w) = vip_get(VIP) {
                 who.insert(w);
             }
             if who.len() == 2 {
@@ -180,14 +176,7 @@ fn ecmp_spreads_over_both_nodes_and_a_drain_withdraws_before_the_stop() {
     let client = in_netns(&r_ns, move || {
         let start = Instant::now();
         while !st.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(60) {
-            let t = Instant::now();
-            let mut got = None;
-            while got.is_none() && t.elapsed() < Duration::from_secs(5) {
-                got = fetch();
-                if got.is_none() {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
+            let got = vip_get_retrying(VIP);
             let mut s = se.lock().expect("lock");
             match got {
                 Some(w) => s.answers.push(w),

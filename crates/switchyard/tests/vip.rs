@@ -11,7 +11,9 @@
 //! is stopped by PID and every namespace deleted, even on failure.
 
 mod common;
-use common::netns::{drain_node, have, in_netns, is_root, set_ready, vip_get, Lab};
+use common::netns::{
+    drain_node, have, in_netns, is_root, set_ready, vip_get, vip_get_retrying, Lab,
+};
 use common::*;
 
 use std::path::Path;
@@ -43,10 +45,6 @@ fn keepalived_config(name: &str, priority: u32, v3: bool) -> String {
     )
 }
 
-fn fetch() -> Option<String> {
-    vip_get(VIP)
-}
-
 /// What a client that retries saw: (when, who answered) per request,
 /// requests that failed every retry, and the longest time without an
 /// answer.
@@ -64,14 +62,7 @@ fn client(ns: &str, stop: Arc<AtomicBool>, seen: Arc<Mutex<Seen>>) -> std::threa
         let start = Instant::now();
         let mut last_ok = Instant::now();
         while !stop.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(60) {
-            let t = Instant::now();
-            let mut got = None;
-            while got.is_none() && t.elapsed() < Duration::from_secs(5) {
-                got = fetch();
-                if got.is_none() {
-                    std::thread::sleep(Duration::from_millis(20));
-                }
-            }
+            let got = vip_get_retrying(VIP);
             let mut s = seen.lock().expect("lock");
             match got {
                 Some(who) => {
@@ -160,7 +151,7 @@ fn run(v3: bool) {
     // The VIP settles on node a (the higher priority).
     let settled = in_netns(&c, || {
         eventually(Duration::from_secs(20), || {
-            fetch().as_deref() == Some("node-a")
+            vip_get(VIP).as_deref() == Some("node-a")
         })
     })
     .join()

@@ -12,7 +12,7 @@ use common::xdp_lab::*;
 use common::*;
 
 use std::io::ErrorKind;
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
@@ -32,6 +32,45 @@ fn hits(shield: &Value, field: &str) -> Vec<u64> {
         .as_array()
         .map(|a| a.iter().map(|r| r[field].as_u64().unwrap_or(0)).collect())
         .unwrap_or_default()
+}
+
+/// Whether hping3 is here; says so when it is not.
+fn have_hping3() -> bool {
+    let here = Command::new("hping3").arg("--version").output().is_ok();
+    if !here {
+        eprintln!("skipped: no hping3 (apt-get install hping3)");
+    }
+    here
+}
+
+/// A SYN flood from FLOODER to the vserver: 30,000 SYNs at most, 10 s at
+/// most.
+fn hping3_flood(net: &Net) -> Child {
+    Command::new("ip")
+        .args([
+            "netns",
+            "exec",
+            &net.client,
+            "timeout",
+            "10",
+            "hping3",
+            "-q",
+            "-S",
+            "-p",
+        ])
+        .arg(PORT.to_string())
+        .args(["-a", FLOODER, "-i", "u100", "-c", "30000", SY])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("hping3")
+}
+
+/// Of `n` GETs from the allowed client, how many were answered 200.
+fn valid_gets(net: &Net, n: usize) -> usize {
+    (0..n)
+        .filter(|_| get_from(&net.client, ALLOWED, Duration::from_secs(2)) == Ok(200))
+        .count()
 }
 
 /// One rule file, both paths: in XDP and at accept. The same rules decide,
@@ -331,8 +370,7 @@ fn without_cap_bpf_the_accept_path_shields() {
 #[test]
 fn a_syn_flood_is_limited_per_source_while_valid_clients_connect() {
     let Some(net) = Net::new() else { return };
-    if Command::new("hping3").arg("--version").output().is_err() {
-        eprintln!("skipped: no hping3 (apt-get install hping3)");
+    if !have_hping3() {
         return;
     }
     let st = Command::new("ip")
@@ -354,24 +392,7 @@ fn a_syn_flood_is_limited_per_source_while_valid_clients_connect() {
     if !attached(&sy, &net.dev) {
         return;
     }
-    let mut flood = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &net.client,
-            "timeout",
-            "10",
-            "hping3",
-            "-q",
-            "-S",
-            "-p",
-        ])
-        .arg(PORT.to_string())
-        .args(["-a", FLOODER, "-i", "u100", "-c", "30000", SY])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("hping3");
+    let mut flood = hping3_flood(&net);
     // The flood is under way when the limit starts to bite.
     assert!(
         eventually(Duration::from_secs(5), || sy.shield()["xdp"]["packets"]
@@ -381,12 +402,7 @@ fn a_syn_flood_is_limited_per_source_while_valid_clients_connect() {
         "{}",
         sy.shield()
     );
-    let mut ok = 0;
-    for _ in 0..20 {
-        if get_from(&net.client, ALLOWED, Duration::from_secs(2)) == Ok(200) {
-            ok += 1;
-        }
-    }
+    let ok = valid_gets(&net, 20);
     let during = sy.shield()["xdp"]["packets"].clone();
     let _ = flood.wait();
     assert_eq!(ok, 20, "valid clients during the flood: {during}");
@@ -404,8 +420,7 @@ fn a_syn_flood_is_limited_per_source_while_valid_clients_connect() {
 #[test]
 fn syn_cookies_in_xdp_complete_handshakes_under_a_flood() {
     let Some(net) = Net::new() else { return };
-    if Command::new("hping3").arg("--version").output().is_err() {
-        eprintln!("skipped: no hping3 (apt-get install hping3)");
+    if !have_hping3() {
         return;
     }
     let o = origin_in(&net);
@@ -444,24 +459,7 @@ fn syn_cookies_in_xdp_complete_handshakes_under_a_flood() {
         "{p}"
     );
 
-    let mut flood = Command::new("ip")
-        .args([
-            "netns",
-            "exec",
-            &net.client,
-            "timeout",
-            "10",
-            "hping3",
-            "-q",
-            "-S",
-            "-p",
-        ])
-        .arg(PORT.to_string())
-        .args(["-a", FLOODER, "-i", "u100", "-c", "30000", SY])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("hping3");
+    let mut flood = hping3_flood(&net);
     assert!(
         eventually(Duration::from_secs(5), || sy.shield()["xdp"]["packets"]
             ["syn_cookies_sent"]
@@ -470,12 +468,7 @@ fn syn_cookies_in_xdp_complete_handshakes_under_a_flood() {
         "{}",
         sy.shield()
     );
-    let mut ok = 0;
-    for _ in 0..20 {
-        if get_from(&net.client, ALLOWED, Duration::from_secs(2)) == Ok(200) {
-            ok += 1;
-        }
-    }
+    let ok = valid_gets(&net, 20);
     let during = sy.shield()["xdp"]["packets"].clone();
     let _ = flood.wait();
     assert_eq!(ok, 20, "valid clients during the flood: {during}");

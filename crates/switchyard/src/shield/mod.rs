@@ -226,19 +226,15 @@ impl AclSet {
     }
 
     /// Puts `rules` in force instead of the set's rules (the admin API),
-    /// with counters from zero; the lists stay. Refused, changing nothing,
-    /// when a rule names a list the set does not have or XDP cannot hold
-    /// them.
+    /// with counters from zero; the lists stay. `rules` were validated
+    /// against `list_names` (config::shield::rules_from_text), and lists
+    /// are edited, never removed, at run time. Refused, changing nothing,
+    /// when XDP cannot hold them.
     pub fn replace_rules(&self, rules: Vec<ListedRule>) -> Result<usize, String> {
         let lists = self
             .lists
             .lock()
             .map_err(|_| "the list lock is poisoned".to_string())?;
-        for (r, src, dst) in &rules {
-            if let Some(l) = src.iter().chain(dst).find(|l| !lists.contains_key(*l)) {
-                return Err(format!("rule {:?} names no address list {l:?}", r.name));
-            }
-        }
         let compiled = compile(&rules, &lists, self.default);
         if self.xdp.is_some() {
             xdp::tables(&compiled).map_err(|e| format!("[shield.xdp]: {e}"))?;

@@ -164,6 +164,19 @@ pub fn vip_get(vip: &str) -> Option<String> {
     out.split("\r\n\r\n").nth(1).map(|b| b.trim().to_string())
 }
 
+/// `vip_get`, tried every 20 ms for up to 5 s: what a client that
+/// retries sees, or None when every try failed.
+pub fn vip_get_retrying(vip: &str) -> Option<String> {
+    let t = std::time::Instant::now();
+    loop {
+        let got = vip_get(vip);
+        if got.is_some() || t.elapsed() >= std::time::Duration::from_secs(5) {
+            return got;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
+
 /// Drains the node of namespace `ns` (`POST /api/v1/node {"ready":
 /// false}` on its admin listener, 127.0.0.1:9090 there).
 pub fn drain_node(ns: &str) -> bool {

@@ -212,35 +212,29 @@ static __always_inline int sweep_hit(const __u8 *src, const __u8 *dst, __u32 dpo
 		if (!st)
 			return 0;
 	}
-	if (st->until > sec) {
-		// A blocked source: its new flows are the vector's packets.
-		count(&ddos_cnt, V_SWEEP * 2);
-		if (c->action != VA_DROP)
+	if (st->until <= sec) {
+		if (st->sec != sec) {
+			__builtin_memset(st->addr_bits, 0, sizeof(st->addr_bits));
+			__builtin_memset(st->port_bits, 0, sizeof(st->port_bits));
+			st->addrs = 0;
+			st->ports = 0;
+			st->sec = sec;
+		}
+		__u32 ha = mix32(*(__u32 *)(dst + 12) ^ mix32(*(__u32 *)(dst + 8)) ^
+				 mix32(*(__u32 *)(dst + 4)) ^ *(__u32 *)dst);
+		st->addrs += set_bit256(st->addr_bits, ha);
+		st->ports += set_bit256(st->port_bits, mix32(dport));
+		if (st->addrs <= d->sweep_max && st->ports <= d->sweep_max)
 			return 0;
-		count(&ddos_cnt, V_SWEEP * 2 + 1);
-		mark_drop();
-		return 0;
-	}
-	if (st->sec != sec) {
-		__builtin_memset(st->addr_bits, 0, sizeof(st->addr_bits));
-		__builtin_memset(st->port_bits, 0, sizeof(st->port_bits));
-		st->addrs = 0;
-		st->ports = 0;
-		st->sec = sec;
-	}
-	__u32 ha = mix32(*(__u32 *)(dst + 12) ^ mix32(*(__u32 *)(dst + 8)) ^
-			 mix32(*(__u32 *)(dst + 4)) ^ *(__u32 *)dst);
-	st->addrs += set_bit256(st->addr_bits, ha);
-	st->ports += set_bit256(st->port_bits, mix32(dport));
-	if (st->addrs > d->sweep_max || st->ports > d->sweep_max) {
 		st->until = sec + d->sweep_block_s;
-		count(&ddos_cnt, V_SWEEP * 2);
-		if (c->action != VA_DROP)
-			return 0;
-		count(&ddos_cnt, V_SWEEP * 2 + 1);
-		mark_drop();
-		return 0;
 	}
+	// A blocked source (or one blocked just now): its new flows are the
+	// vector's packets.
+	count(&ddos_cnt, V_SWEEP * 2);
+	if (c->action != VA_DROP)
+		return 0;
+	count(&ddos_cnt, V_SWEEP * 2 + 1);
+	mark_drop();
 	return 0;
 }
 

@@ -88,10 +88,7 @@ pub(super) fn configure(st: &mut State) -> Result<(), String> {
 /// Whether the tc program completes cookies on every interface XDP is
 /// attached to: only then may a SYN flood switch XDP's cookies on.
 fn cookies_armed(l: &Loaded, spec: &Spec) -> bool {
-    spec.uses_cookies()
-        && l.tc.is_ok()
-        && !l.links.is_empty()
-        && l.links.values().all(|k| k.tc.is_some())
+    spec.uses_cookies() && l.tc_everywhere()
 }
 
 /// `ddos_cfg`: the tunables, and whether XDP answers SYNs with cookies

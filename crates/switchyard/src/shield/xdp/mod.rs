@@ -213,7 +213,7 @@ fn load() -> Result<Loaded, String> {
         });
     let mut key = [0u8; 16];
     sys::random(&mut key).map_err(|e| format!("no random bytes for the SYN cookie key: {e}"))?;
-    let l = Loaded {
+    let mut l = Loaded {
         maps,
         _prog: prog,
         cpus,
@@ -230,10 +230,10 @@ fn load() -> Result<Loaded, String> {
     };
     sys::map_update(map(&l, "cookie_key")?, &0u32.to_ne_bytes(), &key)
         .map_err(|e| format!("cannot write the SYN cookie key: {e}"))?;
-    let ring = matches::Ring::map(map(&l, "log_ring")?)
-        .map_err(|e| format!("cannot map the log ring: {e}"))?;
-    let mut l = l;
-    l.ring = Some(ring);
+    l.ring = Some(
+        matches::Ring::map(map(&l, "log_ring")?)
+            .map_err(|e| format!("cannot map the log ring: {e}"))?,
+    );
     Ok(l)
 }
 
@@ -303,6 +303,12 @@ impl Loaded {
         .map_err(|e| format!("cannot switch to the new rules: {e}"))?;
         self.gen = next;
         Ok(())
+    }
+
+    /// Whether the tc program completes SYN cookies on every interface
+    /// XDP is attached to: only then may XDP issue them.
+    fn tc_everywhere(&self) -> bool {
+        self.tc.is_ok() && !self.links.is_empty() && self.links.values().all(|k| k.tc.is_some())
     }
 
     /// A new rule set (a reload) or new rules in it (the admin API):
@@ -473,10 +479,8 @@ pub fn apply(shield: Option<&std::sync::Arc<AclSet>>, served: &Served) {
     // Cookies only where every interface can complete them; otherwise the
     // kernel's own SYN cookies answer.
     let tc_error = l.tc.as_ref().err().cloned();
-    l.cookies = spec.syn_cookies
-        && tc_error.is_none()
-        && !l.links.is_empty()
-        && l.links.values().all(|k| k.tc.is_some());
+    let tc_everywhere = l.tc_everywhere();
+    l.cookies = spec.syn_cookies && tc_everywhere;
     let cookies = l.cookies;
     st.refused.retain(|n, _| {
         spec.interfaces
@@ -501,7 +505,7 @@ pub fn apply(shield: Option<&std::sync::Arc<AclSet>>, served: &Served) {
         fail(&mut st, &e);
         return;
     }
-    if ddos_cookies && (tc_error.is_some() || l_links_missing_tc(&st)) {
+    if ddos_cookies && !tc_everywhere {
         st.once(
             "shield: [shield.ddos] action \"cookies\" needs the tc program on every XDP interface (Linux 6.10+); SYN floods are counted only".into(),
         );
@@ -512,12 +516,6 @@ pub fn apply(shield: Option<&std::sync::Arc<AclSet>>, served: &Served) {
             link.tc = None;
         }
     }
-}
-
-fn l_links_missing_tc(st: &State) -> bool {
-    st.loaded
-        .as_ref()
-        .is_none_or(|l| l.links.is_empty() || l.links.values().any(|k| k.tc.is_none()))
 }
 
 /// Once a second, while a program is loaded: the DDoS detector's tick,
