@@ -10,10 +10,7 @@
 // exits 1 (no console error may happen meanwhile).
 'use strict';
 
-const fs = require('fs');
-const os = require('os');
-const path = require('path');
-const { chromium } = require('playwright-core');
+const { deadline, launch } = require('./chromium');
 
 function parseArgs(argv) {
   const a = { chromium: process.env.CHROMIUM || '/usr/bin/chromium', nodes: 1, timeoutMs: 60000 };
@@ -31,17 +28,8 @@ function parseArgs(argv) {
 
 async function main() {
   const a = parseArgs(process.argv.slice(2));
-  const killer = setTimeout(() => {
-    console.error('[cluster.js] FAILED: no result within ' + a.timeoutMs + ' ms');
-    process.exit(1);
-  }, a.timeoutMs);
-  killer.unref();
-  const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'switchyard-chromium-'));
-  const ctx = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: a.chromium,
-    headless: true,
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run', '--disable-background-networking'],
-  });
+  deadline('cluster.js', a.timeoutMs);
+  const { ctx, close } = await launch(a.chromium);
   try {
     const page = ctx.pages()[0] || (await ctx.newPage());
     page.setDefaultTimeout(20000);
@@ -65,8 +53,7 @@ async function main() {
     if (errors.length) throw new Error(errors.join('; '));
     console.log(JSON.stringify({ prefix, rows }));
   } finally {
-    await ctx.close();
-    fs.rmSync(userDataDir, { recursive: true, force: true });
+    await close();
   }
 }
 

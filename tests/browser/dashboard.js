@@ -19,10 +19,7 @@
 // and exits 0, or prints the failure and exits 1.
 'use strict';
 
-const fs = require('fs');
-const os = require('os');
-const path = require('path');
-const { chromium } = require('playwright-core');
+const { deadline, launch } = require('./chromium');
 
 const TOKEN_KEY = 'switchyard.dashboard.token';
 
@@ -65,28 +62,10 @@ const log = (...m) => console.error('[dashboard.js]', ...m);
 async function main() {
   const a = parseArgs(process.argv.slice(2));
   // The whole run is bounded: a hung browser does not hang the test.
-  const killer = setTimeout(() => {
-    console.error('[dashboard.js] FAILED: no result within ' + a.timeoutMs + ' ms');
-    process.exit(1);
-  }, a.timeoutMs);
-  killer.unref();
-
-  const userDataDir = fs.mkdtempSync(path.join(os.tmpdir(), 'switchyard-chromium-'));
-  const ctx = await chromium.launchPersistentContext(userDataDir, {
-    executablePath: a.chromium,
-    headless: true,
+  deadline('dashboard.js', a.timeoutMs);
+  const { ctx, close } = await launch(a.chromium, {
     viewport: { width: 1360, height: 900 },
     deviceScaleFactor: 1,
-    args: [
-      '--headless',
-      '--no-sandbox',
-      '--disable-gpu',
-      '--disable-quic',
-      '--no-first-run',
-      '--disable-background-networking',
-      '--disable-component-update',
-      '--disable-sync',
-    ],
   });
   const result = { console_errors: [] };
   try {
@@ -221,8 +200,7 @@ async function main() {
     result.refused_token_prompt = await page.textContent('[data-testid=login-error]');
     result.ok = true;
   } finally {
-    await ctx.close().catch(() => {});
-    fs.rmSync(userDataDir, { recursive: true, force: true });
+    await close();
   }
   console.log(JSON.stringify(result));
 }
