@@ -1083,17 +1083,7 @@ fn sample(o: &Opts, path: PathKind, run_no: usize, case: &str) -> Result<Json, S
     }
     // The origin, on the DUT namespace's loopback, on the load core.
     let load_cpu = o.load_cpu;
-    let origin = join(in_ns(DUT_NS, move || {
-        crate::origin::spawn_origin(
-            &[ORIGIN.parse().expect("a constant address")],
-            crate::origin::OriginOpts {
-                threads: 1,
-                cpus: vec![load_cpu],
-                ..Default::default()
-            },
-        )
-    }))?
-    .map_err(|e| format!("origin: {e}"))?;
+    let origin = start_origin(load_cpu)?;
     let cfg = work.join(format!("switchyard-{case}-{run_no}.toml"));
     let rules_t = rules_toml(&rules);
     std::fs::write(&cfg, sy_config(path, &rules_t))
@@ -1669,6 +1659,22 @@ pub fn render(r: &Json) -> String {
 }
 
 // ---------------------------------------------------------------- cli
+
+/// The bench's HTTP origin on the DUT namespace's loopback (ORIGIN), one
+/// thread on the load core.
+pub(crate) fn start_origin(load_cpu: usize) -> Result<crate::origin::OriginHandle, String> {
+    join(in_ns(DUT_NS, move || {
+        crate::origin::spawn_origin(
+            &[ORIGIN.parse().expect("a constant address")],
+            crate::origin::OriginOpts {
+                threads: 1,
+                cpus: vec![load_cpu],
+                ..Default::default()
+            },
+        )
+    }))?
+    .map_err(|e| format!("origin: {e}"))
+}
 
 pub fn cli(args: &[String]) -> Result<i32, String> {
     let mut a = Args::parse(args, &["help"])?;

@@ -476,17 +476,7 @@ pub fn vector_run(
     // vectors, not a sysctl, are what is measured.
     ns_sh(DUT_NS, "sysctl -qw net.ipv4.tcp_syncookies=1")?;
     let load_cpu = o.load_cpu;
-    let origin = join(in_ns(DUT_NS, move || {
-        crate::origin::spawn_origin(
-            &[ORIGIN.parse().expect("a constant address")],
-            crate::origin::OriginOpts {
-                threads: 1,
-                cpus: vec![load_cpu],
-                ..Default::default()
-            },
-        )
-    }))?
-    .map_err(|e| format!("origin: {e}"))?;
+    let origin = super::start_origin(load_cpu)?;
     let rules_t = if d.rules > 0 {
         rules_toml(&rules(d.rules))
     } else {
