@@ -75,13 +75,6 @@ struct vec_cfg {
 	__u64 limit;
 };
 
-// The current one-second window of a vector: shared by every CPU, so
-// the limit holds for the interface, not per CPU.
-struct vec_win {
-	__u64 sec;
-	__u64 count;
-};
-
 // Distinct destination addresses and ports of a source's new flows in
 // the current second, estimated with 256-bit sets.
 struct sweep_state {
@@ -95,7 +88,8 @@ struct sweep_state {
 
 struct map_def SEC("maps") ddos_cfg = { BPF_MAP_TYPE_ARRAY, 4, sizeof(struct ddos_cfg), 1, 0 };
 struct map_def SEC("maps") ddos_vec = { BPF_MAP_TYPE_ARRAY, 4, sizeof(struct vec_cfg), N_VEC, 0 };
-struct map_def SEC("maps") ddos_win = { BPF_MAP_TYPE_ARRAY, 4, sizeof(struct vec_win), N_VEC, 0 };
+// Per vector, its current second (struct window of shield.bpf.c).
+struct map_def SEC("maps") ddos_win = { BPF_MAP_TYPE_ARRAY, 4, sizeof(struct window), N_VEC, 0 };
 // Per vector: 2v seen, 2v + 1 dropped.
 struct map_def SEC("maps") ddos_cnt = { BPF_MAP_TYPE_PERCPU_ARRAY, 4, 8, 2 * N_VEC, 0 };
 // Per CPU, per frame: what the vectors decided. Kept in a map, not in
@@ -154,17 +148,8 @@ static __always_inline int vec_hit(__u32 v, __u64 sec)
 		count(&ddos_cnt, slot);
 		return 0;
 	}
-	struct vec_win *w = bpf_map_lookup_elem(&ddos_win, &v);
-	if (!w)
-		return 0;
-	// Two CPUs may both reset a new second: a few packets more or less
-	// in one window, never a lasting error.
-	if (w->sec != sec) {
-		w->sec = sec;
-		w->count = 0;
-	}
-	__sync_fetch_and_add(&w->count, 1);
-	if (w->count <= c->limit)
+	struct window *w = bpf_map_lookup_elem(&ddos_win, &v);
+	if (!w || within(w, sec, c->limit))
 		return 0;
 	slot += 1;
 	count(&ddos_cnt, slot);
@@ -356,8 +341,7 @@ static __always_inline int ddos(struct xdp_md *ctx)
 		return 0;
 	if ((void *)(eth + 1) > end)
 		return 0;
-	// A clock tick is plenty for one-second windows, and costs less.
-	__u64 sec = bpf_ktime_get_coarse_ns() / 1000000000ULL;
+	__u64 sec = now_sec();
 	__u8 src[16] = {}, dst[16] = {};
 	__u8 proto;
 	__u32 l4off, iplen;

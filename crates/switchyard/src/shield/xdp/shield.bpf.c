@@ -138,11 +138,15 @@ struct map_def SEC("maps") syn_rate = { BPF_MAP_TYPE_LRU_HASH, 16, sizeof(struct
 // kernel limits its own (net.ipv4.icmp_msgs_per_sec): a flood of spoofed
 // datagrams must not make Switchyard a reflector.
 #define ICMP_PER_SEC 1000
-struct icmp_win {
+
+// A one-second window shared by every CPU (so a budget holds for the
+// machine, not per CPU): the ICMP errors', the log lines', and each DDoS
+// vector's.
+struct window {
 	__u64 sec;
 	__u64 count;
 };
-struct map_def SEC("maps") icmp_rate = { BPF_MAP_TYPE_ARRAY, 4, sizeof(struct icmp_win), 1, 0 };
+struct map_def SEC("maps") icmp_rate = { BPF_MAP_TYPE_ARRAY, 4, sizeof(struct window), 1, 0 };
 
 // `log` rules matched in XDP, for user space (shield/xdp/log.rs) to write
 // as log lines: at most LOG_PER_SEC a second, the rest counted.
@@ -159,7 +163,7 @@ struct log_event {
 	__u8 dst[16];
 };
 struct map_def SEC("maps") log_ring = { BPF_MAP_TYPE_RINGBUF, 0, 0, 64 * 1024, 0 };
-struct map_def SEC("maps") log_rate = { BPF_MAP_TYPE_ARRAY, 4, 16, 1, 0 };
+struct map_def SEC("maps") log_rate = { BPF_MAP_TYPE_ARRAY, 4, sizeof(struct window), 1, 0 };
 
 // The SYN cookie key (SipHash), random per load.
 struct map_def SEC("maps") cookie_key = { BPF_MAP_TYPE_ARRAY, 4, 16, 1, 0 };
@@ -185,6 +189,25 @@ static __always_inline void count(void *map, __u32 slot)
 	__u64 *v = bpf_map_lookup_elem(map, &slot);
 	if (v)
 		*v += 1;
+}
+
+// The current second, from the coarse clock (a tick is plenty here).
+static __always_inline __u64 now_sec(void)
+{
+	return bpf_ktime_get_coarse_ns() / 1000000000ULL;
+}
+
+// One more in window `w` in second `sec`; whether it is within `limit`.
+// Two CPUs may both start a new second: a few more or less in one
+// window, never a lasting error.
+static __always_inline int within(struct window *w, __u64 sec, __u64 limit)
+{
+	if (w->sec != sec) {
+		w->sec = sec;
+		w->count = 0;
+	}
+	__sync_fetch_and_add(&w->count, 1);
+	return w->count <= limit;
 }
 
 #include "ddos.bpf.h"
@@ -245,16 +268,10 @@ static __always_inline __u32 lpm_index(struct pkt *p, __u32 gen, int dst)
 static __always_inline int log_match(struct pkt *p, __u32 rule)
 {
 	__u32 zero = 0;
-	__u64 *w = bpf_map_lookup_elem(&log_rate, &zero);
+	struct window *w = bpf_map_lookup_elem(&log_rate, &zero);
 	if (!w)
 		return 0;
-	__u64 sec = bpf_ktime_get_coarse_ns() / 1000000000ULL;
-	if (w[0] != sec) {
-		w[0] = sec;
-		w[1] = 0;
-	}
-	w[1] += 1;
-	if (w[1] > LOG_PER_SEC) {
+	if (!within(w, now_sec(), LOG_PER_SEC)) {
 		count(&stats, ST_LOG_SUPPRESSED);
 		return 0;
 	}
@@ -667,16 +684,8 @@ static __always_inline int make_unreachable(struct xdp_md *ctx, int v6)
 static __always_inline int icmp_allowed(void)
 {
 	__u32 zero = 0;
-	struct icmp_win *w = bpf_map_lookup_elem(&icmp_rate, &zero);
-	if (!w)
-		return 0;
-	__u64 sec = bpf_ktime_get_coarse_ns() / 1000000000ULL;
-	if (w->sec != sec) {
-		w->sec = sec;
-		w->count = 0;
-	}
-	__sync_fetch_and_add(&w->count, 1);
-	return w->count <= ICMP_PER_SEC;
+	struct window *w = bpf_map_lookup_elem(&icmp_rate, &zero);
+	return w && within(w, now_sec(), ICMP_PER_SEC);
 }
 
 // Whether only the listener knows this SYN's four-tuple. A socket of its
