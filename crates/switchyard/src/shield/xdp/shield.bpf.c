@@ -148,7 +148,7 @@ struct window {
 };
 struct map_def SEC("maps") icmp_rate = { BPF_MAP_TYPE_ARRAY, 4, sizeof(struct window), 1, 0 };
 
-// `log` rules matched in XDP, for user space (shield/xdp/log.rs) to write
+// `log` rules matched in XDP, for user space (shield/xdp/matches.rs) to write
 // as log lines: at most LOG_PER_SEC a second, the rest counted.
 #define LOG_PER_SEC 100
 struct log_event {
