@@ -89,18 +89,23 @@ pub(crate) struct VarMap {
     /// Emptied buffers of an earlier transaction's variables (names,
     /// values, index keys), for new ones: the setup rules create the same
     /// hundred-odd variables in every transaction.
-    spare: Vec<Vec<u8>>,
+    spare: Spare,
 }
 
-/// Most spare buffers a [`VarMap`] or [`Data`] keeps, and the largest (a
-/// thread's idle transactions hold at most a few hundred KiB).
+/// Most spare buffers a [`Spare`] keeps, and the largest (a thread's idle
+/// transactions hold at most a few hundred KiB).
 const MAX_SPARE_BUFS: usize = 1024;
 const MAX_SPARE_BUF: usize = 256;
 
-impl VarMap {
+/// Emptied byte buffers of an earlier transaction, for the next one's
+/// keys and values (bounded in number and size).
+#[derive(Debug, Default, Clone)]
+struct Spare(Vec<Vec<u8>>);
+
+impl Spare {
     /// A buffer holding `from`.
     fn buf(&mut self, from: &[u8]) -> Vec<u8> {
-        match self.spare.pop() {
+        match self.0.pop() {
             Some(mut b) => {
                 b.extend_from_slice(from);
                 b
@@ -109,20 +114,28 @@ impl VarMap {
         }
     }
 
+    /// Keeps `b` for later, if there is room and it is small.
+    fn keep(&mut self, mut b: Vec<u8>) {
+        if self.0.len() < MAX_SPARE_BUFS && b.capacity() <= MAX_SPARE_BUF {
+            b.clear();
+            self.0.push(b);
+        }
+    }
+}
+
+impl VarMap {
+    fn buf(&mut self, from: &[u8]) -> Vec<u8> {
+        self.spare.buf(from)
+    }
+
     /// Empties the map, keeping its buffers for the next transaction.
     fn recycle(&mut self) {
-        let keep = |mut b: Vec<u8>, spare: &mut Vec<Vec<u8>>| {
-            if spare.len() < MAX_SPARE_BUFS && b.capacity() <= MAX_SPARE_BUF {
-                b.clear();
-                spare.push(b);
-            }
-        };
         for (k, v) in self.entries.drain(..).flatten() {
-            keep(k, &mut self.spare);
-            keep(v, &mut self.spare);
+            self.spare.keep(k);
+            self.spare.keep(v);
         }
         for (l, _) in self.index.drain() {
-            keep(l, &mut self.spare);
+            self.spare.keep(l);
         }
     }
 
@@ -222,18 +235,12 @@ pub(crate) struct Data {
     pub body: Vec<u8>,
     next_slot: u32,
     /// Emptied key and value buffers of an earlier transaction's members.
-    spare: Vec<Vec<u8>>,
+    spare: Spare,
 }
 
 impl Data {
     fn buf(&mut self, from: &[u8]) -> Vec<u8> {
-        match self.spare.pop() {
-            Some(mut b) => {
-                b.extend_from_slice(from);
-                b
-            }
-            None => from.to_vec(),
-        }
+        self.spare.buf(from)
     }
 
     /// Empties the data for the next transaction on the thread, keeping
@@ -241,12 +248,8 @@ impl Data {
     fn recycle(&mut self) {
         let spare = &mut self.spare;
         let mut keep = |kv: Kv| {
-            for mut b in [kv.key, kv.value] {
-                if spare.len() < MAX_SPARE_BUFS && b.capacity() <= MAX_SPARE_BUF {
-                    b.clear();
-                    spare.push(b);
-                }
-            }
+            spare.keep(kv.key);
+            spare.keep(kv.value);
         };
         for a in self.args.drain(..) {
             keep(a.kv);
