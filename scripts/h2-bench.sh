@@ -18,7 +18,7 @@ sed -i 's/listen 127.0.0.1:\(2608[45]\) ssl;/listen 127.0.0.1:\1 ssl http2;/' "$
 CONF="$T"
 . "$(dirname "$0")/dut-lib.sh"
 start_origin
-for round in $(seq "$ROUNDS"); do for t in sy hp ng; do for proto in h2 h1; do
+for round in $(seq "$ROUNDS"); do for t in ${TARGETS:-sy hp ng}; do for proto in ${PROTOS:-h2 h1}; do
   start $t
   extra=""; [ $proto = h1 ] && extra="--h1"
   c0=$(sumcpu $t)

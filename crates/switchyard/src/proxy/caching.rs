@@ -30,7 +30,9 @@ pub struct Cache {
     /// Set when caching applies to this request.
     key: Option<Vec<u8>>,
     /// The request, kept to answer it from a stored response later.
-    req: Option<Request>,
+    /// Boxed, as `capture`: every exchange's future holds this stage, most
+    /// without a cache.
+    req: Option<Box<Request>>,
     q: Directives,
     /// A stale variant being revalidated (or served if the member fails).
     stale: Option<Arc<Object>>,
@@ -40,7 +42,7 @@ pub struct Cache {
     wait: Option<watch::Receiver<bool>>,
     request_ms: i64,
     /// The response being stored as it streams, and its body so far.
-    capture: Option<(Response, Vec<u8>)>,
+    capture: Option<Box<(Response, Vec<u8>)>>,
     /// A body to send instead of the member's (a freshened stored object).
     replay: Option<Bytes>,
     /// An unsafe method's target, invalidated when it succeeds.
@@ -118,7 +120,7 @@ impl Hooks for Cache {
                         self.fill = Some(g);
                         self.stale = Some(o);
                         self.key = Some(key);
-                        self.req = Some(req.clone());
+                        self.req = Some(Box::new(req.clone()));
                         Verdict::RespondThenForward(local)
                     }
                 };
@@ -143,7 +145,7 @@ impl Hooks for Cache {
             }
         }
         self.key = Some(key);
-        self.req = Some(req.clone());
+        self.req = Some(Box::new(req.clone()));
         Verdict::Continue
     }
 
@@ -247,7 +249,7 @@ impl Hooks for Cache {
                     Framing::Length(n) => n as usize,
                     _ => 0,
                 };
-                self.capture = Some((stored, Vec::with_capacity(len)));
+                self.capture = Some(Box::new((stored, Vec::with_capacity(len))));
                 self.key = Some(key);
                 self.req = Some(req);
                 "fwd=miss; stored".to_string()
@@ -271,9 +273,10 @@ impl Hooks for Cache {
             }
             return BodyEdit::Replaced;
         }
-        let Some((_, body)) = &mut self.capture else {
+        let Some(captured) = &mut self.capture else {
             return BodyEdit::Pass;
         };
+        let body = &mut captured.1;
         let max = x.cache.map_or(0, |c| c.store.max_object()) as usize;
         if body.len() + data.len() > max {
             self.capture = None;
@@ -281,9 +284,10 @@ impl Hooks for Cache {
         }
         body.extend_from_slice(data);
         if end {
-            if let (Some((head, body)), Some(vc), Some(key), Some(req)) =
+            if let (Some(captured), Some(vc), Some(key), Some(req)) =
                 (self.capture.take(), x.cache, &self.key, &self.req)
             {
+                let (head, body) = *captured;
                 let o = Object::new(req, &head, Bytes::from(body), self.request_ms, &vc.settings);
                 if vc.store.insert(key, o) {
                     stats::inc(&x.vs.counters.local().cache_stored);

@@ -18,7 +18,9 @@ use crate::config::snapshot::Snapshot;
 /// What one worker gives every session it runs.
 pub struct WorkerCtx {
     pub snapshot: Arc<arc_swap::ArcSwap<Snapshot>>,
-    pub idle: IdlePool,
+    /// Shared with the connects a request gave up on (`member_h1`), which
+    /// park their connection here when it completes.
+    pub idle: Rc<IdlePool>,
     /// Idle keep-alive connections, their deadlines, and the drain signal.
     pub idle_watch: IdleWatch,
     /// Client connections open on this worker (drain waits for zero);
@@ -70,7 +72,7 @@ impl WorkerCtx {
         let snap = crate::config::parse("t", text, None).expect("test configuration");
         WorkerCtx {
             snapshot: Arc::new(arc_swap::ArcSwap::from_pointee(snap)),
-            idle: IdlePool::default(),
+            idle: Rc::default(),
             idle_watch: IdleWatch::default(),
             active: Default::default(),
             buffers: Default::default(),

@@ -23,6 +23,7 @@
 
 use std::borrow::Cow;
 use std::net::SocketAddr;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -50,7 +51,7 @@ pub struct Local {
 /// goes, and what came of it. Hooks read and write it.
 pub struct Exchange<'s> {
     /// The worker's idle HTTP/1.1 member connections.
-    pub idle: &'s IdlePool,
+    pub idle: &'s Rc<IdlePool>,
     /// The worker's HTTP/2 member connections.
     pub h2_members: &'s H2Conns,
     /// The worker's coarse deadlines (and whether it drains).
@@ -308,7 +309,7 @@ pub trait ClientSide {
 /// One try at one member.
 pub(super) struct Attempt<'a> {
     pub(super) pool: &'a Pool,
-    pub(super) m: &'a Member,
+    pub(super) m: &'a Arc<Member>,
     /// Another attempt may follow a retryable failure (else it is final
     /// and logged as such).
     pub(super) may_retry: bool,

@@ -34,8 +34,9 @@ use crate::waf::seclang::LimitAction;
 
 #[derive(Default)]
 pub struct Waf {
-    /// The request's transaction, when the WAF inspects it.
-    tx: Option<Transaction<'static>>,
+    /// The request's transaction, when the WAF inspects it. Boxed: every
+    /// exchange's future holds this stage, most without a WAF.
+    tx: Option<Box<Transaction<'static>>>,
     unique_id: String,
     /// Phase 2 has run.
     body_done: bool,
@@ -204,7 +205,7 @@ impl Hooks for Waf {
         tx.set_body_access(w.request_body, w.response_body);
         tx.set_request_body_limit(w.body_limit, w.body_limit_action);
         let interrupted = tx.process_request_headers().interrupted.clone();
-        self.tx = Some(tx);
+        self.tx = Some(Box::new(tx));
         if let Some(i) = interrupted {
             return Verdict::Respond(self.block(&w, &i));
         }

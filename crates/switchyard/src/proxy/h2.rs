@@ -41,6 +41,7 @@ use crate::http::h2conv;
 use crate::http::head::Limits;
 use crate::http::responses;
 use crate::log;
+use crate::runtime::batch::Hold;
 use crate::stats;
 
 /// The first line of the client preface, as the HTTP/1 head reader sees it
@@ -137,7 +138,7 @@ async fn handshake(
         ),
         out: Vec::new(),
         out_at: 0,
-        deferred: false,
+        hold: Hold::default(),
     };
     let mut builder = h2::server::Builder::new();
     builder
@@ -339,8 +340,8 @@ struct Wire {
     /// Output gathered for the next write, and how much of it is written.
     out: Vec<u8>,
     out_at: usize,
-    /// This batch's flush already let the other ready tasks run once.
-    deferred: bool,
+    /// A flush waits for the end of the worker's turn.
+    hold: Hold,
 }
 
 impl AsyncRead for Wire {
@@ -367,11 +368,12 @@ impl AsyncRead for Wire {
     }
 }
 
-/// Writes are gathered in `out` and leave in one write per batch: the first
-/// flush after new bytes re-queues the connection task behind the tasks
-/// already ready (streams whose responses just arrived) instead of writing,
-/// so their frames join the same write. Without it every response costs the
-/// client a syscall of its own (HAProxy's mux gathers streams the same way).
+/// Writes are gathered in `out` and leave in one write per batch: a flush
+/// waits for the end of the worker's turn (`runtime::batch`), when every
+/// stream whose response arrived meanwhile has added its frames. Without it
+/// every response costs the client a syscall and a TLS record of its own,
+/// and the client answers in as many small reads (HAProxy's mux gathers
+/// streams the same way).
 impl AsyncWrite for Wire {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -384,18 +386,17 @@ impl AsyncWrite for Wire {
         }
         let n = buf.len().min(OUT_MAX.saturating_sub(this.out.len()).max(1));
         this.out.extend_from_slice(&buf[..n]);
+        crate::runtime::batch::grew();
         Poll::Ready(Ok(n))
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = self.get_mut();
-        if !this.out.is_empty() && !this.deferred && this.out.len() < OUT_MAX / 2 {
-            this.deferred = true;
-            cx.waker().wake_by_ref();
+        if !this.out.is_empty() && this.out.len() < OUT_MAX / 2 && !this.hold.ready(cx) {
             return Poll::Pending;
         }
         ready!(this.write_out(cx))?;
-        this.deferred = false;
+        this.hold.clear();
         Pin::new(&mut this.io).poll_flush(cx)
     }
 

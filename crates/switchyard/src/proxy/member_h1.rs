@@ -87,23 +87,35 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
 /// A new connection to the member, unless a connection another request
 /// releases first is handed over (HAProxy reaches its multiplexing ratio by
 /// not opening a connection per request of a burst). Never slower than the
-/// connect alone.
+/// connect alone. A connect that lost the race is not thrown away: it
+/// completes in the background and parks its connection in the idle pool,
+/// so a burst grows the pool to what the load needs instead of paying a
+/// socket, a handshake and a close for nothing on every race.
 async fn connect_or_take_released(x: &Exchange<'_>, a: &Attempt<'_>) -> Result<UpConn, Failure> {
     let (pool, m) = (a.pool, a.m);
     let released = x.idle.wait_release(m);
-    let connect = upstream::connect(
-        m,
-        pool.tls.as_deref(),
-        Duration::from_millis(x.st.upstream_connect_ms),
-    );
+    let connect = {
+        let (m, tls) = (m.clone(), pool.tls.clone());
+        let timeout = Duration::from_millis(x.st.upstream_connect_ms);
+        async move { upstream::connect(&m, tls.as_deref(), timeout).await }
+    };
+    let mut connect = Box::pin(connect);
     tokio::select! {
         biased;
         Ok(mut u) = released => {
             u.reused = true;
             stats::inc(&m.counters.local().connections_reused);
+            let (idle, m) = (x.idle.clone(), m.clone());
+            let (max_idle, idle_timeout) =
+                (pool.idle_per_member, Duration::from_millis(pool.idle_timeout_ms));
+            tokio::task::spawn_local(async move {
+                if let Ok(spare) = connect.await {
+                    idle.put(&m, spare, max_idle, idle_timeout);
+                }
+            });
             Ok(u)
         }
-        r = connect => r.map_err(|e| a.connect_failed(x, &e, "")),
+        r = &mut connect => r.map_err(|e| a.connect_failed(x, &e, "")),
     }
 }
 

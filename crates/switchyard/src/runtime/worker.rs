@@ -16,7 +16,7 @@ use tokio::task::JoinHandle as TaskHandle;
 
 use crate::config::Snapshot;
 use crate::log;
-use crate::proxy::{self, upstream::IdlePool, IdleWatch, WorkerCtx};
+use crate::proxy::{self, IdleWatch, WorkerCtx};
 use crate::stats;
 
 use super::listen::{Bound, Socket2};
@@ -83,7 +83,9 @@ pub fn spawn(
                 }
             };
             let local = tokio::task::LocalSet::new();
-            local.block_on(&rt, run(snapshot, listeners, cmds, drain, grace_ms));
+            rt.block_on(super::batch::Turns::new(
+                local.run_until(run(snapshot, listeners, cmds, drain, grace_ms)),
+            ));
         })
 }
 
@@ -99,7 +101,7 @@ async fn run(
         idle_watch: IdleWatch::default(),
         active: Default::default(),
         snapshot,
-        idle: IdlePool::default(),
+        idle: Default::default(),
         h2_members: Default::default(),
     });
     let mut accepting: HashMap<Bound, TaskHandle<()>> = HashMap::new();

@@ -1,0 +1,245 @@
+//! A worker's scheduler turn: long ones, and writes held to their end.
+//!
+//! A `LocalSet` runs at most 61 tasks per poll and then asks to be polled
+//! again; tokio's current-thread runtime answers every such request by
+//! polling the I/O driver first (an `epoll_wait`). Under load that is one
+//! system call per 61 task polls, about 20 proxied requests, and each turn
+//! sees only the events of that short window. `Turns` polls the set again
+//! while it still has tasks ready (HAProxy handles up to 200 events per
+//! poll), and only then lets the driver in.
+//!
+//! At the end of a turn, when no task is ready any more, it wakes the tasks
+//! that held a write back for it (`hold_write`): an HTTP/2 connection then
+//! sends the responses of every stream that completed during the turn in
+//! one write, as HAProxy's mux drains every ready stream before it sends.
+
+use std::cell::{Cell, RefCell};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Wake, Waker};
+
+/// Polls of the inner future (61 tasks each) before the driver is polled.
+const TURNS: u32 = 4;
+
+thread_local! {
+    /// A `Turns` drives this thread: held writes will be released.
+    static ACTIVE: Cell<bool> = const { Cell::new(false) };
+    /// Counts the turns' ends on this thread.
+    static TURN: Cell<u64> = const { Cell::new(0) };
+    /// Tasks waiting for the end of the turn.
+    static HELD: RefCell<Vec<Waker>> = const { RefCell::new(Vec::new()) };
+    /// Output was added to held writes since the turn last looked.
+    static GREW: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Most times a turn's end is put off because held output keeps growing.
+const MAX_HOLD: u32 = 8;
+
+/// Held output grew: the writes may wait for one more round of I/O.
+pub fn grew() {
+    GREW.with(|g| g.set(true));
+}
+
+/// When a write held back at the end of turn `Some(n)` may go out.
+#[derive(Clone, Copy, Default)]
+pub struct Hold(Option<u64>);
+
+impl Hold {
+    /// Whether the caller should write now; `Pending` means it is woken at
+    /// the end of this turn. Where no `Turns` drives the thread, now.
+    pub fn ready(&mut self, cx: &Context<'_>) -> bool {
+        if !ACTIVE.with(Cell::get) {
+            return true;
+        }
+        let turn = TURN.with(Cell::get);
+        match self.0 {
+            Some(t) if turn > t => {
+                self.0 = None;
+                true
+            }
+            Some(_) => false,
+            None => {
+                self.0 = Some(turn);
+                HELD.with(|h| h.borrow_mut().push(cx.waker().clone()));
+                false
+            }
+        }
+    }
+
+    /// The write went out for another reason (its buffer filled up).
+    pub fn clear(&mut self) {
+        self.0 = None;
+    }
+}
+
+/// Wraps the future a worker's runtime blocks on.
+pub struct Turns<F> {
+    inner: Pin<Box<F>>,
+    relay: Arc<Relay>,
+    waker: Waker,
+    /// Turn ends put off so far for the held writes.
+    put_off: u32,
+}
+
+/// Forwards wakes to the runtime, and notes that one happened.
+struct Relay {
+    woken: AtomicBool,
+    to: Mutex<Option<Waker>>,
+}
+
+impl Wake for Relay {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.woken.store(true, Ordering::Release);
+        if let Ok(to) = self.to.lock() {
+            if let Some(w) = to.as_ref() {
+                w.wake_by_ref();
+            }
+        }
+    }
+}
+
+impl<F: Future> Turns<F> {
+    pub fn new(inner: F) -> Turns<F> {
+        let relay = Arc::new(Relay {
+            woken: AtomicBool::new(false),
+            to: Mutex::new(None),
+        });
+        Turns {
+            inner: Box::pin(inner),
+            waker: Waker::from(relay.clone()),
+            relay,
+            put_off: 0,
+        }
+    }
+}
+
+impl<F: Future> Future for Turns<F> {
+    type Output = F::Output;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<F::Output> {
+        let this = &mut *self;
+        if let Ok(mut to) = this.relay.to.lock() {
+            if !to.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+                *to = Some(cx.waker().clone());
+            }
+        }
+        ACTIVE.with(|a| a.set(true));
+        let waker = this.waker.clone();
+        let mut inner_cx = Context::from_waker(&waker);
+        let mut polls = 0;
+        loop {
+            this.relay.woken.store(false, Ordering::Release);
+            if let Poll::Ready(v) = this.inner.as_mut().poll(&mut inner_cx) {
+                ACTIVE.with(|a| a.set(false));
+                return Poll::Ready(v);
+            }
+            polls += 1;
+            let ready = this.relay.woken.load(Ordering::Acquire);
+            if ready && polls < TURNS {
+                continue;
+            }
+            // The turn ends: nothing is ready, or it ran long enough and
+            // yields to I/O. While held output still grows, the writes wait
+            // for one more round of events (a few rounds at most); then they
+            // go out (at the next poll if tasks are still waiting).
+            if HELD.with(|h| h.borrow().is_empty()) {
+                return Poll::Pending;
+            }
+            if GREW.with(|g| g.replace(false)) && this.put_off < MAX_HOLD {
+                this.put_off += 1;
+                if !ready {
+                    cx.waker().wake_by_ref();
+                }
+                return Poll::Pending;
+            }
+            let held = HELD.with(|h| std::mem::take(&mut *h.borrow_mut()));
+            this.put_off = 0;
+            TURN.with(|t| t.set(t.get() + 1));
+            for w in held {
+                w.wake();
+            }
+            if !ready {
+                continue;
+            }
+            return Poll::Pending;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::poll_fn;
+    use std::rc::Rc;
+
+    fn block_on<F: Future>(f: F) -> F::Output {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let local = tokio::task::LocalSet::new();
+        rt.block_on(Turns::new(local.run_until(f)))
+    }
+
+    /// A held write waits until every task ready in the same turn has run,
+    /// however many times it is polled meanwhile.
+    #[test]
+    fn held_write_goes_after_the_turns_ready_tasks() {
+        let order = block_on(async {
+            let order = Rc::new(RefCell::new(Vec::new()));
+            let writer = {
+                let order = order.clone();
+                tokio::task::spawn_local(async move {
+                    let mut hold = Hold::default();
+                    grew();
+                    poll_fn(|cx| {
+                        if hold.ready(cx) {
+                            Poll::Ready(())
+                        } else {
+                            // Woken again before the turn ends (as h2 does).
+                            cx.waker().wake_by_ref();
+                            Poll::Pending
+                        }
+                    })
+                    .await;
+                    order.borrow_mut().push("write");
+                })
+            };
+            let mut others = Vec::new();
+            for _ in 0..100 {
+                let order = order.clone();
+                others.push(tokio::task::spawn_local(async move {
+                    tokio::task::yield_now().await;
+                    order.borrow_mut().push("stream");
+                }));
+            }
+            writer.await.expect("writer");
+            for o in others {
+                o.await.expect("stream");
+            }
+            Rc::try_unwrap(order).expect("one owner").into_inner()
+        });
+        assert_eq!(order.len(), 101);
+        assert_eq!(order.last(), Some(&"write"), "{order:?}");
+    }
+
+    /// Without a `Turns` driving the thread nothing would release a held
+    /// write: it goes at once.
+    #[test]
+    fn without_turns_a_write_goes_at_once() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime");
+        rt.block_on(poll_fn(|cx| {
+            let mut hold = Hold::default();
+            assert!(hold.ready(cx));
+            Poll::Ready(())
+        }));
+    }
+}
