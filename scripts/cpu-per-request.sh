@@ -21,7 +21,7 @@ run_case() { # target case
   local args hdr="X-Bench: 1"
   case $2 in
     ka128) args="-c 50 http://127.0.0.1:26080/size/128" ;;
-    close128) args="-c 50 -H Connection:close http://127.0.0.1:26080/size/128" ;;
+    close128) args="-c 50 http://127.0.0.1:26080/size/128"; hdr="Connection: close" ;;
     ka1k) args="-c 20 http://127.0.0.1:26080/size/1024" ;;
     # wrk sends a header only when written "Name: value" (with the space).
     gz2k) args="-c 20 http://127.0.0.1:26082/html/2048"; hdr="Accept-Encoding: gzip" ;;

@@ -483,5 +483,7 @@ async fn stream_task(
     x.facts.http2 = true;
     x.facts.tls = conn.tls_info;
     let mut client = H2Client::new(&mut respond, body);
-    pipeline::run(&mut x, &mut client, req).await;
+    // Boxed: the exchange's future is several KB, and a task's future is
+    // moved (copied whole) as it is spawned; this one is made in place.
+    Box::pin(pipeline::run(&mut x, &mut client, req)).await;
 }
