@@ -1181,3 +1181,60 @@ address = "{}"
         assert_eq!(all, b"first piece;second piece;");
     });
 }
+
+/// A response body from an HTTP/1.1 member ends on its last DATA frame
+/// (END_STREAM set on the data), not on an empty DATA frame of its own.
+#[test]
+fn response_ends_on_its_last_data_frame() {
+    let s = setup("");
+    let mut c = TcpStream::connect(s.only).expect("connect");
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    for stream in (1..=9).step_by(2) {
+        out.extend(get_headers(stream));
+    }
+    c.write_all(&out).expect("write");
+    c.set_read_timeout(Some(Duration::from_secs(3)))
+        .expect("timeout");
+    // (type, flags, stream, length) of every whole frame.
+    let parse = |buf: &[u8]| {
+        let mut seen = Vec::new();
+        let mut at = 0;
+        while at + 9 <= buf.len() {
+            let len = (buf[at] as usize) << 16 | (buf[at + 1] as usize) << 8 | buf[at + 2] as usize;
+            if at + 9 + len > buf.len() {
+                break;
+            }
+            let stream = u32::from_be_bytes([buf[at + 5], buf[at + 6], buf[at + 7], buf[at + 8]]);
+            seen.push((buf[at + 3], buf[at + 4], stream & 0x7fff_ffff, len));
+            at += 9 + len;
+        }
+        seen
+    };
+    let mut got = Vec::new();
+    let mut tmp = [0u8; 65536];
+    let ended = |seen: &[(u8, u8, u32, usize)]| {
+        seen.iter()
+            .filter(|(kind, flags, ..)| *kind == 0x0 && flags & 0x1 != 0)
+            .count()
+    };
+    while ended(&parse(&got)) < 5 {
+        match c.read(&mut tmp) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&tmp[..n]),
+        }
+    }
+    let seen = parse(&got);
+    for stream in (1..=9).step_by(2) {
+        let data: Vec<_> = seen
+            .iter()
+            .filter(|(kind, _, s, _)| *kind == 0x0 && *s == stream)
+            .collect();
+        let last = data.last().expect("a DATA frame");
+        assert!(last.1 & 0x1 != 0, "stream {stream}: {data:?}");
+        assert!(
+            data.iter().all(|(_, _, _, len)| *len > 0),
+            "stream {stream} has an empty DATA frame: {data:?}"
+        );
+    }
+}

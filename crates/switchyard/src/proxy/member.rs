@@ -141,6 +141,10 @@ pub struct H2Sink {
     written: bool,
     /// The peer is gone: every write fails.
     gone: bool,
+    /// The last chunk, held until the next one, a flush (the source
+    /// pauses) or the end: the end then rides on the last DATA frame
+    /// instead of an empty frame of its own.
+    held: Option<Bytes>,
 }
 
 impl H2Sink {
@@ -150,6 +154,7 @@ impl H2Sink {
             send: Some(send),
             written: true,
             gone: false,
+            held: None,
         }
     }
 
@@ -159,6 +164,7 @@ impl H2Sink {
             send: None,
             written: true,
             gone: false,
+            held: None,
         }
     }
 
@@ -168,6 +174,7 @@ impl H2Sink {
             send: None,
             written: true,
             gone: true,
+            held: None,
         }
     }
 
@@ -183,6 +190,36 @@ fn h2_err(e: h2::Error) -> BodyError {
     BodyError::Write(std::io::Error::other(e))
 }
 
+/// Sends `chunk` as the stream's flow control allows, the last frame
+/// ending the stream when `end`.
+async fn send_chunk(
+    to: &mut SendStream<Bytes>,
+    mut chunk: Bytes,
+    end: bool,
+) -> Result<(), BodyError> {
+    if chunk.is_empty() {
+        return if end {
+            to.send_data(chunk, true).map_err(h2_err)
+        } else {
+            Ok(())
+        };
+    }
+    while !chunk.is_empty() {
+        to.reserve_capacity(chunk.len());
+        let mut cap = to.capacity();
+        while cap == 0 {
+            cap = match poll_fn(|cx| to.poll_capacity(cx)).await {
+                Some(r) => r.map_err(h2_err)?,
+                None => return Err(h2_err(h2::Error::from(Reason::CANCEL))),
+            };
+        }
+        let part = chunk.split_to(cap.min(chunk.len()));
+        to.send_data(part, end && chunk.is_empty())
+            .map_err(h2_err)?;
+    }
+    Ok(())
+}
+
 impl Sink for H2Sink {
     async fn data(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
         if self.gone {
@@ -192,24 +229,21 @@ impl Sink for H2Sink {
             return Ok(());
         };
         self.written = true;
-        let mut chunk = Bytes::copy_from_slice(bytes);
-        while !chunk.is_empty() {
-            to.reserve_capacity(chunk.len());
-            let mut cap = to.capacity();
-            while cap == 0 {
-                cap = match poll_fn(|cx| to.poll_capacity(cx)).await {
-                    Some(r) => r.map_err(h2_err)?,
-                    None => return Err(h2_err(h2::Error::from(Reason::CANCEL))),
-                };
-            }
-            let part = chunk.split_to(cap.min(chunk.len()));
-            to.send_data(part, false).map_err(h2_err)?;
+        if bytes.is_empty() {
+            return Ok(());
         }
+        if let Some(before) = self.held.take() {
+            send_chunk(to, before, false).await?;
+        }
+        self.held = Some(Bytes::copy_from_slice(bytes));
         Ok(())
     }
 
     async fn flush(&mut self) -> Result<(), BodyError> {
-        Ok(())
+        match (self.held.take(), &mut self.send) {
+            (Some(chunk), Some(to)) => send_chunk(to, chunk, false).await,
+            _ => Ok(()),
+        }
     }
 
     async fn end(&mut self, trailers: Option<&Fields>) -> Result<(), BodyError> {
@@ -217,11 +251,16 @@ impl Sink for H2Sink {
             return Ok(());
         };
         self.written = true;
+        let held = self.held.take();
         match trailers {
-            Some(t) => to.send_trailers(trailers_to_h2(t)),
-            None => to.send_data(Bytes::new(), true),
+            Some(t) => {
+                if let Some(chunk) = held {
+                    send_chunk(to, chunk, false).await?;
+                }
+                to.send_trailers(trailers_to_h2(t)).map_err(h2_err)
+            }
+            None => send_chunk(to, held.unwrap_or_default(), true).await,
         }
-        .map_err(h2_err)
     }
 
     fn written(&self) -> bool {
