@@ -29,4 +29,5 @@ pub mod shield;
 pub mod stats;
 pub mod stick;
 pub mod tls;
+pub mod turn;
 pub mod waf;

@@ -557,6 +557,14 @@ fn ping_and_settings_floods_are_cut() {
 
 /// (type, stream) of every whole frame in `buf`.
 fn frames(buf: &[u8]) -> Vec<(u8, u32)> {
+    frame_heads(buf)
+        .into_iter()
+        .map(|(kind, _, stream, _)| (kind, stream))
+        .collect()
+}
+
+/// (type, flags, stream, payload length) of every whole frame in `buf`.
+fn frame_heads(buf: &[u8]) -> Vec<(u8, u8, u32, usize)> {
     let mut out = Vec::new();
     let mut at = 0;
     while at + 9 <= buf.len() {
@@ -565,7 +573,7 @@ fn frames(buf: &[u8]) -> Vec<(u8, u32)> {
             break;
         }
         let stream = u32::from_be_bytes([buf[at + 5], buf[at + 6], buf[at + 7], buf[at + 8]]);
-        out.push((buf[at + 3], stream & 0x7fff_ffff));
+        out.push((buf[at + 3], buf[at + 4], stream & 0x7fff_ffff, len));
         at += 9 + len;
     }
     out
@@ -1196,21 +1204,6 @@ fn response_ends_on_its_last_data_frame() {
     c.write_all(&out).expect("write");
     c.set_read_timeout(Some(Duration::from_secs(3)))
         .expect("timeout");
-    // (type, flags, stream, length) of every whole frame.
-    let parse = |buf: &[u8]| {
-        let mut seen = Vec::new();
-        let mut at = 0;
-        while at + 9 <= buf.len() {
-            let len = (buf[at] as usize) << 16 | (buf[at + 1] as usize) << 8 | buf[at + 2] as usize;
-            if at + 9 + len > buf.len() {
-                break;
-            }
-            let stream = u32::from_be_bytes([buf[at + 5], buf[at + 6], buf[at + 7], buf[at + 8]]);
-            seen.push((buf[at + 3], buf[at + 4], stream & 0x7fff_ffff, len));
-            at += 9 + len;
-        }
-        seen
-    };
     let mut got = Vec::new();
     let mut tmp = [0u8; 65536];
     let ended = |seen: &[(u8, u8, u32, usize)]| {
@@ -1218,13 +1211,13 @@ fn response_ends_on_its_last_data_frame() {
             .filter(|(kind, flags, ..)| *kind == 0x0 && flags & 0x1 != 0)
             .count()
     };
-    while ended(&parse(&got)) < 5 {
+    while ended(&frame_heads(&got)) < 5 {
         match c.read(&mut tmp) {
             Ok(0) | Err(_) => break,
             Ok(n) => got.extend_from_slice(&tmp[..n]),
         }
     }
-    let seen = parse(&got);
+    let seen = frame_heads(&got);
     for stream in (1..=9).step_by(2) {
         let data: Vec<_> = seen
             .iter()

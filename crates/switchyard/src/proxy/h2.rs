@@ -41,8 +41,8 @@ use crate::http::h2conv;
 use crate::http::head::Limits;
 use crate::http::responses;
 use crate::log;
-use crate::runtime::batch::Hold;
 use crate::stats;
+use crate::turn::Hold;
 
 /// The first line of the client preface, as the HTTP/1 head reader sees it
 /// ("PRI * HTTP/2.0" and an empty line); "SM\r\n\r\n" follows.
@@ -369,7 +369,7 @@ impl AsyncRead for Wire {
 }
 
 /// Writes are gathered in `out` and leave in one write per batch: a flush
-/// waits for the end of the worker's turn (`runtime::batch`), when every
+/// waits for the end of the worker's turn (`crate::turn`), when every
 /// stream whose response arrived meanwhile has added its frames. Without it
 /// every response costs the client a syscall and a TLS record of its own,
 /// and the client answers in as many small reads (HAProxy's mux gathers
@@ -386,7 +386,7 @@ impl AsyncWrite for Wire {
         }
         let n = buf.len().min(OUT_MAX.saturating_sub(this.out.len()).max(1));
         this.out.extend_from_slice(&buf[..n]);
-        crate::runtime::batch::grew();
+        crate::turn::grew();
         Poll::Ready(Ok(n))
     }
 

@@ -12,7 +12,6 @@
 //! atomic swap; a file that fails is logged and the old snapshot keeps
 //! serving.
 
-pub(crate) mod batch;
 mod listen;
 mod trim;
 mod worker;

@@ -83,7 +83,7 @@ pub fn spawn(
                 }
             };
             let local = tokio::task::LocalSet::new();
-            rt.block_on(super::batch::Turns::new(
+            rt.block_on(crate::turn::Turns::new(
                 local.run_until(run(snapshot, listeners, cmds, drain, grace_ms)),
             ));
         })
