@@ -428,7 +428,6 @@ struct Samples {
     rss_max: u64,
     origin0: OriginStats,
     origin1: OriginStats,
-    origin_open: Vec<i64>,
     load_side_share: f64,
 }
 
@@ -438,7 +437,6 @@ fn run_load(
     origin: &OriginHandle,
 ) -> Result<(LoadResult, Samples), String> {
     let mut s = Samples::default();
-    let mut in_steady = false;
     let load_cpu0 = crate::sys::process_cpu();
     let wall0 = Instant::now();
     let res = load::run(cfg, &mut |e| match e {
@@ -446,22 +444,15 @@ fn run_load(
             s.cpu0 = dut.sample().cpu_secs;
             s.t0 = Some(Instant::now());
             s.origin0 = origin.stats();
-            s.origin_open.push(s.origin0.conns_open);
-            in_steady = true;
         }
         Edge::SteadyEnd => {
             s.cpu1 = dut.sample().cpu_secs;
             s.t1 = Some(Instant::now());
             s.origin1 = origin.stats();
-            s.origin_open.push(s.origin1.conns_open);
-            in_steady = false;
         }
         Edge::Tick => {
             let d = dut.sample();
             s.rss_max = s.rss_max.max(d.rss_bytes);
-            if in_steady {
-                s.origin_open.push(origin.stats().conns_open);
-            }
         }
     })?;
     // Generator + origin + this thread: everything on the load side's core.
@@ -610,10 +601,12 @@ fn run_sample(
     let cpu = (s.cpu1 - s.cpu0).max(0.0);
     let share = dut_cpu_share(&s);
     let od = s.origin1.since(&s.origin0);
-    let origin_open_avg = if s.origin_open.is_empty() {
-        0.0
+    // Integrated, not sampled: a proxy that opens and closes a member
+    // connection per request has about none open at any sampling instant.
+    let origin_open_avg = if od.at_us > 0 {
+        od.conn_us as f64 / od.at_us as f64
     } else {
-        s.origin_open.iter().sum::<i64>() as f64 / s.origin_open.len() as f64
+        0.0
     };
     let p = |q: f64| r.latency.percentile(q) as f64;
     let mut not_cached = None;

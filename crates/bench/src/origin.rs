@@ -54,6 +54,8 @@ impl Default for OriginOpts {
 struct Counters {
     conns_accepted: AtomicU64,
     conns_open: AtomicI64,
+    /// Open connections integrated over time (`OriginStats::conn_us`).
+    open_time: std::sync::Mutex<OpenTime>,
     requests: AtomicU64,
     bytes_out: AtomicU64,
     xff_seen: AtomicU64,
@@ -63,12 +65,35 @@ struct Counters {
     bad_requests: AtomicU64,
 }
 
+/// The integral of a thread's open connections over time, brought up to
+/// date at every open and close (and at each snapshot).
+#[derive(Default)]
+struct OpenTime {
+    area_us: u64,
+    open: u64,
+    since_us: u64,
+}
+
+impl OpenTime {
+    fn at(&mut self, now_us: u64) -> u64 {
+        self.area_us += self.open * now_us.saturating_sub(self.since_us);
+        self.since_us = self.since_us.max(now_us);
+        self.area_us
+    }
+}
+
 /// A snapshot of the origin's counters, summed over its threads.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OriginStats {
     pub conns_accepted: u64,
     /// Connections open at the moment of the snapshot.
     pub conns_open: i64,
+    /// Open connections integrated over time (connection-microseconds),
+    /// and when the snapshot was taken (µs since the origin started):
+    /// their differences give the mean open count over a window, however
+    /// short-lived the connections (a per-second sample can miss them all).
+    pub conn_us: u64,
+    pub at_us: u64,
     pub requests: u64,
     pub bytes_out: u64,
     /// Requests that carried X-Forwarded-For (a proxy added it).
@@ -97,6 +122,8 @@ impl OriginStats {
         OriginStats {
             conns_accepted: self.conns_accepted - before.conns_accepted,
             conns_open: self.conns_open,
+            conn_us: self.conn_us.saturating_sub(before.conn_us),
+            at_us: self.at_us.saturating_sub(before.at_us),
             requests: self.requests - before.requests,
             bytes_out: self.bytes_out - before.bytes_out,
             xff_seen: self.xff_seen - before.xff_seen,
@@ -118,8 +145,14 @@ struct Shared {
 
 impl Shared {
     fn snapshot(&self) -> OriginStats {
-        let mut s = OriginStats::default();
+        let mut s = OriginStats {
+            at_us: self.now_us(),
+            ..OriginStats::default()
+        };
         for c in &self.counters {
+            if let Ok(mut t) = c.open_time.lock() {
+                s.conn_us += t.at(s.at_us);
+            }
             s.conns_accepted += c.conns_accepted.load(Relaxed);
             s.conns_open += c.conns_open.load(Relaxed);
             s.requests += c.requests.load(Relaxed);
@@ -131,6 +164,10 @@ impl Shared {
             s.bad_requests += c.bad_requests.load(Relaxed);
         }
         s
+    }
+
+    fn now_us(&self) -> u64 {
+        self.epoch.elapsed().as_micros() as u64
     }
 }
 
@@ -290,6 +327,18 @@ impl Ctx {
     fn c(&self) -> &Counters {
         &self.shared.counters[self.idx]
     }
+    /// A connection opened (or closed): the open-time integral moves on.
+    fn open_change(&self, opened: bool) {
+        let now = self.shared.now_us();
+        if let Ok(mut t) = self.c().open_time.lock() {
+            t.at(now);
+            t.open = if opened {
+                t.open + 1
+            } else {
+                t.open.saturating_sub(1)
+            };
+        }
+    }
     fn sum_of(&self, path: &str, n: u64) -> u64 {
         *self
             .sums
@@ -305,10 +354,12 @@ async fn accept_loop(l: TcpListener, ctx: Rc<Ctx>) {
             Ok((s, _)) => {
                 let _ = s.set_nodelay(true);
                 ctx.c().conns_accepted.fetch_add(1, Relaxed);
+                ctx.open_change(true);
                 ctx.c().conns_open.fetch_add(1, Relaxed);
                 let ctx = ctx.clone();
                 tokio::task::spawn_local(async move {
                     let _ = serve_conn(s, &ctx).await;
+                    ctx.open_change(false);
                     ctx.c().conns_open.fetch_sub(1, Relaxed);
                 });
             }

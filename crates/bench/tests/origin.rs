@@ -211,3 +211,40 @@ fn stops_on_drop() {
         assert!(TcpStream::connect(a).is_err(), "{a} still accepts");
     }
 }
+
+/// The mean number of open connections over a window comes from their
+/// lifetimes, not from samples: two connections held for the window count
+/// as two, and connections opened and closed between samples still count.
+#[test]
+fn open_connections_are_integrated_over_time() {
+    let o = spawn_origin(&[any_port()], OriginOpts::default()).unwrap();
+    let before = o.stats();
+    let held: Vec<_> = (0..2).map(|_| conn(o.addrs()[0])).collect();
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    while o.stats().conns_open != 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let start = o.stats();
+    std::thread::sleep(Duration::from_millis(300));
+    let window = o.stats().since(&start);
+    let mean = window.conn_us as f64 / window.at_us as f64;
+    assert!((1.9..=2.1).contains(&mean), "mean open {mean}");
+    drop(held);
+    while o.stats().conns_open != 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // Short-lived connections: none is open at any later sample.
+    let start = o.stats();
+    for _ in 0..20 {
+        let (mut s, mut r) = conn(o.addrs()[0]);
+        write!(s, "GET /size/1 HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        assert_eq!(read_resp(&mut r).status, 200);
+    }
+    while o.stats().conns_open != 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let window = o.stats().since(&start);
+    assert_eq!(window.conns_open, 0);
+    assert!(window.conn_us > 0, "{window:?}");
+    assert!(o.stats().since(&before).conn_us >= 2 * 300_000);
+}
