@@ -87,10 +87,10 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
 /// A new connection to the member, unless a connection another request
 /// releases first is handed over (HAProxy reaches its multiplexing ratio by
 /// not opening a connection per request of a burst). Never slower than the
-/// connect alone. A connect that lost the race is not thrown away: it
-/// completes in the background and parks its connection in the idle pool,
-/// so a burst grows the pool to what the load needs instead of paying a
-/// socket, a handshake and a close for nothing on every race.
+/// connect alone. A connect that lost the race is not thrown away at once:
+/// it completes in the background and goes to a request still waiting for
+/// a connection (in a burst there usually is one), and is closed only when
+/// none is, so a light load does not keep its bursts' connections.
 async fn connect_or_take_released(x: &Exchange<'_>, a: &Attempt<'_>) -> Result<UpConn, Failure> {
     let (pool, m) = (a.pool, a.m);
     let released = x.idle.wait_release(m);
@@ -106,11 +106,9 @@ async fn connect_or_take_released(x: &Exchange<'_>, a: &Attempt<'_>) -> Result<U
             u.reused = true;
             stats::inc(&m.counters.local().connections_reused);
             let (idle, m) = (x.idle.clone(), m.clone());
-            let (max_idle, idle_timeout) =
-                (pool.idle_per_member, Duration::from_millis(pool.idle_timeout_ms));
             tokio::task::spawn_local(async move {
                 if let Ok(spare) = connect.await {
-                    idle.put(&m, spare, max_idle, idle_timeout);
+                    idle.offer(&m, spare);
                 }
             });
             Ok(u)
