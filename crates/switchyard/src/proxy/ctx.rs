@@ -19,7 +19,7 @@ use crate::config::snapshot::Snapshot;
 pub struct WorkerCtx {
     pub snapshot: Arc<arc_swap::ArcSwap<Snapshot>>,
     /// Shared with the connects a request gave up on (`member_h1`), which
-    /// park their connection here when it completes.
+    /// offer their connection to a waiting request when they complete.
     pub idle: Rc<IdlePool>,
     /// Idle keep-alive connections, their deadlines, and the drain signal.
     pub idle_watch: IdleWatch,
