@@ -16,7 +16,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::{FromRawFd, IntoRawFd};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -53,8 +53,8 @@ impl Default for OriginOpts {
 #[derive(Default)]
 struct Counters {
     conns_accepted: AtomicU64,
-    conns_open: AtomicI64,
-    /// Open connections integrated over time (`OriginStats::conn_us`).
+    /// Connections open now, and integrated over time
+    /// (`OriginStats::conns_open`, `OriginStats::conn_us`).
     open_time: std::sync::Mutex<OpenTime>,
     requests: AtomicU64,
     bytes_out: AtomicU64,
@@ -152,9 +152,9 @@ impl Shared {
         for c in &self.counters {
             if let Ok(mut t) = c.open_time.lock() {
                 s.conn_us += t.at(s.at_us);
+                s.conns_open += t.open as i64;
             }
             s.conns_accepted += c.conns_accepted.load(Relaxed);
-            s.conns_open += c.conns_open.load(Relaxed);
             s.requests += c.requests.load(Relaxed);
             s.bytes_out += c.bytes_out.load(Relaxed);
             s.xff_seen += c.xff_seen.load(Relaxed);
@@ -355,12 +355,10 @@ async fn accept_loop(l: TcpListener, ctx: Rc<Ctx>) {
                 let _ = s.set_nodelay(true);
                 ctx.c().conns_accepted.fetch_add(1, Relaxed);
                 ctx.open_change(true);
-                ctx.c().conns_open.fetch_add(1, Relaxed);
                 let ctx = ctx.clone();
                 tokio::task::spawn_local(async move {
                     let _ = serve_conn(s, &ctx).await;
                     ctx.open_change(false);
-                    ctx.c().conns_open.fetch_sub(1, Relaxed);
                 });
             }
             Err(_) => {

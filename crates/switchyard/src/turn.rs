@@ -9,7 +9,7 @@
 //! poll), and only then lets the driver in.
 //!
 //! At the end of a turn, when no task is ready any more, it wakes the tasks
-//! that held a write back for it (`hold_write`): an HTTP/2 connection then
+//! that held a write back for it (`Hold`): an HTTP/2 connection then
 //! sends the responses of every stream that completed during the turn in
 //! one write, as HAProxy's mux drains every ready stream before it sends.
 
@@ -43,7 +43,7 @@ pub fn grew() {
 }
 
 /// When a write held back at the end of turn `Some(n)` may go out.
-#[derive(Clone, Copy, Default)]
+#[derive(Default)]
 pub struct Hold(Option<u64>);
 
 impl Hold {
@@ -130,8 +130,7 @@ impl<F: Future> Future for Turns<F> {
             }
         }
         ACTIVE.with(|a| a.set(true));
-        let waker = this.waker.clone();
-        let mut inner_cx = Context::from_waker(&waker);
+        let mut inner_cx = Context::from_waker(&this.waker);
         let mut polls = 0;
         loop {
             this.relay.woken.store(false, Ordering::Release);

@@ -215,9 +215,7 @@ impl IdlePool {
     /// to a request waiting for one; with none waiting it is closed, so a
     /// light load does not keep the connections of its bursts.
     pub fn offer(&self, m: &Member, conn: UpConn) {
-        if let Some(conn) = self.hand_over(m, conn) {
-            drop(conn);
-        }
+        drop(self.hand_over(m, conn));
     }
 
     /// Gives `conn` to the oldest request still waiting for a connection to
