@@ -6,9 +6,9 @@
 #   scripts/cpu-per-request.sh REPORT_DIR/work [rounds]
 # Cases: keep-alive 128 B (wrk -c 50), one request per connection 128 B
 # (wrk -c 50 with "Connection: close"), keep-alive 1 KB (wrk -c 20); with
-# CASES="gz2k gz64k hit2k hit64k": gzip of the bench's HTML at 2 KB and
-# 64 KB on the compress listener, and cache hits of 2 KB and 64 KB on the
-# cache listener (keep-alive, wrk -c 20). TARGETS="sy hp ng" by default.
+# CASES="gz2k gz8k gz64k gz512k id2k hit2k hit64k": gzip of the bench's HTML
+# at 2 KB to 512 KB (id2k: 2 KB not compressed) on the compress listener,
+# and cache hits of 2 KB and 64 KB on the cache listener (keep-alive, wrk -c 20). TARGETS="sy hp ng" by default.
 set -u
 W=$(realpath "${1:?usage: cpu-per-request.sh REPORT_DIR/work [rounds]}")
 ROUNDS=${2:-3}
@@ -25,7 +25,12 @@ run_case() { # target case
     ka1k) args="-c 20 http://127.0.0.1:26080/size/1024" ;;
     # wrk sends a header only when written "Name: value" (with the space).
     gz2k) args="-c 20 http://127.0.0.1:26082/html/2048"; hdr="Accept-Encoding: gzip" ;;
+    gz8k) args="-c 20 http://127.0.0.1:26082/html/8192"; hdr="Accept-Encoding: gzip" ;;
     gz64k) args="-c 20 http://127.0.0.1:26082/html/65536"; hdr="Accept-Encoding: gzip" ;;
+    gz512k) args="-c 20 http://127.0.0.1:26082/html/524288"; hdr="Accept-Encoding: gzip" ;;
+    # The same 2 KB HTML through the same listener, not compressed: what
+    # the proxying alone costs.
+    id2k) args="-c 20 http://127.0.0.1:26082/html/2048" ;;
     hit2k) args="-c 20 http://127.0.0.1:26083/size/2048" ;;
     hit64k) args="-c 20 http://127.0.0.1:26083/size/65536" ;;
   esac

@@ -7,7 +7,9 @@ start() { case $1 in
   sy) taskset -c 0 $B run -c "$CONF"/switchyard/switchyard.toml 2>/dev/null & ;;
   hp) taskset -c 0 haproxy -f "$CONF"/haproxy/haproxy.cfg 2>/dev/null & ;;
   ng) taskset -c 0 nginx -c "$CONF"/nginx/nginx.conf 2>/dev/null & ;;
-esac; P=$!; sleep 0.7; }
+esac; P=$!; sleep 0.3
+  # Every bench config listens on 26080: wait until it accepts (5 s at most).
+  for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/26080) 2>/dev/null && break; sleep 0.1; done; }
 stop() { if [ "$1" = ng ]; then nginx -c "$CONF"/nginx/nginx.conf -s stop 2>/dev/null; fi; kill $P 2>/dev/null; wait $P 2>/dev/null; sleep 0.3; }
 pids() { if [ "$1" = ng ]; then echo "$P $(pgrep -P $P)"; else echo $P; fi; }
 sumcpu() { t=0; for p in $(pids "$1"); do t=$((t+$(cpu $p))); done; echo $t; }
