@@ -78,11 +78,28 @@ struct Field {
 }
 
 /// Header fields in order, duplicates kept. Names compare case-insensitively.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Default)]
 pub struct Fields {
     raw: Bytes,
     owned: Vec<u8>,
     list: Vec<Field>,
+}
+
+/// A copy is made to be edited (a cached head answering a request gets
+/// Age and Cache-Status): room for a few fields comes with it, so the
+/// first edits do not reallocate.
+impl Clone for Fields {
+    fn clone(&self) -> Fields {
+        let mut owned = Vec::with_capacity(self.owned.len() + 128);
+        owned.extend_from_slice(&self.owned);
+        let mut list = Vec::with_capacity(self.list.len() + 4);
+        list.extend_from_slice(&self.list);
+        Fields {
+            raw: self.raw.clone(),
+            owned,
+            list,
+        }
+    }
 }
 
 impl Fields {

@@ -50,11 +50,11 @@ pub struct Cache {
 }
 
 impl Cache {
-    fn hit(&self, x: &Exchange<'_>, o: &Object, req: &Request, status: &str) -> Local {
+    fn hit(&self, x: &Exchange<'_>, o: &Object, req: &Request, status: &str, now: i64) -> Local {
         let (response, body) = match x.cache {
             // The common answer's Cache-Status is made once per config.
-            Some(c) if status == "hit" => answer(o, req, cache::now(), &c.settings.hit_status),
-            _ => answer(o, req, cache::now(), &self.status(x, status)),
+            Some(c) if status == "hit" => answer(o, req, now, &c.settings.hit_status),
+            _ => answer(o, req, now, &self.status(x, status)),
         };
         Local { response, body }
     }
@@ -103,7 +103,7 @@ impl Hooks for Cache {
             if o.fresh_for(&self.q, now) {
                 stats::inc(&vcount.cache_hits);
                 x.facts.cache_verdict("hit");
-                return Verdict::Respond(self.hit(x, &o, req, "hit"));
+                return Verdict::Respond(self.hit(x, &o, req, "hit", now));
             }
             // Within stale-while-revalidate: served stale at once; the
             // first such request then revalidates it with the member.
@@ -112,7 +112,7 @@ impl Hooks for Cache {
             {
                 stats::inc(&vcount.cache_stale_served);
                 x.facts.cache_verdict("stale");
-                let local = self.hit(x, &o, req, "hit; detail=stale-while-revalidate");
+                let local = self.hit(x, &o, req, "hit; detail=stale-while-revalidate", now);
                 return match vc.store.begin_fill(&key) {
                     Fill::Wait(_) => Verdict::Respond(local),
                     Fill::Leader(g) => {
@@ -157,10 +157,11 @@ impl Hooks for Cache {
         let limit = Duration::from_millis(x.st.upstream_response_ms);
         let _ = tokio::time::timeout(limit, rx.wait_for(|done| *done)).await;
         if let Some(o) = vc.store.lookup(key, &req.head.fields) {
-            if o.fresh_for(&self.q, cache::now()) {
+            let now = cache::now();
+            if o.fresh_for(&self.q, now) {
                 stats::inc(&x.vs.counters.local().cache_coalesced);
                 x.facts.cache_verdict("hit");
-                return Verdict::Respond(self.hit(x, &o, req, "hit; detail=collapsed"));
+                return Verdict::Respond(self.hit(x, &o, req, "hit; detail=collapsed", now));
             }
         }
         Verdict::Continue
@@ -304,6 +305,7 @@ impl Hooks for Cache {
         }
         stats::inc(&x.vs.counters.local().cache_stale_served);
         x.facts.cache_verdict("stale");
-        Some(self.hit(x, o, req, "fwd=stale; detail=stale-if-error"))
+        let now = cache::now();
+        Some(self.hit(x, o, req, "fwd=stale; detail=stale-if-error", now))
     }
 }
