@@ -52,6 +52,8 @@ thread_local! {
     static DEFLATES: RefCell<Vec<(u32, Compress)>> = const { RefCell::new(Vec::new()) };
     static WHOLE: RefCell<Vec<(u32, libdeflater::Compressor)>> = const { RefCell::new(Vec::new()) };
     static BODIES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    /// libdeflate's output, at most the bound of `WHOLE_BODY_MAX` bytes.
+    static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
 
 pub enum Encoder {
@@ -236,20 +238,24 @@ fn whole_gzip(body: &[u8], level: u32, out: &mut Vec<u8>) -> io::Result<()> {
             libdeflater::Compressor::new(lvl)
         }
     };
-    let start = out.len();
-    out.resize(start + z.gzip_compress_bound(body.len()), 0);
-    let r = z.gzip_compress(body, &mut out[start..]);
+    // Compressed into this thread's scratch buffer, zeroed only where it
+    // grows: zeroing the whole bound per response cost more than copying
+    // the output out of it.
+    let r = SCRATCH.with(|s| {
+        let mut s = s.borrow_mut();
+        let bound = z.gzip_compress_bound(body.len());
+        if s.len() < bound {
+            s.resize(bound, 0);
+        }
+        let r = z.gzip_compress(body, &mut s[..bound]);
+        if let Ok(n) = r {
+            out.extend_from_slice(&s[..n]);
+        }
+        r
+    });
     put_spare(&WHOLE, level, z);
-    match r {
-        Ok(n) => {
-            out.truncate(start + n);
-            Ok(())
-        }
-        Err(e) => {
-            out.truncate(start);
-            Err(io::Error::other(format!("libdeflate: {e:?}")))
-        }
-    }
+    r.map(|_| ())
+        .map_err(|e| io::Error::other(format!("libdeflate: {e:?}")))
 }
 
 type Spares<T> = std::thread::LocalKey<RefCell<Vec<(u32, T)>>>;
