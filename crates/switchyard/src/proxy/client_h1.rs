@@ -80,8 +80,9 @@ impl<'c> H1Client<'c> {
     async fn write_local(&mut self, x: &Exchange<'_>, req: &Request, l: &Local, close: bool) {
         // Small bodies ride behind the head in one buffer; large ones (a
         // cache hit) go beside it in one vectored write, uncopied.
-        let inline = l.body.len() <= 4096;
-        let mut out = Vec::with_capacity(256 + if inline { l.body.len() } else { 0 });
+        let inline = l.body.len() <= INLINE_MAX;
+        let mut out = SPARE_OUT.with(|s| s.take());
+        out.reserve(256 + if inline { l.body.len() } else { 0 });
         let cf = ClientFraming {
             close,
             keep_alive_10: req.head.minor == 0 && !close,
@@ -100,7 +101,21 @@ impl<'c> H1Client<'c> {
         if self.c.send2(&out, body).await.is_err() {
             self.close = true;
         }
+        if out.capacity() <= 2 * INLINE_MAX {
+            out.clear();
+            SPARE_OUT.with(|s| s.set(out));
+        }
     }
+}
+
+/// Local answers with a body up to this size are written in one buffer.
+const INLINE_MAX: usize = 4096;
+
+thread_local! {
+    /// The buffer the last local answer was written from: a cache hit
+    /// allocates none of its own (most hits on a worker come one after
+    /// another; one that finds it taken allocates).
+    static SPARE_OUT: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 impl ClientSide for H1Client<'_> {
