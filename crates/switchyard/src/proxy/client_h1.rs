@@ -101,20 +101,34 @@ impl<'c> H1Client<'c> {
         if self.c.send2(&out, body).await.is_err() {
             self.close = true;
         }
-        if out.capacity() <= 2 * INLINE_MAX {
-            out.clear();
-            SPARE_OUT.with(|s| s.set(out));
-        }
+        give_back(out);
+    }
+}
+
+impl Drop for H1Client<'_> {
+    fn drop(&mut self) {
+        give_back(std::mem::take(&mut self.stage));
+    }
+}
+
+/// Keeps a write buffer for this thread's next response (one per thread:
+/// at most the staging a streamed body fills, about 128 KiB).
+fn give_back(mut buf: Vec<u8>) {
+    if buf.capacity() != 0 && buf.capacity() <= SPARE_MAX {
+        buf.clear();
+        SPARE_OUT.with(|s| s.set(buf));
     }
 }
 
 /// Local answers with a body up to this size are written in one buffer.
 const INLINE_MAX: usize = 4096;
+/// The largest write buffer kept for the next response.
+const SPARE_MAX: usize = 128 * 1024;
 
 thread_local! {
-    /// The buffer the last local answer was written from: a cache hit
-    /// allocates none of its own (most hits on a worker come one after
-    /// another; one that finds it taken allocates).
+    /// The buffer the last response was written from: a response
+    /// allocates none of its own (most responses on a worker are written
+    /// one after another; one that finds it taken allocates).
     static SPARE_OUT: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
@@ -176,9 +190,12 @@ impl ClientSide for H1Client<'_> {
         let chunked = reframe && client_11;
         let close = !req.head.keep_alive || (reframe && !client_11) || x.timers.is_draining();
         self.close |= close;
+        if self.stage.capacity() == 0 {
+            self.stage = SPARE_OUT.with(|s| s.take());
+        }
         self.stage.clear();
         // Room for the head and a small body: one allocation, not a
-        // doubling per field.
+        // doubling per field (none when the thread's spare has it).
         self.stage.reserve(2048);
         let cf = ClientFraming {
             chunked,
