@@ -38,7 +38,7 @@ pub fn answer(o: &Object, req: &Request, now_ms: i64, cache_status: &str) -> (Re
             .append(b"cache-status", cache_status.as_bytes());
         return (r, Bytes::new());
     }
-    let mut r = o.head.clone();
+    let mut r = o.head.clone_to_edit();
     r.head.fields.remove(b"age");
     r.head.fields.append(b"age", age);
     r.head

@@ -78,18 +78,19 @@ struct Field {
 }
 
 /// Header fields in order, duplicates kept. Names compare case-insensitively.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Fields {
     raw: Bytes,
     owned: Vec<u8>,
     list: Vec<Field>,
 }
 
-/// A copy is made to be edited (a cached head answering a request gets
-/// Age and Cache-Status): room for a few fields comes with it, so the
-/// first edits do not reallocate.
-impl Clone for Fields {
-    fn clone(&self) -> Fields {
+impl Fields {
+    /// A copy to be edited (a cached head answering a request gets Age
+    /// and Cache-Status): room for a few fields comes with it, so the
+    /// first edits do not reallocate. A plain clone (a head being stored)
+    /// takes no more than it needs.
+    pub fn clone_with_room(&self) -> Fields {
         let mut owned = Vec::with_capacity(self.owned.len() + 128);
         owned.extend_from_slice(&self.owned);
         let mut list = Vec::with_capacity(self.list.len() + 4);
@@ -100,9 +101,7 @@ impl Clone for Fields {
             list,
         }
     }
-}
 
-impl Fields {
     /// Fields that will be spans of `raw` (see `push_span`).
     pub fn over(raw: Bytes, capacity: usize) -> Fields {
         Fields {
@@ -378,6 +377,24 @@ pub struct Response {
 }
 
 impl Response {
+    /// A copy whose fields have room for edits (`Fields::clone_with_room`).
+    pub fn clone_to_edit(&self) -> Response {
+        let h = &self.head;
+        Response {
+            head: Head {
+                fields: h.fields.clone_with_room(),
+                minor: h.minor,
+                framing: h.framing,
+                keep_alive: h.keep_alive,
+                upgrade: h.upgrade,
+                connection_tokens: h.connection_tokens.clone(),
+                wire_len: h.wire_len,
+            },
+            status: self.status,
+            reason: self.reason.clone(),
+        }
+    }
+
     /// A response the proxy makes itself (no reason phrase: the writer
     /// uses the standard one).
     pub fn new(status: u16, framing: Framing) -> Response {
