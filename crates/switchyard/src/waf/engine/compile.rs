@@ -184,9 +184,17 @@ pub(crate) struct Link {
     /// an id: the transaction collects their values once per phase.
     /// `NO_TARGETS_ID` otherwise.
     pub targets_id: u32,
+    /// Links whose operator only matches a value holding one of its
+    /// literals (`@rx` with a prefilter, `@pm`; not negated, not
+    /// multiMatch) over a shared target list share an id per list and
+    /// transformation pipeline: the transaction keeps the union of those
+    /// values' summaries, which rules most such links out at once.
+    /// `NO_SUMMARY_GROUP` otherwise.
+    pub summary_group: u32,
 }
 
 pub(crate) const NO_TARGETS_ID: u32 = u32::MAX;
+pub(crate) const NO_SUMMARY_GROUP: u32 = u32::MAX;
 
 /// Whether a collection's members depend only on the request and response
 /// data, which change between phases (and by `ctl`), not while rules run.
@@ -266,6 +274,8 @@ pub(crate) struct Program {
     pub tnodes: Vec<TNode>,
     /// How many distinct `Link::targets_id`s.
     pub target_lists: usize,
+    /// How many distinct `Link::summary_group`s.
+    pub summary_groups: usize,
     pub notes: Vec<String>,
 }
 
@@ -276,6 +286,7 @@ struct Builder {
     marker_names: Vec<Box<str>>,
     sel_regex: HashMap<Box<str>, u32>,
     targets_ids: HashMap<String, u32>,
+    summary_groups: HashMap<(u32, u32), u32>,
     notes: Vec<String>,
 }
 
@@ -506,7 +517,16 @@ fn compile_link(b: &mut Builder, r: &Rule, starter: bool) -> Result<Link, String
     };
     let sig = matches!(&op, COp::Op(operator::Operator::Rx(rx)) if rx.has_prefilter())
         || matches!(&op, COp::Op(operator::Operator::Pm(_)));
+    let tnode = b.tnode(&r.transforms);
+    let summary_group =
+        if sig && !r.operator.negated && !r.multi_match && targets_id != NO_TARGETS_ID {
+            let next = b.summary_groups.len() as u32;
+            *b.summary_groups.entry((targets_id, tnode)).or_insert(next)
+        } else {
+            NO_SUMMARY_GROUP
+        };
     Ok(Link {
+        summary_group,
         min_len,
         sig,
         targets_id,
@@ -514,7 +534,7 @@ fn compile_link(b: &mut Builder, r: &Rule, starter: bool) -> Result<Link, String
         exclusions,
         op,
         negated: r.operator.negated,
-        tnode: b.tnode(&r.transforms),
+        tnode,
         multi_match: r.multi_match,
         capture: r.capture,
         unconditional,
@@ -538,6 +558,7 @@ impl Program {
             marker_names: Vec::new(),
             sel_regex: HashMap::new(),
             targets_ids: HashMap::new(),
+            summary_groups: HashMap::new(),
             notes: Vec::new(),
         };
         let mut rules = Vec::new();
@@ -610,6 +631,7 @@ impl Program {
             phases,
             tnodes: b.tnodes,
             target_lists: b.targets_ids.len(),
+            summary_groups: b.summary_groups.len(),
             notes: b.notes,
         })
     }

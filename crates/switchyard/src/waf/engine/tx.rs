@@ -9,7 +9,7 @@ use std::sync::Arc;
 use super::body;
 use super::compile::{
     CDisruptive, CMacro, COp, CPart, CRule, CSetOp, CSetVar, Exclusion, Item, Link, Post, Program,
-    Sel, TNode, Target, NO_TARGETS_ID,
+    Sel, TNode, Target, NO_SUMMARY_GROUP, NO_TARGETS_ID,
 };
 use super::{Engine, Intervention, InterventionKind, MatchedRule, Outcome, Request};
 use crate::waf::operator::{self, Captures};
@@ -479,8 +479,24 @@ struct Scratch {
     mv: (Vec<u8>, Vec<u8>),
     bufs: [Vec<u8>; 5],
     sel_cache: Vec<(u64, u64)>,
+    summaries: Vec<ListSummary>,
     tx: VarMap,
     d: Data,
+}
+
+/// What a shared target list holds through one transformation pipeline
+/// (`Link::summary_group`), for the current `lists_gen`.
+#[derive(Clone, Copy, Default)]
+struct ListSummary {
+    /// The `lists_gen` it was built in (0: never).
+    gen: u32,
+    /// The union of the values' [`operator::Sig`]s in `Cache::sigs`, or
+    /// `UNSET` when a value has no cache identity (nothing is ruled out).
+    sig: u32,
+    /// How many values, and their transformed bytes: the work a scan of
+    /// each would have counted.
+    values: u64,
+    bytes: u64,
 }
 
 thread_local! {
@@ -520,6 +536,7 @@ impl Drop for Transaction<'_> {
         d.recycle();
         let mut sel_cache = std::mem::take(self.sel_cache.get_mut());
         sel_cache.clear();
+        let summaries = std::mem::take(&mut self.summaries);
         let sc = Scratch {
             cache: std::mem::take(&mut self.cache),
             vals,
@@ -534,6 +551,7 @@ impl Drop for Transaction<'_> {
                 small(std::mem::take(&mut self.tmpval)),
             ],
             sel_cache,
+            summaries,
             tx,
             d,
         };
@@ -766,6 +784,9 @@ pub struct Transaction<'e> {
     tmpval: Vec<u8>,
     /// Key selector regex results per slot (known bits, match bits).
     sel_cache: RefCell<Vec<(u64, u64)>>,
+    /// Per `Link::summary_group`, valid while its generation is
+    /// `lists_gen`.
+    summaries: Vec<ListSummary>,
     body_type: Option<BodyProcessor>,
     content_type: Vec<u8>,
 }
@@ -929,6 +950,9 @@ impl<'e> Transaction<'e> {
         sc.cache.reset(nodes);
         sc.lists.truncate(target_lists);
         sc.lists.resize_with(target_lists, Default::default);
+        sc.summaries.clear();
+        sc.summaries
+            .resize(eng.prog.summary_groups, ListSummary::default());
         let hint = eng.tx_vars_hint.load(std::sync::atomic::Ordering::Relaxed);
         sc.tx.entries.reserve(hint);
         sc.tx.index.reserve(hint);
@@ -978,6 +1002,7 @@ impl<'e> Transaction<'e> {
             scratch,
             tmpval,
             sel_cache: RefCell::new(sc.sel_cache),
+            summaries: sc.summaries,
             body_type: None,
             content_type: Vec::new(),
         };
@@ -1789,7 +1814,10 @@ impl<'e> Transaction<'e> {
         let prog = &eng.prog;
         let mut any = false;
         let mut tmp = std::mem::take(&mut self.tmpval);
-        for v in vals.iter() {
+        let ruled_out = shared.is_some()
+            && link.summary_group != NO_SUMMARY_GROUP
+            && self.summary_rules_out(prog, limits, link, &vals);
+        for v in vals.iter().filter(|_| !ruled_out) {
             let slot = match v.slot(&self.d) {
                 Some(s) => s,
                 None => self.cache.volatile(),
@@ -1859,6 +1887,71 @@ impl<'e> Transaction<'e> {
             None => self.vals = vals,
         }
         any
+    }
+
+    /// Whether the union of the summaries of a shared list's values rules
+    /// out every value for `link` (see `Link::summary_group`); the work
+    /// bound then counts the scans as if each value had been looked at.
+    fn summary_rules_out(
+        &mut self,
+        prog: &Program,
+        limits: &super::Limits,
+        link: &Link,
+        vals: &[Val],
+    ) -> bool {
+        let s = self.list_summary(prog, link, vals);
+        let Some(sig) = self.cache.sigs.get(s.sig as usize) else {
+            return false;
+        };
+        let may = match &link.op {
+            COp::Op(operator::Operator::Rx(rx)) => rx.may_match_summary(sig),
+            COp::Op(operator::Operator::Pm(pm)) => pm.may_match_summary(sig),
+            _ => true,
+        };
+        !may && count_skipped_scans(&mut self.st, limits, s.values, s.bytes)
+    }
+
+    /// The summary of `vals` through `link`'s pipeline, built by the first
+    /// link of its group to ask in this generation.
+    fn list_summary(&mut self, prog: &Program, link: &Link, vals: &[Val]) -> ListSummary {
+        let g = link.summary_group as usize;
+        if let Some(s) = self.summaries.get(g).filter(|s| s.gen == self.lists_gen) {
+            return *s;
+        }
+        let mut union = operator::Sig::empty();
+        let mut bytes = 0u64;
+        let mut known = true;
+        for v in vals {
+            let Some(slot) = v.slot(&self.d) else {
+                known = false;
+                break;
+            };
+            let orig = v.value_d(&self.d);
+            let res = self.cache.get(&prog.tnodes, slot, link.tnode, orig);
+            let Some(i) = self.cache.sig(res, slot, orig) else {
+                known = false;
+                break;
+            };
+            union.add(&self.cache.sigs[i as usize]);
+            bytes += self.cache.slice(res, orig).len() as u64;
+        }
+        let sig = if known {
+            self.cache.sigs.push(union);
+            (self.cache.sigs.len() - 1) as u32
+        } else {
+            UNSET
+        };
+        let s = ListSummary {
+            gen: self.lists_gen,
+            sig,
+            values: vals.len() as u64,
+            bytes,
+        };
+        if self.summaries.len() <= g {
+            self.summaries.resize(g + 1, ListSummary::default());
+        }
+        self.summaries[g] = s;
+        s
     }
 
     /// The expanded argument of an operator with macros.
@@ -2378,6 +2471,23 @@ fn truncate(s: &mut String, limit: usize) {
         }
         s.truncate(n);
     }
+}
+
+/// Counts `values` scans over `bytes` that were ruled out without being
+/// run, as `run_op_sig` would have counted them one by one; false
+/// (nothing counted) when one of them would have reached the work bound,
+/// for the caller to run them one by one.
+fn count_skipped_scans(st: &mut State, limits: &super::Limits, values: u64, bytes: u64) -> bool {
+    if st.limit_hit {
+        // Past the bound, scans neither count nor match.
+        return true;
+    }
+    if st.ops + values > limits.max_operator_evals || st.scanned + bytes > limits.max_scan_bytes {
+        return false;
+    }
+    st.ops += values;
+    st.scanned += bytes;
+    true
 }
 
 /// Runs a link's operator on one (transformed) value, counting the regex

@@ -167,6 +167,16 @@ impl Rx {
             .is_none_or(|p| p.may_match_sig(input, sig))
     }
 
+    /// Whether a value summarised by `sig` (or a value of a list whose
+    /// summaries' union is `sig`) may pass the prefilter: false means none
+    /// matches (true without a prefilter).
+    #[inline]
+    pub fn may_match_summary(&self, sig: &Sig) -> bool {
+        self.prefilter
+            .as_ref()
+            .is_none_or(|p| p.may_match_summary(sig))
+    }
+
     /// [`Rx::matches`] with the value's [`Sig`].
     pub fn matches_sig(&self, input: &[u8], sig: &Sig, captures: Option<&mut Captures>) -> bool {
         if !self.may_match_sig(input, sig) {
@@ -267,6 +277,13 @@ impl Pm {
             ac,
             checks,
         })
+    }
+
+    /// Whether a value summarised by `sig` (or a value of a list whose
+    /// summaries' union is `sig`) may hold a phrase: false means none does.
+    #[inline]
+    pub fn may_match_summary(&self, sig: &Sig) -> bool {
+        self.checks.may(sig)
     }
 
     /// [`Pm::matches`] with the value's [`Sig`]: most values are ruled

@@ -431,6 +431,20 @@ impl Sig {
     fn has(&self, bit: u16) -> bool {
         self.0[usize::from(bit >> 6)] & (1 << (bit & 63)) != 0
     }
+
+    /// The summary of no value: the start of a union.
+    pub fn empty() -> Sig {
+        Sig([0; SIG_WORDS])
+    }
+
+    /// Adds `other`'s bytes and pairs: the union summarises a list of
+    /// values. Every check on a [`Sig`] only asks for bits, so a literal
+    /// that no value of the list may hold fails on the union too.
+    pub fn add(&mut self, other: &Sig) {
+        for (a, b) in self.0.iter_mut().zip(other.0.iter()) {
+            *a |= *b;
+        }
+    }
 }
 
 /// What a set of literals needs in a [`Sig`].
@@ -619,6 +633,21 @@ impl Prefilter {
                 sig.has(u16::from(*a)) || sig.has(u16::from(*b)) || sig.has(u16::from(*c))
             }
             Prefilter::Literals(ac, _, checks) => checks.may(sig) && ac.is_match(input),
+        }
+    }
+
+    /// The part of [`Prefilter::may_match_sig`] that reads only the
+    /// [`Sig`]: false when no literal may occur in the value (or in any
+    /// value of a list, given the union of their summaries).
+    #[inline]
+    pub fn may_match_summary(&self, sig: &Sig) -> bool {
+        match self {
+            Prefilter::Byte(a) => sig.has(u16::from(*a)),
+            Prefilter::Bytes2(a, b) => sig.has(u16::from(*a)) || sig.has(u16::from(*b)),
+            Prefilter::Bytes3(a, b, c) => {
+                sig.has(u16::from(*a)) || sig.has(u16::from(*b)) || sig.has(u16::from(*c))
+            }
+            Prefilter::Literals(_, _, checks) => checks.may(sig),
         }
     }
 
