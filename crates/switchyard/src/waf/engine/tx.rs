@@ -349,6 +349,9 @@ enum Src {
     /// A TX variable by its entry (copied before the operator runs).
     Tx(u32),
     Owned(Vec<u8>, Vec<u8>),
+    /// A number computed for the rule (`&ARGS`, ARGS_COMBINED_SIZE...): its
+    /// decimal digits in place, without an allocation.
+    Num([u8; 20], u8),
 }
 
 #[derive(Debug)]
@@ -357,6 +360,7 @@ struct Val {
     src: Src,
 }
 
+#[inline]
 fn list(d: &Data, l: ListId) -> &[Kv] {
     match l {
         ListId::Args => &[],
@@ -371,6 +375,7 @@ fn list(d: &Data, l: ListId) -> &[Kv] {
     }
 }
 
+#[inline]
 fn kv_of(d: &Data, l: ListId, i: u32) -> &Kv {
     match l {
         ListId::Args => &d.args[i as usize].kv,
@@ -387,6 +392,7 @@ impl Val {
     }
 
     /// The value of anything but a TX variable.
+    #[inline]
     fn value_d<'a>(&'a self, d: &'a Data) -> &'a [u8] {
         match &self.src {
             Src::Tx(_) => b"",
@@ -401,6 +407,7 @@ impl Val {
             Src::Single(c) => d.get(*c).unwrap_or(b""),
             Src::XmlText => d.xml_text.as_ref().map_or(b"", |s| &s.value),
             Src::Owned(_, v) => v,
+            Src::Num(digits, len) => &digits[..usize::from(*len)],
         }
     }
 
@@ -411,15 +418,17 @@ impl Val {
             Src::Single(_) => None,
             Src::XmlText => Some(b"/*"),
             Src::Owned(k, _) => (!k.is_empty()).then_some(k.as_slice()),
+            Src::Num(..) => None,
         }
     }
 
+    #[inline]
     fn slot(&self, d: &Data) -> Option<u32> {
         match &self.src {
             Src::List(l, i, names) => Some(kv_of(d, *l, *i).slot + u32::from(*names)),
             Src::Single(c) => d.single(*c).map(|s| s.slot),
             Src::XmlText => d.xml_text.as_ref().map(|s| s.slot),
-            Src::Owned(..) | Src::Tx(_) => None,
+            Src::Owned(..) | Src::Tx(_) | Src::Num(..) => None,
         }
     }
 
@@ -572,6 +581,7 @@ const UNSET: u32 = u32::MAX - 1;
 const VOLATILE: u32 = 1 << 31;
 
 impl Cache {
+    #[inline]
     fn lookup(&self, slot: u32, node: u32) -> Option<u32> {
         let v = if slot >= VOLATILE {
             &self.vslots
@@ -636,6 +646,8 @@ impl Cache {
     }
 
     /// The result of pipeline `node` on `orig` (`SAME` or a buffer).
+    /// Inlined: most calls find the result cached.
+    #[inline]
     fn get(&mut self, nodes: &[TNode], slot: u32, node: u32, orig: &[u8]) -> u32 {
         if node == 0 {
             return SAME;
@@ -643,6 +655,13 @@ impl Cache {
         if let Some(r) = self.lookup(slot, node) {
             return r;
         }
+        self.transform(nodes, slot, node, orig)
+    }
+
+    /// [`Cache::get`] of a result not cached yet: the parent's, then this
+    /// node's transformation.
+    #[inline(never)]
+    fn transform(&mut self, nodes: &[TNode], slot: u32, node: u32, orig: &[u8]) -> u32 {
         let n = nodes[node as usize];
         let parent = self.get(nodes, slot, n.parent, orig);
         let input: &[u8] = if parent == SAME {
@@ -674,21 +693,34 @@ impl Cache {
 
     /// The [`operator::Sig`] of result `r` of `slot` (`orig` its value),
     /// built once; `None` for an untransformed volatile value (no identity
-    /// to cache it under).
+    /// to cache it under). Inlined: most calls find it built.
+    #[inline]
     fn sig(&mut self, r: u32, slot: u32, orig: &[u8]) -> Option<u32> {
         let (table, i) = if r == SAME {
             if slot >= VOLATILE {
                 return None;
             }
+            (&self.slot_sig, slot as usize)
+        } else {
+            (&self.span_sig, r as usize)
+        };
+        match table.get(i) {
+            Some(&n) if n != UNSET => Some(n),
+            _ => Some(self.build_sig(r, slot, orig)),
+        }
+    }
+
+    /// [`Cache::sig`] of a result without one yet (`slot` not volatile
+    /// when `r` is `SAME`).
+    #[inline(never)]
+    fn build_sig(&mut self, r: u32, slot: u32, orig: &[u8]) -> u32 {
+        let (table, i) = if r == SAME {
             (&mut self.slot_sig, slot as usize)
         } else {
             (&mut self.span_sig, r as usize)
         };
         if table.len() <= i {
             table.resize(i + 1, UNSET);
-        }
-        if table[i] != UNSET {
-            return Some(table[i]);
         }
         let n = self.sigs.len() as u32;
         table[i] = n;
@@ -699,7 +731,7 @@ impl Cache {
             &self.arena[a..b]
         };
         self.sigs.push(operator::Sig::of(input));
-        Some(n)
+        n
     }
 
     /// A slot for a value that is not cached across rules.
@@ -891,7 +923,25 @@ fn sel_matches(sel: &Sel, key: &[u8]) -> bool {
 }
 
 /// [`sel_matches`] for a list member, regex results cached per slot.
+/// Inlined: every member of a list goes through it, mostly for `All` or a
+/// key.
+#[inline]
 fn sel_matches_at(cache: &RefCell<Vec<(u64, u64)>>, sel: &Sel, key: &[u8], slot: u32) -> bool {
+    match sel {
+        Sel::All => true,
+        Sel::Key(k, _) => key.eq_ignore_ascii_case(k),
+        Sel::Regex(..) => sel_regex_matches_at(cache, sel, key, slot),
+    }
+}
+
+/// [`sel_matches_at`] for a regex selector.
+#[inline(never)]
+fn sel_regex_matches_at(
+    cache: &RefCell<Vec<(u64, u64)>>,
+    sel: &Sel,
+    key: &[u8],
+    slot: u32,
+) -> bool {
     match sel {
         Sel::Regex(r, id) if *id < 64 => {
             let bit = 1u64 << id;
@@ -2324,14 +2374,14 @@ impl<'e> Transaction<'e> {
                     });
                 }
             }
-            C::ArgsCombinedSize => out.push(owned(coll, d.args_combined_size().to_string())),
+            C::ArgsCombinedSize => out.push(num(coll, d.args_combined_size() as u64)),
             C::FilesCombinedSize => {
                 let n: u64 = d
                     .files_sizes
                     .iter()
                     .map(|kv| operator::stoi(&kv.value).max(0) as u64)
                     .sum();
-                out.push(owned(coll, n.to_string()))
+                out.push(num(coll, n))
             }
             C::FullRequest | C::FullRequestLength => {
                 let mut f = Vec::new();
@@ -2421,7 +2471,7 @@ impl<'e> Transaction<'e> {
         if t.count {
             let n = out.len() - start;
             out.truncate(start);
-            out.push(owned(coll, n.to_string()));
+            out.push(num(coll, n as u64));
         }
     }
 }
@@ -2454,6 +2504,26 @@ fn set_matched(st: &mut State, d: &Data, v: &Val, value: &[u8]) {
     e.1.clear();
     e.1.extend_from_slice(value);
     *mvs_len += 1;
+}
+
+/// A number as a value (no allocation).
+fn num(coll: Collection, n: u64) -> Val {
+    let mut digits = [0u8; 20];
+    let mut len = 0;
+    let mut rest = n;
+    loop {
+        digits[len] = b'0' + (rest % 10) as u8;
+        len += 1;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    digits[..len].reverse();
+    Val {
+        coll,
+        src: Src::Num(digits, len as u8),
+    }
 }
 
 fn owned(coll: Collection, v: String) -> Val {
