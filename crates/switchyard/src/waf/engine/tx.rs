@@ -819,6 +819,9 @@ pub struct Transaction<'e> {
     /// Per `Link::summary_group`, valid while its generation is
     /// `lists_gen`.
     summaries: Vec<ListSummary>,
+    /// A multiMatch link's pipeline nodes and distinct results (reused).
+    mm_path: Vec<u32>,
+    mm_results: Vec<u32>,
     body_type: Option<BodyProcessor>,
     content_type: Vec<u8>,
 }
@@ -1053,6 +1056,8 @@ impl<'e> Transaction<'e> {
             tmpval,
             sel_cache: RefCell::new(sc.sel_cache),
             summaries: sc.summaries,
+            mm_path: Vec::new(),
+            mm_results: Vec::new(),
             body_type: None,
             content_type: Vec::new(),
         };
@@ -1874,29 +1879,37 @@ impl<'e> Transaction<'e> {
             };
             if link.multi_match {
                 // The value, then each transformation's result that
-                // differs from the one before.
-                let orig = v.value(&self.d, &self.st.tx).to_vec();
-                let mut path: Vec<u32> = Vec::new();
+                // differs from the one before. The value is copied (the
+                // actions of a match may change it, if it is a TX
+                // variable); the lists are reused.
+                tmp.clear();
+                tmp.extend_from_slice(v.value(&self.d, &self.st.tx));
+                let mut path = std::mem::take(&mut self.mm_path);
+                path.clear();
                 let mut n = link.tnode;
                 while n != 0 {
                     path.push(n);
                     n = prog.tnodes[n as usize].parent;
                 }
-                let mut results = vec![SAME];
+                let mut results = std::mem::take(&mut self.mm_results);
+                results.clear();
+                results.push(SAME);
                 for &n in path.iter().rev() {
-                    let r = self.cache.get(&prog.tnodes, slot, n, &orig);
+                    let r = self.cache.get(&prog.tnodes, slot, n, &tmp);
                     if Some(&r) != results.last() {
                         results.push(r);
                     }
                 }
-                for res in results {
-                    let input = self.cache.slice(res, &orig).to_vec();
-                    if run_op(&mut self.st, limits, link, &input, arg) {
+                for &res in &results {
+                    let input = self.cache.slice(res, &tmp);
+                    if run_op(&mut self.st, limits, link, input, arg) {
                         any = true;
-                        set_matched(&mut self.st, &self.d, v, &input);
+                        set_matched(&mut self.st, &self.d, v, input);
                         self.on_match(r, link);
                     }
                 }
+                self.mm_path = path;
+                self.mm_results = results;
             } else {
                 let orig: &[u8] = if let Src::Tx(i) = v.src {
                     tmp.clear();
