@@ -10,14 +10,25 @@
 
 /// Milliseconds on the coarse monotonic clock; never 0 so 0 can mean "never".
 pub fn now_ms() -> u64 {
+    coarse_ms(libc::CLOCK_MONOTONIC_COARSE) as u64 + 1
+}
+
+/// Milliseconds since the Unix epoch from the kernel's last tick (1-4 ms
+/// resolution, no TSC read): for ages counted in seconds on the request
+/// path (the cache).
+pub fn unix_ms_coarse() -> i64 {
+    coarse_ms(libc::CLOCK_REALTIME_COARSE)
+}
+
+fn coarse_ms(clock: libc::clockid_t) -> i64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_COARSE is
+    // SAFETY: `ts` is a valid, writable timespec; the coarse clocks are
     // always available on Linux, and on failure `ts` stays zeroed.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
-    ts.tv_sec as u64 * 1000 + ts.tv_nsec as u64 / 1_000_000 + 1
+    unsafe { libc::clock_gettime(clock, &mut ts) };
+    ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
 }
 
 /// (year, month, day) of a day number counted from 1970-01-01, proleptic

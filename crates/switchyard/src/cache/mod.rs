@@ -282,18 +282,10 @@ pub struct Object {
     pub size: usize,
 }
 
-/// Milliseconds of wall-clock time from the kernel's last tick (1-4 ms
-/// resolution, read without the TSC): ages and lifetimes are counted in
-/// seconds, and a hit reads the clock on every request.
+/// Wall-clock milliseconds: ages and lifetimes are counted in seconds, and
+/// a hit reads the clock on every request, so the coarse clock serves.
 fn now_ms() -> i64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_REALTIME_COARSE is
-    // always available on Linux, and on failure `ts` stays zeroed.
-    unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-    ts.tv_sec * 1000 + ts.tv_nsec / 1_000_000
+    crate::clock::unix_ms_coarse()
 }
 
 impl Object {

@@ -51,7 +51,8 @@ static WHOLE_HELD: AtomicU64 = AtomicU64::new(0);
 thread_local! {
     static DEFLATES: RefCell<Vec<(u32, Compress)>> = const { RefCell::new(Vec::new()) };
     static WHOLE: RefCell<Vec<(u32, libdeflater::Compressor)>> = const { RefCell::new(Vec::new()) };
-    static BODIES: RefCell<Vec<Vec<u8>>> = const { RefCell::new(Vec::new()) };
+    /// Gathering buffers (one kind: kept under level 0).
+    static BODIES: RefCell<Vec<(u32, Vec<u8>)>> = const { RefCell::new(Vec::new()) };
     /// libdeflate's output, at most the bound of `WHOLE_BODY_MAX` bytes.
     static SCRATCH: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
 }
@@ -163,7 +164,7 @@ impl Encoder {
                 let mut s = z.take().ok_or_else(spent)?;
                 deflate(&mut s, &[], out, FlushCompress::Finish)?;
                 s.reset();
-                put_spare(&DEFLATES, *level, s);
+                put_spare(&DEFLATES, *level, s, SPARE_DEFLATES);
                 Ok(())
             }
             Encoder::Br(w) => {
@@ -200,7 +201,7 @@ impl Whole {
             WHOLE_HELD.fetch_sub(size, Ordering::Relaxed);
             return None;
         }
-        let mut body = BODIES.with(|b| b.borrow_mut().pop()).unwrap_or_default();
+        let mut body = take_spare(&BODIES, 0).unwrap_or_default();
         body.reserve(size as usize);
         Some(Whole {
             body,
@@ -217,12 +218,7 @@ impl Drop for Whole {
         let mut body = std::mem::take(&mut self.body);
         if body.capacity() <= SPARE_BODY_MAX {
             body.clear();
-            BODIES.with(|b| {
-                let mut b = b.borrow_mut();
-                if b.len() < SPARE_BODIES {
-                    b.push(body);
-                }
-            });
+            put_spare(&BODIES, 0, body, SPARE_BODIES);
         }
     }
 }
@@ -253,7 +249,7 @@ fn whole_gzip(body: &[u8], level: u32, out: &mut Vec<u8>) -> io::Result<()> {
         }
         r
     });
-    put_spare(&WHOLE, level, z);
+    put_spare(&WHOLE, level, z, SPARE_DEFLATES);
     r.map(|_| ())
         .map_err(|e| io::Error::other(format!("libdeflate: {e:?}")))
 }
@@ -269,11 +265,12 @@ fn take_spare<T: 'static>(spares: &'static Spares<T>, level: u32) -> Option<T> {
     })
 }
 
-/// Keeps a compressor state for the next response on this thread.
-fn put_spare<T: 'static>(spares: &'static Spares<T>, level: u32, state: T) {
+/// Keeps a compressor state (or buffer) for the next response on this
+/// thread, up to `max` of them.
+fn put_spare<T: 'static>(spares: &'static Spares<T>, level: u32, state: T, max: usize) {
     spares.with(|s| {
         let mut s = s.borrow_mut();
-        if s.len() < SPARE_DEFLATES {
+        if s.len() < max {
             s.push((level, state));
         }
     });

@@ -350,7 +350,8 @@ enum Src {
     Tx(u32),
     Owned(Vec<u8>, Vec<u8>),
     /// A number computed for the rule (`&ARGS`, ARGS_COMBINED_SIZE...): its
-    /// decimal digits in place, without an allocation.
+    /// decimal digits in place (from the index given), without an
+    /// allocation.
     Num([u8; 20], u8),
 }
 
@@ -407,7 +408,7 @@ impl Val {
             Src::Single(c) => d.get(*c).unwrap_or(b""),
             Src::XmlText => d.xml_text.as_ref().map_or(b"", |s| &s.value),
             Src::Owned(_, v) => v,
-            Src::Num(digits, len) => &digits[..usize::from(*len)],
+            Src::Num(digits, start) => &digits[usize::from(*start)..],
         }
     }
 
@@ -2010,10 +2011,9 @@ impl<'e> Transaction<'e> {
             values: vals.len() as u64,
             bytes,
         };
-        if self.summaries.len() <= g {
-            self.summaries.resize(g + 1, ListSummary::default());
+        if let Some(slot) = self.summaries.get_mut(g) {
+            *slot = s;
         }
-        self.summaries[g] = s;
         s
     }
 
@@ -2522,20 +2522,10 @@ fn set_matched(st: &mut State, d: &Data, v: &Val, value: &[u8]) {
 /// A number as a value (no allocation).
 fn num(coll: Collection, n: u64) -> Val {
     let mut digits = [0u8; 20];
-    let mut len = 0;
-    let mut rest = n;
-    loop {
-        digits[len] = b'0' + (rest % 10) as u8;
-        len += 1;
-        rest /= 10;
-        if rest == 0 {
-            break;
-        }
-    }
-    digits[..len].reverse();
+    let start = digits.len() - crate::http::responses::itoa(n, &mut digits).len();
     Val {
         coll,
-        src: Src::Num(digits, len as u8),
+        src: Src::Num(digits, start as u8),
     }
 }
 

@@ -626,14 +626,11 @@ impl Prefilter {
     /// (the automaton still confirms), mostly without reading the value.
     #[inline]
     pub fn may_match_sig(&self, input: &[u8], sig: &Sig) -> bool {
-        match self {
-            Prefilter::Byte(a) => sig.has(u16::from(*a)),
-            Prefilter::Bytes2(a, b) => sig.has(u16::from(*a)) || sig.has(u16::from(*b)),
-            Prefilter::Bytes3(a, b, c) => {
-                sig.has(u16::from(*a)) || sig.has(u16::from(*b)) || sig.has(u16::from(*c))
+        self.may_match_summary(sig)
+            && match self {
+                Prefilter::Literals(ac, _, _) => ac.is_match(input),
+                _ => true,
             }
-            Prefilter::Literals(ac, _, checks) => checks.may(sig) && ac.is_match(input),
-        }
     }
 
     /// The part of [`Prefilter::may_match_sig`] that reads only the
