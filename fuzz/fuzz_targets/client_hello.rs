@@ -61,6 +61,10 @@ fuzz_target!(|data: &[u8]| {
         let many = check(&small);
         match (&one, &many) {
             (Ok(a), Ok(b)) => assert_eq!(a, b),
+            // Cut into small records the declared message needs more
+            // bytes (a header per record): it may pass the buffer bound
+            // while one record of it is still merely incomplete.
+            (Ok(Parsed::Incomplete), Err(HelloError::TooLarge { .. })) => {}
             (a, b) => assert_eq!(a.is_err(), b.is_err(), "{a:?} {b:?}"),
         }
     }
