@@ -4,6 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Every temporary file of the run (test directories, etcd data, logs of the
+# processes the tests start) lives under one directory that goes when the
+# run ends, pass or fail: a machine that runs the suite again and again
+# must not fill its disk. Readable by all: peers started as root drop to
+# other users and read their configs from it.
+TMPDIR="$(mktemp -d "${TMPDIR:-/tmp}/switchyard-tests.XXXXXX")"
+chmod 755 "$TMPDIR"
+export TMPDIR
+trap 'rm -rf "$TMPDIR"' EXIT
+
 SUDO=""
 if [ "$(id -u)" != 0 ] && command -v sudo >/dev/null; then SUDO=sudo; fi
 
