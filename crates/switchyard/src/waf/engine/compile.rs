@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::fmt;
 
-use regex::bytes::Regex;
+use super::keyrx::KeyRegex;
 
 use crate::waf::operator::{self, IpSet, Pm};
 use crate::waf::seclang::{
@@ -78,7 +78,7 @@ pub(crate) enum Sel {
     Key(Box<[u8]>, Box<str>),
     /// With an id shared by every selector of the same source (below 64,
     /// results are cached per value in the transaction), `u32::MAX` none.
-    Regex(Regex, u32),
+    Regex(KeyRegex, u32),
 }
 
 #[derive(Debug, Clone)]
@@ -333,7 +333,7 @@ fn sel_of(b: &mut Builder, v: &Variable) -> Sel {
         Some(Selector::Regex { regex, source }) => {
             let next = b.sel_regex.len() as u32;
             let id = *b.sel_regex.entry(source.clone()).or_insert(next);
-            Sel::Regex(regex.clone(), id)
+            Sel::Regex(KeyRegex::new(regex.clone(), source), id)
         }
     }
 }

@@ -41,6 +41,7 @@
 
 mod body;
 mod compile;
+mod keyrx;
 mod tx;
 
 #[cfg(test)]

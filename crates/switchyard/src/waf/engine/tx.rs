@@ -978,7 +978,9 @@ fn to_exclusion(v: &Variable) -> Exclusion {
             Some(Selector::Key(k)) => {
                 Sel::Key(k.to_ascii_lowercase().into_bytes().into(), k.clone())
             }
-            Some(Selector::Regex { regex, .. }) => Sel::Regex(regex.clone(), u32::MAX),
+            Some(Selector::Regex { regex, source }) => {
+                Sel::Regex(super::keyrx::KeyRegex::new(regex.clone(), source), u32::MAX)
+            }
         },
     }
 }
@@ -1936,7 +1938,9 @@ impl<'e> Transaction<'e> {
         }
         self.tmpval = tmp;
         if self.cache.next_volatile > 0 {
-            for v in self.cache.vslots.iter_mut().flatten() {
+            // Only this link's: the rows past them are clear already.
+            let used = self.cache.next_volatile as usize;
+            for v in self.cache.vslots.iter_mut().take(used).flatten() {
                 v.fill(UNSET);
             }
             self.cache.next_volatile = 0;

@@ -26,7 +26,7 @@ mod lexer;
 mod loader;
 mod model;
 mod parse;
-mod pcre;
+pub(crate) mod pcre;
 
 #[cfg(test)]
 mod tests;
