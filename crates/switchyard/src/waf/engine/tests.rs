@@ -1205,6 +1205,48 @@ fn bench_crs() {
     println!("RSS after the runs: +{} KiB", rss_kb().saturating_sub(r0));
 }
 
+/// A worker holds a transaction per request in flight: many end together,
+/// their buffers go back to the thread's pool (up to its bound), and the
+/// transactions that take them start clean.
+#[test]
+fn many_live_transactions_return_clean_buffers() {
+    let a = engine(
+        r#"SecAction "id:1,phase:1,pass,nolog,setvar:tx.seen=%{tx.seen}x"
+SecRule ARGS "@rx evil" "id:2,phase:2,deny,log,t:lowercase,setvar:tx.hit=1"
+SecRule TX:seen "!@streq x" "id:4,phase:2,deny,log""#,
+    );
+    let h = headers();
+    let start = |uri: &'static str| {
+        let mut t = a.transaction(Request {
+            method: "GET",
+            uri: uri.as_bytes(),
+            protocol: "HTTP/1.1",
+            headers: &h,
+            remote_addr: "192.0.2.10",
+            remote_port: 40000,
+            local_addr: "192.0.2.1",
+            local_port: 80,
+            unique_id: "YnWxAcdDgkBZ0hh0Zv8NKwAAAAE",
+        });
+        t.process_request_headers();
+        t.process_request_body(b"", None);
+        t
+    };
+    let n = super::tx::POOLED + 8;
+    for round in 0..2 {
+        let live: Vec<_> = (0..n).map(|_| start("/?q=EVIL")).collect();
+        for t in live {
+            assert_eq!(t.into_outcome().ids(), vec![2], "round {round}");
+        }
+        assert_eq!(super::tx::pooled_scratch(), super::tx::POOLED);
+        let live: Vec<_> = (0..n).map(|_| start("/?q=fine")).collect();
+        for t in live {
+            let o = t.into_outcome();
+            assert!(o.matched.is_empty(), "round {round}: {:?}", o.ids());
+        }
+    }
+}
+
 /// Transactions on one thread reuse each other's buffers (and engines of
 /// different shapes share the thread's pool): nothing of one transaction
 /// shows in the next, and shared target lists are collected per phase.
