@@ -394,6 +394,39 @@ SecRule ARGS|!ARGS:skip "@contains evil" "id:11,phase:1,pass,log,setvar:tx.m=+1"
     assert_eq!(txv(&tx, "n").as_deref(), Some("2"));
 }
 
+/// Rules with the same targets share one list of values; a target removal
+/// of one of them (by id, by tag; a key, a key regex, a whole single
+/// collection) takes values out of that rule only, and the list summary
+/// that rules the others out stays right for it.
+#[test]
+fn target_removals_apply_per_rule_on_shared_lists() {
+    let e = engine(
+        r#"
+SecAction "id:1,phase:1,pass,nolog,ctl:ruleRemoveTargetById=10;ARGS:skip,ctl:ruleRemoveTargetById=10;REQUEST_FILENAME,ctl:ruleRemoveTargetByTag=t1;ARGS:/^tok/"
+SecRule ARGS|REQUEST_FILENAME "@rx evil" "id:10,phase:2,pass,log,t:lowercase,setvar:tx.n10=+1"
+SecRule ARGS|REQUEST_FILENAME "@rx evil" "id:11,phase:2,pass,log,t:lowercase,tag:'t1',setvar:tx.n11=+1"
+SecRule ARGS|REQUEST_FILENAME "@rx evil" "id:12,phase:2,pass,log,t:lowercase,setvar:tx.n12=+1"
+"#,
+    );
+    let count = |tx: &[(String, String)], k: &str| txv(tx, k).unwrap_or_default();
+    let (o, tx) = run(&e, "/EVIL?skip=evil", &[], None);
+    assert_eq!(o.ids(), vec![11, 12]);
+    assert_eq!(count(&tx, "n11"), "2");
+    let (o, tx) = run(&e, "/fine?skip=evil&token=Evil", &[], None);
+    assert_eq!(o.ids(), vec![10, 11, 12]);
+    assert_eq!(count(&tx, "n10"), "1");
+    assert_eq!(count(&tx, "n11"), "1");
+    assert_eq!(count(&tx, "n12"), "2");
+    let m11 = o.matched.iter().find(|m| m.id == 11).expect("11 matched");
+    assert_eq!(m11.matched_var_name, "ARGS:skip");
+    let m10 = o.matched.iter().find(|m| m.id == 10).expect("10 matched");
+    assert_eq!(m10.matched_var_name, "ARGS:token");
+    let (o, _) = run(&e, "/fine?token=evil", &[], None);
+    assert_eq!(o.ids(), vec![10, 12]);
+    let (o, _) = run(&e, "/fine?a=good", &[], None);
+    assert!(o.matched.is_empty(), "{:?}", o.ids());
+}
+
 #[test]
 fn ctl_rule_remove_by_id_and_tag() {
     let e = engine(

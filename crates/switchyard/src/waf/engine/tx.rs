@@ -1845,26 +1845,36 @@ impl<'e> Transaction<'e> {
             self.removals(r)
         };
         // The values of a shared target list, collected once per phase
-        // (and again after a ctl); target removals make them the rule's own.
-        let shared = (link.targets_id != NO_TARGETS_ID && removals.is_empty())
+        // (and again after a ctl). Target removals (`ctl:ruleRemoveTarget*`)
+        // are then applied per value (`removed_value`): CRS 941010 removes
+        // REQUEST_FILENAME from the 33 XSS rules of almost every request,
+        // which would otherwise collect their own lists and lose the list
+        // summary. Lists that removals cannot be applied to per value
+        // (counted; holding XML or values without a data slot) are the
+        // rule's own.
+        let by_value = !removals.is_empty() && link.targets.iter().all(|t| !t.count);
+        let mut shared = (link.targets_id != NO_TARGETS_ID && (removals.is_empty() || by_value))
             .then_some(link.targets_id as usize);
-        // Stale lists are taken too: their capacity is reused.
         let mut vals = match shared {
-            Some(id) => self
-                .lists
-                .get_mut(id)
-                .map(|(_, v)| std::mem::take(v))
-                .unwrap_or_default(),
+            Some(id) => self.shared_list(link, id),
             None => std::mem::take(&mut self.vals),
         };
-        let fresh = match shared {
-            Some(id) => self.lists.get(id).is_none_or(|(g, _)| *g != self.lists_gen),
-            None => true,
-        };
-        if fresh {
+        if let Some(id) = shared.filter(|_| by_value) {
+            let per_value = |v: &Val| match v.src {
+                Src::List(l, ..) => l != ListId::XmlAttrs,
+                Src::Single(_) => true,
+                _ => false,
+            };
+            if !vals.iter().all(per_value) {
+                self.lists[id] = (self.lists_gen, vals);
+                vals = std::mem::take(&mut self.vals);
+                shared = None;
+            }
+        }
+        if shared.is_none() {
             vals.clear();
         }
-        for t in link.targets.iter().filter(|_| fresh) {
+        for t in link.targets.iter().filter(|_| shared.is_none()) {
             let whole = removals.iter().any(|e| {
                 e.coll == t.coll
                     && match (&e.sel, &t.sel) {
@@ -1878,6 +1888,7 @@ impl<'e> Transaction<'e> {
             }
             self.collect(t, &link.exclusions, &mut vals, Some(&removals));
         }
+        let filter_removals = by_value && shared.is_some();
         let arg = self.op_arg(link, r);
         let arg = arg.as_deref();
         let limits = &eng.limits;
@@ -1888,6 +1899,9 @@ impl<'e> Transaction<'e> {
             && link.summary_group != NO_SUMMARY_GROUP
             && self.summary_rules_out(prog, limits, link, &vals);
         for v in vals.iter().filter(|_| !ruled_out) {
+            if filter_removals && self.removed_value(link, v, &removals) {
+                continue;
+            }
             let slot = match v.slot(&self.d) {
                 Some(s) => s,
                 None => self.cache.volatile(),
@@ -1967,6 +1981,53 @@ impl<'e> Transaction<'e> {
             None => self.vals = vals,
         }
         any
+    }
+
+    /// Shared target list `id` of `link` for this phase: taken from the
+    /// transaction (its capacity reused), collected again if stale (with
+    /// the link's exclusions; never with target removals, which differ
+    /// per rule). The caller puts it back.
+    fn shared_list(&mut self, link: &Link, id: usize) -> Vec<Val> {
+        if self.lists.len() <= id {
+            self.lists.resize_with(id + 1, Default::default);
+        }
+        let (gen, list) = &mut self.lists[id];
+        let fresh = *gen != self.lists_gen;
+        let mut vals = std::mem::take(list);
+        if fresh {
+            vals.clear();
+            for t in &link.targets {
+                self.collect(t, &link.exclusions, &mut vals, None);
+            }
+        }
+        vals
+    }
+
+    /// Whether a target removal of the rule takes out `v`, a member of a
+    /// shared list: what collecting the rule's own list would have left
+    /// out (a removal of the whole collection or of the target's key, or
+    /// one matching the member's key).
+    fn removed_value(&self, link: &Link, v: &Val, removals: &[Exclusion]) -> bool {
+        match v.src {
+            Src::List(l, i, _) => {
+                let kv = kv_of(&self.d, l, i);
+                removals.iter().any(|e| {
+                    e.coll == v.coll
+                        && sel_matches_at(&self.sel_cache, &e.sel, &kv.key, kv.slot + 1)
+                })
+            }
+            Src::Single(_) => removals.iter().any(|e| {
+                e.coll == v.coll
+                    && match &e.sel {
+                        Sel::All => true,
+                        Sel::Key(a, _) => link.targets.iter().any(|t| {
+                            t.coll == v.coll && matches!(&t.sel, Sel::Key(b, _) if a == b)
+                        }),
+                        Sel::Regex(..) => false,
+                    }
+            }),
+            _ => false,
+        }
     }
 
     /// Whether the union of the summaries of a shared list's values rules
