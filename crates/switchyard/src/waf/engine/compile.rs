@@ -242,6 +242,9 @@ pub(crate) struct CRule {
     pub msg_raw: Option<Box<str>>,
     pub severity: Option<Severity>,
     pub tags: Vec<Box<str>>,
+    /// `tags` as [`Program::tag_ids`] numbers them (what `ctl` removals by
+    /// tag compare, per rule, on every rule a transaction runs).
+    pub tag_ids: Box<[u32]>,
     pub ver: Option<Box<str>>,
     pub rev: Option<Box<str>>,
     pub skip: u32,
@@ -276,7 +279,16 @@ pub(crate) struct Program {
     pub target_lists: usize,
     /// How many distinct `Link::summary_group`s.
     pub summary_groups: usize,
+    /// Every tag a rule carries, numbered.
+    pub tag_ids: HashMap<Box<str>, u32>,
     pub notes: Vec<String>,
+}
+
+impl Program {
+    /// The number of a tag, `u32::MAX` if no rule carries it.
+    pub fn tag_id(&self, tag: &str) -> u32 {
+        self.tag_ids.get(tag).copied().unwrap_or(u32::MAX)
+    }
 }
 
 struct Builder {
@@ -562,6 +574,7 @@ impl Program {
             notes: Vec::new(),
         };
         let mut rules = Vec::new();
+        let mut tag_ids: HashMap<Box<str>, u32> = HashMap::new();
         let mut phases: [Vec<Item>; 6] = Default::default();
         for e in set.entries {
             match e {
@@ -602,6 +615,14 @@ impl Program {
                         log: r.log,
                         msg_raw: r.msg.as_ref().map(|m| m.raw().into()),
                         severity: r.severity,
+                        tag_ids: r
+                            .tags
+                            .iter()
+                            .map(|t| {
+                                let next = tag_ids.len() as u32;
+                                *tag_ids.entry(t.clone()).or_insert(next)
+                            })
+                            .collect(),
                         tags: r.tags.clone(),
                         ver: r.ver.clone(),
                         rev,
@@ -631,6 +652,7 @@ impl Program {
             phases,
             tnodes: b.tnodes,
             target_lists: b.targets_ids.len(),
+            tag_ids,
             summary_groups: b.summary_groups.len(),
             notes: b.notes,
         })

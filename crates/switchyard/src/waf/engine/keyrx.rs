@@ -34,12 +34,18 @@ impl KeyRegex {
 
     #[inline]
     pub fn is_match(&self, key: &[u8]) -> bool {
-        match &self.word {
-            // `^` and `$` are line anchors (multi-line mode): a key with a
-            // line break takes the regex.
-            Some(w) if !key.contains(&b'\n') => w.matches(key),
-            _ => self.regex.is_match(key),
+        let Some(w) = &self.word else {
+            return self.regex.is_match(key);
+        };
+        if w.matches(key) {
+            return true;
         }
+        // `^` and `$` are line anchors (multi-line mode): an anchored word
+        // may still match after or before a line break in the key.
+        if (w.start || w.end) && key.contains(&b'\n') {
+            return self.regex.is_match(key);
+        }
+        false
     }
 }
 

@@ -760,7 +760,8 @@ impl Cache {
 #[derive(Debug, Clone)]
 enum Which {
     Ids(Vec<IdRange>),
-    Tag(Box<str>),
+    /// [`Program::tag_id`].
+    Tag(u32),
     Msg(Box<str>),
 }
 
@@ -783,7 +784,8 @@ struct State {
     allow: Option<AllowScope>,
     allow_phase: u8,
     removed_ids: Vec<IdRange>,
-    removed_tags: Vec<Box<str>>,
+    /// [`Program::tag_id`]s.
+    removed_tags: Vec<u32>,
     removed_msgs: Vec<Box<str>>,
     removed_targets: Vec<(Which, Exclusion)>,
     body_processor: Option<BodyProcessor>,
@@ -1639,10 +1641,7 @@ impl<'e> Transaction<'e> {
         let st = &self.st;
         (!st.removed_ids.is_empty() && st.removed_ids.iter().any(|g| g.contains(r.id)))
             || (!st.removed_tags.is_empty()
-                && st
-                    .removed_tags
-                    .iter()
-                    .any(|t| r.tags.iter().any(|x| x == t)))
+                && st.removed_tags.iter().any(|t| r.tag_ids.contains(t)))
             || (!st.removed_msgs.is_empty()
                 && r.msg_raw
                     .as_ref()
@@ -1783,7 +1782,7 @@ impl<'e> Transaction<'e> {
         match c {
             Ctl::RuleEngine(m) => st.mode = *m,
             Ctl::RuleRemoveById(r) => st.removed_ids.extend_from_slice(r),
-            Ctl::RuleRemoveByTag(t) => st.removed_tags.push(t.clone()),
+            Ctl::RuleRemoveByTag(t) => st.removed_tags.push(self.eng.prog.tag_id(t)),
             Ctl::RuleRemoveByMsg(m) => st.removed_msgs.push(m.clone()),
             Ctl::RuleRemoveTargetById(r, vars) => {
                 for v in vars {
@@ -1794,7 +1793,7 @@ impl<'e> Transaction<'e> {
             Ctl::RuleRemoveTargetByTag(t, vars) => {
                 for v in vars {
                     st.removed_targets
-                        .push((Which::Tag(t.clone()), to_exclusion(v)));
+                        .push((Which::Tag(self.eng.prog.tag_id(t)), to_exclusion(v)));
                 }
             }
             Ctl::RuleRemoveTargetByMsg(t, vars) => {
@@ -1827,7 +1826,7 @@ impl<'e> Transaction<'e> {
             .iter()
             .filter(|(w, _)| match w {
                 Which::Ids(g) => g.iter().any(|g| g.contains(r.id)),
-                Which::Tag(t) => r.tags.iter().any(|x| x == t),
+                Which::Tag(t) => r.tag_ids.contains(t),
                 Which::Msg(m) => r.msg_raw.as_ref().is_some_and(|x| x == m),
             })
             .map(|(_, e)| e.clone())
