@@ -60,6 +60,21 @@ fn headers() -> Vec<(&'static [u8], &'static [u8])> {
     ]
 }
 
+/// A request from the test client (192.0.2.10:40000 to 192.0.2.1:80).
+fn request<'a>(method: &'a str, uri: &'a [u8], headers: &'a [(&'a [u8], &'a [u8])]) -> Request<'a> {
+    Request {
+        method,
+        uri,
+        protocol: "HTTP/1.1",
+        headers,
+        remote_addr: "192.0.2.10",
+        remote_port: 40000,
+        local_addr: "192.0.2.1",
+        local_port: 80,
+        unique_id: "YnWxAcdDgkBZ0hh0Zv8NKwAAAAE",
+    }
+}
+
 fn get(e: &Engine, uri: &str, extra: &[(&[u8], &[u8])]) -> Outcome {
     let mut h = headers();
     for (n, v) in extra {
@@ -69,17 +84,7 @@ fn get(e: &Engine, uri: &str, extra: &[(&[u8], &[u8])]) -> Outcome {
             h.push((n, v));
         }
     }
-    let req = Request {
-        method: "GET",
-        uri: uri.as_bytes(),
-        protocol: "HTTP/1.1",
-        headers: &h,
-        remote_addr: "192.0.2.10",
-        remote_port: 40000,
-        local_addr: "192.0.2.1",
-        local_port: 80,
-        unique_id: "YnWxAcdDgkBZ0hh0Zv8NKwAAAAE",
-    };
+    let req = request("GET", uri.as_bytes(), &h);
     let mut t = e.transaction(req);
     t.process_request_headers();
     t.process_request_body(b"", None);
@@ -92,17 +97,7 @@ fn post(e: &Engine, uri: &str, ct: &str, body: &[u8]) -> Outcome {
     let mut h = headers();
     h.push((b"Content-Type", ct.as_bytes()));
     h.push((b"Content-Length", len.as_bytes()));
-    let req = Request {
-        method: "POST",
-        uri: uri.as_bytes(),
-        protocol: "HTTP/1.1",
-        headers: &h,
-        remote_addr: "192.0.2.10",
-        remote_port: 40000,
-        local_addr: "192.0.2.1",
-        local_port: 80,
-        unique_id: "YnWxAcdDgkBZ0hh0Zv8NKwAAAAE",
-    };
+    let req = request("POST", uri.as_bytes(), &h);
     let mut t = e.transaction(req);
     t.process_request_headers();
     t.process_request_body(body, None);
@@ -1250,17 +1245,7 @@ SecRule TX:seen "!@streq x" "id:4,phase:2,deny,log""#,
     );
     let h = headers();
     let start = |uri: &'static str| {
-        let mut t = a.transaction(Request {
-            method: "GET",
-            uri: uri.as_bytes(),
-            protocol: "HTTP/1.1",
-            headers: &h,
-            remote_addr: "192.0.2.10",
-            remote_port: 40000,
-            local_addr: "192.0.2.1",
-            local_port: 80,
-            unique_id: "YnWxAcdDgkBZ0hh0Zv8NKwAAAAE",
-        });
+        let mut t = a.transaction(request("GET", uri.as_bytes(), &h));
         t.process_request_headers();
         t.process_request_body(b"", None);
         t
