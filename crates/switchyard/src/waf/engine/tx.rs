@@ -831,6 +831,8 @@ pub struct Transaction<'e> {
     tmpval: Vec<u8>,
     /// Key selector regex results per slot (known bits, match bits).
     sel_cache: RefCell<Vec<(u64, u64)>>,
+    /// The target removals of the link being evaluated (reused).
+    removals: Vec<Exclusion>,
     /// Per `Link::summary_group`, valid while its generation is
     /// `lists_gen`.
     summaries: Vec<ListSummary>,
@@ -1072,6 +1074,7 @@ impl<'e> Transaction<'e> {
             scratch,
             tmpval,
             sel_cache: RefCell::new(sc.sel_cache),
+            removals: Vec::new(),
             summaries: sc.summaries,
             mm_path: Vec::new(),
             mm_results: Vec::new(),
@@ -1820,17 +1823,20 @@ impl<'e> Transaction<'e> {
     }
 
     /// The target removals (`ctl:ruleRemoveTarget...`) for rule `r`.
-    fn removals(&self, r: &CRule) -> Vec<Exclusion> {
-        self.st
-            .removed_targets
-            .iter()
-            .filter(|(w, _)| match w {
-                Which::Ids(g) => g.iter().any(|g| g.contains(r.id)),
-                Which::Tag(t) => r.tag_ids.contains(t),
-                Which::Msg(m) => r.msg_raw.as_ref().is_some_and(|x| x == m),
-            })
-            .map(|(_, e)| e.clone())
-            .collect()
+    /// The target removals that apply to `r`, into `out` (cleared first).
+    fn removals_into(&self, r: &CRule, out: &mut Vec<Exclusion>) {
+        out.clear();
+        out.extend(
+            self.st
+                .removed_targets
+                .iter()
+                .filter(|(w, _)| match w {
+                    Which::Ids(g) => g.iter().any(|g| g.contains(r.id)),
+                    Which::Tag(t) => r.tag_ids.contains(t),
+                    Which::Msg(m) => r.msg_raw.as_ref().is_some_and(|x| x == m),
+                })
+                .map(|(_, e)| e.clone()),
+        );
     }
 
     fn eval_link(&mut self, eng: &Engine, r: &CRule, link: &Link) -> bool {
@@ -1838,11 +1844,10 @@ impl<'e> Transaction<'e> {
             self.on_match(r, link);
             return true;
         }
-        let removals = if self.st.removed_targets.is_empty() {
-            Vec::new()
-        } else {
-            self.removals(r)
-        };
+        // Reused: the rules of most requests run after a ctl removal
+        // (CRS 941010), each link asking for its own.
+        let mut removals = std::mem::take(&mut self.removals);
+        self.removals_into(r, &mut removals);
         // The values of a shared target list, collected once per phase
         // (and again after a ctl). Target removals (`ctl:ruleRemoveTarget*`)
         // are then applied per value (`removed_value`): CRS 941010 removes
@@ -1971,14 +1976,11 @@ impl<'e> Transaction<'e> {
             self.cache.next_volatile = 0;
         }
         match shared {
-            Some(id) => {
-                if self.lists.len() <= id {
-                    self.lists.resize_with(id + 1, Default::default);
-                }
-                self.lists[id] = (self.lists_gen, vals);
-            }
+            // `shared_list` made room for it.
+            Some(id) => self.lists[id] = (self.lists_gen, vals),
             None => self.vals = vals,
         }
+        self.removals = removals;
         any
     }
 
