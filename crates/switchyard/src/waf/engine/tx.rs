@@ -2728,10 +2728,10 @@ fn scan(
         _ => false,
     };
     if m && link.capture && matches!(link.op, COp::Op(_) | COp::DynamicRx(_)) {
-        for i in 0..10 {
+        const KEYS: [&[u8]; 10] = [b"0", b"1", b"2", b"3", b"4", b"5", b"6", b"7", b"8", b"9"];
+        for (i, k) in KEYS.iter().enumerate() {
             if let Some(v) = st.captures.get(i) {
-                let v = v.to_vec();
-                st.tx.set(i.to_string().as_bytes(), v);
+                st.tx.set_slice(k, v);
             }
         }
     }

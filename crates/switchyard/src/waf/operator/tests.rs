@@ -200,6 +200,32 @@ fn rx_captures_fill_tx_slots() {
     assert_eq!(c.len(), 10);
 }
 
+/// `^.*$` (CRS 920450, 920451) skips the regex engine: it must answer and
+/// capture what the regex does, newlines and empty values included.
+#[test]
+fn rx_whole_value_pattern_is_the_regex() {
+    let Operator::Rx(rx) = op("rx", "^.*$") else {
+        panic!("not an @rx");
+    };
+    let regex = rx.regex().expect("builds");
+    for v in [
+        &b"user-agent"[..],
+        b"",
+        b"a\nb",
+        b"\r\nx-forwarded-for\n",
+        b"\xff\x00ok",
+    ] {
+        let mut c = Captures::new();
+        assert_eq!(rx.matches(v, Some(&mut c)), regex.is_match(v), "{v:?}");
+        let want = regex
+            .captures(v)
+            .and_then(|m| m.get(0))
+            .map(|m| m.as_bytes());
+        assert_eq!(c.get(0), want, "{v:?}");
+        assert_eq!(c.len(), 1);
+    }
+}
+
 #[test]
 fn pm_is_case_insensitive_and_captures_the_phrase() {
     check(&[
