@@ -81,6 +81,10 @@ pub struct Rx {
     /// Literals one of which every match contains (lower-case), if any.
     pub literals: Option<Vec<Vec<u8>>>,
     prefilter: Option<Prefilter>,
+    /// A second required set, from another part of the pattern
+    /// ([`prefilter::secondary_literals`]): checked on the value's
+    /// summary only, where it costs a few bit tests.
+    also: Option<SigChecks>,
     /// The pattern is `^.*$`: with DOTALL it matches all of any value,
     /// which is what it captures (CRS 920450 and 920451 capture each
     /// header name with it; a capturing search costs more than the rest
@@ -104,6 +108,12 @@ impl Rx {
         let translated = translate(pattern);
         let literals = required_literals(&translated);
         let prefilter = literals.as_deref().and_then(Prefilter::new);
+        let also = match (&prefilter, &literals) {
+            (Some(_), Some(l)) => {
+                prefilter::secondary_literals(&translated, l).map(|s| SigChecks::new(&s))
+            }
+            _ => None,
+        };
         let regex = std::sync::OnceLock::new();
         if prefilter.is_none() {
             // Run on every value anyway: build it now.
@@ -127,6 +137,7 @@ impl Rx {
             regex,
             literals,
             prefilter,
+            also,
         })
     }
 
@@ -168,9 +179,11 @@ impl Rx {
     /// engine keeps one per transformed value).
     #[inline]
     pub fn may_match_sig(&self, input: &[u8], sig: &Sig) -> bool {
-        self.prefilter
-            .as_ref()
-            .is_none_or(|p| p.may_match_sig(input, sig))
+        self.prefilter.as_ref().is_none_or(|p| {
+            p.may_match_summary(sig)
+                && self.also.as_ref().is_none_or(|a| a.may(sig))
+                && p.may_match_past_summary(input)
+        })
     }
 
     /// Whether a value summarised by `sig` (or a value of a list whose
@@ -178,9 +191,9 @@ impl Rx {
     /// matches (true without a prefilter).
     #[inline]
     pub fn may_match_summary(&self, sig: &Sig) -> bool {
-        self.prefilter
-            .as_ref()
-            .is_none_or(|p| p.may_match_summary(sig))
+        self.prefilter.as_ref().is_none_or(|p| {
+            p.may_match_summary(sig) && self.also.as_ref().is_none_or(|a| a.may(sig))
+        })
     }
 
     /// [`Rx::matches`] with the value's [`Sig`].

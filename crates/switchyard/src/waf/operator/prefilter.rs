@@ -393,6 +393,48 @@ pub fn required_literals(pattern: &str) -> Option<Vec<Vec<u8>>> {
     usable(&out).then_some(out)
 }
 
+/// A second set of literals one of which every match of `pattern` also
+/// contains, from one part of its top-level concatenation, that adds to
+/// `primary` (none of its literals occurs in a literal of `primary`). A
+/// value needs one of each: CRS 941120's primary set is the `on` of event
+/// handlers after a separator, which many header values hold; its `=` is
+/// the second, which they mostly do not.
+pub fn secondary_literals(pattern: &str, primary: &[Vec<u8>]) -> Option<Vec<Vec<u8>>> {
+    let hir = regex_syntax::ParserBuilder::new()
+        .unicode(false)
+        .utf8(false)
+        .dot_matches_new_line(true)
+        .multi_line(true)
+        .build()
+        .parse(pattern)
+        .ok()?;
+    let mut h = &hir;
+    while let HirKind::Capture(c) = h.kind() {
+        h = &c.sub;
+    }
+    let HirKind::Concat(children) = h.kind() else {
+        return None;
+    };
+    let mut best: Option<Set> = None;
+    for c in children {
+        let i = info(c);
+        let own = better(
+            better(i.req, candidate(Some(&i.prefix))),
+            better(candidate(Some(&i.suffix)), candidate(i.exact.as_ref())),
+        );
+        let Some(own) = own.map(dedup) else { continue };
+        let adds = own.iter().all(|l| {
+            !primary
+                .iter()
+                .any(|p| memchr::memmem::find(&p.to_ascii_lowercase(), l).is_some())
+        });
+        if adds && usable(&own) {
+            best = better(best, Some(own));
+        }
+    }
+    best
+}
+
 /// A summary of a value, computed once per transformed value and shared by
 /// every prefilter that looks at it: the set of its bytes and a Bloom
 /// filter of its adjacent byte pairs (both lower case). A literal can
@@ -626,11 +668,17 @@ impl Prefilter {
     /// (the automaton still confirms), mostly without reading the value.
     #[inline]
     pub fn may_match_sig(&self, input: &[u8], sig: &Sig) -> bool {
-        self.may_match_summary(sig)
-            && match self {
-                Prefilter::Literals(ac, _, _) => ac.is_match(input),
-                _ => true,
-            }
+        self.may_match_summary(sig) && self.may_match_past_summary(input)
+    }
+
+    /// The rest of [`Prefilter::may_match_sig`] once the value's [`Sig`]
+    /// passed: the automaton's confirmation (a byte's bit is exact).
+    #[inline]
+    pub fn may_match_past_summary(&self, input: &[u8]) -> bool {
+        match self {
+            Prefilter::Literals(ac, _, _) => ac.is_match(input),
+            _ => true,
+        }
     }
 
     /// The part of [`Prefilter::may_match_sig`] that reads only the

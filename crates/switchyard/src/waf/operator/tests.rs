@@ -439,6 +439,59 @@ fn prefilter_literals() {
     assert!(rx.matches(b"x<SCRIPT>", None));
 }
 
+/// A second required set from another part of a concatenation: the `=`
+/// of CRS 941120's event handlers (the first set is the `on`); none when it
+/// would add nothing. A value the regex matches passes both on its
+/// summary, and one without the `=` is ruled out by it.
+#[test]
+fn prefilter_secondary_literals() {
+    let p941120 = "(?i)[\\s\"'`;/0-9=\\x0B\\x09\\x0C\\x3B\\x2C\\x28\\x3B]on[a-zA-Z]{3,25}[\\s\\x0B\\x09\\x0C\\x3B\\x2C\\x28\\x3B]*?=[^=]";
+    let primary = required_literals(p941120).unwrap();
+    assert_eq!(
+        prefilter::secondary_literals(p941120, &primary),
+        Some(vec![b"=".to_vec()])
+    );
+    // One part only, or a second part the first already holds.
+    assert_eq!(
+        prefilter::secondary_literals("union", &[b"union".to_vec()]),
+        None
+    );
+    let p = "(?i)select\\s+from";
+    let primary = required_literals(p).unwrap();
+    let second = prefilter::secondary_literals(p, &primary);
+    assert!(
+        second.iter().flatten().all(|l| primary
+            .iter()
+            .all(|p| !p.windows(l.len()).any(|w| w == &l[..]))),
+        "{second:?} adds nothing to {primary:?}"
+    );
+    for (p, hits, misses) in [
+        (
+            p941120,
+            &["x onload=alert(1)", "\"ONMOUSEOVER =x"][..],
+            &["session", "keep-alive; on the go"][..],
+        ),
+        (
+            "\\beval\\s*\\(.*\\)",
+            &["eval (1)", "x eval(a)"],
+            &["evaluation", "eval x"],
+        ),
+    ] {
+        let rx = Rx::new(p).unwrap();
+        for h in hits {
+            let h = h.as_bytes();
+            assert!(rx.matches_unfiltered(h), "{p} {h:?}");
+            assert!(rx.may_match_sig(h, &Sig::of(h)), "{p} ruled out {h:?}");
+            assert!(rx.may_match_summary(&Sig::of(h)), "{p} ruled out {h:?}");
+        }
+        for m in misses {
+            let m = m.as_bytes();
+            assert!(!rx.matches_unfiltered(m), "{p} {m:?}");
+            assert!(!rx.may_match_sig(m, &Sig::of(m)), "{p} let {m:?} through");
+        }
+    }
+}
+
 /// A value's signature never rules out a literal it holds (any case), for
 /// one-byte literals, repeated pairs and bytes past ASCII.
 #[test]
