@@ -41,6 +41,7 @@
 
 mod body;
 mod compile;
+mod head;
 mod keyrx;
 mod tx;
 
@@ -172,6 +173,8 @@ pub struct Engine {
     /// The most TX variables a transaction held so far: new transactions
     /// make room for as many up front.
     pub(crate) tx_vars_hint: std::sync::atomic::AtomicUsize,
+    /// Phase 1's request-independent head, run once per preset set.
+    pub(crate) heads: head::Heads,
 }
 
 impl std::fmt::Debug for Engine {
@@ -194,6 +197,7 @@ impl Engine {
             prog,
             limits,
             tx_vars_hint: std::sync::atomic::AtomicUsize::new(0),
+            heads: head::Heads::default(),
         })
     }
 

@@ -271,6 +271,131 @@ fn txv(tx: &[(String, String)], k: &str) -> Option<String> {
         .map(|(_, v)| v.clone())
 }
 
+/// One transaction through every phase, with or without the engine's
+/// phase 1 head: the rules it matched, its interruption and its TX.
+fn full_run(
+    e: &Engine,
+    presets: &[(&[u8], &[u8])],
+    head: bool,
+    method: &str,
+    uri: &str,
+    extra: &[(&[u8], &[u8])],
+    body: &[u8],
+) -> (Vec<u64>, Option<(u64, u16)>, Vec<(String, Vec<u8>)>) {
+    let mut h = headers();
+    h.extend_from_slice(extra);
+    let mut t = e.transaction(request(method, uri.as_bytes(), &h));
+    if !head {
+        t.without_head();
+    }
+    for (k, v) in presets {
+        t.preset_tx(k, v);
+    }
+    t.process_request_headers();
+    t.process_request_body(body, None);
+    t.process_response_headers(200, "HTTP/1.1", &[(b"Content-Type", b"text/html")]);
+    t.process_response_body(b"<html>ok</html>");
+    t.process_logging();
+    let tx = t.values("TX");
+    let o = t.into_outcome();
+    (o.ids(), o.interrupted.map(|i| (i.rule_id, i.status)), tx)
+}
+
+/// Starting phase 1 from the engine's head changes nothing a transaction
+/// does, over the CRS at paranoia levels 1 and 4, with and without presets
+/// (a second set of presets gets a head of its own).
+#[test]
+fn crs_head_changes_nothing() {
+    let (Some(e1), Some(e4)) = (pl1(), pl4()) else {
+        return;
+    };
+    let presets: [&[(&[u8], &[u8])]; 2] = [
+        &[],
+        &[
+            (b"blocking_paranoia_level", b"2"),
+            (b"inbound_anomaly_score_threshold", b"10"),
+        ],
+    ];
+    type Case<'a> = (&'a str, &'a str, &'a [(&'a [u8], &'a [u8])], &'a [u8]);
+    let cases: [Case; 5] = [
+        ("GET", "/products/list?category=shoes&page=3", &[], b""),
+        ("GET", "/?id=1%27%20or%201=1--", &[], b""),
+        ("GET", "/../../etc/passwd", &[], b""),
+        ("GET", "/", &[(b"User-Agent", b"sqlmap/1.7")], b""),
+        (
+            "POST",
+            "/c?x=1",
+            &[(b"Content-Type", b"application/x-www-form-urlencoded")],
+            b"q=<script>alert(1)</script>",
+        ),
+    ];
+    for e in [e1, e4] {
+        for p in presets {
+            for (m, uri, extra, body) in cases {
+                let with = full_run(e, p, true, m, uri, extra, body);
+                let without = full_run(e, p, false, m, uri, extra, body);
+                assert_eq!(with, without, "{m} {uri} presets {p:?}");
+            }
+        }
+        let heads = e.heads.resumes();
+        assert!(heads.len() >= 2, "{heads:?}");
+        assert!(
+            heads.iter().all(|(_, r)| *r > 10),
+            "the CRS setup rules are in the head: {heads:?}"
+        );
+    }
+}
+
+/// The head ends at a rule that disrupted when it ran (it is run again by
+/// every transaction, which may have other presets or another mode), and
+/// at a rule that reads the request.
+#[test]
+fn head_ends_at_disruption_and_request_data() {
+    let e = engine(
+        r#"
+SecAction "id:1,phase:1,pass,nolog,setvar:tx.a=1"
+SecRule &TX:b "@eq 0" "id:2,phase:1,deny,status:403,log"
+SecAction "id:3,phase:1,pass,nolog,setvar:tx.c=%{tx.a}"
+SecRule REQUEST_HEADERS:X-Y "@streq on" "id:4,phase:1,pass,nolog,setvar:tx.a=2"
+SecAction "id:5,phase:1,pass,nolog,setvar:tx.d=%{tx.a}"
+"#,
+    );
+    for _ in 0..2 {
+        let (ids, blocked, _) = full_run(&e, &[], true, "GET", "/", &[], b"");
+        assert_eq!((ids, blocked), (vec![2], Some((2, 403))));
+        let (ids, blocked, tx) = full_run(
+            &e,
+            &[(b"b", b"1")],
+            true,
+            "GET",
+            "/",
+            &[(b"X-Y", b"on")],
+            b"",
+        );
+        assert!(ids.is_empty() && blocked.is_none());
+        let v = |k: &str| {
+            tx.iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(k))
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(v("TX:c"), Some(b"1".to_vec()));
+        assert_eq!(v("TX:a"), Some(b"2".to_vec()));
+        assert_eq!(v("TX:d"), Some(b"2".to_vec()));
+        let (_, _, tx) = full_run(&e, &[(b"b", b"1")], true, "GET", "/", &[], b"");
+        let v = |k: &str| {
+            tx.iter()
+                .find(|(n, _)| n.eq_ignore_ascii_case(k))
+                .map(|(_, v)| v.clone())
+        };
+        assert_eq!(v("TX:d"), Some(b"1".to_vec()));
+    }
+    let mut heads = e.heads.resumes();
+    heads.sort();
+    // No presets: rule 2 denied, so the head is rule 1 only; with b set,
+    // rules 1 to 3 (rule 4 reads a header).
+    assert_eq!(heads, vec![(vec![], 1), (vec![b"b".to_vec()], 3)]);
+}
+
 #[test]
 fn chain_needs_every_link() {
     let e = engine(

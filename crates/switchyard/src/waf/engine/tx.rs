@@ -198,6 +198,24 @@ impl VarMap {
         }
     }
 
+    /// The variables in order (deleted ones left out).
+    fn pairs(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
+        self.entries
+            .iter()
+            .flatten()
+            .map(|(k, v)| (k.as_slice(), v.as_slice()))
+    }
+
+    /// Adds a variable known to be absent (`lower`: its name in lower
+    /// case), without looking it up.
+    fn push_new(&mut self, key: &[u8], value: &[u8], lower: &[u8]) {
+        let k = self.buf(key);
+        let v = self.buf(value);
+        let l = self.buf(lower);
+        self.entries.push(Some((k, v)));
+        self.index.insert(l, self.entries.len() - 1);
+    }
+
     /// Entry `i` (empty if deleted).
     fn at(&self, i: u32) -> (&[u8], &[u8]) {
         match self.entries.get(i as usize) {
@@ -841,6 +859,8 @@ pub struct Transaction<'e> {
     mm_results: Vec<u32>,
     body_type: Option<BodyProcessor>,
     content_type: Vec<u8>,
+    /// Whether phase 1 starts from the engine's head (tests compare).
+    use_head: bool,
 }
 
 /// ModSecurity's `uri_decode`: `%XX` with two hex digits, nothing else.
@@ -1080,6 +1100,7 @@ impl<'e> Transaction<'e> {
             mm_results: Vec::new(),
             body_type: None,
             content_type: Vec::new(),
+            use_head: true,
         };
         t.set_request(req);
         t
@@ -1511,6 +1532,12 @@ impl<'e> Transaction<'e> {
         self.st.tx.get(key.to_ascii_lowercase().as_bytes())
     }
 
+    /// Runs phase 1 from its first rule, without the engine's head.
+    #[cfg(test)]
+    pub(crate) fn without_head(&mut self) {
+        self.use_head = false;
+    }
+
     /// Sets a TX variable before phase 1 runs: per-vserver settings (the
     /// paranoia level, thresholds) on an engine shared by vservers, as a
     /// setup file's `SecAction setvar:` would. The CRS initialisation
@@ -1580,7 +1607,11 @@ impl<'e> Transaction<'e> {
         let list = &prog.phases[usize::from(phase)];
         // The data changed since the last phase.
         self.lists_gen += 1;
-        let mut i = 0usize;
+        let mut i = if phase == 1 {
+            self.resume_head(&eng)
+        } else {
+            0
+        };
         while i < list.len() {
             let item = list[i];
             i += 1;
@@ -1638,6 +1669,173 @@ impl<'e> Transaction<'e> {
             self.st.allow = None;
         }
         self.outcome.limits_exceeded = self.st.limit_hit;
+    }
+
+    /// Starts phase 1 where its request-independent head left TX and the
+    /// loop ([`super::head`]): the position to go on from (0 when there is
+    /// no head for this transaction's presets).
+    fn resume_head(&mut self, eng: &Engine) -> usize {
+        if !self.use_head
+            || !self.st.removed_ids.is_empty()
+            || !self.st.removed_tags.is_empty()
+            || !self.st.removed_targets.is_empty()
+            || !self.st.others.is_empty()
+        {
+            return 0;
+        }
+        let presets: Vec<(&[u8], &[u8])> = self.st.tx.pairs().collect();
+        let Some(h) = eng
+            .heads
+            .get_or_make(&presets, || Self::make_head(eng, &presets))
+        else {
+            return 0;
+        };
+        if h.resume == 0 {
+            return 0;
+        }
+        self.st.tx.recycle();
+        for (k, v, lower) in &h.tx {
+            self.st.tx.push_new(k, v, lower);
+        }
+        self.st.skip_marker = h.skip_marker;
+        self.st.skip_next = h.skip_next;
+        self.st.ops = h.ops;
+        self.st.scanned = h.scanned;
+        self.st.has_mv = h.mv.is_some();
+        if let Some((n, v)) = &h.mv {
+            self.st.mv.0.clear();
+            self.st.mv.0.extend_from_slice(n);
+            self.st.mv.1.clear();
+            self.st.mv.1.extend_from_slice(v);
+        }
+        self.st.mvs_len = 0;
+        for (n, v) in &h.matched_vars {
+            if self.st.mvs_len == self.st.matched_vars.len() {
+                self.st.matched_vars.push((Vec::new(), Vec::new()));
+            }
+            let e = &mut self.st.matched_vars[self.st.mvs_len];
+            e.0.clear();
+            e.0.extend_from_slice(n);
+            e.1.clear();
+            e.1.extend_from_slice(v);
+            self.st.mvs_len += 1;
+        }
+        h.resume
+    }
+
+    /// Runs the head of phase 1 on a transaction of no request with these
+    /// presets: once to find where it ends, again to stop just before (a
+    /// rule that left a trace beyond TX ends it after the fact).
+    fn make_head(eng: &Engine, presets: &[(&[u8], &[u8])]) -> super::head::Head {
+        let req = Request {
+            method: "GET",
+            uri: b"/",
+            protocol: "HTTP/1.1",
+            headers: &[],
+            remote_addr: "",
+            remote_port: 0,
+            local_addr: "",
+            local_port: 0,
+            unique_id: "",
+        };
+        let start = |limit: usize| {
+            let mut t = Transaction::new(eng, Request { ..req });
+            for (k, v) in presets {
+                t.preset_tx(k, v);
+            }
+            let end = t.run_head(eng, limit);
+            (t, end)
+        };
+        let (t, end) = match start(usize::MAX) {
+            (_, Err(e)) => start(e),
+            done => done,
+        };
+        // An error here would mean the second run went otherwise.
+        let resume = end.unwrap_or_default();
+        let st = &t.st;
+        super::head::Head {
+            presets: presets
+                .iter()
+                .map(|(k, v)| (k.to_vec(), v.to_vec()))
+                .collect(),
+            resume,
+            tx: st
+                .tx
+                .pairs()
+                .map(|(k, v)| (k.to_vec(), v.to_vec(), k.to_ascii_lowercase()))
+                .collect(),
+            skip_marker: st.skip_marker,
+            skip_next: st.skip_next,
+            ops: st.ops,
+            scanned: st.scanned,
+            mv: st.has_mv.then(|| st.mv.clone()),
+            matched_vars: st.matched_vars[..st.mvs_len].to_vec(),
+        }
+    }
+
+    /// Runs phase 1 from its start while the rules are pure
+    /// ([`super::head::pure`]) and before `limit`: `Ok` with the position
+    /// of the first rule not run, `Err` with the position of a rule that
+    /// ran and left a trace beyond TX (the state includes it).
+    fn run_head(&mut self, eng: &Engine, limit: usize) -> Result<usize, usize> {
+        let prog = &eng.prog;
+        let list = &prog.phases[1];
+        let mode = self.st.mode;
+        let mut i = 0usize;
+        while i < list.len() && i < limit {
+            let at = i;
+            let item = list[i];
+            i += 1;
+            if let Some(m) = self.st.skip_marker {
+                if let Item::Marker(x) = item {
+                    if x == m {
+                        self.st.skip_marker = None;
+                    }
+                }
+                continue;
+            }
+            if self.st.skip_next > 0 {
+                self.st.skip_next -= 1;
+                continue;
+            }
+            let Item::Rule(ri, jump) = item else { continue };
+            let r = &prog.rules[ri as usize];
+            if !super::head::pure(r) {
+                return Ok(at);
+            }
+            let matched = self.eval_rule(eng, r);
+            let st = &self.st;
+            if (matched && super::head::disrupts(r))
+                || !self.outcome.matched.is_empty()
+                || self.outcome.interrupted.is_some()
+                || st.allow.is_some()
+                || st.limit_hit
+                || st.mode != mode
+                || st.highest_severity.is_some()
+                || st.body_processor.is_some()
+                || !st.removed_ids.is_empty()
+                || !st.removed_tags.is_empty()
+                || !st.removed_msgs.is_empty()
+                || !st.removed_targets.is_empty()
+                || !st.others.is_empty()
+                || st.env.pairs().next().is_some()
+            {
+                return Err(at);
+            }
+            if matched {
+                if r.skip > 0 {
+                    self.st.skip_next = r.skip;
+                }
+                if let Some(m) = r.skip_after {
+                    match jump {
+                        Some(j) => i = j as usize,
+                        None => self.st.skip_marker = Some(m),
+                    }
+                }
+            }
+        }
+        // Past `limit` only by a jump, which skipped what lies between.
+        Ok(i)
     }
 
     fn removed(&self, r: &CRule) -> bool {
