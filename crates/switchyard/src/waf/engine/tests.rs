@@ -271,6 +271,10 @@ fn txv(tx: &[(String, String)], k: &str) -> Option<String> {
         .map(|(_, v)| v.clone())
 }
 
+/// The rules a transaction matched, its interruption (rule, status) and its
+/// TX variables.
+type RunResult = (Vec<u64>, Option<(u64, u16)>, Vec<(String, Vec<u8>)>);
+
 /// One transaction through every phase, with or without the engine's
 /// phase 1 head: the rules it matched, its interruption and its TX.
 fn full_run(
@@ -281,7 +285,7 @@ fn full_run(
     uri: &str,
     extra: &[(&[u8], &[u8])],
     body: &[u8],
-) -> (Vec<u64>, Option<(u64, u16)>, Vec<(String, Vec<u8>)>) {
+) -> RunResult {
     let mut h = headers();
     h.extend_from_slice(extra);
     let mut t = e.transaction(request(method, uri.as_bytes(), &h));
