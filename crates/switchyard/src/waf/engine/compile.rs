@@ -191,6 +191,11 @@ pub(crate) struct Link {
     /// values' summaries, which rules most such links out at once.
     /// `NO_SUMMARY_GROUP` otherwise.
     pub summary_group: u32,
+    /// The lower-case name when the link reads one TX variable as it is
+    /// (no transformation, exclusion, count or multiMatch): the paranoia
+    /// gates (`SecRule TX:DETECTION_PARANOIA_LEVEL "@lt 2" ...skipAfter`),
+    /// about sixty per transaction, look it up without collecting a list.
+    pub tx_key: Option<Box<[u8]>>,
 }
 
 pub(crate) const NO_TARGETS_ID: u32 = u32::MAX;
@@ -537,6 +542,14 @@ fn compile_link(b: &mut Builder, r: &Rule, starter: bool) -> Result<Link, String
         } else {
             NO_SUMMARY_GROUP
         };
+    let tx_key = match targets.as_slice() {
+        [Target {
+            coll: Collection::Tx,
+            sel: Sel::Key(k, _),
+            count: false,
+        }] if exclusions.is_empty() && tnode == 0 && !r.multi_match => Some(k.clone()),
+        _ => None,
+    };
     Ok(Link {
         summary_group,
         min_len,
@@ -548,6 +561,7 @@ fn compile_link(b: &mut Builder, r: &Rule, starter: bool) -> Result<Link, String
         negated: r.operator.negated,
         tnode,
         multi_match: r.multi_match,
+        tx_key,
         capture: r.capture,
         unconditional,
         setvars,

@@ -400,6 +400,29 @@ SecAction "id:5,phase:1,pass,nolog,setvar:tx.d=%{tx.a}"
     assert_eq!(heads, vec![(vec![], 1), (vec![b"b".to_vec()], 3)]);
 }
 
+/// A rule reading one TX variable as it is takes a short path; a target
+/// removal, the matched variable and a missing variable behave as on the
+/// long one.
+#[test]
+fn single_tx_variable_rules() {
+    let e = engine(
+        r#"
+SecAction "id:1,phase:1,pass,nolog,setvar:tx.level=2"
+SecRule REQUEST_URI "@beginsWith /off" "id:2,phase:1,pass,nolog,ctl:ruleRemoveTargetById=10;TX:level"
+SecRule TX:LEVEL "@ge 2" "id:10,phase:1,pass,log,msg:'level %{MATCHED_VAR_NAME}=%{MATCHED_VAR}',setvar:tx.hits=+1"
+SecRule TX:missing "!@eq 1" "id:11,phase:1,pass,log,setvar:tx.hits=+10"
+SecRule TX:level "@lt 2" "id:12,phase:1,pass,log,setvar:tx.hits=+100"
+"#,
+    );
+    let (o, tx) = run(&e, "/on", &[], None);
+    assert_eq!(o.ids(), vec![10]);
+    assert_eq!(o.matched[0].msg, "level TX:level=2");
+    assert_eq!(txv(&tx, "hits").as_deref(), Some("1"));
+    let (o, tx) = run(&e, "/off", &[], None);
+    assert!(o.ids().is_empty(), "{:?}", o.ids());
+    assert_eq!(txv(&tx, "hits"), None);
+}
+
 #[test]
 fn chain_needs_every_link() {
     let e = engine(

@@ -198,6 +198,12 @@ impl VarMap {
         }
     }
 
+    /// The entry of a variable by its lower-case name.
+    fn index_of(&self, lower_key: &[u8]) -> Option<usize> {
+        let i = *self.index.get(lower_key)?;
+        self.entries.get(i)?.as_ref().map(|_| i)
+    }
+
     /// The variables in order (deleted ones left out).
     fn pairs(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
         self.entries
@@ -2042,6 +2048,11 @@ impl<'e> Transaction<'e> {
             self.on_match(r, link);
             return true;
         }
+        if let Some(key) = &link.tx_key {
+            if self.st.removed_targets.is_empty() {
+                return self.eval_tx_key(eng, r, link, key);
+            }
+        }
         // Reused: the rules of most requests run after a ctl removal
         // (CRS 941010), each link asking for its own.
         let mut removals = std::mem::take(&mut self.removals);
@@ -2180,6 +2191,38 @@ impl<'e> Transaction<'e> {
         }
         self.removals = removals;
         any
+    }
+
+    /// [`Transaction::eval_link`] of a link reading one TX variable as it
+    /// is (`Link::tx_key`), with no target removals in force: what
+    /// collecting its one-value list would do.
+    fn eval_tx_key(&mut self, eng: &Engine, r: &CRule, link: &Link, key: &[u8]) -> bool {
+        let Some(i) = self.st.tx.index_of(key) else {
+            return false;
+        };
+        let arg = self.op_arg(link, r);
+        // A copy: the actions of a match may change the variable.
+        let mut value = std::mem::take(&mut self.tmpval);
+        value.clear();
+        value.extend_from_slice(self.st.tx.at(i as u32).1);
+        let m = run_op_sig(
+            &mut self.st,
+            &eng.limits,
+            link,
+            &value,
+            arg.as_deref(),
+            None,
+        );
+        if m {
+            let v = Val {
+                coll: Collection::Tx,
+                src: Src::Tx(i as u32),
+            };
+            set_matched(&mut self.st, &self.d, &v, &value);
+            self.on_match(r, link);
+        }
+        self.tmpval = value;
+        m
     }
 
     /// Shared target list `id` of `link` for this phase: taken from the
