@@ -1621,16 +1621,7 @@ impl<'e> Transaction<'e> {
         while i < list.len() {
             let item = list[i];
             i += 1;
-            if let Some(m) = self.st.skip_marker {
-                if let Item::Marker(x) = item {
-                    if x == m {
-                        self.st.skip_marker = None;
-                    }
-                }
-                continue;
-            }
-            if self.st.skip_next > 0 {
-                self.st.skip_next -= 1;
+            if self.skipped(item) {
                 continue;
             }
             if let Some(a) = self.st.allow {
@@ -1649,15 +1640,7 @@ impl<'e> Transaction<'e> {
                 continue;
             }
             if self.eval_rule(&eng, r) {
-                if r.skip > 0 {
-                    self.st.skip_next = r.skip;
-                }
-                if let Some(m) = r.skip_after {
-                    match jump {
-                        Some(j) => i = j as usize,
-                        None => self.st.skip_marker = Some(m),
-                    }
-                }
+                self.skip_after_match(r, jump, &mut i);
             }
             if phase < 5 && self.outcome.interrupted.is_some() {
                 break;
@@ -1792,16 +1775,7 @@ impl<'e> Transaction<'e> {
             let at = i;
             let item = list[i];
             i += 1;
-            if let Some(m) = self.st.skip_marker {
-                if let Item::Marker(x) = item {
-                    if x == m {
-                        self.st.skip_marker = None;
-                    }
-                }
-                continue;
-            }
-            if self.st.skip_next > 0 {
-                self.st.skip_next -= 1;
+            if self.skipped(item) {
                 continue;
             }
             let Item::Rule(ri, jump) = item else { continue };
@@ -1829,19 +1803,43 @@ impl<'e> Transaction<'e> {
                 return Err(at);
             }
             if matched {
-                if r.skip > 0 {
-                    self.st.skip_next = r.skip;
-                }
-                if let Some(m) = r.skip_after {
-                    match jump {
-                        Some(j) => i = j as usize,
-                        None => self.st.skip_marker = Some(m),
-                    }
-                }
+                self.skip_after_match(r, jump, &mut i);
             }
         }
         // Past `limit` only by a jump, which skipped what lies between.
         Ok(i)
+    }
+
+    /// Whether a `skip` or `skipAfter` in force passes over `item` (a
+    /// marker ends the `skipAfter` it names).
+    fn skipped(&mut self, item: Item) -> bool {
+        if let Some(m) = self.st.skip_marker {
+            if let Item::Marker(x) = item {
+                if x == m {
+                    self.st.skip_marker = None;
+                }
+            }
+            return true;
+        }
+        if self.st.skip_next > 0 {
+            self.st.skip_next -= 1;
+            return true;
+        }
+        false
+    }
+
+    /// A rule matched: its `skip`, and its `skipAfter` (a jump to after the
+    /// marker when it is in this phase, else skipping until it).
+    fn skip_after_match(&mut self, r: &CRule, jump: Option<u32>, i: &mut usize) {
+        if r.skip > 0 {
+            self.st.skip_next = r.skip;
+        }
+        if let Some(m) = r.skip_after {
+            match jump {
+                Some(j) => *i = j as usize,
+                None => self.st.skip_marker = Some(m),
+            }
+        }
     }
 
     fn removed(&self, r: &CRule) -> bool {

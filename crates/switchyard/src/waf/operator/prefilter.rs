@@ -361,19 +361,25 @@ fn info(h: &Hir) -> Info {
     }
 }
 
-/// The literals one of which every match of `pattern` contains (lower-case;
-/// compare without regard to ASCII case), or `None` when no useful set
-/// exists. `pattern` is in the regex crate's syntax; it is parsed with the
-/// flags `@rx` uses (bytes, Unicode off, DOTALL, MULTILINE).
-pub fn required_literals(pattern: &str) -> Option<Vec<Vec<u8>>> {
-    let hir = regex_syntax::ParserBuilder::new()
+/// `pattern` with the flags `@rx` uses (bytes, Unicode off, DOTALL,
+/// MULTILINE).
+fn parse(pattern: &str) -> Option<Hir> {
+    regex_syntax::ParserBuilder::new()
         .unicode(false)
         .utf8(false)
         .dot_matches_new_line(true)
         .multi_line(true)
         .build()
         .parse(pattern)
-        .ok()?;
+        .ok()
+}
+
+/// The literals one of which every match of `pattern` contains (lower-case;
+/// compare without regard to ASCII case), or `None` when no useful set
+/// exists. `pattern` is in the regex crate's syntax; it is parsed with the
+/// flags `@rx` uses (bytes, Unicode off, DOTALL, MULTILINE).
+pub fn required_literals(pattern: &str) -> Option<Vec<Vec<u8>>> {
+    let hir = parse(pattern)?;
     let i = info(&hir);
     let best = better(
         better(i.req, candidate(Some(&i.prefix))),
@@ -400,14 +406,7 @@ pub fn required_literals(pattern: &str) -> Option<Vec<Vec<u8>>> {
 /// handlers after a separator, which many header values hold; its `=` is
 /// the second, which they mostly do not.
 pub fn secondary_literals(pattern: &str, primary: &[Vec<u8>]) -> Option<Vec<Vec<u8>>> {
-    let hir = regex_syntax::ParserBuilder::new()
-        .unicode(false)
-        .utf8(false)
-        .dot_matches_new_line(true)
-        .multi_line(true)
-        .build()
-        .parse(pattern)
-        .ok()?;
+    let hir = parse(pattern)?;
     let mut h = &hir;
     while let HirKind::Capture(c) = h.kind() {
         h = &c.sub;
