@@ -48,17 +48,22 @@ const MAX_HEADS: usize = 16;
 pub(crate) struct Heads(RwLock<Vec<Arc<Head>>>);
 
 impl Heads {
-    /// The head for these presets, computed by `make` the first time.
-    pub fn get_or_make(
+    /// The head for the presets `presets()` yields, computed by `make` the
+    /// first time.
+    pub fn get_or_make<'p, I>(
         &self,
-        presets: &[(&[u8], &[u8])],
+        presets: impl Fn() -> I,
         make: impl FnOnce() -> Head,
-    ) -> Option<Arc<Head>> {
+    ) -> Option<Arc<Head>>
+    where
+        I: ExactSizeIterator<Item = (&'p [u8], &'p [u8])>,
+    {
         let same = |h: &Head| {
-            h.presets.len() == presets.len()
+            let p = presets();
+            h.presets.len() == p.len()
                 && h.presets
                     .iter()
-                    .zip(presets)
+                    .zip(p)
                     .all(|((a, b), (c, d))| a == c && b == d)
         };
         if let Ok(heads) = self.0.read() {

@@ -81,6 +81,28 @@ impl Hasher for Fx {
     }
 }
 
+/// [`VarMap::pairs`]: the live entries, as many as the index holds.
+struct Pairs<'a> {
+    entries: std::slice::Iter<'a, Option<(Vec<u8>, Vec<u8>)>>,
+    left: usize,
+}
+
+impl<'a> Iterator for Pairs<'a> {
+    type Item = (&'a [u8], &'a [u8]);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (k, v) = self.entries.by_ref().flatten().next()?;
+        self.left = self.left.saturating_sub(1);
+        Some((k, v))
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        (self.left, Some(self.left))
+    }
+}
+
+impl ExactSizeIterator for Pairs<'_> {}
+
 /// TX-like collections: keys without regard to case, insertion order kept.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct VarMap {
@@ -205,11 +227,11 @@ impl VarMap {
     }
 
     /// The variables in order (deleted ones left out).
-    fn pairs(&self) -> impl Iterator<Item = (&[u8], &[u8])> {
-        self.entries
-            .iter()
-            .flatten()
-            .map(|(k, v)| (k.as_slice(), v.as_slice()))
+    fn pairs(&self) -> impl ExactSizeIterator<Item = (&[u8], &[u8])> {
+        Pairs {
+            entries: self.entries.iter(),
+            left: self.index.len(),
+        }
     }
 
     /// Adds a variable known to be absent (`lower`: its name in lower
@@ -1664,19 +1686,15 @@ impl<'e> Transaction<'e> {
     /// loop ([`super::head`]): the position to go on from (0 when there is
     /// no head for this transaction's presets).
     fn resume_head(&mut self, eng: &Engine) -> usize {
-        if !self.use_head
-            || !self.st.removed_ids.is_empty()
-            || !self.st.removed_tags.is_empty()
-            || !self.st.removed_targets.is_empty()
-            || !self.st.others.is_empty()
-        {
+        if !self.use_head {
             return 0;
         }
-        let presets: Vec<(&[u8], &[u8])> = self.st.tx.pairs().collect();
-        let Some(h) = eng
-            .heads
-            .get_or_make(&presets, || Self::make_head(eng, &presets))
-        else {
+        // Nothing but the presets ran before phase 1: TX is all there is.
+        let tx = &self.st.tx;
+        let Some(h) = eng.heads.get_or_make(
+            || tx.pairs(),
+            || Self::make_head(eng, &tx.pairs().collect::<Vec<_>>()),
+        ) else {
             return 0;
         };
         if h.resume == 0 {
@@ -1728,7 +1746,7 @@ impl<'e> Transaction<'e> {
             unique_id: "",
         };
         let start = |limit: usize| {
-            let mut t = Transaction::new(eng, Request { ..req });
+            let mut t = Transaction::new(eng, req.clone());
             for (k, v) in presets {
                 t.preset_tx(k, v);
             }
@@ -1769,7 +1787,6 @@ impl<'e> Transaction<'e> {
     fn run_head(&mut self, eng: &Engine, limit: usize) -> Result<usize, usize> {
         let prog = &eng.prog;
         let list = &prog.phases[1];
-        let mode = self.st.mode;
         let mut i = 0usize;
         while i < list.len() && i < limit {
             let at = i;
@@ -1784,21 +1801,13 @@ impl<'e> Transaction<'e> {
                 return Ok(at);
             }
             let matched = self.eval_rule(eng, r);
-            let st = &self.st;
+            // A pure rule has no ctl, initcol or setenv: what else it can
+            // leave beyond TX is a disruption (blocking, allowing), a
+            // logged match, a severity, the work bound.
             if (matched && super::head::disrupts(r))
                 || !self.outcome.matched.is_empty()
-                || self.outcome.interrupted.is_some()
-                || st.allow.is_some()
-                || st.limit_hit
-                || st.mode != mode
-                || st.highest_severity.is_some()
-                || st.body_processor.is_some()
-                || !st.removed_ids.is_empty()
-                || !st.removed_tags.is_empty()
-                || !st.removed_msgs.is_empty()
-                || !st.removed_targets.is_empty()
-                || !st.others.is_empty()
-                || st.env.pairs().next().is_some()
+                || self.st.highest_severity.is_some()
+                || self.st.limit_hit
             {
                 return Err(at);
             }
