@@ -117,6 +117,15 @@ fn better(a: Option<Set>, b: Option<Set>) -> Option<Set> {
     }
 }
 
+/// The best set every match of a node contains: its required set, or the
+/// set of its prefixes, suffixes or exact strings.
+fn required(i: &Info) -> Option<Set> {
+    better(
+        better(i.req.clone(), candidate(Some(&i.prefix))),
+        better(candidate(Some(&i.suffix)), candidate(i.exact.as_ref())),
+    )
+}
+
 fn candidate(s: Option<&Set>) -> Option<Set> {
     s.filter(|s| usable(s) && s.len() <= MAX_SET)
         .map(|s| cap_prefix(s.clone()))
@@ -329,10 +338,7 @@ fn info(h: &Hir) -> Info {
                 };
                 prefix.extend(i.prefix.iter().cloned());
                 suffix.extend(i.suffix.iter().cloned());
-                let own = better(
-                    better(i.req.clone(), candidate(Some(&i.prefix))),
-                    better(candidate(Some(&i.suffix)), candidate(i.exact.as_ref())),
-                );
+                let own = required(i);
                 req = match (req, own) {
                     (Some(mut a), Some(b)) if a.len() + b.len() <= 4 * MAX_SET => {
                         a.extend(b);
@@ -380,12 +386,7 @@ fn parse(pattern: &str) -> Option<Hir> {
 /// flags `@rx` uses (bytes, Unicode off, DOTALL, MULTILINE).
 pub fn required_literals(pattern: &str) -> Option<Vec<Vec<u8>>> {
     let hir = parse(pattern)?;
-    let i = info(&hir);
-    let best = better(
-        better(i.req, candidate(Some(&i.prefix))),
-        better(candidate(Some(&i.suffix)), candidate(i.exact.as_ref())),
-    )?;
-    let best = dedup(best);
+    let best = dedup(required(&info(&hir))?);
     // Drop literals that contain another one (the shorter suffices).
     let mut out: Set = Vec::new();
     for l in &best {
@@ -416,17 +417,13 @@ pub fn secondary_literals(pattern: &str, primary: &[Vec<u8>]) -> Option<Vec<Vec<
     };
     let mut best: Option<Set> = None;
     for c in children {
-        let i = info(c);
-        let own = better(
-            better(i.req, candidate(Some(&i.prefix))),
-            better(candidate(Some(&i.suffix)), candidate(i.exact.as_ref())),
-        );
-        let Some(own) = own.map(dedup) else { continue };
-        let adds = own.iter().all(|l| {
-            !primary
-                .iter()
-                .any(|p| memchr::memmem::find(&p.to_ascii_lowercase(), l).is_some())
-        });
+        let Some(own) = required(&info(c)).map(dedup) else {
+            continue;
+        };
+        // Both sets are lower case.
+        let adds = own
+            .iter()
+            .all(|l| !primary.iter().any(|p| memchr::memmem::find(p, l).is_some()));
         if adds && usable(&own) {
             best = better(best, Some(own));
         }
@@ -663,15 +660,9 @@ impl Prefilter {
         Some(Prefilter::Literals(ac, rare, SigChecks::new(lits)))
     }
 
-    /// [`Prefilter::may_match`] given the value's [`Sig`]: the same answer
-    /// (the automaton still confirms), mostly without reading the value.
-    #[inline]
-    pub fn may_match_sig(&self, input: &[u8], sig: &Sig) -> bool {
-        self.may_match_summary(sig) && self.may_match_past_summary(input)
-    }
-
-    /// The rest of [`Prefilter::may_match_sig`] once the value's [`Sig`]
-    /// passed: the automaton's confirmation (a byte's bit is exact).
+    /// What [`Prefilter::may_match`] still asks once the value's [`Sig`]
+    /// passed [`Prefilter::may_match_summary`]: the automaton's
+    /// confirmation (a byte's bit is exact).
     #[inline]
     pub fn may_match_past_summary(&self, input: &[u8]) -> bool {
         match self {
@@ -680,7 +671,7 @@ impl Prefilter {
         }
     }
 
-    /// The part of [`Prefilter::may_match_sig`] that reads only the
+    /// The part of [`Prefilter::may_match`] that reads only the
     /// [`Sig`]: false when no literal may occur in the value (or in any
     /// value of a list, given the union of their summaries).
     #[inline]
