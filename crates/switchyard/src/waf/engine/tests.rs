@@ -409,6 +409,7 @@ fn single_tx_variable_rules() {
         r#"
 SecAction "id:1,phase:1,pass,nolog,setvar:tx.level=2"
 SecRule REQUEST_URI "@beginsWith /off" "id:2,phase:1,pass,nolog,ctl:ruleRemoveTargetById=10;TX:level"
+SecRule REQUEST_URI "@contains /other" "id:3,phase:1,pass,nolog,ctl:ruleRemoveTargetById=10;ARGS"
 SecRule TX:LEVEL "@ge 2" "id:10,phase:1,pass,log,msg:'level %{MATCHED_VAR_NAME}=%{MATCHED_VAR}',setvar:tx.hits=+1"
 SecRule TX:missing "!@eq 1" "id:11,phase:1,pass,log,setvar:tx.hits=+10"
 SecRule TX:level "@lt 2" "id:12,phase:1,pass,log,setvar:tx.hits=+100"
@@ -419,6 +420,14 @@ SecRule TX:level "@lt 2" "id:12,phase:1,pass,log,setvar:tx.hits=+100"
     assert_eq!(o.matched[0].msg, "level TX:level=2");
     assert_eq!(txv(&tx, "hits").as_deref(), Some("1"));
     let (o, tx) = run(&e, "/off", &[], None);
+    assert!(o.ids().is_empty(), "{:?}", o.ids());
+    assert_eq!(txv(&tx, "hits"), None);
+    // A removal of another collection leaves the TX target; one of TX
+    // after it still applies.
+    let (o, tx) = run(&e, "/other", &[], None);
+    assert_eq!(o.ids(), vec![10]);
+    assert_eq!(txv(&tx, "hits").as_deref(), Some("1"));
+    let (o, tx) = run(&e, "/off/other", &[], None);
     assert!(o.ids().is_empty(), "{:?}", o.ids());
     assert_eq!(txv(&tx, "hits"), None);
 }

@@ -2056,7 +2056,15 @@ impl<'e> Transaction<'e> {
             return true;
         }
         if let Some(key) = &link.tx_key {
-            if self.st.removed_targets.is_empty() {
+            // A removal of another collection (CRS 941010 takes
+            // REQUEST_FILENAME from the XSS rules of most requests) leaves
+            // a TX target as it is.
+            if self
+                .st
+                .removed_targets
+                .iter()
+                .all(|(_, e)| e.coll != Collection::Tx)
+            {
                 return self.eval_tx_key(eng, r, link, key);
             }
         }
