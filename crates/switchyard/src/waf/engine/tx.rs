@@ -512,6 +512,11 @@ struct Cache {
     sigs: Vec<operator::Sig>,
     span_sig: Vec<u32>,
     slot_sig: Vec<u32>,
+    /// The byte classes of each untransformed value of a non-volatile slot
+    /// and of each span (0: not known yet): a transformation that cannot
+    /// change a value is skipped on them (`transform::triggers`).
+    slot_classes: Vec<transform::Classes>,
+    span_classes: Vec<transform::Classes>,
     /// Rows of an earlier transaction (on this thread), for new slots.
     spare: Vec<Box<[u32]>>,
 }
@@ -701,6 +706,8 @@ impl Cache {
         self.sigs.clear();
         self.span_sig.clear();
         self.slot_sig.clear();
+        self.slot_classes.clear();
+        self.span_classes.clear();
         self.next_volatile = 0;
     }
 
@@ -723,22 +730,57 @@ impl Cache {
     fn transform(&mut self, nodes: &[TNode], slot: u32, node: u32, orig: &[u8]) -> u32 {
         let n = nodes[node as usize];
         let parent = self.get(nodes, slot, n.parent, orig);
+        let classes = self.classes(parent, slot, orig);
         let input: &[u8] = if parent == SAME {
             orig
         } else {
             let (a, b) = self.spans[parent as usize];
             &self.arena[a..b]
         };
-        let r = if transform::apply(n.t, input, &mut self.out) {
+        let r = if classes & transform::triggers(n.t) != 0
+            && transform::apply(n.t, input, &mut self.out)
+        {
             let a = self.arena.len();
             self.arena.extend_from_slice(&self.out);
             self.spans.push((a, self.arena.len()));
+            self.span_classes.push(0);
             (self.spans.len() - 1) as u32
         } else {
             parent
         };
         self.store(slot, node, r);
         r
+    }
+
+    /// The byte classes of result `r` of `slot` (`orig` its value), found
+    /// once per value and per span (each time for an untransformed
+    /// volatile value).
+    fn classes(&mut self, r: u32, slot: u32, orig: &[u8]) -> transform::Classes {
+        let known = if r != SAME {
+            self.span_classes.get_mut(r as usize)
+        } else if slot < VOLATILE {
+            let i = slot as usize;
+            if self.slot_classes.len() <= i {
+                self.slot_classes.resize(i + 1, 0);
+            }
+            self.slot_classes.get_mut(i)
+        } else {
+            None
+        };
+        match known {
+            Some(c) if *c != 0 => *c,
+            Some(c) => {
+                let input = if r == SAME {
+                    orig
+                } else {
+                    let (a, b) = self.spans[r as usize];
+                    &self.arena[a..b]
+                };
+                *c = transform::byte_classes(input);
+                *c
+            }
+            None => transform::byte_classes(orig),
+        }
     }
 
     fn slice<'a>(&'a self, r: u32, orig: &'a [u8]) -> &'a [u8] {
