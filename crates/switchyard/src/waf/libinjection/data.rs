@@ -3,8 +3,9 @@
 //! multi-word phrases) and `fingerprints.txt` (the 8,367 token-type
 //! patterns that are SQLi, upper-cased as libinjection stores them). Both
 //! come from libinjection 3.9.2's `libinjection_sqli_data.h`
-//! (`LICENSE-libinjection`). They are parsed once, at first use, into
-//! sorted arrays searched by binary search.
+//! (`LICENSE-libinjection`). They are parsed once, at first use: the
+//! keywords into an open-addressing hash table (every word of every value
+//! is looked up), the fingerprints into a sorted array.
 
 use std::sync::OnceLock;
 
@@ -12,8 +13,11 @@ static KEYWORDS_TSV: &str = include_str!("keywords.tsv");
 static FINGERPRINTS_TXT: &str = include_str!("fingerprints.txt");
 
 struct Tables {
-    /// Sorted by word (bytes); words are upper case.
+    /// Words (upper case) and their token types.
     keywords: Vec<(&'static [u8], u8)>,
+    /// `KEYWORD_SLOTS` slots: an index into `keywords` plus one, 0 empty;
+    /// linear probing from `word_hash`.
+    index: Box<[u16]>,
     /// Packed fingerprints (see `pack`), sorted.
     fingerprints: Vec<u64>,
 }
@@ -30,6 +34,15 @@ fn tables() -> &'static Tables {
             })
             .collect();
         keywords.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        keywords.dedup_by(|a, b| a.0 == b.0);
+        let mut index = vec![0u16; KEYWORD_SLOTS].into_boxed_slice();
+        for (i, (w, _)) in keywords.iter().enumerate() {
+            let mut h = word_hash(w);
+            while index[h] != 0 {
+                h = (h + 1) & (KEYWORD_SLOTS - 1);
+            }
+            index[h] = (i + 1) as u16;
+        }
         let mut fingerprints: Vec<u64> = FINGERPRINTS_TXT
             .lines()
             .filter(|l| !l.is_empty())
@@ -39,6 +52,7 @@ fn tables() -> &'static Tables {
         fingerprints.dedup();
         Tables {
             keywords,
+            index,
             fingerprints,
         }
     })
@@ -62,6 +76,18 @@ fn pack(fp: &[u8]) -> Option<u64> {
     Some((v << 8) | fp.len() as u64)
 }
 
+/// Slots of the keyword table: a power of two, about twice the 985 words
+/// (short probe runs).
+const KEYWORD_SLOTS: usize = 2048;
+
+/// FNV-1a of an upper-case word, to a slot.
+fn word_hash(w: &[u8]) -> usize {
+    let h = w.iter().fold(0x811c_9dc5u32, |h, &c| {
+        (h ^ u32::from(c)).wrapping_mul(0x0100_0193)
+    });
+    h as usize & (KEYWORD_SLOTS - 1)
+}
+
 /// libinjection's keyword look-up (`bsearch_keyword_type`): the word is
 /// compared with its ASCII lower-case letters upper-cased; 0 when absent.
 pub fn lookup_word(word: &[u8]) -> u8 {
@@ -74,10 +100,18 @@ pub fn lookup_word(word: &[u8]) -> u8 {
     let key = &mut buf[..word.len()];
     key.copy_from_slice(word);
     key.make_ascii_uppercase();
-    let kw = &tables().keywords;
-    match kw.binary_search_by(|(w, _)| (*w).cmp(&*key)) {
-        Ok(i) => kw[i].1,
-        Err(_) => 0,
+    let t = tables();
+    let mut h = word_hash(key);
+    loop {
+        let i = t.index[h];
+        if i == 0 {
+            return 0;
+        }
+        let (w, ty) = t.keywords[usize::from(i) - 1];
+        if w == &*key {
+            return ty;
+        }
+        h = (h + 1) & (KEYWORD_SLOTS - 1);
     }
 }
 
@@ -111,5 +145,37 @@ mod tests {
         assert_eq!(lookup_word(b"nosuchword"), 0);
         assert!(is_blacklisted_fingerprint(b"s&1"));
         assert!(!is_blacklisted_fingerprint(b"nnn"));
+    }
+
+    /// The hash table finds every word of the data file, in any case, with
+    /// its type, and nothing else (prefixes, extensions, near misses).
+    #[test]
+    fn every_keyword_found() {
+        for line in KEYWORDS_TSV.lines() {
+            let Some((word, ty)) = line.split_once('\t') else {
+                continue;
+            };
+            let ty = ty.as_bytes()[0];
+            assert_eq!(lookup_word(word.as_bytes()), ty, "{word}");
+            assert_eq!(
+                lookup_word(word.to_ascii_lowercase().as_bytes()),
+                ty,
+                "{word}"
+            );
+            let mut longer = word.as_bytes().to_vec();
+            longer.push(b'Q');
+            let known = |w: &[u8]| {
+                KEYWORDS_TSV
+                    .lines()
+                    .any(|l| l.split('\t').next() == Some(std::str::from_utf8(w).unwrap_or("")))
+            };
+            if !known(&longer) {
+                assert_eq!(lookup_word(&longer), 0, "{word}Q");
+            }
+            let shorter = &word.as_bytes()[..word.len() - 1];
+            if !known(shorter) {
+                assert_eq!(lookup_word(shorter), 0, "{word} less its last byte");
+            }
+        }
     }
 }

@@ -166,6 +166,19 @@ fn cspn(s: &[u8], reject: &[u8]) -> usize {
         .unwrap_or(s.len())
 }
 
+/// The bytes that end a word (`parse_word`'s `strlencspn` set, and NUL),
+/// as a table: every word of every value is measured with it.
+const WORD_END: [bool; 256] = {
+    let set = b" []{}<>:\\?=@!#~+-*/&|^%(),';\t\n\x0b\x0c\r\"\xa0\0";
+    let mut t = [false; 256];
+    let mut i = 0;
+    while i < set.len() {
+        t[set[i] as usize] = true;
+        i += 1;
+    }
+    t
+};
+
 fn char_is_white(ch: u8) -> bool {
     matches!(ch, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r' | 0xa0 | 0)
 }
@@ -605,10 +618,10 @@ impl<'a> State<'a> {
     fn parse_word(&mut self) -> usize {
         let s = self.s;
         let pos = self.pos;
-        let wlen = cspn(
-            &s[pos..],
-            b" []{}<>:\\?=@!#~+-*/&|^%(),';\t\n\x0b\x0c\r\"\xa0",
-        );
+        let wlen = s[pos..]
+            .iter()
+            .position(|&c| WORD_END[c as usize])
+            .unwrap_or(s.len() - pos);
         let idx = self.current;
         self.tokenvec[idx].assign(TYPE_BAREWORD, pos, &s[pos..pos + wlen]);
         // "SELECT.1" or "SELECT`col`": a keyword before a '.' or '`' is a
