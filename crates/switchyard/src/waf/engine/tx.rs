@@ -2079,17 +2079,18 @@ impl<'e> Transaction<'e> {
     /// The target removals that apply to `r`, into `out` (cleared first).
     fn removals_into(&self, r: &CRule, out: &mut Vec<Exclusion>) {
         out.clear();
-        out.extend(
-            self.st
-                .removed_targets
-                .iter()
-                .filter(|(w, _)| match w {
-                    Which::Ids(g) => g.iter().any(|g| g.contains(r.id)),
-                    Which::Tag(t) => r.tag_ids.contains(t),
-                    Which::Msg(m) => r.msg_raw.as_ref().is_some_and(|x| x == m),
-                })
-                .map(|(_, e)| e.clone()),
-        );
+        // A plain loop: asked by every link, and most removals apply to
+        // none of them.
+        for (w, e) in &self.st.removed_targets {
+            let applies = match w {
+                Which::Ids(g) => g.iter().any(|g| g.contains(r.id)),
+                Which::Tag(t) => r.tag_ids.contains(t),
+                Which::Msg(m) => r.msg_raw.as_ref().is_some_and(|x| x == m),
+            };
+            if applies {
+                out.push(e.clone());
+            }
+        }
     }
 
     fn eval_link(&mut self, eng: &Engine, r: &CRule, link: &Link) -> bool {
