@@ -180,8 +180,8 @@ impl Rx {
     #[inline]
     pub fn may_match_sig(&self, input: &[u8], sig: &Sig) -> bool {
         self.prefilter.as_ref().is_none_or(|p| {
-            p.may_match_summary(sig)
-                && self.also.as_ref().is_none_or(|a| a.may(sig))
+            self.also.as_ref().is_none_or(|a| a.may(sig))
+                && p.may_match_summary(sig)
                 && p.may_match_past_summary(input)
         })
     }
@@ -192,7 +192,7 @@ impl Rx {
     #[inline]
     pub fn may_match_summary(&self, sig: &Sig) -> bool {
         self.prefilter.as_ref().is_none_or(|p| {
-            p.may_match_summary(sig) && self.also.as_ref().is_none_or(|a| a.may(sig))
+            self.also.as_ref().is_none_or(|a| a.may(sig)) && p.may_match_summary(sig)
         })
     }
 
