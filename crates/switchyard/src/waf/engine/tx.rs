@@ -757,30 +757,24 @@ impl Cache {
     /// volatile value).
     fn classes(&mut self, r: u32, slot: u32, orig: &[u8]) -> transform::Classes {
         let known = if r != SAME {
-            self.span_classes.get_mut(r as usize)
+            self.span_classes.get(r as usize)
+        } else {
+            self.slot_classes.get(slot as usize)
+        };
+        if let Some(&c) = known.filter(|&&c| c != 0) {
+            return c;
+        }
+        let c = transform::byte_classes(self.slice(r, orig));
+        if r != SAME {
+            self.span_classes[r as usize] = c;
         } else if slot < VOLATILE {
             let i = slot as usize;
             if self.slot_classes.len() <= i {
                 self.slot_classes.resize(i + 1, 0);
             }
-            self.slot_classes.get_mut(i)
-        } else {
-            None
-        };
-        match known {
-            Some(c) if *c != 0 => *c,
-            Some(c) => {
-                let input = if r == SAME {
-                    orig
-                } else {
-                    let (a, b) = self.spans[r as usize];
-                    &self.arena[a..b]
-                };
-                *c = transform::byte_classes(input);
-                *c
-            }
-            None => transform::byte_classes(orig),
+            self.slot_classes[i] = c;
         }
+        c
     }
 
     fn slice<'a>(&'a self, r: u32, orig: &'a [u8]) -> &'a [u8] {
@@ -2252,7 +2246,7 @@ impl<'e> Transaction<'e> {
     }
 
     /// [`Transaction::eval_link`] of a link reading one TX variable as it
-    /// is (`Link::tx_key`), with no target removals in force: what
+    /// is (`Link::tx_key`), with no removal of a TX target in force: what
     /// collecting its one-value list would do.
     fn eval_tx_key(&mut self, eng: &Engine, r: &CRule, link: &Link, key: &[u8]) -> bool {
         let Some(i) = self.st.tx.index_of(key) else {

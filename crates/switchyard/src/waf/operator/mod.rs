@@ -179,6 +179,8 @@ impl Rx {
     /// engine keeps one per transformed value).
     #[inline]
     pub fn may_match_sig(&self, input: &[u8], sig: &Sig) -> bool {
+        // `may_match_summary` spelled out: one look at the prefilter
+        // (through it, 4 k more instructions per benign GET).
         self.prefilter.as_ref().is_none_or(|p| {
             self.also.as_ref().is_none_or(|a| a.may(sig))
                 && p.may_match_summary(sig)
