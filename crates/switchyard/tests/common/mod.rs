@@ -50,7 +50,40 @@ pub fn get_from_source(
     }
 }
 
+/// A free port on 127.0.0.1, for servers a test starts and then points at
+/// it (see `port_below_ephemeral_range` for why not port 0's pick).
 pub fn free_port() -> u16 {
+    port_below_ephemeral_range()
+}
+
+/// A free port on 127.0.0.1 below the kernel's ephemeral range. A port
+/// found by binding port 0 is released before the server binds it, and in
+/// that gap any client socket of any test may be given it as its local port;
+/// ports below the range are never handed out that way, so only another
+/// test picking the same one at random can take it.
+fn port_below_ephemeral_range() -> u16 {
+    static N: AtomicUsize = AtomicUsize::new(0);
+    let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let (first, span) = (10_000u16, low.saturating_sub(10_000).max(1000));
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos() as u64)
+        .unwrap_or(0);
+    let mut h = (std::process::id() as u64) << 32
+        ^ nanos
+        ^ (N.fetch_add(1, Ordering::Relaxed) as u64) << 20;
+    for _ in 0..1000 {
+        h = h
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .wrapping_add(0x6a09_e667);
+        let port = first + ((h >> 33) % span as u64) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
     let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
     l.local_addr().expect("local addr").port()
 }
@@ -527,12 +560,12 @@ impl Switchyard {
     /// added) and waits until `wait_for` accepts connections.
     pub fn start(config: &str, wait_for: &[SocketAddr]) -> Switchyard {
         let dir = temp_dir("sy");
-        // A port the test's own configuration does not use: free_port
-        // releases what it found, so two calls can return the same port.
+        // 127.0.0.1 because the admin TLS test's certificate names it; a
+        // port the test's own configuration does not use.
         let admin: SocketAddr = loop {
             let port = free_port();
             if !config.contains(&format!(":{port}\"")) {
-                break format!("127.0.0.1:{port}").parse().expect("addr");
+                break SocketAddr::from(([127, 0, 0, 1], port));
             }
         };
         let path = dir.join("switchyard.toml");
