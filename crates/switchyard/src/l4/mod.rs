@@ -4,6 +4,7 @@
 //! passthrough routing).
 
 pub mod client_hello;
+pub mod dgram;
 pub mod proxy_protocol;
 pub mod relay;
 pub mod tcp;

@@ -19,13 +19,18 @@
 //!   to a member is prefixed with a header carrying the client address.
 
 use std::cell::{Cell, RefCell};
+use std::future::poll_fn;
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::Arc;
+use std::task::Poll;
 use std::time::Duration;
 
-use tokio::net::UdpSocket;
+use tokio::io::unix::AsyncFd;
+use tokio::sync::Notify;
 
+use super::dgram::{register_readable, RecvBatch, SendQueue};
 use super::proxy_protocol;
 use super::Lease;
 use crate::balance::Tried;
@@ -36,9 +41,7 @@ use crate::fasthash::FxHashMap;
 use crate::health::passive;
 use crate::log;
 use crate::stats;
-
-/// Largest datagram relayed (the largest a UDP/IPv4 datagram can be).
-const MAX_DATAGRAM: usize = 65_535;
+use crate::turn::Hold;
 
 /// One client's session on one worker.
 struct Session {
@@ -48,28 +51,60 @@ struct Session {
     last: Cell<u64>,
     closed: Cell<bool>,
     /// Wakes the reply tasks when the session ends (no timer per datagram).
-    ended: tokio::sync::Notify,
+    ended: Notify,
 }
 
 /// A socket connected to a member, for one client.
 struct Link {
     member: usize,
-    sock: UdpSocket,
+    sock: AsyncFd<std::net::UdpSocket>,
     _lease: Lease,
 }
 
 type Table = Rc<RefCell<FxHashMap<SocketAddr, Rc<Session>>>>;
 
+/// One worker's socket of a udp vserver, and the replies waiting to leave
+/// it. Replies are queued by the sessions' tasks and sent together at the
+/// end of the worker's turn (one sendmmsg for all the clients served).
+struct Listener {
+    sock: AsyncFd<std::net::UdpSocket>,
+    out: RefCell<SendQueue>,
+    /// Wakes the task that sends `out`.
+    queued: Notify,
+}
+
+thread_local! {
+    /// Where the reply tasks of this worker read their members' datagrams:
+    /// each copies what it read into its listener's queue before it awaits
+    /// again, so one batch serves them all.
+    static REPLIES: RefCell<RecvBatch> = RefCell::new(RecvBatch::default());
+}
+
 /// Serves one worker's socket of the udp vserver on `listen` until the
 /// listener is removed (the task is aborted).
 pub async fn serve(
     snapshot: Arc<arc_swap::ArcSwap<crate::config::Snapshot>>,
-    sock: UdpSocket,
+    sock: std::net::UdpSocket,
     listen: SocketAddr,
 ) {
-    let sock = Rc::new(sock);
+    let sock = match register_readable(sock) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error(format_args!(
+                "udp {listen}: cannot register the socket: {e}"
+            ));
+            return;
+        }
+    };
+    let listener = Rc::new(Listener {
+        sock,
+        out: RefCell::default(),
+        queued: Notify::new(),
+    });
+    let sender = tokio::task::spawn_local(send_replies(listener.clone()));
+    let _stop_sender = AbortOnDrop(sender);
     let table: Table = Rc::default();
-    let mut buf = vec![0u8; MAX_DATAGRAM];
+    let mut batch = RecvBatch::default();
     // The vserver of the snapshot seen last: looked up again only when a
     // reload published a new one.
     type Cached = (
@@ -79,14 +114,28 @@ pub async fn serve(
     );
     let mut cached: Option<Cached> = None;
     loop {
-        let (n, client) = match sock.recv_from(&mut buf).await {
-            Ok(x) => x,
+        let mut ready = match listener.sock.readable().await {
+            Ok(r) => r,
             Err(e) => {
+                log::error(format_args!("udp {listen}: {e}"));
+                return;
+            }
+        };
+        let n = match ready.try_io(|s| batch.recv(s.as_raw_fd())) {
+            Err(_would_block) => continue,
+            Ok(Err(e)) => {
                 // ICMP errors of earlier sends surface here: not fatal.
                 log::debug(format_args!("udp {listen}: receive: {e}"));
                 continue;
             }
+            Ok(Ok(n)) => n,
         };
+        // A batch not filled emptied the socket's queue: wait for the next
+        // datagram's wake-up instead of asking again to hear EAGAIN.
+        if n < batch.capacity() {
+            ready.clear_ready();
+        }
+        drop(ready);
         let generation = snapshot.load().generation;
         if cached.as_ref().is_none_or(|(g, _, _)| *g != generation) {
             let snap = snapshot.load();
@@ -99,32 +148,47 @@ pub async fn serve(
         let Some((_, Some(vs), shield)) = cached.as_ref() else {
             continue;
         };
-        if shield.is_some() || vs.acl.is_some() {
-            let a = crate::shield::admit(
-                shield.as_deref(),
-                vs.acl.as_deref(),
-                client,
-                listen,
-                crate::shield::acl::UDP,
-            );
-            if a != crate::shield::acl::Action::Allow {
-                stats::inc(&vs.counters.local().acl_dropped);
+        for i in 0..n {
+            let Some((client, data)) = batch.get(i) else {
+                stats::inc(&vs.counters.local().udp_dropped);
                 continue;
+            };
+            if shield.is_some() || vs.acl.is_some() {
+                let a = crate::shield::admit(
+                    shield.as_deref(),
+                    vs.acl.as_deref(),
+                    client,
+                    listen,
+                    crate::shield::acl::UDP,
+                );
+                if a != crate::shield::acl::Action::Allow {
+                    stats::inc(&vs.counters.local().acl_dropped);
+                    continue;
+                }
             }
-        }
-        let vc = vs.counters.local();
-        stats::inc(&vc.udp_datagrams_in);
-        stats::add(&vc.bytes_in, n as u64);
-        if !forward(vs, &sock, &table, client, listen, &buf[..n]).await {
-            stats::inc(&vs.counters.local().udp_dropped);
+            let vc = vs.counters.local();
+            stats::inc(&vc.udp_datagrams_in);
+            stats::add(&vc.bytes_in, data.len() as u64);
+            if !forward(vs, &listener, &table, client, listen, data) {
+                stats::inc(&vs.counters.local().udp_dropped);
+            }
         }
     }
 }
 
+/// Aborts a task when dropped: the reply sender ends with its listener.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Relays one datagram; false when it was dropped.
-async fn forward(
+fn forward(
     vs: &Arc<VServer>,
-    sock: &Rc<UdpSocket>,
+    listener: &Rc<Listener>,
     table: &Table,
     client: SocketAddr,
     listen: SocketAddr,
@@ -147,7 +211,7 @@ async fn forward(
                 links: RefCell::new(Vec::new()),
                 last: Cell::new(now_ms()),
                 closed: Cell::new(false),
-                ended: tokio::sync::Notify::new(),
+                ended: Notify::new(),
             });
             table.borrow_mut().insert(client, s.clone());
             let vc = vs.counters.local();
@@ -191,12 +255,12 @@ async fn forward(
     };
     let link = match reuse {
         Ok(l) => l,
-        Err(i) => match open(&pool, i).await {
+        Err(i) => match open(&pool, i) {
             Some(l) => {
                 let l = Rc::new(l);
                 session.links.borrow_mut().push(l.clone());
                 tokio::task::spawn_local(replies(
-                    sock.clone(),
+                    listener.clone(),
                     l.clone(),
                     session.clone(),
                     vs.clone(),
@@ -210,14 +274,15 @@ async fn forward(
     };
     let m = &pool.members[link.member];
     let mc = m.counters.local();
+    let sock = link.sock.get_ref();
     let sent = match pool.proxy_protocol {
         Some(ProxyVersion::V2) => {
             let mut d =
                 proxy_protocol::encode_v2(client, listen, proxy_protocol::Transport::Datagram);
             d.extend_from_slice(data);
-            link.sock.send(&d).await
+            sock.send(&d)
         }
-        _ => link.sock.send(data).await,
+        _ => sock.send(data),
     };
     match sent {
         Ok(_) => {
@@ -225,6 +290,9 @@ async fn forward(
             stats::add(&mc.bytes_out, data.len() as u64);
             true
         }
+        // The socket's buffer is full: the datagram is lost, as it would be
+        // in a full queue anywhere on the way; the member is not to blame.
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
         Err(e) => {
             // ECONNREFUSED from an earlier datagram's ICMP: the member's
             // port is closed.
@@ -259,28 +327,33 @@ async fn expire(table: Table, client: SocketAddr, s: Rc<Session>, vs: Arc<VServe
     stats::dec(&vs.counters.local().udp_sessions_active);
 }
 
-/// Relays a member's replies on `link` to `client` until the session ends.
+/// Queues a member's replies on `link` for `client` until the session
+/// ends.
 async fn replies(
-    sock: Rc<UdpSocket>,
+    listener: Rc<Listener>,
     link: Rc<Link>,
     s: Rc<Session>,
     vs: Arc<VServer>,
     pool: Arc<Pool>,
     client: SocketAddr,
 ) {
-    let mut buf = vec![0u8; MAX_DATAGRAM];
     let m = pool.members[link.member].clone();
     loop {
         if s.closed.get() {
             return;
         }
-        let r = tokio::select! {
-            r = link.sock.recv(&mut buf) => r,
+        let mut ready = tokio::select! {
+            r = link.sock.readable() => match r {
+                Ok(r) => r,
+                Err(_) => return,
+            },
             _ = s.ended.notified() => return,
         };
-        let n = match r {
-            Ok(n) => n,
-            Err(e) => {
+        let got = ready.try_io(|sock| REPLIES.with(|b| b.borrow_mut().recv(sock.as_raw_fd())));
+        let n = match got {
+            Err(_would_block) => continue,
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) => {
                 stats::inc(&m.counters.local().connect_failures);
                 passive::record(&pool, &m, true);
                 log::debug(format_args!(
@@ -291,16 +364,53 @@ async fn replies(
                 continue;
             }
         };
+        let drained = REPLIES.with(|b| n < b.borrow().capacity());
+        if drained {
+            ready.clear_ready();
+        }
+        drop(ready);
         s.last.set(now_ms());
         passive::record(&pool, &m, false);
-        stats::add(&m.counters.local().bytes_in, n as u64);
-        let vc = vs.counters.local();
-        match sock.send_to(&buf[..n], client).await {
-            Ok(_) => {
-                stats::inc(&vc.udp_datagrams_out);
-                stats::add(&vc.bytes_out, n as u64);
+        let mut bytes = 0;
+        REPLIES.with(|b| {
+            let b = b.borrow();
+            let mut out = listener.out.borrow_mut();
+            for i in 0..n {
+                match b.get(i) {
+                    Some((_, d)) => {
+                        bytes += d.len() as u64;
+                        out.push(client, d, &vs.counters);
+                    }
+                    None => stats::inc(&vs.counters.local().udp_dropped),
+                }
             }
-            Err(_) => stats::inc(&vc.udp_dropped),
+        });
+        stats::add(&m.counters.local().bytes_in, bytes);
+        listener.queued.notify_one();
+    }
+}
+
+/// Sends the replies queued on `listener`, all those of one turn of the
+/// worker in one go.
+async fn send_replies(listener: Rc<Listener>) {
+    let mut hold = Hold::default();
+    loop {
+        listener.queued.notified().await;
+        poll_fn(|cx| {
+            if hold.ready(cx) {
+                Poll::Ready(())
+            } else {
+                Poll::Pending
+            }
+        })
+        .await;
+        let fd = listener.sock.get_ref().as_raw_fd();
+        // The socket's send buffer is full (rare: loopback and NICs free a
+        // datagram's buffer as it leaves): the rest stays queued, bounded,
+        // and goes after a pause. The socket has no write interest
+        // registered (`register_readable`), so nothing would wake a wait.
+        while listener.out.borrow_mut().send(fd).is_err() {
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
 }
@@ -321,7 +431,7 @@ fn pick(pool: &Pool, client: SocketAddr, tried: Tried, per_datagram: bool) -> Op
 }
 
 /// A socket connected to member `i`.
-async fn open(pool: &Pool, i: usize) -> Option<Link> {
+fn open(pool: &Pool, i: usize) -> Option<Link> {
     let m: &Member = &pool.members[i];
     let local: SocketAddr = match (pool.source_address, m.addr) {
         (Some(ip), _) => SocketAddr::new(ip, 0),
@@ -329,7 +439,7 @@ async fn open(pool: &Pool, i: usize) -> Option<Link> {
         (None, SocketAddr::V6(_)) => SocketAddr::from(([0u16; 8], 0)),
     };
     let mc = m.counters.local();
-    let sock = match UdpSocket::bind(local).await {
+    let sock = match std::net::UdpSocket::bind(local) {
         Ok(s) => s,
         Err(e) => {
             log::warn(format_args!(
@@ -339,11 +449,21 @@ async fn open(pool: &Pool, i: usize) -> Option<Link> {
             return None;
         }
     };
-    if let Err(e) = sock.connect(m.addr).await {
+    if let Err(e) = sock.connect(m.addr) {
         stats::inc(&mc.connect_failures);
         log::debug(format_args!("udp: connect to {}: {e}", m.addr));
         return None;
     }
+    let sock = match register_readable(sock) {
+        Ok(s) => s,
+        Err(e) => {
+            log::warn(format_args!(
+                "udp: cannot register a socket toward {}: {e}",
+                m.addr
+            ));
+            return None;
+        }
+    };
     stats::inc(&pool.counters.local().requests);
     Some(Link {
         member: i,

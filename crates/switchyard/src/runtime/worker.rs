@@ -189,13 +189,9 @@ fn start(
                 return;
             }
         },
-        (Bound::Udp(addr), Socket2::Udp(s)) => match tokio::net::UdpSocket::from_std(s) {
-            Ok(s) => tokio::task::spawn_local(crate::l4::udp::serve(ctx.snapshot.clone(), s, addr)),
-            Err(e) => {
-                log::error(format_args!("cannot register udp socket {addr}: {e}"));
-                return;
-            }
-        },
+        (Bound::Udp(addr), Socket2::Udp(s)) => {
+            tokio::task::spawn_local(crate::l4::udp::serve(ctx.snapshot.clone(), s, addr))
+        }
         (b, _) => {
             log::error(format_args!("listener {b}: socket of the wrong kind"));
             return;
