@@ -19,7 +19,11 @@ fn main() {
         println!("cargo:warning=no OUT_DIR: building without XDP");
         return;
     };
-    let clang = std::env::var("CLANG").unwrap_or_else(|_| "clang".into());
+    // An empty CLANG (exported blank by some shells' profiles) means unset.
+    let clang = std::env::var("CLANG")
+        .ok()
+        .filter(|c| !c.trim().is_empty())
+        .unwrap_or_else(|| "clang".into());
     // <linux/bpf.h> includes <asm/types.h>, which Debian keeps under the
     // target's multiarch directory.
     let arch = std::env::var("CARGO_CFG_TARGET_ARCH").unwrap_or_default();

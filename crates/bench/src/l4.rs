@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream, UdpSocket};
+use tokio::net::{TcpListener, TcpStream};
 
 use crate::args::{fmt_size, Args};
 use crate::dut::{self, Kind, Ports};
@@ -91,16 +91,6 @@ async fn serve_tcp_conn(mut s: TcpStream) -> io::Result<()> {
         }
         if close {
             return Ok(());
-        }
-    }
-}
-
-/// The UDP echo origin: every datagram goes back to its sender.
-pub async fn serve_udp(s: UdpSocket) {
-    let mut buf = vec![0u8; 65536];
-    loop {
-        if let Ok((n, from)) = s.recv_from(&mut buf).await {
-            let _ = s.send_to(&buf[..n], from).await;
         }
     }
 }
@@ -521,12 +511,12 @@ pub fn cases(groups: &[String]) -> Result<Vec<L4Case>, String> {
 
 /// Counters the load tasks share.
 #[derive(Default)]
-struct Ctr {
-    ops: AtomicU64,
-    bytes: AtomicU64,
-    errors: AtomicU64,
+pub(crate) struct Ctr {
+    pub(crate) ops: AtomicU64,
+    pub(crate) bytes: AtomicU64,
+    pub(crate) errors: AtomicU64,
     /// UDP datagrams sent and given up on (no answer in 200 ms).
-    lost: AtomicU64,
+    pub(crate) lost: AtomicU64,
 }
 
 /// Hands out start times at a fixed rate (None: as fast as answered).
@@ -624,47 +614,7 @@ async fn stream_worker(addr: SocketAddr, size: u64, c: Arc<Ctr>, stop: Arc<Atomi
 }
 
 /// Datagrams in flight per client socket.
-const UDP_WINDOW: u64 = 4;
-
-async fn udp_worker(addr: SocketAddr, size: usize, c: Arc<Ctr>, stop: Arc<AtomicBool>) {
-    let Ok(s) = UdpSocket::bind("127.0.0.1:0").await else {
-        c.errors.fetch_add(1, Relaxed);
-        return;
-    };
-    if s.connect(addr).await.is_err() {
-        c.errors.fetch_add(1, Relaxed);
-        return;
-    }
-    let payload = vec![b'd'; size];
-    let mut buf = vec![0u8; 65536];
-    let mut out = 0u64;
-    while !stop.load(Relaxed) {
-        while out < UDP_WINDOW {
-            if s.send(&payload).await.is_err() {
-                c.errors.fetch_add(1, Relaxed);
-                break;
-            }
-            out += 1;
-        }
-        match tokio::time::timeout(Duration::from_millis(200), s.recv(&mut buf)).await {
-            Ok(Ok(n)) => {
-                c.ops.fetch_add(1, Relaxed);
-                c.bytes.fetch_add(n as u64, Relaxed);
-                out = out.saturating_sub(1);
-            }
-            Ok(Err(_)) => {
-                // ICMP port unreachable: nobody listens (yet).
-                c.errors.fetch_add(1, Relaxed);
-                out = 0;
-                tokio::time::sleep(Duration::from_millis(10)).await;
-            }
-            Err(_) => {
-                c.lost.fetch_add(out, Relaxed);
-                out = 0;
-            }
-        }
-    }
-}
+const UDP_WINDOW: usize = 4;
 
 /// What one sample measured in its steady phase.
 #[derive(Clone, Debug, Default)]
@@ -758,7 +708,15 @@ async fn measure_inproc(
         }
         Work::Udp(n, _) => {
             for _ in 0..shape.udp_clients {
-                tasks.push(tokio::spawn(udp_worker(addr, n, c.clone(), stop.clone())));
+                let per_client = rate.map(|r| r / shape.udp_clients as f64);
+                tasks.push(tokio::spawn(crate::udp_io::client(
+                    addr,
+                    n,
+                    UDP_WINDOW,
+                    per_client,
+                    c.clone(),
+                    stop.clone(),
+                )));
             }
         }
         Work::Iperf | Work::Wrk(_) => unreachable!("external tools"),
@@ -1189,7 +1147,7 @@ fn one_sample(
                 d.pid,
                 phases,
                 &o.shape,
-                None,
+                rate,
             )))
         }
         Work::Iperf | Work::Wrk(_) => {
@@ -1223,13 +1181,13 @@ pub fn run(o: &Opts) -> Result<Json, String> {
     // (for wrk) on its own thread, and iperf3 -s.
     let (tl, ul) = rt.block_on(async {
         let tl = TcpListener::bind(p.origin_tcp).await;
-        let ul = UdpSocket::bind(p.origin_udp).await;
+        let ul = std::net::UdpSocket::bind(p.origin_udp);
         (tl, ul)
     });
     let tl = tl.map_err(|e| format!("raw origin {}: {e}", p.origin_tcp))?;
     let ul = ul.map_err(|e| format!("udp origin {}: {e}", p.origin_udp))?;
     rt.spawn(serve_tcp(tl));
-    rt.spawn(serve_udp(ul));
+    rt.spawn(crate::udp_io::serve_echo(ul));
     let groups: Vec<&str> = o.cases.iter().map(|c| c.group).collect();
     let mut notes: Vec<String> = Vec::new();
     let _http = if groups.contains(&"wrk") {
@@ -1295,7 +1253,7 @@ pub fn run(o: &Opts) -> Result<Json, String> {
             })
             .collect();
         let mut rate = None;
-        if let Work::Cps(_) = case.work {
+        if let Work::Cps(_) | Work::Udp(..) = case.work {
             // Each DUT's closed-loop maximum, then one offered rate for all.
             let probe = Phases {
                 warmup: Duration::from_millis(300),
@@ -1543,7 +1501,8 @@ pub fn render(doc: &Json) -> String {
         if let Some(r) = offered {
             let _ = writeln!(
                 md,
-                "Every DUT at {r:.0} connections/s offered (80 % of the lowest closed-loop maximum); max = the higher of the DUT's two 1 s closed-loop probes.\n"
+                "Every DUT at {r:.0} {unit}/s offered (80 % of the lowest closed-loop maximum); max = the higher of the DUT's two 1 s closed-loop probes.\n",
+                unit = if name.starts_with("udp") { "datagrams" } else { "connections" }
             );
         }
         // The peer's best configuration (haproxy or haproxy-splice) per case.

@@ -23,6 +23,7 @@ pub mod scenario;
 pub mod shield;
 pub mod sys;
 pub mod tls;
+pub mod udp_io;
 pub mod waf;
 
 const HELP: &str = "usage: switchyard bench <command> [options]

@@ -30,7 +30,7 @@ use std::time::Duration;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
-use super::dgram::{register_readable, RecvBatch, SendQueue};
+use super::dgram::{self, register_readable, RecvBatch, SendQueue};
 use super::proxy_protocol;
 use super::Lease;
 use crate::balance::Tried;
@@ -105,6 +105,7 @@ pub async fn serve(
     let _stop_sender = AbortOnDrop(sender);
     let table: Table = Rc::default();
     let mut batch = RecvBatch::default();
+    let mut admitted: Vec<(SocketAddr, usize)> = Vec::with_capacity(batch.capacity());
     // The vserver of the snapshot seen last: looked up again only when a
     // reload published a new one.
     type Cached = (
@@ -148,6 +149,7 @@ pub async fn serve(
         let Some((_, Some(vs), shield)) = cached.as_ref() else {
             continue;
         };
+        admitted.clear();
         for i in 0..n {
             let Some((client, data)) = batch.get(i) else {
                 stats::inc(&vs.counters.local().udp_dropped);
@@ -169,8 +171,23 @@ pub async fn serve(
             let vc = vs.counters.local();
             stats::inc(&vc.udp_datagrams_in);
             stats::add(&vc.bytes_in, data.len() as u64);
-            if !forward(vs, &listener, &table, client, listen, data) {
-                stats::inc(&vs.counters.local().udp_dropped);
+            admitted.push((client, i));
+        }
+        // Each client's datagrams of the batch together, in their order, so
+        // a burst from one client goes to its member in one send.
+        admitted.sort_by_key(|&(client, _)| client);
+        let mut parts: Vec<&[u8]> = Vec::with_capacity(admitted.len());
+        for group in admitted.chunk_by(|a, b| a.0 == b.0) {
+            parts.clear();
+            parts.extend(
+                group
+                    .iter()
+                    .filter_map(|&(_, i)| batch.get(i).map(|(_, d)| d)),
+            );
+            let relayed = forward(vs, &listener, &table, group[0].0, listen, &parts);
+            let lost = parts.len() - relayed;
+            if lost > 0 {
+                stats::add(&vs.counters.local().udp_dropped, lost as u64);
             }
         }
     }
@@ -185,125 +202,150 @@ impl Drop for AbortOnDrop {
     }
 }
 
-/// Relays one datagram; false when it was dropped.
+/// Relays `datagrams`, all from `client`, in order; returns how many
+/// went (the rest were dropped).
 fn forward(
     vs: &Arc<VServer>,
     listener: &Rc<Listener>,
     table: &Table,
     client: SocketAddr,
     listen: SocketAddr,
-    data: &[u8],
-) -> bool {
+    datagrams: &[&[u8]],
+) -> usize {
     let Some(l4) = vs.l4.as_ref() else {
-        return false;
+        return 0;
     };
     let Some(pool) = vs.default_pool.clone() else {
-        return false;
+        return 0;
     };
-    let existing = table.borrow().get(&client).cloned();
-    let session = match existing {
-        Some(s) => s,
-        None => {
-            if table.borrow().len() >= l4.max_sessions {
-                return false;
-            }
-            let s = Rc::new(Session {
-                links: RefCell::new(Vec::new()),
-                last: Cell::new(now_ms()),
-                closed: Cell::new(false),
-                ended: Notify::new(),
-            });
-            table.borrow_mut().insert(client, s.clone());
-            let vc = vs.counters.local();
-            stats::inc(&vc.udp_sessions_total);
-            stats::inc(&vc.udp_sessions_active);
-            tokio::task::spawn_local(expire(
-                table.clone(),
-                client,
-                s.clone(),
-                vs.clone(),
-                l4.idle_timeout_ms,
-            ));
-            s
-        }
+    let Some(session) = session_for(vs, table, client, l4.max_sessions, l4.idle_timeout_ms) else {
+        return 0;
     };
     session.last.set(now_ms());
-    // Session mode: the member of the first datagram; per datagram: a pick
-    // each time, reusing the link to the member picked if there is one.
-    let reuse = if l4.per_datagram {
-        let Some(i) = pick(&pool, client, Tried::default(), true) else {
-            return false;
+    let proxy_v2 = matches!(pool.proxy_protocol, Some(ProxyVersion::V2));
+    if !l4.per_datagram && !proxy_v2 {
+        // Session mode: the whole burst to the session's member.
+        let Some(link) = link_for(vs, listener, &session, &pool, client, false) else {
+            return 0;
         };
-        let found = session
-            .links
-            .borrow()
-            .iter()
-            .find(|l| l.member == i)
-            .cloned();
-        match found {
-            Some(l) => Ok(l),
-            None => Err(i),
+        return send_to_member(vs, &pool, &link, datagrams);
+    }
+    let mut relayed = 0;
+    for &d in datagrams {
+        let Some(link) = link_for(vs, listener, &session, &pool, client, l4.per_datagram) else {
+            continue;
+        };
+        let with_header;
+        let d = if proxy_v2 {
+            let mut h =
+                proxy_protocol::encode_v2(client, listen, proxy_protocol::Transport::Datagram);
+            h.extend_from_slice(d);
+            with_header = h;
+            &with_header[..]
+        } else {
+            d
+        };
+        relayed += send_to_member(vs, &pool, &link, &[d]);
+    }
+    relayed
+}
+
+/// `client`'s session, opened if it has none; None when the table is full.
+fn session_for(
+    vs: &Arc<VServer>,
+    table: &Table,
+    client: SocketAddr,
+    max_sessions: usize,
+    idle_timeout_ms: u64,
+) -> Option<Rc<Session>> {
+    if let Some(s) = table.borrow().get(&client) {
+        return Some(s.clone());
+    }
+    if table.borrow().len() >= max_sessions {
+        return None;
+    }
+    let s = Rc::new(Session {
+        links: RefCell::new(Vec::new()),
+        last: Cell::new(now_ms()),
+        closed: Cell::new(false),
+        ended: Notify::new(),
+    });
+    table.borrow_mut().insert(client, s.clone());
+    let vc = vs.counters.local();
+    stats::inc(&vc.udp_sessions_total);
+    stats::inc(&vc.udp_sessions_active);
+    tokio::task::spawn_local(expire(
+        table.clone(),
+        client,
+        s.clone(),
+        vs.clone(),
+        idle_timeout_ms,
+    ));
+    Some(s)
+}
+
+/// The member socket for the next datagram of `session`. Session mode: the
+/// member of the first datagram; per datagram: a pick each time, reusing
+/// the session's socket to the member picked if there is one. A new socket
+/// gets a task relaying its replies.
+fn link_for(
+    vs: &Arc<VServer>,
+    listener: &Rc<Listener>,
+    session: &Rc<Session>,
+    pool: &Arc<Pool>,
+    client: SocketAddr,
+    per_datagram: bool,
+) -> Option<Rc<Link>> {
+    let i = if per_datagram {
+        let i = pick(pool, client, Tried::default(), true)?;
+        if let Some(l) = session.links.borrow().iter().find(|l| l.member == i) {
+            return Some(l.clone());
         }
+        i
     } else {
-        match session.links.borrow().first().cloned() {
-            Some(l) => Ok(l),
-            None => match pick(&pool, client, Tried::default(), false) {
-                Some(i) => Err(i),
-                None => return false,
-            },
+        if let Some(l) = session.links.borrow().first() {
+            return Some(l.clone());
         }
+        pick(pool, client, Tried::default(), false)?
     };
-    let link = match reuse {
-        Ok(l) => l,
-        Err(i) => match open(&pool, i) {
-            Some(l) => {
-                let l = Rc::new(l);
-                session.links.borrow_mut().push(l.clone());
-                tokio::task::spawn_local(replies(
-                    listener.clone(),
-                    l.clone(),
-                    session.clone(),
-                    vs.clone(),
-                    pool.clone(),
-                    client,
-                ));
-                l
-            }
-            None => return false,
-        },
-    };
+    let l = Rc::new(open(pool, i)?);
+    session.links.borrow_mut().push(l.clone());
+    tokio::task::spawn_local(replies(
+        listener.clone(),
+        l.clone(),
+        session.clone(),
+        vs.clone(),
+        pool.clone(),
+        client,
+    ));
+    Some(l)
+}
+
+/// Sends `datagrams` on `link`; returns how many went.
+fn send_to_member(vs: &VServer, pool: &Pool, link: &Link, datagrams: &[&[u8]]) -> usize {
     let m = &pool.members[link.member];
     let mc = m.counters.local();
-    let sock = link.sock.get_ref();
-    let sent = match pool.proxy_protocol {
-        Some(ProxyVersion::V2) => {
-            let mut d =
-                proxy_protocol::encode_v2(client, listen, proxy_protocol::Transport::Datagram);
-            d.extend_from_slice(data);
-            sock.send(&d)
+    match dgram::send_burst(link.sock.get_ref().as_raw_fd(), datagrams) {
+        Ok(sent) => {
+            stats::add(&mc.requests, sent as u64);
+            let bytes: usize = datagrams[..sent].iter().map(|d| d.len()).sum();
+            stats::add(&mc.bytes_out, bytes as u64);
+            sent
         }
-        _ => sock.send(data),
-    };
-    match sent {
-        Ok(_) => {
-            stats::inc(&mc.requests);
-            stats::add(&mc.bytes_out, data.len() as u64);
-            true
-        }
-        // The socket's buffer is full: the datagram is lost, as it would be
-        // in a full queue anywhere on the way; the member is not to blame.
-        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => false,
+        // The socket's buffer is full: the datagrams are lost, as they would
+        // be in a full queue anywhere on the way; the member is not to blame.
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => 0,
         Err(e) => {
             // ECONNREFUSED from an earlier datagram's ICMP: the member's
             // port is closed.
             stats::inc(&mc.connect_failures);
-            passive::record(&pool, m, true);
+            passive::record(pool, m, true);
             log::debug(format_args!(
                 "vserver {:?}: datagram to {}: {e}",
                 vs.name,
                 m.label(&pool.name)
             ));
-            false
+            0
         }
     }
 }
