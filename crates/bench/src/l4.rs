@@ -10,8 +10,10 @@
 //! - **throughput**: persistent connections, 64 KB and 512 KB answers back
 //!   to back; bytes delivered per second of DUT CPU (per core).
 //! - **udp**: datagrams echoed through the DUT (a session per client
-//!   address, and per-datagram balancing as for DNS); datagrams per second
-//!   of DUT CPU. HAProxy has no UDP proxying (Debian's 2.6).
+//!   address, and per-datagram balancing as for DNS). As for cps, a
+//!   closed-loop probe finds each DUT's maximum, then every DUT runs open
+//!   loop at 80 % of the lowest; datagrams per second of DUT CPU. HAProxy
+//!   has no UDP proxying (Debian's 2.6).
 //! - **iperf3** and **wrk**: standard tools through the same DUT, in the
 //!   same run: `iperf3 -R` through a tcp listener to an `iperf3 -s`, and
 //!   `wrk -H "Connection: close"` through a tcp listener to the bench's HTTP
@@ -1453,7 +1455,7 @@ pub fn render(doc: &Json) -> String {
     let _ = writeln!(md, "# switchyard bench l4\n");
     let _ = writeln!(
         md,
-        "{} runs per target and case, interleaved, the DUT restarted for every sample; {:.1} s warm-up then {:.1} s measured; DUT on CPU {}, load + origins + tools on CPU {}; {} concurrent connections for cps and wrk, {} persistent for throughput, {} UDP clients with {} datagrams in flight each. Medians (min-max). Wall time {:.0} s.\n",
+        "{} runs per target and case, interleaved, the DUT restarted for every sample; {:.1} s warm-up then {:.1} s measured; DUT on CPU {}, load + origins + tools on CPU {}; {} concurrent connections for cps and wrk, {} persistent for throughput, {} UDP clients (closed-loop probes: {} datagrams in flight each; measured runs: open loop at the offered rate, sent as the 1 ms timer allows, at most 64 in flight per client). Medians (min-max). Wall time {:.0} s.\n",
         g("runs"),
         g("warmup_secs"),
         g("steady_secs"),
