@@ -62,12 +62,26 @@ pub fn free_port() -> u16 {
 /// ports below the range are never handed out that way, so only another
 /// test picking the same one at random can take it.
 fn port_below_ephemeral_range() -> u16 {
-    static N: AtomicUsize = AtomicUsize::new(0);
     let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
         .unwrap_or(32768);
     let (first, span) = (10_000u16, low.saturating_sub(10_000).max(1000));
+    for _ in 0..1000 {
+        let port = first + (random() % span as u64) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
+    l.local_addr().expect("local addr").port()
+}
+
+/// A number that differs between calls, threads and test processes
+/// (splitmix64 of the pid, the clock and a counter): no two tests should
+/// pick the same port or address.
+fn random() -> u64 {
+    static N: AtomicUsize = AtomicUsize::new(0);
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos() as u64)
@@ -75,17 +89,10 @@ fn port_below_ephemeral_range() -> u16 {
     let mut h = (std::process::id() as u64) << 32
         ^ nanos
         ^ (N.fetch_add(1, Ordering::Relaxed) as u64) << 20;
-    for _ in 0..1000 {
-        h = h
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            .wrapping_add(0x6a09_e667);
-        let port = first + ((h >> 33) % span as u64) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
-            return port;
-        }
-    }
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind port 0");
-    l.local_addr().expect("local addr").port()
+    h = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
 }
 
 /// A fresh directory for one test's files. The first call of a test
@@ -948,19 +955,7 @@ pub fn run_cli(args: &[&str]) -> (Option<i32>, String, String) {
 /// and take each other's connections; a random address makes that
 /// practically impossible.
 pub fn free_addr() -> SocketAddr {
-    static N: AtomicUsize = AtomicUsize::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.subsec_nanos() as u64)
-        .unwrap_or(0);
-    let mut h = (std::process::id() as u64) << 32
-        ^ nanos
-        ^ (N.fetch_add(1, Ordering::Relaxed) as u64) << 20;
-    // splitmix64
-    h = h.wrapping_add(0x9e37_79b9_7f4a_7c15);
-    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    h ^= h >> 31;
+    let h = random();
     let ip = [
         127,
         1 + (h % 254) as u8,
