@@ -299,3 +299,24 @@ fn bursts_from_many_clients_are_relayed_whole_and_counted() {
     assert_eq!(v["udp_datagrams_in"], total, "{v}");
     assert_eq!(v["udp_dropped"], 0, "{v}");
 }
+
+/// A udp vserver on the wildcard address answers each client from the
+/// address the client wrote to: replies from another local address would
+/// be dropped by clients that check (`ask` asserts the reply's source).
+#[test]
+fn a_wildcard_vserver_answers_from_the_address_each_client_wrote_to() {
+    let a = udp_echo("a");
+    let port = free_port();
+    let listen: SocketAddr = ([0, 0, 0, 0], port).into();
+    let sy = start(&udp_config(listen, &[a.addr], "", ""));
+    for last in [2u8, 3, 4] {
+        let to: SocketAddr = ([127, 0, 0, last], port).into();
+        let c = client();
+        for j in 0..3 {
+            assert_eq!(ask(&c, to, &format!("q{j}")), format!("a:q{j}"));
+        }
+    }
+    assert!(eventually(Duration::from_secs(2), || sy.stats()
+        ["vservers"][0]["udp_datagrams_out"]
+        == 9));
+}

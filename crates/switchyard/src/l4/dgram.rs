@@ -9,7 +9,7 @@
 
 use std::collections::VecDeque;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::RawFd;
 use std::sync::Arc;
 
@@ -58,6 +58,10 @@ pub struct RecvBatch {
     names: Vec<libc::sockaddr_storage>,
     lens: Vec<(usize, libc::socklen_t, bool)>,
     held: usize,
+    /// Room for each datagram's packet-info control message, when the
+    /// socket was asked for destinations (`ask_destinations`).
+    controls: Vec<Control>,
+    destinations: Vec<Option<IpAddr>>,
 }
 
 impl Default for RecvBatch {
@@ -77,7 +81,17 @@ impl RecvBatch {
             names: vec![zero; slots],
             lens: vec![(0, 0, false); slots],
             held: 0,
+            controls: Vec::new(),
+            destinations: Vec::new(),
         }
+    }
+
+    /// Also reads the address each datagram was sent to (for a socket on a
+    /// wildcard address that `ask_destinations` was called on).
+    pub fn with_destinations(mut self) -> RecvBatch {
+        self.controls = vec![[0u64; CONTROL_WORDS]; self.bufs.len()];
+        self.destinations = vec![None; self.bufs.len()];
+        self
     }
 
     /// Slots, the most one `recv` returns.
@@ -98,7 +112,7 @@ impl RecvBatch {
             })
             .collect();
         let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(n);
-        for (iov, name) in iovs.iter_mut().zip(self.names.iter_mut()) {
+        for (k, (iov, name)) in iovs.iter_mut().zip(self.names.iter_mut()).enumerate() {
             // SAFETY: all-zero bytes are a valid mmsghdr (null pointers,
             // zero lengths); the fields that matter are set below.
             let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
@@ -106,6 +120,10 @@ impl RecvBatch {
             h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
             h.msg_hdr.msg_iov = iov;
             h.msg_hdr.msg_iovlen = 1;
+            if let Some(c) = self.controls.get_mut(k) {
+                h.msg_hdr.msg_control = c.as_mut_ptr().cast();
+                h.msg_hdr.msg_controllen = std::mem::size_of::<Control>() as _;
+            }
             hdrs.push(h);
         }
         // SAFETY: `hdrs` holds `n` headers whose name and iovec pointers
@@ -129,8 +147,20 @@ impl RecvBatch {
             let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
             *slot = (h.msg_len as usize, h.msg_hdr.msg_namelen, truncated);
         }
+        for (d, h) in self.destinations.iter_mut().zip(&hdrs).take(got) {
+            *d = packet_destination(&h.msg_hdr);
+        }
         self.held = got;
         Ok(got)
+    }
+
+    /// The address datagram `i` was sent to, when asked for
+    /// (`with_destinations`) and the kernel said.
+    pub fn destination(&self, i: usize) -> Option<IpAddr> {
+        if i >= self.held {
+            return None;
+        }
+        self.destinations.get(i).copied().flatten()
     }
 
     /// Datagram `i` of the last `recv` and its sender; None for one that
@@ -154,6 +184,9 @@ impl RecvBatch {
 struct Queued {
     addr: SocketAddr,
     to: SockAddr,
+    /// The source address to send from (a wildcard socket answering from
+    /// the address the client wrote to); None: the kernel's choice.
+    from: Option<IpAddr>,
     start: usize,
     len: usize,
     counters: Arc<Sharded<VsCounters>>,
@@ -174,11 +207,12 @@ impl SendQueue {
         self.queued.is_empty()
     }
 
-    /// Queues `payload` for `to`; false (and counted as dropped) when the
-    /// queue is full.
+    /// Queues `payload` for `to`, to leave from `from` (None: the kernel
+    /// picks); false (and counted as dropped) when the queue is full.
     pub fn push(
         &mut self,
         to: SocketAddr,
+        from: Option<IpAddr>,
         payload: &[u8],
         counters: &Arc<Sharded<VsCounters>>,
     ) -> bool {
@@ -191,6 +225,7 @@ impl SendQueue {
         self.queued.push_back(Queued {
             addr: to,
             to: SockAddr::from(to),
+            from,
             start,
             len: payload.len(),
             counters: counters.clone(),
@@ -218,7 +253,6 @@ impl SendQueue {
             count: usize,
             segment: usize,
         }
-        let space = cmsg_space();
         while !self.queued.is_empty() {
             let mut runs: Vec<Run> = Vec::with_capacity(SEND_BATCH);
             let mut i = 0;
@@ -229,7 +263,10 @@ impl SendQueue {
                     while count < GSO_MAX_SEGMENTS
                         && (count + 1) * q.len <= GSO_MAX_BYTES
                         && self.queued.get(i + count).is_some_and(|n| {
-                            n.addr == q.addr && n.len == q.len && n.start == q.start + count * q.len
+                            n.addr == q.addr
+                                && n.from == q.from
+                                && n.len == q.len
+                                && n.start == q.start + count * q.len
                         })
                     {
                         count += 1;
@@ -253,10 +290,10 @@ impl SendQueue {
                     }
                 })
                 .collect();
-            // Room for one UDP_SEGMENT control message per run, 8-aligned.
-            let mut controls: Vec<u64> = vec![0; n * space.div_ceil(8)];
+            // Room for each run's control messages (segment size, source).
+            let mut controls: Vec<Control> = vec![[0u64; CONTROL_WORDS]; n];
             let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(n);
-            for (k, (r, iov)) in runs.iter().zip(iovs.iter_mut()).enumerate() {
+            for ((r, iov), control) in runs.iter().zip(iovs.iter_mut()).zip(controls.iter_mut()) {
                 let q = &self.queued[r.first];
                 // SAFETY: all-zero bytes are a valid mmsghdr.
                 let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
@@ -264,13 +301,11 @@ impl SendQueue {
                 h.msg_hdr.msg_namelen = q.to.len();
                 h.msg_hdr.msg_iov = iov;
                 h.msg_hdr.msg_iovlen = 1;
-                if r.count > 1 {
-                    let at = controls[k * space.div_ceil(8)..].as_mut_ptr();
-                    // SAFETY: `at` has `space` bytes, 8-aligned, for one
-                    // control message carrying a u16.
-                    unsafe { write_segment_cmsg(at.cast(), r.segment as u16) };
-                    h.msg_hdr.msg_control = at.cast();
-                    h.msg_hdr.msg_controllen = space as _;
+                let segment = (r.count > 1).then_some(r.segment as u16);
+                let len = write_controls(control, segment, q.from);
+                if len > 0 {
+                    h.msg_hdr.msg_control = control.as_mut_ptr().cast();
+                    h.msg_hdr.msg_controllen = len as _;
                 }
                 hdrs.push(h);
             }
@@ -324,8 +359,7 @@ thread_local! {
 /// Returns how many went before the first failure; the failure itself only
 /// when the first datagram failed.
 pub fn send_burst(fd: RawFd, datagrams: &[&[u8]]) -> io::Result<usize> {
-    let space = cmsg_space();
-    let mut control = [0u64; 4];
+    let mut control: Control = [0u64; CONTROL_WORDS];
     let mut iovs: Vec<libc::iovec> = Vec::new();
     let mut sent = 0;
     while sent < datagrams.len() {
@@ -358,11 +392,9 @@ pub fn send_burst(fd: RawFd, datagrams: &[&[u8]]) -> io::Result<usize> {
             let mut h: libc::msghdr = unsafe { std::mem::zeroed() };
             h.msg_iov = iovs.as_mut_ptr();
             h.msg_iovlen = count as _;
-            // SAFETY: `control` has 32 bytes, 8-aligned, more than
-            // `cmsg_space()`.
-            unsafe { write_segment_cmsg(control.as_mut_ptr().cast(), first.len() as u16) };
+            let len = write_controls(&mut control, Some(first.len() as u16), None);
             h.msg_control = control.as_mut_ptr().cast();
-            h.msg_controllen = space as _;
+            h.msg_controllen = len as _;
             // SAFETY: `h` points to `iovs` and `control`, alive and unchanged
             // during the call, which only reads them.
             unsafe { libc::sendmsg(fd, &h, libc::MSG_DONTWAIT) }
@@ -398,24 +430,134 @@ const GSO_MAX_SEGMENT: usize = 1200;
 /// Payload of one segmented send at most (one IP packet's worth).
 const GSO_MAX_BYTES: usize = 65_000;
 
-/// Bytes of a control message carrying one u16.
-fn cmsg_space() -> usize {
-    // SAFETY: CMSG_SPACE only computes a size.
-    unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as libc::c_uint) as usize }
+/// Room for a send's or a receive's control messages (a segment size and
+/// an IPv6 packet info at most: 24 + 40 bytes), aligned for cmsghdr.
+const CONTROL_WORDS: usize = 8;
+type Control = [u64; CONTROL_WORDS];
+
+/// `struct in6_pktinfo` (linux/ipv6.h).
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct In6Pktinfo {
+    addr: [u8; 16],
+    ifindex: u32,
 }
 
-/// Writes a `UDP_SEGMENT` control message for `segment`-byte datagrams.
-///
-/// # Safety
-/// `at` must point to `cmsg_space()` writable bytes aligned for a cmsghdr.
-unsafe fn write_segment_cmsg(at: *mut libc::cmsghdr, segment: u16) {
-    // SAFETY: upheld by the caller; CMSG_DATA points inside that space.
-    unsafe {
-        (*at).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as libc::c_uint) as _;
-        (*at).cmsg_level = libc::SOL_UDP;
-        (*at).cmsg_type = UDP_SEGMENT;
-        std::ptr::write_unaligned(libc::CMSG_DATA(at).cast::<u16>(), segment);
+/// Asks the kernel for each datagram's destination address (IP_PKTINFO,
+/// IPV6_RECVPKTINFO): a socket on a wildcard address must answer from the
+/// address each client wrote to, or clients that check (connected
+/// sockets, most resolvers) drop the answer.
+pub fn ask_destinations(sock: &std::net::UdpSocket, v6: bool) -> io::Result<()> {
+    let (level, name) = if v6 {
+        (libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO)
+    } else {
+        (libc::IPPROTO_IP, libc::IP_PKTINFO)
+    };
+    let on: libc::c_int = 1;
+    // SAFETY: a valid socket and a pointer to an int of the length given.
+    let r = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(sock),
+            level,
+            name,
+            (&on as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
+}
+
+/// The destination address in a received message's packet info, if any.
+fn packet_destination(h: &libc::msghdr) -> Option<IpAddr> {
+    if h.msg_control.is_null() || h.msg_controllen == 0 {
+        return None;
+    }
+    // SAFETY: the kernel filled `msg_control` with `msg_controllen` bytes of
+    // control messages; CMSG_FIRSTHDR/NXTHDR stay within them, and each
+    // payload is read unaligned with its own length checked.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(h);
+        while !c.is_null() {
+            let data = libc::CMSG_DATA(c);
+            let len = (*c).cmsg_len as usize;
+            let (level, kind) = ((*c).cmsg_level, (*c).cmsg_type);
+            if level == libc::IPPROTO_IP
+                && kind == libc::IP_PKTINFO
+                && len >= libc::CMSG_LEN(std::mem::size_of::<libc::in_pktinfo>() as u32) as usize
+            {
+                let p = std::ptr::read_unaligned(data.cast::<libc::in_pktinfo>());
+                return Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(p.ipi_addr.s_addr))));
+            }
+            if level == libc::IPPROTO_IPV6
+                && kind == libc::IPV6_PKTINFO
+                && len >= libc::CMSG_LEN(std::mem::size_of::<In6Pktinfo>() as u32) as usize
+            {
+                let p = std::ptr::read_unaligned(data.cast::<In6Pktinfo>());
+                return Some(IpAddr::V6(Ipv6Addr::from(p.addr)));
+            }
+            c = libc::CMSG_NXTHDR(h, c);
+        }
+    }
+    None
+}
+
+/// Writes a send's control messages into `buf`: the size to cut the send
+/// in (`UDP_SEGMENT`) and the source address (packet info). Returns their
+/// length in bytes (0: none).
+fn write_controls(buf: &mut Control, segment: Option<u16>, from: Option<IpAddr>) -> usize {
+    *buf = [0u64; CONTROL_WORDS];
+    let base: *mut u8 = buf.as_mut_ptr().cast();
+    let mut at = 0usize;
+    // SAFETY: each message is written at an offset CMSG_SPACE-aligned from
+    // the 8-aligned start of `buf`, and the two together (24 + 40 bytes at
+    // most) fit its 64 bytes.
+    unsafe {
+        if let Some(segment) = segment {
+            let c = base.add(at).cast::<libc::cmsghdr>();
+            (*c).cmsg_len = libc::CMSG_LEN(2) as _;
+            (*c).cmsg_level = libc::SOL_UDP;
+            (*c).cmsg_type = UDP_SEGMENT;
+            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), segment);
+            at += libc::CMSG_SPACE(2) as usize;
+        }
+        match from {
+            Some(IpAddr::V4(ip)) => {
+                let c = base.add(at).cast::<libc::cmsghdr>();
+                let size = std::mem::size_of::<libc::in_pktinfo>() as u32;
+                (*c).cmsg_len = libc::CMSG_LEN(size) as _;
+                (*c).cmsg_level = libc::IPPROTO_IP;
+                (*c).cmsg_type = libc::IP_PKTINFO;
+                let p = libc::in_pktinfo {
+                    ipi_ifindex: 0,
+                    ipi_spec_dst: libc::in_addr {
+                        s_addr: u32::from(ip).to_be(),
+                    },
+                    ipi_addr: libc::in_addr { s_addr: 0 },
+                };
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<libc::in_pktinfo>(), p);
+                at += libc::CMSG_SPACE(size) as usize;
+            }
+            Some(IpAddr::V6(ip)) => {
+                let c = base.add(at).cast::<libc::cmsghdr>();
+                let size = std::mem::size_of::<In6Pktinfo>() as u32;
+                (*c).cmsg_len = libc::CMSG_LEN(size) as _;
+                (*c).cmsg_level = libc::IPPROTO_IPV6;
+                (*c).cmsg_type = libc::IPV6_PKTINFO;
+                let p = In6Pktinfo {
+                    addr: ip.octets(),
+                    ifindex: 0,
+                };
+                std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<In6Pktinfo>(), p);
+                at += libc::CMSG_SPACE(size) as usize;
+            }
+            None => {}
+        }
+    }
+    at
 }
 
 #[cfg(test)]
@@ -442,7 +584,7 @@ mod tests {
         for i in 0..20u8 {
             let to = if i % 2 == 0 { &rx } else { &rx2 };
             let payload: &[u8] = if i == 4 { &big } else { &[i; 3] };
-            assert!(q.push(to.local_addr().expect("addr"), payload, &c));
+            assert!(q.push(to.local_addr().expect("addr"), None, payload, &c));
         }
         q.send(tx.as_raw_fd()).expect("send");
         assert!(q.is_empty());
@@ -498,11 +640,11 @@ mod tests {
         sizes.extend([10, 1000, 1000, 1000, 0, 1000, 1000, 1300, 1300, 1300]);
         for (k, &len) in sizes.iter().enumerate() {
             if len == 0 {
-                assert!(q.push(other.local_addr().expect("addr"), b"x", &c));
+                assert!(q.push(other.local_addr().expect("addr"), None, b"x", &c));
                 continue;
             }
             let d = vec![k as u8; len];
-            assert!(q.push(to, &d, &c));
+            assert!(q.push(to, None, &d, &c));
             expect.push(d);
         }
         q.send(tx.as_raw_fd()).expect("send");
@@ -554,6 +696,76 @@ mod tests {
         assert_eq!(seen[owned.len()], owned[0]);
     }
 
+    /// A socket on a wildcard address learns where each datagram was sent,
+    /// and answers from that address: a connected client, which takes
+    /// datagrams from the address it wrote to only, gets the answer.
+    #[test]
+    fn wildcard_socket_answers_from_the_address_written_to() {
+        let server = std::net::UdpSocket::bind("0.0.0.0:0").expect("bind");
+        server.set_nonblocking(true).expect("nonblocking");
+        ask_destinations(&server, false).expect("IP_PKTINFO");
+        let port = server.local_addr().expect("addr").port();
+        let written_to: SocketAddr = ([127, 0, 0, 3], port).into();
+        let client = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
+        client.connect(written_to).expect("connect");
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .expect("timeout");
+        client.send(b"q1").expect("send");
+        client.send(b"q2").expect("send");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut b = RecvBatch::new(4).with_destinations();
+        let n = b.recv(server.as_raw_fd()).expect("recv");
+        assert_eq!(n, 2);
+        let c = counters();
+        let mut q = SendQueue::default();
+        for i in 0..n {
+            assert_eq!(b.destination(i), Some(written_to.ip()));
+            let (from, d) = b.get(i).expect("datagram");
+            let mut answer = b"a-".to_vec();
+            answer.extend_from_slice(d);
+            assert!(q.push(from, b.destination(i), &answer, &c));
+        }
+        q.send(server.as_raw_fd()).expect("send");
+        let mut buf = [0u8; 16];
+        for want in [&b"a-q1"[..], b"a-q2"] {
+            let n = client
+                .recv(&mut buf)
+                .expect("the answer comes from 127.0.0.3");
+            assert_eq!(&buf[..n], want);
+        }
+    }
+
+    /// The same over IPv6: the destination (::1) is read from
+    /// IPV6_PKTINFO, and the answer sent with it reaches a connected client.
+    #[test]
+    fn wildcard_ipv6_socket_learns_and_answers_from_the_destination() {
+        let Ok(server) = std::net::UdpSocket::bind("[::]:0") else {
+            return; // no IPv6 on this machine
+        };
+        server.set_nonblocking(true).expect("nonblocking");
+        ask_destinations(&server, true).expect("IPV6_RECVPKTINFO");
+        let port = server.local_addr().expect("addr").port();
+        let written_to: SocketAddr = (std::net::Ipv6Addr::LOCALHOST, port).into();
+        let client = std::net::UdpSocket::bind("[::1]:0").expect("bind");
+        client.connect(written_to).expect("connect");
+        client
+            .set_read_timeout(Some(std::time::Duration::from_secs(2)))
+            .expect("timeout");
+        client.send(b"q").expect("send");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        let mut b = RecvBatch::new(2).with_destinations();
+        assert_eq!(b.recv(server.as_raw_fd()).expect("recv"), 1);
+        assert_eq!(b.destination(0), Some(written_to.ip()));
+        let (from, _) = b.get(0).expect("datagram");
+        let c = counters();
+        let mut q = SendQueue::default();
+        assert!(q.push(from, b.destination(0), b"a", &c));
+        q.send(server.as_raw_fd()).expect("send");
+        let mut buf = [0u8; 4];
+        assert_eq!(client.recv(&mut buf).expect("answer"), 1);
+    }
+
     /// A datagram the kernel refuses is dropped and counted; the ones after
     /// it still go.
     #[test]
@@ -563,8 +775,8 @@ mod tests {
         let c = counters();
         let mut q = SendQueue::default();
         // An IPv6 destination on an IPv4 socket: EAFNOSUPPORT or EINVAL.
-        assert!(q.push("[::1]:9".parse().expect("addr"), b"x", &c));
-        assert!(q.push(rx.local_addr().expect("addr"), b"ok", &c));
+        assert!(q.push("[::1]:9".parse().expect("addr"), None, b"x", &c));
+        assert!(q.push(rx.local_addr().expect("addr"), None, b"ok", &c));
         q.send(tx.as_raw_fd()).expect("send");
         let sum = c.read();
         assert_eq!((sum.udp_dropped, sum.udp_datagrams_out), (1, 1));
@@ -583,7 +795,7 @@ mod tests {
         let mut q = SendQueue::default();
         let to: SocketAddr = "127.0.0.1:9".parse().expect("addr");
         let accepted = (0..QUEUE_DATAGRAMS + 10)
-            .filter(|_| q.push(to, b"x", &c))
+            .filter(|_| q.push(to, None, b"x", &c))
             .count();
         assert_eq!(accepted, QUEUE_DATAGRAMS);
         assert_eq!(c.read().udp_dropped, 10);

@@ -20,7 +20,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::os::fd::AsRawFd;
 use std::rc::Rc;
 use std::sync::Arc;
@@ -45,6 +45,9 @@ use crate::turn::Hold;
 
 /// One client's session on one worker.
 struct Session {
+    /// Where replies leave from: the address the client's first datagram
+    /// was sent to, on a wildcard listener (None: the socket's address).
+    reply_from: Option<IpAddr>,
     /// Sockets connected to the members this client's datagrams went to:
     /// one in session mode, up to one per member per datagram.
     links: RefCell<Vec<Rc<Link>>>,
@@ -87,6 +90,16 @@ pub async fn serve(
     sock: std::net::UdpSocket,
     listen: SocketAddr,
 ) {
+    // On a wildcard address, each reply must leave from the address its
+    // client wrote to: the kernel is asked for it on every datagram.
+    let wildcard = listen.ip().is_unspecified();
+    if wildcard {
+        if let Err(e) = dgram::ask_destinations(&sock, listen.is_ipv6()) {
+            log::warn(format_args!(
+                "udp {listen}: cannot learn datagrams' destinations, replies leave from the kernel's choice of address: {e}"
+            ));
+        }
+    }
     let sock = match register_readable(sock) {
         Ok(s) => s,
         Err(e) => {
@@ -104,8 +117,13 @@ pub async fn serve(
     let sender = tokio::task::spawn_local(send_replies(listener.clone()));
     let _stop_sender = AbortOnDrop(sender);
     let table: Table = Rc::default();
-    let mut batch = RecvBatch::default();
-    let mut admitted: Vec<(SocketAddr, usize)> = Vec::with_capacity(batch.capacity());
+    let mut batch = if wildcard {
+        RecvBatch::default().with_destinations()
+    } else {
+        RecvBatch::default()
+    };
+    // (client, datagram, the address it was sent to)
+    let mut admitted: Vec<(SocketAddr, usize, SocketAddr)> = Vec::with_capacity(batch.capacity());
     // The vserver of the snapshot seen last: looked up again only when a
     // reload published a new one.
     type Cached = (
@@ -155,12 +173,13 @@ pub async fn serve(
                 stats::inc(&vs.counters.local().udp_dropped);
                 continue;
             };
+            let local = SocketAddr::new(batch.destination(i).unwrap_or(listen.ip()), listen.port());
             if shield.is_some() || vs.acl.is_some() {
                 let a = crate::shield::admit(
                     shield.as_deref(),
                     vs.acl.as_deref(),
                     client,
-                    listen,
+                    local,
                     crate::shield::acl::UDP,
                 );
                 if a != crate::shield::acl::Action::Allow {
@@ -171,20 +190,22 @@ pub async fn serve(
             let vc = vs.counters.local();
             stats::inc(&vc.udp_datagrams_in);
             stats::add(&vc.bytes_in, data.len() as u64);
-            admitted.push((client, i));
+            admitted.push((client, i, local));
         }
         // Each client's datagrams of the batch together, in their order, so
         // a burst from one client goes to its member in one send.
-        admitted.sort_by_key(|&(client, _)| client);
+        admitted.sort_by_key(|&(client, _, _)| client);
         let mut parts: Vec<&[u8]> = Vec::with_capacity(admitted.len());
         for group in admitted.chunk_by(|a, b| a.0 == b.0) {
             parts.clear();
             parts.extend(
                 group
                     .iter()
-                    .filter_map(|&(_, i)| batch.get(i).map(|(_, d)| d)),
+                    .filter_map(|&(_, i, _)| batch.get(i).map(|(_, d)| d)),
             );
-            let relayed = forward(vs, &listener, &table, group[0].0, listen, &parts);
+            let (client, _, local) = group[0];
+            let reply_from = wildcard.then_some(local.ip());
+            let relayed = forward(vs, &listener, &table, client, (local, reply_from), &parts);
             let lost = parts.len() - relayed;
             if lost > 0 {
                 stats::add(&vs.counters.local().udp_dropped, lost as u64);
@@ -209,7 +230,7 @@ fn forward(
     listener: &Rc<Listener>,
     table: &Table,
     client: SocketAddr,
-    listen: SocketAddr,
+    (local, reply_from): (SocketAddr, Option<IpAddr>),
     datagrams: &[&[u8]],
 ) -> usize {
     let Some(l4) = vs.l4.as_ref() else {
@@ -218,7 +239,7 @@ fn forward(
     let Some(pool) = vs.default_pool.clone() else {
         return 0;
     };
-    let Some(session) = session_for(vs, table, client, l4.max_sessions, l4.idle_timeout_ms) else {
+    let Some(session) = session_for(vs, table, client, reply_from, l4) else {
         return 0;
     };
     session.last.set(now_ms());
@@ -238,7 +259,7 @@ fn forward(
         let with_header;
         let d = if proxy_v2 {
             let mut h =
-                proxy_protocol::encode_v2(client, listen, proxy_protocol::Transport::Datagram);
+                proxy_protocol::encode_v2(client, local, proxy_protocol::Transport::Datagram);
             h.extend_from_slice(d);
             with_header = h;
             &with_header[..]
@@ -250,21 +271,23 @@ fn forward(
     relayed
 }
 
-/// `client`'s session, opened if it has none; None when the table is full.
+/// `client`'s session, opened if it has none (its replies to leave from
+/// `reply_from`); None when the table is full.
 fn session_for(
     vs: &Arc<VServer>,
     table: &Table,
     client: SocketAddr,
-    max_sessions: usize,
-    idle_timeout_ms: u64,
+    reply_from: Option<IpAddr>,
+    l4: &crate::config::l4::L4Settings,
 ) -> Option<Rc<Session>> {
     if let Some(s) = table.borrow().get(&client) {
         return Some(s.clone());
     }
-    if table.borrow().len() >= max_sessions {
+    if table.borrow().len() >= l4.max_sessions {
         return None;
     }
     let s = Rc::new(Session {
+        reply_from,
         links: RefCell::new(Vec::new()),
         last: Cell::new(now_ms()),
         closed: Cell::new(false),
@@ -279,7 +302,7 @@ fn session_for(
         client,
         s.clone(),
         vs.clone(),
-        idle_timeout_ms,
+        l4.idle_timeout_ms,
     ));
     Some(s)
 }
@@ -421,7 +444,7 @@ async fn replies(
                 match b.get(i) {
                     Some((_, d)) => {
                         bytes += d.len() as u64;
-                        out.push(client, d, &vs.counters);
+                        out.push(client, s.reply_from, d, &vs.counters);
                     }
                     None => stats::inc(&vs.counters.local().udp_dropped),
                 }
