@@ -147,7 +147,7 @@ async fn direction(
         loop {
             src.readable().await?;
             buf.clear();
-            let n = match src.try_read_buf(&mut buf) {
+            let n = match read_draining(src, &mut buf) {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
@@ -182,6 +182,37 @@ async fn direction(
     }
     ended.set(ended.get() + 1);
     Ok(())
+}
+
+/// Reads what `src` holds into `buf`'s spare capacity. A read that comes
+/// back shorter than the room it had emptied the socket's queue, so the
+/// socket's readiness is cleared with it: the next read waits for the next
+/// wake-up instead of asking again only to hear EAGAIN (a system call per
+/// connection and direction; HAProxy does the same). An EOF or reset that
+/// arrived with the data is not lost: the reactor never clears a socket's
+/// closed state.
+fn read_draining(src: &TcpStream, buf: &mut Vec<u8>) -> io::Result<usize> {
+    let room = buf.capacity() - buf.len();
+    let mut got = None;
+    let r = src.try_io(Interest::READABLE, || {
+        let n = socket2::SockRef::from(src).recv(buf.spare_capacity_mut())?;
+        got = Some(n);
+        if n > 0 && n < room {
+            // Data read, and nothing left: WouldBlock tells the reactor so.
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(())
+    });
+    match (got, r) {
+        (Some(n), _) => {
+            // SAFETY: recv initialised the first `n` bytes of the spare
+            // capacity.
+            unsafe { buf.set_len(buf.len() + n) };
+            Ok(n)
+        }
+        (None, Err(e)) => Err(e),
+        (None, Ok(())) => Err(io::ErrorKind::WouldBlock.into()),
+    }
 }
 
 /// The start of a v1 or v2 PROXY header (as far as `b` goes).
