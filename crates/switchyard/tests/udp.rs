@@ -320,3 +320,51 @@ fn a_wildcard_vserver_answers_from_the_address_each_client_wrote_to() {
         ["vservers"][0]["udp_datagrams_out"]
         == 9));
 }
+
+/// A reload that removes a udp vserver stops it taking new datagrams, but
+/// a reply its member sends afterwards still reaches the client: the
+/// session ends by its idle timeout, not by the reload.
+#[test]
+fn replies_in_flight_survive_a_reload_that_removes_the_vserver() {
+    let slow = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let member = slow.local_addr().expect("addr");
+    let _t = std::thread::spawn(move || {
+        let mut buf = [0u8; 2048];
+        while let Ok((n, from)) = slow.recv_from(&mut buf) {
+            std::thread::sleep(Duration::from_millis(800));
+            let mut reply = b"late:".to_vec();
+            reply.extend_from_slice(&buf[..n]);
+            let _ = slow.send_to(&reply, from);
+        }
+    });
+    let (l, l2) = (free_addr(), free_addr());
+    let sy = start(&udp_config(l, &[member], "", ""));
+    let c = client();
+    c.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    // Wait until the vserver relays (its first datagrams may race the
+    // workers' sockets), then send the one whose answer is in flight.
+    assert!(eventually(Duration::from_secs(3), || {
+        c.send_to(b"warm", l).expect("send");
+        sy.stats()["vservers"][0]["udp_datagrams_in"]
+            .as_u64()
+            .unwrap_or(0)
+            > 0
+    }));
+    let mut buf = [0u8; 64];
+    let (n, _) = c.recv_from(&mut buf).expect("the warm-up answer");
+    assert!(buf[..n].starts_with(b"late:"));
+    while c.set_read_timeout(Some(Duration::from_millis(900))).is_ok()
+        && c.recv_from(&mut buf).is_ok()
+    {}
+    c.send_to(b"q", l).expect("send");
+    std::thread::sleep(Duration::from_millis(200));
+    let (ok, out) = sy.reload_with(&udp_config(l2, &[member], "", ""));
+    assert!(ok, "reload: {out}");
+    c.set_read_timeout(Some(Duration::from_secs(3)))
+        .expect("timeout");
+    let (n, from) = c
+        .recv_from(&mut buf)
+        .expect("the answer sent after the reload");
+    assert_eq!((&buf[..n], from), (&b"late:q"[..], l));
+}

@@ -73,7 +73,16 @@ struct Listener {
     sock: AsyncFd<std::net::UdpSocket>,
     out: RefCell<SendQueue>,
     /// Wakes the task that sends `out`.
-    queued: Notify,
+    queued: Rc<Notify>,
+}
+
+impl Drop for Listener {
+    /// The sender holds the listener weakly (so sessions' replies still go
+    /// after a reload removed the vserver, until the sessions end); woken
+    /// once it is gone, it ends too.
+    fn drop(&mut self) {
+        self.queued.notify_one();
+    }
 }
 
 thread_local! {
@@ -112,10 +121,12 @@ pub async fn serve(
     let listener = Rc::new(Listener {
         sock,
         out: RefCell::default(),
-        queued: Notify::new(),
+        queued: Rc::new(Notify::new()),
     });
-    let sender = tokio::task::spawn_local(send_replies(listener.clone()));
-    let _stop_sender = AbortOnDrop(sender);
+    tokio::task::spawn_local(send_replies(
+        Rc::downgrade(&listener),
+        listener.queued.clone(),
+    ));
     let table: Table = Rc::default();
     let mut batch = if wildcard {
         RecvBatch::default().with_destinations()
@@ -211,15 +222,6 @@ pub async fn serve(
                 stats::add(&vs.counters.local().udp_dropped, lost as u64);
             }
         }
-    }
-}
-
-/// Aborts a task when dropped: the reply sender ends with its listener.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 
@@ -456,11 +458,12 @@ async fn replies(
 }
 
 /// Sends the replies queued on `listener`, all those of one turn of the
-/// worker in one go.
-async fn send_replies(listener: Rc<Listener>) {
+/// worker in one go, until the listener is gone: its vserver removed by a
+/// reload and the last of its sessions ended.
+async fn send_replies(listener: std::rc::Weak<Listener>, queued: Rc<Notify>) {
     let mut hold = Hold::default();
     loop {
-        listener.queued.notified().await;
+        queued.notified().await;
         poll_fn(|cx| {
             if hold.ready(cx) {
                 Poll::Ready(())
@@ -469,6 +472,9 @@ async fn send_replies(listener: Rc<Listener>) {
             }
         })
         .await;
+        let Some(listener) = listener.upgrade() else {
+            return;
+        };
         let fd = listener.sock.get_ref().as_raw_fd();
         // The socket's send buffer is full (rare: loopback and NICs free a
         // datagram's buffer as it leaves): the rest stays queued, bounded,
