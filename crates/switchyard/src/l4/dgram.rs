@@ -320,14 +320,17 @@ impl SendQueue {
                 match e.kind() {
                     io::ErrorKind::WouldBlock => return Err(e),
                     io::ErrorKind::Interrupted => continue,
-                    _ if runs[0].count > 1 => {
-                        // No segmentation here (no checksum offload, an
-                        // old kernel): one datagram per message from now.
+                    _ if runs[0].count > 1 && e.raw_os_error() == Some(libc::EIO) => {
+                        // No segmentation on this path (no checksum
+                        // offload, IPsec): one datagram per message from
+                        // now on.
                         self.no_gso = true;
                     }
                     _ => {
-                        // The first datagram failed: drop it, go on.
-                        if let Some(q) = self.queued.pop_front() {
+                        // The first message failed for a reason of its
+                        // own (no route, a source address no longer
+                        // here): drop its datagrams, go on.
+                        for q in self.queued.drain(..runs[0].count) {
                             stats::inc(&q.counters.local().udp_dropped);
                         }
                     }
@@ -404,7 +407,7 @@ pub fn send_burst(fd: RawFd, datagrams: &[&[u8]]) -> io::Result<usize> {
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
-            if count > 1 && matches!(e.raw_os_error(), Some(libc::EIO | libc::EINVAL)) {
+            if count > 1 && e.raw_os_error() == Some(libc::EIO) {
                 NO_GSO.with(|g| g.set(true));
                 continue;
             }
@@ -774,12 +777,17 @@ mod tests {
         let tx = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
         let c = counters();
         let mut q = SendQueue::default();
-        // An IPv6 destination on an IPv4 socket: EAFNOSUPPORT or EINVAL.
+        // An IPv6 destination on an IPv4 socket: EAFNOSUPPORT or EINVAL,
+        // for one datagram and for a run of three (one segmented message).
         assert!(q.push("[::1]:9".parse().expect("addr"), None, b"x", &c));
+        for _ in 0..3 {
+            assert!(q.push("[::1]:9".parse().expect("addr"), None, b"yy", &c));
+        }
         assert!(q.push(rx.local_addr().expect("addr"), None, b"ok", &c));
         q.send(tx.as_raw_fd()).expect("send");
         let sum = c.read();
-        assert_eq!((sum.udp_dropped, sum.udp_datagrams_out), (1, 1));
+        assert_eq!((sum.udp_dropped, sum.udp_datagrams_out), (4, 1));
+        assert!(!q.no_gso, "a refused address is not a refusal to segment");
         let mut buf = [0u8; 8];
         rx.set_read_timeout(Some(std::time::Duration::from_secs(2)))
             .expect("timeout");
