@@ -62,6 +62,11 @@ pub struct RecvBatch {
     /// socket was asked for destinations (`ask_destinations`).
     controls: Vec<Control>,
     destinations: Vec<Option<IpAddr>>,
+    /// The call's vectors and headers, rebuilt for every call (they point
+    /// into the fields above) in room kept from the first: no allocation
+    /// per read.
+    iovs: Vec<libc::iovec>,
+    hdrs: Vec<libc::mmsghdr>,
 }
 
 impl Default for RecvBatch {
@@ -83,6 +88,8 @@ impl RecvBatch {
             held: 0,
             controls: Vec::new(),
             destinations: Vec::new(),
+            iovs: Vec::with_capacity(slots),
+            hdrs: Vec::with_capacity(slots),
         }
     }
 
@@ -103,16 +110,23 @@ impl RecvBatch {
     /// `WouldBlock` when none was waiting.
     pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
         let n = self.bufs.len();
-        let mut iovs: Vec<libc::iovec> = self
-            .bufs
-            .iter_mut()
-            .map(|b| libc::iovec {
-                iov_base: b.as_mut_ptr().cast(),
-                iov_len: b.len(),
-            })
-            .collect();
-        let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(n);
-        for (k, (iov, name)) in iovs.iter_mut().zip(self.names.iter_mut()).enumerate() {
+        let RecvBatch {
+            bufs,
+            names,
+            lens,
+            held,
+            controls,
+            destinations,
+            iovs,
+            hdrs,
+        } = self;
+        iovs.clear();
+        iovs.extend(bufs.iter_mut().map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.len(),
+        }));
+        hdrs.clear();
+        for (k, (iov, name)) in iovs.iter_mut().zip(names.iter_mut()).enumerate() {
             // SAFETY: all-zero bytes are a valid mmsghdr (null pointers,
             // zero lengths); the fields that matter are set below.
             let mut h: libc::mmsghdr = unsafe { std::mem::zeroed() };
@@ -120,15 +134,15 @@ impl RecvBatch {
             h.msg_hdr.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as _;
             h.msg_hdr.msg_iov = iov;
             h.msg_hdr.msg_iovlen = 1;
-            if let Some(c) = self.controls.get_mut(k) {
+            if let Some(c) = controls.get_mut(k) {
                 h.msg_hdr.msg_control = c.as_mut_ptr().cast();
                 h.msg_hdr.msg_controllen = std::mem::size_of::<Control>() as _;
             }
             hdrs.push(h);
         }
-        // SAFETY: `hdrs` holds `n` headers whose name and iovec pointers
-        // point into `self.names`, `iovs` and `self.bufs`, all alive and
-        // unmoved for the duration of the call.
+        // SAFETY: `hdrs` holds `n` headers whose name, iovec and control
+        // pointers point into `names`, `iovs`, `controls` and `bufs`, all
+        // alive and unmoved for the duration of the call.
         let r = unsafe {
             libc::recvmmsg(
                 fd,
@@ -139,18 +153,18 @@ impl RecvBatch {
             )
         };
         if r < 0 {
-            self.held = 0;
+            *held = 0;
             return Err(io::Error::last_os_error());
         }
         let got = r as usize;
-        for (slot, h) in self.lens.iter_mut().zip(&hdrs).take(got) {
+        for (slot, h) in lens.iter_mut().zip(hdrs.iter()).take(got) {
             let truncated = h.msg_hdr.msg_flags & libc::MSG_TRUNC != 0;
             *slot = (h.msg_len as usize, h.msg_hdr.msg_namelen, truncated);
         }
-        for (d, h) in self.destinations.iter_mut().zip(&hdrs).take(got) {
+        for (d, h) in destinations.iter_mut().zip(hdrs.iter()).take(got) {
             *d = packet_destination(&h.msg_hdr);
         }
-        self.held = got;
+        *held = got;
         Ok(got)
     }
 
@@ -200,6 +214,26 @@ pub struct SendQueue {
     queued: VecDeque<Queued>,
     /// The kernel refused a segmented send: one datagram per message.
     no_gso: bool,
+    scratch: SendScratch,
+}
+
+/// One message of a send: `count` queued datagrams from `first`, cut in
+/// `segment`-byte datagrams when `count` > 1.
+struct Run {
+    first: usize,
+    count: usize,
+    segment: usize,
+}
+
+/// A send's messages, vectors, control messages and headers, rebuilt for
+/// every sendmmsg (they point into the queue) in room kept from the first:
+/// no allocation per send.
+#[derive(Default)]
+struct SendScratch {
+    runs: Vec<Run>,
+    iovs: Vec<libc::iovec>,
+    controls: Vec<Control>,
+    hdrs: Vec<libc::mmsghdr>,
 }
 
 impl SendQueue {
@@ -246,15 +280,14 @@ impl SendQueue {
     /// kernel refuses it, the queue sends one datagram per message from
     /// then on.
     pub fn send(&mut self, fd: RawFd) -> io::Result<()> {
-        // One message: `count` queued datagrams from `first`, cut in
-        // `segment`-byte datagrams when `count` > 1.
-        struct Run {
-            first: usize,
-            count: usize,
-            segment: usize,
-        }
         while !self.queued.is_empty() {
-            let mut runs: Vec<Run> = Vec::with_capacity(SEND_BATCH);
+            let SendScratch {
+                runs,
+                iovs,
+                controls,
+                hdrs,
+            } = &mut self.scratch;
+            runs.clear();
             let mut i = 0;
             while i < self.queued.len() && runs.len() < SEND_BATCH {
                 let q = &self.queued[i];
@@ -280,19 +313,18 @@ impl SendQueue {
                 i += count;
             }
             let n = runs.len();
-            let mut iovs: Vec<libc::iovec> = runs
-                .iter()
-                .map(|r| {
-                    let q = &self.queued[r.first];
-                    libc::iovec {
-                        iov_base: self.data[q.start..].as_ptr() as *mut libc::c_void,
-                        iov_len: q.len * r.count,
-                    }
-                })
-                .collect();
+            iovs.clear();
+            iovs.extend(runs.iter().map(|r| {
+                let q = &self.queued[r.first];
+                libc::iovec {
+                    iov_base: self.data[q.start..].as_ptr() as *mut libc::c_void,
+                    iov_len: q.len * r.count,
+                }
+            }));
             // Room for each run's control messages (segment size, source).
-            let mut controls: Vec<Control> = vec![[0u64; CONTROL_WORDS]; n];
-            let mut hdrs: Vec<libc::mmsghdr> = Vec::with_capacity(n);
+            controls.clear();
+            controls.resize(n, [0u64; CONTROL_WORDS]);
+            hdrs.clear();
             for ((r, iov), control) in runs.iter().zip(iovs.iter_mut()).zip(controls.iter_mut()) {
                 let q = &self.queued[r.first];
                 // SAFETY: all-zero bytes are a valid mmsghdr.
