@@ -40,6 +40,9 @@ done
 # clang against libbpf-dev's headers; tests/xdp.rs floods SYNs with hping3.
 for cmd in clang hping3; do command -v "$cmd" >/dev/null 2>&1 || need+=("$cmd"); done
 [ -f /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+# ISA-L's igzip serves gzip level 1 (crates/switchyard/build.rs links it
+# when its header is there; compress::isal's tests insist on it then).
+[ -f /usr/include/isa-l/igzip_lib.h ] || need+=(libisal-dev)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   $SUDO apt-get update -qq

@@ -1,13 +1,56 @@
-//! Compiles the shield's XDP program (src/shield/xdp/shield.bpf.c) with
-//! clang when it is there (Debian: clang, libbpf-dev, linux-libc-dev), and
-//! sets `cfg(switchyard_xdp)`; without it Switchyard builds without XDP
-//! and says so at run time when `[shield.xdp]` asks for it.
+//! Two optional native parts, each built when its tools are there and
+//! announced by a cfg; without them Switchyard builds all the same:
+//!
+//! - the shield's XDP program (src/shield/xdp/shield.bpf.c), compiled with
+//!   clang (Debian: clang, libbpf-dev, linux-libc-dev): `cfg(switchyard_xdp)`;
+//!   without it Switchyard says so at run time when `[shield.xdp]` asks for
+//!   it;
+//! - ISA-L's igzip for gzip level 1 (src/compress/isal_shim.c, Debian:
+//!   libisal-dev): `cfg(switchyard_isal)`; without it level 1 runs on
+//!   libdeflate, slower at an equal ratio.
 
 use std::path::PathBuf;
 use std::process::Command;
 
 fn main() {
     println!("cargo:rustc-check-cfg=cfg(switchyard_xdp)");
+    println!("cargo:rustc-check-cfg=cfg(switchyard_isal)");
+    isal();
+    xdp();
+}
+
+/// ISA-L's header decides: the shim is compiled and libisal linked when it
+/// is there.
+fn isal() {
+    let shim = "src/compress/isal_shim.c";
+    let header = "/usr/include/isa-l/igzip_lib.h";
+    println!("cargo:rerun-if-changed={shim}");
+    println!("cargo:rerun-if-changed={header}");
+    if std::env::var("CARGO_CFG_TARGET_OS").as_deref() != Ok("linux") {
+        return;
+    }
+    if !std::path::Path::new(header).exists() {
+        println!(
+            "cargo:warning=no {header} (Debian: libisal-dev): gzip level 1 runs on libdeflate"
+        );
+        return;
+    }
+    match cc::Build::new()
+        .file(shim)
+        .opt_level(2)
+        .try_compile("sy_isal")
+    {
+        Ok(()) => {
+            println!("cargo:rustc-link-lib=isal");
+            println!("cargo:rustc-cfg=switchyard_isal");
+        }
+        Err(e) => {
+            println!("cargo:warning=could not compile {shim}: {e}; gzip level 1 runs on libdeflate")
+        }
+    }
+}
+
+fn xdp() {
     let src = "src/shield/xdp/shield.bpf.c";
     println!("cargo:rerun-if-changed={src}");
     println!("cargo:rerun-if-changed=src/shield/xdp/ddos.bpf.h");

@@ -62,6 +62,27 @@ fn command() -> ExitCode {
         "waf" => ExitCode::from(switchyard::waf::ftw::main(rest).clamp(0, 255) as u8),
         "version" | "--version" | "-V" => {
             println!("switchyard {}", env!("CARGO_PKG_VERSION"));
+            // The optional native parts build.rs found (or not).
+            let part = |on: bool, what: &str, instead: &str| {
+                println!(
+                    "  {}",
+                    if on {
+                        what.to_string()
+                    } else {
+                        format!("no {what}: {instead}")
+                    }
+                )
+            };
+            part(
+                cfg!(switchyard_isal),
+                "ISA-L gzip (level 1)",
+                "libdeflate instead (install libisal-dev and rebuild)",
+            );
+            part(
+                cfg!(switchyard_xdp),
+                "XDP shield",
+                "accept-time shield only (install clang and libbpf-dev and rebuild)",
+            );
             ExitCode::SUCCESS
         }
         "help" | "--help" | "-h" => {

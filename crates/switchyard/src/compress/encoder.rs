@@ -5,7 +5,8 @@
 //! be decoded (server-sent events, long polls); `finish` ends the stream.
 //!
 //! gzip of a body whose length is known and at most `WHOLE_BODY_MAX` is
-//! gathered and compressed in one call by libdeflate: measured on the
+//! gathered and compressed in one call, by ISA-L at level 1 when the build
+//! has it (`isal.rs`), by libdeflate otherwise: measured on the
 //! bench's HTML (examples/codecs.rs, BENCHMARKS.md) it is faster than
 //! zlib's streaming deflate at every size (1.6x at 512 KB) and compresses
 //! better. The memory this holds is bounded twice: per response by that
@@ -26,6 +27,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use flate2::{Compress, Compression, FlushCompress, Status};
 
+use super::isal::{self, Igzip};
 use super::{Coding, Settings};
 
 /// Brotli's window: 2^18 = 256 KB (its default of 4 MB per response is
@@ -51,6 +53,7 @@ static WHOLE_HELD: AtomicU64 = AtomicU64::new(0);
 thread_local! {
     static DEFLATES: RefCell<Vec<(u32, Compress)>> = const { RefCell::new(Vec::new()) };
     static WHOLE: RefCell<Vec<(u32, libdeflater::Compressor)>> = const { RefCell::new(Vec::new()) };
+    static IGZIP: RefCell<Vec<(u32, Igzip)>> = const { RefCell::new(Vec::new()) };
     /// Gathering buffers (one kind: kept under level 0).
     static BODIES: RefCell<Vec<(u32, Vec<u8>)>> = const { RefCell::new(Vec::new()) };
     /// libdeflate's output, at most the bound of `WHOLE_BODY_MAX` bytes.
@@ -223,9 +226,25 @@ impl Drop for Whole {
     }
 }
 
-/// One gzip member of `body`, appended to `out`, by a per-thread
-/// libdeflate compressor.
+/// One gzip member of `body`, appended to `out`, by a per-thread ISA-L
+/// compressor where one serves `level`, else by libdeflate.
 fn whole_gzip(body: &[u8], level: u32, out: &mut Vec<u8>) -> io::Result<()> {
+    if let Some(l) = isal::level_for(level) {
+        if let Some(mut z) = take_spare(&IGZIP, level).or_else(|| Igzip::new(l)) {
+            let done = z.gzip(body, out);
+            // One call at a time per thread: one state (about 350 KB) is enough.
+            put_spare(&IGZIP, level, z, 1);
+            // Not done: the output outgrew its bound; libdeflate stores it.
+            if done? {
+                return Ok(());
+            }
+        }
+    }
+    libdeflate_gzip(body, level, out)
+}
+
+/// `whole_gzip` by libdeflate.
+fn libdeflate_gzip(body: &[u8], level: u32, out: &mut Vec<u8>) -> io::Result<()> {
     let mut z = match take_spare(&WHOLE, level) {
         Some(z) => z,
         None => {
@@ -416,6 +435,37 @@ mod tests {
         assert!(matches!(over, Encoder::Gzip { .. }), "over the size limit");
         drop(held);
         assert!(WHOLE_HELD.load(Ordering::Relaxed) < 4 * n, "returned");
+    }
+
+    /// Random bytes outgrow ISA-L's output bound or come out stored:
+    /// either way the client gets the body back, at every gzip level.
+    #[test]
+    fn incompressible_bodies_round_trip_whole() {
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        let noise: Vec<u8> = (0..WHOLE_BODY_MAX as usize)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        for level in [1, 6] {
+            let s = Settings {
+                gzip_level: level,
+                ..Settings::default()
+            };
+            for n in [10usize, 70_000, noise.len()] {
+                let mut e = Encoder::new(Coding::Gzip, &s, Some(n as u64)).unwrap();
+                assert!(matches!(e, Encoder::GzipWhole(_)));
+                let mut wire = Vec::new();
+                for piece in noise[..n].chunks(16 * 1024) {
+                    e.write(piece, &mut wire).unwrap();
+                }
+                e.finish(&mut wire).unwrap();
+                assert_eq!(decode(Coding::Gzip, &wire), &noise[..n], "level {level}, {n} B");
+            }
+        }
     }
 
     #[test]

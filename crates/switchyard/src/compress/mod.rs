@@ -6,6 +6,7 @@
 //! Depends on `http` only: the proxy uses it, never the other way round.
 
 pub mod encoder;
+pub mod isal;
 pub mod negotiate;
 
 use crate::http::message::{Framing, Response};
