@@ -12,7 +12,8 @@
 //! better. The memory this holds is bounded twice: per response by that
 //! limit, and for the process by `WHOLE_BODY_BUDGET` (a response that
 //! would exceed it streams instead). Longer or unframed bodies
-//! (server-sent events, long polls) stream through zlib-rs.
+//! (server-sent events, long polls) stream through ISA-L at level 1 when
+//! the build has it, through zlib-rs otherwise.
 //!
 //! zlib-rs's level 1 is a different algorithm (deflate_quick) whose output
 //! is 25 % larger than zlib's level 1 on HTML; level 1 streams at zlib-rs
@@ -27,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use flate2::{Compress, Compression, FlushCompress, Status};
 
-use super::isal::{self, Igzip};
+use super::isal::{self, Flush, Igzip};
 use super::{Coding, Settings};
 
 /// Brotli's window: 2^18 = 256 KB (its default of 4 MB per response is
@@ -54,6 +55,7 @@ thread_local! {
     static DEFLATES: RefCell<Vec<(u32, Compress)>> = const { RefCell::new(Vec::new()) };
     static WHOLE: RefCell<Vec<(u32, libdeflater::Compressor)>> = const { RefCell::new(Vec::new()) };
     static IGZIP: RefCell<Vec<(u32, Igzip)>> = const { RefCell::new(Vec::new()) };
+    static IGZIP_STREAMS: RefCell<Vec<(u32, Igzip)>> = const { RefCell::new(Vec::new()) };
     /// Gathering buffers (one kind: kept under level 0).
     static BODIES: RefCell<Vec<(u32, Vec<u8>)>> = const { RefCell::new(Vec::new()) };
     /// libdeflate's output, at most the bound of `WHOLE_BODY_MAX` bytes.
@@ -63,6 +65,11 @@ thread_local! {
 pub enum Encoder {
     Gzip {
         z: Option<Compress>,
+        level: u32,
+    },
+    /// gzip streamed by ISA-L (level 1, when the build has it).
+    GzipIsal {
+        z: Option<Igzip>,
         level: u32,
     },
     /// gzip of a short body, gathered and compressed at the end.
@@ -78,6 +85,16 @@ impl Encoder {
         if c == Coding::Gzip {
             if let Some(w) = size.and_then(|n| Whole::reserve(n, s.gzip_level)) {
                 return Ok(Encoder::GzipWhole(w));
+            }
+        }
+        if c == Coding::Gzip {
+            if let Some(l) = isal::level_for(s.gzip_level) {
+                let level = s.gzip_level;
+                if let Some(mut z) = take_spare(&IGZIP_STREAMS, level).or_else(|| Igzip::stream(l))
+                {
+                    z.start();
+                    return Ok(Encoder::GzipIsal { z: Some(z), level });
+                }
             }
         }
         Ok(match c {
@@ -118,6 +135,7 @@ impl Encoder {
                 Ok(())
             }
             Encoder::Gzip { z, .. } => deflate(live(z)?, data, out, FlushCompress::None),
+            Encoder::GzipIsal { z, .. } => live(z)?.feed(data, Flush::None, out),
             Encoder::Br(w) => {
                 let w = live(w)?;
                 w.write_all(data)?;
@@ -139,6 +157,7 @@ impl Encoder {
             // Short and about to end: held until then.
             Encoder::GzipWhole(_) => Ok(()),
             Encoder::Gzip { z, .. } => deflate(live(z)?, &[], out, FlushCompress::Sync),
+            Encoder::GzipIsal { z, .. } => live(z)?.feed(&[], Flush::Sync, out),
             Encoder::Br(w) => {
                 let w = live(w)?;
                 w.flush()?;
@@ -168,6 +187,12 @@ impl Encoder {
                 deflate(&mut s, &[], out, FlushCompress::Finish)?;
                 s.reset();
                 put_spare(&DEFLATES, *level, s, SPARE_DEFLATES);
+                Ok(())
+            }
+            Encoder::GzipIsal { z, level } => {
+                let mut s = z.take().ok_or_else(spent)?;
+                s.feed(&[], Flush::Finish, out)?;
+                put_spare(&IGZIP_STREAMS, *level, s, SPARE_DEFLATES);
                 Ok(())
             }
             Encoder::Br(w) => {
@@ -230,7 +255,7 @@ impl Drop for Whole {
 /// compressor where one serves `level`, else by libdeflate.
 fn whole_gzip(body: &[u8], level: u32, out: &mut Vec<u8>) -> io::Result<()> {
     if let Some(l) = isal::level_for(level) {
-        if let Some(mut z) = take_spare(&IGZIP, level).or_else(|| Igzip::new(l)) {
+        if let Some(mut z) = take_spare(&IGZIP, level).or_else(|| Igzip::whole(l)) {
             let done = z.gzip(body, out);
             // One call at a time per thread: one state (about 350 KB) is enough.
             put_spare(&IGZIP, level, z, 1);
@@ -430,9 +455,10 @@ mod tests {
         // Other tests may hold a little of the budget meanwhile.
         assert!(whole <= WHOLE_BODY_BUDGET / n, "{whole}");
         assert!(whole >= WHOLE_BODY_BUDGET / n - 4, "{whole}");
-        assert!(matches!(held.last(), Some(Encoder::Gzip { .. })));
+        let streams = |e: &Encoder| matches!(e, Encoder::Gzip { .. } | Encoder::GzipIsal { .. });
+        assert!(held.last().is_some_and(streams));
         let over = Encoder::new(Coding::Gzip, &s, Some(n + 1)).unwrap();
-        assert!(matches!(over, Encoder::Gzip { .. }), "over the size limit");
+        assert!(streams(&over), "over the size limit");
         drop(held);
         assert!(WHOLE_HELD.load(Ordering::Relaxed) < 4 * n, "returned");
     }
@@ -463,8 +489,49 @@ mod tests {
                     e.write(piece, &mut wire).unwrap();
                 }
                 e.finish(&mut wire).unwrap();
-                assert_eq!(decode(Coding::Gzip, &wire), &noise[..n], "level {level}, {n} B");
+                assert_eq!(
+                    decode(Coding::Gzip, &wire),
+                    &noise[..n],
+                    "level {level}, {n} B"
+                );
             }
+        }
+    }
+
+    /// Streamed gzip, by ISA-L at level 1 (when built in) and zlib-rs at
+    /// the others: after every flush a streaming decoder has had all the
+    /// input so far, and the finished stream is the body.
+    #[test]
+    fn streamed_gzip_is_decodable_at_every_flush_at_every_level() {
+        let body = text(600_000);
+        for level in [1, 2, 6] {
+            let s = Settings {
+                gzip_level: level,
+                ..Settings::default()
+            };
+            let mut e = Encoder::new(Coding::Gzip, &s, None).unwrap();
+            if level == 1 && Igzip::available() {
+                assert!(matches!(e, Encoder::GzipIsal { .. }));
+            }
+            let mut d = flate2::write::GzDecoder::new(Vec::new());
+            let mut fed = 0;
+            for (i, piece) in body.chunks(40_000).enumerate() {
+                let mut out = Vec::new();
+                e.write(piece, &mut out).unwrap();
+                fed += piece.len();
+                if i % 3 == 0 {
+                    e.flush(&mut out).unwrap();
+                    d.write_all(&out).unwrap();
+                    d.flush().unwrap();
+                    assert_eq!(d.get_ref().len(), fed, "level {level}, flush {i}");
+                } else {
+                    d.write_all(&out).unwrap();
+                }
+            }
+            let mut out = Vec::new();
+            e.finish(&mut out).unwrap();
+            d.write_all(&out).unwrap();
+            assert_eq!(d.finish().unwrap(), body, "level {level}");
         }
     }
 

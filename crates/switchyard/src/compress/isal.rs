@@ -1,13 +1,16 @@
 //! gzip by ISA-L's igzip (Intel's Intelligent Storage Acceleration
-//! Library, Debian's libisal), for whole bodies at gzip level 1: on the
-//! bench's HTML it is 1.2x to 2.3x libdeflate's level 1 at 2 KB to 512 KB,
-//! with output 1-6 % larger and still smaller than zlib's level 1, which
-//! is what the peers' level 1 produces (BENCHMARKS.md, "ISA-L").
+//! Library, Debian's libisal), at gzip level 1: on the bench's HTML it is
+//! 1.2x to 2.1x libdeflate's level 1 on whole bodies of 2 KB to 512 KB, and
+//! about 3x zlib-rs's streaming, with output 1-6 % larger than libdeflate's
+//! and still smaller than zlib's level 1, which is what the peers' level 1
+//! produces (BENCHMARKS.md, "gzip level 1 by ISA-L").
 //!
 //! Built only when build.rs found libisal-dev (`cfg(switchyard_isal)`);
-//! otherwise `Igzip::new` says there is none and libdeflate serves level 1.
-//! The 82 KB compressor state lives in C (isal_shim.c) and is reused per
-//! thread, like every other compressor state here.
+//! otherwise `Igzip::whole`/`Igzip::stream` say there is none and
+//! libdeflate (whole bodies) and zlib-rs (streams) serve level 1. The
+//! compressor state lives in C (isal_shim.c: 82 KB, plus a token buffer of
+//! 84 KB for a stream, 276 KB for whole bodies) and is reused per thread,
+//! like every other compressor state here.
 
 use std::io;
 
@@ -18,7 +21,7 @@ mod ffi {
         _opaque: [u8; 0],
     }
     extern "C" {
-        pub fn sy_isal_new(level: i32) -> *mut SyIsal;
+        pub fn sy_isal_new(level: i32, small: i32) -> *mut SyIsal;
         pub fn sy_isal_free(s: *mut SyIsal);
         pub fn sy_isal_gzip(
             s: *mut SyIsal,
@@ -27,35 +30,71 @@ mod ffi {
             out: *mut u8,
             cap: u32,
         ) -> i64;
+        pub fn sy_isal_stream_start(s: *mut SyIsal);
+        pub fn sy_isal_stream(
+            s: *mut SyIsal,
+            input: *const u8,
+            n: u32,
+            mode: i32,
+            out: *mut u8,
+            cap: u32,
+            consumed: *mut u32,
+            written: *mut u32,
+        ) -> i32;
     }
 }
 
 /// ISA-L's level for a gzip level, where its ratio is at least as good as
 /// zlib's at that level. Only level 1 qualifies: ISA-L's best level (3) is
-/// between zlib's 1 and 2 on HTML, so levels 2-9 stay with libdeflate.
+/// between zlib's 1 and 2 on HTML, so levels 2-9 stay with libdeflate and
+/// zlib-rs.
 pub fn level_for(gzip_level: u32) -> Option<i32> {
     (gzip_level == 1).then_some(1)
 }
 
-/// One ISA-L compressor state.
+/// What a stream call is to do beyond compressing its input.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Flush {
+    None = 0,
+    /// Everything so far becomes decodable (a sync flush).
+    Sync = 1,
+    /// The gzip member ends (trailer, checksum).
+    Finish = 2,
+}
+
+/// One ISA-L compressor state: for whole bodies (`whole`, `gzip`) or for a
+/// stream (`stream`, `start`, `feed`).
 pub struct Igzip {
     #[cfg(switchyard_isal)]
     state: std::ptr::NonNull<ffi::SyIsal>,
 }
 
+/// Output room asked for per stream call.
+#[cfg(switchyard_isal)]
+const STREAM_OUT: usize = 16 * 1024;
+
 impl Igzip {
-    /// A compressor at ISA-L `level` (0-3); None when this build has no
-    /// ISA-L or the allocation failed.
-    pub fn new(level: i32) -> Option<Igzip> {
+    /// A compressor at ISA-L `level` (0-3) for whole bodies; None when this
+    /// build has no ISA-L or the allocation failed.
+    pub fn whole(level: i32) -> Option<Igzip> {
+        Igzip::new(level, false)
+    }
+
+    /// A compressor at ISA-L `level` for a stream; `start` it first.
+    pub fn stream(level: i32) -> Option<Igzip> {
+        Igzip::new(level, true)
+    }
+
+    fn new(level: i32, small: bool) -> Option<Igzip> {
         #[cfg(switchyard_isal)]
         {
             // SAFETY: plain allocation; NULL is handled.
-            let p = unsafe { ffi::sy_isal_new(level) };
+            let p = unsafe { ffi::sy_isal_new(level, i32::from(small)) };
             std::ptr::NonNull::new(p).map(|state| Igzip { state })
         }
         #[cfg(not(switchyard_isal))]
         {
-            let _ = level;
+            let _ = (level, small);
             None
         }
     }
@@ -105,6 +144,62 @@ impl Igzip {
         {
             let _ = (body, out);
             Ok(false)
+        }
+    }
+
+    /// Begins a new gzip member (a fresh state or one reused).
+    pub fn start(&mut self) {
+        #[cfg(switchyard_isal)]
+        // SAFETY: a live state.
+        unsafe {
+            ffi::sy_isal_stream_start(self.state.as_ptr())
+        }
+    }
+
+    /// Compresses `data` into `out` (appended), then does what `flush`
+    /// says. Input is taken whole: ISA-L keeps the history it needs.
+    pub fn feed(&mut self, data: &[u8], flush: Flush, out: &mut Vec<u8>) -> io::Result<()> {
+        #[cfg(switchyard_isal)]
+        {
+            let mut rest = data;
+            loop {
+                // At most 4 GB per call; the remainder goes round again.
+                let n = rest.len().min(u32::MAX as usize);
+                let mode = if n < rest.len() { Flush::None } else { flush };
+                out.reserve(STREAM_OUT);
+                let len = out.len();
+                let cap = (out.capacity() - len).min(u32::MAX as usize);
+                let (mut consumed, mut written) = (0u32, 0u32);
+                // SAFETY: `out` has `cap` bytes of spare capacity from
+                // `len`; ISA-L writes at most that many and reports how
+                // many (`written`), which alone become part of `out`.
+                let r = unsafe {
+                    ffi::sy_isal_stream(
+                        self.state.as_ptr(),
+                        rest.as_ptr(),
+                        n as u32,
+                        mode as i32,
+                        out.as_mut_ptr().add(len),
+                        cap as u32,
+                        &mut consumed,
+                        &mut written,
+                    )
+                };
+                if r < 0 || consumed as usize > n || written as usize > cap {
+                    return Err(io::Error::other("ISA-L: isal_deflate failed"));
+                }
+                // SAFETY: ISA-L initialised these `written` bytes.
+                unsafe { out.set_len(len + written as usize) };
+                rest = &rest[consumed as usize..];
+                if r == 0 && rest.is_empty() {
+                    return Ok(());
+                }
+            }
+        }
+        #[cfg(not(switchyard_isal))]
+        {
+            let _ = (data, flush, out);
+            Err(io::Error::other("built without ISA-L"))
         }
     }
 }
@@ -170,9 +265,9 @@ mod tests {
                 Igzip::available(),
                 "libisal-dev is installed but not built in"
             );
-            assert!(Igzip::new(1).is_some());
+            assert!(Igzip::whole(1).is_some());
         } else {
-            assert!(Igzip::new(1).is_none());
+            assert!(Igzip::whole(1).is_none());
         }
     }
 
@@ -182,7 +277,7 @@ mod tests {
             return;
         }
         for level in 0..=3 {
-            let mut z = Igzip::new(level).expect("state");
+            let mut z = Igzip::whole(level).expect("state");
             for n in [0usize, 1, 100, 2048, 65_536, 70_001, 1 << 20] {
                 let body = switchyard_bench::content::html(n as u64);
                 // Twice: the second call reuses the state.
@@ -201,7 +296,7 @@ mod tests {
         if !Igzip::available() {
             return;
         }
-        let mut z = Igzip::new(1).expect("state");
+        let mut z = Igzip::whole(1).expect("state");
         for n in [10usize, 4096, 300_000] {
             let body = noise(n);
             let mut out = Vec::new();
@@ -222,7 +317,7 @@ mod tests {
         if !Igzip::available() {
             return;
         }
-        let mut z = Igzip::new(level_for(1).expect("level 1")).expect("state");
+        let mut z = Igzip::whole(level_for(1).expect("level 1")).expect("state");
         for n in [2048u64, 8192, 65_536, 524_288] {
             let body = switchyard_bench::content::html(n);
             let mut out = Vec::new();
