@@ -553,3 +553,21 @@ fn bad_compression_settings_are_refused_with_their_line() {
         "{err}"
     );
 }
+
+/// `switchyard version` tells an operator which gzip engine this build
+/// has: ISA-L wherever its header was there to build against.
+#[test]
+fn version_names_the_gzip_engine_built_in() {
+    let out = std::process::Command::new(bin())
+        .arg("version")
+        .output()
+        .expect("run version");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.starts_with("switchyard "), "{text}");
+    if std::path::Path::new("/usr/include/isa-l/igzip_lib.h").exists() {
+        assert!(text.contains("\n  ISA-L gzip (level 1)"), "{text}");
+    } else {
+        assert!(text.contains("no ISA-L gzip"), "{text}");
+    }
+}
