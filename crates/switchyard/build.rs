@@ -23,6 +23,7 @@ fn main() {
 /// is there.
 fn isal() {
     let shim = "src/compress/isal_shim.c";
+    // Also `compress::isal::HEADER`, which the tests check against.
     let header = "/usr/include/isa-l/igzip_lib.h";
     println!("cargo:rerun-if-changed={shim}");
     println!("cargo:rerun-if-changed={header}");

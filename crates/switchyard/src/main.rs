@@ -74,7 +74,7 @@ fn command() -> ExitCode {
                 )
             };
             part(
-                cfg!(switchyard_isal),
+                switchyard::compress::isal::Igzip::available(),
                 "ISA-L gzip (level 1)",
                 "libdeflate instead (install libisal-dev and rebuild)",
             );

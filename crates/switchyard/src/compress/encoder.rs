@@ -16,8 +16,8 @@
 //! the build has it, through zlib-rs otherwise.
 //!
 //! zlib-rs's level 1 is a different algorithm (deflate_quick) whose output
-//! is 25 % larger than zlib's level 1 on HTML; level 1 streams at zlib-rs
-//! level 2, which matches zlib's level-1 ratio.
+//! is 25 % larger than zlib's level 1 on HTML; without ISA-L, level 1
+//! streams at zlib-rs level 2, which matches zlib's level-1 ratio.
 //!
 //! Compressor states are reused per thread: initialising a deflate state
 //! allocates and clears ~300 KB, which would dominate small responses.
