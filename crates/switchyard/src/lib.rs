@@ -20,6 +20,7 @@ pub mod fasthash;
 pub mod guard;
 pub mod health;
 pub mod http;
+pub mod http2;
 pub mod l4;
 pub mod log;
 pub mod proxy;

@@ -19,41 +19,90 @@ fn bad(status: u16, reason: &'static str) -> HeadError {
     HeadError { status, reason }
 }
 
-/// A client's HTTP/2 request head. `end_stream` says the HEADERS frame
-/// ended the stream (no body).
+/// A client's HTTP/2 request head, as the h2 crate hands it over.
+/// `end_stream` says the HEADERS frame ended the stream (no body).
 pub fn request_from_h2(
     parts: &http::request::Parts,
     end_stream: bool,
     limits: &Limits,
 ) -> Result<Request, HeadError> {
-    if parts.method == http::Method::CONNECT {
+    let path = parts.uri.path_and_query().map(|p| p.as_str().as_bytes());
+    let authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
+    let fields = parts
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+    build_request(
+        parts.method.as_str().as_bytes(),
+        path,
+        authority,
+        (fields, parts.headers.len()),
+        end_stream,
+        limits,
+    )
+}
+
+/// A client's HTTP/2 request head as our own decoder hands it over
+/// (`http2::server::RequestHead`, already refused when malformed: unknown
+/// or misplaced pseudo-fields, uppercase names, connection fields): the
+/// pseudo-fields, then the regular fields.
+pub fn request_from_wire(
+    (method, path, authority): (&[u8], Option<&[u8]>, Option<&[u8]>),
+    fields: &Fields,
+    end_stream: bool,
+    limits: &Limits,
+) -> Result<Request, HeadError> {
+    build_request(
+        method,
+        path,
+        authority,
+        (fields.iter(), fields.len()),
+        end_stream,
+        limits,
+    )
+}
+
+fn build_request<'a>(
+    method: &[u8],
+    path: Option<&[u8]>,
+    authority: Option<&[u8]>,
+    (fields, count): (impl Iterator<Item = (&'a [u8], &'a [u8])>, usize),
+    end_stream: bool,
+    limits: &Limits,
+) -> Result<Request, HeadError> {
+    if method == b"CONNECT" {
         return Err(bad(501, "CONNECT is not supported over HTTP/2"));
     }
-    if parts.headers.len() + 1 > limits.max_headers {
+    // It becomes an HTTP/1.1 request line: a token, nothing else.
+    if method.is_empty() || !method.iter().all(|b| is_tchar(*b)) {
+        return Err(bad(400, "invalid :method"));
+    }
+    if count + 1 > limits.max_headers {
         return Err(bad(431, "too many header fields"));
     }
-    let target = match parts.uri.path_and_query().map(|p| p.as_str()) {
-        None | Some("") => Bytes::from_static(b"/"),
-        Some(t) => Bytes::copy_from_slice(t.as_bytes()),
+    let target = match path {
+        None | Some(b"") => Bytes::from_static(b"/"),
+        Some(t) => Bytes::copy_from_slice(t),
     };
-    if target
-        .iter()
-        .any(|b| *b <= 0x20 || *b == 0x7f || *b == b'#')
+    if !(target.starts_with(b"/") || &target[..] == b"*")
+        || target
+            .iter()
+            .any(|b| *b <= 0x20 || *b == 0x7f || *b == b'#')
     {
         return Err(bad(400, "invalid character in the request target"));
     }
-    let mut c = collect(parts)?;
+    let mut c = collect(authority, fields)?;
     if c.size + target.len() > limits.max_header_bytes + limits.max_request_line {
         return Err(bad(431, "request header fields too large"));
     }
-    let method = Method::parse(parts.method.as_str().as_bytes());
+    let method_kind = Method::parse(method);
     let framing = match c.length {
         Some(0) => Framing::None,
         Some(n) => Framing::Length(n),
         None if !end_stream => Framing::Chunked,
         None => {
             // An HTTP/1.1 member must not wait for a body that never comes.
-            if matches!(method, Method::Post | Method::Put | Method::Patch) {
+            if matches!(method_kind, Method::Post | Method::Put | Method::Patch) {
                 c.fields.append(b"content-length", b"0");
             }
             Framing::None
@@ -63,8 +112,8 @@ pub fn request_from_h2(
     head.wire_len = (c.size + target.len()) as u32;
     Ok(Request {
         head,
-        method,
-        method_raw: method_bytes(&parts.method),
+        method: method_kind,
+        method_raw: method_bytes(method),
         target,
         host: c.host,
         expect_continue: c.expect_continue,
@@ -72,17 +121,39 @@ pub fn request_from_h2(
     })
 }
 
+/// RFC 9110 5.6.2 token characters.
+fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'!' | b'#'
+                | b'$'
+                | b'%'
+                | b'&'
+                | b'\''
+                | b'*'
+                | b'+'
+                | b'-'
+                | b'.'
+                | b'^'
+                | b'_'
+                | b'`'
+                | b'|'
+                | b'~'
+        )
+}
+
 /// A method's name, without a copy for the standard ones.
-fn method_bytes(m: &http::Method) -> Bytes {
-    match m.as_str() {
-        "GET" => Bytes::from_static(b"GET"),
-        "HEAD" => Bytes::from_static(b"HEAD"),
-        "POST" => Bytes::from_static(b"POST"),
-        "PUT" => Bytes::from_static(b"PUT"),
-        "DELETE" => Bytes::from_static(b"DELETE"),
-        "OPTIONS" => Bytes::from_static(b"OPTIONS"),
-        "PATCH" => Bytes::from_static(b"PATCH"),
-        other => Bytes::copy_from_slice(other.as_bytes()),
+fn method_bytes(m: &[u8]) -> Bytes {
+    match m {
+        b"GET" => Bytes::from_static(b"GET"),
+        b"HEAD" => Bytes::from_static(b"HEAD"),
+        b"POST" => Bytes::from_static(b"POST"),
+        b"PUT" => Bytes::from_static(b"PUT"),
+        b"DELETE" => Bytes::from_static(b"DELETE"),
+        b"OPTIONS" => Bytes::from_static(b"OPTIONS"),
+        b"PATCH" => Bytes::from_static(b"PATCH"),
+        other => Bytes::copy_from_slice(other),
     }
 }
 
@@ -99,8 +170,10 @@ struct Collected {
 
 /// The request's fields in neutral form: `:authority` as Host, split
 /// cookies joined (RFC 9113 8.2.3), `te` noted, the framing fields checked.
-fn collect(parts: &http::request::Parts) -> Result<Collected, HeadError> {
-    let authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
+fn collect<'a>(
+    authority: Option<&[u8]>,
+    fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+) -> Result<Collected, HeadError> {
     let mut c = Collected {
         fields: Fields::default(),
         host: None,
@@ -117,8 +190,7 @@ fn collect(parts: &http::request::Parts) -> Result<Collected, HeadError> {
         c.host = Some(Bytes::copy_from_slice(a));
     }
     let mut cookie: Option<Vec<u8>> = None;
-    for (name, value) in &parts.headers {
-        let (n, v) = (name.as_str().as_bytes(), value.as_bytes());
+    for (n, v) in fields {
         c.size += n.len() + v.len() + 4;
         match n {
             b"host" if authority.is_some() => continue,

@@ -4,7 +4,6 @@
 //! request retryable.
 
 use bytes::Bytes;
-use h2::RecvStream;
 
 use super::exchange::{ClientSide, Exchange, Failure, Local};
 use super::upstream::UpConn;
@@ -77,7 +76,7 @@ impl<C: ClientSide> ClientSide for Replay<'_, C> {
         Ok(self.body.len() as u64)
     }
 
-    fn take_h2_body(&mut self) -> Option<RecvStream> {
+    fn take_body_stream(&mut self) -> Option<super::h2_stream::BodyStream> {
         None
     }
 

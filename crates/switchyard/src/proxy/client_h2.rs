@@ -1,35 +1,33 @@
 //! The client side of an exchange on an HTTP/2 stream: the request body
 //! from the stream's DATA frames, the response as HEADERS, DATA and
-//! trailers at the pace of the client's window.
+//! trailers at the pace of the client's window, encoded straight into the
+//! connection's output (`http2::server`).
 //!
 //! Runs on the worker that owns the client connection.
 
 use std::future::poll_fn;
 
-use bytes::Bytes;
-use h2::server::SendResponse;
-use h2::{Reason, RecvStream};
-
 use super::exchange::{ClientSide, Exchange, Failure};
+use super::h2_stream::{BodyStream, Shared, StreamRef};
 use super::hooks::Local;
-use super::member::{pump_h2, H2Sink};
 use super::upstream::UpConn;
 use crate::config::snapshot::VServer;
 use crate::http::body::{BodyError, Sink};
-use crate::http::h2conv;
-use crate::http::message::{Request, Response};
+use crate::http::message::{Fields, Framing, Request, Response};
+use crate::http2::frame::code;
+use crate::http2::server::Reset;
 use crate::stats::{self, status_class};
 
 pub struct H2Client<'a> {
-    respond: &'a mut SendResponse<Bytes>,
-    body: Option<RecvStream>,
+    stream: &'a StreamRef,
+    body_taken: bool,
 }
 
 impl<'a> H2Client<'a> {
-    pub fn new(respond: &'a mut SendResponse<Bytes>, body: RecvStream) -> H2Client<'a> {
+    pub fn new(stream: &'a StreamRef) -> H2Client<'a> {
         H2Client {
-            respond,
-            body: Some(body),
+            stream,
+            body_taken: false,
         }
     }
 }
@@ -44,12 +42,10 @@ fn head_size(resp: &Response) -> u64 {
         + 12
 }
 
-/// Sends a response the proxy answers itself on the stream, and counts it.
-pub fn send_local(respond: &mut SendResponse<Bytes>, vs: &VServer, local: &Local) {
-    let Some(head) = h2conv::response_to_h2(&local.response) else {
-        respond.send_reset(Reason::INTERNAL_ERROR);
-        return;
-    };
+/// Sends a response the proxy answers itself on the stream (a cache hit
+/// among them: its body waits for the client's window like any other),
+/// and counts it.
+pub async fn send_local(stream: &StreamRef, vs: &VServer, local: &Local) {
     let vc = vs.counters.local();
     stats::inc(&vc.local_responses);
     stats::inc(&vc.responses[status_class(local.response.status)]);
@@ -57,17 +53,98 @@ pub fn send_local(respond: &mut SendResponse<Bytes>, vs: &VServer, local: &Local
         &vc.bytes_out,
         head_size(&local.response) + local.body.len() as u64,
     );
-    match respond.send_response(head, local.body.is_empty()) {
-        Ok(mut s) if !local.body.is_empty() => {
-            let _ = s.send_data(local.body.clone(), true);
+    let end = local.body.is_empty();
+    if stream
+        .head(Some(local.response.status), &local.response.head, end)
+        .is_err()
+        || end
+    {
+        return;
+    }
+    let mut rest = &local.body[..];
+    while !rest.is_empty() {
+        let sent = poll_fn(|cx| {
+            stream
+                .shared
+                .borrow_mut()
+                .poll_send(stream.id, cx, rest, true)
+        })
+        .await;
+        match sent {
+            Ok(n) => rest = &rest[n..],
+            Err(_) => return,
         }
-        _ => {}
+    }
+}
+
+/// The response body's way to the client: DATA frames as the windows
+/// allow, then trailers or END_STREAM.
+pub struct ClientSink {
+    shared: Shared,
+    id: u32,
+    /// The stream was reset: every write fails.
+    gone: bool,
+    ended: bool,
+}
+
+fn reset_err(Reset(c): Reset) -> BodyError {
+    BodyError::Write(std::io::Error::new(
+        std::io::ErrorKind::BrokenPipe,
+        format!("the client reset the stream ({c:#x})"),
+    ))
+}
+
+impl Sink for ClientSink {
+    async fn data(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
+        if self.gone {
+            return Err(BodyError::Write(std::io::ErrorKind::BrokenPipe.into()));
+        }
+        let mut rest = bytes;
+        while !rest.is_empty() && !self.ended {
+            let n = poll_fn(|cx| self.shared.borrow_mut().poll_send(self.id, cx, rest, false))
+                .await
+                .map_err(reset_err)?;
+            rest = &rest[n..];
+        }
+        Ok(())
+    }
+
+    /// Frames are in the connection's output already; it goes out at the
+    /// end of the worker's turn.
+    async fn flush(&mut self) -> Result<(), BodyError> {
+        Ok(())
+    }
+
+    async fn end(&mut self, trailers: Option<&Fields>) -> Result<(), BodyError> {
+        if self.ended {
+            return Ok(());
+        }
+        if self.gone {
+            return Err(BodyError::Write(std::io::ErrorKind::BrokenPipe.into()));
+        }
+        self.ended = true;
+        let mut c = self.shared.borrow_mut();
+        match trailers {
+            Some(t) => c.send_head(self.id, None, t.iter(), true),
+            None => c.end_stream(self.id),
+        }
+        .map_err(reset_err)
+    }
+
+    fn written(&self) -> bool {
+        true
+    }
+
+    fn abort(&mut self) {
+        self.shared
+            .borrow_mut()
+            .reset(self.id, code::INTERNAL_ERROR);
     }
 }
 
 impl ClientSide for H2Client<'_> {
     type Out<'b>
-        = H2Sink
+        = ClientSink
     where
         Self: 'b;
 
@@ -76,14 +153,17 @@ impl ClientSide for H2Client<'_> {
         _req: &Request,
         sink: &mut S,
     ) -> Result<u64, BodyError> {
-        match self.body.take() {
-            Some(mut b) => pump_h2(&mut b, sink).await,
+        match self.take_body_stream() {
+            Some(mut b) => b.pump(sink).await,
             None => Ok(0),
         }
     }
 
-    fn take_h2_body(&mut self) -> Option<RecvStream> {
-        self.body.take()
+    fn take_body_stream(&mut self) -> Option<BodyStream> {
+        if std::mem::replace(&mut self.body_taken, true) {
+            return None;
+        }
+        Some(BodyStream::new(self.stream))
     }
 
     async fn send_continue(&mut self, _req: &Request) -> bool {
@@ -101,12 +181,13 @@ impl ClientSide for H2Client<'_> {
         _req: &Request,
         resp: &Response,
     ) -> Option<(Self::Out<'_>, u64)> {
-        let head = h2conv::response_to_h2(resp)?;
-        let end = resp.head.framing == crate::http::message::Framing::None;
-        let sink = match self.respond.send_response(head, end) {
-            Ok(s) if !end => H2Sink::new(s),
-            Ok(_) => H2Sink::ended(),
-            Err(_) => H2Sink::gone(),
+        let end = resp.head.framing == Framing::None;
+        let sent = self.stream.head(Some(resp.status), &resp.head, end);
+        let sink = ClientSink {
+            shared: self.stream.shared.clone(),
+            id: self.stream.id,
+            gone: sent.is_err(),
+            ended: end,
         };
         Some((sink, head_size(resp)))
     }
@@ -125,16 +206,17 @@ impl ClientSide for H2Client<'_> {
     }
 
     async fn answer(&mut self, x: &Exchange<'_>, _req: &Request, local: Local) {
-        send_local(self.respond, x.vs, &local);
+        send_local(self.stream, x.vs, &local).await;
     }
 
     async fn fail(&mut self, x: &Exchange<'_>, _req: &Request, f: Failure) {
         if let Some(local) = f.into_answer() {
-            send_local(self.respond, x.vs, &local);
+            send_local(self.stream, x.vs, &local).await;
         }
     }
 
     async fn cancelled(&mut self) {
-        let _ = poll_fn(|cx| self.respond.poll_reset(cx)).await;
+        let id = self.stream.id;
+        let _ = poll_fn(|cx| self.stream.shared.borrow_mut().poll_reset(id, cx)).await;
     }
 }

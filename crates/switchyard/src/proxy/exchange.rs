@@ -28,8 +28,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use h2::RecvStream;
 
+use super::h2_stream::BodyStream;
 use super::idle::IdleWatch;
 use super::member::H2Conns;
 use super::upstream::{ConnectError, IdlePool, UpConn};
@@ -266,7 +266,7 @@ pub trait ClientSide {
 
     /// An HTTP/2 client's request body as a stream of its own, so it can
     /// flow while the response comes back (bidirectional streaming).
-    fn take_h2_body(&mut self) -> Option<RecvStream> {
+    fn take_body_stream(&mut self) -> Option<BodyStream> {
         None
     }
 

@@ -1,21 +1,25 @@
 //! The HTTP/2 front end: a client connection that chose "h2" by ALPN, or
 //! sent the HTTP/2 preface on a vserver with `h2c = true`.
 //!
-//! The h2 crate does the framing, HPACK and flow control. Each stream runs
-//! in a task of its own on the worker: its head becomes the neutral request
-//! (`http::h2conv`) and goes through the same exchange, hooks, pools and
-//! balancers as an HTTP/1 request (`exchange::run`), so a policy, an edit
-//! or a check means the same thing whichever protocol the client spoke.
+//! The framing, HPACK and flow control are our own (`http2::server`, a
+//! state machine without IO); this file moves its bytes and serves each
+//! stream in a task of its own on the worker: its head becomes the neutral
+//! request (`http::h2conv`) and goes through the same exchange, hooks,
+//! pools and balancers as an HTTP/1 request (`exchange::run`), so a policy,
+//! an edit or a check means the same thing whichever protocol the client
+//! spoke. Responses are encoded straight into the connection's output,
+//! which leaves in one write at the end of the worker's turn (`turn`).
 //!
 //! Abuse the protocol allows but no client needs (CVE-2023-44487 rapid
 //! reset, SETTINGS/PING floods, empty frames) is counted on the wire by
 //! `guard::h2flood::FrameWatch`, which sees every frame header the client
 //! sends; past the budget the connection ends with
-//! GOAWAY(ENHANCE_YOUR_CALM), like HAProxy's "glitches". Header-size attacks (HPACK bombs, CONTINUATION
-//! floods) are bounded by SETTINGS_MAX_HEADER_LIST_SIZE, which h2 enforces
-//! while decoding.
+//! GOAWAY(ENHANCE_YOUR_CALM), like HAProxy's "glitches". Header-size
+//! attacks (HPACK bombs, CONTINUATION floods) are bounded by
+//! SETTINGS_MAX_HEADER_LIST_SIZE while decoding, and by the size a header
+//! block may reach before it is decoded.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
 use std::io;
 use std::net::SocketAddr;
@@ -23,23 +27,24 @@ use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{ready, Context, Poll};
 
-use bytes::{Bytes, BytesMut};
-use h2::server::SendResponse;
-use h2::{Reason, RecvStream};
+use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 use super::client_h2::{send_local, H2Client};
 use super::conn::ConnGuard;
 use super::ctx::WorkerCtx;
 use super::exchange::Exchange;
+use super::h2_stream::{Shared, StreamRef};
 use super::hooks::Local;
 use super::pipeline;
 use super::stream::ClientStream;
 use crate::clock::now_ms;
 use crate::guard::h2flood::{self, FrameWatch};
 use crate::http::h2conv;
-use crate::http::head::Limits;
+use crate::http::head::{HeadError, Limits};
 use crate::http::responses;
+use crate::http2::frame::code;
+use crate::http2::server;
 use crate::log;
 use crate::stats;
 use crate::turn::Hold;
@@ -52,15 +57,13 @@ const PREFACE_LEN: usize = PREFACE.len();
 // The flood watch skips the same preface before counting frames.
 const _: () = assert!(PREFACE_LEN == h2flood::PREFACE_LEN);
 
-/// What the streams of one connection share.
+/// What the streams of one connection share besides the protocol state.
 struct Conn {
     peer: SocketAddr,
     listen: SocketAddr,
     tls: bool,
     client_subject: Option<String>,
     tls_info: Option<crate::accesslog::TlsInfo>,
-    /// Streams being served (the connection is idle at zero).
-    open: Cell<usize>,
     /// When a stream last started or ended (`clock` ms).
     last_active: Cell<u64>,
 }
@@ -81,39 +84,37 @@ pub fn start(
         tls: stream.is_tls(),
         client_subject: stream.client_subject().map(str::to_string),
         tls_info: stream.tls_info(),
-        open: Cell::new(0),
         last_active: Cell::new(now_ms()),
     });
     tokio::task::spawn_local(run(ctx, stream, replay, conn, guard));
 }
 
-#[allow(clippy::large_enum_variant)] // one lives at a time, on the stack
-enum Event {
-    Stream(http::Request<RecvStream>, SendResponse<Bytes>),
-    Drain,
-    Abuse(&'static str),
-    Error(h2::Error),
+/// How a connection's driver stopped.
+enum End {
+    /// The client closed, or the socket failed.
     Closed,
+    /// A protocol error: GOAWAY with its code, then close.
+    Error(server::ConnError),
+    Abuse(&'static str),
 }
 
-/// Checks the preface and completes the HTTP/2 handshake (SETTINGS),
-/// within the client_header timeout; None when the client does not speak
-/// HTTP/2 or gave up.
-async fn handshake(
-    ctx: &WorkerCtx,
+/// Serves the connection until it ends: reads frames, starts a task per
+/// stream, writes what the streams produced; GOAWAY on drain, on idle, on
+/// a reload that removed HTTP/2, and (ENHANCE_YOUR_CALM) on abuse.
+async fn run(
+    ctx: Rc<WorkerCtx>,
     mut stream: ClientStream,
     mut replay: BytesMut,
-    conn: &Conn,
-    guard: &ConnGuard,
-    tripped: &Rc<Cell<Option<&'static str>>>,
-) -> Option<H2Server> {
+    conn: Rc<Conn>,
+    guard: ConnGuard,
+) {
     let (limits, header_ms) = {
         let snap = ctx.snapshot.load();
         (snap.settings.http2.clone(), snap.settings.client_header_ms)
     };
-    // The preface is checked here rather than by h2, so that a client that
-    // does not speak HTTP/2 gets a clean close (FIN after its bytes are
-    // read) rather than a reset.
+    // The preface is checked before anything is sent, so that a client
+    // that does not speak HTTP/2 gets a clean close (FIN after its bytes
+    // are read) rather than a reset.
     let preface = ctx
         .idle_watch
         .within(now_ms() + header_ms, read_preface(&mut stream, &mut replay))
@@ -123,152 +124,134 @@ async fn handshake(
             "client {}: no HTTP/2 connection preface",
             conn.peer
         ));
-        lingering_close(ctx, stream).await;
-        return None;
+        lingering_close(&ctx, stream).await;
+        return;
     }
     stats::inc(&guard.counters.local().h2_connections);
-    let wire = Wire {
-        io: stream,
-        replay,
-        watch: FrameWatch::new(
-            limits.max_client_resets,
-            limits.max_control_frames,
-            limits.abuse_window_ms,
-            tripped.clone(),
-        ),
-        out: Vec::new(),
-        out_at: 0,
-        hold: Hold::default(),
-    };
-    let mut builder = h2::server::Builder::new();
-    builder
-        .max_concurrent_streams(limits.max_concurrent_streams)
-        .initial_window_size(limits.stream_window)
-        .initial_connection_window_size(limits.connection_window)
-        .max_frame_size(limits.max_frame_size)
-        .max_header_list_size(limits.max_header_list_size);
-    match ctx
-        .idle_watch
-        .within(now_ms() + header_ms, builder.handshake::<_, Bytes>(wire))
-        .await
-    {
-        Ok(Ok(c)) => Some(c),
-        Ok(Err(e)) => {
-            log::debug(format_args!(
-                "client {}: HTTP/2 handshake failed: {e}",
-                conn.peer
-            ));
-            None
-        }
-        Err(()) => None,
-    }
-}
-
-type H2Server = h2::server::Connection<Wire, Bytes>;
-
-/// Accepts the connection's streams until it ends: each runs in a task of
-/// its own; GOAWAY on drain, on idle, on a reload that removed HTTP/2, and
-/// (ENHANCE_YOUR_CALM) on abuse.
-async fn run(
-    ctx: Rc<WorkerCtx>,
-    stream: ClientStream,
-    replay: BytesMut,
-    conn: Rc<Conn>,
-    guard: ConnGuard,
-) {
     let tripped = Rc::new(Cell::new(None));
-    let Some(mut h2c) = handshake(&ctx, stream, replay, &conn, &guard, &tripped).await else {
-        return;
+    let mut watch = FrameWatch::new(
+        limits.max_client_resets,
+        limits.max_control_frames,
+        limits.abuse_window_ms,
+        tripped.clone(),
+    );
+    watch.scan(&replay);
+    let _ = replay.split_to(PREFACE_LEN);
+    let shared: Shared = Rc::new(RefCell::new(server::Conn::new(server::Config {
+        max_concurrent_streams: limits.max_concurrent_streams,
+        stream_window: limits.stream_window,
+        connection_window: limits.connection_window,
+        max_frame_size: limits.max_frame_size,
+        max_header_list_size: limits.max_header_list_size,
+    })));
+    let mut wire = Wire {
+        io: stream,
+        rbuf: replay,
+        watch,
+        hold: Hold::default(),
+        eof: false,
     };
+    // Frames that came with the preface.
+    if let Err(e) = wire.take_frames(&ctx, &conn, &shared) {
+        return finish(&ctx, &guard, &conn, &shared, wire, End::Error(e)).await;
+    }
+    // The client must say SETTINGS within the header timeout.
+    let mut deadline = now_ms() + header_ms;
     let mut shutting = false;
-    loop {
+    let end = loop {
         // Woken at least every second to notice an idle connection, or a
         // reload that removed the vserver or its HTTP/2.
-        let event = ctx
+        let polled = ctx
             .idle_watch
             .within(
-                now_ms() + 1000,
+                deadline.min(now_ms() + 1000),
                 poll_fn(|cx| {
-                    if let Some(why) = tripped.get() {
-                        return Poll::Ready(Event::Abuse(why));
-                    }
                     if !shutting && ctx.draining() {
-                        return Poll::Ready(Event::Drain);
+                        return Poll::Ready(None);
                     }
-                    match h2c.poll_accept(cx) {
-                        Poll::Ready(Some(Ok((req, resp)))) => Poll::Ready(Event::Stream(req, resp)),
-                        Poll::Ready(Some(Err(e))) => Poll::Ready(Event::Error(e)),
-                        Poll::Ready(None) => Poll::Ready(Event::Closed),
-                        // Frames read during this poll may have tripped the watch.
-                        Poll::Pending => match tripped.get() {
-                            Some(why) => Poll::Ready(Event::Abuse(why)),
-                            None => Poll::Pending,
-                        },
-                    }
+                    wire.drive(cx, &ctx, &conn, &shared).map(Some)
                 }),
             )
             .await;
-        match event {
-            Ok(Event::Stream(req, respond)) => {
-                conn.open.set(conn.open.get() + 1);
-                conn.last_active.set(now_ms());
-                tokio::task::spawn_local(stream_task(ctx.clone(), conn.clone(), req, respond));
-            }
-            Ok(Event::Drain) => {
+        match polled {
+            Ok(Some(end)) => break end,
+            Ok(None) => {
                 // GOAWAY: streams already open finish, new ones go elsewhere.
-                h2c.graceful_shutdown();
+                shared.borrow_mut().go_away(code::NO_ERROR);
                 shutting = true;
             }
-            Err(()) if shutting => {}
             Err(()) => {
-                if should_go_away(&ctx, &conn) {
-                    h2c.graceful_shutdown();
+                if !shared.borrow().settings_seen() {
+                    if now_ms() >= deadline {
+                        break End::Closed;
+                    }
+                    continue;
+                }
+                deadline = u64::MAX;
+                if shutting {
+                    if shared.borrow().open_streams() == 0 {
+                        break End::Closed;
+                    }
+                } else if should_go_away(&ctx, &conn, &shared) {
+                    shared.borrow_mut().go_away(code::NO_ERROR);
                     shutting = true;
                 }
             }
-            Ok(Event::Abuse(why)) => {
-                stats::inc(&guard.counters.local().h2_abuse_closes);
-                log::warn(format_args!(
-                    "client {}: HTTP/2 connection closed with ENHANCE_YOUR_CALM: {why}",
-                    conn.peer
-                ));
-                h2c.abrupt_shutdown(Reason::ENHANCE_YOUR_CALM);
-                let _ = ctx
-                    .idle_watch
-                    .within(now_ms() + 1000, poll_fn(|cx| h2c.poll_closed(cx)))
-                    .await;
-                break;
-            }
-            Ok(Event::Error(e)) => {
-                connection_error(&guard, &conn, &e);
-                break;
-            }
-            Ok(Event::Closed) => break,
         }
-    }
-    drop(h2c);
-    drop(guard);
+        if shutting && shared.borrow().open_streams() == 0 && shared.borrow().out.is_empty() {
+            break End::Closed;
+        }
+    };
+    finish(&ctx, &guard, &conn, &shared, wire, end).await;
 }
 
-fn connection_error(guard: &ConnGuard, conn: &Conn, e: &h2::Error) {
-    if e.reason() == Some(Reason::ENHANCE_YOUR_CALM) {
-        // h2's own guard: too many streams reset before they were
-        // accepted, or too many streams it had to reset.
-        stats::inc(&guard.counters.local().h2_abuse_closes);
-        log::warn(format_args!(
-            "client {}: HTTP/2 connection closed with ENHANCE_YOUR_CALM: {e}",
-            conn.peer
-        ));
-    } else {
-        log::debug(format_args!("client {}: HTTP/2: {e}", conn.peer));
+/// Ends the connection: GOAWAY with the error's code when there is one,
+/// what is still to send goes out (within a second), and every stream
+/// still open sees a reset.
+async fn finish(
+    ctx: &WorkerCtx,
+    guard: &ConnGuard,
+    conn: &Conn,
+    shared: &Shared,
+    mut wire: Wire,
+    end: End,
+) {
+    match end {
+        End::Closed => {}
+        End::Error(e) => {
+            if e.code == code::ENHANCE_YOUR_CALM {
+                stats::inc(&guard.counters.local().h2_abuse_closes);
+                log::warn(format_args!(
+                    "client {}: HTTP/2 connection closed with ENHANCE_YOUR_CALM: {}",
+                    conn.peer, e.why
+                ));
+            } else {
+                log::debug(format_args!("client {}: HTTP/2: {}", conn.peer, e.why));
+            }
+            shared.borrow_mut().go_away(e.code);
+        }
+        End::Abuse(why) => {
+            stats::inc(&guard.counters.local().h2_abuse_closes);
+            log::warn(format_args!(
+                "client {}: HTTP/2 connection closed with ENHANCE_YOUR_CALM: {why}",
+                conn.peer
+            ));
+            shared.borrow_mut().go_away(code::ENHANCE_YOUR_CALM);
+        }
     }
+    shared.borrow_mut().reset_all();
+    let _ = ctx
+        .idle_watch
+        .within(now_ms() + 1000, poll_fn(|cx| wire.write_all(cx, shared)))
+        .await;
+    lingering_close(ctx, wire.io).await;
 }
 
 /// Checked every second: the connection is idle past client_idle, or a
 /// reload removed its vserver or its HTTP/2.
-fn should_go_away(ctx: &WorkerCtx, conn: &Conn) -> bool {
+fn should_go_away(ctx: &WorkerCtx, conn: &Conn, shared: &Shared) -> bool {
     let snap = ctx.snapshot.load();
-    let idle = conn.open.get() == 0
+    let idle = shared.borrow().open_streams() == 0
         && now_ms().saturating_sub(conn.last_active.get()) >= snap.settings.client_idle_ms;
     let gone = !speaks_h2(&snap, conn);
     if gone {
@@ -331,137 +314,178 @@ async fn lingering_close(ctx: &WorkerCtx, mut stream: ClientStream) {
     }
 }
 
-/// The client's side of the wire: bytes read before the switch are served
-/// first, and every frame header read is shown to the watch.
+/// The client's side of the wire: bytes read wait in `rbuf` until they
+/// make whole frames; every frame header read is shown to the watch.
 struct Wire {
     io: ClientStream,
-    replay: BytesMut,
+    rbuf: BytesMut,
     watch: FrameWatch,
-    /// Output gathered for the next write, and how much of it is written.
-    out: Vec<u8>,
-    out_at: usize,
-    /// A flush waits for the end of the worker's turn.
+    /// A write waits for the end of the worker's turn.
     hold: Hold,
+    eof: bool,
 }
 
-impl AsyncRead for Wire {
-    fn poll_read(
-        self: Pin<&mut Self>,
+/// Reading stops while this much output waits for a client that does not
+/// read (PING or SETTINGS answers would pile up otherwise).
+const READ_PAUSE: usize = 1 << 20;
+/// Gathered output is written at once past this, else at the turn's end.
+const WRITE_NOW: usize = 32 * 1024;
+
+impl Wire {
+    /// Moves bytes both ways until neither can move; Ready when the
+    /// connection is over.
+    fn drive(
+        &mut self,
         cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if this.watch.tripped.get().is_some() {
-            // Nothing more is read from an abusive client; the connection
-            // task sees the flag and ends the connection.
-            return Poll::Pending;
+        ctx: &Rc<WorkerCtx>,
+        conn: &Rc<Conn>,
+        shared: &Shared,
+    ) -> Poll<End> {
+        loop {
+            let mut moved = false;
+            if let Some(why) = self.watch.tripped.get() {
+                return Poll::Ready(End::Abuse(why));
+            }
+            if !self.eof && shared.borrow().out.len() < READ_PAUSE {
+                match self.poll_read(cx) {
+                    Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => self.eof = true,
+                    Poll::Ready(Ok(_)) => {
+                        moved = true;
+                        if let Some(why) = self.watch.tripped.get() {
+                            return Poll::Ready(End::Abuse(why));
+                        }
+                        if let Err(e) = self.take_frames(ctx, conn, shared) {
+                            return Poll::Ready(End::Error(e));
+                        }
+                    }
+                    Poll::Pending => {}
+                }
+            }
+            let pending = shared.borrow().out.len();
+            if pending > 0 && (pending >= WRITE_NOW || self.hold.ready(cx)) {
+                match self.poll_write_some(cx, shared) {
+                    Poll::Ready(Ok(n)) => moved |= n > 0,
+                    Poll::Ready(Err(_)) => return Poll::Ready(End::Closed),
+                    Poll::Pending => {}
+                }
+            }
+            if self.eof {
+                // The client closed: nothing it asked can still reach it.
+                return Poll::Ready(End::Closed);
+            }
+            if !moved {
+                break;
+            }
         }
-        let before = buf.filled().len();
-        if !this.replay.is_empty() {
-            let n = this.replay.len().min(buf.remaining());
-            buf.put_slice(&this.replay.split_to(n));
-        } else {
-            ready!(Pin::new(&mut this.io).poll_read(cx, buf))?;
+        let mut c = shared.borrow_mut();
+        if !c.owner.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
+            c.owner = Some(cx.waker().clone());
         }
-        this.watch.scan(&buf.filled()[before..]);
-        Poll::Ready(Ok(()))
+        Poll::Pending
     }
-}
 
-/// Writes are gathered in `out` and leave in one write per batch: a flush
-/// waits for the end of the worker's turn (`crate::turn`), when every
-/// stream whose response arrived meanwhile has added its frames. Without it
-/// every response costs the client a syscall and a TLS record of its own,
-/// and the client answers in as many small reads (HAProxy's mux gathers
-/// streams the same way).
-impl AsyncWrite for Wire {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.out.len() >= OUT_MAX {
-            ready!(this.write_out(cx))?;
-        }
-        let n = buf.len().min(OUT_MAX.saturating_sub(this.out.len()).max(1));
-        this.out.extend_from_slice(&buf[..n]);
-        crate::turn::grew();
+    fn poll_read(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        self.rbuf.reserve(16 * 1024);
+        let before = self.rbuf.len();
+        let spare = self.rbuf.spare_capacity_mut();
+        let mut rb = ReadBuf::uninit(spare);
+        ready!(Pin::new(&mut self.io).poll_read(cx, &mut rb))?;
+        let n = rb.filled().len();
+        // SAFETY: `poll_read` initialised the first `n` bytes of the spare
+        // capacity (ReadBuf tracks it), so they may join the buffer.
+        unsafe { self.rbuf.set_len(before + n) };
+        self.watch.scan(&self.rbuf[before..]);
         Poll::Ready(Ok(n))
     }
 
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        if !this.out.is_empty() && this.out.len() < OUT_MAX / 2 && !this.hold.ready(cx) {
-            return Poll::Pending;
+    /// Hands the frames read to the protocol and starts a task for each
+    /// stream they opened.
+    fn take_frames(
+        &mut self,
+        ctx: &Rc<WorkerCtx>,
+        conn: &Rc<Conn>,
+        shared: &Shared,
+    ) -> Result<(), server::ConnError> {
+        let r = shared.borrow_mut().recv(&mut self.rbuf);
+        if self.rbuf.is_empty() && shared.borrow().open_streams() == 0 {
+            // Nothing in flight: an idle connection holds no read buffer.
+            self.rbuf = BytesMut::new();
         }
-        ready!(this.write_out(cx))?;
-        this.hold.clear();
-        Pin::new(&mut this.io).poll_flush(cx)
+        loop {
+            let Some(s) = shared.borrow_mut().accepted.pop_front() else {
+                break;
+            };
+            conn.last_active.set(now_ms());
+            tokio::task::spawn_local(stream_task(ctx.clone(), conn.clone(), shared.clone(), s));
+        }
+        r
     }
 
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        ready!(this.write_out(cx))?;
-        Pin::new(&mut this.io).poll_shutdown(cx)
+    /// One write of what is gathered.
+    fn poll_write_some(
+        &mut self,
+        cx: &mut Context<'_>,
+        shared: &Shared,
+    ) -> Poll<io::Result<usize>> {
+        let n = {
+            let c = shared.borrow();
+            ready!(Pin::new(&mut self.io).poll_write(cx, &c.out))?
+        };
+        if n == 0 {
+            return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+        }
+        shared.borrow_mut().consumed(n);
+        if shared.borrow().out.is_empty() {
+            self.hold.clear();
+            ready!(Pin::new(&mut self.io).poll_flush(cx))?;
+        }
+        Poll::Ready(Ok(n))
     }
-}
 
-/// Gathered output is written once it reaches this, or at the batch's flush.
-const OUT_MAX: usize = 64 * 1024;
-
-impl Wire {
-    /// Writes everything gathered (Pending until the socket took it all).
-    fn write_out(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        while self.out_at < self.out.len() {
-            let n = ready!(Pin::new(&mut self.io).poll_write(cx, &self.out[self.out_at..]))?;
-            if n == 0 {
-                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+    /// Writes everything gathered (the connection is ending).
+    fn write_all(&mut self, cx: &mut Context<'_>, shared: &Shared) -> Poll<()> {
+        while !shared.borrow().out.is_empty() {
+            match ready!(self.poll_write_some(cx, shared)) {
+                Ok(_) => {}
+                Err(_) => return Poll::Ready(()),
             }
-            self.out_at += n;
         }
-        self.out.clear();
-        self.out_at = 0;
-        if self.out.capacity() > OUT_MAX * 2 {
-            self.out = Vec::new();
-        }
-        Poll::Ready(Ok(()))
+        let _ = ready!(Pin::new(&mut self.io).poll_flush(cx));
+        Poll::Ready(())
     }
 }
 
-/// Keeps the connection's open-stream count right.
-struct OpenStream(Rc<Conn>);
-
-impl Drop for OpenStream {
-    fn drop(&mut self) {
-        self.0.open.set(self.0.open.get() - 1);
-        self.0.last_active.set(now_ms());
-    }
-}
-
-async fn stream_task(
-    ctx: Rc<WorkerCtx>,
-    conn: Rc<Conn>,
-    req: http::Request<RecvStream>,
-    mut respond: SendResponse<Bytes>,
-) {
-    let _open = OpenStream(conn.clone());
+async fn stream_task(ctx: Rc<WorkerCtx>, conn: Rc<Conn>, shared: Shared, new: server::NewStream) {
+    let stream = StreamRef::new(shared, new.id);
     let snap = ctx.snapshot.load_full();
     let st = &snap.settings;
     let Some(vs) = snap.vserver_for(&conn.listen).cloned() else {
         // The vserver was removed by a reload: the client may retry elsewhere.
-        respond.send_reset(Reason::REFUSED_STREAM);
+        stream.reset(code::REFUSED_STREAM);
         return;
     };
     let vc = vs.counters.local();
     stats::inc(&vc.h2_streams);
-    let (parts, body) = req.into_parts();
     let limits = Limits {
         max_request_line: st.max_request_line,
         max_header_bytes: st.max_header_bytes,
         max_headers: st.max_headers,
     };
-    let req = match h2conv::request_from_h2(&parts, body.is_end_stream(), &limits) {
+    let converted = if new.head.too_large {
+        Err(HeadError {
+            status: 431,
+            reason: "request header fields too large",
+        })
+    } else {
+        let h = &new.head;
+        let pseudo = (
+            h.method.as_deref().unwrap_or_default(),
+            h.path.as_deref(),
+            h.authority.as_deref(),
+        );
+        h2conv::request_from_wire(pseudo, &h.fields, new.end_stream, &limits)
+    };
+    let req = match converted {
         Ok(r) => r,
         Err(e) => {
             stats::inc(&vc.bad_requests);
@@ -470,10 +494,11 @@ async fn stream_task(
                 vs.name, conn.peer, e.reason, e.status
             ));
             let (response, body) = responses::local_error(e.status, e.reason);
-            send_local(&mut respond, &vs, &Local { response, body });
+            send_local(&stream, &vs, &Local { response, body }).await;
             return;
         }
     };
+    drop(new);
     let subject = vs
         .tls
         .as_ref()
@@ -482,8 +507,9 @@ async fn stream_task(
     let mut x = Exchange::new(&ctx, &vs, st, conn.peer, conn.tls, subject);
     x.facts.http2 = true;
     x.facts.tls = conn.tls_info;
-    let mut client = H2Client::new(&mut respond, body);
+    let mut client = H2Client::new(&stream);
     // Boxed: the exchange's future is several KB, and a task's future is
     // moved (copied whole) as it is spawned; this one is made in place.
     Box::pin(pipeline::run(&mut x, &mut client, req)).await;
+    conn.last_active.set(now_ms());
 }

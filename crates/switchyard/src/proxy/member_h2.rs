@@ -10,13 +10,14 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use h2::client::ResponseFuture;
-use h2::{Reason, RecvStream, SendStream};
+use h2::{Reason, SendStream};
 
 use super::exchange::{
     body_failure, micros_since, Attempt, ClientSide, Exchange, Failure, Origin, Retry,
 };
+use super::h2_stream::BodyStream;
 use super::hooks::Hooks;
-use super::member::{pump_h2, H2Sink};
+use super::member::H2Sink;
 use super::respond::{respond, Inspect, MemberBody};
 use crate::clock::now_ms;
 use crate::health::passive;
@@ -42,7 +43,7 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
     let mut upload = H2Sink::new(send);
     // Both directions at once unless a stage inspects request bodies.
     let both_ways = !end && !hooks.wants_request_body();
-    if let Some(body) = both_ways.then(|| client.take_h2_body()).flatten() {
+    if let Some(body) = both_ways.then(|| client.take_body_stream()).flatten() {
         return bidirectional(x, hooks, client, req, a, resp_fut, body, upload).await;
     }
     if !end {
@@ -141,7 +142,7 @@ async fn bidirectional<C: ClientSide, H: Hooks>(
     req: &Request,
     a: &Attempt<'_>,
     resp_fut: ResponseFuture,
-    mut body: RecvStream,
+    mut body: BodyStream,
     mut upload: H2Sink,
 ) -> Result<(), Failure> {
     let mc = a.m.counters.local();
@@ -150,7 +151,7 @@ async fn bidirectional<C: ClientSide, H: Hooks>(
     let vs = x.vs;
     let body_in = Cell::new(0);
     let up = async {
-        match pump_h2(&mut body, &mut upload).await {
+        match body.pump(&mut upload).await {
             Ok(n) => {
                 stats::add(&vs.counters.local().bytes_in, n);
                 stats::add(&mc.bytes_out, n);

@@ -16,6 +16,7 @@ mod ctx;
 pub mod exchange;
 mod firewall;
 pub mod h2;
+pub mod h2_stream;
 mod head_read;
 pub mod hooks;
 pub mod idle;

@@ -1,0 +1,79 @@
+//! The HTTP/2 server connection (`http2::server::Conn`) fed arbitrary
+//! client bytes, in arbitrary splits, with the streams it opens answered,
+//! read, reset and finished along the way: nothing may panic, and what it
+//! writes must always be whole, well-formed frames no larger than the
+//! client allows.
+//!
+//! Input: byte 0 picks the read size and byte 1 the actions per stream;
+//! the rest is the client's side of the wire after the preface.
+#![no_main]
+use std::task::{Context, Poll, Waker};
+
+use bytes::BytesMut;
+use libfuzzer_sys::fuzz_target;
+use switchyard::http2::frame::{Head, HEADER_LEN};
+use switchyard::http2::server::{Config, Conn};
+
+fn check_frames(out: &[u8]) {
+    let mut at = 0;
+    while at < out.len() {
+        let h = Head::parse(&out[at..]).expect("a whole frame header");
+        assert!(h.len <= 16_384, "frame larger than the client's limit");
+        at += HEADER_LEN + h.len;
+    }
+    assert_eq!(at, out.len(), "a frame cut short");
+}
+
+fuzz_target!(|data: &[u8]| {
+    if data.len() < 2 {
+        return;
+    }
+    let step = 1 + data[0] as usize % 64;
+    let acts = data[1];
+    let mut c = Conn::new(Config {
+        max_concurrent_streams: 4,
+        stream_window: 65_535,
+        connection_window: 65_535,
+        max_frame_size: 16_384,
+        max_header_list_size: 4096,
+    });
+    let cx = Context::from_waker(Waker::noop());
+    let mut buf = BytesMut::new();
+    let mut open = Vec::new();
+    for piece in data[2..].chunks(step) {
+        buf.extend_from_slice(piece);
+        if c.recv(&mut buf).is_err() {
+            break;
+        }
+        while let Some(s) = c.accepted.pop_front() {
+            open.push(s.id);
+        }
+        for (i, &id) in open.iter().enumerate() {
+            let a = acts.rotate_left(i as u32);
+            while let Poll::Ready(Some(Ok(_))) = c.poll_data(id, &cx) {}
+            if a & 1 != 0 {
+                let f = [(&b"Content-Type"[..], &b"text/plain"[..])];
+                let _ = c.send_head(id, Some(200), f.iter().copied(), false);
+                let _ = c.poll_send(id, &cx, &[b'x'; 20_000], a & 2 != 0);
+            }
+            if a & 4 != 0 {
+                let _ = c.end_stream(id);
+            }
+            if a & 8 != 0 {
+                c.reset(id, 0x8);
+            }
+        }
+        if acts & 16 != 0 {
+            for id in open.drain(..) {
+                c.finish(id);
+            }
+        }
+        check_frames(&c.out);
+        // The owner writes everything, or nothing at all this round.
+        if acts & 32 != 0 || c.out.len() > 1 << 20 {
+            let whole = c.out.len();
+            c.consumed(whole);
+        }
+    }
+    check_frames(&c.out);
+});
