@@ -378,6 +378,10 @@ impl Wire {
             }
         }
         let mut c = shared.borrow_mut();
+        if self.rbuf.is_empty() && self.rbuf.capacity() > 0 && c.open_streams() == 0 {
+            // Nothing in flight: an idle connection holds no read buffer.
+            self.rbuf = BytesMut::new();
+        }
         if !c.owner.as_ref().is_some_and(|w| w.will_wake(cx.waker())) {
             c.owner = Some(cx.waker().clone());
         }
@@ -407,10 +411,6 @@ impl Wire {
         shared: &Shared,
     ) -> Result<(), server::ConnError> {
         let r = shared.borrow_mut().recv(&mut self.rbuf);
-        if self.rbuf.is_empty() && shared.borrow().open_streams() == 0 {
-            // Nothing in flight: an idle connection holds no read buffer.
-            self.rbuf = BytesMut::new();
-        }
         loop {
             let Some(s) = shared.borrow_mut().accepted.pop_front() else {
                 break;
