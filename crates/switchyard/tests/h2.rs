@@ -1231,3 +1231,76 @@ fn response_ends_on_its_last_data_frame() {
         );
     }
 }
+
+/// A client that keeps its window shut gets its stream reset after
+/// `client_send` (the response and the member behind it are let go); the
+/// connection itself goes on serving.
+#[test]
+fn a_stream_whose_window_stays_shut_is_reset_after_client_send() {
+    let s = setup("[timeouts]\nclient_send = \"1s\"");
+    let mut c = TcpStream::connect(s.only).expect("connect");
+    let mut out = PREFACE.to_vec();
+    // SETTINGS_INITIAL_WINDOW_SIZE = 0: no DATA may come.
+    out.extend(frame(0x4, 0, 0, &[0, 4, 0, 0, 0, 0]));
+    let path = b"/size/100000";
+    let mut block = vec![0x82, 0x86, 0x01, 0x01, b'a', 0x04, path.len() as u8];
+    block.extend_from_slice(path);
+    out.extend(frame(0x1, 0x4 | 0x1, 1, &block));
+    c.write_all(&out).expect("write");
+    let start = Instant::now();
+    c.set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let mut got = Vec::new();
+    let mut tmp = [0u8; 65536];
+    let mut reset_after = None;
+    while start.elapsed() < Duration::from_secs(5) && reset_after.is_none() {
+        if let Ok(n) = c.read(&mut tmp) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&tmp[..n]);
+        }
+        if frame_heads(&got)
+            .iter()
+            .any(|(kind, _, stream, _)| *kind == 0x3 && *stream == 1)
+        {
+            reset_after = Some(start.elapsed());
+        }
+    }
+    let heads = frame_heads(&got);
+    assert!(
+        heads.iter().any(|(k, _, st, _)| *k == 0x1 && *st == 1),
+        "the response head went out: {heads:?}"
+    );
+    assert!(
+        !heads.iter().any(|(k, _, _, len)| *k == 0x0 && *len > 0),
+        "no DATA past a shut window: {heads:?}"
+    );
+    let after = reset_after.expect("RST_STREAM on stream 1 within 5 s");
+    assert!(after >= Duration::from_millis(900), "reset after {after:?}");
+    // The connection still answers.
+    c.write_all(&frame(0x6, 0, 0, b"pingpong")).expect("ping");
+    let mut more = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(3) {
+        if let Ok(n) = c.read(&mut tmp) {
+            if n == 0 {
+                break;
+            }
+            more.extend_from_slice(&tmp[..n]);
+        }
+        if frame_heads(&more)
+            .iter()
+            .any(|(k, f, _, _)| *k == 0x6 && *f & 1 == 1)
+        {
+            break;
+        }
+    }
+    assert!(
+        frame_heads(&more)
+            .iter()
+            .any(|(k, f, _, _)| *k == 0x6 && *f & 1 == 1),
+        "PING answered after the reset"
+    );
+    assert_eq!(vs_stats(&s.sy, "only")["send_timeouts"], 1);
+}

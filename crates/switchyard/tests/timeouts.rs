@@ -306,3 +306,47 @@ fn two_content_lengths_give_502() {
         "two CL",
     );
 }
+
+/// A client that stops reading a response is cut after `client_send`: the
+/// connection closes with most of a 64 MB body never sent (without the
+/// timeout it would all arrive once the client reads again), the counter
+/// says why, and other clients are served meanwhile.
+#[test]
+fn a_client_that_stops_reading_is_cut_after_client_send() {
+    let o = Origin::start("a");
+    let l = free_addr();
+    let sy = Switchyard::start(&config(l, &[o.addr], "client_send = \"1s\""), &[l]);
+    let total = 64 << 20;
+    let mut c = std::net::TcpStream::connect(l).expect("connect");
+    c.write_all(format!("GET /size/{total} HTTP/1.1\r\nHost: a\r\n\r\n").as_bytes())
+        .expect("write");
+    // Not reading: the socket buffers fill and the proxy's writes stall.
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_millis(3500) {
+        assert_eq!(get(l, "/").status, 200, "others are served meanwhile");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    c.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut got = 0usize;
+    let mut buf = vec![0u8; 1 << 16];
+    let end = loop {
+        match std::io::Read::read(&mut c, &mut buf) {
+            Ok(0) => break "eof",
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => break "reset",
+            Err(e) => panic!("the connection was not closed: {e} after {got} bytes"),
+        }
+    };
+    assert!(
+        got < total / 2,
+        "{got} of {total} bytes arrived ({end}): the response was not cut"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&sy.admin_get("/stats.json")).expect("stats json");
+    let web = v["vservers"]
+        .as_array()
+        .and_then(|a| a.iter().find(|x| x["name"] == "web").cloned())
+        .expect("vserver web");
+    assert_eq!(web["send_timeouts"], 1, "{web}");
+}

@@ -448,6 +448,7 @@ fn settings(cx: &mut Ctx, f: &model::File) -> Settings {
         client_header_ms: ms(t.client_header, 10_000),
         client_idle_ms: ms(t.client_idle, 60_000),
         client_body_ms: ms(t.client_body, 30_000),
+        client_send_ms: ms(t.client_send, 60_000),
         upstream_connect_ms: ms(t.upstream_connect, 3_000),
         upstream_response_ms: ms(t.upstream_response, 60_000),
         tunnel_idle_ms: ms(t.tunnel_idle, 3_600_000),

@@ -103,6 +103,8 @@ pub struct Timeouts {
     pub client_idle: Option<Millis>,
     /// Time allowed between two reads of a request body.
     pub client_body: Option<Millis>,
+    /// Time a response may wait for a client that stops reading.
+    pub client_send: Option<Millis>,
     pub upstream_connect: Option<Millis>,
     /// Time from the request being sent to the response head arriving.
     pub upstream_response: Option<Millis>,

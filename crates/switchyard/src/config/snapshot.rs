@@ -92,6 +92,7 @@ pub struct Settings {
     pub client_header_ms: u64,
     pub client_idle_ms: u64,
     pub client_body_ms: u64,
+    pub client_send_ms: u64,
     pub upstream_connect_ms: u64,
     pub upstream_response_ms: u64,
     pub tunnel_idle_ms: u64,

@@ -122,7 +122,8 @@ impl<S: Sink> Sink for &mut S {
 
 /// HTTP/1 output: a staging buffer in front of the writer, raw or chunked.
 pub struct Out<'a, W> {
-    pub dst: &'a mut W,
+    /// The writer (often `&mut` a stream).
+    pub dst: W,
     pub stage: &'a mut Vec<u8>,
     /// Re-frame as chunked (a body without a length going to HTTP/1.1).
     pub chunked: bool,
@@ -130,7 +131,7 @@ pub struct Out<'a, W> {
 }
 
 impl<'a, W: AsyncWrite + Unpin> Out<'a, W> {
-    pub fn new(dst: &'a mut W, stage: &'a mut Vec<u8>, chunked: bool) -> Self {
+    pub fn new(dst: W, stage: &'a mut Vec<u8>, chunked: bool) -> Self {
         Out {
             dst,
             stage,

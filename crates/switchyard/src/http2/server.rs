@@ -91,6 +91,9 @@ struct Stream {
     /// Where our last DATA frame starts in `out`, and `out_gen` then: the
     /// end of the stream can ride on it while it is still unsent.
     last_data: Option<(usize, u64)>,
+    /// Since when (`clock` ms) the response has waited for the client's
+    /// window (see `expire_stalled`).
+    stalled_since: Option<u64>,
 }
 
 /// A header block waiting for its CONTINUATION frames.
@@ -476,6 +479,7 @@ impl Conn {
                 reader: None,
                 writer: None,
                 last_data: None,
+                stalled_since: None,
             },
         );
         if end_stream && length.is_some_and(|n| n != 0) {
@@ -861,12 +865,14 @@ impl Conn {
         let n = data.len().min(room).min(OUT_HIGH);
         if n == 0 && !data.is_empty() {
             s.writer = Some(cx.waker().clone());
+            s.stalled_since.get_or_insert_with(crate::clock::now_ms);
             if conn_window <= 0 {
                 self.blocked.push(id);
             }
             return Poll::Pending;
         }
         s.send_window -= n as i64;
+        s.stalled_since = None;
         let last = end && n == data.len();
         if last {
             s.send_open = false;
@@ -900,6 +906,26 @@ impl Conn {
         }
         self.wake_owner();
         Ok(())
+    }
+
+    /// Resets (CANCEL) the streams whose response has waited for the
+    /// client's window since `before` (`clock` ms): a client that never
+    /// opens its window cannot hold a response, and the member behind it,
+    /// forever. Returns how many.
+    pub fn expire_stalled(&mut self, before: u64) -> usize {
+        let stale: Vec<u32> = self
+            .streams
+            .iter()
+            .filter(|(_, s)| s.send_open && s.stalled_since.is_some_and(|t| t <= before))
+            .map(|(id, _)| *id)
+            .collect();
+        for &id in &stale {
+            self.stream_error(id, code::CANCEL);
+        }
+        if !stale.is_empty() {
+            self.wake_owner();
+        }
+        stale.len()
     }
 
     /// Resets a stream from our side (its response failed mid-way).

@@ -8,10 +8,12 @@ use std::time::Duration;
 
 use super::exchange::{ClientSide, Exchange, Failure};
 use super::hooks::Local;
+use super::idle::{IdleWatch, SendTimed};
 use super::stream::ClientStream;
 use super::tunnel;
 use super::upstream::UpConn;
 use super::Client;
+use crate::clock::now_ms;
 use crate::http::body::{self, BodyError, Discard, Out, Sink};
 use crate::http::message::{Framing, Request, Response};
 use crate::http::responses;
@@ -33,6 +35,8 @@ pub struct H1Client<'c> {
     continue_sent: bool,
     body_timeout: Duration,
     tunnel_idle: Duration,
+    /// The worker's coarse deadlines (`client_send` on writes).
+    watch: &'c IdleWatch,
     /// The connection must close after this exchange.
     pub close: bool,
 }
@@ -42,7 +46,7 @@ pub struct H1Client<'c> {
 const DRAIN_MAX: u64 = 64 * 1024;
 
 impl<'c> H1Client<'c> {
-    pub fn new(c: &'c mut Client, x: &Exchange<'_>) -> H1Client<'c> {
+    pub fn new(c: &'c mut Client, x: &Exchange<'_>, watch: &'c IdleWatch) -> H1Client<'c> {
         H1Client {
             c,
             stage: Vec::new(),
@@ -50,6 +54,7 @@ impl<'c> H1Client<'c> {
             continue_sent: false,
             body_timeout: Duration::from_millis(x.st.client_body_ms),
             tunnel_idle: Duration::from_millis(x.st.tunnel_idle_ms),
+            watch,
             close: false,
         }
     }
@@ -98,8 +103,14 @@ impl<'c> H1Client<'c> {
         let body: &[u8] = if inline { &[] } else { &l.body };
         stats::add(&vc.bytes_out, (out.len() + body.len()) as u64);
         self.close |= close;
-        if self.c.send2(&out, body).await.is_err() {
-            self.close = true;
+        let deadline = now_ms() + x.st.client_send_ms;
+        match x.timers.within(deadline, self.c.send2(&out, body)).await {
+            Ok(Ok(())) => {}
+            Ok(Err(_)) => self.close = true,
+            Err(()) => {
+                stats::inc(&vc.send_timeouts);
+                self.close = true;
+            }
         }
         give_back(out);
     }
@@ -134,7 +145,7 @@ thread_local! {
 
 impl ClientSide for H1Client<'_> {
     type Out<'a>
-        = Out<'a, ClientStream>
+        = Out<'a, SendTimed<'a, ClientStream>>
     where
         Self: 'a;
 
@@ -206,7 +217,11 @@ impl ClientSide for H1Client<'_> {
         write_h1::response(&mut self.stage, resp, &cf);
         let head_len = self.stage.len() as u64;
         Some((
-            Out::new(&mut self.c.stream, &mut self.stage, chunked),
+            Out::new(
+                SendTimed::new(&mut self.c.stream, self.watch, x.st.client_send_ms),
+                &mut self.stage,
+                chunked,
+            ),
             head_len,
         ))
     }

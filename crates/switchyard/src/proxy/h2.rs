@@ -95,6 +95,8 @@ enum End {
     Closed,
     /// A protocol error: GOAWAY with its code, then close.
     Error(server::ConnError),
+    /// The client stopped reading for `client_send`.
+    SendTimeout,
     Abuse(&'static str),
 }
 
@@ -150,6 +152,7 @@ async fn run(
         watch,
         hold: Hold::default(),
         eof: false,
+        stalled_since: None,
     };
     // Frames that came with the preface.
     if let Err(e) = wire.take_frames(&ctx, &conn, &shared) {
@@ -188,6 +191,19 @@ async fn run(
                     continue;
                 }
                 deadline = u64::MAX;
+                let limit = ctx.snapshot.load().settings.client_send_ms;
+                let before = now_ms().saturating_sub(limit);
+                if wire.stalled_since.is_some_and(|t| t <= before) {
+                    break End::SendTimeout;
+                }
+                let cut = shared.borrow_mut().expire_stalled(before);
+                if cut > 0 {
+                    stats::add(&guard.counters.local().send_timeouts, cut as u64);
+                    log::debug(format_args!(
+                        "client {}: {cut} HTTP/2 stream(s) reset: the client kept its window shut (client_send)",
+                        conn.peer
+                    ));
+                }
                 if shutting {
                     if shared.borrow().open_streams() == 0 {
                         break End::Closed;
@@ -218,6 +234,17 @@ async fn finish(
 ) {
     match end {
         End::Closed => {}
+        End::SendTimeout => {
+            stats::inc(&guard.counters.local().send_timeouts);
+            log::debug(format_args!(
+                "client {}: HTTP/2 connection closed: the client stopped reading (client_send)",
+                conn.peer
+            ));
+            // Nothing more can be written to it.
+            shared.borrow_mut().reset_all();
+            drop(wire);
+            return;
+        }
         End::Error(e) => {
             if e.code == code::ENHANCE_YOUR_CALM {
                 stats::inc(&guard.counters.local().h2_abuse_closes);
@@ -323,6 +350,8 @@ struct Wire {
     /// A write waits for the end of the worker's turn.
     hold: Hold,
     eof: bool,
+    /// Since when (`clock` ms) output has waited for the socket.
+    stalled_since: Option<u64>,
 }
 
 /// Reading stops while this much output waits for a client that does not
@@ -427,10 +456,18 @@ impl Wire {
         cx: &mut Context<'_>,
         shared: &Shared,
     ) -> Poll<io::Result<usize>> {
-        let n = {
+        let written = {
             let c = shared.borrow();
-            ready!(Pin::new(&mut self.io).poll_write(cx, &c.out))?
+            Pin::new(&mut self.io).poll_write(cx, &c.out)
         };
+        let n = match written {
+            Poll::Ready(r) => r?,
+            Poll::Pending => {
+                self.stalled_since.get_or_insert_with(now_ms);
+                return Poll::Pending;
+            }
+        };
+        self.stalled_since = None;
         if n == 0 {
             return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
         }

@@ -16,6 +16,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
+use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
 
 use super::conn::{Client, ConnGuard};
@@ -180,6 +181,100 @@ impl<F> Drop for Within<'_, F> {
         if let Some(i) = self.slot.take() {
             self.watch.release(i);
         }
+    }
+}
+
+/// A client's writer whose writes wait for the client at most `limit_ms`
+/// at a time (`client_send`, like nginx's `send_timeout`): a write that
+/// makes no progress for that long fails with `TimedOut`, so a client that
+/// stops reading cannot hold its response, and the member behind it,
+/// forever. Any progress starts the wait anew.
+pub struct SendTimed<'a, W> {
+    pub io: &'a mut W,
+    watch: &'a IdleWatch,
+    limit_ms: u64,
+    /// When the current stall times out.
+    deadline: Option<u64>,
+    slot: Option<usize>,
+}
+
+impl<'a, W> SendTimed<'a, W> {
+    pub fn new(io: &'a mut W, watch: &'a IdleWatch, limit_ms: u64) -> SendTimed<'a, W> {
+        SendTimed {
+            io,
+            watch,
+            limit_ms,
+            deadline: None,
+            slot: None,
+        }
+    }
+
+    fn progress(&mut self) {
+        self.deadline = None;
+        if let Some(i) = self.slot.take() {
+            self.watch.release(i);
+        }
+    }
+
+    /// The write is stuck: Some(error) once it has been for `limit_ms`,
+    /// else the ticker will wake the task at the deadline.
+    fn stalled(&mut self, cx: &Context<'_>) -> Option<std::io::Error> {
+        let now = now_ms();
+        let deadline = *self.deadline.get_or_insert(now + self.limit_ms);
+        if now >= deadline {
+            return Some(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the client stopped reading (client_send)",
+            ));
+        }
+        self.watch.register(&mut self.slot, cx.waker(), deadline);
+        None
+    }
+}
+
+impl<W> Drop for SendTimed<'_, W> {
+    fn drop(&mut self) {
+        if let Some(i) = self.slot.take() {
+            self.watch.release(i);
+        }
+    }
+}
+
+impl<W: AsyncWrite + Unpin> AsyncWrite for SendTimed<'_, W> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        match Pin::new(&mut *this.io).poll_write(cx, buf) {
+            Poll::Ready(r) => {
+                this.progress();
+                Poll::Ready(r)
+            }
+            Poll::Pending => match this.stalled(cx) {
+                Some(e) => Poll::Ready(Err(e)),
+                None => Poll::Pending,
+            },
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut *this.io).poll_flush(cx) {
+            Poll::Ready(r) => {
+                this.progress();
+                Poll::Ready(r)
+            }
+            Poll::Pending => match this.stalled(cx) {
+                Some(e) => Poll::Ready(Err(e)),
+                None => Poll::Pending,
+            },
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut *self.get_mut().io).poll_shutdown(cx)
     }
 }
 

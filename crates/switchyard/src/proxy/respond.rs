@@ -108,6 +108,13 @@ fn response_body_failed(x: &Exchange<'_>, a: &Attempt<'_>, e: BodyError, written
     match &e {
         BodyError::Framing(_) | BodyError::Truncated => stats::inc(&mc.bad_responses),
         BodyError::Timeout => stats::inc(&mc.response_timeouts),
+        BodyError::Write(w) if w.kind() == std::io::ErrorKind::TimedOut => {
+            stats::inc(&x.vs.counters.local().send_timeouts);
+            log::debug(format_args!(
+                "vserver {}: client {}: response cut: {w}",
+                x.vs.name, x.peer
+            ));
+        }
         _ => {}
     }
     let client_gone = matches!(e, BodyError::Write(_));

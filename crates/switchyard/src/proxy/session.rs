@@ -468,7 +468,7 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
     let mut x = Exchange::new(ctx, &vs, st, peer, tls, subject.as_deref());
     x.facts.head_us = Some(micros_since(reading));
     x.facts.tls = c.stream.tls_info();
-    let mut client = H1Client::new(c, &x);
+    let mut client = H1Client::new(c, &x, &ctx.idle_watch);
     pipeline::run(&mut x, &mut client, req).await;
     if client.close || !keep_alive || ctx.draining() {
         Next::Close

@@ -154,6 +154,10 @@ counters!(
         bytes_out,
         bad_requests,
         header_timeouts,
+        /// Responses cut because the client stopped taking them for
+        /// `client_send` (HTTP/1: the connection; HTTP/2: the stream, or
+        /// the connection when it stopped reading altogether).
+        send_timeouts,
         no_pool,
         local_responses,
         /// Completed TLS handshakes, failed ones (including timeouts), and

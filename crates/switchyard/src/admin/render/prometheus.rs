@@ -122,6 +122,11 @@ const VSERVER: &[Spec] = &[
         "Client connections closed waiting for a request head.",
     ),
     c(
+        "send_timeouts",
+        "switchyard_vserver_send_timeouts_total",
+        "Responses cut because the client stopped reading for client_send.",
+    ),
+    c(
         "no_pool",
         "switchyard_vserver_no_pool_requests_total",
         "Requests no policy or default pool routed.",
