@@ -1304,3 +1304,55 @@ fn a_stream_whose_window_stays_shut_is_reset_after_client_send() {
     );
     assert_eq!(vs_stats(&s.sy, "only")["send_timeouts"], 1);
 }
+
+/// A request body that stops coming is cut after `client_body`, as on
+/// HTTP/1: the client gets 408 on its stream, the connection goes on.
+#[test]
+fn a_request_body_that_stops_coming_gets_408_after_client_body() {
+    let s = setup("[timeouts]\nclient_body = \"1s\"");
+    let mut c = TcpStream::connect(s.only).expect("connect");
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    // POST /echo with content-length 1000, then 10 bytes and nothing more.
+    let mut block = vec![0x83, 0x86, 0x01, 0x01, b'a', 0x04, 5];
+    block.extend_from_slice(b"/echo");
+    block.extend_from_slice(&[0x0f, 0x0d, 4]); // content-length (index 28), literal
+    block.extend_from_slice(b"1000");
+    out.extend(frame(0x1, 0x4, 1, &block));
+    out.extend(frame(0x0, 0, 1, &[b'x'; 10]));
+    c.write_all(&out).expect("write");
+    let start = Instant::now();
+    c.set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let mut got = Vec::new();
+    let mut tmp = [0u8; 65536];
+    let mut head_at = None;
+    while start.elapsed() < Duration::from_secs(6) && head_at.is_none() {
+        if let Ok(n) = c.read(&mut tmp) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&tmp[..n]);
+        }
+        let mut at = 0;
+        while at + 9 <= got.len() {
+            let len = (got[at] as usize) << 16 | (got[at + 1] as usize) << 8 | got[at + 2] as usize;
+            if at + 9 + len > got.len() {
+                break;
+            }
+            // :status 408 is not in the static table: literal, name index 8.
+            if got[at + 3] == 0x1 && got[at + 9..at + 9 + len].windows(3).any(|w| w == b"408") {
+                head_at = Some(start.elapsed());
+            }
+            at += 9 + len;
+        }
+    }
+    let after = head_at.unwrap_or_else(|| panic!("no 408 within 6 s: {:?}", frame_heads(&got)));
+    assert!(after >= Duration::from_millis(900), "408 after {after:?}");
+    // Everyone else is still served.
+    runtime().block_on(async {
+        let (mut h2, _c) = h2_connect(s.only).await;
+        let r = h2_request(&mut h2, get_req("/"), &[]).await.expect("GET");
+        assert_eq!(r.status, 200);
+    });
+}

@@ -68,6 +68,14 @@ pub struct NewStream {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reset(pub u32);
 
+/// Why a request body stopped short.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecvError {
+    Reset(u32),
+    /// Nothing came for `client_body` (see `expire_readers`).
+    Timeout,
+}
+
 struct Stream {
     /// The client may still send DATA or trailers.
     recv_open: bool,
@@ -94,6 +102,10 @@ struct Stream {
     /// Since when (`clock` ms) the response has waited for the client's
     /// window (see `expire_stalled`).
     stalled_since: Option<u64>,
+    /// Since when the request body's reader has waited for DATA, and
+    /// whether it waited too long (see `expire_readers`).
+    read_since: Option<u64>,
+    read_timed_out: bool,
 }
 
 /// A header block waiting for its CONTINUATION frames.
@@ -480,6 +492,8 @@ impl Conn {
                 writer: None,
                 last_data: None,
                 stalled_since: None,
+                read_since: None,
+                read_timed_out: false,
             },
         );
         if end_stream && length.is_some_and(|n| n != 0) {
@@ -757,10 +771,15 @@ impl Conn {
     }
 
     /// The next piece of a stream's request body: `None` at its end.
-    pub fn poll_data(&mut self, id: u32, cx: &Context<'_>) -> Poll<Option<Result<Bytes, Reset>>> {
+    pub fn poll_data(
+        &mut self,
+        id: u32,
+        cx: &Context<'_>,
+    ) -> Poll<Option<Result<Bytes, RecvError>>> {
         let Some(s) = self.streams.get_mut(&id) else {
-            return Poll::Ready(Some(Err(Reset(code::CANCEL))));
+            return Poll::Ready(Some(Err(RecvError::Reset(code::CANCEL))));
         };
+        s.read_since = None;
         if let Some(b) = s.inbound.pop_front() {
             // The window reopens as the body moves on: the stream holds at
             // most what the client may send, its reader one piece more.
@@ -769,13 +788,35 @@ impl Conn {
             return Poll::Ready(Some(Ok(b)));
         }
         if let Some(c) = s.reset {
-            return Poll::Ready(Some(Err(Reset(c))));
+            return Poll::Ready(Some(Err(RecvError::Reset(c))));
         }
         if !s.recv_open {
             return Poll::Ready(None);
         }
+        if s.read_timed_out {
+            return Poll::Ready(Some(Err(RecvError::Timeout)));
+        }
         s.reader = Some(cx.waker().clone());
+        s.read_since = Some(crate::clock::now_ms());
         Poll::Pending
+    }
+
+    /// Request bodies whose reader has waited for DATA since `before`
+    /// (`clock` ms) end with `RecvError::Timeout` (`client_body`, as on
+    /// HTTP/1: the client gets 408 if its response has not started).
+    /// Returns how many.
+    pub fn expire_readers(&mut self, before: u64) -> usize {
+        let mut n = 0;
+        for s in self.streams.values_mut() {
+            if s.recv_open && !s.read_timed_out && s.read_since.is_some_and(|t| t <= before) {
+                s.read_timed_out = true;
+                if let Some(w) = s.reader.take() {
+                    w.wake();
+                }
+                n += 1;
+            }
+        }
+        n
     }
 
     /// The request's trailer fields, once its body has ended.
@@ -1400,7 +1441,7 @@ mod tests {
         .unwrap();
         assert_eq!(
             c.poll_data(1, &cx),
-            Poll::Ready(Some(Err(Reset(code::PROTOCOL_ERROR))))
+            Poll::Ready(Some(Err(RecvError::Reset(code::PROTOCOL_ERROR))))
         );
         // DATA past the stream window is a stream error; the connection goes on.
         let block = request_block(&mut enc, "/", &[]);
@@ -1458,7 +1499,7 @@ mod tests {
         feed(&mut c, &frame(kind::HEADERS, flag::END_HEADERS, 3, &t)).unwrap();
         assert_eq!(
             c.poll_data(3, &cx),
-            Poll::Ready(Some(Err(Reset(code::PROTOCOL_ERROR))))
+            Poll::Ready(Some(Err(RecvError::Reset(code::PROTOCOL_ERROR))))
         );
         // A finished stream with an unread body says NO_ERROR... or CANCEL
         // when its response was not finished either.
@@ -1470,6 +1511,33 @@ mod tests {
         assert_eq!(
             (f[0].0, f[0].2, f[0].3.clone()),
             (kind::RST_STREAM, 1, code::CANCEL.to_be_bytes().to_vec())
+        );
+    }
+
+    #[test]
+    fn waiting_readers_and_shut_windows_expire() {
+        let (mut c, mut enc) = started();
+        feed(&mut c, &frame(kind::SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 0])).unwrap();
+        let block = request_block(&mut enc, "/", &[]);
+        feed(&mut c, &frame(kind::HEADERS, flag::END_HEADERS, 1, &block)).unwrap();
+        let cx = noop();
+        assert!(c.poll_data(1, &cx).is_pending());
+        assert_eq!(c.expire_readers(0), 0, "not waiting that long yet");
+        let now = crate::clock::now_ms();
+        assert_eq!(c.expire_readers(now + 1), 1);
+        assert_eq!(
+            c.poll_data(1, &cx),
+            Poll::Ready(Some(Err(RecvError::Timeout)))
+        );
+        // The response waits for a window that never opens.
+        c.send_head(1, Some(200), std::iter::empty(), false)
+            .unwrap();
+        assert!(c.poll_send(1, &cx, b"body", true).is_pending());
+        assert_eq!(c.expire_stalled(0), 0);
+        assert_eq!(c.expire_stalled(now + 1), 1);
+        assert_eq!(
+            c.poll_send(1, &cx, b"body", true),
+            Poll::Ready(Err(Reset(code::CANCEL)))
         );
     }
 

@@ -191,8 +191,20 @@ async fn run(
                     continue;
                 }
                 deadline = u64::MAX;
-                let limit = ctx.snapshot.load().settings.client_send_ms;
-                let before = now_ms().saturating_sub(limit);
+                let (send_ms, body_ms) = {
+                    let snap = ctx.snapshot.load();
+                    (snap.settings.client_send_ms, snap.settings.client_body_ms)
+                };
+                let slow = shared
+                    .borrow_mut()
+                    .expire_readers(now_ms().saturating_sub(body_ms));
+                if slow > 0 {
+                    log::debug(format_args!(
+                        "client {}: {slow} HTTP/2 request bod(ies) not received in time (client_body)",
+                        conn.peer
+                    ));
+                }
+                let before = now_ms().saturating_sub(send_ms);
                 if wire.stalled_since.is_some_and(|t| t <= before) {
                     break End::SendTimeout;
                 }

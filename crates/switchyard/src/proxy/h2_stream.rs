@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use crate::http::body::{self, BodyError, Sink};
 use crate::http::message::Head;
-use crate::http2::server::{self, Reset};
+use crate::http2::server::{self, RecvError, Reset};
 
 /// The protocol state of one connection, shared by its driver (`h2.rs`)
 /// and the tasks serving its streams (one thread: no lock).
@@ -70,10 +70,11 @@ impl BodyStream {
         // Output is flushed when the client pauses.
         let read = || poll_fn(|cx| self.shared.borrow_mut().poll_data(self.id, cx));
         while let Some(chunk) = body::flush_if_pending(read(), sink).await? {
-            let chunk = chunk.map_err(|Reset(c)| {
-                BodyError::Read(std::io::Error::other(format!(
+            let chunk = chunk.map_err(|e| match e {
+                RecvError::Reset(c) => BodyError::Read(std::io::Error::other(format!(
                     "the client reset the stream ({c:#x})"
-                )))
+                ))),
+                RecvError::Timeout => BodyError::Timeout,
             })?;
             total += chunk.len() as u64;
             sink.data(&chunk).await?;
