@@ -753,6 +753,9 @@ impl Conn {
             frame::put_window_update(&mut self.out, 0, self.unreleased);
             self.recv_window += self.unreleased as i64;
             self.unreleased = 0;
+            // A stream task may be the one consuming: the client waits
+            // for this frame, so it must not wait for other output.
+            self.wake_owner();
         }
     }
 
@@ -765,6 +768,9 @@ impl Conn {
                 frame::put_window_update(&mut self.out, id, s.unreleased);
                 s.recv_window += s.unreleased as i64;
                 s.unreleased = 0;
+                if let Some(w) = &self.owner {
+                    w.wake_by_ref();
+                }
             }
         }
         self.release_conn(n);
@@ -1175,6 +1181,14 @@ mod tests {
         v
     }
 
+    struct CountWakes(std::sync::Arc<std::sync::atomic::AtomicUsize>);
+
+    impl std::task::Wake for CountWakes {
+        fn wake(self: std::sync::Arc<Self>) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
     fn noop() -> Context<'static> {
         Context::from_waker(Waker::noop())
     }
@@ -1418,6 +1432,8 @@ mod tests {
         feed(&mut c, &frame(kind::HEADERS, flag::END_HEADERS, 1, &block)).unwrap();
         c.accepted.clear();
         c.out.clear();
+        let woken = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        c.owner = Some(Waker::from(std::sync::Arc::new(CountWakes(woken.clone()))));
         for _ in 0..3 {
             feed(&mut c, &frame(kind::DATA, 0, 1, &[7; 16_000])).unwrap();
         }
@@ -1427,12 +1443,15 @@ mod tests {
             got += b.len();
         }
         assert_eq!(got, 48_000);
-        // Half the stream window was consumed: it is given back.
+        // Half the stream window was consumed: it is given back, and the
+        // owner is woken to write it (a stream task consumed it, and the
+        // client waits for it).
         let f = frames(&c.out);
         assert!(
             f.iter().any(|f| f.0 == kind::WINDOW_UPDATE && f.2 == 1),
             "{f:?}"
         );
+        assert!(woken.load(std::sync::atomic::Ordering::Relaxed) >= 1);
         // More than Content-Length said: the stream is reset.
         feed(
             &mut c,
