@@ -1356,3 +1356,29 @@ fn a_request_body_that_stops_coming_gets_408_after_client_body() {
         assert_eq!(r.status, 200);
     });
 }
+
+/// Uploads of many windows' worth (the stream window is 256 KB) arrive
+/// whole: every WINDOW_UPDATE the proxy owes reaches the client.
+#[test]
+fn uploads_across_many_windows_arrive_whole() {
+    let s = setup("");
+    runtime().block_on(async {
+        let (mut h2, _c) = h2_connect(s.mixed).await;
+        // Many windows' worth (the stream window is 256 KB): every
+        // WINDOW_UPDATE the proxy owes must reach the client.
+        // Printable: the test origin echoes text.
+        let big: Vec<u8> = (0..3_000_000u32).map(|i| b'!' + (i % 93) as u8).collect();
+        let pieces: Vec<&[u8]> = big.chunks(100_000).collect();
+        let req = http::Request::post("http://example.test/echo")
+            .body(())
+            .expect("req");
+        let r = h2_request(&mut h2, req, &pieces).await.expect("POST 3 MB");
+        assert_eq!(r.status, 200);
+        let first = r.body.iter().zip(&big).position(|(a, b)| a != b);
+        assert!(
+            r.body == big,
+            "the 3 MB echo came back altered: {} bytes, first difference at {first:?}",
+            r.body.len()
+        );
+    });
+}
