@@ -1382,3 +1382,29 @@ fn uploads_across_many_windows_arrive_whole() {
         );
     });
 }
+
+/// A client that reads slowly over TLS still gets the whole response: when
+/// the socket is full TLS keeps records back, and they must leave once it
+/// drains even if nothing else is written after them.
+#[test]
+fn a_slow_reader_over_tls_gets_the_whole_response() {
+    let s = setup("");
+    let url = format!("https://127.0.0.1:{}/size/30000000", s.tls.port());
+    let out = Command::new("curl")
+        .args(["-sk", "--http2", "--max-time", "20", "--limit-rate", "12M"])
+        .args([
+            "-o",
+            "/dev/null",
+            "-w",
+            "%{http_version} %{http_code} %{size_download}",
+        ])
+        .arg(&url)
+        .output()
+        .expect("run curl");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "2 200 30000000",
+        "curl: {:?}",
+        out.status
+    );
+}

@@ -153,6 +153,7 @@ async fn run(
         hold: Hold::default(),
         eof: false,
         stalled_since: None,
+        unflushed: false,
     };
     // Frames that came with the preface.
     if let Err(e) = wire.take_frames(&ctx, &conn, &shared) {
@@ -364,6 +365,8 @@ struct Wire {
     eof: bool,
     /// Since when (`clock` ms) output has waited for the socket.
     stalled_since: Option<u64>,
+    /// Written since the last complete flush (TLS may hold records).
+    unflushed: bool,
 }
 
 /// Reading stops while this much output waits for a client that does not
@@ -408,6 +411,11 @@ impl Wire {
                     Poll::Ready(Ok(n)) => moved |= n > 0,
                     Poll::Ready(Err(_)) => return Poll::Ready(End::Closed),
                     Poll::Pending => {}
+                }
+            }
+            if self.unflushed && shared.borrow().out.is_empty() {
+                if let Poll::Ready(Err(_)) = self.poll_flush_io(cx) {
+                    return Poll::Ready(End::Closed);
                 }
             }
             if self.eof {
@@ -486,9 +494,29 @@ impl Wire {
         shared.borrow_mut().consumed(n);
         if shared.borrow().out.is_empty() {
             self.hold.clear();
-            ready!(Pin::new(&mut self.io).poll_flush(cx))?;
+            self.unflushed = true;
         }
         Poll::Ready(Ok(n))
+    }
+
+    /// Pushes out what TLS still holds once our output is all written:
+    /// a write may leave records behind when the socket is full, and
+    /// nothing else would send them (a no-op on TCP).
+    fn poll_flush_io(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        if !self.unflushed {
+            return Poll::Ready(Ok(()));
+        }
+        match Pin::new(&mut self.io).poll_flush(cx) {
+            Poll::Ready(r) => {
+                self.unflushed = false;
+                self.stalled_since = None;
+                Poll::Ready(r)
+            }
+            Poll::Pending => {
+                self.stalled_since.get_or_insert_with(now_ms);
+                Poll::Pending
+            }
+        }
     }
 
     /// Writes everything gathered (the connection is ending).
@@ -499,7 +527,7 @@ impl Wire {
                 Err(_) => return Poll::Ready(()),
             }
         }
-        let _ = ready!(Pin::new(&mut self.io).poll_flush(cx));
+        let _ = ready!(self.poll_flush_io(cx));
         Poll::Ready(())
     }
 }
