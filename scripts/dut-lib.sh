@@ -13,3 +13,11 @@ esac; P=$!; sleep 0.3
 stop() { if [ "$1" = ng ]; then nginx -c "$CONF"/nginx/nginx.conf -s stop 2>/dev/null; fi; kill $P 2>/dev/null; wait $P 2>/dev/null; sleep 0.3; }
 pids() { if [ "$1" = ng ]; then echo "$P $(pgrep -P $P)"; else echo $P; fi; }
 sumcpu() { t=0; for p in $(pids "$1"); do t=$((t+$(cpu $p))); done; echo $t; }
+# Copies the bench configs of $1 (REPORT_DIR/work) to $2 with HTTP/2 turned
+# on the TLS listeners (ALPN h2 first) of all three DUTs.
+h2_configs() {
+  cp -r "$1"/switchyard "$1"/haproxy "$1"/nginx "$2"/
+  sed -i 's/^  resumption = true$/  resumption = true\n  alpn = ["h2", "http\/1.1"]/' "$2"/switchyard/switchyard.toml
+  sed -i 's/^\(    bind 127.0.0.1:2608[45] ssl .*\)$/\1 alpn h2,http\/1.1/' "$2"/haproxy/haproxy.cfg
+  sed -i 's/listen 127.0.0.1:\(2608[45]\) ssl;/listen 127.0.0.1:\1 ssl http2;/' "$2"/nginx/nginx.conf
+}

@@ -11,12 +11,9 @@ ROUNDS=${2:-3}
 B=${SWITCHYARD:-target/release/switchyard}
 C=${CLIENTS:-20}; M=${STREAMS:-10}; D=${SECONDS_PER_RUN:-8}; SIZE=${SIZE:-1024}
 T=$(mktemp -d)
-cp -r "$W"/switchyard "$W"/haproxy "$W"/nginx "$T"/
-sed -i 's/^  resumption = true$/  resumption = true\n  alpn = ["h2", "http\/1.1"]/' "$T"/switchyard/switchyard.toml
-sed -i 's/^\(    bind 127.0.0.1:2608[45] ssl .*\)$/\1 alpn h2,http\/1.1/' "$T"/haproxy/haproxy.cfg
-sed -i 's/listen 127.0.0.1:\(2608[45]\) ssl;/listen 127.0.0.1:\1 ssl http2;/' "$T"/nginx/nginx.conf
 CONF="$T"
 . "$(dirname "$0")/dut-lib.sh"
+h2_configs "$W" "$T"
 start_origin
 for round in $(seq "$ROUNDS"); do for t in ${TARGETS:-sy hp ng}; do for proto in ${PROTOS:-h2 h1}; do
   start $t

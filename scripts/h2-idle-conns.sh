@@ -11,12 +11,9 @@ N=${N:-2000}
 B=${SWITCHYARD:-target/release/switchyard}
 HERE=$(cd "$(dirname "$0")" && pwd)
 T=$(mktemp -d)
-cp -r "$W"/switchyard "$W"/haproxy "$W"/nginx "$T"/
-sed -i 's/^  resumption = true$/  resumption = true\n  alpn = ["h2", "http\/1.1"]/' "$T"/switchyard/switchyard.toml
-sed -i 's/^\(    bind 127.0.0.1:2608[45] ssl .*\)$/\1 alpn h2,http\/1.1/' "$T"/haproxy/haproxy.cfg
-sed -i 's/listen 127.0.0.1:\(2608[45]\) ssl;/listen 127.0.0.1:\1 ssl http2;/' "$T"/nginx/nginx.conf
 CONF="$T"
 . "$HERE/dut-lib.sh"
+h2_configs "$W" "$T"
 rss() { local t=0; for p in $(pgrep -f "$1"); do r=$(awk '/VmRSS/ {print $2}' /proc/$p/status 2>/dev/null); t=$((t + ${r:-0})); done; echo $t; }
 ulimit -n 20000
 start_origin

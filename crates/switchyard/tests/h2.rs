@@ -579,6 +579,43 @@ fn frame_heads(buf: &[u8]) -> Vec<(u8, u8, u32, usize)> {
     out
 }
 
+/// (kind, payload) of every whole frame in `buf`.
+fn frame_payloads(buf: &[u8]) -> Vec<(u8, &[u8])> {
+    let mut out = Vec::new();
+    let mut at = 0;
+    for (kind, _, _, len) in frame_heads(buf) {
+        out.push((kind, &buf[at + 9..at + 9 + len]));
+        at += 9 + len;
+    }
+    out
+}
+
+/// Reads from `c` until `done` says yes of what came, EOF, or `within`:
+/// what came, and when `done` said yes.
+fn read_until(
+    c: &mut TcpStream,
+    within: Duration,
+    done: impl Fn(&[u8]) -> bool,
+) -> (Vec<u8>, Option<Duration>) {
+    c.set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let start = Instant::now();
+    let mut got = Vec::new();
+    let mut tmp = [0u8; 65536];
+    while start.elapsed() < within {
+        if let Ok(n) = c.read(&mut tmp) {
+            if n == 0 {
+                break;
+            }
+            got.extend_from_slice(&tmp[..n]);
+        }
+        if done(&got) {
+            return (got, Some(start.elapsed()));
+        }
+    }
+    (got, None)
+}
+
 fn rss_kb(pid: i32) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .unwrap_or_default()
@@ -1247,26 +1284,11 @@ fn a_stream_whose_window_stays_shut_is_reset_after_client_send() {
     block.extend_from_slice(path);
     out.extend(frame(0x1, 0x4 | 0x1, 1, &block));
     c.write_all(&out).expect("write");
-    let start = Instant::now();
-    c.set_read_timeout(Some(Duration::from_millis(200)))
-        .expect("timeout");
-    let mut got = Vec::new();
-    let mut tmp = [0u8; 65536];
-    let mut reset_after = None;
-    while start.elapsed() < Duration::from_secs(5) && reset_after.is_none() {
-        if let Ok(n) = c.read(&mut tmp) {
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&tmp[..n]);
-        }
-        if frame_heads(&got)
+    let (got, reset_after) = read_until(&mut c, Duration::from_secs(5), |buf| {
+        frame_heads(buf)
             .iter()
             .any(|(kind, _, stream, _)| *kind == 0x3 && *stream == 1)
-        {
-            reset_after = Some(start.elapsed());
-        }
-    }
+    });
     let heads = frame_heads(&got);
     assert!(
         heads.iter().any(|(k, _, st, _)| *k == 0x1 && *st == 1),
@@ -1280,28 +1302,12 @@ fn a_stream_whose_window_stays_shut_is_reset_after_client_send() {
     assert!(after >= Duration::from_millis(900), "reset after {after:?}");
     // The connection still answers.
     c.write_all(&frame(0x6, 0, 0, b"pingpong")).expect("ping");
-    let mut more = Vec::new();
-    let start = Instant::now();
-    while start.elapsed() < Duration::from_secs(3) {
-        if let Ok(n) = c.read(&mut tmp) {
-            if n == 0 {
-                break;
-            }
-            more.extend_from_slice(&tmp[..n]);
-        }
-        if frame_heads(&more)
+    let (_, pong) = read_until(&mut c, Duration::from_secs(3), |buf| {
+        frame_heads(buf)
             .iter()
             .any(|(k, f, _, _)| *k == 0x6 && *f & 1 == 1)
-        {
-            break;
-        }
-    }
-    assert!(
-        frame_heads(&more)
-            .iter()
-            .any(|(k, f, _, _)| *k == 0x6 && *f & 1 == 1),
-        "PING answered after the reset"
-    );
+    });
+    assert!(pong.is_some(), "PING answered after the reset");
     assert_eq!(vs_stats(&s.sy, "only")["send_timeouts"], 1);
 }
 
@@ -1321,32 +1327,12 @@ fn a_request_body_that_stops_coming_gets_408_after_client_body() {
     out.extend(frame(0x1, 0x4, 1, &block));
     out.extend(frame(0x0, 0, 1, &[b'x'; 10]));
     c.write_all(&out).expect("write");
-    let start = Instant::now();
-    c.set_read_timeout(Some(Duration::from_millis(200)))
-        .expect("timeout");
-    let mut got = Vec::new();
-    let mut tmp = [0u8; 65536];
-    let mut head_at = None;
-    while start.elapsed() < Duration::from_secs(6) && head_at.is_none() {
-        if let Ok(n) = c.read(&mut tmp) {
-            if n == 0 {
-                break;
-            }
-            got.extend_from_slice(&tmp[..n]);
-        }
-        let mut at = 0;
-        while at + 9 <= got.len() {
-            let len = (got[at] as usize) << 16 | (got[at + 1] as usize) << 8 | got[at + 2] as usize;
-            if at + 9 + len > got.len() {
-                break;
-            }
-            // :status 408 is not in the static table: literal, name index 8.
-            if got[at + 3] == 0x1 && got[at + 9..at + 9 + len].windows(3).any(|w| w == b"408") {
-                head_at = Some(start.elapsed());
-            }
-            at += 9 + len;
-        }
-    }
+    // :status 408 is not in the static table: a literal, name index 8.
+    let (got, head_at) = read_until(&mut c, Duration::from_secs(6), |buf| {
+        frame_payloads(buf)
+            .iter()
+            .any(|(kind, p)| *kind == 0x1 && p.windows(3).any(|w| w == b"408"))
+    });
     let after = head_at.unwrap_or_else(|| panic!("no 408 within 6 s: {:?}", frame_heads(&got)));
     assert!(after >= Duration::from_millis(900), "408 after {after:?}");
     // Everyone else is still served.

@@ -12,7 +12,7 @@
 
 use bytes::Bytes;
 
-use super::head::{parse_length, valid_authority, HeadError, Limits};
+use super::head::{is_tchar, parse_length, valid_authority, HeadError, Limits};
 use super::message::{Fields, Framing, Head, Method, Request, Response};
 
 fn bad(status: u16, reason: &'static str) -> HeadError {
@@ -119,28 +119,6 @@ fn build_request<'a>(
         expect_continue: c.expect_continue,
         te_trailers: c.te_trailers,
     })
-}
-
-/// RFC 9110 5.6.2 token characters.
-fn is_tchar(b: u8) -> bool {
-    b.is_ascii_alphanumeric()
-        || matches!(
-            b,
-            b'!' | b'#'
-                | b'$'
-                | b'%'
-                | b'&'
-                | b'\''
-                | b'*'
-                | b'+'
-                | b'-'
-                | b'.'
-                | b'^'
-                | b'_'
-                | b'`'
-                | b'|'
-                | b'~'
-        )
 }
 
 /// A method's name, without a copy for the standard ones.

@@ -155,6 +155,28 @@ fn trim(mut v: &[u8]) -> &[u8] {
     v
 }
 
+/// RFC 9110 5.6.2 token characters.
+pub fn is_tchar(b: u8) -> bool {
+    b.is_ascii_alphanumeric()
+        || matches!(
+            b,
+            b'!' | b'#'
+                | b'$'
+                | b'%'
+                | b'&'
+                | b'\''
+                | b'*'
+                | b'+'
+                | b'-'
+                | b'.'
+                | b'^'
+                | b'_'
+                | b'`'
+                | b'|'
+                | b'~'
+        )
+}
+
 fn tokens(v: &[u8]) -> impl Iterator<Item = &[u8]> {
     v.split(|b| *b == b',').map(trim).filter(|t| !t.is_empty())
 }

@@ -18,6 +18,7 @@ use bytes::{Buf, Bytes, BytesMut};
 use super::frame::{self, code, flag, kind, setting, Head, HEADER_LEN, MAX_WINDOW};
 use super::hpack::{DecodeError, Decoder, Encoder};
 use crate::fasthash::FxHashMap;
+use crate::http::head::is_tchar;
 use crate::http::message::Fields;
 
 /// What we announce and enforce.
@@ -1089,28 +1090,7 @@ fn is_connection_specific(name: &[u8], value: &[u8]) -> bool {
 
 /// A lowercase token (RFC 9110 5.1; RFC 9113 8.2.1 refuses uppercase).
 fn valid_name(n: &[u8]) -> bool {
-    !n.is_empty()
-        && n.iter().all(|&b| {
-            b.is_ascii_lowercase()
-                || b.is_ascii_digit()
-                || matches!(
-                    b,
-                    b'!' | b'#'
-                        | b'$'
-                        | b'%'
-                        | b'&'
-                        | b'\''
-                        | b'*'
-                        | b'+'
-                        | b'-'
-                        | b'.'
-                        | b'^'
-                        | b'_'
-                        | b'`'
-                        | b'|'
-                        | b'~'
-                )
-        })
+    !n.is_empty() && n.iter().all(|&b| is_tchar(b) && !b.is_ascii_uppercase())
 }
 
 #[cfg(test)]
@@ -1158,6 +1138,13 @@ mod tests {
         feed(&mut c, &frame(kind::SETTINGS, 0, 0, &[])).unwrap();
         c.out.clear();
         (c, Encoder::new())
+    }
+
+    /// A whole GET of `path` on stream `id`, ending the stream.
+    fn get(c: &mut Conn, enc: &mut Encoder, id: u32, path: &str) -> Result<(), ConnError> {
+        let block = request_block(enc, path, &[]);
+        let flags = flag::END_HEADERS | flag::END_STREAM;
+        feed(c, &frame(kind::HEADERS, flags, id, &block))
     }
 
     fn feed(c: &mut Conn, bytes: &[u8]) -> Result<(), ConnError> {
@@ -1253,17 +1240,7 @@ mod tests {
             assert_eq!(f.last().map(|f| (f.0, f.2)), Some((kind::RST_STREAM, id)));
             c.out.clear();
         }
-        let block = request_block(&mut enc, "", &[]);
-        feed(
-            &mut c,
-            &frame(
-                kind::HEADERS,
-                flag::END_HEADERS | flag::END_STREAM,
-                9,
-                &block,
-            ),
-        )
-        .unwrap();
+        get(&mut c, &mut enc, 9, "").unwrap();
         assert!(c.accepted.is_empty(), "an empty :path is malformed");
         let ok = request_block(&mut enc, "/", &[]);
         feed(
@@ -1356,17 +1333,7 @@ mod tests {
         let (mut c, mut enc) = started();
         // The client allows 10 bytes per stream.
         feed(&mut c, &frame(kind::SETTINGS, 0, 0, &[0, 4, 0, 0, 0, 10])).unwrap();
-        let block = request_block(&mut enc, "/", &[]);
-        feed(
-            &mut c,
-            &frame(
-                kind::HEADERS,
-                flag::END_HEADERS | flag::END_STREAM,
-                1,
-                &block,
-            ),
-        )
-        .unwrap();
+        get(&mut c, &mut enc, 1, "/").unwrap();
         c.out.clear();
         let fields = [(&b"Content-Type"[..], &b"text/plain"[..])];
         c.send_head(1, Some(200), fields.iter().copied(), false)
@@ -1399,17 +1366,7 @@ mod tests {
             (kind::DATA, flag::END_STREAM, 6)
         );
         // Once the output was written, the end needs a frame of its own.
-        let block = request_block(&mut enc, "/", &[]);
-        feed(
-            &mut c,
-            &frame(
-                kind::HEADERS,
-                flag::END_HEADERS | flag::END_STREAM,
-                3,
-                &block,
-            ),
-        )
-        .unwrap();
+        get(&mut c, &mut enc, 3, "/").unwrap();
         c.send_head(3, Some(200), std::iter::empty(), false)
             .unwrap();
         assert_eq!(c.poll_send(3, &cx, b"xy", false), Poll::Ready(Ok(2)));

@@ -240,6 +240,26 @@ impl<W> Drop for SendTimed<'_, W> {
     }
 }
 
+impl<W> SendTimed<'_, W> {
+    /// What the writer answered, with the stall accounted for.
+    fn timed<T>(
+        &mut self,
+        cx: &Context<'_>,
+        r: Poll<std::io::Result<T>>,
+    ) -> Poll<std::io::Result<T>> {
+        match r {
+            Poll::Ready(r) => {
+                self.progress();
+                Poll::Ready(r)
+            }
+            Poll::Pending => match self.stalled(cx) {
+                Some(e) => Poll::Ready(Err(e)),
+                None => Poll::Pending,
+            },
+        }
+    }
+}
+
 impl<W: AsyncWrite + Unpin> AsyncWrite for SendTimed<'_, W> {
     fn poll_write(
         self: Pin<&mut Self>,
@@ -247,30 +267,14 @@ impl<W: AsyncWrite + Unpin> AsyncWrite for SendTimed<'_, W> {
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut *this.io).poll_write(cx, buf) {
-            Poll::Ready(r) => {
-                this.progress();
-                Poll::Ready(r)
-            }
-            Poll::Pending => match this.stalled(cx) {
-                Some(e) => Poll::Ready(Err(e)),
-                None => Poll::Pending,
-            },
-        }
+        let r = Pin::new(&mut *this.io).poll_write(cx, buf);
+        this.timed(cx, r)
     }
 
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
         let this = self.get_mut();
-        match Pin::new(&mut *this.io).poll_flush(cx) {
-            Poll::Ready(r) => {
-                this.progress();
-                Poll::Ready(r)
-            }
-            Poll::Pending => match this.stalled(cx) {
-                Some(e) => Poll::Ready(Err(e)),
-                None => Poll::Pending,
-            },
-        }
+        let r = Pin::new(&mut *this.io).poll_flush(cx);
+        this.timed(cx, r)
     }
 
     fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
