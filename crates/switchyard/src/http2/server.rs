@@ -97,6 +97,8 @@ struct Stream {
     received: u64,
     reader: Option<Waker>,
     writer: Option<Waker>,
+    /// A task waiting for the client to reset the stream (`poll_reset`).
+    watcher: Option<Waker>,
     /// Where our last DATA frame starts in `out`, and `out_gen` then: the
     /// end of the stream can ride on it while it is still unsent.
     last_data: Option<(usize, u64)>,
@@ -491,6 +493,7 @@ impl Conn {
                 received: 0,
                 reader: None,
                 writer: None,
+                watcher: None,
                 last_data: None,
                 stalled_since: None,
                 read_since: None,
@@ -741,7 +744,10 @@ impl Conn {
         s.reset.get_or_insert(c);
         let unread = std::mem::take(&mut s.inbound_len);
         s.inbound.clear();
-        for w in [s.reader.take(), s.writer.take()].into_iter().flatten() {
+        for w in [s.reader.take(), s.writer.take(), s.watcher.take()]
+            .into_iter()
+            .flatten()
+        {
             w.wake();
         }
         self.release_conn(unread);
@@ -838,7 +844,7 @@ impl Conn {
             Some(s) => match s.reset {
                 Some(c) => Poll::Ready(Reset(c)),
                 None => {
-                    s.writer = Some(cx.waker().clone());
+                    s.watcher = Some(cx.waker().clone());
                     Poll::Pending
                 }
             },
