@@ -9,10 +9,11 @@ use std::cell::Cell;
 use std::rc::Rc;
 
 use crate::clock::now_ms;
+use crate::http2::frame::{flag, kind, PREFACE};
 
 /// Length of the client connection preface ("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
 /// which comes before the first frame and is skipped.
-pub const PREFACE_LEN: usize = 24;
+pub const PREFACE_LEN: usize = PREFACE.len();
 
 /// Counts the frames a client sends, from their 9-byte headers, and trips
 /// when a budget per window is spent.
@@ -30,19 +31,6 @@ pub struct FrameWatch {
     window_ms: u64,
     /// Why the watch tripped, once it has; it never resets.
     pub tripped: Rc<Cell<Option<&'static str>>>,
-}
-
-/// Frame types and flags (RFC 9113 section 6) the watch looks at.
-pub mod frame {
-    pub const DATA: u8 = 0x0;
-    pub const HEADERS: u8 = 0x1;
-    pub const PRIORITY: u8 = 0x2;
-    pub const RST_STREAM: u8 = 0x3;
-    pub const SETTINGS: u8 = 0x4;
-    pub const PING: u8 = 0x6;
-    pub const CONTINUATION: u8 = 0x9;
-    pub const END_STREAM: u8 = 0x1;
-    pub const END_HEADERS: u8 = 0x4;
 }
 
 impl FrameWatch {
@@ -106,11 +94,11 @@ impl FrameWatch {
             self.control = 0;
         }
         match kind {
-            frame::RST_STREAM => self.resets += 1,
-            frame::SETTINGS | frame::PING | frame::PRIORITY => self.control += 1,
+            kind::RST_STREAM => self.resets += 1,
+            kind::SETTINGS | kind::PING | kind::PRIORITY => self.control += 1,
             // Empty frames that end nothing do nothing but cost work.
-            frame::DATA if len == 0 && flags & frame::END_STREAM == 0 => self.control += 1,
-            frame::HEADERS | frame::CONTINUATION if len == 0 && flags & frame::END_HEADERS == 0 => {
+            kind::DATA if len == 0 && flags & flag::END_STREAM == 0 => self.control += 1,
+            kind::HEADERS | kind::CONTINUATION if len == 0 && flags & flag::END_HEADERS == 0 => {
                 self.control += 1
             }
             _ => {}
@@ -155,18 +143,18 @@ mod tests {
     fn counts_frames_split_across_reads() {
         let mut w = watch(3, 100);
         let mut wire = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n".to_vec();
-        wire.extend(frame(frame::SETTINGS, 0, &[0; 6]));
+        wire.extend(frame(kind::SETTINGS, 0, &[0; 6]));
         // A DATA frame whose payload looks like frame headers must not count.
-        wire.extend(frame(frame::DATA, 0, &frame(frame::RST_STREAM, 0, &[0; 4])));
+        wire.extend(frame(kind::DATA, 0, &frame(kind::RST_STREAM, 0, &[0; 4])));
         for _ in 0..3 {
-            wire.extend(frame(frame::RST_STREAM, 0, &[0, 0, 0, 8]));
+            wire.extend(frame(kind::RST_STREAM, 0, &[0, 0, 0, 8]));
         }
         for b in wire.chunks(5) {
             w.scan(b);
         }
         assert_eq!((w.resets, w.control), (3, 1));
         assert!(w.tripped.get().is_none());
-        w.scan(&frame(frame::RST_STREAM, 0, &[0, 0, 0, 8]));
+        w.scan(&frame(kind::RST_STREAM, 0, &[0, 0, 0, 8]));
         assert!(w.tripped.get().is_some());
     }
 
@@ -174,12 +162,12 @@ mod tests {
     fn empty_frames_are_control_frames() {
         let mut w = watch(100, 2);
         w.scan(&[0; PREFACE_LEN]);
-        w.scan(&frame(frame::DATA, 0, &[]));
-        w.scan(&frame(frame::DATA, frame::END_STREAM, &[]));
-        w.scan(&frame(frame::PING, 0, &[0; 8]));
+        w.scan(&frame(kind::DATA, 0, &[]));
+        w.scan(&frame(kind::DATA, flag::END_STREAM, &[]));
+        w.scan(&frame(kind::PING, 0, &[0; 8]));
         assert_eq!(w.control, 2);
         assert!(w.tripped.get().is_none());
-        w.scan(&frame(frame::PRIORITY, 0, &[0; 5]));
+        w.scan(&frame(kind::PRIORITY, 0, &[0; 5]));
         assert!(w.tripped.get().is_some());
     }
 }

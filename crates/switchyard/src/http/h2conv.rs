@@ -26,14 +26,20 @@ pub fn request_from_h2(
     end_stream: bool,
     limits: &Limits,
 ) -> Result<Request, HeadError> {
-    let path = parts.uri.path_and_query().map(|p| p.as_str().as_bytes());
-    let authority = parts.uri.authority().map(|a| a.as_str().as_bytes());
+    let path = parts
+        .uri
+        .path_and_query()
+        .map(|p| Bytes::copy_from_slice(p.as_str().as_bytes()));
+    let authority = parts
+        .uri
+        .authority()
+        .map(|a| Bytes::copy_from_slice(a.as_str().as_bytes()));
     let fields = parts
         .headers
         .iter()
         .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
     build_request(
-        parts.method.as_str().as_bytes(),
+        Bytes::copy_from_slice(parts.method.as_str().as_bytes()),
         path,
         authority,
         (fields, parts.headers.len()),
@@ -45,9 +51,10 @@ pub fn request_from_h2(
 /// A client's HTTP/2 request head as our own decoder hands it over
 /// (`http2::server::RequestHead`, already refused when malformed: unknown
 /// or misplaced pseudo-fields, uppercase names, connection fields): the
-/// pseudo-fields, then the regular fields.
+/// pseudo-fields (shared, not copied: the request keeps them), then the
+/// regular fields.
 pub fn request_from_wire(
-    (method, path, authority): (&[u8], Option<&[u8]>, Option<&[u8]>),
+    (method, path, authority): (Bytes, Option<Bytes>, Option<Bytes>),
     fields: &Fields,
     end_stream: bool,
     limits: &Limits,
@@ -63,14 +70,14 @@ pub fn request_from_wire(
 }
 
 fn build_request<'a>(
-    method: &[u8],
-    path: Option<&[u8]>,
-    authority: Option<&[u8]>,
+    method: Bytes,
+    path: Option<Bytes>,
+    authority: Option<Bytes>,
     (fields, count): (impl Iterator<Item = (&'a [u8], &'a [u8])>, usize),
     end_stream: bool,
     limits: &Limits,
 ) -> Result<Request, HeadError> {
-    if method == b"CONNECT" {
+    if &method[..] == b"CONNECT" {
         return Err(bad(501, "CONNECT is not supported over HTTP/2"));
     }
     // It becomes an HTTP/1.1 request line: a token, nothing else.
@@ -81,8 +88,8 @@ fn build_request<'a>(
         return Err(bad(431, "too many header fields"));
     }
     let target = match path {
-        None | Some(b"") => Bytes::from_static(b"/"),
-        Some(t) => Bytes::copy_from_slice(t),
+        Some(t) if !t.is_empty() => t,
+        _ => Bytes::from_static(b"/"),
     };
     if !(target.starts_with(b"/") || &target[..] == b"*")
         || target
@@ -91,11 +98,11 @@ fn build_request<'a>(
     {
         return Err(bad(400, "invalid character in the request target"));
     }
-    let mut c = collect(authority, fields)?;
+    let mut c = collect(authority.as_ref(), fields)?;
     if c.size + target.len() > limits.max_header_bytes + limits.max_request_line {
         return Err(bad(431, "request header fields too large"));
     }
-    let method_kind = Method::parse(method);
+    let method_kind = Method::parse(&method);
     let framing = match c.length {
         Some(0) => Framing::None,
         Some(n) => Framing::Length(n),
@@ -121,9 +128,10 @@ fn build_request<'a>(
     })
 }
 
-/// A method's name, without a copy for the standard ones.
-fn method_bytes(m: &[u8]) -> Bytes {
-    match m {
+/// A method's name: the standard ones static, so the request does not
+/// keep the received bytes for them.
+fn method_bytes(m: Bytes) -> Bytes {
+    match &m[..] {
         b"GET" => Bytes::from_static(b"GET"),
         b"HEAD" => Bytes::from_static(b"HEAD"),
         b"POST" => Bytes::from_static(b"POST"),
@@ -131,7 +139,7 @@ fn method_bytes(m: &[u8]) -> Bytes {
         b"DELETE" => Bytes::from_static(b"DELETE"),
         b"OPTIONS" => Bytes::from_static(b"OPTIONS"),
         b"PATCH" => Bytes::from_static(b"PATCH"),
-        other => Bytes::copy_from_slice(other),
+        _ => m,
     }
 }
 
@@ -149,7 +157,7 @@ struct Collected {
 /// The request's fields in neutral form: `:authority` as Host, split
 /// cookies joined (RFC 9113 8.2.3), `te` noted, the framing fields checked.
 fn collect<'a>(
-    authority: Option<&[u8]>,
+    authority: Option<&Bytes>,
     fields: impl Iterator<Item = (&'a [u8], &'a [u8])>,
 ) -> Result<Collected, HeadError> {
     let mut c = Collected {
@@ -165,7 +173,7 @@ fn collect<'a>(
             return Err(bad(400, "invalid :authority"));
         }
         c.fields.append(b"host", a);
-        c.host = Some(Bytes::copy_from_slice(a));
+        c.host = Some(a.clone());
     }
     let mut cookie: Option<Vec<u8>> = None;
     for (n, v) in fields {

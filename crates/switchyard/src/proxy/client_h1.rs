@@ -6,6 +6,7 @@
 
 use std::time::Duration;
 
+use super::conn::send2;
 use super::exchange::{ClientSide, Exchange, Failure};
 use super::hooks::Local;
 use super::idle::{IdleWatch, SendTimed};
@@ -13,7 +14,6 @@ use super::stream::ClientStream;
 use super::tunnel;
 use super::upstream::UpConn;
 use super::Client;
-use crate::clock::now_ms;
 use crate::http::body::{self, BodyError, Discard, Out, Sink};
 use crate::http::message::{Framing, Request, Response};
 use crate::http::responses;
@@ -103,14 +103,12 @@ impl<'c> H1Client<'c> {
         let body: &[u8] = if inline { &[] } else { &l.body };
         stats::add(&vc.bytes_out, (out.len() + body.len()) as u64);
         self.close |= close;
-        let deadline = now_ms() + x.st.client_send_ms;
-        match x.timers.within(deadline, self.c.send2(&out, body)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(_)) => self.close = true,
-            Err(()) => {
+        let mut w = SendTimed::new(&mut self.c.stream, self.watch, x.st.client_send_ms);
+        if let Err(e) = send2(&mut w, &out, body).await {
+            if e.kind() == std::io::ErrorKind::TimedOut {
                 stats::inc(&vc.send_timeouts);
-                self.close = true;
             }
+            self.close = true;
         }
         give_back(out);
     }

@@ -54,26 +54,12 @@ pub async fn send_local(stream: &StreamRef, vs: &VServer, local: &Local) {
         head_size(&local.response) + local.body.len() as u64,
     );
     let end = local.body.is_empty();
-    if stream
-        .head(Some(local.response.status), &local.response.head, end)
-        .is_err()
-        || end
-    {
-        return;
-    }
-    let mut rest = &local.body[..];
-    while !rest.is_empty() {
-        let sent = poll_fn(|cx| {
-            stream
-                .shared
-                .borrow_mut()
-                .poll_send(stream.id, cx, rest, true)
-        })
-        .await;
-        match sent {
-            Ok(n) => rest = &rest[n..],
-            Err(_) => return,
-        }
+    let sent = stream.head(Some(local.response.status), &local.response.head, end);
+    let mut sink = ClientSink::new(stream, sent.is_err(), end);
+    // The body waits for the client's window like any other (a cache hit
+    // may be larger than it); END_STREAM rides on its last frame.
+    if sink.data(&local.body).await.is_ok() {
+        let _ = sink.end(None).await;
     }
 }
 
@@ -85,6 +71,19 @@ pub struct ClientSink {
     /// The stream was reset: every write fails.
     gone: bool,
     ended: bool,
+}
+
+impl ClientSink {
+    /// The body's way out once its head was sent (`gone` when that
+    /// failed, `ended` when the head ended the stream).
+    fn new(stream: &StreamRef, gone: bool, ended: bool) -> ClientSink {
+        ClientSink {
+            shared: stream.shared.clone(),
+            id: stream.id,
+            gone,
+            ended,
+        }
+    }
 }
 
 fn reset_err(Reset(c): Reset) -> BodyError {
@@ -183,12 +182,7 @@ impl ClientSide for H2Client<'_> {
     ) -> Option<(Self::Out<'_>, u64)> {
         let end = resp.head.framing == Framing::None;
         let sent = self.stream.head(Some(resp.status), &resp.head, end);
-        let sink = ClientSink {
-            shared: self.stream.shared.clone(),
-            id: self.stream.id,
-            gone: sent.is_err(),
-            ended: end,
-        };
+        let sink = ClientSink::new(self.stream, sent.is_err(), end);
         Some((sink, head_size(resp)))
     }
 

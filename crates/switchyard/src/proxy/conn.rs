@@ -8,7 +8,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use bytes::BytesMut;
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 
 use super::stream::ClientStream;
 use crate::stats::{self, Sharded, VsCounters};
@@ -24,30 +24,34 @@ pub struct Client {
 impl Client {
     /// Writes all of `bytes` and flushes them out of TLS (a no-op on TCP).
     pub(super) async fn send(&mut self, bytes: &[u8]) -> std::io::Result<()> {
-        self.stream.write_all(bytes).await?;
-        self.stream.flush().await
+        send2(&mut self.stream, bytes, &[]).await
     }
+}
 
-    /// A head and a body in one vectored write where the stream can (a
-    /// large body is not copied behind the head).
-    pub(super) async fn send2(&mut self, head: &[u8], body: &[u8]) -> std::io::Result<()> {
-        if body.is_empty() {
-            // send(2) costs the kernel less than writev(2) of one buffer.
-            return self.send(head).await;
-        }
-        let (mut head, mut body) = (head, body);
-        while !head.is_empty() || !body.is_empty() {
-            let bufs = [std::io::IoSlice::new(head), std::io::IoSlice::new(body)];
-            let n = self.stream.write_vectored(&bufs).await?;
-            if n == 0 {
-                return Err(std::io::ErrorKind::WriteZero.into());
-            }
-            let from_head = n.min(head.len());
-            head = &head[from_head..];
-            body = &body[n - from_head..];
-        }
-        self.stream.flush().await
+/// A head and a body in one vectored write where the writer can (a large
+/// body is not copied behind the head), flushed out of TLS.
+pub(super) async fn send2<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    head: &[u8],
+    body: &[u8],
+) -> std::io::Result<()> {
+    if body.is_empty() {
+        // send(2) costs the kernel less than writev(2) of one buffer.
+        w.write_all(head).await?;
+        return w.flush().await;
     }
+    let (mut head, mut body) = (head, body);
+    while !head.is_empty() || !body.is_empty() {
+        let bufs = [std::io::IoSlice::new(head), std::io::IoSlice::new(body)];
+        let n = w.write_vectored(&bufs).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        let from_head = n.min(head.len());
+        head = &head[from_head..];
+        body = &body[n - from_head..];
+    }
+    w.flush().await
 }
 
 /// Keeps the connection gauges right for as long as a client connection

@@ -39,11 +39,11 @@ use super::hooks::Local;
 use super::pipeline;
 use super::stream::ClientStream;
 use crate::clock::now_ms;
-use crate::guard::h2flood::{self, FrameWatch};
+use crate::guard::h2flood::FrameWatch;
 use crate::http::h2conv;
 use crate::http::head::{HeadError, Limits};
 use crate::http::responses;
-use crate::http2::frame::code;
+use crate::http2::frame::{code, PREFACE};
 use crate::http2::server;
 use crate::log;
 use crate::stats;
@@ -52,10 +52,7 @@ use crate::turn::Hold;
 /// The first line of the client preface, as the HTTP/1 head reader sees it
 /// ("PRI * HTTP/2.0" and an empty line); "SM\r\n\r\n" follows.
 pub const PREFACE_HEAD: &[u8] = b"PRI * HTTP/2.0\r\n\r\n";
-const PREFACE: &[u8] = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
 const PREFACE_LEN: usize = PREFACE.len();
-// The flood watch skips the same preface before counting frames.
-const _: () = assert!(PREFACE_LEN == h2flood::PREFACE_LEN);
 
 /// What the streams of one connection share besides the protocol state.
 struct Conn {
@@ -93,11 +90,11 @@ pub fn start(
 enum End {
     /// The client closed, or the socket failed.
     Closed,
-    /// A protocol error: GOAWAY with its code, then close.
+    /// A protocol error, or abuse the flood watch saw
+    /// (ENHANCE_YOUR_CALM): GOAWAY with its code, then close.
     Error(server::ConnError),
     /// The client stopped reading for `client_send`.
     SendTimeout,
-    Abuse(&'static str),
 }
 
 /// Serves the connection until it ends: reads frames, starts a task per
@@ -270,14 +267,6 @@ async fn finish(
             }
             shared.borrow_mut().go_away(e.code);
         }
-        End::Abuse(why) => {
-            stats::inc(&guard.counters.local().h2_abuse_closes);
-            log::warn(format_args!(
-                "client {}: HTTP/2 connection closed with ENHANCE_YOUR_CALM: {why}",
-                conn.peer
-            ));
-            shared.borrow_mut().go_away(code::ENHANCE_YOUR_CALM);
-        }
     }
     shared.borrow_mut().reset_all();
     let _ = ctx
@@ -285,6 +274,14 @@ async fn finish(
         .within(now_ms() + 1000, poll_fn(|cx| wire.write_all(cx, shared)))
         .await;
     lingering_close(ctx, wire.io).await;
+}
+
+/// The flood watch tripped: the connection ends with ENHANCE_YOUR_CALM.
+fn abuse(why: &'static str) -> End {
+    End::Error(server::ConnError {
+        code: code::ENHANCE_YOUR_CALM,
+        why,
+    })
 }
 
 /// Checked every second: the connection is idle past client_idle, or a
@@ -388,7 +385,7 @@ impl Wire {
         loop {
             let mut moved = false;
             if let Some(why) = self.watch.tripped.get() {
-                return Poll::Ready(End::Abuse(why));
+                return Poll::Ready(abuse(why));
             }
             if !self.eof && shared.borrow().out.len() < READ_PAUSE {
                 match self.poll_read(cx) {
@@ -396,7 +393,7 @@ impl Wire {
                     Poll::Ready(Ok(_)) => {
                         moved = true;
                         if let Some(why) = self.watch.tripped.get() {
-                            return Poll::Ready(End::Abuse(why));
+                            return Poll::Ready(abuse(why));
                         }
                         if let Err(e) = self.take_frames(ctx, conn, shared) {
                             return Poll::Ready(End::Error(e));
@@ -556,9 +553,9 @@ async fn stream_task(ctx: Rc<WorkerCtx>, conn: Rc<Conn>, shared: Shared, new: se
     } else {
         let h = &new.head;
         let pseudo = (
-            h.method.as_deref().unwrap_or_default(),
-            h.path.as_deref(),
-            h.authority.as_deref(),
+            h.method.clone().unwrap_or_default(),
+            h.path.clone(),
+            h.authority.clone(),
         );
         h2conv::request_from_wire(pseudo, &h.fields, new.end_stream, &limits)
     };

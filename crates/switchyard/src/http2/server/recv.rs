@@ -321,6 +321,11 @@ impl Conn {
         let mut head = RequestHead::default();
         let mut malformed = None;
         let mut regular = false;
+        // The pseudo-fields' values go into one buffer, sliced once the
+        // block is decoded: one allocation for the four of them, shared
+        // from then on by the request they become.
+        let mut pseudo_bytes = Vec::new();
+        let mut pseudo: [Option<(usize, usize)>; 4] = [None; 4];
         let r = self.dec.decode(
             block,
             self.cfg.max_header_list_size as usize,
@@ -328,16 +333,16 @@ impl Conn {
                 if malformed.is_some() {
                     return;
                 }
-                if let Some(pseudo) = name.strip_prefix(b":") {
+                if name.starts_with(b":") {
                     if regular || trailers {
                         malformed = Some("pseudo-header field after a regular one, or in trailers");
                         return;
                     }
-                    let slot = match pseudo {
-                        b"method" => &mut head.method,
-                        b"scheme" => &mut head.scheme,
-                        b"authority" => &mut head.authority,
-                        b"path" => &mut head.path,
+                    let slot = match name {
+                        b":method" => &mut pseudo[0],
+                        b":scheme" => &mut pseudo[1],
+                        b":authority" => &mut pseudo[2],
+                        b":path" => &mut pseudo[3],
                         _ => {
                             malformed = Some("unknown pseudo-header field");
                             return;
@@ -347,7 +352,8 @@ impl Conn {
                         malformed = Some("repeated pseudo-header field");
                         return;
                     }
-                    *slot = Some(Bytes::copy_from_slice(value));
+                    *slot = Some((pseudo_bytes.len(), pseudo_bytes.len() + value.len()));
+                    pseudo_bytes.extend_from_slice(value);
                     return;
                 }
                 regular = true;
@@ -363,6 +369,9 @@ impl Conn {
                 }
             },
         );
+        let all = Bytes::from(pseudo_bytes);
+        let [method, scheme, authority, path] = pseudo.map(|r| r.map(|(a, b)| all.slice(a..b)));
+        (head.method, head.scheme, head.authority, head.path) = (method, scheme, authority, path);
         match r {
             Ok(()) => {}
             Err(DecodeError::TooLarge) => head.too_large = true,

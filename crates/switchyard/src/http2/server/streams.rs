@@ -126,12 +126,23 @@ impl Conn {
         if let Some(st) = status {
             self.enc.status(st, &mut self.out);
         }
-        let mut lower = Vec::new();
+        // HTTP/1 members mostly send "Content-Type": lowered on the
+        // stack, not in an allocation per response.
+        let mut lower = [0u8; 64];
         for (name, value) in fields {
             if name.iter().any(u8::is_ascii_uppercase) {
-                lower.clear();
-                lower.extend(name.iter().map(u8::to_ascii_lowercase));
-                self.enc.field(&lower, value, &mut self.out);
+                let mut long = Vec::new();
+                let low: &mut [u8] = match lower.get_mut(..name.len()) {
+                    Some(l) => l,
+                    None => {
+                        long.resize(name.len(), 0);
+                        &mut long
+                    }
+                };
+                for (d, s) in low.iter_mut().zip(name) {
+                    *d = s.to_ascii_lowercase();
+                }
+                self.enc.field(low, value, &mut self.out);
             } else {
                 self.enc.field(name, value, &mut self.out);
             }
