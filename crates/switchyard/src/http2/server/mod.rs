@@ -208,10 +208,6 @@ impl Conn {
         self.settings_seen
     }
 
-    pub fn last_stream(&self) -> u32 {
-        self.last_id
-    }
-
     /// Resets a stream for a protocol error of its own.
     fn stream_error(&mut self, id: u32, c: u32) {
         frame::put_rst(&mut self.out, id, c);
