@@ -299,15 +299,34 @@ pub fn get_from(
     timeout: Duration,
 ) -> Result<u16, ErrorKind> {
     Net::within(client_ns, move || {
-        let (from, to) = if source.contains(':') {
-            (format!("[{source}]:0"), format!("[{SY6}]:{PORT}"))
-        } else {
-            (format!("{source}:0"), format!("{SY}:{PORT}"))
-        };
-        let from: SocketAddr = from.parse().map_err(|_| ErrorKind::InvalidInput)?;
-        let to: SocketAddr = to.parse().map_err(|_| ErrorKind::InvalidInput)?;
-        super::get_from_source(from, to, timeout)
+        // A port still held here (after wrapping round) is skipped.
+        for _ in 0..100 {
+            let port = fresh_port();
+            let (from, to) = if source.contains(':') {
+                (format!("[{source}]:{port}"), format!("[{SY6}]:{PORT}"))
+            } else {
+                (format!("{source}:{port}"), format!("{SY}:{PORT}"))
+            };
+            let from: SocketAddr = from.parse().map_err(|_| ErrorKind::InvalidInput)?;
+            let to: SocketAddr = to.parse().map_err(|_| ErrorKind::InvalidInput)?;
+            match super::get_from_source(from, to, timeout) {
+                Err(ErrorKind::AddrInUse) => continue,
+                done => return done,
+            }
+        }
+        Err(ErrorKind::AddrInUse)
     })
+}
+
+/// A client port used once per test process, below the kernel's ephemeral
+/// range (32768-60999). Switchyard closes first on `Connection: close`, so
+/// its side keeps TIME_WAIT for each tuple; a kernel-chosen port may meet
+/// one again, and then the kernel (not XDP's cookies) answers the SYN, as
+/// designed, and counters that tests expect to move stay still.
+fn fresh_port() -> u16 {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    (20_000 + n % 12_000) as u16
 }
 
 pub fn origin_in(net: &Net) -> Origin {
