@@ -1,17 +1,23 @@
-//! HTTP/2 heads as h2 hands them over, to the neutral message and back:
-//! nothing may panic, and whatever `request_from_h2` accepts must be
-//! unambiguous (one Content-Length, agreeing with the framing) and free of
-//! connection-specific fields, which HTTP/1.1 would act on.
+//! HTTP/2 heads to the neutral message and back: a client's request as our
+//! decoder (`http2::server`) hands it to `request_from_wire`, and a
+//! member's response as the h2 crate hands it to `response_from_h2`.
+//! Nothing may panic, and whatever is accepted must be unambiguous (one
+//! Content-Length, agreeing with the framing), free of connection-specific
+//! fields, which HTTP/1.1 would act on, and safe to restate as HTTP/1.1
+//! text (no CR, LF or NUL, no uppercase or empty names).
 //!
 //! Input: byte 0 picks the method, byte 1 holds flags, bytes 2-3 the
 //! response status; the rest is split at '\n' into the path, the authority
 //! and then "name:value" fields (a one-byte name picks a well-known one).
-//! Whatever the `http` crate refuses is skipped, as h2 would never pass it.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use switchyard::http::h2conv::{request_from_h2, request_to_h2, response_from_h2, response_to_h2};
+use bytes::BytesMut;
+use switchyard::http::h2conv::{request_to_h2, request_from_wire, response_from_h2, response_to_h2};
 use switchyard::http::head::{Framing, Limits};
 use switchyard::http::message::{Fields, Method};
+use switchyard::http2::frame::{finish_headers, put_settings, HEADER_LEN};
+use switchyard::http2::hpack::Encoder;
+use switchyard::http2::server::{Config, Conn, NewStream};
 
 const METHODS: [&str; 10] = [
     "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "TRACE", "CONNECT", "PATCH", "PURGE",
@@ -44,25 +50,58 @@ const CONNECTION_SPECIFIC: [&str; 5] = [
     "te",
 ];
 
-fn fields(data: &[u8]) -> http::HeaderMap {
+/// "name:value" lines as (name, value) pairs; a one-byte name picks a
+/// well-known one.
+fn lines(data: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    data.split(|b| *b == b'\n')
+        .map(|line| {
+            let (n, v) = match line.iter().position(|b| *b == b':') {
+                Some(i) => (&line[..i], &line[i + 1..]),
+                None => (line, &b""[..]),
+            };
+            let name = match n {
+                [i] => NAMES[*i as usize % NAMES.len()].as_bytes().to_vec(),
+                _ => n.to_vec(),
+            };
+            (name, v.to_vec())
+        })
+        .collect()
+}
+
+/// The same lines as the h2 crate would hand them over from a member
+/// (what `http` refuses is skipped: h2 would never pass it).
+fn header_map(lines: &[(Vec<u8>, Vec<u8>)]) -> http::HeaderMap {
     let mut h = http::HeaderMap::new();
-    for line in data.split(|b| *b == b'\n') {
-        let (n, v) = match line.iter().position(|b| *b == b':') {
-            Some(i) => (&line[..i], &line[i + 1..]),
-            None => (line, &b""[..]),
-        };
-        let name = match n {
-            [i] => http::HeaderName::from_static(NAMES[*i as usize % NAMES.len()]),
-            _ => match http::HeaderName::from_bytes(n) {
-                Ok(n) => n,
-                Err(_) => continue,
-            },
-        };
-        if let Ok(v) = http::HeaderValue::from_bytes(v) {
-            h.append(name, v);
+    for (n, v) in lines {
+        if let (Ok(n), Ok(v)) = (
+            http::HeaderName::from_bytes(n),
+            http::HeaderValue::from_bytes(v),
+        ) {
+            h.append(n, v);
         }
     }
     h
+}
+
+/// What the decoder hands over for one HEADERS frame carrying `block`
+/// (a whole connection: SETTINGS first), if it opened a stream.
+fn decoded(block: &[u8], end_stream: bool) -> Option<NewStream> {
+    let mut c = Conn::new(Config {
+        max_concurrent_streams: 4,
+        stream_window: 65_535,
+        connection_window: 65_535,
+        max_frame_size: 16_384,
+        max_header_list_size: 4096,
+    });
+    let mut wire = Vec::new();
+    put_settings(&mut wire, &[]);
+    let at = wire.len();
+    wire.extend_from_slice(&[0; HEADER_LEN]);
+    wire.extend_from_slice(block);
+    finish_headers(&mut wire, at, 1, end_stream, 16_384);
+    let mut buf = BytesMut::from(&wire[..]);
+    c.recv(&mut buf).ok()?;
+    c.accepted.pop_front()
 }
 
 /// At most one Content-Length, and a declared length agrees with it.
@@ -90,53 +129,78 @@ fuzz_target!(|data: &[u8]| {
     let mut parts = data[4..].splitn(3, |b| *b == b'\n');
     let path = parts.next().unwrap_or_default();
     let authority = parts.next().unwrap_or_default();
-    let rest = parts.next().unwrap_or_default();
-    let headers = fields(rest);
+    let fields = lines(parts.next().unwrap_or_default());
 
-    let mut uri = http::Uri::builder();
+    // The request as a client would encode it; flag 8 repeats :path after
+    // the regular fields (a misplaced pseudo-field, to be refused).
+    let mut enc = Encoder::new();
+    let mut block = Vec::new();
+    enc.begin(&mut block);
+    enc.field(b":method", method.as_bytes(), &mut block);
+    enc.field(b":scheme", b"https", &mut block);
     if flags & 1 != 0 {
-        uri = uri.scheme("https").authority(authority);
+        enc.field(b":authority", authority, &mut block);
     }
-    let Ok(uri) = uri.path_and_query(path).build() else {
-        return;
-    };
-    let Ok(req) = http::Request::builder().method(method).uri(uri).body(()) else {
-        return;
-    };
-    let (mut req_parts, ()) = req.into_parts();
-    req_parts.headers = headers.clone();
+    enc.field(b":path", path, &mut block);
+    for (n, v) in &fields {
+        enc.field(n, v, &mut block);
+    }
+    if flags & 8 != 0 {
+        enc.field(b":path", path, &mut block);
+    }
     let limits = Limits {
         max_request_line: 256,
         max_header_bytes: 1024,
         max_headers: 16,
     };
-    let request_method = match request_from_h2(&req_parts, flags & 2 != 0, &limits) {
-        Ok(req) => {
-            check_length(&req.head.fields, req.head.framing);
-            for (name, _) in req.head.fields.iter() {
+    let mut request_method = Method::parse(method.as_bytes());
+    if let Some(new) = decoded(&block, flags & 2 != 0).filter(|n| !n.head.too_large) {
+        let h = &new.head;
+        let pseudo = (
+            h.method.clone().unwrap_or_default(),
+            h.path.clone(),
+            h.authority.clone(),
+        );
+        match request_from_wire(pseudo, &h.fields, new.end_stream, &limits) {
+            Ok(req) => {
+                check_length(&req.head.fields, req.head.framing);
+                for (name, value) in req.head.fields.iter() {
+                    assert!(
+                        !CONNECTION_SPECIFIC
+                            .iter()
+                            .any(|c| c.as_bytes().eq_ignore_ascii_case(name)),
+                        "connection-specific field {:?} accepted",
+                        String::from_utf8_lossy(name)
+                    );
+                    // It becomes HTTP/1.1 text: a field must not split it.
+                    assert!(
+                        !name.is_empty() && !name.iter().any(|b| b.is_ascii_uppercase()),
+                        "field name {:?} accepted",
+                        String::from_utf8_lossy(name)
+                    );
+                    assert!(
+                        !value.iter().any(|b| matches!(b, b'\r' | b'\n' | 0)),
+                        "CR, LF or NUL in a field value accepted"
+                    );
+                }
                 assert!(
-                    !CONNECTION_SPECIFIC
-                        .iter()
-                        .any(|c| c.as_bytes().eq_ignore_ascii_case(name)),
-                    "connection-specific field {:?} accepted",
-                    String::from_utf8_lossy(name)
+                    !req.target.iter().any(|b| *b <= 0x20 || *b == 0x7f),
+                    "request target {:?} accepted",
+                    String::from_utf8_lossy(&req.target)
                 );
+                let _ = request_to_h2(&req, std::net::SocketAddr::from(([127, 0, 0, 1], 1)));
+                let _ = (req.target(), req.path_only(), req.query(), req.host_name());
+                request_method = req.method;
             }
-            let _ = request_to_h2(&req, std::net::SocketAddr::from(([127, 0, 0, 1], 1)));
-            let _ = (req.target(), req.path_only(), req.query(), req.host_name());
-            req.method
+            Err(e) => assert!((400..600).contains(&e.status)),
         }
-        Err(e) => {
-            assert!((400..600).contains(&e.status));
-            Method::parse(method.as_bytes())
-        }
-    };
+    }
 
     let Ok(resp) = http::Response::builder().status(status).body(()) else {
         return;
     };
     let (mut resp_parts, ()) = resp.into_parts();
-    resp_parts.headers = headers;
+    resp_parts.headers = header_map(&fields);
     if let Ok(resp) = response_from_h2(&resp_parts, flags & 4 != 0, request_method) {
         check_length(&resp.head.fields, resp.head.framing);
         let _ = response_to_h2(&resp);

@@ -1,14 +1,16 @@
-//! HTTP/2 heads (the `http` crate's types, as the h2 crate hands them
-//! over) to and from the protocol-neutral message, directly: nothing is
-//! restated as HTTP/1 text and parsed again.
+//! HTTP/2 heads to and from the protocol-neutral message, directly:
+//! nothing is restated as HTTP/1 text and parsed again. Client requests
+//! come from our own decoder (`http2::server`); member requests and
+//! responses go through the `http` crate's types, as the h2 crate (which
+//! still speaks to h2 members) takes and hands them over.
 //!
 //! What the HTTP/1 parser refuses for smuggling reasons is refused here
 //! too where HTTP/2 can carry it (several Content-Length fields, a bad
-//! authority, CONNECT, unsupported expectations, heads over the limits);
-//! h2 itself has already refused invalid names or values. It refuses
-//! connection-specific fields too, but those are checked again here (RFC
-//! 9113 8.2.2): a Transfer-Encoding or Connection reaching an HTTP/1.1
-//! member would be a smuggling vector, so no caller may depend on h2 alone.
+//! authority, CONNECT, unsupported expectations, heads over the limits).
+//! The decoder has already refused invalid names or values and
+//! connection-specific fields, but those are checked again here (RFC 9113
+//! 8.2.2): a Transfer-Encoding or Connection reaching an HTTP/1.1 member
+//! would be a smuggling vector, so no caller may depend on one check alone.
 
 use bytes::Bytes;
 
@@ -17,35 +19,6 @@ use super::message::{Fields, Framing, Head, Method, Request, Response};
 
 fn bad(status: u16, reason: &'static str) -> HeadError {
     HeadError { status, reason }
-}
-
-/// A client's HTTP/2 request head, as the h2 crate hands it over.
-/// `end_stream` says the HEADERS frame ended the stream (no body).
-pub fn request_from_h2(
-    parts: &http::request::Parts,
-    end_stream: bool,
-    limits: &Limits,
-) -> Result<Request, HeadError> {
-    let path = parts
-        .uri
-        .path_and_query()
-        .map(|p| Bytes::copy_from_slice(p.as_str().as_bytes()));
-    let authority = parts
-        .uri
-        .authority()
-        .map(|a| Bytes::copy_from_slice(a.as_str().as_bytes()));
-    let fields = parts
-        .headers
-        .iter()
-        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
-    build_request(
-        Bytes::copy_from_slice(parts.method.as_str().as_bytes()),
-        path,
-        authority,
-        (fields, parts.headers.len()),
-        end_stream,
-        limits,
-    )
 }
 
 /// A client's HTTP/2 request head as our own decoder hands it over
@@ -375,25 +348,43 @@ mod tests {
         }
     }
 
+    /// A head as the decoder hands it over: method, path, authority, then
+    /// the regular fields.
+    fn wire(
+        method: &'static str,
+        path: &'static str,
+        authority: Option<&'static str>,
+        fields: &[(&str, &str)],
+        end_stream: bool,
+    ) -> Result<Request, HeadError> {
+        let mut f = Fields::default();
+        for (n, v) in fields {
+            f.append(n.as_bytes(), v.as_bytes());
+        }
+        request_from_wire(
+            (
+                Bytes::from_static(method.as_bytes()),
+                Some(Bytes::from_static(path.as_bytes())),
+                authority.map(|a| Bytes::from_static(a.as_bytes())),
+            ),
+            &f,
+            end_stream,
+            &limits(),
+        )
+    }
+
     #[test]
     fn request_joins_cookies_and_frames_the_body() {
-        let req = http::Request::builder()
-            .method("POST")
-            .uri("https://example.com/a?b=1")
-            .header("cookie", "a=1")
-            .header("cookie", "b=2")
-            .header("te", "trailers")
-            .body(())
-            .unwrap();
-        let (parts, _) = req.into_parts();
-        let r = request_from_h2(&parts, false, &limits()).unwrap();
+        let fields = [("cookie", "a=1"), ("cookie", "b=2"), ("te", "trailers")];
+        let head = |end| wire("POST", "/a?b=1", Some("example.com"), &fields, end);
+        let r = head(false).unwrap();
         assert_eq!(r.target(), b"/a?b=1");
         assert_eq!(r.host(), Some(&b"example.com"[..]));
         assert_eq!(r.head.get("cookie"), Some(&b"a=1; b=2"[..]));
         assert_eq!(r.head.get("te"), None);
         assert!(r.te_trailers);
         assert_eq!(r.head.framing, Framing::Chunked);
-        let r = request_from_h2(&parts, true, &limits()).unwrap();
+        let r = head(true).unwrap();
         assert_eq!(r.head.framing, Framing::None);
         assert_eq!(r.head.get("content-length"), Some(&b"0"[..]));
         let back = request_to_h2(&r, "127.0.0.1:1".parse().unwrap()).unwrap();
@@ -404,27 +395,16 @@ mod tests {
 
     #[test]
     fn request_refusals() {
-        let mk = |b: http::request::Builder| b.body(()).unwrap().into_parts().0;
-        let cl2 = mk(http::Request::builder()
-            .method("POST")
-            .uri("http://a/")
-            .header("content-length", "1")
-            .header("content-length", "1"));
-        assert_eq!(
-            request_from_h2(&cl2, false, &limits()).unwrap_err().status,
-            400
-        );
-        let expect = mk(http::Request::builder()
-            .uri("http://a/")
-            .header("expect", "fancy"));
-        assert_eq!(
-            request_from_h2(&expect, true, &limits())
-                .unwrap_err()
-                .status,
-            417
-        );
-        // h2 refuses these before us; refused again all the same.
-        for (n, v) in [
+        let status = |method, path, fields: &[(&str, &str)], end| {
+            wire(method, path, Some("a"), fields, end)
+                .err()
+                .map(|e| e.status)
+        };
+        let cl2 = [("content-length", "1"), ("content-length", "1")];
+        assert_eq!(status("POST", "/", &cl2, false), Some(400));
+        assert_eq!(status("GET", "/", &[("expect", "fancy")], true), Some(417));
+        // The decoder refuses these before us; refused again all the same.
+        for f in [
             ("transfer-encoding", "chunked"),
             ("connection", "close"),
             ("keep-alive", "timeout=5"),
@@ -432,18 +412,17 @@ mod tests {
             ("proxy-connection", "close"),
             ("te", "gzip"),
         ] {
-            let p = mk(http::Request::builder().uri("http://a/").header(n, v));
-            assert_eq!(
-                request_from_h2(&p, true, &limits()).unwrap_err().status,
-                400
-            );
+            assert_eq!(status("GET", "/", &[f], true), Some(400), "{f:?}");
         }
-        let connect = mk(http::Request::builder().method("CONNECT").uri("a:443"));
+        assert_eq!(status("CONNECT", "/", &[], true), Some(501));
+        assert_eq!(status("G T", "/", &[], true), Some(400));
+        assert_eq!(status("GET", "/a b", &[], true), Some(400));
+        assert_eq!(status("GET", "a", &[], true), Some(400));
         assert_eq!(
-            request_from_h2(&connect, true, &limits())
-                .unwrap_err()
-                .status,
-            501
+            wire("GET", "/", Some("a b"), &[], true)
+                .err()
+                .map(|e| e.status),
+            Some(400)
         );
     }
 
