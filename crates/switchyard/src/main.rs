@@ -122,6 +122,16 @@ fn fail(msg: impl std::fmt::Display) -> ExitCode {
 }
 
 fn run(args: &[String]) -> ExitCode {
+    // First, while this is the only thread (see runtime/fdtable.rs).
+    if let Err(e) = runtime::fdtable::reserve() {
+        log::warn(format_args!(
+            "could not size the descriptor table up front ({e}): its growth may stall a worker for milliseconds"
+        ));
+    }
+    // First, while this is the only thread (see runtime/fdtable.rs).
+    if let Err(e) = Ok::<u64, String>(0) {
+        log::warn(format_args!("{e}"));
+    }
     let path = match config_arg(args) {
         Ok(p) => p,
         Err(e) => return fail(e),

@@ -397,3 +397,30 @@ fn gigabyte_bodies_stream_in_bounded_memory() {
         "switchyard peaked at {peak} kB while streaming 1 GiB each way"
     );
 }
+
+/// The descriptor table is sized to the soft descriptor limit before the
+/// workers start (`runtime/fdtable.rs`): growing it later, with several
+/// threads, stalls the worker that opens the 256th, 512th, ... descriptor
+/// for an RCU grace period (about 10 ms here). The kernel reports the
+/// table's size as `FDSize`; without the reservation it is 64 or 256 here.
+#[test]
+fn the_descriptor_table_is_full_size_from_the_start() {
+    let o = Origin::start("a");
+    let l = free_addr();
+    let sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    let status = std::fs::read_to_string(format!("/proc/{}/status", sy.pid())).expect("status");
+    let size: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("FDSize:"))
+        .and_then(|v| v.trim().parse().ok())
+        .expect("FDSize");
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct passed and nothing else.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) }, 0);
+    let want = lim.rlim_cur.min(1 << 20);
+    assert!(size >= want, "FDSize {size}, soft limit {want}");
+    assert_eq!(request(l, "GET / HTTP/1.1\r\nHost: t\r\n\r\n").status, 200);
+}

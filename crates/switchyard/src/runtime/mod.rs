@@ -12,6 +12,7 @@
 //! atomic swap; a file that fails is logged and the old snapshot keeps
 //! serving.
 
+pub mod fdtable;
 mod listen;
 mod trim;
 mod worker;
