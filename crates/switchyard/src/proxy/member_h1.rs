@@ -87,10 +87,13 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
 /// A new connection to the member, unless a connection another request
 /// releases first is handed over (HAProxy reaches its multiplexing ratio by
 /// not opening a connection per request of a burst). Never slower than the
-/// connect alone. A connect that lost the race is not thrown away at once:
-/// it completes in the background and goes to a request still waiting for
-/// a connection (in a burst there usually is one), and is closed only when
-/// none is, so a light load does not keep its bursts' connections.
+/// connect alone. A connect that lost the race completes in the background
+/// and is released like any other: to a request still waiting for a
+/// connection, else into the pool, whose purge (`upstream::PURGE_PERIOD`)
+/// takes back what a burst opened. Closing it instead, when nobody waited,
+/// made the member accept and close a connection for every lost race: 40
+/// to 110 a second at 1,000 requests a second (`bench compare --scenario
+/// multiplexing`), each a handshake for a TLS member.
 async fn connect_or_take_released(x: &Exchange<'_>, a: &Attempt<'_>) -> Result<UpConn, Failure> {
     let (pool, m) = (a.pool, a.m);
     let released = x.idle.wait_release(m);
@@ -106,9 +109,10 @@ async fn connect_or_take_released(x: &Exchange<'_>, a: &Attempt<'_>) -> Result<U
             u.reused = true;
             stats::inc(&m.counters.local().connections_reused);
             let (idle, m) = (x.idle.clone(), m.clone());
+            let (max_idle, idle_timeout) = (pool.idle_per_member, Duration::from_millis(pool.idle_timeout_ms));
             tokio::task::spawn_local(async move {
                 if let Ok(spare) = connect.await {
-                    idle.offer(&m, spare);
+                    idle.put(&m, spare, max_idle, idle_timeout);
                 }
             });
             Ok(u)

@@ -211,13 +211,6 @@ impl IdlePool {
         });
     }
 
-    /// Gives a connection nobody asked for (a connect that lost its race)
-    /// to a request waiting for one; with none waiting it is closed, so a
-    /// light load does not keep the connections of its bursts.
-    pub fn offer(&self, m: &Member, conn: UpConn) {
-        drop(self.hand_over(m, conn));
-    }
-
     /// Gives `conn` to the oldest request still waiting for a connection to
     /// `m`; returns it when none is.
     fn hand_over(&self, m: &Member, mut conn: UpConn) -> Option<UpConn> {
@@ -551,20 +544,6 @@ mod tests {
             pool.put(&m, handed, 8, Duration::from_secs(60));
             assert_eq!(pool.count(&m), 1, "no waiter left: pooled");
             pool.clear();
-            // A connection nobody asked for goes to a waiter, or is closed.
-            let waiting = pool.wait_release(&m);
-            let c = connect(&m, None, Duration::from_secs(1)).await.unwrap();
-            accepted.push(l.accept().await.unwrap());
-            pool.offer(&m, c);
-            let mut spare = waiting.await.expect("offered to the waiter");
-            let c = connect(&m, None, Duration::from_secs(1)).await.unwrap();
-            let (mut far_end, _) = l.accept().await.unwrap();
-            pool.offer(&m, c);
-            assert_eq!(pool.count(&m), 0, "no waiter: not pooled");
-            let mut b = [0u8; 1];
-            let n = tokio::io::AsyncReadExt::read(&mut far_end, &mut b).await.unwrap();
-            assert_eq!(n, 0, "the unwanted connection is closed");
-            assert!(still_open(&mut spare.stream));
             // A connection parked after the period started is no spare.
             let c = connect(&m, None, Duration::from_secs(1)).await.unwrap();
             accepted.push(l.accept().await.unwrap());
