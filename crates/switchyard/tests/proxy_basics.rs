@@ -244,6 +244,46 @@ fn hundreds_of_parked_connections_resume_at_once() {
 }
 
 #[test]
+fn parked_connections_resume_with_split_heads_pipelines_and_closes() {
+    // A parked plain connection's first bytes are read as soon as the lot
+    // sees it readable (`session::resume`): a head cut in two (the rest
+    // comes later, through the usual read), two pipelined requests in one
+    // send, and a client that closes while parked (counted closed).
+    let o = Origin::start("a");
+    let l = free_addr();
+    let sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    let mut split = Client::connect(l);
+    let mut piped = Client::connect(l);
+    let mut gone = Client::connect(l);
+    for c in [&mut split, &mut piped, &mut gone] {
+        assert_eq!(c.get("/").status, 200);
+    }
+    let active = || sy.stats()["vservers"][0]["client_connections_active"].clone();
+    assert_eq!(active(), 3);
+    // Past the parking threshold (1 s).
+    std::thread::sleep(Duration::from_millis(1600));
+    split.send(b"GET /size/5 HTTP/1.1\r\nHo");
+    std::thread::sleep(Duration::from_millis(200));
+    split.send(b"st: t\r\n\r\n");
+    let r = split
+        .read_response(false)
+        .expect("the split head is served");
+    assert_eq!((r.status, r.body.len()), (200, 5));
+    piped.send(b"GET /size/2 HTTP/1.1\r\nHost: t\r\n\r\nGET /size/4 HTTP/1.1\r\nHost: t\r\n\r\n");
+    for n in [2, 4] {
+        let r = piped.read_response(false).expect("both pipelined requests");
+        assert_eq!((r.status, r.body.len()), (200, n));
+    }
+    drop(gone);
+    assert!(
+        eventually(Duration::from_secs(3), || active() == 2),
+        "{}",
+        sy.stats()
+    );
+    assert_eq!(split.get("/").status, 200);
+}
+
+#[test]
 fn member_closing_pooled_connections_loses_no_request() {
     // A member that closes every connection after answering, without
     // saying so: pooled connections go stale all the time. With a single
