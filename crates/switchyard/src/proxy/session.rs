@@ -220,13 +220,15 @@ fn start(
             );
         }
         None => {
-            let client = Client {
+            let mut client = Client {
                 stream: ClientStream::Plain(stream),
                 peer,
                 listen,
                 buf: BytesMut::new(),
             };
-            tokio::task::spawn_local(session(ctx.clone(), client, guard, true));
+            if read_now(ctx, &mut client) {
+                tokio::task::spawn_local(session(ctx.clone(), client, guard, true));
+            }
         }
         Some(tls) => {
             tokio::task::spawn_local(handshake(ctx.clone(), stream, peer, listen, tls, guard));
@@ -309,25 +311,87 @@ async fn handshake(
 /// every request on a parked connection. The lot saw it readable, so its
 /// request is read here at once; only a spurious wake-up waits.
 pub fn resume(ctx: &Rc<WorkerCtx>, mut p: Parked) {
-    if let (ClientStream::Plain(tcp), true) = (&p.client.stream, p.client.buf.is_empty()) {
-        let mut buf = ctx.take_buffer();
-        match socket2::SockRef::from(tcp).recv(buf.spare_capacity_mut()) {
-            // The client closed while parked: its guard closes and counts it.
-            Ok(0) => {
-                ctx.return_buffer(buf);
-                return;
+    if read_now(ctx, &mut p.client) {
+        tokio::task::spawn_local(session(ctx.clone(), p.client, p.guard, false));
+    }
+}
+
+/// What a read after tokio's readiness found.
+enum Filled {
+    Data,
+    Closed,
+    Nothing,
+}
+
+/// Reads a plain connection that tokio says is readable into its buffer
+/// (the head reader parses what is there first). When `read_now` took the
+/// bytes before tokio learned of them, the readiness tokio reports next
+/// has nothing behind it: reading clears it, and the caller goes back to
+/// waiting under the idle timeout, not under the request head's. TLS
+/// connections are left to the session's own read.
+fn read_ready(ctx: &WorkerCtx, client: &mut Client) -> Filled {
+    let ClientStream::Plain(tcp) = &client.stream else {
+        return Filled::Data;
+    };
+    if !client.buf.is_empty() {
+        return Filled::Data;
+    }
+    let mut buf = ctx.take_buffer();
+    let read = tcp.try_io(tokio::io::Interest::READABLE, || {
+        socket2::SockRef::from(tcp).recv(buf.spare_capacity_mut())
+    });
+    match read {
+        Ok(0) => {
+            ctx.return_buffer(buf);
+            Filled::Closed
+        }
+        Ok(n) => {
+            // SAFETY: recv initialised the first n bytes of the spare
+            // capacity it was given.
+            unsafe { buf.set_len(n) };
+            client.buf = buf;
+            Filled::Data
+        }
+        Err(e) => {
+            ctx.return_buffer(buf);
+            if e.kind() == std::io::ErrorKind::WouldBlock {
+                Filled::Nothing
+            } else {
+                Filled::Data
             }
-            Ok(n) => {
-                // SAFETY: recv initialised the first n bytes of the spare
-                // capacity it was given.
-                unsafe { buf.set_len(n) };
-                p.client.buf = buf;
-            }
-            // Nothing after all, or an error the session's own read meets.
-            Err(_) => ctx.return_buffer(buf),
         }
     }
-    tokio::task::spawn_local(session(ctx.clone(), p.client, p.guard, false));
+}
+
+/// Reads what a plain connection already holds into its buffer, without
+/// tokio's readiness; false when the client has closed (its guard then
+/// closes and counts it). Nothing there yet, or an error: the session's
+/// own read waits or meets it.
+fn read_now(ctx: &WorkerCtx, client: &mut Client) -> bool {
+    let ClientStream::Plain(tcp) = &client.stream else {
+        return true;
+    };
+    if !client.buf.is_empty() {
+        return true;
+    }
+    let mut buf = ctx.take_buffer();
+    match socket2::SockRef::from(tcp).recv(buf.spare_capacity_mut()) {
+        Ok(0) => {
+            ctx.return_buffer(buf);
+            false
+        }
+        Ok(n) => {
+            // SAFETY: recv initialised the first n bytes of the spare
+            // capacity it was given.
+            unsafe { buf.set_len(n) };
+            client.buf = buf;
+            true
+        }
+        Err(_) => {
+            ctx.return_buffer(buf);
+            true
+        }
+    }
 }
 
 /// Connections idle this long leave their task and wait in the worker's
@@ -359,7 +423,13 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
                 .wait(client.stream.tcp(), deadline.min(park_at))
                 .await
             {
-                IdleEnd::Readable => {}
+                IdleEnd::Readable => match read_ready(&ctx, &mut client) {
+                    Filled::Data => {}
+                    Filled::Closed => break,
+                    // Nothing behind the readiness (see `read_ready`): wait
+                    // again, the idle time counted afresh.
+                    Filled::Nothing => continue,
+                },
                 IdleEnd::Timeout if now_ms() < deadline => {
                     match ctx.idle_watch.park(Parked {
                         client,
