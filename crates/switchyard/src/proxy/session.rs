@@ -337,10 +337,22 @@ fn read_ready(ctx: &WorkerCtx, client: &mut Client) -> Filled {
         return Filled::Data;
     }
     let mut buf = ctx.take_buffer();
+    // A read shorter than the room it had emptied the socket: readiness is
+    // cleared with it (as `l4::relay` does), so the wait after this
+    // request sleeps until the next one instead of asking again only to
+    // hear EAGAIN.
+    let room = buf.capacity() - buf.len();
+    let mut got = None;
     let read = tcp.try_io(tokio::io::Interest::READABLE, || {
-        socket2::SockRef::from(tcp).recv(buf.spare_capacity_mut())
+        let n = socket2::SockRef::from(tcp).recv(buf.spare_capacity_mut())?;
+        got = Some(n);
+        if n > 0 && n < room {
+            Err(std::io::ErrorKind::WouldBlock.into())
+        } else {
+            Ok(n)
+        }
     });
-    match read {
+    match got.map_or(read, Ok) {
         Ok(0) => {
             ctx.return_buffer(buf);
             Filled::Closed
