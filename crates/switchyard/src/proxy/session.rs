@@ -352,7 +352,18 @@ fn read_ready(ctx: &WorkerCtx, client: &mut Client) -> Filled {
             Ok(n)
         }
     });
-    match got.map_or(read, Ok) {
+    settle(ctx, client, buf, got.map_or(read, Ok))
+}
+
+/// Keeps what a read brought in the client's buffer (or gives the buffer
+/// back) and says what it was.
+fn settle(
+    ctx: &WorkerCtx,
+    client: &mut Client,
+    mut buf: BytesMut,
+    read: std::io::Result<usize>,
+) -> Filled {
+    match read {
         Ok(0) => {
             ctx.return_buffer(buf);
             Filled::Closed
@@ -387,23 +398,8 @@ fn read_now(ctx: &WorkerCtx, client: &mut Client) -> bool {
         return true;
     }
     let mut buf = ctx.take_buffer();
-    match socket2::SockRef::from(tcp).recv(buf.spare_capacity_mut()) {
-        Ok(0) => {
-            ctx.return_buffer(buf);
-            false
-        }
-        Ok(n) => {
-            // SAFETY: recv initialised the first n bytes of the spare
-            // capacity it was given.
-            unsafe { buf.set_len(n) };
-            client.buf = buf;
-            true
-        }
-        Err(_) => {
-            ctx.return_buffer(buf);
-            true
-        }
-    }
+    let read = socket2::SockRef::from(tcp).recv(buf.spare_capacity_mut());
+    !matches!(settle(ctx, client, buf, read), Filled::Closed)
 }
 
 /// Connections idle this long leave their task and wait in the worker's
