@@ -52,8 +52,9 @@ pub fn reserve() -> Result<u64, String> {
 }
 
 /// The table's size as the kernel reports it (`FDSize` in
-/// /proc/self/status), for tests and diagnostics.
-pub fn size() -> Option<u64> {
+/// /proc/self/status).
+#[cfg(test)]
+fn size() -> Option<u64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     status
         .lines()
