@@ -259,21 +259,30 @@ fn parked_connections_resume_with_split_heads_pipelines_and_closes() {
         assert_eq!(c.get("/").status, 200);
     }
     let active = || sy.stats()["vservers"][0]["client_connections_active"].clone();
+    let bytes_in = || sy.stats()["vservers"][0]["bytes_in"].as_u64().unwrap_or(0);
     assert_eq!(active(), 3);
+    let before = bytes_in();
     // Past the parking threshold (1 s).
     std::thread::sleep(Duration::from_millis(1600));
-    split.send(b"GET /size/5 HTTP/1.1\r\nHo");
+    let (head, tail) = (&b"GET /size/5 HTTP/1.1\r\nHo"[..], &b"st: t\r\n\r\n"[..]);
+    split.send(head);
     std::thread::sleep(Duration::from_millis(200));
-    split.send(b"st: t\r\n\r\n");
+    split.send(tail);
     let r = split
         .read_response(false)
         .expect("the split head is served");
     assert_eq!((r.status, r.body.len()), (200, 5));
-    piped.send(b"GET /size/2 HTTP/1.1\r\nHost: t\r\n\r\nGET /size/4 HTTP/1.1\r\nHost: t\r\n\r\n");
+    let two = b"GET /size/2 HTTP/1.1\r\nHost: t\r\n\r\nGET /size/4 HTTP/1.1\r\nHost: t\r\n\r\n";
+    piped.send(two);
     for n in [2, 4] {
         let r = piped.read_response(false).expect("both pipelined requests");
         assert_eq!((r.status, r.body.len()), (200, n));
     }
+    // Bytes read before the vserver was known are counted all the same.
+    assert_eq!(
+        bytes_in() - before,
+        (head.len() + tail.len() + two.len()) as u64
+    );
     drop(gone);
     assert!(
         eventually(Duration::from_secs(3), || active() == 2),

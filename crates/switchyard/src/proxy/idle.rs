@@ -567,6 +567,7 @@ fn park_fd(ep: &super::lot_epoll::LotEpoll, p: Parked, slot: usize) -> FdPark {
         peer,
         listen,
         buf,
+        ..
     } = client;
     let back = |stream, guard| {
         FdPark::Back(Parked {
@@ -575,6 +576,7 @@ fn park_fd(ep: &super::lot_epoll::LotEpoll, p: Parked, slot: usize) -> FdPark {
                 peer,
                 listen,
                 buf: bytes::BytesMut::new(),
+                uncounted: 0,
             },
             guard,
             deadline_ms,
@@ -613,6 +615,7 @@ fn resume_fd(ep: &super::lot_epoll::LotEpoll, fd: ParkedFd) -> Option<Parked> {
             peer: fd.peer,
             listen: fd.listen,
             buf: bytes::BytesMut::new(),
+            uncounted: 0,
         },
         guard: fd.guard,
         deadline_ms: fd.deadline_ms,

@@ -225,6 +225,7 @@ fn start(
                 peer,
                 listen,
                 buf: BytesMut::new(),
+                uncounted: 0,
             };
             if read_now(ctx, &mut client) {
                 tokio::task::spawn_local(session(ctx.clone(), client, guard, true));
@@ -298,6 +299,7 @@ async fn handshake(
         peer,
         listen,
         buf: BytesMut::new(),
+        uncounted: 0,
     };
     tokio::task::spawn_local(session(ctx, client, guard, true));
 }
@@ -373,6 +375,7 @@ fn settle(
             // capacity it was given.
             unsafe { buf.set_len(n) };
             client.buf = buf;
+            client.uncounted = n;
             Filled::Data
         }
         Err(e) => {
@@ -513,7 +516,9 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
     if c.buf.capacity() == 0 {
         c.buf = ctx.take_buffer();
     }
-    let before = c.buf.len();
+    // What the buffer held was counted when read, except bytes read
+    // before the vserver was known.
+    let before = c.buf.len() - std::mem::take(&mut c.uncounted).min(c.buf.len());
     let reading = Instant::now();
     let raw = match read_head(
         &mut c.stream,
@@ -613,6 +618,7 @@ mod size_tests {
                     peer: a,
                     listen: a,
                     buf: BytesMut::new(),
+                    uncounted: 0,
                 },
                 guard,
                 true,
