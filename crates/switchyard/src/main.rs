@@ -128,10 +128,6 @@ fn run(args: &[String]) -> ExitCode {
             "could not size the descriptor table up front ({e}): its growth may stall a worker for milliseconds"
         ));
     }
-    // First, while this is the only thread (see runtime/fdtable.rs).
-    if let Err(e) = Ok::<u64, String>(0) {
-        log::warn(format_args!("{e}"));
-    }
     let path = match config_arg(args) {
         Ok(p) => p,
         Err(e) => return fail(e),

@@ -191,11 +191,14 @@ async fn direction(
 /// connection and direction; HAProxy does the same). An EOF or reset that
 /// arrived with the data is not lost: the reactor never clears a socket's
 /// closed state.
-fn read_draining(src: &TcpStream, buf: &mut Vec<u8>) -> io::Result<usize> {
-    let room = buf.capacity() - buf.len();
+pub(crate) fn read_draining(src: &TcpStream, buf: &mut impl bytes::BufMut) -> io::Result<usize> {
+    let spare = buf.chunk_mut();
+    let room = spare.len();
+    // SAFETY: recv only writes into the slice; nothing reads it uninitialised.
+    let dst = unsafe { spare.as_uninit_slice_mut() };
     let mut got = None;
     let r = src.try_io(Interest::READABLE, || {
-        let n = socket2::SockRef::from(src).recv(buf.spare_capacity_mut())?;
+        let n = socket2::SockRef::from(src).recv(dst)?;
         got = Some(n);
         if n > 0 && n < room {
             // Data read, and nothing left: WouldBlock tells the reactor so.
@@ -207,7 +210,7 @@ fn read_draining(src: &TcpStream, buf: &mut Vec<u8>) -> io::Result<usize> {
         (Some(n), _) => {
             // SAFETY: recv initialised the first `n` bytes of the spare
             // capacity.
-            unsafe { buf.set_len(buf.len() + n) };
+            unsafe { buf.advance_mut(n) };
             Ok(n)
         }
         (None, Err(e)) => Err(e),

@@ -108,8 +108,8 @@ async fn connect_or_take_released(x: &Exchange<'_>, a: &Attempt<'_>) -> Result<U
         Ok(mut u) = released => {
             u.reused = true;
             stats::inc(&m.counters.local().connections_reused);
-            let (idle, m) = (x.idle.clone(), m.clone());
-            let (max_idle, idle_timeout) = (pool.idle_per_member, Duration::from_millis(pool.idle_timeout_ms));
+            let (idle, m, max_idle) = (x.idle.clone(), m.clone(), pool.idle_per_member);
+            let idle_timeout = Duration::from_millis(pool.idle_timeout_ms);
             tokio::task::spawn_local(async move {
                 if let Ok(spare) = connect.await {
                     idle.put(&m, spare, max_idle, idle_timeout);

@@ -338,31 +338,19 @@ fn read_ready(ctx: &WorkerCtx, client: &mut Client) -> Filled {
     if !client.buf.is_empty() {
         return Filled::Data;
     }
+    // A short read clears readiness, so the wait after this request
+    // sleeps until the next one instead of asking again for EAGAIN.
     let mut buf = ctx.take_buffer();
-    // A read shorter than the room it had emptied the socket: readiness is
-    // cleared with it (as `l4::relay` does), so the wait after this
-    // request sleeps until the next one instead of asking again only to
-    // hear EAGAIN.
-    let room = buf.capacity() - buf.len();
-    let mut got = None;
-    let read = tcp.try_io(tokio::io::Interest::READABLE, || {
-        let n = socket2::SockRef::from(tcp).recv(buf.spare_capacity_mut())?;
-        got = Some(n);
-        if n > 0 && n < room {
-            Err(std::io::ErrorKind::WouldBlock.into())
-        } else {
-            Ok(n)
-        }
-    });
-    settle(ctx, client, buf, got.map_or(read, Ok))
+    let read = crate::l4::relay::read_draining(tcp, &mut buf);
+    settle(ctx, client, buf, read)
 }
 
-/// Keeps what a read brought in the client's buffer (or gives the buffer
-/// back) and says what it was.
+/// Keeps what a read brought in `buf` (already holding its bytes) as the
+/// client's buffer, or gives the buffer back, and says what it was.
 fn settle(
     ctx: &WorkerCtx,
     client: &mut Client,
-    mut buf: BytesMut,
+    buf: BytesMut,
     read: std::io::Result<usize>,
 ) -> Filled {
     match read {
@@ -371,9 +359,6 @@ fn settle(
             Filled::Closed
         }
         Ok(n) => {
-            // SAFETY: recv initialised the first n bytes of the spare
-            // capacity it was given.
-            unsafe { buf.set_len(n) };
             client.buf = buf;
             client.uncounted = n;
             Filled::Data
@@ -402,6 +387,10 @@ fn read_now(ctx: &WorkerCtx, client: &mut Client) -> bool {
     }
     let mut buf = ctx.take_buffer();
     let read = socket2::SockRef::from(tcp).recv(buf.spare_capacity_mut());
+    if let Ok(n) = read {
+        // SAFETY: recv initialised the first n bytes of the spare capacity.
+        unsafe { buf.set_len(n) };
+    }
     !matches!(settle(ctx, client, buf, read), Filled::Closed)
 }
 
