@@ -473,3 +473,69 @@ fn the_descriptor_table_is_full_size_from_the_start() {
     assert!(size >= want, "FDSize {size}, soft limit {want}");
     assert_eq!(request(l, "GET / HTTP/1.1\r\nHost: t\r\n\r\n").status, 200);
 }
+
+/// Segments the client received on a connection with one `Connection:
+/// close` exchange, once it read to the end (`tcpi_segs_in`).
+fn segments_in_for_one_closing_request(l: std::net::SocketAddr) -> u32 {
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+    let mut s = std::net::TcpStream::connect(l).expect("connect");
+    s.set_nodelay(true).expect("nodelay");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+        .expect("send");
+    let mut got = Vec::new();
+    s.read_to_end(&mut got).expect("read to the close");
+    assert!(
+        got.starts_with(b"HTTP/1.1 200"),
+        "{:?}",
+        String::from_utf8_lossy(&got)
+    );
+    // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            &mut info as *mut libc::tcp_info as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "TCP_INFO");
+    info.tcpi_segs_in
+}
+
+/// A closing exchange costs the client two segments from the proxy: the
+/// SYN-ACK, and the response with the FIN. The listener leaves the
+/// request's ACK to the response (TCP_QUICKACK off, HAProxy's
+/// `tcp-smart-accept`), and the response's last write waits for the FIN
+/// (MSG_MORE, then shutdown). Without either, it is three. The ACK is
+/// held for the delayed-ACK timer (40 ms) at most, so a slow machine may
+/// see a third segment now and then: the best of five tries counts.
+#[test]
+fn a_closing_exchange_reaches_the_client_in_two_segments() {
+    let o = Origin::start("a");
+    let l = free_addr();
+    let _sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    // The member connection is open before the counted tries.
+    assert_eq!(request(l, "GET / HTTP/1.1\r\nHost: t\r\n\r\n").status, 200);
+    let best = (0..5)
+        .map(|_| segments_in_for_one_closing_request(l))
+        .min()
+        .expect("five tries");
+    assert_eq!(best, 2, "segments the client received from the proxy");
+
+    // The operator's switch: with the ACK sent at once, a third segment.
+    let l = free_addr();
+    let cfg = simple_config(l, &[&o], "").replacen(
+        "default_pool = \"p\"\n",
+        "default_pool = \"p\"\n[vserver.socket]\nsmart_accept = false\n",
+        1,
+    );
+    let _sy = Switchyard::start(&cfg, &[l]);
+    assert_eq!(request(l, "GET / HTTP/1.1\r\nHost: t\r\n\r\n").status, 200);
+    assert_eq!(segments_in_for_one_closing_request(l), 3);
+}

@@ -283,6 +283,10 @@ pub struct SocketOptions {
     pub freebind: Option<bool>,
     /// TCP_NODELAY on client connections (default true).
     pub nodelay: Option<bool>,
+    /// Hold the ACK of a client's first data so the answer carries it
+    /// (TCP_QUICKACK off on the listener, HAProxy's `tcp-smart-accept`).
+    /// Default: on for HTTP vservers, off for tcp ones.
+    pub smart_accept: Option<bool>,
 }
 
 /// `[vserver.access_log]`: defined and checked by the access log module.

@@ -120,6 +120,18 @@ impl<S: Sink> Sink for &mut S {
     }
 }
 
+/// A writer that can keep the last bytes of a connection for its close.
+pub trait HoldForClose {
+    /// What is written from now on ends the connection's output, and the
+    /// connection shuts down right after: a plain TCP socket may keep back
+    /// a partial segment so its FIN leaves in the same segment (one
+    /// segment fewer per closing response). Nothing, by default.
+    fn hold_for_close(&mut self) {}
+}
+
+/// A borrowed writer (a member connection, a test's buffer) sends as it is.
+impl<T: ?Sized> HoldForClose for &mut T {}
+
 /// HTTP/1 output: a staging buffer in front of the writer, raw or chunked.
 pub struct Out<'a, W> {
     /// The writer (often `&mut` a stream).
@@ -128,16 +140,25 @@ pub struct Out<'a, W> {
     /// Re-frame as chunked (a body without a length going to HTTP/1.1).
     pub chunked: bool,
     pub written: bool,
+    /// The connection closes after this message (`HoldForClose`).
+    closing: bool,
 }
 
-impl<'a, W: AsyncWrite + Unpin> Out<'a, W> {
+impl<'a, W: AsyncWrite + Unpin + HoldForClose> Out<'a, W> {
     pub fn new(dst: W, stage: &'a mut Vec<u8>, chunked: bool) -> Self {
         Out {
             dst,
             stage,
             chunked,
             written: false,
+            closing: false,
         }
+    }
+
+    /// The connection shuts down once this message is out.
+    pub fn closing(mut self, closing: bool) -> Self {
+        self.closing = closing;
+        self
     }
 
     pub async fn flush_out(&mut self) -> Result<(), BodyError> {
@@ -167,7 +188,7 @@ impl<'a, W: AsyncWrite + Unpin> Out<'a, W> {
     }
 }
 
-impl<W: AsyncWrite + Unpin> Sink for Out<'_, W> {
+impl<W: AsyncWrite + Unpin + HoldForClose> Sink for Out<'_, W> {
     async fn data(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
         if bytes.is_empty() {
             return Ok(());
@@ -197,6 +218,11 @@ impl<W: AsyncWrite + Unpin> Sink for Out<'_, W> {
                 self.emit(b"\r\n").await?;
             }
             self.emit(b"\r\n").await?;
+        }
+        if self.closing {
+            // Only the writes after the end: a body that pauses midway
+            // must not wait behind a held segment.
+            self.dst.hold_for_close();
         }
         Ok(())
     }

@@ -10,11 +10,10 @@ use super::conn::send2;
 use super::exchange::{ClientSide, Exchange, Failure};
 use super::hooks::Local;
 use super::idle::{IdleWatch, SendTimed};
-use super::stream::ClientStream;
 use super::tunnel;
 use super::upstream::UpConn;
 use super::Client;
-use crate::http::body::{self, BodyError, Discard, Out, Sink};
+use crate::http::body::{self, BodyError, Discard, HoldForClose, Out, Sink};
 use crate::http::message::{Framing, Request, Response};
 use crate::http::responses;
 use crate::http::write_h1::{self, ClientFraming};
@@ -104,6 +103,9 @@ impl<'c> H1Client<'c> {
         stats::add(&vc.bytes_out, (out.len() + body.len()) as u64);
         self.close |= close;
         let mut w = SendTimed::new(&mut self.c.stream, self.watch, x.st.client_send_ms);
+        if close {
+            w.hold_for_close();
+        }
         if let Err(e) = send2(&mut w, &out, body).await {
             if e.kind() == std::io::ErrorKind::TimedOut {
                 stats::inc(&vc.send_timeouts);
@@ -143,7 +145,7 @@ thread_local! {
 
 impl ClientSide for H1Client<'_> {
     type Out<'a>
-        = Out<'a, SendTimed<'a, ClientStream>>
+        = Out<'a, SendTimed<'a>>
     where
         Self: 'a;
 
@@ -219,7 +221,8 @@ impl ClientSide for H1Client<'_> {
                 SendTimed::new(&mut self.c.stream, self.watch, x.st.client_send_ms),
                 &mut self.stage,
                 chunked,
-            ),
+            )
+            .closing(close),
             head_len,
         ))
     }

@@ -22,6 +22,7 @@ use tokio::net::TcpStream;
 use super::conn::{Client, ConnGuard};
 use super::stream::ClientStream;
 use crate::clock::now_ms;
+use crate::http::body::HoldForClose;
 
 /// How often deadlines are checked: idle timeouts are this coarse.
 pub const TICK: Duration = Duration::from_millis(100);
@@ -189,23 +190,26 @@ impl<F> Drop for Within<'_, F> {
 /// makes no progress for that long fails with `TimedOut`, so a client that
 /// stops reading cannot hold its response, and the member behind it,
 /// forever. Any progress starts the wait anew.
-pub struct SendTimed<'a, W> {
-    pub io: &'a mut W,
+pub struct SendTimed<'a> {
+    pub io: &'a mut ClientStream,
     watch: &'a IdleWatch,
     limit_ms: u64,
     /// When the current stall times out.
     deadline: Option<u64>,
     slot: Option<usize>,
+    /// Writes keep a partial segment back for the FIN (`HoldForClose`).
+    hold: bool,
 }
 
-impl<'a, W> SendTimed<'a, W> {
-    pub fn new(io: &'a mut W, watch: &'a IdleWatch, limit_ms: u64) -> SendTimed<'a, W> {
+impl<'a> SendTimed<'a> {
+    pub fn new(io: &'a mut ClientStream, watch: &'a IdleWatch, limit_ms: u64) -> SendTimed<'a> {
         SendTimed {
             io,
             watch,
             limit_ms,
             deadline: None,
             slot: None,
+            hold: false,
         }
     }
 
@@ -232,7 +236,7 @@ impl<'a, W> SendTimed<'a, W> {
     }
 }
 
-impl<W> Drop for SendTimed<'_, W> {
+impl Drop for SendTimed<'_> {
     fn drop(&mut self) {
         if let Some(i) = self.slot.take() {
             self.watch.release(i);
@@ -240,7 +244,7 @@ impl<W> Drop for SendTimed<'_, W> {
     }
 }
 
-impl<W> SendTimed<'_, W> {
+impl SendTimed<'_> {
     /// What the writer answered, with the stall accounted for.
     fn timed<T>(
         &mut self,
@@ -260,14 +264,24 @@ impl<W> SendTimed<'_, W> {
     }
 }
 
-impl<W: AsyncWrite + Unpin> AsyncWrite for SendTimed<'_, W> {
+impl HoldForClose for SendTimed<'_> {
+    fn hold_for_close(&mut self) {
+        self.hold = true;
+    }
+}
+
+impl AsyncWrite for SendTimed<'_> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
         let this = self.get_mut();
-        let r = Pin::new(&mut *this.io).poll_write(cx, buf);
+        let r = if this.hold {
+            this.io.poll_write_held(cx, buf)
+        } else {
+            Pin::new(&mut *this.io).poll_write(cx, buf)
+        };
         this.timed(cx, r)
     }
 

@@ -75,6 +75,30 @@ impl ClientStream {
     }
 }
 
+impl ClientStream {
+    /// A write whose partial last segment the kernel keeps back
+    /// (MSG_MORE) until the next write or the FIN: the connection is about
+    /// to shut down, so the FIN leaves in the segment that carries the
+    /// data. TLS writes as usual (its close_notify follows anyway).
+    pub fn poll_write_held(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
+        let s = match self {
+            ClientStream::Plain(s) => s,
+            ClientStream::Tls(t) => return Pin::new(&mut t.stream).poll_write(cx, buf),
+        };
+        loop {
+            std::task::ready!(s.poll_write_ready(cx))?;
+            // socket2 adds MSG_NOSIGNAL.
+            let sent = s.try_io(tokio::io::Interest::WRITABLE, || {
+                socket2::SockRef::from(&*s).send_with_flags(buf, libc::MSG_MORE)
+            });
+            match sent {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                r => return Poll::Ready(r),
+            }
+        }
+    }
+}
+
 impl AsyncRead for ClientStream {
     #[inline]
     fn poll_read(

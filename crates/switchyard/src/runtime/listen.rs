@@ -94,6 +94,11 @@ pub fn bind_with(addr: SocketAddr, o: &SocketOpts) -> io::Result<std::net::TcpLi
         )?;
     }
     s.listen(o.backlog)?;
+    if o.smart_accept {
+        // After listen(2): it resets the socket's ACK state. Accepted
+        // sockets inherit delayed-ACK mode from here.
+        setsockopt_int(&s, libc::IPPROTO_TCP, libc::TCP_QUICKACK, 0)?;
+    }
     s.set_nonblocking(true)?;
     Ok(s.into())
 }
