@@ -539,3 +539,103 @@ fn a_closing_exchange_reaches_the_client_in_two_segments() {
     assert_eq!(request(l, "GET / HTTP/1.1\r\nHost: t\r\n\r\n").status, 200);
     assert_eq!(segments_in_for_one_closing_request(l), 3);
 }
+
+/// The descriptor number, in process `pid`, of the server side of the
+/// local TCP connection whose client end is bound to `client_port`
+/// (/proc/net/tcp gives its inode, /proc/PID/fd the descriptor).
+fn server_fd_of(pid: i32, listen_port: u16, client_port: u16) -> Option<u32> {
+    let tcp = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let port = |a: &str| u16::from_str_radix(a.rsplit(':').next()?, 16).ok();
+    let inode = tcp.lines().skip(1).find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() > 9 && port(f[1]) == Some(listen_port) && port(f[2]) == Some(client_port))
+            .then(|| f[9].to_string())
+    })?;
+    let want = format!("socket:[{inode}]");
+    std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .ok()?
+        .find_map(|e| {
+            let e = e.ok()?;
+            (std::fs::read_link(e.path()).ok()?.to_str()? == want)
+                .then(|| e.file_name().to_str()?.parse().ok())
+                .flatten()
+        })
+}
+
+/// Every descriptor some epoll instance of process `pid` watches.
+fn watched_fds(pid: i32) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .expect("fd dir")
+        .flatten()
+    {
+        let is_epoll =
+            std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().contains("eventpoll"));
+        if !is_epoll {
+            continue;
+        }
+        let info = std::fs::read_to_string(format!(
+            "/proc/{pid}/fdinfo/{}",
+            e.file_name().to_string_lossy()
+        ))
+        .unwrap_or_default();
+        out.extend(info.lines().filter_map(|l| {
+            l.strip_prefix("tfd:")?
+                .split_whitespace()
+                .next()?
+                .parse::<u32>()
+                .ok()
+        }));
+    }
+    out
+}
+
+/// A request that came with the connection is served without registering
+/// the client socket with the reactor (`proxy/plain.rs`): no epoll_ctl ADD
+/// and DEL for a connection that never waits. A connection that has to
+/// wait for its request is registered (the check sees registrations).
+#[test]
+fn a_client_socket_joins_the_reactor_only_when_it_must_wait() {
+    use std::io::Write;
+    let o = Origin::start("a");
+    o.behavior.lock().unwrap().delay = Duration::from_millis(800);
+    let l = free_addr();
+    let sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    let pid = sy.pid();
+
+    // Waits for its request: registered.
+    let quiet = std::net::TcpStream::connect(l).expect("connect");
+    std::thread::sleep(Duration::from_millis(200));
+    let port = quiet.local_addr().expect("addr").port();
+    let fd = server_fd_of(pid, l.port(), port).expect("server side of the quiet connection");
+    assert!(
+        watched_fds(pid).contains(&fd),
+        "a waiting connection is in epoll"
+    );
+
+    // Its request there at accept (the best of five: the client's send
+    // may trail the accept), waiting for the slow member: not registered.
+    let mut bare = false;
+    for _ in 0..5 {
+        let mut c = std::net::TcpStream::connect(l).expect("connect");
+        c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
+            .expect("send");
+        std::thread::sleep(Duration::from_millis(200));
+        let port = c.local_addr().expect("addr").port();
+        let fd = server_fd_of(pid, l.port(), port).expect("server side");
+        bare |= !watched_fds(pid).contains(&fd);
+        c.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).expect("response");
+        assert!(
+            got.starts_with(b"HTTP/1.1 200"),
+            "{}",
+            String::from_utf8_lossy(&got)
+        );
+        if bare {
+            break;
+        }
+    }
+    assert!(bare, "a connection served at once never joins epoll");
+}

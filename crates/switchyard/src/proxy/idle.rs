@@ -20,7 +20,7 @@ use tokio::io::AsyncWrite;
 use tokio::net::TcpStream;
 
 use super::conn::{Client, ConnGuard};
-use super::stream::ClientStream;
+use super::stream::{ClientStream, PlainTcp};
 use crate::clock::now_ms;
 use crate::http::body::HoldForClose;
 
@@ -460,13 +460,14 @@ impl IdleWatch {
             },
             _ => p,
         };
+        let mut p = p;
         let waker = lot.waker(slot);
-        if p.client
-            .stream
-            .tcp()
-            .poll_read_ready(&mut Context::from_waker(&waker))
-            .is_ready()
-        {
+        // A socket tokio cannot take is given back: the session's read
+        // meets the error.
+        if p.client.stream.tcp().map_or(true, |t| {
+            t.poll_read_ready(&mut Context::from_waker(&waker))
+                .is_ready()
+        }) {
             lot.free.borrow_mut().push(slot);
             return Err(p);
         }
@@ -508,12 +509,10 @@ impl IdleWatch {
                 };
                 let waker = lot.waker(slot);
                 // A wake-up for a slot reused since is spurious: check.
-                if p.client
-                    .stream
-                    .tcp()
-                    .poll_read_ready(&mut Context::from_waker(&waker))
-                    .is_ready()
-                {
+                if p.client.stream.tcp_registered().is_none_or(|t| {
+                    t.poll_read_ready(&mut Context::from_waker(&waker))
+                        .is_ready()
+                }) {
                     if let Some(Stored::Tokio(p)) = parked[slot].take() {
                         out.push(p);
                     }
@@ -605,10 +604,7 @@ fn park_fd(ep: &super::lot_epoll::LotEpoll, p: Parked, slot: usize) -> FdPark {
         return FdPark::Closed;
     };
     if ep.add(&tcp, slot).is_err() {
-        return match TcpStream::from_std(tcp) {
-            Ok(t) => back(ClientStream::Plain(t), guard),
-            Err(_) => FdPark::Closed,
-        };
+        return back(ClientStream::Plain(PlainTcp::bare(tcp)), guard);
     }
     FdPark::Parked(ParkedFd {
         tcp,
@@ -622,10 +618,11 @@ fn park_fd(ep: &super::lot_epoll::LotEpoll, p: Parked, slot: usize) -> FdPark {
 /// A readable parked descriptor back into tokio, as a client to serve.
 fn resume_fd(ep: &super::lot_epoll::LotEpoll, fd: ParkedFd) -> Option<Parked> {
     ep.remove(&fd.tcp);
-    let tcp = TcpStream::from_std(fd.tcp).ok()?;
+    // Back bare: the resumed session reads it at once, and registers it
+    // with tokio only if it has to wait (`PlainTcp`).
     Some(Parked {
         client: Client {
-            stream: ClientStream::Plain(tcp),
+            stream: ClientStream::Plain(PlainTcp::bare(fd.tcp)),
             peer: fd.peer,
             listen: fd.listen,
             buf: bytes::BytesMut::new(),

@@ -26,6 +26,7 @@ pub mod member;
 mod member_h1;
 mod member_h2;
 mod pipeline;
+mod plain;
 mod respond;
 pub mod route;
 mod session;

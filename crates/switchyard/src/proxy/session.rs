@@ -28,7 +28,7 @@ use super::hooks::Hooks;
 use super::idle::{IdleEnd, Parked};
 use super::pipeline;
 use super::stages;
-use super::stream::{ClientStream, TlsConn};
+use super::stream::{ClientStream, PlainTcp, TlsConn};
 use crate::clock::now_ms;
 use crate::config::snapshot::VServer;
 use crate::http::head;
@@ -44,7 +44,14 @@ enum Next {
 }
 
 /// Serves one client connection accepted on `listen`.
-pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: SocketAddr) {
+/// `stream` is non-blocking and not yet in tokio's reactor: a plain HTTP/1
+/// connection joins it only if it has to wait (`PlainTcp`).
+pub fn serve(
+    ctx: &Rc<WorkerCtx>,
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    listen: SocketAddr,
+) {
     let (counters, tls, h2_only, l4, accept_proxy, leases) = {
         let snap = ctx.snapshot.load();
         match snap.vserver_for(&listen) {
@@ -88,18 +95,24 @@ pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: S
     // TCP_NODELAY comes from the listening socket (runtime/listen.rs):
     // accepted sockets inherit it, so no setsockopt per connection.
     if let Some((snap, vs)) = l4 {
+        let Some(stream) = register(stream, peer) else {
+            return;
+        };
         tokio::task::spawn_local(crate::l4::tcp::serve(stream, peer, listen, snap, vs, guard));
         return;
     }
     // A trusted proxy in front says who the client is: that address is the
     // one policies, persistence, logs and X-Forwarded-For see.
     if let Some(ap) = accept_proxy.filter(|ap| ap.trusts(peer.ip())) {
+        let Some(stream) = register(stream, peer) else {
+            return;
+        };
         let ctx = ctx.clone();
         tokio::task::spawn_local(async move {
             match crate::l4::tcp::read_proxy_header(&stream, &ap).await {
                 Ok(client) => start(
                     &ctx,
-                    stream,
+                    PlainTcp::registered(stream),
                     client.unwrap_or(peer),
                     listen,
                     tls,
@@ -116,7 +129,29 @@ pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: S
         });
         return;
     }
-    start(ctx, stream, peer, listen, tls, h2_only, guard);
+    start(
+        ctx,
+        PlainTcp::bare(stream),
+        peer,
+        listen,
+        tls,
+        h2_only,
+        guard,
+    );
+}
+
+/// `stream` in tokio's reactor, for the paths that wait on it from the
+/// start (L4 relays, PROXY headers, TLS handshakes).
+fn register(stream: std::net::TcpStream, peer: SocketAddr) -> Option<TcpStream> {
+    match TcpStream::from_std(stream) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            log::warn(format_args!(
+                "client {peer}: cannot register the connection: {e}"
+            ));
+            None
+        }
+    }
 }
 
 /// The ACLs' decision on a new connection: a drop closes it, a reject
@@ -124,7 +159,7 @@ pub fn serve(ctx: &Rc<WorkerCtx>, stream: TcpStream, peer: SocketAddr, listen: S
 fn admitted(
     snap: &crate::config::Snapshot,
     vs: &crate::config::snapshot::VServer,
-    stream: &TcpStream,
+    stream: &std::net::TcpStream,
     peer: SocketAddr,
     listen: SocketAddr,
 ) -> bool {
@@ -181,7 +216,7 @@ fn limited(vs: &VServer, peer: SocketAddr) -> Admission {
 
 /// Closes a connection a limit refused: with a reset (reject, deny), a
 /// plain close, or after holding it (tarpit).
-fn refuse(stream: TcpStream, action: crate::stick::Action) {
+fn refuse(stream: std::net::TcpStream, action: crate::stick::Action) {
     use crate::stick::Action;
     match action {
         Action::Reject | Action::Deny(_) => {
@@ -201,7 +236,7 @@ fn refuse(stream: TcpStream, action: crate::stick::Action) {
 /// vserver terminates it, HTTP/2 only, or HTTP/1 (upgradable to h2c).
 fn start(
     ctx: &Rc<WorkerCtx>,
-    stream: TcpStream,
+    stream: PlainTcp,
     peer: SocketAddr,
     listen: SocketAddr,
     tls: Option<Arc<crate::tls::TlsServer>>,
@@ -232,6 +267,9 @@ fn start(
             }
         }
         Some(tls) => {
+            let Ok(stream) = stream.into_tokio() else {
+                return;
+            };
             tokio::task::spawn_local(handshake(ctx.clone(), stream, peer, listen, tls, guard));
         }
     }
@@ -332,7 +370,11 @@ enum Filled {
 /// waiting under the idle timeout, not under the request head's. TLS
 /// connections are left to the session's own read.
 fn read_ready(ctx: &WorkerCtx, client: &mut Client) -> Filled {
-    let ClientStream::Plain(tcp) = &client.stream else {
+    let ClientStream::Plain(plain) = &client.stream else {
+        return Filled::Data;
+    };
+    // Registered: tokio just reported it readable.
+    let Some(tcp) = plain.tokio_ref() else {
         return Filled::Data;
     };
     if !client.buf.is_empty() {
@@ -386,7 +428,7 @@ fn read_now(ctx: &WorkerCtx, client: &mut Client) -> bool {
         return true;
     }
     let mut buf = ctx.take_buffer();
-    let read = socket2::SockRef::from(tcp).recv(buf.spare_capacity_mut());
+    let read = tcp.recv(buf.spare_capacity_mut());
     if let Ok(n) = read {
         // SAFETY: recv initialised the first n bytes of the spare capacity.
         unsafe { buf.set_len(n) };
@@ -418,11 +460,11 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
             let now = now_ms();
             let deadline = now + wait_ms;
             let park_at = if first { deadline } else { now + PARK_AFTER_MS };
-            match ctx
-                .idle_watch
-                .wait(client.stream.tcp(), deadline.min(park_at))
-                .await
-            {
+            // The first wait registers a bare socket with tokio.
+            let Ok(tcp) = client.stream.tcp() else {
+                break;
+            };
+            match ctx.idle_watch.wait(tcp, deadline.min(park_at)).await {
                 IdleEnd::Readable => match read_ready(&ctx, &mut client) {
                     Filled::Data => {}
                     Filled::Closed => break,
@@ -603,7 +645,7 @@ mod size_tests {
             let f = session(
                 ctx.clone(),
                 Client {
-                    stream: ClientStream::Plain(s),
+                    stream: ClientStream::Plain(PlainTcp::registered(s)),
                     peer: a,
                     listen: a,
                     buf: BytesMut::new(),

@@ -14,8 +14,10 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
+pub use super::plain::PlainTcp;
+
 pub enum ClientStream {
-    Plain(TcpStream),
+    Plain(PlainTcp),
     Tls(Box<TlsConn>),
 }
 
@@ -29,11 +31,20 @@ pub struct TlsConn {
 }
 
 impl ClientStream {
-    /// The socket underneath: readiness for idle waits and parking.
-    pub fn tcp(&self) -> &TcpStream {
+    /// The socket underneath, in tokio's reactor (registered now if it was
+    /// not): readiness for idle waits and parking.
+    pub fn tcp(&mut self) -> io::Result<&TcpStream> {
         match self {
-            ClientStream::Plain(s) => s,
-            ClientStream::Tls(t) => t.stream.get_ref().0,
+            ClientStream::Plain(s) => s.tokio(),
+            ClientStream::Tls(t) => Ok(t.stream.get_ref().0),
+        }
+    }
+
+    /// The socket underneath if it is in tokio's reactor already.
+    pub fn tcp_registered(&self) -> Option<&TcpStream> {
+        match self {
+            ClientStream::Plain(s) => s.tokio_ref(),
+            ClientStream::Tls(t) => Some(t.stream.get_ref().0),
         }
     }
 
@@ -81,20 +92,9 @@ impl ClientStream {
     /// to shut down, so the FIN leaves in the segment that carries the
     /// data. TLS writes as usual (its close_notify follows anyway).
     pub fn poll_write_held(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        let s = match self {
-            ClientStream::Plain(s) => s,
-            ClientStream::Tls(t) => return Pin::new(&mut t.stream).poll_write(cx, buf),
-        };
-        loop {
-            std::task::ready!(s.poll_write_ready(cx))?;
-            // socket2 adds MSG_NOSIGNAL.
-            let sent = s.try_io(tokio::io::Interest::WRITABLE, || {
-                socket2::SockRef::from(&*s).send_with_flags(buf, libc::MSG_MORE)
-            });
-            match sent {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                r => return Poll::Ready(r),
-            }
+        match self {
+            ClientStream::Plain(s) => s.poll_write_held(cx, buf),
+            ClientStream::Tls(t) => Pin::new(&mut t.stream).poll_write(cx, buf),
         }
     }
 }

@@ -10,7 +10,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use arc_swap::ArcSwap;
-use tokio::net::TcpListener;
+use tokio::io::unix::AsyncFd;
+use tokio::io::Interest;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle as TaskHandle;
 
@@ -182,13 +183,17 @@ fn start(
     l: Socket2,
 ) {
     let h = match (b, l) {
-        (Bound::Tcp(addr), Socket2::Tcp(l)) => match TcpListener::from_std(l) {
-            Ok(l) => tokio::task::spawn_local(accept_loop(ctx.clone(), l, addr)),
-            Err(e) => {
-                log::error(format_args!("cannot register listener {addr}: {e}"));
-                return;
+        // SAFETY: the AsyncFd owns the listener, so the descriptor stays
+        // open and the same for as long as it is registered.
+        (Bound::Tcp(addr), Socket2::Tcp(l)) => {
+            match unsafe { AsyncFd::register_with_interest(l, Interest::READABLE) } {
+                Ok(l) => tokio::task::spawn_local(accept_loop(ctx.clone(), l, addr)),
+                Err(e) => {
+                    log::error(format_args!("cannot register listener {addr}: {e}"));
+                    return;
+                }
             }
-        },
+        }
         (Bound::Udp(addr), Socket2::Udp(s)) => {
             tokio::task::spawn_local(crate::l4::udp::serve(ctx.snapshot.clone(), s, addr))
         }
@@ -202,9 +207,23 @@ fn start(
     }
 }
 
-async fn accept_loop(ctx: Rc<WorkerCtx>, listener: TcpListener, addr: SocketAddr) {
+/// Accepts connections as bare non-blocking sockets: the proxy registers a
+/// socket with tokio only when it has to wait for it (`proxy::PlainTcp`).
+async fn accept_loop(
+    ctx: Rc<WorkerCtx>,
+    listener: AsyncFd<std::net::TcpListener>,
+    addr: SocketAddr,
+) {
     loop {
-        match listener.accept().await {
+        let accepted = match listener.readable().await {
+            Ok(mut ready) => match ready.try_io(|l| accept_bare(l.get_ref())) {
+                Ok(r) => r,
+                // Drained: readiness is cleared, wait for the next one.
+                Err(_would_block) => continue,
+            },
+            Err(e) => Err(e),
+        };
+        match accepted {
             Ok((stream, peer)) => proxy::serve(&ctx, stream, peer, addr),
             Err(e) => {
                 // Out of file descriptors or memory: back off instead of spinning.
@@ -213,4 +232,14 @@ async fn accept_loop(ctx: Rc<WorkerCtx>, listener: TcpListener, addr: SocketAddr
             }
         }
     }
+}
+
+/// One accept4(2), non-blocking and close-on-exec from the start (no
+/// fcntl after it).
+fn accept_bare(l: &std::net::TcpListener) -> io::Result<(std::net::TcpStream, SocketAddr)> {
+    let (s, a) = socket2::SockRef::from(l).accept4(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC)?;
+    let peer = a
+        .as_socket()
+        .ok_or_else(|| io::Error::other("accepted a socket that is not IP"))?;
+    Ok((s.into(), peer))
 }
