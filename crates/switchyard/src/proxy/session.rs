@@ -442,7 +442,25 @@ const PARK_AFTER_MS: u64 = 1000;
 
 /// Runs requests on `client` until it closes, times out, or parks.
 async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut first: bool) {
+    let mut looked_again = false;
+    // The client closed first: nothing is held for a FIN, and close(2)
+    // sends ours.
+    let mut peer_closed = false;
     loop {
+        // A socket not yet in the reactor gets one more look, after the
+        // worker's other ready tasks, before it joins: a client's request
+        // trails its handshake, and a one-request client's FIN trails the
+        // response, by microseconds. Found then, the connection never
+        // costs an epoll_ctl ADD and DEL; if not, one recv more.
+        if !looked_again && client.buf.is_empty() && client.stream.tcp_registered().is_none() {
+            looked_again = true;
+            tokio::task::yield_now().await;
+            if !read_now(&ctx, &mut client) {
+                peer_closed = true;
+                break;
+            }
+            continue;
+        }
         // Bytes TLS already holds are a request here: no readiness to wait for.
         if client.buf.is_empty() && !client.stream.has_buffered() {
             let wait_ms = {
@@ -467,7 +485,10 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
             match ctx.idle_watch.wait(tcp, deadline.min(park_at)).await {
                 IdleEnd::Readable => match read_ready(&ctx, &mut client) {
                     Filled::Data => {}
-                    Filled::Closed => break,
+                    Filled::Closed => {
+                        peer_closed = true;
+                        break;
+                    }
                     // Nothing behind the readiness (see `read_ready`): wait
                     // again, the idle time counted afresh.
                     Filled::Nothing => continue,
@@ -511,6 +532,10 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
             }
             _ => break,
         }
+    }
+    if peer_closed && !client.stream.is_tls() {
+        drop(guard);
+        return;
     }
     // On TLS this sends close_notify, which a client that stopped reading
     // could hold up forever: bounded.
