@@ -9,7 +9,7 @@
 //! I/O does the same). Registering after an EAGAIN loses no wake-up: the
 //! ADD reports the socket's state at that moment, edge-triggered.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::mem::MaybeUninit;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -45,10 +45,9 @@ impl PlainTcp {
     /// on its readiness). Must run inside the worker's runtime.
     pub fn tokio(&mut self) -> io::Result<&TcpStream> {
         if let State::Bare(_) = self.0 {
-            let State::Bare(s) = std::mem::replace(&mut self.0, State::Lost) else {
-                unreachable!("matched above");
-            };
-            self.0 = State::Registered(TcpStream::from_std(s)?);
+            if let State::Bare(s) = std::mem::replace(&mut self.0, State::Lost) {
+                self.0 = State::Registered(TcpStream::from_std(s)?);
+            }
         }
         match &self.0 {
             State::Registered(s) => Ok(s),
@@ -143,9 +142,14 @@ impl AsyncRead for PlainTcp {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         if let State::Bare(s) = &this.0 {
-            let mut s = s;
-            match s.read(buf.initialize_unfilled()) {
+            // Into the unfilled part as it is: initialising it first would
+            // zero a whole read buffer per call.
+            // SAFETY: recv(2) writes bytes only, never reads them, and
+            // initialises exactly the `n` it reports.
+            match socket2::SockRef::from(s).recv(unsafe { buf.unfilled_mut() }) {
                 Ok(n) => {
+                    // SAFETY: recv initialised the first n unfilled bytes.
+                    unsafe { buf.assume_init(n) };
                     buf.advance(n);
                     return Poll::Ready(Ok(()));
                 }
