@@ -26,10 +26,14 @@ pub struct Opts {
     /// Error share above which a run is invalid.
     pub max_error_ratio: f64,
     pub timing: Timing,
+    /// An unmeasured run per target before the first case (zero: none).
+    pub warm_up: std::time::Duration,
 }
 
 pub const HELP: &str = "switchyard bench compare --targets switchyard,haproxy,nginx[,varnish] --scenario l7-rps[,latency,...|all]
   --runs N            runs per target (3; 1 with --quick)
+  --warm-up D         one unmeasured run per target before the first case (2s; 0 for none):
+                      the first measured round was slow for every target without it
   --quick             short phases: every scenario in a few minutes (a smoke test)
   --duration D        steady phase (the reports': 600s; equal-cpu 7 min)
   --ramp-up D         (180s)   --ramp-down D (180s)
@@ -94,6 +98,9 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
     let sy_bin = a.get("switchyard-bin").map(PathBuf::from);
     let caps = a.get_all("caps");
     let crs = a.get("crs").map(PathBuf::from);
+    let warm_up = a
+        .duration("warm-up")?
+        .unwrap_or(std::time::Duration::from_secs(2));
     a.finish()?;
     let mut targets = Vec::new();
     for n in &names {
@@ -128,6 +135,7 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
         progress: !quiet,
         max_error_ratio: 0.01,
         timing,
+        warm_up,
     };
     let report = run(&opts)?;
     crate::report::write(&report, &out)?;
@@ -223,6 +231,7 @@ pub fn run(o: &Opts) -> Result<Json, String> {
         total,
         started,
     };
+    warm_up(o, &origin, &timing, max_conns)?;
     for sc in &o.scenarios {
         for case in scenario::cases(sc, &timing, max_conns)? {
             if let Some(r) = &case.skip_all {
@@ -335,6 +344,7 @@ pub fn run(o: &Opts) -> Result<Json, String> {
             "settings",
             obj()
                 .set("runs", o.runs)
+                .set("warm_up_secs", o.warm_up.as_secs_f64())
                 .set("quick", o.quick)
                 .set("dut_cpu", o.dut_cpu)
                 .set("load_cpu", o.load_cpu)
@@ -486,6 +496,41 @@ fn probe_config(o: &Opts, case: &Case, label: &str, secs: f64) -> LoadConfig {
     c.rate = None;
     c.progress = o.progress.then(|| format!("{label} probe"));
     c
+}
+
+/// One short unmeasured run per target of the first case that runs: the
+/// first round after a start (page cache, the origin's and the load's
+/// first connections, CPU clocks) measured slow for every target.
+fn warm_up(
+    o: &Opts,
+    origin: &OriginHandle,
+    timing: &Timing,
+    max_conns: usize,
+) -> Result<(), String> {
+    if o.warm_up.is_zero() {
+        return Ok(());
+    }
+    for sc in &o.scenarios {
+        let Some(mut case) = scenario::cases(sc, timing, max_conns)?
+            .into_iter()
+            .find(|c| c.skip_all.is_none() && c.mode == Mode::Plain)
+        else {
+            continue;
+        };
+        case.load.ramp_up = std::time::Duration::ZERO;
+        case.load.ramp_down = std::time::Duration::ZERO;
+        case.load.duration = o.warm_up;
+        case.name = format!("{} (warm-up, not measured)", case.name);
+        for t in o
+            .targets
+            .iter()
+            .filter(|t| case.needs.iter().all(|c| t.caps.contains(c)))
+        {
+            let _ = run_sample(o, origin, t, &case, 0, "(warm-up)");
+        }
+        return Ok(());
+    }
+    Ok(())
 }
 
 fn run_sample(

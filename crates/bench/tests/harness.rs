@@ -50,8 +50,23 @@ fn a_run_where_the_dut_dies_is_marked_invalid() {
         progress: false,
         max_error_ratio: 0.01,
         timing: switchyard_bench::scenario::Timing::new(true),
+        warm_up: std::time::Duration::from_millis(300),
     };
     let doc = compare::run(&opts).unwrap();
+    // The warm-up runs are not samples.
+    let all = doc.get("samples").unwrap().as_arr();
+    assert!(all.iter().all(|s| !s
+        .get("case")
+        .and_then(Json::as_str)
+        .unwrap_or("")
+        .contains("warm-up")));
+    assert_eq!(
+        all.len(),
+        2 * all
+            .iter()
+            .filter(|s| s.get("target").and_then(Json::as_str) == Some("steady"))
+            .count()
+    );
     report::write(&doc, &out).unwrap();
     // A saturated generator adds an equal-offered-rate pass: look at the
     // plain case only.

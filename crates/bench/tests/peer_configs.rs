@@ -459,6 +459,7 @@ fn waf_scenario_quick_run() {
         progress: false,
         max_error_ratio: 0.01,
         timing: switchyard_bench::scenario::Timing::new(true),
+        warm_up: std::time::Duration::ZERO,
     };
     let doc = compare::run(&opts).unwrap();
     switchyard_bench::report::write(&doc, &out).unwrap();
