@@ -474,24 +474,36 @@ fn the_descriptor_table_is_full_size_from_the_start() {
     assert_eq!(request(l, "GET / HTTP/1.1\r\nHost: t\r\n\r\n").status, 200);
 }
 
-/// Segments the client received on a connection with one `Connection:
-/// close` exchange, once it read to the end (`tcpi_segs_in`).
-fn segments_in_for_one_closing_request(l: std::net::SocketAddr) -> u32 {
+/// A connection with one `Connection: close` request sent on it (no delay
+/// behind Nagle: one segment).
+fn send_closing_request(l: std::net::SocketAddr) -> std::net::TcpStream {
     use std::io::Write;
-    use std::os::fd::AsRawFd;
     let mut s = std::net::TcpStream::connect(l).expect("connect");
     s.set_nodelay(true).expect("nodelay");
     s.set_read_timeout(Some(Duration::from_secs(5)))
         .expect("timeout");
     s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
         .expect("send");
+    s
+}
+
+/// Reads `s` to the proxy's close and checks the answer was a 200.
+fn read_ok_to_the_close(s: &mut std::net::TcpStream) {
     let mut got = Vec::new();
     s.read_to_end(&mut got).expect("read to the close");
     assert!(
         got.starts_with(b"HTTP/1.1 200"),
-        "{:?}",
+        "{}",
         String::from_utf8_lossy(&got)
     );
+}
+
+/// Segments the client received on a connection with one `Connection:
+/// close` exchange, once it read to the end (`tcpi_segs_in`).
+fn segments_in_for_one_closing_request(l: std::net::SocketAddr) -> u32 {
+    use std::os::fd::AsRawFd;
+    let mut s = send_closing_request(l);
+    read_ok_to_the_close(&mut s);
     // SAFETY: tcp_info is plain data; getsockopt writes at most `len` bytes.
     let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
     let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
@@ -596,7 +608,6 @@ fn watched_fds(pid: i32) -> Vec<u32> {
 /// wait for its request is registered (the check sees registrations).
 #[test]
 fn a_client_socket_joins_the_reactor_only_when_it_must_wait() {
-    use std::io::Write;
     let o = Origin::start("a");
     o.behavior.lock().unwrap().delay = Duration::from_millis(800);
     let l = free_addr();
@@ -617,22 +628,12 @@ fn a_client_socket_joins_the_reactor_only_when_it_must_wait() {
     // may trail the accept), waiting for the slow member: not registered.
     let mut bare = false;
     for _ in 0..5 {
-        let mut c = std::net::TcpStream::connect(l).expect("connect");
-        c.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-            .expect("send");
+        let mut c = send_closing_request(l);
         std::thread::sleep(Duration::from_millis(200));
         let port = c.local_addr().expect("addr").port();
         let fd = server_fd_of(pid, l.port(), port).expect("server side");
         bare |= !watched_fds(pid).contains(&fd);
-        c.set_read_timeout(Some(Duration::from_secs(5)))
-            .expect("timeout");
-        let mut got = Vec::new();
-        c.read_to_end(&mut got).expect("response");
-        assert!(
-            got.starts_with(b"HTTP/1.1 200"),
-            "{}",
-            String::from_utf8_lossy(&got)
-        );
+        read_ok_to_the_close(&mut c);
         if bare {
             break;
         }

@@ -446,7 +446,7 @@ impl IdleWatch {
     pub fn park(&self, p: Parked) -> Result<(), Parked> {
         let lot = &self.lot;
         let slot = lot.slot();
-        let p = match (p.client.stream.is_tls(), lot.epoll()) {
+        let mut p = match (p.client.stream.is_tls(), lot.epoll()) {
             (false, Some(ep)) => match park_fd(ep, p, slot) {
                 FdPark::Parked(fd) => {
                     lot.parked.borrow_mut()[slot] = Some(Stored::Fd(fd));
@@ -460,7 +460,6 @@ impl IdleWatch {
             },
             _ => p,
         };
-        let mut p = p;
         let waker = lot.waker(slot);
         // A socket tokio cannot take is given back: the session's read
         // meets the error.

@@ -11,6 +11,7 @@
 
 use std::io::{self, Write};
 use std::mem::MaybeUninit;
+use std::os::fd::AsFd;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
@@ -118,20 +119,23 @@ impl PlainTcp {
     /// A write whose partial last segment the kernel keeps back (MSG_MORE)
     /// until the next write or the FIN (see `ClientStream::poll_write_held`).
     pub fn poll_write_held(&mut self, cx: &mut Context<'_>, buf: &[u8]) -> Poll<io::Result<usize>> {
-        // socket2 adds MSG_NOSIGNAL.
-        let send = |s: &std::net::TcpStream| {
-            socket2::SockRef::from(s).send_with_flags(buf, libc::MSG_MORE)
-        };
-        self.attempt(cx, send, |s, cx| loop {
-            std::task::ready!(s.poll_write_ready(cx))?;
-            match s.try_io(tokio::io::Interest::WRITABLE, || {
-                socket2::SockRef::from(&*s).send_with_flags(buf, libc::MSG_MORE)
-            }) {
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
-                r => return Poll::Ready(r),
-            }
-        })
+        self.attempt(
+            cx,
+            |s| send_more(s, buf),
+            |s, cx| loop {
+                std::task::ready!(s.poll_write_ready(cx))?;
+                match s.try_io(tokio::io::Interest::WRITABLE, || send_more(&*s, buf)) {
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    r => return Poll::Ready(r),
+                }
+            },
+        )
     }
+}
+
+/// send(2) with MSG_MORE (socket2 adds MSG_NOSIGNAL).
+fn send_more(s: &impl AsFd, buf: &[u8]) -> io::Result<usize> {
+    socket2::SockRef::from(s).send_with_flags(buf, libc::MSG_MORE)
 }
 
 impl AsyncRead for PlainTcp {

@@ -95,7 +95,7 @@ pub fn serve(
     // TCP_NODELAY comes from the listening socket (runtime/listen.rs):
     // accepted sockets inherit it, so no setsockopt per connection.
     if let Some((snap, vs)) = l4 {
-        let Some(stream) = register(stream, peer) else {
+        let Some(stream) = register(PlainTcp::bare(stream), peer) else {
             return;
         };
         tokio::task::spawn_local(crate::l4::tcp::serve(stream, peer, listen, snap, vs, guard));
@@ -104,7 +104,7 @@ pub fn serve(
     // A trusted proxy in front says who the client is: that address is the
     // one policies, persistence, logs and X-Forwarded-For see.
     if let Some(ap) = accept_proxy.filter(|ap| ap.trusts(peer.ip())) {
-        let Some(stream) = register(stream, peer) else {
+        let Some(stream) = register(PlainTcp::bare(stream), peer) else {
             return;
         };
         let ctx = ctx.clone();
@@ -142,8 +142,8 @@ pub fn serve(
 
 /// `stream` in tokio's reactor, for the paths that wait on it from the
 /// start (L4 relays, PROXY headers, TLS handshakes).
-fn register(stream: std::net::TcpStream, peer: SocketAddr) -> Option<TcpStream> {
-    match TcpStream::from_std(stream) {
+fn register(stream: PlainTcp, peer: SocketAddr) -> Option<TcpStream> {
+    match stream.into_tokio() {
         Ok(s) => Some(s),
         Err(e) => {
             log::warn(format_args!(
@@ -267,7 +267,7 @@ fn start(
             }
         }
         Some(tls) => {
-            let Ok(stream) = stream.into_tokio() else {
+            let Some(stream) = register(stream, peer) else {
                 return;
             };
             tokio::task::spawn_local(handshake(ctx.clone(), stream, peer, listen, tls, guard));
@@ -533,16 +533,14 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
             _ => break,
         }
     }
-    if peer_closed && !client.stream.is_tls() {
-        drop(guard);
-        return;
-    }
     // On TLS this sends close_notify, which a client that stopped reading
     // could hold up forever: bounded.
-    let _ = ctx
-        .idle_watch
-        .within(now_ms() + 1000, client.stream.shutdown())
-        .await;
+    if !peer_closed || client.stream.is_tls() {
+        let _ = ctx
+            .idle_watch
+            .within(now_ms() + 1000, client.stream.shutdown())
+            .await;
+    }
     drop(guard);
 }
 
