@@ -27,6 +27,7 @@ pub mod proxy;
 pub mod quickstart;
 pub mod runtime;
 pub mod shield;
+pub mod source;
 pub mod stats;
 pub mod stick;
 pub mod tls;

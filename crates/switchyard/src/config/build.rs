@@ -680,12 +680,22 @@ fn build_pool(cx: &mut Ctx, p: &model::Pool, previous: Option<&Snapshot>) -> Opt
     let slow_start_ms = p.slow_start.map(|m| m.0).unwrap_or(0);
     let mut problems = Vec::new();
     let proxy_protocol = super::l4::proxy_version(p, &mut problems);
+    let source_address = super::l4::source_address(p, &mut problems);
     for (at, msg) in problems {
         cx.err(at, msg);
     }
+    if source_address == Some(super::l4::SourceAddress::Client) && !super::l4::transparent_allowed()
+    {
+        if let Some(at) = p.source_address.as_ref() {
+            cx.warn(
+                at.span(),
+                format!("pool {name:?}: source_address = \"client\" needs CAP_NET_ADMIN (IP_TRANSPARENT), which this process does not have: connections to its members will fail"),
+            );
+        }
+    }
     Some(Pool {
         proxy_protocol,
-        source_address: p.source_address.as_ref().map(|a| *a.get_ref()),
+        source_address,
         balancer: Balancer::new(
             algorithm(p.algorithm),
             slow_start_ms,
@@ -1038,6 +1048,15 @@ fn build_vserver(
     let l4 = super::l4::build(v, &name, pools, span.clone(), &mut problems).map(Arc::new);
     let accept_proxy = super::l4::accept_proxy(v).map(Arc::new);
     let socket = super::l4::socket_opts(v, &name, &mut problems);
+    if v.protocol == model::Protocol::Http {
+        let used = default_pool
+            .iter()
+            .chain(policies.iter().filter_map(|p| match &p.action {
+                Some(Action::Pool(pool)) => Some(pool),
+                _ => None,
+            }));
+        super::l4::check_http_pools(&name, used, span.clone(), &mut problems);
+    }
     if l4.is_some() {
         let http_only = [
             (!v.policy.is_empty(), "policy"),
@@ -1437,6 +1456,70 @@ address = "127.0.0.1:9002"
             e.to_string(),
             format!("t.toml:6:8: pool \"p\" has {} members; a pool has at most {n} (split it into several pools)", n + 1)
         );
+    }
+
+    #[test]
+    fn source_address_is_an_address_or_client_and_client_is_for_l4_only() {
+        let pool = |extra: &str| {
+            format!("[[pool]]\nname = \"p\"\n{extra}\n[[pool.member]]\naddress = \"127.0.0.1:2\"\n")
+        };
+        let vs = |proto: &str| {
+            format!("[[vserver]]\nname = \"v\"\nlisten = [\"127.0.0.1:1\"]\nprotocol = \"{proto}\"\ndefault_pool = \"p\"\n")
+        };
+        let local = parse(
+            "t.toml",
+            &format!("{}{}", vs("http"), pool("source_address = \"127.0.0.9\"")),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            local.pools[0].source_address,
+            Some(super::super::l4::SourceAddress::Local(
+                "127.0.0.9".parse().unwrap()
+            ))
+        );
+        let tcp = parse(
+            "t.toml",
+            &format!("{}{}", vs("tcp"), pool("source_address = \"client\"")),
+            None,
+        )
+        .unwrap();
+        assert_eq!(
+            tcp.pools[0].source_address,
+            Some(super::super::l4::SourceAddress::Client)
+        );
+        let e = parse(
+            "t.toml",
+            &format!("{}{}", vs("tcp"), pool("source_address = \"clients\"")),
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().contains(
+                "source_address \"clients\": use an IP address of this host or \"client\""
+            ),
+            "{e}"
+        );
+        let e = parse(
+            "t.toml",
+            &format!("{}{}", vs("http"), pool("source_address = \"client\"")),
+            None,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "t.toml:2:8: vserver \"v\": pool \"p\" connects from the client's address"
+            ),
+            "{e}"
+        );
+        // A pool an HTTP vserver reaches only through a policy is checked too.
+        let by_policy = format!(
+            "{}[[vserver.policy]]\naction = {{ pool = \"pp\" }}\n{}[[pool]]\nname = \"pp\"\nproxy_protocol = \"v1\"\n[[pool.member]]\naddress = \"127.0.0.1:3\"\n",
+            vs("http"),
+            pool("")
+        );
+        let e = parse("t.toml", &by_policy, None).unwrap_err();
+        assert!(e.to_string().contains("pool \"pp\" sends a PROXY protocol header (proxy_protocol), which only tcp and udp vservers do"), "{e}");
     }
 
     #[test]

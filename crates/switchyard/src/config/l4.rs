@@ -106,6 +106,28 @@ impl Default for SocketOpts {
     }
 }
 
+/// Where a pool's connections to its members come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceAddress {
+    /// This local address; the kernel picks the port.
+    Local(std::net::IpAddr),
+    /// The client's own address (IP_TRANSPARENT): the member sees the
+    /// client, as if there were no proxy. Its answers must be routed back
+    /// through this host (docs/l4.md, "Transparent source"). tcp and udp
+    /// vservers only: an HTTP member connection carries many clients.
+    Client,
+}
+
+impl SourceAddress {
+    /// The local address, for connections that cannot take the client's.
+    pub fn local(self) -> Option<std::net::IpAddr> {
+        match self {
+            SourceAddress::Local(ip) => Some(ip),
+            SourceAddress::Client => None,
+        }
+    }
+}
+
 /// PROXY protocol version sent to a pool's members.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ProxyVersion {
@@ -278,6 +300,83 @@ pub fn socket_opts(v: &model::VServer, name: &str, problems: &mut Vec<Problem>) 
 }
 
 /// `proxy_protocol` of a pool.
+/// The pools an HTTP vserver sends to may not carry per-client settings of
+/// a connection: an HTTP member connection is reused for many clients, so
+/// a PROXY header or the client's address on it would name the wrong
+/// client for every request after the first. (Members of an HTTP vserver
+/// learn the client from X-Forwarded-For.)
+pub fn check_http_pools<'a>(
+    vserver: &str,
+    used: impl Iterator<Item = &'a Arc<Pool>>,
+    span: Range<usize>,
+    problems: &mut Vec<Problem>,
+) {
+    for p in used {
+        if p.proxy_protocol.is_some() {
+            problems.push((
+                span.clone(),
+                format!(
+                    "vserver {vserver:?}: pool {:?} sends a PROXY protocol header (proxy_protocol), which only tcp and udp vservers do; an HTTP vserver's members get the client in X-Forwarded-For",
+                    p.name
+                ),
+            ));
+        }
+        if p.source_address == Some(SourceAddress::Client) {
+            problems.push((
+                span.clone(),
+                format!(
+                    "vserver {vserver:?}: pool {:?} connects from the client's address (source_address = \"client\"), which only tcp and udp vservers do; an HTTP member connection carries many clients",
+                    p.name
+                ),
+            ));
+        }
+    }
+}
+
+/// Whether this process may set IP_TRANSPARENT (CAP_NET_ADMIN), which
+/// `source_address = "client"` needs: tried on a throwaway socket.
+pub fn transparent_allowed() -> bool {
+    // SAFETY: a socket made and closed here; an int option of its size.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return false;
+        }
+        let one: i32 = 1;
+        let rc = libc::setsockopt(
+            fd,
+            libc::SOL_IP,
+            libc::IP_TRANSPARENT,
+            (&one as *const i32).cast(),
+            std::mem::size_of::<i32>() as libc::socklen_t,
+        );
+        libc::close(fd);
+        rc == 0
+    }
+}
+
+/// A pool's `source_address`: an IP address or "client".
+pub fn source_address(p: &model::Pool, problems: &mut Vec<Problem>) -> Option<SourceAddress> {
+    let v = p.source_address.as_ref()?;
+    let text = v.get_ref().trim();
+    if text == "client" {
+        return Some(SourceAddress::Client);
+    }
+    match text.parse() {
+        Ok(ip) => Some(SourceAddress::Local(ip)),
+        Err(_) => {
+            problems.push((
+                v.span(),
+                format!(
+                    "pool {:?}: source_address {text:?}: use an IP address of this host or \"client\"",
+                    p.name.get_ref()
+                ),
+            ));
+            None
+        }
+    }
+}
+
 pub fn proxy_version(p: &model::Pool, problems: &mut Vec<Problem>) -> Option<ProxyVersion> {
     let v = p.proxy_protocol.as_ref()?;
     match v.get_ref().as_str() {

@@ -524,8 +524,9 @@ pub struct Pool {
     /// Send a PROXY protocol header ("v1" or "v2") on each connection to a
     /// member (L4 vservers).
     pub proxy_protocol: Option<Spanned<String>>,
-    /// Local address connections to the members come from.
-    pub source_address: Option<Spanned<std::net::IpAddr>>,
+    /// Where connections to the members come from: a local address, or
+    /// "client" (the client's own address; tcp and udp vservers).
+    pub source_address: Option<Spanned<String>>,
     #[serde(default)]
     pub member: Vec<Member>,
 }

@@ -298,12 +298,23 @@ pub struct Pool {
     /// TLS to the members (`[pool.tls]`), when configured.
     pub tls: Option<Arc<crate::tls::UpstreamTls>>,
     pub members: Vec<Arc<Member>>,
-    /// A PROXY protocol header sent to members on L4 connections.
+    /// A PROXY protocol header sent to members on L4 connections (an HTTP
+    /// vserver may not use such a pool).
     pub proxy_protocol: Option<super::l4::ProxyVersion>,
-    /// Local address of connections to the members.
-    pub source_address: Option<std::net::IpAddr>,
+    /// Where connections to the members come from (default: the
+    /// kernel's choice of local address).
+    pub source_address: Option<super::l4::SourceAddress>,
     pub balancer: Balancer,
     pub counters: Arc<Sharded<PoolCounters>>,
+}
+
+impl Pool {
+    /// The local address connections to the members come from, when the
+    /// pool names one (HTTP member connections; `check` refuses "client"
+    /// for them).
+    pub fn local_source(&self) -> Option<std::net::IpAddr> {
+        self.source_address.and_then(|s| s.local())
+    }
 }
 
 impl Candidate for Arc<Member> {

@@ -12,12 +12,12 @@
 
 pub mod passive;
 
+use std::net::IpAddr;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
 
@@ -48,7 +48,7 @@ impl Checker {
                             label,
                             m.clone(),
                             hc.clone(),
-                            pool.tls.clone(),
+                            (pool.tls.clone(), pool.local_source()),
                         )));
                     }
                 }
@@ -70,12 +70,21 @@ impl Checker {
     }
 }
 
-async fn check_loop(label: String, m: Arc<Member>, hc: HealthCheck, tls: Option<Arc<UpstreamTls>>) {
+/// `dial`: the pool's TLS and local source address (checks come from
+/// where its connections come from, so a member that only admits that
+/// address is checked as it is used; a pool whose source is the client's
+/// address checks from this host's).
+async fn check_loop(
+    label: String,
+    m: Arc<Member>,
+    hc: HealthCheck,
+    dial: (Option<Arc<UpstreamTls>>, Option<IpAddr>),
+) {
     // Spread the first checks over one interval so members are not all
     // probed at the same instant.
     tokio::time::sleep(Duration::from_millis(rand_u64() % hc.interval_ms.max(1))).await;
     loop {
-        let result = check_once(&m, &hc, tls.as_deref()).await;
+        let result = check_once(&m, &hc, (dial.0.as_deref(), dial.1)).await;
         record(&label, &m, &hc, result);
         tokio::time::sleep(Duration::from_millis(hc.interval_ms)).await;
     }
@@ -109,23 +118,31 @@ fn record(label: &str, m: &Member, hc: &HealthCheck, result: Result<(), String>)
     }
 }
 
-async fn check_once(m: &Member, hc: &HealthCheck, tls: Option<&UpstreamTls>) -> Result<(), String> {
+async fn check_once(
+    m: &Member,
+    hc: &HealthCheck,
+    dial: (Option<&UpstreamTls>, Option<IpAddr>),
+) -> Result<(), String> {
     let timeout = Duration::from_millis(hc.timeout_ms);
-    match tokio::time::timeout(timeout, probe(m, hc, tls)).await {
+    match tokio::time::timeout(timeout, probe(m, hc, dial)).await {
         Ok(r) => r,
         Err(_) => Err(format!("no answer within {} ms", hc.timeout_ms)),
     }
 }
 
-async fn probe(m: &Member, hc: &HealthCheck, tls: Option<&UpstreamTls>) -> Result<(), String> {
+async fn probe(
+    m: &Member,
+    hc: &HealthCheck,
+    (tls, source): (Option<&UpstreamTls>, Option<IpAddr>),
+) -> Result<(), String> {
     let addr = match hc.port {
         Some(p) => std::net::SocketAddr::new(m.addr.ip(), p),
         None => m.addr,
     };
     if hc.kind == HealthKind::Udp {
-        return udp_probe(addr, hc).await;
+        return udp_probe(addr, source, hc).await;
     }
-    let s = TcpStream::connect(addr)
+    let s = crate::source::connect_tcp(addr, source)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     if hc.kind == HealthKind::Tcp {
@@ -147,11 +164,15 @@ async fn probe(m: &Member, hc: &HealthCheck, tls: Option<&UpstreamTls>) -> Resul
 /// A datagram to the member, and a reply that contains `expect` (any reply
 /// when `expect` is empty). A closed port answers with ICMP, which the
 /// connected socket reports as a refused receive.
-async fn udp_probe(addr: std::net::SocketAddr, hc: &HealthCheck) -> Result<(), String> {
-    let local: std::net::SocketAddr = if addr.is_ipv4() {
-        ([0, 0, 0, 0], 0).into()
-    } else {
-        ([0u16; 8], 0).into()
+async fn udp_probe(
+    addr: std::net::SocketAddr,
+    source: Option<IpAddr>,
+    hc: &HealthCheck,
+) -> Result<(), String> {
+    let local: std::net::SocketAddr = match source {
+        Some(ip) => (ip, 0).into(),
+        None if addr.is_ipv4() => ([0, 0, 0, 0], 0).into(),
+        None => ([0u16; 8], 0).into(),
     };
     let s = tokio::net::UdpSocket::bind(local)
         .await

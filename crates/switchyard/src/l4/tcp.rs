@@ -17,6 +17,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use socket2::SockRef;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
@@ -25,10 +26,11 @@ use super::Lease;
 use super::{client_hello, proxy_protocol};
 use crate::balance::persist::source_ip_hash;
 use crate::balance::Tried;
-use crate::config::l4::{AcceptProxy, ProxyVersion};
+use crate::config::l4::{AcceptProxy, ProxyVersion, SourceAddress};
 use crate::config::snapshot::{HashKey, Member, Persist, Pool, Snapshot, VServer};
 use crate::health::passive;
 use crate::log;
+use crate::source;
 use crate::stats::{self, MemberCounters, Sharded, VsCounters};
 
 /// Runs one accepted connection of a `tcp` vserver.
@@ -320,7 +322,7 @@ async fn connect(
         let m = &pool.members[i];
         let lease = Lease::new(m);
         let mc = m.counters.local();
-        match open(m, pool, snap.settings.upstream_connect_ms).await {
+        match open(m, pool, client.ip(), snap.settings.upstream_connect_ms).await {
             Ok(mut s) => {
                 passive::record(pool, m, false);
                 stats::inc(&mc.requests);
@@ -343,7 +345,17 @@ async fn connect(
                     _lease: lease,
                 });
             }
-            Err(e) => {
+            Err(Failed::Source(e)) => {
+                // This host's fault, not the member's: no passive health
+                // mark, and no retry that would fail the same way.
+                log::warn(format_args!(
+                    "vserver {:?}: connection to {} from {client}: {e}",
+                    vs.name,
+                    m.label(&pool.name)
+                ));
+                return None;
+            }
+            Err(Failed::Connect(e)) => {
                 stats::inc(&mc.connect_failures);
                 passive::record(pool, m, true);
                 log::debug(format_args!(
@@ -361,22 +373,36 @@ async fn connect(
     }
 }
 
-/// A TCP connection to `m`, from the pool's source address if it has one.
-async fn open(m: &Member, pool: &Pool, timeout_ms: u64) -> std::io::Result<TcpStream> {
+/// Why `open` failed.
+enum Failed {
+    /// The source address could not be set up (no IP_TRANSPARENT right).
+    Source(std::io::Error),
+    Connect(std::io::Error),
+}
+
+/// A TCP connection to `m`, from where the pool's `source_address` says.
+async fn open(
+    m: &Member,
+    pool: &Pool,
+    client: IpAddr,
+    timeout_ms: u64,
+) -> Result<TcpStream, Failed> {
     let sock = if m.addr.is_ipv4() {
-        TcpSocket::new_v4()?
+        TcpSocket::new_v4()
     } else {
-        TcpSocket::new_v6()?
-    };
-    if let Some(src) = pool.source_address {
-        sock.bind(SocketAddr::new(src, 0))?;
+        TcpSocket::new_v6()
     }
-    sock.set_nodelay(true)?;
+    .map_err(Failed::Source)?;
+    if let Some(ip) = source::address(pool.source_address, client, m.addr) {
+        let transparent = pool.source_address == Some(SourceAddress::Client);
+        source::bind(SockRef::from(&sock), ip, transparent, true).map_err(Failed::Source)?;
+    }
+    let _ = sock.set_nodelay(true);
     match tokio::time::timeout(ms(timeout_ms), sock.connect(m.addr)).await {
-        Ok(r) => r,
-        Err(_) => Err(std::io::Error::new(
+        Ok(r) => r.map_err(Failed::Connect),
+        Err(_) => Err(Failed::Connect(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!("no connection within {timeout_ms} ms"),
-        )),
+        ))),
     }
 }

@@ -35,11 +35,12 @@ use super::proxy_protocol;
 use super::Lease;
 use crate::balance::Tried;
 use crate::clock::now_ms;
-use crate::config::l4::ProxyVersion;
+use crate::config::l4::{ProxyVersion, SourceAddress};
 use crate::config::snapshot::{Member, Pool, VServer};
 use crate::fasthash::FxHashMap;
 use crate::health::passive;
 use crate::log;
+use crate::source;
 use crate::stats;
 use crate::turn::Hold;
 
@@ -333,7 +334,7 @@ fn link_for(
         }
         pick(pool, client, Tried::default(), false)?
     };
-    let l = Rc::new(open(pool, i)?);
+    let l = Rc::new(open(pool, i, client.ip())?);
     session.links.borrow_mut().push(l.clone());
     tokio::task::spawn_local(replies(
         listener.clone(),
@@ -486,6 +487,32 @@ async fn send_replies(listener: std::rc::Weak<Listener>, queued: Rc<Notify>) {
     }
 }
 
+/// An unconnected socket bound where the pool's `source_address` says
+/// (any local address of the member's family when it says nothing).
+fn member_socket(
+    pool: &Pool,
+    member: SocketAddr,
+    client: IpAddr,
+) -> std::io::Result<std::net::UdpSocket> {
+    let domain = socket2::Domain::for_address(member);
+    let sock = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    match source::address(pool.source_address, client, member) {
+        Some(ip) => {
+            let transparent = pool.source_address == Some(SourceAddress::Client);
+            source::bind(socket2::SockRef::from(&sock), ip, transparent, false)?;
+        }
+        None => {
+            let any: SocketAddr = if member.is_ipv4() {
+                SocketAddr::from(([0, 0, 0, 0], 0))
+            } else {
+                SocketAddr::from(([0u16; 8], 0))
+            };
+            sock.bind(&any.into())?;
+        }
+    }
+    Ok(sock.into())
+}
+
 fn pick(pool: &Pool, client: SocketAddr, tried: Tried, per_datagram: bool) -> Option<usize> {
     // A session sticks to its member by itself; hashing the source keeps a
     // client on one member across sessions when the pool asks for it.
@@ -501,20 +528,16 @@ fn pick(pool: &Pool, client: SocketAddr, tried: Tried, per_datagram: bool) -> Op
     i
 }
 
-/// A socket connected to member `i`.
-fn open(pool: &Pool, i: usize) -> Option<Link> {
+/// A socket connected to member `i`, from where the pool's
+/// `source_address` says.
+fn open(pool: &Pool, i: usize, client: IpAddr) -> Option<Link> {
     let m: &Member = &pool.members[i];
-    let local: SocketAddr = match (pool.source_address, m.addr) {
-        (Some(ip), _) => SocketAddr::new(ip, 0),
-        (None, SocketAddr::V4(_)) => SocketAddr::from(([0, 0, 0, 0], 0)),
-        (None, SocketAddr::V6(_)) => SocketAddr::from(([0u16; 8], 0)),
-    };
     let mc = m.counters.local();
-    let sock = match std::net::UdpSocket::bind(local) {
+    let sock = match member_socket(pool, m.addr, client) {
         Ok(s) => s,
         Err(e) => {
             log::warn(format_args!(
-                "udp: cannot open a socket toward {}: {e}",
+                "udp: cannot open a socket toward {} for {client}: {e}",
                 m.addr
             ));
             return None;

@@ -12,6 +12,7 @@
 use std::cell::RefCell;
 
 use std::future::poll_fn;
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -54,7 +55,7 @@ impl H2Conns {
     pub async fn ready(
         &self,
         m: &Member,
-        tls: Option<&UpstreamTls>,
+        dial: (Option<&UpstreamTls>, Option<IpAddr>),
         connect_timeout: Duration,
         idle_timeout: Duration,
     ) -> Result<(SendRequest<Bytes>, bool), ConnectError> {
@@ -70,7 +71,7 @@ impl H2Conns {
                 }
             }
         }
-        let s = connect(m, tls, connect_timeout).await?;
+        let s = connect(m, dial, connect_timeout).await?;
         self.conns.borrow_mut().insert(
             key(m),
             H2Conn {
@@ -107,10 +108,10 @@ impl H2Conns {
 /// `[pool.tls]` (a member that does not pick h2 is a connect failure).
 async fn connect(
     m: &Member,
-    tls: Option<&UpstreamTls>,
+    (tls, source): (Option<&UpstreamTls>, Option<IpAddr>),
     timeout: Duration,
 ) -> Result<SendRequest<Bytes>, ConnectError> {
-    let up = upstream::connect_with(m, tls, timeout, true).await?;
+    let up = upstream::connect_with(m, (tls, source), timeout, true).await?;
     if tls.is_some() && !up.alpn_h2() {
         return Err(ConnectError::Io(std::io::Error::other(
             "the member did not choose HTTP/2 (ALPN h2) in the TLS handshake",

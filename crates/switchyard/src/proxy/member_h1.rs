@@ -98,9 +98,9 @@ async fn connect_or_take_released(x: &Exchange<'_>, a: &Attempt<'_>) -> Result<U
     let (pool, m) = (a.pool, a.m);
     let released = x.idle.wait_release(m);
     let connect = {
-        let (m, tls) = (m.clone(), pool.tls.clone());
+        let (m, tls, source) = (m.clone(), pool.tls.clone(), pool.local_source());
         let timeout = Duration::from_millis(x.st.upstream_connect_ms);
-        async move { upstream::connect(&m, tls.as_deref(), timeout).await }
+        async move { upstream::connect(&m, (tls.as_deref(), source), timeout).await }
     };
     let mut connect = Box::pin(connect);
     tokio::select! {

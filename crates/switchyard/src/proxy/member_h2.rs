@@ -92,7 +92,7 @@ async fn open_stream(
         .h2_members
         .ready(
             m,
-            pool.tls.as_deref(),
+            (pool.tls.as_deref(), pool.local_source()),
             Duration::from_millis(x.st.upstream_connect_ms),
             Duration::from_millis(pool.idle_timeout_ms),
         )

@@ -11,7 +11,7 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -383,32 +383,33 @@ impl std::fmt::Display for ConnectError {
     }
 }
 
-/// Opens a connection to `m`: TCP, then TLS when the pool has `tls`, both
-/// within `timeout`. A failed handshake counts in the member's
+/// Opens a connection to `m`: TCP (from `source` when given), then TLS when
+/// the pool has `tls`, both within `timeout`. A failed handshake counts in the member's
 /// `tls_handshake_failures`.
 pub async fn connect(
     m: &Member,
-    tls: Option<&UpstreamTls>,
+    (tls, source): (Option<&UpstreamTls>, Option<IpAddr>),
     timeout: Duration,
 ) -> Result<UpConn, ConnectError> {
-    connect_with(m, tls, timeout, false).await
+    connect_with(m, (tls, source), timeout, false).await
 }
 
 /// `connect`, offering HTTP/2 by ALPN on TLS when `h2` (the caller checks
 /// `alpn_h2` on the result).
 pub async fn connect_with(
     m: &Member,
-    tls: Option<&UpstreamTls>,
+    (tls, source): (Option<&UpstreamTls>, Option<IpAddr>),
     timeout: Duration,
     h2: bool,
 ) -> Result<UpConn, ConnectError> {
     let addr: SocketAddr = m.addr;
     let deadline = tokio::time::Instant::now() + timeout;
-    let tcp = match tokio::time::timeout_at(deadline, TcpStream::connect(addr)).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => return Err(ConnectError::Io(e)),
-        Err(_) => return Err(ConnectError::Timeout),
-    };
+    let tcp =
+        match tokio::time::timeout_at(deadline, crate::source::connect_tcp(addr, source)).await {
+            Ok(Ok(s)) => s,
+            Ok(Err(e)) => return Err(ConnectError::Io(e)),
+            Err(_) => return Err(ConnectError::Timeout),
+        };
     let _ = tcp.set_nodelay(true);
     let stream = match tls {
         None => UpStream::Plain(tcp),
@@ -501,7 +502,7 @@ mod tests {
             let pool = IdlePool::default();
             let mut accepted = Vec::new();
             for _ in 0..3 {
-                let c = connect(&m, None, Duration::from_secs(1)).await.unwrap();
+                let c = connect(&m, (None, None), Duration::from_secs(1)).await.unwrap();
                 accepted.push(l.accept().await.unwrap());
                 pool.put(&m, c, 8, Duration::from_secs(60));
             }
@@ -521,7 +522,7 @@ mod tests {
             // Through sweep: the first call starts a period, one a whole
             // period later halves what stayed idle through it.
             for _ in 0..2 {
-                let c = connect(&m, None, Duration::from_secs(1)).await.unwrap();
+                let c = connect(&m, (None, None), Duration::from_secs(1)).await.unwrap();
                 accepted.push(l.accept().await.unwrap());
                 pool.put(&m, c, 8, Duration::from_secs(60));
             }
@@ -536,7 +537,7 @@ mod tests {
             let gone = pool.wait_release(&m);
             let waiting = pool.wait_release(&m);
             drop(gone);
-            let c = connect(&m, None, Duration::from_secs(1)).await.unwrap();
+            let c = connect(&m, (None, None), Duration::from_secs(1)).await.unwrap();
             accepted.push(l.accept().await.unwrap());
             pool.put(&m, c, 8, Duration::from_secs(60));
             assert_eq!(pool.count(&m), 0);
@@ -545,7 +546,7 @@ mod tests {
             assert_eq!(pool.count(&m), 1, "no waiter left: pooled");
             pool.clear();
             // A connection parked after the period started is no spare.
-            let c = connect(&m, None, Duration::from_secs(1)).await.unwrap();
+            let c = connect(&m, (None, None), Duration::from_secs(1)).await.unwrap();
             accepted.push(l.accept().await.unwrap());
             let before = Instant::now();
             pool.put(&m, c, 8, Duration::from_secs(60));
