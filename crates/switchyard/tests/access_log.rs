@@ -2,7 +2,8 @@
 //! and parsed back field by field, templates, sampling, rotation on
 //! SIGUSR1 with nothing lost, syslog (RFC 5424) to a local UDP and a unix
 //! datagram receiver, W3C traceparent passed through or started, timings,
-//! TLS and HTTP/2 clients, config errors with their positions, reloads.
+//! TLS and HTTP/2 clients, config errors with their positions, reloads;
+//! the lines of tcp connections and udp sessions.
 
 mod common;
 
@@ -785,4 +786,138 @@ fn a_reload_applies_new_settings_and_moves_to_a_new_path() {
     assert!(!ok && out.contains("unknown variable $bogus"), "{out}");
     get(listen, "/4");
     assert_eq!(wait_lines(&b, 2), ["C /3", "C /4"]);
+}
+
+/// A TCP member that echoes what it reads until its peer's EOF.
+fn tcp_echo() -> SocketAddr {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let a = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            std::thread::spawn(move || {
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = s.read(&mut buf) {
+                    if n == 0 || s.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    a
+}
+
+#[test]
+fn tcp_connections_and_udp_sessions_get_a_line_each_when_they_end() {
+    let dir = temp_dir("al-l4");
+    let tcp_log = dir.join("tcp.log");
+    let udp_log = dir.join("udp.log");
+    let member = tcp_echo();
+    let dead = free_addr(); // nothing listens there
+    let udp_member = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    let udp_member_addr = udp_member.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 1500];
+        let _ = udp_member.set_read_timeout(Some(Duration::from_secs(20)));
+        while let Ok((n, from)) = udp_member.recv_from(&mut buf) {
+            // Two replies per datagram: the line counts both.
+            let _ = udp_member.send_to(&buf[..n], from);
+            let _ = udp_member.send_to(&buf[..n], from);
+        }
+    });
+    let (tcp, bad, udp) = (free_addr(), free_addr(), free_addr());
+    let cfg = format!(
+        "[[vserver]]\nname = \"relay\"\nprotocol = \"tcp\"\nlisten = [\"{tcp}\"]\ndefault_pool = \"t\"\n\
+         [vserver.access_log]\nto = \"file:{}\"\n\n\
+         [[vserver]]\nname = \"nowhere\"\nprotocol = \"tcp\"\nlisten = [\"{bad}\"]\ndefault_pool = \"d\"\n\
+         [vserver.access_log]\nto = \"file:{}\"\nformat = \"json\"\n\n\
+         [[vserver]]\nname = \"dgram\"\nprotocol = \"udp\"\nlisten = [\"{udp}\"]\ndefault_pool = \"u\"\n\
+         [vserver.l4]\nidle_timeout = \"300ms\"\n\
+         [vserver.access_log]\nto = \"file:{}\"\nformat = \"$client_ip $transport $pool $member $bytes_received $bytes_sent $end\"\n\n\
+         [[pool]]\nname = \"t\"\n[[pool.member]]\naddress = \"{member}\"\n\
+         [[pool]]\nname = \"d\"\n[[pool.member]]\naddress = \"{dead}\"\n\
+         [[pool]]\nname = \"u\"\n[[pool.member]]\naddress = \"{udp_member_addr}\"\n",
+        tcp_log.display(),
+        tcp_log.display(),
+        udp_log.display()
+    );
+    let sy = Switchyard::start(&cfg, &[tcp, bad]);
+    // The start's own waits were connections too: count from here.
+    let before = lines(&tcp_log).len();
+
+    // 11 bytes up, echoed back, then a clean close from both sides.
+    let mut s = TcpStream::connect(tcp).expect("connect");
+    s.write_all(b"hello world").expect("write");
+    let mut back = [0u8; 11];
+    s.read_exact(&mut back).expect("echo");
+    s.shutdown(std::net::Shutdown::Write).expect("shutdown");
+    let mut rest = Vec::new();
+    let _ = s.read_to_end(&mut rest);
+    let client_port = s.local_addr().expect("addr").port();
+    drop(s);
+    // A connection whose only member refuses.
+    let mut s = TcpStream::connect(bad).expect("connect");
+    let _ = s.read_to_end(&mut rest);
+
+    let got = wait_lines(&tcp_log, before + 2);
+    let line = got
+        .iter()
+        .find(|l| l.starts_with(&format!("127.0.0.1:{client_port} ")))
+        .unwrap_or_else(|| panic!("no line for the relayed connection: {got:?}\n{}", sy.log()));
+    let re = Regex::new(&format!(
+        r"^127\.0\.0\.1:{client_port} \[\d\d/\w{{3}}/\d{{4}}:\d\d:\d\d:\d\d \+0000\] relay tcp t {member} \d+\.\d{{3}} \d+\.\d{{3}} 11 11 done$"
+    ))
+    .expect("regex");
+    assert!(re.is_match(line), "{line}");
+    let failed = got
+        .iter()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| json(l))
+        .find(|j| j["vserver"] == "nowhere")
+        .unwrap_or_else(|| panic!("no line for the refused connect: {got:?}"));
+    assert_eq!(failed["transport"], "tcp");
+    assert_eq!(failed["end"], "no-member");
+    assert_eq!(failed["member"], serde_json::Value::Null);
+    assert_eq!(failed["pool"], "d");
+
+    // A UDP session: one datagram of 4 bytes, answered twice; the line
+    // comes when the session ends, 300 ms after the last datagram.
+    let c = UdpSocket::bind("127.0.0.1:0").expect("bind");
+    c.set_read_timeout(Some(Duration::from_secs(2)))
+        .expect("timeout");
+    c.send_to(b"ping", udp).expect("send");
+    let mut buf = [0u8; 64];
+    for _ in 0..2 {
+        let (n, _) = c.recv_from(&mut buf).expect("reply");
+        assert_eq!(&buf[..n], b"ping");
+    }
+    let got = wait_lines(&udp_log, 1);
+    assert_eq!(
+        got,
+        [format!("127.0.0.1 udp u {udp_member_addr} 4 8 idle")],
+        "{}",
+        sy.log()
+    );
+}
+
+#[test]
+fn l4_vservers_refuse_http_formats_and_http_ones_refuse_l4_variables() {
+    let tcp = "[[vserver]]\nname = \"relay\"\nprotocol = \"tcp\"\nlisten = [\"127.0.0.1:1\"]\ndefault_pool = \"p\"\n[[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:2\"\n[vserver.access_log]\n";
+    let out = check(&format!("{tcp}format = \"combined\"\n"));
+    assert!(
+        out.contains("bad.toml:11:10: vserver \"relay\": access_log.format: the Common and Combined formats are lines about HTTP requests"),
+        "{out}"
+    );
+    let out = check(&format!("{tcp}format = \"$remote_addr $status\"\n"));
+    assert!(
+        out.contains("access_log.format: $status is about HTTP requests; an L4 vserver's line knows remote_addr"),
+        "{out}"
+    );
+    let http = tcp.replace("protocol = \"tcp\"\n", "");
+    let out = check(&format!("{http}format = \"$remote_addr $end\"\n"));
+    assert!(
+        out.contains("access_log.format: $end is about L4 connections"),
+        "{out}"
+    );
 }

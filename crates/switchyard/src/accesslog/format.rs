@@ -71,6 +71,10 @@ pub enum Var {
     Cache,
     TraceId,
     ParentId,
+    /// L4 lines only: "tcp" or "udp".
+    Transport,
+    /// L4 lines only: how the connection or session ended.
+    End,
 }
 
 /// (name, variable); aliases share a variable. docs/access-logs.md lists
@@ -126,7 +130,14 @@ pub const VARS: &[(&str, Var)] = &[
     ("cache", Var::Cache),
     ("trace_id", Var::TraceId),
     ("parent_id", Var::ParentId),
+    ("transport", Var::Transport),
+    ("end", Var::End),
 ];
+
+/// The name a variable is written with (its first spelling).
+pub fn name_of(v: Var) -> &'static str {
+    VARS.iter().find(|(_, x)| *x == v).map_or("?", |(n, _)| n)
+}
 
 /// Parses `format`: a named format or a template. The error says which
 /// variable is unknown (and the byte offset of its `$` in the string) or
@@ -247,7 +258,7 @@ pub fn rfc5424_time(out: &mut Vec<u8>, us: u64) {
 }
 
 /// "01/May/2024:12:34:56 +0000" (Apache's %t without the brackets, UTC).
-fn clf_time(out: &mut Vec<u8>, us: u64) {
+pub(super) fn clf_time(out: &mut Vec<u8>, us: u64) {
     let (y, mo, d, h, mi, s, _) = utc(us);
     let _ = write!(
         out,
@@ -258,7 +269,7 @@ fn clf_time(out: &mut Vec<u8>, us: u64) {
 
 /// nginx's escaping of a logged value: `"`, `\`, controls and bytes past
 /// ASCII as `\xHH`.
-fn text(out: &mut Vec<u8>, v: &[u8]) {
+pub(super) fn text(out: &mut Vec<u8>, v: &[u8]) {
     const H: &[u8; 16] = b"0123456789ABCDEF";
     for &c in v {
         if c == b'"' || c == b'\\' || !(0x20..0x7f).contains(&c) {
@@ -270,7 +281,7 @@ fn text(out: &mut Vec<u8>, v: &[u8]) {
 }
 
 /// A value or "-" when empty or absent.
-fn text_or_dash(out: &mut Vec<u8>, v: Option<&[u8]>) {
+pub(super) fn text_or_dash(out: &mut Vec<u8>, v: Option<&[u8]>) {
     match v {
         Some(v) if !v.is_empty() => text(out, v),
         _ => out.push(b'-'),
@@ -301,14 +312,14 @@ pub fn json_str(out: &mut Vec<u8>, v: &[u8]) {
     out.push(b'"');
 }
 
-fn json_opt_str(out: &mut Vec<u8>, v: Option<&[u8]>) {
+pub(super) fn json_opt_str(out: &mut Vec<u8>, v: Option<&[u8]>) {
     match v {
         Some(v) => json_str(out, v),
         None => out.extend_from_slice(b"null"),
     }
 }
 
-fn json_opt_num(out: &mut Vec<u8>, v: Option<u64>) {
+pub(super) fn json_opt_num(out: &mut Vec<u8>, v: Option<u64>) {
     match v {
         Some(n) => {
             let _ = write!(out, "{n}");
@@ -318,7 +329,7 @@ fn json_opt_num(out: &mut Vec<u8>, v: Option<u64>) {
 }
 
 /// The client address as logged: an IPv4-mapped IPv6 address as IPv4.
-fn client_ip(a: SocketAddr) -> IpAddr {
+pub(super) fn client_ip(a: SocketAddr) -> IpAddr {
     match a.ip() {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map(IpAddr::V4).unwrap_or(a.ip()),
         v4 => v4,
@@ -387,7 +398,7 @@ impl Format {
     }
 }
 
-fn num_or_dash(out: &mut Vec<u8>, v: Option<u64>) {
+pub(super) fn num_or_dash(out: &mut Vec<u8>, v: Option<u64>) {
     match v {
         Some(n) => {
             let _ = write!(out, "{n}");
@@ -397,7 +408,7 @@ fn num_or_dash(out: &mut Vec<u8>, v: Option<u64>) {
 }
 
 /// Microseconds as milliseconds with three decimals.
-fn ms_or_dash(out: &mut Vec<u8>, v: Option<u64>) {
+pub(super) fn ms_or_dash(out: &mut Vec<u8>, v: Option<u64>) {
     match v {
         Some(us) => {
             let _ = write!(out, "{}.{:03}", us / 1000, us % 1000);
@@ -464,6 +475,8 @@ fn var(v: Var, e: &Entry, out: &mut Vec<u8>) {
         Var::Cache => text_or_dash(out, e.cache.map(str::as_bytes)),
         Var::TraceId => text_or_dash(out, e.trace.as_ref().map(|t| &t.trace_id[..])),
         Var::ParentId => text_or_dash(out, e.trace.as_ref().map(|t| &t.parent_id[..])),
+        // L4 lines' own: `super::build` refuses them for HTTP.
+        Var::Transport | Var::End => out.push(b'-'),
     }
 }
 

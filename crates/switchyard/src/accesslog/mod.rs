@@ -15,6 +15,7 @@
 //! operator's side.
 
 pub mod format;
+pub mod l4;
 pub mod trace;
 pub mod writer;
 
@@ -26,6 +27,7 @@ use std::sync::Arc;
 use toml::Spanned;
 
 pub use format::Format;
+use format::{Piece, Var};
 pub use writer::{dropped_total, flush, reopen};
 use writer::{SinkHandle, Syslog, SyslogAddr, Target};
 
@@ -126,6 +128,21 @@ impl Config {
     pub fn write(&self, e: &Entry) {
         writer::push(&self.sink, e.time_us, |out| self.format.render(e, out));
     }
+
+    /// Queues the line of an L4 connection or UDP session, sampled as
+    /// requests are: one that did not end cleanly always comes.
+    pub fn write_l4(&self, e: &l4::Entry) {
+        let logged = match self.sample_below {
+            None => true,
+            Some(_) if !e.end.clean() => true,
+            Some(below) => trace::next_u64() < below,
+        };
+        if logged {
+            writer::push(&self.sink, e.time_us, |out| {
+                l4::render(&self.format, e, out)
+            });
+        }
+    }
 }
 
 /// A problem at a place in the file.
@@ -216,18 +233,42 @@ pub struct AccessLogFile {
 }
 
 /// Validates `[vserver.access_log]` (`what` names the vserver; relative
-/// file paths are resolved against `base`). Every problem is reported.
-pub fn build(a: &AccessLogFile, base: &Path, what: &str) -> Result<Config, Vec<Problem>> {
+/// file paths are resolved against `base`; `l4`: the vserver is a tcp or
+/// udp one, whose lines are about connections, not requests). Every
+/// problem is reported.
+pub fn build(a: &AccessLogFile, base: &Path, what: &str, l4: bool) -> Result<Config, Vec<Problem>> {
     let mut problems: Vec<Problem> = Vec::new();
-    let format = match &a.format {
-        None => Format::Combined,
+    let parsed = match &a.format {
+        None => None,
         Some(f) => match format::parse(f.get_ref()) {
-            Ok(f) => f,
+            Ok(f) => Some(f),
             Err((i, msg)) => {
                 problems.push((inside(f, i), format!("{what}: {msg}")));
-                Format::Combined
+                None
             }
         },
+    };
+    let at = a.format.as_ref().map_or(0..0, |f| f.span());
+    let format = if l4 {
+        l4::check(parsed).unwrap_or_else(|msg| {
+            problems.push((at, format!("{what}: {msg}")));
+            Format::Json
+        })
+    } else {
+        let f = parsed.unwrap_or(Format::Combined);
+        if let Format::Template(pieces) = &f {
+            let l4_only = pieces.iter().find_map(|p| match p {
+                Piece::Var(v @ (Var::Transport | Var::End)) => Some(format::name_of(*v)),
+                _ => None,
+            });
+            if let Some(name) = l4_only {
+                problems.push((
+                    at,
+                    format!("{what}: access_log.format: ${name} is about L4 connections (tcp and udp vservers)"),
+                ));
+            }
+        }
+        f
     };
     let mut tgt = match &a.to {
         None => Some(Target::Stdout),
@@ -309,7 +350,7 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, Vec<Problem>> {
         let m: AccessLogFile = toml::from_str(text).expect("model");
-        build(&m, Path::new("/tmp"), "vserver \"v\"")
+        build(&m, Path::new("/tmp"), "vserver \"v\"", false)
     }
 
     #[test]

@@ -1015,7 +1015,8 @@ fn build_vserver(
         .map(|c| build_compression(cx, c, &what));
     let cache = v.cache.as_ref().map(|c| build_cache(cx, c, &what, &name));
     let access_log = v.access_log.as_ref().and_then(|a| {
-        match crate::accesslog::build(a, &cx.pos.base_dir(), &what) {
+        let l4 = v.protocol != model::Protocol::Http;
+        match crate::accesslog::build(a, &cx.pos.base_dir(), &what, l4) {
             Ok(c) => Some(Arc::new(c)),
             Err(problems) => {
                 for (at, msg) in problems {
@@ -1064,7 +1065,6 @@ fn build_vserver(
             (v.cache.is_some(), "cache"),
             (v.waf.is_some(), "waf"),
             (v.h2c.is_some() || v.h2c_only.is_some(), "h2c"),
-            (v.access_log.is_some(), "access_log"),
             (
                 !v.request_headers.set.is_empty()
                     || !v.request_headers.add.is_empty()

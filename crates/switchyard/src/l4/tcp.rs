@@ -15,15 +15,16 @@
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use socket2::SockRef;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
-use super::relay::{self, End, Meter};
+use super::relay::{self, End, Meter, Moved};
 use super::Lease;
 use super::{client_hello, proxy_protocol};
+use crate::accesslog::{self, l4::End as LogEnd, TlsInfo};
 use crate::balance::persist::source_ip_hash;
 use crate::balance::Tried;
 use crate::config::l4::{AcceptProxy, ProxyVersion, SourceAddress};
@@ -33,7 +34,8 @@ use crate::log;
 use crate::source;
 use crate::stats::{self, MemberCounters, Sharded, VsCounters};
 
-/// Runs one accepted connection of a `tcp` vserver.
+/// Runs one accepted connection of a `tcp` vserver, and writes its access
+/// log line when the vserver has one.
 /// `guard` is held until the connection ends (the worker's connection
 /// gauges).
 pub async fn serve<G>(
@@ -45,13 +47,93 @@ pub async fn serve<G>(
     guard: G,
 ) {
     let _guard = guard;
+    let mut facts = Facts::new(peer);
+    relay_connection(stream, listen, &snap, &vs, &mut facts).await;
+    if let Some(log) = &vs.access_log {
+        log.write_l4(&facts.entry(&vs));
+    }
+}
+
+/// What the access log line of a connection shows, gathered on its way.
+struct Facts {
+    started: Instant,
+    /// The client: the peer, or the address its trusted PROXY header gave.
+    client: SocketAddr,
+    pool: Option<Arc<Pool>>,
+    member: Option<SocketAddr>,
+    retries: u32,
+    tls: Option<TlsInfo>,
+    connect_us: Option<u32>,
+    moved: Moved,
+    end: LogEnd,
+}
+
+impl Facts {
+    fn new(peer: SocketAddr) -> Facts {
+        Facts {
+            started: Instant::now(),
+            client: peer,
+            pool: None,
+            member: None,
+            retries: 0,
+            tls: None,
+            connect_us: None,
+            moved: Moved::default(),
+            end: LogEnd::Refused,
+        }
+    }
+
+    fn entry<'a>(&'a self, vs: &'a VServer) -> accesslog::l4::Entry<'a> {
+        let total_us = self.started.elapsed().as_micros() as u64;
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        accesslog::l4::Entry {
+            time_us: now_us.saturating_sub(total_us),
+            client: self.client,
+            vserver: &vs.name,
+            transport: "tcp",
+            pool: self.pool.as_deref().map(|p| p.name.as_str()),
+            member: self.member,
+            retries: self.retries,
+            tls: self.tls,
+            connect_us: self.connect_us,
+            total_us,
+            bytes_received: self.moved.up,
+            bytes_sent: self.moved.down,
+            end: self.end,
+        }
+    }
+
+    /// Records how the relay ended.
+    fn relayed(&mut self, end: &End, first: usize) {
+        let (moved, how) = match end {
+            End::Done(m) => (m, LogEnd::Done),
+            End::Idle(m) => (m, LogEnd::Idle),
+            End::Failed(m, _) => (m, LogEnd::Reset),
+        };
+        self.moved = Moved {
+            up: moved.up + first as u64,
+            down: moved.down,
+        };
+        self.end = how;
+    }
+}
+
+async fn relay_connection(
+    stream: TcpStream,
+    listen: SocketAddr,
+    snap: &Snapshot,
+    vs: &Arc<VServer>,
+    facts: &mut Facts,
+) {
     let Some(l4) = vs.l4.clone() else { return };
-    let mut client = peer;
+    let peer = facts.client;
     let mut trusted_header = false;
     if let Some(ap) = &vs.accept_proxy {
         if ap.trusts(peer.ip()) {
             match read_proxy_header(&stream, ap).await {
-                Ok(Some(addr)) => client = addr,
+                Ok(Some(addr)) => facts.client = addr,
                 Ok(None) => {}
                 Err(e) => {
                     stats::inc(&vs.counters.local().bad_requests);
@@ -65,6 +147,7 @@ pub async fn serve<G>(
             trusted_header = true;
         }
     }
+    let client = facts.client;
     // A PROXY header from a source the vserver does not trust would be
     // relayed to members that may believe it: refuse it.
     let refuse_proxy_prefix = vs.accept_proxy.is_some() && !trusted_header;
@@ -76,19 +159,25 @@ pub async fn serve<G>(
             Ok(Ok(s)) => s,
             _ => {
                 stats::inc(&vs.counters.local().tls_handshake_failures);
+                facts.end = LogEnd::TlsFailed;
                 return;
             }
         };
         stats::inc(&vs.counters.local().tls_handshakes);
+        let handshake_us = facts.started.elapsed().as_micros() as u32;
+        facts.tls = Some(TlsInfo::of(tls_stream.get_ref().1, handshake_us));
         let Some(pool) = vs.default_pool.clone() else {
+            facts.end = LogEnd::NoMember;
             return;
         };
-        let Some(up) = connect(&snap, &vs, &pool, client, listen, &[]).await else {
+        facts.pool = Some(pool.clone());
+        let Some(up) = connect(snap, vs, &pool, (client, listen), &[], facts).await else {
             return;
         };
         let meter = Counters::new(&vs.counters, &pool.members[up.index].counters);
         let end = relay::streams(tls_stream, up.stream, ms(l4.idle_timeout_ms), &meter).await;
-        finish(&vs, &pool, &pool.members[up.index], end);
+        facts.relayed(&end, 0);
+        finish(vs, &pool, &pool.members[up.index], end);
         return;
     }
 
@@ -117,9 +206,11 @@ pub async fn serve<G>(
     };
     let Some(pool) = pool else {
         stats::inc(&vs.counters.local().no_pool);
+        facts.end = LogEnd::NoMember;
         return;
     };
-    let Some(up) = connect(&snap, &vs, &pool, client, listen, &first).await else {
+    facts.pool = Some(pool.clone());
+    let Some(up) = connect(snap, vs, &pool, (client, listen), &first, facts).await else {
         return;
     };
     let m = pool.members[up.index].clone();
@@ -136,7 +227,14 @@ pub async fn serve<G>(
         &meter,
     )
     .await;
-    finish(&vs, &pool, &m, end);
+    facts.relayed(&end, first.len());
+    if let End::Failed(_, e) = &end {
+        if e.kind() == std::io::ErrorKind::PermissionDenied {
+            // The untrusted PROXY prefix (relay::tcp's refusal).
+            facts.end = LogEnd::Refused;
+        }
+    }
+    finish(vs, &pool, &m, end);
 }
 
 fn ms(n: u64) -> Duration {
@@ -289,14 +387,17 @@ pub(super) fn source_hash(pool: &Pool, client: IpAddr) -> Option<u64> {
 
 /// Picks and connects a member, trying others when a connect fails (up to
 /// `limits.retries` more); sends the pool's PROXY header and `first`.
+/// The member, the retries and the connect time go into `facts`; a
+/// failure leaves `facts.end` saying so.
 async fn connect(
     snap: &Snapshot,
     vs: &VServer,
     pool: &Pool,
-    client: SocketAddr,
-    listen: SocketAddr,
+    (client, listen): (SocketAddr, SocketAddr),
     first: &[u8],
+    facts: &mut Facts,
 ) -> Option<Upstream> {
+    facts.end = LogEnd::NoMember;
     let pc = pool.counters.local();
     stats::inc(&pc.requests);
     let hash = source_hash(pool, client.ip());
@@ -317,6 +418,7 @@ async fn connect(
         if attempts > 0 {
             stats::inc(&pc.retries);
         }
+        facts.retries = attempts;
         attempts += 1;
         tried.add(i);
         let m = &pool.members[i];
@@ -326,6 +428,8 @@ async fn connect(
             Ok(mut s) => {
                 passive::record(pool, m, false);
                 stats::inc(&mc.requests);
+                facts.member = Some(m.addr);
+                facts.connect_us = Some(facts.started.elapsed().as_micros() as u32);
                 let header = match pool.proxy_protocol {
                     None => Vec::new(),
                     Some(ProxyVersion::V1) => proxy_protocol::encode_v1(client, listen),
@@ -337,6 +441,7 @@ async fn connect(
                 pre.extend_from_slice(first);
                 if !pre.is_empty() && s.write_all(&pre).await.is_err() {
                     stats::inc(&mc.resets);
+                    facts.end = LogEnd::Reset;
                     return None;
                 }
                 return Some(Upstream {

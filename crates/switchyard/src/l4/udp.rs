@@ -33,6 +33,7 @@ use tokio::sync::Notify;
 use super::dgram::{self, register_readable, RecvBatch, SendQueue};
 use super::proxy_protocol;
 use super::Lease;
+use crate::accesslog;
 use crate::balance::Tried;
 use crate::clock::now_ms;
 use crate::config::l4::{ProxyVersion, SourceAddress};
@@ -56,6 +57,13 @@ struct Session {
     closed: Cell<bool>,
     /// Wakes the reply tasks when the session ends (no timer per datagram).
     ended: Notify,
+    /// For the access log line: when the session began (µs since the
+    /// epoch), the first member it used, the bytes from the client relayed
+    /// to members and those of the replies.
+    began_us: u64,
+    first_member: Cell<Option<SocketAddr>>,
+    bytes_up: Cell<u64>,
+    bytes_down: Cell<u64>,
 }
 
 /// A socket connected to a member, for one client.
@@ -252,10 +260,13 @@ fn forward(
         let Some(link) = link_for(vs, listener, &session, &pool, client, false) else {
             return 0;
         };
-        return send_to_member(vs, &pool, &link, datagrams);
+        let sent = send_to_member(vs, &pool, &link, datagrams);
+        session.count_up(&datagrams[..sent]);
+        return sent;
     }
     let mut relayed = 0;
     for &d in datagrams {
+        let from_client = d;
         let Some(link) = link_for(vs, listener, &session, &pool, client, l4.per_datagram) else {
             continue;
         };
@@ -269,7 +280,9 @@ fn forward(
         } else {
             d
         };
-        relayed += send_to_member(vs, &pool, &link, &[d]);
+        let sent = send_to_member(vs, &pool, &link, &[d]);
+        session.count_up(&[from_client][..sent]);
+        relayed += sent;
     }
     relayed
 }
@@ -295,6 +308,12 @@ fn session_for(
         last: Cell::new(now_ms()),
         closed: Cell::new(false),
         ended: Notify::new(),
+        began_us: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64),
+        first_member: Cell::new(None),
+        bytes_up: Cell::new(0),
+        bytes_down: Cell::new(0),
     });
     table.borrow_mut().insert(client, s.clone());
     let vc = vs.counters.local();
@@ -335,6 +354,9 @@ fn link_for(
         pick(pool, client, Tried::default(), false)?
     };
     let l = Rc::new(open(pool, i, client.ip())?);
+    if session.first_member.get().is_none() {
+        session.first_member.set(Some(pool.members[i].addr));
+    }
     session.links.borrow_mut().push(l.clone());
     tokio::task::spawn_local(replies(
         listener.clone(),
@@ -393,6 +415,38 @@ async fn expire(table: Table, client: SocketAddr, s: Rc<Session>, vs: Arc<VServe
         t.remove(&client);
     }
     stats::dec(&vs.counters.local().udp_sessions_active);
+    if let Some(log) = &vs.access_log {
+        log.write_l4(&s.entry(client, &vs));
+    }
+}
+
+impl Session {
+    fn count_up(&self, sent: &[&[u8]]) {
+        let n: usize = sent.iter().map(|d| d.len()).sum();
+        self.bytes_up.set(self.bytes_up.get() + n as u64);
+    }
+
+    /// The access log line of the session, which ended now (idle).
+    fn entry<'a>(&self, client: SocketAddr, vs: &'a VServer) -> accesslog::l4::Entry<'a> {
+        let now_us = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros() as u64);
+        accesslog::l4::Entry {
+            time_us: self.began_us,
+            client,
+            vserver: &vs.name,
+            transport: "udp",
+            pool: vs.default_pool.as_deref().map(|p| p.name.as_str()),
+            member: self.first_member.get(),
+            retries: 0,
+            tls: None,
+            connect_us: None,
+            total_us: now_us.saturating_sub(self.began_us),
+            bytes_received: self.bytes_up.get(),
+            bytes_sent: self.bytes_down.get(),
+            end: accesslog::l4::End::Idle,
+        }
+    }
 }
 
 /// Queues a member's replies on `link` for `client` until the session
@@ -454,6 +508,7 @@ async fn replies(
             }
         });
         stats::add(&m.counters.local().bytes_in, bytes);
+        s.bytes_down.set(s.bytes_down.get() + bytes);
         listener.queued.notify_one();
     }
 }
