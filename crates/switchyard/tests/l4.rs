@@ -784,3 +784,115 @@ fn member_death_mid_connection_closes_the_relay() {
         sy.member_stats("p", maddr)
     );
 }
+
+/// A TLS member that echoes every byte until its peer's EOF; records, per
+/// connection, the ALPN protocol agreed (it offers "http/1.1": a client
+/// that asks for none agrees on none).
+fn tls_echo(
+    cert: &std::path::Path,
+    key: &std::path::Path,
+) -> (SocketAddr, mpsc::Receiver<Option<Vec<u8>>>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(cert)
+        .expect("cert")
+        .map(|c| c.expect("cert"))
+        .collect();
+    let key = PrivateKeyDer::from_pem_file(key).expect("key");
+    let mut cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_no_client_auth()
+    .with_single_cert(chain, key)
+    .expect("cert and key");
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let cfg = Arc::new(cfg);
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(s) = s else { return };
+            let (cfg, tx) = (cfg.clone(), tx.clone());
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let conn = rustls::ServerConnection::new(cfg).expect("conn");
+                let mut tls = rustls::StreamOwned::new(conn, s);
+                let mut buf = [0u8; 16 * 1024];
+                let mut told = false;
+                loop {
+                    let n = match tls.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => n,
+                    };
+                    if !std::mem::replace(&mut told, true) {
+                        let _ = tx.send(tls.conn.alpn_protocol().map(<[u8]>::to_vec));
+                    }
+                    if tls.write_all(&buf[..n]).and_then(|_| tls.flush()).is_err() {
+                        return;
+                    }
+                }
+                tls.conn.send_close_notify();
+                let _ = tls.flush();
+                let _ = tls.sock.shutdown(Shutdown::Write);
+            });
+        }
+    });
+    (addr, rx)
+}
+
+/// `[pool.tls]` on a tcp vserver: the relay carries the client's plain
+/// bytes inside its own TLS session to the member, verified against the
+/// pool's CA and without ALPN; a member whose certificate does not verify
+/// is a failed connect, counted, and the next member is tried.
+#[test]
+fn tls_to_members_of_a_tcp_vserver() {
+    let pki = Pki::new("l4up");
+    let good = pki.member("good");
+    let rogue = pki.self_signed("rogue");
+    let (good_addr, alpn) = tls_echo(&good.0, &good.1);
+    let (rogue_addr, _) = tls_echo(&rogue.0, &rogue.1);
+    let l = free_addr();
+    let cfg = tcp_config(
+        l,
+        &[rogue_addr, good_addr],
+        "idle_timeout = \"2s\"",
+        &format!(
+            "algorithm = \"round-robin\"\n[pool.tls]\nca = \"{}\"",
+            pki.ca().display()
+        ),
+    )
+    .replace(
+        "[global]\nworkers = 1\n",
+        "[global]\nworkers = 1\n[limits]\nretries = 1\n",
+    );
+    let sy = Switchyard::start(&cfg, &[l]);
+    for i in 0..4 {
+        let mut s = TcpStream::connect(l).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let msg = format!("hello {i} over TLS to the member\n");
+        s.write_all(msg.as_bytes()).expect("write");
+        s.shutdown(Shutdown::Write).expect("shutdown");
+        let mut back = String::new();
+        s.read_to_string(&mut back).expect("read");
+        assert_eq!(back, msg, "connection {i}\n{}", sy.log());
+        assert_eq!(
+            alpn.recv_timeout(Duration::from_secs(2))
+                .expect("a handshake"),
+            None,
+            "the relay offered ALPN"
+        );
+    }
+    let rogue_stats = sy.member_stats("p", rogue_addr);
+    assert!(
+        rogue_stats["tls_handshake_failures"].as_u64() >= Some(1),
+        "{rogue_stats}"
+    );
+    assert!(
+        rogue_stats["connect_failures"].as_u64() >= Some(1),
+        "{rogue_stats}"
+    );
+}

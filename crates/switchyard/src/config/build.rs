@@ -1523,6 +1523,64 @@ address = "127.0.0.1:9002"
     }
 
     #[test]
+    fn l4_vservers_refuse_what_only_http_or_the_other_transport_does() {
+        let cfg = |proto: &str, vs_extra: &str, pool_extra: &str| {
+            format!(
+                "[[vserver]]\nname = \"v\"\nlisten = [\"127.0.0.1:1\"]\nprotocol = \"{proto}\"\ndefault_pool = \"p\"\n{vs_extra}\n[[pool]]\nname = \"p\"\n{pool_extra}\n[[pool.member]]\naddress = \"127.0.0.1:2\"\n"
+            )
+        };
+        let refused = [
+            cfg("tcp", "[vserver.l4]\nper_datagram = true", ""),
+            cfg("tcp", "[vserver.l4]\nmax_sessions = 10", ""),
+            cfg("udp", "[vserver.l4]\nzero_copy = \"copy\"", ""),
+            cfg("udp", "[vserver.l4]\nclient_hello_timeout = \"1s\"", ""),
+            cfg("udp", "[vserver.socket]\nnodelay = true", ""),
+            cfg("udp", "", "proxy_protocol = \"v1\""),
+            cfg("udp", "", "[pool.tls]\nverify = false"),
+            cfg("tcp", "", "protocol = \"h2\""),
+            cfg(
+                "udp",
+                "",
+                "persistence = { type = \"cookie\", cookie = \"S\" }",
+            ),
+            cfg(
+                "tcp",
+                "",
+                "algorithm = \"consistent-hash\"\nhash_key = \"header:x-user\"",
+            ),
+            cfg(
+                "tcp",
+                "[[vserver.sni_route]]\nnames = [\"a.test\"]\npool = \"p\"",
+                "[pool.tls]\nverify = false",
+            ),
+        ];
+        let says = [
+            "[vserver.l4] per_datagram is for udp vservers",
+            "[vserver.l4] max_sessions is for udp vservers",
+            "[vserver.l4] zero_copy is for tcp vservers",
+            "[vserver.l4] client_hello_timeout is for tcp vservers",
+            "[vserver.socket] nodelay is a TCP option",
+            "sends PROXY v1, a text header for streams",
+            "a udp vserver has no TLS (no DTLS)",
+            "protocol = \"h2\", which is what HTTP members speak",
+            "persists by cookie, which needs HTTP",
+            "hashes a part of an HTTP request",
+            "TLS inside TLS",
+        ];
+        for (c, want) in refused.iter().zip(says) {
+            let e = parse("t.toml", c, None).unwrap_err();
+            assert!(e.to_string().contains(want), "{want}: {e}");
+        }
+        // What they may have.
+        for ok in [
+            cfg("udp", "[vserver.l4]\nper_datagram = true\n[vserver.socket]\nfreebind = true", "proxy_protocol = \"v2\""),
+            cfg("tcp", "[vserver.l4]\nzero_copy = \"copy\"", "algorithm = \"consistent-hash\"\nhash_key = \"source-ip\"\n[pool.tls]\nverify = false"),
+        ] {
+            assert!(parse("t.toml", &ok, None).is_ok(), "{ok}");
+        }
+    }
+
+    #[test]
     fn bad_algorithm_lists_allowed() {
         let bad = GOOD.replace("consistent-hash", "rr");
         let e = parse("t.toml", &bad, None).unwrap_err();

@@ -239,9 +239,70 @@ pub fn build(
     }
     if udp && (!sni.is_empty() || v.tls.is_some()) {
         problems.push((
-            span,
+            span.clone(),
             format!("{what}: a udp vserver has no TLS (no tls, no sni_route)"),
         ));
+    }
+    let mut used: Vec<&Arc<Pool>> = v
+        .default_pool
+        .as_ref()
+        .and_then(|n| pools.get(n.get_ref()))
+        .into_iter()
+        .collect();
+    used.extend(sni.exact.values().chain(sni.wildcard.values()));
+    check_l4_pools(&what, udp, !sni.is_empty(), &used, span.clone(), problems);
+    let only = |set: bool, key: &str, kind: &str, problems: &mut Vec<Problem>| {
+        if set {
+            problems.push((
+                span.clone(),
+                format!("{what}: [vserver.l4] {key} is for {kind} vservers"),
+            ));
+        }
+    };
+    if udp {
+        only(
+            l4.is_some_and(|l| l.zero_copy.is_some()),
+            "zero_copy",
+            "tcp",
+            problems,
+        );
+        only(
+            l4.is_some_and(|l| l.client_hello_timeout.is_some()),
+            "client_hello_timeout",
+            "tcp",
+            problems,
+        );
+        if let Some(s) = &v.socket {
+            let tcp_only = [
+                (s.backlog.is_some(), "backlog"),
+                (s.keepalive.is_some(), "keepalive"),
+                (s.fast_open.is_some(), "fast_open"),
+                (s.defer_accept.is_some(), "defer_accept"),
+                (s.nodelay.is_some(), "nodelay"),
+                (s.smart_accept.is_some(), "smart_accept"),
+            ];
+            for (set, key) in tcp_only {
+                if set {
+                    problems.push((
+                        span.clone(),
+                        format!("{what}: [vserver.socket] {key} is a TCP option; a udp vserver has only freebind"),
+                    ));
+                }
+            }
+        }
+    } else {
+        only(
+            l4.is_some_and(|l| l.per_datagram.is_some()),
+            "per_datagram",
+            "udp",
+            problems,
+        );
+        only(
+            l4.is_some_and(|l| l.max_sessions.is_some()),
+            "max_sessions",
+            "udp",
+            problems,
+        );
     }
     let default_idle = if udp { 30_000 } else { 600_000 };
     Some(L4Settings {
@@ -258,6 +319,55 @@ pub fn build(
         max_sessions,
         per_datagram: l4.and_then(|l| l.per_datagram).unwrap_or(false),
     })
+}
+
+/// What the pools of an L4 vserver may not ask for: anything that needs
+/// HTTP (h2 members, cookie persistence, a hash of a request's parts);
+/// for udp, TLS and text PROXY headers; TLS to members of a vserver that
+/// passes the client's TLS through (`passthrough`: it would wrap TLS in
+/// TLS).
+fn check_l4_pools(
+    what: &str,
+    udp: bool,
+    passthrough: bool,
+    used: &[&Arc<Pool>],
+    span: Range<usize>,
+    problems: &mut Vec<Problem>,
+) {
+    use crate::balance::persist::{HashKey, Persist};
+    let kind = if udp { "udp" } else { "tcp" };
+    for p in used {
+        let name = &p.name;
+        let mut refuse =
+            |why: String| problems.push((span.clone(), format!("{what}: pool {name:?} {why}")));
+        if p.protocol == model::UpstreamProtocol::H2 {
+            refuse(format!("has protocol = \"h2\", which is what HTTP members speak; a {kind} vserver relays bytes"));
+        }
+        if matches!(p.persistence, Some(Persist::Cookie(_))) {
+            refuse(format!(
+                "persists by cookie, which needs HTTP; a {kind} vserver can persist by source-ip"
+            ));
+        }
+        if matches!(
+            p.hash_key,
+            Some(HashKey::Uri | HashKey::Header(_) | HashKey::Cookie(_))
+        ) {
+            refuse(format!(
+                "hashes a part of an HTTP request; a {kind} vserver can hash source-ip"
+            ));
+        }
+        if udp && p.tls.is_some() {
+            refuse("has [pool.tls]; a udp vserver has no TLS (no DTLS)".to_string());
+        }
+        if udp && p.proxy_protocol == Some(ProxyVersion::V1) {
+            refuse(
+                "sends PROXY v1, a text header for streams; a udp vserver sends \"v2\"".to_string(),
+            );
+        }
+        if !udp && passthrough && p.tls.is_some() {
+            refuse("has [pool.tls], but sni_route passes the client's TLS through untouched: TLS inside TLS".to_string());
+        }
+    }
 }
 
 pub fn accept_proxy(v: &model::VServer) -> Option<AcceptProxy> {

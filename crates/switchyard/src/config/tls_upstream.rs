@@ -248,10 +248,14 @@ pub fn build(
     config.resumption = Resumption::store(Arc::new(ClientSessionMemoryCache::new(SESSION_CACHE)));
     let mut config_h2 = config.clone();
     config_h2.alpn_protocols = vec![b"h2".to_vec()];
+    // A tcp vserver's relay does not know the protocol inside: no ALPN.
+    let mut config_l4 = config.clone();
+    config_l4.alpn_protocols = Vec::new();
     Ok(Built {
         tls: Arc::new(UpstreamTls {
             config: Arc::new(config),
             config_h2: Arc::new(config_h2),
+            config_l4: Arc::new(config_l4),
             sni,
             verify,
             fingerprint,

@@ -155,10 +155,7 @@ async fn direction(
             };
             if refuse_proxy_prefix {
                 if looks_like_proxy_header(&buf[..n]) {
-                    return Err(io::Error::new(
-                        io::ErrorKind::PermissionDenied,
-                        "a PROXY protocol header from a source not trusted to send one",
-                    ));
+                    return Err(untrusted_proxy_header());
                 }
                 refuse_proxy_prefix = false;
             }
@@ -216,6 +213,13 @@ pub(crate) fn read_draining(src: &TcpStream, buf: &mut impl bytes::BufMut) -> io
         (None, Err(e)) => Err(e),
         (None, Ok(())) => Err(io::ErrorKind::WouldBlock.into()),
     }
+}
+
+fn untrusted_proxy_header() -> io::Error {
+    io::Error::new(
+        io::ErrorKind::PermissionDenied,
+        "a PROXY protocol header from a source not trusted to send one",
+    )
 }
 
 /// The start of a v1 or v2 PROXY header (as far as `b` goes).
@@ -350,9 +354,16 @@ async fn splice_until_eof(
     }
 }
 
-/// Relays between any two streams (a TLS-terminated client and a member):
-/// a copy each way, with the same half-close and idle rules.
-pub async fn streams<A, B>(a: A, b: B, idle: Duration, meter: &impl Meter) -> End
+/// Relays between any two streams (a TLS-terminated client, a TLS
+/// member): a copy each way, with the same half-close and idle rules.
+/// `refuse_proxy_prefix`: as for `tcp`, on `a`'s first bytes.
+pub async fn streams<A, B>(
+    a: A,
+    b: B,
+    idle: Duration,
+    refuse_proxy_prefix: bool,
+    meter: &impl Meter,
+) -> End
 where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
@@ -367,10 +378,10 @@ where
         down: down.get(),
     };
     async fn copy<R: AsyncRead + Unpin, W: AsyncWrite + Unpin>(
-        r: &mut R,
-        w: &mut W,
+        (r, w): (&mut R, &mut W),
         activity: &Cell<u64>,
         total: &Cell<u64>,
+        mut refuse_proxy_prefix: bool,
         count: impl Fn(u64),
     ) -> io::Result<()> {
         let mut buf = vec![0u8; BUF];
@@ -378,6 +389,9 @@ where
             let n = r.read(&mut buf).await?;
             if n == 0 {
                 break;
+            }
+            if std::mem::take(&mut refuse_proxy_prefix) && looks_like_proxy_header(&buf[..n]) {
+                return Err(untrusted_proxy_header());
             }
             w.write_all(&buf[..n]).await?;
             w.flush().await?;
@@ -389,8 +403,16 @@ where
         let _ = w.shutdown().await;
         Ok(())
     }
-    let x = copy(&mut ar, &mut bw, &activity, &up, |n| meter.up(n));
-    let y = copy(&mut br, &mut aw, &activity, &down, |n| meter.down(n));
+    let x = copy(
+        (&mut ar, &mut bw),
+        &activity,
+        &up,
+        refuse_proxy_prefix,
+        |n| meter.up(n),
+    );
+    let y = copy((&mut br, &mut aw), &activity, &down, false, |n| {
+        meter.down(n)
+    });
     let both = async { tokio::try_join!(x, y) };
     tokio::select! {
         r = both => match r {

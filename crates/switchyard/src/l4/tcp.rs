@@ -22,6 +22,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
 use super::relay::{self, End, Meter, Moved};
+use super::upstream::{self, MemberStream};
 use super::Lease;
 use super::{client_hello, proxy_protocol};
 use crate::accesslog::{self, l4::End as LogEnd, TlsInfo};
@@ -175,7 +176,8 @@ async fn relay_connection(
             return;
         };
         let meter = Counters::new(&vs.counters, &pool.members[up.index].counters);
-        let end = relay::streams(tls_stream, up.stream, ms(l4.idle_timeout_ms), &meter).await;
+        let end =
+            relay::streams(tls_stream, up.stream, ms(l4.idle_timeout_ms), false, &meter).await;
         facts.relayed(&end, 0);
         finish(vs, &pool, &pool.members[up.index], end);
         return;
@@ -218,15 +220,22 @@ async fn relay_connection(
     if !first.is_empty() {
         meter.up(first.len() as u64);
     }
-    let end = relay::tcp(
-        &stream,
-        &up.stream,
-        l4.zero_copy,
-        ms(l4.idle_timeout_ms),
-        refuse_proxy_prefix,
-        &meter,
-    )
-    .await;
+    let idle = ms(l4.idle_timeout_ms);
+    let end = match up.stream {
+        MemberStream::Plain(ref member) => {
+            relay::tcp(
+                &stream,
+                member,
+                l4.zero_copy,
+                idle,
+                refuse_proxy_prefix,
+                &meter,
+            )
+            .await
+        }
+        // TLS to the member: a copy each way through its session.
+        tls => relay::streams(stream, tls, idle, refuse_proxy_prefix, &meter).await,
+    };
     facts.relayed(&end, first.len());
     if let End::Failed(_, e) = &end {
         if e.kind() == std::io::ErrorKind::PermissionDenied {
@@ -373,7 +382,7 @@ async fn read_client_hello(
 
 /// A connection to a member, counted as in flight and active while held.
 pub struct Upstream {
-    pub stream: TcpStream,
+    pub stream: MemberStream,
     pub index: usize,
     _lease: Lease,
 }
@@ -424,22 +433,21 @@ async fn connect(
         let m = &pool.members[i];
         let lease = Lease::new(m);
         let mc = m.counters.local();
-        match open(m, pool, client.ip(), snap.settings.upstream_connect_ms).await {
+        let header = match pool.proxy_protocol {
+            None => Vec::new(),
+            Some(ProxyVersion::V1) => proxy_protocol::encode_v1(client, listen),
+            Some(ProxyVersion::V2) => {
+                proxy_protocol::encode_v2(client, listen, proxy_protocol::Transport::Stream)
+            }
+        };
+        let timeout_ms = snap.settings.upstream_connect_ms;
+        match open(m, pool, (client.ip(), &header), timeout_ms).await {
             Ok(mut s) => {
                 passive::record(pool, m, false);
                 stats::inc(&mc.requests);
                 facts.member = Some(m.addr);
                 facts.connect_us = Some(facts.started.elapsed().as_micros() as u32);
-                let header = match pool.proxy_protocol {
-                    None => Vec::new(),
-                    Some(ProxyVersion::V1) => proxy_protocol::encode_v1(client, listen),
-                    Some(ProxyVersion::V2) => {
-                        proxy_protocol::encode_v2(client, listen, proxy_protocol::Transport::Stream)
-                    }
-                };
-                let mut pre = header;
-                pre.extend_from_slice(first);
-                if !pre.is_empty() && s.write_all(&pre).await.is_err() {
+                if !first.is_empty() && write_first(&mut s, first).await.is_err() {
                     stats::inc(&mc.resets);
                     facts.end = LogEnd::Reset;
                     return None;
@@ -482,16 +490,19 @@ async fn connect(
 enum Failed {
     /// The source address could not be set up (no IP_TRANSPARENT right).
     Source(std::io::Error),
+    /// The connect, the PROXY header's write or the TLS handshake.
     Connect(std::io::Error),
 }
 
-/// A TCP connection to `m`, from where the pool's `source_address` says.
+/// A connection to `m` from where the pool's `source_address` says, with
+/// the pool's PROXY `header` sent first (outside TLS, as HAProxy sends
+/// it), then TLS when the pool has `[pool.tls]`; all within `timeout_ms`.
 async fn open(
     m: &Member,
     pool: &Pool,
-    client: IpAddr,
+    (client, header): (IpAddr, &[u8]),
     timeout_ms: u64,
-) -> Result<TcpStream, Failed> {
+) -> Result<MemberStream, Failed> {
     let sock = if m.addr.is_ipv4() {
         TcpSocket::new_v4()
     } else {
@@ -503,11 +514,34 @@ async fn open(
         source::bind(SockRef::from(&sock), ip, transparent, true).map_err(Failed::Source)?;
     }
     let _ = sock.set_nodelay(true);
-    match tokio::time::timeout(ms(timeout_ms), sock.connect(m.addr)).await {
-        Ok(r) => r.map_err(Failed::Connect),
-        Err(_) => Err(Failed::Connect(std::io::Error::new(
+    let deadline = tokio::time::Instant::now() + ms(timeout_ms);
+    let late = || {
+        Failed::Connect(std::io::Error::new(
             std::io::ErrorKind::TimedOut,
             format!("no connection within {timeout_ms} ms"),
-        ))),
+        ))
+    };
+    let mut s = match tokio::time::timeout_at(deadline, sock.connect(m.addr)).await {
+        Ok(r) => r.map_err(Failed::Connect)?,
+        Err(_) => return Err(late()),
+    };
+    if !header.is_empty() {
+        s.write_all(header).await.map_err(Failed::Connect)?;
     }
+    let Some(tls) = &pool.tls else {
+        return Ok(MemberStream::Plain(s));
+    };
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    upstream::tls_handshake(tls, m.addr, s, left)
+        .await
+        .map_err(|why| {
+            stats::inc(&m.counters.local().tls_handshake_failures);
+            Failed::Connect(std::io::Error::other(why))
+        })
+}
+
+/// The bytes read before the member was chosen (a ClientHello).
+async fn write_first(s: &mut MemberStream, first: &[u8]) -> std::io::Result<()> {
+    s.write_all(first).await?;
+    s.flush().await
 }

@@ -35,6 +35,9 @@ pub struct UpstreamTls {
     /// The same, offering only "h2" by ALPN: for pools with `protocol = "h2"`
     /// (the session cache is shared).
     pub config_h2: Arc<ClientConfig>,
+    /// The same without ALPN: for the relays of tcp vservers, which do not
+    /// know what protocol they carry.
+    pub config_l4: Arc<ClientConfig>,
     /// The configured `sni`; `None`: the member's address is the name.
     pub(crate) sni: Option<ServerName<'static>>,
     pub verify: bool,
