@@ -1087,6 +1087,22 @@ fn build_vserver(
                 ));
             }
         }
+        for lim in &v.limit {
+            let lname = lim.name.get_ref();
+            let refuse = |why: &str| {
+                (
+                    lim.name.span(),
+                    format!("vserver {name:?} limit {lname:?}: {why}"),
+                )
+            };
+            if v.protocol == model::Protocol::Udp {
+                problems.push(refuse("a udp vserver has no connections or requests to limit; per-source datagram floods are the shield's ([shield] ddos, acl)"));
+            } else if lim.req_rate.is_some()
+                || lim.key.as_ref().is_some_and(|k| k.get_ref() != "src")
+            {
+                problems.push(refuse("a tcp vserver limits connections per source (conn_cur, conn_rate, key \"src\"); req_rate and keys from requests are HTTP"));
+            }
+        }
         if v.default_pool.is_none() && v.sni_route.is_empty() {
             problems.push((
                 span.clone(),
@@ -1571,10 +1587,31 @@ address = "127.0.0.1:9002"
             let e = parse("t.toml", c, None).unwrap_err();
             assert!(e.to_string().contains(want), "{want}: {e}");
         }
+        for (c, want) in [
+            (
+                cfg(
+                    "udp",
+                    "[[vserver.limit]]\nname = \"l\"\nconn_rate = \"10/1s\"",
+                    "",
+                ),
+                "a udp vserver has no connections or requests to limit",
+            ),
+            (
+                cfg(
+                    "tcp",
+                    "[[vserver.limit]]\nname = \"l\"\nreq_rate = \"10/1s\"",
+                    "",
+                ),
+                "req_rate and keys from requests are HTTP",
+            ),
+        ] {
+            let e = parse("t.toml", &c, None).unwrap_err();
+            assert!(e.to_string().contains(want), "{want}: {e}");
+        }
         // What they may have.
         for ok in [
             cfg("udp", "[vserver.l4]\nper_datagram = true\n[vserver.socket]\nfreebind = true", "proxy_protocol = \"v2\""),
-            cfg("tcp", "[vserver.l4]\nzero_copy = \"copy\"", "algorithm = \"consistent-hash\"\nhash_key = \"source-ip\"\n[pool.tls]\nverify = false"),
+            cfg("tcp", "[vserver.l4]\nzero_copy = \"copy\"\n[[vserver.limit]]\nname = \"l\"\nconn_cur = 5", "algorithm = \"consistent-hash\"\nhash_key = \"source-ip\"\n[pool.tls]\nverify = false"),
         ] {
             assert!(parse("t.toml", &ok, None).is_ok(), "{ok}");
         }
