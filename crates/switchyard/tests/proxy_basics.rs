@@ -190,7 +190,7 @@ fn long_idle_connections_park_and_resume() {
     let l = free_addr();
     let cfg = simple_config(l, &[&o], "").replacen(
         "[global]\n",
-        "[timeouts]\nclient_idle = \"2500ms\"\n[global]\n",
+        "[timeouts]\nclient_idle = \"2500ms\"\nclient_park = \"1s\"\n[global]\n",
         1,
     );
     let mut sy = Switchyard::start(&cfg, &[l]);
@@ -199,6 +199,13 @@ fn long_idle_connections_park_and_resume() {
     // Past the parking threshold (1 s): the connection left its task and
     // must still be served on its next request.
     std::thread::sleep(Duration::from_millis(1600));
+    assert!(
+        eventually(Duration::from_secs(2), || sy.stats()
+            ["client_connections_parked"]
+            == 1),
+        "{}",
+        sy.stats()
+    );
     assert_eq!(c.get("/again").status, 200);
     // Parked connections still time out at client_idle.
     let mut idle = Client::connect(l);
@@ -219,13 +226,36 @@ fn long_idle_connections_park_and_resume() {
     assert_eq!(sy.wait_exit(Duration::from_secs(5)), Some(0));
 }
 
+/// `cfg` with idle keep-alive connections parked after 1 s (default 5 s).
+fn with_park_after_1s(cfg: String) -> String {
+    cfg.replacen(
+        "[global]\n",
+        "[timeouts]\nclient_park = \"1s\"\n[global]\n",
+        1,
+    )
+}
+
+#[test]
+fn a_connection_idle_less_than_client_park_keeps_its_task() {
+    // The default (5 s) leaves a client that comes back every few seconds
+    // in its task: no parking round trip on each of its requests.
+    let o = Origin::start("a");
+    let l = free_addr();
+    let sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    let mut c = Client::connect(l);
+    assert_eq!(c.get("/").status, 200);
+    std::thread::sleep(Duration::from_millis(2500));
+    assert_eq!(sy.stats()["client_connections_parked"], 0);
+    assert_eq!(c.get("/").status, 200);
+}
+
 #[test]
 fn hundreds_of_parked_connections_resume_at_once() {
     // More parked connections than the lot takes per wake-up (256) become
     // readable together: every one is served.
     let o = Origin::start("a");
     let l = free_addr();
-    let _sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    let _sy = Switchyard::start(&with_park_after_1s(simple_config(l, &[&o], "")), &[l]);
     let mut clients: Vec<Client> = (0..600).map(|_| Client::connect(l)).collect();
     for c in &mut clients {
         assert_eq!(c.get("/size/3").status, 200);
@@ -251,7 +281,7 @@ fn parked_connections_resume_with_split_heads_pipelines_and_closes() {
     // send, and a client that closes while parked (counted closed).
     let o = Origin::start("a");
     let l = free_addr();
-    let sy = Switchyard::start(&simple_config(l, &[&o], ""), &[l]);
+    let sy = Switchyard::start(&with_park_after_1s(simple_config(l, &[&o], "")), &[l]);
     let mut split = Client::connect(l);
     let mut piped = Client::connect(l);
     let mut gone = Client::connect(l);

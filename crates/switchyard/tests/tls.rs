@@ -331,12 +331,17 @@ fn idle_tls_connection_parks_and_serves_again_and_pipelines() {
     let site = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
     let o = Origin::start("a");
     let l = free_addr();
-    let _sy = Switchyard::start(
+    let sy = Switchyard::start(
         &tls_config(
             l,
             &o,
             &format!("certificates = [{}]", cert_entry(&site)),
             "",
+        )
+        .replacen(
+            "[global]\n",
+            "[timeouts]\nclient_park = \"1s\"\n[global]\n",
+            1,
         ),
         &[l],
     );
@@ -350,6 +355,13 @@ fn idle_tls_connection_parks_and_serves_again_and_pipelines() {
     );
     // Idle over a second: the connection leaves its task for the parking lot.
     std::thread::sleep(Duration::from_millis(1600));
+    assert!(
+        eventually(Duration::from_secs(2), || sy.stats()
+            ["client_connections_parked"]
+            == 1),
+        "{}",
+        sy.stats()
+    );
     assert_eq!(
         tls_request(&mut s, &get_req("site.test", "/"))
             .expect("r")

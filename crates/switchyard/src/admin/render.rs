@@ -221,9 +221,10 @@ pub fn json(snap: &Snapshot) -> String {
         c.objects, c.bytes, c.max_bytes, c.evictions, c.not_admitted, c.purged
     );
     format!(
-        "{{\"generation\":{},\"client_connections_total\":{},\"server_connections_total\":{},\"multiplexing_ratio\":{:.4},\"cache\":{cache},\"vservers\":[{}],\"pools\":[{}]}}\n",
+        "{{\"generation\":{},\"client_connections_total\":{},\"client_connections_parked\":{},\"server_connections_total\":{},\"multiplexing_ratio\":{:.4},\"cache\":{cache},\"vservers\":[{}],\"pools\":[{}]}}\n",
         snap.generation,
         t.client_total,
+        crate::stats::CLIENTS_PARKED.load(Ordering::Relaxed),
         t.server_total,
         ratio(&t),
         vss.join(","),

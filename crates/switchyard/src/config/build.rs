@@ -447,6 +447,7 @@ fn settings(cx: &mut Ctx, f: &model::File) -> Settings {
         retries: f.limits.retries.unwrap_or(2),
         client_header_ms: ms(t.client_header, 10_000),
         client_idle_ms: ms(t.client_idle, 60_000),
+        client_park_ms: ms(t.client_park, 5_000).max(100),
         client_body_ms: ms(t.client_body, 30_000),
         client_send_ms: ms(t.client_send, 60_000),
         upstream_connect_ms: ms(t.upstream_connect, 3_000),

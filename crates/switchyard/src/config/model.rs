@@ -101,6 +101,10 @@ pub struct Timeouts {
     pub client_header: Option<Millis>,
     /// Time an idle keep-alive client connection is kept open.
     pub client_idle: Option<Millis>,
+    /// Idle this long, a keep-alive client connection leaves its task for
+    /// the worker's parking lot (less memory, a few system calls more when
+    /// its next request comes).
+    pub client_park: Option<Millis>,
     /// Time allowed between two reads of a request body.
     pub client_body: Option<Millis>,
     /// Time a response may wait for a client that stops reading.

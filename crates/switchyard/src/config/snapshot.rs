@@ -91,6 +91,7 @@ pub struct Settings {
     pub retries: u32,
     pub client_header_ms: u64,
     pub client_idle_ms: u64,
+    pub client_park_ms: u64,
     pub client_body_ms: u64,
     pub client_send_ms: u64,
     pub upstream_connect_ms: u64,

@@ -436,10 +436,6 @@ fn read_now(ctx: &WorkerCtx, client: &mut Client) -> bool {
     !matches!(settle(ctx, client, buf, read), Filled::Closed)
 }
 
-/// Connections idle this long leave their task and wait in the worker's
-/// parking lot, which costs a fraction of a task.
-const PARK_AFTER_MS: u64 = 1000;
-
 /// Runs requests on `client` until it closes, times out, or parks.
 async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut first: bool) {
     let mut looked_again = false;
@@ -463,13 +459,17 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
         }
         // Bytes TLS already holds are a request here: no readiness to wait for.
         if client.buf.is_empty() && !client.stream.has_buffered() {
-            let wait_ms = {
+            // Connections idle `client_park` leave their task and wait in
+            // the worker's parking lot, which costs a fraction of a task.
+            let (wait_ms, park_ms) = {
                 let snap = ctx.snapshot.load();
-                if first {
-                    snap.settings.client_header_ms
+                let s = &snap.settings;
+                let wait = if first {
+                    s.client_header_ms
                 } else {
-                    snap.settings.client_idle_ms
-                }
+                    s.client_idle_ms
+                };
+                (wait, s.client_park_ms)
             };
             // Waiting holds no buffer: malloc hands the same block to the
             // next read at once, and thousands of waiting connections do
@@ -477,7 +477,7 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
             ctx.return_buffer(std::mem::take(&mut client.buf));
             let now = now_ms();
             let deadline = now + wait_ms;
-            let park_at = if first { deadline } else { now + PARK_AFTER_MS };
+            let park_at = if first { deadline } else { now + park_ms };
             // The first wait registers a bare socket with tokio.
             let Ok(tcp) = client.stream.tcp() else {
                 break;

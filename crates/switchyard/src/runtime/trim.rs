@@ -17,11 +17,12 @@
 //! memory is free then. Workers report how many connections they have
 //! parked through `ParkedShare`, one atomic add per second each.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-/// Idle connections parked on all workers (the sum of every `ParkedShare`).
-static PARKED: AtomicUsize = AtomicUsize::new(0);
+/// Idle connections parked on all workers (the sum of every `ParkedShare`),
+/// also shown as a gauge.
+use crate::stats::CLIENTS_PARKED as PARKED;
 
 /// Trim at once when this many more connections are parked than at the last trim.
 const WAVE: usize = 1000;

@@ -15,6 +15,11 @@ pub use histogram::{quantile, BucketValues, Buckets};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
+/// Idle keep-alive client connections parked on all workers
+/// (`timeouts.client_park`); each worker updates its part about once a
+/// second.
+pub static CLIENTS_PARKED: AtomicUsize = AtomicUsize::new(0);
+
 pub use histogram::Histogram;
 
 static SLOTS: AtomicUsize = AtomicUsize::new(1);

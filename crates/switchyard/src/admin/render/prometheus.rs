@@ -566,6 +566,13 @@ pub fn render(snap: &Snapshot) -> String {
         snap.generation,
     );
     ex.sample(
+        "switchyard_client_connections_parked",
+        Kind::Gauge,
+        "Idle keep-alive client connections waiting in the workers' parking lots (timeouts.client_park; updated about once a second).",
+        "",
+        crate::stats::CLIENTS_PARKED.load(std::sync::atomic::Ordering::Relaxed) as u64,
+    );
+    ex.sample(
         "switchyard_access_log_dropped_lines_total",
         Kind::Counter,
         "Access log lines dropped: a worker's buffer full, or a sink that failed.",
