@@ -46,6 +46,14 @@ pub fn civil_from_days(z: i64) -> (i64, u32, u32) {
     (yoe + era * 400 + i64::from(m <= 2), m, d)
 }
 
+/// Microseconds since the Unix epoch (wall clock): when a logged
+/// connection or request began.
+pub fn unix_us() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros() as u64)
+}
+
 /// Seconds since the Unix epoch (wall clock, for dates people read).
 pub fn unix_secs() -> i64 {
     std::time::SystemTime::now()

@@ -28,7 +28,7 @@ use super::{client_hello, proxy_protocol};
 use crate::accesslog::{self, l4::End as LogEnd, TlsInfo};
 use crate::balance::persist::source_ip_hash;
 use crate::balance::Tried;
-use crate::config::l4::{AcceptProxy, ProxyVersion, SourceAddress};
+use crate::config::l4::{AcceptProxy, L4Settings, ProxyVersion, SourceAddress};
 use crate::config::snapshot::{HashKey, Member, Persist, Pool, Snapshot, VServer};
 use crate::health::passive;
 use crate::log;
@@ -86,11 +86,8 @@ impl Facts {
 
     fn entry<'a>(&'a self, vs: &'a VServer) -> accesslog::l4::Entry<'a> {
         let total_us = self.started.elapsed().as_micros() as u64;
-        let now_us = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64);
         accesslog::l4::Entry {
-            time_us: now_us.saturating_sub(total_us),
+            time_us: crate::clock::unix_us().saturating_sub(total_us),
             client: self.client,
             vserver: &vs.name,
             transport: "tcp",
@@ -148,41 +145,67 @@ async fn relay_connection(
             trusted_header = true;
         }
     }
-    let client = facts.client;
-    // A PROXY header from a source the vserver does not trust would be
-    // relayed to members that may believe it: refuse it.
-    let refuse_proxy_prefix = vs.accept_proxy.is_some() && !trusted_header;
-
-    if let Some(tls) = vs.tls.clone() {
-        let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.clone());
-        let hs = Box::pin(acceptor.accept(stream));
-        let tls_stream = match tokio::time::timeout(ms(snap.settings.client_header_ms), hs).await {
-            Ok(Ok(s)) => s,
-            _ => {
-                stats::inc(&vs.counters.local().tls_handshake_failures);
-                facts.end = LogEnd::TlsFailed;
-                return;
-            }
-        };
-        stats::inc(&vs.counters.local().tls_handshakes);
-        let handshake_us = facts.started.elapsed().as_micros() as u32;
-        facts.tls = Some(TlsInfo::of(tls_stream.get_ref().1, handshake_us));
-        let Some(pool) = vs.default_pool.clone() else {
-            facts.end = LogEnd::NoMember;
-            return;
-        };
-        facts.pool = Some(pool.clone());
-        let Some(up) = connect(snap, vs, &pool, (client, listen), &[], facts).await else {
-            return;
-        };
-        let meter = Counters::new(&vs.counters, &pool.members[up.index].counters);
-        let end =
-            relay::streams(tls_stream, up.stream, ms(l4.idle_timeout_ms), false, &meter).await;
-        facts.relayed(&end, 0);
-        finish(vs, &pool, &pool.members[up.index], end);
-        return;
+    if vs.tls.is_some() {
+        relay_terminated(stream, listen, snap, vs, facts).await;
+    } else {
+        // A PROXY header from a source the vserver does not trust would be
+        // relayed to members that may believe it: refuse it.
+        let refuse_proxy_prefix = vs.accept_proxy.is_some() && !trusted_header;
+        relay_plain(stream, listen, (snap, vs, &l4), refuse_proxy_prefix, facts).await;
     }
+}
 
+/// `[vserver.tls]`: the client's TLS ends here; the bytes go on to the
+/// default pool's member, plain or in TLS of their own.
+async fn relay_terminated(
+    stream: TcpStream,
+    listen: SocketAddr,
+    snap: &Snapshot,
+    vs: &Arc<VServer>,
+    facts: &mut Facts,
+) {
+    let (Some(l4), Some(tls)) = (vs.l4.as_ref(), vs.tls.as_ref()) else {
+        return;
+    };
+    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.clone());
+    let hs = Box::pin(acceptor.accept(stream));
+    let tls_stream = match tokio::time::timeout(ms(snap.settings.client_header_ms), hs).await {
+        Ok(Ok(s)) => s,
+        _ => {
+            stats::inc(&vs.counters.local().tls_handshake_failures);
+            facts.end = LogEnd::TlsFailed;
+            return;
+        }
+    };
+    stats::inc(&vs.counters.local().tls_handshakes);
+    let handshake_us = facts.started.elapsed().as_micros() as u32;
+    facts.tls = Some(TlsInfo::of(tls_stream.get_ref().1, handshake_us));
+    let Some(pool) = vs.default_pool.clone() else {
+        facts.end = LogEnd::NoMember;
+        return;
+    };
+    facts.pool = Some(pool.clone());
+    let client = facts.client;
+    let Some(up) = connect(snap, vs, &pool, (client, listen), &[], facts).await else {
+        return;
+    };
+    let meter = Counters::new(&vs.counters, &pool.members[up.index].counters);
+    let end = relay::streams(tls_stream, up.stream, ms(l4.idle_timeout_ms), false, &meter).await;
+    facts.relayed(&end, 0);
+    finish(vs, &pool, &pool.members[up.index], end);
+}
+
+/// No TLS termination: the pool by the ClientHello's name (`sni_route`)
+/// or the default one, then the bytes relayed as they are (splice where it
+/// pays), or into the member's TLS when the pool has `[pool.tls]`.
+async fn relay_plain(
+    stream: TcpStream,
+    listen: SocketAddr,
+    (snap, vs, l4): (&Snapshot, &Arc<VServer>, &L4Settings),
+    refuse_proxy_prefix: bool,
+    facts: &mut Facts,
+) {
+    let client = facts.client;
     let mut first = Vec::new();
     let pool = if l4.sni.is_empty() {
         vs.default_pool.clone()
@@ -239,7 +262,7 @@ async fn relay_connection(
     facts.relayed(&end, first.len());
     if let End::Failed(_, e) = &end {
         if e.kind() == std::io::ErrorKind::PermissionDenied {
-            // The untrusted PROXY prefix (relay::tcp's refusal).
+            // The untrusted PROXY prefix (the relay's refusal).
             facts.end = LogEnd::Refused;
         }
     }

@@ -308,9 +308,7 @@ fn session_for(
         last: Cell::new(now_ms()),
         closed: Cell::new(false),
         ended: Notify::new(),
-        began_us: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64),
+        began_us: crate::clock::unix_us(),
         first_member: Cell::new(None),
         bytes_up: Cell::new(0),
         bytes_down: Cell::new(0),
@@ -428,9 +426,7 @@ impl Session {
 
     /// The access log line of the session, which ended now (idle).
     fn entry<'a>(&self, client: SocketAddr, vs: &'a VServer) -> accesslog::l4::Entry<'a> {
-        let now_us = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_micros() as u64);
+        let now_us = crate::clock::unix_us();
         accesslog::l4::Entry {
             time_us: self.began_us,
             client,

@@ -371,9 +371,7 @@ fn entry<'a>(x: &'a Exchange<'_>, req: &'a Request) -> accesslog::Entry<'a> {
     let f = &x.facts;
     let since_head = x.started.elapsed().as_micros() as u64;
     let total_us = since_head + u64::from(f.head_us.unwrap_or(0));
-    let now_us = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_micros() as u64);
+    let now_us = crate::clock::unix_us();
     let member = x
         .pool
         .as_ref()
