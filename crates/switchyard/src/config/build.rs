@@ -1088,22 +1088,7 @@ fn build_vserver(
                 ));
             }
         }
-        for lim in &v.limit {
-            let lname = lim.name.get_ref();
-            let refuse = |why: &str| {
-                (
-                    lim.name.span(),
-                    format!("vserver {name:?} limit {lname:?}: {why}"),
-                )
-            };
-            if v.protocol == model::Protocol::Udp {
-                problems.push(refuse("a udp vserver has no connections or requests to limit; per-source datagram floods are the shield's ([shield] ddos, acl)"));
-            } else if lim.req_rate.is_some()
-                || lim.key.as_ref().is_some_and(|k| k.get_ref() != "src")
-            {
-                problems.push(refuse("a tcp vserver limits connections per source (conn_cur, conn_rate, key \"src\"); req_rate and keys from requests are HTTP"));
-            }
-        }
+        super::l4::check_limits(v, &name, &mut problems);
         if v.default_pool.is_none() && v.sni_route.is_empty() {
             problems.push((
                 span.clone(),

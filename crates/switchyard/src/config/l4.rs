@@ -113,7 +113,7 @@ pub enum SourceAddress {
     Local(std::net::IpAddr),
     /// The client's own address (IP_TRANSPARENT): the member sees the
     /// client, as if there were no proxy. Its answers must be routed back
-    /// through this host (docs/l4.md, "Transparent source"). tcp and udp
+    /// through this host (docs/l4.md, "Source address toward members"). tcp and udp
     /// vservers only: an HTTP member connection carries many clients.
     Client,
 }
@@ -251,6 +251,34 @@ pub fn build(
         .collect();
     used.extend(sni.exact.values().chain(sni.wildcard.values()));
     check_l4_pools(&what, udp, !sni.is_empty(), &used, span.clone(), problems);
+    check_transport_keys(v, udp, &what, span.clone(), problems);
+    let default_idle = if udp { 30_000 } else { 600_000 };
+    Some(L4Settings {
+        idle_timeout_ms: l4
+            .and_then(|l| l.idle_timeout)
+            .map(|m| m.0)
+            .unwrap_or(default_idle),
+        zero_copy,
+        client_hello_timeout_ms: l4
+            .and_then(|l| l.client_hello_timeout)
+            .map(|m| m.0)
+            .unwrap_or(5_000),
+        sni,
+        max_sessions,
+        per_datagram: l4.and_then(|l| l.per_datagram).unwrap_or(false),
+    })
+}
+
+/// Keys of one transport set on a vserver of the other, which it would
+/// ignore.
+fn check_transport_keys(
+    v: &model::VServer,
+    udp: bool,
+    what: &str,
+    span: Range<usize>,
+    problems: &mut Vec<Problem>,
+) {
+    let l4 = v.l4.as_ref();
     let only = |set: bool, key: &str, kind: &str, problems: &mut Vec<Problem>| {
         if set {
             problems.push((
@@ -304,21 +332,26 @@ pub fn build(
             problems,
         );
     }
-    let default_idle = if udp { 30_000 } else { 600_000 };
-    Some(L4Settings {
-        idle_timeout_ms: l4
-            .and_then(|l| l.idle_timeout)
-            .map(|m| m.0)
-            .unwrap_or(default_idle),
-        zero_copy,
-        client_hello_timeout_ms: l4
-            .and_then(|l| l.client_hello_timeout)
-            .map(|m| m.0)
-            .unwrap_or(5_000),
-        sni,
-        max_sessions,
-        per_datagram: l4.and_then(|l| l.per_datagram).unwrap_or(false),
-    })
+}
+
+/// `[[vserver.limit]]` of an L4 vserver: a tcp one limits connections per
+/// source; requests and their keys are HTTP's, and a udp vserver has
+/// neither.
+pub fn check_limits(v: &model::VServer, name: &str, problems: &mut Vec<Problem>) {
+    for lim in &v.limit {
+        let lname = lim.name.get_ref();
+        let refuse = |why: &str| {
+            (
+                lim.name.span(),
+                format!("vserver {name:?} limit {lname:?}: {why}"),
+            )
+        };
+        if v.protocol == model::Protocol::Udp {
+            problems.push(refuse("a udp vserver has no connections or requests to limit; per-source datagram floods are the shield's ([shield] ddos, acl)"));
+        } else if lim.req_rate.is_some() || lim.key.as_ref().is_some_and(|k| k.get_ref() != "src") {
+            problems.push(refuse("a tcp vserver limits connections per source (conn_cur, conn_rate, key \"src\"); req_rate and keys from requests are HTTP"));
+        }
+    }
 }
 
 /// What the pools of an L4 vserver may not ask for: anything that needs
@@ -409,7 +442,6 @@ pub fn socket_opts(v: &model::VServer, name: &str, problems: &mut Vec<Problem>) 
     o
 }
 
-/// `proxy_protocol` of a pool.
 /// The pools an HTTP vserver sends to may not carry per-client settings of
 /// a connection: an HTTP member connection is reused for many clients, so
 /// a PROXY header or the client's address on it would name the wrong
@@ -487,6 +519,7 @@ pub fn source_address(p: &model::Pool, problems: &mut Vec<Problem>) -> Option<So
     }
 }
 
+/// `proxy_protocol` of a pool.
 pub fn proxy_version(p: &model::Pool, problems: &mut Vec<Problem>) -> Option<ProxyVersion> {
     let v = p.proxy_protocol.as_ref()?;
     match v.get_ref().as_str() {
