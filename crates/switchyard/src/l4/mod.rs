@@ -9,7 +9,6 @@ pub mod proxy_protocol;
 pub mod relay;
 pub mod tcp;
 pub mod udp;
-pub mod upstream;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;

@@ -7,8 +7,10 @@
 //! 3. a member picked as for HTTP (balancer, source-IP persistence, slow
 //!    start, backups, max_connections), connected with retries on other
 //!    members when the connect fails;
-//! 4. a PROXY protocol header to the member if its pool sends one, then the
-//!    bytes already read (a ClientHello), then the relay.
+//! 4. a PROXY protocol header to the member if its pool sends one, TLS to
+//!    the member if the pool has `[pool.tls]`, then the bytes already read
+//!    (a ClientHello), then the relay;
+//! 5. its access log line, when the vserver has `[vserver.access_log]`.
 //!
 //! The connection holds the snapshot it was accepted under: a reload lets
 //! it finish on the old configuration.
@@ -22,7 +24,6 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpSocket, TcpStream};
 
 use super::relay::{self, End, Meter, Moved};
-use super::upstream::{self, MemberStream};
 use super::Lease;
 use super::{client_hello, proxy_protocol};
 use crate::accesslog::{self, l4::End as LogEnd, TlsInfo};
@@ -34,6 +35,7 @@ use crate::health::passive;
 use crate::log;
 use crate::source;
 use crate::stats::{self, MemberCounters, Sharded, VsCounters};
+use crate::tls::upstream::{handshake_error, UpStream, UpstreamTls};
 
 /// Runs one accepted connection of a `tcp` vserver, and writes its access
 /// log line when the vserver has one.
@@ -245,7 +247,7 @@ async fn relay_plain(
     }
     let idle = ms(l4.idle_timeout_ms);
     let end = match up.stream {
-        MemberStream::Plain(ref member) => {
+        UpStream::Plain(ref member) => {
             relay::tcp(
                 &stream,
                 member,
@@ -405,7 +407,7 @@ async fn read_client_hello(
 
 /// A connection to a member, counted as in flight and active while held.
 pub struct Upstream {
-    pub stream: MemberStream,
+    pub stream: UpStream,
     pub index: usize,
     _lease: Lease,
 }
@@ -525,7 +527,7 @@ async fn open(
     pool: &Pool,
     (client, header): (IpAddr, &[u8]),
     timeout_ms: u64,
-) -> Result<MemberStream, Failed> {
+) -> Result<UpStream, Failed> {
     let sock = if m.addr.is_ipv4() {
         TcpSocket::new_v4()
     } else {
@@ -552,10 +554,9 @@ async fn open(
         s.write_all(header).await.map_err(Failed::Connect)?;
     }
     let Some(tls) = &pool.tls else {
-        return Ok(MemberStream::Plain(s));
+        return Ok(UpStream::Plain(s));
     };
-    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-    upstream::tls_handshake(tls, m.addr, s, left)
+    tls_handshake(tls, m.addr, s, deadline)
         .await
         .map_err(|why| {
             stats::inc(&m.counters.local().tls_handshake_failures);
@@ -563,8 +564,27 @@ async fn open(
         })
 }
 
+/// `[pool.tls]` on a tcp vserver (HAProxy's `server ... ssl` in `mode
+/// tcp`): the member's TLS handshake over `s`, verified as an HTTP pool's
+/// members are, without ALPN (the relay does not know the protocol
+/// inside), done by `deadline`; the error says why it failed.
+async fn tls_handshake(
+    tls: &UpstreamTls,
+    addr: SocketAddr,
+    s: TcpStream,
+    deadline: tokio::time::Instant,
+) -> Result<UpStream, String> {
+    let connector = tokio_rustls::TlsConnector::from(tls.config_l4.clone());
+    let hs = Box::pin(connector.connect(tls.server_name(addr), s));
+    match tokio::time::timeout_at(deadline, hs).await {
+        Ok(Ok(t)) => Ok(UpStream::Tls(Box::new(t))),
+        Ok(Err(e)) => Err(format!("TLS handshake failed: {}", handshake_error(&e))),
+        Err(_) => Err("TLS handshake not done within the connect timeout".to_string()),
+    }
+}
+
 /// The bytes read before the member was chosen (a ClientHello).
-async fn write_first(s: &mut MemberStream, first: &[u8]) -> std::io::Result<()> {
+async fn write_first(s: &mut UpStream, first: &[u8]) -> std::io::Result<()> {
     s.write_all(first).await?;
     s.flush().await
 }

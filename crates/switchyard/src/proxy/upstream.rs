@@ -19,87 +19,15 @@ use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::TcpStream;
 use tokio::sync::oneshot;
-use tokio_rustls::client::TlsStream;
 use tokio_rustls::TlsConnector;
 
 use crate::balance::{AdminState, MemberState};
 use crate::config::snapshot::Member;
 use crate::fasthash::FxHashMap;
 use crate::stats::{self, MemberCounters, Sharded};
+pub use crate::tls::upstream::UpStream;
 use crate::tls::upstream::{handshake_error, UpstreamTls};
-
-/// The member side of a connection: plain TCP or TLS. An enum, as on the
-/// client side (`stream::ClientStream`): the proxy code is compiled once,
-/// and the TLS state is boxed so a plain `UpConn` stays small.
-pub enum UpStream {
-    Plain(TcpStream),
-    Tls(Box<TlsStream<TcpStream>>),
-}
-
-impl AsyncRead for UpStream {
-    #[inline]
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            UpStream::Tls(t) => Pin::new(&mut **t).poll_read(cx, buf),
-        }
-    }
-}
-
-impl AsyncWrite for UpStream {
-    #[inline]
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            UpStream::Tls(t) => Pin::new(&mut **t).poll_write(cx, buf),
-        }
-    }
-
-    #[inline]
-    fn poll_write_vectored(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[io::IoSlice<'_>],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            UpStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
-            UpStream::Tls(t) => Pin::new(&mut **t).poll_write_vectored(cx, bufs),
-        }
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        match self {
-            UpStream::Plain(s) => s.is_write_vectored(),
-            UpStream::Tls(t) => t.is_write_vectored(),
-        }
-    }
-
-    /// A no-op on TCP; on TLS it pushes records rustls still holds.
-    #[inline]
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            UpStream::Tls(t) => Pin::new(&mut **t).poll_flush(cx),
-        }
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            UpStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
-            UpStream::Tls(t) => Pin::new(&mut **t).poll_shutdown(cx),
-        }
-    }
-}
 
 /// An open connection to a member. Keeps the member's open-connection gauge
 /// right whatever path drops it.

@@ -21,13 +21,19 @@
 //! certificate the member presents (the connection is encrypted with the
 //! keys of whoever holds that certificate), but accepts any certificate.
 
+use std::io;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::crypto::CryptoProvider;
 use rustls::{ClientConfig, DigitallySignedStruct, Error as TlsError, SignatureScheme};
 use rustls_pki_types::{CertificateDer, ServerName, UnixTime};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
 
 /// The built TLS side of a pool.
 pub struct UpstreamTls {
@@ -134,5 +140,77 @@ impl ServerCertVerifier for AcceptAnyCertificate {
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
         self.0.signature_verification_algorithms.supported_schemes()
+    }
+}
+
+/// The member side of a connection: plain TCP or TLS (HTTP member
+/// connections, and the relays of tcp vservers). An enum, as on the client
+/// side (`proxy::stream::ClientStream`): the proxy code is compiled once,
+/// and the TLS state is boxed so a plain connection stays small.
+pub enum UpStream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
+}
+
+impl AsyncRead for UpStream {
+    #[inline]
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            UpStream::Tls(t) => Pin::new(&mut **t).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for UpStream {
+    #[inline]
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            UpStream::Tls(t) => Pin::new(&mut **t).poll_write(cx, buf),
+        }
+    }
+
+    #[inline]
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_write_vectored(cx, bufs),
+            UpStream::Tls(t) => Pin::new(&mut **t).poll_write_vectored(cx, bufs),
+        }
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        match self {
+            UpStream::Plain(s) => s.is_write_vectored(),
+            UpStream::Tls(t) => t.is_write_vectored(),
+        }
+    }
+
+    /// A no-op on TCP; on TLS it pushes records rustls still holds.
+    #[inline]
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            UpStream::Tls(t) => Pin::new(&mut **t).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            UpStream::Plain(s) => Pin::new(s).poll_shutdown(cx),
+            UpStream::Tls(t) => Pin::new(&mut **t).poll_shutdown(cx),
+        }
     }
 }
