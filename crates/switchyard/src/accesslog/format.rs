@@ -480,6 +480,30 @@ fn var(v: Var, e: &Entry, out: &mut Vec<u8>) {
     }
 }
 
+/// `,"pool":…,"member":…,"retries":…,"tls_version":…,"tls_cipher":…,
+/// "tls_handshake_us":…` of a JSON line (request or L4 connection).
+pub(super) fn json_pool_member_tls(
+    out: &mut Vec<u8>,
+    (pool, member, retries): (Option<&str>, Option<SocketAddr>, u32),
+    tls: Option<&super::TlsInfo>,
+) {
+    out.extend_from_slice(b",\"pool\":");
+    json_opt_str(out, pool.map(str::as_bytes));
+    out.extend_from_slice(b",\"member\":");
+    match member {
+        Some(m) => {
+            let _ = write!(out, "\"{m}\"");
+        }
+        None => out.extend_from_slice(b"null"),
+    }
+    let _ = write!(out, ",\"retries\":{retries},\"tls_version\":");
+    json_opt_str(out, tls.map(|t| t.version.as_bytes()));
+    out.extend_from_slice(b",\"tls_cipher\":");
+    json_opt_str(out, tls.map(|t| t.cipher.as_bytes()));
+    out.extend_from_slice(b",\"tls_handshake_us\":");
+    json_opt_num(out, tls.map(|t| t.handshake_us.into()));
+}
+
 fn json(e: &Entry, out: &mut Vec<u8>) {
     let tls = e.tls.as_ref();
     out.extend_from_slice(b"{\"time\":\"");
@@ -508,21 +532,7 @@ fn json(e: &Entry, out: &mut Vec<u8>) {
     json_opt_str(out, e.req.head.get("user-agent"));
     out.extend_from_slice(b",\"referer\":");
     json_opt_str(out, e.req.head.get("referer"));
-    out.extend_from_slice(b",\"pool\":");
-    json_opt_str(out, e.pool.map(str::as_bytes));
-    out.extend_from_slice(b",\"member\":");
-    match e.member {
-        Some(m) => {
-            let _ = write!(out, "\"{m}\"");
-        }
-        None => out.extend_from_slice(b"null"),
-    }
-    let _ = write!(out, ",\"retries\":{},\"tls_version\":", e.retries);
-    json_opt_str(out, tls.map(|t| t.version.as_bytes()));
-    out.extend_from_slice(b",\"tls_cipher\":");
-    json_opt_str(out, tls.map(|t| t.cipher.as_bytes()));
-    out.extend_from_slice(b",\"tls_handshake_us\":");
-    json_opt_num(out, tls.map(|t| t.handshake_us.into()));
+    json_pool_member_tls(out, (e.pool, e.member, e.retries), tls);
     out.extend_from_slice(b",\"request_head_us\":");
     json_opt_num(out, e.head_us.map(u64::from));
     out.extend_from_slice(b",\"connect_us\":");

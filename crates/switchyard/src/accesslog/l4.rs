@@ -217,25 +217,12 @@ fn json(e: &Entry, out: &mut Vec<u8>) {
     format::json_str(out, e.vserver.as_bytes());
     let _ = write!(
         out,
-        ",\"transport\":\"{}\",\"client_ip\":\"{}\",\"client_port\":{},\"pool\":",
+        ",\"transport\":\"{}\",\"client_ip\":\"{}\",\"client_port\":{}",
         e.transport,
         format::client_ip(e.client),
         e.client.port()
     );
-    format::json_opt_str(out, e.pool.map(str::as_bytes));
-    out.extend_from_slice(b",\"member\":");
-    match e.member {
-        Some(m) => {
-            let _ = write!(out, "\"{m}\"");
-        }
-        None => out.extend_from_slice(b"null"),
-    }
-    let _ = write!(out, ",\"retries\":{},\"tls_version\":", e.retries);
-    format::json_opt_str(out, tls.map(|t| t.version.as_bytes()));
-    out.extend_from_slice(b",\"tls_cipher\":");
-    format::json_opt_str(out, tls.map(|t| t.cipher.as_bytes()));
-    out.extend_from_slice(b",\"tls_handshake_us\":");
-    format::json_opt_num(out, tls.map(|t| t.handshake_us.into()));
+    format::json_pool_member_tls(out, (e.pool, e.member, e.retries), tls);
     out.extend_from_slice(b",\"connect_us\":");
     format::json_opt_num(out, e.connect_us.map(u64::from));
     let _ = write!(
