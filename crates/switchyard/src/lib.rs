@@ -24,6 +24,7 @@ pub mod http2;
 pub mod l4;
 pub mod log;
 pub mod proxy;
+pub mod proxy_protocol;
 pub mod quickstart;
 pub mod runtime;
 pub mod shield;

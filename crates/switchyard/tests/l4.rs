@@ -896,3 +896,101 @@ fn tls_to_members_of_a_tcp_vserver() {
         "{rogue_stats}"
     );
 }
+
+/// A member behind `proxy_protocol` that, like nginx's `listen ...
+/// proxy_protocol`, closes any connection not opening with a PROXY header;
+/// after one it answers an HTTP request with 200. Sends each header it
+/// read (the raw bytes) on the channel.
+fn proxy_only_http_member() -> (SocketAddr, mpsc::Receiver<Vec<u8>>) {
+    use switchyard::proxy_protocol::{parse, Parsed};
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+                let mut got = Vec::new();
+                let mut buf = [0u8; 1024];
+                let header_len = loop {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                    match parse(&got) {
+                        Ok(Parsed::Incomplete) => continue,
+                        Ok(Parsed::Done { header_len, .. }) => break header_len,
+                        Err(_) => return, // no header: closed, as nginx does
+                    }
+                };
+                let _ = tx.send(got[..header_len].to_vec());
+                while !got[header_len..].windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let _ = s.write_all(
+                    b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok",
+                );
+            });
+        }
+    });
+    (addr, rx)
+}
+
+/// Health checks of a pool that sends PROXY headers send one too (HAProxy's
+/// `check-send-proxy`): v2 says LOCAL, v1 names the check's own endpoints.
+/// Without it such a member refuses every check and is marked down.
+#[test]
+fn health_checks_send_the_pools_proxy_header() {
+    for version in ["v2", "v1"] {
+        let (member, headers) = proxy_only_http_member();
+        let l = free_addr();
+        let cfg = tcp_config(
+            l,
+            &[member],
+            "",
+            &format!(
+                "proxy_protocol = \"{version}\"\n[pool.health]\ntype = \"http\"\npath = \"/health\"\ninterval = \"100ms\"\ntimeout = \"1s\"\nrise = 1\nfall = 1"
+            ),
+        );
+        let sy = Switchyard::start(&cfg, &[l]);
+        // The start's own probe of the listener is relayed with the
+        // client's header; a check's says it is the proxy's own: v2, the
+        // signature then LOCAL (0x20), UNSPEC, no addresses; v1, the
+        // check's endpoints, to the member's port.
+        let is_check = |h: &[u8]| match version {
+            "v2" => h.len() == 16 && h[12..16] == [0x20, 0x00, 0x00, 0x00],
+            _ => String::from_utf8_lossy(h).ends_with(&format!(" {}\r\n", member.port())),
+        };
+        let mut seen = Vec::new();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline && !seen.iter().any(|h: &Vec<u8>| is_check(h)) {
+            if let Ok(h) = headers.recv_timeout(Duration::from_millis(200)) {
+                seen.push(h);
+            }
+        }
+        assert!(
+            seen.iter().any(|h| is_check(h)),
+            "{version}: no check header among {seen:?}"
+        );
+        assert!(
+            eventually(Duration::from_secs(3), || {
+                sy.member_stats("p", member)["state"] == "up"
+            }),
+            "{version}: {}\n{}",
+            sy.member_stats("p", member),
+            sy.log()
+        );
+        // Requests still carry the client's header.
+        let mut c = TcpStream::connect(l).expect("connect");
+        c.write_all(b"GET / HTTP/1.1\r\nHost: a\r\n\r\n")
+            .expect("write");
+        let mut answer = String::new();
+        let _ = c.read_to_string(&mut answer);
+        assert!(answer.ends_with("\r\n\r\nok"), "{version}: {answer:?}");
+    }
+}

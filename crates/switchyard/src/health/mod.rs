@@ -23,9 +23,11 @@ use tokio_rustls::TlsConnector;
 
 use crate::balance::rand_u64;
 use crate::clock::now_ms;
+use crate::config::l4::ProxyVersion;
 use crate::config::model::HealthKind;
 use crate::config::snapshot::{HealthCheck, Member, Snapshot};
 use crate::log;
+use crate::proxy_protocol;
 use crate::stats;
 use crate::tls::upstream::{handshake_error, UpstreamTls};
 
@@ -48,7 +50,11 @@ impl Checker {
                             label,
                             m.clone(),
                             hc.clone(),
-                            (pool.tls.clone(), pool.local_source()),
+                            Dial {
+                                tls: pool.tls.clone(),
+                                source: pool.local_source(),
+                                proxy: pool.proxy_protocol,
+                            },
                         )));
                     }
                 }
@@ -70,21 +76,24 @@ impl Checker {
     }
 }
 
-/// `dial`: the pool's TLS and local source address (checks come from
-/// where its connections come from, so a member that only admits that
-/// address is checked as it is used; a pool whose source is the client's
-/// address checks from this host's).
-async fn check_loop(
-    label: String,
-    m: Arc<Member>,
-    hc: HealthCheck,
-    dial: (Option<Arc<UpstreamTls>>, Option<IpAddr>),
-) {
+/// How a pool's connections to its members are made; its checks are made
+/// the same way, so a member is checked as it is used: from the pool's
+/// local source address (a pool whose source is the client's address
+/// checks from this host's), with its PROXY header (HAProxy's
+/// `check-send-proxy`: a member that requires one refuses a check without
+/// it), in TLS when the pool has `[pool.tls]`.
+struct Dial {
+    tls: Option<Arc<UpstreamTls>>,
+    source: Option<IpAddr>,
+    proxy: Option<ProxyVersion>,
+}
+
+async fn check_loop(label: String, m: Arc<Member>, hc: HealthCheck, dial: Dial) {
     // Spread the first checks over one interval so members are not all
     // probed at the same instant.
     tokio::time::sleep(Duration::from_millis(rand_u64() % hc.interval_ms.max(1))).await;
     loop {
-        let result = check_once(&m, &hc, (dial.0.as_deref(), dial.1)).await;
+        let result = check_once(&m, &hc, &dial).await;
         record(&label, &m, &hc, result);
         tokio::time::sleep(Duration::from_millis(hc.interval_ms)).await;
     }
@@ -118,11 +127,7 @@ fn record(label: &str, m: &Member, hc: &HealthCheck, result: Result<(), String>)
     }
 }
 
-async fn check_once(
-    m: &Member,
-    hc: &HealthCheck,
-    dial: (Option<&UpstreamTls>, Option<IpAddr>),
-) -> Result<(), String> {
+async fn check_once(m: &Member, hc: &HealthCheck, dial: &Dial) -> Result<(), String> {
     let timeout = Duration::from_millis(hc.timeout_ms);
     match tokio::time::timeout(timeout, probe(m, hc, dial)).await {
         Ok(r) => r,
@@ -130,25 +135,33 @@ async fn check_once(
     }
 }
 
-async fn probe(
-    m: &Member,
-    hc: &HealthCheck,
-    (tls, source): (Option<&UpstreamTls>, Option<IpAddr>),
-) -> Result<(), String> {
+async fn probe(m: &Member, hc: &HealthCheck, dial: &Dial) -> Result<(), String> {
     let addr = match hc.port {
         Some(p) => std::net::SocketAddr::new(m.addr.ip(), p),
         None => m.addr,
     };
     if hc.kind == HealthKind::Udp {
-        return udp_probe(addr, source, hc).await;
+        return udp_probe(addr, dial, hc).await;
     }
-    let s = crate::source::connect_tcp(addr, source)
+    let mut s = crate::source::connect_tcp(addr, dial.source)
         .await
         .map_err(|e| format!("connect: {e}"))?;
     if hc.kind == HealthKind::Tcp {
         return Ok(());
     }
-    match tls {
+    if let Some(v) = dial.proxy {
+        // The check's own endpoints: v2 says so with LOCAL; v1 has no
+        // such command, so it names the connection's real addresses.
+        let header = match (v, s.local_addr()) {
+            (ProxyVersion::V2, _) => proxy_protocol::encode_v2_local(),
+            (ProxyVersion::V1, Ok(local)) => proxy_protocol::encode_v1(local, addr),
+            (ProxyVersion::V1, Err(e)) => return Err(format!("local address: {e}")),
+        };
+        s.write_all(&header)
+            .await
+            .map_err(|e| format!("send the PROXY header: {e}"))?;
+    }
+    match dial.tls.as_deref() {
         None => http_check(s, m, hc).await,
         Some(t) => {
             let _ = s.set_nodelay(true);
@@ -166,10 +179,10 @@ async fn probe(
 /// connected socket reports as a refused receive.
 async fn udp_probe(
     addr: std::net::SocketAddr,
-    source: Option<IpAddr>,
+    dial: &Dial,
     hc: &HealthCheck,
 ) -> Result<(), String> {
-    let local: std::net::SocketAddr = match source {
+    let local: std::net::SocketAddr = match dial.source {
         Some(ip) => (ip, 0).into(),
         None if addr.is_ipv4() => ([0, 0, 0, 0], 0).into(),
         None => ([0u16; 8], 0).into(),
@@ -178,7 +191,13 @@ async fn udp_probe(
         .await
         .map_err(|e| format!("socket: {e}"))?;
     s.connect(addr).await.map_err(|e| format!("connect: {e}"))?;
-    s.send(&hc.send).await.map_err(|e| format!("send: {e}"))?;
+    // A pool that sends PROXY v2 in front of every datagram: the probe's
+    // says LOCAL (the proxy's own datagram).
+    let probe = match dial.proxy {
+        Some(ProxyVersion::V2) => [proxy_protocol::encode_v2_local(), hc.send.to_vec()].concat(),
+        _ => hc.send.to_vec(),
+    };
+    s.send(&probe).await.map_err(|e| format!("send: {e}"))?;
     let mut buf = vec![0u8; 65_535];
     let n = s
         .recv(&mut buf)

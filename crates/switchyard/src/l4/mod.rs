@@ -5,7 +5,7 @@
 
 pub mod client_hello;
 pub mod dgram;
-pub mod proxy_protocol;
+pub use crate::proxy_protocol;
 pub mod relay;
 pub mod tcp;
 pub mod udp;
