@@ -994,3 +994,132 @@ fn health_checks_send_the_pools_proxy_header() {
         assert!(answer.ends_with("\r\n\r\nok"), "{version}: {answer:?}");
     }
 }
+
+/// What a PROXY-only keep-alive HTTP member saw on one connection.
+#[derive(Default, Clone, Debug)]
+struct MemberConn {
+    /// The client address its PROXY header named.
+    client: String,
+    paths: Vec<String>,
+    closed: bool,
+}
+
+/// A keep-alive HTTP member that requires a PROXY header (any version) on
+/// each connection and answers every request with the header's client.
+fn proxy_keepalive_member() -> (SocketAddr, Arc<std::sync::Mutex<Vec<MemberConn>>>) {
+    use switchyard::proxy_protocol::{parse, Parsed};
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let conns: Arc<std::sync::Mutex<Vec<MemberConn>>> = Arc::default();
+    let all = conns.clone();
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            let all = all.clone();
+            std::thread::spawn(move || {
+                let _ = s.set_read_timeout(Some(Duration::from_secs(20)));
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                let (header_len, client) = loop {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                    match parse(&got) {
+                        Ok(Parsed::Incomplete) => continue,
+                        Ok(Parsed::Done {
+                            header_len,
+                            proxied,
+                        }) => break (header_len, proxied.map(|p| p.source.ip().to_string())),
+                        Err(_) => return,
+                    }
+                };
+                let me = {
+                    let mut a = all.lock().expect("lock");
+                    a.push(MemberConn {
+                        client: client.clone().unwrap_or_default(),
+                        ..MemberConn::default()
+                    });
+                    a.len() - 1
+                };
+                got.drain(..header_len);
+                loop {
+                    while let Some(end) = got.windows(4).position(|w| w == b"\r\n\r\n") {
+                        let head = String::from_utf8_lossy(&got[..end]).to_string();
+                        got.drain(..end + 4);
+                        let path = head.split(' ').nth(1).unwrap_or("").to_string();
+                        all.lock().expect("lock")[me].paths.push(path);
+                        let body = client.clone().unwrap_or_default();
+                        let _ = write!(
+                            s,
+                            "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{body}",
+                            body.len()
+                        );
+                    }
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                all.lock().expect("lock")[me].closed = true;
+            });
+        }
+    });
+    (addr, conns)
+}
+
+/// A pool that sends PROXY headers on an HTTP vserver: each client
+/// connection gets member connections of its own, opened with its header
+/// and reused only for its requests, and closed when it closes (HAProxy
+/// keys its reuse on the header the same way).
+#[test]
+fn proxy_headers_to_http_members_keep_connections_per_client() {
+    for version in ["v2", "v1"] {
+        let (member, conns) = proxy_keepalive_member();
+        let l = free_addr();
+        let cfg = format!(
+            "[global]\nworkers = 1\n[[vserver]]\nname = \"web\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\n\
+             [[pool]]\nname = \"p\"\nproxy_protocol = \"{version}\"\n[[pool.member]]\naddress = \"{member}\"\n"
+        );
+        let sy = Switchyard::start(&cfg, &[l]);
+        let mut a = Client::connect_from(l, "127.0.0.2");
+        let mut b = Client::connect_from(l, "127.0.0.3");
+        for i in 0..3 {
+            let ra = a.get(&format!("/a{i}"));
+            let rb = b.get(&format!("/b{i}"));
+            assert_eq!(ra.body_text(), "127.0.0.2", "{version}\n{}", sy.log());
+            assert_eq!(rb.body_text(), "127.0.0.3", "{version}");
+        }
+        let seen = conns.lock().expect("lock").clone();
+        assert_eq!(
+            seen.len(),
+            2,
+            "{version}: one member connection per client: {seen:?}"
+        );
+        for c in &seen {
+            let want = if c.client == "127.0.0.2" { "/a" } else { "/b" };
+            assert_eq!(c.paths.len(), 3, "{version}: {seen:?}");
+            assert!(
+                c.paths.iter().all(|p| p.starts_with(want)),
+                "{version}: {seen:?}"
+            );
+        }
+        // The client goes: so does the member connection that carries its header.
+        drop(a);
+        assert!(
+            eventually(Duration::from_secs(3), || conns
+                .lock()
+                .expect("lock")
+                .iter()
+                .any(|c| c.client == "127.0.0.2" && c.closed)),
+            "{version}: {:?}",
+            conns.lock().expect("lock")
+        );
+        assert!(!conns
+            .lock()
+            .expect("lock")
+            .iter()
+            .any(|c| c.client == "127.0.0.3" && c.closed));
+        assert_eq!(b.get("/b-again").body_text(), "127.0.0.3");
+    }
+}

@@ -1516,12 +1516,16 @@ address = "127.0.0.1:9002"
         );
         // A pool an HTTP vserver reaches only through a policy is checked too.
         let by_policy = format!(
-            "{}[[vserver.policy]]\naction = {{ pool = \"pp\" }}\n{}[[pool]]\nname = \"pp\"\nproxy_protocol = \"v1\"\n[[pool.member]]\naddress = \"127.0.0.1:3\"\n",
+            "{}[[vserver.policy]]\naction = {{ pool = \"pp\" }}\n{}[[pool]]\nname = \"pp\"\nproxy_protocol = \"v1\"\nprotocol = \"h2\"\n[[pool.member]]\naddress = \"127.0.0.1:3\"\n",
             vs("http"),
             pool("")
         );
         let e = parse("t.toml", &by_policy, None).unwrap_err();
-        assert!(e.to_string().contains("pool \"pp\" sends a PROXY protocol header (proxy_protocol), which only tcp and udp vservers do"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("pool \"pp\" sends a PROXY protocol header to h2 members"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -442,11 +442,11 @@ pub fn socket_opts(v: &model::VServer, name: &str, problems: &mut Vec<Problem>) 
     o
 }
 
-/// The pools an HTTP vserver sends to may not carry per-client settings of
-/// a connection: an HTTP member connection is reused for many clients, so
-/// a PROXY header or the client's address on it would name the wrong
-/// client for every request after the first. (Members of an HTTP vserver
-/// learn the client from X-Forwarded-For.)
+/// What the pools an HTTP vserver sends to may not ask for. The client's
+/// own address: an HTTP member connection is reused for many clients.
+/// PROXY headers to h2 members: one h2 connection carries every client's
+/// streams. (A PROXY header to HTTP/1.1 members works: those connections
+/// are then private to the client connection whose header they carry.)
 pub fn check_http_pools<'a>(
     vserver: &str,
     used: impl Iterator<Item = &'a Arc<Pool>>,
@@ -454,11 +454,11 @@ pub fn check_http_pools<'a>(
     problems: &mut Vec<Problem>,
 ) {
     for p in used {
-        if p.proxy_protocol.is_some() {
+        if p.proxy_protocol.is_some() && p.protocol == model::UpstreamProtocol::H2 {
             problems.push((
                 span.clone(),
                 format!(
-                    "vserver {vserver:?}: pool {:?} sends a PROXY protocol header (proxy_protocol), which only tcp and udp vservers do; an HTTP vserver's members get the client in X-Forwarded-For",
+                    "vserver {vserver:?}: pool {:?} sends a PROXY protocol header to h2 members, whose connections carry every client's streams; use protocol = \"http1\" (its connections are kept per client) or X-Forwarded-For",
                     p.name
                 ),
             ));

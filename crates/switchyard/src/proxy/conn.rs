@@ -66,10 +66,27 @@ pub struct ConnGuard {
     /// when it ends (held for their `Drop`).
     #[allow(dead_code)]
     pub(super) leases: Option<Box<[crate::stick::Lease]>>,
+    /// The worker's idle member connections and this client's
+    /// `private_key`: the member connections that carry its PROXY header
+    /// close with it.
+    pub(super) private: Option<(Rc<super::upstream::IdlePool>, u64)>,
+}
+
+/// The key of the member connections private to one client connection
+/// (its PROXY header names it): its two endpoints, unique among open
+/// connections; never 0, which means shared.
+pub fn private_key_of(peer: std::net::SocketAddr, listen: std::net::SocketAddr) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = crate::fasthash::FxHasher::default();
+    (peer, listen).hash(&mut h);
+    h.finish() | 1
 }
 
 impl Drop for ConnGuard {
     fn drop(&mut self) {
+        if let Some((idle, key)) = self.private.take() {
+            idle.forget_private(key);
+        }
         stats::dec(&self.counters.local().client_connections_active);
         self.active.set(self.active.get() - 1);
     }

@@ -59,6 +59,8 @@ pub struct Exchange<'s> {
     pub vs: &'s VServer,
     pub st: &'s Settings,
     pub peer: SocketAddr,
+    /// The address the client connected to.
+    pub listen: SocketAddr,
     pub tls: bool,
     /// The verified client certificate's subject, on vservers that forward it.
     pub client_subject: Option<&'s str>,
@@ -140,7 +142,7 @@ impl<'s> Exchange<'s> {
         ctx: &'s super::ctx::WorkerCtx,
         vs: &'s VServer,
         st: &'s Settings,
-        peer: SocketAddr,
+        (peer, listen): (SocketAddr, SocketAddr),
         tls: bool,
         client_subject: Option<&'s str>,
     ) -> Exchange<'s> {
@@ -151,6 +153,7 @@ impl<'s> Exchange<'s> {
             vs,
             st,
             peer,
+            listen,
             tls,
             client_subject,
             started: Instant::now(),

@@ -578,7 +578,7 @@ async fn stream_task(ctx: Rc<WorkerCtx>, conn: Rc<Conn>, shared: Shared, new: se
         .as_ref()
         .and_then(|t| t.client_subject_header.as_ref())
         .and(conn.client_subject.as_deref());
-    let mut x = Exchange::new(&ctx, &vs, st, conn.peer, conn.tls, subject);
+    let mut x = Exchange::new(&ctx, &vs, st, (conn.peer, conn.listen), conn.tls, subject);
     x.facts.http2 = true;
     x.facts.tls = conn.tls_info;
     let mut client = H2Client::new(&stream);

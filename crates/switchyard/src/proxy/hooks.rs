@@ -315,7 +315,7 @@ mod tests {
         let raw = bytes::Bytes::from_static(b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
         let mut req = crate::http::head::parse_request(raw, 100).unwrap();
         let peer = "127.0.0.1:9".parse().unwrap();
-        let mut x = Exchange::new(&ctx, vs, &snap.settings, peer, false, None);
+        let mut x = Exchange::new(&ctx, vs, &snap.settings, (peer, peer), false, None);
         let mut hooks = (Upper, Bang(0));
         assert!(matches!(
             hooks.on_request_head(&mut x, &mut req),
@@ -348,7 +348,14 @@ mod tests {
         let ctx = WorkerCtx::for_tests();
         let snap = ctx.snapshot.load_full();
         let peer = "127.0.0.1:9".parse().unwrap();
-        let mut x = Exchange::new(&ctx, &snap.vservers[0], &snap.settings, peer, false, None);
+        let mut x = Exchange::new(
+            &ctx,
+            &snap.vservers[0],
+            &snap.settings,
+            (peer, peer),
+            false,
+            None,
+        );
         x.refusal = Some(Local {
             response: Response::new(406, Framing::None),
             body: Bytes::from_static(b"no thanks"),

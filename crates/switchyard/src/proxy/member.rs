@@ -111,7 +111,7 @@ async fn connect(
     (tls, source): (Option<&UpstreamTls>, Option<IpAddr>),
     timeout: Duration,
 ) -> Result<SendRequest<Bytes>, ConnectError> {
-    let up = upstream::connect_with(m, (tls, source), timeout, true).await?;
+    let up = upstream::connect_with(m, (tls, source), timeout, true, &[]).await?;
     if tls.is_some() && !up.alpn_h2() {
         return Err(ConnectError::Io(std::io::Error::other(
             "the member did not choose HTTP/2 (ALPN h2) in the TLS handshake",

@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::conn::private_key_of;
 use super::exchange::{
     body_failure, micros_since, Attempt, ClientSide, Exchange, Failure, Origin, Retry,
 };
@@ -15,11 +16,14 @@ use super::hooks::Hooks;
 use super::respond::{respond, unless_cancelled, Inspect, MemberBody};
 use super::upstream::{self, UpConn};
 use crate::clock::now_ms;
+use crate::config::l4::ProxyVersion;
+use crate::config::snapshot::Pool;
 use crate::health::passive;
 use crate::http::body::{BodyError, Out};
 use crate::http::head;
 use crate::http::message::{Framing, Request, Response};
 use crate::http::write_h1;
+use crate::proxy_protocol;
 use crate::stats;
 
 /// Read buffer for responses from members.
@@ -54,7 +58,8 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
     let mc = m.counters.local();
     x.facts.attempts += 1;
     let connecting = Instant::now();
-    let mut up = match x.idle.take(m) {
+    let private = private_key(x, pool);
+    let mut up = match x.idle.take(m, private) {
         Some(u) => {
             stats::inc(&mc.connections_reused);
             x.facts.connect_us = Some(0);
@@ -75,13 +80,24 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
     respond(x, hooks, client, req, a, resp, MemberBody::H1(&mut up)).await?;
     if keep_alive && up.buf.is_empty() {
         x.idle.put(
-            m,
+            (m, private),
             up,
             pool.idle_per_member,
             Duration::from_millis(pool.idle_timeout_ms),
         );
     }
     Ok(())
+}
+
+/// The pool of idle connections a request may take from: the shared one
+/// (0), or, when its pool sends PROXY headers, its client connection's own
+/// (`conn::private_key`): a connection that opened with one client's header
+/// carries only that client's requests.
+fn private_key(x: &Exchange<'_>, pool: &Pool) -> u64 {
+    match pool.proxy_protocol {
+        None => 0,
+        Some(_) => private_key_of(x.peer, x.listen),
+    }
 }
 
 /// A new connection to the member, unless a connection another request
@@ -96,11 +112,19 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
 /// multiplexing`), each a handshake for a TLS member.
 async fn connect_or_take_released(x: &Exchange<'_>, a: &Attempt<'_>) -> Result<UpConn, Failure> {
     let (pool, m) = (a.pool, a.m);
-    let released = x.idle.wait_release(m);
+    let private = private_key(x, pool);
+    let released = x.idle.wait_release(m, private);
     let connect = {
         let (m, tls, source) = (m.clone(), pool.tls.clone(), pool.local_source());
         let timeout = Duration::from_millis(x.st.upstream_connect_ms);
-        async move { upstream::connect(&m, (tls.as_deref(), source), timeout).await }
+        let header = match pool.proxy_protocol {
+            None => Vec::new(),
+            Some(ProxyVersion::V1) => proxy_protocol::encode_v1(x.peer, x.listen),
+            Some(ProxyVersion::V2) => {
+                proxy_protocol::encode_v2(x.peer, x.listen, proxy_protocol::Transport::Stream)
+            }
+        };
+        async move { upstream::connect(&m, (tls.as_deref(), source), timeout, &header).await }
     };
     let mut connect = Box::pin(connect);
     tokio::select! {
@@ -112,7 +136,7 @@ async fn connect_or_take_released(x: &Exchange<'_>, a: &Attempt<'_>) -> Result<U
             let idle_timeout = Duration::from_millis(pool.idle_timeout_ms);
             tokio::task::spawn_local(async move {
                 if let Ok(spare) = connect.await {
-                    idle.put(&m, spare, max_idle, idle_timeout);
+                    idle.put((&m, private), spare, max_idle, idle_timeout);
                 }
             });
             Ok(u)

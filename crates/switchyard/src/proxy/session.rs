@@ -19,7 +19,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::client_h1::H1Client;
-use super::conn::{Client, ConnGuard};
+use super::conn::{private_key_of, Client, ConnGuard};
 use super::ctx::WorkerCtx;
 use super::exchange::{micros_since, Exchange};
 use super::h2;
@@ -91,6 +91,7 @@ pub fn serve(
         active: ctx.active.clone(),
         counters,
         leases,
+        private: None,
     };
     // TCP_NODELAY comes from the listening socket (runtime/listen.rs):
     // accepted sockets inherit it, so no setsockopt per connection.
@@ -241,8 +242,11 @@ fn start(
     listen: SocketAddr,
     tls: Option<Arc<crate::tls::TlsServer>>,
     h2_only: bool,
-    guard: ConnGuard,
+    mut guard: ConnGuard,
 ) {
+    // The client as its requests will name it (a PROXY header's address
+    // included): the key of its private member connections.
+    guard.private = Some((ctx.idle.clone(), private_key_of(peer, listen)));
     match tls {
         None if h2_only => {
             h2::start(
@@ -627,7 +631,7 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
         .and_then(|t| t.client_subject_header.as_ref())
         .and(c.stream.client_subject().map(str::to_owned));
     let (peer, tls, keep_alive) = (c.peer, c.stream.is_tls(), req.head.keep_alive);
-    let mut x = Exchange::new(ctx, &vs, st, peer, tls, subject.as_deref());
+    let mut x = Exchange::new(ctx, &vs, st, (peer, c.listen), tls, subject.as_deref());
     x.facts.head_us = Some(micros_since(reading));
     x.facts.tls = c.stream.tls_info();
     let mut client = H1Client::new(c, &x, &ctx.idle_watch);
@@ -664,6 +668,7 @@ mod size_tests {
                 active: ctx.active.clone(),
                 counters,
                 leases: None,
+                private: None,
             };
             let f = session(
                 ctx.clone(),

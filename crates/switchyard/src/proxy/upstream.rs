@@ -59,13 +59,24 @@ struct Idle {
 /// keeping every connection a burst opened until `idle_timeout`.
 pub const PURGE_PERIOD: Duration = Duration::from_secs(5);
 
+/// Requests waiting for a connection to one member (oldest first).
+type Waiting = VecDeque<oneshot::Sender<UpConn>>;
+
 #[derive(Default)]
 pub struct IdlePool {
     /// Keyed by the address of the member's shared state, which survives
     /// reloads, so pooled connections do too. Each entry holds that state
     /// (`MemberConns::state`): while connections are pooled the address
     /// cannot be freed and handed to another member by a later reload.
-    idle: RefCell<FxHashMap<usize, MemberConns>>,
+    ///
+    /// The key's second part is 0 for connections any request may take, or
+    /// a client connection's `private_key` for connections that carry that
+    /// client's PROXY header: only that client's requests take them, and
+    /// they go when it closes (`forget_private`).
+    idle: RefCell<FxHashMap<(usize, u64), MemberConns>>,
+    /// Private entries held (in `idle` or `waiters`): `forget_private`
+    /// costs nothing while there are none.
+    private_held: std::cell::Cell<usize>,
     last_purge: std::cell::Cell<Option<Instant>>,
     /// Requests that found no idle connection and are connecting: the next
     /// connection released to that member goes to the oldest of them
@@ -73,7 +84,7 @@ pub struct IdlePool {
     /// own connect. A burst then opens fewer connections than it has
     /// requests, and waits no longer than a connect. A waiter's request
     /// holds its snapshot, hence the member: the address cannot be reused.
-    waiters: RefCell<FxHashMap<usize, VecDeque<oneshot::Sender<UpConn>>>>,
+    waiters: RefCell<FxHashMap<(usize, u64), Waiting>>,
 }
 
 #[derive(Default)]
@@ -87,10 +98,11 @@ fn key(m: &Member) -> usize {
 }
 
 impl IdlePool {
-    /// A live idle connection to `m`, most recently used first.
-    pub fn take(&self, m: &Member) -> Option<UpConn> {
+    /// A live idle connection to `m` (of the client `private` names, or
+    /// shared when 0), most recently used first.
+    pub fn take(&self, m: &Member, private: u64) -> Option<UpConn> {
         let mut idle = self.idle.borrow_mut();
-        let q = &mut idle.get_mut(&key(m))?.q;
+        let q = &mut idle.get_mut(&(key(m), private))?.q;
         let now = Instant::now();
         while let Some(Idle {
             mut conn, expires, ..
@@ -107,16 +119,25 @@ impl IdlePool {
     }
 
     /// Parks a connection whose last exchange ended cleanly, for at most `idle_timeout`.
-    pub fn put(&self, m: &Member, conn: UpConn, max_idle: usize, idle_timeout: Duration) {
+    pub fn put(
+        &self,
+        (m, private): (&Member, u64),
+        conn: UpConn,
+        max_idle: usize,
+        idle_timeout: Duration,
+    ) {
         // No reuse at all with idle_per_member = 0.
         if max_idle == 0 || !conn.buf.is_empty() {
             return;
         }
-        let Some(conn) = self.hand_over(m, conn) else {
+        let Some(conn) = self.hand_over((m, private), conn) else {
             return;
         };
+        if private != 0 {
+            self.private_held.set(self.private_held.get() + 1);
+        }
         let mut idle = self.idle.borrow_mut();
-        let entry = idle.entry(key(m)).or_default();
+        let entry = idle.entry((key(m), private)).or_default();
         entry.state.get_or_insert_with(|| m.state.clone());
         let q = &mut entry.q;
         if q.len() >= max_idle {
@@ -141,9 +162,9 @@ impl IdlePool {
 
     /// Gives `conn` to the oldest request still waiting for a connection to
     /// `m`; returns it when none is.
-    fn hand_over(&self, m: &Member, mut conn: UpConn) -> Option<UpConn> {
+    fn hand_over(&self, (m, private): (&Member, u64), mut conn: UpConn) -> Option<UpConn> {
         let mut waiters = self.waiters.borrow_mut();
-        let Some(q) = waiters.get_mut(&key(m)) else {
+        let Some(q) = waiters.get_mut(&(key(m), private)) else {
             return Some(conn);
         };
         while let Some(tx) = q.pop_front() {
@@ -153,17 +174,17 @@ impl IdlePool {
                 Err(c) => conn = c,
             }
         }
-        waiters.remove(&key(m));
+        waiters.remove(&(key(m), private));
         Some(conn)
     }
 
     /// A receiver for the next connection to `m` released on this worker
     /// (see `hand_over`); a request races it against its own connect.
-    pub fn wait_release(&self, m: &Member) -> oneshot::Receiver<UpConn> {
+    pub fn wait_release(&self, m: &Member, private: u64) -> oneshot::Receiver<UpConn> {
         let (tx, rx) = oneshot::channel();
         self.waiters
             .borrow_mut()
-            .entry(key(m))
+            .entry((key(m), private))
             .or_default()
             .push_back(tx);
         rx
@@ -172,11 +193,45 @@ impl IdlePool {
     /// Drops every idle connection to `m` (one turned out stale: the member
     /// probably restarted, so the others are stale too).
     pub fn forget(&self, m: &Member) {
-        if let Some(e) = self.idle.borrow_mut().remove(&key(m)) {
-            for old in e.q {
-                stats::dec(&old.conn.counters.local().server_connections_idle);
+        let k = key(m);
+        self.idle.borrow_mut().retain(|(member, _), e| {
+            if *member == k {
+                for old in e.q.drain(..) {
+                    stats::dec(&old.conn.counters.local().server_connections_idle);
+                }
             }
+            *member != k
+        });
+    }
+
+    /// Closes the idle connections that carry the PROXY header of the
+    /// client connection `private` names, which just closed: no other
+    /// request may use them.
+    pub fn forget_private(&self, private: u64) {
+        if self.private_held.get() == 0 || private == 0 {
+            return;
         }
+        self.idle.borrow_mut().retain(|(_, p), e| {
+            if *p == private {
+                for old in e.q.drain(..) {
+                    stats::dec(&old.conn.counters.local().server_connections_idle);
+                }
+            }
+            *p != private
+        });
+        self.waiters.borrow_mut().retain(|(_, p), _| *p != private);
+        self.recount_private();
+    }
+
+    fn recount_private(&self) {
+        let held = self
+            .idle
+            .borrow()
+            .iter()
+            .filter(|((_, p), _)| *p != 0)
+            .map(|(_, e)| e.q.len())
+            .sum();
+        self.private_held.set(held);
     }
 
     /// Closes connections past their idle timeout, or closed by the member.
@@ -215,21 +270,32 @@ impl IdlePool {
             });
         }
         idle.retain(|_, e| !e.q.is_empty());
+        drop(idle);
         // Waiters whose request went on without a handed connection.
         self.waiters.borrow_mut().retain(|_, q| {
             q.retain(|tx| !tx.is_closed());
             !q.is_empty()
         });
+        if self.private_held.get() > 0 {
+            self.recount_private();
+        }
     }
 
-    /// Idle connections to `m` on this worker.
+    /// Idle connections to `m` on this worker, private ones included.
     pub fn count(&self, m: &Member) -> usize {
-        self.idle.borrow().get(&key(m)).map_or(0, |e| e.q.len())
+        let k = key(m);
+        self.idle
+            .borrow()
+            .iter()
+            .filter(|((member, _), _)| *member == k)
+            .map(|(_, e)| e.q.len())
+            .sum()
     }
 
     /// Closes every idle connection (shutdown).
     pub fn clear(&self) {
         self.waiters.borrow_mut().clear();
+        self.private_held.set(0);
         let mut idle = self.idle.borrow_mut();
         for (_, e) in idle.drain() {
             for old in e.q {
@@ -318,26 +384,35 @@ pub async fn connect(
     m: &Member,
     (tls, source): (Option<&UpstreamTls>, Option<IpAddr>),
     timeout: Duration,
+    proxy_header: &[u8],
 ) -> Result<UpConn, ConnectError> {
-    connect_with(m, (tls, source), timeout, false).await
+    connect_with(m, (tls, source), timeout, false, proxy_header).await
 }
 
 /// `connect`, offering HTTP/2 by ALPN on TLS when `h2` (the caller checks
-/// `alpn_h2` on the result).
+/// `alpn_h2` on the result). `proxy_header`: a PROXY protocol header sent
+/// first, before TLS (empty: none).
 pub async fn connect_with(
     m: &Member,
     (tls, source): (Option<&UpstreamTls>, Option<IpAddr>),
     timeout: Duration,
     h2: bool,
+    proxy_header: &[u8],
 ) -> Result<UpConn, ConnectError> {
     let addr: SocketAddr = m.addr;
     let deadline = tokio::time::Instant::now() + timeout;
-    let tcp =
-        match tokio::time::timeout_at(deadline, crate::source::connect_tcp(addr, source)).await {
-            Ok(Ok(s)) => s,
-            Ok(Err(e)) => return Err(ConnectError::Io(e)),
-            Err(_) => return Err(ConnectError::Timeout),
-        };
+    let open = async {
+        let mut s = crate::source::connect_tcp(addr, source).await?;
+        if !proxy_header.is_empty() {
+            tokio::io::AsyncWriteExt::write_all(&mut s, proxy_header).await?;
+        }
+        Ok::<_, io::Error>(s)
+    };
+    let tcp = match tokio::time::timeout_at(deadline, open).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(ConnectError::Io(e)),
+        Err(_) => return Err(ConnectError::Timeout),
+    };
     let _ = tcp.set_nodelay(true);
     let stream = match tls {
         None => UpStream::Plain(tcp),
@@ -430,9 +505,9 @@ mod tests {
             let pool = IdlePool::default();
             let mut accepted = Vec::new();
             for _ in 0..3 {
-                let c = connect(&m, (None, None), Duration::from_secs(1)).await.unwrap();
+                let c = connect(&m, (None, None), Duration::from_secs(1), &[]).await.unwrap();
                 accepted.push(l.accept().await.unwrap());
-                pool.put(&m, c, 8, Duration::from_secs(60));
+                pool.put((&m, 0), c, 8, Duration::from_secs(60));
             }
             assert_eq!(pool.count(&m), 3);
             // The pool holds the member's state: its address stays taken.
@@ -440,7 +515,7 @@ mod tests {
             let later = Instant::now() + Duration::from_millis(1);
             {
                 let mut idle = pool.idle.borrow_mut();
-                let q = &mut idle.get_mut(&key(&m)).unwrap().q;
+                let q = &mut idle.get_mut(&(key(&m), 0)).unwrap().q;
                 // All three were idle through the period: two go (3 / 2 rounded up).
                 purge_spares(q, later);
                 assert_eq!(q.len(), 1);
@@ -450,9 +525,9 @@ mod tests {
             // Through sweep: the first call starts a period, one a whole
             // period later halves what stayed idle through it.
             for _ in 0..2 {
-                let c = connect(&m, (None, None), Duration::from_secs(1)).await.unwrap();
+                let c = connect(&m, (None, None), Duration::from_secs(1), &[]).await.unwrap();
                 accepted.push(l.accept().await.unwrap());
-                pool.put(&m, c, 8, Duration::from_secs(60));
+                pool.put((&m, 0), c, 8, Duration::from_secs(60));
             }
             let t0 = Instant::now();
             pool.sweep_at(t0);
@@ -462,24 +537,24 @@ mod tests {
             pool.clear();
             // A released connection goes to a waiting request, not the pool;
             // a waiter that went on (dropped) is passed over.
-            let gone = pool.wait_release(&m);
-            let waiting = pool.wait_release(&m);
+            let gone = pool.wait_release(&m, 0);
+            let waiting = pool.wait_release(&m, 0);
             drop(gone);
-            let c = connect(&m, (None, None), Duration::from_secs(1)).await.unwrap();
+            let c = connect(&m, (None, None), Duration::from_secs(1), &[]).await.unwrap();
             accepted.push(l.accept().await.unwrap());
-            pool.put(&m, c, 8, Duration::from_secs(60));
+            pool.put((&m, 0), c, 8, Duration::from_secs(60));
             assert_eq!(pool.count(&m), 0);
             let handed = waiting.await.expect("handed over");
-            pool.put(&m, handed, 8, Duration::from_secs(60));
+            pool.put((&m, 0), handed, 8, Duration::from_secs(60));
             assert_eq!(pool.count(&m), 1, "no waiter left: pooled");
             pool.clear();
             // A connection parked after the period started is no spare.
-            let c = connect(&m, (None, None), Duration::from_secs(1)).await.unwrap();
+            let c = connect(&m, (None, None), Duration::from_secs(1), &[]).await.unwrap();
             accepted.push(l.accept().await.unwrap());
             let before = Instant::now();
-            pool.put(&m, c, 8, Duration::from_secs(60));
+            pool.put((&m, 0), c, 8, Duration::from_secs(60));
             let mut idle = pool.idle.borrow_mut();
-            let q = &mut idle.get_mut(&key(&m)).unwrap().q;
+            let q = &mut idle.get_mut(&(key(&m), 0)).unwrap().q;
             purge_spares(q, before - Duration::from_millis(1));
             assert_eq!(q.len(), 1);
         });
