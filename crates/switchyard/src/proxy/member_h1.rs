@@ -96,7 +96,11 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
 fn private_key(x: &Exchange<'_>, pool: &Pool) -> u64 {
     match pool.proxy_protocol {
         None => 0,
-        Some(_) => private_key_of(x.peer, x.listen),
+        Some(_) => {
+            let key = private_key_of(x.peer, x.listen);
+            x.idle.open_private(key);
+            key
+        }
     }
 }
 

@@ -74,9 +74,11 @@ pub struct IdlePool {
     /// client's PROXY header: only that client's requests take them, and
     /// they go when it closes (`forget_private`).
     idle: RefCell<FxHashMap<(usize, u64), MemberConns>>,
-    /// Private entries held (in `idle` or `waiters`): `forget_private`
-    /// costs nothing while there are none.
-    private_held: std::cell::Cell<usize>,
+    /// The private keys of client connections still open (`open_private`
+    /// to `forget_private`): a connection released for a client that has
+    /// gone (a connect that finished after it closed) is closed, not
+    /// pooled where nobody may take it.
+    live_private: RefCell<std::collections::HashSet<u64, crate::fasthash::FxBuild>>,
     last_purge: std::cell::Cell<Option<Instant>>,
     /// Requests that found no idle connection and are connecting: the next
     /// connection released to that member goes to the oldest of them
@@ -133,8 +135,8 @@ impl IdlePool {
         let Some(conn) = self.hand_over((m, private), conn) else {
             return;
         };
-        if private != 0 {
-            self.private_held.set(self.private_held.get() + 1);
+        if private != 0 && !self.live_private.borrow().contains(&private) {
+            return;
         }
         let mut idle = self.idle.borrow_mut();
         let entry = idle.entry((key(m), private)).or_default();
@@ -208,7 +210,7 @@ impl IdlePool {
     /// client connection `private` names, which just closed: no other
     /// request may use them.
     pub fn forget_private(&self, private: u64) {
-        if self.private_held.get() == 0 || private == 0 {
+        if private == 0 || !self.live_private.borrow_mut().remove(&private) {
             return;
         }
         self.idle.borrow_mut().retain(|(_, p), e| {
@@ -220,18 +222,15 @@ impl IdlePool {
             *p != private
         });
         self.waiters.borrow_mut().retain(|(_, p), _| *p != private);
-        self.recount_private();
     }
 
-    fn recount_private(&self) {
-        let held = self
-            .idle
-            .borrow()
-            .iter()
-            .filter(|((_, p), _)| *p != 0)
-            .map(|(_, e)| e.q.len())
-            .sum();
-        self.private_held.set(held);
+    /// The client connection `private` names uses private member
+    /// connections (its pool sends PROXY headers); `forget_private` ends
+    /// that when it closes.
+    pub fn open_private(&self, private: u64) {
+        if private != 0 {
+            self.live_private.borrow_mut().insert(private);
+        }
     }
 
     /// Closes connections past their idle timeout, or closed by the member.
@@ -276,9 +275,6 @@ impl IdlePool {
             q.retain(|tx| !tx.is_closed());
             !q.is_empty()
         });
-        if self.private_held.get() > 0 {
-            self.recount_private();
-        }
     }
 
     /// Idle connections to `m` on this worker, private ones included.
@@ -295,7 +291,7 @@ impl IdlePool {
     /// Closes every idle connection (shutdown).
     pub fn clear(&self) {
         self.waiters.borrow_mut().clear();
-        self.private_held.set(0);
+        self.live_private.borrow_mut().clear();
         let mut idle = self.idle.borrow_mut();
         for (_, e) in idle.drain() {
             for old in e.q {
@@ -489,6 +485,52 @@ impl AsyncWrite for UpConn {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn private_connections_serve_only_their_client_and_go_with_it() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = l.local_addr().unwrap();
+            let text = format!("[[vserver]]\nname=\"a\"\nlisten=[\"127.0.0.1:1\"]\ndefault_pool=\"p\"\n[[pool]]\nname=\"p\"\n[[pool.member]]\naddress=\"{addr}\"\n");
+            let snap = crate::config::parse("t", &text, None).unwrap();
+            let m = snap.pools[0].members[0].clone();
+            let pool = IdlePool::default();
+            let mut accepted = Vec::new();
+            let conn = || async {
+                let c = connect(&m, (None, None), Duration::from_secs(1), &[]).await.unwrap();
+                (c, l.accept().await.unwrap())
+            };
+            let (a, b) = (7, 9);
+            pool.open_private(a);
+            pool.open_private(b);
+            let (c, s) = conn().await;
+            accepted.push(s);
+            pool.put((&m, a), c, 8, Duration::from_secs(60));
+            assert!(pool.take(&m, 0).is_none(), "shared requests never take it");
+            assert!(pool.take(&m, b).is_none(), "nor another client's");
+            let c = pool.take(&m, a).expect("its client takes it");
+            pool.put((&m, a), c, 8, Duration::from_secs(60));
+            assert_eq!(pool.count(&m), 1);
+            // The client closes: its connection goes, and one released for
+            // it later (a connect that lost a race) is not pooled.
+            pool.forget_private(a);
+            assert_eq!(pool.count(&m), 0);
+            let (c, s) = conn().await;
+            accepted.push(s);
+            pool.put((&m, a), c, 8, Duration::from_secs(60));
+            assert_eq!(pool.count(&m), 0);
+            // The other client's are untouched.
+            let (c, s) = conn().await;
+            accepted.push(s);
+            pool.put((&m, b), c, 8, Duration::from_secs(60));
+            assert_eq!(pool.count(&m), 1);
+            pool.clear();
+        });
+    }
 
     #[test]
     fn spares_idle_a_whole_period_are_halved_and_an_arc_keeps_the_key() {
