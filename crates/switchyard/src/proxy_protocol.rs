@@ -496,6 +496,21 @@ pub fn encode_v2(src: SocketAddr, dst: SocketAddr, transport: Transport) -> Vec<
     out
 }
 
+/// The header a pool of `version` sends first on a TCP connection from
+/// `src` to `dst` (empty when it sends none).
+pub fn stream_header(
+    version: Option<crate::config::l4::ProxyVersion>,
+    src: SocketAddr,
+    dst: SocketAddr,
+) -> Vec<u8> {
+    use crate::config::l4::ProxyVersion;
+    match version {
+        None => Vec::new(),
+        Some(ProxyVersion::V1) => encode_v1(src, dst),
+        Some(ProxyVersion::V2) => encode_v2(src, dst, Transport::Stream),
+    }
+}
+
 /// The v2 LOCAL header, for the proxy's own connections (health checks):
 /// the member then uses the connection's real endpoints. v2 only: the
 /// spec advises against v1 "UNKNOWN" for this, which servers may refuse.

@@ -4,7 +4,7 @@
 //! The client's address needs IP_TRANSPARENT (CAP_NET_ADMIN), which lets a
 //! socket bind an address that is not this host's. The member's answers,
 //! addressed to the client, must then be routed back through this host and
-//! delivered locally (policy routing; docs/l4.md, "Transparent source"),
+//! delivered locally (policy routing; docs/l4.md, "Source address toward members"),
 //! where the kernel hands them to the socket bound to that address.
 
 use std::io;
@@ -14,7 +14,27 @@ use std::os::fd::AsRawFd;
 use socket2::SockRef;
 use tokio::net::{TcpSocket, TcpStream};
 
-use crate::config::l4::SourceAddress;
+/// Where a pool's connections to its members come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SourceAddress {
+    /// This local address; the kernel picks the port.
+    Local(IpAddr),
+    /// The client's own address (IP_TRANSPARENT): the member sees the
+    /// client, as if there were no proxy. Its answers must be routed back
+    /// through this host (docs/l4.md, "Source address toward members"). tcp and udp
+    /// vservers only: an HTTP member connection carries many clients.
+    Client,
+}
+
+impl SourceAddress {
+    /// The local address, for connections that cannot take the client's.
+    pub fn local(self) -> Option<IpAddr> {
+        match self {
+            SourceAddress::Local(ip) => Some(ip),
+            SourceAddress::Client => None,
+        }
+    }
+}
 
 /// The address a connection from `client` to `member` is bound to before
 /// its connect; None for the kernel's choice. A client of the other
@@ -37,13 +57,22 @@ pub fn address(
     }
 }
 
-/// Binds `sock` (not yet connected) to `ip`, any port. `stream`: a TCP
-/// socket, whose port is then left to connect(2), which picks one free
+/// Binds `sock` (not yet connected) where `source` says for a connection
+/// from `client` to `member`; nothing for the kernel's choice. `stream`: a
+/// TCP socket, whose port is then left to connect(2), which picks one free
 /// for the whole address pair (IP_BIND_ADDRESS_NO_PORT) instead of one
 /// free for every destination, so a source address is not limited to one
 /// ephemeral port range across all members.
-pub fn bind(sock: SockRef<'_>, ip: IpAddr, transparent: bool, stream: bool) -> io::Result<()> {
-    if transparent {
+pub fn bind_for(
+    sock: SockRef<'_>,
+    source: Option<SourceAddress>,
+    (client, member): (IpAddr, SocketAddr),
+    stream: bool,
+) -> io::Result<()> {
+    let Some(ip) = address(source, client, member) else {
+        return Ok(());
+    };
+    if source == Some(SourceAddress::Client) {
         set_transparent(&sock, ip.is_ipv6()).map_err(|e| {
             io::Error::new(
                 e.kind(),
@@ -59,19 +88,38 @@ pub fn bind(sock: SockRef<'_>, ip: IpAddr, transparent: bool, stream: bool) -> i
         .map_err(|e| io::Error::new(e.kind(), format!("cannot bind source address {ip}: {e}")))
 }
 
-/// A TCP connection to `addr` from `source` (a local address), or from
-/// the kernel's choice when None.
-pub async fn connect_tcp(addr: SocketAddr, source: Option<IpAddr>) -> io::Result<TcpStream> {
-    let Some(ip) = source else {
-        return TcpStream::connect(addr).await;
-    };
-    let sock = if addr.is_ipv4() {
+/// A TCP socket for a connection from `client` to `member`, bound where
+/// `source` says.
+pub fn tcp_socket(
+    source: Option<SourceAddress>,
+    (client, member): (IpAddr, SocketAddr),
+) -> io::Result<TcpSocket> {
+    let sock = if member.is_ipv4() {
         TcpSocket::new_v4()?
     } else {
         TcpSocket::new_v6()?
     };
-    bind(SockRef::from(&sock), ip, false, true)?;
-    sock.connect(addr).await
+    bind_for(SockRef::from(&sock), source, (client, member), true)?;
+    Ok(sock)
+}
+
+/// A TCP connection to `addr` from `source` (a local address), or from
+/// the kernel's choice when None.
+pub async fn connect_tcp(addr: SocketAddr, source: Option<IpAddr>) -> io::Result<TcpStream> {
+    match source {
+        None => TcpStream::connect(addr).await,
+        Some(ip) => {
+            let local = Some(SourceAddress::Local(ip));
+            tcp_socket(local, (ip, addr))?.connect(addr).await
+        }
+    }
+}
+
+/// Whether this process may set IP_TRANSPARENT (CAP_NET_ADMIN), which
+/// `source_address = "client"` needs: tried on a throwaway socket.
+pub fn transparent_allowed() -> bool {
+    socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::DGRAM, None)
+        .is_ok_and(|s| set_transparent(&SockRef::from(&s), false).is_ok())
 }
 
 fn set_transparent(sock: &SockRef<'_>, v6: bool) -> io::Result<()> {

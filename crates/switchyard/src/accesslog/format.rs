@@ -417,23 +417,38 @@ pub(super) fn ms_or_dash(out: &mut Vec<u8>, v: Option<u64>) {
     }
 }
 
-fn var(v: Var, e: &Entry, out: &mut Vec<u8>) {
-    let tls = e.tls.as_ref();
+/// Writes the variables requests and L4 connections share (the client,
+/// the start time, TLS); false for the others.
+pub(super) fn shared_var(
+    v: Var,
+    (client, time_us): (SocketAddr, u64),
+    tls: Option<&super::TlsInfo>,
+    out: &mut Vec<u8>,
+) -> bool {
     match v {
         Var::RemoteAddr => {
-            let _ = write!(out, "{}", client_ip(e.client));
+            let _ = write!(out, "{}", client_ip(client));
         }
-        Var::RemotePort => num_or_dash(out, Some(e.client.port().into())),
-        Var::TimeIso8601 => iso8601(out, e.time_us),
-        Var::TimeLocal => clf_time(out, e.time_us),
+        Var::RemotePort => num_or_dash(out, Some(client.port().into())),
+        Var::TimeIso8601 => iso8601(out, time_us),
+        Var::TimeLocal => clf_time(out, time_us),
         Var::Msec => {
-            let _ = write!(
-                out,
-                "{}.{:03}",
-                e.time_us / 1_000_000,
-                e.time_us / 1000 % 1000
-            );
+            let _ = write!(out, "{}.{:03}", time_us / 1_000_000, time_us / 1000 % 1000);
         }
+        Var::TlsVersion => text_or_dash(out, tls.map(|t| t.version.as_bytes())),
+        Var::TlsCipher => text_or_dash(out, tls.map(|t| t.cipher.as_bytes())),
+        Var::TlsHandshakeUs => num_or_dash(out, tls.map(|t| t.handshake_us.into())),
+        Var::TlsHandshakeMs => ms_or_dash(out, tls.map(|t| t.handshake_us.into())),
+        _ => return false,
+    }
+    true
+}
+
+fn var(v: Var, e: &Entry, out: &mut Vec<u8>) {
+    if shared_var(v, (e.client, e.time_us), e.tls.as_ref(), out) {
+        return;
+    }
+    match v {
         Var::VServer => text(out, e.vserver.as_bytes()),
         Var::Method => text(out, e.req.method_str()),
         Var::RequestUri => text(out, e.req.target()),
@@ -455,10 +470,6 @@ fn var(v: Var, e: &Entry, out: &mut Vec<u8>) {
             None => out.push(b'-'),
         },
         Var::Retries => num_or_dash(out, Some(e.retries.into())),
-        Var::TlsVersion => text_or_dash(out, tls.map(|t| t.version.as_bytes())),
-        Var::TlsCipher => text_or_dash(out, tls.map(|t| t.cipher.as_bytes())),
-        Var::TlsHandshakeUs => num_or_dash(out, tls.map(|t| t.handshake_us.into())),
-        Var::TlsHandshakeMs => ms_or_dash(out, tls.map(|t| t.handshake_us.into())),
         Var::RequestHeadUs => num_or_dash(out, e.head_us.map(u64::from)),
         Var::RequestHeadMs => ms_or_dash(out, e.head_us.map(u64::from)),
         Var::ConnectUs => num_or_dash(out, e.connect_us.map(u64::from)),
@@ -477,6 +488,8 @@ fn var(v: Var, e: &Entry, out: &mut Vec<u8>) {
         Var::ParentId => text_or_dash(out, e.trace.as_ref().map(|t| &t.parent_id[..])),
         // L4 lines' own: `super::build` refuses them for HTTP.
         Var::Transport | Var::End => out.push(b'-'),
+        // Written by `shared_var`.
+        _ => {}
     }
 }
 

@@ -161,24 +161,10 @@ pub fn render(f: &Format, e: &Entry, out: &mut Vec<u8>) {
 }
 
 fn var(v: Var, e: &Entry, out: &mut Vec<u8>) {
-    let tls = e.tls.as_ref();
+    if format::shared_var(v, (e.client, e.time_us), e.tls.as_ref(), out) {
+        return;
+    }
     match v {
-        Var::RemoteAddr => {
-            let _ = write!(out, "{}", format::client_ip(e.client));
-        }
-        Var::RemotePort => {
-            let _ = write!(out, "{}", e.client.port());
-        }
-        Var::TimeIso8601 => format::iso8601(out, e.time_us),
-        Var::TimeLocal => format::clf_time(out, e.time_us),
-        Var::Msec => {
-            let _ = write!(
-                out,
-                "{}.{:03}",
-                e.time_us / 1_000_000,
-                e.time_us / 1000 % 1000
-            );
-        }
         Var::VServer => format::text(out, e.vserver.as_bytes()),
         Var::Transport => out.extend_from_slice(e.transport.as_bytes()),
         Var::BytesSent => format::num_or_dash(out, Some(e.bytes_sent)),
@@ -191,10 +177,6 @@ fn var(v: Var, e: &Entry, out: &mut Vec<u8>) {
             None => out.push(b'-'),
         },
         Var::Retries => format::num_or_dash(out, Some(e.retries.into())),
-        Var::TlsVersion => format::text_or_dash(out, tls.map(|t| t.version.as_bytes())),
-        Var::TlsCipher => format::text_or_dash(out, tls.map(|t| t.cipher.as_bytes())),
-        Var::TlsHandshakeUs => format::num_or_dash(out, tls.map(|t| t.handshake_us.into())),
-        Var::TlsHandshakeMs => format::ms_or_dash(out, tls.map(|t| t.handshake_us.into())),
         Var::ConnectUs => format::num_or_dash(out, e.connect_us.map(u64::from)),
         Var::ConnectMs => format::ms_or_dash(out, e.connect_us.map(u64::from)),
         Var::TotalUs => format::num_or_dash(out, Some(e.total_us)),

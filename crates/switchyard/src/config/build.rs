@@ -685,7 +685,8 @@ fn build_pool(cx: &mut Ctx, p: &model::Pool, previous: Option<&Snapshot>) -> Opt
     for (at, msg) in problems {
         cx.err(at, msg);
     }
-    if source_address == Some(super::l4::SourceAddress::Client) && !super::l4::transparent_allowed()
+    if source_address == Some(super::l4::SourceAddress::Client)
+        && !crate::source::transparent_allowed()
     {
         if let Some(at) = p.source_address.as_ref() {
             cx.warn(
@@ -1050,14 +1051,18 @@ fn build_vserver(
     let l4 = super::l4::build(v, &name, pools, span.clone(), &mut problems).map(Arc::new);
     let accept_proxy = super::l4::accept_proxy(v).map(Arc::new);
     let socket = super::l4::socket_opts(v, &name, &mut problems);
-    if v.protocol == model::Protocol::Http {
-        let used = default_pool
+    let http_pools = || {
+        default_pool
             .iter()
             .chain(policies.iter().filter_map(|p| match &p.action {
                 Some(Action::Pool(pool)) => Some(pool),
                 _ => None,
-            }));
-        super::l4::check_http_pools(&name, used, span.clone(), &mut problems);
+            }))
+    };
+    let private_member_conns =
+        v.protocol == model::Protocol::Http && http_pools().any(|p| p.proxy_protocol.is_some());
+    if v.protocol == model::Protocol::Http {
+        super::l4::check_http_pools(&name, http_pools(), span.clone(), &mut problems);
     }
     if l4.is_some() {
         let http_only = [
@@ -1138,6 +1143,7 @@ fn build_vserver(
         counters: old.map(|o| o.counters.clone()).unwrap_or_default(),
         latency: old.map(|o| o.latency.clone()).unwrap_or_default(),
         access_log,
+        private_member_conns,
         waf,
         limits: Vec::new(),
         protocol: v.protocol,

@@ -106,27 +106,7 @@ impl Default for SocketOpts {
     }
 }
 
-/// Where a pool's connections to its members come from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SourceAddress {
-    /// This local address; the kernel picks the port.
-    Local(std::net::IpAddr),
-    /// The client's own address (IP_TRANSPARENT): the member sees the
-    /// client, as if there were no proxy. Its answers must be routed back
-    /// through this host (docs/l4.md, "Source address toward members"). tcp and udp
-    /// vservers only: an HTTP member connection carries many clients.
-    Client,
-}
-
-impl SourceAddress {
-    /// The local address, for connections that cannot take the client's.
-    pub fn local(self) -> Option<std::net::IpAddr> {
-        match self {
-            SourceAddress::Local(ip) => Some(ip),
-            SourceAddress::Client => None,
-        }
-    }
-}
+pub use crate::source::SourceAddress;
 
 /// PROXY protocol version sent to a pool's members.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -278,59 +258,46 @@ fn check_transport_keys(
     span: Range<usize>,
     problems: &mut Vec<Problem>,
 ) {
-    let l4 = v.l4.as_ref();
-    let only = |set: bool, key: &str, kind: &str, problems: &mut Vec<Problem>| {
+    // (set, key, the transport it belongs to)
+    let l4_keys = v.l4.as_ref().map_or([(false, "", "tcp"); 4], |l| {
+        [
+            (l.zero_copy.is_some(), "zero_copy", "tcp"),
+            (
+                l.client_hello_timeout.is_some(),
+                "client_hello_timeout",
+                "tcp",
+            ),
+            (l.per_datagram.is_some(), "per_datagram", "udp"),
+            (l.max_sessions.is_some(), "max_sessions", "udp"),
+        ]
+    });
+    let kind = if udp { "udp" } else { "tcp" };
+    for (set, key, belongs) in l4_keys {
+        if set && belongs != kind {
+            problems.push((
+                span.clone(),
+                format!("{what}: [vserver.l4] {key} is for {belongs} vservers"),
+            ));
+        }
+    }
+    let Some(s) = v.socket.as_ref().filter(|_| udp) else {
+        return;
+    };
+    let tcp_only = [
+        (s.backlog.is_some(), "backlog"),
+        (s.keepalive.is_some(), "keepalive"),
+        (s.fast_open.is_some(), "fast_open"),
+        (s.defer_accept.is_some(), "defer_accept"),
+        (s.nodelay.is_some(), "nodelay"),
+        (s.smart_accept.is_some(), "smart_accept"),
+    ];
+    for (set, key) in tcp_only {
         if set {
             problems.push((
                 span.clone(),
-                format!("{what}: [vserver.l4] {key} is for {kind} vservers"),
+                format!("{what}: [vserver.socket] {key} is a TCP option; a udp vserver has only freebind"),
             ));
         }
-    };
-    if udp {
-        only(
-            l4.is_some_and(|l| l.zero_copy.is_some()),
-            "zero_copy",
-            "tcp",
-            problems,
-        );
-        only(
-            l4.is_some_and(|l| l.client_hello_timeout.is_some()),
-            "client_hello_timeout",
-            "tcp",
-            problems,
-        );
-        if let Some(s) = &v.socket {
-            let tcp_only = [
-                (s.backlog.is_some(), "backlog"),
-                (s.keepalive.is_some(), "keepalive"),
-                (s.fast_open.is_some(), "fast_open"),
-                (s.defer_accept.is_some(), "defer_accept"),
-                (s.nodelay.is_some(), "nodelay"),
-                (s.smart_accept.is_some(), "smart_accept"),
-            ];
-            for (set, key) in tcp_only {
-                if set {
-                    problems.push((
-                        span.clone(),
-                        format!("{what}: [vserver.socket] {key} is a TCP option; a udp vserver has only freebind"),
-                    ));
-                }
-            }
-        }
-    } else {
-        only(
-            l4.is_some_and(|l| l.per_datagram.is_some()),
-            "per_datagram",
-            "udp",
-            problems,
-        );
-        only(
-            l4.is_some_and(|l| l.max_sessions.is_some()),
-            "max_sessions",
-            "udp",
-            problems,
-        );
     }
 }
 
@@ -472,28 +439,6 @@ pub fn check_http_pools<'a>(
                 ),
             ));
         }
-    }
-}
-
-/// Whether this process may set IP_TRANSPARENT (CAP_NET_ADMIN), which
-/// `source_address = "client"` needs: tried on a throwaway socket.
-pub fn transparent_allowed() -> bool {
-    // SAFETY: a socket made and closed here; an int option of its size.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if fd < 0 {
-            return false;
-        }
-        let one: i32 = 1;
-        let rc = libc::setsockopt(
-            fd,
-            libc::SOL_IP,
-            libc::IP_TRANSPARENT,
-            (&one as *const i32).cast(),
-            std::mem::size_of::<i32>() as libc::socklen_t,
-        );
-        libc::close(fd);
-        rc == 0
     }
 }
 

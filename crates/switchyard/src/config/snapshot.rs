@@ -151,6 +151,9 @@ pub struct VServer {
     pub acl: Option<Arc<crate::shield::AclSet>>,
     /// `[vserver.access_log]`, when set.
     pub access_log: Option<Arc<crate::accesslog::Config>>,
+    /// An HTTP vserver with a pool that sends PROXY headers: its client
+    /// connections get member connections of their own (`ConnGuard`).
+    pub private_member_conns: bool,
 }
 
 /// A vserver's cache: its settings and the shared store.

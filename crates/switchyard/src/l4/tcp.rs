@@ -19,9 +19,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use socket2::SockRef;
 use tokio::io::AsyncWriteExt;
-use tokio::net::{TcpSocket, TcpStream};
+use tokio::net::TcpStream;
 
 use super::relay::{self, End, Meter, Moved};
 use super::Lease;
@@ -29,7 +28,7 @@ use super::{client_hello, proxy_protocol};
 use crate::accesslog::{self, l4::End as LogEnd, TlsInfo};
 use crate::balance::persist::source_ip_hash;
 use crate::balance::Tried;
-use crate::config::l4::{AcceptProxy, L4Settings, ProxyVersion, SourceAddress};
+use crate::config::l4::{AcceptProxy, L4Settings};
 use crate::config::snapshot::{HashKey, Member, Persist, Pool, Snapshot, VServer};
 use crate::health::passive;
 use crate::log;
@@ -438,6 +437,7 @@ async fn connect(
     let mut tried = Tried::default();
     let mut retries_left = snap.settings.retries;
     let mut attempts = 0;
+    let header = proxy_protocol::stream_header(pool.proxy_protocol, client, listen);
     loop {
         let Some(i) = pool.balancer.pick(&pool.members, None, hash, tried) else {
             if attempts == 0 {
@@ -458,13 +458,6 @@ async fn connect(
         let m = &pool.members[i];
         let lease = Lease::new(m);
         let mc = m.counters.local();
-        let header = match pool.proxy_protocol {
-            None => Vec::new(),
-            Some(ProxyVersion::V1) => proxy_protocol::encode_v1(client, listen),
-            Some(ProxyVersion::V2) => {
-                proxy_protocol::encode_v2(client, listen, proxy_protocol::Transport::Stream)
-            }
-        };
         let timeout_ms = snap.settings.upstream_connect_ms;
         match open(m, pool, (client.ip(), &header), timeout_ms).await {
             Ok(mut s) => {
@@ -528,16 +521,7 @@ async fn open(
     (client, header): (IpAddr, &[u8]),
     timeout_ms: u64,
 ) -> Result<UpStream, Failed> {
-    let sock = if m.addr.is_ipv4() {
-        TcpSocket::new_v4()
-    } else {
-        TcpSocket::new_v6()
-    }
-    .map_err(Failed::Source)?;
-    if let Some(ip) = source::address(pool.source_address, client, m.addr) {
-        let transparent = pool.source_address == Some(SourceAddress::Client);
-        source::bind(SockRef::from(&sock), ip, transparent, true).map_err(Failed::Source)?;
-    }
+    let sock = source::tcp_socket(pool.source_address, (client, m.addr)).map_err(Failed::Source)?;
     let _ = sock.set_nodelay(true);
     let deadline = tokio::time::Instant::now() + ms(timeout_ms);
     let late = || {

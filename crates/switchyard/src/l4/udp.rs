@@ -36,7 +36,7 @@ use super::Lease;
 use crate::accesslog;
 use crate::balance::Tried;
 use crate::clock::now_ms;
-use crate::config::l4::{ProxyVersion, SourceAddress};
+use crate::config::l4::ProxyVersion;
 use crate::config::snapshot::{Member, Pool, VServer};
 use crate::fasthash::FxHashMap;
 use crate::health::passive;
@@ -266,12 +266,11 @@ fn forward(
     }
     let mut relayed = 0;
     for &d in datagrams {
-        let from_client = d;
         let Some(link) = link_for(vs, listener, &session, &pool, client, l4.per_datagram) else {
             continue;
         };
         let with_header;
-        let d = if proxy_v2 {
+        let out = if proxy_v2 {
             let mut h =
                 proxy_protocol::encode_v2(client, local, proxy_protocol::Transport::Datagram);
             h.extend_from_slice(d);
@@ -280,8 +279,8 @@ fn forward(
         } else {
             d
         };
-        let sent = send_to_member(vs, &pool, &link, &[d]);
-        session.count_up(&[from_client][..sent]);
+        let sent = send_to_member(vs, &pool, &link, &[out]);
+        session.count_up(&[d][..sent]);
         relayed += sent;
     }
     relayed
@@ -538,8 +537,7 @@ async fn send_replies(listener: std::rc::Weak<Listener>, queued: Rc<Notify>) {
     }
 }
 
-/// An unconnected socket bound where the pool's `source_address` says
-/// (any local address of the member's family when it says nothing).
+/// An unconnected socket bound where the pool's `source_address` says.
 fn member_socket(
     pool: &Pool,
     member: SocketAddr,
@@ -547,20 +545,8 @@ fn member_socket(
 ) -> std::io::Result<std::net::UdpSocket> {
     let domain = socket2::Domain::for_address(member);
     let sock = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
-    match source::address(pool.source_address, client, member) {
-        Some(ip) => {
-            let transparent = pool.source_address == Some(SourceAddress::Client);
-            source::bind(socket2::SockRef::from(&sock), ip, transparent, false)?;
-        }
-        None => {
-            let any: SocketAddr = if member.is_ipv4() {
-                SocketAddr::from(([0, 0, 0, 0], 0))
-            } else {
-                SocketAddr::from(([0u16; 8], 0))
-            };
-            sock.bind(&any.into())?;
-        }
-    }
+    // Unbound for the kernel's choice: connect(2) binds it.
+    source::bind_for((&sock).into(), pool.source_address, (client, member), false)?;
     Ok(sock.into())
 }
 

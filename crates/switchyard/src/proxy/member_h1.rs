@@ -16,7 +16,6 @@ use super::hooks::Hooks;
 use super::respond::{respond, unless_cancelled, Inspect, MemberBody};
 use super::upstream::{self, UpConn};
 use crate::clock::now_ms;
-use crate::config::l4::ProxyVersion;
 use crate::config::snapshot::Pool;
 use crate::health::passive;
 use crate::http::body::{BodyError, Out};
@@ -96,11 +95,7 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
 fn private_key(x: &Exchange<'_>, pool: &Pool) -> u64 {
     match pool.proxy_protocol {
         None => 0,
-        Some(_) => {
-            let key = private_key_of(x.peer, x.listen);
-            x.idle.open_private(key);
-            key
-        }
+        Some(_) => private_key_of(x.peer, x.listen),
     }
 }
 
@@ -121,13 +116,7 @@ async fn connect_or_take_released(x: &Exchange<'_>, a: &Attempt<'_>) -> Result<U
     let connect = {
         let (m, tls, source) = (m.clone(), pool.tls.clone(), pool.local_source());
         let timeout = Duration::from_millis(x.st.upstream_connect_ms);
-        let header = match pool.proxy_protocol {
-            None => Vec::new(),
-            Some(ProxyVersion::V1) => proxy_protocol::encode_v1(x.peer, x.listen),
-            Some(ProxyVersion::V2) => {
-                proxy_protocol::encode_v2(x.peer, x.listen, proxy_protocol::Transport::Stream)
-            }
-        };
+        let header = proxy_protocol::stream_header(pool.proxy_protocol, x.peer, x.listen);
         async move { upstream::connect(&m, (tls.as_deref(), source), timeout, &header).await }
     };
     let mut connect = Box::pin(connect);

@@ -52,7 +52,7 @@ pub fn serve(
     peer: SocketAddr,
     listen: SocketAddr,
 ) {
-    let (counters, tls, h2_only, l4, accept_proxy, leases) = {
+    let (counters, tls, h2_only, l4, accept_proxy, leases, private) = {
         let snap = ctx.snapshot.load();
         match snap.vserver_for(&listen) {
             Some(vs) => {
@@ -73,6 +73,7 @@ pub fn serve(
                     vs.l4.is_some().then(|| (Arc::clone(&snap), vs.clone())),
                     vs.accept_proxy.clone(),
                     leases,
+                    vs.private_member_conns,
                 )
             }
             None => return,
@@ -91,7 +92,8 @@ pub fn serve(
         active: ctx.active.clone(),
         counters,
         leases,
-        private: None,
+        // Its key is set once the client is known (`start`).
+        private: private.then(|| (ctx.idle.clone(), 0)),
     };
     // TCP_NODELAY comes from the listening socket (runtime/listen.rs):
     // accepted sockets inherit it, so no setsockopt per connection.
@@ -246,7 +248,10 @@ fn start(
 ) {
     // The client as its requests will name it (a PROXY header's address
     // included): the key of its private member connections.
-    guard.private = Some((ctx.idle.clone(), private_key_of(peer, listen)));
+    if let Some((idle, key)) = &mut guard.private {
+        *key = private_key_of(peer, listen);
+        idle.open_private(*key);
+    }
     match tls {
         None if h2_only => {
             h2::start(
