@@ -839,6 +839,34 @@ fn client_certificates_required_and_optional() {
     assert!(o.seen().last().is_some_and(|s| s
         .header("x-client-cert-subject")
         .is_some_and(|v| v.starts_with("CN=alice"))));
+
+    // A session resumed after the rule tightened would skip it: the client
+    // without a certificate holds a ticket from "optional" (TLS 1.3 tickets
+    // come with the first response), and after the reload to "required" it
+    // must fail the handshake rather than resume into a 200.
+    let mut s = connect(&none, l, "site.test").expect("handshake");
+    assert_eq!(tls_request(&mut s, spoof).expect("r").status, 200);
+    drop(s);
+    let (ok, out) = sy.reload_with(&tls_config(l, &o, &tls("required"), ""));
+    assert!(ok, "{out}");
+    let n = o.requests();
+    let r = connect(&none, l, "site.test").and_then(|mut s| tls_request(&mut s, spoof));
+    assert!(r.is_err(), "resumed past client_auth = \"required\": {r:?}");
+    assert_eq!(o.requests(), n);
+
+    // A field named in client_subject_header is stripped even without
+    // client certificates to fill it: the member trusts that name.
+    let plain = format!(
+        "certificates = [{}]\nclient_subject_header = \"x-client-cert-subject\"",
+        cert_entry(&site)
+    );
+    let (ok, out) = sy.reload_with(&tls_config(l, &o, &plain, ""));
+    assert!(ok, "{out}");
+    let mut s = connect(&none, l, "site.test").expect("handshake");
+    assert_eq!(tls_request(&mut s, spoof).expect("r").status, 200);
+    let seen = o.seen();
+    let last = seen.last().expect("request");
+    assert_eq!(last.header("x-client-cert-subject"), None, "{last:?}");
 }
 
 #[test]

@@ -235,6 +235,11 @@ pub fn build(
         alpn.push(b"http/1.1".to_vec());
     }
 
+    // What client certificates must chain to and whether they are asked
+    // for; 0 without client certificates. Sessions resumed after a change
+    // would skip the new rule (a resumed session keeps the certificate of
+    // its first handshake, or the lack of one).
+    let mut client_auth: u64 = 0;
     let verifier = match (&t.client_ca, &t.client_auth) {
         (None, None) => None,
         (None, Some(a)) => {
@@ -250,6 +255,12 @@ pub fn build(
                 None
             }
             Ok(cas) => {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                for c in &cas {
+                    std::hash::Hash::hash(c.as_ref(), &mut h);
+                }
+                std::hash::Hash::hash(&auth.as_ref().map(|a| format!("{:?}", a.get_ref())), &mut h);
+                client_auth = std::hash::Hasher::finish(&h) | 1;
                 let mut roots = RootCertStore::empty();
                 for c in cas {
                     if let Err(e) = roots.add(c) {
@@ -274,12 +285,14 @@ pub fn build(
             }
         },
     };
-    let client_subject_header = verifier.as_ref().map(|_| {
-        t.client_subject_header
-            .as_ref()
-            .map(|h| h.get_ref().to_ascii_lowercase())
-            .unwrap_or_else(|| "x-client-cert-subject".to_string())
-    });
+    // A field named in the config is always stripped from clients' requests,
+    // with or without `client_ca`: a member told to trust it must never see
+    // a client's own (without client certificates nothing is sent in it).
+    let client_subject_header = match (&t.client_subject_header, &verifier) {
+        (Some(h), _) => Some(h.get_ref().to_ascii_lowercase()),
+        (None, Some(_)) => Some("x-client-cert-subject".to_string()),
+        (None, None) => None,
+    };
     if let Some(h) = &t.client_subject_header {
         if !crate::config::is_token(h.get_ref()) {
             problems.push((
@@ -336,6 +349,9 @@ pub fn build(
     config.alpn_protocols = alpn;
     // The operator's order of suites and groups wins over the client's.
     config.ignore_client_order = true;
+    // Keys and the session cache carry over a reload, so clients keep
+    // resuming, unless what client certificates must satisfy changed.
+    let old = old.filter(|o| o.client_auth == client_auth);
     let (tickets, sessions) = if t.resumption.unwrap_or(true) {
         let tickets = match old.and_then(|o| o.tickets.clone()) {
             Some(t) => t,
@@ -365,6 +381,7 @@ pub fn build(
         config: Arc::new(config),
         hsts,
         client_subject_header,
+        client_auth,
         tickets,
         sessions,
     })

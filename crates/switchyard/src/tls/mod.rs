@@ -45,6 +45,10 @@ pub struct TlsServer {
     /// certificates are asked for. Requests never pass on a client's own
     /// field of that name.
     pub client_subject_header: Option<String>,
+    /// Identifies the client-certificate rule (CA bundle and mode; 0 for
+    /// none): the next snapshot keeps `tickets` and `sessions` only if its
+    /// rule is the same.
+    pub(crate) client_auth: u64,
     /// Kept to hand to the next snapshot.
     pub(crate) tickets: Option<Arc<dyn ProducesTickets>>,
     pub(crate) sessions: Option<Arc<dyn StoresServerSessions>>,
