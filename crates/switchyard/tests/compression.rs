@@ -168,6 +168,7 @@ fn setup(compression: &str) -> Setup {
         "[global]\nworkers = 1\n\n[[vserver]]\nname = \"web\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\nh2c = true\n\
          [[vserver.policy]]\nmatch = {{ path_prefix = \"/off/\" }}\ncompression = false\n\
          [[vserver.policy]]\nmatch = {{ path_prefix = \"/brotli/\" }}\ncompression = {{ algorithms = [\"br\"], brotli_level = 5, min_size = 0 }}\n\
+         [[vserver.policy]]\nmatch = {{ path_prefix = \"/settings-off/\" }}\ncompression = {{ enabled = false, algorithms = [\"gzip\"] }}\n\
          [vserver.compression]\n{compression}\n\n[[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
         o.addr
     );
@@ -224,6 +225,11 @@ fn negotiation_follows_q_values_and_the_server_order() {
         None,
         "the policy offers br only"
     );
+    // A policy's settings table with enabled = false turns it off.
+    let r = get(f.l, "/settings-off/t?n=5000", Some("gzip, br, zstd"));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-encoding"), None, "{:?}", r.headers);
+    assert_eq!(r.body, text(5000));
     let want = text(5000);
     for (ae, expect) in cases {
         let r = get(f.l, "/t?n=5000", *ae);

@@ -966,6 +966,10 @@ fn build_vserver(
             compression: p.compression.as_ref().map(|c| match c {
                 model::OnOrSettings::Switch(false) => PolicyCompression::Off,
                 model::OnOrSettings::Switch(true) => PolicyCompression::On,
+                // A settings table says on, unless it says otherwise.
+                model::OnOrSettings::Settings(c) if c.enabled == Some(false) => {
+                    PolicyCompression::Off
+                }
                 model::OnOrSettings::Settings(c) => {
                     PolicyCompression::With(Arc::new(build_compression(cx, c, &what)))
                 }
