@@ -1089,6 +1089,50 @@ fn h2c_clients_share_the_store() {
     assert_eq!(f.o.count("/h2?n=30000&cc=max-age=60"), 1);
 }
 
+/// Cookie persistence sets the member's cookie on responses to clients
+/// that lack it; the cache must not keep it, neither from the first answer
+/// nor from a 304 that freshens the stored object, or every later hit would
+/// pin every client to that member.
+#[test]
+fn a_revalidation_does_not_store_the_persistence_cookie() {
+    let o = CacheOrigin::start("");
+    let l = free_addr();
+    let cfg = config(l, o.addr, "", "", "", "").replace(
+        "[[pool]]\nname = \"p\"\n",
+        "[[pool]]\nname = \"p\"\npersistence = { type = \"cookie\", cookie = \"SYSRV\" }\n",
+    );
+    assert!(cfg.contains("SYSRV"), "{cfg}");
+    let sy = Switchyard::start(&cfg, &[l]);
+    let t = "/pc?n=100&cc=max-age=1&etag=p1&notmod=1";
+    let r1 = fetch(l, t, "");
+    assert!(
+        r1.header("set-cookie")
+            .is_some_and(|c| c.starts_with("SYSRV=")),
+        "the client's own cookie: {:?}",
+        r1.headers
+    );
+    let hit = fetch(l, t, "");
+    assert!(is_hit(&hit), "{:?}", hit.headers);
+    assert_eq!(hit.header("set-cookie"), None, "{:?}", hit.headers);
+    std::thread::sleep(Duration::from_millis(2100));
+    let r2 = fetch(l, t, "");
+    assert!(
+        cache_status(&r2).contains("fwd=stale; fwd-status=304"),
+        "{:?}",
+        r2.headers
+    );
+    assert_eq!(o.count(t), 2);
+    let hit = fetch(l, t, "");
+    assert!(is_hit(&hit), "{:?}", hit.headers);
+    assert_eq!(
+        hit.header("set-cookie"),
+        None,
+        "a hit after the 304 replays a client's persistence cookie: {:?}",
+        hit.headers
+    );
+    drop(sy);
+}
+
 /// A 304 from the member freshens the stored gzip variant; the 304's
 /// fields replace the stored ones, but its ETag is the member's strong
 /// validator of the identity representation. The compression stage

@@ -379,7 +379,8 @@ impl Object {
 
     /// This object freshened by a member's 304 (RFC 9111 4.3.4): the
     /// 304's fields replace the stored ones of the same name; the body
-    /// stays.
+    /// stays. A 304's Set-Cookie is one client's: it is not taken unless
+    /// `store_set_cookie` (a response carrying one is not stored either).
     pub fn freshened(
         &self,
         not_modified: &Response,
@@ -396,6 +397,7 @@ impl Object {
         let replaced = |n: &[u8]| {
             !n.eq_ignore_ascii_case(b"content-length")
                 && !n.eq_ignore_ascii_case(b"etag")
+                && (s.store_set_cookie || !n.eq_ignore_ascii_case(b"set-cookie"))
                 && !fresh.is_connection_field(n)
                 && fresh.fields.iter().any(|(m, _)| m.eq_ignore_ascii_case(n))
         };

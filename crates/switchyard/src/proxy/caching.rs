@@ -51,11 +51,15 @@ pub struct Cache {
 
 impl Cache {
     fn hit(&self, x: &Exchange<'_>, o: &Object, req: &Request, status: &str, now: i64) -> Local {
-        let (response, body) = match x.cache {
+        let (mut response, body) = match x.cache {
             // The common answer's Cache-Status is made once per config.
             Some(c) if status == "hit" => answer(o, req, now, &c.settings.hit_status),
             _ => answer(o, req, now, &self.status(x, status)),
         };
+        // Whether the member's connection closed after the stored response
+        // says nothing of this client's: a local answer that is not
+        // keep-alive closes the client connection (`ClientSide::answer`).
+        response.head.keep_alive = true;
         Local { response, body }
     }
 
@@ -210,7 +214,12 @@ impl Hooks for Cache {
         if let Some(o) = self.stale.take() {
             if resp.status == 304 {
                 x.facts.cache_verdict("revalidated");
-                let fresh = Arc::new(o.freshened(resp, &req, self.request_ms, &vc.settings));
+                // The persistence cookie Forward added names this client's
+                // member: it must not join the stored fields.
+                let mut not_modified = resp.clone();
+                strip_persistence_cookie(x, &mut not_modified);
+                let fresh =
+                    Arc::new(o.freshened(&not_modified, &req, self.request_ms, &vc.settings));
                 vc.store.replace(&key, &o, fresh.clone());
                 let status = self.status(x, "fwd=stale; fwd-status=304");
                 self.answer_instead(resp, &fresh, &req, status);
@@ -230,13 +239,7 @@ impl Hooks for Cache {
         }
         x.facts.cache_verdict("miss");
         let mut stored = resp.clone();
-        // The persistence cookie is ours, per client: never stored.
-        if let Some(Persist::Cookie(name)) = x.pool.as_ref().and_then(|p| p.persistence.as_ref()) {
-            let prefix = format!("{name}=");
-            stored.head.fields.retain(|n, v| {
-                !(n.eq_ignore_ascii_case(b"set-cookie") && v.starts_with(prefix.as_bytes()))
-            });
-        }
+        strip_persistence_cookie(x, &mut stored);
         let rc = Directives::of_response(&stored.head.fields);
         let too_big = matches!(resp.head.framing, Framing::Length(n) if n > vc.store.max_object());
         let why = if too_big {
@@ -307,5 +310,15 @@ impl Hooks for Cache {
         x.facts.cache_verdict("stale");
         let now = cache::now();
         Some(self.hit(x, o, req, "fwd=stale; detail=stale-if-error", now))
+    }
+}
+
+/// The persistence cookie is ours, per client: never stored.
+fn strip_persistence_cookie(x: &Exchange<'_>, resp: &mut Response) {
+    if let Some(Persist::Cookie(name)) = x.pool.as_ref().and_then(|p| p.persistence.as_ref()) {
+        let prefix = format!("{name}=");
+        resp.head.fields.retain(|n, v| {
+            !(n.eq_ignore_ascii_case(b"set-cookie") && v.starts_with(prefix.as_bytes()))
+        });
     }
 }
