@@ -186,6 +186,53 @@ fn detection_only_logs_and_forwards() {
     );
 }
 
+/// A 413 for a declared body the firewall will not read ends the
+/// connection without reading the body; the proxy sends its FIN and reads
+/// and drops what the client still sends for a while (nginx's
+/// lingering_close). Closing with the body unread would answer the rest
+/// of the body with a reset: a client that writes its whole body before it
+/// reads (Python's http.client, Java's HttpURLConnection) would fail on a
+/// broken pipe and never see the 413.
+#[test]
+fn an_early_413_reaches_a_client_that_sends_its_whole_body_first() {
+    use std::io::{Read, Write};
+    let Some(_) = crs() else { return };
+    let o = Origin::start("a");
+    let listen = addr(free_port());
+    let dir = temp_dir("waf");
+    let audit = dir.join("audit.jsonl");
+    let _sy = Switchyard::start(&config(listen, &o, "body_limit = 1000", &audit), &[listen]);
+    let (first, piece, pieces) = (64 * 1024, 16 * 1024, 12);
+    let body_len = first + piece * pieces;
+    let mut s = std::net::TcpStream::connect(listen).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut start = format!(
+        "POST /up HTTP/1.1\r\nHost: shop.example\r\n{BROWSER}Content-Type: application/octet-stream\r\nContent-Length: {body_len}\r\n\r\n"
+    )
+    .into_bytes();
+    // More of the body than the proxy reads with the head, so some of it
+    // is still unread in its socket when it answers; the rest comes after.
+    start.resize(start.len() + first, b'b');
+    s.write_all(&start).expect("head");
+    for i in 0..pieces {
+        std::thread::sleep(Duration::from_millis(20));
+        if let Err(e) = s.write_all(&vec![b'b'; piece]) {
+            panic!("piece {i} of the body after the head: {e}");
+        }
+    }
+    let mut got = Vec::new();
+    let end = s.read_to_end(&mut got);
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 413"), "{text}");
+    assert!(text.contains("longer than the 1000 bytes"), "{text}");
+    assert!(
+        end.is_ok(),
+        "the answer ended in {end:?}, not a FIN: {text}"
+    );
+    assert_eq!(o.requests(), 0);
+}
+
 #[test]
 fn body_limits_and_sampling() {
     let Some(_) = crs() else { return };

@@ -44,6 +44,24 @@ pub struct H1Client<'c> {
 /// connection stays usable; a larger one closes it.
 const DRAIN_MAX: u64 = 64 * 1024;
 
+/// After an early answer that closes the connection, what is still read
+/// and dropped of a body the client keeps sending, at most: closing with
+/// unread bytes makes the kernel send a reset, which can destroy the answer
+/// before the client reads it (nginx's `lingering_close`, HAProxy's
+/// lingering drain do the same).
+const LINGER_BYTES: usize = 1024 * 1024;
+const LINGER: Duration = Duration::from_secs(2);
+
+/// What became of the rest of a request body before an early answer.
+enum Rest {
+    /// Read (or there was none): the connection can carry the next request.
+    Read,
+    /// Malformed, or it did not arrive in time.
+    Invalid,
+    /// Too large to read for nothing, or partly read already.
+    Left,
+}
+
 impl<'c> H1Client<'c> {
     pub fn new(c: &'c mut Client, x: &Exchange<'_>, watch: &'c IdleWatch) -> H1Client<'c> {
         H1Client {
@@ -78,6 +96,47 @@ impl<'c> H1Client<'c> {
             self.body = BodyState::Done;
         }
         ok
+    }
+
+    /// Reads and drops what is left of the request body when it is small.
+    async fn drop_rest(&mut self, framing: Framing) -> Rest {
+        match (self.body, framing) {
+            (BodyState::Done, _) | (BodyState::Unread, Framing::None) => Rest::Read,
+            (BodyState::Unread, Framing::Length(n)) if n <= DRAIN_MAX => {
+                if self.discard(framing).await {
+                    Rest::Read
+                } else {
+                    Rest::Invalid
+                }
+            }
+            _ => Rest::Left,
+        }
+    }
+
+    /// The answer went out and the connection closes with the body
+    /// unread: sends the FIN, then reads and drops what the client still
+    /// sends, bounded (`LINGER`, `LINGER_BYTES`), so that closing does not
+    /// reset the connection under the answer.
+    async fn linger(&mut self) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let deadline = crate::clock::now_ms() + LINGER.as_millis() as u64;
+        let watch = self.watch;
+        let stream = &mut self.c.stream;
+        let _ = watch
+            .within(deadline, async {
+                if stream.shutdown().await.is_err() {
+                    return;
+                }
+                let mut scratch = [0u8; 16 * 1024];
+                let mut read = 0;
+                while read < LINGER_BYTES {
+                    match stream.read(&mut scratch).await {
+                        Ok(0) | Err(_) => break,
+                        Ok(n) => read += n,
+                    }
+                }
+            })
+            .await;
     }
 
     /// Writes a response the proxy answers itself and counts it.
@@ -257,14 +316,27 @@ impl ClientSide for H1Client<'_> {
     }
 
     async fn answer(&mut self, x: &Exchange<'_>, req: &Request, local: Local) {
-        if !self.discard(req.head.framing).await {
-            let (response, body) = responses::local_error(400, "invalid request body");
-            self.write_local(x, req, &Local { response, body }, true)
-                .await;
-            return;
+        // An answer that is not keep-alive (a limit's "close", the
+        // firewall's drop or its 413 for a body it will not read) ends the
+        // connection, and its body is not read first.
+        let mut close =
+            !req.head.keep_alive || x.timers.is_draining() || !local.response.head.keep_alive;
+        if !close {
+            match self.drop_rest(req.head.framing).await {
+                Rest::Read => {}
+                Rest::Invalid => {
+                    let (response, body) = responses::local_error(400, "invalid request body");
+                    self.write_local(x, req, &Local { response, body }, true)
+                        .await;
+                    return;
+                }
+                Rest::Left => close = true,
+            }
         }
-        let close = !req.head.keep_alive || x.timers.is_draining();
         self.write_local(x, req, &local, close).await;
+        if close && self.body != BodyState::Done && req.head.framing != Framing::None {
+            self.linger().await;
+        }
     }
 
     async fn fail(&mut self, x: &Exchange<'_>, req: &Request, f: Failure) {
@@ -275,16 +347,8 @@ impl ClientSide for H1Client<'_> {
             self.close = true;
             return;
         };
-        match self.body {
-            BodyState::Unread => match req.head.framing {
-                Framing::None => {}
-                Framing::Length(n) if n <= DRAIN_MAX => {
-                    close |= !self.discard(req.head.framing).await
-                }
-                _ => close = true,
-            },
-            BodyState::Partial => close = true,
-            BodyState::Done => {}
+        if !close {
+            close = !matches!(self.drop_rest(req.head.framing).await, Rest::Read);
         }
         self.write_local(x, req, &local, close).await;
     }
