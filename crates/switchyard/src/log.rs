@@ -84,8 +84,9 @@ fn logger() -> &'static Logger {
                 // Blocks until the initialisation that spawned us is done.
                 let me = logger();
                 loop {
-                    // A timeout only as a safety net: every first line wakes us.
-                    std::thread::park_timeout(Duration::from_secs(1));
+                    // A timeout only as a safety net: every first line wakes
+                    // us. Long, because an idle process should not wake.
+                    std::thread::park_timeout(Duration::from_secs(60));
                     std::thread::sleep(BATCH);
                     me.write_out();
                 }

@@ -226,6 +226,56 @@ fn long_idle_connections_park_and_resume() {
     assert_eq!(sy.wait_exit(Duration::from_secs(5)), Some(0));
 }
 
+/// Voluntary context switches of the process's worker threads so far:
+/// each is a wake-up after the thread slept.
+fn worker_wake_ups(pid: i32) -> u64 {
+    let mut n = 0;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).expect("tasks") {
+        let t = t.expect("task").path();
+        let comm = std::fs::read_to_string(t.join("comm")).unwrap_or_default();
+        if !comm.starts_with("worker") {
+            continue;
+        }
+        let status = std::fs::read_to_string(t.join("status")).unwrap_or_default();
+        n += status
+            .lines()
+            .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .unwrap_or(0);
+    }
+    n
+}
+
+#[test]
+fn an_idle_worker_sleeps_until_a_deadline_is_due() {
+    // The worker's ticker sleeps until the next idle deadline or the once
+    // a second sweep, not every 100 ms: a worker holding an idle
+    // connection wakes about once a second (it woke twenty times), and
+    // still closes the connection at its client_idle deadline.
+    let o = Origin::start("a");
+    let l = free_addr();
+    let cfg = simple_config(l, &[&o], "").replacen(
+        "[global]\n",
+        "[timeouts]\nclient_idle = \"3s\"\n[global]\n",
+        1,
+    );
+    let sy = Switchyard::start(&cfg, &[l]);
+    let mut c = Client::connect(l);
+    assert_eq!(c.get("/").status, 200);
+    let t = std::time::Instant::now();
+    std::thread::sleep(Duration::from_millis(300));
+    let before = worker_wake_ups(sy.pid());
+    std::thread::sleep(Duration::from_millis(2000));
+    let woke = worker_wake_ups(sy.pid()) - before;
+    assert!(woke <= 8, "an idle worker woke {woke} times in 2 s");
+    assert!(c.closed_within(Duration::from_secs(3)));
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_millis(2900) && waited < Duration::from_millis(4000),
+        "closed after {waited:?}, not at client_idle (3 s)"
+    );
+}
+
 /// `cfg` with idle keep-alive connections parked after 1 s (default 5 s).
 fn with_park_after_1s(cfg: String) -> String {
     cfg.replacen(

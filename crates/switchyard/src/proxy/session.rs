@@ -486,7 +486,13 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
             ctx.return_buffer(std::mem::take(&mut client.buf));
             let now = now_ms();
             let deadline = now + wait_ms;
-            let park_at = if first { deadline } else { now + park_ms };
+            // Parking falls on whole seconds: the ticker parks every
+            // connection due in a second in one wake-up.
+            let park_at = if first {
+                deadline
+            } else {
+                (now + park_ms).div_ceil(1000) * 1000
+            };
             // The first wait registers a bare socket with tokio.
             let Ok(tcp) = client.stream.tcp() else {
                 break;

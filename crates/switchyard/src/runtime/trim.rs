@@ -11,18 +11,27 @@
 //! allocates from the one arena being trimmed at that moment, for that
 //! arena's turn.
 //!
-//! When: every 10 s, and at once (checked every second) after a wave of
-//! connections went idle, when the idle keep-alive connections parked on
-//! all workers grew by more than `WAVE` since the last trim: their tasks'
-//! memory is free then. Workers report how many connections they have
-//! parked through `ParkedShare`, one atomic add per second each.
+//! When: every 10 s, and at once after a wave of connections went idle,
+//! when the idle keep-alive connections parked on all workers grew by more
+//! than `WAVE` since the last trim: their tasks' memory is free then.
+//! Workers report how many connections they have parked through
+//! `ParkedShare`, one atomic add per second each, and the one whose report
+//! makes a wave wakes this task (it used to look every second, a wake-up
+//! of an idle process).
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
+
+use tokio::sync::Notify;
 
 /// Idle connections parked on all workers (the sum of every `ParkedShare`),
 /// also shown as a gauge.
 use crate::stats::CLIENTS_PARKED as PARKED;
+
+/// Parked connections at the last trim (or fewer, when some left since).
+static MARK: AtomicUsize = AtomicUsize::new(0);
+/// A wave of connections went idle since the last trim.
+static WAVE_SEEN: Notify = Notify::const_new();
 
 /// Trim at once when this many more connections are parked than at the last trim.
 const WAVE: usize = 1000;
@@ -36,12 +45,16 @@ pub(super) struct ParkedShare(usize);
 impl ParkedShare {
     /// This worker now has `parked` idle connections parked.
     pub(super) fn set(&mut self, parked: usize) {
-        if parked > self.0 {
-            PARKED.fetch_add(parked - self.0, Ordering::Relaxed);
+        let total = if parked > self.0 {
+            PARKED.fetch_add(parked - self.0, Ordering::Relaxed) + (parked - self.0)
         } else {
-            PARKED.fetch_sub(self.0 - parked, Ordering::Relaxed);
-        }
+            PARKED.fetch_sub(self.0 - parked, Ordering::Relaxed) - (self.0 - parked)
+        };
         self.0 = parked;
+        let mark = MARK.fetch_min(total, Ordering::Relaxed).min(total);
+        if total > mark + WAVE {
+            WAVE_SEEN.notify_one();
+        }
     }
 }
 
@@ -53,20 +66,13 @@ impl Drop for ParkedShare {
 
 /// Runs on the control thread for the life of the process.
 pub(super) async fn run() {
-    let mut tick = tokio::time::interval(Duration::from_secs(1));
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut since_trim = Duration::ZERO;
-    let mut parked_at_trim = 0usize;
     loop {
-        tick.tick().await;
-        since_trim += Duration::from_secs(1);
-        let parked = PARKED.load(Ordering::Relaxed);
-        if since_trim >= EVERY || parked > parked_at_trim + WAVE {
-            since_trim = Duration::ZERO;
-            parked_at_trim = parked;
-            trim();
+        tokio::select! {
+            _ = tokio::time::sleep(EVERY) => {}
+            _ = WAVE_SEEN.notified() => {}
         }
-        parked_at_trim = parked_at_trim.min(parked);
+        MARK.store(PARKED.load(Ordering::Relaxed), Ordering::Relaxed);
+        trim();
     }
 }
 

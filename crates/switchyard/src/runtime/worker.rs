@@ -2,6 +2,7 @@
 //! loops and every session they start.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -15,6 +16,7 @@ use tokio::io::Interest;
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle as TaskHandle;
 
+use crate::clock::now_ms;
 use crate::config::Snapshot;
 use crate::log;
 use crate::proxy::{self, IdleWatch, WorkerCtx};
@@ -22,6 +24,10 @@ use crate::stats;
 
 use super::listen::{Bound, Socket2};
 use super::trim::ParkedShare;
+
+/// How often idle member connections and h2 member connections are swept
+/// (`IdlePool::sweep`, `H2Members::sweep`).
+const SWEEP_MS: u64 = 1000;
 
 pub enum WorkerCmd {
     Listen(Bound, Socket2),
@@ -122,22 +128,44 @@ async fn run(
     let ticker = {
         let ctx = ctx.clone();
         tokio::task::spawn_local(async move {
-            let mut tick = tokio::time::interval(proxy::idle::TICK);
-            let mut n = 0u32;
             // Dropped with this task when the worker stops.
             let mut share = ParkedShare::default();
+            let sleep = tokio::time::sleep(Duration::ZERO);
+            tokio::pin!(sleep);
+            let mut sweep_at = now_ms() + SWEEP_MS;
             loop {
-                tick.tick().await;
-                ctx.idle_watch.tick();
-                n = n.wrapping_add(1);
-                if !n.is_multiple_of(10) {
-                    continue;
+                // Asleep until the next deadline (`IdleWatch::next_tick`) or
+                // the next sweep, whichever comes first; a deadline
+                // registered earlier than that wakes the task to sleep less.
+                let at = ctx.idle_watch.next_tick().min(sweep_at);
+                let now = now_ms();
+                if now < at {
+                    sleep
+                        .as_mut()
+                        .reset(tokio::time::Instant::now() + Duration::from_millis(at - now));
+                    std::future::poll_fn(|cx| {
+                        ctx.idle_watch.set_ticker(cx.waker());
+                        if ctx.idle_watch.next_tick() < at {
+                            return std::task::Poll::Ready(());
+                        }
+                        sleep.as_mut().poll(cx)
+                    })
+                    .await;
+                    if ctx.idle_watch.next_tick() < at {
+                        continue;
+                    }
                 }
-                ctx.idle.sweep();
-                ctx.h2_members.sweep();
-                // For malloc_trim on the control thread (trim.rs): it trims
-                // at once after a wave of connections went idle.
-                share.set(ctx.idle_watch.parked());
+                if ctx.idle_watch.next_tick() <= at {
+                    ctx.idle_watch.tick();
+                }
+                if sweep_at <= at {
+                    sweep_at = now_ms().max(at) + SWEEP_MS;
+                    ctx.idle.sweep();
+                    ctx.h2_members.sweep();
+                    // For malloc_trim on the control thread (trim.rs): it
+                    // trims at once after a wave of connections went idle.
+                    share.set(ctx.idle_watch.parked());
+                }
             }
         })
     };
