@@ -5,7 +5,8 @@
 # and case: requests/s and the DUT's CPU (utime+stime from /proc) per request.
 #   scripts/cpu-per-request.sh REPORT_DIR/work [rounds]
 # Cases: keep-alive 128 B (wrk -c 50), one request per connection 128 B
-# (wrk -c 50 with "Connection: close"), keep-alive 1 KB (wrk -c 20); with
+# (wrk -c 50 with "Connection: close"), keep-alive 1 KB (wrk -c 20), each
+# with its user-space share in brackets; with
 # CASES="gz2k gz8k gz64k gz512k id2k hit2k hit64k": gzip of the bench's HTML
 # at 2 KB to 512 KB (id2k: 2 KB not compressed) on the compress listener,
 # and cache hits of 2 KB and 64 KB on the cache listener (keep-alive, wrk -c 20). TARGETS="sy hp ng" by default.
@@ -34,14 +35,14 @@ run_case() { # target case
     hit2k) args="-c 20 http://127.0.0.1:26083/size/2048" ;;
     hit64k) args="-c 20 http://127.0.0.1:26083/size/65536" ;;
   esac
-  local c0 c1 out n rps
-  c0=$(sumcpu "$1")
+  local c0 c1 u0 u1 out n rps
+  c0=$(sumcpu "$1"); u0=$(sumcpu "$1" '$14')
   out=$(taskset -c 1 wrk -t 1 -d "${D}s" -H "$hdr" $args 2>&1)
-  c1=$(sumcpu "$1")
+  c1=$(sumcpu "$1"); u1=$(sumcpu "$1" '$14')
   n=$(echo "$out" | sed -n 's/^ *\([0-9]*\) requests in.*/\1/p')
   rps=$(echo "$out" | sed -n 's/^Requests\/sec: *\([0-9.]*\).*/\1/p')
   err=$(echo "$out" | sed -n 's/.*Non-2xx or 3xx responses: *\([0-9]*\).*/\1/p')
-  echo "round $3 $1 $2: $rps req/s, $n requests, errors ${err:-0}, DUT CPU $(python3 -c "print(round(($c1-$c0)*10000/max(1,${n:-0}),2))") us/request"
+  echo "round $3 $1 $2: $rps req/s, $n requests, errors ${err:-0}, DUT CPU $(python3 -c "print(round(($c1-$c0)*10000/max(1,${n:-0}),2))") us/request (user $(python3 -c "print(round(($u1-$u0)*10000/max(1,${n:-0}),2))"))"
 }
 for round in $(seq "$ROUNDS"); do for t in ${TARGETS:-sy hp ng}; do
   start $t
