@@ -163,6 +163,30 @@ fn large_bodies_stream_both_ways() {
 }
 
 #[test]
+fn an_error_for_an_unread_body_reaches_a_client_that_sends_it_all_first() {
+    // No member answers: the 5xx goes out with the 256 KB body unread (too
+    // large to read for nothing), the connection closes, and the proxy
+    // lingers reading what the client still sends instead of resetting it.
+    let dead = free_addr();
+    let l = free_addr();
+    let cfg = format!(
+        "[global]\nworkers = 1\n\n[[vserver]]\nname = \"web\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\n\n[[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{dead}\"\n"
+    );
+    let _sy = Switchyard::start(&cfg, &[l]);
+    let body_len = 256 * 1024;
+    let (text, end) = send_whole_body_then_read(
+        l,
+        &format!("POST /up HTTP/1.1\r\nHost: t\r\nContent-Length: {body_len}\r\n\r\n"),
+        body_len,
+    );
+    assert!(text.starts_with("HTTP/1.1 5"), "{text}");
+    assert!(
+        end.is_ok(),
+        "the answer ended in {end:?}, not a FIN: {text}"
+    );
+}
+
+#[test]
 fn close_delimited_response_is_rechunked_for_http11_clients() {
     let o = Origin::start("a");
     o.set(|b| {

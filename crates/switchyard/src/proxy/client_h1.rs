@@ -113,6 +113,14 @@ impl<'c> H1Client<'c> {
         }
     }
 
+    /// The answer went out and the connection closes: when the client may
+    /// still be sending the body, lingers (below).
+    async fn linger_if_unread(&mut self, framing: Framing) {
+        if self.body != BodyState::Done && framing != Framing::None {
+            self.linger().await;
+        }
+    }
+
     /// The answer went out and the connection closes with the body
     /// unread: sends the FIN, then reads and drops what the client still
     /// sends, bounded (`LINGER`, `LINGER_BYTES`), so that closing does not
@@ -334,8 +342,8 @@ impl ClientSide for H1Client<'_> {
             }
         }
         self.write_local(x, req, &local, close).await;
-        if close && self.body != BodyState::Done && req.head.framing != Framing::None {
-            self.linger().await;
+        if close {
+            self.linger_if_unread(req.head.framing).await;
         }
     }
 
@@ -351,6 +359,9 @@ impl ClientSide for H1Client<'_> {
             close = !matches!(self.drop_rest(req.head.framing).await, Rest::Read);
         }
         self.write_local(x, req, &local, close).await;
+        if close {
+            self.linger_if_unread(req.head.framing).await;
+        }
     }
 
     async fn cancelled(&mut self) {

@@ -822,6 +822,37 @@ impl Client {
 }
 
 /// One request on a new connection; the whole response.
+/// Sends `head` and a body of `body_len` bytes as a client that writes the
+/// whole body before it reads (Python's http.client, Java's
+/// HttpURLConnection): 64 KB with the head, the rest in 16 KB pieces 20 ms
+/// apart. Returns what it read to the end and how the end came (a FIN is
+/// `Ok`); panics if a piece of the body could not be written.
+pub fn send_whole_body_then_read(
+    addr: SocketAddr,
+    head: &str,
+    body_len: usize,
+) -> (String, std::io::Result<usize>) {
+    let first = body_len.min(64 * 1024);
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    let mut start = head.as_bytes().to_vec();
+    start.resize(start.len() + first, b'b');
+    s.write_all(&start).expect("head");
+    let mut sent = first;
+    while sent < body_len {
+        std::thread::sleep(Duration::from_millis(20));
+        let n = (body_len - sent).min(16 * 1024);
+        if let Err(e) = s.write_all(&vec![b'b'; n]) {
+            panic!("the body after byte {sent}: {e}");
+        }
+        sent += n;
+    }
+    let mut got = Vec::new();
+    let end = s.read_to_end(&mut got);
+    (String::from_utf8_lossy(&got).into_owned(), end)
+}
+
 pub fn request(addr: SocketAddr, raw: &str) -> Response {
     let mut c = Client::connect(addr);
     c.send(raw.as_bytes());
