@@ -678,8 +678,9 @@ fn server_fd_of(pid: i32, listen_port: u16, client_port: u16) -> Option<u32> {
         })
 }
 
-/// Every descriptor some epoll instance of process `pid` watches.
-fn watched_fds(pid: i32) -> Vec<u32> {
+/// The epoll instances of process `pid`: each one's descriptor and the
+/// descriptors it watches.
+fn epolls(pid: i32) -> Vec<(u32, Vec<u32>)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(format!("/proc/{pid}/fd"))
         .expect("fd dir")
@@ -687,23 +688,80 @@ fn watched_fds(pid: i32) -> Vec<u32> {
     {
         let is_epoll =
             std::fs::read_link(e.path()).is_ok_and(|l| l.to_string_lossy().contains("eventpoll"));
+        let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+            continue;
+        };
         if !is_epoll {
             continue;
         }
-        let info = std::fs::read_to_string(format!(
-            "/proc/{pid}/fdinfo/{}",
-            e.file_name().to_string_lossy()
-        ))
-        .unwrap_or_default();
-        out.extend(info.lines().filter_map(|l| {
-            l.strip_prefix("tfd:")?
-                .split_whitespace()
-                .next()?
-                .parse::<u32>()
-                .ok()
-        }));
+        let info = std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{fd}")).unwrap_or_default();
+        let watched = info
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("tfd:")?
+                    .split_whitespace()
+                    .next()?
+                    .parse::<u32>()
+                    .ok()
+            })
+            .collect();
+        out.push((fd, watched));
     }
     out
+}
+
+/// Every descriptor some epoll instance of process `pid` watches.
+fn watched_fds(pid: i32) -> Vec<u32> {
+    epolls(pid).into_iter().flat_map(|(_, w)| w).collect()
+}
+
+/// Where `fd` of process `pid` waits: (in the parking lot's epoll, which
+/// itself sits in a worker's; in any other epoll).
+fn lot_or_reactor(pid: i32, fd: u32) -> (bool, bool) {
+    let e = epolls(pid);
+    let is_lot = |ep: u32| e.iter().any(|(_, w)| w.contains(&ep));
+    let holders = e.iter().filter(|(_, w)| w.contains(&fd));
+    let (mut lot, mut other) = (false, false);
+    for (ep, _) in holders {
+        if is_lot(*ep) {
+            lot = true;
+        } else {
+            other = true;
+        }
+    }
+    (lot, other)
+}
+
+#[test]
+fn a_connection_back_from_the_lot_returns_to_it_after_its_request() {
+    // A client idle past client_park is likely to think that long again:
+    // once its request is answered the connection goes straight back to
+    // the lot's epoll, not into the worker's for another client_park.
+    let o = Origin::start("a");
+    let l = free_addr();
+    let sy = Switchyard::start(&with_park_after_1s(simple_config(l, &[&o], "")), &[l]);
+    let pid = sy.pid();
+    let mut c = Client::connect(l);
+    assert_eq!(c.get("/").status, 200);
+    let port = c.r.get_ref().local_addr().expect("addr").port();
+    let fd = server_fd_of(pid, l.port(), port).expect("server side");
+    assert!(
+        eventually(Duration::from_secs(3), || lot_or_reactor(pid, fd)
+            == (true, false)),
+        "parked after 1 s: {:?}",
+        lot_or_reactor(pid, fd)
+    );
+    for i in 0..3 {
+        assert_eq!(c.get(&format!("/back/{i}")).status, 200);
+        // Well under client_park: only the new rule puts it there this soon.
+        assert!(
+            eventually(Duration::from_millis(400), || lot_or_reactor(pid, fd)
+                == (true, false)),
+            "request {i}: {:?}",
+            lot_or_reactor(pid, fd)
+        );
+    }
+    assert_eq!(o.requests(), 4);
 }
 
 /// A request that came with the connection is served without registering

@@ -451,7 +451,27 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
     // The client closed first: nothing is held for a FIN, and close(2)
     // sends ours.
     let mut peer_closed = false;
+    // A connection back from the parking lot was idle past `client_park`,
+    // and a client that thinks that long (a user between clicks) is likely
+    // to again: once its request is answered it goes back to the lot at
+    // once, without a wait in tokio's epoll first (an epoll_ctl ADD and
+    // DEL, a second look and a task kept for `client_park`, per request).
+    let back_to_lot = !first;
+    let mut served = false;
     loop {
+        if back_to_lot && served && client.buf.is_empty() && !client.stream.has_buffered() {
+            ctx.return_buffer(std::mem::take(&mut client.buf));
+            let deadline_ms = now_ms() + ctx.snapshot.load().settings.client_idle_ms;
+            if let Err(p) = ctx.idle_watch.park(Parked {
+                client,
+                guard,
+                deadline_ms,
+            }) {
+                // Readable while we parked it: serve it in a fresh task.
+                tokio::task::spawn_local(session(ctx, p.client, p.guard, false));
+            }
+            return;
+        }
         // A socket not yet in the reactor gets one more look, after the
         // worker's other ready tasks, before it joins: a client's request
         // trails its handshake, and a one-request client's FIN trails the
@@ -530,7 +550,7 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
         // is in flight, so a connection waiting between requests keeps a
         // small task (one allocation per request, reused by malloc at once).
         match Box::pin(handle_request(&ctx, &mut client, was_first)).await {
-            Next::KeepAlive if !ctx.draining() => {}
+            Next::KeepAlive if !ctx.draining() => served = true,
             Next::Http2 => {
                 // The preface's first line was read as a head: replay it.
                 let mut replay = BytesMut::from(h2::PREFACE_HEAD);
