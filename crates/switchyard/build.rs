@@ -15,6 +15,14 @@ use std::process::Command;
 fn main() {
     println!("cargo:rustc-check-cfg=cfg(switchyard_xdp)");
     println!("cargo:rustc-check-cfg=cfg(switchyard_isal)");
+    // Installing libisal-dev or clang after a first build must reach the
+    // next one, but dpkg keeps a header's old mtime, which
+    // rerun-if-changed on the header does not see: watch dpkg's record of
+    // installed packages as well (Debian and its kind only).
+    let dpkg = "/var/lib/dpkg/status";
+    if std::path::Path::new(dpkg).exists() {
+        println!("cargo:rerun-if-changed={dpkg}");
+    }
     isal();
     xdp();
 }
