@@ -736,7 +736,8 @@ fn lot_or_reactor(pid: i32, fd: u32) -> (bool, bool) {
 fn a_connection_back_from_the_lot_returns_to_it_after_its_request() {
     // A client idle past client_park is likely to think that long again:
     // once its request is answered the connection goes straight back to
-    // the lot's epoll, not into the worker's for another client_park.
+    // the lot's epoll, not into the worker's for another client_park. One
+    // that comes back sooner (the rest of a burst) waits in the worker's.
     let o = Origin::start("a");
     let l = free_addr();
     let sy = Switchyard::start(&with_park_after_1s(simple_config(l, &[&o], "")), &[l]);
@@ -745,23 +746,31 @@ fn a_connection_back_from_the_lot_returns_to_it_after_its_request() {
     assert_eq!(c.get("/").status, 200);
     let port = c.r.get_ref().local_addr().expect("addr").port();
     let fd = server_fd_of(pid, l.port(), port).expect("server side");
-    assert!(
-        eventually(Duration::from_secs(3), || lot_or_reactor(pid, fd)
-            == (true, false)),
-        "parked after 1 s: {:?}",
-        lot_or_reactor(pid, fd)
-    );
-    for i in 0..3 {
-        assert_eq!(c.get(&format!("/back/{i}")).status, 200);
-        // Well under client_park: only the new rule puts it there this soon.
+    let parked = || lot_or_reactor(pid, fd) == (true, false);
+    let waiting_in_the_worker = || lot_or_reactor(pid, fd) == (false, true);
+    for round in 0..2 {
         assert!(
-            eventually(Duration::from_millis(400), || lot_or_reactor(pid, fd)
-                == (true, false)),
-            "request {i}: {:?}",
+            eventually(Duration::from_secs(3), parked),
+            "round {round}: parked after 1 s: {:?}",
+            lot_or_reactor(pid, fd)
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(c.get(&format!("/back/{round}")).status, 200);
+        // Well under client_park: only the rule puts it there this soon.
+        assert!(
+            eventually(Duration::from_millis(400), parked),
+            "round {round}, after a long think: {:?}",
+            lot_or_reactor(pid, fd)
+        );
+        // The next request at once: a burst, which waits in the worker.
+        assert_eq!(c.get(&format!("/burst/{round}")).status, 200);
+        assert!(
+            eventually(Duration::from_millis(400), waiting_in_the_worker),
+            "round {round}, in a burst: {:?}",
             lot_or_reactor(pid, fd)
         );
     }
-    assert_eq!(o.requests(), 4);
+    assert_eq!(o.requests(), 5);
 }
 
 /// A request that came with the connection is served without registering

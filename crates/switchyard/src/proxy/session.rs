@@ -272,7 +272,7 @@ fn start(
                 uncounted: 0,
             };
             if read_now(ctx, &mut client) {
-                tokio::task::spawn_local(session(ctx.clone(), client, guard, true));
+                tokio::task::spawn_local(session(ctx.clone(), client, guard, true, false));
             }
         }
         Some(tls) => {
@@ -348,7 +348,7 @@ async fn handshake(
         buf: BytesMut::new(),
         uncounted: 0,
     };
-    tokio::task::spawn_local(session(ctx, client, guard, true));
+    tokio::task::spawn_local(session(ctx, client, guard, true, false));
 }
 
 /// Resumes a parked connection that became readable.
@@ -361,7 +361,18 @@ async fn handshake(
 /// request is read here at once; only a spurious wake-up waits.
 pub fn resume(ctx: &Rc<WorkerCtx>, mut p: Parked) {
     if read_now(ctx, &mut p.client) {
-        tokio::task::spawn_local(session(ctx.clone(), p.client, p.guard, false));
+        // How long it was idle (its deadline was set `client_idle` after
+        // the idle time began): a client that thought past `client_park`
+        // is likely to again and goes back to the lot after its request;
+        // one that comes back sooner (the rest of a burst after a long
+        // pause) waits in tokio's epoll as usual.
+        let (idle_ms, park_ms) = {
+            let snap = ctx.snapshot.load();
+            (snap.settings.client_idle_ms, snap.settings.client_park_ms)
+        };
+        let idled = (now_ms() + idle_ms).saturating_sub(p.deadline_ms);
+        let back_to_lot = idled >= park_ms;
+        tokio::task::spawn_local(session(ctx.clone(), p.client, p.guard, false, back_to_lot));
     }
 }
 
@@ -446,17 +457,23 @@ fn read_now(ctx: &WorkerCtx, client: &mut Client) -> bool {
 }
 
 /// Runs requests on `client` until it closes, times out, or parks.
-async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut first: bool) {
+async fn session(
+    ctx: Rc<WorkerCtx>,
+    mut client: Client,
+    guard: ConnGuard,
+    mut first: bool,
+    back_to_lot: bool,
+) {
     let mut looked_again = false;
     // The client closed first: nothing is held for a FIN, and close(2)
     // sends ours.
     let mut peer_closed = false;
-    // A connection back from the parking lot was idle past `client_park`,
-    // and a client that thinks that long (a user between clicks) is likely
-    // to again: once its request is answered it goes back to the lot at
-    // once, without a wait in tokio's epoll first (an epoll_ctl ADD and
-    // DEL, a second look and a task kept for `client_park`, per request).
-    let back_to_lot = !first;
+    // `back_to_lot`: the connection came back from the parking lot after
+    // more than `client_park` idle (`resume`), and a client that thinks
+    // that long (a user between clicks) is likely to again: once its
+    // request is answered it goes back to the lot at once, without a wait
+    // in tokio's epoll first (an epoll_ctl ADD and DEL, a second look and
+    // a task kept for `client_park`, per request).
     let mut served = false;
     loop {
         if back_to_lot && served && client.buf.is_empty() && !client.stream.has_buffered() {
@@ -468,7 +485,7 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
                 deadline_ms,
             }) {
                 // Readable while we parked it: serve it in a fresh task.
-                tokio::task::spawn_local(session(ctx, p.client, p.guard, false));
+                tokio::task::spawn_local(session(ctx, p.client, p.guard, false, false));
             }
             return;
         }
@@ -537,7 +554,7 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, mut f
                         Ok(()) => return,
                         // Readable while we parked it: serve it in a fresh task.
                         Err(p) => {
-                            tokio::task::spawn_local(session(ctx, p.client, p.guard, false));
+                            tokio::task::spawn_local(session(ctx, p.client, p.guard, false, false));
                             return;
                         }
                     }
@@ -712,6 +729,7 @@ mod size_tests {
                 },
                 guard,
                 true,
+                false,
             );
             eprintln!("serve future: {} bytes", size_of_future(&f));
             eprintln!("TcpStream: {} bytes", std::mem::size_of::<TcpStream>());
