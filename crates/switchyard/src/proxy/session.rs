@@ -272,7 +272,7 @@ fn start(
                 uncounted: 0,
             };
             if read_now(ctx, &mut client) {
-                tokio::task::spawn_local(session(ctx.clone(), client, guard, true, false));
+                tokio::task::spawn_local(session(ctx.clone(), client, guard, Start::New));
             }
         }
         Some(tls) => {
@@ -348,7 +348,7 @@ async fn handshake(
         buf: BytesMut::new(),
         uncounted: 0,
     };
-    tokio::task::spawn_local(session(ctx, client, guard, true, false));
+    tokio::task::spawn_local(session(ctx, client, guard, Start::New));
 }
 
 /// Resumes a parked connection that became readable.
@@ -371,8 +371,12 @@ pub fn resume(ctx: &Rc<WorkerCtx>, mut p: Parked) {
             (snap.settings.client_idle_ms, snap.settings.client_park_ms)
         };
         let idled = (now_ms() + idle_ms).saturating_sub(p.deadline_ms);
-        let back_to_lot = idled >= park_ms;
-        tokio::task::spawn_local(session(ctx.clone(), p.client, p.guard, false, back_to_lot));
+        let start = if idled >= park_ms {
+            Start::LongIdle
+        } else {
+            Start::Resumed
+        };
+        tokio::task::spawn_local(session(ctx.clone(), p.client, p.guard, start));
     }
 }
 
@@ -456,24 +460,30 @@ fn read_now(ctx: &WorkerCtx, client: &mut Client) -> bool {
     !matches!(settle(ctx, client, buf, read), Filled::Closed)
 }
 
+/// How a session starts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Start {
+    /// A new connection: its first request is due within `client_header`.
+    New,
+    /// Back from the parking lot after more than `client_park` idle.
+    LongIdle,
+    /// Back from the parking lot sooner, or readable as it was parked.
+    Resumed,
+}
+
 /// Runs requests on `client` until it closes, times out, or parks.
-async fn session(
-    ctx: Rc<WorkerCtx>,
-    mut client: Client,
-    guard: ConnGuard,
-    mut first: bool,
-    back_to_lot: bool,
-) {
+async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, start: Start) {
+    let mut first = start == Start::New;
     let mut looked_again = false;
     // The client closed first: nothing is held for a FIN, and close(2)
     // sends ours.
     let mut peer_closed = false;
-    // `back_to_lot`: the connection came back from the parking lot after
-    // more than `client_park` idle (`resume`), and a client that thinks
-    // that long (a user between clicks) is likely to again: once its
-    // request is answered it goes back to the lot at once, without a wait
-    // in tokio's epoll first (an epoll_ctl ADD and DEL, a second look and
-    // a task kept for `client_park`, per request).
+    // A client that thought past `client_park` (a user between clicks) is
+    // likely to again: once its request is answered the connection goes
+    // back to the lot at once, without a wait in tokio's epoll first (an
+    // epoll_ctl ADD and DEL, a second look and a task kept for
+    // `client_park`, per request).
+    let back_to_lot = start == Start::LongIdle;
     let mut served = false;
     loop {
         if back_to_lot && served && client.buf.is_empty() && !client.stream.has_buffered() {
@@ -485,7 +495,7 @@ async fn session(
                 deadline_ms,
             }) {
                 // Readable while we parked it: serve it in a fresh task.
-                tokio::task::spawn_local(session(ctx, p.client, p.guard, false, false));
+                tokio::task::spawn_local(session(ctx, p.client, p.guard, Start::Resumed));
             }
             return;
         }
@@ -554,7 +564,12 @@ async fn session(
                         Ok(()) => return,
                         // Readable while we parked it: serve it in a fresh task.
                         Err(p) => {
-                            tokio::task::spawn_local(session(ctx, p.client, p.guard, false, false));
+                            tokio::task::spawn_local(session(
+                                ctx,
+                                p.client,
+                                p.guard,
+                                Start::Resumed,
+                            ));
                             return;
                         }
                     }
@@ -728,8 +743,7 @@ mod size_tests {
                     uncounted: 0,
                 },
                 guard,
-                true,
-                false,
+                Start::New,
             );
             eprintln!("serve future: {} bytes", size_of_future(&f));
             eprintln!("TcpStream: {} bytes", std::mem::size_of::<TcpStream>());
