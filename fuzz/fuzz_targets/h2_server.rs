@@ -2,7 +2,7 @@
 //! client bytes, in arbitrary splits, with the streams it opens answered,
 //! read, reset and finished along the way: nothing may panic, and what it
 //! writes must always be whole, well-formed frames no larger than the
-//! client allows.
+//! client allows (16,384 bytes, or what its SETTINGS_MAX_FRAME_SIZE says).
 //!
 //! Input: byte 0 picks the read size and byte 1 the actions per stream
 //! (and whether the client's SETTINGS and a first request come first);
@@ -15,14 +15,18 @@ use libfuzzer_sys::fuzz_target;
 use switchyard::http2::frame::{Head, HEADER_LEN};
 use switchyard::http2::server::{Config, Conn};
 
-fn check_frames(out: &[u8]) {
-    let mut at = 0;
+/// Checks the frames written since `from` (a frame boundary) against the
+/// client's frame size limit now (its SETTINGS come before this round's
+/// writes); returns where the next check starts.
+fn check_frames(out: &[u8], from: usize, limit: usize) -> usize {
+    let mut at = from;
     while at < out.len() {
         let h = Head::parse(&out[at..]).expect("a whole frame header");
-        assert!(h.len <= 16_384, "frame larger than the client's limit");
+        assert!(h.len <= limit, "frame larger than the client's limit");
         at += HEADER_LEN + h.len;
     }
     assert_eq!(at, out.len(), "a frame cut short");
+    at
 }
 
 fuzz_target!(|data: &[u8]| {
@@ -48,6 +52,7 @@ fuzz_target!(|data: &[u8]| {
         buf.extend_from_slice(&[0x82, 0x86, 0x84, 0x41, 0x01, b'a']);
     }
     let mut open = Vec::new();
+    let mut checked = 0;
     for piece in data[2..].chunks(step) {
         buf.extend_from_slice(piece);
         if c.recv(&mut buf).is_err() {
@@ -76,12 +81,13 @@ fuzz_target!(|data: &[u8]| {
                 c.finish(id);
             }
         }
-        check_frames(&c.out);
+        checked = check_frames(&c.out, checked, c.peer_max_frame());
         // The owner writes everything, or nothing at all this round.
         if acts & 32 != 0 || c.out.len() > 1 << 20 {
             let whole = c.out.len();
             c.consumed(whole);
+            checked = 0;
         }
     }
-    check_frames(&c.out);
+    check_frames(&c.out, checked, c.peer_max_frame());
 });

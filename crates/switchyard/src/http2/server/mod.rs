@@ -158,6 +158,13 @@ pub struct Conn {
 pub const OUT_HIGH: usize = 256 * 1024;
 
 impl Conn {
+    /// The largest frame the client takes now (its SETTINGS_MAX_FRAME_SIZE,
+    /// 16,384 until it says more): what every frame written after its
+    /// SETTINGS must fit.
+    pub fn peer_max_frame(&self) -> usize {
+        self.peer_max_frame
+    }
+
     /// A connection whose preface was read; our SETTINGS go out first.
     pub fn new(cfg: Config) -> Conn {
         let mut out = Vec::with_capacity(256);
