@@ -114,19 +114,14 @@ impl<'c> H1Client<'c> {
     }
 
     /// The answer went out and the connection closes: when the client may
-    /// still be sending the body, lingers (below).
+    /// still be sending the body, sends the FIN, then reads and drops what
+    /// it still sends, bounded (`LINGER`, `LINGER_BYTES`), so that closing
+    /// does not reset the connection under the answer.
     async fn linger_if_unread(&mut self, framing: Framing) {
-        if self.body != BodyState::Done && framing != Framing::None {
-            self.linger().await;
-        }
-    }
-
-    /// The answer went out and the connection closes with the body
-    /// unread: sends the FIN, then reads and drops what the client still
-    /// sends, bounded (`LINGER`, `LINGER_BYTES`), so that closing does not
-    /// reset the connection under the answer.
-    async fn linger(&mut self) {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        if self.body == BodyState::Done || framing == Framing::None {
+            return;
+        }
         let deadline = crate::clock::now_ms() + LINGER.as_millis() as u64;
         let watch = self.watch;
         let stream = &mut self.c.stream;
@@ -135,7 +130,9 @@ impl<'c> H1Client<'c> {
                 if stream.shutdown().await.is_err() {
                     return;
                 }
-                let mut scratch = [0u8; 16 * 1024];
+                // On the heap, and only here: an array would grow every
+                // request's future by its size.
+                let mut scratch = vec![0u8; 16 * 1024];
                 let mut read = 0;
                 while read < LINGER_BYTES {
                     match stream.read(&mut scratch).await {
