@@ -1055,6 +1055,7 @@ fn build_vserver(
     let l4 = super::l4::build(v, &name, pools, span.clone(), &mut problems).map(Arc::new);
     let accept_proxy = super::l4::accept_proxy(v).map(Arc::new);
     let socket = super::l4::socket_opts(v, &name, &mut problems);
+    let normalize = super::normalize::build(v.normalize.as_ref(), &what, &mut problems);
     let http_pools = || {
         default_pool
             .iter()
@@ -1074,6 +1075,7 @@ fn build_vserver(
             (v.compression.is_some(), "compression"),
             (v.cache.is_some(), "cache"),
             (v.waf.is_some(), "waf"),
+            (v.normalize.is_some(), "normalize"),
             (v.h2c.is_some() || v.h2c_only.is_some(), "h2c"),
             (
                 !v.request_headers.set.is_empty()
@@ -1148,6 +1150,7 @@ fn build_vserver(
         latency: old.map(|o| o.latency.clone()).unwrap_or_default(),
         access_log,
         private_member_conns,
+        normalize,
         waf,
         limits: Vec::new(),
         protocol: v.protocol,
@@ -1297,6 +1300,36 @@ fn build_matcher(cx: &mut Ctx, m: &model::Match, what: &str, span: Range<usize>)
             );
         }
     }
+    // Requests are matched on their normalized path: a configured one is
+    // written the same way (`/caf%c3%a9` matches `/caf%C3%A9`).
+    let paths = normal_paths(cx, paths, what, &span);
+    let prefixes = normal_paths(cx, prefixes, what, &span);
+    let path_nocase = match m.case.as_deref() {
+        None | Some("sensitive") => false,
+        Some("insensitive") => true,
+        Some(other) => {
+            cx.err(
+                span.clone(),
+                format!("{what}: match case {other:?}: use \"sensitive\" or \"insensitive\""),
+            );
+            false
+        }
+    };
+    let path_regex = m.path_regex.as_ref().map(|r| {
+        if !path_nocase {
+            return r.0.clone();
+        }
+        match regex::RegexBuilder::new(r.0.as_str())
+            .case_insensitive(true)
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => {
+                cx.err(span.clone(), format!("{what}: match path_regex: {e}"));
+                r.0.clone()
+            }
+        }
+    });
     let nv = |cx: &mut Ctx, n: &Option<model::NameValue>, header: bool| {
         n.as_ref().map(|n| {
             if header && !is_token(&n.name) {
@@ -1351,12 +1384,42 @@ fn build_matcher(cx: &mut Ctx, m: &model::Match, what: &str, span: Range<usize>)
             .collect(),
         paths,
         path_prefixes: prefixes,
-        path_regex: m.path_regex.as_ref().map(|r| r.0.clone()),
+        path_regex,
+        path_nocase,
         methods,
         header: nv(cx, &m.header, true),
         query: nv(cx, &m.query, false),
         sources: m.source.as_ref().map(|v| v.to_vec()).unwrap_or_default(),
     }
+}
+
+/// Configured paths in the form requests are matched in
+/// (`http::normalize`, with nothing refused: a path written with an
+/// escaped slash means it).
+fn normal_paths(cx: &mut Ctx, paths: Vec<String>, what: &str, span: &Range<usize>) -> Vec<String> {
+    use crate::http::normalize::{self, BadEncoding, EscapedSlashes, Rules};
+    let rules = Rules {
+        merge_slashes: false,
+        escaped_slashes: EscapedSlashes::Keep,
+        bad_encoding: BadEncoding::Keep,
+        forward_original: false,
+    };
+    paths
+        .into_iter()
+        .map(|p| match normalize::target(p.as_bytes(), &rules) {
+            Ok(Some(n)) => match String::from_utf8(n.to_vec()) {
+                Ok(n) => n,
+                Err(_) => {
+                    cx.err(
+                        span.clone(),
+                        format!("{what}: match path {p:?} is not UTF-8 once normalized"),
+                    );
+                    p
+                }
+            },
+            _ => p,
+        })
+        .collect()
 }
 
 fn edits(cx: &mut Ctx, e: &model::HeaderEdits, what: &str, span: Range<usize>) -> HeaderEdits {

@@ -9,6 +9,7 @@ pub mod ddos;
 pub mod l4;
 pub mod limits;
 pub mod model;
+pub mod normalize;
 mod read;
 pub mod shield;
 pub mod snapshot;

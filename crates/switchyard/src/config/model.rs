@@ -228,6 +228,8 @@ pub struct VServer {
     pub proxy_protocol: Option<AcceptProxy>,
     /// Listening socket options.
     pub socket: Option<SocketOptions>,
+    /// How request paths are normalized before the rules read them.
+    pub normalize: Option<super::normalize::NormalizeFile>,
     /// This vserver's ACL rules, after the global ones (`[[vserver.acl]]`).
     #[serde(default)]
     pub acl: Vec<super::shield::AclRule>,
@@ -445,6 +447,9 @@ pub struct Match {
     pub path: Option<OneOrMany<String>>,
     pub path_prefix: Option<OneOrMany<String>>,
     pub path_regex: Option<PathRegex>,
+    /// "insensitive": path, path_prefix and path_regex ignore ASCII case
+    /// (for members that do, such as IIS); default "sensitive".
+    pub case: Option<String>,
     pub method: Option<OneOrMany<String>>,
     pub header: Option<NameValue>,
     pub query: Option<NameValue>,

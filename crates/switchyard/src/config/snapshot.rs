@@ -154,6 +154,8 @@ pub struct VServer {
     /// An HTTP vserver with a pool that sends PROXY headers: its client
     /// connections get member connections of their own (`ConnGuard`).
     pub private_member_conns: bool,
+    /// How request paths are normalized before the rules (`[vserver.normalize]`).
+    pub normalize: crate::http::normalize::Rules,
 }
 
 /// A vserver's cache: its settings and the shared store.
@@ -206,6 +208,8 @@ pub struct Matcher {
     pub paths: Vec<String>,
     pub path_prefixes: Vec<String>,
     pub path_regex: Option<Regex>,
+    /// path, path_prefix and path_regex ignore ASCII case.
+    pub path_nocase: bool,
     /// Upper-case method names.
     pub methods: Vec<String>,
     pub header: Option<NameValueMatch>,

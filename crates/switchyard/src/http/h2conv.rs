@@ -95,6 +95,8 @@ fn build_request<'a>(
         method: method_kind,
         method_raw: method_bytes(method),
         target,
+        received_target: None,
+        member_target: None,
         host: c.host,
         expect_continue: c.expect_continue,
         te_trailers: c.te_trailers,
@@ -271,7 +273,7 @@ pub fn request_to_h2(req: &Request, member: std::net::SocketAddr) -> Option<http
             &fallback
         }
     };
-    let target = std::str::from_utf8(req.target()).ok()?;
+    let target = std::str::from_utf8(req.member_target()).ok()?;
     let uri = format!("http://{host}{target}");
     let mut r = http::Request::builder()
         .method(http::Method::from_bytes(req.method_str()).ok()?)

@@ -403,6 +403,8 @@ pub fn parse_request(raw: Bytes, max_headers: usize) -> Result<Request, HeadErro
         method,
         method_raw,
         target: path,
+        received_target: None,
+        member_target: None,
         host,
         expect_continue,
         te_trailers: false,

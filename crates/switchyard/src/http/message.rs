@@ -325,8 +325,15 @@ pub struct Request {
     pub head: Head,
     pub method: Method,
     pub method_raw: Bytes,
-    /// Origin-form target (path and query), or "*".
+    /// Origin-form target (path and query), or "*": normalized
+    /// (`http::normalize`) before any stage reads it.
     pub target: Bytes,
+    /// The target as the client sent it, when normalization changed it:
+    /// the WAF's REQUEST_URI_RAW and the access log's `$request_uri_raw`.
+    pub received_target: Option<Bytes>,
+    /// The target the member gets when it is not `target`: the received
+    /// one, on a vserver that forwards the original bytes.
+    pub member_target: Option<Bytes>,
     /// Authority: from an absolute-form target or `:authority`, else Host.
     pub host: Option<Bytes>,
     pub expect_continue: bool,
@@ -340,6 +347,14 @@ impl Request {
     }
     pub fn target(&self) -> &[u8] {
         &self.target
+    }
+    /// The target as received (before normalization).
+    pub fn received_target(&self) -> &[u8] {
+        self.received_target.as_deref().unwrap_or(&self.target)
+    }
+    /// The target written to the member.
+    pub fn member_target(&self) -> &[u8] {
+        self.member_target.as_deref().unwrap_or(&self.target)
     }
     /// Path without the query.
     pub fn path_only(&self) -> &[u8] {

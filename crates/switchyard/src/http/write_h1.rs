@@ -22,7 +22,7 @@ pub fn request(out: &mut Vec<u8>, req: &Request, chunked: bool, default_host: &[
     let head = &req.head;
     out.extend_from_slice(req.method_str());
     out.push(b' ');
-    out.extend_from_slice(req.target());
+    out.extend_from_slice(req.member_target());
     out.extend_from_slice(b" HTTP/1.1\r\n");
     let mut has_host = false;
     for (name, value) in head.fields.iter() {

@@ -190,6 +190,7 @@ impl Hooks for Waf {
         let mut tx = w.engine.transaction_arc(engine::Request {
             method: &method,
             uri: req.target(),
+            uri_raw: req.received_target(),
             protocol: protocol(x, req),
             headers: &headers,
             remote_addr: &remote,

@@ -25,6 +25,7 @@ mod lot_epoll;
 pub mod member;
 mod member_h1;
 mod member_h2;
+mod normalizing;
 mod pipeline;
 mod plain;
 mod respond;

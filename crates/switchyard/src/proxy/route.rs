@@ -89,14 +89,21 @@ pub fn matches(m: &Matcher, req: &Request, peer: IpAddr) -> bool {
         }
     }
     let path = req.path_only();
-    if !m.paths.is_empty() && !m.paths.iter().any(|p| p.as_bytes() == path) {
+    let same = |a: &[u8], b: &[u8]| {
+        if m.path_nocase {
+            a.eq_ignore_ascii_case(b)
+        } else {
+            a == b
+        }
+    };
+    if !m.paths.is_empty() && !m.paths.iter().any(|p| same(p.as_bytes(), path)) {
         return false;
     }
     if !m.path_prefixes.is_empty()
-        && !m
-            .path_prefixes
-            .iter()
-            .any(|p| path.starts_with(p.as_bytes()))
+        && !m.path_prefixes.iter().any(|p| {
+            let p = p.as_bytes();
+            path.len() >= p.len() && same(p, &path[..p.len()])
+        })
     {
         return false;
     }

@@ -1,7 +1,8 @@
 //! The stages every request goes through today, written as hooks: content
 //! switching with its local answers (`Route`), forwarding fields, header
 //! edits and the persistence cookie (`Forward`), and the access log
-//! (`AccessLog`). `Pipeline` is their order. Later features (WAF, cache,
+//! (`AccessLog`). `Pipeline` is their order; the path is normalized
+//! before all of them (`normalizing`). Later features (WAF, cache,
 //! compression) join the tuple in `pipeline()`.
 
 use std::net::IpAddr;
@@ -14,6 +15,7 @@ use super::exchange::Exchange;
 use super::firewall::Waf;
 use super::hooks::{Hooks, Local, Verdict};
 use super::limiting::Limits;
+use super::normalizing::Normalize;
 use super::route;
 use crate::accesslog::{self, trace, trace::Trace};
 use crate::balance::persist::persistence_cookie;
@@ -28,24 +30,33 @@ use crate::stats;
 /// Compression comes before the cache: the response body passes the
 /// encoder first, so the cache stores the encoded variant once.
 ///
-/// Per-source limits come first: a refused request costs nothing else.
+/// The path is normalized before anything reads it (`Normalize`): every
+/// later stage sees one spelling of the resource.
+///
+/// Per-source limits come next: a refused request costs nothing else.
 /// The WAF comes right after routing: it judges every request a member
 /// or the cache would answer, before the request is edited for the member.
 pub type Pipeline = (
-    Limits,
-    (Route, (Waf, (Forward, (Compress, (Cache, AccessLog))))),
+    Normalize,
+    (
+        Limits,
+        (Route, (Waf, (Forward, (Compress, (Cache, AccessLog))))),
+    ),
 );
 
 pub fn pipeline() -> Pipeline {
     (
-        Limits::default(),
+        Normalize,
         (
-            Route,
+            Limits::default(),
             (
-                Waf::default(),
+                Route,
                 (
-                    Forward,
-                    (Compress::default(), (Cache::default(), AccessLog)),
+                    Waf::default(),
+                    (
+                        Forward,
+                        (Compress::default(), (Cache::default(), AccessLog)),
+                    ),
                 ),
             ),
         ),

@@ -251,8 +251,13 @@ impl Engine {
 #[derive(Clone, Debug, Default)]
 pub struct Request<'a> {
     pub method: &'a str,
-    /// The request target as received (`/a/b?x=1`, or absolute form).
+    /// The request target, normalized (`http::normalize`): REQUEST_URI,
+    /// REQUEST_FILENAME, REQUEST_BASENAME, ARGS_GET, QUERY_STRING.
     pub uri: &'a [u8],
+    /// The target as received (`/a/./b?x=1`, or absolute form):
+    /// REQUEST_URI_RAW and REQUEST_LINE, so rules that look for traversal
+    /// and encoding tricks still see them.
+    pub uri_raw: &'a [u8],
     /// `HTTP/1.1`, `1.1` or `HTTP/2.0`.
     pub protocol: &'a str,
     /// Header names and values in order, repeated names kept.

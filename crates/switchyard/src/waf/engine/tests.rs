@@ -65,6 +65,7 @@ fn request<'a>(method: &'a str, uri: &'a [u8], headers: &'a [(&'a [u8], &'a [u8]
     Request {
         method,
         uri,
+        uri_raw: uri,
         protocol: "HTTP/1.1",
         headers,
         remote_addr: "192.0.2.10",
@@ -246,6 +247,7 @@ fn run(
     let req = Request {
         method: if body.is_some() { "POST" } else { "GET" },
         uri: uri.as_bytes(),
+        uri_raw: uri.as_bytes(),
         protocol: "HTTP/1.1",
         headers: &h,
         remote_addr: "10.0.0.1",
@@ -870,6 +872,7 @@ SecAction "id:4,phase:5,pass,log"
     let req = Request {
         method: "GET",
         uri: b"/",
+        uri_raw: b"/",
         protocol: "1.1",
         ..Request::default()
     };
@@ -949,6 +952,7 @@ fn measure() {
         let req = Request {
             method: "GET",
             uri: b"/products/list?category=shoes&sort=price&page=3",
+            uri_raw: b"/products/list?category=shoes&sort=price&page=3",
             protocol: "HTTP/1.1",
             headers: &h,
             ..Request::default()
@@ -1140,6 +1144,7 @@ SecRule MULTIPART_UNMATCHED_BOUNDARY "@eq 1" "id:200004,phase:2,t:none,log,deny,
         let req = Request {
             method: &method,
             uri: uri.as_bytes(),
+            uri_raw: uri.as_bytes(),
             protocol: &version,
             headers: &href,
             remote_addr: "127.0.0.1",
@@ -1237,6 +1242,7 @@ fn bench_get(e: &Engine) -> bool {
     let req = Request {
         method: "GET",
         uri: b"/products/list?category=shoes&sort=price&page=3",
+        uri_raw: b"/products/list?category=shoes&sort=price&page=3",
         protocol: "HTTP/1.1",
         headers: &BENCH_GET_HEADERS,
         remote_addr: "192.0.2.10",
@@ -1273,6 +1279,7 @@ fn bench_post(e: &Engine) -> bool {
     let req = Request {
         method: "POST",
         uri: b"/account/profile",
+        uri_raw: b"/account/profile",
         protocol: "HTTP/1.1",
         headers: &h,
         remote_addr: "192.0.2.10",

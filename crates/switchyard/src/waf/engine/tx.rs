@@ -1178,7 +1178,7 @@ impl<'e> Transaction<'e> {
         } else {
             format!("HTTP/{}", req.protocol)
         };
-        let raw = req.uri;
+        let raw = req.uri_raw;
         let mut line = Vec::with_capacity(req.method.len() + raw.len() + proto.len() + 2);
         line.extend_from_slice(req.method.as_bytes());
         line.push(b' ');
@@ -1189,9 +1189,10 @@ impl<'e> Transaction<'e> {
         d.set(C::RequestMethod, req.method.as_bytes());
         d.set(C::RequestProtocol, proto.as_bytes());
         d.set(C::RequestUriRaw, raw);
-        let no_frag = match memchr::memchr(b'#', raw) {
-            Some(p) => &raw[..p],
-            None => raw,
+        let uri = req.uri;
+        let no_frag = match memchr::memchr(b'#', uri) {
+            Some(p) => &uri[..p],
+            None => uri,
         };
         let decoded = uri_decode(no_frag);
         let qpos = memchr::memchr(b'?', no_frag);
@@ -1773,6 +1774,7 @@ impl<'e> Transaction<'e> {
         let req = Request {
             method: "GET",
             uri: b"/",
+            uri_raw: b"/",
             protocol: "HTTP/1.1",
             headers: &[],
             remote_addr: "",

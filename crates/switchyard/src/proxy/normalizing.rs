@@ -1,0 +1,37 @@
+//! The request path normalized once, before any rule reads it
+//! (`http::normalize`): the first stage, so per-source limits, policies,
+//! the WAF, the cache key and the access log all see one spelling of the
+//! resource, whatever the client protocol. A path the vserver refuses
+//! (an encoded slash, `%00`, a malformed escape) is answered 400 here and
+//! counted as a bad request.
+
+use super::exchange::Exchange;
+use super::hooks::{Hooks, Local, Verdict};
+use crate::http::message::Request;
+use crate::http::normalize;
+use crate::http::responses;
+use crate::stats;
+
+pub struct Normalize;
+
+impl Hooks for Normalize {
+    fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
+        let rules = &x.vs.normalize;
+        match normalize::target(&req.target, rules) {
+            Ok(None) => Verdict::Continue,
+            Ok(Some(normal)) => {
+                let received = std::mem::replace(&mut req.target, normal);
+                if rules.forward_original {
+                    req.member_target = Some(received.clone());
+                }
+                req.received_target = Some(received);
+                Verdict::Continue
+            }
+            Err(why) => {
+                stats::inc(&x.vs.counters.local().bad_requests);
+                let (response, body) = responses::local_error(400, why.reason());
+                Verdict::Respond(Local { response, body })
+            }
+        }
+    }
+}
