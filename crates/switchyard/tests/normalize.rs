@@ -300,3 +300,44 @@ fn check_refuses_unknown_normalize_settings_with_their_position() {
         "{all}"
     );
 }
+
+#[test]
+fn the_cache_key_and_per_path_limits_read_the_normalized_path() {
+    let origin = Origin::start("o");
+    origin.set(|b| {
+        b.raw_response = Some(
+            b"HTTP/1.1 200 OK\r\nCache-Control: max-age=600\r\nContent-Length: 3\r\n\r\nok\n"
+                .to_vec(),
+        )
+    });
+    let (cached, limited) = (free_addr(), free_addr());
+    let cfg = format!(
+        "[global]\nworkers = 1\n\
+         [[vserver]]\nname = \"cached\"\nlisten = [\"{cached}\"]\ndefault_pool = \"p\"\n[vserver.cache]\nenabled = true\n\n\
+         [[vserver]]\nname = \"limited\"\nlisten = [\"{limited}\"]\ndefault_pool = \"p\"\n\
+         [[vserver.limit]]\nname = \"per-path\"\nkey = \"path\"\nreq_rate = \"2/1m\"\naction = \"reject\"\n\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
+        origin.addr
+    );
+    let _sy = Switchyard::start(&cfg, &[cached, limited]);
+    // One stored object answers every spelling of its path.
+    let statuses: Vec<String> = ["/c/x", "/c/./x", "/c/%78", "//c//x", "/c/y/../x"]
+        .iter()
+        .map(|p| {
+            let r = get(cached, p);
+            assert_eq!(r.status, 200, "{p}");
+            r.header("cache-status").unwrap_or("").to_string()
+        })
+        .collect();
+    assert!(statuses[0].contains("fwd=miss"), "{statuses:?}");
+    assert!(
+        statuses[1..].iter().all(|s| s.ends_with("; hit")),
+        "{statuses:?}"
+    );
+    assert_eq!(origin.requests(), 1, "{statuses:?}");
+    // A per-path limit counts every spelling against one key.
+    assert_eq!(get(limited, "/l/a").status, 200);
+    assert_eq!(get(limited, "/l/./a").status, 200);
+    assert_eq!(get(limited, "/l/%61").status, 429);
+    assert_eq!(get(limited, "/l/b").status, 200);
+}
