@@ -1,7 +1,8 @@
 //! The architecture's rules, checked on the source itself (docs/internals.md):
 //! no module imports one that imports it back (between top-level modules,
-//! and between the files of `proxy/`), and no file in `proxy/` grows past
-//! about 800 lines.
+//! and between the files of `proxy/`), no file in `proxy/` grows past
+//! about 800 lines, and the request path is normalized before every stage
+//! (no other code rewrites it).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -164,6 +165,47 @@ fn proxy_files_form_a_tree_and_stay_small() {
     assert!(graph.len() > 10, "proxy/ files found: {:?}", graph.keys());
     if let Some(c) = cycle(&graph) {
         panic!("import loop between proxy files: {}", c.join(" -> "));
+    }
+}
+
+/// Every rule reads one normalized path: `Normalize` is the first stage
+/// of the pipeline, and outside the parsers that build a request only the
+/// normalizing stage assigns `target` (a stage that rewrote it later would
+/// let the stages after it judge a path the earlier ones never saw).
+#[test]
+fn the_path_is_normalized_first_and_only_there() {
+    let stages = code(&src().join("proxy/stages.rs"));
+    let pipeline = stages
+        .split("pub type Pipeline = (")
+        .nth(1)
+        .expect("stages.rs declares Pipeline");
+    assert!(
+        pipeline.trim_start().starts_with("Normalize,"),
+        "Pipeline must start with Normalize: {}",
+        &pipeline[..pipeline.len().min(80)]
+    );
+    let allowed = ["proxy/normalizing.rs"];
+    for f in rs_files(&src()) {
+        let rel = f
+            .strip_prefix(src())
+            .expect("under src")
+            .to_string_lossy()
+            .to_string();
+        if allowed.contains(&rel.as_str()) {
+            continue;
+        }
+        let c = code(&f);
+        for needle in [
+            "req.target =",
+            "request.target =",
+            ".target = std::mem",
+            "mem::replace(&mut req.target",
+        ] {
+            assert!(
+                !c.contains(needle),
+                "{rel} rewrites the request target ({needle}); only proxy/normalizing.rs may"
+            );
+        }
     }
 }
 
