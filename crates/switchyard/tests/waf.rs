@@ -465,3 +465,32 @@ fn h2c_streams_are_inspected_like_http1_requests() {
     assert_eq!(seen.len(), 1, "only the benign stream reached the member");
     assert_eq!(seen[0].body, b"q=garden+chairs&page=2");
 }
+
+/// Two multipart parts of the same name are two arguments, each judged:
+/// an attack in the second part (a plain field, or one that calls itself
+/// a file with an empty file name, which many frameworks read as a field)
+/// is refused.
+#[test]
+fn multipart_parts_of_the_same_name_are_each_inspected() {
+    let Some(_) = crs() else { return };
+    let o = Origin::start("a");
+    let listen = addr(free_port());
+    let dir = temp_dir("waf");
+    let audit = dir.join("audit.jsonl");
+    let _sy = Switchyard::start(&config(listen, &o, "", &audit), &[listen]);
+    let post = |second: &str, value: &str| {
+        let body = format!("--XyZ\r\nContent-Disposition: form-data; name=\"q\"\r\n\r\nshoes\r\n--XyZ\r\nContent-Disposition: form-data; {second}\r\n\r\n{value}\r\n--XyZ--\r\n");
+        request(
+            listen,
+            &format!("POST /search HTTP/1.1\r\nHost: shop.example\r\n{BROWSER}Content-Type: multipart/form-data; boundary=XyZ\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len()),
+        )
+    };
+    for second in ["name=\"q\"", "name=\"q\"; filename=\"\""] {
+        let r = post(second, "1' or '1'='1");
+        assert_eq!(r.status, 403, "{second}: {}", r.body_text());
+        let line = audit_for(&audit, r.header("x-request-id").expect("x-request-id"));
+        assert!(ids(&line).contains(&942100), "{second}: {line}");
+        assert_eq!(post(second, "hats").status, 200, "{second}");
+    }
+    assert_eq!(o.requests(), 2);
+}
