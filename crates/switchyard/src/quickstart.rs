@@ -152,7 +152,7 @@ async fn origin_conn(n: usize, addr: SocketAddr, mut s: TcpStream) {
             &mut buf,
             req.head.framing,
             &mut body::Discard,
-            Duration::from_secs(30),
+            &mut body::Pacer::gap(Duration::from_secs(30)),
         )
         .await
         .is_err()

@@ -1394,3 +1394,83 @@ fn a_slow_reader_over_tls_gets_the_whole_response() {
         out.status
     );
 }
+
+/// A request body trickled on one stream (a byte every 300 ms: each pause
+/// well within `client_body`) is cut once it falls under
+/// `request_body.min_rate` after its grace: 408 on that stream, counted in
+/// `body_timeouts`, and a stream opened on the same connection after it
+/// is served.
+#[test]
+fn a_trickled_request_body_gets_408_on_its_stream_and_the_connection_goes_on() {
+    let origin = Origin::start("o1");
+    let only = free_addr();
+    let cfg = format!(
+        "[timeouts]\nclient_body = \"30s\"\n\n[[vserver]]\nname = \"only\"\nlisten = [\"{only}\"]\n\
+         default_pool = \"p\"\nh2c_only = true\n[vserver.request_body]\ngrace = \"1s\"\nmin_rate = 100\n\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
+        origin.addr
+    );
+    let sy = Switchyard::start(&cfg, &[only]);
+    let mut c = TcpStream::connect(only).expect("connect");
+    let mut out = PREFACE.to_vec();
+    out.extend(frame(0x4, 0, 0, &[]));
+    // POST /echo with content-length 100000 on stream 1.
+    let mut block = vec![0x83, 0x86, 0x01, 0x01, b'a', 0x04, 5];
+    block.extend_from_slice(b"/echo");
+    block.extend_from_slice(&[0x0f, 0x0d, 6]);
+    block.extend_from_slice(b"100000");
+    out.extend(frame(0x1, 0x4, 1, &block));
+    c.write_all(&out).expect("write");
+    // One byte every 300 ms, 40 at most (12 s), until the writer fails or
+    // the reader says stop.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut w = c.try_clone().expect("clone");
+    let trickle = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            for _ in 0..40 {
+                if stop.load(std::sync::atomic::Ordering::Relaxed)
+                    || w.write_all(&frame(0x0, 0, 1, b"x")).is_err()
+                {
+                    return;
+                }
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        })
+    };
+    let has_408 = |buf: &[u8]| {
+        let heads = frame_heads(buf);
+        frame_payloads(buf)
+            .iter()
+            .zip(heads)
+            .any(|((kind, p), (_, _, stream, _))| {
+                *kind == 0x1 && stream == 1 && p.windows(3).any(|w| w == b"408")
+            })
+    };
+    // grace 1 s + 100 bytes/s: a few bytes earn a few tens of ms; the
+    // driver checks once a second.
+    let (got, at) = read_until(&mut c, Duration::from_secs(8), has_408);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let _ = trickle.join();
+    let at = at.unwrap_or_else(|| panic!("no 408 on stream 1 within 8 s: {:?}", frame_heads(&got)));
+    assert!(
+        at >= Duration::from_millis(900),
+        "408 after {at:?}, before the grace"
+    );
+    // The same connection serves the next stream.
+    c.write_all(&get_headers(3)).expect("GET on stream 3");
+    let (got, served) = read_until(&mut c, Duration::from_secs(5), |buf| {
+        frame_heads(buf)
+            .iter()
+            .zip(frame_payloads(buf))
+            .any(|((_, _, stream, _), (kind, p))| {
+                *stream == 3 && kind == 0x1 && p.first() == Some(&0x88)
+            })
+    });
+    assert!(
+        served.is_some(),
+        "no 200 on stream 3: {:?}",
+        frame_heads(&got)
+    );
+    assert_eq!(vs_stats(&sy, "only")["body_timeouts"], 1);
+}

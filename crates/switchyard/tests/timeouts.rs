@@ -350,3 +350,124 @@ fn a_client_that_stops_reading_is_cut_after_client_send() {
         .expect("vserver web");
     assert_eq!(web["send_timeouts"], 1, "{web}");
 }
+
+/// R.U.D.Y.: 200 clients each trickle a request body, a byte every 500 ms
+/// (every pause well within `client_body`). Each is cut with 408 once its
+/// body falls under `request_body.min_rate` after the grace, and counted;
+/// a normal client is served 200s the whole time. A body that keeps its
+/// rate but outlasts `deadline` is cut too.
+#[test]
+fn trickled_request_bodies_are_cut_while_others_are_served() {
+    const SLOW: usize = 200;
+    let o = Origin::start("a");
+    let l = free_addr();
+    let d = free_addr();
+    let cfg = format!(
+        "{}[vserver.request_body]\ngrace = \"2s\"\nmin_rate = 100\ndeadline = \"20s\"\n\n\
+         [[vserver]]\nname = \"deadline\"\nlisten = [\"{d}\"]\ndefault_pool = \"p\"\n\
+         [vserver.request_body]\nmin_rate = 0\ndeadline = \"2s\"\n",
+        config(l, &[o.addr], "client_body = \"30s\"")
+    );
+    let sy = Switchyard::start(&cfg, &[l, d]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let normal = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            let mut served = 0;
+            let start = Instant::now();
+            while !stop.load(Ordering::Relaxed) && start.elapsed() < Duration::from_secs(30) {
+                let r = request(
+                    l,
+                    "POST /form HTTP/1.1\r\nHost: a\r\nContent-Length: 11\r\nConnection: close\r\n\r\nhello=world",
+                );
+                assert_eq!(r.status, 200, "{}", r.body_text());
+                served += 1;
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            served
+        })
+    };
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    // Each slow client: its head, then a byte every `every` until it is
+    // answered or `max` bytes went; what it read and when.
+    async fn trickle(
+        to: SocketAddr,
+        every: Duration,
+        piece: usize,
+        max: usize,
+    ) -> (String, Duration) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let start = Instant::now();
+        let mut s = tokio::net::TcpStream::connect(to).await.expect("connect");
+        let head = "POST /upload HTTP/1.1\r\nHost: a\r\nContent-Length: 1000000\r\n\r\n";
+        s.write_all(head.as_bytes()).await.expect("head");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 4096];
+        for _ in 0..max {
+            if s.write_all(&vec![b'x'; piece]).await.is_err() {
+                break;
+            }
+            match tokio::time::timeout(every, s.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => break,
+                Ok(Ok(n)) => got.extend_from_slice(&buf[..n]),
+                Err(_) => {}
+            }
+            if got.windows(4).any(|w| w == b"\r\n\r\n") {
+                break;
+            }
+        }
+        let _ = tokio::time::timeout(Duration::from_secs(1), s.read_to_end(&mut got)).await;
+        (String::from_utf8_lossy(&got).into_owned(), start.elapsed())
+    }
+    let (slow, late) = rt.block_on(async {
+        let tasks: Vec<_> = (0..SLOW)
+            .map(|_| tokio::spawn(trickle(l, Duration::from_millis(500), 1, 40)))
+            .collect();
+        // 1 KB every 200 ms (5 KB/s, far above any minimum) to the
+        // vserver with only a deadline.
+        let late = tokio::spawn(trickle(d, Duration::from_millis(200), 1000, 50));
+        let mut out = Vec::new();
+        for t in tasks {
+            out.push(t.await.expect("slow client"));
+        }
+        (out, late.await.expect("late client"))
+    });
+    stop.store(true, Ordering::Relaxed);
+    let served = normal.join().expect("normal client");
+    for (text, took) in &slow {
+        assert!(text.starts_with("HTTP/1.1 408"), "{text:?} after {took:?}");
+        assert!(text.contains("too slowly"), "{text}");
+        // grace 2 s; a few bytes earn tens of ms; under 20 s (40 bytes
+        // at 500 ms) means the gap did not end it and the cut came.
+        assert!(
+            *took >= Duration::from_secs(2) && *took < Duration::from_secs(15),
+            "cut after {took:?}"
+        );
+    }
+    let (text, took) = late;
+    assert!(text.starts_with("HTTP/1.1 408"), "{text:?} after {took:?}");
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(10),
+        "{took:?}"
+    );
+    assert!(served > 0, "the normal client was never served");
+    let stats = sy.stats();
+    let vs = |name: &str| {
+        stats["vservers"]
+            .as_array()
+            .and_then(|a| a.iter().find(|v| v["name"] == name).cloned())
+            .unwrap_or_else(|| panic!("no vserver {name}: {stats}"))
+    };
+    assert_eq!(vs("web")["body_timeouts"], SLOW as u64);
+    assert_eq!(vs("deadline")["body_timeouts"], 1);
+    let m = sy.admin_get("/metrics");
+    assert!(
+        m.lines()
+            .any(|x| x
+                == format!("switchyard_vserver_body_timeouts_total{{vserver=\"web\"}} {SLOW}")),
+        "{m}"
+    );
+}

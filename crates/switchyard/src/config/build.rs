@@ -1076,6 +1076,7 @@ fn build_vserver(
             (v.cache.is_some(), "cache"),
             (v.waf.is_some(), "waf"),
             (v.normalize.is_some(), "normalize"),
+            (v.request_body.is_some(), "request_body"),
             (v.h2c.is_some() || v.h2c_only.is_some(), "h2c"),
             (
                 !v.request_headers.set.is_empty()
@@ -1151,6 +1152,7 @@ fn build_vserver(
         access_log,
         private_member_conns,
         normalize,
+        request_body: request_body(cx, v, &what),
         waf,
         limits: Vec::new(),
         protocol: v.protocol,
@@ -1459,6 +1461,43 @@ fn algorithm(a: Algorithm) -> crate::balance::Algorithm {
         Algorithm::LeastConnections => B::LeastConnections,
         Algorithm::P2c => B::P2c,
         Algorithm::ConsistentHash => B::ConsistentHash,
+    }
+}
+
+/// Apache's mod_reqtimeout default, `body=20,MinRate=500`: a body may
+/// take 20 s, then must average 500 bytes/s (a trickle of one byte every
+/// 2 s is cut after 20 s; a phone on a poor link sends far more). A
+/// request body that has kept the proxy waiting 10 minutes in all is cut
+/// whatever its rate: without that bound a client at exactly 500 bytes/s
+/// holds a connection for as long as its (chunked: endless) body lasts; a
+/// 300 MB upload over 5 Mbit/s still fits. Uploads larger or slower than
+/// that raise `deadline` (or set "0s") on their vserver.
+const BODY_GRACE_MS: u64 = 20_000;
+const BODY_MIN_RATE: u64 = 500;
+const BODY_DEADLINE_MS: u64 = 600_000;
+
+/// `[vserver.request_body]`, with the defaults above.
+fn request_body(cx: &mut Ctx, v: &model::VServer, what: &str) -> crate::http::body::BodyPace {
+    let r = v.request_body.as_ref();
+    let min_rate = match r.and_then(|r| r.min_rate.as_ref()) {
+        None => BODY_MIN_RATE,
+        Some(m) if *m.get_ref() <= 1 << 30 => *m.get_ref(),
+        Some(m) => {
+            cx.err(
+                m.span(),
+                format!(
+                    "{what}: request_body.min_rate {} is out of range 0 to 1073741824 bytes per second",
+                    m.get_ref()
+                ),
+            );
+            BODY_MIN_RATE
+        }
+    };
+    crate::http::body::BodyPace {
+        gap_ms: 0,
+        grace_ms: r.and_then(|r| r.grace).map_or(BODY_GRACE_MS, |m| m.0),
+        min_rate,
+        deadline_ms: r.and_then(|r| r.deadline).map_or(BODY_DEADLINE_MS, |m| m.0),
     }
 }
 

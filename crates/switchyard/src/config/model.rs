@@ -233,6 +233,21 @@ pub struct VServer {
     /// This vserver's ACL rules, after the global ones (`[[vserver.acl]]`).
     #[serde(default)]
     pub acl: Vec<super::shield::AclRule>,
+    /// How slowly a request body may come (`[vserver.request_body]`).
+    pub request_body: Option<RequestBody>,
+}
+
+/// `[vserver.request_body]`: the slow-body (R.U.D.Y.) defence beside
+/// `timeouts.client_body`, the gap between two reads.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RequestBody {
+    /// Waiting this long in all, the body must have averaged `min_rate`.
+    pub grace: Option<Millis>,
+    /// Bytes per second after `grace`; 0 turns the minimum off.
+    pub min_rate: Option<Spanned<u64>>,
+    /// The most the whole body may keep the proxy waiting; "0s": no limit.
+    pub deadline: Option<Millis>,
 }
 
 /// `[vserver.l4]`.

@@ -156,6 +156,20 @@ pub struct VServer {
     pub private_member_conns: bool,
     /// How request paths are normalized before the rules (`[vserver.normalize]`).
     pub normalize: crate::http::normalize::Rules,
+    /// `[vserver.request_body]`: minimum rate, grace and deadline of a
+    /// request body (its `gap_ms` is `timeouts.client_body`, see `body_pace`).
+    pub request_body: crate::http::body::BodyPace,
+}
+
+impl VServer {
+    /// How this vserver's request bodies must keep coming, `gap_ms`
+    /// (`timeouts.client_body`) being the longest pause between reads.
+    pub fn body_pace(&self, gap_ms: u64) -> crate::http::body::BodyPace {
+        crate::http::body::BodyPace {
+            gap_ms,
+            ..self.request_body
+        }
+    }
 }
 
 /// A vserver's cache: its settings and the shared store.

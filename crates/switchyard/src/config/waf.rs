@@ -59,6 +59,10 @@ pub struct VsWafFile {
     pub body_limit_action: Option<Spanned<String>>,
     pub response_body_limit: Option<Spanned<u64>>,
     pub audit_log: Option<AuditLogFile>,
+    /// Load the engine rules of ModSecurity's recommended configuration
+    /// (the JSON and XML body processors, body-error refusals) before the
+    /// rule set, unless it sets them itself (default true).
+    pub recommended_rules: Option<bool>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -341,7 +345,11 @@ pub fn build(
     if problems.len() > before {
         return None;
     }
-    let engine = match policy::engine(&Sources(files)) {
+    let sources = Sources {
+        files,
+        recommended: w.recommended_rules.unwrap_or(true),
+    };
+    let engine = match policy::engine(&sources) {
         Ok(e) => e,
         Err(e) => {
             problems.push((

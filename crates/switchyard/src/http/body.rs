@@ -28,6 +28,9 @@ pub enum BodyError {
     Truncated,
     /// The sender went quiet for longer than the timeout.
     Timeout,
+    /// A request body came too slowly: under its minimum rate after the
+    /// grace period, or not whole within its deadline (`BodyPace`).
+    TooSlow,
     /// Writing to the receiver failed.
     Write(io::Error),
     /// The body's framing is invalid (bad chunk size, missing CRLF...).
@@ -36,18 +39,115 @@ pub enum BodyError {
     Refused,
 }
 
+/// How a body must keep coming: the longest wait for one read (`gap_ms`:
+/// `client_body` for requests, `upstream_response` for responses) and, for
+/// request bodies, a minimum rate after a grace period and a whole-body
+/// deadline (`[vserver.request_body]`; the role of Apache's mod_reqtimeout
+/// `body=20,MinRate=500`). A body that trickles a byte before each gap
+/// ends held its connection forever with the gap alone (R.U.D.Y.).
+///
+/// Only time spent waiting for the sender counts (`waited_ms`), not time
+/// the receiver took to accept what came: a member that is slow to take an
+/// upload does not make its client too slow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct BodyPace {
+    pub gap_ms: u64,
+    /// Waiting this long in all, the body must have averaged `min_rate`.
+    pub grace_ms: u64,
+    /// Bytes per second after the grace period; 0: no minimum.
+    pub min_rate: u64,
+    /// The most the body may keep us waiting in all; 0: no limit.
+    pub deadline_ms: u64,
+}
+
+impl BodyPace {
+    /// Only the gap between reads (response bodies, tests).
+    pub fn gap(d: Duration) -> BodyPace {
+        BodyPace {
+            gap_ms: d.as_millis().try_into().unwrap_or(u64::MAX),
+            grace_ms: 0,
+            min_rate: 0,
+            deadline_ms: 0,
+        }
+    }
+
+    /// How long the next wait may last for a body that has made us wait
+    /// `waited_ms` and brought `bytes`, and whether the rate or the
+    /// deadline (not the gap) sets that bound. A body at exactly
+    /// `min_rate` after the grace is allowed `grace + bytes / min_rate`
+    /// of waiting (mod_reqtimeout's "one more second per MinRate bytes").
+    pub fn allowance(&self, waited_ms: u64, bytes: u64) -> (u64, bool) {
+        if self.min_rate == 0 && self.deadline_ms == 0 {
+            return (self.gap_ms, false);
+        }
+        let mut pace = u64::MAX;
+        // None when there is no minimum rate.
+        if let Some(earned) = bytes.saturating_mul(1000).checked_div(self.min_rate) {
+            pace = self.grace_ms.saturating_add(earned);
+        }
+        if self.deadline_ms > 0 {
+            pace = pace.min(self.deadline_ms);
+        }
+        let left = pace.saturating_sub(waited_ms);
+        if left < self.gap_ms {
+            (left, true)
+        } else {
+            (self.gap_ms, false)
+        }
+    }
+}
+
+/// One body's progress against its `BodyPace`.
+#[derive(Debug)]
+pub struct Pacer {
+    pub pace: BodyPace,
+    waited_ms: u64,
+    bytes: u64,
+}
+
+impl Pacer {
+    pub fn new(pace: BodyPace) -> Pacer {
+        Pacer {
+            pace,
+            waited_ms: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Only the gap between reads.
+    pub fn gap(d: Duration) -> Pacer {
+        Pacer::new(BodyPace::gap(d))
+    }
+
+    fn paced(&self) -> bool {
+        self.pace.min_rate > 0 || self.pace.deadline_ms > 0
+    }
+}
+
 /// Reads more bytes into `buf`; Ok(0) on EOF.
 pub async fn read_more<R: AsyncRead + Unpin>(
     src: &mut R,
     buf: &mut BytesMut,
-    timeout: Duration,
+    pacer: &mut Pacer,
 ) -> Result<usize, BodyError> {
     if buf.capacity() - buf.len() < 4096 {
         buf.reserve(READ_CHUNK);
     }
-    match tokio::time::timeout(timeout, src.read_buf(buf)).await {
-        Ok(Ok(n)) => Ok(n),
+    let (allow, paced) = pacer.pace.allowance(pacer.waited_ms, pacer.bytes);
+    // The (coarse) clock is read only for bodies with a rate or a deadline.
+    let start = pacer.paced().then(crate::clock::now_ms);
+    let r = tokio::time::timeout(Duration::from_millis(allow), src.read_buf(buf)).await;
+    if let Some(t) = start {
+        let spent = crate::clock::now_ms().saturating_sub(t);
+        pacer.waited_ms = pacer.waited_ms.saturating_add(spent);
+    }
+    match r {
+        Ok(Ok(n)) => {
+            pacer.bytes = pacer.bytes.saturating_add(n as u64);
+            Ok(n)
+        }
         Ok(Err(e)) => Err(BodyError::Read(e)),
+        Err(_) if paced => Err(BodyError::TooSlow),
         Err(_) => Err(BodyError::Timeout),
     }
 }
@@ -59,13 +159,13 @@ pub async fn read_or_flush<R, S>(
     src: &mut R,
     buf: &mut BytesMut,
     out: &mut S,
-    timeout: Duration,
+    pacer: &mut Pacer,
 ) -> Result<usize, BodyError>
 where
     R: AsyncRead + Unpin,
     S: Sink,
 {
-    flush_if_pending(read_more(src, buf, timeout), out).await?
+    flush_if_pending(read_more(src, buf, pacer), out).await?
 }
 
 /// Awaits `fut`; if it is not ready at once, flushes `out` while it waits.
@@ -269,13 +369,13 @@ pub async fn deliver<R, S>(
     inbuf: &mut BytesMut,
     framing: Framing,
     sink: &mut S,
-    timeout: Duration,
+    pacer: &mut Pacer,
 ) -> (Result<u64, BodyError>, bool)
 where
     R: AsyncRead + Unpin,
     S: Sink,
 {
-    let r = match transfer(src, inbuf, framing, sink, timeout).await {
+    let r = match transfer(src, inbuf, framing, sink, pacer).await {
         Ok(n) => sink.flush().await.map(|_| n),
         Err(e) => Err(e),
     };
@@ -291,7 +391,7 @@ pub async fn transfer<R, S>(
     inbuf: &mut BytesMut,
     framing: Framing,
     out: &mut S,
-    timeout: Duration,
+    pacer: &mut Pacer,
 ) -> Result<u64, BodyError>
 where
     R: AsyncRead + Unpin,
@@ -300,13 +400,13 @@ where
     let n = match framing {
         Framing::None => 0,
         Framing::Length(n) => {
-            copy_exact(src, inbuf, n, out, timeout).await?;
+            copy_exact(src, inbuf, n, out, pacer).await?;
             n
         }
         Framing::Close => {
             let mut total = 0u64;
             loop {
-                if inbuf.is_empty() && read_or_flush(src, inbuf, out, timeout).await? == 0 {
+                if inbuf.is_empty() && read_or_flush(src, inbuf, out, pacer).await? == 0 {
                     break;
                 }
                 let data = inbuf.split();
@@ -315,7 +415,7 @@ where
             }
             total
         }
-        Framing::Chunked => return copy_chunked(src, inbuf, out, timeout).await,
+        Framing::Chunked => return copy_chunked(src, inbuf, out, pacer).await,
     };
     out.end(None).await?;
     Ok(n)
@@ -326,14 +426,14 @@ async fn copy_exact<R, S>(
     inbuf: &mut BytesMut,
     mut remaining: u64,
     out: &mut S,
-    timeout: Duration,
+    pacer: &mut Pacer,
 ) -> Result<(), BodyError>
 where
     R: AsyncRead + Unpin,
     S: Sink,
 {
     while remaining > 0 {
-        if inbuf.is_empty() && read_or_flush(src, inbuf, out, timeout).await? == 0 {
+        if inbuf.is_empty() && read_or_flush(src, inbuf, out, pacer).await? == 0 {
             return Err(BodyError::Truncated);
         }
         let take = (inbuf.len() as u64).min(remaining) as usize;
@@ -349,7 +449,7 @@ async fn line<R, S>(
     src: &mut R,
     inbuf: &mut BytesMut,
     out: &mut S,
-    timeout: Duration,
+    pacer: &mut Pacer,
     max: usize,
 ) -> Result<usize, BodyError>
 where
@@ -369,7 +469,7 @@ where
         if inbuf.len() > max {
             return Err(BodyError::Framing("chunk line too long"));
         }
-        if read_or_flush(src, inbuf, out, timeout).await? == 0 {
+        if read_or_flush(src, inbuf, out, pacer).await? == 0 {
             return Err(BodyError::Truncated);
         }
     }
@@ -417,7 +517,7 @@ async fn copy_chunked<R, S>(
     src: &mut R,
     inbuf: &mut BytesMut,
     out: &mut S,
-    timeout: Duration,
+    pacer: &mut Pacer,
 ) -> Result<u64, BodyError>
 where
     R: AsyncRead + Unpin,
@@ -425,7 +525,7 @@ where
 {
     let mut total = 0u64;
     loop {
-        let n = line(src, inbuf, out, timeout, MAX_CHUNK_LINE).await?;
+        let n = line(src, inbuf, out, pacer, MAX_CHUNK_LINE).await?;
         let size = chunk_size(&inbuf[..n])?;
         inbuf.advance(n + 2);
         if size == 0 {
@@ -434,9 +534,9 @@ where
         total = total
             .checked_add(size)
             .ok_or(BodyError::Framing("body too large"))?;
-        copy_exact(src, inbuf, size, out, timeout).await?;
+        copy_exact(src, inbuf, size, out, pacer).await?;
         while inbuf.len() < 2 {
-            if read_or_flush(src, inbuf, out, timeout).await? == 0 {
+            if read_or_flush(src, inbuf, out, pacer).await? == 0 {
                 return Err(BodyError::Truncated);
             }
         }
@@ -449,7 +549,7 @@ where
     let mut trailers: Option<Fields> = None;
     let mut trailer_bytes = 0;
     loop {
-        let n = line(src, inbuf, out, timeout, MAX_TRAILERS).await?;
+        let n = line(src, inbuf, out, pacer, MAX_TRAILERS).await?;
         if n == 0 {
             inbuf.advance(2);
             break;
@@ -502,7 +602,7 @@ mod tests {
             &mut inbuf,
             framing,
             &mut out,
-            Duration::from_secs(1),
+            &mut Pacer::gap(Duration::from_secs(1)),
         )
         .await;
         let _ = out.flush_out().await;
@@ -563,5 +663,26 @@ mod tests {
             assert_eq!(r.unwrap(), 3);
             assert_eq!(out, b"3\r\nabc\r\n0\r\n\r\n");
         });
+    }
+
+    #[test]
+    fn the_pace_allows_grace_plus_earned_time_up_to_the_deadline() {
+        let p = BodyPace {
+            gap_ms: 30_000,
+            grace_ms: 20_000,
+            min_rate: 500,
+            deadline_ms: 600_000,
+        };
+        // Nothing yet: the grace, under the gap.
+        assert_eq!(p.allowance(0, 0), (20_000, true));
+        // 19 s waited, 10 bytes (a byte every 2 s): 1.02 s left.
+        assert_eq!(p.allowance(19_000, 10), (1_020, true));
+        // A body at 5 KB/s is bounded by the gap only.
+        assert_eq!(p.allowance(10_000, 50_000), (30_000, false));
+        // Past the deadline whatever the rate.
+        assert_eq!(p.allowance(600_000, 1 << 40), (0, true));
+        // Off: the gap alone (response bodies).
+        let g = BodyPace::gap(Duration::from_secs(60));
+        assert_eq!(g.allowance(u64::MAX, 0), (60_000, false));
     }
 }

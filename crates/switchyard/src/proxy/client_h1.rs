@@ -13,7 +13,7 @@ use super::idle::{IdleWatch, SendTimed};
 use super::tunnel;
 use super::upstream::UpConn;
 use super::Client;
-use crate::http::body::{self, BodyError, Discard, HoldForClose, Out, Sink};
+use crate::http::body::{self, BodyError, BodyPace, Discard, HoldForClose, Out, Pacer, Sink};
 use crate::http::message::{Framing, Request, Response};
 use crate::http::responses;
 use crate::http::write_h1::{self, ClientFraming};
@@ -32,7 +32,9 @@ pub struct H1Client<'c> {
     stage: Vec<u8>,
     body: BodyState,
     continue_sent: bool,
-    body_timeout: Duration,
+    /// How the request body must keep coming (`client_body`,
+    /// `[vserver.request_body]`).
+    body_pace: BodyPace,
     tunnel_idle: Duration,
     /// The worker's coarse deadlines (`client_send` on writes).
     watch: &'c IdleWatch,
@@ -69,7 +71,7 @@ impl<'c> H1Client<'c> {
             stage: Vec::new(),
             body: BodyState::Unread,
             continue_sent: false,
-            body_timeout: Duration::from_millis(x.st.client_body_ms),
+            body_pace: x.vs.body_pace(x.st.client_body_ms),
             tunnel_idle: Duration::from_millis(x.st.tunnel_idle_ms),
             watch,
             close: false,
@@ -88,7 +90,7 @@ impl<'c> H1Client<'c> {
             &mut self.c.buf,
             framing,
             &mut Discard,
-            self.body_timeout,
+            &mut Pacer::new(self.body_pace),
         )
         .await
         .is_ok();
@@ -228,7 +230,7 @@ impl ClientSide for H1Client<'_> {
             &mut self.c.buf,
             req.head.framing,
             sink,
-            self.body_timeout,
+            &mut Pacer::new(self.body_pace),
         )
         .await?;
         self.body = BodyState::Done;

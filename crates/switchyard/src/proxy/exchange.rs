@@ -369,12 +369,24 @@ pub(super) fn body_failure(
 ) -> Failure {
     match e {
         BodyError::Write(_) => Failure::new(Origin::Member, 502, member_write).closing(),
-        BodyError::Timeout => Failure::new(
-            Origin::Client,
-            408,
-            "the request body was not received in time",
-        )
-        .closing(),
+        BodyError::Timeout => {
+            stats::inc(&x.vs.counters.local().body_timeouts);
+            Failure::new(
+                Origin::Client,
+                408,
+                "the request body was not received in time (client_body)",
+            )
+            .closing()
+        }
+        BodyError::TooSlow => {
+            stats::inc(&x.vs.counters.local().body_timeouts);
+            Failure::new(
+                Origin::Client,
+                408,
+                "the request body came too slowly (request_body.min_rate or deadline)",
+            )
+            .closing()
+        }
         BodyError::Framing(why) => {
             stats::inc(&x.vs.counters.local().bad_requests);
             Failure::new(Origin::Client, 400, why).closing()

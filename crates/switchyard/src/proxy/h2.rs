@@ -189,16 +189,22 @@ async fn run(
                     continue;
                 }
                 deadline = u64::MAX;
-                let (send_ms, body_ms) = {
+                let (send_ms, pace) = {
                     let snap = ctx.snapshot.load();
-                    (snap.settings.client_send_ms, snap.settings.client_body_ms)
+                    let body_ms = snap.settings.client_body_ms;
+                    let pace = snap.vserver_for(&conn.listen).map_or(
+                        crate::http::body::BodyPace::gap(std::time::Duration::from_millis(body_ms)),
+                        |vs| vs.body_pace(body_ms),
+                    );
+                    (snap.settings.client_send_ms, pace)
                 };
-                let slow = shared
-                    .borrow_mut()
-                    .expire_readers(now_ms().saturating_sub(body_ms));
+                // Checked once a second, so a slow body ends up to a
+                // second after its bound; each stream on its own: the
+                // connection's other streams go on.
+                let slow = shared.borrow_mut().expire_readers(now_ms(), &pace);
                 if slow > 0 {
                     log::debug(format_args!(
-                        "client {}: {slow} HTTP/2 request bod(ies) not received in time (client_body)",
+                        "client {}: {slow} HTTP/2 request bod(ies) too slow (client_body, request_body)",
                         conn.peer
                     ));
                 }

@@ -75,6 +75,7 @@ impl BodyStream {
                     "the client reset the stream ({c:#x})"
                 ))),
                 RecvError::Timeout => BodyError::Timeout,
+                RecvError::TooSlow => BodyError::TooSlow,
             })?;
             total += chunk.len() as u64;
             sink.data(&chunk).await?;

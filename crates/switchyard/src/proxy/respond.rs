@@ -76,9 +76,15 @@ pub(super) async fn respond<C: ClientSide, H: Hooks>(
     };
     let r = match body {
         MemberBody::H1(up) => {
-            body::deliver(&mut up.stream, &mut up.buf, framing_in, &mut sink, timeout)
-                .await
-                .0
+            body::deliver(
+                &mut up.stream,
+                &mut up.buf,
+                framing_in,
+                &mut sink,
+                &mut body::Pacer::gap(timeout),
+            )
+            .await
+            .0
         }
         MemberBody::H2(recv) => match pump_h2(recv, &mut sink).await {
             Ok(n) => sink.flush().await.map(|_| n),

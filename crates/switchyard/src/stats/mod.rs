@@ -159,6 +159,11 @@ counters!(
         bytes_out,
         bad_requests,
         header_timeouts,
+        /// Requests whose body came too slowly: a pause past `client_body`,
+        /// under `request_body.min_rate` after its grace, or past its
+        /// `deadline` (answered 408, or cut when the response had started;
+        /// HTTP/2: the stream).
+        body_timeouts,
         /// Responses cut because the client stopped taking them for
         /// `client_send` (HTTP/1: the connection; HTTP/2: the stream, or
         /// the connection when it stopped reading altogether).

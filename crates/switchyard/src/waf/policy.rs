@@ -122,9 +122,77 @@ impl WafCounters {
     }
 }
 
-/// The files of one compiled rule set, in load order.
+/// The files of one compiled rule set, in load order, and whether the
+/// engine rules of ModSecurity's recommended configuration go first
+/// ([`RECOMMENDED_RULES`], unless the files set the body processors
+/// themselves).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Sources(pub Vec<PathBuf>);
+pub struct Sources {
+    pub files: Vec<PathBuf>,
+    pub recommended: bool,
+}
+
+/// The rules ModSecurity's `modsecurity.conf-recommended` (v3) puts before
+/// the CRS: the XML and JSON request body processors by Content-Type, and
+/// the refusals of bodies the processors could not parse and of multipart
+/// bodies that fail strict validation or hold a possible unmatched
+/// boundary. Without them a JSON or XML body is inspected only as one raw
+/// string (no ARGS), and the CRS misses most attacks in it. Loaded before
+/// every rule set whose files do not turn on a body processor themselves
+/// (`sets_body_processors`), unless the vserver says
+/// `recommended_rules = false`; `switchyard waf test` runs the CRS
+/// regression suite through the same default.
+pub const RECOMMENDED_RULES: &str = r#"# Switchyard: modsecurity.conf-recommended's engine rules (docs/waf.md).
+SecRule REQUEST_HEADERS:Content-Type "^(?:application(?:/soap\+|/)|text/)xml" "id:200000,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=XML"
+SecRule REQUEST_HEADERS:Content-Type "^application/json" "id:200001,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=JSON"
+SecRule REQUEST_HEADERS:Content-Type "^application/[a-z0-9.-]+[+]json" "id:200006,phase:1,t:none,t:lowercase,pass,nolog,ctl:requestBodyProcessor=JSON"
+SecRule REQBODY_ERROR "!@eq 0" "id:200002,phase:2,t:none,log,deny,status:400,msg:'Failed to parse request body.',logdata:'%{reqbody_error_msg}',severity:2"
+SecRule MULTIPART_STRICT_ERROR "!@eq 0" "id:200003,phase:2,t:none,log,deny,status:400,msg:'Multipart request body failed strict validation.'"
+SecRule MULTIPART_UNMATCHED_BOUNDARY "@eq 1" "id:200004,phase:2,t:none,log,deny,msg:'Multipart parser detected a possible unmatched boundary.'"
+"#;
+
+/// The name the recommended rules carry in errors and audit lines.
+const RECOMMENDED_NAME: &str = "<switchyard: modsecurity.conf-recommended>";
+
+/// Whether SecLang files turn on the JSON or XML body processor
+/// themselves, or define one of the recommended rules' ids (200000 to
+/// 200006): a rule set that carries its own modsecurity.conf must not get
+/// a second copy (its ids would clash, its choices be overridden). Reads
+/// each file's directives (comments and continuations as the loader reads
+/// them), not the files they `Include`.
+pub fn sets_body_processors(files: &[PathBuf]) -> Result<bool, String> {
+    use super::seclang::{logical_lines, parse_actions, split_args, Action, BodyProcessor, Ctl};
+    for p in files {
+        let text =
+            std::fs::read_to_string(p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
+        for (_, line) in logical_lines(&text) {
+            let Ok(args) = split_args(&line) else {
+                continue;
+            };
+            let is_rule = args.first().is_some_and(|d| {
+                d.eq_ignore_ascii_case("SecRule") || d.eq_ignore_ascii_case("SecAction")
+            });
+            let Some(actions) = args.last().filter(|_| is_rule && args.len() >= 2) else {
+                continue;
+            };
+            // A line the loader would refuse is reported by the loader.
+            let Ok(actions) = parse_actions(actions) else {
+                continue;
+            };
+            let own = actions.iter().any(|a| match a {
+                Action::Id(id) => (200_000..=200_006).contains(id),
+                Action::Ctl(Ctl::RequestBodyProcessor(p)) => {
+                    matches!(p, BodyProcessor::Json | BodyProcessor::Xml)
+                }
+                _ => false,
+            });
+            if own {
+                return Ok(true);
+            }
+        }
+    }
+    Ok(false)
+}
 
 struct Compiled {
     sources: Sources,
@@ -151,7 +219,12 @@ pub fn engine(sources: &Sources) -> Result<Arc<Engine>, String> {
         }
     }
     let mut loader = Loader::new();
-    for p in &sources.0 {
+    if sources.recommended && !sets_body_processors(&sources.files)? {
+        loader
+            .load_str(RECOMMENDED_RULES, RECOMMENDED_NAME, None)
+            .map_err(|e| e.to_string())?;
+    }
+    for p in &sources.files {
         loader.load_path(p).map_err(|e| e.to_string())?;
     }
     let set = loader.finish().map_err(|e| e.to_string())?;
@@ -170,7 +243,7 @@ fn fingerprint(sources: &Sources) -> Result<u64, String> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     let mut dirs: Vec<PathBuf> = Vec::new();
-    for p in &sources.0 {
+    for p in &sources.files {
         let text = std::fs::read(p).map_err(|e| format!("{}: cannot read: {e}", p.display()))?;
         text.hash(&mut h);
         if let Some(d) = p.parent() {
@@ -324,7 +397,10 @@ mod tests {
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("r.conf");
         std::fs::write(&f, "SecRule ARGS \"@rx evil\" \"id:1,phase:1,deny,log\"\n").unwrap();
-        let s = Sources(vec![f.clone()]);
+        let s = Sources {
+            files: vec![f.clone()],
+            recommended: true,
+        };
         let a = engine(&s).unwrap();
         let b = engine(&s).unwrap();
         assert!(Arc::ptr_eq(&a, &b));
@@ -334,6 +410,50 @@ mod tests {
         std::fs::write(&f, "SecRule ARGS \"@rx (\" \"id:1,phase:1,deny,log\"\n").unwrap();
         let e = engine(&s).unwrap_err();
         assert!(e.contains("r.conf") && e.contains(":1"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_rule_set_that_sets_its_body_processors_gets_no_second_copy() {
+        let dir = std::env::temp_dir().join(format!("sy-waf-rec-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let case = |name: &str, text: &str| {
+            let f = dir.join(name);
+            std::fs::write(&f, text).unwrap();
+            sets_body_processors(&[f]).unwrap()
+        };
+        // Commented out (as crs-setup.conf.example has it), or URLENCODED
+        // only (as the CRS's 901340): not its own.
+        assert!(!case(
+            "a.conf",
+            "#SecRule REQUEST_HEADERS:Content-Type \"^application/json\" \\\n#  \"id:1,phase:1,pass,ctl:requestBodyProcessor=JSON\"\n\
+             SecRule TX:x \"@eq 1\" \"id:901340,phase:1,pass,ctl:requestBodyProcessor=URLENCODED\"\n"
+        ));
+        assert!(case(
+            "b.conf",
+            "SecRule REQUEST_HEADERS:Content-Type \"xml\" \\\n  \"id:7,phase:1,pass,ctl:requestBodyProcessor=XML\"\n"
+        ));
+        assert!(case(
+            "c.conf",
+            "SecRule REQBODY_ERROR \"!@eq 0\" \"id:200002,phase:2,deny\"\n"
+        ));
+        // The recommended rules load before the files, once: a rule set
+        // with its own copy compiles (no clash of ids), one without gets
+        // them.
+        let own = dir.join("own.conf");
+        std::fs::write(&own, RECOMMENDED_RULES).unwrap();
+        let e = engine(&Sources {
+            files: vec![own],
+            recommended: true,
+        });
+        assert!(e.is_ok(), "{:?}", e.err());
+        assert!(
+            RECOMMENDED_RULES
+                .lines()
+                .filter(|l| l.contains("id:2000"))
+                .count()
+                == 6
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

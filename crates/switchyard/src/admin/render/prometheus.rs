@@ -122,6 +122,11 @@ const VSERVER: &[Spec] = &[
         "Client connections closed waiting for a request head.",
     ),
     c(
+        "body_timeouts",
+        "switchyard_vserver_body_timeouts_total",
+        "Requests whose body came too slowly (client_body, request_body.min_rate or deadline): 408.",
+    ),
+    c(
         "send_timeouts",
         "switchyard_vserver_send_timeouts_total",
         "Responses cut because the client stopped reading for client_send.",

@@ -74,6 +74,9 @@ pub enum RecvError {
     Reset(u32),
     /// Nothing came for `client_body` (see `expire_readers`).
     Timeout,
+    /// The body came under its minimum rate, or not within its deadline
+    /// (`BodyPace`, see `expire_readers`).
+    TooSlow,
 }
 
 struct Stream {
@@ -104,10 +107,12 @@ struct Stream {
     /// Since when (`clock` ms) the response has waited for the client's
     /// window (see `expire_stalled`).
     stalled_since: Option<u64>,
-    /// Since when the request body's reader has waited for DATA, and
-    /// whether it waited too long (see `expire_readers`).
+    /// Since when the request body's reader has waited for DATA, how
+    /// long it waited before (ms in all), and why it waited too long
+    /// (see `expire_readers`).
     read_since: Option<u64>,
-    read_timed_out: bool,
+    waited_ms: u64,
+    read_expired: Option<RecvError>,
 }
 
 /// A header block waiting for its CONTINUATION frames.

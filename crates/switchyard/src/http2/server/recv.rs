@@ -295,7 +295,8 @@ impl Conn {
                 last_data: None,
                 stalled_since: None,
                 read_since: None,
-                read_timed_out: false,
+                waited_ms: 0,
+                read_expired: None,
             },
         );
         if end_stream && length.is_some_and(|n| n != 0) {

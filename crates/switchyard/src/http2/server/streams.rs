@@ -8,6 +8,7 @@ use bytes::Bytes;
 
 use super::{Conn, RecvError, Reset, Stream, OUT_HIGH};
 use crate::fasthash::FxHashMap;
+use crate::http::body::BodyPace;
 use crate::http::message::Fields;
 use crate::http2::frame::{self, code, flag, HEADER_LEN};
 
@@ -38,7 +39,10 @@ impl Conn {
         let Some(s) = self.streams.get_mut(&id) else {
             return Poll::Ready(Some(Err(RecvError::Reset(code::CANCEL))));
         };
-        s.read_since = None;
+        if let Some(t) = s.read_since.take() {
+            let now = crate::clock::now_ms();
+            s.waited_ms = s.waited_ms.saturating_add(now.saturating_sub(t));
+        }
         if let Some(b) = s.inbound.pop_front() {
             // The window reopens as the body moves on: the stream holds at
             // most what the client may send, its reader one piece more.
@@ -52,23 +56,37 @@ impl Conn {
         if !s.recv_open {
             return Poll::Ready(None);
         }
-        if s.read_timed_out {
-            return Poll::Ready(Some(Err(RecvError::Timeout)));
+        if let Some(e) = s.read_expired {
+            return Poll::Ready(Some(Err(e)));
         }
         s.reader = Some(cx.waker().clone());
         s.read_since = Some(crate::clock::now_ms());
         Poll::Pending
     }
 
-    /// Request bodies whose reader has waited for DATA since `before`
-    /// (`clock` ms) end with `RecvError::Timeout` (`client_body`, as on
-    /// HTTP/1: the client gets 408 if its response has not started).
-    /// Returns how many.
-    pub fn expire_readers(&mut self, before: u64) -> usize {
+    /// Request bodies whose reader has waited for DATA past what `pace`
+    /// allows at `now` (`clock` ms) end: `RecvError::Timeout` after a
+    /// pause of `client_body`, `RecvError::TooSlow` under the minimum
+    /// rate after the grace or past the deadline (as on HTTP/1: the
+    /// client gets 408 if its response has not started). Only the time
+    /// the reader waited counts, not time the member took to accept the
+    /// body. Returns how many ended.
+    pub fn expire_readers(&mut self, now: u64, pace: &BodyPace) -> usize {
         let mut n = 0;
         for s in self.streams.values_mut() {
-            if s.recv_open && !s.read_timed_out && s.read_since.is_some_and(|t| t <= before) {
-                s.read_timed_out = true;
+            let Some(since) = s
+                .read_since
+                .filter(|_| s.recv_open && s.read_expired.is_none())
+            else {
+                continue;
+            };
+            let (allow, paced) = pace.allowance(s.waited_ms, s.received);
+            if now.saturating_sub(since) >= allow {
+                s.read_expired = Some(if paced {
+                    RecvError::TooSlow
+                } else {
+                    RecvError::Timeout
+                });
                 if let Some(w) = s.reader.take() {
                     w.wake();
                 }

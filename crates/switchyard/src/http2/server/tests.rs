@@ -409,9 +409,10 @@ fn waiting_readers_and_shut_windows_expire() {
     feed(&mut c, &frame(kind::HEADERS, flag::END_HEADERS, 1, &block)).unwrap();
     let cx = noop();
     assert!(c.poll_data(1, &cx).is_pending());
-    assert_eq!(c.expire_readers(0), 0, "not waiting that long yet");
     let now = crate::clock::now_ms();
-    assert_eq!(c.expire_readers(now + 1), 1);
+    let gap = crate::http::body::BodyPace::gap(std::time::Duration::from_millis(1000));
+    assert_eq!(c.expire_readers(now, &gap), 0, "not waiting that long yet");
+    assert_eq!(c.expire_readers(now + 1000, &gap), 1);
     assert_eq!(
         c.poll_data(1, &cx),
         Poll::Ready(Some(Err(RecvError::Timeout)))

@@ -3,9 +3,10 @@
 //! and the same flags (`MULTIPART_*`, `MULTIPART_STRICT_ERROR`).
 //!
 //! Form fields become ARGS_POST; file parts FILES (name → file name),
-//! FILES_NAMES, FILES_SIZES (their content is counted, never kept);
+//! FILES_NAMES, FILES_SIZES (their content is counted, and inspected as
+//! a field only when the part may be read as one: `read_as_field`);
 //! every part header line is in MULTIPART_PART_HEADERS under the part's
-//! name. Memory: the field values (bounded by the body limit) and at most
+//! name. Memory: the parts' values (bounded by the body limit) and at most
 //! `max_parts` parts.
 
 use crate::waf::engine::tx::Transaction;
@@ -306,9 +307,7 @@ impl Mp {
                         self.file_limit_exceeded = true;
                     }
                 }
-                if !p.is_file {
-                    p.value.truncate(p.length);
-                }
+                p.value.truncate(p.length);
                 if self.parts.len() >= self.max_parts {
                     return Err("Multipart: too many parts".into());
                 }
@@ -456,14 +455,15 @@ impl Mp {
         }
         let part = self.part.as_mut().expect("a part is open");
         let add = self.reserve.len() + body.len();
-        if part.is_file {
-            part.length += add;
-        } else {
+        if !part.is_file {
             self.no_files_len += add;
-            part.value.extend_from_slice(&self.reserve);
-            part.value.extend_from_slice(body);
-            part.length += add;
         }
+        // A file's content is kept too (bounded by the body, which is in
+        // memory already): it is inspected when the part may be read as a
+        // field (see `read_as_field`).
+        part.value.extend_from_slice(&self.reserve);
+        part.value.extend_from_slice(body);
+        part.length += add;
         self.reserve.clear();
         self.reserve.extend_from_slice(reserved);
     }
@@ -491,6 +491,21 @@ impl Mp {
         }
         Ok(())
     }
+}
+
+/// Whether a file part is also inspected as a field (ARGS_POST), as well
+/// as listed in FILES: ModSecurity never looks at a file's content, but
+/// the application may read such a part as a field. Its file name is
+/// empty (Go's `ParseMultipartForm` and others take a part without a file
+/// name as a value), or a plain field has the same name (frameworks that
+/// keep one value per name may keep the file's, so an attack sent as a
+/// "file" beside a benign field of the same name slipped through). Files
+/// that only share a name with other files (`<input type=file multiple>`)
+/// stay uninspected, binary content and all.
+fn read_as_field(p: &Part, field_names: &[&[u8]]) -> bool {
+    p.is_file
+        && (p.filename.as_deref().is_none_or(<[u8]>::is_empty)
+            || p.name.as_deref().is_some_and(|n| field_names.contains(&n)))
 }
 
 /// `Content-Disposition: form-data; name="a"; filename="b"`; the error
@@ -662,7 +677,18 @@ pub(crate) fn multipart(
         mp.error = true;
     }
     // The parts complete before any error are kept (as ModSecurity does).
-    for p in std::mem::take(&mut mp.parts) {
+    let parts = std::mem::take(&mut mp.parts);
+    let field_names: Vec<&[u8]> = parts
+        .iter()
+        .filter(|p| !p.is_file)
+        .filter_map(|p| p.name.as_deref())
+        .collect();
+    let as_field: Vec<bool> = parts
+        .iter()
+        .map(|p| read_as_field(p, &field_names))
+        .collect();
+    drop(field_names);
+    for (p, as_field) in parts.into_iter().zip(as_field) {
         let name = p.name.clone().unwrap_or_default();
         if p.is_file {
             let d = tx.data();
@@ -670,7 +696,8 @@ pub(crate) fn multipart(
             d.files.push(kv);
             let kv = d.kv(&name, p.length.to_string().as_bytes());
             d.files_sizes.push(kv);
-        } else {
+        }
+        if !p.is_file || as_field {
             tx.add_arg(&name, &p.value, true);
         }
         let d = tx.data();
