@@ -8,4 +8,5 @@ pub mod h2conv;
 pub mod head;
 pub mod message;
 pub mod responses;
+pub mod upgrade;
 pub mod write_h1;

@@ -176,6 +176,9 @@ counters!(
         /// HTTP/2 connections closed with ENHANCE_YOUR_CALM (rapid reset,
         /// control-frame floods).
         h2_abuse_closes,
+        /// 101 responses refused with a 502: a switch to a protocol the
+        /// client did not ask for (or h2c), or to any when it asked for none.
+        upgrades_refused,
         /// Responses compressed, and their payload bytes before and after,
         /// per coding.
         compressed_gzip,

@@ -166,6 +166,11 @@ const VSERVER: &[Spec] = &[
         "switchyard_vserver_h2_abuse_closes_total",
         "HTTP/2 connections closed with ENHANCE_YOUR_CALM (rapid reset, control-frame floods).",
     ),
+    c(
+        "upgrades_refused",
+        "switchyard_vserver_upgrades_refused_total",
+        "101 responses refused with a 502: a switch to a protocol the client did not ask for.",
+    ),
     cl(
         "compressed_gzip",
         "switchyard_vserver_compressed_responses_total",
