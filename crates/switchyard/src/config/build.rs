@@ -1688,4 +1688,28 @@ address = "127.0.0.1:9002"
         ));
         assert_eq!(b.generation, 2);
     }
+
+    #[test]
+    fn untrusted_wait_is_for_tcp_vservers() {
+        let cfg = |proto: &str, wait: &str| {
+            format!(
+                "[[vserver]]\nname = \"v\"\nlisten = [\"127.0.0.1:1\"]\nprotocol = \"{proto}\"\ndefault_pool = \"p\"\n\
+                 [vserver.proxy_protocol]\ntrusted = [\"10.0.0.0/8\"]\n{wait}\n\
+                 [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:2\"\n"
+            )
+        };
+        let b = parse("t.toml", &cfg("tcp", "untrusted_wait = \"2s\""), None).expect("tcp");
+        let ap = b.vservers[0].accept_proxy.as_ref().expect("proxy_protocol");
+        assert_eq!(ap.untrusted_wait_ms, 2_000);
+        let b = parse("t.toml", &cfg("tcp", ""), None).expect("tcp");
+        let ap = b.vservers[0].accept_proxy.as_ref().expect("proxy_protocol");
+        assert_eq!(ap.untrusted_wait_ms, 500, "the default");
+        for proto in ["http", "udp"] {
+            let e = parse("t.toml", &cfg(proto, "untrusted_wait = \"1s\""), None).unwrap_err();
+            assert!(
+                e.to_string().contains("untrusted_wait is for tcp vservers"),
+                "{proto}: {e}"
+            );
+        }
+    }
 }

@@ -66,6 +66,12 @@ impl SniTable {
 pub struct AcceptProxy {
     pub trusted: Vec<Cidr>,
     pub timeout_ms: u64,
+    /// tcp vservers without TLS termination or `sni_route`: how long the
+    /// first bytes of an untrusted source are waited for before a member
+    /// is connected, so that a PROXY header among them is refused before
+    /// any member hears of the connection. A client still silent then is
+    /// connected (the member may speak first: SMTP, MySQL).
+    pub untrusted_wait_ms: u64,
 }
 
 impl AcceptProxy {
@@ -134,8 +140,14 @@ pub fn build(
         }
         if l4.is_some() {
             problems.push((
-                span,
+                span.clone(),
                 format!("{what}: [vserver.l4] is for protocol = \"tcp\" or \"udp\""),
+            ));
+        }
+        if let Some(w) = untrusted_wait(v) {
+            problems.push((
+                w,
+                format!("{what}: proxy_protocol untrusted_wait is for tcp vservers; an HTTP vserver reads the request before it connects to a member"),
             ));
         }
         return None;
@@ -272,6 +284,12 @@ fn check_transport_keys(
         ]
     });
     let kind = if udp { "udp" } else { "tcp" };
+    if let Some(w) = untrusted_wait(v).filter(|_| udp) {
+        problems.push((
+            w,
+            format!("{what}: proxy_protocol untrusted_wait is for tcp vservers"),
+        ));
+    }
     for (set, key, belongs) in l4_keys {
         if set && belongs != kind {
             problems.push((
@@ -370,10 +388,20 @@ fn check_l4_pools(
     }
 }
 
+/// Where `[vserver.proxy_protocol] untrusted_wait` is, when set.
+fn untrusted_wait(v: &model::VServer) -> Option<Range<usize>> {
+    let p = v.proxy_protocol.as_ref()?;
+    p.untrusted_wait.map(|_| p.trusted.span())
+}
+
 pub fn accept_proxy(v: &model::VServer) -> Option<AcceptProxy> {
     v.proxy_protocol.as_ref().map(|p| AcceptProxy {
         trusted: p.trusted.get_ref().iter().map(|c| *c.get_ref()).collect(),
         timeout_ms: p.timeout.map(|m| m.0).unwrap_or(5_000),
+        // Long enough for any client that speaks first (its first bytes
+        // follow the handshake at once), short for one that waits for a
+        // server's greeting.
+        untrusted_wait_ms: p.untrusted_wait.map(|m| m.0).unwrap_or(500),
     })
 }
 

@@ -268,6 +268,10 @@ pub struct AcceptProxy {
     pub trusted: Spanned<Vec<Spanned<Cidr>>>,
     /// Time allowed for the header (default 5s).
     pub timeout: Option<Millis>,
+    /// tcp vservers: how long an untrusted source's first bytes are waited
+    /// for, before any member is connected, to refuse a PROXY header there
+    /// (default 500ms; 0: connect at once).
+    pub untrusted_wait: Option<Millis>,
 }
 
 /// `[vserver.socket]`.
