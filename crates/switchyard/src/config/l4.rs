@@ -28,6 +28,27 @@ pub struct L4Settings {
     pub sni: SniTable,
     pub max_sessions: usize,
     pub per_datagram: bool,
+    pub on_member_down: OnMemberDown,
+}
+
+/// What a UDP session does when its member is down (failed health checks,
+/// ejected, forced down or disabled; a draining member keeps its
+/// sessions). Decided on the session's next datagram from the client, as
+/// LVS's `expire_nodest_conn` decides on the next packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnMemberDown {
+    /// The datagram and the rest of the session go to a live member picked
+    /// as for a new session; the client keeps its session (the default: a
+    /// resolver, VPN or QUIC client that keeps its port is not left
+    /// sending into a dead member).
+    Reassign,
+    /// The session ends and the datagram is dropped (LVS with
+    /// `expire_nodest_conn = 1`): the client's next datagram opens a new
+    /// session on a live member.
+    Close,
+    /// The session stays with its member until it goes idle (LVS's
+    /// default, `expire_nodest_conn = 0`).
+    Keep,
 }
 
 /// Pools by server name: exact names first, then the longest wildcard.
@@ -179,6 +200,23 @@ pub fn build(
             65_536
         }
     };
+    let on_member_down = match l4.and_then(|l| l.on_member_down.as_ref()) {
+        None => OnMemberDown::Reassign,
+        Some(o) => {
+            match o.get_ref().as_str() {
+                "reassign" => OnMemberDown::Reassign,
+                "close" => OnMemberDown::Close,
+                "keep" => OnMemberDown::Keep,
+                other => {
+                    problems.push((
+                    o.span(),
+                    format!("{what}: on_member_down {other:?}: use \"reassign\", \"close\" or \"keep\""),
+                ));
+                    OnMemberDown::Reassign
+                }
+            }
+        }
+    };
     let mut sni = SniTable::default();
     for r in &v.sni_route {
         let Some(pool) = pools.get(r.pool.get_ref()) else {
@@ -258,6 +296,7 @@ pub fn build(
         sni,
         max_sessions,
         per_datagram: l4.and_then(|l| l.per_datagram).unwrap_or(false),
+        on_member_down,
     })
 }
 
@@ -271,7 +310,7 @@ fn check_transport_keys(
     problems: &mut Vec<Problem>,
 ) {
     // (set, key, the transport it belongs to)
-    let l4_keys = v.l4.as_ref().map_or([(false, "", "tcp"); 4], |l| {
+    let l4_keys = v.l4.as_ref().map_or([(false, "", "tcp"); 5], |l| {
         [
             (l.zero_copy.is_some(), "zero_copy", "tcp"),
             (
@@ -281,6 +320,7 @@ fn check_transport_keys(
             ),
             (l.per_datagram.is_some(), "per_datagram", "udp"),
             (l.max_sessions.is_some(), "max_sessions", "udp"),
+            (l.on_member_down.is_some(), "on_member_down", "udp"),
         ]
     });
     let kind = if udp { "udp" } else { "tcp" };

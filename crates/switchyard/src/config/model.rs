@@ -249,6 +249,9 @@ pub struct L4 {
     /// UDP: balance every datagram on its own (stateless protocols such as
     /// DNS) instead of keeping a session per client address.
     pub per_datagram: Option<bool>,
+    /// UDP: what a session does with its next datagram once its member is
+    /// down: "reassign" (default), "close" or "keep".
+    pub on_member_down: Option<Spanned<String>>,
 }
 
 /// `[[vserver.sni_route]]`.

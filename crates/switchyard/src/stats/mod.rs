@@ -209,6 +209,10 @@ counters!(
         udp_datagrams_in,
         udp_datagrams_out,
         udp_dropped,
+        /// UDP sessions whose member went down: moved to a live member
+        /// (`on_member_down = "reassign"`), or ended (`"close"`).
+        udp_sessions_reassigned,
+        udp_sessions_closed_member_down,
         /// Connections (and UDP datagrams) the ACLs dropped or rejected.
         acl_dropped,
         acl_rejected,

@@ -290,6 +290,16 @@ const VSERVER: &[Spec] = &[
         "switchyard_vserver_udp_datagrams_dropped_total",
         "Datagrams dropped: no member available, session table full, or a failed send.",
     ),
+    c(
+        "udp_sessions_reassigned",
+        "switchyard_vserver_udp_sessions_reassigned_total",
+        "UDP sessions moved to a live member because theirs went down (on_member_down = reassign).",
+    ),
+    c(
+        "udp_sessions_closed_member_down",
+        "switchyard_vserver_udp_sessions_closed_member_down_total",
+        "UDP sessions ended because their member went down (on_member_down = close).",
+    ),
 ];
 
 /// `PoolCounters`, labelled `pool`.
