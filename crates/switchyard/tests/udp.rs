@@ -486,3 +486,29 @@ fn a_session_leaves_a_member_that_went_down() {
         }
     }
 }
+
+/// A reload that takes a session's member out of the pool is the same as
+/// the member going down (LVS's "no destination"): the session moves to a
+/// member that is still there. The session held its member by its index in
+/// the pool, so the next datagram was sent by an index into the new,
+/// shorter pool.
+#[test]
+fn a_session_leaves_a_member_a_reload_removed() {
+    let members = [KillableEcho::start("a"), KillableEcho::start("b")];
+    let addrs = [members[0].addr, members[1].addr];
+    let l = free_addr();
+    let sy = start(&udp_config(l, &addrs, "", ""));
+    // Clients until one is on the second member (index 1).
+    let c = (0..20)
+        .map(|_| client())
+        .find(|c| ask(c, l, "where").starts_with("b:"))
+        .expect("a client on b");
+    let (ok, out) = sy.reload_with(&udp_config(l, &addrs[..1], "", ""));
+    assert!(ok, "reload: {out}");
+    let r = try_ask(&c, l, "after", Duration::from_secs(2));
+    assert_eq!(r.as_deref(), Some("a:after"));
+    assert_eq!(ask(&client(), l, "new"), "a:new");
+    let v = sy.stats()["vservers"][0].clone();
+    assert_eq!(v["udp_sessions_reassigned"], 1, "{v}");
+    assert!(!sy.log().contains("panicked"), "{}", sy.log());
+}

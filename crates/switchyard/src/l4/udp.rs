@@ -37,8 +37,8 @@ use super::dgram::{self, register_readable, RecvBatch, SendQueue};
 use super::proxy_protocol;
 use super::Lease;
 use crate::accesslog;
+use crate::balance::AdminState;
 use crate::balance::Tried;
-use crate::balance::{AdminState, MemberState};
 use crate::clock::now_ms;
 use crate::config::l4::{OnMemberDown, ProxyVersion};
 use crate::config::snapshot::{Member, Pool, VServer};
@@ -72,11 +72,13 @@ struct Session {
 
 /// A socket connected to a member, for one client.
 struct Link {
-    member: usize,
-    addr: SocketAddr,
-    /// The member's run-time state (health, admin), the same across
-    /// reloads that keep the member.
-    state: Arc<MemberState>,
+    /// The member and its pool as they were when the link opened: a
+    /// reload may reorder, shorten or replace the vserver's pool while the
+    /// session lasts, so the link never looks its member up by index.
+    /// The member's state (health, admin) is the one the running pool
+    /// shares while the member stays in it.
+    m: Arc<Member>,
+    pool: Arc<Pool>,
     sock: AsyncFd<std::net::UdpSocket>,
     /// Set when the session left this member: its reply task ends, so a
     /// member that comes back cannot answer a client that moved on.
@@ -96,7 +98,16 @@ impl Link {
     /// forced up) and not disabled. A draining member keeps its sessions:
     /// that is what draining means (LVS's weight 0).
     fn member_serves(&self) -> bool {
-        self.state.admin() != AdminState::Disabled && self.state.healthy_at(now_ms())
+        let state = &self.m.state;
+        state.admin() != AdminState::Disabled && state.healthy_at(now_ms())
+    }
+
+    /// Whether `pool` (the vserver's now) still has this link's member: a
+    /// reload that took it out is LVS's "no destination".
+    fn member_in(&self, pool: &Pool) -> bool {
+        pool.members
+            .iter()
+            .any(|m| Arc::ptr_eq(&m.state, &self.m.state))
     }
 }
 
@@ -281,7 +292,9 @@ fn forward(
         return 0;
     };
     session.last.set(now_ms());
-    if !l4.per_datagram && !member_still_serves(vs, table, &session, client, l4.on_member_down) {
+    if !l4.per_datagram
+        && !member_still_serves(vs, &pool, table, &session, client, l4.on_member_down)
+    {
         return 0;
     }
     let proxy_v2 = matches!(pool.proxy_protocol, Some(ProxyVersion::V2));
@@ -290,7 +303,7 @@ fn forward(
         let Some(link) = link_for(vs, listener, &session, &pool, client, false) else {
             return 0;
         };
-        let sent = send_to_member(vs, &pool, &link, datagrams);
+        let sent = send_to_member(vs, &link, datagrams);
         session.count_up(&datagrams[..sent]);
         return sent;
     }
@@ -309,7 +322,7 @@ fn forward(
         } else {
             d
         };
-        let sent = send_to_member(vs, &pool, &link, &[out]);
+        let sent = send_to_member(vs, &link, &[out]);
         session.count_up(&[d][..sent]);
         relayed += sent;
     }
@@ -323,6 +336,7 @@ fn forward(
 /// datagrams may go.
 fn member_still_serves(
     vs: &Arc<VServer>,
+    pool: &Pool,
     table: &Table,
     session: &Rc<Session>,
     client: SocketAddr,
@@ -331,7 +345,7 @@ fn member_still_serves(
     let Some(link) = session.links.borrow().first().cloned() else {
         return true;
     };
-    if on_down == OnMemberDown::Keep || link.member_serves() {
+    if on_down == OnMemberDown::Keep || (link.member_serves() && link.member_in(pool)) {
         return true;
     }
     session.links.borrow_mut().clear();
@@ -344,9 +358,9 @@ fn member_still_serves(
         &vc.udp_sessions_closed_member_down
     });
     log::debug(format_args!(
-        "vserver {:?}: client {client}: member {} is down, session {}",
+        "vserver {:?}: client {client}: member {} is down or gone, session {}",
         vs.name,
-        link.addr,
+        link.m.label(&link.pool.name),
         if moved {
             "moved to a live member"
         } else {
@@ -414,7 +428,8 @@ fn link_for(
 ) -> Option<Rc<Link>> {
     let i = if per_datagram {
         let i = pick(pool, client, Tried::default(), true)?;
-        if let Some(l) = session.links.borrow().iter().find(|l| l.member == i) {
+        let addr = pool.members[i].addr;
+        if let Some(l) = session.links.borrow().iter().find(|l| l.m.addr == addr) {
             return Some(l.clone());
         }
         i
@@ -434,15 +449,15 @@ fn link_for(
         l.clone(),
         session.clone(),
         vs.clone(),
-        pool.clone(),
         client,
     ));
     Some(l)
 }
 
-/// Sends `datagrams` on `link`; returns how many went.
-fn send_to_member(vs: &VServer, pool: &Pool, link: &Link, datagrams: &[&[u8]]) -> usize {
-    let m = &pool.members[link.member];
+/// Sends `datagrams` on `link`; returns how many went. The counters and
+/// passive health are those of the link's own member and pool.
+fn send_to_member(vs: &VServer, link: &Link, datagrams: &[&[u8]]) -> usize {
+    let (m, pool) = (&link.m, &link.pool);
     let mc = m.counters.local();
     match dgram::send_burst(link.sock.get_ref().as_raw_fd(), datagrams) {
         Ok(sent) => {
@@ -549,10 +564,9 @@ async fn replies(
     link: Rc<Link>,
     s: Rc<Session>,
     vs: Arc<VServer>,
-    pool: Arc<Pool>,
     client: SocketAddr,
 ) {
-    let m = pool.members[link.member].clone();
+    let (m, pool) = (link.m.clone(), link.pool.clone());
     loop {
         if s.closed.get() {
             return;
@@ -669,8 +683,8 @@ fn pick(pool: &Pool, client: SocketAddr, tried: Tried, per_datagram: bool) -> Op
 
 /// A socket connected to member `i`, from where the pool's
 /// `source_address` says.
-fn open(pool: &Pool, i: usize, client: IpAddr) -> Option<Link> {
-    let m: &Member = &pool.members[i];
+fn open(pool: &Arc<Pool>, i: usize, client: IpAddr) -> Option<Link> {
+    let m = &pool.members[i];
     let mc = m.counters.local();
     let sock = match member_socket(pool, m.addr, client) {
         Ok(s) => s,
@@ -699,9 +713,8 @@ fn open(pool: &Pool, i: usize, client: IpAddr) -> Option<Link> {
     };
     stats::inc(&pool.counters.local().requests);
     Some(Link {
-        member: i,
-        addr: m.addr,
-        state: m.state.clone(),
+        m: m.clone(),
+        pool: pool.clone(),
         sock,
         retired: Cell::new(false),
         retire: Notify::new(),
