@@ -104,10 +104,14 @@ impl Link {
 
     /// Whether `pool` (the vserver's now) still has this link's member: a
     /// reload that took it out is LVS's "no destination".
+    /// Checked per burst: the pool the link opened from answers at once;
+    /// only after a reload are the members looked through.
     fn member_in(&self, pool: &Pool) -> bool {
-        pool.members
-            .iter()
-            .any(|m| Arc::ptr_eq(&m.state, &self.m.state))
+        std::ptr::eq(&*self.pool, pool)
+            || pool
+                .members
+                .iter()
+                .any(|m| Arc::ptr_eq(&m.state, &self.m.state))
     }
 }
 
