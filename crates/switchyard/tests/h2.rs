@@ -1474,3 +1474,45 @@ fn a_trickled_request_body_gets_408_on_its_stream_and_the_connection_goes_on() {
     );
     assert_eq!(vs_stats(&sy, "only")["body_timeouts"], 1);
 }
+
+/// Issue 30 from an HTTP/2 client: it cannot ask for an upgrade (HTTP/2
+/// has none; WebSocket over HTTP/2, RFC 8441, is refused with 501), so a
+/// member's 101 is a 502 and no tunnel, counted in upgrades_refused, and
+/// an HTTP2-Settings field never reaches the member.
+#[test]
+fn an_h2_client_gets_no_tunnel_from_a_members_101() {
+    let m = RawMember::start(
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
+    );
+    let l = free_addr();
+    let cfg = format!(
+        "[[vserver]]\nname = \"h\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\nh2c = true\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
+        m.addr
+    );
+    let sy = Switchyard::start(&cfg, &[l]);
+    let rt = runtime();
+    rt.block_on(async {
+        let (mut h2, _conn) = h2_connect(l).await;
+        let req = http::Request::get("http://example.test/m")
+            .header("http2-settings", "AAMAAABkAAQCAAAAAAIAAAAA")
+            .body(())
+            .expect("req");
+        let r = h2_request(&mut h2, req, &[]).await.expect("an answer");
+        assert_eq!(r.status, 502);
+        // RFC 8441's extended CONNECT is not offered: refused, not relayed.
+        let connect = http::Request::connect("http://example.test/chat")
+            .body(())
+            .expect("req");
+        match h2_request(&mut h2, connect, &[]).await {
+            Ok(r) => assert_eq!(r.status, 501),
+            Err(e) => panic!("CONNECT: {e}"),
+        }
+    });
+    std::thread::sleep(Duration::from_millis(200));
+    let seen = m.all().to_ascii_lowercase();
+    assert!(seen.starts_with("get /m http/1.1\r\n"), "{seen}");
+    assert!(!seen.contains("http2-settings"), "{seen}");
+    assert!(!seen.contains("/chat"), "{seen}");
+    assert_eq!(vs_stats(&sy, "h")["upgrades_refused"], 1);
+}

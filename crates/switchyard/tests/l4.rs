@@ -691,6 +691,118 @@ fn proxy_protocol_in_and_out() {
     );
 }
 
+/// A member whose protocol opens with its greeting (SMTP-like): it counts
+/// connections, greets each at once, and records what each sent.
+struct Greeter {
+    addr: SocketAddr,
+    accepted: Arc<AtomicUsize>,
+    got: mpsc::Receiver<Vec<u8>>,
+}
+
+fn greeter() -> Greeter {
+    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let (n, (tx, got)) = (accepted.clone(), mpsc::channel());
+    std::thread::spawn(move || {
+        for s in l.incoming() {
+            let Ok(mut s) = s else { return };
+            n.fetch_add(1, Ordering::Relaxed);
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let _ = s.write_all(b"220 member greeting\r\n");
+                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                let mut all = Vec::new();
+                let _ = s.read_to_end(&mut all);
+                let _ = tx.send(all);
+            });
+        }
+    });
+    Greeter {
+        addr,
+        accepted,
+        got,
+    }
+}
+
+/// Issue 30: a PROXY header from a source the vserver does not trust was
+/// refused only once the relay ran, after a member connection: the member
+/// got an empty connection and its greeting reached the refused client.
+/// Now the member sees no connection at all; a client that speaks plainly,
+/// or not at all (the member speaks first), is relayed as before.
+#[test]
+fn untrusted_proxy_header_is_refused_before_any_member_connects() {
+    let m = greeter();
+    let l = free_addr();
+    let cfg = |wait: &str| {
+        tcp_config(l, &[m.addr], "", "").replacen(
+            "[vserver.l4]",
+            &format!("[vserver.proxy_protocol]\ntrusted = [\"10.0.0.0/8\"]\n{wait}\n[vserver.l4]"),
+            1,
+        )
+    };
+    // Waits on the admin listener only: a probe of the vserver's address
+    // would be a connection of its own.
+    let sy = Switchyard::start(&cfg(""), &[]);
+    let mut v2 = switchyard::l4::proxy_protocol::encode_v2(
+        "192.0.2.1:4000".parse().unwrap(),
+        "192.0.2.2:25".parse().unwrap(),
+        switchyard::l4::proxy_protocol::Transport::Stream,
+    );
+    v2.extend_from_slice(b"spoof");
+    let openings: [&[u8]; 3] = [
+        b"PROXY TCP4 203.0.113.7 127.0.0.1 5555 25\r\nspoof",
+        &v2,
+        // An opening that stops short of a whole signature.
+        b"PROXY",
+    ];
+    for (i, bytes) in openings.iter().enumerate() {
+        let mut c = loop {
+            if let Ok(c) = TcpStream::connect(l) {
+                break c;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        c.write_all(bytes).unwrap();
+        let mut back = Vec::new();
+        let _ = c.read_to_end(&mut back);
+        assert!(back.is_empty(), "opening {i}: the client heard {back:?}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        m.accepted.load(Ordering::Relaxed),
+        0,
+        "the member saw a connection"
+    );
+    assert_eq!(stats_vs(&sy)["bad_requests"], 3, "{}", stats_vs(&sy));
+
+    // Plain bytes go through, greeting and all.
+    let mut c = TcpStream::connect(l).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(b"EHLO client\r\n").unwrap();
+    let mut greeting = [0u8; 21];
+    c.read_exact(&mut greeting).unwrap();
+    assert_eq!(&greeting, b"220 member greeting\r\n");
+    drop(c);
+    let got = m.got.recv_timeout(Duration::from_secs(5)).expect("relayed");
+    assert_eq!(got, b"EHLO client\r\n");
+
+    // A client waiting for the member to speak first is connected once
+    // untrusted_wait has passed.
+    assert!(sy.reload_with(&cfg("untrusted_wait = \"200ms\"")).0);
+    let started = Instant::now();
+    let mut c = TcpStream::connect(l).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.read_exact(&mut greeting).unwrap();
+    assert_eq!(&greeting, b"220 member greeting\r\n");
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(150) && waited < Duration::from_secs(2),
+        "greeted after {waited:?}"
+    );
+}
+
 /// A reload that removes or changes the vserver leaves the relays in flight
 /// running on the configuration they started with.
 #[test]

@@ -368,3 +368,147 @@ fn replies_in_flight_survive_a_reload_that_removes_the_vserver() {
         .expect("the answer sent after the reload");
     assert_eq!((&buf[..n], from), (&b"late:q"[..], l));
 }
+
+/// A UDP echo member (as `udp_echo`) that can be killed: its socket is
+/// closed, so datagrams to it meet a closed port.
+struct KillableEcho {
+    addr: SocketAddr,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    t: Option<JoinHandle<()>>,
+}
+
+impl KillableEcho {
+    fn start(name: &'static str) -> KillableEcho {
+        let s = UdpSocket::bind("127.0.0.1:0").expect("bind");
+        s.set_read_timeout(Some(Duration::from_millis(20)))
+            .expect("timeout");
+        let addr = s.local_addr().expect("addr");
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let halt = stop.clone();
+        let t = std::thread::spawn(move || {
+            let mut buf = [0u8; 2048];
+            while !halt.load(std::sync::atomic::Ordering::Relaxed) {
+                let Ok((n, from)) = s.recv_from(&mut buf) else {
+                    continue;
+                };
+                let reply = if &buf[..n] == b"ping" {
+                    b"pong".to_vec()
+                } else {
+                    [format!("{name}:").as_bytes(), &buf[..n]].concat()
+                };
+                let _ = s.send_to(&reply, from);
+            }
+        });
+        KillableEcho {
+            addr,
+            stop,
+            t: Some(t),
+        }
+    }
+
+    fn kill(&mut self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Some(t) = self.t.take() {
+            t.join().expect("echo thread");
+        }
+    }
+}
+
+/// One datagram and its reply within `wait`, if any.
+fn try_ask(c: &UdpSocket, to: SocketAddr, msg: &str, wait: Duration) -> Option<String> {
+    c.set_read_timeout(Some(wait)).expect("timeout");
+    c.send_to(msg.as_bytes(), to).expect("send");
+    let mut buf = [0u8; 2048];
+    let (n, _) = c.recv_from(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+/// Issue 30: a session stayed on its member after the member was marked
+/// down, so a client that keeps its port (a resolver, a VPN or QUIC
+/// client) sent into a dead member until it went quiet. A member is
+/// killed mid-session and its health check marks it down; the client goes
+/// on from the same port, and per `on_member_down`:
+/// - "reassign" (the default): its very next datagram is answered by the
+///   other member, in the same session;
+/// - "close": that datagram ends the session and is dropped, and the next
+///   one opens a new session on the other member;
+/// - "keep": the session stays with the dead member (LVS's default).
+#[test]
+fn a_session_leaves_a_member_that_went_down() {
+    let health = "[pool.health]\ntype = \"udp\"\nsend = \"ping\"\nexpect = \"pong\"\n\
+                  interval = \"100ms\"\ntimeout = \"200ms\"\nfall = 1\nrise = 1\n";
+    for mode in [
+        "",
+        "on_member_down = \"close\"",
+        "on_member_down = \"keep\"",
+    ] {
+        let mut members = [KillableEcho::start("a"), KillableEcho::start("b")];
+        let l = free_addr();
+        let addrs = [members[0].addr, members[1].addr];
+        let sy = start(&udp_config(l, &addrs, mode, health));
+        assert!(eventually(Duration::from_secs(3), || addrs
+            .iter()
+            .all(|m| sy.member_stats("p", *m)["state"] == "up")));
+        let c = client();
+        let first = ask(&c, l, "before");
+        let (name, _) = first.split_once(':').expect("name:body");
+        let (dead, other) = if name == "a" { (0, "b") } else { (1, "a") };
+        assert_eq!(ask(&c, l, "again"), format!("{name}:again"), "{mode}");
+        members[dead].kill();
+        assert!(
+            eventually(Duration::from_secs(3), || sy.member_stats("p", addrs[dead])
+                ["state"]
+                == "down"),
+            "{mode}: the killed member is not marked down"
+        );
+        let v = || sy.stats()["vservers"][0].clone();
+        let short = Duration::from_millis(500);
+        match mode {
+            "" => {
+                let r = try_ask(&c, l, "after", Duration::from_secs(2));
+                assert_eq!(r.as_deref(), Some(&*format!("{other}:after")));
+                assert_eq!(ask(&c, l, "later"), format!("{other}:later"));
+                assert_eq!(v()["udp_sessions_reassigned"], 1, "{}", v());
+                assert_eq!(v()["udp_sessions_total"], 1, "{}", v());
+            }
+            "on_member_down = \"close\"" => {
+                assert_eq!(try_ask(&c, l, "lost", short), None, "dropped");
+                let r = try_ask(&c, l, "after", Duration::from_secs(2));
+                assert_eq!(r.as_deref(), Some(&*format!("{other}:after")));
+                assert_eq!(v()["udp_sessions_closed_member_down"], 1, "{}", v());
+                assert_eq!(v()["udp_sessions_total"], 2, "{}", v());
+            }
+            _ => {
+                assert_eq!(try_ask(&c, l, "into the void", short), None);
+                assert_eq!(v()["udp_sessions_reassigned"], 0, "{}", v());
+                assert_eq!(v()["udp_sessions_total"], 1, "{}", v());
+            }
+        }
+    }
+}
+
+/// A reload that takes a session's member out of the pool is the same as
+/// the member going down (LVS's "no destination"): the session moves to a
+/// member that is still there. The session held its member by its index in
+/// the pool, so the next datagram was sent by an index into the new,
+/// shorter pool.
+#[test]
+fn a_session_leaves_a_member_a_reload_removed() {
+    let members = [KillableEcho::start("a"), KillableEcho::start("b")];
+    let addrs = [members[0].addr, members[1].addr];
+    let l = free_addr();
+    let sy = start(&udp_config(l, &addrs, "", ""));
+    // Clients until one is on the second member (index 1).
+    let c = (0..20)
+        .map(|_| client())
+        .find(|c| ask(c, l, "where").starts_with("b:"))
+        .expect("a client on b");
+    let (ok, out) = sy.reload_with(&udp_config(l, &addrs[..1], "", ""));
+    assert!(ok, "reload: {out}");
+    let r = try_ask(&c, l, "after", Duration::from_secs(2));
+    assert_eq!(r.as_deref(), Some("a:after"));
+    assert_eq!(ask(&client(), l, "new"), "a:new");
+    let v = sy.stats()["vservers"][0].clone();
+    assert_eq!(v["udp_sessions_reassigned"], 1, "{v}");
+    assert!(!sy.log().contains("panicked"), "{}", sy.log());
+}

@@ -158,3 +158,109 @@ fn idle_tunnel_is_closed_after_tunnel_idle() {
         "closed after {after:?}, tunnel_idle is 500ms"
     );
 }
+
+// ---------------------------------------------------------------- h2c
+
+fn raw_config(l: SocketAddr, m: &RawMember) -> String {
+    format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"web\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\n\
+         [[vserver.policy]]\nmatch = {{ path_prefix = \"/admin\" }}\n\
+         action = {{ status = 403, body = \"no\\n\" }}\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
+        m.addr
+    )
+}
+
+/// Issue 30: `Upgrade: h2c` opened a blind tunnel. The member that would
+/// switch never hears of h2c (nor HTTP2-Settings), so the request is a
+/// plain one; its 101 anyway is a 502, counted, and the connection closes:
+/// the `GET /admin` a policy refuses, sent where the tunnel would be, never
+/// reaches it.
+#[test]
+fn h2c_upgrade_never_reaches_a_member_and_its_101_is_refused() {
+    let m = RawMember::start(
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: h2c\r\n\r\n",
+    );
+    let l = free_addr();
+    let sy = Switchyard::start(&raw_config(l, &m), &[l]);
+    let mut c = Client::connect(l);
+    c.send(
+        b"GET /m HTTP/1.1\r\nHost: t\r\nConnection: Upgrade, HTTP2-Settings\r\n\
+          Upgrade: h2c\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n",
+    );
+    let r = c.read_response(false).expect("an answer");
+    assert_eq!(r.status, 502, "{}", r.body_text());
+    c.send(b"GET /admin HTTP/1.1\r\nHost: t\r\n\r\n");
+    assert!(
+        c.closed_within(Duration::from_secs(3)),
+        "connection kept open"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    let seen = m.all().to_ascii_lowercase();
+    assert!(seen.starts_with("get /m http/1.1\r\n"), "{seen}");
+    assert!(!seen.contains("h2c"), "h2c offered to the member: {seen}");
+    assert!(!seen.contains("http2-settings"), "{seen}");
+    assert!(!seen.contains("upgrade"), "still an upgrade: {seen}");
+    assert!(
+        !seen.contains("/admin"),
+        "the refused request got through: {seen}"
+    );
+    let v = &sy.stats()["vservers"][0];
+    assert_eq!(v["upgrades_refused"], 1, "{v}");
+    assert!(sy
+        .admin_get("/metrics")
+        .contains("switchyard_vserver_upgrades_refused_total{vserver=\"web\"} 1"));
+    // The policy still holds on a new connection.
+    assert_eq!(get(l, "/admin").status, 403);
+}
+
+/// A WebSocket request answered with a switch to h2c (or to nothing) is a
+/// 502: a 101 must name what the client asked for.
+#[test]
+fn a_101_to_another_protocol_than_asked_is_refused() {
+    for answer in [
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nupgrade: h2c\r\n\r\n",
+        "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\n\r\n",
+    ] {
+        let m = RawMember::start(answer);
+        let l = free_addr();
+        let sy = Switchyard::start(&raw_config(l, &m), &[l]);
+        let mut c = Client::connect(l);
+        c.send(handshake("/chat", KEY).as_bytes());
+        let r = c.read_response(false).expect("an answer");
+        assert_eq!(r.status, 502, "{answer:?}: {}", r.body_text());
+        c.send(b"GET /admin HTTP/1.1\r\nHost: t\r\n\r\n");
+        assert!(c.closed_within(Duration::from_secs(3)), "{answer:?}");
+        std::thread::sleep(Duration::from_millis(200));
+        let seen = m.all();
+        assert!(seen.contains("websocket"), "{seen}");
+        assert!(!seen.contains("/admin"), "{answer:?}: tunnelled: {seen}");
+        assert_eq!(sy.stats()["vservers"][0]["upgrades_refused"], 1);
+    }
+}
+
+/// `Upgrade: h2c, websocket`: the member is offered websocket alone (and
+/// no HTTP2-Settings), and the WebSocket works.
+#[test]
+fn websocket_offered_beside_h2c_still_works() {
+    let (o, l, sy) = start("");
+    let mut c = Client::connect(l);
+    c.send(
+        format!(
+            "GET /chat HTTP/1.1\r\nHost: ws.test\r\nUpgrade: h2c, websocket\r\n\
+             Connection: Upgrade, HTTP2-Settings\r\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\
+             Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    let r = c.read_response(false).expect("101");
+    assert_eq!(r.status, 101, "{}", r.body_text());
+    assert_eq!(r.header("upgrade"), Some("websocket"));
+    let seen = o.seen();
+    let s = seen.last().expect("the member saw the handshake");
+    assert_eq!(s.header("upgrade").as_deref(), Some("websocket"));
+    assert_eq!(s.header("http2-settings"), None);
+    c.send(&ws_frame(1, b"still works", Some([1, 2, 3, 4])));
+    assert_eq!(ws_read_frame(&mut c.r), Some((1, b"still works".to_vec())));
+    assert_eq!(sy.stats()["vservers"][0]["upgrades_refused"], 0);
+}

@@ -21,7 +21,8 @@ use super::TlsInfo;
 pub enum End {
     /// Both sides closed their sending halves.
     Done,
-    /// No byte either way for the idle timeout (every UDP session ends so).
+    /// No byte either way for the idle timeout (UDP sessions end so, but
+    /// for one whose member went down with `on_member_down = "close"`).
     Idle,
     /// A side reset, or a write failed, mid-relay.
     Reset,

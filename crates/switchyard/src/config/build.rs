@@ -1790,4 +1790,62 @@ address = "127.0.0.1:9002"
         ));
         assert_eq!(b.generation, 2);
     }
+
+    #[test]
+    fn untrusted_wait_is_for_tcp_vservers() {
+        let cfg = |proto: &str, wait: &str| {
+            format!(
+                "[[vserver]]\nname = \"v\"\nlisten = [\"127.0.0.1:1\"]\nprotocol = \"{proto}\"\ndefault_pool = \"p\"\n\
+                 [vserver.proxy_protocol]\ntrusted = [\"10.0.0.0/8\"]\n{wait}\n\
+                 [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:2\"\n"
+            )
+        };
+        let b = parse("t.toml", &cfg("tcp", "untrusted_wait = \"2s\""), None).expect("tcp");
+        let ap = b.vservers[0].accept_proxy.as_ref().expect("proxy_protocol");
+        assert_eq!(ap.untrusted_wait_ms, 2_000);
+        let b = parse("t.toml", &cfg("tcp", ""), None).expect("tcp");
+        let ap = b.vservers[0].accept_proxy.as_ref().expect("proxy_protocol");
+        assert_eq!(ap.untrusted_wait_ms, 500, "the default");
+        for proto in ["http", "udp"] {
+            let e = parse("t.toml", &cfg(proto, "untrusted_wait = \"1s\""), None).unwrap_err();
+            assert!(
+                e.to_string().contains("untrusted_wait is for tcp vservers"),
+                "{proto}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn on_member_down_is_a_udp_choice_of_three() {
+        use crate::config::l4::OnMemberDown;
+        let cfg = |proto: &str, l4: &str| {
+            format!(
+                "[[vserver]]\nname = \"v\"\nlisten = [\"127.0.0.1:1\"]\nprotocol = \"{proto}\"\ndefault_pool = \"p\"\n\
+                 [vserver.l4]\n{l4}\n[[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:2\"\n"
+            )
+        };
+        for (l4, want) in [
+            ("", OnMemberDown::Reassign),
+            ("on_member_down = \"reassign\"", OnMemberDown::Reassign),
+            ("on_member_down = \"close\"", OnMemberDown::Close),
+            ("on_member_down = \"keep\"", OnMemberDown::Keep),
+        ] {
+            let b = parse("t.toml", &cfg("udp", l4), None).expect(l4);
+            let got = b.vservers[0].l4.as_ref().expect("l4").on_member_down;
+            assert_eq!(got, want, "{l4:?}");
+        }
+        let e = parse("t.toml", &cfg("udp", "on_member_down = \"drop\""), None).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("on_member_down \"drop\": use \"reassign\", \"close\" or \"keep\""),
+            "{e}"
+        );
+        assert!(e.to_string().contains("t.toml:"), "with its position: {e}");
+        let e = parse("t.toml", &cfg("tcp", "on_member_down = \"keep\""), None).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("[vserver.l4] on_member_down is for udp vservers"),
+            "{e}"
+        );
+    }
 }

@@ -28,6 +28,27 @@ pub struct L4Settings {
     pub sni: SniTable,
     pub max_sessions: usize,
     pub per_datagram: bool,
+    pub on_member_down: OnMemberDown,
+}
+
+/// What a UDP session does when its member is down (failed health checks,
+/// ejected, forced down or disabled; a draining member keeps its
+/// sessions). Decided on the session's next datagram from the client, as
+/// LVS's `expire_nodest_conn` decides on the next packet.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OnMemberDown {
+    /// The datagram and the rest of the session go to a live member picked
+    /// as for a new session; the client keeps its session (the default: a
+    /// resolver, VPN or QUIC client that keeps its port is not left
+    /// sending into a dead member).
+    Reassign,
+    /// The session ends and the datagram is dropped (LVS with
+    /// `expire_nodest_conn = 1`): the client's next datagram opens a new
+    /// session on a live member.
+    Close,
+    /// The session stays with its member until it goes idle (LVS's
+    /// default, `expire_nodest_conn = 0`).
+    Keep,
 }
 
 /// Pools by server name: exact names first, then the longest wildcard.
@@ -66,6 +87,12 @@ impl SniTable {
 pub struct AcceptProxy {
     pub trusted: Vec<Cidr>,
     pub timeout_ms: u64,
+    /// tcp vservers without TLS termination or `sni_route`: how long the
+    /// first bytes of an untrusted source are waited for before a member
+    /// is connected, so that a PROXY header among them is refused before
+    /// any member hears of the connection. A client still silent then is
+    /// connected (the member may speak first: SMTP, MySQL).
+    pub untrusted_wait_ms: u64,
 }
 
 impl AcceptProxy {
@@ -134,8 +161,14 @@ pub fn build(
         }
         if l4.is_some() {
             problems.push((
-                span,
+                span.clone(),
                 format!("{what}: [vserver.l4] is for protocol = \"tcp\" or \"udp\""),
+            ));
+        }
+        if let Some(w) = untrusted_wait(v) {
+            problems.push((
+                w,
+                format!("{what}: proxy_protocol untrusted_wait is for tcp vservers; an HTTP vserver reads the request before it connects to a member"),
             ));
         }
         return None;
@@ -165,6 +198,23 @@ pub fn build(
                 format!("{what}: max_sessions must be between 1 and 4194304"),
             ));
             65_536
+        }
+    };
+    let on_member_down = match l4.and_then(|l| l.on_member_down.as_ref()) {
+        None => OnMemberDown::Reassign,
+        Some(o) => {
+            match o.get_ref().as_str() {
+                "reassign" => OnMemberDown::Reassign,
+                "close" => OnMemberDown::Close,
+                "keep" => OnMemberDown::Keep,
+                other => {
+                    problems.push((
+                    o.span(),
+                    format!("{what}: on_member_down {other:?}: use \"reassign\", \"close\" or \"keep\""),
+                ));
+                    OnMemberDown::Reassign
+                }
+            }
         }
     };
     let mut sni = SniTable::default();
@@ -246,6 +296,7 @@ pub fn build(
         sni,
         max_sessions,
         per_datagram: l4.and_then(|l| l.per_datagram).unwrap_or(false),
+        on_member_down,
     })
 }
 
@@ -259,7 +310,7 @@ fn check_transport_keys(
     problems: &mut Vec<Problem>,
 ) {
     // (set, key, the transport it belongs to)
-    let l4_keys = v.l4.as_ref().map_or([(false, "", "tcp"); 4], |l| {
+    let l4_keys = v.l4.as_ref().map_or([(false, "", "tcp"); 5], |l| {
         [
             (l.zero_copy.is_some(), "zero_copy", "tcp"),
             (
@@ -269,9 +320,16 @@ fn check_transport_keys(
             ),
             (l.per_datagram.is_some(), "per_datagram", "udp"),
             (l.max_sessions.is_some(), "max_sessions", "udp"),
+            (l.on_member_down.is_some(), "on_member_down", "udp"),
         ]
     });
     let kind = if udp { "udp" } else { "tcp" };
+    if let Some(w) = untrusted_wait(v).filter(|_| udp) {
+        problems.push((
+            w,
+            format!("{what}: proxy_protocol untrusted_wait is for tcp vservers"),
+        ));
+    }
     for (set, key, belongs) in l4_keys {
         if set && belongs != kind {
             problems.push((
@@ -370,10 +428,20 @@ fn check_l4_pools(
     }
 }
 
+/// Where `[vserver.proxy_protocol] untrusted_wait` is, when set.
+fn untrusted_wait(v: &model::VServer) -> Option<Range<usize>> {
+    let p = v.proxy_protocol.as_ref()?;
+    p.untrusted_wait.map(|_| p.trusted.span())
+}
+
 pub fn accept_proxy(v: &model::VServer) -> Option<AcceptProxy> {
     v.proxy_protocol.as_ref().map(|p| AcceptProxy {
         trusted: p.trusted.get_ref().iter().map(|c| *c.get_ref()).collect(),
         timeout_ms: p.timeout.map(|m| m.0).unwrap_or(5_000),
+        // Long enough for any client that speaks first (its first bytes
+        // follow the handshake at once), short for one that waits for a
+        // server's greeting.
+        untrusted_wait_ms: p.untrusted_wait.map(|m| m.0).unwrap_or(500),
     })
 }
 

@@ -266,6 +266,9 @@ pub struct L4 {
     /// UDP: balance every datagram on its own (stateless protocols such as
     /// DNS) instead of keeping a session per client address.
     pub per_datagram: Option<bool>,
+    /// UDP: what a session does with its next datagram once its member is
+    /// down: "reassign" (default), "close" or "keep".
+    pub on_member_down: Option<Spanned<String>>,
 }
 
 /// `[[vserver.sni_route]]`.
@@ -285,6 +288,10 @@ pub struct AcceptProxy {
     pub trusted: Spanned<Vec<Spanned<Cidr>>>,
     /// Time allowed for the header (default 5s).
     pub timeout: Option<Millis>,
+    /// tcp vservers: how long an untrusted source's first bytes are waited
+    /// for, before any member is connected, to refuse a PROXY header there
+    /// (default 500ms; 0: connect at once).
+    pub untrusted_wait: Option<Millis>,
 }
 
 /// `[vserver.socket]`.

@@ -387,12 +387,15 @@ pub fn parse_request(raw: Bytes, max_headers: usize) -> Result<Request, HeadErro
     } else {
         c.keep_alive_token && !c.close
     };
-    let upgrade = minor == 1 && c.upgrade_token && c.has_upgrade_field;
+    let mut fields = c.fields;
+    // Only protocols a member may be offered count (no h2c).
+    let upgrade =
+        c.has_upgrade_field && super::upgrade::offer(&mut fields) && minor == 1 && c.upgrade_token;
     let wire_len = raw.len() as u32;
     let host = host.map(|r| sub(&raw, r));
     Ok(Request {
         head: Head {
-            fields: c.fields,
+            fields,
             minor,
             framing,
             keep_alive,

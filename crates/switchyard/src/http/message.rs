@@ -429,6 +429,9 @@ pub fn is_hop_by_hop(name: &[u8]) -> bool {
         2 => is(b"te"),
         7 => is(b"trailer") || is(b"upgrade"),
         10 => is(b"connection") || is(b"keep-alive"),
+        // The h2c upgrade's settings: never forwarded, whatever Connection
+        // lists (`upgrade::offer` drops the h2c they go with).
+        14 => is(b"http2-settings"),
         16 => is(b"proxy-connection"),
         17 => is(b"transfer-encoding"),
         18 => is(b"proxy-authenticate"),
@@ -472,6 +475,7 @@ mod tests {
             "Transfer-Encoding",
             "upgrade",
             "proxy-authenticate",
+            "HTTP2-Settings",
         ] {
             assert!(is_hop_by_hop(n.as_bytes()), "{n}");
         }

@@ -10,4 +10,5 @@ pub mod head;
 pub mod message;
 pub mod normalize;
 pub mod responses;
+pub mod upgrade;
 pub mod write_h1;

@@ -223,7 +223,7 @@ fn untrusted_proxy_header() -> io::Error {
 }
 
 /// The start of a v1 or v2 PROXY header (as far as `b` goes).
-fn looks_like_proxy_header(b: &[u8]) -> bool {
+pub(super) fn looks_like_proxy_header(b: &[u8]) -> bool {
     let v1 = b"PROXY ";
     let v2 = &super::proxy_protocol::V2_SIGNATURE;
     let n1 = b.len().min(v1.len());

@@ -152,6 +152,19 @@ async fn relay_connection(
         // A PROXY header from a source the vserver does not trust would be
         // relayed to members that may believe it: refuse it.
         let refuse_proxy_prefix = vs.accept_proxy.is_some() && !trusted_header;
+        // Refused before any member is connected: a member would get an
+        // empty connection, and what it says first could reach the client.
+        // (`sni_route` reads a ClientHello first, which refuses it too.)
+        if let Some(ap) = vs.accept_proxy.as_ref().filter(|_| refuse_proxy_prefix) {
+            if l4.sni.is_empty() && opens_with_proxy_header(&stream, ap.untrusted_wait_ms).await {
+                stats::inc(&vs.counters.local().bad_requests);
+                log::debug(format_args!(
+                    "vserver {:?}: PROXY header from {peer}, a source not trusted to send one; closed before connecting a member",
+                    vs.name
+                ));
+                return;
+            }
+        }
         relay_plain(stream, listen, (snap, vs, &l4), refuse_proxy_prefix, facts).await;
     }
 }
@@ -373,6 +386,44 @@ pub async fn read_proxy_header(
     match tokio::time::timeout(ms(ap.timeout_ms), work).await {
         Ok(r) => r,
         Err(_) => Err(format!("no complete header within {} ms", ap.timeout_ms)),
+    }
+}
+
+/// Whether the first bytes of a connection, peeked (left for the relay)
+/// for up to `wait_ms`, begin a PROXY header, or as much of one as came
+/// (as the relay's own check reads them). False once they differ from
+/// both headers' openings, when nothing came in time (a client waiting
+/// for the server to speak first; the relay checks what it sends later),
+/// or when the client closed or failed (the relay sees that too).
+async fn opens_with_proxy_header(s: &TcpStream, wait_ms: u64) -> bool {
+    // The longer opening, v2's signature, decides every case.
+    let mut buf = [0u8; proxy_protocol::V2_SIGNATURE.len()];
+    let mut last = 0;
+    let look = async {
+        loop {
+            let n = match s.peek(&mut buf).await {
+                Ok(0) | Err(_) => return false,
+                Ok(n) => n,
+            };
+            if !relay::looks_like_proxy_header(&buf[..n]) {
+                return false;
+            }
+            last = n;
+            if n == buf.len() || buf[..n].starts_with(b"PROXY ") {
+                return true;
+            }
+            // An opening cut short: wait for more than what was peeked
+            // (peek finds the same bytes ready at once).
+            if s.readable().await.is_err() {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    };
+    match tokio::time::timeout(ms(wait_ms), look).await {
+        Ok(v) => v,
+        // The opening of a header that stopped there is refused too.
+        Err(_) => last > 0,
     }
 }
 

@@ -17,6 +17,9 @@
 //!   one socket per member it used, so replies still find their client.
 //! - **PROXY protocol v2** (pool `proxy_protocol = "v2"`): each datagram
 //!   to a member is prefixed with a header carrying the client address.
+//! - **A member that goes down** (session mode): the session's next
+//!   datagram moves it to a live member, or ends it, or it stays, as
+//!   `on_member_down` says (`OnMemberDown`).
 
 use std::cell::{Cell, RefCell};
 use std::future::poll_fn;
@@ -34,9 +37,10 @@ use super::dgram::{self, register_readable, RecvBatch, SendQueue};
 use super::proxy_protocol;
 use super::Lease;
 use crate::accesslog;
+use crate::balance::AdminState;
 use crate::balance::Tried;
 use crate::clock::now_ms;
-use crate::config::l4::ProxyVersion;
+use crate::config::l4::{OnMemberDown, ProxyVersion};
 use crate::config::snapshot::{Member, Pool, VServer};
 use crate::fasthash::FxHashMap;
 use crate::health::passive;
@@ -68,9 +72,47 @@ struct Session {
 
 /// A socket connected to a member, for one client.
 struct Link {
-    member: usize,
+    /// The member and its pool as they were when the link opened: a
+    /// reload may reorder, shorten or replace the vserver's pool while the
+    /// session lasts, so the link never looks its member up by index.
+    /// The member's state (health, admin) is the one the running pool
+    /// shares while the member stays in it.
+    m: Arc<Member>,
+    pool: Arc<Pool>,
     sock: AsyncFd<std::net::UdpSocket>,
+    /// Set when the session left this member: its reply task ends, so a
+    /// member that comes back cannot answer a client that moved on.
+    retired: Cell<bool>,
+    retire: Notify,
     _lease: Lease,
+}
+
+impl Link {
+    fn retire(&self) {
+        self.retired.set(true);
+        // One task waits on it; a permit is kept if it is busy.
+        self.retire.notify_one();
+    }
+
+    /// Whether a session may stay on this link's member: healthy (or
+    /// forced up) and not disabled. A draining member keeps its sessions:
+    /// that is what draining means (LVS's weight 0).
+    fn member_serves(&self) -> bool {
+        let state = &self.m.state;
+        state.admin() != AdminState::Disabled && state.healthy_at(now_ms())
+    }
+
+    /// Whether `pool` (the vserver's now) still has this link's member: a
+    /// reload that took it out is LVS's "no destination".
+    /// Checked per burst: the pool the link opened from answers at once;
+    /// only after a reload are the members looked through.
+    fn member_in(&self, pool: &Pool) -> bool {
+        std::ptr::eq(&*self.pool, pool)
+            || pool
+                .members
+                .iter()
+                .any(|m| Arc::ptr_eq(&m.state, &self.m.state))
+    }
 }
 
 type Table = Rc<RefCell<FxHashMap<SocketAddr, Rc<Session>>>>;
@@ -254,13 +296,18 @@ fn forward(
         return 0;
     };
     session.last.set(now_ms());
+    if !l4.per_datagram
+        && !member_still_serves(vs, &pool, table, &session, client, l4.on_member_down)
+    {
+        return 0;
+    }
     let proxy_v2 = matches!(pool.proxy_protocol, Some(ProxyVersion::V2));
     if !l4.per_datagram && !proxy_v2 {
         // Session mode: the whole burst to the session's member.
         let Some(link) = link_for(vs, listener, &session, &pool, client, false) else {
             return 0;
         };
-        let sent = send_to_member(vs, &pool, &link, datagrams);
+        let sent = send_to_member(vs, &link, datagrams);
         session.count_up(&datagrams[..sent]);
         return sent;
     }
@@ -279,11 +326,56 @@ fn forward(
         } else {
             d
         };
-        let sent = send_to_member(vs, &pool, &link, &[out]);
+        let sent = send_to_member(vs, &link, &[out]);
         session.count_up(&[d][..sent]);
         relayed += sent;
     }
     relayed
+}
+
+/// Session mode, before the session's next datagrams: when its member is
+/// down, the link to it is retired and the session moves on
+/// (`OnMemberDown::Reassign`: `link_for` picks a live member for these
+/// datagrams) or ends (`Close`: false, they are dropped). True when the
+/// datagrams may go.
+fn member_still_serves(
+    vs: &Arc<VServer>,
+    pool: &Pool,
+    table: &Table,
+    session: &Rc<Session>,
+    client: SocketAddr,
+    on_down: OnMemberDown,
+) -> bool {
+    let Some(link) = session.links.borrow().first().cloned() else {
+        return true;
+    };
+    if on_down == OnMemberDown::Keep || (link.member_serves() && link.member_in(pool)) {
+        return true;
+    }
+    session.links.borrow_mut().clear();
+    link.retire();
+    let vc = vs.counters.local();
+    let moved = on_down == OnMemberDown::Reassign;
+    stats::inc(if moved {
+        &vc.udp_sessions_reassigned
+    } else {
+        &vc.udp_sessions_closed_member_down
+    });
+    log::debug(format_args!(
+        "vserver {:?}: client {client}: member {} is down or gone, session {}",
+        vs.name,
+        link.m.label(&link.pool.name),
+        if moved {
+            "moved to a live member"
+        } else {
+            "ended"
+        }
+    ));
+    if !moved {
+        // Logged as a reset: the member's side is gone.
+        end(table, client, session, vs, accesslog::l4::End::Reset);
+    }
+    moved
 }
 
 /// `client`'s session, opened if it has none (its replies to leave from
@@ -340,7 +432,8 @@ fn link_for(
 ) -> Option<Rc<Link>> {
     let i = if per_datagram {
         let i = pick(pool, client, Tried::default(), true)?;
-        if let Some(l) = session.links.borrow().iter().find(|l| l.member == i) {
+        let addr = pool.members[i].addr;
+        if let Some(l) = session.links.borrow().iter().find(|l| l.m.addr == addr) {
             return Some(l.clone());
         }
         i
@@ -360,15 +453,15 @@ fn link_for(
         l.clone(),
         session.clone(),
         vs.clone(),
-        pool.clone(),
         client,
     ));
     Some(l)
 }
 
-/// Sends `datagrams` on `link`; returns how many went.
-fn send_to_member(vs: &VServer, pool: &Pool, link: &Link, datagrams: &[&[u8]]) -> usize {
-    let m = &pool.members[link.member];
+/// Sends `datagrams` on `link`; returns how many went. The counters and
+/// passive health are those of the link's own member and pool.
+fn send_to_member(vs: &VServer, link: &Link, datagrams: &[&[u8]]) -> usize {
+    let (m, pool) = (&link.m, &link.pool);
     let mc = m.counters.local();
     match dgram::send_burst(link.sock.get_ref().as_raw_fd(), datagrams) {
         Ok(sent) => {
@@ -395,25 +488,44 @@ fn send_to_member(vs: &VServer, pool: &Pool, link: &Link, datagrams: &[&[u8]]) -
     }
 }
 
-/// Ends `session` once idle for `idle_ms`, closing its member sockets.
+/// Ends `session` once idle for `idle_ms`, closing its member sockets
+/// (unless it was ended before: `OnMemberDown::Close`).
 async fn expire(table: Table, client: SocketAddr, s: Rc<Session>, vs: Arc<VServer>, idle_ms: u64) {
     loop {
+        if s.closed.get() {
+            return;
+        }
         let since = now_ms().saturating_sub(s.last.get());
         if since >= idle_ms {
             break;
         }
         tokio::time::sleep(Duration::from_millis(idle_ms - since)).await;
     }
-    s.closed.set(true);
+    end(&table, client, &s, &vs, accesslog::l4::End::Idle);
+}
+
+/// Ends `s` now: its reply tasks stop, its sockets close, it leaves the
+/// table (a new session of the client's that replaced it stays), and its
+/// access log line is written.
+fn end(
+    table: &Table,
+    client: SocketAddr,
+    s: &Rc<Session>,
+    vs: &Arc<VServer>,
+    how: accesslog::l4::End,
+) {
+    if s.closed.replace(true) {
+        return;
+    }
     s.ended.notify_waiters();
     s.links.borrow_mut().clear();
     let mut t = table.borrow_mut();
-    if t.get(&client).is_some_and(|x| Rc::ptr_eq(x, &s)) {
+    if t.get(&client).is_some_and(|x| Rc::ptr_eq(x, s)) {
         t.remove(&client);
     }
     stats::dec(&vs.counters.local().udp_sessions_active);
     if let Some(log) = &vs.access_log {
-        log.write_l4(&s.entry(client, &vs));
+        log.write_l4(&s.entry(client, vs, how));
     }
 }
 
@@ -423,8 +535,13 @@ impl Session {
         self.bytes_up.set(self.bytes_up.get() + n as u64);
     }
 
-    /// The access log line of the session, which ended now (idle).
-    fn entry<'a>(&self, client: SocketAddr, vs: &'a VServer) -> accesslog::l4::Entry<'a> {
+    /// The access log line of the session, which ended now, `how`.
+    fn entry<'a>(
+        &self,
+        client: SocketAddr,
+        vs: &'a VServer,
+        how: accesslog::l4::End,
+    ) -> accesslog::l4::Entry<'a> {
         let now_us = crate::clock::unix_us();
         accesslog::l4::Entry {
             time_us: self.began_us,
@@ -439,7 +556,7 @@ impl Session {
             total_us: now_us.saturating_sub(self.began_us),
             bytes_received: self.bytes_up.get(),
             bytes_sent: self.bytes_down.get(),
-            end: accesslog::l4::End::Idle,
+            end: how,
         }
     }
 }
@@ -451,12 +568,14 @@ async fn replies(
     link: Rc<Link>,
     s: Rc<Session>,
     vs: Arc<VServer>,
-    pool: Arc<Pool>,
     client: SocketAddr,
 ) {
-    let m = pool.members[link.member].clone();
+    let (m, pool) = (link.m.clone(), link.pool.clone());
     loop {
         if s.closed.get() {
+            return;
+        }
+        if link.retired.get() {
             return;
         }
         let mut ready = tokio::select! {
@@ -465,6 +584,7 @@ async fn replies(
                 Err(_) => return,
             },
             _ = s.ended.notified() => return,
+            _ = link.retire.notified() => return,
         };
         let got = ready.try_io(|sock| REPLIES.with(|b| b.borrow_mut().recv(sock.as_raw_fd())));
         let n = match got {
@@ -567,8 +687,8 @@ fn pick(pool: &Pool, client: SocketAddr, tried: Tried, per_datagram: bool) -> Op
 
 /// A socket connected to member `i`, from where the pool's
 /// `source_address` says.
-fn open(pool: &Pool, i: usize, client: IpAddr) -> Option<Link> {
-    let m: &Member = &pool.members[i];
+fn open(pool: &Arc<Pool>, i: usize, client: IpAddr) -> Option<Link> {
+    let m = &pool.members[i];
     let mc = m.counters.local();
     let sock = match member_socket(pool, m.addr, client) {
         Ok(s) => s,
@@ -597,8 +717,11 @@ fn open(pool: &Pool, i: usize, client: IpAddr) -> Option<Link> {
     };
     stats::inc(&pool.counters.local().requests);
     Some(Link {
-        member: i,
+        m: m.clone(),
+        pool: pool.clone(),
         sock,
+        retired: Cell::new(false),
+        retire: Notify::new(),
         _lease: Lease::new(m),
     })
 }

@@ -17,6 +17,7 @@ use super::upstream::UpConn;
 use crate::health::passive;
 use crate::http::body::{self, BodyError, Sink};
 use crate::http::message::{Fields, Request, Response};
+use crate::http::upgrade;
 use crate::log;
 use crate::stats::{self, status_class};
 
@@ -50,13 +51,12 @@ pub(super) async fn respond<C: ClientSide, H: Hooks>(
     hooks.on_response_head(x, &mut resp);
     x.status = resp.status;
     if resp.status == 101 {
+        // Only to a protocol the client asked for (after `upgrade::offer`
+        // took h2c out): anything else would open a tunnel no stage reads.
+        let agreed = req.head.upgrade && upgrade::agreed(&req.head.fields, &resp.head.fields);
         return match body {
-            MemberBody::H1(up) if req.head.upgrade => client.tunnel(x, &resp, up).await,
-            _ => Err(Failure::new(
-                Origin::Member,
-                502,
-                "the server switched protocols unasked",
-            )),
+            MemberBody::H1(up) if agreed => client.tunnel(x, &resp, up).await,
+            _ => Err(switched_unasked(x, a, req, &resp)),
         };
     }
     let timeout = Duration::from_millis(x.st.upstream_response_ms);
@@ -105,6 +105,29 @@ pub(super) async fn respond<C: ClientSide, H: Hooks>(
         }
         Err(e) => Err(response_body_failed(x, a, e, written)),
     }
+}
+
+/// A 101 to a protocol the client did not ask for: counted, logged, and a
+/// 502 that closes the client's connection (the client may have sent bytes
+/// for the new protocol already). The member's connection is dropped with
+/// the error, never pooled: it speaks something else now.
+fn switched_unasked(x: &Exchange<'_>, a: &Attempt<'_>, req: &Request, resp: &Response) -> Failure {
+    stats::inc(&x.vs.counters.local().upgrades_refused);
+    stats::inc(&a.m.counters.local().bad_responses);
+    let show = |v: Option<&[u8]>| String::from_utf8_lossy(v.unwrap_or(b"(none)")).into_owned();
+    log::warn(format_args!(
+        "vserver {}: member {}: 101 to {:?} refused, the client asked for {:?}",
+        x.vs.name,
+        a.label(),
+        show(resp.head.get("upgrade")),
+        show(req.head.upgrade.then(|| req.head.get("upgrade")).flatten()),
+    ));
+    Failure::new(
+        Origin::Member,
+        502,
+        "the server switched to a protocol the client did not ask for",
+    )
+    .closing()
 }
 
 /// A response body that failed: counted and logged; the client gets a

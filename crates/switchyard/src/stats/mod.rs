@@ -181,6 +181,9 @@ counters!(
         /// HTTP/2 connections closed with ENHANCE_YOUR_CALM (rapid reset,
         /// control-frame floods).
         h2_abuse_closes,
+        /// 101 responses refused with a 502: a switch to a protocol the
+        /// client did not ask for (or h2c), or to any when it asked for none.
+        upgrades_refused,
         /// Responses compressed, and their payload bytes before and after,
         /// per coding.
         compressed_gzip,
@@ -211,6 +214,10 @@ counters!(
         udp_datagrams_in,
         udp_datagrams_out,
         udp_dropped,
+        /// UDP sessions whose member went down: moved to a live member
+        /// (`on_member_down = "reassign"`), or ended (`"close"`).
+        udp_sessions_reassigned,
+        udp_sessions_closed_member_down,
         /// Connections (and UDP datagrams) the ACLs dropped or rejected.
         acl_dropped,
         acl_rejected,

@@ -1290,3 +1290,56 @@ fn tls_origin_conn(mut sock: TcpStream, cfg: Arc<rustls::ServerConfig>, o: &TlsO
         }
     }
 }
+
+// ------------------------------------------------ a member that answers one way
+
+/// A member that answers every connection's first request head with
+/// `answer` and records everything each connection sent, to its end.
+pub struct RawMember {
+    pub addr: SocketAddr,
+    /// Bytes per connection, in accept order.
+    pub seen: std::sync::Arc<std::sync::Mutex<Vec<Vec<u8>>>>,
+}
+
+impl RawMember {
+    pub fn start(answer: &'static str) -> RawMember {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
+        let s2 = seen.clone();
+        std::thread::spawn(move || {
+            for conn in l.incoming() {
+                let Ok(mut c) = conn else { return };
+                let seen = s2.clone();
+                std::thread::spawn(move || {
+                    let i = {
+                        let mut s = seen.lock().expect("lock");
+                        s.push(Vec::new());
+                        s.len() - 1
+                    };
+                    let mut answered = false;
+                    let mut buf = [0u8; 4096];
+                    while let Ok(n) = c.read(&mut buf) {
+                        if n == 0 {
+                            break;
+                        }
+                        let mut s = seen.lock().expect("lock");
+                        s[i].extend_from_slice(&buf[..n]);
+                        if !answered && s[i].windows(4).any(|w| w == b"\r\n\r\n") {
+                            answered = true;
+                            let _ = c.write_all(answer.as_bytes());
+                        }
+                    }
+                });
+            }
+        });
+        RawMember { addr, seen }
+    }
+
+    /// Everything every connection sent, as text.
+    pub fn all(&self) -> String {
+        let s = self.seen.lock().expect("lock");
+        s.iter().map(|c| String::from_utf8_lossy(c)).collect()
+    }
+}

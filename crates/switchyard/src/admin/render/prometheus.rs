@@ -171,6 +171,11 @@ const VSERVER: &[Spec] = &[
         "switchyard_vserver_h2_abuse_closes_total",
         "HTTP/2 connections closed with ENHANCE_YOUR_CALM (rapid reset, control-frame floods).",
     ),
+    c(
+        "upgrades_refused",
+        "switchyard_vserver_upgrades_refused_total",
+        "101 responses refused with a 502: a switch to a protocol the client did not ask for.",
+    ),
     cl(
         "compressed_gzip",
         "switchyard_vserver_compressed_responses_total",
@@ -289,6 +294,16 @@ const VSERVER: &[Spec] = &[
         "udp_dropped",
         "switchyard_vserver_udp_datagrams_dropped_total",
         "Datagrams dropped: no member available, session table full, or a failed send.",
+    ),
+    c(
+        "udp_sessions_reassigned",
+        "switchyard_vserver_udp_sessions_reassigned_total",
+        "UDP sessions moved to a live member because theirs went down (on_member_down = reassign).",
+    ),
+    c(
+        "udp_sessions_closed_member_down",
+        "switchyard_vserver_udp_sessions_closed_member_down_total",
+        "UDP sessions ended because their member went down (on_member_down = close).",
     ),
 ];
 
