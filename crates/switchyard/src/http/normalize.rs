@@ -104,15 +104,22 @@ impl Refused {
 
 /// The normalized target, or None when it is already normal (the
 /// common case: nothing allocated).
+#[inline]
 pub fn target(target: &[u8], rules: &Rules) -> Result<Option<Bytes>, Refused> {
+    // "*" (OPTIONS) and anything not origin-form stay as they are.
+    if target.first() != Some(&b'/') || is_normal(target) {
+        return Ok(None);
+    }
+    rewrite(target, rules)
+}
+
+/// The slow path: a path with something to normalize.
+#[cold]
+fn rewrite(target: &[u8], rules: &Rules) -> Result<Option<Bytes>, Refused> {
     let (path, rest) = match memchr::memchr(b'?', target) {
         Some(i) => target.split_at(i),
         None => (target, &b""[..]),
     };
-    // "*" (OPTIONS) and anything not origin-form stay as they are.
-    if path.first() != Some(&b'/') || is_normal(path) {
-        return Ok(None);
-    }
     let decoded = escapes(path, rules)?;
     let mut out = Vec::with_capacity(target.len());
     remove_dot_segments(&decoded, rules.merge_slashes, &mut out);
@@ -123,19 +130,40 @@ pub fn target(target: &[u8], rules: &Rules) -> Result<Option<Bytes>, Refused> {
     Ok(Some(Bytes::from(out)))
 }
 
-/// No escape, no backslash, no `//`, no `/.`: nothing to do.
-fn is_normal(path: &[u8]) -> bool {
-    let mut prev_slash = false;
-    for &b in path {
-        match b {
-            b'%' | b'\\' => return false,
-            b'/' | b'.' if prev_slash => return false,
-            _ => {}
+/// The path (up to `?`) has no escape, no backslash, no `//` and no
+/// `/.`: nothing to do. One pass and one table lookup per byte: with
+/// memchr for the `?` first and a `match` per byte this took 238
+/// instructions for `/size/128` (callgrind), 1.2 % of a keep-alive request.
+#[inline]
+fn is_normal(target: &[u8]) -> bool {
+    let mut i = 0;
+    while i < target.len() {
+        let b = target[i];
+        if NOTABLE[usize::from(b)] {
+            match b {
+                b'?' => return true,
+                b'/' => {
+                    if matches!(target.get(i + 1), Some(b'/' | b'.')) {
+                        return false;
+                    }
+                }
+                _ => return false,
+            }
         }
-        prev_slash = b == b'/';
+        i += 1;
     }
     true
 }
+
+/// `%`, `\`, `/` and `?`: the bytes `is_normal` looks at twice.
+static NOTABLE: [bool; 256] = {
+    let mut t = [false; 256];
+    t[b'%' as usize] = true;
+    t[b'\\' as usize] = true;
+    t[b'/' as usize] = true;
+    t[b'?' as usize] = true;
+    t
+};
 
 fn hex(b: u8) -> Option<u8> {
     match b {

@@ -7,7 +7,7 @@
 
 use super::exchange::Exchange;
 use super::hooks::{Hooks, Local, Verdict};
-use crate::http::message::Request;
+use crate::http::message::{Received, Request};
 use crate::http::normalize;
 use crate::http::responses;
 use crate::stats;
@@ -21,10 +21,10 @@ impl Hooks for Normalize {
             Ok(None) => Verdict::Continue,
             Ok(Some(normal)) => {
                 let received = std::mem::replace(&mut req.target, normal);
-                if rules.forward_original {
-                    req.member_target = Some(received.clone());
-                }
-                req.received_target = Some(received);
+                req.received = Some(Box::new(Received {
+                    target: received,
+                    forward: rules.forward_original,
+                }));
                 Verdict::Continue
             }
             Err(why) => {
