@@ -1085,6 +1085,48 @@ fn to_exclusion(v: &Variable) -> Exclusion {
     }
 }
 
+/// What the body parsers find goes into the request's collections.
+impl body::Sink for Transaction<'_> {
+    fn limits(&self) -> body::Limits {
+        let l = &self.eng.limits;
+        body::Limits {
+            json_depth: l.json_depth,
+            xml_depth: l.xml_depth,
+            max_parts: l.max_parts,
+            no_files: l.request_body_no_files_limit,
+        }
+    }
+
+    fn arg(&mut self, name: &[u8], value: &[u8]) {
+        self.add_arg(name, value, true);
+    }
+
+    fn file(&mut self, name: &[u8], filename: &[u8], size: usize) {
+        let kv = self.d.kv(name, filename);
+        self.d.files.push(kv);
+        let kv = self.d.kv(name, size.to_string().as_bytes());
+        self.d.files_sizes.push(kv);
+    }
+
+    fn part_header(&mut self, name: &[u8], line: &[u8]) {
+        let kv = self.d.kv(name, line);
+        self.d.part_headers.push(kv);
+    }
+
+    fn set(&mut self, var: Collection, value: &[u8]) {
+        self.d.set(var, value);
+    }
+
+    fn xml_text(&mut self, text: Vec<u8>) {
+        self.d.set_xml_text(text);
+    }
+
+    fn xml_attr(&mut self, value: &[u8]) {
+        let kv = self.d.kv(b"", value);
+        self.d.xml_attrs.push(kv);
+    }
+}
+
 impl<'e> Transaction<'e> {
     pub(crate) fn new(eng: &'e Engine, req: Request<'_>) -> Transaction<'e> {
         Transaction::build(EngineRef::Borrowed(eng), req)
@@ -1342,14 +1384,6 @@ impl<'e> Transaction<'e> {
         let kv = self.d.kv(k, v);
         self.d.args.push(Arg { kv, post });
         true
-    }
-
-    pub(crate) fn data(&mut self) -> &mut Data {
-        &mut self.d
-    }
-
-    pub(crate) fn limits(&self) -> &super::Limits {
-        &self.eng.limits
     }
 
     /// Phase 1.

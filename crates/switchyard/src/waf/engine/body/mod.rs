@@ -1,11 +1,50 @@
 //! Request body processors: JSON, XML and multipart (urlencoded is in
-//! `tx`). Each fills the transaction's collections and returns the error
+//! `tx`). Each reports what it finds to a [`Sink`] and returns the error
 //! message ModSecurity would put in `REQBODY_ERROR_MSG`.
+//!
+//! The parsers sit below the transaction: they know the calls of [`Sink`]
+//! and nothing of rules or collections; the transaction implements it.
 
-use super::tx::Transaction;
+use crate::waf::seclang::Collection;
 
 mod multipart;
 pub(crate) use multipart::multipart;
+
+/// The bounds a body parser obeys.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Limits {
+    /// JSON nesting depth.
+    pub json_depth: usize,
+    /// XML nesting depth.
+    pub xml_depth: usize,
+    /// The most multipart parts.
+    pub max_parts: usize,
+    /// `SecRequestBodyNoFilesLimit`: the most bytes of a multipart body
+    /// outside its files (0: none).
+    pub no_files: u64,
+}
+
+/// What a body parser reports, in the order it finds it.
+pub(crate) trait Sink {
+    /// The bounds in force.
+    fn limits(&self) -> Limits;
+    /// A form field, JSON scalar or multipart field (ARGS_POST; dropped
+    /// past the arguments limit).
+    fn arg(&mut self, name: &[u8], value: &[u8]);
+    /// A multipart file part: its field name, file name and size (FILES,
+    /// FILES_SIZES).
+    fn file(&mut self, name: &[u8], filename: &[u8], size: usize);
+    /// A header line of a multipart part, under the part's name
+    /// (MULTIPART_PART_HEADERS).
+    fn part_header(&mut self, name: &[u8], line: &[u8]);
+    /// A single-valued variable about the body (the `MULTIPART_*` flags,
+    /// MULTIPART_NAME, MULTIPART_FILENAME).
+    fn set(&mut self, var: Collection, value: &[u8]);
+    /// The text of an XML document (XML:/*).
+    fn xml_text(&mut self, text: Vec<u8>);
+    /// An attribute value of an XML document (XML://@*).
+    fn xml_attr(&mut self, value: &[u8]);
+}
 
 // ---------------------------------------------------------------------------
 // JSON
@@ -13,8 +52,8 @@ pub(crate) use multipart::multipart;
 /// ModSecurity v3's JSON processor (yajl): every scalar becomes an ARGS_POST
 /// member named by its path (`json.a.b`, arrays `json.a.array_0`), `true`/
 /// `false` as text, `null` empty. Depth beyond the limit is an error.
-pub(crate) fn json(tx: &mut Transaction<'_>, body: &[u8]) -> Result<(), String> {
-    let depth = tx.limits().json_depth;
+pub(crate) fn json(sink: &mut impl Sink, body: &[u8]) -> Result<(), String> {
+    let depth = sink.limits().json_depth;
     let mut p = Json {
         s: body,
         i: 0,
@@ -30,7 +69,7 @@ pub(crate) fn json(tx: &mut Transaction<'_>, body: &[u8]) -> Result<(), String> 
         return Err("trailing garbage".into());
     }
     for (k, v) in p.out {
-        tx.add_arg(&k, &v, true);
+        sink.arg(&k, &v);
     }
     Ok(())
 }
@@ -287,8 +326,8 @@ impl Json<'_> {
 /// decoded, concatenated as libxml2's `xmlNodeGetContent` of the root), and
 /// `XML://@*` each attribute value. DTDs and processing instructions are
 /// skipped; external entities are never loaded.
-pub(crate) fn xml(tx: &mut Transaction<'_>, body: &[u8]) -> Result<(), String> {
-    let depth_limit = tx.limits().xml_depth;
+pub(crate) fn xml(sink: &mut impl Sink, body: &[u8]) -> Result<(), String> {
+    let depth_limit = sink.limits().xml_depth;
     let mut text = Vec::new();
     let mut attrs: Vec<Vec<u8>> = Vec::new();
     let mut stack: Vec<&[u8]> = Vec::new();
@@ -447,11 +486,9 @@ pub(crate) fn xml(tx: &mut Transaction<'_>, body: &[u8]) -> Result<(), String> {
     if roots == 0 {
         return Err("Start tag expected, '<' not found".into());
     }
-    let d = tx.data();
-    d.set_xml_text(text);
+    sink.xml_text(text);
     for a in attrs {
-        let kv = d.kv(b"", &a);
-        d.xml_attrs.push(kv);
+        sink.xml_attr(&a);
     }
     Ok(())
 }

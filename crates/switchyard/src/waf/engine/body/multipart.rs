@@ -9,7 +9,7 @@
 //! name. Memory: the parts' values (bounded by the body limit) and at most
 //! `max_parts` parts.
 
-use crate::waf::engine::tx::Transaction;
+use super::Sink;
 use crate::waf::seclang::Collection as C;
 
 const BUF: usize = 4096;
@@ -657,12 +657,13 @@ fn parse_content_disposition(
 }
 
 pub(crate) fn multipart(
-    tx: &mut Transaction<'_>,
+    sink: &mut impl Sink,
     content_type: &[u8],
     body: &[u8],
 ) -> Result<(), String> {
+    let limits = sink.limits();
     let mut mp = Mp {
-        max_parts: tx.limits().max_parts,
+        max_parts: limits.max_parts,
         ..Mp::default()
     };
     let mut result = mp.init(content_type);
@@ -691,19 +692,13 @@ pub(crate) fn multipart(
     for (p, as_field) in parts.into_iter().zip(as_field) {
         let name = p.name.clone().unwrap_or_default();
         if p.is_file {
-            let d = tx.data();
-            let kv = d.kv(&name, p.filename.as_deref().unwrap_or(b""));
-            d.files.push(kv);
-            let kv = d.kv(&name, p.length.to_string().as_bytes());
-            d.files_sizes.push(kv);
+            sink.file(&name, p.filename.as_deref().unwrap_or(b""), p.length);
         }
         if !p.is_file || as_field {
-            tx.add_arg(&name, &p.value, true);
+            sink.arg(&name, &p.value);
         }
-        let d = tx.data();
         for l in &p.header_lines {
-            let kv = d.kv(&name, l);
-            d.part_headers.push(kv);
+            sink.part_header(&name, l);
         }
     }
     let strict = mp.error
@@ -718,32 +713,37 @@ pub(crate) fn multipart(
         || mp.invalid_part
         || mp.invalid_header_folding
         || mp.file_limit_exceeded;
-    let flag = |b: bool| if b { "1" } else { "0" };
-    let d = tx.data();
-    d.set(C::MultipartStrictError, flag(strict));
-    d.set(C::MultipartBoundaryQuoted, flag(mp.boundary_quoted));
-    d.set(C::MultipartBoundaryWhitespace, flag(mp.boundary_whitespace));
-    d.set(C::MultipartDataBefore, flag(mp.data_before));
-    d.set(C::MultipartDataAfter, flag(mp.data_after));
-    d.set(C::MultipartHeaderFolding, flag(mp.header_folding));
-    d.set(C::MultipartLfLine, flag(mp.lf_line));
-    d.set(C::MultipartCrlfLfLines, flag(mp.lf_line && mp.crlf_line));
-    d.set(C::MultipartMissingSemicolon, flag(mp.missing_semicolon));
-    d.set(C::MultipartInvalidQuoting, flag(mp.invalid_quoting));
-    d.set(C::MultipartInvalidPart, flag(mp.invalid_part));
-    d.set(
+    let flag = |b: bool| -> &[u8] {
+        if b {
+            b"1"
+        } else {
+            b"0"
+        }
+    };
+    sink.set(C::MultipartStrictError, flag(strict));
+    sink.set(C::MultipartBoundaryQuoted, flag(mp.boundary_quoted));
+    sink.set(C::MultipartBoundaryWhitespace, flag(mp.boundary_whitespace));
+    sink.set(C::MultipartDataBefore, flag(mp.data_before));
+    sink.set(C::MultipartDataAfter, flag(mp.data_after));
+    sink.set(C::MultipartHeaderFolding, flag(mp.header_folding));
+    sink.set(C::MultipartLfLine, flag(mp.lf_line));
+    sink.set(C::MultipartCrlfLfLines, flag(mp.lf_line && mp.crlf_line));
+    sink.set(C::MultipartMissingSemicolon, flag(mp.missing_semicolon));
+    sink.set(C::MultipartInvalidQuoting, flag(mp.invalid_quoting));
+    sink.set(C::MultipartInvalidPart, flag(mp.invalid_part));
+    sink.set(
         C::MultipartInvalidHeaderFolding,
         flag(mp.invalid_header_folding),
     );
-    d.set(C::MultipartFileLimitExceeded, flag(mp.file_limit_exceeded));
-    d.set(C::MultipartUnmatchedBoundary, flag(mp.unmatched_boundary));
+    sink.set(C::MultipartFileLimitExceeded, flag(mp.file_limit_exceeded));
+    sink.set(C::MultipartUnmatchedBoundary, flag(mp.unmatched_boundary));
     if !mp.last_name.is_empty() {
-        d.set(C::MultipartName, mp.last_name.clone());
+        sink.set(C::MultipartName, &mp.last_name);
     }
     if !mp.last_filename.is_empty() {
-        d.set(C::MultipartFilename, mp.last_filename.clone());
+        sink.set(C::MultipartFilename, &mp.last_filename);
     }
-    let limit = tx.limits().request_body_no_files_limit;
+    let limit = limits.no_files;
     if result.is_ok() && limit > 0 && mp.no_files_len as u64 > limit {
         return Err("Request body excluding files is bigger than the maximum expected.".into());
     }
