@@ -927,65 +927,6 @@ pub struct Transaction<'e> {
     use_head: bool,
 }
 
-/// ModSecurity's `uri_decode`: `%XX` with two hex digits, nothing else.
-fn uri_decode(s: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        if s[i] == b'%' && i + 2 < s.len() {
-            if let (Some(a), Some(b)) = (hex(s[i + 1]), hex(s[i + 2])) {
-                out.push(a << 4 | b);
-                i += 3;
-                continue;
-            }
-        }
-        out.push(s[i]);
-        i += 1;
-    }
-    out
-}
-
-pub(crate) fn hex(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
-}
-
-/// ModSecurity's `urldecode_nonstrict_inplace`: `+` is a space, `%XX`
-/// decoded, an invalid `%` kept (and counted).
-pub(crate) fn url_decode_nonstrict(s: &[u8], invalid: &mut bool) -> Vec<u8> {
-    let mut out = Vec::with_capacity(s.len());
-    let mut i = 0;
-    while i < s.len() {
-        match s[i] {
-            b'%' => {
-                if i + 2 < s.len() {
-                    if let (Some(a), Some(b)) = (hex(s[i + 1]), hex(s[i + 2])) {
-                        out.push(a << 4 | b);
-                        i += 3;
-                        continue;
-                    }
-                }
-                *invalid = true;
-                out.push(b'%');
-                i += 1;
-            }
-            b'+' => {
-                out.push(b' ');
-                i += 1;
-            }
-            c => {
-                out.push(c);
-                i += 1;
-            }
-        }
-    }
-    out
-}
-
 fn now_parts() -> [u64; 8] {
     // [epoch, year, mon(1-12), day, hour, min, sec, wday]
     let t = std::time::SystemTime::now()
@@ -1236,7 +1177,7 @@ impl<'e> Transaction<'e> {
             Some(p) => &uri[..p],
             None => uri,
         };
-        let decoded = uri_decode(no_frag);
+        let decoded = transform::uri_decode(no_frag);
         let qpos = memchr::memchr(b'?', no_frag);
         let query = qpos.map(|p| &no_frag[p + 1..]);
         if let Some(q) = query {
@@ -1368,8 +1309,8 @@ impl<'e> Transaction<'e> {
                 Some(i) => (&p[..i], &p[i + 1..]),
                 None => (p, &b""[..]),
             };
-            let k = url_decode_nonstrict(k, &mut invalid);
-            let v = url_decode_nonstrict(v, &mut invalid);
+            let k = transform::url_decode_nonstrict(k, &mut invalid);
+            let v = transform::url_decode_nonstrict(v, &mut invalid);
             self.add_arg(&k, &v, post);
         }
         if invalid {

@@ -173,8 +173,8 @@ pub fn apply(t: Transform, input: &[u8], out: &mut Vec<u8>) -> bool {
         Transform::None => false,
         Transform::Lowercase => lowercase(input, out),
         Transform::Uppercase => uppercase(input, out),
-        Transform::UrlDecode => url_decode(input, out, false),
-        Transform::UrlDecodeUni => url_decode(input, out, true),
+        Transform::UrlDecode => url_decode(input, out, false, &mut false),
+        Transform::UrlDecodeUni => url_decode(input, out, true, &mut false),
         Transform::UrlEncode => url_encode(input, out),
         Transform::HtmlEntityDecode => html_entity_decode(input, out),
         Transform::JsDecode => js_decode(input, out),
@@ -436,10 +436,52 @@ fn uppercase(input: &[u8], out: &mut Vec<u8>) -> bool {
 // ---------------------------------------------------------------------------
 // URL
 
+/// ModSecurity's `urldecode_nonstrict_inplace` (`t:urlDecode`), as the
+/// engine decodes urlencoded arguments and RFC 5987 file names with it:
+/// `+` a space, `%XX` decoded, an invalid `%` kept and `invalid` set.
+pub fn url_decode_nonstrict(input: &[u8], invalid: &mut bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    if url_decode(input, &mut out, false, invalid) {
+        out
+    } else {
+        input.to_vec()
+    }
+}
+
+/// ModSecurity's `uri_decode` (REQUEST_URI, REQUEST_FILENAME): `%XX`
+/// with two hex digits, nothing else (`+` stays).
+pub fn uri_decode(s: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        if s[i] == b'%' && i + 2 < s.len() {
+            if let (Some(a), Some(b)) = (hex_value(s[i + 1]), hex_value(s[i + 2])) {
+                out.push(a << 4 | b);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(s[i]);
+        i += 1;
+    }
+    out
+}
+
+/// The value of a hex digit (either case).
+pub fn hex_value(c: u8) -> Option<u8> {
+    match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        b'A'..=b'F' => Some(c - b'A' + 10),
+        _ => None,
+    }
+}
+
 /// `urlDecode` (ModSecurity's `urldecode_nonstrict_inplace`) and
 /// `urlDecodeUni` (adds IIS `%uHHHH`: the low byte, plus 0x20 for the
-/// full-width ASCII range `%uff01`-`%uff5e`). Invalid escapes are copied.
-fn url_decode(input: &[u8], out: &mut Vec<u8>, uni: bool) -> bool {
+/// full-width ASCII range `%uff01`-`%uff5e`). Invalid escapes are copied;
+/// an invalid `%` (not `%u`) sets `invalid`.
+fn url_decode(input: &[u8], out: &mut Vec<u8>, uni: bool, invalid: &mut bool) -> bool {
     let Some(p) = memchr::memchr2(b'%', b'+', input) else {
         return false;
     };
@@ -476,6 +518,7 @@ fn url_decode(input: &[u8], out: &mut Vec<u8>, uni: bool) -> bool {
                 out.push(x2c(input[i + 1], input[i + 2]));
                 i += 3;
             } else {
+                *invalid = true;
                 out.push(b'%');
                 i += 1;
             }

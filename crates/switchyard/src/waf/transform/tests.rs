@@ -1018,3 +1018,92 @@ fn triggers_cover_every_change() {
         assert!(skipped[k] > 0, "{} is never skipped", t.name());
     }
 }
+
+/// The engine's own URL decoder (`engine/tx.rs` before issue 31), kept
+/// here to show `url_decode_nonstrict` (now `t:urlDecode`'s decoder)
+/// gives the same bytes and the same invalid flag.
+fn url_decode_nonstrict_before(s: &[u8], invalid: &mut bool) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len());
+    let mut i = 0;
+    while i < s.len() {
+        match s[i] {
+            b'%' => {
+                if i + 2 < s.len() {
+                    if let (Some(a), Some(b)) = (hex_value(s[i + 1]), hex_value(s[i + 2])) {
+                        out.push(a << 4 | b);
+                        i += 3;
+                        continue;
+                    }
+                }
+                *invalid = true;
+                out.push(b'%');
+                i += 1;
+            }
+            b'+' => {
+                out.push(b' ');
+                i += 1;
+            }
+            c => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out
+}
+
+/// Every string of up to 5 bytes over the characters that matter to a
+/// URL decoder.
+fn url_decoder_inputs() -> Vec<Vec<u8>> {
+    const ALPHABET: &[u8] = b"%+0aFgu\xff";
+    let mut all = vec![Vec::new()];
+    let mut last = vec![Vec::new()];
+    for _ in 0..5 {
+        let mut next = Vec::new();
+        for s in &last {
+            for &c in ALPHABET {
+                let mut t = s.clone();
+                t.push(c);
+                next.push(t);
+            }
+        }
+        all.extend(next.iter().cloned());
+        last = next;
+    }
+    all
+}
+
+#[test]
+fn url_decode_nonstrict_is_the_engines_decoder() {
+    let mut inputs = url_decoder_inputs();
+    inputs.extend([
+        b"a=1&b=%41%4a%4B+c".to_vec(),
+        b"%%41%zz%4".to_vec(),
+        b"%u0041%uff01".to_vec(),
+    ]);
+    for s in inputs {
+        let (mut a, mut b) = (false, false);
+        assert_eq!(
+            url_decode_nonstrict(&s, &mut a),
+            url_decode_nonstrict_before(&s, &mut b),
+            "{s:?}"
+        );
+        assert_eq!(a, b, "invalid flag of {s:?}");
+        // And `t:urlDecode` agrees.
+        assert_eq!(
+            run(Transform::UrlDecode, &s),
+            url_decode_nonstrict(&s, &mut a)
+        );
+    }
+}
+
+#[test]
+fn uri_decode_and_hex_value() {
+    assert_eq!(uri_decode(b"/a%2Fb+c%41%zz%4"), b"/a/b+cA%zz%4");
+    assert_eq!(uri_decode(b"%"), b"%");
+    assert_eq!(uri_decode(b"%41"), b"A");
+    for c in 0..=255u8 {
+        let want = (c as char).to_digit(16).map(|d| d as u8);
+        assert_eq!(hex_value(c), want, "{c}");
+    }
+}

@@ -6,6 +6,7 @@
 //! and nothing of rules or collections; the transaction implements it.
 
 use crate::waf::seclang::Collection;
+use crate::waf::transform;
 
 mod multipart;
 pub(crate) use multipart::multipart;
@@ -308,7 +309,7 @@ impl Json<'_> {
     fn hex4(&mut self) -> Result<u32, String> {
         let mut v = 0u32;
         for _ in 0..4 {
-            let Some(h) = self.s.get(self.i).and_then(|&c| super::tx::hex(c)) else {
+            let Some(h) = self.s.get(self.i).and_then(|&c| transform::hex_value(c)) else {
                 return Err("invalid (non-hex) character occurs after '\\u' inside string".into());
             };
             v = v << 4 | u32::from(h);

@@ -630,7 +630,7 @@ fn parse_content_disposition(
                     None => &value[..],
                 };
                 let mut invalid = false;
-                part.filename = Some(crate::waf::engine::tx::url_decode_nonstrict(
+                part.filename = Some(crate::waf::transform::url_decode_nonstrict(
                     enc,
                     &mut invalid,
                 ));
