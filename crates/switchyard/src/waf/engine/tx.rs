@@ -2,8 +2,6 @@
 //! phases run over the compiled rules with ModSecurity v3's semantics.
 
 use std::cell::RefCell;
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::Arc;
 
 use super::body;
@@ -12,6 +10,7 @@ use super::compile::{
     Sel, TNode, Target, NO_SUMMARY_GROUP, NO_TARGETS_ID,
 };
 use super::{Engine, Intervention, InterventionKind, MatchedRule, Outcome, Request};
+use crate::fasthash::FxHashMap;
 use crate::waf::operator::{self, Captures};
 use crate::waf::seclang::{
     AllowScope, BodyProcessor, Collection, Ctl, EngineMode, IdRange, LimitAction, Variable,
@@ -56,31 +55,6 @@ pub(crate) struct Single {
     slot: u32,
 }
 
-/// FxHash (rustc's): short keys, no DoS concern for rule-set keys... and
-/// request-chosen keys are bounded by the argument limits.
-#[derive(Default, Clone, Copy)]
-pub(crate) struct Fx(u64);
-
-impl Hasher for Fx {
-    fn write(&mut self, bytes: &[u8]) {
-        const K: u64 = 0x517c_c1b7_2722_0a95;
-        let mut h = self.0;
-        let mut c = bytes.chunks_exact(8);
-        for w in &mut c {
-            let v = u64::from_le_bytes(w.try_into().unwrap_or([0; 8]));
-            h = (h.rotate_left(5) ^ v).wrapping_mul(K);
-        }
-        for &b in c.remainder() {
-            h = (h.rotate_left(5) ^ u64::from(b)).wrapping_mul(K);
-        }
-        self.0 = h;
-    }
-
-    fn finish(&self) -> u64 {
-        self.0
-    }
-}
-
 /// [`VarMap::pairs`]: the live entries, as many as the index holds.
 struct Pairs<'a> {
     entries: std::slice::Iter<'a, Option<(Vec<u8>, Vec<u8>)>>,
@@ -107,7 +81,10 @@ impl ExactSizeIterator for Pairs<'_> {}
 #[derive(Debug, Default, Clone)]
 pub(crate) struct VarMap {
     entries: Vec<Option<(Vec<u8>, Vec<u8>)>>,
-    index: HashMap<Vec<u8>, usize, BuildHasherDefault<Fx>>,
+    /// Lower-case name to entry. Fx (`crate::fasthash`): short keys, and
+    /// request-chosen ones are bounded by the argument limits; only the
+    /// map's speed depends on the hasher (its order is never read).
+    index: FxHashMap<Vec<u8>, usize>,
     /// Emptied buffers of an earlier transaction's variables (names,
     /// values, index keys), for new ones: the setup rules create the same
     /// hundred-odd variables in every transaction.
