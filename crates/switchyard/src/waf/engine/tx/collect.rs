@@ -1,0 +1,435 @@
+//! A target's values: what `ARGS`, `TX:/^x/`, `&REQUEST_HEADERS` or
+//! `TIME_HOUR` yield for a link (exclusions and target removals applied),
+//! and the key selectors that pick them.
+
+use std::cell::RefCell;
+
+use super::data::{Kv, ListId, Src, Val};
+use super::Transaction;
+use crate::waf::engine::compile::{Exclusion, Sel, Target};
+use crate::waf::engine::keyrx::KeyRegex;
+use crate::waf::operator;
+use crate::waf::seclang::{Collection, Variable};
+
+fn now_parts() -> [u64; 8] {
+    // [epoch, year, mon(1-12), day, hour, min, sec, wday]
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let days = t / 86400;
+    let rem = t % 86400;
+    // civil from days (Howard Hinnant)
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    let wday = (days + 4) % 7;
+    [
+        t,
+        y as u64,
+        m as u64,
+        d as u64,
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        wday,
+    ]
+}
+
+fn sel_matches(sel: &Sel, key: &[u8]) -> bool {
+    match sel {
+        Sel::All => true,
+        Sel::Key(k, _) => key.eq_ignore_ascii_case(k),
+        Sel::Regex(r, _) => r.is_match(key),
+    }
+}
+
+/// [`sel_matches`] for a list member, regex results cached per slot.
+/// Inlined: every member of a list goes through it, mostly for `All` or a
+/// key.
+#[inline]
+pub(super) fn sel_matches_at(
+    cache: &RefCell<Vec<(u64, u64)>>,
+    sel: &Sel,
+    key: &[u8],
+    slot: u32,
+) -> bool {
+    match sel {
+        Sel::All => true,
+        Sel::Key(k, _) => key.eq_ignore_ascii_case(k),
+        Sel::Regex(..) => sel_regex_matches_at(cache, sel, key, slot),
+    }
+}
+
+/// [`sel_matches_at`] for a regex selector.
+#[inline(never)]
+fn sel_regex_matches_at(
+    cache: &RefCell<Vec<(u64, u64)>>,
+    sel: &Sel,
+    key: &[u8],
+    slot: u32,
+) -> bool {
+    match sel {
+        Sel::Regex(r, id) if *id < 64 => {
+            let bit = 1u64 << id;
+            let mut c = cache.borrow_mut();
+            let i = slot as usize;
+            if c.len() <= i {
+                c.resize(i + 1, (0, 0));
+            }
+            let (known, hit) = c[i];
+            if known & bit != 0 {
+                return hit & bit != 0;
+            }
+            let m = r.is_match(key);
+            c[i].0 |= bit;
+            if m {
+                c[i].1 |= bit;
+            }
+            m
+        }
+        _ => sel_matches(sel, key),
+    }
+}
+
+pub(super) fn to_exclusion(v: &Variable) -> Exclusion {
+    use crate::waf::seclang::Selector;
+    Exclusion {
+        coll: v.collection,
+        sel: match &v.selector {
+            None => Sel::All,
+            Some(Selector::Key(k)) => {
+                Sel::Key(k.to_ascii_lowercase().into_bytes().into(), k.clone())
+            }
+            Some(Selector::Regex { regex, source }) => {
+                Sel::Regex(KeyRegex::new(regex.clone(), source), u32::MAX)
+            }
+        },
+    }
+}
+
+impl Transaction<'_> {
+    /// The values of a variable as rules see them, e.g. `ARGS_POST` or
+    /// `MULTIPART_STRICT_ERROR` (names and values).
+    pub fn values(&mut self, var: &str) -> Vec<(String, Vec<u8>)> {
+        let Ok(vars) = crate::waf::seclang::parse_variables(var) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        for v in vars {
+            let t = Target {
+                coll: v.collection,
+                sel: to_exclusion(&v).sel,
+                count: v.count,
+            };
+            let mut vals = Vec::new();
+            self.collect(&t, &[], &mut vals, None);
+            for v in vals {
+                out.push((
+                    String::from_utf8_lossy(&v.name(&self.d, &self.st.tx)).into_owned(),
+                    v.value(&self.d, &self.st.tx).to_vec(),
+                ));
+            }
+        }
+        out
+    }
+
+    /// The values of one target, exclusions applied.
+    pub(super) fn collect(
+        &self,
+        t: &Target,
+        excl: &[Exclusion],
+        out: &mut Vec<Val>,
+        removals: Option<&[Exclusion]>,
+    ) {
+        use Collection as C;
+        let removals = removals.unwrap_or(&[]);
+        let sc = &self.sel_cache;
+        let excluded = |coll: Collection, key: &[u8]| -> bool {
+            excl.iter()
+                .chain(removals.iter())
+                .any(|e| e.coll == coll && sel_matches(&e.sel, key))
+        };
+        let excluded_at = |coll: Collection, key: &[u8], slot: u32| -> bool {
+            excl.iter()
+                .chain(removals.iter())
+                .any(|e| e.coll == coll && sel_matches_at(sc, &e.sel, key, slot))
+        };
+        let start = out.len();
+        let d = &self.d;
+        let coll = t.coll;
+        let push_list = |l: ListId, items: &[Kv], names: bool, out: &mut Vec<Val>| {
+            for (i, kv) in items.iter().enumerate() {
+                if !sel_matches_at(sc, &t.sel, &kv.key, kv.slot + 1)
+                    || excluded_at(coll, &kv.key, kv.slot + 1)
+                {
+                    continue;
+                }
+                out.push(Val {
+                    coll,
+                    src: Src::List(l, i as u32, names),
+                });
+            }
+        };
+        match coll {
+            C::Args
+            | C::ArgsGet
+            | C::ArgsPost
+            | C::ArgsNames
+            | C::ArgsGetNames
+            | C::ArgsPostNames => {
+                let names = matches!(coll, C::ArgsNames | C::ArgsGetNames | C::ArgsPostNames);
+                for (i, a) in d.args.iter().enumerate() {
+                    let keep = match coll {
+                        C::ArgsGet | C::ArgsGetNames => !a.post,
+                        C::ArgsPost | C::ArgsPostNames => a.post,
+                        _ => true,
+                    };
+                    if !keep
+                        || !sel_matches_at(sc, &t.sel, &a.kv.key, a.kv.slot + 1)
+                        || excluded_at(coll, &a.kv.key, a.kv.slot + 1)
+                    {
+                        continue;
+                    }
+                    out.push(Val {
+                        coll,
+                        src: Src::List(ListId::Args, i as u32, names),
+                    });
+                }
+            }
+            C::RequestHeaders => push_list(ListId::Headers, &d.headers, false, out),
+            C::RequestHeadersNames => push_list(ListId::Headers, &d.headers, true, out),
+            C::RequestCookies => push_list(ListId::Cookies, &d.cookies, false, out),
+            C::RequestCookiesNames => push_list(ListId::Cookies, &d.cookies, true, out),
+            C::ResponseHeaders => push_list(ListId::RespHeaders, &d.resp_headers, false, out),
+            C::ResponseHeadersNames => push_list(ListId::RespHeaders, &d.resp_headers, true, out),
+            C::Files => push_list(ListId::Files, &d.files, false, out),
+            C::FilesNames => push_list(ListId::Files, &d.files, true, out),
+            C::FilesSizes => push_list(ListId::FilesSizes, &d.files_sizes, false, out),
+            C::FilesTmpContent => push_list(ListId::FilesContent, &d.files_content, false, out),
+            C::FilesTmpNames => {}
+            C::MultipartPartHeaders => push_list(ListId::PartHeaders, &d.part_headers, false, out),
+            C::Xml => {
+                let raw: &str = match &t.sel {
+                    Sel::Key(_, raw) => raw,
+                    _ => "/*",
+                };
+                if raw.contains('@') {
+                    push_list(ListId::XmlAttrs, &d.xml_attrs, false, out);
+                    // Attribute paths select by XPath, not by key.
+                    out.truncate(start);
+                    for i in 0..d.xml_attrs.len() {
+                        out.push(Val {
+                            coll,
+                            src: Src::List(ListId::XmlAttrs, i as u32, false),
+                        });
+                    }
+                } else if d.xml_text.is_some() {
+                    out.push(Val {
+                        coll,
+                        src: Src::XmlText,
+                    });
+                }
+            }
+            C::Tx | C::Ip | C::Global | C::Session | C::User | C::Resource | C::Env => {
+                let m = match coll {
+                    C::Tx => Some(&self.st.tx),
+                    C::Env => Some(&self.st.env),
+                    _ => self.other(coll),
+                };
+                if let Some(m) = m {
+                    let is_tx = coll == C::Tx;
+                    let mk = |i: usize, k: &[u8], v: &[u8]| Val {
+                        coll,
+                        src: if is_tx {
+                            Src::Tx(i as u32)
+                        } else {
+                            Src::Owned(k.to_vec(), v.to_vec())
+                        },
+                    };
+                    match &t.sel {
+                        Sel::Key(k, _) => {
+                            if let Some(&i) = m.index.get(&**k) {
+                                if let Some((key, v)) = &m.entries[i] {
+                                    if !excluded(coll, key) {
+                                        out.push(mk(i, key, v));
+                                    }
+                                }
+                            }
+                        }
+                        _ => {
+                            for (i, e) in m.entries.iter().enumerate() {
+                                if let Some((k, v)) = e {
+                                    if sel_matches(&t.sel, k) && !excluded(coll, k) {
+                                        out.push(mk(i, k, v));
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+                if coll == C::Env && out.len() == start {
+                    if let Sel::Key(_, raw) = &t.sel {
+                        if let Some(v) = std::env::var_os(&**raw) {
+                            out.push(Val {
+                                coll,
+                                src: Src::Owned(
+                                    raw.as_bytes().to_vec(),
+                                    v.to_string_lossy().as_bytes().to_vec(),
+                                ),
+                            });
+                        }
+                    }
+                }
+            }
+            C::MatchedVar => {
+                let v: &[u8] = if self.st.has_mv { &self.st.mv.1 } else { b"" };
+                out.push(Val {
+                    coll,
+                    src: Src::Owned(Vec::new(), v.to_vec()),
+                });
+            }
+            C::MatchedVarName => {
+                let v: &[u8] = if self.st.has_mv { &self.st.mv.0 } else { b"" };
+                out.push(Val {
+                    coll,
+                    src: Src::Owned(Vec::new(), v.to_vec()),
+                });
+            }
+            C::MatchedVars | C::MatchedVarsNames => {
+                for (n, v) in &self.st.matched_vars[..self.st.mvs_len] {
+                    if !sel_matches(&t.sel, n) || excluded(coll, n) {
+                        continue;
+                    }
+                    let value = if coll == C::MatchedVars { v } else { n };
+                    out.push(Val {
+                        coll,
+                        src: Src::Owned(n.clone(), value.clone()),
+                    });
+                }
+            }
+            C::ArgsCombinedSize => out.push(num(coll, d.args_combined_size() as u64)),
+            C::FilesCombinedSize => {
+                let n: u64 = d
+                    .files_sizes
+                    .iter()
+                    .map(|kv| operator::stoi(&kv.value).max(0) as u64)
+                    .sum();
+                out.push(num(coll, n))
+            }
+            C::FullRequest | C::FullRequestLength => {
+                let mut f = Vec::new();
+                f.extend_from_slice(d.get(C::RequestLine).unwrap_or(b""));
+                f.push(b'\n');
+                for h in &d.headers {
+                    f.extend_from_slice(&h.key);
+                    f.extend_from_slice(b": ");
+                    f.extend_from_slice(&h.value);
+                    f.push(b'\n');
+                }
+                f.push(b'\n');
+                f.extend_from_slice(&d.body);
+                if coll == C::FullRequest {
+                    out.push(Val {
+                        coll,
+                        src: Src::Owned(Vec::new(), f),
+                    });
+                } else {
+                    out.push(owned(coll, f.len().to_string()));
+                }
+            }
+            C::HighestSeverity => out.push(owned(
+                coll,
+                self.st
+                    .highest_severity
+                    .map_or("255".to_string(), |s| s.to_string()),
+            )),
+            C::Duration => out.push(owned(coll, self.started.elapsed().as_micros().to_string())),
+            C::Time
+            | C::TimeDay
+            | C::TimeEpoch
+            | C::TimeHour
+            | C::TimeMin
+            | C::TimeMon
+            | C::TimeSec
+            | C::TimeWday
+            | C::TimeYear => {
+                let p = now_parts();
+                let s = match coll {
+                    C::TimeEpoch => p[0].to_string(),
+                    C::TimeYear => p[1].to_string(),
+                    C::TimeMon => format!("{:02}", p[2]),
+                    C::TimeDay => format!("{:02}", p[3]),
+                    C::TimeHour => format!("{:02}", p[4]),
+                    C::TimeMin => format!("{:02}", p[5]),
+                    C::TimeSec => format!("{:02}", p[6]),
+                    C::TimeWday => p[7].to_string(),
+                    _ => format!(
+                        "{:02}{:02}{:02}{:02}{:02}{:02}{:02}",
+                        p[1] / 100,
+                        p[1] % 100,
+                        p[2],
+                        p[3],
+                        p[4],
+                        p[5],
+                        p[6]
+                    ),
+                };
+                out.push(owned(coll, s));
+            }
+            C::MscPcreLimitsExceeded => out.push(owned(
+                coll,
+                if self.st.limit_hit { "1" } else { "0" }.to_string(),
+            )),
+            C::ModsecBuild => out.push(owned(coll, "030009".to_string())),
+            C::Rule => {}
+            C::Geo => {}
+            C::WebserverErrorLog => {}
+            C::ResponseContentType
+            | C::ResponseContentLength
+            | C::MultipartFilename
+            | C::MultipartName => {
+                if let Some(s) = d.single(coll) {
+                    let _ = s;
+                    out.push(Val {
+                        coll,
+                        src: Src::Single(coll),
+                    });
+                }
+            }
+            _ => out.push(Val {
+                coll,
+                src: Src::Single(coll),
+            }),
+        }
+        if t.count {
+            let n = out.len() - start;
+            out.truncate(start);
+            out.push(num(coll, n as u64));
+        }
+    }
+}
+
+/// A number as a value (no allocation).
+fn num(coll: Collection, n: u64) -> Val {
+    let mut digits = [0u8; 20];
+    let start = digits.len() - crate::http::responses::itoa(n, &mut digits).len();
+    Val {
+        coll,
+        src: Src::Num(digits, start as u8),
+    }
+}
+
+fn owned(coll: Collection, v: String) -> Val {
+    Val {
+        coll,
+        src: Src::Owned(Vec::new(), v.into_bytes()),
+    }
+}
