@@ -150,208 +150,51 @@ impl Transaction<'_> {
         removals: Option<&[Exclusion]>,
     ) {
         use Collection as C;
-        let removals = removals.unwrap_or(&[]);
-        let sc = &self.sel_cache;
-        let excluded = |coll: Collection, key: &[u8]| -> bool {
-            excl.iter()
-                .chain(removals.iter())
-                .any(|e| e.coll == coll && sel_matches(&e.sel, key))
-        };
-        let excluded_at = |coll: Collection, key: &[u8], slot: u32| -> bool {
-            excl.iter()
-                .chain(removals.iter())
-                .any(|e| e.coll == coll && sel_matches_at(sc, &e.sel, key, slot))
+        let f = Filter {
+            t,
+            excl,
+            removals: removals.unwrap_or(&[]),
+            sel_cache: &self.sel_cache,
         };
         let start = out.len();
         let d = &self.d;
         let coll = t.coll;
-        let push_list = |l: ListId, items: &[Kv], names: bool, out: &mut Vec<Val>| {
-            for (i, kv) in items.iter().enumerate() {
-                if !sel_matches_at(sc, &t.sel, &kv.key, kv.slot + 1)
-                    || excluded_at(coll, &kv.key, kv.slot + 1)
-                {
-                    continue;
-                }
-                out.push(Val {
-                    coll,
-                    src: Src::List(l, i as u32, names),
-                });
-            }
-        };
         match coll {
             C::Args
             | C::ArgsGet
             | C::ArgsPost
             | C::ArgsNames
             | C::ArgsGetNames
-            | C::ArgsPostNames => {
-                let names = matches!(coll, C::ArgsNames | C::ArgsGetNames | C::ArgsPostNames);
-                for (i, a) in d.args.iter().enumerate() {
-                    let keep = match coll {
-                        C::ArgsGet | C::ArgsGetNames => !a.post,
-                        C::ArgsPost | C::ArgsPostNames => a.post,
-                        _ => true,
-                    };
-                    if !keep
-                        || !sel_matches_at(sc, &t.sel, &a.kv.key, a.kv.slot + 1)
-                        || excluded_at(coll, &a.kv.key, a.kv.slot + 1)
-                    {
-                        continue;
-                    }
-                    out.push(Val {
-                        coll,
-                        src: Src::List(ListId::Args, i as u32, names),
-                    });
-                }
-            }
-            C::RequestHeaders => push_list(ListId::Headers, &d.headers, false, out),
-            C::RequestHeadersNames => push_list(ListId::Headers, &d.headers, true, out),
-            C::RequestCookies => push_list(ListId::Cookies, &d.cookies, false, out),
-            C::RequestCookiesNames => push_list(ListId::Cookies, &d.cookies, true, out),
-            C::ResponseHeaders => push_list(ListId::RespHeaders, &d.resp_headers, false, out),
-            C::ResponseHeadersNames => push_list(ListId::RespHeaders, &d.resp_headers, true, out),
-            C::Files => push_list(ListId::Files, &d.files, false, out),
-            C::FilesNames => push_list(ListId::Files, &d.files, true, out),
-            C::FilesSizes => push_list(ListId::FilesSizes, &d.files_sizes, false, out),
-            C::FilesTmpContent => push_list(ListId::FilesContent, &d.files_content, false, out),
+            | C::ArgsPostNames => self.collect_args(&f, out),
+            C::RequestHeaders => f.push_list(ListId::Headers, &d.headers, false, out),
+            C::RequestHeadersNames => f.push_list(ListId::Headers, &d.headers, true, out),
+            C::RequestCookies => f.push_list(ListId::Cookies, &d.cookies, false, out),
+            C::RequestCookiesNames => f.push_list(ListId::Cookies, &d.cookies, true, out),
+            C::ResponseHeaders => f.push_list(ListId::RespHeaders, &d.resp_headers, false, out),
+            C::ResponseHeadersNames => f.push_list(ListId::RespHeaders, &d.resp_headers, true, out),
+            C::Files => f.push_list(ListId::Files, &d.files, false, out),
+            C::FilesNames => f.push_list(ListId::Files, &d.files, true, out),
+            C::FilesSizes => f.push_list(ListId::FilesSizes, &d.files_sizes, false, out),
+            C::FilesTmpContent => f.push_list(ListId::FilesContent, &d.files_content, false, out),
             C::FilesTmpNames => {}
-            C::MultipartPartHeaders => push_list(ListId::PartHeaders, &d.part_headers, false, out),
-            C::Xml => {
-                let raw: &str = match &t.sel {
-                    Sel::Key(_, raw) => raw,
-                    _ => "/*",
-                };
-                if raw.contains('@') {
-                    push_list(ListId::XmlAttrs, &d.xml_attrs, false, out);
-                    // Attribute paths select by XPath, not by key.
-                    out.truncate(start);
-                    for i in 0..d.xml_attrs.len() {
-                        out.push(Val {
-                            coll,
-                            src: Src::List(ListId::XmlAttrs, i as u32, false),
-                        });
-                    }
-                } else if d.xml_text.is_some() {
-                    out.push(Val {
-                        coll,
-                        src: Src::XmlText,
-                    });
-                }
+            C::MultipartPartHeaders => {
+                f.push_list(ListId::PartHeaders, &d.part_headers, false, out)
             }
+            C::Xml => self.collect_xml(&f, out),
             C::Tx | C::Ip | C::Global | C::Session | C::User | C::Resource | C::Env => {
-                let m = match coll {
-                    C::Tx => Some(&self.st.tx),
-                    C::Env => Some(&self.st.env),
-                    _ => self.other(coll),
-                };
-                if let Some(m) = m {
-                    let is_tx = coll == C::Tx;
-                    let mk = |i: usize, k: &[u8], v: &[u8]| Val {
-                        coll,
-                        src: if is_tx {
-                            Src::Tx(i as u32)
-                        } else {
-                            Src::Owned(k.to_vec(), v.to_vec())
-                        },
-                    };
-                    match &t.sel {
-                        Sel::Key(k, _) => {
-                            if let Some(&i) = m.index.get(&**k) {
-                                if let Some((key, v)) = &m.entries[i] {
-                                    if !excluded(coll, key) {
-                                        out.push(mk(i, key, v));
-                                    }
-                                }
-                            }
-                        }
-                        _ => {
-                            for (i, e) in m.entries.iter().enumerate() {
-                                if let Some((k, v)) = e {
-                                    if sel_matches(&t.sel, k) && !excluded(coll, k) {
-                                        out.push(mk(i, k, v));
-                                    }
-                                }
-                            }
-                        }
-                    }
-                }
-                if coll == C::Env && out.len() == start {
-                    if let Sel::Key(_, raw) = &t.sel {
-                        if let Some(v) = std::env::var_os(&**raw) {
-                            out.push(Val {
-                                coll,
-                                src: Src::Owned(
-                                    raw.as_bytes().to_vec(),
-                                    v.to_string_lossy().as_bytes().to_vec(),
-                                ),
-                            });
-                        }
-                    }
-                }
+                self.collect_map(&f, out)
             }
-            C::MatchedVar => {
-                let v: &[u8] = if self.st.has_mv { &self.st.mv.1 } else { b"" };
-                out.push(Val {
-                    coll,
-                    src: Src::Owned(Vec::new(), v.to_vec()),
-                });
+            C::MatchedVar | C::MatchedVarName | C::MatchedVars | C::MatchedVarsNames => {
+                self.collect_matched(&f, out)
             }
-            C::MatchedVarName => {
-                let v: &[u8] = if self.st.has_mv { &self.st.mv.0 } else { b"" };
-                out.push(Val {
-                    coll,
-                    src: Src::Owned(Vec::new(), v.to_vec()),
-                });
-            }
-            C::MatchedVars | C::MatchedVarsNames => {
-                for (n, v) in &self.st.matched_vars[..self.st.mvs_len] {
-                    if !sel_matches(&t.sel, n) || excluded(coll, n) {
-                        continue;
-                    }
-                    let value = if coll == C::MatchedVars { v } else { n };
-                    out.push(Val {
-                        coll,
-                        src: Src::Owned(n.clone(), value.clone()),
-                    });
-                }
-            }
-            C::ArgsCombinedSize => out.push(num(coll, d.args_combined_size() as u64)),
-            C::FilesCombinedSize => {
-                let n: u64 = d
-                    .files_sizes
-                    .iter()
-                    .map(|kv| operator::stoi(&kv.value).max(0) as u64)
-                    .sum();
-                out.push(num(coll, n))
-            }
-            C::FullRequest | C::FullRequestLength => {
-                let mut f = Vec::new();
-                f.extend_from_slice(d.get(C::RequestLine).unwrap_or(b""));
-                f.push(b'\n');
-                for h in &d.headers {
-                    f.extend_from_slice(&h.key);
-                    f.extend_from_slice(b": ");
-                    f.extend_from_slice(&h.value);
-                    f.push(b'\n');
-                }
-                f.push(b'\n');
-                f.extend_from_slice(&d.body);
-                if coll == C::FullRequest {
-                    out.push(Val {
-                        coll,
-                        src: Src::Owned(Vec::new(), f),
-                    });
-                } else {
-                    out.push(owned(coll, f.len().to_string()));
-                }
-            }
-            C::HighestSeverity => out.push(owned(
-                coll,
-                self.st
-                    .highest_severity
-                    .map_or("255".to_string(), |s| s.to_string()),
-            )),
-            C::Duration => out.push(owned(coll, self.started.elapsed().as_micros().to_string())),
+            C::ArgsCombinedSize
+            | C::FilesCombinedSize
+            | C::FullRequest
+            | C::FullRequestLength
+            | C::HighestSeverity
+            | C::Duration
+            | C::MscPcreLimitsExceeded
+            | C::ModsecBuild => out.push(self.computed(coll)),
             C::Time
             | C::TimeDay
             | C::TimeEpoch
@@ -360,35 +203,7 @@ impl Transaction<'_> {
             | C::TimeMon
             | C::TimeSec
             | C::TimeWday
-            | C::TimeYear => {
-                let p = now_parts();
-                let s = match coll {
-                    C::TimeEpoch => p[0].to_string(),
-                    C::TimeYear => p[1].to_string(),
-                    C::TimeMon => format!("{:02}", p[2]),
-                    C::TimeDay => format!("{:02}", p[3]),
-                    C::TimeHour => format!("{:02}", p[4]),
-                    C::TimeMin => format!("{:02}", p[5]),
-                    C::TimeSec => format!("{:02}", p[6]),
-                    C::TimeWday => p[7].to_string(),
-                    _ => format!(
-                        "{:02}{:02}{:02}{:02}{:02}{:02}{:02}",
-                        p[1] / 100,
-                        p[1] % 100,
-                        p[2],
-                        p[3],
-                        p[4],
-                        p[5],
-                        p[6]
-                    ),
-                };
-                out.push(owned(coll, s));
-            }
-            C::MscPcreLimitsExceeded => out.push(owned(
-                coll,
-                if self.st.limit_hit { "1" } else { "0" }.to_string(),
-            )),
-            C::ModsecBuild => out.push(owned(coll, "030009".to_string())),
+            | C::TimeYear => out.push(time(coll)),
             C::Rule => {}
             C::Geo => {}
             C::WebserverErrorLog => {}
@@ -415,6 +230,270 @@ impl Transaction<'_> {
             out.push(num(coll, n as u64));
         }
     }
+
+    /// ARGS, ARGS_GET, ARGS_POST and their `_NAMES`.
+    fn collect_args(&self, f: &Filter<'_>, out: &mut Vec<Val>) {
+        use Collection as C;
+        let coll = f.t.coll;
+        let names = matches!(coll, C::ArgsNames | C::ArgsGetNames | C::ArgsPostNames);
+        for (i, a) in self.d.args.iter().enumerate() {
+            let keep = match coll {
+                C::ArgsGet | C::ArgsGetNames => !a.post,
+                C::ArgsPost | C::ArgsPostNames => a.post,
+                _ => true,
+            };
+            if !keep || !f.keeps_at(&a.kv.key, a.kv.slot + 1) {
+                continue;
+            }
+            out.push(Val {
+                coll,
+                src: Src::List(ListId::Args, i as u32, names),
+            });
+        }
+    }
+
+    /// XML: the document's text, or every attribute value for an
+    /// attribute path (`XML://@*`).
+    fn collect_xml(&self, f: &Filter<'_>, out: &mut Vec<Val>) {
+        let d = &self.d;
+        let coll = f.t.coll;
+        let start = out.len();
+        let raw: &str = match &f.t.sel {
+            Sel::Key(_, raw) => raw,
+            _ => "/*",
+        };
+        if raw.contains('@') {
+            f.push_list(ListId::XmlAttrs, &d.xml_attrs, false, out);
+            // Attribute paths select by XPath, not by key.
+            out.truncate(start);
+            for i in 0..d.xml_attrs.len() {
+                out.push(Val {
+                    coll,
+                    src: Src::List(ListId::XmlAttrs, i as u32, false),
+                });
+            }
+        } else if d.xml_text.is_some() {
+            out.push(Val {
+                coll,
+                src: Src::XmlText,
+            });
+        }
+    }
+
+    /// TX, ENV and the `initcol` collections (IP, GLOBAL, SESSION, USER,
+    /// RESOURCE); ENV:name falls back to the process environment.
+    fn collect_map(&self, f: &Filter<'_>, out: &mut Vec<Val>) {
+        use Collection as C;
+        let coll = f.t.coll;
+        let start = out.len();
+        let m = match coll {
+            C::Tx => Some(&self.st.tx),
+            C::Env => Some(&self.st.env),
+            _ => self.other(coll),
+        };
+        if let Some(m) = m {
+            let is_tx = coll == C::Tx;
+            let mk = |i: usize, k: &[u8], v: &[u8]| Val {
+                coll,
+                src: if is_tx {
+                    Src::Tx(i as u32)
+                } else {
+                    Src::Owned(k.to_vec(), v.to_vec())
+                },
+            };
+            match &f.t.sel {
+                Sel::Key(k, _) => {
+                    if let Some(&i) = m.index.get(&**k) {
+                        if let Some((key, v)) = &m.entries[i] {
+                            if !f.excluded(coll, key) {
+                                out.push(mk(i, key, v));
+                            }
+                        }
+                    }
+                }
+                _ => {
+                    for (i, e) in m.entries.iter().enumerate() {
+                        if let Some((k, v)) = e {
+                            if sel_matches(&f.t.sel, k) && !f.excluded(coll, k) {
+                                out.push(mk(i, k, v));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if coll == C::Env && out.len() == start {
+            if let Sel::Key(_, raw) = &f.t.sel {
+                if let Some(v) = std::env::var_os(&**raw) {
+                    out.push(Val {
+                        coll,
+                        src: Src::Owned(
+                            raw.as_bytes().to_vec(),
+                            v.to_string_lossy().as_bytes().to_vec(),
+                        ),
+                    });
+                }
+            }
+        }
+    }
+
+    /// MATCHED_VAR, MATCHED_VAR_NAME, MATCHED_VARS(_NAMES).
+    fn collect_matched(&self, f: &Filter<'_>, out: &mut Vec<Val>) {
+        use Collection as C;
+        let coll = f.t.coll;
+        match coll {
+            C::MatchedVar | C::MatchedVarName => {
+                let v: &[u8] = match (self.st.has_mv, coll) {
+                    (false, _) => b"",
+                    (true, C::MatchedVar) => &self.st.mv.1,
+                    (true, _) => &self.st.mv.0,
+                };
+                out.push(Val {
+                    coll,
+                    src: Src::Owned(Vec::new(), v.to_vec()),
+                });
+            }
+            _ => {
+                for (n, v) in &self.st.matched_vars[..self.st.mvs_len] {
+                    if !sel_matches(&f.t.sel, n) || f.excluded(coll, n) {
+                        continue;
+                    }
+                    let value = if coll == C::MatchedVars { v } else { n };
+                    out.push(Val {
+                        coll,
+                        src: Src::Owned(n.clone(), value.clone()),
+                    });
+                }
+            }
+        }
+    }
+
+    /// The one value of a variable computed when read (sizes, the full
+    /// request, HIGHEST_SEVERITY, DURATION, ...).
+    fn computed(&self, coll: Collection) -> Val {
+        use Collection as C;
+        let d = &self.d;
+        match coll {
+            C::ArgsCombinedSize => num(coll, d.args_combined_size() as u64),
+            C::FilesCombinedSize => {
+                let n: u64 = d
+                    .files_sizes
+                    .iter()
+                    .map(|kv| operator::stoi(&kv.value).max(0) as u64)
+                    .sum();
+                num(coll, n)
+            }
+            C::FullRequest | C::FullRequestLength => {
+                let mut f = Vec::new();
+                f.extend_from_slice(d.get(C::RequestLine).unwrap_or(b""));
+                f.push(b'\n');
+                for h in &d.headers {
+                    f.extend_from_slice(&h.key);
+                    f.extend_from_slice(b": ");
+                    f.extend_from_slice(&h.value);
+                    f.push(b'\n');
+                }
+                f.push(b'\n');
+                f.extend_from_slice(&d.body);
+                if coll == C::FullRequest {
+                    Val {
+                        coll,
+                        src: Src::Owned(Vec::new(), f),
+                    }
+                } else {
+                    owned(coll, f.len().to_string())
+                }
+            }
+            C::HighestSeverity => owned(
+                coll,
+                self.st
+                    .highest_severity
+                    .map_or("255".to_string(), |s| s.to_string()),
+            ),
+            C::Duration => owned(coll, self.started.elapsed().as_micros().to_string()),
+            C::MscPcreLimitsExceeded => {
+                owned(coll, if self.st.limit_hit { "1" } else { "0" }.to_string())
+            }
+            // MODSEC_BUILD.
+            _ => owned(coll, "030009".to_string()),
+        }
+    }
+}
+
+/// The selector and exclusions of one target being collected: the link's
+/// exclusions (`!ARGS:x`) and the rule's target removals (ctl).
+struct Filter<'a> {
+    t: &'a Target,
+    excl: &'a [Exclusion],
+    removals: &'a [Exclusion],
+    /// Key selector regex results per slot.
+    sel_cache: &'a RefCell<Vec<(u64, u64)>>,
+}
+
+impl Filter<'_> {
+    /// Whether an exclusion or removal of `coll` takes out `key`.
+    fn excluded(&self, coll: Collection, key: &[u8]) -> bool {
+        self.excl
+            .iter()
+            .chain(self.removals.iter())
+            .any(|e| e.coll == coll && sel_matches(&e.sel, key))
+    }
+
+    /// [`Filter::excluded`] for a list member (regex results cached per
+    /// slot).
+    fn excluded_at(&self, coll: Collection, key: &[u8], slot: u32) -> bool {
+        self.excl
+            .iter()
+            .chain(self.removals.iter())
+            .any(|e| e.coll == coll && sel_matches_at(self.sel_cache, &e.sel, key, slot))
+    }
+
+    /// Whether the target's selector takes a list member with this key
+    /// (and key slot) and no exclusion takes it out.
+    fn keeps_at(&self, key: &[u8], slot: u32) -> bool {
+        sel_matches_at(self.sel_cache, &self.t.sel, key, slot)
+            && !self.excluded_at(self.t.coll, key, slot)
+    }
+
+    /// The members of a list the target keeps.
+    fn push_list(&self, l: ListId, items: &[Kv], names: bool, out: &mut Vec<Val>) {
+        for (i, kv) in items.iter().enumerate() {
+            if !self.keeps_at(&kv.key, kv.slot + 1) {
+                continue;
+            }
+            out.push(Val {
+                coll: self.t.coll,
+                src: Src::List(l, i as u32, names),
+            });
+        }
+    }
+}
+
+/// TIME and its parts, now.
+fn time(coll: Collection) -> Val {
+    use Collection as C;
+    let p = now_parts();
+    let s = match coll {
+        C::TimeEpoch => p[0].to_string(),
+        C::TimeYear => p[1].to_string(),
+        C::TimeMon => format!("{:02}", p[2]),
+        C::TimeDay => format!("{:02}", p[3]),
+        C::TimeHour => format!("{:02}", p[4]),
+        C::TimeMin => format!("{:02}", p[5]),
+        C::TimeSec => format!("{:02}", p[6]),
+        C::TimeWday => p[7].to_string(),
+        _ => format!(
+            "{:02}{:02}{:02}{:02}{:02}{:02}{:02}",
+            p[1] / 100,
+            p[1] % 100,
+            p[2],
+            p[3],
+            p[4],
+            p[5],
+            p[6]
+        ),
+    };
+    owned(coll, s)
 }
 
 /// A number as a value (no allocation).
