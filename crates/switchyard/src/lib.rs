@@ -6,6 +6,9 @@
 //! pools in `proxy::upstream`; `tls` terminates TLS before the session. `config` builds the immutable snapshot every
 //! step reads; `health` and `stats` run beside the data path.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![deny(unsafe_op_in_unsafe_fn)]
+
 pub mod accesslog;
 pub mod admin;
 pub mod balance;

@@ -307,6 +307,35 @@ fn the_path_is_normalized_first_and_only_there() {
     }
 }
 
+/// The discipline the code has, enforced: no `unwrap()`/`expect()` outside
+/// tests (clippy denies them in the library), no unsafe operation outside
+/// an `unsafe` block, and every ignored test says why it is ignored.
+#[test]
+fn lints_hold_the_discipline_and_ignored_tests_say_why() {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).expect("lib.rs");
+    for lint in [
+        "#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]",
+        "#![deny(unsafe_op_in_unsafe_fn)]",
+    ] {
+        assert!(lib.contains(lint), "lib.rs lacks {lint}");
+    }
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut bare = Vec::new();
+    for f in rs_files(&crates) {
+        if f.components().any(|c| c.as_os_str() == "target") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        if text.lines().any(|l| l.trim() == "#[ignore]") {
+            bare.push(f.display().to_string());
+        }
+    }
+    assert!(
+        bare.is_empty(),
+        "bare #[ignore] (write #[ignore = \"why\"]) in {bare:?}"
+    );
+}
+
 #[test]
 fn a_loop_is_found() {
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
