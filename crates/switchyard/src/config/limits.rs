@@ -25,7 +25,7 @@ use toml::Spanned;
 
 use super::types::Problem;
 use super::types::{parse_duration, Cidr};
-use crate::stick::{Action, Key, Limit, Rate, Table};
+use crate::shield::stick::{Action, Key, Limit, Rate, Table};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]

@@ -142,7 +142,7 @@ pub struct VServer {
     /// The web application firewall, when the vserver turns it on.
     pub waf: Option<Arc<crate::waf::policy::VsWaf>>,
     /// Per-source limits, in order.
-    pub limits: Vec<Arc<crate::stick::Limit>>,
+    pub limits: Vec<Arc<crate::shield::stick::Limit>>,
     /// HTTP, or L4 (`tcp`, `udp`) with its settings.
     pub protocol: super::model::Protocol,
     pub l4: Option<Arc<L4Settings>>,

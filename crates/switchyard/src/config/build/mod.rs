@@ -167,7 +167,7 @@ pub fn build(
             vs.acl = Some(Arc::new(set));
         }
         if !v.limit.is_empty() {
-            let old: HashMap<String, Arc<crate::stick::Table>> = previous
+            let old: HashMap<String, Arc<crate::shield::stick::Table>> = previous
                 .and_then(|p| p.vservers.iter().find(|o| o.name == name))
                 .map(|o| {
                     o.limits
