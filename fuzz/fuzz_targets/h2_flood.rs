@@ -5,7 +5,7 @@
 use libfuzzer_sys::fuzz_target;
 use std::cell::Cell;
 use std::rc::Rc;
-use switchyard::guard::h2flood::FrameWatch;
+use switchyard::shield::h2flood::FrameWatch;
 
 /// Long enough that the window never rolls over while one input runs, so
 /// the outcome depends on the bytes only.

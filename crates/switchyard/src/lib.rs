@@ -6,6 +6,9 @@
 //! pools in `proxy::upstream`; `tls` terminates TLS before the session. `config` builds the immutable snapshot every
 //! step reads; `health` and `stats` run beside the data path.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+#![deny(unsafe_op_in_unsafe_fn)]
+
 pub mod accesslog;
 pub mod admin;
 pub mod balance;
@@ -17,7 +20,6 @@ pub mod compress;
 pub mod config;
 pub mod ctl;
 pub mod fasthash;
-pub mod guard;
 pub mod health;
 pub mod http;
 pub mod http2;
@@ -30,7 +32,6 @@ pub mod runtime;
 pub mod shield;
 pub mod source;
 pub mod stats;
-pub mod stick;
 pub mod tls;
 pub mod turn;
 pub mod waf;

@@ -78,6 +78,10 @@ static LOGGER: OnceLock<Logger> = OnceLock::new();
 /// The logger, and its thread, started by the first line logged.
 fn logger() -> &'static Logger {
     LOGGER.get_or_init(|| {
+        // Only when the first line is written, before any client is
+        // served: a process that cannot start a thread cannot serve either,
+        // and the panic names why.
+        #[allow(clippy::expect_used)]
         let handle = std::thread::Builder::new()
             .name("log".into())
             .spawn(|| {

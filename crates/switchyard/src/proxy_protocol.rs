@@ -499,11 +499,11 @@ pub fn encode_v2(src: SocketAddr, dst: SocketAddr, transport: Transport) -> Vec<
 /// The header a pool of `version` sends first on a TCP connection from
 /// `src` to `dst` (empty when it sends none).
 pub fn stream_header(
-    version: Option<crate::config::l4::ProxyVersion>,
+    version: Option<crate::config::snapshot::ProxyVersion>,
     src: SocketAddr,
     dst: SocketAddr,
 ) -> Vec<u8> {
-    use crate::config::l4::ProxyVersion;
+    use crate::config::snapshot::ProxyVersion;
     match version {
         None => Vec::new(),
         Some(ProxyVersion::V1) => encode_v1(src, dst),

@@ -885,7 +885,7 @@ fn a_node_reaches_etcd_over_tls_with_a_client_certificate_and_a_password() {
 /// cluster propagation -- --ignored --nocapture`); docs/cluster.md has the
 /// figures.
 #[test]
-#[ignore]
+#[ignore = "a measurement (publish-to-live latency across nodes), run by hand for docs/cluster.md"]
 fn propagation_latency() {
     if !have("etcd") || !have("etcdctl") {
         eprintln!("skipped: etcd and etcdctl are not installed");

@@ -2,7 +2,8 @@
 //! no module imports one that imports it back (between top-level modules,
 //! and between the files of `proxy/`), no file in `proxy/` grows past
 //! about 800 lines, and the request path is normalized before every stage
-//! (no other code rewrites it).
+//! (no other code rewrites it), and no folder's modules import each other
+//! back.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -135,6 +136,103 @@ fn top_level_modules_do_not_import_each_other_back() {
     }
 }
 
+/// The modules directly inside `dir` (files but `mod.rs` and `tests.rs`,
+/// and folders) and which of them each one names: `super::X` from a file
+/// of `dir`, `super::super::X` from a file one folder down (and so on),
+/// or `crate::PATH::X` from anywhere inside. Test-only files (`tests.rs`)
+/// may reach anywhere.
+fn sibling_graph(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let root = src();
+    let rel = dir.strip_prefix(&root).expect("under src");
+    let mut crate_path = String::from("crate::");
+    for c in rel.components() {
+        crate_path.push_str(&c.as_os_str().to_string_lossy());
+        crate_path.push_str("::");
+    }
+    let is_child = |name: &str| dir.join(name).is_dir() || dir.join(format!("{name}.rs")).is_file();
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return graph;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        let stem = p.file_stem().expect("name").to_string_lossy().to_string();
+        let files = if p.is_dir() {
+            rs_files(&p)
+        } else if p.extension().is_some_and(|x| x == "rs") && stem != "mod" && stem != "tests" {
+            vec![p.clone()]
+        } else {
+            continue;
+        };
+        let deps = graph.entry(stem.clone()).or_default();
+        for f in files {
+            if f.file_name().is_some_and(|n| n == "tests.rs") {
+                continue;
+            }
+            let c = code(&f);
+            // A file of `dir` is one level below it; a folder's mod.rs too.
+            let below = f.strip_prefix(dir).expect("inside").components().count();
+            let depth = if f.file_name().is_some_and(|n| n == "mod.rs") {
+                below - 1
+            } else {
+                below
+            };
+            let mut named = refs(&c, &crate_path);
+            if crate_path == "crate::" {
+                named = refs(&c, "crate::");
+            }
+            if depth >= 1 {
+                named.extend(refs(&c, &"super::".repeat(depth)));
+            }
+            for d in named {
+                if d != stem && is_child(&d) {
+                    deps.insert(d);
+                }
+            }
+        }
+    }
+    graph
+}
+
+/// No folder's modules import each other back (the config folder was one
+/// circle of ten files, the WAF engine's body parsers and transaction
+/// another): every folder reads as layers, whatever its depth.
+#[test]
+fn no_folder_has_an_import_loop() {
+    let mut dirs = vec![src()];
+    let mut checked = 0;
+    let mut loops = Vec::new();
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).expect("read dir").flatten() {
+            if e.path().is_dir() {
+                dirs.push(e.path());
+            }
+        }
+        let graph = sibling_graph(&d);
+        checked += 1;
+        if let Some(c) = cycle(&graph) {
+            loops.push(format!(
+                "{}: {}",
+                d.strip_prefix(src()).expect("under src").display(),
+                c.join(" -> ")
+            ));
+        }
+    }
+    assert!(checked > 10, "only {checked} folders checked");
+    assert!(loops.is_empty(), "import loops: {}", loops.join("; "));
+}
+
+#[test]
+fn the_loop_check_sees_super_and_crate_paths() {
+    // config/ had build -> limits -> build through `super::build::is_token`.
+    let g = sibling_graph(&src().join("config"));
+    assert!(
+        g.get("build").is_some_and(|d| d.contains("snapshot")),
+        "{g:?}"
+    );
+    assert!(g.get("l4").is_some_and(|d| d.contains("snapshot")), "{g:?}");
+}
+
 #[test]
 fn proxy_files_form_a_tree_and_stay_small() {
     let dir = src().join("proxy");
@@ -207,6 +305,35 @@ fn the_path_is_normalized_first_and_only_there() {
             );
         }
     }
+}
+
+/// The discipline the code has, enforced: no `unwrap()`/`expect()` outside
+/// tests (clippy denies them in the library), no unsafe operation outside
+/// an `unsafe` block, and every ignored test says why it is ignored.
+#[test]
+fn lints_hold_the_discipline_and_ignored_tests_say_why() {
+    let lib = std::fs::read_to_string(src().join("lib.rs")).expect("lib.rs");
+    for lint in [
+        "#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]",
+        "#![deny(unsafe_op_in_unsafe_fn)]",
+    ] {
+        assert!(lib.contains(lint), "lib.rs lacks {lint}");
+    }
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut bare = Vec::new();
+    for f in rs_files(&crates) {
+        if f.components().any(|c| c.as_os_str() == "target") {
+            continue;
+        }
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        if text.lines().any(|l| l.trim() == "#[ignore]") {
+            bare.push(f.display().to_string());
+        }
+    }
+    assert!(
+        bare.is_empty(),
+        "bare #[ignore] (write #[ignore = \"why\"]) in {bare:?}"
+    );
 }
 
 #[test]

@@ -161,6 +161,10 @@ static WRITER: OnceLock<Writer> = OnceLock::new();
 
 fn writer() -> &'static Writer {
     WRITER.get_or_init(|| {
+        // Only when the first line is written, before any client is
+        // served: a process that cannot start a thread cannot serve either,
+        // and the panic names why.
+        #[allow(clippy::expect_used)]
         let handle = std::thread::Builder::new()
             .name("access-log".into())
             .spawn(|| {

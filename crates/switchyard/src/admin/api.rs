@@ -151,30 +151,31 @@ pub const ROUTES: &[Route] = &[
 ];
 
 /// A per-source limit: its settings, keys tracked and refusals by reason.
-fn limit_json(l: &crate::stick::Limit) -> Value {
+fn limit_json(l: &crate::shield::stick::Limit) -> Value {
     use std::sync::atomic::Ordering::Relaxed;
     let c = l.counters();
-    let rate =
-        |r: Option<crate::stick::Rate>| r.map(|r| json!({"count": r.n, "window_ms": r.period_ms}));
+    let rate = |r: Option<crate::shield::stick::Rate>| {
+        r.map(|r| json!({"count": r.n, "window_ms": r.period_ms}))
+    };
     json!({
         "name": l.name,
         "key": match &l.key {
-            crate::stick::Key::Source => "src".to_string(),
-            crate::stick::Key::Header(h) => format!("header:{h}"),
-            crate::stick::Key::Cookie(c) => format!("cookie:{c}"),
-            crate::stick::Key::Path => "path".to_string(),
+            crate::shield::stick::Key::Source => "src".to_string(),
+            crate::shield::stick::Key::Header(h) => format!("header:{h}"),
+            crate::shield::stick::Key::Cookie(c) => format!("cookie:{c}"),
+            crate::shield::stick::Key::Path => "path".to_string(),
         },
         "conn_cur": l.conn_cur,
         "conn_rate": rate(l.conn_rate),
         "req_rate": rate(l.req_rate),
         "action": match l.action {
-            crate::stick::Action::Reject => "reject",
-            crate::stick::Action::Close => "close",
-            crate::stick::Action::Tarpit(_) => "tarpit",
-            crate::stick::Action::Deny(_) => "deny",
+            crate::shield::stick::Action::Reject => "reject",
+            crate::shield::stick::Action::Close => "close",
+            crate::shield::stick::Action::Tarpit(_) => "tarpit",
+            crate::shield::stick::Action::Deny(_) => "deny",
         },
         "keys": l.table.len(),
-        "refused": crate::stick::Reason::ALL
+        "refused": crate::shield::stick::Reason::ALL
             .iter()
             .map(|r| (r.name().to_string(), Value::from(c.refused[*r as usize].load(Relaxed))))
             .collect::<Map<String, Value>>(),

@@ -27,8 +27,8 @@ use std::time::Duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::tls_server::Problem;
 use super::types::parse_duration;
+use super::types::Problem;
 use crate::shield::ddos::{self, Action, Limit, Spec, Threshold, VECTORS};
 
 #[derive(Debug, Deserialize, Default)]

@@ -1,146 +1,19 @@
 //! The L4 parts of a vserver, validated: relay settings of `tcp` and `udp`
 //! vservers, SNI routes for TLS passthrough, the sources trusted to send a
-//! PROXY protocol header (any vserver), and listening socket options.
+//! PROXY protocol header (any vserver), and listening socket options. The
+//! types they become live in `snapshot` with the rest of what the data
+//! path reads.
 
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
 use super::model::{self, Protocol};
-use super::snapshot::Pool;
-use super::tls_server::Problem;
-use super::types::Cidr;
-
-/// How a TCP relay moves bytes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ZeroCopy {
-    /// splice(2) once reads are large (bulk transfers), copies for small ones.
-    Auto,
-    Splice,
-    Copy,
-}
-
-pub struct L4Settings {
-    pub idle_timeout_ms: u64,
-    pub zero_copy: ZeroCopy,
-    pub client_hello_timeout_ms: u64,
-    /// TLS passthrough routes; empty: every connection to the default pool.
-    pub sni: SniTable,
-    pub max_sessions: usize,
-    pub per_datagram: bool,
-    pub on_member_down: OnMemberDown,
-}
-
-/// What a UDP session does when its member is down (failed health checks,
-/// ejected, forced down or disabled; a draining member keeps its
-/// sessions). Decided on the session's next datagram from the client, as
-/// LVS's `expire_nodest_conn` decides on the next packet.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum OnMemberDown {
-    /// The datagram and the rest of the session go to a live member picked
-    /// as for a new session; the client keeps its session (the default: a
-    /// resolver, VPN or QUIC client that keeps its port is not left
-    /// sending into a dead member).
-    Reassign,
-    /// The session ends and the datagram is dropped (LVS with
-    /// `expire_nodest_conn = 1`): the client's next datagram opens a new
-    /// session on a live member.
-    Close,
-    /// The session stays with its member until it goes idle (LVS's
-    /// default, `expire_nodest_conn = 0`).
-    Keep,
-}
-
-/// Pools by server name: exact names first, then the longest wildcard.
-#[derive(Default)]
-pub struct SniTable {
-    exact: HashMap<String, Arc<Pool>>,
-    /// "example.com" for "*.example.com".
-    wildcard: HashMap<String, Arc<Pool>>,
-}
-
-impl SniTable {
-    pub fn is_empty(&self) -> bool {
-        self.exact.is_empty() && self.wildcard.is_empty()
-    }
-
-    /// The pool for `name` (lower case): exact, else `*.parent` for the
-    /// nearest parent (a wildcard matches one label or more, as HAProxy's
-    /// `req.ssl_sni -m end` rules are usually written).
-    pub fn pool_for(&self, name: &str) -> Option<&Arc<Pool>> {
-        if let Some(p) = self.exact.get(name) {
-            return Some(p);
-        }
-        let mut rest = name;
-        while let Some((_, parent)) = rest.split_once('.') {
-            if let Some(p) = self.wildcard.get(parent) {
-                return Some(p);
-            }
-            rest = parent;
-        }
-        None
-    }
-}
-
-/// Who must (and who alone may) open with a PROXY protocol header.
-#[derive(Debug)]
-pub struct AcceptProxy {
-    pub trusted: Vec<Cidr>,
-    pub timeout_ms: u64,
-    /// tcp vservers without TLS termination or `sni_route`: how long the
-    /// first bytes of an untrusted source are waited for before a member
-    /// is connected, so that a PROXY header among them is refused before
-    /// any member hears of the connection. A client still silent then is
-    /// connected (the member may speak first: SMTP, MySQL).
-    pub untrusted_wait_ms: u64,
-}
-
-impl AcceptProxy {
-    pub fn trusts(&self, ip: std::net::IpAddr) -> bool {
-        self.trusted.iter().any(|c| c.contains(ip))
-    }
-}
-
-/// Listening socket options.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SocketOpts {
-    pub backlog: i32,
-    pub keepalive_ms: Option<u64>,
-    pub fast_open: u32,
-    pub defer_accept_s: u32,
-    pub nodelay: bool,
-    /// IP_FREEBIND: bind an address not (yet) on this host.
-    pub freebind: bool,
-    /// TCP_QUICKACK off on the listener: accepted connections start in
-    /// delayed-ACK mode, so the kernel does not acknowledge a request on its
-    /// own; the response carries the ACK, one segment fewer per connection.
-    /// Worth it only where the client speaks first and is answered at once
-    /// (HTTP); a slow answer still gets its ACK after the delayed-ACK timer.
-    pub smart_accept: bool,
-}
-
-impl Default for SocketOpts {
-    fn default() -> Self {
-        SocketOpts {
-            backlog: 4096,
-            keepalive_ms: None,
-            fast_open: 0,
-            defer_accept_s: 0,
-            nodelay: true,
-            freebind: false,
-            smart_accept: false,
-        }
-    }
-}
-
-pub use crate::source::SourceAddress;
-
-/// PROXY protocol version sent to a pool's members.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ProxyVersion {
-    V1,
-    V2,
-}
+use super::snapshot::{
+    AcceptProxy, L4Settings, OnMemberDown, Pool, ProxyVersion, SniTable, SocketOpts, ZeroCopy,
+};
+use super::types::Problem;
+use crate::source::SourceAddress;
 
 /// `[vserver.l4]` and `[[vserver.sni_route]]` of vserver `name`.
 pub fn build(

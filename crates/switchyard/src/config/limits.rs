@@ -23,9 +23,9 @@ use std::sync::Arc;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::tls_server::Problem;
+use super::types::Problem;
 use super::types::{parse_duration, Cidr};
-use crate::stick::{Action, Key, Limit, Rate, Table};
+use crate::shield::stick::{Action, Key, Limit, Rate, Table};
 
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -105,7 +105,7 @@ pub fn build(
             None | Some("src") => Key::Source,
             Some("path") => Key::Path,
             Some(k) => match k.split_once(':') {
-                Some(("header", h)) if super::build::is_token(h) => {
+                Some(("header", h)) if super::types::is_token(h) => {
                     Key::Header(h.to_ascii_lowercase())
                 }
                 Some(("cookie", c)) if !c.is_empty() => Key::Cookie(c.to_string()),

@@ -22,8 +22,9 @@ pub mod waf;
 use std::fmt;
 use std::path::Path;
 
-pub use build::{build, is_token};
+pub use build::build;
 pub use snapshot::Snapshot;
+pub use types::is_token;
 
 /// One problem in a configuration file.
 #[derive(Debug, Clone)]

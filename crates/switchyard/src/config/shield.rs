@@ -27,8 +27,8 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::tls_server::Problem;
 use super::types::Cidr;
+use super::types::Problem;
 use crate::shield::acl::{self, Action, Rule};
 use crate::shield::AclSet;
 

@@ -18,14 +18,12 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use toml::Spanned;
 
 use super::model::{self, ClientAuth};
+use super::types::Problem;
 use crate::tls::{format_time, x509, CertStore, TlsServer};
 
 /// TLS 1.2 sessions remembered for session-ID resumption, shared by all
 /// workers of a vserver (one entry is a few hundred bytes).
 const SESSION_CACHE: usize = 10_000;
-
-/// One configuration error: where, and what.
-pub(super) type Problem = (Range<usize>, String);
 
 /// The protocol versions by their configuration names.
 pub(super) fn version(name: &str) -> Option<&'static SupportedProtocolVersion> {

@@ -15,7 +15,8 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 
 use super::model;
-use super::tls_server::{certified_key, read_certs, read_key, read_leaf, versions, Problem};
+use super::tls_server::{certified_key, read_certs, read_key, read_leaf, versions};
+use super::types::Problem;
 use crate::tls::upstream::{AcceptAnyCertificate, UpstreamTls};
 
 /// Used when a pool verifies members and names no `ca`.

@@ -2,6 +2,7 @@
 //! position of the value in the file.
 
 use std::fmt;
+use std::ops::Range;
 use std::time::Duration;
 
 use serde::de::{self, Deserializer, Visitor};
@@ -75,6 +76,16 @@ impl<'de> Deserialize<'de> for PathRegex {
             .map(PathRegex)
             .map_err(|e| de::Error::custom(format!("invalid regex {s:?}: {e}")))
     }
+}
+
+/// One configuration error: where, and what.
+pub type Problem = (Range<usize>, String);
+
+/// An HTTP token (RFC 9110 5.6.2): field names, methods.
+pub fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b))
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::tls_server::Problem;
+use super::types::Problem;
 use crate::waf::policy::{self, Audit, AuditLog, Mode, Sources, VsWaf, WafCounters};
 use crate::waf::seclang::LimitAction;
 

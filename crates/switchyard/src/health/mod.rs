@@ -23,8 +23,8 @@ use tokio_rustls::TlsConnector;
 
 use crate::balance::rand_u64;
 use crate::clock::now_ms;
-use crate::config::l4::ProxyVersion;
 use crate::config::model::HealthKind;
+use crate::config::snapshot::ProxyVersion;
 use crate::config::snapshot::{HealthCheck, Member, Snapshot};
 use crate::log;
 use crate::proxy_protocol;

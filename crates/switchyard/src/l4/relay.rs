@@ -32,7 +32,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, Interest};
 use tokio::net::TcpStream;
 
 use crate::clock::now_ms;
-use crate::config::l4::ZeroCopy;
+use crate::config::snapshot::ZeroCopy;
 
 /// Bytes moved each way.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]

@@ -28,7 +28,7 @@ use super::{client_hello, proxy_protocol};
 use crate::accesslog::{self, l4::End as LogEnd, TlsInfo};
 use crate::balance::persist::source_ip_hash;
 use crate::balance::Tried;
-use crate::config::l4::{AcceptProxy, L4Settings};
+use crate::config::snapshot::{AcceptProxy, L4Settings};
 use crate::config::snapshot::{HashKey, Member, Persist, Pool, Snapshot, VServer};
 use crate::health::passive;
 use crate::log;

@@ -40,8 +40,8 @@ use crate::accesslog;
 use crate::balance::AdminState;
 use crate::balance::Tried;
 use crate::clock::now_ms;
-use crate::config::l4::{OnMemberDown, ProxyVersion};
 use crate::config::snapshot::{Member, Pool, VServer};
+use crate::config::snapshot::{OnMemberDown, ProxyVersion};
 use crate::fasthash::FxHashMap;
 use crate::health::passive;
 use crate::log;
@@ -385,7 +385,7 @@ fn session_for(
     table: &Table,
     client: SocketAddr,
     reply_from: Option<IpAddr>,
-    l4: &crate::config::l4::L4Settings,
+    l4: &crate::config::snapshot::L4Settings,
 ) -> Option<Rc<Session>> {
     if let Some(s) = table.borrow().get(&client) {
         return Some(s.clone());

@@ -65,7 +65,7 @@ pub struct ConnGuard {
     /// The connection's places in per-source limits (`stick`), given back
     /// when it ends (held for their `Drop`).
     #[allow(dead_code)]
-    pub(super) leases: Option<Box<[crate::stick::Lease]>>,
+    pub(super) leases: Option<Box<[crate::shield::stick::Lease]>>,
     /// The worker's idle member connections and this client's
     /// `private_key`: the member connections that carry its PROXY header
     /// close with it.

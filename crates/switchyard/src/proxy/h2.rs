@@ -12,7 +12,7 @@
 //!
 //! Abuse the protocol allows but no client needs (CVE-2023-44487 rapid
 //! reset, SETTINGS/PING floods, empty frames) is counted on the wire by
-//! `guard::h2flood::FrameWatch`, which sees every frame header the client
+//! `shield::h2flood::FrameWatch`, which sees every frame header the client
 //! sends; past the budget the connection ends with
 //! GOAWAY(ENHANCE_YOUR_CALM), like HAProxy's "glitches". Header-size
 //! attacks (HPACK bombs, CONTINUATION floods) are bounded by
@@ -39,13 +39,13 @@ use super::hooks::Local;
 use super::pipeline;
 use super::stream::ClientStream;
 use crate::clock::now_ms;
-use crate::guard::h2flood::FrameWatch;
 use crate::http::h2conv;
 use crate::http::head::{HeadError, Limits};
 use crate::http::responses;
 use crate::http2::frame::{code, PREFACE};
 use crate::http2::server;
 use crate::log;
+use crate::shield::h2flood::FrameWatch;
 use crate::stats;
 use crate::turn::Hold;
 

@@ -17,7 +17,7 @@ use super::hooks::{Hooks, Local, Verdict};
 use crate::balance::persist::cookie;
 use crate::http::message::Request;
 use crate::http::responses;
-use crate::stick::{self, Action, Decision, Key, Limit, Reason};
+use crate::shield::stick::{self, Action, Decision, Key, Limit, Reason};
 
 #[derive(Default)]
 pub struct Limits {

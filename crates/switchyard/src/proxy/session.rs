@@ -186,8 +186,8 @@ fn admitted(
 
 /// A connection's fate under the vserver's per-source limits.
 enum Admission {
-    Yes(Option<Box<[crate::stick::Lease]>>),
-    No(crate::stick::Action),
+    Yes(Option<Box<[crate::shield::stick::Lease]>>),
+    No(crate::shield::stick::Action),
 }
 
 /// The per-source limits' decision on a new connection (by its source
@@ -201,7 +201,7 @@ fn limited(vs: &VServer, peer: SocketAddr) -> Admission {
         match l.on_connection(peer.ip()) {
             Ok(lease) => leases.extend(lease),
             Err(reason) => {
-                if let crate::stick::Action::Tarpit(_) = l.action {
+                if let crate::shield::stick::Action::Tarpit(_) = l.action {
                     l.count_tarpit();
                 }
                 log::debug(format_args!(
@@ -219,8 +219,8 @@ fn limited(vs: &VServer, peer: SocketAddr) -> Admission {
 
 /// Closes a connection a limit refused: with a reset (reject, deny), a
 /// plain close, or after holding it (tarpit).
-fn refuse(stream: std::net::TcpStream, action: crate::stick::Action) {
-    use crate::stick::Action;
+fn refuse(stream: std::net::TcpStream, action: crate::shield::stick::Action) {
+    use crate::shield::stick::Action;
     match action {
         Action::Reject | Action::Deny(_) => {
             let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::config::l4::SocketOpts;
+use crate::config::snapshot::SocketOpts;
 use crate::config::Snapshot;
 
 /// What a worker listens on: a TCP address (HTTP and tcp vservers) or a

@@ -11,9 +11,16 @@
 //!   `[shield.xdp]` names, before the kernel's stack (docs/shield.md).
 //! - `ddos`: the DDoS vectors of report 003 (`[shield.ddos]`): classified,
 //!   counted and limited in XDP, detected and learned in user space.
+//! - `stick`: per-source limits (`[[vserver.limit]]`, HAProxy's stick
+//!   tables): connections counted at accept, requests by the pipeline's
+//!   `limiting` stage.
+//! - `h2flood`: HTTP/2 flood accounting per connection (rapid reset,
+//!   CONTINUATION, PING and SETTINGS floods).
 
 pub mod acl;
 pub mod ddos;
+pub mod h2flood;
+pub mod stick;
 pub mod xdp;
 
 use std::collections::BTreeMap;

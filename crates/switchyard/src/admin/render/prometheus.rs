@@ -776,10 +776,10 @@ fn waf(ex: &mut Exposition, vserver: &str, w: &crate::waf::policy::VsWaf) {
 }
 
 /// A per-source limit: refusals by reason, tarpits, keys tracked.
-fn limit(ex: &mut Exposition, vserver: &str, l: &crate::stick::Limit) {
+fn limit(ex: &mut Exposition, vserver: &str, l: &crate::shield::stick::Limit) {
     let labels = format!("vserver={},limit={}", quote(vserver), quote(&l.name));
     let c = l.counters();
-    for r in crate::stick::Reason::ALL {
+    for r in crate::shield::stick::Reason::ALL {
         ex.sample(
             "switchyard_limit_refused_total",
             Kind::Counter,

@@ -898,7 +898,7 @@ SecAction "id:4,phase:5,pass,log"
 /// CPU per benign GET at paranoia level 1 and the memory of the loaded
 /// engine: `cargo test --release -p switchyard --lib waf::engine::tests::measure -- --ignored --nocapture`
 #[test]
-#[ignore]
+#[ignore = "a measurement (CPU and RSS per request), run by hand for docs/waf.md"]
 fn measure() {
     fn rss_kb() -> u64 {
         let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
@@ -972,7 +972,7 @@ fn measure() {
 
 /// Where the engine's memory goes (regexes with prefilters, @pm automata).
 #[test]
-#[ignore]
+#[ignore = "a measurement (memory per part of the engine), run by hand"]
 fn measure_memory_parts() {
     use crate::waf::operator;
     use crate::waf::seclang::{OperatorName, OperatorParam};
@@ -1075,7 +1075,7 @@ fn measure_memory_parts() {
 /// switchyard --lib waf::engine::tests::crs_regression_direct -- --exact
 /// --ignored --nocapture`.
 #[test]
-#[ignore]
+#[ignore = "needs a JSONL export of the CRS tests (CRS_TESTS_JSONL); the suite runs through the binary in scripts/test.sh"]
 fn crs_regression_direct() {
     let path = std::env::var("CRS_TESTS_JSONL").unwrap_or("/tmp/crs_tests.jsonl".into());
     let Ok(text) = std::fs::read_to_string(&path) else {
@@ -1319,7 +1319,7 @@ fn bench_loop(e: &Engine, n: usize, f: fn(&Engine) -> bool) -> usize {
 /// (`BENCH_N=1000 BENCH_ROUNDS=1`), the instructions of `bench_loop` over
 /// 2000 are the instructions per transaction (GET and POST averaged).
 #[test]
-#[ignore]
+#[ignore = "a benchmark of the CRS engine, run by hand (--release)"]
 fn bench_crs() {
     fn rss_kb() -> u64 {
         let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();

@@ -320,7 +320,7 @@ fn hostile_inputs() {
 
 /// `cargo test -p switchyard --release --lib waf::libinjection::tests::bench -- --ignored --nocapture`
 #[test]
-#[ignore]
+#[ignore = "a benchmark of libinjection, run by hand (--release)"]
 fn bench() {
     super::warm_up();
     let benign: [&[u8]; 8] = [

@@ -745,13 +745,27 @@ impl PrefilterSet {
                 _ => always.push(i as u32),
             }
         }
-        let ac = (!lits.is_empty()).then(|| {
-            aho_corasick::AhoCorasick::builder()
+        let ac = if lits.is_empty() {
+            None
+        } else {
+            match aho_corasick::AhoCorasick::builder()
                 .ascii_case_insensitive(true)
                 .match_kind(aho_corasick::MatchKind::Standard)
                 .build(&lits)
-                .expect("literal automaton")
-        });
+            {
+                Ok(ac) => Some(ac),
+                Err(_) => {
+                    // Too many literals for one automaton (a rule set far
+                    // beyond the CRS): no prefilter, every pattern runs,
+                    // rather than a load that panics.
+                    always.extend(owners.iter().flatten().copied());
+                    always.sort_unstable();
+                    always.dedup();
+                    owners.iter_mut().for_each(Vec::clear);
+                    None
+                }
+            }
+        };
         PrefilterSet {
             ac,
             owners,

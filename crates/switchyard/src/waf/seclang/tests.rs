@@ -222,7 +222,7 @@ fn crs_commented_examples_parse() {
 /// Rough memory of the parsed CRS (resident set growth while loading);
 /// `cargo test -p switchyard --lib waf::seclang::tests::crs_memory -- --ignored --nocapture`.
 #[test]
-#[ignore]
+#[ignore = "a measurement (RSS of the loaded CRS), run by hand"]
 fn crs_memory() {
     fn rss_kb() -> u64 {
         let s = std::fs::read_to_string("/proc/self/status").unwrap();

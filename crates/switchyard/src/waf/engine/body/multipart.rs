@@ -12,6 +12,10 @@
 use super::Sink;
 use crate::waf::seclang::Collection as C;
 
+/// A line the parser reads only inside a part came with none open: the
+/// parser's own state machine went wrong; refused, never a panic.
+const NO_PART: &str = "Multipart: internal error: no part is open.";
+
 const BUF: usize = 4096;
 /// `SecUploadFileLimit`'s default.
 const FILE_LIMIT: usize = 100;
@@ -335,7 +339,9 @@ impl Mp {
         } else {
             self.lf_line = true;
         }
-        let part = self.part.as_mut().expect("a part is open");
+        let Some(part) = self.part.as_mut() else {
+            return Err(NO_PART.into());
+        };
         if buf == b"\r\n" || buf == b"\n" {
             let Some(cd) = part
                 .headers
@@ -350,7 +356,9 @@ impl Mp {
             if invalid_quoting {
                 self.invalid_quoting = true;
             }
-            let part = self.part.as_mut().expect("a part is open");
+            let Some(part) = self.part.as_mut() else {
+                return Err(NO_PART.into());
+            };
             if let Some(n) = &part.name {
                 self.last_name = n.clone();
             }
@@ -453,7 +461,12 @@ impl Mp {
             reserved = &body[body.len() - 1..];
             body = &body[..body.len() - 1];
         }
-        let part = self.part.as_mut().expect("a part is open");
+        let Some(part) = self.part.as_mut() else {
+            // Marked as a parse error (MULTIPART_STRICT_ERROR), never
+            // dropped unseen.
+            self.error = true;
+            return;
+        };
         let add = self.reserve.len() + body.len();
         if !part.is_file {
             self.no_files_len += add;

@@ -1,0 +1,306 @@
+//! `[[vserver.policy]]`: matchers, actions and header edits.
+
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use toml::Spanned;
+
+use super::{pool_list, valid_value, Ctx};
+use crate::config::model;
+use crate::config::snapshot::*;
+use crate::config::types::is_token;
+
+pub(super) fn build_action(
+    cx: &mut Ctx,
+    a: &Spanned<model::Action>,
+    pools: &HashMap<String, Arc<Pool>>,
+    what: &str,
+) -> Option<Action> {
+    let span = a.span();
+    let a = a.get_ref();
+    let https = a.redirect_https == Some(true);
+    let kinds = [
+        a.pool.is_some(),
+        a.redirect.is_some(),
+        https,
+        a.body.is_some()
+            || (a.redirect.is_none() && a.pool.is_none() && !https && a.status.is_some()),
+    ];
+    if kinds.iter().filter(|k| **k).count() != 1 {
+        cx.err(span, format!("{what}: action needs exactly one of pool = \"NAME\", redirect = \"URL\", redirect_https = true, or status + body (a fixed response)"));
+        return None;
+    }
+    if a.https_port.is_some() && !https {
+        cx.err(
+            span,
+            format!("{what}: https_port only applies to redirect_https = true"),
+        );
+        return None;
+    }
+    if https {
+        let status = a.status.unwrap_or(301);
+        if ![301, 302, 303, 307, 308].contains(&status) {
+            cx.err(span, format!("{what}: redirect status {status} is not a redirect; allowed: 301, 302, 303, 307, 308"));
+            return None;
+        }
+        return Some(Action::RedirectHttps {
+            status,
+            port: a.https_port.unwrap_or(443),
+        });
+    }
+    if let Some(p) = &a.pool {
+        return match pools.get(p) {
+            Some(pool) => Some(Action::Pool(pool.clone())),
+            None => {
+                cx.err(
+                    span,
+                    format!(
+                        "{what}: action pool {p:?} is not defined; defined pools: {}",
+                        pool_list(pools)
+                    ),
+                );
+                None
+            }
+        };
+    }
+    if let Some(loc) = &a.redirect {
+        let status = a.status.unwrap_or(302);
+        if ![301, 302, 303, 307, 308].contains(&status) {
+            cx.err(span, format!("{what}: redirect status {status} is not a redirect; allowed: 301, 302, 303, 307, 308"));
+            return None;
+        }
+        if !valid_value(loc) || loc.is_empty() {
+            cx.err(
+                span,
+                format!("{what}: redirect location {loc:?} is empty or holds control characters"),
+            );
+            return None;
+        }
+        return Some(Action::Redirect {
+            location: loc.clone(),
+            status,
+        });
+    }
+    let status = a.status.unwrap_or(200);
+    if !(200..=599).contains(&status) {
+        cx.err(
+            span,
+            format!("{what}: fixed response status {status} must be between 200 and 599"),
+        );
+        return None;
+    }
+    let ct = a
+        .content_type
+        .clone()
+        .unwrap_or_else(|| "text/plain; charset=utf-8".to_string());
+    if !valid_value(&ct) {
+        cx.err(
+            span,
+            format!("{what}: content_type holds control characters"),
+        );
+        return None;
+    }
+    Some(Action::Respond {
+        status,
+        body: Bytes::from(a.body.clone().unwrap_or_default()),
+        content_type: ct,
+    })
+}
+
+pub(super) fn build_matcher(
+    cx: &mut Ctx,
+    m: &model::Match,
+    what: &str,
+    span: Range<usize>,
+) -> Matcher {
+    let methods: Vec<String> = m
+        .method
+        .as_ref()
+        .map(|v| v.to_vec())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|s| s.to_ascii_uppercase())
+        .collect();
+    for meth in &methods {
+        if !is_token(meth) {
+            cx.err(
+                span.clone(),
+                format!("{what}: match method {meth:?} is not a valid method"),
+            );
+        }
+    }
+    let paths: Vec<String> = m.path.as_ref().map(|v| v.to_vec()).unwrap_or_default();
+    let prefixes: Vec<String> = m
+        .path_prefix
+        .as_ref()
+        .map(|v| v.to_vec())
+        .unwrap_or_default();
+    for p in paths.iter().chain(&prefixes) {
+        if !p.starts_with('/') {
+            cx.err(
+                span.clone(),
+                format!("{what}: match path {p:?} must start with '/'"),
+            );
+        }
+    }
+    // Requests are matched on their normalized path: a configured one is
+    // written the same way (`/caf%c3%a9` matches `/caf%C3%A9`).
+    let paths = normal_paths(cx, paths, what, &span);
+    let prefixes = normal_paths(cx, prefixes, what, &span);
+    let path_nocase = match m.case.as_deref() {
+        None | Some("sensitive") => false,
+        Some("insensitive") => true,
+        Some(other) => {
+            cx.err(
+                span.clone(),
+                format!("{what}: match case {other:?}: use \"sensitive\" or \"insensitive\""),
+            );
+            false
+        }
+    };
+    let path_regex = m.path_regex.as_ref().map(|r| {
+        if !path_nocase {
+            return r.0.clone();
+        }
+        match regex::RegexBuilder::new(r.0.as_str())
+            .case_insensitive(true)
+            .build()
+        {
+            Ok(r) => r,
+            Err(e) => {
+                cx.err(span.clone(), format!("{what}: match path_regex: {e}"));
+                r.0.clone()
+            }
+        }
+    });
+    let nv = |cx: &mut Ctx, n: &Option<model::NameValue>, header: bool| {
+        n.as_ref().map(|n| {
+            if header && !is_token(&n.name) {
+                cx.err(
+                    span.clone(),
+                    format!(
+                        "{what}: match header name {:?} is not a valid field name",
+                        n.name
+                    ),
+                );
+            }
+            let set = [
+                n.value.is_some(),
+                n.value_prefix.is_some(),
+                n.value_regex.is_some(),
+            ]
+            .iter()
+            .filter(|b| **b)
+            .count();
+            if set > 1 {
+                cx.err(
+                    span.clone(),
+                    format!("{what}: use only one of value, value_prefix, value_regex"),
+                );
+            }
+            NameValueMatch {
+                name: if header {
+                    n.name.to_ascii_lowercase()
+                } else {
+                    n.name.clone()
+                },
+                value: if let Some(v) = &n.value {
+                    ValueMatch::Exact(v.clone())
+                } else if let Some(v) = &n.value_prefix {
+                    ValueMatch::Prefix(v.clone())
+                } else if let Some(r) = &n.value_regex {
+                    ValueMatch::Regex(r.0.clone())
+                } else {
+                    ValueMatch::Present
+                },
+            }
+        })
+    };
+    Matcher {
+        hosts: m
+            .host
+            .as_ref()
+            .map(|v| v.to_vec())
+            .unwrap_or_default()
+            .into_iter()
+            .map(|h| h.to_ascii_lowercase())
+            .collect(),
+        paths,
+        path_prefixes: prefixes,
+        path_regex,
+        path_nocase,
+        methods,
+        header: nv(cx, &m.header, true),
+        query: nv(cx, &m.query, false),
+        sources: m.source.as_ref().map(|v| v.to_vec()).unwrap_or_default(),
+    }
+}
+
+/// Configured paths in the form requests are matched in
+/// (`http::normalize`, with nothing refused: a path written with an
+/// escaped slash means it).
+pub(super) fn normal_paths(
+    cx: &mut Ctx,
+    paths: Vec<String>,
+    what: &str,
+    span: &Range<usize>,
+) -> Vec<String> {
+    use crate::http::normalize::{self, BadEncoding, EscapedSlashes, Rules};
+    let rules = Rules {
+        merge_slashes: false,
+        escaped_slashes: EscapedSlashes::Keep,
+        bad_encoding: BadEncoding::Keep,
+        forward_original: false,
+    };
+    paths
+        .into_iter()
+        .map(|p| match normalize::target(p.as_bytes(), &rules) {
+            Ok(Some(n)) => match String::from_utf8(n.to_vec()) {
+                Ok(n) => n,
+                Err(_) => {
+                    cx.err(
+                        span.clone(),
+                        format!("{what}: match path {p:?} is not UTF-8 once normalized"),
+                    );
+                    p
+                }
+            },
+            _ => p,
+        })
+        .collect()
+}
+
+pub(super) fn edits(
+    cx: &mut Ctx,
+    e: &model::HeaderEdits,
+    what: &str,
+    span: Range<usize>,
+) -> HeaderEdits {
+    let mut check = |n: &str, v: Option<&str>| {
+        if !is_token(n) {
+            cx.err(
+                span.clone(),
+                format!("{what}: header edit name {n:?} is not a valid field name"),
+            );
+        }
+        if v.is_some_and(|v| !valid_value(v)) {
+            cx.err(
+                span.clone(),
+                format!("{what}: header edit value for {n:?} holds control characters"),
+            );
+        }
+    };
+    for (n, v) in e.set.iter().chain(&e.add) {
+        check(n, Some(v));
+    }
+    for n in &e.remove {
+        check(n, None);
+    }
+    HeaderEdits {
+        set: e.set.iter().map(|(n, v)| (n.clone(), v.clone())).collect(),
+        add: e.add.iter().map(|(n, v)| (n.clone(), v.clone())).collect(),
+        remove: e.remove.iter().map(|n| n.to_ascii_lowercase()).collect(),
+    }
+}
