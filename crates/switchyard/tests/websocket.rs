@@ -159,6 +159,32 @@ fn idle_tunnel_is_closed_after_tunnel_idle() {
     );
 }
 
+/// A member connection that switched protocols carries the tunnel and
+/// nothing else: once an idle tunnel is closed, the next request gets a
+/// connection of its own. Back in the idle pool, it was written into the
+/// member's WebSocket session, which read it as a frame and never answered.
+#[test]
+fn a_member_connection_that_switched_protocols_is_never_reused() {
+    let (o, l, _sy) = start("[timeouts]\ntunnel_idle = \"300ms\"\nupstream_response = \"3s\"");
+    let mut c = upgrade(l, KEY);
+    c.send(&ws_frame(1, b"one", Some([1, 2, 3, 4])));
+    assert_eq!(ws_read_frame(&mut c.r), Some((1, b"one".to_vec())));
+    assert!(
+        c.closed_within(Duration::from_secs(3)),
+        "idle tunnel kept open"
+    );
+    let t = Instant::now();
+    let mut g = Client::connect(l);
+    g.send(b"GET /after HTTP/1.1\r\nHost: ws.test\r\n\r\n");
+    let r = g.read_response(false).expect("a response");
+    assert_eq!(r.status, 200, "{}", r.body_text());
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(o
+        .seen()
+        .last()
+        .is_some_and(|s| s.request_line() == "GET /after HTTP/1.1"));
+}
+
 // ---------------------------------------------------------------- h2c
 
 fn raw_config(l: SocketAddr, m: &RawMember) -> String {
