@@ -142,6 +142,7 @@ async fn run(
         connection_window: limits.connection_window,
         max_frame_size: limits.max_frame_size,
         max_header_list_size: limits.max_header_list_size,
+        enable_connect_protocol: false,
     })));
     let mut wire = Wire {
         io: stream,
