@@ -660,3 +660,104 @@ fn websocket_over_h2_is_held_by_tunnel_idle_only() {
         assert_eq!(resp.await.expect("after").status(), 200);
     });
 }
+
+/// A member that switches to websocket, then reports what it read up to
+/// its connection's end and answers "bye" before closing.
+fn fin_member() -> (SocketAddr, std::sync::mpsc::Receiver<Vec<u8>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(c) = c else { return };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut w = c.try_clone().expect("clone");
+                let mut r = BufReader::new(c);
+                let mut key = String::new();
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("sec-websocket-key:") {
+                        key = line[line.len() - v.len()..].trim().to_string();
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                let _ = write!(
+                    w,
+                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
+                    ws_accept(&key)
+                );
+                let mut got = Vec::new();
+                let _ = r.read_to_end(&mut got);
+                let _ = tx.send(got);
+                let _ = w.write_all(b"bye");
+            });
+        }
+    });
+    (addr, rx)
+}
+
+/// END_STREAM and RST_STREAM reach the member's connection: the client's
+/// END_STREAM is a FIN after its bytes, and the member may still answer
+/// (half-close) before its own FIN ends the stream; a reset closes the
+/// member's connection. An extended CONNECT routed to an h2 pool is 501.
+#[test]
+fn websocket_over_h2_maps_end_stream_and_reset_to_the_members_connection() {
+    use over_h2::*;
+    let (member, got) = fin_member();
+    let f = front(member, "");
+    let rt = runtime();
+    rt.block_on(async {
+        let mut h2 = connect(f.h2c, None).await;
+        let (resp, mut out) = open(&mut h2, "http", "/half").await;
+        assert_eq!(resp.status(), 200);
+        send_all(&mut out, b"hello", true).await;
+        let mut recv = resp.into_body();
+        let mut back = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(d) = recv.data().await {
+                back.extend_from_slice(&d?);
+            }
+            Ok::<_, h2::Error>(())
+        })
+        .await;
+        assert!(matches!(read, Ok(Ok(()))), "{read:?}");
+        assert_eq!(back, b"bye");
+        let seen = got
+            .recv_timeout(Duration::from_secs(5))
+            .expect("member EOF");
+        assert_eq!(seen, b"hello");
+
+        let (resp, mut out) = open(&mut h2, "http", "/reset").await;
+        assert_eq!(resp.status(), 200);
+        send_all(&mut out, b"x", false).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        out.send_reset(h2::Reason::CANCEL);
+        let seen = tokio::task::spawn_blocking(move || got.recv_timeout(Duration::from_secs(5)))
+            .await
+            .expect("join");
+        assert_eq!(seen.expect("the member's connection closed"), b"x");
+    });
+
+    let l = free_addr();
+    let cfg = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"w\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\nh2c = true\n\
+         [[vserver.policy]]\nmatch = {{ path_prefix = \"/grpc\" }}\naction = {{ pool = \"h2\" }}\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{member}\"\n\
+         [[pool]]\nname = \"h2\"\nprotocol = \"h2\"\n[[pool.member]]\naddress = \"{}\"\n",
+        free_addr()
+    );
+    let _sy = Switchyard::start(&cfg, &[l]);
+    rt.block_on(async {
+        let mut h2 = connect(l, None).await;
+        assert!(h2.is_extended_connect_protocol_enabled());
+        let (resp, _out) = open(&mut h2, "http", "/grpc/ws").await;
+        assert_eq!(resp.status(), 501);
+    });
+}
