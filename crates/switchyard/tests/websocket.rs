@@ -662,7 +662,8 @@ fn websocket_over_h2_is_held_by_tunnel_idle_only() {
 }
 
 /// A member that switches to websocket, then reports what it read up to
-/// its connection's end and answers "bye" before closing.
+/// its connection's end and answers "bye" before closing. A request that
+/// asks for no upgrade gets a 200 any cache may keep for a minute.
 fn fin_member() -> (SocketAddr, std::sync::mpsc::Receiver<Vec<u8>>) {
     use std::io::{BufRead, BufReader, Read, Write};
     let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
@@ -687,6 +688,13 @@ fn fin_member() -> (SocketAddr, std::sync::mpsc::Receiver<Vec<u8>>) {
                     if line == "\r\n" {
                         break;
                     }
+                }
+                if key.is_empty() {
+                    let _ = w.write_all(
+                        b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 7\r\n\
+                          Connection: close\r\n\r\ncached\n",
+                    );
+                    return;
                 }
                 let _ = write!(
                     w,
@@ -760,4 +768,47 @@ fn websocket_over_h2_maps_end_stream_and_reset_to_the_members_connection() {
         let (resp, _out) = open(&mut h2, "http", "/grpc/ws").await;
         assert_eq!(resp.status(), 501);
     });
+}
+
+/// An extended CONNECT is never answered from the cache: a stored 200 for
+/// its path would look to the client like a tunnel opened.
+#[test]
+fn websocket_over_h2_is_never_served_from_the_cache() {
+    use over_h2::*;
+    let (member, got) = fin_member();
+    let l = free_addr();
+    let cfg = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"w\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\nh2c = true\n\
+         [vserver.cache]\nenabled = true\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{member}\"\n"
+    );
+    let sy = Switchyard::start(&cfg, &[l]);
+    let rt = runtime();
+    rt.block_on(async {
+        let mut h2 = connect(l, None).await;
+        for _ in 0..2 {
+            let mut s = h2.clone().ready().await.expect("ready");
+            let get = http::Request::get("http://ws.test/chat").body(()).unwrap();
+            let (resp, _) = s.send_request(get, true).expect("GET");
+            assert_eq!(resp.await.expect("GET").status(), 200);
+        }
+        assert!(
+            sy.stats()["vservers"][0]["cache_hits"].as_u64() >= Some(1),
+            "{}",
+            sy.stats()
+        );
+        let (resp, mut out) = open(&mut h2, "http", "/chat").await;
+        assert_eq!(resp.status(), 200);
+        send_all(&mut out, b"through", true).await;
+        let mut recv = resp.into_body();
+        let mut back = Vec::new();
+        while let Some(d) = recv.data().await {
+            back.extend_from_slice(&d.expect("DATA"));
+        }
+        assert_eq!(back, b"bye");
+    });
+    assert_eq!(
+        got.recv_timeout(Duration::from_secs(5)).expect("tunnel"),
+        b"through"
+    );
 }
