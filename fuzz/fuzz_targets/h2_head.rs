@@ -92,6 +92,7 @@ fn decoded(block: &[u8], end_stream: bool) -> Option<NewStream> {
         connection_window: 65_535,
         max_frame_size: 16_384,
         max_header_list_size: 4096,
+        enable_connect_protocol: true,
     });
     let mut wire = Vec::new();
     put_settings(&mut wire, &[]);

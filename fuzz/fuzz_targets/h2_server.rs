@@ -41,6 +41,7 @@ fuzz_target!(|data: &[u8]| {
         connection_window: 65_535,
         max_frame_size: 16_384,
         max_header_list_size: 4096,
+        enable_connect_protocol: true,
     });
     let cx = Context::from_waker(Waker::noop());
     let mut buf = BytesMut::new();

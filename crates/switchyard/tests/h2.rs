@@ -1475,8 +1475,8 @@ fn a_trickled_request_body_gets_408_on_its_stream_and_the_connection_goes_on() {
     assert_eq!(vs_stats(&sy, "only")["body_timeouts"], 1);
 }
 
-/// Issue 30 from an HTTP/2 client: it cannot ask for an upgrade (HTTP/2
-/// has none; WebSocket over HTTP/2, RFC 8441, is refused with 501), so a
+/// Issue 30 from an HTTP/2 client: a request that is not an extended
+/// CONNECT (RFC 8441, tests/websocket.rs) cannot ask for an upgrade, so a
 /// member's 101 is a 502 and no tunnel, counted in upgrades_refused, and
 /// an HTTP2-Settings field never reaches the member.
 #[test]
@@ -1500,7 +1500,7 @@ fn an_h2_client_gets_no_tunnel_from_a_members_101() {
             .expect("req");
         let r = h2_request(&mut h2, req, &[]).await.expect("an answer");
         assert_eq!(r.status, 502);
-        // RFC 8441's extended CONNECT is not offered: refused, not relayed.
+        // A plain CONNECT (no :protocol) is refused, not relayed.
         let connect = http::Request::connect("http://example.test/chat")
             .body(())
             .expect("req");

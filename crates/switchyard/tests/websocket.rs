@@ -159,6 +159,32 @@ fn idle_tunnel_is_closed_after_tunnel_idle() {
     );
 }
 
+/// A member connection that switched protocols carries the tunnel and
+/// nothing else: once an idle tunnel is closed, the next request gets a
+/// connection of its own. Back in the idle pool, it was written into the
+/// member's WebSocket session, which read it as a frame and never answered.
+#[test]
+fn a_member_connection_that_switched_protocols_is_never_reused() {
+    let (o, l, _sy) = start("[timeouts]\ntunnel_idle = \"300ms\"\nupstream_response = \"3s\"");
+    let mut c = upgrade(l, KEY);
+    c.send(&ws_frame(1, b"one", Some([1, 2, 3, 4])));
+    assert_eq!(ws_read_frame(&mut c.r), Some((1, b"one".to_vec())));
+    assert!(
+        c.closed_within(Duration::from_secs(3)),
+        "idle tunnel kept open"
+    );
+    let t = Instant::now();
+    let mut g = Client::connect(l);
+    g.send(b"GET /after HTTP/1.1\r\nHost: ws.test\r\n\r\n");
+    let r = g.read_response(false).expect("a response");
+    assert_eq!(r.status, 200, "{}", r.body_text());
+    assert!(t.elapsed() < Duration::from_secs(2), "{:?}", t.elapsed());
+    assert!(o
+        .seen()
+        .last()
+        .is_some_and(|s| s.request_line() == "GET /after HTTP/1.1"));
+}
+
 // ---------------------------------------------------------------- h2c
 
 fn raw_config(l: SocketAddr, m: &RawMember) -> String {
@@ -263,4 +289,526 @@ fn websocket_offered_beside_h2c_still_works() {
     c.send(&ws_frame(1, b"still works", Some([1, 2, 3, 4])));
     assert_eq!(ws_read_frame(&mut c.r), Some((1, b"still works".to_vec())));
     assert_eq!(sy.stats()["vservers"][0]["upgrades_refused"], 0);
+}
+
+// ------------------------------------------- WebSocket over HTTP/2 (RFC 8441)
+
+mod over_h2 {
+    use super::*;
+
+    use std::sync::Arc;
+
+    use bytes::Bytes;
+    use h2::client::SendRequest;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, ServerName};
+
+    pub struct Front {
+        pub sy: Switchyard,
+        pub h2c: SocketAddr,
+        pub tls: SocketAddr,
+        pub ca: std::path::PathBuf,
+    }
+
+    /// An h2c vserver and a TLS one (ALPN h2) before `member`, with a
+    /// policy refusing /admin, stream windows of 64 KB (messages cross
+    /// several) and `extra` at the top.
+    pub fn front(member: SocketAddr, extra: &str) -> Front {
+        let pki = Pki::new("ws-h2");
+        let (cert, key) = pki.issue_cn("site", "localhost", "IP:127.0.0.1,DNS:localhost");
+        let (h2c, tls) = (free_addr(), free_addr());
+        let policy = "[[vserver.policy]]\nmatch = { path_prefix = \"/admin\" }\n\
+                      action = { status = 403, body = \"denied\\n\" }\n";
+        let cfg = format!(
+            "{extra}\n[global]\nworkers = 1\n[http2]\nstream_window = 65535\n\n\
+             [[vserver]]\nname = \"h2c\"\nlisten = [\"{h2c}\"]\ndefault_pool = \"p\"\nh2c = true\n{policy}\n\
+             [[vserver]]\nname = \"tls\"\nlisten = [\"{tls}\"]\ndefault_pool = \"p\"\n{policy}\n\
+             [vserver.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\nalpn = [\"h2\", \"http/1.1\"]\n\n\
+             [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{member}\"\n",
+            cert.display(),
+            key.display(),
+        );
+        let sy = Switchyard::start(&cfg, &[h2c, tls]);
+        Front {
+            sy,
+            h2c,
+            tls,
+            ca: pki.ca(),
+        }
+    }
+
+    pub fn runtime() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime")
+    }
+
+    pub type H2 = SendRequest<Bytes>;
+
+    /// An HTTP/2 connection, over TLS (ALPN h2, `ca` trusted) or h2c, once
+    /// the server's SETTINGS came (h2 sends an extended CONNECT only where
+    /// they allowed it).
+    pub async fn connect(addr: SocketAddr, ca: Option<&std::path::Path>) -> H2 {
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let send = match ca {
+            None => {
+                let (send, conn) = h2::client::handshake(tcp).await.expect("h2c");
+                tokio::spawn(conn);
+                send
+            }
+            Some(ca) => {
+                let mut roots = rustls::RootCertStore::empty();
+                for c in CertificateDer::pem_file_iter(ca).expect("ca") {
+                    roots.add(c.expect("cert")).expect("add");
+                }
+                let provider = Arc::new(rustls::crypto::aws_lc_rs::default_provider());
+                let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .expect("versions")
+                    .with_root_certificates(roots)
+                    .with_no_client_auth();
+                cfg.alpn_protocols = vec![b"h2".to_vec()];
+                let name = ServerName::try_from("localhost").expect("name");
+                let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+                    .connect(name, tcp)
+                    .await
+                    .expect("TLS");
+                assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+                let (send, conn) = h2::client::handshake(tls).await.expect("h2");
+                tokio::spawn(conn);
+                send
+            }
+        };
+        let mut send = send.ready().await.expect("ready");
+        // The server's SETTINGS arrive with its first bytes (the policy
+        // answers /admin: the member sees nothing of it).
+        let ping = http::Request::get("http://ws.test/admin/ping")
+            .body(())
+            .unwrap();
+        let (resp, _) = send.send_request(ping, true).expect("GET");
+        let _ = resp.await;
+        send
+    }
+
+    /// Opens `path` as a WebSocket by extended CONNECT; the response and
+    /// the stream to send on.
+    pub async fn open(
+        send: &mut H2,
+        scheme: &str,
+        path: &str,
+    ) -> (http::Response<h2::RecvStream>, h2::SendStream<Bytes>) {
+        let req = http::Request::builder()
+            .method(http::Method::CONNECT)
+            .uri(format!("{scheme}://ws.test{path}"))
+            .header("sec-websocket-version", "13")
+            .header("sec-websocket-protocol", "chat")
+            .extension(h2::ext::Protocol::from_static("websocket"))
+            .body(())
+            .expect("request");
+        let mut s = send.clone().ready().await.expect("ready");
+        let (resp, out) = s.send_request(req, false).expect("extended CONNECT");
+        (resp.await.expect("response"), out)
+    }
+
+    /// Reads one WebSocket frame from the stream, DATA frames joined as
+    /// needed; `pending` keeps what came past it. None at the stream's end.
+    pub async fn read_frame(
+        recv: &mut h2::RecvStream,
+        pending: &mut Vec<u8>,
+    ) -> Option<(u8, Vec<u8>)> {
+        loop {
+            let mut c = std::io::Cursor::new(&pending[..]);
+            if let Some(f) = ws_read_frame(&mut c) {
+                let used = c.position() as usize;
+                pending.drain(..used);
+                return Some(f);
+            }
+            let chunk = recv.data().await?.expect("DATA");
+            let _ = recv.flow_control().release_capacity(chunk.len());
+            pending.extend_from_slice(&chunk);
+        }
+    }
+
+    /// Sends `data`, waiting for the window as h2 asks.
+    pub async fn send_all(out: &mut h2::SendStream<Bytes>, data: &[u8], end: bool) {
+        let mut rest = Bytes::copy_from_slice(data);
+        while !rest.is_empty() {
+            out.reserve_capacity(rest.len());
+            let n = std::future::poll_fn(|cx| out.poll_capacity(cx))
+                .await
+                .expect("capacity")
+                .expect("capacity");
+            let piece = rest.split_to(n.min(rest.len()));
+            out.send_data(piece, end && rest.is_empty()).expect("DATA");
+        }
+        if end && data.is_empty() {
+            out.send_data(Bytes::new(), true).expect("END_STREAM");
+        }
+    }
+}
+
+/// RFC 8441 end to end, over h2c and over TLS with ALPN h2: the server
+/// announces SETTINGS_ENABLE_CONNECT_PROTOCOL, an extended CONNECT reaches
+/// the HTTP/1.1 member as a GET Upgrade with a key of ours, the member's
+/// 101 is a 200 without its handshake fields, frames go both ways
+/// (messages of 60 KB cross the 64 KB windows both ways: WINDOW_UPDATEs
+/// as data is consumed), the close handshake ends the stream cleanly and
+/// the connection serves requests after it.
+#[test]
+fn websocket_over_h2c_and_tls_h2_echoes_both_ways_and_closes() {
+    use over_h2::*;
+    let o = Origin::start("ws");
+    let f = front(o.addr, "");
+    let rt = runtime();
+    for (addr, ca, scheme) in [
+        (f.h2c, None, "http"),
+        (f.tls, Some(f.ca.as_path()), "https"),
+    ] {
+        rt.block_on(async {
+            let mut h2 = connect(addr, ca).await;
+            assert!(h2.is_extended_connect_protocol_enabled(), "{scheme}");
+            let (resp, mut out) = open(&mut h2, scheme, "/chat?room=1").await;
+            assert_eq!(resp.status(), 200, "{scheme}");
+            for name in ["sec-websocket-accept", "upgrade", "connection"] {
+                assert!(resp.headers().get(name).is_none(), "{scheme}: {name}");
+            }
+            let mut recv = resp.into_body();
+            let mut pending = Vec::new();
+            let big = "y".repeat(60_000);
+            let messages = [
+                "hello",
+                "",
+                big.as_str(),
+                "x",
+                big.as_str(),
+                big.as_str(),
+                "last",
+            ];
+            for (i, m) in messages.iter().enumerate() {
+                let frame = ws_frame(1, m.as_bytes(), Some([i as u8, 1, 2, 3]));
+                send_all(&mut out, &frame, false).await;
+                let got = read_frame(&mut recv, &mut pending).await;
+                assert_eq!(
+                    got,
+                    Some((1, m.as_bytes().to_vec())),
+                    "{scheme}: message {i}"
+                );
+            }
+            send_all(&mut out, &ws_frame(9, b"ping", Some([4, 4, 4, 4])), false).await;
+            assert_eq!(
+                read_frame(&mut recv, &mut pending).await,
+                Some((9, b"ping".to_vec()))
+            );
+            // Close: the close frame comes back, the member's FIN is the
+            // END_STREAM, and ours ends the stream.
+            send_all(
+                &mut out,
+                &ws_frame(8, &[0x03, 0xe8], Some([1, 2, 3, 4])),
+                false,
+            )
+            .await;
+            assert_eq!(
+                read_frame(&mut recv, &mut pending).await,
+                Some((8, vec![0x03, 0xe8]))
+            );
+            let end = tokio::time::timeout(Duration::from_secs(5), async {
+                let mut after = Vec::new();
+                while let Some(d) = recv.data().await {
+                    after.extend_from_slice(&d?);
+                }
+                Ok::<_, h2::Error>(after)
+            })
+            .await;
+            assert!(
+                matches!(&end, Ok(Ok(rest)) if rest.is_empty()),
+                "{scheme}: no clean END_STREAM: {end:?}"
+            );
+            send_all(&mut out, &[], true).await;
+            // The connection goes on.
+            let mut s = h2.clone().ready().await.expect("ready");
+            let get = http::Request::get(format!("{scheme}://ws.test/after"))
+                .body(())
+                .unwrap();
+            let (resp, _) = s.send_request(get, true).expect("GET");
+            assert_eq!(resp.await.expect("after").status(), 200);
+        });
+        // The member saw a GET Upgrade with a key of ours and the client's
+        // version and subprotocol.
+        let seen = o.seen();
+        let s = seen
+            .iter()
+            .rev()
+            .find(|s| s.request_line().starts_with("GET /chat"))
+            .expect("the handshake");
+        assert_eq!(s.request_line(), "GET /chat?room=1 HTTP/1.1");
+        assert!(s
+            .header("upgrade")
+            .is_some_and(|u| u.eq_ignore_ascii_case("websocket")));
+        assert!(s
+            .header("connection")
+            .is_some_and(|u| u.eq_ignore_ascii_case("upgrade")));
+        assert_eq!(s.header("sec-websocket-key").map(|k| k.len()), Some(24));
+        assert_eq!(s.header("sec-websocket-version").as_deref(), Some("13"));
+        assert_eq!(s.header("sec-websocket-protocol").as_deref(), Some("chat"));
+        assert_eq!(s.header("host").as_deref(), Some("ws.test"));
+        o.clear();
+    }
+    // The tunnels' bytes are counted on each vserver (three 60 KB
+    // messages each way).
+    let stats = f.sy.stats();
+    for name in ["h2c", "tls"] {
+        let v = stats["vservers"]
+            .as_array()
+            .and_then(|a| a.iter().find(|v| v["name"] == name))
+            .expect("vserver");
+        for dir in ["bytes_in", "bytes_out"] {
+            let n = v[dir].as_u64().unwrap_or(0);
+            assert!(n > 180_000, "{name} {dir}: {v}");
+        }
+    }
+}
+
+/// The extended CONNECT goes through the rules as the GET it becomes: a
+/// policy refusing the path refuses it (403) and the member sees nothing;
+/// a member that answers 200 instead of 101 gives the client that 200 as
+/// a response (its body, then END_STREAM), not a tunnel, and the bytes the
+/// client sent never reach the member; a plain CONNECT is still 501.
+#[test]
+fn websocket_over_h2_is_refused_by_policy_and_a_non_101_is_a_plain_response() {
+    use over_h2::*;
+    let m = RawMember::start("HTTP/1.1 200 OK\r\nContent-Length: 6\r\n\r\nplain\n");
+    let f = front(m.addr, "");
+    let rt = runtime();
+    rt.block_on(async {
+        let mut h2 = connect(f.h2c, None).await;
+        let (resp, _out) = open(&mut h2, "http", "/admin/ws").await;
+        assert_eq!(resp.status(), 403);
+        // The same path by another spelling is the same path.
+        let (resp, _out) = open(&mut h2, "http", "/x/../admin/ws").await;
+        assert_eq!(resp.status(), 403);
+
+        let (resp, mut out) = open(&mut h2, "http", "/chat").await;
+        assert_eq!(resp.status(), 200);
+        let _ = out.send_data(
+            bytes::Bytes::from(ws_frame(1, b"lost", Some([1, 1, 1, 1]))),
+            false,
+        );
+        let mut recv = resp.into_body();
+        let mut body = Vec::new();
+        while let Some(d) = recv.data().await {
+            body.extend_from_slice(&d.expect("DATA"));
+        }
+        assert_eq!(body, b"plain\n");
+
+        let plain = http::Request::connect("ws.test:443").body(()).unwrap();
+        let mut s = h2.clone().ready().await.expect("ready");
+        let (resp, _) = s.send_request(plain, false).expect("CONNECT");
+        assert_eq!(resp.await.expect("CONNECT").status(), 501);
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let seen = m.all();
+    assert!(!seen.contains("/admin"), "{seen}");
+    assert!(seen.starts_with("GET /chat HTTP/1.1\r\n"), "{seen}");
+    assert!(!seen.contains("lost"), "{seen}");
+    assert_eq!(seen.matches("HTTP/1.1\r\n").count(), 1, "{seen}");
+}
+
+/// A tunnel over HTTP/2 lives by `tunnel_idle`, not by the request body
+/// timeouts: pauses past `client_body` between frames leave it open, and
+/// silence past `tunnel_idle` resets the stream (CANCEL) while the
+/// connection goes on.
+#[test]
+fn websocket_over_h2_is_held_by_tunnel_idle_only() {
+    use over_h2::*;
+    let o = Origin::start("ws");
+    let f = front(
+        o.addr,
+        "[timeouts]\ntunnel_idle = \"1s\"\nclient_body = \"300ms\"",
+    );
+    let rt = runtime();
+    rt.block_on(async {
+        let mut h2 = connect(f.h2c, None).await;
+        let (resp, mut out) = open(&mut h2, "http", "/chat").await;
+        assert_eq!(resp.status(), 200);
+        let mut recv = resp.into_body();
+        let mut pending = Vec::new();
+        for i in 0..3u8 {
+            tokio::time::sleep(Duration::from_millis(600)).await;
+            send_all(&mut out, &ws_frame(1, b"tick", Some([i, i, i, i])), false).await;
+            assert_eq!(
+                read_frame(&mut recv, &mut pending).await,
+                Some((1, b"tick".to_vec())),
+                "tick {i}"
+            );
+        }
+        let t = Instant::now();
+        let end = tokio::time::timeout(Duration::from_secs(5), recv.data()).await;
+        let after = t.elapsed();
+        let reason = match end {
+            Ok(Some(Err(e))) => e.reason(),
+            other => panic!("no reset: {other:?}"),
+        };
+        assert_eq!(reason, Some(h2::Reason::CANCEL));
+        assert!(
+            after >= Duration::from_millis(800) && after < Duration::from_millis(3000),
+            "reset after {after:?}, tunnel_idle is 1s"
+        );
+        let mut s = h2.clone().ready().await.expect("ready");
+        let get = http::Request::get("http://ws.test/after").body(()).unwrap();
+        let (resp, _) = s.send_request(get, true).expect("GET");
+        assert_eq!(resp.await.expect("after").status(), 200);
+    });
+}
+
+/// A member that switches to websocket, then reports what it read up to
+/// its connection's end and answers "bye" before closing. A request that
+/// asks for no upgrade gets a 200 any cache may keep for a minute.
+fn fin_member() -> (SocketAddr, std::sync::mpsc::Receiver<Vec<u8>>) {
+    use std::io::{BufRead, BufReader, Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let Ok(c) = c else { return };
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                let mut w = c.try_clone().expect("clone");
+                let mut r = BufReader::new(c);
+                let mut key = String::new();
+                loop {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    if let Some(v) = line.to_ascii_lowercase().strip_prefix("sec-websocket-key:") {
+                        key = line[line.len() - v.len()..].trim().to_string();
+                    }
+                    if line == "\r\n" {
+                        break;
+                    }
+                }
+                if key.is_empty() {
+                    let _ = w.write_all(
+                        b"HTTP/1.1 200 OK\r\nCache-Control: max-age=60\r\nContent-Length: 7\r\n\
+                          Connection: close\r\n\r\ncached\n",
+                    );
+                    return;
+                }
+                let _ = write!(
+                    w,
+                    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Accept: {}\r\n\r\n",
+                    ws_accept(&key)
+                );
+                let mut got = Vec::new();
+                let _ = r.read_to_end(&mut got);
+                let _ = tx.send(got);
+                let _ = w.write_all(b"bye");
+            });
+        }
+    });
+    (addr, rx)
+}
+
+/// END_STREAM and RST_STREAM reach the member's connection: the client's
+/// END_STREAM is a FIN after its bytes, and the member may still answer
+/// (half-close) before its own FIN ends the stream; a reset closes the
+/// member's connection. An extended CONNECT routed to an h2 pool is 501.
+#[test]
+fn websocket_over_h2_maps_end_stream_and_reset_to_the_members_connection() {
+    use over_h2::*;
+    let (member, got) = fin_member();
+    let f = front(member, "");
+    let rt = runtime();
+    rt.block_on(async {
+        let mut h2 = connect(f.h2c, None).await;
+        let (resp, mut out) = open(&mut h2, "http", "/half").await;
+        assert_eq!(resp.status(), 200);
+        send_all(&mut out, b"hello", true).await;
+        let mut recv = resp.into_body();
+        let mut back = Vec::new();
+        let read = tokio::time::timeout(Duration::from_secs(5), async {
+            while let Some(d) = recv.data().await {
+                back.extend_from_slice(&d?);
+            }
+            Ok::<_, h2::Error>(())
+        })
+        .await;
+        assert!(matches!(read, Ok(Ok(()))), "{read:?}");
+        assert_eq!(back, b"bye");
+        let seen = got
+            .recv_timeout(Duration::from_secs(5))
+            .expect("member EOF");
+        assert_eq!(seen, b"hello");
+
+        let (resp, mut out) = open(&mut h2, "http", "/reset").await;
+        assert_eq!(resp.status(), 200);
+        send_all(&mut out, b"x", false).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        out.send_reset(h2::Reason::CANCEL);
+        let seen = tokio::task::spawn_blocking(move || got.recv_timeout(Duration::from_secs(5)))
+            .await
+            .expect("join");
+        assert_eq!(seen.expect("the member's connection closed"), b"x");
+    });
+
+    let l = free_addr();
+    let cfg = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"w\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\nh2c = true\n\
+         [[vserver.policy]]\nmatch = {{ path_prefix = \"/grpc\" }}\naction = {{ pool = \"h2\" }}\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{member}\"\n\
+         [[pool]]\nname = \"h2\"\nprotocol = \"h2\"\n[[pool.member]]\naddress = \"{}\"\n",
+        free_addr()
+    );
+    let _sy = Switchyard::start(&cfg, &[l]);
+    rt.block_on(async {
+        let mut h2 = connect(l, None).await;
+        assert!(h2.is_extended_connect_protocol_enabled());
+        let (resp, _out) = open(&mut h2, "http", "/grpc/ws").await;
+        assert_eq!(resp.status(), 501);
+    });
+}
+
+/// An extended CONNECT is never answered from the cache: a stored 200 for
+/// its path would look to the client like a tunnel opened.
+#[test]
+fn websocket_over_h2_is_never_served_from_the_cache() {
+    use over_h2::*;
+    let (member, got) = fin_member();
+    let l = free_addr();
+    let cfg = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"w\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\nh2c = true\n\
+         [vserver.cache]\nenabled = true\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{member}\"\n"
+    );
+    let sy = Switchyard::start(&cfg, &[l]);
+    let rt = runtime();
+    rt.block_on(async {
+        let mut h2 = connect(l, None).await;
+        for _ in 0..2 {
+            let mut s = h2.clone().ready().await.expect("ready");
+            let get = http::Request::get("http://ws.test/chat").body(()).unwrap();
+            let (resp, _) = s.send_request(get, true).expect("GET");
+            assert_eq!(resp.await.expect("GET").status(), 200);
+        }
+        assert!(
+            sy.stats()["vservers"][0]["cache_hits"].as_u64() >= Some(1),
+            "{}",
+            sy.stats()
+        );
+        let (resp, mut out) = open(&mut h2, "http", "/chat").await;
+        assert_eq!(resp.status(), 200);
+        send_all(&mut out, b"through", true).await;
+        let mut recv = resp.into_body();
+        let mut back = Vec::new();
+        while let Some(d) = recv.data().await {
+            back.extend_from_slice(&d.expect("DATA"));
+        }
+        assert_eq!(back, b"bye");
+    });
+    assert_eq!(
+        got.recv_timeout(Duration::from_secs(5)).expect("tunnel"),
+        b"through"
+    );
 }

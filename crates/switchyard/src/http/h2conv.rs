@@ -42,6 +42,43 @@ pub fn request_from_wire(
     )
 }
 
+/// An extended CONNECT (RFC 8441 4, `:protocol`) as the request an
+/// HTTP/1.1 member understands: a GET of `:path` asking to upgrade to the
+/// protocol, with a `Sec-WebSocket-Key` of our own (the client's
+/// `sec-websocket-version`, `-protocol` and `-extensions` go as they came).
+/// It goes through every stage as any GET does; its stream's DATA is the
+/// tunnel, not a body. Only `websocket` is offered (501 for the rest).
+pub fn extended_connect_from_wire(
+    protocol: &[u8],
+    (path, authority): (Option<Bytes>, Option<Bytes>),
+    fields: &Fields,
+    limits: &Limits,
+) -> Result<Request, HeadError> {
+    if !protocol.eq_ignore_ascii_case(b"websocket") {
+        return Err(bad(501, "only WebSocket is tunnelled over HTTP/2"));
+    }
+    let mut req = build_request(
+        Bytes::from_static(b"GET"),
+        path,
+        authority,
+        (fields.iter(), fields.len()),
+        true,
+        limits,
+    )?;
+    if req.head.framing != Framing::None {
+        return Err(bad(400, "a body on an extended CONNECT"));
+    }
+    let h = &mut req.head;
+    h.fields.remove(b"sec-websocket-key");
+    h.fields.append(b"upgrade", b"websocket");
+    h.fields.append(
+        b"sec-websocket-key",
+        super::upgrade::websocket_key().as_bytes(),
+    );
+    h.upgrade = true;
+    Ok(req)
+}
+
 fn build_request<'a>(
     method: Bytes,
     path: Option<Bytes>,
@@ -425,6 +462,45 @@ mod tests {
                 .map(|e| e.status),
             Some(400)
         );
+    }
+
+    #[test]
+    fn websocket_over_h2_becomes_an_upgrade() {
+        let mut f = Fields::default();
+        for (n, v) in [
+            ("sec-websocket-version", "13"),
+            ("sec-websocket-protocol", "chat"),
+            ("sec-websocket-key", "from-the-client"),
+        ] {
+            f.append(n.as_bytes(), v.as_bytes());
+        }
+        let target = || {
+            (
+                Some(Bytes::from_static(b"/chat?a=1")),
+                Some(Bytes::from_static(b"ws.test")),
+            )
+        };
+        let r = extended_connect_from_wire(b"websocket", target(), &f, &limits()).unwrap();
+        assert_eq!(r.method, Method::Get);
+        assert_eq!(r.target(), b"/chat?a=1");
+        assert_eq!(r.host(), Some(&b"ws.test"[..]));
+        assert!(r.head.upgrade);
+        assert_eq!(r.head.framing, Framing::None);
+        assert_eq!(r.head.get("upgrade"), Some(&b"websocket"[..]));
+        assert_eq!(r.head.get("sec-websocket-protocol"), Some(&b"chat"[..]));
+        let keys: Vec<&[u8]> = r.head.all("sec-websocket-key").collect();
+        assert_eq!(keys.len(), 1);
+        assert_eq!(keys[0].len(), 24, "16 bytes in base64");
+        assert_ne!(keys[0], b"from-the-client");
+        let err = |p: &[u8], f: &Fields| {
+            extended_connect_from_wire(p, target(), f, &limits())
+                .err()
+                .map(|e| e.status)
+        };
+        assert_eq!(err(b"connect-udp", &f), Some(501));
+        let mut body = Fields::default();
+        body.append(b"content-length", b"5");
+        assert_eq!(err(b"websocket", &body), Some(400));
     }
 
     #[test]

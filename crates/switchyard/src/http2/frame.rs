@@ -40,6 +40,8 @@ pub mod code {
     pub const FRAME_SIZE_ERROR: u32 = 0x6;
     pub const REFUSED_STREAM: u32 = 0x7;
     pub const CANCEL: u32 = 0x8;
+    /// The connection a CONNECT stream carries failed (RFC 9113 8.5).
+    pub const CONNECT_ERROR: u32 = 0xa;
     pub const COMPRESSION_ERROR: u32 = 0x9;
     pub const ENHANCE_YOUR_CALM: u32 = 0xb;
 }
@@ -52,6 +54,8 @@ pub mod setting {
     pub const INITIAL_WINDOW_SIZE: u16 = 0x4;
     pub const MAX_FRAME_SIZE: u16 = 0x5;
     pub const MAX_HEADER_LIST_SIZE: u16 = 0x6;
+    /// RFC 8441 3: the extended CONNECT (`:protocol`) may be used.
+    pub const ENABLE_CONNECT_PROTOCOL: u16 = 0x8;
 }
 
 /// The smallest SETTINGS_MAX_FRAME_SIZE, and every peer's until it says more.

@@ -88,6 +88,13 @@ impl Hooks for Cache {
         let Some(vc) = x.cache else {
             return Verdict::Continue;
         };
+        if req.head.upgrade {
+            // A switch of protocols (WebSocket, over HTTP/2 an extended
+            // CONNECT that a 200 would answer as opened) is never served
+            // from the store nor made to wait for another request's fill.
+            x.facts.cache_verdict("bypass");
+            return Verdict::Continue;
+        }
         let key = cache::key(req, x.tls, &vc.settings);
         if !matches!(req.method, Method::Get | Method::Head) {
             x.facts.cache_verdict("bypass");

@@ -10,6 +10,7 @@ use std::future::poll_fn;
 use super::exchange::{ClientSide, Exchange, Failure};
 use super::h2_stream::{BodyStream, Shared, StreamRef};
 use super::hooks::Local;
+use super::tunnel;
 use super::upstream::UpConn;
 use crate::config::snapshot::VServer;
 use crate::http::body::{BodyError, Sink};
@@ -21,6 +22,9 @@ use crate::stats::{self, status_class};
 pub struct H2Client<'a> {
     stream: &'a StreamRef,
     body_taken: bool,
+    /// The stream is an extended CONNECT (RFC 8441): its DATA is the
+    /// tunnel's, never a request body, and a member's 101 opens it.
+    tunnel: bool,
 }
 
 impl<'a> H2Client<'a> {
@@ -28,6 +32,15 @@ impl<'a> H2Client<'a> {
         H2Client {
             stream,
             body_taken: false,
+            tunnel: false,
+        }
+    }
+
+    /// The client side of an extended CONNECT (`h2conv::extended_connect_from_wire`).
+    pub fn tunnel(stream: &'a StreamRef) -> H2Client<'a> {
+        H2Client {
+            tunnel: true,
+            ..H2Client::new(stream)
         }
     }
 }
@@ -159,7 +172,7 @@ impl ClientSide for H2Client<'_> {
     }
 
     fn take_body_stream(&mut self) -> Option<BodyStream> {
-        if std::mem::replace(&mut self.body_taken, true) {
+        if std::mem::replace(&mut self.body_taken, true) || self.tunnel {
             return None;
         }
         Some(BodyStream::new(self.stream))
@@ -186,17 +199,39 @@ impl ClientSide for H2Client<'_> {
         Some((sink, head_size(resp)))
     }
 
+    /// The member's 101 to an extended CONNECT: `:status 200` without the
+    /// handshake's own fields (RFC 8441 5), then the stream's DATA and the
+    /// member's bytes relayed until both ends close, either resets, or
+    /// `tunnel_idle` passes without a byte.
     async fn tunnel(
         &mut self,
-        _x: &Exchange<'_>,
-        _resp: &Response,
-        _up: &mut UpConn,
+        x: &Exchange<'_>,
+        resp: &Response,
+        up: &mut UpConn,
     ) -> Result<(), Failure> {
-        Err(Failure::new(
-            super::exchange::Origin::Member,
-            502,
-            "the server switched protocols unasked",
-        ))
+        if !self.tunnel {
+            return Err(Failure::new(
+                super::exchange::Origin::Member,
+                502,
+                "the server switched protocols unasked",
+            ));
+        }
+        let mut ok = Response::new(200, Framing::Close);
+        ok.head.fields = resp.head.fields.clone();
+        ok.head.connection_tokens = resp.head.connection_tokens.clone();
+        ok.head.fields.remove(b"sec-websocket-accept");
+        if self.stream.head(Some(200), &ok.head, false).is_err() {
+            return Err(Failure::cut(
+                super::exchange::Origin::Client,
+                "the client reset the stream",
+            ));
+        }
+        let idle = std::time::Duration::from_millis(x.st.tunnel_idle_ms);
+        let t = tunnel::run_h2(self.stream, &mut up.stream, &mut up.buf, idle).await;
+        let vc = x.vs.counters.local();
+        stats::add(&vc.bytes_out, head_size(&ok) + t.to_client);
+        stats::add(&vc.bytes_in, t.to_server);
+        Ok(())
     }
 
     async fn answer(&mut self, x: &Exchange<'_>, _req: &Request, local: Local) {

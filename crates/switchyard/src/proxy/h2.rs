@@ -10,6 +10,12 @@
 //! spoke. Responses are encoded straight into the connection's output,
 //! which leaves in one write at the end of the worker's turn (`turn`).
 //!
+//! WebSocket over HTTP/2 (RFC 8441): where a vserver has an HTTP/1.1 pool,
+//! SETTINGS_ENABLE_CONNECT_PROTOCOL is announced, and an extended CONNECT
+//! becomes the GET Upgrade an HTTP/1.1 member expects
+//! (`h2conv::extended_connect_from_wire`); the same exchange runs it, and
+//! a 101 turns its stream into a tunnel (`tunnel::run_h2`).
+//!
 //! Abuse the protocol allows but no client needs (CVE-2023-44487 rapid
 //! reset, SETTINGS/PING floods, empty frames) is counted on the wire by
 //! `shield::h2flood::FrameWatch`, which sees every frame header the client
@@ -136,12 +142,18 @@ async fn run(
     );
     watch.scan(&replay);
     let _ = replay.split_to(PREFACE_LEN);
+    let websocket = ctx
+        .snapshot
+        .load()
+        .vserver_for(&conn.listen)
+        .is_some_and(|vs| tunnels_websocket(vs));
     let shared: Shared = Rc::new(RefCell::new(server::Conn::new(server::Config {
         max_concurrent_streams: limits.max_concurrent_streams,
         stream_window: limits.stream_window,
         connection_window: limits.connection_window,
         max_frame_size: limits.max_frame_size,
         max_header_list_size: limits.max_header_list_size,
+        enable_connect_protocol: websocket,
     })));
     let mut wire = Wire {
         io: stream,
@@ -317,6 +329,22 @@ fn speaks_h2(snap: &crate::config::snapshot::Snapshot, conn: &Conn) -> bool {
             _ => false,
         },
     }
+}
+
+/// Whether the vserver offers WebSocket over HTTP/2 (RFC 8441): when one
+/// of its pools (default or a policy's) speaks HTTP/1.1, where the
+/// extended CONNECT becomes an Upgrade (h2 members answer 501 for now, see
+/// `pipeline::to_pool`), so a client that sees the setting has somewhere to go.
+fn tunnels_websocket(vs: &crate::config::snapshot::VServer) -> bool {
+    use crate::config::snapshot::{Action, UpstreamProtocol};
+    let policy_pools = vs.policies.iter().filter_map(|p| match &p.action {
+        Some(Action::Pool(pool)) => Some(pool),
+        _ => None,
+    });
+    vs.default_pool
+        .iter()
+        .chain(policy_pools)
+        .any(|p| p.protocol == UpstreamProtocol::Http1)
 }
 
 /// Reads until `buf` holds the 24 preface bytes; false when something else came.
@@ -551,11 +579,16 @@ async fn stream_task(ctx: Rc<WorkerCtx>, conn: Rc<Conn>, shared: Shared, new: se
         max_header_bytes: st.max_header_bytes,
         max_headers: st.max_headers,
     };
+    let tunnel = new.head.protocol.is_some();
     let converted = if new.head.too_large {
         Err(HeadError {
             status: 431,
             reason: "request header fields too large",
         })
+    } else if let Some(protocol) = &new.head.protocol {
+        let h = &new.head;
+        let target = (h.path.clone(), h.authority.clone());
+        h2conv::extended_connect_from_wire(protocol, target, &h.fields, &limits)
     } else {
         let h = &new.head;
         let pseudo = (
@@ -587,7 +620,11 @@ async fn stream_task(ctx: Rc<WorkerCtx>, conn: Rc<Conn>, shared: Shared, new: se
     let mut x = Exchange::new(&ctx, &vs, st, (conn.peer, conn.listen), conn.tls, subject);
     x.facts.http2 = true;
     x.facts.tls = conn.tls_info;
-    let mut client = H2Client::new(&stream);
+    let mut client = if tunnel {
+        H2Client::tunnel(&stream)
+    } else {
+        H2Client::new(&stream)
+    };
     // Boxed: the exchange's future is several KB, and a task's future is
     // moved (copied whole) as it is spawned; this one is made in place.
     Box::pin(pipeline::run(&mut x, &mut client, req)).await;

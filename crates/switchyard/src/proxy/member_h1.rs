@@ -75,7 +75,9 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
     send_request(x, hooks, client, req, a, &mut up).await?;
     let resp = response_head(x, client, req, a, &mut up).await?;
     x.facts.response_head();
-    let keep_alive = resp.head.keep_alive;
+    // A connection that switched protocols (a tunnel, now over) never
+    // carries another request.
+    let keep_alive = resp.head.keep_alive && resp.status != 101;
     respond(x, hooks, client, req, a, resp, MemberBody::H1(&mut up)).await?;
     if keep_alive && up.buf.is_empty() {
         x.idle.put(

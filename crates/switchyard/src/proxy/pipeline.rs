@@ -256,6 +256,16 @@ async fn to_pool<C: ClientSide, H: Hooks>(
 ) -> Result<(), Failure> {
     let pc = pool.counters.local();
     stats::inc(&pc.requests);
+    if x.facts.http2 && req.head.upgrade && pool.protocol == UpstreamProtocol::H2 {
+        // An extended CONNECT (RFC 8441) becomes an HTTP/1.1 Upgrade; to
+        // an h2 member it would be an extended CONNECT again, which is
+        // not written yet.
+        return Err(Failure::new(
+            Origin::Local,
+            501,
+            "WebSocket over HTTP/2 reaches HTTP/1.1 pools only",
+        ));
+    }
     let persistence = pool.persistence.as_ref();
     let ids = pool.members.iter().map(|m| m.cookie_id.as_str());
     x.sticky = sticky_member(persistence, ids, req);

@@ -1,11 +1,18 @@
 //! Byte tunnel for upgraded connections (WebSocket and other Upgrade
 //! protocols): both directions copied until both sides close, or until the
-//! tunnel has been idle for its timeout.
+//! tunnel has been idle for its timeout. `run` joins two byte streams (an
+//! HTTP/1.1 client's Upgrade); `run_h2` joins an HTTP/2 stream (an
+//! extended CONNECT, RFC 8441) to a member's connection.
 
-use std::time::Duration;
+use std::cell::Cell;
+use std::future::poll_fn;
+use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use super::h2_stream::StreamRef;
+use crate::http2::frame::code;
 
 pub struct Totals {
     pub to_client: u64,
@@ -74,4 +81,99 @@ pub async fn run<C: AsyncRead + AsyncWrite + Unpin, S: AsyncRead + AsyncWrite + 
         }
     }
     t
+}
+
+/// Relays an HTTP/2 stream whose head went out (`:status 200`) and a
+/// member connection, both ways at once. `ubuf` holds member bytes read
+/// past its 101. The stream's DATA reaches the member as it comes, and the
+/// client's window reopens only as it is taken (`poll_data`), so a member
+/// that does not read holds the client back; the member's bytes go out as
+/// the client's window allows. END_STREAM from the client is a FIN to the
+/// member and the member's FIN an END_STREAM; a reset either way ends it
+/// all (CONNECT_ERROR towards the client when the member's connection
+/// failed), and so does `idle` without a byte either way (CANCEL).
+///
+/// Runs on the worker that owns the client connection (the stream's
+/// protocol state is borrowed, never across an await).
+pub async fn run_h2<S: AsyncRead + AsyncWrite + Unpin>(
+    stream: &StreamRef,
+    server: &mut S,
+    ubuf: &mut BytesMut,
+    idle: Duration,
+) -> Totals {
+    let (shared, id) = (&stream.shared, stream.id);
+    shared.borrow_mut().set_tunnel(id);
+    let last = Cell::new(Instant::now());
+    let to_server = Cell::new(0u64);
+    let to_client = Cell::new(0u64);
+    let (mut rd, mut wr) = tokio::io::split(server);
+    let from_client = async {
+        loop {
+            match poll_fn(|cx| shared.borrow_mut().poll_data(id, cx)).await {
+                Some(Ok(b)) => {
+                    last.set(Instant::now());
+                    if wr.write_all(&b).await.is_err() || wr.flush().await.is_err() {
+                        shared.borrow_mut().reset(id, code::CONNECT_ERROR);
+                        return Err(());
+                    }
+                    to_server.set(to_server.get() + b.len() as u64);
+                }
+                None => {
+                    let _ = wr.shutdown().await;
+                    return Ok(());
+                }
+                // Reset by the client (or the connection ended).
+                Some(Err(_)) => return Err(()),
+            }
+        }
+    };
+    let from_member = async {
+        let mut buf = vec![0u8; 16 * 1024];
+        let mut early = std::mem::take(ubuf);
+        loop {
+            let n = if !early.is_empty() {
+                let n = early.len().min(buf.len());
+                buf[..n].copy_from_slice(&early.split_to(n));
+                n
+            } else {
+                match rd.read(&mut buf).await {
+                    Ok(0) => {
+                        return shared.borrow_mut().end_stream(id).map_err(|_| ());
+                    }
+                    Ok(n) => n,
+                    Err(_) => {
+                        shared.borrow_mut().reset(id, code::CONNECT_ERROR);
+                        return Err(());
+                    }
+                }
+            };
+            last.set(Instant::now());
+            let mut rest = &buf[..n];
+            while !rest.is_empty() {
+                let sent = poll_fn(|cx| shared.borrow_mut().poll_send(id, cx, rest, false)).await;
+                match sent {
+                    Ok(k) => rest = &rest[k..],
+                    Err(_) => return Err(()),
+                }
+            }
+            to_client.set(to_client.get() + n as u64);
+        }
+    };
+    let quiet = async {
+        loop {
+            let until = last.get() + idle;
+            if Instant::now() >= until {
+                return;
+            }
+            tokio::time::sleep_until(until.into()).await;
+        }
+    };
+    tokio::select! {
+        _ = async { tokio::try_join!(from_client, from_member) } => {}
+        () = quiet => shared.borrow_mut().reset(id, code::CANCEL),
+    }
+    Totals {
+        to_client: to_client.get(),
+        to_server: to_server.get(),
+    }
 }

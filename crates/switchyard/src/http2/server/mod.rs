@@ -28,6 +28,10 @@ pub struct Config {
     pub connection_window: u32,
     pub max_frame_size: u32,
     pub max_header_list_size: u32,
+    /// SETTINGS_ENABLE_CONNECT_PROTOCOL = 1 is announced and the extended
+    /// CONNECT of RFC 8441 (`:protocol`) accepted; without it `:protocol`
+    /// makes a request malformed.
+    pub enable_connect_protocol: bool,
 }
 
 /// A connection error: GOAWAY with `code`, then close.
@@ -49,6 +53,9 @@ pub struct RequestHead {
     pub scheme: Option<Bytes>,
     pub authority: Option<Bytes>,
     pub path: Option<Bytes>,
+    /// `:protocol` of an extended CONNECT (RFC 8441 4), only ever with
+    /// `:method` CONNECT, `:scheme`, `:path` and `:authority`.
+    pub protocol: Option<Bytes>,
     pub fields: Fields,
     /// The list passed SETTINGS_MAX_HEADER_LIST_SIZE: `fields` is partial
     /// and the request is answered 431.
@@ -113,6 +120,10 @@ struct Stream {
     read_since: Option<u64>,
     waited_ms: u64,
     read_expired: Option<RecvError>,
+    /// The stream carries a tunnel (an extended CONNECT): its DATA may
+    /// pause for as long as the tunnel's own idle timeout allows, so the
+    /// body pace (`expire_readers`) does not apply.
+    tunnel: bool,
 }
 
 /// A header block waiting for its CONTINUATION frames.
@@ -173,16 +184,16 @@ impl Conn {
     /// A connection whose preface was read; our SETTINGS go out first.
     pub fn new(cfg: Config) -> Conn {
         let mut out = Vec::with_capacity(256);
-        frame::put_settings(
-            &mut out,
-            &[
-                (setting::ENABLE_PUSH, 0),
-                (setting::MAX_CONCURRENT_STREAMS, cfg.max_concurrent_streams),
-                (setting::INITIAL_WINDOW_SIZE, cfg.stream_window),
-                (setting::MAX_FRAME_SIZE, cfg.max_frame_size),
-                (setting::MAX_HEADER_LIST_SIZE, cfg.max_header_list_size),
-            ],
-        );
+        let settings = [
+            (setting::ENABLE_PUSH, 0),
+            (setting::MAX_CONCURRENT_STREAMS, cfg.max_concurrent_streams),
+            (setting::INITIAL_WINDOW_SIZE, cfg.stream_window),
+            (setting::MAX_FRAME_SIZE, cfg.max_frame_size),
+            (setting::MAX_HEADER_LIST_SIZE, cfg.max_header_list_size),
+            (setting::ENABLE_CONNECT_PROTOCOL, 1),
+        ];
+        let n = settings.len() - usize::from(!cfg.enable_connect_protocol);
+        frame::put_settings(&mut out, &settings[..n]);
         let default = frame::DEFAULT_WINDOW as i64;
         if cfg.connection_window as i64 > default {
             frame::put_window_update(&mut out, 0, cfg.connection_window - frame::DEFAULT_WINDOW);

@@ -297,6 +297,7 @@ impl Conn {
                 read_since: None,
                 waited_ms: 0,
                 read_expired: None,
+                tunnel: false,
             },
         );
         if end_stream && length.is_some_and(|n| n != 0) {
@@ -326,7 +327,7 @@ impl Conn {
         // block is decoded: one allocation for the four of them, shared
         // from then on by the request they become.
         let mut pseudo_bytes = Vec::new();
-        let mut pseudo: [Option<(usize, usize)>; 4] = [None; 4];
+        let mut pseudo: [Option<(usize, usize)>; 5] = [None; 5];
         let r = self.dec.decode(
             block,
             self.cfg.max_header_list_size as usize,
@@ -344,6 +345,7 @@ impl Conn {
                         b":scheme" => &mut pseudo[1],
                         b":authority" => &mut pseudo[2],
                         b":path" => &mut pseudo[3],
+                        b":protocol" => &mut pseudo[4],
                         _ => {
                             malformed = Some("unknown pseudo-header field");
                             return;
@@ -371,8 +373,10 @@ impl Conn {
             },
         );
         let all = Bytes::from(pseudo_bytes);
-        let [method, scheme, authority, path] = pseudo.map(|r| r.map(|(a, b)| all.slice(a..b)));
+        let [method, scheme, authority, path, protocol] =
+            pseudo.map(|r| r.map(|(a, b)| all.slice(a..b)));
         (head.method, head.scheme, head.authority, head.path) = (method, scheme, authority, path);
+        head.protocol = protocol;
         match r {
             Ok(()) => {}
             Err(DecodeError::TooLarge) => head.too_large = true,
@@ -382,11 +386,17 @@ impl Conn {
         }
         if !trailers && malformed.is_none() && !head.too_large {
             let connect = head.method.as_deref() == Some(b"CONNECT");
+            // RFC 8441 4: an extended CONNECT names its target as other
+            // requests do, and only where the setting allowed it.
+            let extended = head.protocol.is_some();
             if head.method.is_none()
-                || !connect
+                || (!connect || extended)
                     && (head.scheme.is_none() || head.path.as_ref().is_none_or(|p| p.is_empty()))
+                || extended && head.authority.is_none()
             {
                 malformed = Some("a required pseudo-header field is missing or empty");
+            } else if extended && !(connect && self.cfg.enable_connect_protocol) {
+                malformed = Some(":protocol without CONNECT or SETTINGS_ENABLE_CONNECT_PROTOCOL");
             }
         }
         Ok((head, malformed))

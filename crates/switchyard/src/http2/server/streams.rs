@@ -76,7 +76,7 @@ impl Conn {
         for s in self.streams.values_mut() {
             let Some(since) = s
                 .read_since
-                .filter(|_| s.recv_open && s.read_expired.is_none())
+                .filter(|_| s.recv_open && s.read_expired.is_none() && !s.tunnel)
             else {
                 continue;
             };
@@ -94,6 +94,17 @@ impl Conn {
             }
         }
         n
+    }
+
+    /// The stream carries a tunnel from now on: its reader may wait for
+    /// DATA as long as the tunnel's idle timeout allows (the owner's), not
+    /// as long as a request body's pace does.
+    pub fn set_tunnel(&mut self, id: u32) {
+        if let Some(s) = self.streams.get_mut(&id) {
+            s.tunnel = true;
+            s.read_since = None;
+            s.read_expired = None;
+        }
     }
 
     /// The request's trailer fields, once its body has ended.

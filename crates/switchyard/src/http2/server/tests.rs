@@ -16,6 +16,7 @@ fn cfg() -> Config {
         connection_window: 1 << 20,
         max_frame_size: 16_384,
         max_header_list_size: 4096,
+        enable_connect_protocol: false,
     }
 }
 
@@ -442,4 +443,94 @@ fn continuation_floods_end_the_connection() {
         }
     }
     assert_eq!(r.map_err(|e| e.code), Err(code::ENHANCE_YOUR_CALM));
+}
+
+/// A HEADERS block of the given pseudo- and regular fields, in order.
+fn block_of(enc: &mut Encoder, fields: &[(&str, &str)]) -> Vec<u8> {
+    let mut b = Vec::new();
+    enc.begin(&mut b);
+    for (n, v) in fields {
+        enc.field(n.as_bytes(), v.as_bytes(), &mut b);
+    }
+    b
+}
+
+#[test]
+fn extended_connect_only_where_the_setting_was_announced() {
+    let announced = |c: &Conn| {
+        let hello = frames(&c.out);
+        assert_eq!(hello[0].0, kind::SETTINGS);
+        hello[0].3.chunks(6).any(|s| s == [0, 8, 0, 0, 0, 1])
+    };
+    let ws = [
+        (":method", "CONNECT"),
+        (":protocol", "websocket"),
+        (":scheme", "https"),
+        (":path", "/chat"),
+        (":authority", "a.test"),
+        ("sec-websocket-version", "13"),
+    ];
+    // Without the setting: not announced, and :protocol is malformed
+    // (RFC 8441 3), a stream error.
+    let c = Conn::new(cfg());
+    assert!(!announced(&c));
+    let (mut c, mut enc) = started();
+    let b = block_of(&mut enc, &ws);
+    feed(&mut c, &frame(kind::HEADERS, flag::END_HEADERS, 1, &b)).unwrap();
+    assert!(c.accepted.is_empty());
+    assert_eq!(
+        frames(&c.out),
+        vec![(
+            kind::RST_STREAM,
+            0,
+            1,
+            code::PROTOCOL_ERROR.to_be_bytes().to_vec()
+        )]
+    );
+
+    let on = || Config {
+        enable_connect_protocol: true,
+        ..cfg()
+    };
+    assert!(announced(&Conn::new(on())));
+    let mut c = Conn::new(on());
+    feed(&mut c, &frame(kind::SETTINGS, 0, 0, &[])).unwrap();
+    c.out.clear();
+    let mut enc = Encoder::new();
+    let b = block_of(&mut enc, &ws);
+    feed(&mut c, &frame(kind::HEADERS, flag::END_HEADERS, 1, &b)).unwrap();
+    let s = c.accepted.pop_front().expect("the extended CONNECT");
+    assert_eq!(s.head.protocol.as_deref(), Some(&b"websocket"[..]));
+    assert_eq!(s.head.path.as_deref(), Some(&b"/chat"[..]));
+    assert!(!s.end_stream);
+    // Malformed even so: :protocol on another method, or without :path,
+    // :scheme or :authority.
+    let mut id = 3;
+    for drop_or_swap in [":method", ":path", ":scheme", ":authority"] {
+        let mut enc = Encoder::new();
+        let mut c = Conn::new(on());
+        feed(&mut c, &frame(kind::SETTINGS, 0, 0, &[])).unwrap();
+        c.out.clear();
+        let fields: Vec<(&str, &str)> = ws
+            .iter()
+            .filter_map(|&(n, v)| match (n == drop_or_swap, n) {
+                (true, ":method") => Some((n, "GET")),
+                (true, _) => None,
+                _ => Some((n, v)),
+            })
+            .collect();
+        let b = block_of(&mut enc, &fields);
+        feed(&mut c, &frame(kind::HEADERS, flag::END_HEADERS, id, &b)).unwrap();
+        assert!(c.accepted.is_empty(), "{drop_or_swap}");
+        assert_eq!(frames(&c.out)[0].0, kind::RST_STREAM, "{drop_or_swap}");
+        id += 2;
+    }
+    // A plain CONNECT is still handed over (and answered 501 above).
+    let (mut c, mut enc) = started();
+    let b = block_of(
+        &mut enc,
+        &[(":method", "CONNECT"), (":authority", "a.test:443")],
+    );
+    feed(&mut c, &frame(kind::HEADERS, flag::END_HEADERS, 1, &b)).unwrap();
+    assert!(c.accepted.pop_front().unwrap().head.protocol.is_none());
 }
