@@ -28,6 +28,7 @@ pub mod log;
 pub mod proxy;
 pub mod proxy_protocol;
 pub mod quickstart;
+pub mod random;
 pub mod runtime;
 pub mod shield;
 pub mod source;

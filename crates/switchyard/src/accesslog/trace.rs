@@ -6,8 +6,6 @@
 //! Ids are kept as lower-case hex, as they are written on the wire and in
 //! the log: no conversion on either side.
 
-use std::cell::Cell;
-
 /// One request's trace: ids as lower-case hex.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Trace {
@@ -114,38 +112,9 @@ impl Trace {
     }
 }
 
-thread_local! {
-    /// splitmix64 state, seeded once per thread from the kernel.
-    static RNG: Cell<u64> = Cell::new(seed());
-}
-
-fn seed() -> u64 {
-    let mut b = [0u8; 8];
-    // SAFETY: `b` is a valid writable buffer of b.len() bytes.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n == b.len() as isize {
-        return u64::from_le_bytes(b);
-    }
-    // No getrandom (very old kernels): the time and this thread's stack
-    // address differ between threads and runs.
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    t ^ (&b as *const _ as u64).rotate_left(32)
-}
-
-/// A fast per-thread pseudo-random number (splitmix64): sampling and trace
-/// ids, not secrets.
-pub fn next_u64() -> u64 {
-    RNG.with(|s| {
-        let mut z = s.get().wrapping_add(0x9e37_79b9_7f4a_7c15);
-        s.set(z);
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
-    })
-}
+/// A fast per-thread pseudo-random number: sampling and trace ids, not
+/// secrets (`crate::random`).
+pub use crate::random::next_u64;
 
 #[cfg(test)]
 mod tests {

@@ -96,8 +96,8 @@ pub fn agreed(offered: &Fields, switched_to: &Fields) -> bool {
 pub fn websocket_key() -> String {
     const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut raw = [0u8; 16];
-    raw[..8].copy_from_slice(&crate::accesslog::trace::next_u64().to_le_bytes());
-    raw[8..].copy_from_slice(&crate::accesslog::trace::next_u64().to_le_bytes());
+    raw[..8].copy_from_slice(&crate::random::next_u64().to_le_bytes());
+    raw[8..].copy_from_slice(&crate::random::next_u64().to_le_bytes());
     let mut out = String::with_capacity(24);
     for c in raw.chunks(3) {
         let n = (c[0] as u32) << 16
