@@ -260,9 +260,16 @@ fn version_of(program: &Path, arg: &str) -> String {
         .unwrap_or_default()
 }
 
-/// The switchyard binary: this executable when it is `switchyard`, else a
-/// `switchyard` next to it (target/release when running switchyard-bench).
+/// The switchyard binary: the one that ran `switchyard bench` (it sets
+/// `SWITCHYARD_BIN` before it runs this program), this executable when it
+/// is `switchyard`, else a `switchyard` next to it (target/release when
+/// running switchyard-bench).
 pub fn switchyard_binary() -> Option<PathBuf> {
+    if let Some(p) = std::env::var_os("SWITCHYARD_BIN").map(PathBuf::from) {
+        if p.is_file() {
+            return Some(p);
+        }
+    }
     let me = std::env::current_exe().ok()?;
     if me.file_name().is_some_and(|n| n == "switchyard") {
         return Some(me);

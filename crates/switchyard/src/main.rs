@@ -22,6 +22,8 @@ USAGE:
   switchyard waf test --tests DIR [--crs DIR] [--overrides FILE] ...
                                   the OWASP CRS regression tests (go-ftw YAML)
                                   through this binary (switchyard waf --help)
+  (bench and waf are separate programs, switchyard-bench and switchyard-waf,
+  run from beside this binary or from PATH; not part of the proxy)
   switchyard version
 
 Logs go to stderr; SWITCHYARD_LOG=debug adds debug lines.
@@ -55,11 +57,8 @@ fn command() -> ExitCode {
             admin_call(rest, "GET", path)
         }
         "ctl" => ExitCode::from(switchyard::ctl::main(rest).clamp(0, 255) as u8),
-        "bench" => {
-            let code = switchyard_bench::main_with_args(rest.to_vec());
-            ExitCode::from(code.clamp(0, 255) as u8)
-        }
-        "waf" => ExitCode::from(switchyard::waf::ftw::main(rest).clamp(0, 255) as u8),
+        "bench" => external("bench", rest),
+        "waf" => external("waf", rest),
         "version" | "--version" | "-V" => {
             println!("switchyard {}", env!("CARGO_PKG_VERSION"));
             // The optional native parts build.rs found (or not).
@@ -94,6 +93,58 @@ fn command() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// `switchyard bench ...` and `switchyard waf ...` run tools that are not
+/// part of the proxy (a load generator, raw-frame flood generators, the CRS
+/// runner): as cargo and git run theirs, the `switchyard-NAME` program
+/// beside this binary, else on PATH, replaces this process, so signals and
+/// the exit code are the tool's own. `SWITCHYARD_BIN` tells it which
+/// switchyard called it (the one it measures or tests).
+fn external(name: &str, args: &[String]) -> ExitCode {
+    use std::os::unix::process::CommandExt;
+    let program = format!("switchyard-{name}");
+    let me = std::env::current_exe().ok();
+    let beside = me
+        .as_deref()
+        .and_then(|m| m.parent())
+        .map(|d| d.join(&program));
+    let found = beside.clone().filter(|p| executable(p)).or_else(|| {
+        std::env::var_os("PATH").and_then(|path| {
+            std::env::split_paths(&path)
+                .map(|d| d.join(&program))
+                .find(|p| executable(p))
+        })
+    });
+    let Some(found) = found else {
+        let build = match name {
+            "waf" => "cargo build --release -p switchyard --bin switchyard-waf",
+            _ => "cargo build --release -p switchyard-bench",
+        };
+        return fail(format!(
+            "{name}: {program} is not installed (not beside this binary{}, not on PATH); \
+             it is built apart from the proxy: `{build}` (or `cargo build --release` for every binary)",
+            beside
+                .as_deref()
+                .and_then(|p| p.parent())
+                .map(|d| format!(" in {}", d.display()))
+                .unwrap_or_default()
+        ));
+    };
+    let mut cmd = std::process::Command::new(&found);
+    cmd.args(args);
+    if let Some(me) = &me {
+        cmd.env("SWITCHYARD_BIN", me);
+    }
+    log::flush();
+    // Returns only if the exec failed.
+    let e = cmd.exec();
+    fail(format!("{name}: cannot run {}: {e}", found.display()))
+}
+
+fn executable(p: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// Value of `-c FILE` / `--config FILE`.

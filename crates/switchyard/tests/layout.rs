@@ -1,9 +1,10 @@
 //! The architecture's rules, checked on the source itself (docs/internals.md):
 //! no module imports one that imports it back (between top-level modules,
 //! and between the files of `proxy/`), no file in `proxy/` grows past
-//! about 800 lines, and the request path is normalized before every stage
-//! (no other code rewrites it), and no folder's modules import each other
-//! back.
+//! about 800 lines, the request path is normalized before every stage
+//! (no other code rewrites it), no folder's modules import each other back,
+//! and the proxy links neither the bench nor the CRS runner (they are
+//! programs of their own).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -120,7 +121,8 @@ fn top_level_modules_do_not_import_each_other_back() {
                 .to_string(),
             None => continue,
         };
-        if module == "main" || module == "lib" {
+        // bin/: programs of their own, not modules of the library.
+        if module == "main" || module == "lib" || module == "bin" {
             continue;
         }
         let deps = graph.entry(module.clone()).or_default();
@@ -334,6 +336,72 @@ fn lints_hold_the_discipline_and_ignored_tests_say_why() {
         bare.is_empty(),
         "bare #[ignore] (write #[ignore = \"why\"]) in {bare:?}"
     );
+}
+
+/// The lines of `[section]` in a Cargo.toml, up to the next table.
+fn toml_section<'a>(text: &'a str, section: &str) -> Vec<&'a str> {
+    text.lines()
+        .skip_while(|l| l.trim() != section)
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with('['))
+        .filter(|l| !l.trim_start().starts_with('#'))
+        .collect()
+}
+
+/// The binary operators run is the proxy alone (issue 31): the bench (raw
+/// frame and DDoS generators, peer launchers, a load generator) is a
+/// dev-dependency, used by tests only, and `switchyard bench` runs the
+/// switchyard-bench program; the CRS runner is the switchyard-waf program
+/// (src/bin/switchyard-waf), which neither the library nor main.rs pulls
+/// back in.
+#[test]
+fn the_proxy_links_neither_the_bench_nor_the_crs_runner() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let manifest = std::fs::read_to_string(manifest).expect("read Cargo.toml");
+    for section in ["[dependencies]", "[build-dependencies]"] {
+        let lines = toml_section(&manifest, section);
+        assert!(
+            !lines.iter().any(|l| l.contains("switchyard-bench")),
+            "Cargo.toml {section} has switchyard-bench: the bench is a dev-dependency only"
+        );
+    }
+    assert!(
+        toml_section(&manifest, "[dev-dependencies]")
+            .iter()
+            .any(|l| l.contains("switchyard-bench")),
+        "the tests use the bench as a dev-dependency"
+    );
+    let root = src();
+    let mut checked = 0;
+    for f in rs_files(&root) {
+        let rel = f
+            .strip_prefix(&root)
+            .expect("under src")
+            .to_string_lossy()
+            .to_string();
+        if rel.starts_with("bin/") {
+            continue;
+        }
+        checked += 1;
+        assert!(
+            !rel.split('/').any(|c| c == "ftw" || c == "ftw.rs"),
+            "{rel}: the CRS runner (ftw) lives in src/bin/switchyard-waf, not in the library"
+        );
+        let c = code(&f);
+        for needle in [
+            "switchyard_bench",
+            "mod ftw",
+            "ftw::",
+            "switchyard-waf/",
+            "#[path",
+        ] {
+            assert!(
+                !c.contains(needle),
+                "{rel} has `{needle}` outside its tests: the proxy must not link the bench or the CRS runner"
+            );
+        }
+    }
+    assert!(checked > 50, "source files checked: {checked}");
 }
 
 #[test]

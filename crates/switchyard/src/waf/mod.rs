@@ -13,7 +13,6 @@
 //! The proxy's stage that runs it on each request is `proxy/firewall.rs`.
 pub mod audit;
 pub mod engine;
-pub mod ftw;
 pub mod libinjection;
 pub mod operator;
 pub mod policy;

@@ -1,7 +1,13 @@
-//! `switchyard waf test`: the OWASP CRS regression tests (go-ftw's YAML
-//! format) through the real Switchyard binary, in front of an albedo-like
-//! origin on loopback, judged from the WAF's audit log as go-ftw judges
-//! ModSecurity's error log.
+//! `switchyard-waf`, run as `switchyard waf test`: the OWASP CRS regression
+//! tests (go-ftw's YAML format) through the real Switchyard binary, in front
+//! of an albedo-like origin on loopback, judged from the WAF's audit log as
+//! go-ftw judges ModSecurity's error log.
+//!
+//! A program of its own, not part of the proxy: it has its own client,
+//! origin and process launcher, which the binary operators run in
+//! production has no use for. `switchyard waf ...` runs it (see `external`
+//! in ../../main.rs). The Switchyard it tests is `--switchyard PATH`, else
+//! the one that ran it (`SWITCHYARD_BIN`), else the `switchyard` beside it.
 //!
 //! - `model`: the test and overrides files.
 //! - `request`: a stage's request bytes, with go-ftw's autocompletion.
@@ -10,12 +16,12 @@
 //! - `auditlog`: the audit log, tailed and parsed.
 //! - `runner`: the Switchyard instances, marker bracketing and the checks.
 
-pub mod auditlog;
-pub mod client;
-pub mod model;
-pub mod origin;
-pub mod request;
-pub mod runner;
+mod auditlog;
+mod client;
+mod model;
+mod origin;
+mod request;
+mod runner;
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -42,13 +48,20 @@ USAGE:
   --jobs N          Switchyard instances run side by side (default 2)
   --timeout SECS    a stage's response deadline (default 5)
   --verbose         every test's result and the rules it matched
+  --switchyard PATH the binary under test (default: the switchyard that ran
+                    this, else the one beside switchyard-waf)
 
 Prints `FAIL <file> <test_id>: <why>` per failing test and last
 `N passed, M failed, K skipped`; exits 0 iff nothing failed.
 ";
 
-/// Entry point of `switchyard waf ...`; the exit code.
-pub fn main(args: &[String]) -> i32 {
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    std::process::exit(cli(&args));
+}
+
+/// `switchyard waf ...`; the exit code.
+fn cli(args: &[String]) -> i32 {
     match args.first().map(String::as_str) {
         Some("test") => match parse_args(&args[1..]) {
             Ok(Some(a)) => match run(&a) {
@@ -92,6 +105,7 @@ struct Args {
     jobs: usize,
     timeout: Duration,
     verbose: bool,
+    switchyard: Option<PathBuf>,
 }
 
 fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
@@ -103,6 +117,7 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
     let mut jobs = 2usize;
     let mut timeout = Duration::from_secs(5);
     let mut verbose = false;
+    let mut switchyard = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
         let (flag, inline) = match a.split_once('=') {
@@ -146,6 +161,7 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
                 timeout = Duration::from_secs_f64(s);
             }
             "--verbose" | "-v" => verbose = true,
+            "--switchyard" => switchyard = Some(PathBuf::from(value(flag)?)),
             "--help" | "-h" => return Ok(None),
             other => return Err(format!("unknown argument {other:?}")),
         }
@@ -172,7 +188,30 @@ fn parse_args(args: &[String]) -> Result<Option<Args>, String> {
         jobs,
         timeout,
         verbose,
+        switchyard,
     }))
+}
+
+/// The Switchyard binary under test: `--switchyard`, else the one that ran
+/// `switchyard waf` (it sets `SWITCHYARD_BIN`), else `switchyard` beside
+/// this program (target/debug or target/release).
+fn switchyard_binary(flag: Option<&PathBuf>) -> Result<PathBuf, String> {
+    if let Some(p) = flag {
+        return Ok(p.clone());
+    }
+    if let Some(p) = std::env::var_os("SWITCHYARD_BIN").filter(|p| !p.is_empty()) {
+        return Ok(PathBuf::from(p));
+    }
+    let me = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
+    let beside = me.with_file_name("switchyard");
+    if beside.is_file() {
+        Ok(beside)
+    } else {
+        Err(format!(
+            "no switchyard to test: none beside {}; give --switchyard PATH",
+            me.display()
+        ))
+    }
 }
 
 /// How one test ended.
@@ -224,11 +263,11 @@ fn run(a: &Args) -> Result<i32, String> {
         .collect();
     let origin = origin::Origin::start().map_err(|e| format!("origin: {e}"))?;
     let settings = Settings {
+        switchyard: switchyard_binary(a.switchyard.as_ref())?,
         crs: a.crs.clone(),
         paranoia: a.paranoia,
         timeout: a.timeout,
         marker_wait: Duration::from_secs(5),
-        verbose: a.verbose,
     };
     let jobs = a.jobs.min(queue.len()).max(1);
     let queue = Mutex::new(queue);
@@ -495,6 +534,11 @@ mod tests {
         assert_eq!(a.crs, PathBuf::from("c"));
         assert_eq!(a.paranoia, 1);
         assert!(a.verbose && a.include.is_some());
+        assert_eq!(a.switchyard, None);
+        let a = parse_args(&args(&["--tests", "t", "--crs", "c", "--switchyard=/x/sy"]))
+            .expect("valid")
+            .expect("not help");
+        assert_eq!(a.switchyard, Some(PathBuf::from("/x/sy")));
         assert!(parse_args(&args(&["--tests", "t", "--crs", "c", "--paranoia", "5"])).is_err());
         assert!(parse_args(&args(&["--crs", "c"])).is_err());
         assert!(parse_args(&args(&["--tests", "t", "--crs", "c", "--bogus"])).is_err());

@@ -1,5 +1,5 @@
 //! Runs stages through a real Switchyard: each instance is the switchyard
-//! binary itself (`run -c`) with one worker, the CRS and the test setup,
+//! binary under test (`run -c`) with one worker, the CRS and the test setup,
 //! in front of the in-process albedo origin; its audit log says which rules
 //! matched.
 //!
@@ -33,13 +33,14 @@ pub const MARKER_HEADER: &str = "X-CRS-Test";
 /// Settings of a run.
 #[derive(Clone, Debug)]
 pub struct Settings {
+    /// The binary under test.
+    pub switchyard: PathBuf,
     pub crs: PathBuf,
     pub paranoia: u8,
     /// A stage's response deadline.
     pub timeout: Duration,
     /// How long to wait for a marker's audit line.
     pub marker_wait: Duration,
-    pub verbose: bool,
 }
 
 /// Kills the switchyard child when dropped (normal end, error or panic).
@@ -207,10 +208,9 @@ impl Instance {
         write("ftw-setup.conf", setup_rules(settings.paranoia))?;
         let config = dir.0.join("switchyard.toml");
         write("switchyard.toml", config_text(&dir.0, &crs, addr, origin))?;
-        let exe = std::env::current_exe().map_err(|e| format!("own executable: {e}"))?;
         let stderr_path = dir.0.join("stderr.log");
         let stderr = std::fs::File::create(&stderr_path).map_err(|e| format!("stderr.log: {e}"))?;
-        let mut cmd = Command::new(exe);
+        let mut cmd = Command::new(&settings.switchyard);
         cmd.arg("run")
             .arg("-c")
             .arg(&config)
@@ -220,7 +220,7 @@ impl Instance {
         die_with_parent(&mut cmd);
         let child = cmd
             .spawn()
-            .map_err(|e| format!("cannot start switchyard: {e}"))?;
+            .map_err(|e| format!("cannot start {}: {e}", settings.switchyard.display()))?;
         let mut inst = Instance {
             index,
             addr,

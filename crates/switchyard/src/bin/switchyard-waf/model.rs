@@ -8,12 +8,11 @@ use std::path::{Path, PathBuf};
 
 use serde_yaml::Value;
 
-/// One test file: `meta`, `rule_id`, `tests`.
+/// One test file (`meta`, `rule_id`, `tests`): its tests, which carry the rule id.
 #[derive(Debug, Clone)]
 pub struct TestFile {
     /// Path relative to the tests folder (what FAIL lines print).
     pub name: String,
-    pub rule_id: u64,
     pub tests: Vec<Test>,
 }
 
@@ -273,7 +272,6 @@ pub fn parse_test_file(name: &str, path: &Path, text: &str) -> Result<Option<Tes
     }
     Ok(Some(TestFile {
         name: name.to_string(),
-        rule_id,
         tests: out,
     }))
 }
@@ -463,7 +461,6 @@ tests:
         let f = parse_test_file("x/920100.yaml", Path::new("x/920100.yaml"), FILE)
             .expect("parses")
             .expect("has tests");
-        assert_eq!(f.rule_id, 920100);
         assert_eq!(f.tests.len(), 2);
         let t = &f.tests[0];
         assert_eq!(t.id_string(), "920100-3");

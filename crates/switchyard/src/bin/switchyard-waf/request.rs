@@ -304,6 +304,7 @@ pub fn base64_decode(s: &str) -> Result<Vec<u8>, String> {
 }
 
 /// Standard base64 with padding (albedo's `encodedBody` in our own tests).
+#[cfg(test)]
 pub fn base64_encode(data: &[u8]) -> String {
     const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::with_capacity(data.len().div_ceil(3) * 4);
