@@ -321,6 +321,12 @@ struct Recorder {
 }
 
 fn recorder() -> Recorder {
+    recording_member(None)
+}
+
+/// A TCP member that counts connections, writes `greeting` on each at
+/// once if given, and records what each sent (until EOF).
+fn recording_member(greeting: Option<&'static [u8]>) -> Recorder {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap();
     let (tx, rx) = mpsc::channel();
@@ -332,6 +338,9 @@ fn recorder() -> Recorder {
             n.fetch_add(1, Ordering::Relaxed);
             let tx = tx.clone();
             std::thread::spawn(move || {
+                if let Some(g) = greeting {
+                    let _ = s.write_all(g);
+                }
                 let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
                 let mut all = Vec::new();
                 let _ = s.read_to_end(&mut all);
@@ -691,38 +700,10 @@ fn proxy_protocol_in_and_out() {
     );
 }
 
-/// A member whose protocol opens with its greeting (SMTP-like): it counts
-/// connections, greets each at once, and records what each sent.
-struct Greeter {
-    addr: SocketAddr,
-    accepted: Arc<AtomicUsize>,
-    got: mpsc::Receiver<Vec<u8>>,
-}
-
-fn greeter() -> Greeter {
-    let l = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let addr = l.local_addr().expect("addr");
-    let accepted = Arc::new(AtomicUsize::new(0));
-    let (n, (tx, got)) = (accepted.clone(), mpsc::channel());
-    std::thread::spawn(move || {
-        for s in l.incoming() {
-            let Ok(mut s) = s else { return };
-            n.fetch_add(1, Ordering::Relaxed);
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                let _ = s.write_all(b"220 member greeting\r\n");
-                let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
-                let mut all = Vec::new();
-                let _ = s.read_to_end(&mut all);
-                let _ = tx.send(all);
-            });
-        }
-    });
-    Greeter {
-        addr,
-        accepted,
-        got,
-    }
+/// A member whose protocol opens with its greeting (SMTP-like): a
+/// `Recorder` that greets each connection at once.
+fn greeter() -> Recorder {
+    recording_member(Some(b"220 member greeting\r\n"))
 }
 
 /// Issue 30: a PROXY header from a source the vserver does not trust was

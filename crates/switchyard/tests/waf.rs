@@ -409,58 +409,26 @@ fn h2c_streams_are_inspected_like_http1_requests() {
         "default_pool = \"p\"\nh2c = true\n",
     );
     let _sy = Switchyard::start(&cfg, &[listen]);
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(listen)
-            .await
-            .expect("connect");
-        let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
-        tokio::spawn(conn);
-        let post = |path: &str, body: &'static str| {
-            http::Request::builder()
-                .method("POST")
-                .uri(format!("http://shop.example{path}"))
-                .header(
-                    "user-agent",
-                    "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
-                )
-                .header("accept", "text/html")
-                .header("content-type", "application/x-www-form-urlencoded")
-                .header("content-length", body.len().to_string())
-                .body(())
-                .expect("request")
-        };
-        let mut results = Vec::new();
-        for (path, body) in [
-            ("/search", "q=%3Cscript%3Ealert(1)%3C%2Fscript%3E"),
-            ("/search", "q=garden+chairs&page=2"),
-        ] {
-            let mut s = send.clone().ready().await.expect("ready");
-            let (resp, mut out) = s.send_request(post(path, body), false).expect("send");
-            out.send_data(bytes::Bytes::from_static(body.as_bytes()), true)
-                .expect("data");
-            let resp = resp.await.expect("response");
-            let status = resp.status().as_u16();
-            let id = resp
-                .headers()
-                .get("x-request-id")
-                .map(|v| v.to_str().unwrap_or("").to_string());
-            let mut recv = resp.into_body();
-            while let Some(chunk) = recv.data().await {
-                let chunk = chunk.expect("data");
-                let _ = recv.flow_control().release_capacity(chunk.len());
-            }
-            results.push((status, id));
-        }
-        assert_eq!(results[0].0, 403);
-        assert_eq!(results[1].0, 200);
-        let line = audit_for(&audit, results[0].1.as_deref().expect("x-request-id"));
-        assert_eq!(line["protocol"], "HTTP/2.0");
-        assert!(ids(&line).contains(&941100), "{line}");
-    });
+    let results = h2_posts(
+        listen,
+        &[
+            (
+                "/search",
+                "application/x-www-form-urlencoded",
+                "q=%3Cscript%3Ealert(1)%3C%2Fscript%3E",
+            ),
+            (
+                "/search",
+                "application/x-www-form-urlencoded",
+                "q=garden+chairs&page=2",
+            ),
+        ],
+    );
+    assert_eq!(results[0].0, 403);
+    assert_eq!(results[1].0, 200);
+    let line = audit_for(&audit, results[0].1.as_deref().expect("x-request-id"));
+    assert_eq!(line["protocol"], "HTTP/2.0");
+    assert!(ids(&line).contains(&941100), "{line}");
     let seen = o.seen();
     assert_eq!(seen.len(), 1, "only the benign stream reached the member");
     assert_eq!(seen[0].body, b"q=garden+chairs&page=2");
@@ -551,48 +519,12 @@ fn json_and_xml_bodies_are_inspected_with_the_documented_setup() {
     assert_eq!(r.status, 400, "{}", r.body_text());
 
     // HTTP/2 streams, the same bodies.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    let statuses = rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(listen)
-            .await
-            .expect("connect");
-        let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
-        tokio::spawn(conn);
-        let mut out = Vec::new();
-        let bodies = attacks
-            .iter()
-            .map(|(_, ct, b, _)| (*ct, *b))
-            .chain(benign.iter().copied());
-        for (ct, body) in bodies {
-            let req = http::Request::builder()
-                .method("POST")
-                .uri("http://shop.example/api")
-                .header(
-                    "user-agent",
-                    "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
-                )
-                .header("accept", "text/html")
-                .header("content-type", ct)
-                .header("content-length", body.len().to_string())
-                .body(())
-                .expect("request");
-            let mut s = send.clone().ready().await.expect("ready");
-            let (resp, mut tx) = s.send_request(req, false).expect("send");
-            tx.send_data(bytes::Bytes::copy_from_slice(body.as_bytes()), true)
-                .expect("data");
-            let resp = resp.await.expect("response");
-            out.push(resp.status().as_u16());
-            let mut recv = resp.into_body();
-            while let Some(chunk) = recv.data().await {
-                let chunk = chunk.expect("data");
-                let _ = recv.flow_control().release_capacity(chunk.len());
-            }
-        }
-        out
-    });
+    let posts: Vec<(&str, &str, &str)> = attacks
+        .iter()
+        .map(|(_, ct, b, _)| ("/api", *ct, *b))
+        .chain(benign.iter().map(|(ct, b)| ("/api", *ct, *b)))
+        .collect();
+    let statuses: Vec<u16> = h2_posts(listen, &posts).iter().map(|r| r.0).collect();
     assert_eq!(statuses, [403, 403, 403, 403, 403, 403, 200, 200], "HTTP/2");
     assert_eq!(o.requests(), 4);
 
@@ -633,4 +565,55 @@ fn multipart_parts_of_the_same_name_are_each_inspected() {
         assert_eq!(post(second, "hats").status, 200, "{second}");
     }
     assert_eq!(o.requests(), 2);
+}
+
+/// POSTs on one h2c connection, in order: (path, content type, body) ->
+/// (status, X-Request-Id), each response read to its end.
+fn h2_posts(
+    listen: std::net::SocketAddr,
+    posts: &[(&str, &str, &str)],
+) -> Vec<(u16, Option<String>)> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(listen)
+            .await
+            .expect("connect");
+        let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+        tokio::spawn(conn);
+        let mut results = Vec::new();
+        for (path, ct, body) in posts {
+            let req = http::Request::builder()
+                .method("POST")
+                .uri(format!("http://shop.example{path}"))
+                .header(
+                    "user-agent",
+                    "Mozilla/5.0 (X11; Linux x86_64; rv:128.0) Gecko/20100101 Firefox/128.0",
+                )
+                .header("accept", "text/html")
+                .header("content-type", *ct)
+                .header("content-length", body.len().to_string())
+                .body(())
+                .expect("request");
+            let mut s = send.clone().ready().await.expect("ready");
+            let (resp, mut out) = s.send_request(req, false).expect("send");
+            out.send_data(bytes::Bytes::copy_from_slice(body.as_bytes()), true)
+                .expect("data");
+            let resp = resp.await.expect("response");
+            let status = resp.status().as_u16();
+            let id = resp
+                .headers()
+                .get("x-request-id")
+                .map(|v| v.to_str().unwrap_or("").to_string());
+            let mut recv = resp.into_body();
+            while let Some(chunk) = recv.data().await {
+                let chunk = chunk.expect("data");
+                let _ = recv.flow_control().release_capacity(chunk.len());
+            }
+            results.push((status, id));
+        }
+        results
+    })
 }

@@ -324,7 +324,7 @@ impl ClientSide for H1Client<'_> {
 
     async fn answer(&mut self, x: &Exchange<'_>, req: &Request, local: Local) {
         // An answer that is not keep-alive (a limit's "close", the
-        // firewall's drop or its 413 for a body it will not read) ends the
+        // WAF's drop or its 413 for a body it will not read) ends the
         // connection, and its body is not read first.
         let mut close =
             !req.head.keep_alive || x.timers.is_draining() || !local.response.head.keep_alive;

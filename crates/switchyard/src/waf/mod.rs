@@ -10,7 +10,12 @@
 //!   compiled rule set shared by every vserver and reload that names it.
 //! - `audit`: the audit log's JSON lines.
 //!
-//! The proxy's stage that runs it on each request is `proxy/firewall.rs`.
+//! The proxy's stage that runs it on each request is `proxy/inspecting.rs`.
+
+// The engine is safe Rust throughout (only its measurement tests call
+// libc); keep it so.
+#![cfg_attr(not(test), forbid(unsafe_code))]
+
 pub mod audit;
 pub mod engine;
 pub mod libinjection;

@@ -220,7 +220,7 @@ impl Hooks for Waf {
                     let (mut response, body) = responses::local_error(
                         413,
                         &format!(
-                            "the request body ({n} bytes) is longer than the {} bytes this vserver's firewall inspects",
+                            "the request body ({n} bytes) is longer than the {} bytes this vserver's WAF inspects",
                             w.body_limit
                         ),
                     );
