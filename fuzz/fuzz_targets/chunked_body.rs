@@ -3,7 +3,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use std::time::Duration;
-use switchyard::http::body::{transfer, Out};
+use switchyard::http::body::{transfer, Out, Pacer};
 use switchyard::http::head::Framing;
 
 fn run(input: &[u8], chunked_out: bool) -> Option<Vec<u8>> {
@@ -14,7 +14,7 @@ fn run(input: &[u8], chunked_out: bool) -> Option<Vec<u8>> {
         let mut dst = Vec::new();
         let mut stage = Vec::new();
         let mut out = Out::new(&mut dst, &mut stage, chunked_out);
-        let r = transfer(&mut src, &mut inbuf, Framing::Chunked, &mut out, Duration::from_secs(1)).await;
+        let r = transfer(&mut src, &mut inbuf, Framing::Chunked, &mut out, &mut Pacer::gap(Duration::from_secs(1))).await;
         out.flush_out().await.ok()?;
         r.ok()?;
         Some(dst)

@@ -55,6 +55,7 @@ fuzz_target!(|data: &[u8]| {
     let mut tx = engine().transaction(Request {
         method: "POST",
         uri: b"/upload?a=1",
+        uri_raw: b"/upload?a=1",
         protocol: "HTTP/1.1",
         headers: &headers,
         remote_addr: "127.0.0.1",
