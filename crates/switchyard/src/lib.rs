@@ -12,6 +12,7 @@
 pub mod accesslog;
 pub mod admin;
 pub mod balance;
+pub mod base64;
 pub mod cache;
 pub mod cidr;
 pub mod clock;

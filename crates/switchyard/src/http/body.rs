@@ -61,6 +61,11 @@ pub struct BodyPace {
 }
 
 impl BodyPace {
+    /// A rate or a deadline applies, beside the gap.
+    pub fn paced(&self) -> bool {
+        self.min_rate > 0 || self.deadline_ms > 0
+    }
+
     /// Only the gap between reads (response bodies, tests).
     pub fn gap(d: Duration) -> BodyPace {
         BodyPace {
@@ -77,7 +82,7 @@ impl BodyPace {
     /// `min_rate` after the grace is allowed `grace + bytes / min_rate`
     /// of waiting (mod_reqtimeout's "one more second per MinRate bytes").
     pub fn allowance(&self, waited_ms: u64, bytes: u64) -> (u64, bool) {
-        if self.min_rate == 0 && self.deadline_ms == 0 {
+        if !self.paced() {
             return (self.gap_ms, false);
         }
         let mut pace = u64::MAX;
@@ -118,10 +123,6 @@ impl Pacer {
     pub fn gap(d: Duration) -> Pacer {
         Pacer::new(BodyPace::gap(d))
     }
-
-    fn paced(&self) -> bool {
-        self.pace.min_rate > 0 || self.pace.deadline_ms > 0
-    }
 }
 
 /// Reads more bytes into `buf`; Ok(0) on EOF.
@@ -135,7 +136,7 @@ pub async fn read_more<R: AsyncRead + Unpin>(
     }
     let (allow, paced) = pacer.pace.allowance(pacer.waited_ms, pacer.bytes);
     // The (coarse) clock is read only for bodies with a rate or a deadline.
-    let start = pacer.paced().then(crate::clock::now_ms);
+    let start = pacer.pace.paced().then(crate::clock::now_ms);
     let r = tokio::time::timeout(Duration::from_millis(allow), src.read_buf(buf)).await;
     if let Some(t) = start {
         let spent = crate::clock::now_ms().saturating_sub(t);

@@ -94,24 +94,10 @@ pub fn agreed(offered: &Fields, switched_to: &Fields) -> bool {
 /// base64), for the upgrade an extended CONNECT becomes: a nonce against
 /// caches and confused intermediaries, not a secret.
 pub fn websocket_key() -> String {
-    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut raw = [0u8; 16];
     raw[..8].copy_from_slice(&crate::random::next_u64().to_le_bytes());
     raw[8..].copy_from_slice(&crate::random::next_u64().to_le_bytes());
-    let mut out = String::with_capacity(24);
-    for c in raw.chunks(3) {
-        let n = (c[0] as u32) << 16
-            | (*c.get(1).unwrap_or(&0) as u32) << 8
-            | *c.get(2).unwrap_or(&0) as u32;
-        for (i, shift) in [18, 12, 6, 0].into_iter().enumerate() {
-            out.push(if i <= c.len() {
-                T[(n >> shift) as usize & 63] as char
-            } else {
-                '='
-            });
-        }
-    }
-    out
+    crate::base64::encode(&raw)
 }
 
 #[cfg(test)]
