@@ -309,6 +309,68 @@ fn the_path_is_normalized_first_and_only_there() {
     }
 }
 
+/// One front door: every client connection is admitted by the shield, has
+/// its PROXY header read and its TLS handshake done, and is handed to its
+/// protocol in `proxy/accept.rs`, and nowhere else (the HTTP/1 session's
+/// h2c-preface hand-off to HTTP/2 aside: only its first read can tell). A
+/// second door would be a second place for a rule to be forgotten.
+#[test]
+fn connections_enter_through_one_front_door() {
+    let door = "proxy/accept.rs";
+    // What only the front door may do, and the file it must do it in.
+    let only_there = [
+        (
+            "admission::connection(",
+            "the shield's admission of a connection",
+        ),
+        ("read_proxy_header(", "reading a client's PROXY header"),
+        ("TlsAcceptor::from(", "a client TLS handshake"),
+        ("session::start(", "the hand-off to HTTP/1"),
+        ("tcp::serve(", "the hand-off to the L4 relay"),
+    ];
+    let mut seen = BTreeSet::new();
+    for f in rs_files(&src()) {
+        let rel = f
+            .strip_prefix(src())
+            .expect("under src")
+            .to_string_lossy()
+            .to_string();
+        let c = code(&f);
+        for (needle, what) in only_there {
+            if !c.contains(needle) {
+                continue;
+            }
+            // The admin API's own listener terminates its TLS itself.
+            if rel == "admin/mod.rs" && needle == "TlsAcceptor::from(" {
+                continue;
+            }
+            assert_eq!(rel, door, "{rel} does {what} ({needle}); only {door} may");
+            seen.insert(needle);
+        }
+    }
+    assert_eq!(
+        seen.len(),
+        only_there.len(),
+        "the front door does: {seen:?}"
+    );
+    let mut h2_starts: Vec<String> = rs_files(&src())
+        .into_iter()
+        .filter(|f| code(f).contains("h2::start("))
+        .map(|f| {
+            f.strip_prefix(src())
+                .expect("under src")
+                .display()
+                .to_string()
+        })
+        .collect();
+    h2_starts.sort();
+    assert_eq!(
+        h2_starts,
+        ["proxy/accept.rs", "proxy/session.rs"],
+        "HTTP/2 starts at the front door, or from HTTP/1 on the h2c preface"
+    );
+}
+
 /// The discipline the code has, enforced: no `unwrap()`/`expect()` outside
 /// tests (clippy denies them in the library), no unsafe operation outside
 /// an `unsafe` block, and every ignored test says why it is ignored.

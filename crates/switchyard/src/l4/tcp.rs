@@ -1,9 +1,12 @@
 //! A connection to a `tcp` vserver, from accept to the end of its relay:
 //!
-//! 1. the PROXY protocol header of a trusted source (its client address
-//!    replaces the connection's for persistence and the member's header);
-//! 2. TLS: terminated (`[vserver.tls]`), or passed through with the pool
-//!    chosen by the ClientHello's server name (`sni_route`);
+//! 1. the front door (`proxy/accept.rs`) has read the PROXY protocol
+//!    header of a trusted source (its client address replaces the
+//!    connection's for persistence and the member's header) and done the
+//!    TLS handshake of a vserver that terminates TLS (`[vserver.tls]`);
+//! 2. a PROXY header from any other source is refused; TLS not terminated
+//!    passes through, with the pool chosen by the ClientHello's server
+//!    name (`sni_route`);
 //! 3. a member picked as for HTTP (balancer, source-IP persistence, slow
 //!    start, backups, max_connections), connected with retries on other
 //!    members when the connect fails;
@@ -28,7 +31,7 @@ use super::{client_hello, proxy_protocol};
 use crate::accesslog::{self, l4::End as LogEnd, TlsInfo};
 use crate::balance::persist::source_ip_hash;
 use crate::balance::Tried;
-use crate::config::snapshot::{AcceptProxy, L4Settings};
+use crate::config::snapshot::L4Settings;
 use crate::config::snapshot::{HashKey, Member, Persist, Pool, Snapshot, VServer};
 use crate::health::passive;
 use crate::log;
@@ -36,23 +39,44 @@ use crate::source;
 use crate::stats::{self, MemberCounters, Sharded, VsCounters};
 use crate::tls::upstream::{handshake_error, UpStream, UpstreamTls};
 
-/// Runs one accepted connection of a `tcp` vserver, and writes its access
-/// log line when the vserver has one.
-/// `guard` is held until the connection ends (the worker's connection
-/// gauges).
+/// A `tcp` vserver's client connection as the front door
+/// (`proxy/accept.rs`) hands it over.
+pub enum ClientConn {
+    /// Plain TCP. `proxied`: a trusted source's PROXY header came first
+    /// (read by the front door); from any other source a PROXY header is
+    /// refused, never relayed.
+    Plain { tcp: TcpStream, proxied: bool },
+    /// TLS terminated here (`[vserver.tls]`), with its handshake's facts.
+    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>, TlsInfo),
+}
+
+/// Runs one connection of a `tcp` vserver, accepted at `accepted` from
+/// `client` (a trusted PROXY header's address, or the peer), and writes
+/// its access log line when the vserver has one. `guard` is held until
+/// the connection ends (the worker's connection gauges).
 pub async fn serve<G>(
-    stream: TcpStream,
-    peer: SocketAddr,
+    conn: ClientConn,
+    client: SocketAddr,
     listen: SocketAddr,
-    snap: Arc<Snapshot>,
-    vs: Arc<VServer>,
+    (snap, vs): (Arc<Snapshot>, Arc<VServer>),
+    accepted: Instant,
     guard: G,
 ) {
     let _guard = guard;
-    let mut facts = Facts::new(peer);
-    relay_connection(stream, listen, &snap, &vs, &mut facts).await;
+    let mut facts = Facts::new(client, accepted);
+    relay_connection(conn, listen, &snap, &vs, &mut facts).await;
     if let Some(log) = &vs.access_log {
         log.write_l4(&facts.entry(&vs));
+    }
+}
+
+/// The access log line of a connection the front door closed before the
+/// relay: a bad PROXY header (`Refused`), a failed handshake (`TlsFailed`).
+pub fn log_refused(vs: &VServer, client: SocketAddr, accepted: Instant, end: LogEnd) {
+    if let Some(log) = &vs.access_log {
+        let mut facts = Facts::new(client, accepted);
+        facts.end = end;
+        log.write_l4(&facts.entry(vs));
     }
 }
 
@@ -71,10 +95,10 @@ struct Facts {
 }
 
 impl Facts {
-    fn new(peer: SocketAddr) -> Facts {
+    fn new(client: SocketAddr, accepted: Instant) -> Facts {
         Facts {
-            started: Instant::now(),
-            client: peer,
+            started: accepted,
+            client,
             pool: None,
             member: None,
             retries: 0,
@@ -120,80 +144,51 @@ impl Facts {
 }
 
 async fn relay_connection(
-    stream: TcpStream,
+    conn: ClientConn,
     listen: SocketAddr,
     snap: &Snapshot,
     vs: &Arc<VServer>,
     facts: &mut Facts,
 ) {
     let Some(l4) = vs.l4.clone() else { return };
-    let peer = facts.client;
-    let mut trusted_header = false;
-    if let Some(ap) = &vs.accept_proxy {
-        if ap.trusts(peer.ip()) {
-            match read_proxy_header(&stream, ap).await {
-                Ok(Some(addr)) => facts.client = addr,
-                Ok(None) => {}
-                Err(e) => {
-                    stats::inc(&vs.counters.local().bad_requests);
-                    log::debug(format_args!(
-                        "vserver {:?}: PROXY header from {peer}: {e}; closed",
-                        vs.name
-                    ));
-                    return;
-                }
-            }
-            trusted_header = true;
+    let (stream, proxied) = match conn {
+        ClientConn::Tls(stream, info) => {
+            facts.tls = Some(info);
+            return relay_terminated(*stream, listen, snap, vs, facts).await;
+        }
+        ClientConn::Plain { tcp, proxied } => (tcp, proxied),
+    };
+    // A PROXY header from a source the vserver does not trust would be
+    // relayed to members that may believe it: refuse it.
+    let refuse_proxy_prefix = vs.accept_proxy.is_some() && !proxied;
+    // Refused before any member is connected: a member would get an
+    // empty connection, and what it says first could reach the client.
+    // (`sni_route` reads a ClientHello first, which refuses it too.)
+    if let Some(ap) = vs.accept_proxy.as_ref().filter(|_| refuse_proxy_prefix) {
+        if l4.sni.is_empty() && opens_with_proxy_header(&stream, ap.untrusted_wait_ms).await {
+            stats::inc(&vs.counters.local().bad_requests);
+            log::debug(format_args!(
+                "vserver {:?}: PROXY header from {}, a source not trusted to send one; closed before connecting a member",
+                vs.name, facts.client
+            ));
+            return;
         }
     }
-    if vs.tls.is_some() {
-        relay_terminated(stream, listen, snap, vs, facts).await;
-    } else {
-        // A PROXY header from a source the vserver does not trust would be
-        // relayed to members that may believe it: refuse it.
-        let refuse_proxy_prefix = vs.accept_proxy.is_some() && !trusted_header;
-        // Refused before any member is connected: a member would get an
-        // empty connection, and what it says first could reach the client.
-        // (`sni_route` reads a ClientHello first, which refuses it too.)
-        if let Some(ap) = vs.accept_proxy.as_ref().filter(|_| refuse_proxy_prefix) {
-            if l4.sni.is_empty() && opens_with_proxy_header(&stream, ap.untrusted_wait_ms).await {
-                stats::inc(&vs.counters.local().bad_requests);
-                log::debug(format_args!(
-                    "vserver {:?}: PROXY header from {peer}, a source not trusted to send one; closed before connecting a member",
-                    vs.name
-                ));
-                return;
-            }
-        }
-        relay_plain(stream, listen, (snap, vs, &l4), refuse_proxy_prefix, facts).await;
-    }
+    relay_plain(stream, listen, (snap, vs, &l4), refuse_proxy_prefix, facts).await;
 }
 
 /// `[vserver.tls]`: the client's TLS ends here; the bytes go on to the
 /// default pool's member, plain or in TLS of their own.
 async fn relay_terminated(
-    stream: TcpStream,
+    tls_stream: tokio_rustls::server::TlsStream<TcpStream>,
     listen: SocketAddr,
     snap: &Snapshot,
     vs: &Arc<VServer>,
     facts: &mut Facts,
 ) {
-    let (Some(l4), Some(tls)) = (vs.l4.as_ref(), vs.tls.as_ref()) else {
+    let Some(l4) = vs.l4.as_ref() else {
         return;
     };
-    let acceptor = tokio_rustls::TlsAcceptor::from(tls.config.clone());
-    let hs = Box::pin(acceptor.accept(stream));
-    let tls_stream = match tokio::time::timeout(ms(snap.settings.client_header_ms), hs).await {
-        Ok(Ok(s)) => s,
-        _ => {
-            stats::inc(&vs.counters.local().tls_handshake_failures);
-            facts.end = LogEnd::TlsFailed;
-            return;
-        }
-    };
-    stats::inc(&vs.counters.local().tls_handshakes);
-    let handshake_us = facts.started.elapsed().as_micros() as u32;
-    facts.tls = Some(TlsInfo::of(tls_stream.get_ref().1, handshake_us));
     let Some(pool) = vs.default_pool.clone() else {
         facts.end = LogEnd::NoMember;
         return;
@@ -333,59 +328,6 @@ impl Meter for Counters<'_> {
     fn down(&self, n: u64) {
         stats::add(&self.vs.bytes_out, n);
         stats::add(&self.member.bytes_in, n);
-    }
-}
-
-/// Reads a PROXY protocol header without consuming what follows it:
-/// peeks until the header is whole, then reads exactly its bytes. Some(the
-/// client address it carries); None for LOCAL / UNKNOWN.
-pub async fn read_proxy_header(
-    s: &TcpStream,
-    ap: &AcceptProxy,
-) -> Result<Option<SocketAddr>, String> {
-    let mut buf = vec![0u8; 536];
-    let work = async {
-        loop {
-            let n = s.peek(&mut buf).await.map_err(|e| e.to_string())?;
-            if n == 0 {
-                return Err("closed before the header".to_string());
-            }
-            match proxy_protocol::parse(&buf[..n]).map_err(|e| e.to_string())? {
-                proxy_protocol::Parsed::Incomplete if n == buf.len() => {
-                    // A v2 header with TLVs: make room and peek again.
-                    if buf.len() >= 16 + 4096 {
-                        return Err("header longer than 4 KiB".into());
-                    }
-                    buf.resize(buf.len() * 2, 0);
-                }
-                proxy_protocol::Parsed::Incomplete => {
-                    // Wait for more bytes than the ones already peeked.
-                    s.readable().await.map_err(|e| e.to_string())?;
-                    tokio::time::sleep(Duration::from_millis(1)).await;
-                }
-                proxy_protocol::Parsed::Done {
-                    header_len,
-                    proxied,
-                } => {
-                    let mut discard = vec![0u8; header_len];
-                    let mut got = 0;
-                    while got < header_len {
-                        s.readable().await.map_err(|e| e.to_string())?;
-                        match s.try_read(&mut discard[got..]) {
-                            Ok(0) => return Err("closed in the header".into()),
-                            Ok(n) => got += n,
-                            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-                            Err(e) => return Err(e.to_string()),
-                        }
-                    }
-                    return Ok(proxied.map(|p| p.source));
-                }
-            }
-        }
-    };
-    match tokio::time::timeout(ms(ap.timeout_ms), work).await {
-        Ok(r) => r,
-        Err(_) => Err(format!("no complete header within {} ms", ap.timeout_ms)),
     }
 }
 

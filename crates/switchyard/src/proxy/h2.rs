@@ -108,61 +108,14 @@ enum End {
 /// a reload that removed HTTP/2, and (ENHANCE_YOUR_CALM) on abuse.
 async fn run(
     ctx: Rc<WorkerCtx>,
-    mut stream: ClientStream,
-    mut replay: BytesMut,
+    stream: ClientStream,
+    replay: BytesMut,
     conn: Rc<Conn>,
     guard: ConnGuard,
 ) {
-    let (limits, header_ms) = {
-        let snap = ctx.snapshot.load();
-        (snap.settings.http2.clone(), snap.settings.client_header_ms)
-    };
-    // The preface is checked before anything is sent, so that a client
-    // that does not speak HTTP/2 gets a clean close (FIN after its bytes
-    // are read) rather than a reset.
-    let preface = ctx
-        .idle_watch
-        .within(now_ms() + header_ms, read_preface(&mut stream, &mut replay))
-        .await;
-    if preface != Ok(true) {
-        log::debug(format_args!(
-            "client {}: no HTTP/2 connection preface",
-            conn.peer
-        ));
-        lingering_close(&ctx, stream).await;
+    let header_ms = ctx.snapshot.load().settings.client_header_ms;
+    let Some((mut wire, shared)) = open(&ctx, stream, replay, &conn, &guard).await else {
         return;
-    }
-    stats::inc(&guard.counters.local().h2_connections);
-    let tripped = Rc::new(Cell::new(None));
-    let mut watch = FrameWatch::new(
-        limits.max_client_resets,
-        limits.max_control_frames,
-        limits.abuse_window_ms,
-        tripped.clone(),
-    );
-    watch.scan(&replay);
-    let _ = replay.split_to(PREFACE_LEN);
-    let websocket = ctx
-        .snapshot
-        .load()
-        .vserver_for(&conn.listen)
-        .is_some_and(|vs| tunnels_websocket(vs));
-    let shared: Shared = Rc::new(RefCell::new(server::Conn::new(server::Config {
-        max_concurrent_streams: limits.max_concurrent_streams,
-        stream_window: limits.stream_window,
-        connection_window: limits.connection_window,
-        max_frame_size: limits.max_frame_size,
-        max_header_list_size: limits.max_header_list_size,
-        enable_connect_protocol: websocket,
-    })));
-    let mut wire = Wire {
-        io: stream,
-        rbuf: replay,
-        watch,
-        hold: Hold::default(),
-        eof: false,
-        stalled_since: None,
-        unflushed: false,
     };
     // Frames that came with the preface.
     if let Err(e) = wire.take_frames(&ctx, &conn, &shared) {
@@ -193,52 +146,16 @@ async fn run(
                 shared.borrow_mut().go_away(code::NO_ERROR);
                 shutting = true;
             }
+            Err(()) if !shared.borrow().settings_seen() => {
+                if now_ms() >= deadline {
+                    break End::Closed;
+                }
+                continue;
+            }
             Err(()) => {
-                if !shared.borrow().settings_seen() {
-                    if now_ms() >= deadline {
-                        break End::Closed;
-                    }
-                    continue;
-                }
                 deadline = u64::MAX;
-                let (send_ms, pace) = {
-                    let snap = ctx.snapshot.load();
-                    let body_ms = snap.settings.client_body_ms;
-                    let pace = snap.vserver_for(&conn.listen).map_or(
-                        crate::http::body::BodyPace::gap(std::time::Duration::from_millis(body_ms)),
-                        |vs| vs.body_pace(body_ms),
-                    );
-                    (snap.settings.client_send_ms, pace)
-                };
-                // Checked once a second, so a slow body ends up to a
-                // second after its bound; each stream on its own: the
-                // connection's other streams go on.
-                let slow = shared.borrow_mut().expire_readers(now_ms(), &pace);
-                if slow > 0 {
-                    log::debug(format_args!(
-                        "client {}: {slow} HTTP/2 request bod(ies) too slow (client_body, request_body)",
-                        conn.peer
-                    ));
-                }
-                let before = now_ms().saturating_sub(send_ms);
-                if wire.stalled_since.is_some_and(|t| t <= before) {
-                    break End::SendTimeout;
-                }
-                let cut = shared.borrow_mut().expire_stalled(before);
-                if cut > 0 {
-                    stats::add(&guard.counters.local().send_timeouts, cut as u64);
-                    log::debug(format_args!(
-                        "client {}: {cut} HTTP/2 stream(s) reset: the client kept its window shut (client_send)",
-                        conn.peer
-                    ));
-                }
-                if shutting {
-                    if shared.borrow().open_streams() == 0 {
-                        break End::Closed;
-                    }
-                } else if should_go_away(&ctx, &conn, &shared) {
-                    shared.borrow_mut().go_away(code::NO_ERROR);
-                    shutting = true;
+                if let Some(end) = each_second(&ctx, &guard, &conn, &shared, &wire, &mut shutting) {
+                    break end;
                 }
             }
         }
@@ -247,6 +164,121 @@ async fn run(
         }
     };
     finish(&ctx, &guard, &conn, &shared, wire, end).await;
+}
+
+/// Checks the client's preface (within the header timeout) and sets the
+/// connection up; None when it is not HTTP/2 (closed cleanly).
+async fn open(
+    ctx: &WorkerCtx,
+    mut stream: ClientStream,
+    mut replay: BytesMut,
+    conn: &Conn,
+    guard: &ConnGuard,
+) -> Option<(Wire, Shared)> {
+    let (limits, header_ms) = {
+        let snap = ctx.snapshot.load();
+        (snap.settings.http2.clone(), snap.settings.client_header_ms)
+    };
+    // The preface is checked before anything is sent, so that a client
+    // that does not speak HTTP/2 gets a clean close (FIN after its bytes
+    // are read) rather than a reset.
+    let preface = ctx
+        .idle_watch
+        .within(now_ms() + header_ms, read_preface(&mut stream, &mut replay))
+        .await;
+    if preface != Ok(true) {
+        log::debug(format_args!(
+            "client {}: no HTTP/2 connection preface",
+            conn.peer
+        ));
+        lingering_close(ctx, stream).await;
+        return None;
+    }
+    stats::inc(&guard.counters.local().h2_connections);
+    let mut watch = FrameWatch::new(
+        limits.max_client_resets,
+        limits.max_control_frames,
+        limits.abuse_window_ms,
+        Rc::new(Cell::new(None)),
+    );
+    watch.scan(&replay);
+    let _ = replay.split_to(PREFACE_LEN);
+    let websocket = ctx
+        .snapshot
+        .load()
+        .vserver_for(&conn.listen)
+        .is_some_and(|vs| tunnels_websocket(vs));
+    let shared: Shared = Rc::new(RefCell::new(server::Conn::new(server::Config {
+        max_concurrent_streams: limits.max_concurrent_streams,
+        stream_window: limits.stream_window,
+        connection_window: limits.connection_window,
+        max_frame_size: limits.max_frame_size,
+        max_header_list_size: limits.max_header_list_size,
+        enable_connect_protocol: websocket,
+    })));
+    let wire = Wire {
+        io: stream,
+        rbuf: replay,
+        watch,
+        hold: Hold::default(),
+        eof: false,
+        stalled_since: None,
+        unflushed: false,
+    };
+    Some((wire, shared))
+}
+
+/// The once-a-second checks of a connection past its SETTINGS: request
+/// bodies too slow, a client that stopped reading (the connection, or
+/// streams whose window it keeps shut), idle or a reload (GOAWAY), and the
+/// end of a GOAWAY once its streams are done.
+fn each_second(
+    ctx: &WorkerCtx,
+    guard: &ConnGuard,
+    conn: &Conn,
+    shared: &Shared,
+    wire: &Wire,
+    shutting: &mut bool,
+) -> Option<End> {
+    let (send_ms, pace) = {
+        let snap = ctx.snapshot.load();
+        let body_ms = snap.settings.client_body_ms;
+        let pace = snap.vserver_for(&conn.listen).map_or(
+            crate::http::body::BodyPace::gap(std::time::Duration::from_millis(body_ms)),
+            |vs| vs.body_pace(body_ms),
+        );
+        (snap.settings.client_send_ms, pace)
+    };
+    // Checked once a second, so a slow body ends up to a second after its
+    // bound; each stream on its own: the connection's other streams go on.
+    let slow = shared.borrow_mut().expire_readers(now_ms(), &pace);
+    if slow > 0 {
+        log::debug(format_args!(
+            "client {}: {slow} HTTP/2 request bod(ies) too slow (client_body, request_body)",
+            conn.peer
+        ));
+    }
+    let before = now_ms().saturating_sub(send_ms);
+    if wire.stalled_since.is_some_and(|t| t <= before) {
+        return Some(End::SendTimeout);
+    }
+    let cut = shared.borrow_mut().expire_stalled(before);
+    if cut > 0 {
+        stats::add(&guard.counters.local().send_timeouts, cut as u64);
+        log::debug(format_args!(
+            "client {}: {cut} HTTP/2 stream(s) reset: the client kept its window shut (client_send)",
+            conn.peer
+        ));
+    }
+    if *shutting {
+        if shared.borrow().open_streams() == 0 {
+            return Some(End::Closed);
+        }
+    } else if should_go_away(ctx, conn, shared) {
+        shared.borrow_mut().go_away(code::NO_ERROR);
+        *shutting = true;
+    }
+    None
 }
 
 /// Ends the connection: GOAWAY with the error's code when there is one,

@@ -23,13 +23,12 @@
 //!     before_member_request ─► (member: the body replayed) ─► ...
 //! ```
 //!
-//! Connection-level admission (`on_accept`) runs before any byte is read,
-//! once per client connection.
+//! A connection is admitted or refused once, before any byte is read, by
+//! the front door (`accept.rs`) asking the shield: not a phase of
+//! requests.
 //!
 //! Runs on the worker that owns the connection: hooks may keep per-request
 //! state in `&mut self` without locks.
-
-use std::net::SocketAddr;
 
 use super::exchange::Exchange;
 pub use super::exchange::Local;
@@ -60,12 +59,6 @@ pub enum BodyEdit {
 
 #[allow(async_fn_in_trait)] // single-threaded workers: no Send bound wanted
 pub trait Hooks {
-    /// A client connection was accepted on `listen`, before any byte is
-    /// read (ACLs, per-source limits). False closes it at once.
-    fn on_accept(&mut self, _peer: SocketAddr, _listen: SocketAddr) -> bool {
-        true
-    }
-
     /// The request head is complete and valid. May edit `req`, choose the
     /// pool (`x.pool`), or answer locally (redirects, fixed responses, a
     /// WAF block, a cache hit). Stages run in order; the first `Respond`
@@ -154,10 +147,6 @@ pub trait Hooks {
 
 /// Two stages in order: `A`'s phases run before `B`'s.
 impl<A: Hooks, B: Hooks> Hooks for (A, B) {
-    fn on_accept(&mut self, peer: SocketAddr, listen: SocketAddr) -> bool {
-        self.0.on_accept(peer, listen) && self.1.on_accept(peer, listen)
-    }
-
     fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
         match self.0.on_request_head(x, req) {
             Verdict::Continue => self.1.on_request_head(x, req),

@@ -1,9 +1,10 @@
-//! The per-source limits' request side (`stick`): each request counts
-//! against the vserver's `req_rate` limits under its key (the source
-//! address, a header, a cookie or the path), and a key over its limit, or
-//! denied for a while, is answered `status` (429) with Retry-After; a
-//! tarpit holds the answer first. The connection side (`conn_cur`,
-//! `conn_rate`) is decided at accept (`session.rs`).
+//! The per-source limits' request side: each request counts against the
+//! vserver's `req_rate` limits under its key (the source address, a
+//! header, a cookie or the path), as the shield decides
+//! (`shield::admission::request`), and a key over its limit, or denied for
+//! a while, is answered `status` (429) with Retry-After; a tarpit holds
+//! the answer first. The connection side (`conn_cur`, `conn_rate`) is
+//! decided at accept, by the same shield (`accept.rs`).
 //!
 //! Runs first in the pipeline: a refused request costs no routing, WAF or
 //! cache work.
@@ -17,7 +18,8 @@ use super::hooks::{Hooks, Local, Verdict};
 use crate::balance::persist::cookie;
 use crate::http::message::Request;
 use crate::http::responses;
-use crate::shield::stick::{self, Action, Decision, Key, Limit, Reason};
+use crate::shield::admission;
+use crate::shield::stick::{self, Action, Key, Limit, Reason};
 
 #[derive(Default)]
 pub struct Limits {
@@ -67,25 +69,16 @@ impl Hooks for Limits {
         }
         let ip = x.peer.ip();
         let source = stick::source_key(ip);
-        for l in &x.vs.limits {
-            // Connection-only limits still deny requests of a denied source.
-            if l.req_rate.is_none() && !matches!(l.action, Action::Deny(_)) {
-                continue;
-            }
-            let Some(value) = key_of(l, req, &source) else {
-                continue;
-            };
-            if let Decision::Refuse(reason) = l.on_request(ip, value) {
-                let local = refusal(l, reason);
-                if let Action::Tarpit(ms) = l.action {
-                    l.count_tarpit();
-                    self.tarpit = Some((ms, local));
-                    return Verdict::Continue;
-                }
-                return Verdict::Respond(local);
-            }
+        let Some((l, reason)) = admission::request(&x.vs.limits, ip, |l| key_of(l, req, &source))
+        else {
+            return Verdict::Continue;
+        };
+        let local = refusal(l, reason);
+        if let Action::Tarpit(ms) = l.action {
+            self.tarpit = Some((ms, local));
+            return Verdict::Continue;
         }
-        Verdict::Continue
+        Verdict::Respond(local)
     }
 
     async fn on_request_wait(&mut self, _x: &mut Exchange<'_>, _req: &mut Request) -> Verdict {

@@ -1,4 +1,5 @@
-//! The proxy: client sessions (HTTP/1 `session`, HTTP/2 `h2`), the one
+//! The proxy: the front door (`accept`: admission, PROXY, TLS, the
+//! protocol), client sessions (HTTP/1 `session`, HTTP/2 `h2`), the one
 //! exchange every request goes through (`pipeline`, `exchange`, `respond`,
 //! with the phase hooks of `hooks` and the stages of `stages`), and the
 //! member side (`member_h1`, `member_h2`, `upstream`, `member`).
@@ -6,6 +7,7 @@
 //! docs/internals.md draws the phases, who owns what, and the life of one
 //! request on each pair of protocols.
 
+mod accept;
 mod buffered;
 mod caching;
 mod client_h1;
@@ -36,9 +38,10 @@ pub mod stream;
 mod tunnel;
 pub mod upstream;
 
+pub use accept::serve;
 pub use conn::{Client, ConnGuard};
 pub use ctx::WorkerCtx;
 pub use idle::{IdleEnd, IdleWatch, Parked};
-pub use session::{resume, serve};
+pub use session::resume;
 pub use stream::{ClientStream, TlsConn};
 pub use upstream::IdlePool;

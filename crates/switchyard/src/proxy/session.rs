@@ -1,5 +1,6 @@
-//! The HTTP/1 session: one client connection, its requests in order, each
-//! run through the exchange (`pipeline::run`).
+//! The HTTP/1 session: one client connection, from the front door's
+//! hand-off (`accept.rs`), its requests in order, each run through the
+//! exchange (`pipeline::run`).
 //!
 //! Runs on the worker that accepted the connection, start to end. Each
 //! request takes the config snapshot current when it starts and keeps it
@@ -11,24 +12,20 @@
 
 use std::net::SocketAddr;
 use std::rc::Rc;
-use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
-use tokio::net::TcpStream;
 
 use super::client_h1::H1Client;
-use super::conn::{private_key_of, Client, ConnGuard};
+use super::conn::{Client, ConnGuard};
 use super::ctx::WorkerCtx;
 use super::exchange::{micros_since, Exchange};
 use super::h2;
 use super::head_read::{read_head, ReadHead};
-use super::hooks::Hooks;
 use super::idle::{IdleEnd, Parked};
 use super::pipeline;
-use super::stages;
-use super::stream::{ClientStream, PlainTcp, TlsConn};
+use super::stream::ClientStream;
 use crate::clock::now_ms;
 use crate::config::snapshot::VServer;
 use crate::http::head;
@@ -43,312 +40,26 @@ enum Next {
     Http2,
 }
 
-/// Serves one client connection accepted on `listen`.
-/// `stream` is non-blocking and not yet in tokio's reactor: a plain HTTP/1
-/// connection joins it only if it has to wait (`PlainTcp`).
-pub fn serve(
+/// Starts the HTTP/1 session of a connection the front door
+/// (`accept.rs`) hands over. A plain connection's first bytes are read at
+/// once: a client's request trails its accept by microseconds.
+pub fn start(
     ctx: &Rc<WorkerCtx>,
-    stream: std::net::TcpStream,
+    stream: ClientStream,
     peer: SocketAddr,
     listen: SocketAddr,
-) {
-    let (counters, tls, h2_only, l4, accept_proxy, leases, private) = {
-        let snap = ctx.snapshot.load();
-        match snap.vserver_for(&listen) {
-            Some(vs) => {
-                if !admitted(&snap, vs, &stream, peer, listen) {
-                    return;
-                }
-                let leases = match limited(vs, peer) {
-                    Admission::Yes(leases) => leases,
-                    Admission::No(action) => {
-                        refuse(stream, action);
-                        return;
-                    }
-                };
-                (
-                    vs.counters.clone(),
-                    vs.tls.clone(),
-                    vs.h2c_only,
-                    vs.l4.is_some().then(|| (Arc::clone(&snap), vs.clone())),
-                    vs.accept_proxy.clone(),
-                    leases,
-                    vs.private_member_conns,
-                )
-            }
-            None => return,
-        }
-    };
-    // Connection-level stages (ACLs, per-source limits) decide before any
-    // byte is read; a refused connection is closed at once.
-    if !stages::pipeline().on_accept(peer, listen) {
-        return;
-    }
-    let c = counters.local();
-    stats::inc(&c.client_connections_total);
-    stats::inc(&c.client_connections_active);
-    ctx.active.set(ctx.active.get() + 1);
-    let guard = ConnGuard {
-        active: ctx.active.clone(),
-        counters,
-        leases,
-        // Its key is set once the client is known (`start`).
-        private: private.then(|| (ctx.idle.clone(), 0)),
-    };
-    // TCP_NODELAY comes from the listening socket (runtime/listen.rs):
-    // accepted sockets inherit it, so no setsockopt per connection.
-    if let Some((snap, vs)) = l4 {
-        let Some(stream) = register(PlainTcp::bare(stream), peer) else {
-            return;
-        };
-        tokio::task::spawn_local(crate::l4::tcp::serve(stream, peer, listen, snap, vs, guard));
-        return;
-    }
-    // A trusted proxy in front says who the client is: that address is the
-    // one policies, persistence, logs and X-Forwarded-For see.
-    if let Some(ap) = accept_proxy.filter(|ap| ap.trusts(peer.ip())) {
-        let Some(stream) = register(PlainTcp::bare(stream), peer) else {
-            return;
-        };
-        let ctx = ctx.clone();
-        tokio::task::spawn_local(async move {
-            match crate::l4::tcp::read_proxy_header(&stream, &ap).await {
-                Ok(client) => start(
-                    &ctx,
-                    PlainTcp::registered(stream),
-                    client.unwrap_or(peer),
-                    listen,
-                    tls,
-                    h2_only,
-                    guard,
-                ),
-                Err(e) => {
-                    stats::inc(&guard.counters.local().bad_requests);
-                    log::debug(format_args!(
-                        "PROXY header from {peer} on {listen}: {e}; closed"
-                    ));
-                }
-            }
-        });
-        return;
-    }
-    start(
-        ctx,
-        PlainTcp::bare(stream),
-        peer,
-        listen,
-        tls,
-        h2_only,
-        guard,
-    );
-}
-
-/// `stream` in tokio's reactor, for the paths that wait on it from the
-/// start (L4 relays, PROXY headers, TLS handshakes).
-fn register(stream: PlainTcp, peer: SocketAddr) -> Option<TcpStream> {
-    match stream.into_tokio() {
-        Ok(s) => Some(s),
-        Err(e) => {
-            log::warn(format_args!(
-                "client {peer}: cannot register the connection: {e}"
-            ));
-            None
-        }
-    }
-}
-
-/// The ACLs' decision on a new connection: a drop closes it, a reject
-/// closes it with a reset (SO_LINGER 0).
-fn admitted(
-    snap: &crate::config::Snapshot,
-    vs: &crate::config::snapshot::VServer,
-    stream: &std::net::TcpStream,
-    peer: SocketAddr,
-    listen: SocketAddr,
-) -> bool {
-    if snap.shield.is_none() && vs.acl.is_none() {
-        return true;
-    }
-    use crate::shield::acl::{Action, TCP};
-    match crate::shield::admit(snap.shield.as_deref(), vs.acl.as_deref(), peer, listen, TCP) {
-        Action::Drop => {
-            stats::inc(&vs.counters.local().acl_dropped);
-            false
-        }
-        Action::Reject => {
-            stats::inc(&vs.counters.local().acl_rejected);
-            let _ = socket2::SockRef::from(stream).set_linger(Some(std::time::Duration::ZERO));
-            false
-        }
-        _ => true,
-    }
-}
-
-/// A connection's fate under the vserver's per-source limits.
-enum Admission {
-    Yes(Option<Box<[crate::shield::stick::Lease]>>),
-    No(crate::shield::stick::Action),
-}
-
-/// The per-source limits' decision on a new connection (by its source
-/// address: the only key known at accept).
-fn limited(vs: &VServer, peer: SocketAddr) -> Admission {
-    if vs.limits.is_empty() {
-        return Admission::Yes(None);
-    }
-    let mut leases = Vec::new();
-    for l in &vs.limits {
-        match l.on_connection(peer.ip()) {
-            Ok(lease) => leases.extend(lease),
-            Err(reason) => {
-                if let crate::shield::stick::Action::Tarpit(_) = l.action {
-                    l.count_tarpit();
-                }
-                log::debug(format_args!(
-                    "vserver {}: limit {:?}: connection from {peer} refused ({})",
-                    vs.name,
-                    l.name,
-                    reason.name()
-                ));
-                return Admission::No(l.action);
-            }
-        }
-    }
-    Admission::Yes((!leases.is_empty()).then(|| leases.into_boxed_slice()))
-}
-
-/// Closes a connection a limit refused: with a reset (reject, deny), a
-/// plain close, or after holding it (tarpit).
-fn refuse(stream: std::net::TcpStream, action: crate::shield::stick::Action) {
-    use crate::shield::stick::Action;
-    match action {
-        Action::Reject | Action::Deny(_) => {
-            let _ = socket2::SockRef::from(&stream).set_linger(Some(std::time::Duration::ZERO));
-        }
-        Action::Close => {}
-        Action::Tarpit(ms) => {
-            tokio::task::spawn_local(async move {
-                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
-                drop(stream);
-            });
-        }
-    }
-}
-
-/// Starts the HTTP session of an accepted connection: TLS first if the
-/// vserver terminates it, HTTP/2 only, or HTTP/1 (upgradable to h2c).
-fn start(
-    ctx: &Rc<WorkerCtx>,
-    stream: PlainTcp,
-    peer: SocketAddr,
-    listen: SocketAddr,
-    tls: Option<Arc<crate::tls::TlsServer>>,
-    h2_only: bool,
-    mut guard: ConnGuard,
-) {
-    // The client as its requests will name it (a PROXY header's address
-    // included): the key of its private member connections.
-    if let Some((idle, key)) = &mut guard.private {
-        *key = private_key_of(peer, listen);
-        idle.open_private(*key);
-    }
-    match tls {
-        None if h2_only => {
-            h2::start(
-                ctx.clone(),
-                ClientStream::Plain(stream),
-                BytesMut::new(),
-                peer,
-                listen,
-                guard,
-            );
-        }
-        None => {
-            let mut client = Client {
-                stream: ClientStream::Plain(stream),
-                peer,
-                listen,
-                buf: BytesMut::new(),
-                uncounted: 0,
-            };
-            if read_now(ctx, &mut client) {
-                tokio::task::spawn_local(session(ctx.clone(), client, guard, Start::New));
-            }
-        }
-        Some(tls) => {
-            let Some(stream) = register(stream, peer) else {
-                return;
-            };
-            tokio::task::spawn_local(handshake(ctx.clone(), stream, peer, listen, tls, guard));
-        }
-    }
-}
-
-/// Runs a TLS handshake (bounded by the client_header timeout), then the
-/// session in a task of its own, so the handshake's state (large) is freed
-/// before the connection's first request and never weighs on an idle
-/// connection. The config is the one current at accept: a reload with a new
-/// certificate applies to connections accepted after it.
-async fn handshake(
-    ctx: Rc<WorkerCtx>,
-    tcp: TcpStream,
-    peer: SocketAddr,
-    listen: SocketAddr,
-    tls: Arc<crate::tls::TlsServer>,
     guard: ConnGuard,
 ) {
-    let deadline = now_ms() + ctx.snapshot.load().settings.client_header_ms;
-    let vc = guard.counters.clone();
-    let vc = vc.local();
-    let began = Instant::now();
-    let accept = tokio_rustls::TlsAcceptor::from(tls.config.clone()).accept(tcp);
-    let stream = match ctx.idle_watch.within(deadline, accept).await {
-        Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            // A bare close (a port probe, a client giving up) is not a
-            // failed handshake; an alert or a protocol error is.
-            if e.kind() != std::io::ErrorKind::UnexpectedEof {
-                stats::inc(&vc.tls_handshake_failures);
-            }
-            log::debug(format_args!("client {peer}: TLS handshake failed: {e}"));
-            return;
-        }
-        Err(()) => {
-            stats::inc(&vc.tls_handshake_failures);
-            log::debug(format_args!("client {peer}: TLS handshake timed out"));
-            return;
-        }
-    };
-    let conn = stream.get_ref().1;
-    let info = crate::accesslog::TlsInfo::of(conn, micros_since(began));
-    stats::inc(&vc.tls_handshakes);
-    if conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
-        stats::inc(&vc.tls_resumed);
-    }
-    let client_subject = if tls.client_subject_header.is_some() {
-        crate::tls::client_subject(conn)
-    } else {
-        None
-    };
-    // ALPN decides the codec.
-    let h2 = conn.alpn_protocol() == Some(b"h2");
-    let stream = ClientStream::Tls(Box::new(TlsConn {
-        stream,
-        client_subject,
-        info,
-    }));
-    if h2 {
-        h2::start(ctx, stream, BytesMut::new(), peer, listen, guard);
-        return;
-    }
-    let client = Client {
+    let mut client = Client {
         stream,
         peer,
         listen,
         buf: BytesMut::new(),
         uncounted: 0,
     };
-    tokio::task::spawn_local(session(ctx, client, guard, Start::New));
+    if read_now(ctx, &mut client) {
+        tokio::task::spawn_local(session(ctx.clone(), client, guard, Start::New));
+    }
 }
 
 /// Resumes a parked connection that became readable.
@@ -486,18 +197,10 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, start
     let back_to_lot = start == Start::LongIdle;
     let mut served = false;
     loop {
-        if back_to_lot && served && client.buf.is_empty() && !client.stream.has_buffered() {
+        if back_to_lot && served && nothing_held(&mut client) {
             ctx.return_buffer(std::mem::take(&mut client.buf));
             let deadline_ms = now_ms() + ctx.snapshot.load().settings.client_idle_ms;
-            if let Err(p) = ctx.idle_watch.park(Parked {
-                client,
-                guard,
-                deadline_ms,
-            }) {
-                // Readable while we parked it: serve it in a fresh task.
-                tokio::task::spawn_local(session(ctx, p.client, p.guard, Start::Resumed));
-            }
-            return;
+            return park(ctx, client, guard, deadline_ms);
         }
         // A socket not yet in the reactor gets one more look, after the
         // worker's other ready tasks, before it joins: a client's request
@@ -513,68 +216,16 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, start
             }
             continue;
         }
-        // Bytes TLS already holds are a request here: no readiness to wait for.
-        if client.buf.is_empty() && !client.stream.has_buffered() {
-            // Connections idle `client_park` leave their task and wait in
-            // the worker's parking lot, which costs a fraction of a task.
-            let (wait_ms, park_ms) = {
-                let snap = ctx.snapshot.load();
-                let s = &snap.settings;
-                let wait = if first {
-                    s.client_header_ms
-                } else {
-                    s.client_idle_ms
-                };
-                (wait, s.client_park_ms)
-            };
-            // Waiting holds no buffer: malloc hands the same block to the
-            // next read at once, and thousands of waiting connections do
-            // not pin 8 KB each.
-            ctx.return_buffer(std::mem::take(&mut client.buf));
-            let now = now_ms();
-            let deadline = now + wait_ms;
-            // Parking falls on whole seconds: the ticker parks every
-            // connection due in a second in one wake-up.
-            let park_at = if first {
-                deadline
-            } else {
-                (now + park_ms).div_ceil(1000) * 1000
-            };
-            // The first wait registers a bare socket with tokio.
-            let Ok(tcp) = client.stream.tcp() else {
-                break;
-            };
-            match ctx.idle_watch.wait(tcp, deadline.min(park_at)).await {
-                IdleEnd::Readable => match read_ready(&ctx, &mut client) {
-                    Filled::Data => {}
-                    Filled::Closed => {
-                        peer_closed = true;
-                        break;
-                    }
-                    // Nothing behind the readiness (see `read_ready`): wait
-                    // again, the idle time counted afresh.
-                    Filled::Nothing => continue,
-                },
-                IdleEnd::Timeout if now_ms() < deadline => {
-                    match ctx.idle_watch.park(Parked {
-                        client,
-                        guard,
-                        deadline_ms: deadline,
-                    }) {
-                        Ok(()) => return,
-                        // Readable while we parked it: serve it in a fresh task.
-                        Err(p) => {
-                            tokio::task::spawn_local(session(
-                                ctx,
-                                p.client,
-                                p.guard,
-                                Start::Resumed,
-                            ));
-                            return;
-                        }
-                    }
+        if nothing_held(&mut client) {
+            match wait_for_request(&ctx, &mut client, first).await {
+                Waited::Request => {}
+                Waited::Again => continue,
+                Waited::Closed => {
+                    peer_closed = true;
+                    break;
                 }
-                _ => break,
+                Waited::Park(deadline_ms) => return park(ctx, client, guard, deadline_ms),
+                Waited::Ended => break,
             }
         }
         let was_first = std::mem::replace(&mut first, false);
@@ -583,20 +234,7 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, start
         // small task (one allocation per request, reused by malloc at once).
         match Box::pin(handle_request(&ctx, &mut client, was_first)).await {
             Next::KeepAlive if !ctx.draining() => served = true,
-            Next::Http2 => {
-                // The preface's first line was read as a head: replay it.
-                let mut replay = BytesMut::from(h2::PREFACE_HEAD);
-                replay.extend_from_slice(&client.buf);
-                h2::start(
-                    ctx,
-                    client.stream,
-                    replay,
-                    client.peer,
-                    client.listen,
-                    guard,
-                );
-                return;
-            }
+            Next::Http2 => return to_http2(ctx, client, guard),
             _ => break,
         }
     }
@@ -609,6 +247,92 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, start
             .await;
     }
     drop(guard);
+}
+
+/// No request bytes are in hand: none in the buffer, none that TLS holds
+/// (those are a request here, with no readiness to wait for).
+fn nothing_held(client: &mut Client) -> bool {
+    client.buf.is_empty() && !client.stream.has_buffered()
+}
+
+/// What waiting for a client's next request came to.
+enum Waited {
+    /// Bytes came: read the request.
+    Request,
+    /// A readiness with nothing behind it (see `read_ready`): wait again,
+    /// the idle time counted afresh.
+    Again,
+    /// The client closed.
+    Closed,
+    /// Idle `client_park`: to the parking lot, until this deadline.
+    Park(u64),
+    /// Timed out, or the socket failed.
+    Ended,
+}
+
+/// Waits for the next request's bytes: within `client_header` for the
+/// first, `client_idle` for the next; a connection idle `client_park`
+/// leaves its task for the worker's parking lot, which costs a fraction
+/// of a task.
+async fn wait_for_request(ctx: &WorkerCtx, client: &mut Client, first: bool) -> Waited {
+    let (wait_ms, park_ms) = {
+        let snap = ctx.snapshot.load();
+        let s = &snap.settings;
+        let wait = if first {
+            s.client_header_ms
+        } else {
+            s.client_idle_ms
+        };
+        (wait, s.client_park_ms)
+    };
+    // Waiting holds no buffer: malloc hands the same block to the next
+    // read at once, and thousands of waiting connections do not pin 8 KB
+    // each.
+    ctx.return_buffer(std::mem::take(&mut client.buf));
+    let now = now_ms();
+    let deadline = now + wait_ms;
+    // Parking falls on whole seconds: the ticker parks every connection
+    // due in a second in one wake-up.
+    let park_at = if first {
+        deadline
+    } else {
+        (now + park_ms).div_ceil(1000) * 1000
+    };
+    // The first wait registers a bare socket with tokio.
+    let Ok(tcp) = client.stream.tcp() else {
+        return Waited::Ended;
+    };
+    match ctx.idle_watch.wait(tcp, deadline.min(park_at)).await {
+        IdleEnd::Readable => match read_ready(ctx, client) {
+            Filled::Data => Waited::Request,
+            Filled::Closed => Waited::Closed,
+            Filled::Nothing => Waited::Again,
+        },
+        IdleEnd::Timeout if now_ms() < deadline => Waited::Park(deadline),
+        _ => Waited::Ended,
+    }
+}
+
+/// Parks an idle connection in the worker's lot until `deadline_ms`.
+fn park(ctx: Rc<WorkerCtx>, client: Client, guard: ConnGuard, deadline_ms: u64) {
+    if let Err(p) = ctx.idle_watch.park(Parked {
+        client,
+        guard,
+        deadline_ms,
+    }) {
+        // Readable while we parked it: serve it in a fresh task.
+        tokio::task::spawn_local(session(ctx, p.client, p.guard, Start::Resumed));
+    }
+}
+
+/// The first request was the HTTP/2 preface (h2c with prior knowledge):
+/// the connection goes on as HTTP/2, its first line replayed (it was read
+/// as a head).
+fn to_http2(ctx: Rc<WorkerCtx>, client: Client, guard: ConnGuard) {
+    let mut replay = BytesMut::from(h2::PREFACE_HEAD);
+    replay.extend_from_slice(&client.buf);
+    let (peer, listen) = (client.peer, client.listen);
+    h2::start(ctx, client.stream, replay, peer, listen, guard);
 }
 
 /// Writes a response the proxy answers itself and counts it.
@@ -709,6 +433,8 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
 #[cfg(test)]
 mod size_tests {
     use super::*;
+    use crate::proxy::stream::PlainTcp;
+    use tokio::net::TcpStream;
 
     fn size_of_future<F: std::future::Future>(_: &F) -> usize {
         std::mem::size_of::<F>()

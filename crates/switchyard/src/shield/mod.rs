@@ -11,6 +11,9 @@
 //!   `[shield.xdp]` names, before the kernel's stack (docs/shield.md).
 //! - `ddos`: the DDoS vectors of report 003 (`[shield.ddos]`): classified,
 //!   counted and limited in XDP, detected and learned in user space.
+//! - `admission`: the one decision on a new connection (ACLs, then
+//!   per-source limits), which the front door asks at accept, and the
+//!   per-request decision of the limits, which the request-rate stage asks.
 //! - `stick`: per-source limits (`[[vserver.limit]]`, HAProxy's stick
 //!   tables): connections counted at accept, requests by the pipeline's
 //!   `limiting` stage.
@@ -18,6 +21,7 @@
 //!   CONTINUATION, PING and SETTINGS floods).
 
 pub mod acl;
+pub mod admission;
 pub mod ddos;
 pub mod h2flood;
 pub mod stick;

@@ -1,0 +1,420 @@
+//! The front door: every TCP connection a listener accepts, from the
+//! accept to the protocol that serves it, one way for all of them.
+//!
+//! 1. Its vserver (by the listening address) and the shield's admission
+//!    (`shield::admission`: ACLs, then per-source limits), before any byte
+//!    is read: a refused connection is closed at once.
+//! 2. The PROXY protocol header, from a source the vserver trusts to send
+//!    one: its client address is then the one policies, persistence, logs
+//!    and X-Forwarded-For see.
+//! 3. The TLS handshake, where the vserver terminates TLS (HTTP and `tcp`
+//!    vservers alike, one handshake, one set of counters).
+//! 4. The hand-off, exactly once: to the L4 relay (`l4::tcp`), to the
+//!    HTTP/2 connection (`h2`: ALPN "h2", or an `h2c_only` listener), or to
+//!    the HTTP/1 session (`session`). The session hands a connection whose
+//!    first request is the HTTP/2 preface (h2c with prior knowledge) on to
+//!    `h2`: only its first read can tell.
+//!
+//! The common case, plain HTTP from a client that speaks for itself, goes
+//! from the accept to the session at once, in no task of its own and not
+//! yet in tokio's reactor (`PlainTcp`). The others wait for a header or a
+//! handshake in a task of the front door, which ends when it hands off,
+//! so the handshake's state (large) is freed before the first request and
+//! never weighs on an idle connection. The config is the one current at
+//! accept: a reload with a new certificate applies to connections
+//! accepted after it.
+
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::BytesMut;
+use tokio::net::TcpStream;
+use tokio_rustls::server::TlsStream;
+
+use super::conn::{private_key_of, ConnGuard};
+use super::ctx::WorkerCtx;
+use super::exchange::micros_since;
+use super::h2;
+use super::session;
+use super::stream::{ClientStream, PlainTcp, TlsConn};
+use crate::accesslog::{l4::End as LogEnd, TlsInfo};
+use crate::clock::now_ms;
+use crate::config::snapshot::{AcceptProxy, Snapshot, VServer};
+use crate::l4::proxy_protocol;
+use crate::log;
+use crate::shield::admission::{self, Closing, Rules, Verdict};
+use crate::stats;
+use crate::tls::TlsServer;
+
+/// Where a connection goes once the front door is done with it.
+enum To {
+    /// A `tcp` vserver: the L4 relay, on the config of the accept.
+    Relay {
+        snap: Arc<Snapshot>,
+        vs: Arc<VServer>,
+        accepted: Instant,
+    },
+    /// HTTP/1 (or HTTP/2 by ALPN on TLS, or by the preface on h2c).
+    Http,
+    /// A plain listener that speaks only HTTP/2 (`h2c_only`).
+    Http2,
+}
+
+/// What the front door knows of an admitted connection.
+struct Door {
+    guard: ConnGuard,
+    /// `[vserver.tls]`: the handshake comes before the hand-off.
+    tls: Option<Arc<TlsServer>>,
+    /// The source is trusted to send a PROXY header: it comes first.
+    proxy: Option<Arc<AcceptProxy>>,
+    to: To,
+}
+
+/// Serves one client connection accepted on `listen`.
+/// `stream` is non-blocking and not yet in tokio's reactor.
+pub fn serve(
+    ctx: &Rc<WorkerCtx>,
+    stream: std::net::TcpStream,
+    peer: SocketAddr,
+    listen: SocketAddr,
+) {
+    let door = {
+        let snap = ctx.snapshot.load();
+        let Some(vs) = snap.vserver_for(&listen) else {
+            return;
+        };
+        match admit(&snap, vs, peer, listen) {
+            Ok(leases) => open(ctx, &snap, vs, peer, leases),
+            Err(how) => {
+                admission::close_refused(stream, how);
+                return;
+            }
+        }
+    };
+    // TCP_NODELAY comes from the listening socket (runtime/listen.rs):
+    // accepted sockets inherit it, so no setsockopt per connection.
+    if door.tls.is_some() || door.proxy.is_some() {
+        let Some(tcp) = register(PlainTcp::bare(stream), peer) else {
+            return;
+        };
+        tokio::task::spawn_local(front(ctx.clone(), tcp, peer, listen, door));
+        return;
+    }
+    let Door { guard, to, .. } = door;
+    match to {
+        To::Relay { snap, vs, accepted } => {
+            let Some(tcp) = register(PlainTcp::bare(stream), peer) else {
+                return;
+            };
+            let conn = crate::l4::tcp::ClientConn::Plain {
+                tcp,
+                proxied: false,
+            };
+            let relay = crate::l4::tcp::serve(conn, peer, listen, (snap, vs), accepted, guard);
+            tokio::task::spawn_local(relay);
+        }
+        To::Http | To::Http2 => {
+            let stream = ClientStream::Plain(PlainTcp::bare(stream));
+            to_http(ctx, stream, to, peer, listen, guard);
+        }
+    }
+}
+
+/// The shield's decision on a new connection, counted on its vserver:
+/// the leases of the per-source limits that count it, or how to close it.
+fn admit(
+    snap: &Snapshot,
+    vs: &VServer,
+    peer: SocketAddr,
+    listen: SocketAddr,
+) -> Result<Option<Box<[crate::shield::stick::Lease]>>, Closing> {
+    let rules = Rules {
+        global: snap.shield.as_deref(),
+        acl: vs.acl.as_deref(),
+        limits: &vs.limits,
+    };
+    let verdict = admission::connection(&rules, peer, listen);
+    let how = verdict.closing();
+    match verdict {
+        Verdict::Admit(leases) => return Ok(leases),
+        Verdict::AclDropped => stats::inc(&vs.counters.local().acl_dropped),
+        Verdict::AclRejected => stats::inc(&vs.counters.local().acl_rejected),
+        Verdict::Limited { limit, reason } => log::debug(format_args!(
+            "vserver {}: limit {:?}: connection from {peer} refused ({})",
+            vs.name,
+            limit.name,
+            reason.name()
+        )),
+    }
+    Err(how.unwrap_or(Closing::Close))
+}
+
+/// Counts an admitted connection and says where it goes.
+fn open(
+    ctx: &WorkerCtx,
+    snap: &Arc<Snapshot>,
+    vs: &Arc<VServer>,
+    peer: SocketAddr,
+    leases: Option<Box<[crate::shield::stick::Lease]>>,
+) -> Door {
+    let c = vs.counters.local();
+    stats::inc(&c.client_connections_total);
+    stats::inc(&c.client_connections_active);
+    ctx.active.set(ctx.active.get() + 1);
+    let guard = ConnGuard {
+        active: ctx.active.clone(),
+        counters: vs.counters.clone(),
+        leases,
+        // Its key is set once the client is known (`to_http`).
+        private: vs.private_member_conns.then(|| (ctx.idle.clone(), 0)),
+    };
+    let to = if vs.l4.is_some() {
+        To::Relay {
+            snap: Arc::clone(snap),
+            vs: Arc::clone(vs),
+            accepted: Instant::now(),
+        }
+    } else if vs.h2c_only {
+        To::Http2
+    } else {
+        To::Http
+    };
+    Door {
+        guard,
+        tls: vs.tls.clone(),
+        proxy: vs.accept_proxy.clone().filter(|ap| ap.trusts(peer.ip())),
+        to,
+    }
+}
+
+/// `stream` in tokio's reactor, for the paths that wait on it from the
+/// start (L4 relays, PROXY headers, TLS handshakes).
+fn register(stream: PlainTcp, peer: SocketAddr) -> Option<TcpStream> {
+    match stream.into_tokio() {
+        Ok(s) => Some(s),
+        Err(e) => {
+            log::warn(format_args!(
+                "client {peer}: cannot register the connection: {e}"
+            ));
+            None
+        }
+    }
+}
+
+/// A connection after the front door's waits: plain, or its TLS done.
+enum Arrived {
+    Plain(TcpStream),
+    Tls(Box<Handshaken>),
+}
+
+/// The waits of the front door, in a task: the PROXY header, then the
+/// TLS handshake; then the hand-off.
+async fn front(
+    ctx: Rc<WorkerCtx>,
+    tcp: TcpStream,
+    peer: SocketAddr,
+    listen: SocketAddr,
+    door: Door,
+) {
+    let Door {
+        guard,
+        tls,
+        proxy,
+        to,
+    } = door;
+    let mut client = peer;
+    if let Some(ap) = &proxy {
+        match read_proxy_header(&tcp, ap).await {
+            Ok(said) => client = said.unwrap_or(peer),
+            Err(e) => {
+                stats::inc(&guard.counters.local().bad_requests);
+                log::debug(format_args!(
+                    "PROXY header from {peer} on {listen}: {e}; closed"
+                ));
+                return refused(&to, peer, LogEnd::Refused);
+            }
+        }
+    }
+    let arrived = match tls {
+        None => Arrived::Plain(tcp),
+        Some(tls) => match handshake(&ctx, tcp, &tls, client, &guard).await {
+            Some(h) => Arrived::Tls(Box::new(h)),
+            None => return refused(&to, client, LogEnd::TlsFailed),
+        },
+    };
+    match to {
+        To::Relay { snap, vs, accepted } => {
+            use crate::l4::tcp::{serve, ClientConn};
+            let conn = match arrived {
+                Arrived::Plain(tcp) => ClientConn::Plain {
+                    tcp,
+                    proxied: proxy.is_some(),
+                },
+                Arrived::Tls(h) => ClientConn::Tls(Box::new(h.stream), h.info),
+            };
+            let relay = serve(conn, client, listen, (snap, vs), accepted, guard);
+            tokio::task::spawn_local(relay);
+        }
+        To::Http | To::Http2 => {
+            let (stream, to) = match arrived {
+                Arrived::Plain(tcp) => (ClientStream::Plain(PlainTcp::registered(tcp)), to),
+                // ALPN decides the codec.
+                Arrived::Tls(h) => {
+                    let to = if h.alpn_h2 { To::Http2 } else { To::Http };
+                    let conn = TlsConn {
+                        stream: h.stream,
+                        client_subject: h.client_subject,
+                        info: h.info,
+                    };
+                    (ClientStream::Tls(Box::new(conn)), to)
+                }
+            };
+            to_http(&ctx, stream, to, client, listen, guard);
+        }
+    }
+}
+
+/// The access log line of a `tcp` vserver's connection that the front
+/// door closed (HTTP vservers log requests, not connections).
+fn refused(to: &To, client: SocketAddr, end: LogEnd) {
+    if let To::Relay { vs, accepted, .. } = to {
+        crate::l4::tcp::log_refused(vs, client, *accepted, end);
+    }
+}
+
+/// Hands an HTTP connection to its protocol.
+fn to_http(
+    ctx: &Rc<WorkerCtx>,
+    stream: ClientStream,
+    to: To,
+    client: SocketAddr,
+    listen: SocketAddr,
+    mut guard: ConnGuard,
+) {
+    // The client as its requests will name it (a PROXY header's address
+    // included): the key of its private member connections.
+    if let Some((idle, key)) = &mut guard.private {
+        *key = private_key_of(client, listen);
+        idle.open_private(*key);
+    }
+    match to {
+        To::Http2 => h2::start(ctx.clone(), stream, BytesMut::new(), client, listen, guard),
+        _ => session::start(ctx, stream, client, listen, guard),
+    }
+}
+
+/// A finished TLS handshake.
+struct Handshaken {
+    stream: TlsStream<TcpStream>,
+    info: TlsInfo,
+    /// The client certificate's subject, when the vserver passes it on.
+    client_subject: Option<String>,
+    alpn_h2: bool,
+}
+
+/// Runs a TLS handshake, bounded by the client_header timeout, and counts
+/// it on the vserver. None when it failed (logged).
+async fn handshake(
+    ctx: &WorkerCtx,
+    tcp: TcpStream,
+    tls: &TlsServer,
+    client: SocketAddr,
+    guard: &ConnGuard,
+) -> Option<Handshaken> {
+    let deadline = now_ms() + ctx.snapshot.load().settings.client_header_ms;
+    let vc = guard.counters.local();
+    let began = Instant::now();
+    let accept = tokio_rustls::TlsAcceptor::from(tls.config.clone()).accept(tcp);
+    let stream = match ctx.idle_watch.within(deadline, accept).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => {
+            // A bare close (a port probe, a client giving up) is not a
+            // failed handshake; an alert or a protocol error is.
+            if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                stats::inc(&vc.tls_handshake_failures);
+            }
+            log::debug(format_args!("client {client}: TLS handshake failed: {e}"));
+            return None;
+        }
+        Err(()) => {
+            stats::inc(&vc.tls_handshake_failures);
+            log::debug(format_args!("client {client}: TLS handshake timed out"));
+            return None;
+        }
+    };
+    let conn = stream.get_ref().1;
+    stats::inc(&vc.tls_handshakes);
+    if conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
+        stats::inc(&vc.tls_resumed);
+    }
+    Some(Handshaken {
+        info: TlsInfo::of(conn, micros_since(began)),
+        client_subject: tls
+            .client_subject_header
+            .as_ref()
+            .and_then(|_| crate::tls::client_subject(conn)),
+        alpn_h2: conn.alpn_protocol() == Some(b"h2"),
+        stream,
+    })
+}
+
+/// Reads a PROXY protocol header without consuming what follows it:
+/// peeks until the header is whole, then reads exactly its bytes. Some(the
+/// client address it carries); None for LOCAL / UNKNOWN.
+pub async fn read_proxy_header(
+    s: &TcpStream,
+    ap: &AcceptProxy,
+) -> Result<Option<SocketAddr>, String> {
+    let mut buf = vec![0u8; 536];
+    let work = async {
+        loop {
+            let n = s.peek(&mut buf).await.map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Err("closed before the header".to_string());
+            }
+            match proxy_protocol::parse(&buf[..n]).map_err(|e| e.to_string())? {
+                proxy_protocol::Parsed::Incomplete if n == buf.len() => {
+                    // A v2 header with TLVs: make room and peek again.
+                    if buf.len() >= 16 + 4096 {
+                        return Err("header longer than 4 KiB".into());
+                    }
+                    buf.resize(buf.len() * 2, 0);
+                }
+                proxy_protocol::Parsed::Incomplete => {
+                    // Wait for more bytes than the ones already peeked.
+                    s.readable().await.map_err(|e| e.to_string())?;
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+                proxy_protocol::Parsed::Done {
+                    header_len,
+                    proxied,
+                } => {
+                    skip(s, header_len).await?;
+                    return Ok(proxied.map(|p| p.source));
+                }
+            }
+        }
+    };
+    match tokio::time::timeout(Duration::from_millis(ap.timeout_ms), work).await {
+        Ok(r) => r,
+        Err(_) => Err(format!("no complete header within {} ms", ap.timeout_ms)),
+    }
+}
+
+/// Reads and drops exactly `n` bytes (a header already peeked whole).
+async fn skip(s: &TcpStream, n: usize) -> Result<(), String> {
+    let mut discard = vec![0u8; n];
+    let mut got = 0;
+    while got < n {
+        s.readable().await.map_err(|e| e.to_string())?;
+        match s.try_read(&mut discard[got..]) {
+            Ok(0) => return Err("closed in the header".into()),
+            Ok(k) => got += k,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e.to_string()),
+        }
+    }
+    Ok(())
+}
