@@ -325,7 +325,7 @@ fn connections_enter_through_one_front_door() {
         ),
         ("read_proxy_header(", "reading a client's PROXY header"),
         ("TlsAcceptor::from(", "a client TLS handshake"),
-        ("session::start(", "the hand-off to HTTP/1"),
+        ("client_h1_conn::start(", "the hand-off to HTTP/1"),
         ("tcp::serve(", "the hand-off to the L4 relay"),
     ];
     let mut seen = BTreeSet::new();
@@ -355,7 +355,7 @@ fn connections_enter_through_one_front_door() {
     );
     let mut h2_starts: Vec<String> = rs_files(&src())
         .into_iter()
-        .filter(|f| code(f).contains("h2::start("))
+        .filter(|f| code(f).contains("client_h2_conn::start("))
         .map(|f| {
             f.strip_prefix(src())
                 .expect("under src")
@@ -366,7 +366,7 @@ fn connections_enter_through_one_front_door() {
     h2_starts.sort();
     assert_eq!(
         h2_starts,
-        ["proxy/accept.rs", "proxy/session.rs"],
+        ["proxy/accept.rs", "proxy/client_h1_conn.rs"],
         "HTTP/2 starts at the front door, or from HTTP/1 on the h2c preface"
     );
 }

@@ -1,8 +1,8 @@
 //! The protocol-neutral message: an editable request or response head.
 //!
-//! The HTTP/1 parser (`head`) and the HTTP/2 front end (`h2conv`) both
+//! The HTTP/1 parser (`head`) and the HTTP/2 front end (`h2_message`) both
 //! build these; the proxy's stages edit them; they are serialised once, at
-//! the edge, for the peer's protocol (`write_h1`, `h2conv`). No stage ever
+//! the edge, for the peer's protocol (`write_h1`, `h2_message`). No stage ever
 //! sees wire syntax, and no head is parsed twice (HAProxy's HTX plays the
 //! same part).
 //!

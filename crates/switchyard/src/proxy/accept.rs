@@ -10,10 +10,11 @@
 //! 3. The TLS handshake, where the vserver terminates TLS (HTTP and `tcp`
 //!    vservers alike, one handshake, one set of counters).
 //! 4. The hand-off, exactly once: to the L4 relay (`l4::tcp`), to the
-//!    HTTP/2 connection (`h2`: ALPN "h2", or an `h2c_only` listener), or to
-//!    the HTTP/1 session (`session`). The session hands a connection whose
-//!    first request is the HTTP/2 preface (h2c with prior knowledge) on to
-//!    `h2`: only its first read can tell.
+//!    HTTP/2 connection (`client_h2_conn`: ALPN "h2", or an `h2c_only`
+//!    listener), or to the HTTP/1 connection (`client_h1_conn`), which
+//!    hands a connection whose first request is the HTTP/2 preface (h2c
+//!    with prior knowledge) on to `client_h2_conn`: only its first read
+//!    can tell.
 //!
 //! The common case, plain HTTP from a client that speaks for itself, goes
 //! from the accept to the session at once, in no task of its own and not
@@ -33,11 +34,11 @@ use bytes::BytesMut;
 use tokio::net::TcpStream;
 use tokio_rustls::server::TlsStream;
 
+use super::client_h1_conn;
+use super::client_h2_conn;
 use super::conn::{private_key_of, ConnGuard};
 use super::ctx::WorkerCtx;
 use super::exchange::micros_since;
-use super::h2;
-use super::session;
 use super::stream::{ClientStream, PlainTcp, TlsConn};
 use crate::accesslog::{l4::End as LogEnd, TlsInfo};
 use crate::clock::now_ms;
@@ -300,8 +301,10 @@ fn to_http(
         idle.open_private(*key);
     }
     match to {
-        To::Http2 => h2::start(ctx.clone(), stream, BytesMut::new(), client, listen, guard),
-        _ => session::start(ctx, stream, client, listen, guard),
+        To::Http2 => {
+            client_h2_conn::start(ctx.clone(), stream, BytesMut::new(), client, listen, guard)
+        }
+        _ => client_h1_conn::start(ctx, stream, client, listen, guard),
     }
 }
 

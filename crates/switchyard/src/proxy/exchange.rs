@@ -12,7 +12,7 @@
 //! ```
 //!
 //! This file holds the exchange's types; `pipeline.rs` runs it,
-//! `respond.rs` is the response phase. The client side is a `ClientSide` (client_h1.rs, client_h2.rs); the
+//! `respond.rs` is the response phase. The client side is a `ClientSide` (client_h1_exchange.rs, client_h2_exchange.rs); the
 //! member side is chosen by the pool's protocol (`via_h1`, `via_h2`). Member
 //! choice, persistence, retries, timeouts and passive health are decided
 //! here and nowhere else. Failures are one type, `Failure`, that says where
@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::h2_stream::BodyStream;
+use super::client_h2_stream::BodyStream;
 use super::idle::IdleWatch;
 use super::member::H2Conns;
 use super::upstream::{ConnectError, IdlePool, UpConn};

@@ -25,7 +25,7 @@ use crate::balance::{AdminState, MemberState};
 use crate::config::snapshot::Member;
 use crate::fasthash::FxHashMap;
 use crate::http::body::{self, BodyError, Sink};
-use crate::http::h2conv::{trailers_from_h2, trailers_to_h2};
+use crate::http::h2_message::{trailers_from_h2, trailers_to_h2};
 use crate::http::message::Fields;
 use crate::log;
 use crate::tls::upstream::UpstreamTls;

@@ -12,17 +12,17 @@ use bytes::Bytes;
 use h2::client::ResponseFuture;
 use h2::{Reason, SendStream};
 
+use super::client_h2_stream::BodyStream;
 use super::exchange::{
     body_failure, micros_since, Attempt, ClientSide, Exchange, Failure, Origin, Retry,
 };
-use super::h2_stream::BodyStream;
 use super::hooks::Hooks;
 use super::member::H2Sink;
 use super::respond::{respond, Inspect, MemberBody};
 use crate::clock::now_ms;
 use crate::health::passive;
 use crate::http::body::BodyError;
-use crate::http::h2conv;
+use crate::http::h2_message;
 use crate::http::message::{Framing, Request};
 use crate::log;
 use crate::stats;
@@ -102,7 +102,7 @@ async fn open_stream(
         stats::inc(&mc.connections_reused);
     }
     x.facts.connect_us = Some(if reused { 0 } else { micros_since(connecting) });
-    let Some(head) = h2conv::request_to_h2(req, m.addr) else {
+    let Some(head) = h2_message::request_to_h2(req, m.addr) else {
         stats::inc(&x.vs.counters.local().bad_requests);
         return Err(Failure::new(
             Origin::Client,
@@ -222,7 +222,7 @@ async fn h2_response<C: ClientSide, H: Hooks>(
         }
     };
     let (parts, mut body) = resp.into_parts();
-    let resp = match h2conv::response_from_h2(&parts, body.is_end_stream(), req.method) {
+    let resp = match h2_message::response_from_h2(&parts, body.is_end_stream(), req.method) {
         Ok(r) => r,
         Err(e) => {
             stats::inc(&mc.bad_responses);

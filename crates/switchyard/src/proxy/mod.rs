@@ -1,8 +1,17 @@
-//! The proxy: the front door (`accept`: admission, PROXY, TLS, the
-//! protocol), client sessions (HTTP/1 `session`, HTTP/2 `h2`), the one
-//! exchange every request goes through (`pipeline`, `exchange`, `respond`,
-//! with the phase hooks of `hooks` and the stages of `stages`), and the
-//! member side (`member_h1`, `member_h2`, `upstream`, `member`).
+//! The proxy, named by side, protocol and layer:
+//!
+//! - the front door (`accept`: admission, PROXY, TLS, the protocol);
+//! - the client side: a connection (`client_h1_conn`, `client_h2_conn`
+//!   with its streams' shared state in `client_h2_stream`) and the client
+//!   of one exchange (`client_h1_exchange`, `client_h2_exchange`);
+//! - the one exchange every request goes through (`pipeline`, `exchange`,
+//!   `respond`, with the phase hooks of `hooks` and the stages of
+//!   `stages`);
+//! - the member side (`member_h1`, `member_h2`, `upstream`, `member`).
+//!
+//! `http2/` is the HTTP/2 codec (frames, HPACK, the server state machine,
+//! no IO); `http/h2_message` maps its header blocks to the neutral
+//! message; the `h2` crate is the member side's HTTP/2 client.
 //!
 //! docs/internals.md draws the phases, who owns what, and the life of one
 //! request on each pair of protocols.
@@ -10,14 +19,15 @@
 mod accept;
 mod buffered;
 mod caching;
-mod client_h1;
-mod client_h2;
+mod client_h1_conn;
+mod client_h1_exchange;
+pub mod client_h2_conn;
+mod client_h2_exchange;
+pub mod client_h2_stream;
 mod compressing;
 mod conn;
 mod ctx;
 pub mod exchange;
-pub mod h2;
-pub mod h2_stream;
 mod head_read;
 pub mod hooks;
 pub mod idle;
@@ -32,16 +42,15 @@ mod pipeline;
 mod plain;
 mod respond;
 pub mod route;
-mod session;
 pub mod stages;
 pub mod stream;
 mod tunnel;
 pub mod upstream;
 
 pub use accept::serve;
+pub use client_h1_conn::resume;
 pub use conn::{Client, ConnGuard};
 pub use ctx::WorkerCtx;
 pub use idle::{IdleEnd, IdleWatch, Parked};
-pub use session::resume;
 pub use stream::{ClientStream, TlsConn};
 pub use upstream::IdlePool;

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
-use super::h2_stream::StreamRef;
+use super::client_h2_stream::StreamRef;
 use crate::http2::frame::code;
 
 pub struct Totals {

@@ -2,7 +2,7 @@
 //! (CVE-2023-44487 rapid reset, SETTINGS/PING/PRIORITY floods, empty
 //! frames) is counted from the frame headers a client sends, before h2
 //! decodes them. Past a budget per window the watch trips: it sets a shared
-//! flag, and the connection's owner (`proxy::h2`) stops reading and ends the
+//! flag, and the connection's owner (`proxy::client_h2_conn`) stops reading and ends the
 //! connection with GOAWAY(ENHANCE_YOUR_CALM), like HAProxy's "glitches".
 
 use std::cell::Cell;

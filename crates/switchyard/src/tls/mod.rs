@@ -20,7 +20,7 @@
 //!
 //! ALPN is negotiated here; the session looks at the protocol chosen after
 //! the handshake (`proxy::handshake`): "h2" hands the connection to the
-//! HTTP/2 front end (`proxy::h2`), anything else to the HTTP/1.1 session.
+//! HTTP/2 front end (`proxy::client_h2_conn`), anything else to the HTTP/1.1 session.
 
 mod certs;
 pub mod upstream;

@@ -8,7 +8,7 @@
 //! that stream here and the connection goes on.
 //!
 //! The wakers of the tasks that serve the streams are kept here, so the
-//! owner (`proxy::h2`) only has to move bytes and start tasks.
+//! owner (`proxy::client_h2_conn`) only has to move bytes and start tasks.
 
 use std::collections::VecDeque;
 use std::task::Waker;

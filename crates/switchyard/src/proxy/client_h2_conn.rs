@@ -4,7 +4,7 @@
 //! The framing, HPACK and flow control are our own (`http2::server`, a
 //! state machine without IO); this file moves its bytes and serves each
 //! stream in a task of its own on the worker: its head becomes the neutral
-//! request (`http::h2conv`) and goes through the same exchange, hooks,
+//! request (`http::h2_message`) and goes through the same exchange, hooks,
 //! pools and balancers as an HTTP/1 request (`exchange::run`), so a policy,
 //! an edit or a check means the same thing whichever protocol the client
 //! spoke. Responses are encoded straight into the connection's output,
@@ -13,7 +13,7 @@
 //! WebSocket over HTTP/2 (RFC 8441): where a vserver has an HTTP/1.1 pool,
 //! SETTINGS_ENABLE_CONNECT_PROTOCOL is announced, and an extended CONNECT
 //! becomes the GET Upgrade an HTTP/1.1 member expects
-//! (`h2conv::extended_connect_from_wire`); the same exchange runs it, and
+//! (`h2_message::extended_connect_from_wire`); the same exchange runs it, and
 //! a 101 turns its stream into a tunnel (`tunnel::run_h2`).
 //!
 //! Abuse the protocol allows but no client needs (CVE-2023-44487 rapid
@@ -36,16 +36,16 @@ use std::task::{ready, Context, Poll};
 use bytes::BytesMut;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use super::client_h2::{send_local, H2Client};
+use super::client_h2_exchange::{send_local, H2Client};
+use super::client_h2_stream::{Shared, StreamRef};
 use super::conn::ConnGuard;
 use super::ctx::WorkerCtx;
 use super::exchange::Exchange;
-use super::h2_stream::{Shared, StreamRef};
 use super::hooks::Local;
 use super::pipeline;
 use super::stream::ClientStream;
 use crate::clock::now_ms;
-use crate::http::h2conv;
+use crate::http::h2_message;
 use crate::http::head::{HeadError, Limits};
 use crate::http::responses;
 use crate::http2::frame::{code, PREFACE};
@@ -620,7 +620,7 @@ async fn stream_task(ctx: Rc<WorkerCtx>, conn: Rc<Conn>, shared: Shared, new: se
     } else if let Some(protocol) = &new.head.protocol {
         let h = &new.head;
         let target = (h.path.clone(), h.authority.clone());
-        h2conv::extended_connect_from_wire(protocol, target, &h.fields, &limits)
+        h2_message::extended_connect_from_wire(protocol, target, &h.fields, &limits)
     } else {
         let h = &new.head;
         let pseudo = (
@@ -628,7 +628,7 @@ async fn stream_task(ctx: Rc<WorkerCtx>, conn: Rc<Conn>, shared: Shared, new: se
             h.path.clone(),
             h.authority.clone(),
         );
-        h2conv::request_from_wire(pseudo, &h.fields, new.end_stream, &limits)
+        h2_message::request_from_wire(pseudo, &h.fields, new.end_stream, &limits)
     };
     let req = match converted {
         Ok(r) => r,

@@ -7,8 +7,8 @@
 
 use std::future::poll_fn;
 
+use super::client_h2_stream::{BodyStream, Shared, StreamRef};
 use super::exchange::{ClientSide, Exchange, Failure};
-use super::h2_stream::{BodyStream, Shared, StreamRef};
 use super::hooks::Local;
 use super::tunnel;
 use super::upstream::UpConn;
@@ -36,7 +36,7 @@ impl<'a> H2Client<'a> {
         }
     }
 
-    /// The client side of an extended CONNECT (`h2conv::extended_connect_from_wire`).
+    /// The client side of an extended CONNECT (`h2_message::extended_connect_from_wire`).
     pub fn tunnel(stream: &'a StreamRef) -> H2Client<'a> {
         H2Client {
             tunnel: true,

@@ -17,11 +17,11 @@ use std::time::Instant;
 use bytes::BytesMut;
 use tokio::io::AsyncWriteExt;
 
-use super::client_h1::H1Client;
+use super::client_h1_exchange::H1Client;
+use super::client_h2_conn;
 use super::conn::{Client, ConnGuard};
 use super::ctx::WorkerCtx;
 use super::exchange::{micros_since, Exchange};
-use super::h2;
 use super::head_read::{read_head, ReadHead};
 use super::idle::{IdleEnd, Parked};
 use super::pipeline;
@@ -329,10 +329,10 @@ fn park(ctx: Rc<WorkerCtx>, client: Client, guard: ConnGuard, deadline_ms: u64) 
 /// the connection goes on as HTTP/2, its first line replayed (it was read
 /// as a head).
 fn to_http2(ctx: Rc<WorkerCtx>, client: Client, guard: ConnGuard) {
-    let mut replay = BytesMut::from(h2::PREFACE_HEAD);
+    let mut replay = BytesMut::from(client_h2_conn::PREFACE_HEAD);
     replay.extend_from_slice(&client.buf);
     let (peer, listen) = (client.peer, client.listen);
-    h2::start(ctx, client.stream, replay, peer, listen, guard);
+    client_h2_conn::start(ctx, client.stream, replay, peer, listen, guard);
 }
 
 /// Writes a response the proxy answers itself and counts it.
@@ -394,7 +394,7 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
             return error_and_close(c, &vs, e.status, e.reason).await;
         }
     };
-    if first && vs.h2c && raw[..] == *h2::PREFACE_HEAD {
+    if first && vs.h2c && raw[..] == *client_h2_conn::PREFACE_HEAD {
         return Next::Http2;
     }
     stats::add(

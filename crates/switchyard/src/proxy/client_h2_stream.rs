@@ -10,7 +10,7 @@ use crate::http::body::{self, BodyError, Sink};
 use crate::http::message::Head;
 use crate::http2::server::{self, RecvError, Reset};
 
-/// The protocol state of one connection, shared by its driver (`h2.rs`)
+/// The protocol state of one connection, shared by its driver (`client_h2_conn.rs`)
 /// and the tasks serving its streams (one thread: no lock).
 pub type Shared = Rc<RefCell<server::Conn>>;
 
