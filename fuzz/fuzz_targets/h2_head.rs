@@ -12,7 +12,7 @@
 #![no_main]
 use libfuzzer_sys::fuzz_target;
 use bytes::BytesMut;
-use switchyard::http::h2conv::{request_to_h2, request_from_wire, response_from_h2, response_to_h2};
+use switchyard::http::h2_message::{request_to_h2, request_from_wire, response_from_h2, response_to_h2};
 use switchyard::http::head::{Framing, Limits};
 use switchyard::http::message::{Fields, Method};
 use switchyard::http2::frame::{finish_headers, put_settings, HEADER_LEN};
