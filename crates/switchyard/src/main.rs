@@ -16,6 +16,10 @@ USAGE:
                                   (or send it SIGHUP)
   switchyard stats [-c FILE | --admin ADDR] [--json | --prometheus]
                                   print the running instance's counters
+  switchyard cluster init -c NODE_FILE CONFIG_FILE
+                                  publish a cluster's first configuration to
+                                  etcd, before any node runs (checked as a
+                                  publish through the admin API is)
   switchyard ctl COMMAND ...      members, drain, enable, weight, top, ...
                                   through the admin API (switchyard ctl --help)
   switchyard bench ...            benchmarks (switchyard bench --help)
@@ -56,6 +60,7 @@ fn command() -> ExitCode {
             };
             admin_call(rest, "GET", path)
         }
+        "cluster" => cluster(rest),
         "ctl" => ExitCode::from(switchyard::ctl::main(rest).clamp(0, 255) as u8),
         "bench" => external("bench", rest),
         "waf" => external("waf", rest),
@@ -313,6 +318,80 @@ fn check(args: &[String]) -> ExitCode {
             eprintln!("{e}");
             ExitCode::from(1)
         }
+    }
+}
+
+/// `switchyard cluster init -c NODE_FILE CONFIG_FILE`: the first
+/// configuration of a cluster, written to etcd with no node running (a
+/// node with nothing published has no admin API to publish through). The
+/// node's file gives etcd's address, credentials and the prefix; the
+/// configuration is checked exactly as the admin API checks a publish,
+/// and written only if nothing is published yet (a compare-and-swap on
+/// revision 0), so it can never overwrite a running cluster's.
+fn cluster(args: &[String]) -> ExitCode {
+    const USE: &str = "usage: switchyard cluster init -c NODE_FILE CONFIG_FILE";
+    if args.first().map(String::as_str) != Some("init") {
+        return fail(USE);
+    }
+    let args = &args[1..];
+    let node_file = match config_arg(args) {
+        Ok(Some(p)) => p,
+        Ok(None) => return fail(USE),
+        Err(e) => return fail(e),
+    };
+    // The one argument that is neither an option nor -c's file.
+    let mut rest = args.iter();
+    let mut config_file = None;
+    while let Some(a) = rest.next() {
+        match a.as_str() {
+            "-c" | "--config" => {
+                rest.next();
+            }
+            s if s.starts_with("--config=") => {}
+            s if s.starts_with('-') => return fail(format!("unknown option {s:?}; {USE}")),
+            s => config_file = Some(PathBuf::from(s)),
+        }
+    }
+    let Some(config_file) = config_file else {
+        return fail(USE);
+    };
+    let read = |p: &std::path::Path| {
+        std::fs::read_to_string(p).map_err(|e| format!("{}: cannot read: {e}", p.display()))
+    };
+    let (node_text, text) = match (read(&node_file), read(&config_file)) {
+        (Ok(n), Ok(t)) => (n, t),
+        (Err(e), _) | (_, Err(e)) => return fail(e),
+    };
+    let base = node_file
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .to_path_buf();
+    let settings = match config::cluster_settings(&node_text, &base) {
+        Ok(Some(s)) => s,
+        Ok(None) => return fail(format!("{}: no [cluster] table", node_file.display())),
+        Err(e) => return fail(format!("{}: {e}", node_file.display())),
+    };
+    let node =
+        switchyard::cluster::Node::detached(settings, &node_file.display().to_string(), &node_text);
+    if let Err(e) = config::publish::check(&node, &text) {
+        return fail(format!("{}: not published: {e}", config_file.display()));
+    }
+    let s = &node.settings;
+    match switchyard::cluster::publish(s, &text, Some(0)) {
+        Ok(Some(rev)) => {
+            println!(
+                "{}: published to cluster {:?} (etcd revision {rev}); nodes started with {} run it",
+                config_file.display(),
+                s.prefix,
+                node_file.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(None) => fail(format!(
+            "cluster {:?} already has a configuration: init writes only the first one; publish changes through a node (switchyard ctl cluster publish FILE)",
+            s.prefix
+        )),
+        Err(e) => fail(format!("cluster {:?}: cannot publish: {e}", s.prefix)),
     }
 }
 

@@ -1165,3 +1165,91 @@ fn the_dashboard_shows_every_node() {
     let names: Vec<&str> = rows.iter().filter_map(|r| r[0].as_str()).collect();
     assert!(names.contains(&"east") && names.contains(&"west"), "{v}");
 }
+
+/// A cluster's first configuration, with nothing in etcd and no node
+/// running (a node with nothing published has no admin API to publish
+/// through): `switchyard cluster init` checks it as a publish through the
+/// API is (a pool that does not exist and a node-local section are
+/// refused, nothing written), writes it only while nothing is published,
+/// and a node started then runs it and reports the generation it runs
+/// (1) from the start, not 0 until the first change.
+#[test]
+fn a_cluster_starts_from_an_empty_etcd_with_cluster_init() {
+    if !have("etcd") || !have("etcdctl") {
+        eprintln!(
+            "skipped: etcd and etcdctl are not installed (apt-get install etcd-server etcd-client)"
+        );
+        return;
+    }
+    let dir = temp_dir("cluster-init");
+    let etcd = Etcd::start(&dir, addr(free_port()), addr(free_port()));
+    let prefix = "/switchyard/init";
+    let key = format!("{prefix}/config");
+    let node_file = dir.join("node.toml");
+    std::fs::write(
+        &node_file,
+        format!(
+            "[cluster]\nendpoints = [\"http://{}\"]\nprefix = \"{prefix}\"\nnode = \"init\"\n",
+            etcd.client
+        ),
+    )
+    .expect("write the node's file");
+    let init = |text: &str| -> (bool, String) {
+        let f = dir.join("first.toml");
+        std::fs::write(&f, text).expect("write the configuration");
+        let out = Command::new(env!("CARGO_BIN_EXE_switchyard"))
+            .args(["cluster", "init", "-c"])
+            .arg(&node_file)
+            .arg(&f)
+            .output()
+            .expect("run switchyard cluster init");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).to_string()
+                + &String::from_utf8_lossy(&out.stderr),
+        )
+    };
+    let stored = || etcd.ctl(&["get", &key, "--print-value-only"]).1;
+
+    let (ok, out) =
+        init("[[vserver]]\nname = \"x\"\nlisten = [\"127.0.0.1:1\"]\ndefault_pool = \"nope\"\n");
+    assert!(!ok && out.contains("nope"), "{out}");
+    assert_eq!(stored().trim(), "", "nothing is written");
+    let origin = Origin::start("first");
+    let listen = addr(free_port());
+    let text = published(listen, &origin);
+    let (ok, out) = init(&format!("{text}[admin]\nlisten = \"127.0.0.1:1\"\n"));
+    assert!(!ok && out.contains("node-local"), "{out}");
+    assert_eq!(stored().trim(), "", "nothing is written");
+
+    let (ok, out) = init(&text);
+    assert!(ok && out.contains("published to cluster"), "{out}");
+    assert!(stored().contains("first"), "{}", stored());
+    // Only the first: a second init is refused and changes nothing.
+    let other = Origin::start("second");
+    let (ok, out) = init(&published(listen, &other));
+    assert!(!ok && out.contains("already has a configuration"), "{out}");
+    assert!(
+        stored().contains("first") && !stored().contains("second"),
+        "{}",
+        stored()
+    );
+
+    let n1 = node(&etcd, prefix, "n1", &[listen]);
+    assert_eq!(origin_behind(listen).as_deref(), Some("first"));
+    assert_eq!(
+        cluster_json(&n1)["this"]["generation"],
+        1,
+        "{}",
+        cluster_json(&n1)
+    );
+    assert!(
+        eventually(Duration::from_secs(8), || {
+            let v = cluster_json(&n1);
+            let nodes = v["nodes"].as_array().cloned().unwrap_or_default();
+            nodes.len() == 1 && nodes[0]["generation"] == 1
+        }),
+        "{}",
+        cluster_json(&n1)
+    );
+}

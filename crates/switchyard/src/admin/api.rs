@@ -648,17 +648,12 @@ impl<C: Control> Cx<'_, C> {
                 "the body must be the configuration's TOML text (UTF-8)",
             );
         };
-        if let Err(e) = crate::cluster::check_published(text) {
-            return err(400, &e);
-        }
-        // Checked as the nodes will run it: relative paths from the node's
-        // folder, with the files published so far written there.
-        if let Err(e) = crate::cluster::sync_files(&node.settings) {
-            return err(503, &e);
-        }
-        let name = format!("{} (to publish)", node.local_name);
-        if let Err(e) = crate::config::parse(&name, &node.combined(text), None) {
-            return err(400, &format!("the configuration is not valid:\n{e}"));
+        match crate::config::publish::check(node, text) {
+            Ok(()) => {}
+            Err(e @ crate::config::publish::Unpublishable::Etcd(_)) => {
+                return err(503, &e.to_string())
+            }
+            Err(e) => return err(400, &e.to_string()),
         }
         let expect =
             match self.if_match.as_deref() {

@@ -197,6 +197,14 @@ impl Node {
         Ok(())
     }
 
+    /// The configuration generation this node runs now: reported from
+    /// its start, and after every reload (a published revision, SIGHUP,
+    /// the admin API), so `cluster status` never shows a generation the
+    /// node left behind.
+    pub fn running(&self, generation: u64) {
+        self.report(|s| s.generation = generation);
+    }
+
     fn report(&self, f: impl FnOnce(&mut Status)) {
         let mut s = self.status.lock().unwrap_or_else(|e| e.into_inner());
         f(&mut s);

@@ -10,6 +10,7 @@ pub mod l4;
 pub mod limits;
 pub mod model;
 pub mod normalize;
+pub mod publish;
 mod read;
 pub mod shield;
 pub mod snapshot;

@@ -136,6 +136,9 @@ impl Control {
         }
         *self.listening.borrow_mut() = new;
         self.health.borrow_mut().restart(&self.snapshot.load_full());
+        if let Source::Cluster(node) = &self.source {
+            node.running(generation);
+        }
         log::info(format_args!(
             "configuration generation {generation} is live"
         ));
@@ -245,6 +248,7 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
         }
         tokio::task::spawn_local(trim::run());
         if let Source::Cluster(node) = &control.source {
+            node.running(control.snapshot.load().generation);
             let (tx, rx) = mpsc::unbounded_channel();
             crate::cluster::follow(node.clone(), tx);
             let snapshot = control.snapshot.clone();
