@@ -323,8 +323,11 @@ fn expect_ok(a: Answer) -> Result<Value, String> {
 /// `[admin] listen` of a configuration file, and whether it has `[admin.tls]`.
 fn admin_from_config(path: &Path) -> Result<(String, bool), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let v: toml::Value =
-        toml::from_str(&text).map_err(|e| format!("{}: {}", path.display(), e.message()))?;
+    // A syntax error as `switchyard check` reports it: FILE:LINE:COL.
+    let v: toml::Value = crate::config::read_part(&path.display().to_string(), &text, None)
+        .map_err(|e| {
+            format!("{e}\n(the admin address is read from this file: fix it, or give --admin ADDR)")
+        })?;
     let admin = v.get("admin").ok_or_else(|| {
         format!(
             "{} has no [admin] table: the instance has no admin listener",
