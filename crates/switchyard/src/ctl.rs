@@ -323,8 +323,11 @@ fn expect_ok(a: Answer) -> Result<Value, String> {
 /// `[admin] listen` of a configuration file, and whether it has `[admin.tls]`.
 fn admin_from_config(path: &Path) -> Result<(String, bool), String> {
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-    let v: toml::Value =
-        toml::from_str(&text).map_err(|e| format!("{}: {}", path.display(), e.message()))?;
+    // A syntax error as `switchyard check` reports it: FILE:LINE:COL.
+    let v: toml::Value = crate::config::read_part(&path.display().to_string(), &text, None)
+        .map_err(|e| {
+            format!("{e}\n(the admin address is read from this file: fix it, or give --admin ADDR)")
+        })?;
     let admin = v.get("admin").ok_or_else(|| {
         format!(
             "{} has no [admin] table: the instance has no admin listener",
@@ -432,25 +435,31 @@ fn run(c: &Client, args: &[String], json_out: bool) -> Result<(), String> {
             if json_out {
                 print_json(&json!(pools));
             } else {
-                println!(
-                    "{:<16} {:<24} {:<9} {:<9} {:>6} {:>8} {:>6} {:>10}",
-                    "POOL", "MEMBER", "STATE", "ADMIN", "WEIGHT", "INFLIGHT", "CONNS", "REQUESTS"
-                );
+                let mut t = Table::new(&[
+                    "POOL",
+                    "MEMBER",
+                    "STATE",
+                    "ADMIN",
+                    "+WEIGHT",
+                    "+INFLIGHT",
+                    "+CONNS",
+                    "+REQUESTS",
+                ]);
                 for p in pools {
                     for m in p["members"].as_array().into_iter().flatten() {
-                        println!(
-                            "{:<16} {:<24} {:<9} {:<9} {:>6} {:>8} {:>6} {:>10}",
-                            s(&p["name"]),
-                            s(&m["address"]),
-                            s(&m["state"]),
-                            s(&m["admin_state"]),
-                            m["weight"],
-                            m["inflight"],
-                            m["connections"]["active"],
-                            m["counters"]["requests"]
-                        );
+                        t.row(&[
+                            &p["name"],
+                            &m["address"],
+                            &m["state"],
+                            &m["admin_state"],
+                            &m["weight"],
+                            &m["inflight"],
+                            &m["connections"]["active"],
+                            &m["counters"]["requests"],
+                        ]);
                     }
                 }
+                print!("{t}");
             }
             Ok(())
         }
@@ -517,10 +526,14 @@ fn run(c: &Client, args: &[String], json_out: bool) -> Result<(), String> {
             if json_out {
                 print_json(&v);
             } else {
-                println!(
-                    "{:<16} {:<28} {:>10} {:>8} {:>8} {:>9}",
-                    "VSERVER", "LISTEN", "REQUESTS", "ACTIVE", "5XX", "P99(us)"
-                );
+                let mut t = Table::new(&[
+                    "VSERVER",
+                    "LISTEN",
+                    "+REQUESTS",
+                    "+ACTIVE",
+                    "+5XX",
+                    "+P99(us)",
+                ]);
                 for vs in v.as_array().into_iter().flatten() {
                     let listen: Vec<&str> = vs["listen"]
                         .as_array()
@@ -528,16 +541,16 @@ fn run(c: &Client, args: &[String], json_out: bool) -> Result<(), String> {
                         .flatten()
                         .filter_map(Value::as_str)
                         .collect();
-                    println!(
-                        "{:<16} {:<28} {:>10} {:>8} {:>8} {:>9}",
-                        s(&vs["name"]),
-                        listen.join(","),
-                        vs["counters"]["requests"],
-                        vs["counters"]["client_connections_active"],
-                        vs["counters"]["responses"]["5xx"],
-                        vs["latency_us"]["p99"]
-                    );
+                    t.row(&[
+                        &vs["name"],
+                        &json!(listen.join(",")),
+                        &vs["counters"]["requests"],
+                        &vs["counters"]["client_connections_active"],
+                        &vs["counters"]["responses"]["5xx"],
+                        &vs["latency_us"]["p99"],
+                    ]);
                 }
+                print!("{t}");
             }
             Ok(())
         }
@@ -546,10 +559,7 @@ fn run(c: &Client, args: &[String], json_out: bool) -> Result<(), String> {
             if json_out {
                 print_json(&v);
             } else {
-                println!(
-                    "{:<12} {:<36} {:>9} {:<22} {:<10}",
-                    "VSERVER", "NAMES", "DAYS LEFT", "NOT AFTER", "OCSP"
-                );
+                let mut t = Table::new(&["VSERVER", "NAMES", "+DAYS LEFT", "NOT AFTER", "OCSP"]);
                 for cert in v.as_array().into_iter().flatten() {
                     let names: Vec<&str> = cert["names"]
                         .as_array()
@@ -562,15 +572,15 @@ fn run(c: &Client, args: &[String], json_out: bool) -> Result<(), String> {
                     } else {
                         "-"
                     };
-                    println!(
-                        "{:<12} {:<36} {:>9} {:<22} {:<10}",
-                        s(&cert["vserver"]),
-                        names.join(","),
-                        cert["days_left"],
-                        s(&cert["not_after"]),
-                        ocsp
-                    );
+                    t.row(&[
+                        &cert["vserver"],
+                        &json!(names.join(",")),
+                        &cert["days_left"],
+                        &cert["not_after"],
+                        &json!(ocsp),
+                    ]);
                 }
+                print!("{t}");
             }
             Ok(())
         }
@@ -654,6 +664,82 @@ fn s(v: &Value) -> &str {
     v.as_str().unwrap_or("-")
 }
 
+/// A table whose columns are as wide as their widest cell, so every value
+/// stands under its header whatever its length. A header written "+NAME"
+/// is a column of numbers, aligned right.
+struct Table {
+    headers: Vec<(String, bool)>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    fn new(headers: &[&str]) -> Table {
+        Table {
+            headers: headers
+                .iter()
+                .map(|h| match h.strip_prefix('+') {
+                    Some(h) => (h.to_string(), true),
+                    None => (h.to_string(), false),
+                })
+                .collect(),
+            rows: Vec::new(),
+        }
+    }
+
+    /// One row: strings as they are, null as "-", numbers as JSON writes them.
+    fn row(&mut self, cells: &[&Value]) {
+        self.rows.push(
+            cells
+                .iter()
+                .map(|v| match v {
+                    Value::String(s) => s.clone(),
+                    Value::Null => "-".to_string(),
+                    other => other.to_string(),
+                })
+                .collect(),
+        );
+    }
+}
+
+impl std::fmt::Display for Table {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let widths: Vec<usize> = self
+            .headers
+            .iter()
+            .enumerate()
+            .map(|(i, (h, _))| {
+                self.rows
+                    .iter()
+                    .filter_map(|r| r.get(i))
+                    .map(|c| c.chars().count())
+                    .chain([h.chars().count()])
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let headers: Vec<&str> = self.headers.iter().map(|(h, _)| h.as_str()).collect();
+        for cells in std::iter::once(&headers)
+            .map(|h| h.iter().map(|c| c.to_string()).collect::<Vec<_>>())
+            .chain(self.rows.iter().cloned())
+        {
+            let mut line = String::new();
+            for (i, ((_, right), w)) in self.headers.iter().zip(&widths).enumerate() {
+                let c = cells.get(i).map(String::as_str).unwrap_or("");
+                if i > 0 {
+                    line.push_str("  ");
+                }
+                if *right {
+                    line.push_str(&format!("{c:>w$}"));
+                } else {
+                    line.push_str(&format!("{c:<w$}"));
+                }
+            }
+            writeln!(f, "{}", line.trim_end())?;
+        }
+        Ok(())
+    }
+}
+
 fn report_member(m: &Value, json_out: bool) {
     if json_out {
         println!("{}", serde_json::to_string_pretty(m).unwrap_or_default());
@@ -696,38 +782,34 @@ fn top(c: &Client, args: &[String], json_out: bool) -> Result<(), String> {
                 last["generation"], t["requests_per_s"], t["errors_per_s"], t["p50_ms"], t["p99_ms"],
                 t["bytes_in_per_s"], t["bytes_out_per_s"]
             ));
-            o.push_str(&format!(
-                "{:<16} {:>10} {:>8} {:>9} {:>9} {:>8}\n",
-                "VSERVER", "REQ/S", "ERR/S", "P50 ms", "P99 ms", "ACTIVE"
-            ));
+            let mut t = Table::new(&[
+                "VSERVER", "+REQ/S", "+ERR/S", "+P50 ms", "+P99 ms", "+ACTIVE",
+            ]);
             for v in last["vservers"].as_array().into_iter().flatten() {
-                o.push_str(&format!(
-                    "{:<16} {:>10} {:>8} {:>9} {:>9} {:>8}\n",
-                    s(&v["name"]),
-                    v["requests_per_s"],
-                    v["errors_per_s"],
-                    v["p50_ms"],
-                    v["p99_ms"],
-                    v["connections_active"]
-                ));
+                t.row(&[
+                    &v["name"],
+                    &v["requests_per_s"],
+                    &v["errors_per_s"],
+                    &v["p50_ms"],
+                    &v["p99_ms"],
+                    &v["connections_active"],
+                ]);
             }
-            o.push_str(&format!(
-                "\n{:<16} {:<24} {:<9} {:>6} {:>8} {:>10}\n",
-                "POOL", "MEMBER", "STATE", "WEIGHT", "INFLIGHT", "REQ/S"
-            ));
+            o.push_str(&format!("{t}\n"));
+            let mut t = Table::new(&["POOL", "MEMBER", "STATE", "+WEIGHT", "+INFLIGHT", "+REQ/S"]);
             for p in last["pools"].as_array().into_iter().flatten() {
                 for m in p["members"].as_array().into_iter().flatten() {
-                    o.push_str(&format!(
-                        "{:<16} {:<24} {:<9} {:>6} {:>8} {:>10}\n",
-                        s(&p["name"]),
-                        s(&m["address"]),
-                        s(&m["state"]),
-                        m["weight"],
-                        m["inflight"],
-                        m["requests_per_s"]
-                    ));
+                    t.row(&[
+                        &p["name"],
+                        &m["address"],
+                        &m["state"],
+                        &m["weight"],
+                        &m["inflight"],
+                        &m["requests_per_s"],
+                    ]);
                 }
             }
+            o.push_str(&t.to_string());
             print!("{o}");
             let _ = std::io::stdout().flush();
         }

@@ -192,7 +192,7 @@ fn run(args: &[String]) -> ExitCode {
         Some(p) => match cluster_source(p) {
             Ok(Some(s)) => s,
             Ok(None) => runtime::Source::File(p.clone()),
-            Err(e) => return fail(e),
+            Err(e) => return fail(format!("configuration rejected:\n{e}")),
         },
         None => runtime::Source::Text {
             name: "<quickstart>".into(),
@@ -238,7 +238,8 @@ fn cluster_source(path: &std::path::Path) -> Result<Option<runtime::Source>, Str
         .parent()
         .unwrap_or(std::path::Path::new("."))
         .to_path_buf();
-    let Some(settings) = config::cluster_settings(&text, &base)? else {
+    let Some(settings) = config::cluster_settings(&path.display().to_string(), &text, &base)?
+    else {
         return Ok(None);
     };
     let node = switchyard::cluster::start(settings, &path.display().to_string(), &text)?;
@@ -257,8 +258,12 @@ fn check(args: &[String]) -> ExitCode {
             .parent()
             .unwrap_or(std::path::Path::new("."))
             .to_path_buf();
-        match config::cluster_settings(&text, &base) {
-            Err(e) => return fail(e),
+        match config::cluster_settings(&path.display().to_string(), &text, &base) {
+            Err(e) => {
+                // As the errors of the file itself, below.
+                eprintln!("{e}");
+                return ExitCode::from(1);
+            }
             Ok(Some(settings)) => {
                 return match switchyard::cluster::published(&settings) {
                     Ok((rev, Some(published))) => {

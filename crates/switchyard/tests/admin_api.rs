@@ -805,3 +805,213 @@ fn a_drained_node_is_not_ready_and_still_serves() {
     );
     assert_eq!(readyz(), 200);
 }
+
+/// Runs `switchyard ARGS --admin ADMIN` with the read token.
+fn cli(sy: &Switchyard, args: &[&str]) -> String {
+    let out = Command::new(bin())
+        .args(args)
+        .args(["--admin", &sy.admin.to_string()])
+        .env("SWITCHYARD_TOKEN", READ_TOKEN)
+        .output()
+        .expect("run switchyard");
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_pool_algorithm_is_spelled_as_in_the_config_everywhere() {
+    let o = Origin::start("a");
+    let l = free_addr();
+    let tokens = tokens_file();
+    let sy = Switchyard::start(
+        &config(
+            &format!("tokens_file = \"{}\"", tokens.display()),
+            l,
+            &[(o.addr, 1)],
+            "algorithm = \"least-connections\"\nprotocol = \"http1\"",
+        ),
+        &[l],
+    );
+    let pool = call(sy.admin, "GET", "/api/v1/pools/app", Some(READ_TOKEN), None).json();
+    assert_eq!(pool["algorithm"], "least-connections", "{pool}");
+    assert_eq!(pool["protocol"], "http1", "{pool}");
+    let members: Value = serde_json::from_str(&cli(&sy, &["ctl", "--json", "members"]))
+        .expect("ctl --json members is JSON");
+    assert_eq!(members[0]["algorithm"], "least-connections", "{members}");
+    let stats = cli(&sy, &["stats"]);
+    assert!(stats.contains("pool app (least-connections)"), "{stats}");
+    // The document says which spellings there are.
+    let doc: Value =
+        serde_json::from_str(include_str!("../src/admin/openapi.json")).expect("openapi in repo");
+    let algorithms = &doc["components"]["schemas"]["Pool"]["properties"]["algorithm"]["enum"];
+    for a in [
+        "round-robin",
+        "weighted-round-robin",
+        "least-connections",
+        "p2c",
+        "consistent-hash",
+    ] {
+        assert!(
+            algorithms.as_array().is_some_and(|e| e.contains(&json!(a))),
+            "{a} in {algorithms}"
+        );
+    }
+}
+
+#[test]
+fn a_vserver_says_whether_it_caches() {
+    let o = Origin::start("a");
+    let (l1, l2, l3) = (free_addr(), free_addr(), free_addr());
+    let tokens = tokens_file();
+    let cfg = format!(
+        "tokens_file = \"{}\"\n\
+         [[vserver]]\nname = \"plain\"\nlisten = [\"{l1}\"]\ndefault_pool = \"app\"\n\
+         [[vserver]]\nname = \"cached\"\nlisten = [\"{l2}\"]\ndefault_pool = \"app\"\n[vserver.cache]\n\
+         [[vserver]]\nname = \"some\"\nlisten = [\"{l3}\"]\ndefault_pool = \"app\"\n\
+         [[vserver.policy]]\nmatch = {{ path_prefix = \"/static/\" }}\ncache = true\n\
+         [[pool]]\nname = \"app\"\n[[pool.member]]\naddress = \"{}\"\n",
+        tokens.display(),
+        o.addr
+    );
+    let sy = Switchyard::start(&cfg, &[l1, l2, l3]);
+    for (vs, want) in [("plain", "off"), ("cached", "on"), ("some", "per-policy")] {
+        let v = call(
+            sy.admin,
+            "GET",
+            &format!("/api/v1/vservers/{vs}"),
+            Some(READ_TOKEN),
+            None,
+        )
+        .json();
+        assert_eq!(v["cache"], want, "{vs}: {v}");
+    }
+}
+
+/// Runs of `line` separated by `gap` spaces or more: (start, end, text),
+/// in characters.
+fn runs(line: &str, gap: usize) -> Vec<(usize, usize, String)> {
+    let chars: Vec<char> = line.chars().collect();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < chars.len() {
+        if chars[i] == ' ' {
+            i += 1;
+            continue;
+        }
+        let start = i;
+        let mut end = i;
+        while i < chars.len() {
+            if chars[i] != ' ' {
+                end = i + 1;
+                i += 1;
+            } else if chars[i..].iter().take(gap).all(|c| *c == ' ') {
+                break;
+            } else {
+                i += 1;
+            }
+        }
+        out.push((start, end, chars[start..end].iter().collect()));
+        i = end;
+    }
+    out
+}
+
+/// Whether every cell of `table` stands under its header (the first line;
+/// headers are separated by two spaces or more, cells hold no space): a
+/// number ends where its header ends, anything else starts where its
+/// header starts.
+fn aligned(table: &str) -> Result<(), String> {
+    let mut lines = table.lines().filter(|l| !l.trim().is_empty());
+    let header = lines.next().ok_or("no header")?;
+    let cols = runs(header, 2);
+    for line in lines {
+        let cells = runs(line, 1);
+        if cells.len() != cols.len() {
+            return Err(format!(
+                "{} cells under {} headers: {line:?}",
+                cells.len(),
+                cols.len()
+            ));
+        }
+        for ((s, e, h), (cs, ce, c)) in cols.iter().zip(&cells) {
+            let ok = if c.parse::<f64>().is_ok() {
+                ce == e
+            } else {
+                cs == s
+            };
+            if !ok {
+                return Err(format!("{c:?} is not under {h:?}"));
+            }
+        }
+    }
+    Ok(())
+}
+
+#[test]
+fn ctl_tables_stand_under_their_headers() {
+    let a = Origin::start("a");
+    let b = Origin::start("b");
+    let l = free_addr();
+    let tokens = tokens_file();
+    // A pool name longer than the old fixed column, a weight of 3 digits.
+    let cfg = config(
+        &format!("tokens_file = \"{}\"", tokens.display()),
+        l,
+        &[(a.addr, 100), (b.addr, 1)],
+        "",
+    )
+    .replace("\"app\"", "\"application-servers-west\"");
+    let sy = Switchyard::start(&cfg, &[l]);
+    for _ in 0..3 {
+        assert_eq!(get(l, "/").status, 200);
+    }
+    std::thread::sleep(Duration::from_millis(1200));
+    let members = cli(&sy, &["ctl", "members"]);
+    assert!(members.contains("application-servers-west"), "{members}");
+    aligned(&members).unwrap_or_else(|e| panic!("{e}\n{members}"));
+    let vservers = cli(&sy, &["ctl", "vservers"]);
+    aligned(&vservers).unwrap_or_else(|e| panic!("{e}\n{vservers}"));
+    let top = cli(&sy, &["ctl", "top", "--count", "1"]);
+    let top = top.trim_start_matches("\x1b[H\x1b[2J");
+    // Its summary line, then two tables separated by a blank line.
+    let tables: Vec<&str> = top
+        .split_once("\n\n")
+        .map_or("", |(_, rest)| rest)
+        .split("\n\n")
+        .collect();
+    assert_eq!(tables.len(), 2, "{top}");
+    for t in tables {
+        aligned(t).unwrap_or_else(|e| panic!("{e}\n{top}"));
+    }
+}
+
+#[test]
+fn stats_without_traffic_has_no_empty_responses_line() {
+    let o = Origin::start("a");
+    let l = free_addr();
+    let tokens = tokens_file();
+    let sy = Switchyard::start(
+        &config(
+            &format!("tokens_file = \"{}\"", tokens.display()),
+            l,
+            &[(o.addr, 1)],
+            "",
+        ),
+        &[l],
+    );
+    let stats = cli(&sy, &["stats"]);
+    assert!(
+        !stats
+            .lines()
+            .any(|l| l.trim_end() == "  responses" || l.trim() == "responses"),
+        "{stats}"
+    );
+    assert!(!stats.contains("responses  "), "{stats}");
+    assert_eq!(get(l, "/").status, 200);
+    let stats = cli(&sy, &["stats"]);
+    assert!(stats.contains("  responses 2xx=1\n"), "{stats}");
+}

@@ -479,3 +479,52 @@ fn a_loop_is_found() {
         ["a", "b", "d"].iter().map(|s| s.to_string()).collect()
     );
 }
+
+/// docs/internals.md's layout table names every folder and file at the
+/// top of src/ (a new module goes into the table with it).
+#[test]
+fn the_layout_table_names_every_module() {
+    let doc = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/internals.md"),
+    )
+    .expect("read docs/internals.md");
+    let layout = doc
+        .split("## Layout")
+        .nth(1)
+        .and_then(|s| s.split("\n## ").next())
+        .expect("a Layout section");
+    // The first cell of each row.
+    let named: BTreeSet<String> = layout
+        .lines()
+        .filter_map(|l| l.strip_prefix("| "))
+        .filter_map(|l| l.split(" |").next())
+        .flat_map(|cell| {
+            cell.split('`')
+                .skip(1)
+                .step_by(2)
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut missing = Vec::new();
+    for e in std::fs::read_dir(src()).expect("read src").flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let name = if e.path().is_dir() {
+            format!("{name}/")
+        } else {
+            name
+        };
+        let listed = named.contains(&name)
+            || named
+                .iter()
+                .any(|n| n.starts_with(&name) && name.ends_with('/'));
+        if !listed {
+            missing.push(name);
+        }
+    }
+    missing.sort();
+    assert!(
+        missing.is_empty(),
+        "not in docs/internals.md's layout table: {missing:?}"
+    );
+}

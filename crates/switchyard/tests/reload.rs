@@ -479,3 +479,161 @@ fn check_without_a_file_or_with_a_missing_one_fails() {
     assert_eq!(code, Some(1));
     assert!(err.contains("cannot read the configuration file"), "{err}");
 }
+
+#[test]
+fn check_reports_every_class_of_error_in_one_run() {
+    // The operator's file of issue 32: an unknown key, a bad duration, a
+    // wrong type, an undefined pool, an invalid regex and a duplicate
+    // listen address. The last two classes (cross-references) used to
+    // show only once the others were fixed.
+    let text = r#"[global]
+workerz = 2
+
+[timeouts]
+client_idle = "5 parsecs"
+
+[[pool]]
+name = "web"
+[[pool.member]]
+address = "127.0.0.1:9001"
+weight = "heavy"
+
+[[vserver]]
+name = "a"
+listen = ["127.0.0.1:8080"]
+default_pool = "nope"
+[[vserver.policy]]
+match = { path_regex = "(" }
+action = { pool = "web" }
+
+[[vserver]]
+name = "b"
+listen = ["127.0.0.1:8080"]
+default_pool = "web"
+"#;
+    let (code, _, err, f) = check("six.toml", text);
+    assert_eq!(code, Some(1), "{err}");
+    let starts: Vec<String> = err
+        .lines()
+        .filter(|l| l.starts_with(&f))
+        .map(|l| l.to_string())
+        .collect();
+    let want = [
+        "2:1: unknown field `workerz`",
+        "5:15: invalid duration \"5 parsecs\"",
+        "11:10: invalid type: string \"heavy\", expected u32",
+        "16:16: vserver \"a\": default_pool \"nope\" is not defined; defined pools: web",
+        "18:24: invalid regex \"(\"",
+        "23:11: vserver \"b\": address 127.0.0.1:8080 is already used by vserver \"a\"",
+    ];
+    assert_eq!(starts.len(), want.len(), "{err}");
+    for (line, want) in starts.iter().zip(want) {
+        assert!(
+            line.starts_with(&format!("{f}:{want}")),
+            "{want:?} in:\n{err}"
+        );
+    }
+}
+
+#[test]
+fn a_value_dropped_for_its_error_draws_no_consequential_error() {
+    // The pool's only member has a bad address: "has no member" would be
+    // a consequence of dropping it. The vserver that lacks listen is
+    // dropped whole: "no virtual server" would be one too.
+    let text = "[[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"nowhere\"\n[[vserver]]\nname = \"v\"\ndefault_pool = \"p\"\n";
+    let (code, _, err, f) = check("consequences.toml", text);
+    assert_eq!(code, Some(1), "{err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with(&f)).collect();
+    assert_eq!(lines.len(), 2, "{err}");
+    assert!(lines[0].starts_with(&format!("{f}:4:11: ")), "{err}");
+    assert!(lines[1].contains("missing field `listen`"), "{err}");
+}
+
+#[test]
+fn a_syntax_error_is_placed_alike_by_check_run_reload_sighup_and_the_api() {
+    let a = Origin::start("a");
+    let l = free_addr();
+    let good = one_pool(&[l], &[a.addr], "");
+    let sy = Switchyard::start(&good, &[l]);
+    // An unterminated string, in a file without [cluster].
+    let bad = good.replace(
+        &format!("address = \"{}\"", a.addr),
+        &format!("address = \"{}", a.addr),
+    );
+    sy.write_config(&bad);
+    let f = sy.config.display().to_string();
+    let text = std::fs::read_to_string(&sy.config).expect("read config");
+    let line = text
+        .lines()
+        .position(|t| t.starts_with("address = \"") && !t.ends_with('"'))
+        .expect("the broken line")
+        + 1;
+
+    // check: the reference.
+    let (code, _, err) = run_cli(&["check", "-c", &f]);
+    assert_eq!(code, Some(1), "{err}");
+    let expected = err.lines().next().unwrap_or_default().to_string();
+    assert!(
+        expected.starts_with(&format!("{f}:{line}:"))
+            && expected.ends_with(": invalid basic string"),
+        "{err}"
+    );
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    // run: the same line, not "[cluster]: TOML parse error".
+    let (code, _, err) = run_cli(&["run", "-c", &f]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.lines().any(|l| l == expected),
+        "{expected:?} in:\n{err}"
+    );
+    assert!(!err.contains("[cluster]"), "{err}");
+
+    // reload -c FILE reads the admin address from the file.
+    let (code, _, err) = run_cli(&["reload", "-c", &f]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains(&expected), "{expected:?} in:\n{err}");
+
+    // The admin API.
+    let (code, _, err) = run_cli(&["reload", "--admin", &sy.admin.to_string()]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains(&expected), "{expected:?} in:\n{err}");
+
+    // SIGHUP.
+    sy.signal("HUP");
+    assert!(
+        eventually(Duration::from_secs(3), || sy.log().contains(&expected)),
+        "{expected:?} in:\n{}",
+        sy.log()
+    );
+    assert_eq!(origin_of(&get(l, "/")), "a");
+}
+
+#[test]
+fn a_cluster_file_with_a_syntax_error_is_placed_as_any_other() {
+    let dir = temp_dir("cluster-syntax");
+    let f = dir.join("node.toml");
+    std::fs::write(
+        &f,
+        "[cluster]\nendpoints = [\"http://127.0.0.1:2379\"]\nprefix = \"/sy\nnode = \"n1\"\n",
+    )
+    .expect("write");
+    let f = f.display().to_string();
+    for cmd in ["check", "run"] {
+        let (code, _, err) = run_cli(&[cmd, "-c", &f]);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.lines()
+                .any(|l| l.starts_with(&format!("{f}:3:")) && l.ends_with("invalid basic string")),
+            "{cmd}: {err}"
+        );
+    }
+    // A wrong type inside [cluster] names the table and its place.
+    std::fs::write(&f, "[cluster]\nendpoints = \"http://127.0.0.1:2379\"\n").expect("write");
+    let (code, _, err) = run_cli(&["check", "-c", &f]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.starts_with(&format!("{f}:2:13: [cluster]: invalid type")),
+        "{err}"
+    );
+}

@@ -1056,7 +1056,7 @@ fn vserver(v: &VServer) -> Value {
         "default_pool": v.default_pool.as_ref().map(|p| p.name.clone()),
         "policies": v.policies.iter().map(|p| p.name.clone()).collect::<Vec<_>>(),
         "compression": v.compression_on,
-        "cache": v.cache_on,
+        "cache": v.cache_mode(),
         "latency_us": {
             "p50": quantile(&lat, 0.5),
             "p90": quantile(&lat, 0.9),
@@ -1070,8 +1070,8 @@ fn pool(p: &Pool) -> Value {
     let c = p.counters.read();
     json!({
         "name": p.name,
-        "algorithm": format!("{:?}", p.algorithm),
-        "protocol": format!("{:?}", p.protocol),
+        "algorithm": p.algorithm.as_str(),
+        "protocol": p.protocol.as_str(),
         "health_check": p.health.is_some(),
         "counters": counters(c.fields(), &c.responses),
         "members": p.members.iter().map(|m| member(p, m)).collect::<Vec<_>>(),

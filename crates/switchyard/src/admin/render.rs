@@ -92,7 +92,11 @@ pub fn text(snap: &Snapshot) -> String {
             v.bytes_in,
             v.bytes_out
         );
-        let _ = writeln!(o, "  responses {}", classes(&v.responses));
+        // None yet: no line (it would be empty).
+        let responses = classes(&v.responses);
+        if !responses.is_empty() {
+            let _ = writeln!(o, "  responses {responses}");
+        }
         let _ = writeln!(
             o,
             "  bad requests {}  header timeouts {}  local responses {}  latency p50 {}us p90 {}us p99 {}us",
@@ -103,8 +107,12 @@ pub fn text(snap: &Snapshot) -> String {
         let p = pool.counters.read();
         let _ = writeln!(
             o,
-            "\npool {} ({:?})  requests {}  retries {}  no member available {}",
-            pool.name, pool.algorithm, p.requests, p.retries, p.no_member_available
+            "\npool {} ({})  requests {}  retries {}  no member available {}",
+            pool.name,
+            pool.algorithm.as_str(),
+            p.requests,
+            p.retries,
+            p.no_member_available
         );
         for m in &pool.members {
             let c = m.counters.read();
@@ -117,7 +125,10 @@ pub fn text(snap: &Snapshot) -> String {
                 m.weight,
                 m.state.inflight.load(Ordering::Relaxed),
                 c.requests,
-                classes(&c.responses),
+                match classes(&c.responses) {
+                    r if r.is_empty() => "none".to_string(),
+                    r => r,
+                },
                 c.server_connections_active,
                 c.server_connections_idle,
                 c.server_connections_total,

@@ -33,6 +33,19 @@ pub enum Algorithm {
     ConsistentHash,
 }
 
+impl Algorithm {
+    /// As the configuration spells it (and the API, `ctl` and `stats`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::RoundRobin => "round-robin",
+            Algorithm::WeightedRoundRobin => "weighted-round-robin",
+            Algorithm::LeastConnections => "least-connections",
+            Algorithm::P2c => "p2c",
+            Algorithm::ConsistentHash => "consistent-hash",
+        }
+    }
+}
+
 /// State of one member that outlives config reloads (keyed by pool name and
 /// address) and is shared by every worker.
 #[derive(Debug)]

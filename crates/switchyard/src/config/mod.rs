@@ -126,6 +126,33 @@ impl<'a> Positions<'a> {
     }
 }
 
+/// A TOML error at its place: `file:line:col: message`. A syntax error is
+/// the file's (whoever read it); any other is prefixed with `what` (the
+/// table that was being read), if given. Every reading of a configuration
+/// file reports its syntax errors through here, whatever it reads the file
+/// for (the configuration, the `[cluster]` table, the admin address).
+fn toml_error(pos: &Positions, e: &toml::de::Error, what: Option<&str>) -> ConfigError {
+    let at = e.span().map_or(0, |s| s.start);
+    let message = e.message().trim();
+    match what {
+        Some(what) if toml_edit::ImDocument::parse(pos.text).is_ok() => {
+            pos.error(at, format!("{what}: {message}"))
+        }
+        _ => pos.error(at, message),
+    }
+}
+
+/// Deserializes part of a configuration file (`file` in errors), with its
+/// errors placed as `parse` places them (`toml_error`).
+pub fn read_part<T: serde::de::DeserializeOwned>(
+    file: &str,
+    text: &str,
+    what: Option<&str>,
+) -> Result<T, ConfigErrors> {
+    toml::from_str(text)
+        .map_err(|e| ConfigErrors(vec![toml_error(&Positions::new(file, text), &e, what)]))
+}
+
 /// Parses and validates `text` (named `file` in errors) into a snapshot,
 /// reporting every error of the file (see `read` for how).
 /// `previous` lends member state and counters to members that persist.
@@ -137,11 +164,10 @@ pub fn parse(
     let pos = Positions::new(file, text);
     let read = read::read(&pos, text);
     let mut errors = read.errors;
-    let model = match read.model {
-        Some(model) if read.complete => model,
-        _ => return Err(sorted(errors)),
+    let Some(model) = read.model else {
+        return Err(sorted(errors));
     };
-    match build(&pos, model, previous) {
+    match build::build_read(&pos, model, previous, &read.dropped) {
         Ok(snapshot) if errors.is_empty() => Ok(snapshot),
         Ok(_) => Err(sorted(errors)),
         Err(more) => {
@@ -174,10 +200,12 @@ pub fn load(path: &Path, previous: Option<&Snapshot>) -> Result<Snapshot, Config
     parse(&name, &text, previous)
 }
 
-/// The `[cluster]` table of a node's file, validated; None without one.
-/// `base` is the node file's folder (relative paths, the default state
-/// folder).
+/// The `[cluster]` table of a node's file (named `file` in errors),
+/// validated; None without one. `base` is the node file's folder (relative
+/// paths, the default state folder). A file with a syntax error is
+/// reported as `parse` reports it.
 pub fn cluster_settings(
+    file: &str,
     text: &str,
     base: &Path,
 ) -> Result<Option<crate::cluster::Settings>, String> {
@@ -185,10 +213,17 @@ pub fn cluster_settings(
     struct Only {
         cluster: Option<model::ClusterFile>,
     }
-    let only: Only = toml::from_str(text).map_err(|e| format!("[cluster]: {e}"))?;
+    let only: Only = read_part(file, text, Some("[cluster]")).map_err(|e| e.to_string())?;
     let Some(c) = only.cluster else {
         return Ok(None);
     };
+    cluster_table(c, base).map_err(|e| format!("{file}: {e}"))
+}
+
+fn cluster_table(
+    c: model::ClusterFile,
+    base: &Path,
+) -> Result<Option<crate::cluster::Settings>, String> {
     if c.endpoints.is_empty() {
         return Err("[cluster]: endpoints is empty; give etcd's client URLs".into());
     }

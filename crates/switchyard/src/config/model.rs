@@ -592,6 +592,16 @@ pub enum UpstreamProtocol {
     H2,
 }
 
+impl UpstreamProtocol {
+    /// As the configuration spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UpstreamProtocol::Http1 => "http1",
+            UpstreamProtocol::H2 => "h2",
+        }
+    }
+}
+
 #[derive(Debug, Deserialize, Default, Clone, Copy, PartialEq, Eq)]
 #[serde(rename_all = "kebab-case")]
 pub enum Algorithm {

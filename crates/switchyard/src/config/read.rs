@@ -13,11 +13,17 @@
 //! entry of the table (sub-tables included), so blanking a bad required
 //! value does not hide another error in the same table; the "missing field"
 //! that blanking causes is not reported (the value's own error was), and the
-//! table is then dropped to go on. Unknown keys are dropped without
-//! consequence, so a file whose only problems are unknown keys still goes
-//! through the cross-reference checks (`build`); after any other error the
-//! model is incomplete and those checks are skipped rather than reporting
-//! consequences of the dropped value.
+//! table is then dropped to go on.
+//!
+//! The model that is left still goes through the cross-reference and value
+//! checks (`build`), so an unknown pool or a duplicate listen address shows
+//! in the same run as a bad duration. What was dropped is remembered
+//! (`Dropped`) so that `build` does not report its consequences: the other
+//! problems of a top-level table (a `[[vserver]]`, a `[[pool]]` with its
+//! sub-tables) that lost a value are left for the next run, except the
+//! cross-references, which do not depend on it; and a reference to a pool
+//! that was dropped is not "undefined". Unknown keys are dropped without
+//! consequence.
 
 use std::ops::Range;
 
@@ -36,26 +42,47 @@ pub(super) struct Read {
     pub model: Option<model::File>,
     /// Every error, in the order found.
     pub errors: Vec<ConfigError>,
-    /// Whether the model still says what the file means (only unknown keys
-    /// were dropped), so the cross-reference checks can run on it.
-    pub complete: bool,
+    /// What the model lacks because of an error (not unknown keys).
+    pub dropped: Dropped,
+}
+
+/// What reading left out of the model because of an error in it.
+#[derive(Debug, Default)]
+pub(crate) struct Dropped {
+    /// The byte ranges of every top-level table (an element of an array of
+    /// tables with its sub-tables) from which a value was dropped.
+    pub tables: Vec<Range<usize>>,
+    /// The file has `[[vserver]]`s, whether or not any was read.
+    pub has_vservers: bool,
+}
+
+impl Dropped {
+    /// Whether `span` is in a top-level table that lost a value.
+    pub fn taints(&self, span: &Range<usize>) -> bool {
+        *span != (0..0)
+            && self
+                .tables
+                .iter()
+                .any(|t| t.start <= span.start && span.start < t.end)
+    }
 }
 
 pub(super) fn read(pos: &Positions, text: &str) -> Read {
     let mut work = text.to_string();
     let mut errors = Vec::new();
-    let mut complete = true;
+    let mut tainted: Vec<Range<usize>> = Vec::new();
     // Keys blanked because of an error in their value: the key and where
     // its table starts.
     let mut blanked_keys: Vec<(String, usize)> = Vec::new();
     for _ in 0..=MAX_ERRORS {
         let err = match toml::from_str::<model::File>(&work) {
             Ok(model) => {
+                let dropped = dropped(text, tainted);
                 return Read {
                     model: Some(model),
                     errors,
-                    complete,
-                }
+                    dropped,
+                };
             }
             Err(e) => e,
         };
@@ -67,12 +94,12 @@ pub(super) fn read(pos: &Positions, text: &str) -> Read {
                 // A syntax error: nothing after it can be trusted. (Blanking
                 // never makes one, so it is the file's own.)
                 if errors.is_empty() {
-                    errors.push(pos.error(span.start, message));
+                    errors.push(super::toml_error(pos, &err, None));
                 }
                 return Read {
                     model: None,
                     errors,
-                    complete: false,
+                    dropped: Dropped::default(),
                 };
             }
         };
@@ -93,7 +120,7 @@ pub(super) fn read(pos: &Positions, text: &str) -> Read {
             errors.push(pos.error(span.start, message.clone()));
         }
         if !message.starts_with("unknown field") {
-            complete = false;
+            tainted.extend(top_level_at(doc.as_table(), &work, &span));
         }
         let Some(piece) = piece_at(doc.as_table(), &work, &span) else {
             break;
@@ -108,7 +135,44 @@ pub(super) fn read(pos: &Positions, text: &str) -> Read {
     Read {
         model: None,
         errors,
-        complete: false,
+        dropped: Dropped::default(),
+    }
+}
+
+/// The ranges of the top-level table (or `key = value` line) holding `span`.
+fn top_level_at(root: &Table, text: &str, span: &Range<usize>) -> Vec<Range<usize>> {
+    for (_, item) in root.iter() {
+        let tables: Vec<&Table> = match item {
+            Item::Table(t) => vec![t],
+            Item::ArrayOfTables(a) => a.iter().collect(),
+            Item::Value(v) => {
+                if let Some(r) = v.span().map(|r| line_from(text, r)) {
+                    if r.start <= span.start && span.end <= r.end {
+                        return vec![r];
+                    }
+                }
+                continue;
+            }
+            Item::None => continue,
+        };
+        for t in tables {
+            let piece = Piece {
+                ranges: table_ranges(t, text),
+                key: None,
+            };
+            if piece.holds(span) {
+                return piece.ranges;
+            }
+        }
+    }
+    Vec::new()
+}
+
+/// What the model lacks of the file `text`.
+fn dropped(text: &str, tables: Vec<Range<usize>>) -> Dropped {
+    Dropped {
+        tables,
+        has_vservers: ImDocument::parse(text).is_ok_and(|d| d.contains_key("vserver")),
     }
 }
 
@@ -332,12 +396,25 @@ mod tests {
     }
 
     #[test]
-    fn only_unknown_keys_leave_the_model_complete() {
+    fn only_unknown_keys_drop_nothing() {
         let text = "[global]\nworkerz = 2\n";
         let r = read(&Positions::new("f", text), text);
-        assert!(r.complete && r.model.is_some() && r.errors.len() == 1);
+        assert!(r.dropped.tables.is_empty() && r.model.is_some() && r.errors.len() == 1);
         let text = "[global]\nworkers = \"two\"\n";
         let r = read(&Positions::new("f", text), text);
-        assert!(!r.complete && r.errors.len() == 1);
+        assert!(r.model.is_some() && r.errors.len() == 1);
+        assert!(r.dropped.taints(&(10..11)), "{:?}", r.dropped);
+    }
+
+    #[test]
+    fn a_vserver_dropped_whole_taints_only_its_table() {
+        // The first lacks listen (dropped whole), the second is fine.
+        let text = "[[vserver]]\nname = \"a\"\n[[vserver]]\nname = \"b\"\nlisten = []\n";
+        let r = read(&Positions::new("f", text), text);
+        let model = r.model.expect("a model");
+        assert_eq!(model.vserver.len(), 1, "{:?}", r.errors);
+        assert!(r.dropped.has_vservers);
+        assert!(r.dropped.taints(&(13..14)), "{:?}", r.dropped);
+        assert!(!r.dropped.taints(&(36..37)), "{:?}", r.dropped);
     }
 }

@@ -164,6 +164,23 @@ pub struct VServer {
 }
 
 impl VServer {
+    /// Whether this vserver caches: "off", "on", or "per-policy" when a
+    /// policy turns it on or off for the requests it matches.
+    pub fn cache_mode(&self) -> &'static str {
+        if self.cache.is_none() {
+            return "off";
+        }
+        let flips = self
+            .policies
+            .iter()
+            .any(|p| p.cache.is_some_and(|on| on != self.cache_on));
+        match (flips, self.cache_on) {
+            (true, _) => "per-policy",
+            (false, true) => "on",
+            (false, false) => "off",
+        }
+    }
+
     /// How this vserver's request bodies must keep coming, `gap_ms`
     /// (`timeouts.client_body`) being the longest pause between reads.
     pub fn body_pace(&self, gap_ms: u64) -> crate::http::body::BodyPace {

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use toml::Spanned;
 
 use super::model::{self};
+use super::read::Dropped;
 use super::snapshot::*;
 use super::{ConfigError, Positions};
 
@@ -27,11 +28,34 @@ struct Ctx<'a> {
     pos: &'a Positions<'a>,
     errors: Vec<ConfigError>,
     warnings: Vec<ConfigError>,
+    /// What reading dropped from the model: problems there may be its
+    /// consequences and wait for the next run.
+    dropped: &'a Dropped,
+    /// Pools of the file that could not be built (their errors are
+    /// reported): a reference to one is not "undefined".
+    broken_pools: HashSet<String>,
 }
 
 impl Ctx<'_> {
+    /// A problem with a value, unless it lies in a top-level table that
+    /// lost a value to an error already reported (it may be a consequence).
     fn err(&mut self, span: Range<usize>, msg: impl Into<String>) {
+        if !self.dropped.taints(&span) {
+            self.errors.push(self.pos.error(span.start, msg));
+        }
+    }
+
+    /// A cross-reference between tables (a pool, a listen address, a
+    /// name): reported whatever else failed in the table.
+    fn xref(&mut self, span: Range<usize>, msg: impl Into<String>) {
         self.errors.push(self.pos.error(span.start, msg));
+    }
+
+    /// An undefined pool, unless it is one whose own errors were reported.
+    fn undefined_pool(&mut self, name: &str, span: Range<usize>, msg: impl Into<String>) {
+        if !self.broken_pools.contains(name) {
+            self.xref(span, msg);
+        }
     }
 
     fn warn(&mut self, span: Range<usize>, msg: impl Into<String>) {
@@ -48,10 +72,23 @@ pub fn build(
     file: model::File,
     previous: Option<&Snapshot>,
 ) -> Result<Snapshot, Vec<ConfigError>> {
+    build_read(pos, file, previous, &Dropped::default())
+}
+
+/// `build` for a model that reading may have left incomplete: problems
+/// that may be consequences of what it dropped are not reported.
+pub(super) fn build_read(
+    pos: &Positions,
+    file: model::File,
+    previous: Option<&Snapshot>,
+    dropped: &Dropped,
+) -> Result<Snapshot, Vec<ConfigError>> {
     let mut cx = Ctx {
         pos,
         errors: Vec::new(),
         warnings: Vec::new(),
+        dropped,
+        broken_pools: HashSet::new(),
     };
     let settings = settings(&mut cx, &file);
     let (store, cache_limits) = cache_store(&mut cx, file.cache.as_ref(), previous);
@@ -93,7 +130,7 @@ pub fn build(
     let mut pool_names: HashMap<String, Arc<Pool>> = HashMap::new();
     for p in &file.pool {
         if pool_names.contains_key(p.name.get_ref()) {
-            cx.err(
+            cx.xref(
                 p.name.span(),
                 format!(
                     "pool {:?} is defined twice; pool names must be unique",
@@ -102,10 +139,15 @@ pub fn build(
             );
             continue;
         }
-        if let Some(pool) = build_pool(&mut cx, p, previous) {
-            let pool = Arc::new(pool);
-            pool_names.insert(pool.name.clone(), pool.clone());
-            pools.push(pool);
+        match build_pool(&mut cx, p, previous) {
+            Some(pool) => {
+                let pool = Arc::new(pool);
+                pool_names.insert(pool.name.clone(), pool.clone());
+                pools.push(pool);
+            }
+            None => {
+                cx.broken_pools.insert(p.name.get_ref().clone());
+            }
         }
     }
 
@@ -117,7 +159,7 @@ pub fn build(
     // A TCP and a UDP vserver may share an address and port.
     let mut listen_owner: HashMap<SocketAddr, String> = HashMap::new();
     let mut udp_owner: HashMap<SocketAddr, String> = HashMap::new();
-    if file.vserver.is_empty() {
+    if file.vserver.is_empty() && !dropped.has_vservers {
         cx.errors.push(pos.error(
             0,
             "no virtual server: add at least one [[vserver]] with a name, listen and default_pool",
@@ -126,7 +168,7 @@ pub fn build(
     for v in &file.vserver {
         let name = v.name.get_ref().clone();
         if !vs_names.insert(name.clone()) {
-            cx.err(
+            cx.xref(
                 v.name.span(),
                 format!("vserver {name:?} is defined twice; vserver names must be unique"),
             );
@@ -142,7 +184,7 @@ pub fn build(
         };
         for a in v.listen.get_ref() {
             if let Some(other) = owners.insert(*a.get_ref(), name.clone()) {
-                cx.err(
+                cx.xref(
                     a.span(),
                     format!(
                         "vserver {name:?}: address {} is already used by vserver {other:?}",
@@ -259,7 +301,7 @@ fn build_admin(
         .unwrap_or_else(|| SocketAddr::from(([127, 0, 0, 1], 9090)));
     let span = a.listen.as_ref().map(|l| l.span()).unwrap_or(0..0);
     if let Some(owner) = listen_owner.get(&listen) {
-        cx.err(
+        cx.xref(
             span.clone(),
             format!("admin listen address {listen} is already used by vserver {owner:?}"),
         );

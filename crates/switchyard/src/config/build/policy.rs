@@ -54,7 +54,8 @@ pub(super) fn build_action(
         return match pools.get(p) {
             Some(pool) => Some(Action::Pool(pool.clone())),
             None => {
-                cx.err(
+                cx.undefined_pool(
+                    p,
                     span,
                     format!(
                         "{what}: action pool {p:?} is not defined; defined pools: {}",

@@ -24,7 +24,8 @@ pub(super) fn build_vserver(
     let default_pool = v.default_pool.as_ref().and_then(|p| {
         let found = pools.get(p.get_ref()).cloned();
         if found.is_none() {
-            cx.err(
+            cx.undefined_pool(
+                p.get_ref(),
                 p.span(),
                 format!(
                     "vserver {name:?}: default_pool {:?} is not defined; defined pools: {}",
