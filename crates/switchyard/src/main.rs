@@ -371,11 +371,12 @@ fn cluster(args: &[String]) -> ExitCode {
         .parent()
         .unwrap_or(std::path::Path::new("."))
         .to_path_buf();
-    let settings = match config::cluster_settings(&node_text, &base) {
-        Ok(Some(s)) => s,
-        Ok(None) => return fail(format!("{}: no [cluster] table", node_file.display())),
-        Err(e) => return fail(format!("{}: {e}", node_file.display())),
-    };
+    let settings =
+        match config::cluster_settings(&node_file.display().to_string(), &node_text, &base) {
+            Ok(Some(s)) => s,
+            Ok(None) => return fail(format!("{}: no [cluster] table", node_file.display())),
+            Err(e) => return fail(e),
+        };
     let node =
         switchyard::cluster::Node::detached(settings, &node_file.display().to_string(), &node_text);
     if let Err(e) = config::publish::check(&node, &text) {
