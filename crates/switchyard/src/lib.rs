@@ -20,7 +20,6 @@ pub mod cluster;
 pub mod compress;
 pub mod config;
 pub mod ctl;
-pub mod fasthash;
 pub mod health;
 pub mod http;
 pub mod http2;

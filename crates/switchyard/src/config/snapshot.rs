@@ -36,9 +36,9 @@ pub struct Snapshot {
     /// The global ACL (`[shield]`), when it has rules.
     pub shield: Option<Arc<crate::shield::AclSet>>,
     /// Listen address -> virtual server (TCP listeners: HTTP and tcp).
-    pub by_listen: crate::fasthash::FxHashMap<SocketAddr, Arc<VServer>>,
+    pub by_listen: switchyard_fasthash::FxHashMap<SocketAddr, Arc<VServer>>,
     /// UDP listen address -> udp virtual server.
-    pub udp_by_listen: crate::fasthash::FxHashMap<SocketAddr, Arc<VServer>>,
+    pub udp_by_listen: switchyard_fasthash::FxHashMap<SocketAddr, Arc<VServer>>,
     /// Things that work but deserve the operator's attention (shown by
     /// `check`, logged at load and reload).
     pub warnings: Vec<super::ConfigError>,

@@ -12,10 +12,11 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
+use switchyard_fasthash::FxHashMap;
+
 use super::engine::{Engine, Settings};
 use super::seclang::{EngineMode, LimitAction, Loader};
 use crate::accesslog::writer::SinkHandle;
-use crate::fasthash::FxHashMap;
 
 /// What the WAF does with a request it inspects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -2,7 +2,8 @@
 //! TX-like maps ([`VarMap`]), and a collected value ([`Val`]) that points
 //! into them. Their buffers are kept for the thread's next transaction.
 
-use crate::fasthash::FxHashMap;
+use switchyard_fasthash::FxHashMap;
+
 use crate::waf::seclang::Collection;
 
 /// One member of a list collection. The value's transformation cache slot
@@ -52,7 +53,7 @@ impl ExactSizeIterator for Pairs<'_> {}
 #[derive(Debug, Default, Clone)]
 pub(crate) struct VarMap {
     pub(super) entries: Vec<Option<(Vec<u8>, Vec<u8>)>>,
-    /// Lower-case name to entry. Fx (`crate::fasthash`): short keys, and
+    /// Lower-case name to entry. Fx (`switchyard_fasthash`): short keys, and
     /// request-chosen ones are bounded by the argument limits; only the
     /// map's speed depends on the hasher (its order is never read).
     pub(super) index: FxHashMap<Vec<u8>, usize>,

@@ -3,6 +3,13 @@
 //! against hash flooding buys nothing there and costs about 100
 //! instructions a lookup on the request path. The Fx mixing step
 //! (rustc's), one multiply and a rotate per word.
+//!
+//! A crate of its own so that the proxy (crates/switchyard) and the WAF
+//! (crates/waf) share this one hasher without the WAF depending on the
+//! proxy.
+
+#![forbid(unsafe_code)]
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 use std::hash::{BuildHasherDefault, Hasher};
 
