@@ -8,7 +8,6 @@
 //! - `engine`: the compiled rule set and the transactions that run it.
 //! - `policy`: a vserver's WAF (mode, paranoia, sampling, limits) over a
 //!   compiled rule set shared by every vserver and reload that names it.
-//! - `audit`: the audit log's JSON lines.
 //!
 //! The proxy's stage that runs it on each request is `proxy/inspecting.rs`.
 
@@ -16,7 +15,6 @@
 // libc); keep it so.
 #![cfg_attr(not(test), forbid(unsafe_code))]
 
-pub mod audit;
 pub mod engine;
 pub mod libinjection;
 pub mod operator;

@@ -16,7 +16,6 @@ use switchyard_fasthash::FxHashMap;
 
 use super::engine::{Engine, Settings};
 use super::seclang::{EngineMode, LimitAction, Loader};
-use crate::accesslog::writer::SinkHandle;
 
 /// What the WAF does with a request it inspects.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -53,10 +52,19 @@ pub enum Audit {
     All,
 }
 
+/// Where a vserver's audit lines go. The WAF keeps the sink with the
+/// vserver's settings and never writes to it: the proxy renders each line
+/// and queues it on its access-log writer, which implements this (the WAF
+/// knows nothing of log files, syslog or the writer thread).
+pub trait AuditSink: std::fmt::Debug + Send + Sync {
+    /// Queues one line at `time_us`: `render` writes it, newline included.
+    fn push(&self, time_us: u64, render: &mut dyn FnMut(&mut Vec<u8>));
+}
+
 /// The audit log of a vserver's WAF.
 #[derive(Debug)]
 pub struct AuditLog {
-    pub sink: Arc<SinkHandle>,
+    pub sink: Arc<dyn AuditSink>,
     pub audit: Audit,
 }
 

@@ -1,11 +1,24 @@
 //! The WAF's audit log: one JSON line per request (docs/waf.md), written
 //! through the access logs' buffered writer, so a slow disk never stalls a
 //! worker.
+//!
+//! Here, not in the WAF, because it is a log line like the others of this
+//! folder: the same JSON escaping and time format (`format.rs`), the same
+//! sinks (`writer.rs`, which the WAF's `AuditSink` names without knowing).
+//! The WAF gives the verdict and the matched rules; the proxy writes them.
 
 use std::io::Write;
 
-use super::engine::{Intervention, MatchedRule};
-use crate::accesslog::format::{iso8601, json_str};
+use super::format::{iso8601, json_str};
+use super::writer::{self, SinkHandle};
+use crate::waf::engine::{Intervention, MatchedRule};
+use crate::waf::policy::AuditSink;
+
+impl AuditSink for SinkHandle {
+    fn push(&self, time_us: u64, render: &mut dyn FnMut(&mut Vec<u8>)) {
+        writer::push(self, time_us, render);
+    }
+}
 
 /// Strings in the log are cut to this many bytes.
 const CUT: usize = 512;
