@@ -3,6 +3,7 @@
 //! and the key selectors that pick them.
 
 use std::cell::RefCell;
+use std::io::Write;
 
 use super::data::{Kv, ListId, Src, Val};
 use super::Transaction;
@@ -496,13 +497,18 @@ fn time(coll: Collection) -> Val {
     owned(coll, s)
 }
 
-/// A number as a value (no allocation).
+/// A number as a value (no allocation). Through `write!`, not the
+/// proxy's `http::responses::itoa`: the WAF does not depend on the proxy,
+/// and these numbers are a few per transaction.
 fn num(coll: Collection, n: u64) -> Val {
     let mut digits = [0u8; 20];
-    let start = digits.len() - crate::http::responses::itoa(n, &mut digits).len();
+    let mut rest = &mut digits[..];
+    // u64::MAX has 20 digits: the write always fits.
+    let _ = write!(rest, "{n}");
+    let len = 20 - rest.len();
     Val {
         coll,
-        src: Src::Num(digits, start as u8),
+        src: Src::Num(digits, len as u8),
     }
 }
 

@@ -345,8 +345,7 @@ pub(super) enum Src {
     Tx(u32),
     Owned(Vec<u8>, Vec<u8>),
     /// A number computed for the rule (`&ARGS`, ARGS_COMBINED_SIZE...): its
-    /// decimal digits in place (from the index given), without an
-    /// allocation.
+    /// decimal digits in place (as many as given), without an allocation.
     Num([u8; 20], u8),
 }
 
@@ -403,7 +402,7 @@ impl Val {
             Src::Single(c) => d.get(*c).unwrap_or(b""),
             Src::XmlText => d.xml_text.as_ref().map_or(b"", |s| &s.value),
             Src::Owned(_, v) => v,
-            Src::Num(digits, start) => &digits[usize::from(*start)..],
+            Src::Num(digits, len) => &digits[..usize::from(*len)],
         }
     }
 
