@@ -35,4 +35,3 @@ pub mod source;
 pub mod stats;
 pub mod tls;
 pub mod turn;
-pub mod waf;

@@ -9,10 +9,11 @@
 
 use std::io::Write;
 
+use switchyard_waf::engine::{Intervention, MatchedRule};
+use switchyard_waf::policy::AuditSink;
+
 use super::format::{iso8601, json_str};
 use super::writer::{self, SinkHandle};
-use crate::waf::engine::{Intervention, MatchedRule};
-use crate::waf::policy::AuditSink;
 
 impl AuditSink for SinkHandle {
     fn push(&self, time_us: u64, render: &mut dyn FnMut(&mut Vec<u8>)) {
@@ -125,7 +126,7 @@ pub fn render(r: &Record<'_>, out: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::waf::engine::InterventionKind;
+    use switchyard_waf::engine::InterventionKind;
 
     #[test]
     fn a_record_is_one_line_of_valid_json() {
@@ -134,7 +135,7 @@ mod tests {
             phase: 2,
             msg: "SQL Injection Attack Detected via libinjection".into(),
             logdata: "Matched Data: s&1c found within ARGS:id: 1' or \"1\"=\"1\n".into(),
-            severity: Some(crate::waf::seclang::Severity::Critical),
+            severity: Some(switchyard_waf::seclang::Severity::Critical),
             tags: vec!["attack-sqli".into()],
             ver: None,
             matched_var_name: "ARGS:id".into(),

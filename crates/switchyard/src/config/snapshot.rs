@@ -140,7 +140,7 @@ pub struct VServer {
     pub cache: Option<Arc<VsCache>>,
     pub cache_on: bool,
     /// The web application firewall, when the vserver turns it on.
-    pub waf: Option<Arc<crate::waf::policy::VsWaf>>,
+    pub waf: Option<Arc<switchyard_waf::policy::VsWaf>>,
     /// Per-source limits, in order.
     pub limits: Vec<Arc<crate::shield::stick::Limit>>,
     /// HTTP, or L4 (`tcp`, `udp`) with its settings.

@@ -2,7 +2,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 
 use super::*;
-use crate::waf::seclang::{self, Loader};
+use crate::seclang::{self, Loader};
 
 const CRS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/crs");
 
@@ -896,7 +896,7 @@ SecAction "id:4,phase:5,pass,log"
 // measurement
 
 /// CPU per benign GET at paranoia level 1 and the memory of the loaded
-/// engine: `cargo test --release -p switchyard --lib waf::engine::tests::measure -- --ignored --nocapture`
+/// engine: `cargo test --release -p switchyard-waf --lib engine::tests::measure -- --ignored --nocapture`
 #[test]
 #[ignore = "a measurement (CPU and RSS per request), run by hand for docs/waf.md"]
 fn measure() {
@@ -974,8 +974,8 @@ fn measure() {
 #[test]
 #[ignore = "a measurement (memory per part of the engine), run by hand"]
 fn measure_memory_parts() {
-    use crate::waf::operator;
-    use crate::waf::seclang::{OperatorName, OperatorParam};
+    use crate::operator;
+    use crate::seclang::{OperatorName, OperatorParam};
     fn rss_kb() -> u64 {
         let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
         s.lines()
@@ -1032,7 +1032,7 @@ fn measure_memory_parts() {
     }
     trim();
     let r3 = rss_kb();
-    crate::waf::libinjection::warm_up();
+    crate::libinjection::warm_up();
     trim();
     let r4 = rss_kb();
     println!("libinjection tables: {} KiB", r4 - r3);
@@ -1072,7 +1072,7 @@ fn measure_memory_parts() {
 /// ```
 ///
 /// Then `CRS_TESTS_JSONL=/tmp/crs_tests.jsonl cargo test --release -p
-/// switchyard --lib waf::engine::tests::crs_regression_direct -- --exact
+/// switchyard-waf --lib engine::tests::crs_regression_direct -- --exact
 /// --ignored --nocapture`.
 #[test]
 #[ignore = "needs a JSONL export of the CRS tests (CRS_TESTS_JSONL); the suite runs through the binary in scripts/test.sh"]
@@ -1086,7 +1086,7 @@ fn crs_regression_direct() {
 SecAction "id:900005,phase:1,nolog,pass,setvar:tx.blocking_paranoia_level=4,setvar:tx.crs_validate_utf8_encoding=1,setvar:tx.arg_name_length=100,setvar:tx.arg_length=400,setvar:tx.total_arg_length=64000,setvar:tx.max_num_args=255,setvar:tx.max_file_size=64100,setvar:tx.combined_file_sizes=65535,setvar:tx.inbound_anomaly_score_threshold=10000,setvar:tx.outbound_anomaly_score_threshold=10000"
 "#
     .to_string()
-        + crate::waf::policy::RECOMMENDED_RULES;
+        + crate::policy::RECOMMENDED_RULES;
     let Some(e) = crs_engine(&setup, Settings::default()) else {
         return;
     };
@@ -1313,7 +1313,7 @@ fn bench_loop(e: &Engine, n: usize, f: fn(&Engine) -> bool) -> usize {
 
 /// CPU per benign transaction at paranoia level 1 with the full CRS
 /// (median of rounds, thread CPU time) and the RSS the engine build adds:
-/// `cargo test --release -p switchyard --lib waf::engine::tests::bench_crs
+/// `cargo test --release -p switchyard-waf --lib engine::tests::bench_crs
 /// -- --exact --ignored --nocapture`. `BENCH_N` transactions per round
 /// (default 20000), `BENCH_ROUNDS` rounds (default 7). Under callgrind
 /// (`BENCH_N=1000 BENCH_ROUNDS=1`), the instructions of `bench_loop` over
@@ -1351,7 +1351,7 @@ fn bench_crs() {
     let n = env("BENCH_N", 20_000);
     let rounds = env("BENCH_ROUNDS", 7);
     // The libinjection tables are process-wide: not the engine's.
-    crate::waf::libinjection::warm_up();
+    crate::libinjection::warm_up();
     trim();
     let r0 = rss_kb();
     let t0 = std::time::Instant::now();

@@ -10,7 +10,7 @@
 //! `max_parts` parts.
 
 use super::Sink;
-use crate::waf::seclang::Collection as C;
+use crate::seclang::Collection as C;
 
 /// A line the parser reads only inside a part came with none open: the
 /// parser's own state machine went wrong; refused, never a panic.
@@ -643,10 +643,7 @@ fn parse_content_disposition(
                     None => &value[..],
                 };
                 let mut invalid = false;
-                part.filename = Some(crate::waf::transform::url_decode_nonstrict(
-                    enc,
-                    &mut invalid,
-                ));
+                part.filename = Some(crate::transform::url_decode_nonstrict(enc, &mut invalid));
             }
             _ => return Err(-11),
         }

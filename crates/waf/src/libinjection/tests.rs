@@ -318,7 +318,7 @@ fn hostile_inputs() {
     assert!(start.elapsed() < std::time::Duration::from_secs(20));
 }
 
-/// `cargo test -p switchyard --release --lib waf::libinjection::tests::bench -- --ignored --nocapture`
+/// `cargo test -p switchyard-waf --release --lib libinjection::tests::bench -- --ignored --nocapture`
 #[test]
 #[ignore = "a benchmark of libinjection, run by hand (--release)"]
 fn bench() {

@@ -27,12 +27,10 @@ use std::sync::Arc;
 
 use self::cache::{Cache, ListSummary};
 use self::data::{small, Data, Val, VarMap, KEEP_BYTES};
-use crate::waf::engine::compile::Exclusion;
-use crate::waf::engine::{body, Engine, Intervention, InterventionKind, Outcome, Request};
-use crate::waf::operator::Captures;
-use crate::waf::seclang::{
-    AllowScope, BodyProcessor, Collection, EngineMode, IdRange, LimitAction,
-};
+use crate::engine::compile::Exclusion;
+use crate::engine::{body, Engine, Intervention, InterventionKind, Outcome, Request};
+use crate::operator::Captures;
+use crate::seclang::{AllowScope, BodyProcessor, Collection, EngineMode, IdRange, LimitAction};
 
 /// The engine, borrowed or shared.
 #[derive(Clone)]

@@ -2,9 +2,9 @@
 //! transaction, and the prefilter summaries of values and of shared lists.
 
 use super::data::KEEP_BYTES;
-use crate::waf::engine::compile::TNode;
-use crate::waf::operator;
-use crate::waf::transform;
+use crate::engine::compile::TNode;
+use crate::operator;
+use crate::transform;
 
 /// Transformation results per (value slot, pipeline node): a row per
 /// slot (allocated when a value is first transformed), a column per node.

@@ -4,7 +4,7 @@
 
 use switchyard_fasthash::FxHashMap;
 
-use crate::waf::seclang::Collection;
+use crate::seclang::Collection;
 
 /// One member of a list collection. The value's transformation cache slot
 /// is `slot`, the key's (for the `_NAMES` collections) `slot + 1`.

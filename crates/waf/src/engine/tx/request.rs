@@ -4,9 +4,9 @@
 
 use super::data::Arg;
 use super::Transaction;
-use crate::waf::engine::{body, Request};
-use crate::waf::seclang::{BodyProcessor, Collection};
-use crate::waf::transform;
+use crate::engine::{body, Request};
+use crate::seclang::{BodyProcessor, Collection};
+use crate::transform;
 
 /// What the body parsers find goes into the request's collections.
 impl body::Sink for Transaction<'_> {

@@ -676,7 +676,7 @@ const BENIGN: &[&str] = &[
 ];
 
 #[test]
-#[ignore = "micro-benchmark: cargo test --release -p switchyard --lib waf::operator::tests::bench_crs_rx -- --ignored --nocapture"]
+#[ignore = "micro-benchmark: cargo test --release -p switchyard-waf --lib operator::tests::bench_crs_rx -- --ignored --nocapture"]
 fn bench_crs_rx_prefilter() {
     let Some(ops) = crs_operators() else { return };
     let rxs: Vec<Rx> = ops

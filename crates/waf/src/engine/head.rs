@@ -18,7 +18,7 @@
 use std::sync::{Arc, RwLock};
 
 use super::compile::{CDisruptive, CMacro, COp, CPart, CRule, CSetOp, Link};
-use crate::waf::seclang::Collection;
+use crate::seclang::Collection;
 
 /// Where phase 1 stood after its request-independent head.
 #[derive(Debug, Default)]

@@ -4,9 +4,9 @@
 use super::collect::to_exclusion;
 use super::data::VarMap;
 use super::{Transaction, Which};
-use crate::waf::engine::compile::{CMacro, CPart, CRule, CSetOp, CSetVar, Link, Post, Sel, Target};
-use crate::waf::operator;
-use crate::waf::seclang::{BodyProcessor, Collection, Ctl};
+use crate::engine::compile::{CMacro, CPart, CRule, CSetOp, CSetVar, Link, Post, Sel, Target};
+use crate::operator;
+use crate::seclang::{BodyProcessor, Collection, Ctl};
 
 impl Transaction<'_> {
     pub(super) fn run_post(&mut self, r: &CRule, p: &Post) {

@@ -5,8 +5,8 @@
 //! The parsers sit below the transaction: they know the calls of [`Sink`]
 //! and nothing of rules or collections; the transaction implements it.
 
-use crate::waf::seclang::Collection;
-use crate::waf::transform;
+use crate::seclang::Collection;
+use crate::transform;
 
 mod multipart;
 pub(crate) use multipart::multipart;

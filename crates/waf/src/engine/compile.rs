@@ -5,12 +5,12 @@ use std::fmt;
 
 use super::keyrx::KeyRegex;
 
-use crate::waf::operator::{self, IpSet, Pm};
-use crate::waf::seclang::{
+use crate::operator::{self, IpSet, Pm};
+use crate::seclang::{
     Action, Collection, Ctl, Disruptive, Entry, Macro, MacroPart, OperatorName, OperatorParam,
     Rule, Ruleset, Selector, SetVar, Severity, Variable,
 };
-use crate::waf::transform::{self, Transform};
+use crate::transform::{self, Transform};
 
 /// A rule that cannot be compiled.
 #[derive(Clone, Debug)]
@@ -128,7 +128,7 @@ pub(crate) enum CDisruptive {
     Pass,
     Deny,
     Drop,
-    Allow(crate::waf::seclang::AllowScope),
+    Allow(crate::seclang::AllowScope),
     Redirect(CMacro),
 }
 
@@ -318,7 +318,7 @@ impl Builder {
         m
     }
 
-    fn tnode(&mut self, ts: &[crate::waf::seclang::Transform]) -> u32 {
+    fn tnode(&mut self, ts: &[crate::seclang::Transform]) -> u32 {
         let mut cur = 0u32;
         for t in ts {
             let Some(t) = transform::by_name(t.name()) else {
@@ -434,7 +434,7 @@ fn compile_disruptive(r: &Rule) -> CDisruptive {
 }
 
 fn compile_setvar(s: &SetVar) -> CSetVar {
-    use crate::waf::seclang::SetVarOp;
+    use crate::seclang::SetVarOp;
     CSetVar {
         coll: s.collection.to_ascii_lowercase().into(),
         key: CMacro::new(&s.key),

@@ -220,7 +220,7 @@ fn crs_commented_examples_parse() {
 }
 
 /// Rough memory of the parsed CRS (resident set growth while loading);
-/// `cargo test -p switchyard --lib waf::seclang::tests::crs_memory -- --ignored --nocapture`.
+/// `cargo test -p switchyard-waf --lib seclang::tests::crs_memory -- --ignored --nocapture`.
 #[test]
 #[ignore = "a measurement (RSS of the loaded CRS), run by hand"]
 fn crs_memory() {

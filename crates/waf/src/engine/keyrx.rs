@@ -100,7 +100,7 @@ fn word_of(source: &str) -> Option<Word> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::waf::seclang::pcre::compile_selector;
+    use crate::seclang::pcre::compile_selector;
 
     fn key(source: &str) -> KeyRegex {
         KeyRegex::new(compile_selector(source).expect("compiles"), source)

@@ -7,10 +7,10 @@ use std::io::Write;
 
 use super::data::{Kv, ListId, Src, Val};
 use super::Transaction;
-use crate::waf::engine::compile::{Exclusion, Sel, Target};
-use crate::waf::engine::keyrx::KeyRegex;
-use crate::waf::operator;
-use crate::waf::seclang::{Collection, Variable};
+use crate::engine::compile::{Exclusion, Sel, Target};
+use crate::engine::keyrx::KeyRegex;
+use crate::operator;
+use crate::seclang::{Collection, Variable};
 
 fn now_parts() -> [u64; 8] {
     // [epoch, year, mon(1-12), day, hour, min, sec, wday]
@@ -101,7 +101,7 @@ fn sel_regex_matches_at(
 }
 
 pub(super) fn to_exclusion(v: &Variable) -> Exclusion {
-    use crate::waf::seclang::Selector;
+    use crate::seclang::Selector;
     Exclusion {
         coll: v.collection,
         sel: match &v.selector {
@@ -120,7 +120,7 @@ impl Transaction<'_> {
     /// The values of a variable as rules see them, e.g. `ARGS_POST` or
     /// `MULTIPART_STRICT_ERROR` (names and values).
     pub fn values(&mut self, var: &str) -> Vec<(String, Vec<u8>)> {
-        let Ok(vars) = crate::waf::seclang::parse_variables(var) else {
+        let Ok(vars) = crate::seclang::parse_variables(var) else {
             return Vec::new();
         };
         let mut out = Vec::new();

@@ -2,9 +2,9 @@
 //! the head of phase 1 run once per engine ([`head`]), and what a matched
 //! rule leaves (severity, disruption, the logged match).
 
-use crate::waf::engine::compile::{CDisruptive, CRule, Item, Program};
-use crate::waf::engine::{head, Engine, Intervention, InterventionKind, MatchedRule, Request};
-use crate::waf::seclang::{AllowScope, EngineMode};
+use crate::engine::compile::{CDisruptive, CRule, Item, Program};
+use crate::engine::{head, Engine, Intervention, InterventionKind, MatchedRule, Request};
+use crate::seclang::{AllowScope, EngineMode};
 
 use super::Transaction;
 

@@ -6,12 +6,12 @@ use super::cache::{ListSummary, SAME, UNSET};
 use super::collect::sel_matches_at;
 use super::data::{kv_of, Data, ListId, Src, Val};
 use super::{State, Transaction, Which};
-use crate::waf::engine::compile::{
+use crate::engine::compile::{
     COp, CRule, Exclusion, Link, Program, Sel, NO_SUMMARY_GROUP, NO_TARGETS_ID,
 };
-use crate::waf::engine::{Engine, Limits};
-use crate::waf::operator;
-use crate::waf::seclang::Collection;
+use crate::engine::{Engine, Limits};
+use crate::operator;
+use crate::seclang::Collection;
 
 impl Transaction<'_> {
     /// The target removals (`ctl:ruleRemoveTarget...`) for rule `r`.
@@ -461,7 +461,7 @@ fn scan(
                 Err(_) => false,
             }
         }
-        COp::Sqli => match crate::waf::libinjection::sqli_fingerprint(input) {
+        COp::Sqli => match crate::libinjection::sqli_fingerprint(input) {
             Some(fp) => {
                 if link.capture {
                     st.tx.set(b"0", fp.as_bytes().to_vec());
@@ -470,7 +470,7 @@ fn scan(
             }
             None => false,
         },
-        COp::Xss => crate::waf::libinjection::detect_xss(input),
+        COp::Xss => crate::libinjection::detect_xss(input),
         _ => false,
     };
     if m && link.capture && matches!(link.op, COp::Op(_) | COp::DynamicRx(_)) {
