@@ -3,7 +3,7 @@
 //! read (a sandboxed loader refuses Include and file operators).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use switchyard::waf::seclang::{self, Loader};
+use switchyard_waf::seclang::{self, Loader};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -5,8 +5,8 @@
 use std::sync::OnceLock;
 
 use libfuzzer_sys::fuzz_target;
-use switchyard::waf::engine::{Engine, Request, Settings};
-use switchyard::waf::seclang::Loader;
+use switchyard_waf::engine::{Engine, Request, Settings};
+use switchyard_waf::seclang::Loader;
 
 /// Rules reading every variable the processors fill, so each is built.
 const RULES: &str = r#"

@@ -2,7 +2,7 @@
 //! bytes, and must report "changed" exactly when its output differs.
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use switchyard::waf::transform::{apply, apply_chain, Transform};
+use switchyard_waf::transform::{apply, apply_chain, Transform};
 
 fuzz_target!(|data: &[u8]| {
     let mut out = Vec::new();

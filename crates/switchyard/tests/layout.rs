@@ -3,14 +3,31 @@
 //! and between the files of `proxy/`), no file in `proxy/` grows past
 //! about 800 lines, the request path is normalized before every stage
 //! (no other code rewrites it), no folder's modules import each other back,
-//! and the proxy links neither the bench nor the CRS runner (they are
-//! programs of their own).
+//! the proxy links neither the bench nor the CRS runner (they are
+//! programs of their own), and the WAF (crates/waf) depends on nothing of
+//! the proxy. Every rule but proxy/'s reads the WAF's sources too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 fn src() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// The crates' folder.
+fn crates() -> PathBuf {
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    here.parent().expect("crates/").to_path_buf()
+}
+
+/// The WAF's crate (switchyard-waf), beside this one.
+fn waf_src() -> PathBuf {
+    crates().join("waf/src")
+}
+
+/// The library sources the rules read: the proxy's and the WAF's.
+fn roots() -> [PathBuf; 2] {
+    [src(), waf_src()]
 }
 
 fn rs_files(dir: &Path) -> Vec<PathBuf> {
@@ -109,10 +126,23 @@ fn cycle(graph: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
 
 #[test]
 fn top_level_modules_do_not_import_each_other_back() {
-    let root = src();
+    let proxy = top_level_graph(&src());
+    assert!(proxy.contains_key("proxy") && proxy.contains_key("config"));
+    let waf = top_level_graph(&waf_src());
+    assert!(waf.contains_key("engine") && waf.contains_key("seclang"));
+    for graph in [proxy, waf] {
+        if let Some(c) = cycle(&graph) {
+            panic!("import loop between modules: {}", c.join(" -> "));
+        }
+    }
+}
+
+/// The top-level modules of the crate whose sources are `root` and which
+/// of them each one names (`crate::X`).
+fn top_level_graph(root: &Path) -> BTreeMap<String, BTreeSet<String>> {
     let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for f in rs_files(&root) {
-        let rel = f.strip_prefix(&root).expect("under src");
+    for f in rs_files(root) {
+        let rel = f.strip_prefix(root).expect("under src");
         let module = match rel.components().next() {
             Some(c) => c
                 .as_os_str()
@@ -132,20 +162,16 @@ fn top_level_modules_do_not_import_each_other_back() {
             }
         }
     }
-    assert!(graph.contains_key("proxy") && graph.contains_key("config"));
-    if let Some(c) = cycle(&graph) {
-        panic!("import loop between modules: {}", c.join(" -> "));
-    }
+    graph
 }
 
 /// The modules directly inside `dir` (files but `mod.rs` and `tests.rs`,
 /// and folders) and which of them each one names: `super::X` from a file
 /// of `dir`, `super::super::X` from a file one folder down (and so on),
 /// or `crate::PATH::X` from anywhere inside. Test-only files (`tests.rs`)
-/// may reach anywhere.
-fn sibling_graph(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
-    let root = src();
-    let rel = dir.strip_prefix(&root).expect("under src");
+/// may reach anywhere. `root` is the crate's `src`, which `dir` is in.
+fn sibling_graph(root: &Path, dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
+    let rel = dir.strip_prefix(root).expect("under src");
     let mut crate_path = String::from("crate::");
     for c in rel.components() {
         crate_path.push_str(&c.as_os_str().to_string_lossy());
@@ -198,41 +224,48 @@ fn sibling_graph(dir: &Path) -> BTreeMap<String, BTreeSet<String>> {
 
 /// No folder's modules import each other back (the config folder was one
 /// circle of ten files, the WAF engine's body parsers and transaction
-/// another): every folder reads as layers, whatever its depth.
+/// another): every folder reads as layers, whatever its depth, in the
+/// proxy's crate and in the WAF's.
 #[test]
 fn no_folder_has_an_import_loop() {
-    let mut dirs = vec![src()];
-    let mut checked = 0;
     let mut loops = Vec::new();
-    while let Some(d) = dirs.pop() {
-        for e in std::fs::read_dir(&d).expect("read dir").flatten() {
-            if e.path().is_dir() {
-                dirs.push(e.path());
+    for root in roots() {
+        let mut dirs = vec![root.clone()];
+        let mut checked = 0;
+        while let Some(d) = dirs.pop() {
+            for e in std::fs::read_dir(&d).expect("read dir").flatten() {
+                if e.path().is_dir() {
+                    dirs.push(e.path());
+                }
+            }
+            let graph = sibling_graph(&root, &d);
+            checked += 1;
+            if let Some(c) = cycle(&graph) {
+                let rel = d.strip_prefix(crates()).unwrap_or(&d);
+                loops.push(format!("{}: {}", rel.display(), c.join(" -> ")));
             }
         }
-        let graph = sibling_graph(&d);
-        checked += 1;
-        if let Some(c) = cycle(&graph) {
-            loops.push(format!(
-                "{}: {}",
-                d.strip_prefix(src()).expect("under src").display(),
-                c.join(" -> ")
-            ));
-        }
+        assert!(
+            checked > 5,
+            "only {checked} folders checked in {}",
+            root.display()
+        );
     }
-    assert!(checked > 10, "only {checked} folders checked");
     assert!(loops.is_empty(), "import loops: {}", loops.join("; "));
 }
 
 #[test]
 fn the_loop_check_sees_super_and_crate_paths() {
     // config/ had build -> limits -> build through `super::build::is_token`.
-    let g = sibling_graph(&src().join("config"));
+    let g = sibling_graph(&src(), &src().join("config"));
     assert!(
         g.get("build").is_some_and(|d| d.contains("snapshot")),
         "{g:?}"
     );
     assert!(g.get("l4").is_some_and(|d| d.contains("snapshot")), "{g:?}");
+    // In the WAF's crate, `crate::engine::compile` from engine/tx/.
+    let g = sibling_graph(&waf_src(), &waf_src().join("engine"));
+    assert!(g.get("tx").is_some_and(|d| d.contains("compile")), "{g:?}");
 }
 
 #[test]
@@ -285,9 +318,10 @@ fn the_path_is_normalized_first_and_only_there() {
         &pipeline[..pipeline.len().min(80)]
     );
     let allowed = ["proxy/normalizing.rs"];
-    for f in rs_files(&src()) {
+    for f in roots().iter().flat_map(|r| rs_files(r)) {
         let rel = f
             .strip_prefix(src())
+            .or_else(|_| f.strip_prefix(waf_src()))
             .expect("under src")
             .to_string_lossy()
             .to_string();
@@ -372,20 +406,27 @@ fn connections_enter_through_one_front_door() {
 }
 
 /// The discipline the code has, enforced: no `unwrap()`/`expect()` outside
-/// tests (clippy denies them in the library), no unsafe operation outside
-/// an `unsafe` block, and every ignored test says why it is ignored.
+/// tests (clippy denies them in the libraries, the proxy's and the WAF's),
+/// no unsafe operation outside an `unsafe` block, no unsafe code at all in
+/// the WAF, and every ignored test says why it is ignored.
 #[test]
 fn lints_hold_the_discipline_and_ignored_tests_say_why() {
-    let lib = std::fs::read_to_string(src().join("lib.rs")).expect("lib.rs");
-    for lint in [
-        "#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]",
-        "#![deny(unsafe_op_in_unsafe_fn)]",
-    ] {
-        assert!(lib.contains(lint), "lib.rs lacks {lint}");
+    for root in roots() {
+        let lib = std::fs::read_to_string(root.join("lib.rs")).expect("lib.rs");
+        for lint in [
+            "#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]",
+            "#![deny(unsafe_op_in_unsafe_fn)]",
+        ] {
+            assert!(lib.contains(lint), "{}/lib.rs lacks {lint}", root.display());
+        }
     }
-    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let waf = std::fs::read_to_string(waf_src().join("lib.rs")).expect("lib.rs");
+    assert!(
+        waf.contains("#![cfg_attr(not(test), forbid(unsafe_code))]"),
+        "the WAF's lib.rs lacks forbid(unsafe_code)"
+    );
     let mut bare = Vec::new();
-    for f in rs_files(&crates) {
+    for f in rs_files(&crates()) {
         if f.components().any(|c| c.as_os_str() == "target") {
             continue;
         }
@@ -433,11 +474,11 @@ fn the_proxy_links_neither_the_bench_nor_the_crs_runner() {
             .any(|l| l.contains("switchyard-bench")),
         "the tests use the bench as a dev-dependency"
     );
-    let root = src();
     let mut checked = 0;
-    for f in rs_files(&root) {
+    for f in roots().iter().flat_map(|r| rs_files(r)) {
         let rel = f
-            .strip_prefix(&root)
+            .strip_prefix(src())
+            .or_else(|_| f.strip_prefix(waf_src()))
             .expect("under src")
             .to_string_lossy()
             .to_string();
@@ -464,6 +505,41 @@ fn the_proxy_links_neither_the_bench_nor_the_crs_runner() {
         }
     }
     assert!(checked > 50, "source files checked: {checked}");
+}
+
+/// The WAF is a crate of its own (issue 31) that the proxy depends on,
+/// never the other way: its Cargo.toml names no other switchyard crate but
+/// the shared hasher, not even as a dev-dependency (cargo allows that
+/// loop), and its sources name no `switchyard::` path.
+#[test]
+fn the_waf_depends_on_nothing_of_the_proxy() {
+    let manifest = crates().join("waf/Cargo.toml");
+    let manifest = std::fs::read_to_string(manifest).expect("read crates/waf/Cargo.toml");
+    for section in [
+        "[dependencies]",
+        "[dev-dependencies]",
+        "[build-dependencies]",
+    ] {
+        for l in toml_section(&manifest, section) {
+            assert!(
+                !l.trim_start().starts_with("switchyard") || l.contains("switchyard-fasthash"),
+                "crates/waf/Cargo.toml {section}: {l}: the WAF must not depend on the proxy"
+            );
+        }
+    }
+    let mut checked = 0;
+    for f in rs_files(&waf_src()) {
+        checked += 1;
+        let text = std::fs::read_to_string(&f).expect("read");
+        for needle in ["switchyard::", "switchyard_bench"] {
+            assert!(
+                !text.contains(needle),
+                "{} names `{needle}`: the WAF must not depend on the proxy",
+                f.display()
+            );
+        }
+    }
+    assert!(checked > 30, "WAF source files checked: {checked}");
 }
 
 #[test]

@@ -8,6 +8,8 @@
 //! - `writer.rs` owns the sinks and the writer thread: workers never block
 //!   on a log write (see there for bounds, drops and rotation).
 //! - `trace.rs` reads or starts the W3C `traceparent`.
+//! - `l4.rs` renders the lines of L4 connections and sessions, and
+//!   `waf_audit.rs` the WAF's audit lines, through the same writer.
 //!
 //! Cost when off: a vserver without the table logs nothing and starts no
 //! trace; the exchange only keeps a few instants and counters (no
@@ -17,6 +19,7 @@
 pub mod format;
 pub mod l4;
 pub mod trace;
+pub mod waf_audit;
 pub mod writer;
 
 use std::net::SocketAddr;

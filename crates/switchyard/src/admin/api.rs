@@ -185,8 +185,8 @@ fn limit_json(l: &crate::shield::stick::Limit) -> Value {
 }
 
 /// A vserver's WAF: its settings and counters, matches per rule id.
-fn waf_json(name: &str, w: &crate::waf::policy::VsWaf) -> Value {
-    use crate::waf::policy::WafCounters as C;
+fn waf_json(name: &str, w: &switchyard_waf::policy::VsWaf) -> Value {
+    use switchyard_waf::policy::WafCounters as C;
     let c = &w.counters;
     let tx: Map<String, Value> =
         w.tx.iter()

@@ -36,9 +36,9 @@ pub struct Snapshot {
     /// The global ACL (`[shield]`), when it has rules.
     pub shield: Option<Arc<crate::shield::AclSet>>,
     /// Listen address -> virtual server (TCP listeners: HTTP and tcp).
-    pub by_listen: crate::fasthash::FxHashMap<SocketAddr, Arc<VServer>>,
+    pub by_listen: switchyard_fasthash::FxHashMap<SocketAddr, Arc<VServer>>,
     /// UDP listen address -> udp virtual server.
-    pub udp_by_listen: crate::fasthash::FxHashMap<SocketAddr, Arc<VServer>>,
+    pub udp_by_listen: switchyard_fasthash::FxHashMap<SocketAddr, Arc<VServer>>,
     /// Things that work but deserve the operator's attention (shown by
     /// `check`, logged at load and reload).
     pub warnings: Vec<super::ConfigError>,
@@ -140,7 +140,7 @@ pub struct VServer {
     pub cache: Option<Arc<VsCache>>,
     pub cache_on: bool,
     /// The web application firewall, when the vserver turns it on.
-    pub waf: Option<Arc<crate::waf::policy::VsWaf>>,
+    pub waf: Option<Arc<switchyard_waf::policy::VsWaf>>,
     /// Per-source limits, in order.
     pub limits: Vec<Arc<crate::shield::stick::Limit>>,
     /// HTTP, or L4 (`tcp`, `udp`) with its settings.

@@ -9,11 +9,11 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use serde::Deserialize;
+use switchyard_waf::policy::{self, Audit, AuditLog, Mode, Sources, VsWaf, WafCounters};
+use switchyard_waf::seclang::LimitAction;
 use toml::Spanned;
 
 use super::types::Problem;
-use crate::waf::policy::{self, Audit, AuditLog, Mode, Sources, VsWaf, WafCounters};
-use crate::waf::seclang::LimitAction;
 
 /// `[waf]`.
 #[derive(Debug, Deserialize, Default)]

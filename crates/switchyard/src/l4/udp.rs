@@ -30,6 +30,7 @@ use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
 
+use switchyard_fasthash::FxHashMap;
 use tokio::io::unix::AsyncFd;
 use tokio::sync::Notify;
 
@@ -42,7 +43,6 @@ use crate::balance::Tried;
 use crate::clock::now_ms;
 use crate::config::snapshot::{Member, Pool, VServer};
 use crate::config::snapshot::{OnMemberDown, ProxyVersion};
-use crate::fasthash::FxHashMap;
 use crate::health::passive;
 use crate::log;
 use crate::source;

@@ -77,7 +77,7 @@ pub struct ConnGuard {
 /// connections; never 0, which means shared.
 pub fn private_key_of(peer: std::net::SocketAddr, listen: std::net::SocketAddr) -> u64 {
     use std::hash::{Hash, Hasher};
-    let mut h = crate::fasthash::FxHasher::default();
+    let mut h = switchyard_fasthash::FxHasher::default();
     (peer, listen).hash(&mut h);
     h.finish() | 1
 }

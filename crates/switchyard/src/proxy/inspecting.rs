@@ -22,15 +22,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use bytes::Bytes;
+use switchyard_waf::engine::{self, Intervention, InterventionKind, Transaction};
+use switchyard_waf::policy::{Audit, Mode, VsWaf};
+use switchyard_waf::seclang::LimitAction;
 
 use super::exchange::Exchange;
 use super::hooks::{BodyEdit, Hooks, Local, Verdict};
+use crate::accesslog::waf_audit::{self as audit, Action};
 use crate::http::message::{Framing, Request, Response};
 use crate::http::responses;
-use crate::waf::audit::{self, Action};
-use crate::waf::engine::{self, Intervention, InterventionKind, Transaction};
-use crate::waf::policy::{Audit, Mode, VsWaf};
-use crate::waf::seclang::LimitAction;
 
 #[derive(Default)]
 pub struct Waf {
@@ -422,6 +422,6 @@ impl Hooks for Waf {
             interrupted: o.interrupted.as_ref(),
             matched: &o.matched,
         };
-        crate::accesslog::writer::push(&log.sink, time_us, |out| audit::render(&rec, out));
+        log.sink.push(time_us, &mut |out| audit::render(&rec, out));
     }
 }

@@ -19,11 +19,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use h2::client::SendRequest;
 use h2::{Reason, RecvStream, SendStream};
+use switchyard_fasthash::FxHashMap;
 
 use super::upstream::{self, ConnectError};
 use crate::balance::{AdminState, MemberState};
 use crate::config::snapshot::Member;
-use crate::fasthash::FxHashMap;
 use crate::http::body::{self, BodyError, Sink};
 use crate::http::h2_message::{trailers_from_h2, trailers_to_h2};
 use crate::http::message::Fields;

@@ -18,13 +18,13 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::BytesMut;
+use switchyard_fasthash::FxHashMap;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::oneshot;
 use tokio_rustls::TlsConnector;
 
 use crate::balance::{AdminState, MemberState};
 use crate::config::snapshot::Member;
-use crate::fasthash::FxHashMap;
 use crate::stats::{self, MemberCounters, Sharded};
 pub use crate::tls::upstream::UpStream;
 use crate::tls::upstream::{handshake_error, UpstreamTls};
@@ -78,7 +78,7 @@ pub struct IdlePool {
     /// to `forget_private`): a connection released for a client that has
     /// gone (a connect that finished after it closed) is closed, not
     /// pooled where nobody may take it.
-    live_private: RefCell<std::collections::HashSet<u64, crate::fasthash::FxBuild>>,
+    live_private: RefCell<std::collections::HashSet<u64, switchyard_fasthash::FxBuild>>,
     last_purge: std::cell::Cell<Option<Instant>>,
     /// Requests that found no idle connection and are connecting: the next
     /// connection released to that member goes to the oldest of them

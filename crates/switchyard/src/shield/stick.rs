@@ -25,9 +25,10 @@ use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use switchyard_fasthash::FxBuild;
+
 use crate::cidr::Cidr;
 use crate::clock::now_ms;
-use crate::fasthash::FxBuild;
 
 const SHARDS: usize = 32;
 

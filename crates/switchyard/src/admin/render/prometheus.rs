@@ -743,8 +743,8 @@ fn ddos(ex: &mut Exposition) {
 }
 
 /// A vserver's WAF: requests by what the WAF did, and matches per rule.
-fn waf(ex: &mut Exposition, vserver: &str, w: &crate::waf::policy::VsWaf) {
-    use crate::waf::policy::WafCounters as C;
+fn waf(ex: &mut Exposition, vserver: &str, w: &switchyard_waf::policy::VsWaf) {
+    use switchyard_waf::policy::WafCounters as C;
     const REQUESTS: &str = "Requests by what the WAF did: inspected, sampled_out (not inspected), blocked, detected (would have blocked in detection-only mode), body_rejected (413), limits_exceeded (regex work bound reached).";
     let labels = format!("vserver={}", quote(vserver));
     let c = &w.counters;

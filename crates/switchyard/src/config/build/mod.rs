@@ -152,9 +152,10 @@ pub(super) fn build_read(
     }
 
     let mut vservers = Vec::new();
-    let mut by_listen: crate::fasthash::FxHashMap<SocketAddr, Arc<VServer>> = Default::default();
+    let mut by_listen: switchyard_fasthash::FxHashMap<SocketAddr, Arc<VServer>> =
+        Default::default();
     let mut vs_names = HashSet::new();
-    let mut udp_by_listen: crate::fasthash::FxHashMap<SocketAddr, Arc<VServer>> =
+    let mut udp_by_listen: switchyard_fasthash::FxHashMap<SocketAddr, Arc<VServer>> =
         Default::default();
     // A TCP and a UDP vserver may share an address and port.
     let mut listen_owner: HashMap<SocketAddr, String> = HashMap::new();

@@ -14,10 +14,10 @@ use std::collections::VecDeque;
 use std::task::Waker;
 
 use bytes::Bytes;
+use switchyard_fasthash::FxHashMap;
 
 use super::frame::{self, setting};
 use super::hpack::{Decoder, Encoder};
-use crate::fasthash::FxHashMap;
 use crate::http::message::Fields;
 
 /// What we announce and enforce.

@@ -5,9 +5,9 @@
 use std::task::{Context, Poll};
 
 use bytes::Bytes;
+use switchyard_fasthash::FxHashMap;
 
 use super::{Conn, RecvError, Reset, Stream, OUT_HIGH};
-use crate::fasthash::FxHashMap;
 use crate::http::body::BodyPace;
 use crate::http::message::Fields;
 use crate::http2::frame::{self, code, flag, HEADER_LEN};
