@@ -59,6 +59,10 @@ struct Idle {
 /// keeping every connection a burst opened until `idle_timeout`.
 pub const PURGE_PERIOD: Duration = Duration::from_secs(5);
 
+/// Idle connections of one member (and worker) that keep their read
+/// buffer; the others keep none.
+const BUFFERED_IDLE: usize = 64;
+
 /// Requests waiting for a connection to one member (oldest first).
 type Waiting = VecDeque<oneshot::Sender<UpConn>>;
 
@@ -148,9 +152,11 @@ impl IdlePool {
             }
         }
         let mut conn = conn;
-        // Idle member connections are few (bounded per member and worker):
-        // keep a modest read buffer for the next response, drop a big one.
-        if conn.buf.capacity() > 64 * 1024 {
+        // Keep a modest read buffer for the next response, drop a big one;
+        // past the first `BUFFERED_IDLE` of a member none at all: a pool
+        // that follows demand may hold a burst's worth of connections, and
+        // each then costs its socket, not a buffer.
+        if conn.buf.capacity() > 64 * 1024 || q.len() >= BUFFERED_IDLE {
             conn.buf = BytesMut::new();
         }
         stats::inc(&conn.counters.local().server_connections_idle);
