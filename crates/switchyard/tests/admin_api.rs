@@ -7,6 +7,7 @@
 mod common;
 use common::*;
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -929,7 +930,9 @@ fn aligned(table: &str) -> Result<(), String> {
     let header = lines.next().ok_or("no header")?;
     let cols = runs(header, 2);
     for line in lines {
-        let cells = runs(line, 1);
+        // Cells are apart by two spaces or more; one may hold words
+        // ("up (no check)").
+        let cells = runs(line, 2);
         if cells.len() != cols.len() {
             return Err(format!(
                 "{} cells under {} headers: {line:?}",
@@ -1014,4 +1017,144 @@ fn stats_without_traffic_has_no_empty_responses_line() {
     assert_eq!(get(l, "/").status, 200);
     let stats = cli(&sy, &["stats"]);
     assert!(stats.contains("  responses 2xx=1\n"), "{stats}");
+}
+
+/// `member`'s entry in `switchyard stats --json` (pool app).
+fn json_stats(sy: &Switchyard, member: SocketAddr) -> Value {
+    let text = cli(sy, &["stats", "--json"]);
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    member_of(&v, "app", member)
+}
+
+/// The cells of `table`'s row whose MEMBER is `member`, by header.
+fn ctl_row(table: &str, member: SocketAddr) -> HashMap<String, String> {
+    let mut lines = table.lines();
+    let header = runs(lines.next().unwrap_or_default(), 2);
+    let row = lines
+        .find(|l| l.contains(&format!(" {member} ")))
+        .unwrap_or_else(|| panic!("no row for {member}:\n{table}"));
+    header
+        .into_iter()
+        .map(|(_, _, h)| h)
+        .zip(runs(row, 2).into_iter().map(|(_, _, c)| c))
+        .collect()
+}
+
+/// Issue 32, item 6: a member that refuses every connection in a pool
+/// without checks stays "up" (nothing takes it out), but the API, `ctl
+/// members`, `stats` and `stats --json` say nothing checks it, count its
+/// connect failures and flag it `failing`; one connect that succeeds ends
+/// the flag, and its 5xx are counted apart.
+#[test]
+fn a_member_refusing_connections_is_flagged_failing_until_a_connect_succeeds() {
+    // Nothing listens on this port: every connect is refused.
+    let dead = free_addr();
+    let l = free_addr();
+    let tokens = tokens_file();
+    let sy = Switchyard::start(
+        &config(
+            &format!("tokens_file = \"{}\"", tokens.display()),
+            l,
+            &[(dead, 1)],
+            "",
+        ),
+        &[l],
+    );
+    for i in 0..4 {
+        assert_eq!(get(l, &format!("/{i}")).status, 502, "request {i}");
+    }
+
+    let m = member(&sy, dead);
+    assert_eq!(m["state"], "up", "{m}");
+    assert_eq!(m["status"], "up (no check)", "{m}");
+    assert_eq!(m["failing"], true, "{m}");
+    assert_eq!(m["health"]["connect_fail_streak"], 4, "{m}");
+    assert_eq!(m["counters"]["connect_failures"], 4, "{m}");
+    assert_eq!(m["counters"]["responses"]["5xx"], 0, "{m}");
+
+    let table = cli(&sy, &["ctl", "members"]);
+    aligned(&table).unwrap_or_else(|e| panic!("{e}\n{table}"));
+    let row = ctl_row(&table, dead);
+    assert_eq!(
+        row.get("STATE").map(String::as_str),
+        Some("up (no check)"),
+        "{table}"
+    );
+    assert_eq!(
+        row.get("FLAG").map(String::as_str),
+        Some("failing"),
+        "{table}"
+    );
+    assert_eq!(
+        row.get("CONNFAIL").map(String::as_str),
+        Some("4"),
+        "{table}"
+    );
+    assert_eq!(row.get("5XX").map(String::as_str), Some("0"), "{table}");
+
+    let stats = cli(&sy, &["stats"]);
+    let line = stats
+        .lines()
+        .find(|x| x.contains(&dead.to_string()))
+        .unwrap_or_else(|| panic!("no line for {dead}:\n{stats}"));
+    assert!(
+        line.contains(&format!("{dead} up (no check) FAILING ")),
+        "{line}"
+    );
+    assert!(line.contains("connect failures 4 "), "{line}");
+    let js = json_stats(&sy, dead);
+    assert_eq!(
+        (&js["status"], &js["failing"], &js["connect_failures"]),
+        (&json!("up (no check)"), &json!(true), &json!(4)),
+        "{js}"
+    );
+
+    // The member comes back: one connect that succeeds ends the flag.
+    let o = Origin::start_on("back", &dead.to_string());
+    o.set(|b| b.status = 503);
+    assert_eq!(get(l, "/back").status, 503);
+    let m = member(&sy, dead);
+    assert_eq!(m["failing"], false, "{m}");
+    assert_eq!(m["health"]["connect_fail_streak"], 0, "{m}");
+    assert_eq!(m["counters"]["connect_failures"], 4, "{m}");
+    assert_eq!(m["counters"]["responses"]["5xx"], 1, "{m}");
+    let table = cli(&sy, &["ctl", "members"]);
+    aligned(&table).unwrap_or_else(|e| panic!("{e}\n{table}"));
+    let row = ctl_row(&table, dead);
+    assert_eq!(row.get("FLAG").map(String::as_str), Some("-"), "{table}");
+    assert_eq!(row.get("5XX").map(String::as_str), Some("1"), "{table}");
+    let stats = cli(&sy, &["stats"]);
+    assert!(!stats.contains("FAILING"), "{stats}");
+    assert!(stats.contains("responses 5xx=1 "), "{stats}");
+    assert_eq!(json_stats(&sy, dead)["failing"], false);
+}
+
+/// A member of a pool with active checks is plain "up": the checks vouch
+/// for it.
+#[test]
+fn a_checked_member_is_plain_up() {
+    let o = Origin::start("a");
+    let l = free_addr();
+    let tokens = tokens_file();
+    let sy = Switchyard::start(
+        &config(
+            &format!("tokens_file = \"{}\"", tokens.display()),
+            l,
+            &[(o.addr, 1)],
+            "[pool.health]\ntype = \"http\"\npath = \"/health\"\ninterval = \"100ms\"",
+        ),
+        &[l],
+    );
+    assert!(eventually(Duration::from_secs(5), || member(&sy, o.addr)
+        ["health"]["check_ok_streak"]
+        .as_u64()
+        .is_some_and(|n| n > 0)));
+    let m = member(&sy, o.addr);
+    assert_eq!(
+        (&m["state"], &m["status"]),
+        (&json!("up"), &json!("up")),
+        "{m}"
+    );
+    let row = ctl_row(&cli(&sy, &["ctl", "members"]), o.addr);
+    assert_eq!(row.get("STATE").map(String::as_str), Some("up"));
 }
