@@ -43,6 +43,10 @@ for cmd in clang hping3; do command -v "$cmd" >/dev/null 2>&1 || need+=("$cmd");
 # ISA-L's igzip serves gzip level 1 (crates/switchyard/build.rs links it
 # when its header is there; compress::isal's tests insist on it then).
 [ -f /usr/include/isa-l/igzip_lib.h ] || need+=(libisal-dev)
+# Python's jsonschema validates every admin API answer against the OpenAPI
+# document (tests/admin_api.rs runs tests/openapi_validate.py). Debian's
+# package, not pip: Debian 12's python3 refuses a system-wide pip install.
+python3 -c 'import jsonschema' >/dev/null 2>&1 || need+=(python3-jsonschema)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   $SUDO apt-get update -qq

@@ -7,15 +7,19 @@
 //   node tests/browser/dashboard.js --url http://127.0.0.1:9000/dashboard/ \
 //     --token ADMIN_TOKEN --pool app --member 127.0.0.1:8081 \
 //     [--read-token READ_TOKEN] [--screenshot out.png] [--login-screenshot login.png] \
-//     [--min-certificates 1]
+//     [--min-certificates 1] [--failing-pool stale --failing-member 127.0.0.1:9]
 //
 // It checks: no console error or page error while the page is used; the
 // token prompt, and who the token belongs to; requests/s above zero and
 // changing between samples; the charts drawn; the member rows; a click on
 // Drain shows the member draining or drained, first from the PATCH answer
 // and then from the following samples. With --read-token: a read-only
-// token sees the page with every member button disabled. Last, a refused
-// token brings the prompt back. It prints one JSON line with what it saw
+// token sees the page with every member button disabled. A refused token
+// brings the prompt back. With --failing-pool/--failing-member: that member
+// (a closed port in a pool without checks) reads `up (no check)` with a
+// visible red `failing` badge and its connect failures. No empty band
+// under the Pools heading before a message is shown. Last, a kiosk link
+// (`#token=...`) signs in without the prompt and leaves the address bar. It prints one JSON line with what it saw
 // and exits 0, or prints the failure and exits 1.
 'use strict';
 
@@ -44,6 +48,8 @@ function parseArgs(argv) {
       case '--min-certificates': a.minCertificates = Number(v); break;
       case '--chromium': a.chromium = v; break;
       case '--timeout-ms': a.timeoutMs = Number(v); break;
+      case '--failing-pool': a.failingPool = v; break;
+      case '--failing-member': a.failingMember = v; break;
       default: throw new Error('unknown argument ' + k);
     }
   }
@@ -145,6 +151,31 @@ async function main() {
     );
     result.shield_where = await page.textContent('[data-testid=shield-xdp]');
 
+    // No message yet: the line for one takes no room under "Pools".
+    result.action_msg_height = await page.$eval('[data-testid=action-msg]', (e) => e.getBoundingClientRect().height);
+    check(result.action_msg_height === 0, 'an empty band under Pools: ' + result.action_msg_height + 'px');
+
+    // A member that refuses connections in a pool without checks.
+    if (a.failingPool) {
+      const fr = `tr[data-testid=member-row][data-pool="${a.failingPool}"][data-member="${a.failingMember}"]`;
+      await page.waitForFunction((sel) => {
+        const r = document.querySelector(sel);
+        return r && r.dataset.failing === '1';
+      }, fr);
+      result.failing = await page.$eval(fr, (r) => ({
+        label: r.querySelector('[data-testid=member-state]').textContent,
+        state: r.dataset.state,
+        connect_failures: Number(r.cells[8].textContent),
+        connect_failures_red: r.cells[8].classList.contains('bad'),
+        fives: r.cells[9].textContent,
+      }));
+      check(await page.isVisible(`${fr} [data-testid=member-failing]`), 'the failing badge is visible');
+      check(result.failing.label === 'up (no check)', 'the failing member reads ' + result.failing.label);
+      check(result.failing.connect_failures >= 3 && result.failing.connect_failures_red, 'connect failures shown: ' + JSON.stringify(result.failing));
+      const healthy = `tr[data-testid=member-row][data-pool="${a.pool}"][data-member="${a.member}"]`;
+      check(!(await page.isVisible(`${healthy} [data-testid=member-failing]`)), 'no failing badge on a member that answers');
+    }
+
     // 3. Members, and a drain from the page.
     const rowSel = `tr[data-testid=member-row][data-pool="${a.pool}"]`;
     result.members = await page.$$eval(rowSel, (rs) => rs.map((r) => ({ address: r.dataset.member, state: r.dataset.state })));
@@ -158,6 +189,10 @@ async function main() {
     );
     result.state_after_click = await page.getAttribute(row, 'data-state');
     result.action_message = await page.textContent('[data-testid=action-msg]');
+    check(
+      (await page.$eval('[data-testid=action-msg]', (e) => e.getBoundingClientRect().height)) > 0,
+      'the action message is shown'
+    );
     log('after the click:', result.state_after_click, '-', result.action_message);
     // The following samples (not only the PATCH answer) say so too.
     const t0 = (await read()).time;
@@ -198,6 +233,19 @@ async function main() {
     await page.waitForSelector('#login[open]');
     await page.waitForFunction(() => /401/.test(document.getElementById('login-error').textContent));
     result.refused_token_prompt = await page.textContent('[data-testid=login-error]');
+
+    // 6. A kiosk link: the token in the fragment signs in without the
+    // prompt, then is gone from the address bar. (about:blank first: a
+    // fragment-only change would not load the page again.)
+    await page.evaluate((k) => localStorage.removeItem(k), TOKEN_KEY);
+    await page.goto('about:blank');
+    const kiosk = a.url.split('#')[0] + '#token=' + encodeURIComponent(a.readToken || a.token);
+    await page.goto(kiosk, { waitUntil: 'load' });
+    await page.waitForFunction(() => /\((read|admin)\)$/.test(document.getElementById('who').textContent));
+    check(!(await page.isVisible('#login')), 'no token prompt with a kiosk link');
+    result.kiosk_url = await page.evaluate(() => location.href);
+    check(!result.kiosk_url.includes('token') && !result.kiosk_url.includes('#'), 'the token left the address bar: ' + result.kiosk_url);
+    result.kiosk_who = await page.textContent('[data-testid=who]');
     result.ok = true;
   } finally {
     await close();

@@ -435,27 +435,46 @@ fn run(c: &Client, args: &[String], json_out: bool) -> Result<(), String> {
             if json_out {
                 print_json(&json!(pools));
             } else {
+                // STATE says "up (no check)" when nothing checks the member;
+                // FLAG says "failing" when its last connects all failed.
                 let mut t = Table::new(&[
                     "POOL",
                     "MEMBER",
                     "STATE",
+                    "FLAG",
                     "ADMIN",
                     "+WEIGHT",
                     "+INFLIGHT",
                     "+CONNS",
                     "+REQUESTS",
+                    "+CONNFAIL",
+                    "+5XX",
                 ]);
+                let failing = json!("failing");
                 for p in pools {
                     for m in p["members"].as_array().into_iter().flatten() {
+                        let state = if m["status"].is_string() {
+                            &m["status"]
+                        } else {
+                            &m["state"]
+                        };
+                        let flag = if m["failing"] == true {
+                            &failing
+                        } else {
+                            &Value::Null
+                        };
                         t.row(&[
                             &p["name"],
                             &m["address"],
-                            &m["state"],
+                            state,
+                            flag,
                             &m["admin_state"],
                             &m["weight"],
                             &m["inflight"],
                             &m["connections"]["active"],
                             &m["counters"]["requests"],
+                            &m["counters"]["connect_failures"],
+                            &m["counters"]["responses"]["5xx"],
                         ]);
                     }
                 }
@@ -745,10 +764,19 @@ fn report_member(m: &Value, json_out: bool) {
         println!("{}", serde_json::to_string_pretty(m).unwrap_or_default());
     } else {
         println!(
-            "{} {}: {} (admin {}, weight {}, health {}, {} in flight)",
+            "{} {}: {}{} (admin {}, weight {}, health {}, {} in flight)",
             s(&m["pool"]),
             s(&m["address"]),
-            s(&m["state"]),
+            s(if m["status"].is_string() {
+                &m["status"]
+            } else {
+                &m["state"]
+            }),
+            if m["failing"] == true {
+                ", failing"
+            } else {
+                ""
+            },
             s(&m["admin_state"]),
             m["weight"],
             s(&m["health"]["forced"]),
@@ -796,16 +824,36 @@ fn top(c: &Client, args: &[String], json_out: bool) -> Result<(), String> {
                 ]);
             }
             o.push_str(&format!("{t}\n"));
-            let mut t = Table::new(&["POOL", "MEMBER", "STATE", "+WEIGHT", "+INFLIGHT", "+REQ/S"]);
+            let mut t = Table::new(&[
+                "POOL",
+                "MEMBER",
+                "STATE",
+                "FLAG",
+                "+WEIGHT",
+                "+INFLIGHT",
+                "+REQ/S",
+                "+CONNFAIL",
+            ]);
+            let failing = json!("failing");
             for p in last["pools"].as_array().into_iter().flatten() {
                 for m in p["members"].as_array().into_iter().flatten() {
                     t.row(&[
                         &p["name"],
                         &m["address"],
-                        &m["state"],
+                        if m["status"].is_string() {
+                            &m["status"]
+                        } else {
+                            &m["state"]
+                        },
+                        if m["failing"] == true {
+                            &failing
+                        } else {
+                            &Value::Null
+                        },
                         &m["weight"],
                         &m["inflight"],
                         &m["requests_per_s"],
+                        &m["connect_failures"],
                     ]);
                 }
             }

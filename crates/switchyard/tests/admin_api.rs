@@ -7,9 +7,10 @@
 mod common;
 use common::*;
 
+use std::collections::HashMap;
 use std::io::Write;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -168,6 +169,58 @@ fn first_event(admin: SocketAddr, token: &str) -> (u16, String, String) {
 /// document does not list get 404, a listed path with another method 405.
 #[test]
 fn every_documented_route_answers_as_documented() {
+    every_route(&mut Vec::new());
+}
+
+/// Issue 32, item 7: every JSON answer of the route walk above (successes,
+/// 401, 403, 400, 404, and an event stream's sample) validates against the
+/// schema the document gives for its route and status, with a real JSON
+/// Schema (2020-12) validator: Python's jsonschema, run by
+/// `tests/openapi_validate.py`. Without python3 or jsonschema (scripts/test.sh
+/// installs Debian's python3-jsonschema) the test says so on one line and
+/// passes.
+#[test]
+fn every_documented_answer_validates_against_the_document() {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/openapi_validate.py");
+    let has_validator = Command::new("python3")
+        .args(["-c", "import jsonschema"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !has_validator {
+        println!("SKIPPED every_documented_answer_validates_against_the_document: python3 with jsonschema not found (scripts/test.sh installs python3-jsonschema)");
+        return;
+    }
+    let mut answers = Vec::new();
+    every_route(&mut answers);
+    assert!(answers.len() >= 40, "{} answers recorded", answers.len());
+    let dir = temp_dir("openapi-answers");
+    let file = dir.join("answers.json");
+    std::fs::write(&file, Value::Array(answers).to_string()).expect("write answers");
+    let out = Command::new("python3")
+        .arg(&script)
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("src/admin/openapi.json"))
+        .arg(&file)
+        .output()
+        .expect("run python3");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    eprint!("{stdout}");
+}
+
+/// Keeps a JSON answer for `every_documented_answer_validates_against_the_document`.
+fn keep(answers: &mut Vec<Value>, m: &str, path: &str, a: &Answer) {
+    if a.ctype.starts_with("application/json") {
+        answers.push(json!({ "method": m, "path": path, "status": a.status, "body": a.json() }));
+    }
+}
+
+/// Calls every documented route as `every_documented_route_answers_as_documented`
+/// says, and keeps each JSON answer as {method, path, status, body} (the
+/// path as the document writes it).
+fn every_route(answers: &mut Vec<Value>) {
     let o = Origin::start("a");
     let l = free_addr();
     let tokens = tokens_file();
@@ -229,6 +282,17 @@ fn every_documented_route_answers_as_documented() {
                 assert_eq!(st, 200);
                 assert!(ctype.starts_with("text/event-stream"), "{ctype}");
                 assert!(ev.starts_with("event: sample\ndata: {"), "{ev}");
+                let data = ev
+                    .trim_start_matches("event: sample\ndata: ")
+                    .lines()
+                    .next()
+                    .unwrap_or_default();
+                let sample: Value = serde_json::from_str(data)
+                    .unwrap_or_else(|e| panic!("an event's data is not JSON ({e}): {ev}"));
+                answers.push(
+                    json!({ "method": m, "path": path, "status": st, "body": sample,
+                                     "schema": "#/components/schemas/Sample" }),
+                );
                 checked += 1;
                 continue;
             }
@@ -237,6 +301,7 @@ fn every_documented_route_answers_as_documented() {
                 for tok in [None, Some("not-a-valid-token-at-all")] {
                     let a = call(sy.admin, &m, &url, tok, body.as_ref());
                     assert_eq!(a.status, 401, "{m} {url} with {tok:?}: {}", a.body);
+                    keep(answers, &m, path, &a);
                     assert!(a
                         .header("www-authenticate")
                         .is_some_and(|v| v.starts_with("Bearer")));
@@ -245,6 +310,7 @@ fn every_documented_route_answers_as_documented() {
                 if needs_admin {
                     let a = call(sy.admin, &m, &url, Some(READ_TOKEN), body.as_ref());
                     assert_eq!(a.status, 403, "{m} {url} with a read token: {}", a.body);
+                    keep(answers, &m, path, &a);
                 }
                 assert_eq!(
                     member(&sy, o.addr)["weight"],
@@ -254,6 +320,7 @@ fn every_documented_route_answers_as_documented() {
             }
             let tok = if needs_admin { ADMIN_TOKEN } else { READ_TOKEN };
             let a = call(sy.admin, &m, &url, Some(tok), body.as_ref());
+            keep(answers, &m, path, &a);
             let doc_resp = documented(a.status);
             assert!(
                 doc_resp.is_object(),
@@ -316,17 +383,15 @@ fn every_documented_route_answers_as_documented() {
         call(sy.admin, "GET", "/api/v1/nothing", Some(ADMIN_TOKEN), None).status,
         404
     );
-    assert_eq!(
-        call(
-            sy.admin,
-            "GET",
-            "/api/v1/pools/none",
-            Some(ADMIN_TOKEN),
-            None
-        )
-        .status,
-        404
+    let a = call(
+        sy.admin,
+        "GET",
+        "/api/v1/pools/none",
+        Some(ADMIN_TOKEN),
+        None,
     );
+    assert_eq!(a.status, 404);
+    keep(answers, "GET", "/api/v1/pools/{pool}", &a);
     assert_eq!(
         call(
             sy.admin,
@@ -346,6 +411,12 @@ fn every_documented_route_answers_as_documented() {
     // A bad change is refused whole: nothing applied.
     let a = patch(&sy, o.addr, json!({ "state": "draining", "weight": 0 }));
     assert_eq!(a.status, 400, "{}", a.body);
+    keep(
+        answers,
+        "PATCH",
+        "/api/v1/pools/{pool}/members/{member}",
+        &a,
+    );
     assert_eq!(member(&sy, o.addr)["admin_state"], "enabled");
     assert_eq!(patch(&sy, o.addr, json!({ "colour": "red" })).status, 400);
     assert_eq!(patch(&sy, o.addr, json!({})).status, 400);
@@ -929,7 +1000,9 @@ fn aligned(table: &str) -> Result<(), String> {
     let header = lines.next().ok_or("no header")?;
     let cols = runs(header, 2);
     for line in lines {
-        let cells = runs(line, 1);
+        // Cells are apart by two spaces or more; one may hold words
+        // ("up (no check)").
+        let cells = runs(line, 2);
         if cells.len() != cols.len() {
             return Err(format!(
                 "{} cells under {} headers: {line:?}",
@@ -1014,4 +1087,144 @@ fn stats_without_traffic_has_no_empty_responses_line() {
     assert_eq!(get(l, "/").status, 200);
     let stats = cli(&sy, &["stats"]);
     assert!(stats.contains("  responses 2xx=1\n"), "{stats}");
+}
+
+/// `member`'s entry in `switchyard stats --json` (pool app).
+fn json_stats(sy: &Switchyard, member: SocketAddr) -> Value {
+    let text = cli(sy, &["stats", "--json"]);
+    let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    member_of(&v, "app", member)
+}
+
+/// The cells of `table`'s row whose MEMBER is `member`, by header.
+fn ctl_row(table: &str, member: SocketAddr) -> HashMap<String, String> {
+    let mut lines = table.lines();
+    let header = runs(lines.next().unwrap_or_default(), 2);
+    let row = lines
+        .find(|l| l.contains(&format!(" {member} ")))
+        .unwrap_or_else(|| panic!("no row for {member}:\n{table}"));
+    header
+        .into_iter()
+        .map(|(_, _, h)| h)
+        .zip(runs(row, 2).into_iter().map(|(_, _, c)| c))
+        .collect()
+}
+
+/// Issue 32, item 6: a member that refuses every connection in a pool
+/// without checks stays "up" (nothing takes it out), but the API, `ctl
+/// members`, `stats` and `stats --json` say nothing checks it, count its
+/// connect failures and flag it `failing`; one connect that succeeds ends
+/// the flag, and its 5xx are counted apart.
+#[test]
+fn a_member_refusing_connections_is_flagged_failing_until_a_connect_succeeds() {
+    // Nothing listens on this port: every connect is refused.
+    let dead = free_addr();
+    let l = free_addr();
+    let tokens = tokens_file();
+    let sy = Switchyard::start(
+        &config(
+            &format!("tokens_file = \"{}\"", tokens.display()),
+            l,
+            &[(dead, 1)],
+            "",
+        ),
+        &[l],
+    );
+    for i in 0..4 {
+        assert_eq!(get(l, &format!("/{i}")).status, 502, "request {i}");
+    }
+
+    let m = member(&sy, dead);
+    assert_eq!(m["state"], "up", "{m}");
+    assert_eq!(m["status"], "up (no check)", "{m}");
+    assert_eq!(m["failing"], true, "{m}");
+    assert_eq!(m["health"]["connect_fail_streak"], 4, "{m}");
+    assert_eq!(m["counters"]["connect_failures"], 4, "{m}");
+    assert_eq!(m["counters"]["responses"]["5xx"], 0, "{m}");
+
+    let table = cli(&sy, &["ctl", "members"]);
+    aligned(&table).unwrap_or_else(|e| panic!("{e}\n{table}"));
+    let row = ctl_row(&table, dead);
+    assert_eq!(
+        row.get("STATE").map(String::as_str),
+        Some("up (no check)"),
+        "{table}"
+    );
+    assert_eq!(
+        row.get("FLAG").map(String::as_str),
+        Some("failing"),
+        "{table}"
+    );
+    assert_eq!(
+        row.get("CONNFAIL").map(String::as_str),
+        Some("4"),
+        "{table}"
+    );
+    assert_eq!(row.get("5XX").map(String::as_str), Some("0"), "{table}");
+
+    let stats = cli(&sy, &["stats"]);
+    let line = stats
+        .lines()
+        .find(|x| x.contains(&dead.to_string()))
+        .unwrap_or_else(|| panic!("no line for {dead}:\n{stats}"));
+    assert!(
+        line.contains(&format!("{dead} up (no check) FAILING ")),
+        "{line}"
+    );
+    assert!(line.contains("connect failures 4 "), "{line}");
+    let js = json_stats(&sy, dead);
+    assert_eq!(
+        (&js["status"], &js["failing"], &js["connect_failures"]),
+        (&json!("up (no check)"), &json!(true), &json!(4)),
+        "{js}"
+    );
+
+    // The member comes back: one connect that succeeds ends the flag.
+    let o = Origin::start_on("back", &dead.to_string());
+    o.set(|b| b.status = 503);
+    assert_eq!(get(l, "/back").status, 503);
+    let m = member(&sy, dead);
+    assert_eq!(m["failing"], false, "{m}");
+    assert_eq!(m["health"]["connect_fail_streak"], 0, "{m}");
+    assert_eq!(m["counters"]["connect_failures"], 4, "{m}");
+    assert_eq!(m["counters"]["responses"]["5xx"], 1, "{m}");
+    let table = cli(&sy, &["ctl", "members"]);
+    aligned(&table).unwrap_or_else(|e| panic!("{e}\n{table}"));
+    let row = ctl_row(&table, dead);
+    assert_eq!(row.get("FLAG").map(String::as_str), Some("-"), "{table}");
+    assert_eq!(row.get("5XX").map(String::as_str), Some("1"), "{table}");
+    let stats = cli(&sy, &["stats"]);
+    assert!(!stats.contains("FAILING"), "{stats}");
+    assert!(stats.contains("responses 5xx=1 "), "{stats}");
+    assert_eq!(json_stats(&sy, dead)["failing"], false);
+}
+
+/// A member of a pool with active checks is plain "up": the checks vouch
+/// for it.
+#[test]
+fn a_checked_member_is_plain_up() {
+    let o = Origin::start("a");
+    let l = free_addr();
+    let tokens = tokens_file();
+    let sy = Switchyard::start(
+        &config(
+            &format!("tokens_file = \"{}\"", tokens.display()),
+            l,
+            &[(o.addr, 1)],
+            "[pool.health]\ntype = \"http\"\npath = \"/health\"\ninterval = \"100ms\"",
+        ),
+        &[l],
+    );
+    assert!(eventually(Duration::from_secs(5), || member(&sy, o.addr)
+        ["health"]["check_ok_streak"]
+        .as_u64()
+        .is_some_and(|n| n > 0)));
+    let m = member(&sy, o.addr);
+    assert_eq!(
+        (&m["state"], &m["status"]),
+        (&json!("up"), &json!("up")),
+        "{m}"
+    );
+    let row = ctl_row(&cli(&sy, &["ctl", "members"]), o.addr);
+    assert_eq!(row.get("STATE").map(String::as_str), Some("up"));
 }

@@ -167,6 +167,9 @@ fn dashboard_in_headless_chromium() {
     // Nobody listens there: the "legacy" pool's member is down (a TCP
     // check) and the vserver answers 5xx.
     let dead = free_addr();
+    // Nobody listens there either, in a pool without checks: the member
+    // stays "up (no check)" and is flagged failing.
+    let (stale, refused) = (free_addr(), free_addr());
     let dir = temp_dir("dashboard");
     let tokens = dir.join("tokens");
     std::fs::write(
@@ -194,6 +197,8 @@ fn dashboard_in_headless_chromium() {
          [[pool]]\nname = \"legacy\"\n\
          [pool.health]\ntype = \"tcp\"\ninterval = \"200ms\"\ntimeout = \"200ms\"\nrise = 1\nfall = 1\n\
          [[pool.member]]\naddress = \"{dead}\"\n\
+         [[vserver]]\nname = \"stale\"\nlisten = [\"{stale}\"]\ndefault_pool = \"stale\"\n\
+         [[pool]]\nname = \"stale\"\n[[pool.member]]\naddress = \"{refused}\"\n\
          [shield]\n[[shield.acl]]\nname = \"count web\"\nproto = [\"tcp\"]\naction = \"count\"\n",
         tokens.display(),
         cert.display(),
@@ -201,7 +206,14 @@ fn dashboard_in_headless_chromium() {
         a.addr,
         b.addr,
     );
-    let sy = Switchyard::start(&config, &[web, secure, broken]);
+    let sy = Switchyard::start(&config, &[web, secure, broken, stale]);
+    for i in 0..3 {
+        assert_eq!(
+            get(stale, &format!("/{i}")).status,
+            502,
+            "request {i} to stale"
+        );
+    }
     // Tokens are in force: no token, no data.
     let r = get(sy.admin, "/api/v1/live");
     assert_eq!(r.status, 401, "{}", r.body_text());
@@ -252,6 +264,8 @@ fn dashboard_in_headless_chromium() {
         .args(["--pool", "app"])
         .args(["--member", &drained.to_string()])
         .args(["--min-certificates", "1"])
+        .args(["--failing-pool", "stale"])
+        .args(["--failing-member", &refused.to_string()])
         .arg("--chromium")
         .arg(&chromium)
         .arg("--screenshot")
@@ -306,6 +320,14 @@ fn dashboard_in_headless_chromium() {
     let seen: serde_json::Value = serde_json::from_str(out.trim().lines().last().unwrap_or(""))
         .unwrap_or_else(|e| panic!("the script's result is not JSON ({e}): {out}"));
     assert_eq!(seen["ok"], true, "{seen}");
+    assert_eq!(seen["failing"]["label"], "up (no check)", "{seen}");
+    assert_eq!(seen["action_msg_height"], 0, "{seen}");
+    assert!(
+        seen["kiosk_url"]
+            .as_str()
+            .is_some_and(|u| u.ends_with("/dashboard/")),
+        "{seen}"
+    );
     eprintln!("browser saw: {seen}");
     // The shield section: the rule and the default, counted at accept.
     assert_eq!(seen["shield_where"], "at accept", "{seen}");

@@ -1089,6 +1089,8 @@ pub fn member(p: &Pool, m: &Member) -> Value {
         "pool": p.name,
         "address": m.addr.to_string(),
         "state": render::member_state(m),
+        "status": render::member_status(p, m),
+        "failing": s.failing(),
         "admin_state": s.admin().as_str(),
         "health": {
             "forced": s.forced().as_str(),
@@ -1097,6 +1099,7 @@ pub fn member(p: &Pool, m: &Member) -> Value {
             "check_ok_streak": s.check_ok_streak.load(Ordering::Relaxed),
             "check_fail_streak": s.check_fail_streak.load(Ordering::Relaxed),
             "passive_consecutive_failures": s.consecutive_failures.load(Ordering::Relaxed),
+            "connect_fail_streak": s.connect_fail_streak.load(Ordering::Relaxed),
             "ejected_for_ms": ejected_until.saturating_sub(now),
         },
         "weight": s.weight_override().unwrap_or(m.weight),

@@ -162,9 +162,14 @@ impl History {
                 let in_use = c
                     .server_connections_active
                     .saturating_sub(c.server_connections_idle);
+                let state = m.state.condition(t_now, in_use);
                 members.push(json!({
                     "address": m.addr.to_string(),
-                    "state": m.state.condition(t_now, in_use),
+                    "state": state,
+                    "status": crate::admin::render::status_text(state, p.health.is_some()),
+                    "failing": m.state.failing(),
+                    "connect_failures": c.connect_failures,
+                    "responses_5xx": c.responses[4],
                     "admin_state": m.state.admin().as_str(),
                     "weight": crate::balance::Candidate::weight(m),
                     "backup": m.backup,

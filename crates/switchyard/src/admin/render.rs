@@ -7,7 +7,7 @@ use std::fmt::Write;
 use std::sync::atomic::Ordering;
 
 use crate::clock::now_ms;
-use crate::config::snapshot::{Member, Snapshot, VServer};
+use crate::config::snapshot::{Member, Pool, Snapshot, VServer};
 use crate::stats::{quantile, MemberValues, PoolValues, VsValues, STATUS_CLASSES};
 
 fn latency(vs: &VServer) -> (u64, u64, u64, u64) {
@@ -30,6 +30,22 @@ pub fn member_state(m: &Member) -> &'static str {
         .server_connections_active
         .saturating_sub(c.server_connections_idle);
     m.state.condition(now_ms(), in_use)
+}
+
+/// The member's condition as people read it: `up (no check)` for a member
+/// that is up only because nothing checks it (its pool has no
+/// `[pool.health]`), as HAProxy's status column says "no check".
+pub fn member_status(p: &Pool, m: &Member) -> String {
+    status_text(member_state(m), p.health.is_some())
+}
+
+/// `member_status` from a condition and whether active checks run.
+pub fn status_text(state: &str, checked: bool) -> String {
+    if state == "up" && !checked {
+        "up (no check)".to_string()
+    } else {
+        state.to_string()
+    }
 }
 
 struct Totals {
@@ -118,9 +134,10 @@ pub fn text(snap: &Snapshot) -> String {
             let c = m.counters.read();
             let _ = writeln!(
                 o,
-                "  {} {}{} weight {} inflight {}  requests {}  responses {}  conns active {} idle {} total {} reused {}  connect failures {} tls handshake failures {} bad responses {} timeouts {} resets {} transitions {} ejections {}",
+                "  {} {}{}{} weight {} inflight {}  requests {}  responses {}  conns active {} idle {} total {} reused {}  connect failures {} tls handshake failures {} bad responses {} timeouts {} resets {} transitions {} ejections {}",
                 m.addr,
-                member_state(m),
+                member_status(pool, m),
+                if m.state.failing() { " FAILING" } else { "" },
                 if m.backup { " backup" } else { "" },
                 m.weight,
                 m.state.inflight.load(Ordering::Relaxed),
@@ -213,9 +230,11 @@ pub fn json(snap: &Snapshot) -> String {
                 .map(|m| {
                     let c: MemberValues = m.counters.read();
                     format!(
-                        "{{\"address\":{},\"state\":{},\"backup\":{},\"weight\":{},\"inflight\":{},{}}}",
+                        "{{\"address\":{},\"state\":{},\"status\":{},\"failing\":{},\"backup\":{},\"weight\":{},\"inflight\":{},{}}}",
                         esc(&m.addr.to_string()),
                         esc(member_state(m)),
+                        esc(&member_status(pool, m)),
+                        m.state.failing(),
                         m.backup,
                         m.weight,
                         m.state.inflight.load(Ordering::Relaxed),

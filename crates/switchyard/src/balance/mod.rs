@@ -62,6 +62,11 @@ pub struct MemberState {
     /// Consecutive active-check results, owned by the health checker.
     pub check_ok_streak: AtomicU32,
     pub check_fail_streak: AtomicU32,
+    /// Connects by traffic (not checks) that failed in a row, counted with
+    /// or without passive health; a connect that succeeds resets it. It
+    /// takes nothing out of rotation: it makes a member that refuses every
+    /// connection visible (`failing`) in a pool without checks.
+    pub connect_fail_streak: AtomicU32,
     /// Run-time administration (admin API): the state an operator set, a
     /// health verdict forced over the checks, and a weight replacing the
     /// configured one. All survive a reload that keeps the member.
@@ -114,6 +119,7 @@ impl Default for MemberState {
             inflight: AtomicU64::new(0),
             check_ok_streak: AtomicU32::new(0),
             check_fail_streak: AtomicU32::new(0),
+            connect_fail_streak: AtomicU32::new(0),
             admin: AtomicU8::new(0),
             forced: AtomicU8::new(0),
             weight_override: AtomicU32::new(0),
@@ -132,7 +138,31 @@ impl ForcedHealth {
     }
 }
 
+/// A member whose last this many connects all failed is reported as
+/// `failing`.
+pub const FAILING_AFTER: u32 = 3;
+
 impl MemberState {
+    /// A connect to the member failed (refused, timed out, TLS handshake).
+    #[inline]
+    pub fn connect_failed(&self) {
+        self.connect_fail_streak.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A connect to the member succeeded: the failure streak ends. Reads
+    /// first so the common case writes nothing to the shared line.
+    #[inline]
+    pub fn connected(&self) {
+        if self.connect_fail_streak.load(Ordering::Relaxed) != 0 {
+            self.connect_fail_streak.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// The last `FAILING_AFTER` connects or more all failed.
+    pub fn failing(&self) -> bool {
+        self.connect_fail_streak.load(Ordering::Relaxed) >= FAILING_AFTER
+    }
+
     /// May take new requests: enabled, and healthy (or forced up).
     #[inline]
     pub fn is_up(&self, now: u64) -> bool {

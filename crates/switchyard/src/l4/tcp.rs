@@ -454,6 +454,7 @@ async fn connect(
         let timeout_ms = snap.settings.upstream_connect_ms;
         match open(m, pool, (client.ip(), &header), timeout_ms).await {
             Ok(mut s) => {
+                m.state.connected();
                 passive::record(pool, m, false);
                 stats::inc(&mc.requests);
                 facts.member = Some(m.addr);
@@ -481,6 +482,7 @@ async fn connect(
             }
             Err(Failed::Connect(e)) => {
                 stats::inc(&mc.connect_failures);
+                m.state.connect_failed();
                 passive::record(pool, m, true);
                 log::debug(format_args!(
                     "vserver {:?}: connect to {} failed: {e}",

@@ -477,6 +477,7 @@ fn send_to_member(vs: &VServer, link: &Link, datagrams: &[&[u8]]) -> usize {
             // ECONNREFUSED from an earlier datagram's ICMP: the member's
             // port is closed.
             stats::inc(&mc.connect_failures);
+            m.state.connect_failed();
             passive::record(pool, m, true);
             log::debug(format_args!(
                 "vserver {:?}: datagram to {}: {e}",
@@ -592,6 +593,7 @@ async fn replies(
             Ok(Ok(n)) => n,
             Ok(Err(e)) => {
                 stats::inc(&m.counters.local().connect_failures);
+                m.state.connect_failed();
                 passive::record(&pool, &m, true);
                 log::debug(format_args!(
                     "vserver {:?}: from {}: {e}",
@@ -607,6 +609,7 @@ async fn replies(
         }
         drop(ready);
         s.last.set(now_ms());
+        m.state.connected();
         passive::record(&pool, &m, false);
         let mut bytes = 0;
         REPLIES.with(|b| {
@@ -702,6 +705,7 @@ fn open(pool: &Arc<Pool>, i: usize, client: IpAddr) -> Option<Link> {
     };
     if let Err(e) = sock.connect(m.addr) {
         stats::inc(&mc.connect_failures);
+        m.state.connect_failed();
         log::debug(format_args!("udp: connect to {}: {e}", m.addr));
         return None;
     }

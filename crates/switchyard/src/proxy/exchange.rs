@@ -328,6 +328,7 @@ impl Attempt<'_> {
     /// A failed connect: counted, fed to passive health and logged.
     pub(super) fn connect_failed(&self, x: &Exchange<'_>, e: &ConnectError, what: &str) -> Failure {
         stats::inc(&self.m.counters.local().connect_failures);
+        self.m.state.connect_failed();
         passive::record(self.pool, self.m, true);
         log::warn(format_args!(
             "vserver {}: member {}: {what}connect failed: {e}",

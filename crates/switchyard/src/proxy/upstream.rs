@@ -437,6 +437,7 @@ pub async fn connect_with(
             }
         }
     };
+    m.state.connected();
     let c = m.counters.local();
     stats::inc(&c.server_connections_total);
     stats::inc(&c.server_connections_active);

@@ -593,6 +593,8 @@
           ['Connections', 1],
           ['Req/s', 1],
           ['Requests', 1],
+          ['Connect fails', 1],
+          ['5xx', 1],
           ['Actions', 0],
         ]) {
           head.append(el('th', { scope: 'col', class: n ? 'n' : '', text: t }));
@@ -608,7 +610,7 @@
         (m) => memberRow(p.name, m),
         (tr, m) => updateMember(tr, p.name, m),
         'no members',
-        9
+        11
       );
     });
     for (const c of Array.from(box.children)) if (!seen.has(c.dataset.pool)) c.remove();
@@ -619,8 +621,14 @@
     tr.append(el('th', { scope: 'row', text: m.address }));
     const st = el('td');
     st.append(el('span', { class: 'state', 'data-testid': 'member-state' }));
+    // Its last connects all failed: red, whatever its state says (a pool
+    // without checks keeps such a member "up").
+    const flag = el('span', { class: 'flag failing', 'data-testid': 'member-failing', text: 'failing' });
+    flag.title = 'its last connects all failed';
+    flag.hidden = true;
+    st.append(' ', flag);
     tr.append(st);
-    for (let i = 0; i < 6; i++) tr.append(el('td', { class: i === 1 ? '' : 'n' }));
+    for (let i = 0; i < 8; i++) tr.append(el('td', { class: i === 1 ? '' : 'n' }));
     const acts = el('div', { class: 'actions' });
     for (const [label, want] of [
       ['Drain', 'draining'],
@@ -641,12 +649,15 @@
     return tr;
   }
 
-  function showState(tr, state, admin) {
+  // `label`: what the badge says ("up (no check)"), by default the state.
+  function showState(tr, state, admin, label) {
     const badge = tr.querySelector('.state');
-    if (badge.textContent !== state) {
-      badge.textContent = state;
+    const text = label || tr.dataset.label || state;
+    if (badge.textContent !== text || !badge.classList.contains(state)) {
+      badge.textContent = text;
       badge.className = 'state ' + state;
     }
+    tr.dataset.label = text;
     tr.dataset.state = state;
     tr.dataset.adminState = admin;
     for (const b of tr.querySelectorAll('button')) {
@@ -667,11 +678,19 @@
       num(m.connections_active),
       rate(m.requests_per_s),
       num(m.requests_total),
+      num(m.connect_failures),
+      num(m.responses_5xx),
     ];
     vals.forEach((v, i) => {
       if (c[i + 2].textContent !== v) c[i + 2].textContent = v;
     });
-    showState(tr, state, admin);
+    c[8].classList.toggle('bad', !!m.failing);
+    c[9].classList.toggle('bad', m.responses_5xx > 0);
+    const failing = !!m.failing;
+    tr.querySelector('.flag.failing').hidden = !failing;
+    tr.classList.toggle('failing', failing);
+    tr.dataset.failing = failing ? '1' : '';
+    showState(tr, state, admin, state === m.state && m.status ? m.status : state);
   }
 
   async function change(tr, pool, address, want) {
@@ -689,7 +708,7 @@
         until: Date.now() + OVERRIDE_MS,
       });
       tr.dataset.busy = '';
-      showState(tr, m.state, m.admin_state);
+      showState(tr, m.state, m.admin_state, m.status);
       msg.textContent = address + ' in pool ' + pool + ' is now ' + m.state + ' (set to ' + m.admin_state + ').';
     } catch (e) {
       tr.dataset.busy = '';
@@ -755,7 +774,21 @@
 
   // ------------------------------------------------------------ go
 
+  // A kiosk link (a wall screen, a headless browser): `#token=T` signs in
+  // once, as a typed token does (kept in localStorage when accepted), and
+  // leaves the address bar and the history entry at once, as Grafana's
+  // and Prometheus's kiosk links do.
+  function tokenFromUrl() {
+    if (!location.hash.startsWith('#')) return null;
+    const t = new URLSearchParams(location.hash.slice(1)).get('token');
+    if (t === null) return null;
+    history.replaceState(null, '', location.pathname + location.search);
+    return t.trim();
+  }
+
   drawCharts();
-  if (token === null) askToken('');
+  const linked = tokenFromUrl();
+  if (linked !== null) login(linked);
+  else if (token === null) askToken('');
   else login(token);
 })();
