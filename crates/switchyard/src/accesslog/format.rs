@@ -341,7 +341,9 @@ pub(super) fn client_ip(a: SocketAddr) -> IpAddr {
 }
 
 fn protocol(e: &Entry) -> &'static str {
-    if e.http2 {
+    if e.http3 {
+        "HTTP/3"
+    } else if e.http2 {
         "HTTP/2.0"
     } else if e.req.head.minor == 0 {
         "HTTP/1.0"
@@ -584,6 +586,7 @@ mod tests {
             vserver: "web",
             req: r,
             http2: false,
+            http3: false,
             status: 200,
             bytes_sent: 2326,
             bytes_received: 0,

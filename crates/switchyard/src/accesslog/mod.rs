@@ -82,6 +82,7 @@ pub struct Entry<'a> {
     /// edits applied).
     pub req: &'a Request,
     pub http2: bool,
+    pub http3: bool,
     pub status: u16,
     /// Response body bytes sent to the client, and request body bytes
     /// received from it.

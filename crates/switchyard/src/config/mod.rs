@@ -6,6 +6,7 @@
 
 mod build;
 pub mod ddos;
+pub mod http3;
 pub mod l4;
 pub mod limits;
 pub mod model;

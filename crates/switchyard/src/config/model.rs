@@ -235,6 +235,22 @@ pub struct VServer {
     pub acl: Vec<super::shield::AclRule>,
     /// How slowly a request body may come (`[vserver.request_body]`).
     pub request_body: Option<RequestBody>,
+    /// HTTP/3 over QUIC on the listen addresses (UDP) too.
+    pub http3: Option<Spanned<Http3>>,
+}
+
+/// `[vserver.http3]`: QUIC (UDP) on the vserver's listen addresses, with
+/// its TLS (`[vserver.tls]`, TLS 1.3).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Http3 {
+    /// How long clients may remember the Alt-Svc advertisement on HTTP/1.1
+    /// and HTTP/2 responses; "0s" advertises nothing.
+    pub alt_svc_max_age: Option<Millis>,
+    /// A connection with no packet for this long is closed.
+    pub idle_timeout: Option<Millis>,
+    /// Request streams a client may have open at once per connection.
+    pub max_streams: Option<Spanned<u32>>,
 }
 
 /// `[vserver.request_body]`: the slow-body (R.U.D.Y.) defence beside

@@ -67,6 +67,18 @@ impl Snapshot {
         v
     }
 
+    /// The addresses with QUIC (UDP) beside TCP: `[vserver.http3]`.
+    pub fn quic_addrs(&self) -> Vec<SocketAddr> {
+        let mut v: Vec<SocketAddr> = self
+            .by_listen
+            .iter()
+            .filter(|(_, vs)| vs.http3.is_some())
+            .map(|(a, _)| *a)
+            .collect();
+        v.sort();
+        v
+    }
+
     pub fn listen_addrs(&self) -> Vec<SocketAddr> {
         let mut v: Vec<SocketAddr> = self.by_listen.keys().copied().collect();
         v.sort();
@@ -148,6 +160,8 @@ pub struct VServer {
     pub l4: Option<Arc<L4Settings>>,
     /// Sources that open with a PROXY protocol header.
     pub accept_proxy: Option<Arc<AcceptProxy>>,
+    /// `[vserver.http3]`: QUIC on the listen addresses too.
+    pub http3: Option<Arc<Http3>>,
     pub socket: SocketOpts,
     /// This vserver's ACL, evaluated after the global one.
     pub acl: Option<Arc<crate::shield::AclSet>>,
@@ -466,6 +480,16 @@ impl SniTable {
 }
 
 /// Who must (and who alone may) open with a PROXY protocol header.
+/// `[vserver.http3]`, validated: QUIC on the vserver's listen addresses.
+pub struct Http3 {
+    /// QUIC's TLS and transport (streams, idle timeout); a reload makes a
+    /// new one, with a new Retry token key.
+    pub server: Arc<quinn::ServerConfig>,
+    /// The Alt-Svc value advertised on responses of each listen port
+    /// (`h3=":443"; ma=86400`); empty: not advertised.
+    pub alt_svc: Vec<(u16, bytes::Bytes)>,
+}
+
 #[derive(Debug)]
 pub struct AcceptProxy {
     pub trusted: Vec<Cidr>,

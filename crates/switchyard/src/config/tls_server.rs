@@ -338,11 +338,32 @@ pub fn build(
             )]);
         }
     };
-    let builder = match verifier {
+    let builder = match verifier.clone() {
         Some(v) => builder.with_client_cert_verifier(v),
         None => builder.with_no_client_auth(),
     };
     let store = Arc::new(store);
+    // QUIC's TLS (`[vserver.http3]`): the same certificates, SNI and client
+    // certificate rule, TLS 1.3 only (RFC 9001 4.2), ALPN "h3".
+    let mut quic = versions
+        .iter()
+        .any(|v| v.version == rustls::ProtocolVersion::TLSv1_3)
+        .then(|| {
+            let b = ServerConfig::builder_with_provider(provider.clone())
+                .with_protocol_versions(&[&rustls::version::TLS13])
+                .ok()?;
+            let b = match verifier {
+                Some(v) => b.with_client_cert_verifier(v),
+                None => b.with_no_client_auth(),
+            };
+            let mut q = b.with_cert_resolver(store.clone());
+            q.alpn_protocols = vec![b"h3".to_vec()];
+            q.ignore_client_order = true;
+            // No 0-RTT (replayable) until it is asked for, per method.
+            q.max_early_data_size = 0;
+            Some(q)
+        })
+        .flatten();
     let mut config = builder.with_cert_resolver(store.clone());
     config.alpn_protocols = alpn;
     // The operator's order of suites and groups wins over the client's.
@@ -368,13 +389,22 @@ pub fn build(
             .unwrap_or_else(|| ServerSessionMemoryCache::new(SESSION_CACHE));
         config.ticketer = tickets.clone();
         config.session_storage = sessions.clone();
+        if let Some(q) = &mut quic {
+            q.ticketer = tickets.clone();
+            q.session_storage = sessions.clone();
+        }
         (Some(tickets), Some(sessions))
     } else {
         config.session_storage = Arc::new(NoServerSessionStorage {});
         config.send_tls13_tickets = 0;
+        if let Some(q) = &mut quic {
+            q.session_storage = Arc::new(NoServerSessionStorage {});
+            q.send_tls13_tickets = 0;
+        }
         (None, None)
     };
     Ok(TlsServer {
+        quic: quic.map(Arc::new),
         certs: store,
         config: Arc::new(config),
         hsts,

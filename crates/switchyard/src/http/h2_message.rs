@@ -42,6 +42,37 @@ pub fn request_from_wire(
     )
 }
 
+/// A client's HTTP/3 request head (RFC 9114 4.3: the same pseudo-fields
+/// and rules as HTTP/2's, decoded and checked by the h3 crate) as the
+/// neutral request. `end_stream`: no body follows the head.
+pub fn request_from_h3(
+    req: &http::Request<()>,
+    end_stream: bool,
+    limits: &Limits,
+) -> Result<Request, HeadError> {
+    let method = Bytes::copy_from_slice(req.method().as_str().as_bytes());
+    let path = req
+        .uri()
+        .path_and_query()
+        .map(|p| Bytes::copy_from_slice(p.as_str().as_bytes()));
+    let authority = req
+        .uri()
+        .authority()
+        .map(|a| Bytes::copy_from_slice(a.as_str().as_bytes()));
+    let fields = req
+        .headers()
+        .iter()
+        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
+    build_request(
+        method,
+        path,
+        authority,
+        (fields, req.headers().len()),
+        end_stream,
+        limits,
+    )
+}
+
 /// An extended CONNECT (RFC 8441 4, `:protocol`) as the request an
 /// HTTP/1.1 member understands: a GET of `:path` asking to upgrade to the
 /// protocol, with a `Sec-WebSocket-Key` of our own (the client's
@@ -88,7 +119,7 @@ fn build_request<'a>(
     limits: &Limits,
 ) -> Result<Request, HeadError> {
     if &method[..] == b"CONNECT" {
-        return Err(bad(501, "CONNECT is not supported over HTTP/2"));
+        return Err(bad(501, "CONNECT is not supported over HTTP/2 or HTTP/3"));
     }
     // It becomes an HTTP/1.1 request line: a token, nothing else.
     if method.is_empty() || !method.iter().all(|b| is_tchar(*b)) {

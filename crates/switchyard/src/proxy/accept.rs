@@ -36,6 +36,7 @@ use tokio_rustls::server::TlsStream;
 
 use super::client_h1_conn;
 use super::client_h2_conn;
+use super::client_h3_conn;
 use super::conn::{private_key_of, ConnGuard};
 use super::ctx::WorkerCtx;
 use super::exchange::micros_since;
@@ -136,7 +137,7 @@ fn admit(
         acl: vs.acl.as_deref(),
         limits: &vs.limits,
     };
-    let verdict = admission::connection(&rules, peer, listen);
+    let verdict = admission::connection(&rules, peer, listen, crate::shield::acl::TCP);
     let how = verdict.closing();
     match verdict {
         Verdict::Admit(leases) => return Ok(leases),
@@ -420,4 +421,102 @@ async fn skip(s: &TcpStream, n: usize) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// The front door of a QUIC listener (`[vserver.http3]`): every new
+/// connection is admitted by the same shield as TCP's (its ACLs by the
+/// datagrams' protocol, UDP; the per-source limits), counted, and handed
+/// to the HTTP/3 connection (`client_h3_conn`). The handshake runs on the
+/// configuration current when the connection arrives: a reload's new
+/// certificates apply to connections that arrive after it.
+pub async fn serve_quic(ctx: Rc<WorkerCtx>, socket: std::net::UdpSocket, listen: SocketAddr) {
+    let server = {
+        let snap = ctx.snapshot.load();
+        snap.vserver_for(&listen)
+            .and_then(|vs| vs.http3.as_ref())
+            .map(|h3| h3.server.clone())
+    };
+    let Some(server) = server else {
+        return;
+    };
+    let endpoint = match quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(Arc::unwrap_or_clone(server)),
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    ) {
+        Ok(e) => e,
+        Err(e) => {
+            log::error(format_args!("QUIC on {listen}: cannot start: {e}"));
+            return;
+        }
+    };
+    // Aborted (the address left the configuration, or the worker drains):
+    // no new connection is accepted; those open finish their streams.
+    struct StopAccepting(quinn::Endpoint);
+    impl Drop for StopAccepting {
+        fn drop(&mut self) {
+            self.0.set_server_config(None);
+        }
+    }
+    let endpoint = StopAccepting(endpoint);
+    while let Some(incoming) = endpoint.0.accept().await {
+        admit_quic(&ctx, incoming, listen);
+    }
+}
+
+/// Admits one QUIC connection attempt, or refuses it (an ACL's drop is
+/// ignored: no packet answers it).
+fn admit_quic(ctx: &Rc<WorkerCtx>, incoming: quinn::Incoming, listen: SocketAddr) {
+    let peer = incoming.remote_address();
+    let snap = ctx.snapshot.load();
+    let Some((vs, h3)) = snap
+        .vserver_for(&listen)
+        .and_then(|vs| Some((vs, vs.http3.clone()?)))
+    else {
+        incoming.refuse();
+        return;
+    };
+    let rules = Rules {
+        global: snap.shield.as_deref(),
+        acl: vs.acl.as_deref(),
+        limits: &vs.limits,
+    };
+    let leases = match admission::connection(&rules, peer, listen, crate::shield::acl::UDP) {
+        Verdict::Admit(leases) => leases,
+        Verdict::AclDropped => {
+            stats::inc(&vs.counters.local().acl_dropped);
+            incoming.ignore();
+            return;
+        }
+        Verdict::AclRejected => {
+            stats::inc(&vs.counters.local().acl_rejected);
+            incoming.refuse();
+            return;
+        }
+        Verdict::Limited { limit, reason } => {
+            log::debug(format_args!(
+                "vserver {}: limit {:?}: QUIC connection from {peer} refused ({})",
+                vs.name,
+                limit.name,
+                reason.name()
+            ));
+            incoming.refuse();
+            return;
+        }
+    };
+    let connecting = match incoming.accept_with(h3.server.clone()) {
+        Ok(c) => c,
+        Err(e) => {
+            log::debug(format_args!("client {peer}: QUIC connection refused: {e}"));
+            return;
+        }
+    };
+    let door = open(ctx, &snap, vs, peer, leases);
+    let mut guard = door.guard;
+    if let Some((idle, key)) = &mut guard.private {
+        *key = private_key_of(peer, listen);
+        idle.open_private(*key);
+    }
+    client_h3_conn::start(ctx, connecting, peer, listen, guard);
 }

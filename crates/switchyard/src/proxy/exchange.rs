@@ -94,6 +94,8 @@ pub struct Exchange<'s> {
 pub struct Facts {
     /// The client speaks HTTP/2.
     pub http2: bool,
+    /// The client speaks HTTP/3 (QUIC).
+    pub http3: bool,
     /// The client connection's TLS parameters.
     pub tls: Option<crate::accesslog::TlsInfo>,
     /// Reading the request head (HTTP/1; µs).

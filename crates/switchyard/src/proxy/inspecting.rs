@@ -90,7 +90,9 @@ fn sample_roll() -> u64 {
 }
 
 fn protocol(x: &Exchange<'_>, req: &Request) -> &'static str {
-    if x.facts.http2 {
+    if x.facts.http3 {
+        "HTTP/3"
+    } else if x.facts.http2 {
         "HTTP/2.0"
     } else if req.head.minor == 0 {
         "HTTP/1.0"
@@ -293,7 +295,9 @@ impl Hooks for Waf {
             return;
         };
         let headers: Vec<(&[u8], &[u8])> = resp.head.fields.iter().collect();
-        let proto = if x.facts.http2 {
+        let proto = if x.facts.http3 {
+            "HTTP/3"
+        } else if x.facts.http2 {
             "HTTP/2.0"
         } else {
             "HTTP/1.1"

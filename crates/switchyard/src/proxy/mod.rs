@@ -24,6 +24,8 @@ mod client_h1_exchange;
 pub mod client_h2_conn;
 mod client_h2_exchange;
 pub mod client_h2_stream;
+mod client_h3_conn;
+mod client_h3_exchange;
 mod compressing;
 mod conn;
 mod ctx;
@@ -47,7 +49,7 @@ pub mod stream;
 mod tunnel;
 pub mod upstream;
 
-pub use accept::serve;
+pub use accept::{serve, serve_quic};
 pub use client_h1_conn::resume;
 pub use conn::{Client, ConnGuard};
 pub use ctx::WorkerCtx;

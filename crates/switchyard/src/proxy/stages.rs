@@ -233,6 +233,21 @@ impl Hooks for Forward {
             }
         }
         apply_edits(&mut resp.head.fields, &x.response_edits);
+        alt_svc(x, &mut resp.head.fields);
+    }
+}
+
+/// `[vserver.http3]`: HTTP/1.1 and HTTP/2 responses say where the same
+/// service speaks HTTP/3 (RFC 7838), unless the member said otherwise.
+fn alt_svc(x: &Exchange<'_>, f: &mut Fields) {
+    let Some(h3) = x.vs.http3.as_deref().filter(|_| !x.facts.http3) else {
+        return;
+    };
+    let port = x.listen.port();
+    if let Some((_, v)) = h3.alt_svc.iter().find(|(p, _)| *p == port) {
+        if f.get("alt-svc").is_none() {
+            f.append(b"alt-svc", v);
+        }
     }
 }
 
@@ -400,6 +415,7 @@ fn entry<'a>(x: &'a Exchange<'_>, req: &'a Request) -> accesslog::Entry<'a> {
         vserver: &x.vs.name,
         req,
         http2: f.http2,
+        http3: f.http3,
         status: x.status,
         bytes_sent: x.body_bytes,
         bytes_received: f.body_in,

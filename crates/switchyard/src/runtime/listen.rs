@@ -16,6 +16,22 @@ use crate::config::Snapshot;
 pub enum Bound {
     Tcp(SocketAddr),
     Udp(SocketAddr),
+    /// QUIC for an HTTP vserver's `[vserver.http3]`: one socket, on the
+    /// first worker only. A QUIC connection is named by its connection
+    /// IDs, not its addresses: with a socket per worker, SO_REUSEPORT's
+    /// hash of the 4-tuple would send a client that changed address (a
+    /// NAT rebinding, a phone changing networks) to a worker that does not
+    /// know its connection. Steering by connection ID (a BPF program on
+    /// the port group) would lift this; until then one worker serves
+    /// QUIC.
+    Quic(SocketAddr),
+}
+
+impl Bound {
+    /// Whether worker `id` listens on it.
+    pub fn on_worker(&self, id: usize) -> bool {
+        !matches!(self, Bound::Quic(_)) || id == 0
+    }
 }
 
 impl std::fmt::Display for Bound {
@@ -23,6 +39,7 @@ impl std::fmt::Display for Bound {
         match self {
             Bound::Tcp(a) => write!(f, "{a}"),
             Bound::Udp(a) => write!(f, "udp {a}"),
+            Bound::Quic(a) => write!(f, "quic {a}"),
         }
     }
 }
@@ -37,6 +54,7 @@ pub enum Socket2 {
 pub fn wanted(snap: &Snapshot) -> Vec<Bound> {
     let mut v: Vec<Bound> = snap.listen_addrs().into_iter().map(Bound::Tcp).collect();
     v.extend(snap.udp_addrs().into_iter().map(Bound::Udp));
+    v.extend(snap.quic_addrs().into_iter().map(Bound::Quic));
     v
 }
 
@@ -50,7 +68,7 @@ pub fn bind_for(snap: &Snapshot, b: Bound) -> io::Result<Socket2> {
                 .unwrap_or_default();
             bind_with(a, &opts).map(Socket2::Tcp)
         }
-        Bound::Udp(a) => bind_udp(a).map(Socket2::Udp),
+        Bound::Udp(a) | Bound::Quic(a) => bind_udp(a).map(Socket2::Udp),
     }
 }
 

@@ -109,10 +109,10 @@ impl Control {
         let mut bound = Vec::new();
         for b in new.difference(&old) {
             let mut per_worker = Vec::new();
-            for _ in &self.workers {
+            for id in (0..self.workers.len()).filter(|id| b.on_worker(*id)) {
                 let l = listen::bind_for(&next, *b)
                     .map_err(|e| format!("cannot listen on {b}: {e}"))?;
-                per_worker.push(l);
+                per_worker.push((id, l));
             }
             bound.push((*b, per_worker));
         }
@@ -125,8 +125,8 @@ impl Control {
         // XDP follows the new rules and interfaces (shield/xdp).
         apply_xdp(&self.snapshot.load());
         for (b, listeners) in bound {
-            for (w, l) in self.workers.iter().zip(listeners) {
-                let _ = w.cmd.send(WorkerCmd::Listen(b, l));
+            for (id, l) in listeners {
+                let _ = self.workers[id].cmd.send(WorkerCmd::Listen(b, l));
             }
         }
         for b in old.difference(&new) {
@@ -183,7 +183,7 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
     let mut workers = Vec::new();
     for id in 0..settings.workers {
         let mut listeners = Vec::new();
-        for b in &addrs {
+        for b in addrs.iter().filter(|b| b.on_worker(id)) {
             let vs = vserver_name(&snapshot.load(), b);
             let l = listen::bind_for(&snapshot.load(), *b)
                 .map_err(|e| format!("vserver \"{vs}\": cannot listen on {b}: {e}"))?;
@@ -320,7 +320,7 @@ fn apply_xdp(snap: &Snapshot) {
 /// The name of the virtual server listening on `addr`, for messages.
 fn vserver_name(snap: &Snapshot, b: &Bound) -> String {
     let vs = match b {
-        Bound::Tcp(a) => snap.vserver_for(a),
+        Bound::Tcp(a) | Bound::Quic(a) => snap.vserver_for(a),
         Bound::Udp(a) => snap.udp_by_listen.get(a),
     };
     vs.map(|v| v.name.clone()).unwrap_or_default()

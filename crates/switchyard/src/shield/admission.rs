@@ -16,7 +16,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::acl::{self, Action as AclAction};
+use super::acl::Action as AclAction;
 use super::stick::{Action, Lease, Limit, Reason};
 use super::AclSet;
 
@@ -41,10 +41,11 @@ pub struct Rules<'a> {
     pub limits: &'a [Arc<Limit>],
 }
 
-/// Judges a TCP connection from `peer` accepted on `listen`.
-pub fn connection(rules: &Rules<'_>, peer: SocketAddr, listen: SocketAddr) -> Verdict {
+/// Judges a connection from `peer` to `listen`: TCP (`acl::TCP`), or
+/// QUIC (`acl::UDP`, the ACLs' protocol of its datagrams).
+pub fn connection(rules: &Rules<'_>, peer: SocketAddr, listen: SocketAddr, proto: u8) -> Verdict {
     if rules.global.is_some() || rules.acl.is_some() {
-        match super::admit(rules.global, rules.acl, peer, listen, acl::TCP) {
+        match super::admit(rules.global, rules.acl, peer, listen, proto) {
             AclAction::Drop => return Verdict::AclDropped,
             AclAction::Reject => return Verdict::AclRejected,
             _ => {}

@@ -181,6 +181,10 @@ counters!(
         /// HTTP/2 connections closed with ENHANCE_YOUR_CALM (rapid reset,
         /// control-frame floods).
         h2_abuse_closes,
+        /// HTTP/3 (QUIC) connections past their handshake, and their
+        /// request streams (each stream is also a request).
+        h3_connections,
+        h3_streams,
         /// 101 responses refused with a 502: a switch to a protocol the
         /// client did not ask for (or h2c), or to any when it asked for none.
         upgrades_refused,

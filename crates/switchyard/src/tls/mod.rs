@@ -37,6 +37,9 @@ pub use upstream::UpstreamTls;
 /// The built TLS side of a virtual server.
 pub struct TlsServer {
     pub config: Arc<ServerConfig>,
+    /// The same for QUIC (`[vserver.http3]`): TLS 1.3 only, ALPN "h3"; None
+    /// when the vserver's versions leave TLS 1.3 out.
+    pub quic: Option<Arc<ServerConfig>>,
     /// The certificates served, for the admin API (names, expiry, OCSP).
     pub certs: Arc<CertStore>,
     /// Strict-Transport-Security value, when configured.

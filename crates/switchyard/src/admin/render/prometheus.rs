@@ -167,6 +167,16 @@ const VSERVER: &[Spec] = &[
         "HTTP/2 streams opened by clients (each also counts as a request).",
     ),
     c(
+        "h3_connections",
+        "switchyard_vserver_h3_connections_total",
+        "HTTP/3 (QUIC) client connections past their handshake.",
+    ),
+    c(
+        "h3_streams",
+        "switchyard_vserver_h3_streams_total",
+        "HTTP/3 request streams opened by clients (each also counts as a request).",
+    ),
+    c(
         "h2_abuse_closes",
         "switchyard_vserver_h2_abuse_closes_total",
         "HTTP/2 connections closed with ENHANCE_YOUR_CALM (rapid reset, control-frame floods).",

@@ -161,6 +161,7 @@ pub(super) fn build_vserver(
     let accept_proxy = crate::config::l4::accept_proxy(v).map(Arc::new);
     let socket = crate::config::l4::socket_opts(v, &name, &mut problems);
     let normalize = crate::config::normalize::build(v.normalize.as_ref(), &what, &mut problems);
+    let http3 = crate::config::http3::build(v, tls.as_deref(), &what, &mut problems);
     let http_pools = || {
         default_pool
             .iter()
@@ -183,6 +184,7 @@ pub(super) fn build_vserver(
             (v.normalize.is_some(), "normalize"),
             (v.request_body.is_some(), "request_body"),
             (v.h2c.is_some() || v.h2c_only.is_some(), "h2c"),
+            (v.http3.is_some(), "http3"),
             (
                 !v.request_headers.set.is_empty()
                     || !v.request_headers.add.is_empty()
@@ -263,6 +265,7 @@ pub(super) fn build_vserver(
         protocol: v.protocol,
         l4,
         accept_proxy,
+        http3,
         socket,
         acl: None,
         name,

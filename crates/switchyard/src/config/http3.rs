@@ -1,0 +1,101 @@
+//! `[vserver.http3]`: QUIC (RFC 9000) and HTTP/3 (RFC 9114) on the
+//! vserver's listen addresses, over UDP, with the TLS of `[vserver.tls]`
+//! (TLS 1.3 only: RFC 9001 4.2).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::model;
+use super::snapshot::Http3;
+use super::types::Problem;
+use crate::tls::TlsServer;
+
+/// A day, as Caddy and nginx's examples advertise.
+const ALT_SVC_MAX_AGE_MS: u64 = 86_400_000;
+/// Chrome closes an idle QUIC connection after 30 s; a server that waited
+/// longer would only hold state for clients that have gone.
+const IDLE_TIMEOUT_MS: u64 = 30_000;
+/// As `http2.max_concurrent_streams`' default (RFC 9113 advises at least 100).
+const MAX_STREAMS: u32 = 100;
+
+pub fn build(
+    v: &model::VServer,
+    tls: Option<&TlsServer>,
+    what: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<Arc<Http3>> {
+    let h = v.http3.as_ref()?;
+    let span = h.span();
+    let h = h.get_ref();
+    let Some(tls) = tls else {
+        problems.push((
+            span,
+            format!("{what}: http3 needs [vserver.tls]: QUIC is always encrypted"),
+        ));
+        return None;
+    };
+    let Some(rustls) = tls.quic.clone() else {
+        problems.push((
+            span,
+            format!("{what}: http3 needs TLS 1.3 among the tls versions (RFC 9001 4.2)"),
+        ));
+        return None;
+    };
+    let quic = match quinn::crypto::rustls::QuicServerConfig::try_from(rustls) {
+        Ok(q) => Arc::new(q),
+        Err(e) => {
+            problems.push((
+                span,
+                format!("{what}: http3: the tls ciphers leave QUIC without its initial suite TLS_AES_128_GCM_SHA256 ({e})"),
+            ));
+            return None;
+        }
+    };
+    let max_streams = match &h.max_streams {
+        None => MAX_STREAMS,
+        Some(m) if (1..=10_000).contains(m.get_ref()) => *m.get_ref(),
+        Some(m) => {
+            problems.push((
+                m.span(),
+                format!(
+                    "{what}: http3.max_streams {} is out of range 1 to 10000",
+                    m.get_ref()
+                ),
+            ));
+            MAX_STREAMS
+        }
+    };
+    let max_age_s = h.alt_svc_max_age.map_or(ALT_SVC_MAX_AGE_MS, |m| m.0) / 1000;
+    let mut ports: Vec<u16> = v
+        .listen
+        .get_ref()
+        .iter()
+        .map(|a| a.get_ref().port())
+        .collect();
+    ports.sort_unstable();
+    ports.dedup();
+    let alt_svc = if max_age_s == 0 {
+        Vec::new()
+    } else {
+        ports
+            .into_iter()
+            .map(|p| (p, Bytes::from(format!("h3=\":{p}\"; ma={max_age_s}"))))
+            .collect()
+    };
+    let idle_ms = h.idle_timeout.map_or(IDLE_TIMEOUT_MS, |m| m.0).max(1000);
+    let mut transport = quinn::TransportConfig::default();
+    transport
+        .max_concurrent_bidi_streams(max_streams.into())
+        // The client's control and QPACK streams (3), and room for grease.
+        .max_concurrent_uni_streams(8u32.into())
+        .max_idle_timeout(
+            quinn::IdleTimeout::try_from(std::time::Duration::from_millis(idle_ms)).ok(),
+        );
+    let mut server = quinn::ServerConfig::with_crypto(quic);
+    server.transport_config(Arc::new(transport));
+    Some(Arc::new(Http3 {
+        server: Arc::new(server),
+        alt_svc,
+    }))
+}

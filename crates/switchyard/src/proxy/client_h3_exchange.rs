@@ -1,0 +1,265 @@
+//! The client side of an exchange on an HTTP/3 request stream: the request
+//! body from the stream's DATA frames, the response as a HEADERS frame,
+//! DATA frames and trailers, written through the h3 crate onto the QUIC
+//! stream (flow control is QUIC's: a write waits for the client's window).
+//!
+//! Runs on the worker that owns the QUIC connection.
+
+use bytes::{Buf, Bytes};
+use h3::server::RequestStream;
+
+use super::exchange::{ClientSide, Exchange, Failure, Origin};
+use super::hooks::Local;
+use super::upstream::UpConn;
+use crate::config::snapshot::VServer;
+use crate::http::body::{BodyError, Sink};
+use crate::http::message::{Fields, Framing, Head, Request, Response};
+use crate::stats::{self, status_class};
+
+/// A request stream of an HTTP/3 connection on quinn.
+pub type H3Stream = RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
+
+pub struct H3Client<'a> {
+    stream: &'a mut H3Stream,
+    /// The first DATA of a body that came without a length, read to learn
+    /// that a body follows the head at all.
+    first: Option<Bytes>,
+    /// The request had a body still to read.
+    body_pending: bool,
+}
+
+impl<'a> H3Client<'a> {
+    pub fn new(stream: &'a mut H3Stream, first: Option<Bytes>, body_pending: bool) -> H3Client<'a> {
+        H3Client {
+            stream,
+            first,
+            body_pending,
+        }
+    }
+}
+
+fn write_err(e: impl std::fmt::Display) -> BodyError {
+    BodyError::Write(std::io::Error::new(
+        std::io::ErrorKind::BrokenPipe,
+        format!("HTTP/3 stream: {e}"),
+    ))
+}
+
+/// A head as the h3 crate sends it: `:status` and the fields but those
+/// HTTP/3 forbids (RFC 9114 4.2: connection-specific fields).
+fn http_response(status: u16, head: &Head) -> Option<http::Response<()>> {
+    let mut b = http::Response::builder().status(status);
+    for (n, v) in head.fields.iter() {
+        if head.is_connection_field(n) {
+            continue;
+        }
+        b = b.header(n, v);
+    }
+    b.body(()).ok()
+}
+
+/// Roughly what a head costs on the wire, for the byte counters.
+fn head_size(head: &Head) -> u64 {
+    head.fields
+        .iter()
+        .map(|(n, v)| (n.len() + v.len() + 2) as u64)
+        .sum::<u64>()
+        + 4
+}
+
+/// Sends a response the proxy answers itself, and counts it.
+pub(super) async fn send_local(stream: &mut H3Stream, vs: &VServer, local: &Local) {
+    let vc = vs.counters.local();
+    stats::inc(&vc.local_responses);
+    stats::inc(&vc.responses[status_class(local.response.status)]);
+    stats::add(
+        &vc.bytes_out,
+        head_size(&local.response.head) + local.body.len() as u64,
+    );
+    let Some(resp) = http_response(local.response.status, &local.response.head) else {
+        stream.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
+        return;
+    };
+    if stream.send_response(resp).await.is_err() {
+        return;
+    }
+    if !local.body.is_empty() && stream.send_data(local.body.clone()).await.is_err() {
+        return;
+    }
+    let _ = stream.finish().await;
+}
+
+/// The response body's way to the client: DATA frames, then trailers or
+/// the stream's end.
+pub struct H3Sink<'a> {
+    stream: &'a mut H3Stream,
+    /// The head could not be sent: every write fails.
+    gone: bool,
+    ended: bool,
+}
+
+impl Sink for H3Sink<'_> {
+    async fn data(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
+        if self.gone {
+            return Err(BodyError::Write(std::io::ErrorKind::BrokenPipe.into()));
+        }
+        if bytes.is_empty() || self.ended {
+            return Ok(());
+        }
+        self.stream
+            .send_data(Bytes::copy_from_slice(bytes))
+            .await
+            .map_err(write_err)
+    }
+
+    /// quinn sends what the stream holds as the windows and pacing allow.
+    async fn flush(&mut self) -> Result<(), BodyError> {
+        Ok(())
+    }
+
+    async fn end(&mut self, trailers: Option<&Fields>) -> Result<(), BodyError> {
+        if self.ended {
+            return Ok(());
+        }
+        if self.gone {
+            return Err(BodyError::Write(std::io::ErrorKind::BrokenPipe.into()));
+        }
+        self.ended = true;
+        if let Some(t) = trailers {
+            let mut map = http::HeaderMap::new();
+            for (n, v) in t.iter() {
+                if let (Ok(n), Ok(v)) = (
+                    http::HeaderName::from_bytes(n),
+                    http::HeaderValue::from_bytes(v),
+                ) {
+                    map.append(n, v);
+                }
+            }
+            return self.stream.send_trailers(map).await.map_err(write_err);
+        }
+        self.stream.finish().await.map_err(write_err)
+    }
+
+    fn written(&self) -> bool {
+        true
+    }
+
+    fn abort(&mut self) {
+        self.stream.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
+    }
+}
+
+impl ClientSide for H3Client<'_> {
+    type Out<'b>
+        = H3Sink<'b>
+    where
+        Self: 'b;
+
+    async fn request_body<S: Sink>(
+        &mut self,
+        _req: &Request,
+        sink: &mut S,
+    ) -> Result<u64, BodyError> {
+        if !std::mem::replace(&mut self.body_pending, false) {
+            return Ok(0);
+        }
+        let mut total = 0u64;
+        if let Some(b) = self.first.take() {
+            total += b.len() as u64;
+            sink.data(&b).await?;
+        }
+        loop {
+            let chunk = match self.stream.recv_data().await {
+                Ok(Some(c)) => c,
+                Ok(None) => break,
+                Err(e) => {
+                    return Err(BodyError::Read(std::io::Error::other(format!(
+                        "HTTP/3 request body: {e}"
+                    ))))
+                }
+            };
+            let mut chunk = chunk;
+            while chunk.has_remaining() {
+                let piece = chunk.chunk();
+                let n = piece.len();
+                total += n as u64;
+                sink.data(piece).await?;
+                chunk.advance(n);
+            }
+        }
+        // Trailers, if any, are read and not passed on (as HTTP/2's are
+        // not: members rarely take them on requests).
+        let _ = self.stream.recv_trailers().await;
+        sink.end(None).await?;
+        Ok(total)
+    }
+
+    /// HTTP/3 has no Expect handshake to answer: the body comes anyway.
+    async fn send_continue(&mut self, _req: &Request) -> bool {
+        true
+    }
+
+    /// Interim responses are not relayed over HTTP/3.
+    async fn send_interim(&mut self, _req: &Request, _resp: &Response) -> bool {
+        true
+    }
+
+    async fn start_response(
+        &mut self,
+        x: &Exchange<'_>,
+        _req: &Request,
+        resp: &Response,
+    ) -> Option<(Self::Out<'_>, u64)> {
+        let end = resp.head.framing == Framing::None;
+        let gone = match http_response(resp.status, &resp.head) {
+            Some(r) => self.stream.send_response(r).await.is_err(),
+            None => {
+                crate::log::warn(format_args!(
+                    "vserver {}: a response head HTTP/3 cannot carry (an invalid field); the stream is reset",
+                    x.vs.name
+                ));
+                self.stream.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
+                return None;
+            }
+        };
+        let mut sink = H3Sink {
+            stream: self.stream,
+            gone,
+            ended: false,
+        };
+        if end && !gone {
+            let _ = sink.end(None).await;
+        }
+        Some((sink, head_size(&resp.head)))
+    }
+
+    /// A member's 101: HTTP/3 has no upgrade (RFC 9114 4.5), and the
+    /// request that asked for one never reaches a member as such.
+    async fn tunnel(
+        &mut self,
+        _x: &Exchange<'_>,
+        _resp: &Response,
+        _up: &mut UpConn,
+    ) -> Result<(), Failure> {
+        Err(Failure::new(
+            Origin::Member,
+            502,
+            "the server switched protocols unasked",
+        ))
+    }
+
+    async fn answer(&mut self, x: &Exchange<'_>, _req: &Request, local: Local) {
+        send_local(self.stream, x.vs, &local).await;
+    }
+
+    async fn fail(&mut self, x: &Exchange<'_>, _req: &Request, f: Failure) {
+        if let Some(local) = f.into_answer() {
+            send_local(self.stream, x.vs, &local).await;
+        }
+    }
+
+    /// A stream the client stops shows on the next write.
+    async fn cancelled(&mut self) {
+        std::future::pending::<()>().await
+    }
+}

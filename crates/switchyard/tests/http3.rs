@@ -1,0 +1,214 @@
+//! HTTP/3 for clients (`[vserver.http3]`), end to end with a client
+//! others wrote (aioquic, tests/h3/client.py): a QUIC handshake with the
+//! vserver's certificate, requests that go through the one exchange
+//! (policies on the normalized path, request bodies, members), Alt-Svc on
+//! the TCP listener's responses, the counters, and the configuration's
+//! refusals. scripts/test.sh installs aioquic into target/pyvenv.
+
+mod common;
+use common::*;
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+/// A Python that has aioquic: target/pyvenv's (scripts/test.sh makes it),
+/// or the system's when it has the module; None skips the test.
+fn python() -> Option<PathBuf> {
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/pyvenv/bin/python");
+    for p in [venv, PathBuf::from("python3")] {
+        let ok = Command::new(&p)
+            .args(["-c", "import aioquic"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Some(p);
+        }
+    }
+    eprintln!(
+        "skipped: no Python with aioquic (bash scripts/test.sh installs it into target/pyvenv)"
+    );
+    None
+}
+
+/// Sends `requests` (JSON, see client.py) on one QUIC connection.
+fn h3(
+    py: &PathBuf,
+    listen: SocketAddr,
+    ca: &PathBuf,
+    requests: serde_json::Value,
+) -> serde_json::Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
+    let mut child = Command::new(py)
+        .arg(script)
+        .args([&listen.ip().to_string(), &listen.port().to_string()])
+        .arg(ca)
+        .arg("site.test")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the HTTP/3 client");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(requests.to_string().as_bytes())
+        .expect("write the requests");
+    let out = child.wait_with_output().expect("the HTTP/3 client");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "client output ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+fn header<'a>(r: &'a serde_json::Value, name: &str) -> Option<&'a str> {
+    r["headers"]
+        .as_array()?
+        .iter()
+        .find_map(|h| (h[0].as_str()? == name).then(|| h[1].as_str()).flatten())
+}
+
+struct Site {
+    sy: Switchyard,
+    listen: SocketAddr,
+    ca: PathBuf,
+    origin: Origin,
+}
+
+fn site(http3: &str, tls_extra: &str) -> Site {
+    let pki = Pki::new("h3");
+    let (cert, key) = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let origin = Origin::start("member");
+    let listen = free_addr();
+    let config = format!(
+        "[global]\nworkers = 2\n[[vserver]]\nname = \"secure\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n\
+         [[vserver.policy]]\nmatch = {{ path_prefix = \"/admin\" }}\naction = {{ status = 403, body = \"no\\n\", content_type = \"text/plain\" }}\n\
+         [vserver.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n{tls_extra}\n{http3}\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
+        cert.display(),
+        key.display(),
+        origin.addr
+    );
+    let sy = Switchyard::start(&config, &[listen]);
+    Site {
+        sy,
+        listen,
+        ca: pki.ca(),
+        origin,
+    }
+}
+
+#[test]
+fn http3_requests_go_through_the_one_exchange() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]", "");
+    let out = h3(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!([
+            {"method": "GET", "path": "/hello"},
+            {"method": "POST", "path": "/echo", "body": "posted over quic",
+             "headers": [["content-type", "text/plain"]]},
+            {"method": "POST", "path": "/echo", "body": "no length given"},
+            // The policy holds for every spelling: the path is normalized
+            // before the rules, whatever the client protocol.
+            {"method": "GET", "path": "/admin/x"},
+            {"method": "GET", "path": "/%61dmin/x"},
+            {"method": "GET", "path": "/public/../admin/x"},
+        ]),
+    );
+    assert!(out.get("error").is_none(), "{out}");
+    assert_eq!(out["alpn"], "h3", "{out}");
+    let r = out["responses"].as_array().expect("responses");
+    assert_eq!(r[0]["status"], 200, "{out}");
+    assert_eq!(r[0]["body"], "member\n", "{out}");
+    assert_eq!(header(&r[0], "x-origin"), Some("member"), "{out}");
+    assert_eq!(r[1]["status"], 200, "{out}");
+    assert_eq!(r[1]["body"], "posted over quic", "{out}");
+    assert_eq!(r[2]["body"], "no length given", "{out}");
+    for (i, refused) in r.iter().enumerate().skip(3) {
+        assert_eq!(refused["status"], 403, "request {i}: {out}");
+    }
+    // The member saw the three requests that were not refused, as HTTP/1.1.
+    let seen = s.origin.seen();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    assert!(
+        seen[0].request_line().starts_with("GET /hello HTTP/1.1"),
+        "{seen:?}"
+    );
+    assert!(
+        seen.iter().all(|x| !x.request_line().contains("admin")),
+        "{seen:?}"
+    );
+    let vs = &s.sy.stats()["vservers"][0];
+    assert_eq!(vs["h3_connections"], 1, "{vs}");
+    assert_eq!(vs["h3_streams"], 6, "{vs}");
+    assert_eq!(vs["tls_handshakes"], 1, "{vs}");
+}
+
+#[test]
+fn tcp_responses_advertise_http3_with_alt_svc() {
+    let s = site("[vserver.http3]\nalt_svc_max_age = \"1h\"", "");
+    let out = Command::new("curl")
+        .args(["-sSk", "-D", "-", "-o", "/dev/null", "--resolve"])
+        .arg(format!("site.test:{}:{}", s.listen.port(), s.listen.ip()))
+        .arg(format!("https://site.test:{}/", s.listen.port()))
+        .output()
+        .expect("curl");
+    let head =
+        String::from_utf8_lossy(&out.stdout).to_lowercase() + &String::from_utf8_lossy(&out.stderr);
+    assert!(
+        head.contains(&format!("alt-svc: h3=\":{}\"; ma=3600", s.listen.port())),
+        "{head}"
+    );
+    let off = site("[vserver.http3]\nalt_svc_max_age = \"0s\"", "");
+    let out = Command::new("curl")
+        .args(["-sSk", "-D", "-", "-o", "/dev/null", "--resolve"])
+        .arg(format!(
+            "site.test:{}:{}",
+            off.listen.port(),
+            off.listen.ip()
+        ))
+        .arg(format!("https://site.test:{}/", off.listen.port()))
+        .output()
+        .expect("curl");
+    let head =
+        String::from_utf8_lossy(&out.stdout).to_lowercase() + &String::from_utf8_lossy(&out.stderr);
+    assert!(head.starts_with("http/"), "{head}");
+    assert!(!head.contains("alt-svc"), "{head}");
+}
+
+#[test]
+fn http3_needs_tls_1_3_and_a_tls_vserver() {
+    let dir = temp_dir("h3-check");
+    let check = |config: &str| {
+        let f = dir.join("c.toml");
+        std::fs::write(&f, config).expect("write");
+        run_cli(&["check", "-c", &f.display().to_string()])
+    };
+    let listen = free_addr();
+    let (code, _, err) = check(&format!(
+        "[[vserver]]\nname = \"plain\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n[vserver.http3]\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:1\"\n"
+    ));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("http3 needs [vserver.tls]"), "{err}");
+    let pki = Pki::new("h3c");
+    let (cert, key) = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let (code, _, err) = check(&format!(
+        "[[vserver]]\nname = \"old\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n\
+         [vserver.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\nversions = [\"1.2\"]\n[vserver.http3]\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:1\"\n",
+        cert.display(),
+        key.display()
+    ));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("http3 needs TLS 1.3"), "{err}");
+}
