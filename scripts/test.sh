@@ -47,6 +47,9 @@ for cmd in clang hping3; do command -v "$cmd" >/dev/null 2>&1 || need+=("$cmd");
 # document (tests/admin_api.rs runs tests/openapi_validate.py). Debian's
 # package, not pip: Debian 12's python3 refuses a system-wide pip install.
 python3 -c 'import jsonschema' >/dev/null 2>&1 || need+=(python3-jsonschema)
+# tests/http3.rs speaks HTTP/3 with aioquic (PyPI only), installed into a
+# venv under target/ (kept between runs) with Debian's python3-venv.
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 if [ ${#need[@]} -gt 0 ]; then
   echo "== installing ${need[*]}"
   $SUDO apt-get update -qq
@@ -124,6 +127,14 @@ if [ "$want_pw" != "$have_pw" ]; then
   echo "== npm ci in tests/browser (playwright-core $want_pw)"
   (cd tests/browser && npm ci --no-audit --no-fund --loglevel=error) \
     || echo "== npm ci in tests/browser failed: the dashboard browser test skips" >&2
+fi
+
+AIOQUIC=1.7.2
+if ! target/pyvenv/bin/python -c "import aioquic, sys; sys.exit(aioquic.__version__ != '$AIOQUIC')" >/dev/null 2>&1; then
+  echo "== aioquic $AIOQUIC into target/pyvenv (HTTP/3 tests)"
+  ( rm -rf target/pyvenv && python3 -m venv target/pyvenv \
+      && target/pyvenv/bin/pip install -q --disable-pip-version-check "aioquic==$AIOQUIC" ) \
+    || echo "== could not install aioquic: the HTTP/3 tests skip" >&2
 fi
 
 echo "== cargo fmt --check"
