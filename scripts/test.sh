@@ -25,9 +25,11 @@ need=()
 # etcd and etcdctl (tests/cluster.rs runs cluster nodes on a real etcd)
 # come from etcd-server and etcd-client; keepalived moves the VIP of
 # tests/vip.rs between network namespaces; bird2 announces it over BGP in
-# tests/ecmp.rs.
-for cmd in wrk curl openssl cmake gcc gzip h2load nghttp etcd etcdctl keepalived bird; do
+# tests/ecmp.rs. gtlsclient (ngtcp2-client) is tests/http3.rs's second
+# QUIC client, with packet loss, key updates and NAT rebinding.
+for cmd in wrk curl openssl cmake gcc gzip h2load nghttp etcd etcdctl keepalived bird gtlsclient; do
   case "$cmd" in
+    gtlsclient) pkg=ngtcp2-client ;;
     h2load|nghttp) pkg=nghttp2-client ;;
     etcd) pkg=etcd-server ;;
     etcdctl) pkg=etcd-client ;;

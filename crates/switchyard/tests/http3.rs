@@ -212,3 +212,54 @@ fn http3_needs_tls_1_3_and_a_tls_vserver() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("http3 needs TLS 1.3"), "{err}");
 }
+
+/// ngtcp2's client (Debian's ngtcp2-client, on GnuTLS: a QUIC and TLS
+/// stack that is neither quinn nor rustls), as the QUIC interop runner's
+/// cases use it: several downloads on one connection with 10 % of packets
+/// lost each way, a key update, and a NAT rebinding mid-transfer (the
+/// client's address changes; the connection must survive it).
+#[test]
+fn ngtcp2_downloads_through_loss_key_update_and_rebinding() {
+    if Command::new("gtlsclient").arg("--help").output().is_err() {
+        eprintln!("skipped: gtlsclient not installed (apt-get install ngtcp2-client)");
+        return;
+    }
+    let s = site("[vserver.http3]", "");
+    let sizes = [1usize, 70_000, 300_000, 1_000_000];
+    let cases: [(&str, &[&str]); 3] = [
+        ("loss", &["-t", "0.1", "-r", "0.1"]),
+        ("keyupdate", &["--key-update=50ms"]),
+        ("rebinding", &["--nat-rebinding"]),
+    ];
+    for (name, extra) in cases {
+        let dir = temp_dir(&format!("h3-ngtcp2-{name}"));
+        let urls: Vec<String> = sizes
+            .iter()
+            .map(|n| format!("https://site.test:{}/size/{n}", s.listen.port()))
+            .collect();
+        let out = Command::new("gtlsclient")
+            .args([
+                "--quiet",
+                "--no-quic-dump",
+                "--no-http-dump",
+                "--exit-on-all-streams-close",
+            ])
+            .args(["--timeout=10s", "--sni=site.test"])
+            .arg(format!("--download={}", dir.display()))
+            .args(extra)
+            .arg(s.listen.ip().to_string())
+            .arg(s.listen.port().to_string())
+            .args(&urls)
+            .output()
+            .expect("gtlsclient");
+        let log = String::from_utf8_lossy(&out.stderr).to_string()
+            + &String::from_utf8_lossy(&out.stdout);
+        for n in sizes {
+            let got = std::fs::metadata(dir.join(n.to_string())).map(|m| m.len() as usize);
+            assert_eq!(got.ok(), Some(n), "{name}: /size/{n}: {log}");
+        }
+    }
+    let vs = &s.sy.stats()["vservers"][0];
+    assert_eq!(vs["h3_streams"], 12, "{vs}");
+    assert_eq!(vs["h3_connections"], 3, "{vs}");
+}
