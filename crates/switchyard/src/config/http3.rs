@@ -18,6 +18,11 @@ const ALT_SVC_MAX_AGE_MS: u64 = 86_400_000;
 const IDLE_TIMEOUT_MS: u64 = 30_000;
 /// As `http2.max_concurrent_streams`' default (RFC 9113 advises at least 100).
 const MAX_STREAMS: u32 = 100;
+/// Handshakes in progress on a listener past which new clients must prove
+/// their address first (HAProxy's `tune.quic.retry-threshold` is 100):
+/// a flood of Initials from spoofed sources then costs one stateless
+/// Retry packet each, no handshake state and no certificate signature.
+const RETRY_THRESHOLD: usize = 100;
 
 pub fn build(
     v: &model::VServer,
@@ -94,8 +99,13 @@ pub fn build(
         );
     let mut server = quinn::ServerConfig::with_crypto(quic);
     server.transport_config(Arc::new(transport));
+    let retry_threshold = match &h.retry_threshold {
+        None => RETRY_THRESHOLD,
+        Some(t) => *t.get_ref() as usize,
+    };
     Some(Arc::new(Http3 {
         server: Arc::new(server),
+        retry_threshold,
         alt_svc,
     }))
 }

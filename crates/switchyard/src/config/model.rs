@@ -251,6 +251,9 @@ pub struct Http3 {
     pub idle_timeout: Option<Millis>,
     /// Request streams a client may have open at once per connection.
     pub max_streams: Option<Spanned<u32>>,
+    /// Handshakes in progress on the listener past which a new client
+    /// must first prove its address (a Retry round trip); 0: always.
+    pub retry_threshold: Option<Spanned<u32>>,
 }
 
 /// `[vserver.request_body]`: the slow-body (R.U.D.Y.) defence beside

@@ -485,6 +485,8 @@ pub struct Http3 {
     /// QUIC's TLS and transport (streams, idle timeout); a reload makes a
     /// new one, with a new Retry token key.
     pub server: Arc<quinn::ServerConfig>,
+    /// Handshakes in progress past which clients get a Retry first.
+    pub retry_threshold: usize,
     /// The Alt-Svc value advertised on responses of each listen port
     /// (`h3=":443"; ma=86400`); empty: not advertised.
     pub alt_svc: Vec<(u16, bytes::Bytes)>,

@@ -460,14 +460,20 @@ pub async fn serve_quic(ctx: Rc<WorkerCtx>, socket: std::net::UdpSocket, listen:
         }
     }
     let endpoint = StopAccepting(endpoint);
+    let handshaking = Rc::new(std::cell::Cell::new(0));
     while let Some(incoming) = endpoint.0.accept().await {
-        admit_quic(&ctx, incoming, listen);
+        admit_quic(&ctx, incoming, listen, &handshaking);
     }
 }
 
 /// Admits one QUIC connection attempt, or refuses it (an ACL's drop is
 /// ignored: no packet answers it).
-fn admit_quic(ctx: &Rc<WorkerCtx>, incoming: quinn::Incoming, listen: SocketAddr) {
+fn admit_quic(
+    ctx: &Rc<WorkerCtx>,
+    incoming: quinn::Incoming,
+    listen: SocketAddr,
+    handshaking: &Rc<std::cell::Cell<usize>>,
+) {
     let peer = incoming.remote_address();
     let snap = ctx.snapshot.load();
     let Some((vs, h3)) = snap
@@ -477,6 +483,20 @@ fn admit_quic(ctx: &Rc<WorkerCtx>, incoming: quinn::Incoming, listen: SocketAddr
         incoming.refuse();
         return;
     };
+    // Under load a client proves its address first: a stateless Retry
+    // costs one small packet, where a handshake costs state and a
+    // signature (RFC 9000 8.1.2). Before the shield's tables too, so that
+    // spoofed sources never fill them.
+    if handshaking.get() >= h3.retry_threshold
+        && !incoming.remote_address_validated()
+        && incoming.may_retry()
+    {
+        stats::inc(&vs.counters.local().quic_retries);
+        if let Err(e) = incoming.retry() {
+            log::debug(format_args!("client {peer}: QUIC Retry not sent: {e:?}"));
+        }
+        return;
+    }
     let rules = Rules {
         global: snap.shield.as_deref(),
         acl: vs.acl.as_deref(),
@@ -518,5 +538,6 @@ fn admit_quic(ctx: &Rc<WorkerCtx>, incoming: quinn::Incoming, listen: SocketAddr
         *key = private_key_of(peer, listen);
         idle.open_private(*key);
     }
-    client_h3_conn::start(ctx, connecting, peer, listen, guard);
+    let counted = client_h3_conn::Handshaking::new(handshaking);
+    client_h3_conn::start(ctx, (connecting, counted), peer, listen, guard);
 }

@@ -12,6 +12,7 @@
 //! own idle timer), and on drain (GOAWAY, then the streams in flight
 //! finish).
 
+use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
@@ -31,10 +32,27 @@ use crate::http::head::Limits;
 use crate::log;
 use crate::stats;
 
+/// A handshake in progress on a QUIC listener, counted while it lasts
+/// (the listener's Retry threshold reads the count).
+pub struct Handshaking(Rc<Cell<usize>>);
+
+impl Handshaking {
+    pub fn new(count: &Rc<Cell<usize>>) -> Handshaking {
+        count.set(count.get() + 1);
+        Handshaking(count.clone())
+    }
+}
+
+impl Drop for Handshaking {
+    fn drop(&mut self) {
+        self.0.set(self.0.get().saturating_sub(1));
+    }
+}
+
 /// Serves a QUIC connection in a task of its own, from its handshake.
 pub fn start(
     ctx: &Rc<WorkerCtx>,
-    connecting: quinn::Connecting,
+    connecting: (quinn::Connecting, Handshaking),
     peer: SocketAddr,
     listen: SocketAddr,
     guard: ConnGuard,
@@ -44,12 +62,14 @@ pub fn start(
 
 async fn run(
     ctx: Rc<WorkerCtx>,
-    connecting: quinn::Connecting,
+    (connecting, counted): (quinn::Connecting, Handshaking),
     peer: SocketAddr,
     listen: SocketAddr,
     guard: ConnGuard,
 ) {
-    let Some((conn, tls)) = handshake(&ctx, connecting, peer, &guard).await else {
+    let handshake = handshake(&ctx, connecting, peer, &guard).await;
+    drop(counted);
+    let Some((conn, tls)) = handshake else {
         return;
     };
     let max_field_section = {

@@ -185,6 +185,9 @@ counters!(
         /// request streams (each stream is also a request).
         h3_connections,
         h3_streams,
+        /// QUIC connection attempts answered with a Retry (address
+        /// validation, past `[vserver.http3] retry_threshold`).
+        quic_retries,
         /// 101 responses refused with a 502: a switch to a protocol the
         /// client did not ask for (or h2c), or to any when it asked for none.
         upgrades_refused,

@@ -177,6 +177,11 @@ const VSERVER: &[Spec] = &[
         "HTTP/3 request streams opened by clients (each also counts as a request).",
     ),
     c(
+        "quic_retries",
+        "switchyard_vserver_quic_retries_total",
+        "QUIC connection attempts answered with a Retry (address validation under load).",
+    ),
+    c(
         "h2_abuse_closes",
         "switchyard_vserver_h2_abuse_closes_total",
         "HTTP/2 connections closed with ENHANCE_YOUR_CALM (rapid reset, control-frame floods).",
