@@ -40,12 +40,24 @@ fn h3(
     ca: &PathBuf,
     requests: serde_json::Value,
 ) -> serde_json::Value {
+    h3_within(py, listen, ca, requests, 20)
+}
+
+/// `h3`, giving up after `timeout_s` (a listener that is not there).
+fn h3_within(
+    py: &PathBuf,
+    listen: SocketAddr,
+    ca: &PathBuf,
+    requests: serde_json::Value,
+    timeout_s: u32,
+) -> serde_json::Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
     let mut child = Command::new(py)
         .arg(script)
         .args([&listen.ip().to_string(), &listen.port().to_string()])
         .arg(ca)
         .arg("site.test")
+        .arg(timeout_s.to_string())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -83,18 +95,10 @@ struct Site {
 
 fn site(http3: &str, tls_extra: &str) -> Site {
     let pki = Pki::new("h3");
-    let (cert, key) = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let cert = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
     let origin = Origin::start("member");
     let listen = free_addr();
-    let config = format!(
-        "[global]\nworkers = 2\n[[vserver]]\nname = \"secure\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n\
-         [[vserver.policy]]\nmatch = {{ path_prefix = \"/admin\" }}\naction = {{ status = 403, body = \"no\\n\", content_type = \"text/plain\" }}\n\
-         [vserver.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n{tls_extra}\n{http3}\n\
-         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
-        cert.display(),
-        key.display(),
-        origin.addr
-    );
+    let config = site_config(listen, &origin, &cert, &format!("{tls_extra}\n{http3}"));
     let sy = Switchyard::start(&config, &[listen]);
     Site {
         sy,
@@ -102,6 +106,25 @@ fn site(http3: &str, tls_extra: &str) -> Site {
         ca: pki.ca(),
         origin,
     }
+}
+
+/// One TLS vserver on `listen` over `origin`, with a policy that refuses
+/// /admin, and `extra` after its [vserver.tls] table.
+fn site_config(
+    listen: SocketAddr,
+    origin: &Origin,
+    (cert, key): &(PathBuf, PathBuf),
+    extra: &str,
+) -> String {
+    format!(
+        "[global]\nworkers = 2\n[[vserver]]\nname = \"secure\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n\
+         [[vserver.policy]]\nmatch = {{ path_prefix = \"/admin\" }}\naction = {{ status = 403, body = \"no\\n\", content_type = \"text/plain\" }}\n\
+         [vserver.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n{extra}\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
+        cert.display(),
+        key.display(),
+        origin.addr
+    )
 }
 
 #[test]
@@ -311,4 +334,63 @@ fn ngtcp2_downloads_through_loss_key_update_and_rebinding() {
     let vs = &s.sy.stats()["vservers"][0];
     assert_eq!(vs["h3_streams"], 12, "{vs}");
     assert_eq!(vs["h3_connections"], 3, "{vs}");
+}
+
+/// QUIC follows the configuration: a reload that adds `[vserver.http3]`
+/// opens the UDP listener, one that removes it closes it (TCP serves on),
+/// and a stop lets an HTTP/3 request in flight finish.
+#[test]
+fn http3_follows_reloads_and_finishes_a_request_on_stop() {
+    let Some(py) = python() else { return };
+    let pki = Pki::new("h3r");
+    let cert = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let origin = Origin::start("member");
+    let listen = free_addr();
+    let get = serde_json::json!([{"method": "GET", "path": "/"}]);
+    let mut sy = Switchyard::start(&site_config(listen, &origin, &cert, ""), &[listen]);
+    let out = h3_within(&py, listen, &pki.ca(), get.clone(), 3);
+    assert!(out.get("error").is_some(), "no QUIC yet: {out}");
+
+    let (ok, msg) = sy.reload_with(&site_config(listen, &origin, &cert, "[vserver.http3]"));
+    assert!(ok, "{msg}");
+    let out = h3(&py, listen, &pki.ca(), get.clone());
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+
+    let (ok, msg) = sy.reload_with(&site_config(listen, &origin, &cert, ""));
+    assert!(ok, "{msg}");
+    let out = h3_within(&py, listen, &pki.ca(), get.clone(), 3);
+    assert!(out.get("error").is_some(), "QUIC after its removal: {out}");
+    let tcp = Command::new("curl")
+        .args(["-sk", "-o", "/dev/null", "-w", "%{http_code}", "--resolve"])
+        .arg(format!("site.test:{}:{}", listen.port(), listen.ip()))
+        .arg(format!("https://site.test:{}/", listen.port()))
+        .output()
+        .expect("curl");
+    assert_eq!(String::from_utf8_lossy(&tcp.stdout), "200");
+
+    let (ok, msg) = sy.reload_with(&site_config(listen, &origin, &cert, "[vserver.http3]"));
+    assert!(ok, "{msg}");
+    origin.set(|b| b.delay = std::time::Duration::from_millis(1500));
+    let before = origin.requests();
+    let (py2, ca) = (py.clone(), pki.ca());
+    let slow = std::thread::spawn(move || {
+        h3(
+            &py2,
+            listen,
+            &ca,
+            serde_json::json!([{"method": "GET", "path": "/slow"}]),
+        )
+    });
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || origin.requests()
+            > before),
+        "the slow request never reached the member"
+    );
+    sy.signal("TERM");
+    let out = slow.join().expect("client thread");
+    assert_eq!(out["responses"][0]["status"], 200, "{out}\n{}", sy.log());
+    assert!(
+        sy.wait_exit(std::time::Duration::from_secs(15)).is_some(),
+        "still running after the stop"
+    );
 }

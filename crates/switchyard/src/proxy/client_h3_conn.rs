@@ -88,13 +88,17 @@ async fn run(
         }
     };
     stats::inc(&guard.counters.local().h3_connections);
+    // Held by every stream's task: the connection is not done (nor its
+    // gauges, which a drain waits on) while one of its streams is.
+    let open = Rc::new(());
     let mut going_away = false;
     loop {
         // Woken at least every second to notice a drain.
         match ctx.idle_watch.within(now_ms() + 1000, h3.accept()).await {
             Ok(Ok(Some(resolver))) => {
-                let ctx = ctx.clone();
+                let (ctx, open) = (ctx.clone(), open.clone());
                 tokio::task::spawn_local(async move {
+                    let _open = open;
                     match resolver.resolve_request().await {
                         Ok((req, stream)) => {
                             stream_task(ctx, req, stream, (peer, listen), tls).await
@@ -116,6 +120,13 @@ async fn run(
             Err(()) => {}
         }
     }
+    // After a GOAWAY the streams in flight finish; dropping the HTTP/3
+    // connection would close them. (Bounded by the drain's grace period,
+    // and by QUIC's idle timeout when the client has gone.)
+    while Rc::strong_count(&open) > 1 {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    drop(h3);
     drop(guard);
 }
 

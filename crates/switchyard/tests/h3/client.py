@@ -1,7 +1,7 @@
 """An HTTP/3 client for the tests, on aioquic (written by others: the
 server meets a QUIC and HTTP/3 stack that is not its own).
 
-    client.py HOST PORT CA_FILE SERVER_NAME < requests.json
+    client.py HOST PORT CA_FILE SERVER_NAME [TIMEOUT_S] < requests.json
 
 requests.json: [{"method": "GET", "path": "/", "headers": [["k", "v"]],
 "body": "text"}, ...], sent on one connection, all at once (one stream
@@ -80,6 +80,6 @@ async def main():
 
 
 try:
-    asyncio.run(asyncio.wait_for(main(), 20))
+    asyncio.run(asyncio.wait_for(main(), float(sys.argv[5]) if len(sys.argv) > 5 else 20))
 except Exception as e:  # the test reads what went wrong
     print(json.dumps({"error": f"{type(e).__name__}: {e}"}))
