@@ -13,75 +13,19 @@
 use libfuzzer_sys::fuzz_target;
 use bytes::BytesMut;
 use switchyard::http::h2_message::{request_to_h2, request_from_wire, response_from_h2, response_to_h2};
-use switchyard::http::head::{Framing, Limits};
-use switchyard::http::message::{Fields, Method};
+use switchyard::http::head::Limits;
+use switchyard::http::message::Method;
 use switchyard::http2::frame::{finish_headers, put_settings, HEADER_LEN};
 use switchyard::http2::hpack::Encoder;
 use switchyard::http2::server::{Config, Conn, NewStream};
 
+#[path = "heads_common.rs"]
+mod heads_common;
+use heads_common::{check_length, header_map, lines, CONNECTION_SPECIFIC};
+
 const METHODS: [&str; 10] = [
     "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "TRACE", "CONNECT", "PATCH", "PURGE",
 ];
-
-const NAMES: [&str; 16] = [
-    "content-length",
-    "host",
-    "cookie",
-    "te",
-    "expect",
-    "connection",
-    "transfer-encoding",
-    "keep-alive",
-    "upgrade",
-    "proxy-connection",
-    "trailer",
-    "content-type",
-    "x-forwarded-for",
-    "via",
-    "proxy-authenticate",
-    "content-length",
-];
-
-const CONNECTION_SPECIFIC: [&str; 5] = [
-    "connection",
-    "transfer-encoding",
-    "keep-alive",
-    "upgrade",
-    "te",
-];
-
-/// "name:value" lines as (name, value) pairs; a one-byte name picks a
-/// well-known one.
-fn lines(data: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
-    data.split(|b| *b == b'\n')
-        .map(|line| {
-            let (n, v) = match line.iter().position(|b| *b == b':') {
-                Some(i) => (&line[..i], &line[i + 1..]),
-                None => (line, &b""[..]),
-            };
-            let name = match n {
-                [i] => NAMES[*i as usize % NAMES.len()].as_bytes().to_vec(),
-                _ => n.to_vec(),
-            };
-            (name, v.to_vec())
-        })
-        .collect()
-}
-
-/// The same lines as the h2 crate would hand them over from a member
-/// (what `http` refuses is skipped: h2 would never pass it).
-fn header_map(lines: &[(Vec<u8>, Vec<u8>)]) -> http::HeaderMap {
-    let mut h = http::HeaderMap::new();
-    for (n, v) in lines {
-        if let (Ok(n), Ok(v)) = (
-            http::HeaderName::from_bytes(n),
-            http::HeaderValue::from_bytes(v),
-        ) {
-            h.append(n, v);
-        }
-    }
-    h
-}
 
 /// What the decoder hands over for one HEADERS frame carrying `block`
 /// (a whole connection: SETTINGS first), if it opened a stream.
@@ -103,21 +47,6 @@ fn decoded(block: &[u8], end_stream: bool) -> Option<NewStream> {
     let mut buf = BytesMut::from(&wire[..]);
     c.recv(&mut buf).ok()?;
     c.accepted.pop_front()
-}
-
-/// At most one Content-Length, and a declared length agrees with it.
-fn check_length(f: &Fields, framing: Framing) {
-    let cl: Vec<&[u8]> = f.all("content-length").collect();
-    assert!(cl.len() <= 1, "several Content-Length fields accepted");
-    if let Framing::Length(n) = framing {
-        assert_eq!(cl.len(), 1, "a length without a Content-Length field");
-        let s = std::str::from_utf8(cl[0]).expect("Content-Length is not text");
-        assert_eq!(
-            s.parse::<u64>().ok(),
-            Some(n),
-            "Content-Length disagrees with the framing"
-        );
-    }
 }
 
 fuzz_target!(|data: &[u8]| {
