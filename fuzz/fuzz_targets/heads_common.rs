@@ -2,7 +2,7 @@
 //! and the checks every accepted request must pass.
 
 use switchyard::http::head::Framing;
-use switchyard::http::message::Fields;
+use switchyard::http::message::{Fields, Request};
 
 pub const NAMES: [&str; 16] = [
     "content-length",
@@ -79,3 +79,35 @@ pub fn check_length(f: &Fields, framing: Framing) {
     }
 }
 
+
+/// What every accepted request must be: unambiguous (one length, agreeing
+/// with the framing), free of connection-specific fields, and safe to
+/// restate as HTTP/1.1 text (no CR, LF or NUL, no uppercase or empty
+/// names, no control byte or space in the target).
+pub fn check_request(req: &Request) {
+    check_length(&req.head.fields, req.head.framing);
+    for (name, value) in req.head.fields.iter() {
+        assert!(
+            !CONNECTION_SPECIFIC
+                .iter()
+                .any(|c| c.as_bytes().eq_ignore_ascii_case(name)),
+            "connection-specific field {:?} accepted",
+            String::from_utf8_lossy(name)
+        );
+        // It becomes HTTP/1.1 text: a field must not split it.
+        assert!(
+            !name.is_empty() && !name.iter().any(|b| b.is_ascii_uppercase()),
+            "field name {:?} accepted",
+            String::from_utf8_lossy(name)
+        );
+        assert!(
+            !value.iter().any(|b| matches!(b, b'\r' | b'\n' | 0)),
+            "CR, LF or NUL in a field value accepted"
+        );
+    }
+    assert!(
+        !req.target.iter().any(|b| *b <= 0x20 || *b == 0x7f),
+        "request target {:?} accepted",
+        String::from_utf8_lossy(&req.target)
+    );
+}

@@ -167,6 +167,20 @@ fn first_event(admin: SocketAddr, token: &str) -> (u16, String, String) {
 /// change is refused with 403, with an admin token every route answers one
 /// of its documented statuses with the documented content type. Routes the
 /// document does not list get 404, a listed path with another method 405.
+/// Switchyard over one member with the test tokens, `pool_extra` in its pool.
+fn start_with_tokens(l: SocketAddr, member: SocketAddr, pool_extra: &str) -> Switchyard {
+    let tokens = tokens_file();
+    Switchyard::start(
+        &config(
+            &format!("tokens_file = \"{}\"", tokens.display()),
+            l,
+            &[(member, 1)],
+            pool_extra,
+        ),
+        &[l],
+    )
+}
+
 #[test]
 fn every_documented_route_answers_as_documented() {
     every_route(&mut Vec::new());
@@ -897,15 +911,10 @@ fn cli(sy: &Switchyard, args: &[&str]) -> String {
 fn the_pool_algorithm_is_spelled_as_in_the_config_everywhere() {
     let o = Origin::start("a");
     let l = free_addr();
-    let tokens = tokens_file();
-    let sy = Switchyard::start(
-        &config(
-            &format!("tokens_file = \"{}\"", tokens.display()),
-            l,
-            &[(o.addr, 1)],
-            "algorithm = \"least-connections\"\nprotocol = \"http1\"",
-        ),
-        &[l],
+    let sy = start_with_tokens(
+        l,
+        o.addr,
+        "algorithm = \"least-connections\"\nprotocol = \"http1\"",
     );
     let pool = call(sy.admin, "GET", "/api/v1/pools/app", Some(READ_TOKEN), None).json();
     assert_eq!(pool["algorithm"], "least-connections", "{pool}");
@@ -1066,16 +1075,7 @@ fn ctl_tables_stand_under_their_headers() {
 fn stats_without_traffic_has_no_empty_responses_line() {
     let o = Origin::start("a");
     let l = free_addr();
-    let tokens = tokens_file();
-    let sy = Switchyard::start(
-        &config(
-            &format!("tokens_file = \"{}\"", tokens.display()),
-            l,
-            &[(o.addr, 1)],
-            "",
-        ),
-        &[l],
-    );
+    let sy = start_with_tokens(l, o.addr, "");
     let stats = cli(&sy, &["stats"]);
     assert!(
         !stats
@@ -1205,15 +1205,10 @@ fn a_member_refusing_connections_is_flagged_failing_until_a_connect_succeeds() {
 fn a_checked_member_is_plain_up() {
     let o = Origin::start("a");
     let l = free_addr();
-    let tokens = tokens_file();
-    let sy = Switchyard::start(
-        &config(
-            &format!("tokens_file = \"{}\"", tokens.display()),
-            l,
-            &[(o.addr, 1)],
-            "[pool.health]\ntype = \"http\"\npath = \"/health\"\ninterval = \"100ms\"",
-        ),
-        &[l],
+    let sy = start_with_tokens(
+        l,
+        o.addr,
+        "[pool.health]\ntype = \"http\"\npath = \"/health\"\ninterval = \"100ms\"",
     );
     assert!(eventually(Duration::from_secs(5), || member(&sy, o.addr)
         ["health"]["check_ok_streak"]

@@ -79,6 +79,52 @@ fn h3_within(
     })
 }
 
+/// Downloads `/size/N` for each of `sizes` with ngtcp2's client on one
+/// connection (with `extra` options) into a new folder; the sizes of the
+/// files it wrote, and its output. None: gtlsclient is not installed.
+fn ngtcp2_download(
+    listen: SocketAddr,
+    tag: &str,
+    sizes: &[usize],
+    extra: &[&str],
+) -> Option<(Vec<Option<usize>>, String)> {
+    if Command::new("gtlsclient").arg("--help").output().is_err() {
+        eprintln!("skipped: gtlsclient not installed (apt-get install ngtcp2-client)");
+        return None;
+    }
+    let dir = temp_dir(tag);
+    let urls: Vec<String> = sizes
+        .iter()
+        .map(|n| format!("https://site.test:{}/size/{n}", listen.port()))
+        .collect();
+    let out = Command::new("gtlsclient")
+        .args([
+            "--quiet",
+            "--no-quic-dump",
+            "--no-http-dump",
+            "--exit-on-all-streams-close",
+        ])
+        .args(["--timeout=10s", "--sni=site.test"])
+        .arg(format!("--download={}", dir.display()))
+        .args(extra)
+        .arg(listen.ip().to_string())
+        .arg(listen.port().to_string())
+        .args(&urls)
+        .output()
+        .expect("gtlsclient");
+    let got = sizes
+        .iter()
+        .map(|n| {
+            std::fs::metadata(dir.join(n.to_string()))
+                .ok()
+                .map(|m| m.len() as usize)
+        })
+        .collect();
+    let log =
+        String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
+    Some((got, log))
+}
+
 fn header<'a>(r: &'a serde_json::Value, name: &str) -> Option<&'a str> {
     r["headers"]
         .as_array()?
@@ -195,29 +241,8 @@ fn a_client_proves_its_address_with_a_retry_first() {
         );
         assert_eq!(out["responses"][0]["status"], 200, "{out}");
     }
-    if Command::new("gtlsclient").arg("--help").output().is_ok() {
-        let dir = temp_dir("h3-retry");
-        let out = Command::new("gtlsclient")
-            .args([
-                "--quiet",
-                "--no-quic-dump",
-                "--no-http-dump",
-                "--exit-on-all-streams-close",
-            ])
-            .args(["--timeout=10s", "--sni=site.test"])
-            .arg(format!("--download={}", dir.display()))
-            .arg(s.listen.ip().to_string())
-            .arg(s.listen.port().to_string())
-            .arg(format!("https://site.test:{}/size/5000", s.listen.port()))
-            .output()
-            .expect("gtlsclient");
-        let got = std::fs::metadata(dir.join("5000")).map(|m| m.len());
-        assert_eq!(
-            got.ok(),
-            Some(5000),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+    if let Some((got, log)) = ngtcp2_download(s.listen, "h3-retry", &[5000], &[]) {
+        assert_eq!(got, [Some(5000)], "{log}");
     }
     let vs = &s.sy.stats()["vservers"][0];
     let clients = vs["h3_connections"].as_u64().unwrap_or(0);
@@ -292,10 +317,6 @@ fn http3_needs_tls_1_3_and_a_tls_vserver() {
 /// client's address changes; the connection must survive it).
 #[test]
 fn ngtcp2_downloads_through_loss_key_update_and_rebinding() {
-    if Command::new("gtlsclient").arg("--help").output().is_err() {
-        eprintln!("skipped: gtlsclient not installed (apt-get install ngtcp2-client)");
-        return;
-    }
     let s = site("[vserver.http3]", "");
     let sizes = [1usize, 70_000, 300_000, 1_000_000];
     let cases: [(&str, &[&str]); 3] = [
@@ -304,32 +325,13 @@ fn ngtcp2_downloads_through_loss_key_update_and_rebinding() {
         ("rebinding", &["--nat-rebinding"]),
     ];
     for (name, extra) in cases {
-        let dir = temp_dir(&format!("h3-ngtcp2-{name}"));
-        let urls: Vec<String> = sizes
-            .iter()
-            .map(|n| format!("https://site.test:{}/size/{n}", s.listen.port()))
-            .collect();
-        let out = Command::new("gtlsclient")
-            .args([
-                "--quiet",
-                "--no-quic-dump",
-                "--no-http-dump",
-                "--exit-on-all-streams-close",
-            ])
-            .args(["--timeout=10s", "--sni=site.test"])
-            .arg(format!("--download={}", dir.display()))
-            .args(extra)
-            .arg(s.listen.ip().to_string())
-            .arg(s.listen.port().to_string())
-            .args(&urls)
-            .output()
-            .expect("gtlsclient");
-        let log = String::from_utf8_lossy(&out.stderr).to_string()
-            + &String::from_utf8_lossy(&out.stdout);
-        for n in sizes {
-            let got = std::fs::metadata(dir.join(n.to_string())).map(|m| m.len() as usize);
-            assert_eq!(got.ok(), Some(n), "{name}: /size/{n}: {log}");
-        }
+        let Some((got, log)) =
+            ngtcp2_download(s.listen, &format!("h3-ngtcp2-{name}"), &sizes, extra)
+        else {
+            return;
+        };
+        let want: Vec<Option<usize>> = sizes.iter().map(|n| Some(*n)).collect();
+        assert_eq!(got, want, "{name}: {log}");
     }
     let vs = &s.sy.stats()["vservers"][0];
     assert_eq!(vs["h3_streams"], 12, "{vs}");
