@@ -441,7 +441,7 @@ pub async fn serve_quic(ctx: Rc<WorkerCtx>, socket: std::net::UdpSocket, listen:
     };
     let endpoint = match quinn::Endpoint::new(
         quinn::EndpointConfig::default(),
-        Some(Arc::unwrap_or_clone(server)),
+        Some((*server).clone()),
         socket,
         Arc::new(quinn::TokioRuntime),
     ) {
@@ -461,7 +461,21 @@ pub async fn serve_quic(ctx: Rc<WorkerCtx>, socket: std::net::UdpSocket, listen:
     }
     let endpoint = StopAccepting(endpoint);
     let handshaking = Rc::new(std::cell::Cell::new(0));
+    let mut current = server;
     while let Some(incoming) = endpoint.0.accept().await {
+        // The endpoint's own configuration validates and issues Retry
+        // tokens: it follows reloads, so a reload's new token key applies.
+        if let Some(h3) = ctx
+            .snapshot
+            .load()
+            .vserver_for(&listen)
+            .and_then(|v| v.http3.clone())
+        {
+            if !Arc::ptr_eq(&h3.server, &current) {
+                endpoint.0.set_server_config(Some((*h3.server).clone()));
+                current = h3.server.clone();
+            }
+        }
         admit_quic(&ctx, incoming, listen, &handshaking);
     }
 }
