@@ -17,6 +17,7 @@ pub mod json;
 pub mod l4;
 pub mod load;
 pub mod origin;
+pub mod peers;
 pub mod pktgen;
 pub mod report;
 pub mod scenario;
