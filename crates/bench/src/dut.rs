@@ -603,11 +603,7 @@ pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, Stri
             Ok(Target {
                 name: name.into(),
                 kind: Kind::Envoy,
-                version: version_of(&program, "--version")
-                    .rsplit("version: ")
-                    .next()
-                    .unwrap_or("")
-                    .to_string(),
+                version: envoy_version(&version_of(&program, "--version")),
                 program,
                 command: String::new(),
                 caps: vec![Cap::L4, Cap::L7, Cap::Ipv6, Cap::Tls, Cap::Compression],
@@ -656,6 +652,17 @@ pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, Stri
         other => Err(format!(
             "unknown target {other}: use switchyard, haproxy, haproxy28, nginx, nginx131, envoy, pingora, caddy, varnish or cmd:COMMAND"
         )),
+    }
+}
+
+/// "envoy  version: HASH/1.40.0/Clean/RELEASE/BoringSSL" -> "Envoy 1.40.0
+/// (RELEASE, BoringSSL)".
+pub fn envoy_version(line: &str) -> String {
+    let v = line.rsplit("version: ").next().unwrap_or("");
+    let parts: Vec<&str> = v.split('/').collect();
+    match parts[..] {
+        [_, ver, _, build, tls, ..] => format!("Envoy {ver} ({build}, {tls})"),
+        _ => v.to_string(),
     }
 }
 

@@ -754,6 +754,16 @@ mod tests {
     }
 
     #[test]
+    fn envoy_version_line() {
+        assert_eq!(
+            crate::dut::envoy_version(
+                "envoy/_bin/envoy  version: 9e5580933739775e/1.40.0/Clean/RELEASE/BoringSSL"
+            ),
+            "Envoy 1.40.0 (RELEASE, BoringSSL)"
+        );
+    }
+
+    #[test]
     fn fortio_json_gives_p99_in_microseconds() {
         let r = parse_fortio_json(
             r#"noise {"ActualQPS": 99.8, "RetCodes": {"200": 998},

@@ -470,18 +470,19 @@ fn report_004_section(md: &mut String, by: &ByCase, targets: &[String]) {
     };
     let _ = writeln!(
         md,
-        "
-## Report 004's ratios against Envoy
-
-         Report 004 (Tolly, 2021): Citrix ADC CPX against Envoy 1.14, one core each.          P99: Envoy's over the target's (above 1: the target answers faster), from Fortio          beside the load, the harness's own P99 in brackets; stressed is each target at 95 %          of its own maximum. Maximum: the target's over Envoy's (throughput for the volume          test, transactions/s for the transaction test), with each one's DUT CPU % at its          maximum: below about 95 % the load generator, not the proxy, set the maximum, and          the CPU-per-request ratio (Envoy's over the target's, at one offered rate) is the          figure to read.
-"
+        "\n## Report 004's ratios against Envoy\n\n\
+         Report 004 (Tolly, 2021): Citrix ADC CPX against Envoy 1.14, one core each. \
+         P99: Envoy's over the target's (above 1: the target answers faster), from Fortio \
+         beside the load, the harness's own P99 in brackets; stressed is each target at 95 % \
+         of its own maximum. Maximum: the target's over Envoy's (throughput for the volume \
+         test, transactions/s for the transaction test), with each one's DUT CPU % at its \
+         maximum: well below 100 % something else (the load generator, a neighbour on the \
+         DUT's core) set the maximum, and the CPU-per-request ratios (Envoy's over the \
+         target's: at each one's maximum, and at one offered rate when the generator \
+         saturated) are the figures to read.\n"
     );
     if !targets.iter().any(|t| t == "envoy") {
-        let _ = writeln!(
-            md,
-            "No `envoy` target in this run: no ratios.
-"
-        );
+        let _ = writeln!(md, "No `envoy` target in this run: no ratios.\n");
         return;
     }
     let others: Vec<&String> = targets.iter().filter(|t| *t != "envoy").collect();
@@ -492,10 +493,9 @@ fn report_004_section(md: &mut String, by: &ByCase, targets: &[String]) {
     for t in others {
         let _ = writeln!(
             md,
-            "### {t} against Envoy
-
-| test | TLS | P99 idle | P99 stressed | CPX (report 004) | maximum | DUT CPU % at max ({t} / envoy) | CPU per request at one rate | CPX (report 004) |
-|---|---|---|---|---|---|---|---|---|"
+            "### {t} against Envoy\n\n\
+             | test | TLS | P99 idle | P99 stressed | CPX (report 004) | maximum | DUT CPU % at max ({t} / envoy) | CPU per request at max | CPU per request at one rate | CPX (report 004) |\n\
+             |---|---|---|---|---|---|---|---|---|---|"
         );
         for (test, v, cpx_p99, cpx_max) in crate::scenario::REPORT_004_CPX {
             let name = |w: &str| crate::scenario::report_004_name(v, test, w);
@@ -515,6 +515,10 @@ fn report_004_section(md: &mut String, by: &ByCase, targets: &[String]) {
                     .map(|c| format!("{c:.0} %"))
                     .unwrap_or_else(|| "n/a".into())
             };
+            let cpu_at_max = ratio(
+                med(&name("max"), "envoy", "dut_cpu_us_per_req"),
+                med(&name("max"), t, "dut_cpu_us_per_req"),
+            );
             // The equal-offered-rate rerun of the max case, when the
             // generator saturated.
             let eq = by
@@ -532,7 +536,7 @@ fn report_004_section(md: &mut String, by: &ByCase, targets: &[String]) {
                 .unwrap_or_else(|| "—".into());
             let _ = writeln!(
                 md,
-                "| {test} | {v} | {} ({}) | {} ({}) | {cpx_p99:.1}x | {max} | {} / {} | {cpu_ratio} | {cpx_max:.1}x |",
+                "| {test} | {v} | {} ({}) | {} ({}) | {cpx_p99:.1}x | {max} | {} / {} | {cpu_at_max} | {cpu_ratio} | {cpx_max:.1}x |",
                 p99("idle 100 req/s", "fortio_p99_us"),
                 p99("idle 100 req/s", "p99_us"),
                 p99("stressed 95%", "fortio_p99_us"),
