@@ -30,7 +30,8 @@ pub struct Opts {
     pub warm_up: std::time::Duration,
 }
 
-pub const HELP: &str = "switchyard bench compare --targets switchyard,haproxy,nginx[,varnish] --scenario l7-rps[,latency,...|all]
+pub const HELP: &str = "switchyard bench compare --targets switchyard,haproxy,nginx[,varnish,haproxy28,nginx131,envoy,pingora,caddy] --scenario l7-rps[,latency,report-004,...|all]
+  (envoy, haproxy28, nginx131, pingora, caddy and Fortio: scripts/install-bench-peers.sh NAME; a missing one is skipped)
   --runs N            runs per target (3; 1 with --quick)
   --warm-up D         one unmeasured run per target before the first case (2s; 0 for none):
                       the first measured round was slow for every target without it
@@ -628,7 +629,38 @@ fn run_sample(
             cfg.rate = Some(rate.round());
         }
     }
+    // Fortio beside the load over the steady phase (report 004).
+    let fortio = case.fortio.map(|f| {
+        let path = cfg
+            .paths
+            .first()
+            .map(|p| p.path.clone())
+            .unwrap_or_else(|| "/".into());
+        let port = o.ports.addr(case.listener).port();
+        let url = if cfg.tls.is_some() {
+            format!("https://{}:{port}{path}", dut::TLS_NAME)
+        } else {
+            format!("http://127.0.0.1:{port}{path}")
+        };
+        let delay = cfg.ramp_up;
+        let secs = cfg.duration.as_secs_f64();
+        std::thread::spawn(move || -> Result<crate::peers::FortioResult, String> {
+            let bin = crate::peers::fortio_binary().ok_or_else(|| {
+                format!(
+                    "Fortio is not installed: {}",
+                    crate::peers::install_hint("fortio")
+                )
+            })?;
+            std::thread::sleep(delay);
+            let argv = crate::peers::fortio_argv(&bin, &url, "127.0.0.1", f.qps, f.conns, secs);
+            crate::peers::run_fortio(&argv, Duration::from_secs_f64(secs + 15.0))
+        })
+    });
     let result = run_load(cfg.clone(), &dut, origin);
+    let fortio = fortio.map(|h| {
+        h.join()
+            .unwrap_or_else(|_| Err("the Fortio thread panicked".into()))
+    });
     let mut d = dut;
     let died = d.exited();
     let log_tail = d.log_tail();
@@ -782,6 +814,25 @@ fn run_sample(
                 );
         }
         _ => {}
+    }
+    match fortio {
+        Some(Ok(f)) => {
+            kpi = kpi
+                .set("fortio_p50_us", f.p50_us)
+                .set("fortio_p99_us", f.p99_us)
+                .set("fortio_p99_9_us", f.p999_us)
+                .set("fortio_qps", f.qps)
+                .set("fortio_requests", f.requests);
+            if f.ok < f.requests {
+                notes.push(format!(
+                    "Fortio: {} of {} requests not answered 200",
+                    f.requests - f.ok,
+                    f.requests
+                ));
+            }
+        }
+        Some(Err(e)) => notes.push(format!("no Fortio figure: {e}")),
+        None => {}
     }
     // A WAF that refuses benign traffic has not done the scenario's work,
     // whatever its rate: one refused request voids the run.

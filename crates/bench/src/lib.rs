@@ -17,6 +17,7 @@ pub mod json;
 pub mod l4;
 pub mod load;
 pub mod origin;
+pub mod peers;
 pub mod pktgen;
 pub mod report;
 pub mod scenario;
@@ -29,7 +30,7 @@ pub mod waf;
 const HELP: &str = "usage: switchyard bench <command> [options]
   origin    --listen ADDR [--listen ADDR] [--delay-ms N] [--threads N]
   load      --url URL --connections N --duration 10s [--rate N] ... (load --help)
-  compare   --targets switchyard,haproxy,nginx --scenario l7-rps [--runs 3] [--quick] [--out DIR]
+  compare   --targets switchyard,haproxy,nginx[,haproxy28,nginx131,envoy,pingora,caddy] --scenario l7-rps[,report-004] [--runs 3] [--quick] [--out DIR]
   l4        L4 tcp/udp vservers against haproxy and nginx stream: cps, throughput, udp, iperf3, wrk (l4 --help)
   shield    the XDP shield against the kernel and nftables: syn-flood, acl, ddos (shield --help; root)
   report    --from DIR/report.json [--out DIR]

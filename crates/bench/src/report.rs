@@ -427,6 +427,7 @@ pub fn render(doc: &Json) -> (String, Vec<(String, String)>) {
             let _ = writeln!(md, "![{sc}]({name})\n");
         }
     }
+    report_004_section(&mut md, &by, &targets);
     waf_attack_section(&mut md, doc);
     if !skipped.is_empty() {
         let _ = writeln!(
@@ -450,6 +451,102 @@ pub fn render(doc: &Json) -> (String, Vec<(String, String)>) {
          `switchyard bench report --from report.json` re-renders this file."
     );
     (md, svgs)
+}
+
+/// Report 004's four ratios (P99 idle and stressed, throughput or
+/// transaction rate; TLS 1.3 and 1.2) for every target against Envoy,
+/// with CPX's published ratios beside them. P99 ratios are Envoy's over
+/// the target's (above 1: the target is faster), as the report wrote
+/// them; maxima are the target's over Envoy's.
+fn report_004_section(md: &mut String, by: &ByCase, targets: &[String]) {
+    let sc = "report-004";
+    if !by.keys().any(|(s, _, _)| s == sc) {
+        return;
+    }
+    let med = |case: &str, t: &str, key: &str| -> Option<f64> {
+        let v = by.get(&(sc.to_string(), case.to_string(), t.to_string()))?;
+        let st = stat(v, key);
+        (st.n_valid > 0 && st.median > 0.0).then_some(st.median)
+    };
+    let _ = writeln!(
+        md,
+        "\n## Report 004's ratios against Envoy\n\n\
+         Report 004 (Tolly, 2021): Citrix ADC CPX against Envoy 1.14, one core each. \
+         P99: Envoy's over the target's (above 1: the target answers faster), from Fortio \
+         beside the load, the harness's own P99 in brackets; stressed is each target at 95 % \
+         of its own maximum. Maximum: the target's over Envoy's (throughput for the volume \
+         test, transactions/s for the transaction test), with each one's DUT CPU % at its \
+         maximum: well below 100 % something else (the load generator, a neighbour on the \
+         DUT's core) set the maximum, and the CPU-per-request ratios (Envoy's over the \
+         target's: at each one's maximum, and at one offered rate when the generator \
+         saturated) are the figures to read.\n"
+    );
+    if !targets.iter().any(|t| t == "envoy") {
+        let _ = writeln!(md, "No `envoy` target in this run: no ratios.\n");
+        return;
+    }
+    let others: Vec<&String> = targets.iter().filter(|t| *t != "envoy").collect();
+    let ratio = |a: Option<f64>, b: Option<f64>| match (a, b) {
+        (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
+        _ => "n/a".into(),
+    };
+    for t in others {
+        let _ = writeln!(
+            md,
+            "### {t} against Envoy\n\n\
+             | test | TLS | P99 idle | P99 stressed | CPX (report 004) | maximum | DUT CPU % at max ({t} / envoy) | CPU per request at max | CPU per request at one rate | CPX (report 004) |\n\
+             |---|---|---|---|---|---|---|---|---|---|"
+        );
+        for (test, v, cpx_p99, cpx_max) in crate::scenario::REPORT_004_CPX {
+            let name = |w: &str| crate::scenario::report_004_name(v, test, w);
+            let p99 =
+                |w: &str, key: &str| ratio(med(&name(w), "envoy", key), med(&name(w), t, key));
+            let max_key = if *test == "volume" {
+                "throughput_bps"
+            } else {
+                "rps"
+            };
+            let max = ratio(
+                med(&name("max"), t, max_key),
+                med(&name("max"), "envoy", max_key),
+            );
+            let cpu = |who: &str| {
+                med(&name("max"), who, "dut_cpu_pct")
+                    .map(|c| format!("{c:.0} %"))
+                    .unwrap_or_else(|| "n/a".into())
+            };
+            let cpu_at_max = ratio(
+                med(&name("max"), "envoy", "dut_cpu_us_per_req"),
+                med(&name("max"), t, "dut_cpu_us_per_req"),
+            );
+            // The equal-offered-rate rerun of the max case, when the
+            // generator saturated.
+            let eq = by
+                .keys()
+                .filter(|(s, c, _)| s == sc && c.starts_with(&format!("{} @ ", name("max"))))
+                .map(|(_, c, _)| c.clone())
+                .next();
+            let cpu_ratio = eq
+                .map(|c| {
+                    ratio(
+                        med(&c, "envoy", "dut_cpu_us_per_req"),
+                        med(&c, t, "dut_cpu_us_per_req"),
+                    )
+                })
+                .unwrap_or_else(|| "—".into());
+            let _ = writeln!(
+                md,
+                "| {test} | {v} | {} ({}) | {} ({}) | {cpx_p99:.1}x | {max} | {} / {} | {cpu_at_max} | {cpu_ratio} | {cpx_max:.1}x |",
+                p99("idle 100 req/s", "fortio_p99_us"),
+                p99("idle 100 req/s", "p99_us"),
+                p99("stressed 95%", "fortio_p99_us"),
+                p99("stressed 95%", "p99_us"),
+                cpu(t),
+                cpu("envoy"),
+            );
+        }
+        md.push('\n');
+    }
 }
 
 /// Issue 11: Switchyard keeps at least this many times nginx+ModSecurity's
@@ -549,6 +646,7 @@ fn scenario_extra_key(sc: &str) -> Option<&'static str> {
         "multiplexing" => Some("server_conns_avg"),
         "ssl-tps" => Some("dut_cpu_us_per_handshake"),
         "waf" => Some("rps"),
+        "report-004" => Some("fortio_p99_us"),
         _ => None,
     }
 }
@@ -561,6 +659,7 @@ fn scenario_extra_title(sc: &str) -> &'static str {
         "multiplexing" => " server connections |",
         "ssl-tps" => " DUT CPU per handshake |",
         "waf" => " requests/s |",
+        "report-004" => " Fortio P99 |",
         _ => "",
     }
 }
@@ -572,6 +671,13 @@ fn fmt_extra(k: &str, v: f64) -> String {
         "mem_per_conn_bytes" => format!("{:.1} KB", v / 1024.0),
         "dut_cpu_us_per_handshake" => format!("{v:.1} µs"),
         "rps" => format!("{v:.0}"),
+        "fortio_p99_us" => {
+            if v > 0.0 {
+                fmt_us(v as u64)
+            } else {
+                "—".into()
+            }
+        }
         _ => format!("{v:.1}"),
     }
 }

@@ -76,6 +76,32 @@ pub struct Case {
     /// Skipped for every target, with this reason.
     pub skip_all: Option<String>,
     pub note: Option<String>,
+    /// Fortio beside the load (report 004's latency tool): its rate and
+    /// connections, over the steady phase.
+    pub fortio: Option<FortioLoad>,
+}
+
+/// Fortio's share of a case: `qps` requests per second over `conns`
+/// keep-alive connections, to the case's listener and first path.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct FortioLoad {
+    pub qps: f64,
+    pub conns: usize,
+}
+
+/// Report 004's published ratios, CPX over Envoy: (test, TLS version,
+/// Envoy's stressed P99 over CPX's, CPX's maximum over Envoy's).
+pub const REPORT_004_CPX: &[(&str, &str, f64, f64)] = &[
+    ("volume", "1.3", 7.7, 2.1),
+    ("volume", "1.2", 7.4, 2.3),
+    ("transaction", "1.3", 2.2, 3.2),
+    ("transaction", "1.2", 1.6, 3.0),
+];
+
+/// The case names of report 004's scenario, so that the report finds them.
+pub fn report_004_name(version: &str, test: &str, what: &str) -> String {
+    let size = if test == "volume" { "9KB" } else { "1B" };
+    format!("TLS {version} {test} {size} {what}")
 }
 
 pub const SCENARIOS: &[(&str, &str)] = &[
@@ -102,6 +128,10 @@ pub const SCENARIOS: &[(&str, &str)] = &[
     (
         "latency",
         "P99 at idle (100 req/s) and stressed (95 % of the measured max)",
+    ),
+    (
+        "report-004",
+        "report 004 (CPX vs Envoy): TLS 1.2 ECDHE-RSA-AES256-GCM-SHA384 and TLS 1.3, RSA; 9 KB volume and 1 B transaction tests: maximum, P99 idle (100 req/s) and stressed (95 % of the target's maximum), Fortio beside the load",
     ),
     ("equal-cpu", "rate at which the DUT uses 65 % of its core"),
     (
@@ -228,6 +258,7 @@ fn case(
         kpi,
         skip_all: None,
         note: None,
+        fortio: None,
     }
 }
 
@@ -474,6 +505,81 @@ pub fn cases(scenario: &str, t: &Timing, max_conns: usize) -> Result<Vec<Case>, 
                 );
                 c.mode = Mode::Stressed;
                 out.push(c);
+            }
+        }
+        "report-004" => {
+            // Report 004: one core per proxy, HTTPS only, keep-alive
+            // connections (its transactions are HTTP transactions; a
+            // handshake per request is ssl-tps). TLS 1.3 on the RSA
+            // listener (the load offers only 1.3 and AES-256-GCM; Fortio
+            // picks 1.3 there), TLS 1.2 on the listener that offers only
+            // 1.2 and ECDHE-RSA-AES256-GCM-SHA384, as the report
+            // configured the ADCs.
+            for (v, suite, listener) in [
+                (TlsVersion::V13, crate::dut::TLS13_SUITE, Listener::TlsRsa),
+                (
+                    TlsVersion::V12,
+                    crate::dut::TLS12_RSA_SUITE,
+                    Listener::Tls12,
+                ),
+            ] {
+                for (test, n) in [("volume", 9216u64), ("transaction", 1)] {
+                    let vname = v.name();
+                    let needs = &[Cap::L7, Cap::Tls];
+                    // The maximum: the load raised until the DUT's core (or
+                    // the generator's) is saturated.
+                    let mut l = base(t, &[size_url(n)]);
+                    l.tls = tls(v, suite, 0);
+                    let mut c = case(
+                        "report-004",
+                        report_004_name(vname, test, "max"),
+                        listener,
+                        needs,
+                        l,
+                        if test == "volume" {
+                            Kpi::Throughput
+                        } else {
+                            Kpi::Rps
+                        },
+                    );
+                    c.note = Some(
+                        "50 keep-alive connections, closed loop: the maximum this load reaches (check DUT CPU %: 100 % means the DUT's core was the limit)".into(),
+                    );
+                    out.push(c);
+                    let mut l = base(t, &[size_url(n)]);
+                    l.tls = tls(v, suite, 0);
+                    l.rate = Some(100.0);
+                    l.connections = 10;
+                    let mut c = case(
+                        "report-004",
+                        report_004_name(vname, test, "idle 100 req/s"),
+                        listener,
+                        needs,
+                        l,
+                        Kpi::P99,
+                    );
+                    c.fortio = Some(FortioLoad {
+                        qps: 100.0,
+                        conns: 4,
+                    });
+                    out.push(c);
+                    let mut l = base(t, &[size_url(n)]);
+                    l.tls = tls(v, suite, 0);
+                    let mut c = case(
+                        "report-004",
+                        report_004_name(vname, test, "stressed 95%"),
+                        listener,
+                        needs,
+                        l,
+                        Kpi::P99,
+                    );
+                    c.mode = Mode::Stressed;
+                    c.fortio = Some(FortioLoad {
+                        qps: 100.0,
+                        conns: 4,
+                    });
+                    out.push(c);
+                }
             }
         }
         "equal-cpu" => {

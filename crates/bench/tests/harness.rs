@@ -220,3 +220,80 @@ fn report_has_medians_ratios_invalid_runs_and_charts() {
     }
     assert!(md.contains("![l7-rps](l7-rps.svg)"));
 }
+
+/// Report 004's section: every target against Envoy, P99 ratios Envoy's
+/// over the target's (Fortio's, the harness's in brackets), maxima the
+/// target's over Envoy's, CPX's published ratios beside them.
+#[test]
+fn report_004_section_prints_the_four_ratios_against_envoy() {
+    use switchyard_bench::scenario::report_004_name;
+    let s = |target: &str, case: String, kpi: Json| {
+        obj()
+            .set("scenario", "report-004")
+            .set("case", case)
+            .set("target", target)
+            .set("run", 0u64)
+            .set("primary", "p99_us")
+            .set("higher_is_better", false)
+            .set("valid", true)
+            .set("kpi", kpi.set("error_ratio", 0.0))
+    };
+    let mut samples = Vec::new();
+    for (t, f) in [("switchyard", 1.0), ("envoy", 4.0)] {
+        for v in ["1.3", "1.2"] {
+            for test in ["volume", "transaction"] {
+                samples.push(s(
+                    t,
+                    report_004_name(v, test, "max"),
+                    obj()
+                        .set("throughput_bps", 8e9 / f)
+                        .set("rps", 40000.0 / f)
+                        .set("dut_cpu_pct", 99.0),
+                ));
+                for w in ["idle 100 req/s", "stressed 95%"] {
+                    samples.push(s(
+                        t,
+                        report_004_name(v, test, w),
+                        obj()
+                            .set("p99_us", 500.0 * f)
+                            .set("fortio_p99_us", 300.0 * f),
+                    ));
+                }
+            }
+        }
+    }
+    let doc = obj()
+        .set("generated_by", "test")
+        .set("settings", obj().set("runs", 3u64))
+        .set(
+            "targets",
+            Json::Arr(vec![
+                obj().set("name", "switchyard"),
+                obj().set("name", "envoy"),
+            ]),
+        )
+        .set("samples", Json::Arr(samples))
+        .set("skipped", Json::Arr(vec![]));
+    let (md, _) = report::render(&doc);
+    let sec = md
+        .split("## Report 004's ratios against Envoy")
+        .nth(1)
+        .expect("the section");
+    let line = |test: &str, v: &str| {
+        sec.lines()
+            .find(|l| l.starts_with(&format!("| {test} | {v} |")))
+            .unwrap_or_else(|| panic!("{test} {v} row in {sec}"))
+            .to_string()
+    };
+    let r = line("volume", "1.3");
+    assert!(
+        r.contains("| 4.00x (4.00x) | 4.00x (4.00x) | 7.7x | 4.00x | 99 % / 99 % |"),
+        "{r}"
+    );
+    assert!(r.ends_with("| — | 2.1x |"), "{r}");
+    assert!(line("volume", "1.2").contains("| 7.4x |"));
+    let t = line("transaction", "1.2");
+    assert!(t.contains("| 1.6x |") && t.ends_with("| 3.0x |"), "{t}");
+    assert!(sec.contains("### switchyard against Envoy"));
+    assert!(!sec.contains("### envoy against Envoy"));
+}

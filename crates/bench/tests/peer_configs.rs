@@ -501,3 +501,63 @@ fn waf_scenario_quick_run() {
     let md = std::fs::read_to_string(out.join("report.md")).unwrap();
     assert!(md.contains("WAF attack set"), "{md}");
 }
+
+/// Issue 33's peers check the files the bench writes for them (each
+/// skipped when not installed: `scripts/install-bench-peers.sh NAME`).
+#[test]
+fn new_peers_accept_their_configurations() {
+    if let Some((t, dir, _)) = written("haproxy28") {
+        check(
+            Command::new(&t.program)
+                .arg("-c")
+                .arg("-f")
+                .arg(dir.join("haproxy.cfg")),
+        );
+    }
+    if let Some((t, dir, argv)) = written("nginx131") {
+        let cfg = std::fs::read_to_string(dir.join("nginx.conf")).unwrap();
+        // Its stream module is built in: nothing to load.
+        assert!(!cfg.contains("load_module"), "{cfg}");
+        assert!(cfg.contains("stream {"), "{cfg}");
+        let mut args: Vec<String> = argv[1..].to_vec();
+        args.push("-t".into());
+        check(Command::new(&t.program).args(&args));
+    }
+    if let Some((t, dir, _)) = written("envoy") {
+        check(
+            Command::new(&t.program)
+                .arg("--mode")
+                .arg("validate")
+                .arg("-c")
+                .arg(dir.join("envoy.yaml"))
+                .arg("--disable-hot-restart")
+                .arg("--log-level")
+                .arg("error"),
+        );
+    }
+    if let Some((t, dir, _)) = written("caddy") {
+        check(
+            Command::new(&t.program)
+                .arg("validate")
+                .arg("--adapter")
+                .arg("caddyfile")
+                .arg("--config")
+                .arg(dir.join("Caddyfile")),
+        );
+    }
+}
+
+/// A peer that is not installed is a target without capabilities whose
+/// note names the install command: skipped, never an error.
+#[test]
+fn a_missing_peer_is_skipped_with_its_install_command() {
+    // Pingora: no other test resolves it, so the variable races nothing.
+    std::env::set_var("SWITCHYARD_BENCH_PINGORA", "/nonexistent/pingora");
+    let t = dut::resolve("pingora", None).unwrap();
+    assert!(t.caps.is_empty());
+    assert!(
+        t.notes[0].contains("scripts/install-bench-peers.sh pingora"),
+        "{:?}",
+        t.notes
+    );
+}
