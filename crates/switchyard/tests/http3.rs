@@ -176,7 +176,14 @@ fn site_config(
 #[test]
 fn http3_requests_go_through_the_one_exchange() {
     let Some(py) = python() else { return };
-    let s = site("[vserver.http3]", "");
+    let log = temp_dir("h3-log").join("access.log");
+    let s = site(
+        &format!(
+            "[vserver.http3]\n[vserver.access_log]\nformat = \"json\"\nto = \"file:{}\"",
+            log.display()
+        ),
+        "",
+    );
     let out = h3(
         &py,
         s.listen,
@@ -224,6 +231,15 @@ fn http3_requests_go_through_the_one_exchange() {
     assert_eq!(vs["tls_handshakes"], 1, "{vs}");
     // One handshake is not load: no Retry.
     assert_eq!(vs["quic_retries"], 0, "{vs}");
+    // The access log names the client's protocol.
+    assert!(
+        eventually(std::time::Duration::from_secs(5), || {
+            let text = std::fs::read_to_string(&log).unwrap_or_default();
+            text.lines().count() == 6 && text.lines().all(|l| l.contains("\"protocol\":\"HTTP/3\""))
+        }),
+        "{}",
+        std::fs::read_to_string(&log).unwrap_or_default()
+    );
 }
 
 /// `retry_threshold = 0`: every new client proves its address with a Retry
