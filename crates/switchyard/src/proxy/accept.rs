@@ -87,7 +87,7 @@ pub fn serve(
         let Some(vs) = snap.vserver_for(&listen) else {
             return;
         };
-        match admit(&snap, vs, peer, listen) {
+        match admit(&snap, vs, peer, listen, crate::shield::acl::TCP) {
             Ok(leases) => open(ctx, &snap, vs, peer, leases),
             Err(how) => {
                 admission::close_refused(stream, how);
@@ -126,18 +126,20 @@ pub fn serve(
 
 /// The shield's decision on a new connection, counted on its vserver:
 /// the leases of the per-source limits that count it, or how to close it.
+/// `proto`: the ACLs' protocol (TCP, or UDP for QUIC).
 fn admit(
     snap: &Snapshot,
     vs: &VServer,
     peer: SocketAddr,
     listen: SocketAddr,
+    proto: u8,
 ) -> Result<Option<Box<[crate::shield::stick::Lease]>>, Closing> {
     let rules = Rules {
         global: snap.shield.as_deref(),
         acl: vs.acl.as_deref(),
         limits: &vs.limits,
     };
-    let verdict = admission::connection(&rules, peer, listen, crate::shield::acl::TCP);
+    let verdict = admission::connection(&rules, peer, listen, proto);
     let how = verdict.closing();
     match verdict {
         Verdict::Admit(leases) => return Ok(leases),
@@ -295,17 +297,21 @@ fn to_http(
     listen: SocketAddr,
     mut guard: ConnGuard,
 ) {
-    // The client as its requests will name it (a PROXY header's address
-    // included): the key of its private member connections.
-    if let Some((idle, key)) = &mut guard.private {
-        *key = private_key_of(client, listen);
-        idle.open_private(*key);
-    }
+    open_private(&mut guard, client, listen);
     match to {
         To::Http2 => {
             client_h2_conn::start(ctx.clone(), stream, BytesMut::new(), client, listen, guard)
         }
         _ => client_h1_conn::start(ctx, stream, client, listen, guard),
+    }
+}
+
+/// The client as its requests will name it (a PROXY header's address
+/// included): the key of its private member connections.
+fn open_private(guard: &mut ConnGuard, client: SocketAddr, listen: SocketAddr) {
+    if let Some((idle, key)) = &mut guard.private {
+        *key = private_key_of(client, listen);
+        idle.open_private(*key);
     }
 }
 
@@ -511,30 +517,15 @@ fn admit_quic(
         }
         return;
     }
-    let rules = Rules {
-        global: snap.shield.as_deref(),
-        acl: vs.acl.as_deref(),
-        limits: &vs.limits,
-    };
-    let leases = match admission::connection(&rules, peer, listen, crate::shield::acl::UDP) {
-        Verdict::Admit(leases) => leases,
-        Verdict::AclDropped => {
-            stats::inc(&vs.counters.local().acl_dropped);
+    // The same shield and counters as TCP's; an ACL's drop answers
+    // nothing, any other refusal CONNECTION_REFUSED.
+    let leases = match admit(&snap, vs, peer, listen, crate::shield::acl::UDP) {
+        Ok(leases) => leases,
+        Err(Closing::Drop) => {
             incoming.ignore();
             return;
         }
-        Verdict::AclRejected => {
-            stats::inc(&vs.counters.local().acl_rejected);
-            incoming.refuse();
-            return;
-        }
-        Verdict::Limited { limit, reason } => {
-            log::debug(format_args!(
-                "vserver {}: limit {:?}: QUIC connection from {peer} refused ({})",
-                vs.name,
-                limit.name,
-                reason.name()
-            ));
+        Err(_) => {
             incoming.refuse();
             return;
         }
@@ -546,12 +537,8 @@ fn admit_quic(
             return;
         }
     };
-    let door = open(ctx, &snap, vs, peer, leases);
-    let mut guard = door.guard;
-    if let Some((idle, key)) = &mut guard.private {
-        *key = private_key_of(peer, listen);
-        idle.open_private(*key);
-    }
+    let mut guard = open(ctx, &snap, vs, peer, leases).guard;
+    open_private(&mut guard, peer, listen);
     let counted = client_h3_conn::Handshaking::new(handshaking);
     client_h3_conn::start(ctx, (connecting, counted), peer, listen, guard);
 }

@@ -80,6 +80,9 @@ pub enum Closing {
     Reset,
     /// A plain close.
     Close,
+    /// An ACL's drop: over TCP a plain close (the connection is already
+    /// accepted); over QUIC no packet answers it.
+    Drop,
     /// Held this long, then closed (a tarpit).
     HeldMs(u64),
 }
@@ -89,7 +92,7 @@ impl Verdict {
     pub fn closing(&self) -> Option<Closing> {
         match self {
             Verdict::Admit(_) => None,
-            Verdict::AclDropped => Some(Closing::Close),
+            Verdict::AclDropped => Some(Closing::Drop),
             Verdict::AclRejected => Some(Closing::Reset),
             Verdict::Limited { limit, .. } => Some(match limit.action {
                 Action::Reject | Action::Deny(_) => Closing::Reset,
@@ -107,7 +110,7 @@ pub fn close_refused(stream: std::net::TcpStream, how: Closing) {
         Closing::Reset => {
             let _ = socket2::SockRef::from(&stream).set_linger(Some(Duration::ZERO));
         }
-        Closing::Close => {}
+        Closing::Close | Closing::Drop => {}
         Closing::HeldMs(ms) => {
             tokio::task::spawn_local(async move {
                 tokio::time::sleep(Duration::from_millis(ms)).await;
