@@ -860,6 +860,14 @@ fn tcp_connections_and_udp_sessions_get_a_line_each_when_they_end() {
     let mut s = TcpStream::connect(bad).expect("connect");
     let _ = s.read_to_end(&mut rest);
 
+    // The start's readiness probes are connections too and may be logged
+    // after `before` was read (CI saw one land 1 s late): wait for the two
+    // lines this test made, not for a count.
+    let ours = format!("127.0.0.1:{client_port} ");
+    eventually(Duration::from_secs(5), || {
+        let l = lines(&tcp_log);
+        l.iter().any(|l| l.starts_with(&ours)) && l.iter().any(|l| l.contains("\"nowhere\""))
+    });
     let got = wait_lines(&tcp_log, before + 2);
     let line = got
         .iter()
