@@ -1527,6 +1527,14 @@ pub fn start(
     spawn(&t.name, &argv, dir, cpu, probe, p)
 }
 
+/// `argv` as one line a POSIX shell reads back into the same words.
+fn shell_words(argv: &[String]) -> String {
+    argv.iter()
+        .map(|a| format!("'{}'", a.replace('\'', r"'\''")))
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
 /// Starts `argv` pinned to `cpu` in `dir` (log in dir/dut.log, the SY_*
 /// variables of `p` in its environment) and waits until `probe` accepts.
 pub fn spawn(
@@ -1538,6 +1546,11 @@ pub fn spawn(
     p: &Ports,
 ) -> Result<Running, String> {
     let log = dir.join("dut.log");
+    // The command line, for the cross-check scripts (scripts/dut-lib.sh
+    // starts any target from it, with the same configuration).
+    let command = dir.join("command");
+    std::fs::write(&command, shell_words(argv) + "\n")
+        .map_err(|e| format!("{}: {e}", command.display()))?;
     let logf = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
     let logf2 = logf.try_clone().map_err(|e| e.to_string())?;
     let mut cmd = match cpu {

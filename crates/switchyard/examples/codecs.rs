@@ -12,7 +12,7 @@
 //! cargo run --release -p switchyard --example codecs
 //! ```
 //!
-//! Figures and the choice they led to are in BENCHMARKS.md.
+//! Figures and the choice they led to are in docs/bench-results/history.md.
 
 use std::time::{Duration, Instant};
 

@@ -523,7 +523,7 @@ fn syn_cookies_in_xdp_complete_handshakes_under_a_flood() {
 /// as fast as two threads can for 3 s (a SYN flood never reaches accept:
 /// the kernel answers it before any socket sees it).
 #[test]
-#[ignore = "a measurement (XDP drop rates), run by hand for BENCHMARKS.md"]
+#[ignore = "a measurement (XDP drop rates), run by hand for docs/bench-results/history.md"]
 fn measure_drop_rates() {
     let Some(net) = Net::new() else { return };
     let o = origin_in(&net);
@@ -612,7 +612,7 @@ fn measure_drop_rates() {
 /// `cargo test -p switchyard --test xdp measure_cookie_failures --
 /// --ignored --nocapture`
 #[test]
-#[ignore = "a measurement (SYN cookie failures), run by hand for BENCHMARKS.md"]
+#[ignore = "a measurement (SYN cookie failures), run by hand for docs/bench-results/history.md"]
 fn measure_cookie_failures() {
     use std::collections::BTreeMap;
     use std::io::{Read, Write};

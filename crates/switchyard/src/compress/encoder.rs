@@ -7,7 +7,7 @@
 //! gzip of a body whose length is known and at most `WHOLE_BODY_MAX` is
 //! gathered and compressed in one call, by ISA-L at level 1 when the build
 //! has it (`isal.rs`), by libdeflate otherwise: measured on the
-//! bench's HTML (examples/codecs.rs, BENCHMARKS.md) it is faster than
+//! bench's HTML (examples/codecs.rs, docs/bench-results/history.md) it is faster than
 //! zlib's streaming deflate at every size (1.6x at 512 KB) and compresses
 //! better. The memory this holds is bounded twice: per response by that
 //! limit, and for the process by `WHOLE_BODY_BUDGET` (a response that

@@ -3,7 +3,7 @@
 //! 1.2x to 2.1x libdeflate's level 1 on whole bodies of 2 KB to 512 KB, and
 //! about 3x zlib-rs's streaming, with output 1-6 % larger than libdeflate's
 //! and still smaller than zlib's level 1, which is what the peers' level 1
-//! produces (BENCHMARKS.md, "gzip level 1 by ISA-L").
+//! produces (docs/bench-results/history.md, "gzip level 1 by ISA-L").
 //!
 //! Built only when build.rs found libisal-dev (`cfg(switchyard_isal)`);
 //! otherwise `Igzip::whole`/`Igzip::stream` say there is none and

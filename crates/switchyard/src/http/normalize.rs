@@ -34,7 +34,7 @@
 //!
 //! Cost: a path with no `%`, no `\` and no `/` followed by `/` or `.` is
 //! left untouched after one scan and no allocation (the common case; see
-//! BENCHMARKS.md for the instructions per request).
+//! docs/bench-results/history.md for the instructions per request).
 
 use bytes::Bytes;
 

@@ -13,7 +13,7 @@
 //!   splices "auto" only when its buffer fills, for the same reason).
 //!   `ZeroCopy::Auto` copies until a read fills the whole buffer, then
 //!   splices that direction, through a pipe the worker keeps for the next
-//!   relay. BENCHMARKS.md has the measurements per size that chose it: with
+//!   relay. docs/bench-results/history.md has the measurements per size that chose it: with
 //!   spare pipes, splice costs what a copy does at 128 B and 1 KB, and is
 //!   the cheaper from 64 KB, even on a fresh connection.
 //! - **Idle timeout.** The relay ends when neither direction moved a byte
