@@ -412,3 +412,140 @@ fn http3_follows_reloads_and_finishes_a_request_on_stop() {
         "still running after the stop"
     );
 }
+
+/// Runs tests/h3/workers.py: `connections` connections at once, each
+/// moving `moves` times (see the script), `other_ip` the second address.
+fn moving_clients(
+    py: &PathBuf,
+    listen: SocketAddr,
+    ca: &PathBuf,
+    connections: usize,
+    moves: usize,
+    other_ip: Option<&str>,
+) -> serde_json::Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/workers.py");
+    let out = Command::new(py)
+        .arg(script)
+        .args([&listen.ip().to_string(), &listen.port().to_string()])
+        .arg(ca)
+        .arg("site.test")
+        .args([connections.to_string(), moves.to_string()])
+        .args(other_ip)
+        .output()
+        .expect("run the moving HTTP/3 clients");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "client output ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The connections' statuses, checked: every request of every connection
+/// answered 200.
+fn all_ok(out: &serde_json::Value, connections: usize, per_connection: usize) {
+    let conns = out["connections"].as_array().expect("connections");
+    assert_eq!(conns.len(), connections, "{out}");
+    for (i, c) in conns.iter().enumerate() {
+        assert!(c.get("error").is_none(), "connection {i}: {c}");
+        let statuses = c["statuses"].as_array().expect("statuses");
+        assert_eq!(statuses.len(), per_connection, "connection {i}: {c}");
+        assert!(statuses.iter().all(|s| s == 200), "connection {i}: {c}");
+    }
+}
+
+/// QUIC on every worker (site_config has `workers = 2`): many connections
+/// at once all succeed, and both workers served some (stats.json's
+/// `h3_connections_by_worker`). Each new connection's first Initial
+/// carries a random ID the client chose, so the steering program spreads
+/// them; the worker that took one keeps it.
+#[test]
+fn quic_is_served_by_every_worker() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]", "");
+    let n = 24;
+    let out = moving_clients(&py, s.listen, &s.ca, n, 0, None);
+    all_ok(&out, n, 1);
+    let vs = &s.sy.stats()["vservers"][0];
+    assert_eq!(vs["h3_connections"], n as u64, "{vs}");
+    let by_worker: Vec<u64> = vs["h3_connections_by_worker"]
+        .as_array()
+        .expect("h3_connections_by_worker")
+        .iter()
+        .filter_map(|v| v.as_u64())
+        .collect();
+    assert_eq!(by_worker.len(), 2, "{vs}");
+    assert_eq!(by_worker.iter().sum::<u64>(), n as u64, "{vs}");
+    // 24 random IDs all on one worker: one chance in 2^23.
+    assert!(by_worker.iter().all(|c| *c > 0), "{vs}");
+    assert_eq!(s.origin.requests(), n);
+}
+
+/// Clients that change address mid-connection keep their connection on
+/// two workers: each of 6 connections moves 3 times (a new port each time,
+/// twice to another address, once to a new connection ID) and sends a
+/// request after every move. SO_REUSEPORT's hash of the new 4-tuple would
+/// pick the other worker half of the time (all 18 moves surviving by
+/// chance: one in 2^18); the connection IDs name the worker instead, so
+/// the packets from the new address reach the one that owns them.
+#[test]
+fn a_client_that_moves_keeps_its_connection_on_several_workers() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]", "");
+    let (n, moves) = (6, 3);
+    let out = moving_clients(&py, s.listen, &s.ca, n, moves, Some("127.0.0.2"));
+    all_ok(&out, n, moves + 1);
+    // The client did move: four different local addresses each.
+    for c in out["connections"].as_array().expect("connections") {
+        let mut local: Vec<&str> = c["local"]
+            .as_array()
+            .expect("local")
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        local.sort_unstable();
+        local.dedup();
+        assert_eq!(local.len(), moves + 1, "{c}");
+        assert!(local.iter().any(|a| a.starts_with("127.0.0.2:")), "{c}");
+    }
+    let vs = &s.sy.stats()["vservers"][0];
+    // No connection was made again: the same 6 carried every request.
+    assert_eq!(vs["h3_connections"], n as u64, "{vs}");
+    assert_eq!(vs["h3_streams"], (n * (moves + 1)) as u64, "{vs}");
+    assert_eq!(s.origin.requests(), n * (moves + 1));
+}
+
+/// With several workers a QUIC address's sockets must be a SO_REUSEPORT
+/// group of their own (the steering program's indexes are the order they
+/// were bound in): a port something else holds is refused at start with
+/// a message that says why, instead of QUIC losing connections.
+#[test]
+fn quic_on_several_workers_needs_a_port_of_its_own() {
+    let pki = Pki::new("h3p");
+    let cert = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let origin = Origin::start("member");
+    let listen = free_addr();
+    let _squatter = std::net::UdpSocket::bind(listen).expect("bind the UDP port first");
+    let f = temp_dir("h3-port").join("c.toml");
+    std::fs::write(&f, site_config(listen, &origin, &cert, "[vserver.http3]")).expect("write");
+    let mut child = Command::new(bin())
+        .args(["run", "-c"])
+        .arg(&f)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start switchyard");
+    let exited = eventually(std::time::Duration::from_secs(10), || {
+        child.try_wait().ok().flatten().is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("switchyard's output");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(exited, "started on a port another socket holds: {err}");
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("quic"), "{err}");
+    assert!(err.contains("port group of its own"), "{err}");
+}

@@ -435,7 +435,15 @@ async fn skip(s: &TcpStream, n: usize) -> Result<(), String> {
 /// to the HTTP/3 connection (`client_h3_conn`). The handshake runs on the
 /// configuration current when the connection arrives: a reload's new
 /// certificates apply to connections that arrive after it.
-pub async fn serve_quic(ctx: Rc<WorkerCtx>, socket: std::net::UdpSocket, listen: SocketAddr) {
+///
+/// `steer`: the socket's place in the address's group; the connection IDs
+/// this worker issues bring their datagrams back to it (`quic_steer`).
+pub async fn serve_quic(
+    ctx: Rc<WorkerCtx>,
+    socket: std::net::UdpSocket,
+    steer: super::quic_steer::Steer,
+    listen: SocketAddr,
+) {
     let server = {
         let snap = ctx.snapshot.load();
         snap.vserver_for(&listen)
@@ -446,7 +454,7 @@ pub async fn serve_quic(ctx: Rc<WorkerCtx>, socket: std::net::UdpSocket, listen:
         return;
     };
     let endpoint = match quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
+        super::quic_steer::endpoint_config(steer),
         Some((*server).clone()),
         socket,
         Arc::new(quinn::TokioRuntime),
