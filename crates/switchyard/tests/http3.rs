@@ -51,13 +51,44 @@ fn h3_within(
     requests: serde_json::Value,
     timeout_s: u32,
 ) -> serde_json::Value {
+    h3_client(py, listen, ca, requests, &[timeout_s.to_string()])
+}
+
+/// `h3` keeping its session tickets in `tickets`, and resuming with the
+/// one there when there is one: the requests then leave in 0-RTT early
+/// data if the server allows it, and the server's answers wait `hold_ms`
+/// in the client so that its handshake ends after them (client.py).
+fn h3_resuming(
+    py: &PathBuf,
+    listen: SocketAddr,
+    ca: &PathBuf,
+    requests: serde_json::Value,
+    tickets: &std::path::Path,
+    hold_ms: u32,
+) -> serde_json::Value {
+    let args = [
+        "20".to_string(),
+        tickets.display().to_string(),
+        hold_ms.to_string(),
+    ];
+    h3_client(py, listen, ca, requests, &args)
+}
+
+/// tests/h3/client.py with `args` after its four fixed ones.
+fn h3_client(
+    py: &PathBuf,
+    listen: SocketAddr,
+    ca: &PathBuf,
+    requests: serde_json::Value,
+    args: &[String],
+) -> serde_json::Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
     let mut child = Command::new(py)
         .arg(script)
         .args([&listen.ip().to_string(), &listen.port().to_string()])
         .arg(ca)
         .arg("site.test")
-        .arg(timeout_s.to_string())
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -324,6 +355,18 @@ fn http3_needs_tls_1_3_and_a_tls_vserver() {
     ));
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("http3 needs TLS 1.3"), "{err}");
+    // 0-RTT resumes a session: not without resumption.
+    let (code, _, err) = check(&format!(
+        "[[vserver]]\nname = \"once\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n\
+         [vserver.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\nresumption = false\n\
+         [vserver.http3]\nearly_data = true\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:1\"\n",
+        cert.display(),
+        key.display()
+    ));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("http3.early_data"), "{err}");
+    assert!(err.contains("tls.resumption"), "{err}");
 }
 
 /// ngtcp2's client (Debian's ngtcp2-client, on GnuTLS: a QUIC and TLS
@@ -548,4 +591,120 @@ fn quic_on_several_workers_needs_a_port_of_its_own() {
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("quic"), "{err}");
     assert!(err.contains("port group of its own"), "{err}");
+}
+
+/// 0-RTT (`early_data = true`, RFC 8470): a client resuming a session
+/// sends its requests in early data, before the handshake is done (its
+/// reading of the server's answers held back 300 ms, so the handshake
+/// cannot end first). The GET goes on to the member marked `Early-Data:
+/// 1`; the POST, which a replay could repeat, is answered 425 Too Early
+/// and never reaches the member; a member's own 425 is passed on.
+#[test]
+fn early_data_lets_safe_requests_through_marked_and_others_get_425() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]\nearly_data = true", "");
+    let tickets = temp_dir("h3-0rtt").join("ticket");
+    let first = h3_resuming(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!([{"method": "GET", "path": "/first"}]),
+        &tickets,
+        0,
+    );
+    assert_eq!(first["responses"][0]["status"], 200, "{first}");
+    assert_eq!(first["early_data"], false, "{first}");
+    assert!(tickets.exists(), "no session ticket: {first}");
+
+    let out = h3_resuming(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!([
+            {"method": "GET", "path": "/early"},
+            {"method": "POST", "path": "/early-post", "body": "once only"},
+        ]),
+        &tickets,
+        300,
+    );
+    assert_eq!(out["resumed"], true, "{out}");
+    assert_eq!(out["early_data"], true, "{out}");
+    let r = out["responses"].as_array().expect("responses");
+    assert_eq!(r[0]["status"], 200, "{out}");
+    assert_eq!(r[1]["status"], 425, "{out}");
+    let seen = s.origin.seen();
+    let early = seen
+        .iter()
+        .find(|x| x.request_line().starts_with("GET /early "))
+        .unwrap_or_else(|| panic!("the early GET never reached the member: {seen:?}"));
+    assert_eq!(early.header("early-data").as_deref(), Some("1"), "{seen:?}");
+    let first_seen = seen
+        .iter()
+        .find(|x| x.request_line().starts_with("GET /first "))
+        .expect("the first GET");
+    assert_eq!(first_seen.header("early-data"), None, "{seen:?}");
+    assert!(
+        seen.iter()
+            .all(|x| !x.request_line().contains("early-post")),
+        "{seen:?}"
+    );
+    let vs = &s.sy.stats()["vservers"][0];
+    assert_eq!(vs["h3_early_requests"], 1, "{vs}");
+    assert_eq!(vs["h3_too_early"], 1, "{vs}");
+
+    // The member may still refuse an early request: its 425 reaches the
+    // client, which then repeats it after the handshake.
+    s.origin.set(|b| b.status = 425);
+    let out = h3_resuming(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!([{"method": "GET", "path": "/member-says-too-early"}]),
+        &tickets,
+        300,
+    );
+    assert_eq!(out["early_data"], true, "{out}");
+    assert_eq!(out["responses"][0]["status"], 425, "{out}");
+    assert_eq!(s.sy.stats()["vservers"][0]["h3_early_requests"], 2);
+}
+
+/// `early_data` is off by default: a client resuming its session sends
+/// nothing early (the tickets allow no early data), so its POST is served
+/// after the handshake and no request is marked.
+#[test]
+fn without_early_data_nothing_is_early() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]", "");
+    let tickets = temp_dir("h3-no-0rtt").join("ticket");
+    let get = serde_json::json!([{"method": "GET", "path": "/first"}]);
+    let first = h3_resuming(&py, s.listen, &s.ca, get, &tickets, 0);
+    assert_eq!(first["responses"][0]["status"], 200, "{first}");
+    assert!(tickets.exists(), "no session ticket: {first}");
+    let out = h3_resuming(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!([
+            {"method": "GET", "path": "/again"},
+            {"method": "POST", "path": "/post", "body": "after the handshake"},
+        ]),
+        &tickets,
+        300,
+    );
+    assert_eq!(out["resumed"], true, "{out}");
+    assert_eq!(out["early_data"], false, "{out}");
+    let r = out["responses"].as_array().expect("responses");
+    assert_eq!(r[0]["status"], 200, "{out}");
+    assert_eq!(r[1]["status"], 200, "{out}");
+    assert!(
+        s.origin
+            .seen()
+            .iter()
+            .all(|x| x.header("early-data").is_none()),
+        "{:?}",
+        s.origin.seen()
+    );
+    let vs = &s.sy.stats()["vservers"][0];
+    assert_eq!(vs["h3_early_requests"], 0, "{vs}");
+    assert_eq!(vs["h3_too_early"], 0, "{vs}");
 }

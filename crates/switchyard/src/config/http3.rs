@@ -47,6 +47,18 @@ pub fn build(
         ));
         return None;
     };
+    let early_data = match &h.early_data {
+        Some(e) if *e.get_ref() => match early_data_tls(&rustls, tls) {
+            Ok(r) => Some(r),
+            Err(why) => {
+                problems.push((e.span(), format!("{what}: http3.early_data: {why}")));
+                None
+            }
+        },
+        _ => None,
+    };
+    let early = early_data.is_some();
+    let rustls = early_data.unwrap_or(rustls);
     let quic = match quinn::crypto::rustls::QuicServerConfig::try_from(rustls) {
         Ok(q) => Arc::new(q),
         Err(e) => {
@@ -106,6 +118,53 @@ pub fn build(
     Some(Arc::new(Http3 {
         server: Arc::new(server),
         retry_threshold,
+        early_data: early,
         alt_svc,
     }))
+}
+
+/// QUIC's TLS configuration taking 0-RTT: rustls accepts early data only
+/// on a session it keeps itself (stateful resumption; RFC 8446 8.1), and
+/// its cache hands each session out once (`take`), so a ClientHello and
+/// its early data replayed to this process resume nothing: the replay
+/// gets a full handshake and its early data is dropped. Tickets are then
+/// the cache's keys, not encrypted sessions, so another process (another
+/// node) cannot resume them either. What is left is a client's own
+/// retransmission and an attacker racing the client with a copy before
+/// the real one arrives; RFC 8470's rule covers those: only safe requests
+/// go on, marked `Early-Data: 1` (`client_h3_conn`).
+fn early_data_tls(
+    quic: &Arc<rustls::ServerConfig>,
+    tls: &TlsServer,
+) -> Result<Arc<rustls::ServerConfig>, &'static str> {
+    let Some(sessions) = tls.sessions.clone() else {
+        return Err("0-RTT resumes a session: it needs tls.resumption (on by default)");
+    };
+    let mut c = (**quic).clone();
+    c.ticketer = Arc::new(SessionIds);
+    c.session_storage = sessions;
+    // The only value besides 0 that QUIC allows (RFC 9001 4.6.1): the
+    // amount of early data is QUIC's flow control's business.
+    c.max_early_data_size = u32::MAX;
+    Ok(Arc::new(c))
+}
+
+/// No encrypted tickets: rustls then issues the session cache's keys as
+/// tickets (see `early_data_tls`).
+#[derive(Debug)]
+struct SessionIds;
+
+impl rustls::server::ProducesTickets for SessionIds {
+    fn enabled(&self) -> bool {
+        false
+    }
+    fn lifetime(&self) -> u32 {
+        0
+    }
+    fn encrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
+    fn decrypt(&self, _: &[u8]) -> Option<Vec<u8>> {
+        None
+    }
 }

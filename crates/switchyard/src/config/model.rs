@@ -254,6 +254,8 @@ pub struct Http3 {
     /// Handshakes in progress on the listener past which a new client
     /// must first prove its address (a Retry round trip); 0: always.
     pub retry_threshold: Option<Spanned<u32>>,
+    /// Take requests in 0-RTT early data (RFC 8470): off unless set.
+    pub early_data: Option<Spanned<bool>>,
 }
 
 /// `[vserver.request_body]`: the slow-body (R.U.D.Y.) defence beside

@@ -548,5 +548,12 @@ fn admit_quic(
     let mut guard = open(ctx, &snap, vs, peer, leases).guard;
     open_private(&mut guard, peer, listen);
     let counted = client_h3_conn::Handshaking::new(handshaking);
-    client_h3_conn::start(ctx, (connecting, counted), peer, listen, guard);
+    client_h3_conn::start(
+        ctx,
+        (connecting, counted),
+        h3.early_data,
+        peer,
+        listen,
+        guard,
+    );
 }
