@@ -379,6 +379,57 @@ fn http3_needs_tls_1_3_and_a_tls_vserver() {
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("http3.early_data"), "{err}");
     assert!(err.contains("tls.resumption"), "{err}");
+    let (code, _, err) = check(&format!(
+        "[[vserver]]\nname = \"tiny\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n\
+         [vserver.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\
+         [vserver.http3]\nstream_window = 100\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:1\"\n",
+        cert.display(),
+        key.display()
+    ));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("http3.stream_window 100 is out of range"),
+        "{err}"
+    );
+}
+
+/// What one connection can make us hold is bounded: the flow-control
+/// windows the server announces are `[vserver.http3]`'s (256 KiB per
+/// stream and 1 MiB per connection unless set; quinn's own would be 1.25
+/// MB per stream and no limit per connection), no datagrams are taken,
+/// and an upload larger than the windows still goes through as the
+/// server reads it.
+#[test]
+fn flow_control_windows_bound_a_connection() {
+    let Some(py) = python() else { return };
+    let get = serde_json::json!([{"method": "GET", "path": "/"}]);
+    let s = site("[vserver.http3]", "");
+    let out = h3(&py, s.listen, &s.ca, get);
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+    let t = &out["transport"];
+    assert_eq!(t["max_data"], 1024 * 1024, "{out}");
+    assert_eq!(t["max_stream_data_bidi_remote"], 256 * 1024, "{out}");
+    assert!(t["max_datagram_frame_size"].is_null(), "{out}");
+
+    let s = site(
+        "[vserver.http3]\nstream_window = 65536\nconnection_window = 131072\nsend_window = 65536",
+        "",
+    );
+    let body = "u".repeat(400_000);
+    let out = h3(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!([{"method": "POST", "path": "/echo", "body": body}]),
+    );
+    assert_eq!(
+        out["transport"]["max_stream_data_bidi_remote"], 65536,
+        "{out}"
+    );
+    let r = &out["responses"][0];
+    assert_eq!(r["status"], 200, "{out}");
+    assert_eq!(r["body"].as_str().map(str::len), Some(400_000));
 }
 
 /// ngtcp2's client (Debian's ngtcp2-client, on GnuTLS: a QUIC and TLS

@@ -11,7 +11,8 @@ each). Prints one JSON object: {"responses": [{"status": 200, "headers":
 TICKET_FILE: the session tickets the server sends are saved there; when
 it holds one at the start, the connection resumes with it and the requests
 leave at once, in 0-RTT early data if the ticket allows it ("early_data"
-and "resumed" in the output say what the server did). HOLD_MS: datagrams
+and "resumed" in the output say what the server did; "transport" has the
+server's flow-control windows). HOLD_MS: datagrams
 from the server wait that long before the client reads them, so that the
 handshake cannot end before the server has seen the early requests.
 """
@@ -123,6 +124,13 @@ async def main():
         out = {"responses": responses, "alpn": tls.alpn_negotiated}
         out["early_data"] = tls.early_data_accepted
         out["resumed"] = tls.session_resumed
+        # The server's transport parameters: its flow-control windows.
+        q = c._quic
+        out["transport"] = {
+            "max_data": q._remote_max_data,
+            "max_stream_data_bidi_remote": q._remote_max_stream_data_bidi_remote,
+            "max_datagram_frame_size": q._remote_max_datagram_frame_size,
+        }
     print(json.dumps(out))
 
 
