@@ -855,3 +855,129 @@ fn without_early_data_nothing_is_early() {
     assert_eq!(vs["h3_early_requests"], 0, "{vs}");
     assert_eq!(vs["h3_too_early"], 0, "{vs}");
 }
+
+/// Connection migration across networks, in network namespaces the test
+/// makes: the client's namespace reaches the server's address
+/// (10.77.0.1) over two links, 10.77.1.0/24 and 10.77.2.0/24 (its source
+/// address picks the link: policy routing), as a phone has Wi-Fi and a
+/// mobile network. Four connections each move three times between the
+/// two (a new address, interface and path; once also a new connection
+/// ID) and keep every request, on two workers. Needs root and ip(8);
+/// skips otherwise.
+#[test]
+fn a_client_migrates_between_networks_and_keeps_its_connection() {
+    use common::netns::{have, in_netns, is_root, Lab};
+    if !is_root() || !have("ip") {
+        eprintln!("skipped: needs root and ip(8) for network namespaces");
+        return;
+    }
+    let Some(py) = python() else { return };
+    let lab = Lab::new(&["srv", "cli"]);
+    let ok = |ns: &str, args: &[&str]| assert!(lab.ip(ns, args), "ip -n {ns} {args:?}");
+    ok("srv", &["addr", "add", "10.77.0.1/32", "dev", "lo"]);
+    for (net, srv_if, cli_if) in [("1", "sa", "ca"), ("2", "sb", "cb")] {
+        lab.veth("srv", srv_if, "cli", cli_if);
+        ok(
+            "srv",
+            &["addr", "add", &format!("10.77.{net}.1/24"), "dev", srv_if],
+        );
+        ok(
+            "cli",
+            &["addr", "add", &format!("10.77.{net}.2/24"), "dev", cli_if],
+        );
+    }
+    // From 10.77.1.2 over link a, from 10.77.2.2 over link b.
+    ok("cli", &["route", "add", "10.77.0.1/32", "via", "10.77.1.1"]);
+    ok("cli", &["rule", "add", "from", "10.77.2.2", "table", "100"]);
+    ok(
+        "cli",
+        &[
+            "route",
+            "add",
+            "10.77.0.1/32",
+            "via",
+            "10.77.2.1",
+            "table",
+            "100",
+        ],
+    );
+
+    let pki = Pki::new("h3-netns");
+    let cert = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    // The member and the admin endpoint on the server namespace's loopback.
+    let origin = in_netns(&lab.ns("srv"), || Origin::start_on("member", "127.0.0.1:0"))
+        .join()
+        .expect("origin in the server namespace");
+    let admin: SocketAddr = "127.0.0.1:18080".parse().expect("admin address");
+    let listen: SocketAddr = "10.77.0.1:443".parse().expect("listen address");
+    let dir = temp_dir("h3-netns");
+    let config = dir.join("switchyard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[admin]\nlisten = \"{admin}\"\n{}",
+            site_config(listen, &origin, &cert, "[vserver.http3]")
+        ),
+    )
+    .expect("write the configuration");
+    let mut lab = lab;
+    let config_arg = config.display().to_string();
+    lab.spawn(
+        "srv",
+        &[bin(), "run", "-c", &config_arg],
+        &dir.join("switchyard.log"),
+    );
+    let stats = |lab: &Lab| {
+        in_netns(&lab.ns("srv"), move || {
+            std::net::TcpStream::connect(admin)
+                .ok()
+                .map(|_| get(admin, "/stats.json").body_text())
+        })
+        .join()
+        .ok()
+        .flatten()
+    };
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || stats(&lab).is_some()),
+        "switchyard did not start: {}",
+        std::fs::read_to_string(dir.join("switchyard.log")).unwrap_or_default()
+    );
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/workers.py");
+    let (n, moves) = (4usize, 3usize);
+    let args: Vec<String> = [
+        py.display().to_string(),
+        script.display().to_string(),
+        "10.77.0.1".into(),
+        "443".into(),
+        pki.ca().display().to_string(),
+        "site.test".into(),
+        n.to_string(),
+        moves.to_string(),
+        "10.77.2.2".into(),
+        "10.77.1.2".into(),
+    ]
+    .to_vec();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_, stdout) = lab.run("cli", &args);
+    let json = stdout.lines().find(|l| l.starts_with('{')).unwrap_or("");
+    let out: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("client output ({e}): {stdout}"));
+    all_ok(&out, n, moves + 1);
+    for c in out["connections"].as_array().expect("connections") {
+        let local: Vec<&str> = c["local"]
+            .as_array()
+            .expect("local")
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        assert!(local[0].starts_with("10.77.1.2:"), "{c}");
+        assert!(local[1].starts_with("10.77.2.2:"), "{c}");
+    }
+    let text = stats(&lab).expect("stats.json");
+    let stats: serde_json::Value = serde_json::from_str(&text).expect("stats.json is JSON");
+    let vs = &stats["vservers"][0];
+    assert_eq!(vs["h3_connections"], n as u64, "{vs}");
+    assert_eq!(vs["h3_streams"], (n * (moves + 1)) as u64, "{vs}");
+    assert_eq!(origin.requests(), n * (moves + 1));
+}

@@ -1,9 +1,10 @@
 """QUIC connections that move, for the tests of QUIC on several workers,
 on aioquic (written by others).
 
-    workers.py HOST PORT CA_FILE SERVER_NAME CONNECTIONS MOVES [OTHER_IP]
+    workers.py HOST PORT CA_FILE SERVER_NAME CONNECTIONS MOVES [OTHER_IP [FIRST_IP]]
 
-Opens CONNECTIONS connections, all at once, from HOST's loopback family.
+Opens CONNECTIONS connections, all at once, from FIRST_IP (default: the
+loopback address of HOST's family).
 On each: GET /c<i>/0; then MOVES times: the client moves to a new UDP
 socket (a new local port: a NAT rebinding; every other move also to
 OTHER_IP when given: a new address, as a phone changing networks does;
@@ -59,12 +60,12 @@ class Client(QuicConnectionProtocol):
         return r.get("status")
 
 
-async def one(i, host, port, ca, name, moves, other_ip):
+async def one(i, host, port, ca, name, moves, other_ip, first_ip):
     loop = asyncio.get_running_loop()
     cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=name)
     cfg.load_verify_locations(ca)
     cfg.verify_mode = ssl.CERT_REQUIRED
-    first_ip = "::1" if ":" in host else "127.0.0.1"
+    first_ip = first_ip or ("::1" if ":" in host else "127.0.0.1")
     _, proto = await loop.create_datagram_endpoint(
         lambda: Client(QuicConnection(configuration=cfg)), local_addr=(first_ip, 0)
     )
@@ -100,8 +101,12 @@ async def main():
     host, port, ca, name = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
     connections, moves = int(sys.argv[5]), int(sys.argv[6])
     other_ip = sys.argv[7] if len(sys.argv) > 7 else None
+    first_ip = sys.argv[8] if len(sys.argv) > 8 else None
     results = await asyncio.gather(
-        *(one(i, host, port, ca, name, moves, other_ip) for i in range(connections))
+        *(
+            one(i, host, port, ca, name, moves, other_ip, first_ip)
+            for i in range(connections)
+        )
     )
     print(json.dumps({"connections": results}))
 
