@@ -714,6 +714,45 @@ fn a_client_that_moves_keeps_its_connection_on_several_workers() {
     assert_eq!(s.origin.requests(), n * (moves + 1));
 }
 
+/// Two QUIC listeners on one vserver, IPv4 and IPv6: each address is a
+/// group of its own with its own steering program, and clients of both
+/// move (IPv6's loopback has one address: new ports and a new connection
+/// ID there) and keep their connections on two workers.
+#[test]
+fn quic_steering_holds_on_each_listener_ipv4_and_ipv6() {
+    let Some(py) = python() else { return };
+    let pki = Pki::new("h3-two");
+    let cert = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let origin = Origin::start("member");
+    let v4 = free_addr();
+    let v6 = match std::net::TcpListener::bind("[::1]:0").and_then(|l| l.local_addr()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("skipped: no IPv6 loopback ({e})");
+            return;
+        }
+    };
+    let config = site_config(v4, &origin, &cert, "[vserver.http3]").replace(
+        &format!("listen = [\"{v4}\"]"),
+        &format!("listen = [\"{v4}\", \"{v6}\"]"),
+    );
+    let sy = Switchyard::start(&config, &[v4, v6]);
+    let (n, moves) = (4, 2);
+    let out = moving_clients(&py, v4, &pki.ca(), n, moves, Some("127.0.0.2"));
+    all_ok(&out, n, moves + 1);
+    let out = moving_clients(&py, v6, &pki.ca(), n, moves, None);
+    all_ok(&out, n, moves + 1);
+    for c in out["connections"].as_array().expect("connections") {
+        assert!(
+            c["local"][0].as_str().is_some_and(|a| a.starts_with("::1")),
+            "{c}"
+        );
+    }
+    let vs = &sy.stats()["vservers"][0];
+    assert_eq!(vs["h3_connections"], 2 * n as u64, "{vs}");
+    assert_eq!(vs["h3_streams"], (2 * n * (moves + 1)) as u64, "{vs}");
+}
+
 /// With several workers a QUIC address's sockets must be a SO_REUSEPORT
 /// group of their own (the steering program's indexes are the order they
 /// were bound in): a port something else holds is refused at start with

@@ -72,7 +72,8 @@ async def one(i, host, port, ca, name, moves, other_ip, first_ip):
     out = {"statuses": [], "local": []}
     authority = f"{name}:{port}"
     try:
-        proto.connect((host, port))
+        # As the socket reports its peers: IPv6 addresses as 4-tuples.
+        proto.connect((host, port, 0, 0) if ":" in host else (host, port))
         await asyncio.wait_for(proto.wait_connected(), 10)
         for m in range(moves + 1):
             if m > 0:
