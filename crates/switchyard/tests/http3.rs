@@ -753,6 +753,58 @@ fn quic_steering_holds_on_each_listener_ipv4_and_ipv6() {
     assert_eq!(vs["h3_streams"], (2 * n * (moves + 1)) as u64, "{vs}");
 }
 
+/// A reload that takes QUIC off an address ends its connections
+/// gracefully: an idle client gets GOAWAY and the connection is closed
+/// (it would otherwise hold the port until it left or idled out), so the
+/// port is free at once and a reload putting QUIC back succeeds (with
+/// several workers the address needs a group of its own), and serves.
+#[test]
+fn taking_quic_off_closes_its_connections_and_frees_the_port() {
+    let Some(py) = python() else { return };
+    let pki = Pki::new("h3-off");
+    let cert = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let origin = Origin::start("member");
+    let listen = free_addr();
+    let with = site_config(listen, &origin, &cert, "[vserver.http3]");
+    let without = site_config(listen, &origin, &cert, "");
+    let sy = Switchyard::start(&with, &[listen]);
+    let (py2, ca) = (py.clone(), pki.ca());
+    let began = std::time::Instant::now();
+    // Stays connected up to 15 s after its response.
+    let idle = std::thread::spawn(move || {
+        let args = ["30", "", "0", "15000"].map(String::from);
+        h3_client(
+            &py2,
+            listen,
+            &ca,
+            serde_json::json!([{"method": "GET", "path": "/"}]),
+            &args,
+        )
+    });
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || origin.requests() > 0),
+        "the request never reached the member"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (ok, msg) = sy.reload_with(&without);
+    assert!(ok, "{msg}");
+    let back = eventually(std::time::Duration::from_secs(8), || {
+        sy.reload_with(&with).0
+    });
+    assert!(back, "QUIC could not come back: {}", sy.log());
+    let out = idle.join().expect("client thread");
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+    assert_eq!(out["closed_by_server"], true, "{out}");
+    assert!(began.elapsed() < std::time::Duration::from_secs(12));
+    let out = h3(
+        &py,
+        listen,
+        &pki.ca(),
+        serde_json::json!([{"method": "GET", "path": "/again"}]),
+    );
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+}
+
 /// With several workers a QUIC address's sockets must be a SO_REUSEPORT
 /// group of their own (the steering program's indexes are the order they
 /// were bound in): a port something else holds is refused at start with

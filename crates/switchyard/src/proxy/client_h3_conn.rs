@@ -49,13 +49,21 @@ impl Drop for Handshaking {
     }
 }
 
+/// What a connection knows of the listener it came in on.
+pub struct Listener {
+    /// Its vserver takes requests in 0-RTT (`[vserver.http3] early_data`).
+    pub early_data: bool,
+    /// The listener stopped (its address left the configuration, or the
+    /// worker drains): the connection says GOAWAY and ends once its
+    /// requests are done, so that nothing holds the UDP port after.
+    pub stopped: Rc<Cell<bool>>,
+}
+
 /// Serves a QUIC connection in a task of its own, from its handshake.
-/// `early_data`: its vserver takes requests in 0-RTT (`[vserver.http3]
-/// early_data`).
 pub fn start(
     ctx: &Rc<WorkerCtx>,
     connecting: (quinn::Connecting, Handshaking),
-    early_data: bool,
+    listener: Listener,
     peer: SocketAddr,
     listen: SocketAddr,
     guard: ConnGuard,
@@ -63,7 +71,7 @@ pub fn start(
     tokio::task::spawn_local(run(
         ctx.clone(),
         connecting,
-        early_data,
+        listener,
         (peer, listen),
         guard,
     ));
@@ -72,7 +80,10 @@ pub fn start(
 async fn run(
     ctx: Rc<WorkerCtx>,
     (connecting, counted): (quinn::Connecting, Handshaking),
-    early_data: bool,
+    Listener {
+        early_data,
+        stopped,
+    }: Listener,
     (peer, listen): (SocketAddr, SocketAddr),
     guard: ConnGuard,
 ) {
@@ -150,17 +161,23 @@ async fn run(
                 log::debug(format_args!("client {peer}: HTTP/3 connection: {e}"));
                 break;
             }
-            Err(()) if ctx.draining() && !going_away => {
+            Err(()) if !going_away && (ctx.draining() || stopped.get()) => {
                 // GOAWAY: streams already open finish, new ones go elsewhere.
                 going_away = true;
                 let _ = h3.shutdown(0).await;
             }
+            // Past the GOAWAY with nothing in flight: closed now (RFC 9114
+            // 5.2) rather than when the client leaves or goes idle, so a
+            // removed listener's port is free again at once (a group of
+            // its own: runtime/listen.rs) and a stop need not wait for it.
+            Err(()) if going_away && Rc::strong_count(&open) == 1 => break,
             Err(()) => {}
         }
     }
     // After a GOAWAY the streams in flight finish; dropping the HTTP/3
-    // connection would close them. (Bounded by the drain's grace period,
-    // and by QUIC's idle timeout when the client has gone.)
+    // connection would close them (dropping it closes the connection with
+    // H3_NO_ERROR). (Bounded by the drain's grace period, and by QUIC's
+    // idle timeout when the client has gone.)
     while Rc::strong_count(&open) > 1 {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }

@@ -1,7 +1,7 @@
 """An HTTP/3 client for the tests, on aioquic (written by others: the
 server meets a QUIC and HTTP/3 stack that is not its own).
 
-    client.py HOST PORT CA_FILE SERVER_NAME [TIMEOUT_S [TICKET_FILE [HOLD_MS]]] < requests.json
+    client.py HOST PORT CA_FILE SERVER_NAME [TIMEOUT_S [TICKET_FILE [HOLD_MS [LINGER_MS]]]] < requests.json
 
 requests.json: [{"method": "GET", "path": "/", "headers": [["k", "v"]],
 "body": "text"}, ...], sent on one connection, all at once (one stream
@@ -15,6 +15,9 @@ and "resumed" in the output say what the server did; "transport" has the
 server's flow-control windows). HOLD_MS: datagrams
 from the server wait that long before the client reads them, so that the
 handshake cannot end before the server has seen the early requests.
+LINGER_MS: after the responses the connection stays open that long, or
+until the server closes it ("closed_by_server" in the output). An empty
+TICKET_FILE: no tickets.
 """
 
 import asyncio
@@ -85,8 +88,9 @@ class Client(QuicConnectionProtocol):
 
 async def main():
     host, port, ca, name = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
-    ticket_file = sys.argv[6] if len(sys.argv) > 6 else None
+    ticket_file = sys.argv[6] if len(sys.argv) > 6 and sys.argv[6] else None
     hold_ms = int(sys.argv[7]) if len(sys.argv) > 7 else 0
+    linger_ms = int(sys.argv[8]) if len(sys.argv) > 8 else 0
     reqs = json.load(sys.stdin)
     cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=name)
     cfg.load_verify_locations(ca)
@@ -120,10 +124,18 @@ async def main():
                 await asyncio.wait_for(got_ticket.wait(), 2)
             except asyncio.TimeoutError:
                 pass
+        if linger_ms:
+            try:
+                await asyncio.wait_for(c.wait_closed(), linger_ms / 1000)
+                out_closed = True
+            except asyncio.TimeoutError:
+                out_closed = False
         tls = c._quic.tls
         out = {"responses": responses, "alpn": tls.alpn_negotiated}
         out["early_data"] = tls.early_data_accepted
         out["resumed"] = tls.session_resumed
+        if linger_ms:
+            out["closed_by_server"] = out_closed
         # The server's transport parameters: its flow-control windows.
         q = c._quic
         out["transport"] = {
