@@ -678,6 +678,14 @@ fn quic_is_served_by_every_worker() {
     // 24 random IDs all on one worker: one chance in 2^23.
     assert!(by_worker.iter().all(|c| *c > 0), "{vs}");
     assert_eq!(s.origin.requests(), n);
+    // The same in /metrics.
+    let metrics = s.sy.admin_get("/metrics");
+    for (i, c) in by_worker.iter().enumerate() {
+        let line = format!(
+            "switchyard_vserver_h3_connections_by_worker_total{{vserver=\"secure\",worker=\"{i}\"}} {c}"
+        );
+        assert!(metrics.contains(&line), "{line} not in:\n{metrics}");
+    }
 }
 
 /// Clients that change address mid-connection keep their connection on

@@ -681,6 +681,18 @@ pub fn render(snap: &Snapshot) -> String {
             &labels,
             &vs.latency.read_buckets(),
         );
+        if vs.http3.is_some() {
+            // Slot 0 is the control thread; worker i counts in slot i + 1.
+            for (i, w) in vs.counters.all().skip(1).enumerate() {
+                ex.sample(
+                    "switchyard_vserver_h3_connections_by_worker_total",
+                    Kind::Counter,
+                    "HTTP/3 connections by the worker that served them (QUIC's steering by connection ID spreads them).",
+                    &format!("{labels},worker=\"{i}\""),
+                    w.h3_connections.load(Ordering::Relaxed),
+                );
+            }
+        }
     }
     for vs in &snap.vservers {
         if let Some(w) = &vs.waf {
