@@ -476,6 +476,29 @@ fn ngtcp2_downloads_through_loss_key_update_and_chacha20() {
     assert_eq!(vs["h3_connections"], 3, "{vs}");
 }
 
+/// The interop runner's multiconnect case with ngtcp2's client: one
+/// connection after another, each with 10 % of its packets lost each way
+/// from the first (handshakes under loss: retransmitted Initials and
+/// Handshakes, on two workers). The runner's 30 % made a handshake take
+/// up to 10 s here now and then (backed-off probes), the client's and
+/// the server's handshake limit.
+#[test]
+fn ngtcp2_connects_again_and_again_under_loss() {
+    let s = site("[vserver.http3]", "");
+    let n = 5;
+    for i in 0..n {
+        let tag = format!("h3-ngtcp2-multi-{i}");
+        let loss = ["-t", "0.1", "-r", "0.1"];
+        let Some((got, log)) = ngtcp2_download(s.listen, &tag, &[2000], &loss) else {
+            return;
+        };
+        assert_eq!(got, [Some(2000)], "connection {i}: {log}");
+    }
+    let vs = &s.sy.stats()["vservers"][0];
+    assert_eq!(vs["h3_connections"], n, "{vs}");
+    assert_eq!(vs["h3_streams"], n, "{vs}");
+}
+
 /// The interop runner's rebinding and migration cases with ngtcp2's
 /// client, on two workers: 100 ms after the handshake the client moves to
 /// a new local port, as a NAT rebinding (no path validation) or as a
