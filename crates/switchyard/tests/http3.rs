@@ -499,6 +499,49 @@ fn ngtcp2_connects_again_and_again_under_loss() {
     assert_eq!(vs["h3_streams"], n, "{vs}");
 }
 
+/// The interop runner's amplification limit case: with a certificate
+/// far larger than three of the client's first datagrams (300 names), a
+/// client that sends its first flight and then nothing (no acknowledgement:
+/// its address is never validated) gets at most three times the bytes it
+/// sent (RFC 9000 8.1), retransmissions included, over 3 seconds. (Seen:
+/// 1200 bytes sent, 3600 received in 3 datagrams, an 8.6 KB PEM.)
+#[test]
+fn an_unvalidated_client_gets_at_most_three_times_what_it_sent() {
+    let Some(py) = python() else { return };
+    let pki = Pki::new("h3-amp");
+    let names: Vec<String> = (0..300).map(|i| format!("name-{i}.site.test")).collect();
+    let mut dns: Vec<&str> = names.iter().map(String::as_str).collect();
+    dns.push("site.test");
+    let cert = pki.issue("site", "/CN=site.test", &dns, Kind::Ecdsa, 30);
+    let origin = Origin::start("member");
+    let listen = free_addr();
+    let sy = Switchyard::start(
+        &site_config(listen, &origin, &cert, "[vserver.http3]"),
+        &[listen],
+    );
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/amplification.py");
+    let out = Command::new(&py)
+        .arg(script)
+        .args([&listen.ip().to_string(), &listen.port().to_string()])
+        .args(["site.test", "3"])
+        .output()
+        .expect("run the amplification client");
+    let out: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "client output ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let sent = out["sent"].as_u64().expect("sent");
+    let received = out["received"].as_u64().expect("received");
+    // The certificate alone would take more (PEM is 4/3 of its size).
+    let pem = std::fs::metadata(&cert.0).map(|m| m.len()).unwrap_or(0);
+    assert!(pem * 3 / 4 > 3 * sent, "certificate too small: {pem} {out}");
+    assert!(received >= sent, "the server did not answer: {out}");
+    assert!(received <= 3 * sent, "amplified past 3x: {out}");
+    drop(sy);
+}
+
 /// The interop runner's rebinding and migration cases with ngtcp2's
 /// client, on two workers: 100 ms after the handshake the client moves to
 /// a new local port, as a NAT rebinding (no path validation) or as a
