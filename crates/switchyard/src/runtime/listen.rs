@@ -98,14 +98,16 @@ fn bind_quic(addr: SocketAddr, workers: usize) -> io::Result<Vec<Socket2>> {
         let s = bind_udp(addr)?;
         group.push((s, Steer { index, of }));
     }
-    // On any socket of the group: the program is the group's.
+    // On any socket of the group: the program is the group's. Without it
+    // (a kernel older than 4.5, a seccomp policy) QUIC still serves, on
+    // the kernel's hash: a client that changes address may lose its
+    // connection, which is what one worker per port would avoid.
     if let Some((first, _)) = group.first().filter(|_| of > 1) {
-        quic_steer::attach(first, of).map_err(|e| {
-            io::Error::new(
-                e.kind(),
-                format!("attaching the QUIC steering program: {e}"),
-            )
-        })?;
+        if let Err(e) = quic_steer::attach(first, of) {
+            crate::log::warn(format_args!(
+                "quic {addr}: cannot attach the program that steers QUIC by connection ID ({e}): clients that change address may lose their connections; workers = 1 avoids it"
+            ));
+        }
     }
     Ok(group
         .into_iter()
