@@ -94,7 +94,6 @@ async fn run(
         match connecting.into_0rtt() {
             Ok((conn, done)) => {
                 let confirmed = Rc::new(Cell::new(false));
-                let began = Instant::now();
                 tokio::task::spawn_local(confirm(
                     ctx.clone(),
                     (conn.clone(), done),
@@ -103,7 +102,8 @@ async fn run(
                     guard.counters.clone(),
                     peer,
                 ));
-                (conn, tls_info(micros_since(began)), Some(confirmed))
+                // The handshake goes on: its time is not known here.
+                (conn, tls_info(0), Some(confirmed))
             }
             // Not on a server (quinn: "always Ok" for incoming
             // connections); nothing to serve if it were.
