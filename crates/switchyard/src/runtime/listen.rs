@@ -77,15 +77,16 @@ pub fn bind_group(snap: &Snapshot, b: Bound, workers: usize) -> io::Result<Vec<S
 fn bind_quic(addr: SocketAddr, workers: usize) -> io::Result<Vec<Socket2>> {
     let of = u32::try_from(workers).map_err(|_| io::Error::other("too many workers"))?;
     if workers > 1 {
-        // Anything already on the port would sit in the group before our
-        // sockets and shift every index: an earlier QUIC listener on this
-        // address whose connections are still closing, or another process.
-        // A socket without SO_REUSEADDR or SO_REUSEPORT binds only to a
-        // port nobody holds.
-        let probe = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
-        if addr.is_ipv6() {
-            probe.set_only_v6(true)?;
-        }
+        // Anything already on the address would sit in the group before
+        // our sockets and shift every index: an earlier QUIC listener on
+        // it whose connections still finish, or another process. The
+        // group's sockets have SO_REUSEPORT only, so a probe with
+        // SO_REUSEADDR only binds where no such group is, and where other
+        // sockets are that could share the port anyway (a `udp` vserver's
+        // on a more specific address of the same port: SO_REUSEADDR on
+        // both), which a probe without either flag would take for one.
+        let probe = udp_socket(addr)?;
+        probe.set_reuse_address(true)?;
         probe.bind(&addr.into()).map_err(|e| {
             io::Error::new(
                 e.kind(),
@@ -93,10 +94,13 @@ fn bind_quic(addr: SocketAddr, workers: usize) -> io::Result<Vec<Socket2>> {
             )
         })?;
     }
-    let mut group = Vec::with_capacity(workers);
+    let mut group: Vec<(std::net::UdpSocket, Steer)> = Vec::with_capacity(workers);
     for index in 0..of {
-        let s = bind_udp(addr)?;
-        group.push((s, Steer { index, of }));
+        let s = udp_socket(addr)?;
+        s.set_reuse_port(true)?;
+        s.bind(&addr.into())?;
+        s.set_nonblocking(true)?;
+        group.push((s.into(), Steer { index, of }));
     }
     // On any socket of the group: the program is the group's. Without it
     // (a kernel older than 4.5, a seccomp policy) QUIC still serves, on
@@ -165,17 +169,23 @@ pub fn bind_with(addr: SocketAddr, o: &SocketOpts) -> io::Result<std::net::TcpLi
 }
 
 pub fn bind_udp(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
-    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    let s = udp_socket(addr)?;
     s.set_reuse_address(true)?;
     s.set_reuse_port(true)?;
+    s.bind(&addr.into())?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+/// A UDP socket for `addr`, not bound yet.
+fn udp_socket(addr: SocketAddr) -> io::Result<Socket> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
     }
     // Bursts of datagrams wait here while the worker is busy.
     let _ = s.set_recv_buffer_size(4 << 20);
-    s.bind(&addr.into())?;
-    s.set_nonblocking(true)?;
-    Ok(s.into())
+    Ok(s)
 }
 
 fn setsockopt_int(s: &Socket, level: i32, name: i32, v: i32) -> io::Result<()> {
