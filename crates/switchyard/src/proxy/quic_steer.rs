@@ -34,9 +34,16 @@
 //!   group would shift every index. A reload keeps a group as it is while
 //!   its address stays; a stop closes all of its sockets together.
 //!
-//! Envoy and nginx steer QUIC the same way (Envoy with a classic BPF
-//! program over the ID's first 4 bytes, nginx with an eBPF map of IDs);
-//! this one needs no map and no privileges.
+//! Others: Envoy does the same (a classic BPF program over the ID's first
+//! 4 bytes, modulo its workers). nginx keeps an eBPF map from ID to
+//! socket, with a socket for new connections, and needs a client's first
+//! flight to fit one datagram before the first answer (large 0-RTT early
+//! data breaks that); here every datagram of a first flight carries the
+//! same client-chosen ID, so all of them land on one worker, with no map
+//! and no privileges. HAProxy opens a connected socket per connection,
+//! which a rebinding bypasses (its packets land on the listener's socket,
+//! and the interop runner caught the connection not following them);
+//! Netty re-dispatches datagrams between its sockets in user space.
 //!
 //! Stateless resets stay per worker (each endpoint has its own random
 //! reset key): a datagram that reached the wrong worker anyway is then
