@@ -51,13 +51,44 @@ fn h3_within(
     requests: serde_json::Value,
     timeout_s: u32,
 ) -> serde_json::Value {
+    h3_client(py, listen, ca, requests, &[timeout_s.to_string()])
+}
+
+/// `h3` keeping its session tickets in `tickets`, and resuming with the
+/// one there when there is one: the requests then leave in 0-RTT early
+/// data if the server allows it, and the server's answers wait `hold_ms`
+/// in the client so that its handshake ends after them (client.py).
+fn h3_resuming(
+    py: &PathBuf,
+    listen: SocketAddr,
+    ca: &PathBuf,
+    requests: serde_json::Value,
+    tickets: &std::path::Path,
+    hold_ms: u32,
+) -> serde_json::Value {
+    let args = [
+        "20".to_string(),
+        tickets.display().to_string(),
+        hold_ms.to_string(),
+    ];
+    h3_client(py, listen, ca, requests, &args)
+}
+
+/// tests/h3/client.py with `args` after its four fixed ones.
+fn h3_client(
+    py: &PathBuf,
+    listen: SocketAddr,
+    ca: &PathBuf,
+    requests: serde_json::Value,
+    args: &[String],
+) -> serde_json::Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
     let mut child = Command::new(py)
         .arg(script)
         .args([&listen.ip().to_string(), &listen.port().to_string()])
         .arg(ca)
         .arg("site.test")
-        .arg(timeout_s.to_string())
+        .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -88,6 +119,18 @@ fn ngtcp2_download(
     sizes: &[usize],
     extra: &[&str],
 ) -> Option<(Vec<Option<usize>>, String)> {
+    ngtcp2_run(listen, tag, sizes, extra, true)
+}
+
+/// `ngtcp2_download`; `quiet` false: its output has the client's packets
+/// and frames (their local addresses, 0RTT ...).
+fn ngtcp2_run(
+    listen: SocketAddr,
+    tag: &str,
+    sizes: &[usize],
+    extra: &[&str],
+    quiet: bool,
+) -> Option<(Vec<Option<usize>>, String)> {
     if Command::new("gtlsclient").arg("--help").output().is_err() {
         eprintln!("skipped: gtlsclient not installed (apt-get install ngtcp2-client)");
         return None;
@@ -98,8 +141,8 @@ fn ngtcp2_download(
         .map(|n| format!("https://site.test:{}/size/{n}", listen.port()))
         .collect();
     let out = Command::new("gtlsclient")
+        .args(quiet.then_some("--quiet"))
         .args([
-            "--quiet",
             "--no-quic-dump",
             "--no-http-dump",
             "--exit-on-all-streams-close",
@@ -324,34 +367,265 @@ fn http3_needs_tls_1_3_and_a_tls_vserver() {
     ));
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("http3 needs TLS 1.3"), "{err}");
+    // 0-RTT resumes a session: not without resumption.
+    let (code, _, err) = check(&format!(
+        "[[vserver]]\nname = \"once\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n\
+         [vserver.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\nresumption = false\n\
+         [vserver.http3]\nearly_data = true\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:1\"\n",
+        cert.display(),
+        key.display()
+    ));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(err.contains("http3.early_data"), "{err}");
+    assert!(err.contains("tls.resumption"), "{err}");
+    let (code, _, err) = check(&format!(
+        "[[vserver]]\nname = \"tiny\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n\
+         [vserver.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\
+         [vserver.http3]\nstream_window = 100\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:1\"\n",
+        cert.display(),
+        key.display()
+    ));
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.contains("http3.stream_window 100 is out of range"),
+        "{err}"
+    );
+}
+
+/// What one connection can make us hold is bounded: the flow-control
+/// windows the server announces are `[vserver.http3]`'s (256 KiB per
+/// stream and 1 MiB per connection unless set; quinn's own would be 1.25
+/// MB per stream and no limit per connection), no datagrams are taken,
+/// and an upload larger than the windows still goes through as the
+/// server reads it.
+#[test]
+fn flow_control_windows_bound_a_connection() {
+    let Some(py) = python() else { return };
+    let get = serde_json::json!([{"method": "GET", "path": "/"}]);
+    let s = site("[vserver.http3]", "");
+    let out = h3(&py, s.listen, &s.ca, get);
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+    let t = &out["transport"];
+    assert_eq!(t["max_data"], 1024 * 1024, "{out}");
+    assert_eq!(t["max_stream_data_bidi_remote"], 256 * 1024, "{out}");
+    assert!(t["max_datagram_frame_size"].is_null(), "{out}");
+
+    let s = site(
+        "[vserver.http3]\nstream_window = 65536\nconnection_window = 131072\nsend_window = 65536",
+        "",
+    );
+    let body = "u".repeat(400_000);
+    let out = h3(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!([{"method": "POST", "path": "/echo", "body": body}]),
+    );
+    assert_eq!(
+        out["transport"]["max_stream_data_bidi_remote"], 65536,
+        "{out}"
+    );
+    let r = &out["responses"][0];
+    assert_eq!(r["status"], 200, "{out}");
+    assert_eq!(r["body"].as_str().map(str::len), Some(400_000));
 }
 
 /// ngtcp2's client (Debian's ngtcp2-client, on GnuTLS: a QUIC and TLS
 /// stack that is neither quinn nor rustls), as the QUIC interop runner's
 /// cases use it: several downloads on one connection with 10 % of packets
-/// lost each way, a key update, and a NAT rebinding mid-transfer (the
-/// client's address changes; the connection must survive it).
+/// lost each way, after a key update, and with ChaCha20-Poly1305 the only
+/// suite the client offers.
 #[test]
-fn ngtcp2_downloads_through_loss_key_update_and_rebinding() {
+fn ngtcp2_downloads_through_loss_key_update_and_chacha20() {
     let s = site("[vserver.http3]", "");
     let sizes = [1usize, 70_000, 300_000, 1_000_000];
     let cases: [(&str, &[&str]); 3] = [
         ("loss", &["-t", "0.1", "-r", "0.1"]),
-        ("keyupdate", &["--key-update=50ms"]),
-        ("rebinding", &["--nat-rebinding"]),
+        // The client gives up (ERR_INVALID_STATE) when its key update
+        // comes before the handshake is confirmed, which a loaded machine
+        // took more than 50 ms for once; the requests wait for the new keys.
+        ("keyupdate", &["--key-update=150ms", "--delay-stream=300ms"]),
+        // The interop runner's chacha20 case: the only suite offered.
+        (
+            "chacha20",
+            &["--ciphers=NORMAL:-VERS-ALL:+VERS-TLS1.3:-CIPHER-ALL:+CHACHA20-POLY1305"],
+        ),
     ];
     for (name, extra) in cases {
-        let Some((got, log)) =
-            ngtcp2_download(s.listen, &format!("h3-ngtcp2-{name}"), &sizes, extra)
-        else {
+        let keyupdate = name == "keyupdate";
+        let tag = format!("h3-ngtcp2-{name}");
+        let Some((got, log)) = ngtcp2_run(s.listen, &tag, &sizes, extra, name == "loss") else {
             return;
         };
         let want: Vec<Option<usize>> = sizes.iter().map(|n| Some(*n)).collect();
-        assert_eq!(got, want, "{name}: {log}");
+        let tail = &log[log.len().saturating_sub(3000)..];
+        assert_eq!(got, want, "{name}: {tail}");
+        if keyupdate {
+            // The server answered in the new key phase.
+            assert!(log.contains("key update confirmed"), "{tail}");
+        }
+        if name == "chacha20" {
+            let suite = "Negotiated cipher suite is CHACHA20-POLY1305";
+            assert!(log.contains(suite), "{tail}");
+        }
     }
     let vs = &s.sy.stats()["vservers"][0];
     assert_eq!(vs["h3_streams"], 12, "{vs}");
     assert_eq!(vs["h3_connections"], 3, "{vs}");
+}
+
+/// The interop runner's multiconnect case with ngtcp2's client: one
+/// connection after another, each with 10 % of its packets lost each way
+/// from the first (handshakes under loss: retransmitted Initials and
+/// Handshakes, on two workers). The runner's 30 % made a handshake take
+/// up to 10 s here now and then (backed-off probes), the client's and
+/// the server's handshake limit.
+#[test]
+fn ngtcp2_connects_again_and_again_under_loss() {
+    let s = site("[vserver.http3]", "");
+    let n = 5;
+    for i in 0..n {
+        let tag = format!("h3-ngtcp2-multi-{i}");
+        let loss = ["-t", "0.1", "-r", "0.1"];
+        let Some((got, log)) = ngtcp2_download(s.listen, &tag, &[2000], &loss) else {
+            return;
+        };
+        assert_eq!(got, [Some(2000)], "connection {i}: {log}");
+    }
+    let vs = &s.sy.stats()["vservers"][0];
+    assert_eq!(vs["h3_connections"], n, "{vs}");
+    assert_eq!(vs["h3_streams"], n, "{vs}");
+}
+
+/// The interop runner's amplification limit case: with a certificate
+/// far larger than three of the client's first datagrams (300 names), a
+/// client that sends its first flight and then nothing (no acknowledgement:
+/// its address is never validated) gets at most three times the bytes it
+/// sent (RFC 9000 8.1), retransmissions included, over 3 seconds. (Seen:
+/// 1200 bytes sent, 3600 received in 3 datagrams, an 8.6 KB PEM.)
+#[test]
+fn an_unvalidated_client_gets_at_most_three_times_what_it_sent() {
+    let Some(py) = python() else { return };
+    let pki = Pki::new("h3-amp");
+    let names: Vec<String> = (0..300).map(|i| format!("name-{i}.site.test")).collect();
+    let mut dns: Vec<&str> = names.iter().map(String::as_str).collect();
+    dns.push("site.test");
+    let cert = pki.issue("site", "/CN=site.test", &dns, Kind::Ecdsa, 30);
+    let origin = Origin::start("member");
+    let listen = free_addr();
+    let sy = Switchyard::start(
+        &site_config(listen, &origin, &cert, "[vserver.http3]"),
+        &[listen],
+    );
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/amplification.py");
+    let out = Command::new(&py)
+        .arg(script)
+        .args([&listen.ip().to_string(), &listen.port().to_string()])
+        .args(["site.test", "3"])
+        .output()
+        .expect("run the amplification client");
+    let out: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "client output ({e}): {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    let sent = out["sent"].as_u64().expect("sent");
+    let received = out["received"].as_u64().expect("received");
+    // The certificate alone would take more (PEM is 4/3 of its size).
+    let pem = std::fs::metadata(&cert.0).map(|m| m.len()).unwrap_or(0);
+    assert!(pem * 3 / 4 > 3 * sent, "certificate too small: {pem} {out}");
+    assert!(received >= sent, "the server did not answer: {out}");
+    assert!(received <= 3 * sent, "amplified past 3x: {out}");
+    drop(sy);
+}
+
+/// The interop runner's rebinding and migration cases with ngtcp2's
+/// client, on two workers: 100 ms after the handshake the client moves to
+/// a new local port, as a NAT rebinding (no path validation) or as a
+/// migration (validated), and only then (300 ms) asks for its files,
+/// which all come down the new path. Three connections of each: the
+/// kernel's hash alone would lose half of them.
+#[test]
+fn ngtcp2_keeps_its_connection_across_rebinding_and_migration() {
+    let s = site("[vserver.http3]", "");
+    let sizes = [1usize, 70_000, 300_000];
+    let cases: [(&str, &[&str]); 2] = [
+        (
+            "rebinding",
+            &[
+                "--change-local-addr=100ms",
+                "--nat-rebinding",
+                "--delay-stream=300ms",
+            ],
+        ),
+        (
+            "migration",
+            &["--change-local-addr=100ms", "--delay-stream=300ms"],
+        ),
+    ];
+    for (name, extra) in cases {
+        for i in 0..3 {
+            let Some((got, log)) = ngtcp2_run(
+                s.listen,
+                &format!("h3-ngtcp2-{name}-{i}"),
+                &sizes,
+                extra,
+                false,
+            ) else {
+                return;
+            };
+            let want: Vec<Option<usize>> = sizes.iter().map(|n| Some(*n)).collect();
+            let tail = &log[log.len().saturating_sub(3000)..];
+            assert_eq!(got, want, "{name} {i}: {tail}");
+            // The client did send from two local ports.
+            let mut ports: Vec<&str> = log
+                .lines()
+                .filter_map(|l| l.strip_prefix("Sent packet: local="))
+                .filter_map(|l| l.split(' ').next())
+                .collect();
+            ports.sort_unstable();
+            ports.dedup();
+            assert_eq!(ports.len(), 2, "{name} {i}: {ports:?}");
+        }
+    }
+    let vs = &s.sy.stats()["vservers"][0];
+    assert_eq!(vs["h3_connections"], 6, "{vs}");
+    assert_eq!(vs["h3_streams"], 18, "{vs}");
+}
+
+/// The interop runner's resumption and zerortt cases with ngtcp2's
+/// client (GnuTLS): a first connection saves its session and the
+/// server's transport parameters, the next resumes and sends its request
+/// in 0-RTT (its log shows the 0RTT STREAM frame), and both downloads
+/// arrive whole. Whether the server counts that request early depends on
+/// whether the handshake ended before the request was read (a C client on
+/// loopback is fast), so this case checks the exchange, not the marking
+/// (`early_data_lets_safe_requests_through_marked_and_others_get_425` does).
+#[test]
+fn ngtcp2_resumes_and_sends_0rtt() {
+    let s = site("[vserver.http3]\nearly_data = true", "");
+    let dir = temp_dir("h3-ngtcp2-0rtt");
+    let session = format!("--session-file={}", dir.join("session").display());
+    let tp = format!("--tp-file={}", dir.join("tp").display());
+    let extra = [session.as_str(), tp.as_str()];
+    let sizes = [5000usize];
+    for i in 0..2 {
+        let Some((got, log)) = ngtcp2_run(s.listen, &format!("h3-0rtt-{i}"), &sizes, &extra, false)
+        else {
+            return;
+        };
+        let tail = &log[log.len().saturating_sub(3000)..];
+        assert_eq!(got, [Some(5000)], "connection {i}: {tail}");
+        let sent_early = log.contains("0RTT STREAM");
+        assert_eq!(sent_early, i == 1, "connection {i}: {tail}");
+    }
+    let vs = &s.sy.stats()["vservers"][0];
+    assert_eq!(vs["h3_connections"], 2, "{vs}");
+    assert_eq!(vs["h3_too_early"], 0, "{vs}");
+    assert!(vs["h3_early_requests"].as_u64() <= Some(1), "{vs}");
 }
 
 /// QUIC follows the configuration: a reload that adds `[vserver.http3]`
@@ -411,4 +685,484 @@ fn http3_follows_reloads_and_finishes_a_request_on_stop() {
         sy.wait_exit(std::time::Duration::from_secs(15)).is_some(),
         "still running after the stop"
     );
+}
+
+/// Runs tests/h3/workers.py: `connections` connections at once, each
+/// moving `moves` times (see the script), `other_ip` the second address.
+fn moving_clients(
+    py: &PathBuf,
+    listen: SocketAddr,
+    ca: &PathBuf,
+    connections: usize,
+    moves: usize,
+    other_ip: Option<&str>,
+) -> serde_json::Value {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/workers.py");
+    let out = Command::new(py)
+        .arg(script)
+        .args([&listen.ip().to_string(), &listen.port().to_string()])
+        .arg(ca)
+        .arg("site.test")
+        .args([connections.to_string(), moves.to_string()])
+        .args(other_ip)
+        .output()
+        .expect("run the moving HTTP/3 clients");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "client output ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The connections' statuses, checked: every request of every connection
+/// answered 200.
+fn all_ok(out: &serde_json::Value, connections: usize, per_connection: usize) {
+    let conns = out["connections"].as_array().expect("connections");
+    assert_eq!(conns.len(), connections, "{out}");
+    for (i, c) in conns.iter().enumerate() {
+        assert!(c.get("error").is_none(), "connection {i}: {c}");
+        let statuses = c["statuses"].as_array().expect("statuses");
+        assert_eq!(statuses.len(), per_connection, "connection {i}: {c}");
+        assert!(statuses.iter().all(|s| s == 200), "connection {i}: {c}");
+    }
+}
+
+/// QUIC on every worker (site_config has `workers = 2`): many connections
+/// at once all succeed, and both workers served some (stats.json's
+/// `h3_connections_by_worker`). Each new connection's first Initial
+/// carries a random ID the client chose, so the steering program spreads
+/// them; the worker that took one keeps it.
+#[test]
+fn quic_is_served_by_every_worker() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]", "");
+    let n = 24;
+    let out = moving_clients(&py, s.listen, &s.ca, n, 0, None);
+    all_ok(&out, n, 1);
+    let vs = &s.sy.stats()["vservers"][0];
+    assert_eq!(vs["h3_connections"], n as u64, "{vs}");
+    let by_worker: Vec<u64> = vs["h3_connections_by_worker"]
+        .as_array()
+        .expect("h3_connections_by_worker")
+        .iter()
+        .filter_map(|v| v.as_u64())
+        .collect();
+    assert_eq!(by_worker.len(), 2, "{vs}");
+    assert_eq!(by_worker.iter().sum::<u64>(), n as u64, "{vs}");
+    // 24 random IDs all on one worker: one chance in 2^23.
+    assert!(by_worker.iter().all(|c| *c > 0), "{vs}");
+    assert_eq!(s.origin.requests(), n);
+    // The same in /metrics.
+    let metrics = s.sy.admin_get("/metrics");
+    for (i, c) in by_worker.iter().enumerate() {
+        let line = format!(
+            "switchyard_vserver_h3_connections_by_worker_total{{vserver=\"secure\",worker=\"{i}\"}} {c}"
+        );
+        assert!(metrics.contains(&line), "{line} not in:\n{metrics}");
+    }
+}
+
+/// Clients that change address mid-connection keep their connection on
+/// two workers: each of 6 connections moves 3 times (a new port each time,
+/// twice to another address, once to a new connection ID) and sends a
+/// request after every move. SO_REUSEPORT's hash of the new 4-tuple would
+/// pick the other worker half of the time (all 18 moves surviving by
+/// chance: one in 2^18); the connection IDs name the worker instead, so
+/// the packets from the new address reach the one that owns them.
+#[test]
+fn a_client_that_moves_keeps_its_connection_on_several_workers() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]", "");
+    let (n, moves) = (6, 3);
+    let out = moving_clients(&py, s.listen, &s.ca, n, moves, Some("127.0.0.2"));
+    all_ok(&out, n, moves + 1);
+    // The client did move: four different local addresses each.
+    for c in out["connections"].as_array().expect("connections") {
+        let mut local: Vec<&str> = c["local"]
+            .as_array()
+            .expect("local")
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        local.sort_unstable();
+        local.dedup();
+        assert_eq!(local.len(), moves + 1, "{c}");
+        assert!(local.iter().any(|a| a.starts_with("127.0.0.2:")), "{c}");
+    }
+    let vs = &s.sy.stats()["vservers"][0];
+    // No connection was made again: the same 6 carried every request.
+    assert_eq!(vs["h3_connections"], n as u64, "{vs}");
+    assert_eq!(vs["h3_streams"], (n * (moves + 1)) as u64, "{vs}");
+    assert_eq!(s.origin.requests(), n * (moves + 1));
+}
+
+/// Two QUIC listeners on one vserver, IPv4 and IPv6: each address is a
+/// group of its own with its own steering program, and clients of both
+/// move (IPv6's loopback has one address: new ports and a new connection
+/// ID there) and keep their connections on two workers.
+#[test]
+fn quic_steering_holds_on_each_listener_ipv4_and_ipv6() {
+    let Some(py) = python() else { return };
+    let pki = Pki::new("h3-two");
+    let cert = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let origin = Origin::start("member");
+    let v4 = free_addr();
+    let v6 = match std::net::TcpListener::bind("[::1]:0").and_then(|l| l.local_addr()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("skipped: no IPv6 loopback ({e})");
+            return;
+        }
+    };
+    let config = site_config(v4, &origin, &cert, "[vserver.http3]").replace(
+        &format!("listen = [\"{v4}\"]"),
+        &format!("listen = [\"{v4}\", \"{v6}\"]"),
+    );
+    let sy = Switchyard::start(&config, &[v4, v6]);
+    let (n, moves) = (4, 2);
+    let out = moving_clients(&py, v4, &pki.ca(), n, moves, Some("127.0.0.2"));
+    all_ok(&out, n, moves + 1);
+    let out = moving_clients(&py, v6, &pki.ca(), n, moves, None);
+    all_ok(&out, n, moves + 1);
+    for c in out["connections"].as_array().expect("connections") {
+        assert!(
+            c["local"][0].as_str().is_some_and(|a| a.starts_with("::1")),
+            "{c}"
+        );
+    }
+    let vs = &sy.stats()["vservers"][0];
+    assert_eq!(vs["h3_connections"], 2 * n as u64, "{vs}");
+    assert_eq!(vs["h3_streams"], (2 * n * (moves + 1)) as u64, "{vs}");
+}
+
+/// A reload that takes QUIC off an address ends its connections
+/// gracefully: an idle client gets GOAWAY and the connection is closed
+/// (it would otherwise hold the port until it left or idled out), so the
+/// port is free at once and a reload putting QUIC back succeeds (with
+/// several workers the address needs a group of its own), and serves.
+#[test]
+fn taking_quic_off_closes_its_connections_and_frees_the_port() {
+    let Some(py) = python() else { return };
+    let pki = Pki::new("h3-off");
+    let cert = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let origin = Origin::start("member");
+    let listen = free_addr();
+    let with = site_config(listen, &origin, &cert, "[vserver.http3]");
+    let without = site_config(listen, &origin, &cert, "");
+    let sy = Switchyard::start(&with, &[listen]);
+    let (py2, ca) = (py.clone(), pki.ca());
+    let began = std::time::Instant::now();
+    // Stays connected up to 15 s after its response.
+    let idle = std::thread::spawn(move || {
+        let args = ["30", "", "0", "15000"].map(String::from);
+        h3_client(
+            &py2,
+            listen,
+            &ca,
+            serde_json::json!([{"method": "GET", "path": "/"}]),
+            &args,
+        )
+    });
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || origin.requests() > 0),
+        "the request never reached the member"
+    );
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let (ok, msg) = sy.reload_with(&without);
+    assert!(ok, "{msg}");
+    let back = eventually(std::time::Duration::from_secs(8), || {
+        sy.reload_with(&with).0
+    });
+    assert!(back, "QUIC could not come back: {}", sy.log());
+    let out = idle.join().expect("client thread");
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+    assert_eq!(out["closed_by_server"], true, "{out}");
+    assert!(began.elapsed() < std::time::Duration::from_secs(12));
+    let out = h3(
+        &py,
+        listen,
+        &pki.ca(),
+        serde_json::json!([{"method": "GET", "path": "/again"}]),
+    );
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+}
+
+/// With several workers a QUIC address's sockets must be a SO_REUSEPORT
+/// group of their own (the steering program's indexes are the order they
+/// were bound in): a port something else holds is refused at start with
+/// a message that says why, instead of QUIC losing connections.
+#[test]
+fn quic_on_several_workers_needs_a_port_of_its_own() {
+    let pki = Pki::new("h3p");
+    let cert = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let origin = Origin::start("member");
+    let listen = free_addr();
+    let _squatter = std::net::UdpSocket::bind(listen).expect("bind the UDP port first");
+    let f = temp_dir("h3-port").join("c.toml");
+    std::fs::write(&f, site_config(listen, &origin, &cert, "[vserver.http3]")).expect("write");
+    let mut child = Command::new(bin())
+        .args(["run", "-c"])
+        .arg(&f)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start switchyard");
+    let exited = eventually(std::time::Duration::from_secs(10), || {
+        child.try_wait().ok().flatten().is_some()
+    });
+    if !exited {
+        let _ = child.kill();
+    }
+    let out = child.wait_with_output().expect("switchyard's output");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(exited, "started on a port another socket holds: {err}");
+    assert!(!out.status.success(), "{err}");
+    assert!(err.contains("quic"), "{err}");
+    assert!(err.contains("port group of its own"), "{err}");
+}
+
+/// 0-RTT (`early_data = true`, RFC 8470): a client resuming a session
+/// sends its requests in early data, before the handshake is done (its
+/// reading of the server's answers held back 300 ms, so the handshake
+/// cannot end first). The GET goes on to the member marked `Early-Data:
+/// 1`; the POST, which a replay could repeat, is answered 425 Too Early
+/// and never reaches the member; a member's own 425 is passed on.
+#[test]
+fn early_data_lets_safe_requests_through_marked_and_others_get_425() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]\nearly_data = true", "");
+    let tickets = temp_dir("h3-0rtt").join("ticket");
+    let first = h3_resuming(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!([{"method": "GET", "path": "/first"}]),
+        &tickets,
+        0,
+    );
+    assert_eq!(first["responses"][0]["status"], 200, "{first}");
+    assert_eq!(first["early_data"], false, "{first}");
+    assert!(tickets.exists(), "no session ticket: {first}");
+
+    let out = h3_resuming(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!([
+            {"method": "GET", "path": "/early"},
+            {"method": "POST", "path": "/early-post", "body": "once only"},
+        ]),
+        &tickets,
+        300,
+    );
+    assert_eq!(out["resumed"], true, "{out}");
+    assert_eq!(out["early_data"], true, "{out}");
+    let r = out["responses"].as_array().expect("responses");
+    assert_eq!(r[0]["status"], 200, "{out}");
+    assert_eq!(r[1]["status"], 425, "{out}");
+    let seen = s.origin.seen();
+    let early = seen
+        .iter()
+        .find(|x| x.request_line().starts_with("GET /early "))
+        .unwrap_or_else(|| panic!("the early GET never reached the member: {seen:?}"));
+    assert_eq!(early.header("early-data").as_deref(), Some("1"), "{seen:?}");
+    let first_seen = seen
+        .iter()
+        .find(|x| x.request_line().starts_with("GET /first "))
+        .expect("the first GET");
+    assert_eq!(first_seen.header("early-data"), None, "{seen:?}");
+    assert!(
+        seen.iter()
+            .all(|x| !x.request_line().contains("early-post")),
+        "{seen:?}"
+    );
+    let vs = &s.sy.stats()["vservers"][0];
+    assert_eq!(vs["h3_early_requests"], 1, "{vs}");
+    assert_eq!(vs["h3_too_early"], 1, "{vs}");
+
+    // The member may still refuse an early request: its 425 reaches the
+    // client, which then repeats it after the handshake.
+    s.origin.set(|b| b.status = 425);
+    let out = h3_resuming(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!([{"method": "GET", "path": "/member-says-too-early"}]),
+        &tickets,
+        300,
+    );
+    assert_eq!(out["early_data"], true, "{out}");
+    assert_eq!(out["responses"][0]["status"], 425, "{out}");
+    assert_eq!(s.sy.stats()["vservers"][0]["h3_early_requests"], 2);
+}
+
+/// `early_data` is off by default: a client resuming its session sends
+/// nothing early (the tickets allow no early data), so its POST is served
+/// after the handshake and no request is marked, but one the client
+/// marked itself keeps its mark.
+#[test]
+fn without_early_data_nothing_is_early() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]", "");
+    let tickets = temp_dir("h3-no-0rtt").join("ticket");
+    let get = serde_json::json!([{"method": "GET", "path": "/first"}]);
+    let first = h3_resuming(&py, s.listen, &s.ca, get, &tickets, 0);
+    assert_eq!(first["responses"][0]["status"], 200, "{first}");
+    assert!(tickets.exists(), "no session ticket: {first}");
+    let out = h3_resuming(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!([
+            {"method": "GET", "path": "/again"},
+            {"method": "POST", "path": "/post", "body": "after the handshake"},
+            // An earlier hop's mark stays (RFC 8470 5.1).
+            {"method": "GET", "path": "/marked", "headers": [["early-data", "1"]]},
+        ]),
+        &tickets,
+        300,
+    );
+    assert_eq!(out["resumed"], true, "{out}");
+    assert_eq!(out["early_data"], false, "{out}");
+    let r = out["responses"].as_array().expect("responses");
+    for (i, x) in r.iter().enumerate() {
+        assert_eq!(x["status"], 200, "request {i}: {out}");
+    }
+    let seen = s.origin.seen();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    for x in &seen {
+        let want = x.request_line().starts_with("GET /marked ").then_some("1");
+        assert_eq!(x.header("early-data").as_deref(), want, "{seen:?}");
+    }
+    let vs = &s.sy.stats()["vservers"][0];
+    assert_eq!(vs["h3_early_requests"], 0, "{vs}");
+    assert_eq!(vs["h3_too_early"], 0, "{vs}");
+}
+
+/// Connection migration across networks, in network namespaces the test
+/// makes: the client's namespace reaches the server's address
+/// (10.77.0.1) over two links, 10.77.1.0/24 and 10.77.2.0/24 (its source
+/// address picks the link: policy routing), as a phone has Wi-Fi and a
+/// mobile network. Four connections each move three times between the
+/// two (a new address, interface and path; once also a new connection
+/// ID) and keep every request, on two workers. Needs root and ip(8);
+/// skips otherwise.
+#[test]
+fn a_client_migrates_between_networks_and_keeps_its_connection() {
+    use common::netns::{have, in_netns, is_root, Lab};
+    if !is_root() || !have("ip") {
+        eprintln!("skipped: needs root and ip(8) for network namespaces");
+        return;
+    }
+    let Some(py) = python() else { return };
+    let lab = Lab::new(&["srv", "cli"]);
+    let ok = |ns: &str, args: &[&str]| assert!(lab.ip(ns, args), "ip -n {ns} {args:?}");
+    ok("srv", &["addr", "add", "10.77.0.1/32", "dev", "lo"]);
+    for (net, srv_if, cli_if) in [("1", "sa", "ca"), ("2", "sb", "cb")] {
+        lab.veth("srv", srv_if, "cli", cli_if);
+        ok(
+            "srv",
+            &["addr", "add", &format!("10.77.{net}.1/24"), "dev", srv_if],
+        );
+        ok(
+            "cli",
+            &["addr", "add", &format!("10.77.{net}.2/24"), "dev", cli_if],
+        );
+    }
+    // From 10.77.1.2 over link a, from 10.77.2.2 over link b.
+    ok("cli", &["route", "add", "10.77.0.1/32", "via", "10.77.1.1"]);
+    ok("cli", &["rule", "add", "from", "10.77.2.2", "table", "100"]);
+    ok(
+        "cli",
+        &[
+            "route",
+            "add",
+            "10.77.0.1/32",
+            "via",
+            "10.77.2.1",
+            "table",
+            "100",
+        ],
+    );
+
+    let pki = Pki::new("h3-netns");
+    let cert = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    // The member and the admin endpoint on the server namespace's loopback.
+    let origin = in_netns(&lab.ns("srv"), || Origin::start_on("member", "127.0.0.1:0"))
+        .join()
+        .expect("origin in the server namespace");
+    let admin: SocketAddr = "127.0.0.1:18080".parse().expect("admin address");
+    let listen: SocketAddr = "10.77.0.1:443".parse().expect("listen address");
+    let dir = temp_dir("h3-netns");
+    let config = dir.join("switchyard.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[admin]\nlisten = \"{admin}\"\n{}",
+            site_config(listen, &origin, &cert, "[vserver.http3]")
+        ),
+    )
+    .expect("write the configuration");
+    let mut lab = lab;
+    let config_arg = config.display().to_string();
+    lab.spawn(
+        "srv",
+        &[bin(), "run", "-c", &config_arg],
+        &dir.join("switchyard.log"),
+    );
+    let stats = |lab: &Lab| {
+        in_netns(&lab.ns("srv"), move || {
+            std::net::TcpStream::connect(admin)
+                .ok()
+                .map(|_| get(admin, "/stats.json").body_text())
+        })
+        .join()
+        .ok()
+        .flatten()
+    };
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || stats(&lab).is_some()),
+        "switchyard did not start: {}",
+        std::fs::read_to_string(dir.join("switchyard.log")).unwrap_or_default()
+    );
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/workers.py");
+    let (n, moves) = (4usize, 3usize);
+    let args: Vec<String> = [
+        py.display().to_string(),
+        script.display().to_string(),
+        "10.77.0.1".into(),
+        "443".into(),
+        pki.ca().display().to_string(),
+        "site.test".into(),
+        n.to_string(),
+        moves.to_string(),
+        "10.77.2.2".into(),
+        "10.77.1.2".into(),
+    ]
+    .to_vec();
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (_, stdout) = lab.run("cli", &args);
+    let json = stdout.lines().find(|l| l.starts_with('{')).unwrap_or("");
+    let out: serde_json::Value =
+        serde_json::from_str(json).unwrap_or_else(|e| panic!("client output ({e}): {stdout}"));
+    all_ok(&out, n, moves + 1);
+    for c in out["connections"].as_array().expect("connections") {
+        let local: Vec<&str> = c["local"]
+            .as_array()
+            .expect("local")
+            .iter()
+            .filter_map(|v| v.as_str())
+            .collect();
+        assert!(local[0].starts_with("10.77.1.2:"), "{c}");
+        assert!(local[1].starts_with("10.77.2.2:"), "{c}");
+    }
+    let text = stats(&lab).expect("stats.json");
+    let stats: serde_json::Value = serde_json::from_str(&text).expect("stats.json is JSON");
+    let vs = &stats["vservers"][0];
+    assert_eq!(vs["h3_connections"], n as u64, "{vs}");
+    assert_eq!(vs["h3_streams"], (n * (moves + 1)) as u64, "{vs}");
+    assert_eq!(origin.requests(), n * (moves + 1));
 }

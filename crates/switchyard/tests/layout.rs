@@ -405,6 +405,45 @@ fn connections_enter_through_one_front_door() {
     );
 }
 
+/// QUIC on several workers holds only if every endpoint issues the
+/// connection IDs that steer its datagrams back to its worker
+/// (proxy/quic_steer.rs) and every QUIC socket is bound into a group of
+/// its own, in worker order (runtime/listen.rs `bind_quic`): an endpoint
+/// on quinn's default configuration, or made elsewhere, would lose its
+/// clients when they change address.
+#[test]
+fn quic_endpoints_steer_by_connection_id() {
+    let mut endpoints = Vec::new();
+    for f in rs_files(&src()) {
+        let rel = f
+            .strip_prefix(src())
+            .expect("under src")
+            .to_string_lossy()
+            .to_string();
+        let c = code(&f);
+        if c.contains("EndpointConfig::default(") {
+            assert_eq!(
+                rel, "proxy/quic_steer.rs",
+                "{rel} makes a QUIC endpoint configuration of its own"
+            );
+        }
+        if c.contains("quinn::Endpoint::new(") || c.contains("Endpoint::server(") {
+            assert!(
+                c.contains("quic_steer::endpoint_config("),
+                "{rel} makes a QUIC endpoint without quic_steer's connection IDs"
+            );
+            endpoints.push(rel);
+        }
+    }
+    assert_eq!(
+        endpoints,
+        ["proxy/accept.rs"],
+        "QUIC endpoints: {endpoints:?}"
+    );
+    let listen = code(&src().join("runtime/listen.rs"));
+    assert!(listen.contains("quic_steer::attach("));
+}
+
 /// The discipline the code has, enforced: no `unwrap()`/`expect()` outside
 /// tests (clippy denies them in the libraries, the proxy's and the WAF's),
 /// no unsafe operation outside an `unsafe` block, no unsafe code at all in

@@ -212,10 +212,19 @@ pub fn json(snap: &Snapshot) -> String {
         .map(|vs| {
             let v: VsValues = vs.counters.read();
             let (p50, p90, p99, p999) = latency(vs);
+            // HTTP/3 connections by worker (slot 0 is the control
+            // thread): whether QUIC's steering spreads them.
+            let by_worker: Vec<String> = vs
+                .counters
+                .all()
+                .skip(1)
+                .map(|s| s.h3_connections.load(Ordering::Relaxed).to_string())
+                .collect();
             format!(
-                "{{\"name\":{},{},\"latency_us\":{{\"p50\":{p50},\"p90\":{p90},\"p99\":{p99},\"p999\":{p999}}}}}",
+                "{{\"name\":{},{},\"h3_connections_by_worker\":[{}],\"latency_us\":{{\"p50\":{p50},\"p90\":{p90},\"p99\":{p99},\"p999\":{p999}}}}}",
                 esc(&vs.name),
-                fields_json(v.fields(), &v.responses)
+                fields_json(v.fields(), &v.responses),
+                by_worker.join(",")
             )
         })
         .collect();

@@ -254,6 +254,14 @@ pub struct Http3 {
     /// Handshakes in progress on the listener past which a new client
     /// must first prove its address (a Retry round trip); 0: always.
     pub retry_threshold: Option<Spanned<u32>>,
+    /// Take requests in 0-RTT early data (RFC 8470): off unless set.
+    pub early_data: Option<Spanned<bool>>,
+    /// Bytes a client may send ahead on one stream and on the connection
+    /// (QUIC flow control), and bytes of responses buffered for sending
+    /// per connection: what one connection can make us hold.
+    pub stream_window: Option<Spanned<usize>>,
+    pub connection_window: Option<Spanned<usize>>,
+    pub send_window: Option<Spanned<usize>>,
 }
 
 /// `[vserver.request_body]`: the slow-body (R.U.D.Y.) defence beside

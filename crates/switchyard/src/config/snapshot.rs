@@ -487,6 +487,9 @@ pub struct Http3 {
     pub server: Arc<quinn::ServerConfig>,
     /// Handshakes in progress past which clients get a Retry first.
     pub retry_threshold: usize,
+    /// `early_data`: requests may come in 0-RTT (the TLS configuration in
+    /// `server` takes early data); only safe ones go on, marked.
+    pub early_data: bool,
     /// The Alt-Svc value advertised on responses of each listen port
     /// (`h3=":443"; ma=86400`); empty: not advertised.
     pub alt_svc: Vec<(u16, bytes::Bytes)>,

@@ -24,6 +24,7 @@ pub fn reason(status: u16) -> &'static str {
         413 => "Content Too Large",
         414 => "URI Too Long",
         417 => "Expectation Failed",
+        425 => "Too Early",
         429 => "Too Many Requests",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",

@@ -435,7 +435,15 @@ async fn skip(s: &TcpStream, n: usize) -> Result<(), String> {
 /// to the HTTP/3 connection (`client_h3_conn`). The handshake runs on the
 /// configuration current when the connection arrives: a reload's new
 /// certificates apply to connections that arrive after it.
-pub async fn serve_quic(ctx: Rc<WorkerCtx>, socket: std::net::UdpSocket, listen: SocketAddr) {
+///
+/// `steer`: the socket's place in the address's group; the connection IDs
+/// this worker issues bring their datagrams back to it (`quic_steer`).
+pub async fn serve_quic(
+    ctx: Rc<WorkerCtx>,
+    socket: std::net::UdpSocket,
+    steer: super::quic_steer::Steer,
+    listen: SocketAddr,
+) {
     let server = {
         let snap = ctx.snapshot.load();
         snap.vserver_for(&listen)
@@ -446,7 +454,7 @@ pub async fn serve_quic(ctx: Rc<WorkerCtx>, socket: std::net::UdpSocket, listen:
         return;
     };
     let endpoint = match quinn::Endpoint::new(
-        quinn::EndpointConfig::default(),
+        super::quic_steer::endpoint_config(steer),
         Some((*server).clone()),
         socket,
         Arc::new(quinn::TokioRuntime),
@@ -458,14 +466,17 @@ pub async fn serve_quic(ctx: Rc<WorkerCtx>, socket: std::net::UdpSocket, listen:
         }
     };
     // Aborted (the address left the configuration, or the worker drains):
-    // no new connection is accepted; those open finish their streams.
-    struct StopAccepting(quinn::Endpoint);
+    // no new connection is accepted; those open see `stopped`, say GOAWAY,
+    // finish their streams and close (`client_h3_conn`).
+    struct StopAccepting(quinn::Endpoint, Rc<std::cell::Cell<bool>>);
     impl Drop for StopAccepting {
         fn drop(&mut self) {
             self.0.set_server_config(None);
+            self.1.set(true);
         }
     }
-    let endpoint = StopAccepting(endpoint);
+    let stopped = Rc::new(std::cell::Cell::new(false));
+    let endpoint = StopAccepting(endpoint, stopped.clone());
     let handshaking = Rc::new(std::cell::Cell::new(0));
     let mut current = server;
     while let Some(incoming) = endpoint.0.accept().await {
@@ -482,7 +493,7 @@ pub async fn serve_quic(ctx: Rc<WorkerCtx>, socket: std::net::UdpSocket, listen:
                 current = h3.server.clone();
             }
         }
-        admit_quic(&ctx, incoming, listen, &handshaking);
+        admit_quic(&ctx, incoming, listen, (&handshaking, &stopped));
     }
 }
 
@@ -492,7 +503,7 @@ fn admit_quic(
     ctx: &Rc<WorkerCtx>,
     incoming: quinn::Incoming,
     listen: SocketAddr,
-    handshaking: &Rc<std::cell::Cell<usize>>,
+    (handshaking, stopped): (&Rc<std::cell::Cell<usize>>, &Rc<std::cell::Cell<bool>>),
 ) {
     let peer = incoming.remote_address();
     let snap = ctx.snapshot.load();
@@ -540,5 +551,9 @@ fn admit_quic(
     let mut guard = open(ctx, &snap, vs, peer, leases).guard;
     open_private(&mut guard, peer, listen);
     let counted = client_h3_conn::Handshaking::new(handshaking);
-    client_h3_conn::start(ctx, (connecting, counted), peer, listen, guard);
+    let listener = client_h3_conn::Listener {
+        early_data: h3.early_data,
+        stopped: stopped.clone(),
+    };
+    client_h3_conn::start(ctx, (connecting, counted), listener, peer, listen, guard);
 }

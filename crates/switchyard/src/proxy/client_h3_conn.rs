@@ -49,28 +49,73 @@ impl Drop for Handshaking {
     }
 }
 
+/// What a connection knows of the listener it came in on.
+pub struct Listener {
+    /// Its vserver takes requests in 0-RTT (`[vserver.http3] early_data`).
+    pub early_data: bool,
+    /// The listener stopped (its address left the configuration, or the
+    /// worker drains): the connection says GOAWAY and ends once its
+    /// requests are done, so that nothing holds the UDP port after.
+    pub stopped: Rc<Cell<bool>>,
+}
+
 /// Serves a QUIC connection in a task of its own, from its handshake.
 pub fn start(
     ctx: &Rc<WorkerCtx>,
     connecting: (quinn::Connecting, Handshaking),
+    listener: Listener,
     peer: SocketAddr,
     listen: SocketAddr,
     guard: ConnGuard,
 ) {
-    tokio::task::spawn_local(run(ctx.clone(), connecting, peer, listen, guard));
+    tokio::task::spawn_local(run(
+        ctx.clone(),
+        connecting,
+        listener,
+        (peer, listen),
+        guard,
+    ));
 }
 
 async fn run(
     ctx: Rc<WorkerCtx>,
     (connecting, counted): (quinn::Connecting, Handshaking),
-    peer: SocketAddr,
-    listen: SocketAddr,
+    Listener {
+        early_data,
+        stopped,
+    }: Listener,
+    (peer, listen): (SocketAddr, SocketAddr),
     guard: ConnGuard,
 ) {
-    let handshake = handshake(&ctx, connecting, peer, &guard).await;
-    drop(counted);
-    let Some((conn, tls)) = handshake else {
-        return;
+    // With early data the connection serves before its handshake is done
+    // (quinn's 0.5-RTT; a request in the client's 0-RTT packets is seen
+    // then): `confirmed` says when it is.
+    let (conn, tls, confirmed) = if early_data {
+        match connecting.into_0rtt() {
+            Ok((conn, done)) => {
+                let confirmed = Rc::new(Cell::new(false));
+                tokio::task::spawn_local(confirm(
+                    ctx.clone(),
+                    (conn.clone(), done),
+                    counted,
+                    confirmed.clone(),
+                    guard.counters.clone(),
+                    peer,
+                ));
+                // The handshake goes on: its time is not known here.
+                (conn, tls_info(0), Some(confirmed))
+            }
+            // Not on a server (quinn: "always Ok" for incoming
+            // connections); nothing to serve if it were.
+            Err(_) => return,
+        }
+    } else {
+        let handshake = handshake(&ctx, connecting, peer, &guard).await;
+        drop(counted);
+        let Some((conn, tls)) = handshake else {
+            return;
+        };
+        (conn, tls, None)
     };
     let max_field_section = {
         let st = &ctx.snapshot.load().settings;
@@ -97,11 +142,15 @@ async fn run(
         match ctx.idle_watch.within(now_ms() + 1000, h3.accept()).await {
             Ok(Ok(Some(resolver))) => {
                 let (ctx, open) = (ctx.clone(), open.clone());
+                let confirmed = confirmed.clone();
                 tokio::task::spawn_local(async move {
                     let _open = open;
                     match resolver.resolve_request().await {
                         Ok((req, stream)) => {
-                            stream_task(ctx, req, stream, (peer, listen), tls).await
+                            // Its head came before the handshake was done:
+                            // it was in 0-RTT early data (RFC 8470).
+                            let early = confirmed.is_some_and(|c| !c.get());
+                            stream_task(ctx, req, stream, (peer, listen), tls, early).await
                         }
                         Err(e) => log::debug(format_args!("client {peer}: HTTP/3 request: {e}")),
                     }
@@ -112,17 +161,23 @@ async fn run(
                 log::debug(format_args!("client {peer}: HTTP/3 connection: {e}"));
                 break;
             }
-            Err(()) if ctx.draining() && !going_away => {
+            Err(()) if !going_away && (ctx.draining() || stopped.get()) => {
                 // GOAWAY: streams already open finish, new ones go elsewhere.
                 going_away = true;
                 let _ = h3.shutdown(0).await;
             }
+            // Past the GOAWAY with nothing in flight: closed now (RFC 9114
+            // 5.2) rather than when the client leaves or goes idle, so a
+            // removed listener's port is free again at once (a group of
+            // its own: runtime/listen.rs) and a stop need not wait for it.
+            Err(()) if going_away && Rc::strong_count(&open) == 1 => break,
             Err(()) => {}
         }
     }
     // After a GOAWAY the streams in flight finish; dropping the HTTP/3
-    // connection would close them. (Bounded by the drain's grace period,
-    // and by QUIC's idle timeout when the client has gone.)
+    // connection would close them (dropping it closes the connection with
+    // H3_NO_ERROR). (Bounded by the drain's grace period, and by QUIC's
+    // idle timeout when the client has gone.)
     while Rc::strong_count(&open) > 1 {
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
@@ -144,13 +199,7 @@ async fn handshake(
     match ctx.idle_watch.within(deadline, connecting).await {
         Ok(Ok(conn)) => {
             stats::inc(&vc.tls_handshakes);
-            let info = TlsInfo {
-                handshake_us: micros_since(began),
-                version: "TLSv1.3",
-                // quinn does not name the suite it negotiated.
-                cipher: "-",
-            };
-            Some((conn, info))
+            Some((conn, tls_info(micros_since(began))))
         }
         Ok(Err(e)) => {
             stats::inc(&vc.tls_handshake_failures);
@@ -165,13 +214,66 @@ async fn handshake(
     }
 }
 
+fn tls_info(handshake_us: u32) -> TlsInfo {
+    TlsInfo {
+        handshake_us,
+        version: "TLSv1.3",
+        // quinn does not name the suite it negotiated.
+        cipher: "-",
+    }
+}
+
+/// The rest of a handshake that let 0-RTT requests in (`into_0rtt`):
+/// bounded by `client_header` and counted as any QUIC handshake; once it
+/// is done, requests are no longer early (`confirmed`). One that fails
+/// or times out closes the connection, its early requests with it.
+async fn confirm(
+    ctx: Rc<WorkerCtx>,
+    (conn, done): (quinn::Connection, quinn::ZeroRttAccepted),
+    counted: Handshaking,
+    confirmed: Rc<Cell<bool>>,
+    counters: std::sync::Arc<stats::Sharded<stats::VsCounters>>,
+    peer: SocketAddr,
+) {
+    let deadline = now_ms() + ctx.snapshot.load().settings.client_header_ms;
+    let finished = ctx.idle_watch.within(deadline, done).await;
+    drop(counted);
+    let vc = counters.local();
+    match (finished, conn.close_reason()) {
+        // It resolves at the handshake's end, or when the connection is
+        // lost before it.
+        (Ok(_), None) => {
+            confirmed.set(true);
+            stats::inc(&vc.tls_handshakes);
+        }
+        (Ok(_), Some(e)) => {
+            stats::inc(&vc.tls_handshake_failures);
+            log::debug(format_args!("client {peer}: QUIC handshake failed: {e}"));
+        }
+        (Err(()), _) => {
+            stats::inc(&vc.tls_handshake_failures);
+            log::debug(format_args!("client {peer}: QUIC handshake timed out"));
+            conn.close(0u32.into(), b"handshake timed out");
+        }
+    }
+}
+
+/// Safe methods (RFC 9110 9.2.1) without a body: what may go on from 0-RTT
+/// early data, which an attacker can replay (RFC 8470 3).
+fn early_ok(r: &crate::http::message::Request, end_stream: bool) -> bool {
+    use crate::http::message::Method;
+    end_stream && matches!(r.method, Method::Get | Method::Head | Method::Options)
+}
+
 /// One request stream: its head as the neutral request, then the exchange.
+/// `early`: it came in 0-RTT early data.
 async fn stream_task(
     ctx: Rc<WorkerCtx>,
     req: http::Request<()>,
     mut stream: H3Stream,
     (peer, listen): (SocketAddr, SocketAddr),
     tls: TlsInfo,
+    early: bool,
 ) {
     let snap = ctx.snapshot.load_full();
     let st = &snap.settings;
@@ -205,7 +307,7 @@ async fn stream_task(
         max_header_bytes: st.max_header_bytes,
         max_headers: st.max_headers,
     };
-    let neutral = match h2_message::request_from_h3(&req, end_stream, &limits) {
+    let mut neutral = match h2_message::request_from_h3(&req, end_stream, &limits) {
         Ok(r) => r,
         Err(e) => {
             stats::inc(&vs.counters.local().bad_requests);
@@ -219,6 +321,25 @@ async fn stream_task(
         }
     };
     drop(req);
+    if early {
+        // RFC 8470: a request that may be a replay goes on only if it is
+        // safe to repeat, and marked so that the member can still say 425
+        // (which the client then gets, and repeats after the handshake);
+        // others are answered 425 here. A client's own Early-Data field
+        // stays as it is on requests that are not early (5.1: it may come
+        // from an earlier hop).
+        if !early_ok(&neutral, end_stream) {
+            stats::inc(&vs.counters.local().h3_too_early);
+            let (response, body) = crate::http::responses::local_error(
+                425,
+                "not safe to take in 0-RTT early data; send it again now that the handshake is done",
+            );
+            send_local(&mut stream, &vs, &Local { response, body }).await;
+            return;
+        }
+        stats::inc(&vs.counters.local().h3_early_requests);
+        neutral.head.fields.set(b"early-data", b"1");
+    }
     let mut x = Exchange::new(&ctx, &vs, st, (peer, listen), true, None);
     x.facts.http3 = true;
     x.facts.tls = Some(tls);

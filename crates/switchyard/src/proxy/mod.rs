@@ -7,7 +7,9 @@
 //! - the one exchange every request goes through (`pipeline`, `exchange`,
 //!   `respond`, with the phase hooks of `hooks` and the stages of
 //!   `stages`);
-//! - the member side (`member_h1`, `member_h2`, `upstream`, `member`).
+//! - the member side (`member_h1`, `member_h2`, `upstream`, `member`);
+//! - QUIC's steering of datagrams to the worker that owns their
+//!   connection (`quic_steer`).
 //!
 //! `http2/` is the HTTP/2 codec (frames, HPACK, the server state machine,
 //! no IO); `http/h2_message` maps its header blocks to the neutral
@@ -42,6 +44,7 @@ mod member_h2;
 mod normalizing;
 mod pipeline;
 mod plain;
+pub mod quic_steer;
 mod respond;
 pub mod route;
 pub mod stages;

@@ -1,6 +1,7 @@
 //! Listening sockets: one per worker and address, sharing the port through
 //! SO_REUSEPORT so the kernel balances new connections (and, for UDP, the
-//! datagrams of each client address) across workers.
+//! datagrams of each client address) across workers; QUIC's datagrams go
+//! by connection ID instead (`proxy::quic_steer`).
 
 use std::io;
 use std::net::SocketAddr;
@@ -9,6 +10,7 @@ use socket2::{Domain, Protocol, Socket, Type};
 
 use crate::config::snapshot::SocketOpts;
 use crate::config::Snapshot;
+use crate::proxy::quic_steer::{self, Steer};
 
 /// What a worker listens on: a TCP address (HTTP and tcp vservers) or a
 /// UDP one (udp vservers); both may share a port.
@@ -16,22 +18,11 @@ use crate::config::Snapshot;
 pub enum Bound {
     Tcp(SocketAddr),
     Udp(SocketAddr),
-    /// QUIC for an HTTP vserver's `[vserver.http3]`: one socket, on the
-    /// first worker only. A QUIC connection is named by its connection
-    /// IDs, not its addresses: with a socket per worker, SO_REUSEPORT's
-    /// hash of the 4-tuple would send a client that changed address (a
-    /// NAT rebinding, a phone changing networks) to a worker that does not
-    /// know its connection. Steering by connection ID (a BPF program on
-    /// the port group) would lift this; until then one worker serves
-    /// QUIC.
+    /// QUIC for an HTTP vserver's `[vserver.http3]`: a socket per worker,
+    /// in a SO_REUSEPORT group of their own whose BPF program steers each
+    /// datagram to the worker its connection ID names
+    /// (`proxy::quic_steer`).
     Quic(SocketAddr),
-}
-
-impl Bound {
-    /// Whether worker `id` listens on it.
-    pub fn on_worker(&self, id: usize) -> bool {
-        !matches!(self, Bound::Quic(_)) || id == 0
-    }
 }
 
 impl std::fmt::Display for Bound {
@@ -48,6 +39,8 @@ impl std::fmt::Display for Bound {
 pub enum Socket2 {
     Tcp(std::net::TcpListener),
     Udp(std::net::UdpSocket),
+    /// A QUIC socket and its place in the group.
+    Quic(std::net::UdpSocket, Steer),
 }
 
 /// Everything `snap` listens on.
@@ -58,18 +51,72 @@ pub fn wanted(snap: &Snapshot) -> Vec<Bound> {
     v
 }
 
-/// Binds one worker's socket for `b` with the options of its vserver.
-pub fn bind_for(snap: &Snapshot, b: Bound) -> io::Result<Socket2> {
+/// Binds the sockets of `b` for `workers` workers (one each, in worker
+/// order), with the options of its vserver.
+pub fn bind_group(snap: &Snapshot, b: Bound, workers: usize) -> io::Result<Vec<Socket2>> {
     match b {
         Bound::Tcp(a) => {
             let opts = snap
                 .vserver_for(&a)
                 .map(|v| v.socket.clone())
                 .unwrap_or_default();
-            bind_with(a, &opts).map(Socket2::Tcp)
+            (0..workers)
+                .map(|_| bind_with(a, &opts).map(Socket2::Tcp))
+                .collect()
         }
-        Bound::Udp(a) | Bound::Quic(a) => bind_udp(a).map(Socket2::Udp),
+        Bound::Udp(a) => (0..workers)
+            .map(|_| bind_udp(a).map(Socket2::Udp))
+            .collect(),
+        Bound::Quic(a) => bind_quic(a, workers),
     }
+}
+
+/// A QUIC address's group: a socket per worker, bound in worker order so
+/// that socket i is index i in the kernel's group (it appends each socket
+/// as it binds), and the program that steers by connection ID on it.
+fn bind_quic(addr: SocketAddr, workers: usize) -> io::Result<Vec<Socket2>> {
+    let of = u32::try_from(workers).map_err(|_| io::Error::other("too many workers"))?;
+    if workers > 1 {
+        // Anything already on the address would sit in the group before
+        // our sockets and shift every index: an earlier QUIC listener on
+        // it whose connections still finish, or another process. The
+        // group's sockets have SO_REUSEPORT only, so a probe with
+        // SO_REUSEADDR only binds where no such group is, and where other
+        // sockets are that could share the port anyway (a `udp` vserver's
+        // on a more specific address of the same port: SO_REUSEADDR on
+        // both), which a probe without either flag would take for one.
+        let probe = udp_socket(addr)?;
+        probe.set_reuse_address(true)?;
+        probe.bind(&addr.into()).map_err(|e| {
+            io::Error::new(
+                e.kind(),
+                format!("{e}: the port is already bound (by another process, or by the connections of an earlier QUIC listener on it still closing); steering QUIC to its workers needs a port group of its own"),
+            )
+        })?;
+    }
+    let mut group: Vec<(std::net::UdpSocket, Steer)> = Vec::with_capacity(workers);
+    for index in 0..of {
+        let s = udp_socket(addr)?;
+        s.set_reuse_port(true)?;
+        s.bind(&addr.into())?;
+        s.set_nonblocking(true)?;
+        group.push((s.into(), Steer { index, of }));
+    }
+    // On any socket of the group: the program is the group's. Without it
+    // (a kernel older than 4.5, a seccomp policy) QUIC still serves, on
+    // the kernel's hash: a client that changes address may lose its
+    // connection, which is what one worker per port would avoid.
+    if let Some((first, _)) = group.first().filter(|_| of > 1) {
+        if let Err(e) = quic_steer::attach(first, of) {
+            crate::log::warn(format_args!(
+                "quic {addr}: cannot attach the program that steers QUIC by connection ID ({e}): clients that change address may lose their connections; workers = 1 avoids it"
+            ));
+        }
+    }
+    Ok(group
+        .into_iter()
+        .map(|(s, steer)| Socket2::Quic(s, steer))
+        .collect())
 }
 
 pub fn bind_with(addr: SocketAddr, o: &SocketOpts) -> io::Result<std::net::TcpListener> {
@@ -122,17 +169,23 @@ pub fn bind_with(addr: SocketAddr, o: &SocketOpts) -> io::Result<std::net::TcpLi
 }
 
 pub fn bind_udp(addr: SocketAddr) -> io::Result<std::net::UdpSocket> {
-    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
+    let s = udp_socket(addr)?;
     s.set_reuse_address(true)?;
     s.set_reuse_port(true)?;
+    s.bind(&addr.into())?;
+    s.set_nonblocking(true)?;
+    Ok(s.into())
+}
+
+/// A UDP socket for `addr`, not bound yet.
+fn udp_socket(addr: SocketAddr) -> io::Result<Socket> {
+    let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
     }
     // Bursts of datagrams wait here while the worker is busy.
     let _ = s.set_recv_buffer_size(4 << 20);
-    s.bind(&addr.into())?;
-    s.set_nonblocking(true)?;
-    Ok(s.into())
+    Ok(s)
 }
 
 fn setsockopt_int(s: &Socket, level: i32, name: i32, v: i32) -> io::Result<()> {

@@ -108,13 +108,9 @@ impl Control {
         // is rejected whole.
         let mut bound = Vec::new();
         for b in new.difference(&old) {
-            let mut per_worker = Vec::new();
-            for id in (0..self.workers.len()).filter(|id| b.on_worker(*id)) {
-                let l = listen::bind_for(&next, *b)
-                    .map_err(|e| format!("cannot listen on {b}: {e}"))?;
-                per_worker.push((id, l));
-            }
-            bound.push((*b, per_worker));
+            let group = listen::bind_group(&next, *b, self.workers.len())
+                .map_err(|e| format!("cannot listen on {b}: {e}"))?;
+            bound.push((*b, group));
         }
         let generation = next.generation;
         // Run-time weights give way where the file changed the weight.
@@ -125,7 +121,7 @@ impl Control {
         // XDP follows the new rules and interfaces (shield/xdp).
         apply_xdp(&self.snapshot.load());
         for (b, listeners) in bound {
-            for (id, l) in listeners {
+            for (id, l) in listeners.into_iter().enumerate() {
                 let _ = self.workers[id].cmd.send(WorkerCmd::Listen(b, l));
             }
         }
@@ -180,15 +176,20 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
     let addrs = listen::wanted(&snapshot.load());
     let cpus = worker::allowed_cpus();
 
-    let mut workers = Vec::new();
-    for id in 0..settings.workers {
-        let mut listeners = Vec::new();
-        for b in addrs.iter().filter(|b| b.on_worker(id)) {
-            let vs = vserver_name(&snapshot.load(), b);
-            let l = listen::bind_for(&snapshot.load(), *b)
-                .map_err(|e| format!("vserver \"{vs}\": cannot listen on {b}: {e}"))?;
-            listeners.push((*b, l));
+    // Each address's sockets together, in worker order (QUIC's steering
+    // counts on it: runtime/listen.rs), then one list per worker.
+    let mut per_worker: Vec<Vec<(Bound, listen::Socket2)>> =
+        (0..settings.workers).map(|_| Vec::new()).collect();
+    for b in &addrs {
+        let vs = vserver_name(&snapshot.load(), b);
+        let group = listen::bind_group(&snapshot.load(), *b, settings.workers)
+            .map_err(|e| format!("vserver \"{vs}\": cannot listen on {b}: {e}"))?;
+        for (id, l) in group.into_iter().enumerate() {
+            per_worker[id].push((*b, l));
         }
+    }
+    let mut workers = Vec::new();
+    for (id, listeners) in per_worker.into_iter().enumerate() {
         let (cmd_tx, cmd_rx) = mpsc::unbounded_channel();
         let cpu = if settings.pin_workers && !cpus.is_empty() {
             Some(cpus[id % cpus.len()])

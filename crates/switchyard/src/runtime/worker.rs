@@ -225,8 +225,8 @@ fn start(
         (Bound::Udp(addr), Socket2::Udp(s)) => {
             tokio::task::spawn_local(crate::l4::udp::serve(ctx.snapshot.clone(), s, addr))
         }
-        (Bound::Quic(addr), Socket2::Udp(s)) => {
-            tokio::task::spawn_local(proxy::serve_quic(ctx.clone(), s, addr))
+        (Bound::Quic(addr), Socket2::Quic(s, steer)) => {
+            tokio::task::spawn_local(proxy::serve_quic(ctx.clone(), s, steer, addr))
         }
         (b, _) => {
             log::error(format_args!("listener {b}: socket of the wrong kind"));

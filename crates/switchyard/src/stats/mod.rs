@@ -188,6 +188,10 @@ counters!(
         /// QUIC connection attempts answered with a Retry (address
         /// validation, past `[vserver.http3] retry_threshold`).
         quic_retries,
+        /// HTTP/3 requests that came in 0-RTT early data (`early_data`):
+        /// passed on with `Early-Data: 1`, or answered 425 Too Early.
+        h3_early_requests,
+        h3_too_early,
         /// 101 responses refused with a 502: a switch to a protocol the
         /// client did not ask for (or h2c), or to any when it asked for none.
         upgrades_refused,

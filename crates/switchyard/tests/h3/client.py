@@ -1,16 +1,29 @@
 """An HTTP/3 client for the tests, on aioquic (written by others: the
 server meets a QUIC and HTTP/3 stack that is not its own).
 
-    client.py HOST PORT CA_FILE SERVER_NAME [TIMEOUT_S] < requests.json
+    client.py HOST PORT CA_FILE SERVER_NAME [TIMEOUT_S [TICKET_FILE [HOLD_MS [LINGER_MS]]]] < requests.json
 
 requests.json: [{"method": "GET", "path": "/", "headers": [["k", "v"]],
 "body": "text"}, ...], sent on one connection, all at once (one stream
 each). Prints one JSON object: {"responses": [{"status": 200, "headers":
 [[k, v], ...], "body": "..."}], "alpn": "h3"}, or {"error": "..."}.
+
+TICKET_FILE: the session tickets the server sends are saved there; when
+it holds one at the start, the connection resumes with it and the requests
+leave at once, in 0-RTT early data if the ticket allows it ("early_data"
+and "resumed" in the output say what the server did; "transport" has the
+server's flow-control windows). HOLD_MS: datagrams
+from the server wait that long before the client reads them, so that the
+handshake cannot end before the server has seen the early requests.
+LINGER_MS: after the responses the connection stays open that long, or
+until the server closes it ("closed_by_server" in the output). An empty
+TICKET_FILE: no tickets.
 """
 
 import asyncio
 import json
+import os
+import pickle
 import ssl
 import sys
 
@@ -27,6 +40,13 @@ class Client(QuicConnectionProtocol):
         super().__init__(*args, **kwargs)
         self.http = H3Connection(self._quic)
         self.waiting = {}
+        self.hold_until = None
+
+    def datagram_received(self, data, addr):
+        if self.hold_until is not None and self._loop.time() < self.hold_until:
+            self._loop.call_at(self.hold_until, super().datagram_received, data, addr)
+            return
+        super().datagram_received(data, addr)
 
     def quic_event_received(self, event: QuicEvent):
         for e in self.http.handle_event(event):
@@ -68,15 +88,62 @@ class Client(QuicConnectionProtocol):
 
 async def main():
     host, port, ca, name = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+    ticket_file = sys.argv[6] if len(sys.argv) > 6 and sys.argv[6] else None
+    hold_ms = int(sys.argv[7]) if len(sys.argv) > 7 else 0
+    linger_ms = int(sys.argv[8]) if len(sys.argv) > 8 else 0
     reqs = json.load(sys.stdin)
     cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=name)
     cfg.load_verify_locations(ca)
     cfg.verify_mode = ssl.CERT_REQUIRED
-    async with connect(host, port, configuration=cfg, create_protocol=Client) as c:
+    resuming = bool(ticket_file) and os.path.exists(ticket_file)
+    if resuming:
+        with open(ticket_file, "rb") as f:
+            cfg.session_ticket = pickle.load(f)
+    got_ticket = asyncio.Event()
+
+    def save_ticket(ticket):
+        if ticket_file:
+            with open(ticket_file, "wb") as f:
+                pickle.dump(ticket, f)
+            got_ticket.set()
+
+    async with connect(
+        host,
+        port,
+        configuration=cfg,
+        create_protocol=Client,
+        session_ticket_handler=save_ticket,
+        wait_connected=not resuming,
+    ) as c:
+        if hold_ms:
+            c.hold_until = c._loop.time() + hold_ms / 1000
         authority = f"{name}:{port}"
         responses = await asyncio.gather(*(c.request(authority, r) for r in reqs))
-        alpn = c._quic.tls.alpn_negotiated
-    print(json.dumps({"responses": responses, "alpn": alpn}))
+        if ticket_file and not got_ticket.is_set():
+            try:
+                await asyncio.wait_for(got_ticket.wait(), 2)
+            except asyncio.TimeoutError:
+                pass
+        if linger_ms:
+            try:
+                await asyncio.wait_for(c.wait_closed(), linger_ms / 1000)
+                out_closed = True
+            except asyncio.TimeoutError:
+                out_closed = False
+        tls = c._quic.tls
+        out = {"responses": responses, "alpn": tls.alpn_negotiated}
+        out["early_data"] = tls.early_data_accepted
+        out["resumed"] = tls.session_resumed
+        if linger_ms:
+            out["closed_by_server"] = out_closed
+        # The server's transport parameters: its flow-control windows.
+        q = c._quic
+        out["transport"] = {
+            "max_data": q._remote_max_data,
+            "max_stream_data_bidi_remote": q._remote_max_stream_data_bidi_remote,
+            "max_datagram_frame_size": q._remote_max_datagram_frame_size,
+        }
+    print(json.dumps(out))
 
 
 try:

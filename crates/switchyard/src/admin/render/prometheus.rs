@@ -182,6 +182,16 @@ const VSERVER: &[Spec] = &[
         "QUIC connection attempts answered with a Retry (address validation under load).",
     ),
     c(
+        "h3_early_requests",
+        "switchyard_vserver_h3_early_requests_total",
+        "HTTP/3 requests taken in 0-RTT early data and passed on with Early-Data: 1.",
+    ),
+    c(
+        "h3_too_early",
+        "switchyard_vserver_h3_too_early_total",
+        "HTTP/3 requests in 0-RTT early data answered 425 Too Early (not safe to replay).",
+    ),
+    c(
         "h2_abuse_closes",
         "switchyard_vserver_h2_abuse_closes_total",
         "HTTP/2 connections closed with ENHANCE_YOUR_CALM (rapid reset, control-frame floods).",
@@ -671,6 +681,18 @@ pub fn render(snap: &Snapshot) -> String {
             &labels,
             &vs.latency.read_buckets(),
         );
+        if vs.http3.is_some() {
+            // Slot 0 is the control thread; worker i counts in slot i + 1.
+            for (i, w) in vs.counters.all().skip(1).enumerate() {
+                ex.sample(
+                    "switchyard_vserver_h3_connections_by_worker_total",
+                    Kind::Counter,
+                    "HTTP/3 connections by the worker that served them (QUIC's steering by connection ID spreads them).",
+                    &format!("{labels},worker=\"{i}\""),
+                    w.h3_connections.load(Ordering::Relaxed),
+                );
+            }
+        }
     }
     for vs in &snap.vservers {
         if let Some(w) = &vs.waf {
