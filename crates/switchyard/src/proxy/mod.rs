@@ -44,6 +44,7 @@ mod pipeline;
 mod plain;
 mod respond;
 pub mod route;
+mod scripting;
 pub mod stages;
 pub mod stream;
 mod tunnel;

@@ -157,10 +157,22 @@ pub(super) fn build_vserver(
         )
         .map(Arc::new)
     });
+    let normalize = crate::config::normalize::build(v.normalize.as_ref(), &what, &mut problems);
+    let script = v.script.as_ref().and_then(|s| {
+        crate::config::script::build(
+            s,
+            &cx.pos.base_dir(),
+            &what,
+            &name,
+            pools,
+            normalize,
+            &mut problems,
+        )
+        .map(Arc::new)
+    });
     let l4 = crate::config::l4::build(v, &name, pools, span.clone(), &mut problems).map(Arc::new);
     let accept_proxy = crate::config::l4::accept_proxy(v).map(Arc::new);
     let socket = crate::config::l4::socket_opts(v, &name, &mut problems);
-    let normalize = crate::config::normalize::build(v.normalize.as_ref(), &what, &mut problems);
     let http3 = crate::config::http3::build(v, tls.as_deref(), &what, &mut problems);
     let http_pools = || {
         default_pool
@@ -181,6 +193,7 @@ pub(super) fn build_vserver(
             (v.compression.is_some(), "compression"),
             (v.cache.is_some(), "cache"),
             (v.waf.is_some(), "waf"),
+            (v.script.is_some(), "script"),
             (v.normalize.is_some(), "normalize"),
             (v.request_body.is_some(), "request_body"),
             (v.h2c.is_some() || v.h2c_only.is_some(), "h2c"),
@@ -261,6 +274,7 @@ pub(super) fn build_vserver(
         normalize,
         request_body: request_body(cx, v, &what),
         waf,
+        script,
         limits: Vec::new(),
         protocol: v.protocol,
         l4,
