@@ -4,14 +4,11 @@
 //! message` and a reload with a broken script keeps the running
 //! configuration.
 
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 
 use serde::Deserialize;
 use toml::Spanned;
 
-use super::snapshot::{Pool, SourceAddress, VsScript};
 use super::types::Problem;
 
 /// `[vserver.script]`.
@@ -31,23 +28,16 @@ pub struct ScriptFile {
 pub const DEFAULT_MAX_INSTRUCTIONS: u64 = 1_000_000;
 pub const DEFAULT_MAX_MEMORY: u64 = 16 << 20;
 
-/// The pools a script may choose: every pool of the file but those whose
-/// member connections cannot be shared by any client's requests (a PROXY
-/// header, the client's own source address), which `check_http_pools`
-/// refuses for vservers too.
-fn usable(p: &Pool) -> bool {
-    p.proxy_protocol.is_none() && p.source_address != Some(SourceAddress::Client)
-}
-
+/// The checked script; `pools` are the names `r:use_pool` may use.
 pub fn build(
     s: &ScriptFile,
     base: &Path,
     what: &str,
     vserver: &str,
-    pools: &HashMap<String, Arc<Pool>>,
+    pools: Vec<String>,
     normalize: crate::http::normalize::Rules,
     problems: &mut Vec<Problem>,
-) -> Option<VsScript> {
+) -> Option<crate::script::Script> {
     let before = problems.len();
     let range = |v: &Option<Spanned<u64>>,
                  key: &str,
@@ -101,31 +91,12 @@ pub fn build(
     if problems.len() > before {
         return None;
     }
-    let mut names: Vec<&String> = pools
-        .iter()
-        .filter(|(_, p)| usable(p))
-        .map(|(n, _)| n)
-        .collect();
-    names.sort();
     let limits = crate::script::Limits {
         max_instructions,
         max_memory: max_memory as usize,
     };
-    match crate::script::Script::compile(
-        name,
-        source,
-        limits,
-        names.iter().map(|n| n.to_string()).collect(),
-        normalize,
-        vserver,
-    ) {
-        Ok(script) => Some(VsScript {
-            pools: names
-                .iter()
-                .filter_map(|n| pools.get(*n).cloned())
-                .collect(),
-            script: Arc::new(script),
-        }),
+    match crate::script::Script::compile(name, source, limits, pools, normalize, vserver) {
+        Ok(script) => Some(script),
         Err(e) => {
             problems.push((s.file.span(), format!("{what}: script {e}")));
             None

@@ -33,8 +33,12 @@ use crate::http::responses;
 use crate::script::{self, Effects, Failure, Info, State, Vars};
 use crate::stats;
 
+/// Boxed: every exchange's future holds this stage, most without a script.
 #[derive(Default)]
-pub struct Scripting {
+pub struct Scripting(Option<Box<Run>>);
+
+#[derive(Default)]
+struct Run {
     /// This worker's state of the script, once an event ran.
     state: Option<Rc<State>>,
     /// The request's `r.vars`, between its events.
@@ -66,7 +70,7 @@ fn info(x: &Exchange<'_>, req: Option<&Request>) -> Info {
     }
 }
 
-impl Scripting {
+impl Run {
     /// The worker's state of the vserver's script, or the failure to make
     /// one (already counted and logged).
     fn state(&mut self, x: &mut Exchange<'_>, s: &VsScript) -> Option<Rc<State>> {
@@ -119,23 +123,26 @@ fn record_log(x: &mut Exchange<'_>, e: &mut Effects) {
 
 impl Hooks for Scripting {
     fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
-        let Some(s) = x.vs.script.clone() else {
+        // `vs` outlives the exchange's borrow: no reference count taken.
+        let vs = x.vs;
+        let Some(s) = vs.script.as_deref() else {
             return Verdict::Continue;
         };
+        let run = self.0.get_or_insert_with(Box::default);
         if !s.script.events.request {
             return Verdict::Continue;
         }
-        let Some(st) = self.state(x, &s) else {
+        let Some(st) = run.state(x, s) else {
             return Verdict::Respond(error_answer());
         };
         let info = info(x, Some(req));
-        let Some(r) = st.on_request(req, info, &mut self.vars) else {
+        let Some(r) = st.on_request(req, info, &mut run.vars) else {
             return Verdict::Continue;
         };
         let mut e = match r {
             Ok(e) => e,
             Err(f) => {
-                failed(x, &s, &f);
+                failed(x, s, &f);
                 return Verdict::Respond(error_answer());
             }
         };
@@ -160,7 +167,10 @@ impl Hooks for Scripting {
                     .filter(|(n, _)| n != "content-type")
                     .map(|(n, v)| (n.as_str(), v.as_str()))
                     .collect();
-                fields.extend(super::stages::hsts(x.vs));
+                // As every local answer of a vserver that sets HSTS.
+                if let Some(h) = vs.tls.as_ref().and_then(|t| t.hsts.as_deref()) {
+                    fields.push(("strict-transport-security", h));
+                }
                 let (response, body) = responses::local(a.status, ctype, a.body, &fields);
                 Verdict::Respond(Local { response, body })
             }
@@ -169,22 +179,24 @@ impl Hooks for Scripting {
     }
 
     fn on_response_head(&mut self, x: &mut Exchange<'_>, resp: &mut Response) {
-        let Some(s) = x.vs.script.clone() else {
+        let vs = x.vs;
+        let Some(s) = vs.script.as_deref() else {
             return;
         };
         if !s.script.events.response {
             return;
         }
-        let Some(st) = self.state(x, &s) else {
-            return self.replace(resp);
+        let run = self.0.get_or_insert_with(Box::default);
+        let Some(st) = run.state(x, s) else {
+            return run.replace(resp);
         };
         let info = info(x, None);
-        match st.on_response(resp, info, &mut self.vars) {
+        match st.on_response(resp, info, &mut run.vars) {
             None => {}
             Some(Ok(mut e)) => record_log(x, &mut e),
             Some(Err(f)) => {
-                failed(x, &s, &f);
-                self.replace(resp);
+                failed(x, s, &f);
+                run.replace(resp);
             }
         }
     }
@@ -196,7 +208,7 @@ impl Hooks for Scripting {
         end: bool,
         out: &mut Vec<u8>,
     ) -> BodyEdit {
-        match &self.replace_body {
+        match self.0.as_ref().and_then(|r| r.replace_body.as_ref()) {
             Some(b) => {
                 if end {
                     out.extend_from_slice(b);
@@ -208,26 +220,28 @@ impl Hooks for Scripting {
     }
 
     fn on_log(&mut self, x: &mut Exchange<'_>, _req: &Request) {
-        let Some(s) = x.vs.script.clone() else {
+        let vs = x.vs;
+        let Some(s) = vs.script.as_deref() else {
             return;
         };
         if !s.script.events.log {
             return;
         }
-        let Some(st) = self.state(x, &s) else {
+        let run = self.0.get_or_insert_with(Box::default);
+        let Some(st) = run.state(x, s) else {
             return;
         };
         let info = info(x, None);
-        match st.on_log(info, &mut self.vars) {
+        match st.on_log(info, &mut run.vars) {
             None => {}
             Some(Ok(mut e)) => record_log(x, &mut e),
             // The client has its answer: the failure is counted and logged.
-            Some(Err(f)) => failed(x, &s, &f),
+            Some(Err(f)) => failed(x, s, &f),
         }
     }
 }
 
-impl Scripting {
+impl Run {
     /// The member's response becomes the 500 of a failed event.
     fn replace(&mut self, resp: &mut Response) {
         let l = error_answer();

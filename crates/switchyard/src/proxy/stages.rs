@@ -150,7 +150,7 @@ impl Hooks for Route {
 }
 
 /// The Strict-Transport-Security field of a TLS vserver that sets one.
-pub(super) fn hsts(vs: &VServer) -> Option<(&'static str, &str)> {
+fn hsts(vs: &VServer) -> Option<(&'static str, &str)> {
     vs.tls
         .as_ref()
         .and_then(|t| t.hsts.as_deref())

@@ -13,7 +13,7 @@ fn compile_with(src: &str, max_instructions: u64, max_memory: usize) -> Result<S
             max_memory,
         },
         vec!["blue".into(), "green".into()],
-        crate::config::normalize::build(None, "test", &mut Vec::new()),
+        crate::http::normalize::Rules::default(),
         "web",
     )
 }

@@ -159,16 +159,30 @@ pub(super) fn build_vserver(
     });
     let normalize = crate::config::normalize::build(v.normalize.as_ref(), &what, &mut problems);
     let script = v.script.as_ref().and_then(|s| {
-        crate::config::script::build(
+        // Any pool of the file but those whose member connections cannot
+        // carry any client's requests (a PROXY header, the client's own
+        // source address), which `check_http_pools` refuses for vservers.
+        let mut usable: Vec<&Arc<Pool>> = pools
+            .values()
+            .filter(|p| {
+                p.proxy_protocol.is_none() && p.source_address != Some(SourceAddress::Client)
+            })
+            .collect();
+        usable.sort_by(|a, b| a.name.cmp(&b.name));
+        let names = usable.iter().map(|p| p.name.clone()).collect();
+        let script = crate::config::script::build(
             s,
             &cx.pos.base_dir(),
             &what,
             &name,
-            pools,
+            names,
             normalize,
             &mut problems,
-        )
-        .map(Arc::new)
+        )?;
+        Some(Arc::new(VsScript {
+            script: Arc::new(script),
+            pools: usable.into_iter().cloned().collect(),
+        }))
     });
     let l4 = crate::config::l4::build(v, &name, pools, span.clone(), &mut problems).map(Arc::new);
     let accept_proxy = crate::config::l4::accept_proxy(v).map(Arc::new);
