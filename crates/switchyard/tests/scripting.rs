@@ -452,6 +452,45 @@ end
 }
 
 #[test]
+fn a_pool_the_script_chose_wins_over_policies_but_a_policy_answer_still_answers() {
+    let a = Origin::start("a");
+    let b = Origin::start("b");
+    let dir = temp_dir("precedence");
+    let file = dir.join("script.lua");
+    std::fs::write(
+        &file,
+        "function on_request(r)\n  if r:header('x-pin') then r:use_pool('a') end\nend\n",
+    )
+    .expect("write");
+    let log = dir.join("access.json");
+    let listen = free_addr();
+    let policies = "[[vserver.policy]]\nmatch = { path_prefix = \"/b/\" }\naction = { pool = \"b\" }\n\
+                    [[vserver.policy]]\nmatch = { path_prefix = \"/old/\" }\naction = { redirect = \"/new/\" }\n";
+    let cfg = config(listen, &file, &log, &[&a, &b], "")
+        .replace("[vserver.script]", &format!("{policies}[vserver.script]"));
+    let sy = Switchyard::start(&cfg, &[listen]);
+    for (proto, get) in BOTH {
+        assert_eq!(
+            get(listen, "h", "/b/x", &[]).header("x-origin"),
+            Some("b"),
+            "{proto}"
+        );
+        assert_eq!(
+            get(listen, "h", "/b/x", &[("x-pin", "1")]).header("x-origin"),
+            Some("a"),
+            "{proto}"
+        );
+        let g = get(listen, "h", "/old/x", &[("x-pin", "1")]);
+        assert_eq!(
+            (g.status, g.header("location")),
+            (302, Some("/new/")),
+            "{proto}: {g:?}"
+        );
+    }
+    drop(sy);
+}
+
+#[test]
 fn response_header_scrubbing() {
     let o = Origin::start("php");
     o.set(|b| {

@@ -678,6 +678,27 @@ mod tests {
     }
 
     #[test]
+    fn a_scripts_fields_and_error_show_only_when_there_are_some() {
+        let r = req(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+        let mut e = entry(&r);
+        let plain = render(&Format::Json, &e);
+        assert!(!plain.contains("script"), "{plain}");
+        let t = parse("$status $script_user $script_error").expect("template");
+        assert_eq!(render(&t, &e), "200 - -\n");
+        let log = super::super::ScriptLog {
+            fields: vec![("user".into(), "ann \"a\"".into())],
+            error: Some("edge.lua:3: boom".into()),
+        };
+        e.script = Some(&log);
+        assert_eq!(render(&t, &e), "200 ann \\x22a\\x22 edge.lua:3: boom\n");
+        let v: serde_json::Value = serde_json::from_str(&render(&Format::Json, &e)).expect("JSON");
+        assert_eq!(v["script"]["user"], "ann \"a\"");
+        assert_eq!(v["script_error"], "edge.lua:3: boom");
+        // $script_ needs a name of a-z, 0-9 and _.
+        assert!(parse("$script_").is_err());
+    }
+
+    #[test]
     fn controls_are_escaped_in_text_and_json() {
         let mut out = Vec::new();
         text(&mut out, b"a\x01\n\x7fb");

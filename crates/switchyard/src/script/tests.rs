@@ -184,6 +184,8 @@ fn respond_and_redirect_make_local_answers() {
     assert_eq!(a.headers, vec![("location".into(), "https://h/".into())]);
     assert!(run("function on_request(r) r:redirect('/x', 200) end", &mut req).is_err());
     assert!(run("function on_request(r) r:respond(99) end", &mut req).is_err());
+    assert!(run("function on_request(r) r:respond(204, 'x') end", &mut req).is_err());
+    assert!(run("function on_request(r) r:respond(204) end", &mut req).is_ok());
 }
 
 #[test]

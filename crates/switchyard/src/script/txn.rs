@@ -438,6 +438,11 @@ impl UserData for Txn {
             |_, t, (code, body, headers): (i64, Option<mlua::String>, Option<Table>)| {
                 t.request_mut("r:respond")?;
                 let status = status(code, "r:respond")?;
+                if matches!(status, 204 | 304)
+                    && body.as_ref().is_some_and(|b| !b.as_bytes().is_empty())
+                {
+                    return err(format!("r:respond: a {status} answer has no body"));
+                }
                 let mut fields = Vec::new();
                 if let Some(h) = headers {
                     for pair in h.pairs::<mlua::String, mlua::String>() {
