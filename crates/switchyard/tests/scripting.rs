@@ -403,6 +403,51 @@ end
 }
 
 #[test]
+fn an_hmac_signed_link_with_an_expiry() {
+    let o = Origin::start("files");
+    let s = start(
+        "hmac",
+        r#"
+local key = "link-key"
+function on_request(r)
+  local q = sy.query_parse(r.query)
+  local expires = tonumber(q.expires)
+  local want = sy.hex_encode(sy.hmac_sha256(key, r.path .. ":" .. (q.expires or "")))
+  if not expires or expires < os.time() or not sy.equal(want, q.sig or "") then
+    return r:respond(403, "bad or expired link\n")
+  end
+  r.query = nil
+end
+"#,
+        &[&o],
+    );
+    let sign = |path: &str, expires: u64| {
+        let key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, b"link-key");
+        let tag = aws_lc_rs::hmac::sign(&key, format!("{path}:{expires}").as_bytes());
+        let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        format!("{path}?expires={expires}&sig={hex}")
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    for (proto, get) in BOTH {
+        let g = get(s.listen, "h", &sign("/f/report.pdf", now + 600), &[]);
+        assert_eq!(g.status, 200, "{proto}: {g:?}");
+        // The member gets the path without the signature.
+        assert_eq!(last_target(&o), "/f/report.pdf", "{proto}");
+        let other = sign("/f/report.pdf", now + 600).replace("report", "secret");
+        assert_eq!(get(s.listen, "h", &other, &[]).status, 403, "{proto}");
+        assert_eq!(
+            get(s.listen, "h", &sign("/f/report.pdf", now - 1), &[]).status,
+            403,
+            "{proto}"
+        );
+    }
+    assert_eq!(o.requests(), 2);
+}
+
+#[test]
 fn an_a_b_pool_choice_by_query_or_header() {
     let a = Origin::start("a");
     let b = Origin::start("b");
