@@ -234,6 +234,8 @@ end
         );
     }
     assert_eq!(o.requests(), 2);
+    // Counted once each, as every answer Switchyard makes itself.
+    assert_eq!(vserver_stats(&s.sy)["local_responses"], 2);
 }
 
 #[test]

@@ -155,7 +155,6 @@ impl Hooks for Scripting {
         }
         match e.answer.take() {
             Some(a) => {
-                stats::inc(&x.vs.counters.local().local_responses);
                 let ctype = a
                     .headers
                     .iter()
