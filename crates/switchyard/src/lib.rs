@@ -30,6 +30,7 @@ pub mod proxy_protocol;
 pub mod quickstart;
 pub mod random;
 pub mod runtime;
+pub mod script;
 pub mod shield;
 pub mod source;
 pub mod stats;

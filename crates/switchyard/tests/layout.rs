@@ -4,8 +4,9 @@
 //! about 800 lines, the request path is normalized before every stage
 //! (no other code rewrites it), no folder's modules import each other back,
 //! the proxy links neither the bench nor the CRS runner (they are
-//! programs of their own), and the WAF (crates/waf) depends on nothing of
-//! the proxy. Every rule but proxy/'s reads the WAF's sources too.
+//! programs of their own), the WAF (crates/waf) depends on nothing of
+//! the proxy, and the script engine (src/script) names neither the proxy
+//! nor the configuration. Every rule but proxy/'s reads the WAF's sources too.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -579,6 +580,32 @@ fn the_waf_depends_on_nothing_of_the_proxy() {
         }
     }
     assert!(checked > 30, "WAF source files checked: {checked}");
+}
+
+/// The script engine (src/script) is a library the proxy and the
+/// configuration use: it names neither (the stage that runs it is
+/// proxy/scripting.rs, its settings config/script.rs), so a script's
+/// sandbox cannot reach the data path's internals.
+#[test]
+fn the_script_engine_knows_neither_the_proxy_nor_the_configuration() {
+    let mut checked = 0;
+    for f in rs_files(&src().join("script")) {
+        checked += 1;
+        let c = code(&f);
+        for (needle, what) in [
+            ("crate::proxy", "the proxy"),
+            ("crate::config", "the configuration"),
+            ("crate::runtime", "the runtime"),
+            ("crate::admin", "the admin API"),
+        ] {
+            assert!(
+                !c.contains(needle),
+                "{}: names {what} ({needle}); the script engine is used by it, not the other way",
+                f.display()
+            );
+        }
+    }
+    assert!(checked >= 3, "script files checked: {checked}");
 }
 
 #[test]

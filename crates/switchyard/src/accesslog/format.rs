@@ -29,6 +29,8 @@ pub enum Piece {
     Var(Var),
     /// `$http_NAME`: a request field (lower case, '_' read as '-').
     Header(String),
+    /// `$script_NAME`: a field the vserver's script added (`r:log`).
+    Script(String),
 }
 
 /// Every variable a template may name.
@@ -77,6 +79,8 @@ pub enum Var {
     Transport,
     /// L4 lines only: how the connection or session ended.
     End,
+    /// Why the vserver's script failed on the request.
+    ScriptError,
 }
 
 /// (name, variable); aliases share a variable. docs/access-logs.md lists
@@ -136,6 +140,7 @@ pub const VARS: &[(&str, Var)] = &[
     ("parent_id", Var::ParentId),
     ("transport", Var::Transport),
     ("end", Var::End),
+    ("script_error", Var::ScriptError),
 ];
 
 /// The name a variable is written with (its first spelling).
@@ -203,6 +208,12 @@ pub fn parse(format: &str) -> Result<Format, (usize, String)> {
                     .all(|c| c.is_ascii_alphanumeric() || c == b'_' || c == b'-')
         }) {
             Piece::Header(h.replace('_', "-").to_ascii_lowercase())
+        } else if let Some(f) = name.strip_prefix("script_").filter(|f| {
+            !f.is_empty()
+                && f.bytes()
+                    .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == b'_')
+        }) {
+            Piece::Script(f.to_string())
         } else {
             let known: Vec<&str> = VARS.iter().map(|(n, _)| *n).collect();
             let shown = if name.is_empty() {
@@ -213,7 +224,7 @@ pub fn parse(format: &str) -> Result<Format, (usize, String)> {
             return Err((
                 at,
                 format!(
-                    "access_log.format: {shown}; known: {}, http_NAME (any request field)",
+                    "access_log.format: {shown}; known: {}, http_NAME (any request field), script_NAME (a field the script adds)",
                     known.join(", ")
                 ),
             ));
@@ -396,6 +407,9 @@ impl Format {
                         Piece::Text(t) => out.extend_from_slice(t.as_bytes()),
                         Piece::Var(v) => var(*v, e, out),
                         Piece::Header(h) => text_or_dash(out, e.req.head.get(h)),
+                        Piece::Script(f) => {
+                            text_or_dash(out, e.script.and_then(|s| s.field(f)).map(str::as_bytes))
+                        }
                     }
                 }
             }
@@ -493,6 +507,10 @@ fn var(v: Var, e: &Entry, out: &mut Vec<u8>) {
         Var::Cache => text_or_dash(out, e.cache.map(str::as_bytes)),
         Var::TraceId => text_or_dash(out, e.trace.as_ref().map(|t| &t.trace_id[..])),
         Var::ParentId => text_or_dash(out, e.trace.as_ref().map(|t| &t.parent_id[..])),
+        Var::ScriptError => text_or_dash(
+            out,
+            e.script.and_then(|s| s.error.as_deref()).map(str::as_bytes),
+        ),
         // L4 lines' own: `super::build` refuses them for HTTP.
         Var::Transport | Var::End => out.push(b'-'),
         // Written by `shared_var`.
@@ -565,6 +583,25 @@ fn json(e: &Entry, out: &mut Vec<u8>) {
     json_opt_str(out, e.trace.as_ref().map(|t| &t.trace_id[..]));
     out.extend_from_slice(b",\"parent_id\":");
     json_opt_str(out, e.trace.as_ref().map(|t| &t.parent_id[..]));
+    // Only when there is a script's word: other lines keep their shape.
+    if let Some(s) = e.script {
+        if !s.fields.is_empty() {
+            out.extend_from_slice(b",\"script\":{");
+            for (i, (n, v)) in s.fields.iter().enumerate() {
+                if i > 0 {
+                    out.push(b',');
+                }
+                json_str(out, n.as_bytes());
+                out.push(b':');
+                json_str(out, v.as_bytes());
+            }
+            out.push(b'}');
+        }
+        if let Some(err) = &s.error {
+            out.extend_from_slice(b",\"script_error\":");
+            json_str(out, err.as_bytes());
+        }
+    }
     out.push(b'}');
 }
 
@@ -600,6 +637,7 @@ mod tests {
             total_us: 4321,
             cache: None,
             trace: None,
+            script: None,
         }
     }
 
@@ -637,6 +675,27 @@ mod tests {
         let json = render(&Format::Json, &e);
         let v: serde_json::Value = serde_json::from_str(&json).expect("valid JSON");
         assert_eq!(v["user_agent"], "x\" \\ \u{fffd}");
+    }
+
+    #[test]
+    fn a_scripts_fields_and_error_show_only_when_there_are_some() {
+        let r = req(b"GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+        let mut e = entry(&r);
+        let plain = render(&Format::Json, &e);
+        assert!(!plain.contains("script"), "{plain}");
+        let t = parse("$status $script_user $script_error").expect("template");
+        assert_eq!(render(&t, &e), "200 - -\n");
+        let log = super::super::ScriptLog {
+            fields: vec![("user".into(), "ann \"a\"".into())],
+            error: Some("edge.lua:3: boom".into()),
+        };
+        e.script = Some(&log);
+        assert_eq!(render(&t, &e), "200 ann \\x22a\\x22 edge.lua:3: boom\n");
+        let v: serde_json::Value = serde_json::from_str(&render(&Format::Json, &e)).expect("JSON");
+        assert_eq!(v["script"]["user"], "ann \"a\"");
+        assert_eq!(v["script_error"], "edge.lua:3: boom");
+        // $script_ needs a name of a-z, 0-9 and _.
+        assert!(parse("$script_").is_err());
     }
 
     #[test]

@@ -126,7 +126,7 @@ pub fn check(parsed: Option<Format>) -> Result<Format, String> {
                     Piece::Text(_) => continue,
                     Piece::Var(v) if l4_var(*v) => continue,
                     Piece::Var(v) => format::name_of(*v),
-                    Piece::Header(h) => h.as_str(),
+                    Piece::Header(h) | Piece::Script(h) => h.as_str(),
                 };
                 let known: Vec<&str> = format::VARS
                     .iter()
@@ -151,7 +151,7 @@ pub fn render(f: &Format, e: &Entry, out: &mut Vec<u8>) {
                 match p {
                     Piece::Text(t) => out.extend_from_slice(t.as_bytes()),
                     Piece::Var(v) => var(*v, e, out),
-                    Piece::Header(_) => out.push(b'-'),
+                    Piece::Header(_) | Piece::Script(_) => out.push(b'-'),
                 }
             }
         }

@@ -102,6 +102,25 @@ pub struct Entry<'a> {
     pub total_us: u64,
     pub cache: Option<&'static str>,
     pub trace: Option<trace::Trace>,
+    /// What the vserver's script added (`r:log`) or why it failed.
+    pub script: Option<&'a ScriptLog>,
+}
+
+/// An exchange's script fields (`r:log(name, value)`, in order) and the
+/// first error of its events ("FILE:LINE: message").
+#[derive(Debug, Default, Clone)]
+pub struct ScriptLog {
+    pub fields: Vec<(String, String)>,
+    pub error: Option<String>,
+}
+
+impl ScriptLog {
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
 }
 
 /// A vserver's validated `[vserver.access_log]`.

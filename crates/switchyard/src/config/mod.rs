@@ -13,6 +13,7 @@ pub mod model;
 pub mod normalize;
 pub mod publish;
 mod read;
+pub mod script;
 pub mod shield;
 pub mod snapshot;
 mod tls_server;

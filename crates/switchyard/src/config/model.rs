@@ -213,6 +213,8 @@ pub struct VServer {
     pub cache: Option<VsCache>,
     /// The web application firewall (docs/waf.md).
     pub waf: Option<super::waf::VsWafFile>,
+    /// An event script in Lua (docs/scripting.md).
+    pub script: Option<super::script::ScriptFile>,
     /// Per-source limits (config/limits.rs, docs/shield.md).
     #[serde(default)]
     pub limit: Vec<super::limits::LimitFile>,

@@ -153,6 +153,8 @@ pub struct VServer {
     pub cache_on: bool,
     /// The web application firewall, when the vserver turns it on.
     pub waf: Option<Arc<switchyard_waf::policy::VsWaf>>,
+    /// `[vserver.script]`: its checked script and the pools it may choose.
+    pub script: Option<Arc<VsScript>>,
     /// Per-source limits, in order.
     pub limits: Vec<Arc<crate::shield::stick::Limit>>,
     /// HTTP, or L4 (`tcp`, `udp`) with its settings.
@@ -175,6 +177,13 @@ pub struct VServer {
     /// `[vserver.request_body]`: minimum rate, grace and deadline of a
     /// request body (its `gap_ms` is `timeouts.client_body`, see `body_pace`).
     pub request_body: crate::http::body::BodyPace,
+}
+
+/// A vserver's script (`[vserver.script]`), with the pools `r:use_pool`
+/// may name, in the order of `script.pools`.
+pub struct VsScript {
+    pub script: Arc<crate::script::Script>,
+    pub pools: Vec<Arc<Pool>>,
 }
 
 impl VServer {

@@ -114,6 +114,9 @@ pub struct Facts {
     pub cache: Option<&'static str>,
     /// The W3C trace the request belongs to.
     pub trace: Option<crate::accesslog::trace::Trace>,
+    /// The vserver's script's access-log fields and error (boxed: most
+    /// exchanges have none).
+    pub script: Option<Box<crate::accesslog::ScriptLog>>,
 }
 
 /// Microseconds since `t`, saturated to u32 (71 minutes).

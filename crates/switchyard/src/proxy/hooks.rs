@@ -142,7 +142,7 @@ pub trait Hooks {
     }
 
     /// The exchange is over (answered by a member or locally, or failed).
-    fn on_log(&mut self, _x: &Exchange<'_>, _req: &Request) {}
+    fn on_log(&mut self, _x: &mut Exchange<'_>, _req: &Request) {}
 }
 
 /// Two stages in order: `A`'s phases run before `B`'s.
@@ -235,7 +235,7 @@ impl<A: Hooks, B: Hooks> Hooks for (A, B) {
         self.1.on_response_flush(x, out);
     }
 
-    fn on_log(&mut self, x: &Exchange<'_>, req: &Request) {
+    fn on_log(&mut self, x: &mut Exchange<'_>, req: &Request) {
         self.0.on_log(x, req);
         self.1.on_log(x, req);
     }

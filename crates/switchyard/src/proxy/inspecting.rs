@@ -371,7 +371,7 @@ impl Hooks for Waf {
         BodyEdit::Replaced
     }
 
-    fn on_log(&mut self, x: &Exchange<'_>, req: &Request) {
+    fn on_log(&mut self, x: &mut Exchange<'_>, req: &Request) {
         let Some(w) = x.vs.waf.as_ref() else {
             return;
         };

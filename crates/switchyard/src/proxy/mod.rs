@@ -47,6 +47,7 @@ mod plain;
 pub mod quic_steer;
 mod respond;
 pub mod route;
+mod scripting;
 pub mod stages;
 pub mod stream;
 mod tunnel;

@@ -35,3 +35,20 @@ impl Hooks for Normalize {
         }
     }
 }
+
+/// A target the vserver's script wrote (already normalized by the same
+/// rules, `script::txn`): the member gets it, and the access log's
+/// `$request_uri_raw` keeps what the client sent. Here, beside the
+/// normalization, since no other code rewrites the target.
+pub fn rewrite(req: &mut Request, target: bytes::Bytes) {
+    let old = std::mem::replace(&mut req.target, target);
+    match &mut req.received {
+        Some(r) => r.forward = false,
+        None => {
+            req.received = Some(Box::new(Received {
+                target: old,
+                forward: false,
+            }))
+        }
+    }
+}

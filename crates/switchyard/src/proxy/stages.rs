@@ -17,6 +17,7 @@ use super::inspecting::Waf;
 use super::limiting::Limits;
 use super::normalizing::Normalize;
 use super::route;
+use super::scripting::Scripting;
 use crate::accesslog::{self, trace, trace::Trace};
 use crate::balance::persist::persistence_cookie;
 use crate::config::snapshot::{Action, HeaderEdits, VServer};
@@ -34,13 +35,17 @@ use crate::stats;
 /// later stage sees one spelling of the resource.
 ///
 /// Per-source limits come next: a refused request costs nothing else.
-/// The WAF comes right after routing: it judges every request a member
+/// The vserver's script comes before routing, so it can choose the pool
+/// (`scripting.rs` says why there). The WAF comes right after routing: it judges every request a member
 /// or the cache would answer, before the request is edited for the member.
 pub type Pipeline = (
     Normalize,
     (
         Limits,
-        (Route, (Waf, (Forward, (Compress, (Cache, AccessLog))))),
+        (
+            Scripting,
+            (Route, (Waf, (Forward, (Compress, (Cache, AccessLog))))),
+        ),
     ),
 );
 
@@ -50,12 +55,15 @@ pub fn pipeline() -> Pipeline {
         (
             Limits::default(),
             (
-                Route,
+                Scripting::default(),
                 (
-                    Waf::default(),
+                    Route,
                     (
-                        Forward,
-                        (Compress::default(), (Cache::default(), AccessLog)),
+                        Waf::default(),
+                        (
+                            Forward,
+                            (Compress::default(), (Cache::default(), AccessLog)),
+                        ),
                     ),
                 ),
             ),
@@ -86,9 +94,14 @@ impl Hooks for Route {
                 responses::local(status, ctype, Bytes::copy_from_slice(body), &fields);
             Verdict::Respond(Local { response, body })
         };
+        // A pool the vserver's script chose wins over the policies' and
+        // the default one; a policy's local answer still answers.
+        let chosen = x.pool.is_some();
         match d.action {
             Some(Action::Pool(p)) => {
-                x.pool = Some(p.clone());
+                if !chosen {
+                    x.pool = Some(p.clone());
+                }
                 Verdict::Continue
             }
             Some(Action::Redirect { location, status }) => local(
@@ -116,6 +129,7 @@ impl Hooks for Route {
                 body,
                 content_type,
             }) => local(*status, &[], body, content_type),
+            None if chosen => Verdict::Continue,
             None => match &vs.default_pool {
                 Some(p) => {
                     x.pool = Some(p.clone());
@@ -370,7 +384,7 @@ pub fn apply_edits(f: &mut Fields, edits: &[&HeaderEdits]) {
 pub struct AccessLog;
 
 impl Hooks for AccessLog {
-    fn on_log(&mut self, x: &Exchange<'_>, req: &Request) {
+    fn on_log(&mut self, x: &mut Exchange<'_>, req: &Request) {
         if let Some(l) = x.vs.access_log.as_deref() {
             if l.sampled(x.status) {
                 l.write(&entry(x, req));
@@ -437,6 +451,7 @@ fn entry<'a>(x: &'a Exchange<'_>, req: &'a Request) -> accesslog::Entry<'a> {
                 _ => None,
             }
         }),
+        script: f.script.as_deref(),
     }
 }
 

@@ -232,6 +232,11 @@ counters!(
         /// Connections (and UDP datagrams) the ACLs dropped or rejected.
         acl_dropped,
         acl_rejected,
+        /// Events of the vserver's script that failed (a Lua error, over
+        /// max_instructions or max_memory; the request got 500), and of
+        /// those, the ones over max_instructions.
+        script_errors,
+        script_timeouts,
     }
 );
 

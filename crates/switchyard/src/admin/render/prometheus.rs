@@ -316,6 +316,16 @@ const VSERVER: &[Spec] = &[
         "Connections refused with a reset by an ACL rule.",
     ),
     c(
+        "script_errors",
+        "switchyard_vserver_script_errors_total",
+        "Events of the vserver's script that failed (Lua error, max_instructions, max_memory): the request got 500.",
+    ),
+    c(
+        "script_timeouts",
+        "switchyard_vserver_script_timeouts_total",
+        "Events of the vserver's script stopped at max_instructions (also counted in script_errors).",
+    ),
+    c(
         "udp_dropped",
         "switchyard_vserver_udp_datagrams_dropped_total",
         "Datagrams dropped: no member available, session table full, or a failed send.",

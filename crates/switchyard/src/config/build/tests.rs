@@ -351,3 +351,61 @@ fn on_member_down_is_a_udp_choice_of_three() {
         "{e}"
     );
 }
+
+/// A folder of its own for a test's files.
+fn scratch(tag: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("sy-unit-{tag}-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+#[test]
+fn a_script_is_compiled_at_build_and_its_errors_are_located() {
+    let dir = scratch("script");
+    let cfg = dir.join("t.toml");
+    let cfg = cfg.to_str().unwrap();
+    let with = |file: &str, extra: &str| {
+        GOOD.replace(
+            "default_pool = \"app\"\n",
+            &format!("default_pool = \"app\"\n[vserver.script]\nfile = \"{file}\"\n{extra}"),
+        )
+    };
+    std::fs::write(dir.join("ok.lua"), "function on_request(r) end\n").unwrap();
+    let s = parse(cfg, &with("ok.lua", ""), None).unwrap();
+    let vs = s.vservers[0].script.as_ref().expect("a script");
+    assert_eq!(vs.script.pools, ["app", "img"]);
+    assert_eq!(vs.pools.len(), 2);
+    assert_eq!(vs.script.limits.max_instructions, 1_000_000);
+    assert!(vs.script.events.request && !vs.script.events.response);
+
+    // A syntax error: at `file`'s line, as FILE:LINE: message.
+    std::fs::write(
+        dir.join("bad.lua"),
+        "function on_request(r)\n  x = = 1\nend\n",
+    )
+    .unwrap();
+    let e = parse(cfg, &with("bad.lua", ""), None).unwrap_err();
+    assert_eq!(e.0[0].line, 7, "{e}");
+    assert!(e.0[0].message.contains("script bad.lua:2:"), "{e}");
+
+    let e = parse(cfg, &with("ok.lua", "max_memory = 1\n"), None).unwrap_err();
+    assert!(
+        e.0[0]
+            .message
+            .contains("script.max_memory 1 is out of range"),
+        "{e}"
+    );
+
+    // HTTP only in this step.
+    let tcp = with("ok.lua", "").replace(
+        "listen = [\"127.0.0.1:18080\"]",
+        "listen = [\"127.0.0.1:18080\"]\nprotocol = \"tcp\"",
+    );
+    let tcp = tcp.replace(
+        "[[vserver.policy]]\nmatch = { path_prefix = \"/images/\" }\naction = { pool = \"img\" }\n",
+        "",
+    );
+    let e = parse(cfg, &tcp, None).unwrap_err();
+    assert!(e.to_string().contains("script is HTTP"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

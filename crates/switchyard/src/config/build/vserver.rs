@@ -157,10 +157,36 @@ pub(super) fn build_vserver(
         )
         .map(Arc::new)
     });
+    let normalize = crate::config::normalize::build(v.normalize.as_ref(), &what, &mut problems);
+    let script = v.script.as_ref().and_then(|s| {
+        // Any pool of the file but those whose member connections cannot
+        // carry any client's requests (a PROXY header, the client's own
+        // source address), which `check_http_pools` refuses for vservers.
+        let mut usable: Vec<&Arc<Pool>> = pools
+            .values()
+            .filter(|p| {
+                p.proxy_protocol.is_none() && p.source_address != Some(SourceAddress::Client)
+            })
+            .collect();
+        usable.sort_by(|a, b| a.name.cmp(&b.name));
+        let names = usable.iter().map(|p| p.name.clone()).collect();
+        let script = crate::config::script::build(
+            s,
+            &cx.pos.base_dir(),
+            &what,
+            &name,
+            names,
+            normalize,
+            &mut problems,
+        )?;
+        Some(Arc::new(VsScript {
+            script: Arc::new(script),
+            pools: usable.into_iter().cloned().collect(),
+        }))
+    });
     let l4 = crate::config::l4::build(v, &name, pools, span.clone(), &mut problems).map(Arc::new);
     let accept_proxy = crate::config::l4::accept_proxy(v).map(Arc::new);
     let socket = crate::config::l4::socket_opts(v, &name, &mut problems);
-    let normalize = crate::config::normalize::build(v.normalize.as_ref(), &what, &mut problems);
     let http3 = crate::config::http3::build(v, tls.as_deref(), &what, &mut problems);
     let http_pools = || {
         default_pool
@@ -181,6 +207,7 @@ pub(super) fn build_vserver(
             (v.compression.is_some(), "compression"),
             (v.cache.is_some(), "cache"),
             (v.waf.is_some(), "waf"),
+            (v.script.is_some(), "script"),
             (v.normalize.is_some(), "normalize"),
             (v.request_body.is_some(), "request_body"),
             (v.h2c.is_some() || v.h2c_only.is_some(), "h2c"),
@@ -261,6 +288,7 @@ pub(super) fn build_vserver(
         normalize,
         request_body: request_body(cx, v, &what),
         waf,
+        script,
         limits: Vec::new(),
         protocol: v.protocol,
         l4,

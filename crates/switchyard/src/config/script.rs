@@ -1,0 +1,105 @@
+//! `[vserver.script]` as written (docs/scripting.md), and its validation:
+//! the file is read and checked here (syntax, and its top level run once
+//! under its limits), so `check` reports a Lua error as `FILE:LINE:
+//! message` and a reload with a broken script keeps the running
+//! configuration.
+
+use std::path::Path;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::types::Problem;
+
+/// `[vserver.script]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptFile {
+    /// The Lua file, relative to the configuration file.
+    pub file: Spanned<String>,
+    /// Lua VM instructions one event call may run (default 1,000,000).
+    pub max_instructions: Option<Spanned<u64>>,
+    /// Bytes one worker's state of the script may hold (default 16 MiB).
+    pub max_memory: Option<Spanned<u64>>,
+}
+
+/// About 2 ms of Lua on this machine's cores: far above a header rule
+/// (a few hundred instructions), far below a stuck worker.
+pub const DEFAULT_MAX_INSTRUCTIONS: u64 = 1_000_000;
+pub const DEFAULT_MAX_MEMORY: u64 = 16 << 20;
+
+/// The checked script; `pools` are the names `r:use_pool` may use.
+pub fn build(
+    s: &ScriptFile,
+    base: &Path,
+    what: &str,
+    vserver: &str,
+    pools: Vec<String>,
+    normalize: crate::http::normalize::Rules,
+    problems: &mut Vec<Problem>,
+) -> Option<crate::script::Script> {
+    let before = problems.len();
+    let range = |v: &Option<Spanned<u64>>,
+                 key: &str,
+                 lo: u64,
+                 hi: u64,
+                 default: u64,
+                 problems: &mut Vec<Problem>| {
+        match v {
+            None => default,
+            Some(n) if (lo..=hi).contains(n.get_ref()) => *n.get_ref(),
+            Some(n) => {
+                problems.push((
+                    n.span(),
+                    format!(
+                        "{what}: script.{key} {} is out of range {lo} to {hi}",
+                        n.get_ref()
+                    ),
+                ));
+                default
+            }
+        }
+    };
+    let max_instructions = range(
+        &s.max_instructions,
+        "max_instructions",
+        1000,
+        1_000_000_000,
+        DEFAULT_MAX_INSTRUCTIONS,
+        problems,
+    );
+    let max_memory = range(
+        &s.max_memory,
+        "max_memory",
+        256 << 10,
+        1 << 32,
+        DEFAULT_MAX_MEMORY,
+        problems,
+    );
+    let name = s.file.get_ref();
+    let path = base.join(name);
+    let source = match std::fs::read(&path) {
+        Ok(b) => b,
+        Err(e) => {
+            problems.push((
+                s.file.span(),
+                format!("{what}: cannot read script {}: {e}", path.display()),
+            ));
+            return None;
+        }
+    };
+    if problems.len() > before {
+        return None;
+    }
+    let limits = crate::script::Limits {
+        max_instructions,
+        max_memory: max_memory as usize,
+    };
+    match crate::script::Script::compile(name, source, limits, pools, normalize, vserver) {
+        Ok(script) => Some(script),
+        Err(e) => {
+            problems.push((s.file.span(), format!("{what}: script {e}")));
+            None
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! The vserver's script (`[vserver.script]`, docs/scripting.md) as a
+//! stage: `on_request` after normalization and the per-source limits,
+//! before routing (so it reads the one spelling of the path every rule
+//! reads, costs nothing for a request the limits refused, and can choose
+//! the pool routing then keeps); `on_response` on the member's response
+//! head; `on_log` at the end, with fields for the access log.
+//!
+//! The WAF comes after the script: it judges the request the member will
+//! get (the script's rewrites included), and a request the script answers
+//! itself (a maintenance page, a redirect) costs no inspection.
+//!
+//! An event that fails (a Lua error, over `max_instructions` or
+//! `max_memory`) never loses the request silently: the client gets 500,
+//! the vserver counts it (`script_errors`, and `script_timeouts` for the
+//! instruction limit), the access log shows `script_error`, and the log
+//! gets a line (at most one per second per script) with FILE:LINE.
+//!
+//! The events of request bodies, response bodies, the TLS ClientHello
+//! and L4 connections are a later step; each will be a hook of its own
+//! here, with `Effects` growing what it may decide.
+
+use std::rc::Rc;
+
+use bytes::Bytes;
+
+use super::exchange::Exchange;
+use super::hooks::{BodyEdit, Hooks, Local, Verdict};
+use super::normalizing;
+use crate::accesslog::ScriptLog;
+use crate::config::snapshot::VsScript;
+use crate::http::message::{Request, Response};
+use crate::http::responses;
+use crate::script::{self, Effects, Failure, Info, State, Vars};
+use crate::stats;
+
+/// Boxed: every exchange's future holds this stage, most without a script.
+#[derive(Default)]
+pub struct Scripting(Option<Box<Run>>);
+
+#[derive(Default)]
+struct Run {
+    /// This worker's state of the script, once an event ran.
+    state: Option<Rc<State>>,
+    /// The request's `r.vars`, between its events.
+    vars: Vars,
+    /// A failed `on_response` replaced the member's response: its body
+    /// is swallowed and this one sent.
+    replace_body: Option<Bytes>,
+}
+
+fn protocol(x: &Exchange<'_>, req: Option<&Request>) -> &'static str {
+    if x.facts.http3 {
+        "HTTP/3"
+    } else if x.facts.http2 {
+        "HTTP/2.0"
+    } else if req.is_some_and(|r| r.head.minor == 0) {
+        "HTTP/1.0"
+    } else {
+        "HTTP/1.1"
+    }
+}
+
+fn info(x: &Exchange<'_>, req: Option<&Request>) -> Info {
+    Info {
+        client: Some(x.peer),
+        tls: x.tls,
+        protocol: protocol(x, req),
+        client_subject: x.client_subject.map(str::to_string),
+        status: x.status,
+    }
+}
+
+impl Run {
+    /// The worker's state of the vserver's script, or the failure to make
+    /// one (already counted and logged).
+    fn state(&mut self, x: &mut Exchange<'_>, s: &VsScript) -> Option<Rc<State>> {
+        if let Some(st) = &self.state {
+            return Some(st.clone());
+        }
+        match script::state(&s.script) {
+            Ok(st) => {
+                self.state = Some(st.clone());
+                Some(st)
+            }
+            Err(f) => {
+                failed(x, s, &f);
+                None
+            }
+        }
+    }
+}
+
+/// Counts, logs (rate-limited) and records a failed event.
+fn failed(x: &mut Exchange<'_>, s: &VsScript, f: &Failure) {
+    let c = x.vs.counters.local();
+    stats::inc(&c.script_errors);
+    if matches!(f, Failure::Timeout(_)) {
+        stats::inc(&c.script_timeouts);
+    }
+    s.script.log_failure(f);
+    let log = x.facts.script.get_or_insert_with(Box::default);
+    log.error.get_or_insert_with(|| f.message().to_string());
+}
+
+/// The client's answer to a failed event: no detail of the script.
+fn error_answer() -> Local {
+    let (response, body) =
+        responses::local_error(500, "the virtual server's script failed on this request");
+    Local { response, body }
+}
+
+/// The access-log fields an event added.
+fn record_log(x: &mut Exchange<'_>, e: &mut Effects) {
+    if e.log.is_empty() {
+        return;
+    }
+    let log = x.facts.script.get_or_insert_with(Box::<ScriptLog>::default);
+    for (n, v) in e.log.drain(..) {
+        log.fields.retain(|(k, _)| *k != n);
+        log.fields.push((n, v));
+    }
+}
+
+impl Hooks for Scripting {
+    fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
+        // `vs` outlives the exchange's borrow: no reference count taken.
+        let vs = x.vs;
+        let Some(s) = vs.script.as_deref() else {
+            return Verdict::Continue;
+        };
+        let run = self.0.get_or_insert_with(Box::default);
+        if !s.script.events.request {
+            return Verdict::Continue;
+        }
+        let Some(st) = run.state(x, s) else {
+            return Verdict::Respond(error_answer());
+        };
+        let info = info(x, Some(req));
+        let Some(r) = st.on_request(req, info, &mut run.vars) else {
+            return Verdict::Continue;
+        };
+        let mut e = match r {
+            Ok(e) => e,
+            Err(f) => {
+                failed(x, s, &f);
+                return Verdict::Respond(error_answer());
+            }
+        };
+        record_log(x, &mut e);
+        if let Some(t) = e.target.take() {
+            normalizing::rewrite(req, t);
+        }
+        if let Some(i) = e.pool {
+            x.pool = s.pools.get(i).cloned();
+        }
+        match e.answer.take() {
+            Some(a) => {
+                let ctype = a
+                    .headers
+                    .iter()
+                    .find(|(n, _)| n == "content-type")
+                    .map_or("text/plain; charset=utf-8", |(_, v)| v.as_str());
+                let mut fields: Vec<(&str, &str)> = a
+                    .headers
+                    .iter()
+                    .filter(|(n, _)| n != "content-type")
+                    .map(|(n, v)| (n.as_str(), v.as_str()))
+                    .collect();
+                // As every local answer of a vserver that sets HSTS.
+                if let Some(h) = vs.tls.as_ref().and_then(|t| t.hsts.as_deref()) {
+                    fields.push(("strict-transport-security", h));
+                }
+                let (response, body) = responses::local(a.status, ctype, a.body, &fields);
+                Verdict::Respond(Local { response, body })
+            }
+            None => Verdict::Continue,
+        }
+    }
+
+    fn on_response_head(&mut self, x: &mut Exchange<'_>, resp: &mut Response) {
+        let vs = x.vs;
+        let Some(s) = vs.script.as_deref() else {
+            return;
+        };
+        if !s.script.events.response {
+            return;
+        }
+        let run = self.0.get_or_insert_with(Box::default);
+        let Some(st) = run.state(x, s) else {
+            return run.replace(resp);
+        };
+        let info = info(x, None);
+        match st.on_response(resp, info, &mut run.vars) {
+            None => {}
+            Some(Ok(mut e)) => record_log(x, &mut e),
+            Some(Err(f)) => {
+                failed(x, s, &f);
+                run.replace(resp);
+            }
+        }
+    }
+
+    fn on_response_body(
+        &mut self,
+        _x: &mut Exchange<'_>,
+        _data: &[u8],
+        end: bool,
+        out: &mut Vec<u8>,
+    ) -> BodyEdit {
+        match self.0.as_ref().and_then(|r| r.replace_body.as_ref()) {
+            Some(b) => {
+                if end {
+                    out.extend_from_slice(b);
+                }
+                BodyEdit::Replaced
+            }
+            None => BodyEdit::Pass,
+        }
+    }
+
+    fn on_log(&mut self, x: &mut Exchange<'_>, _req: &Request) {
+        let vs = x.vs;
+        let Some(s) = vs.script.as_deref() else {
+            return;
+        };
+        if !s.script.events.log {
+            return;
+        }
+        let run = self.0.get_or_insert_with(Box::default);
+        let Some(st) = run.state(x, s) else {
+            return;
+        };
+        let info = info(x, None);
+        match st.on_log(info, &mut run.vars) {
+            None => {}
+            Some(Ok(mut e)) => record_log(x, &mut e),
+            // The client has its answer: the failure is counted and logged.
+            Some(Err(f)) => failed(x, s, &f),
+        }
+    }
+}
+
+impl Run {
+    /// The member's response becomes the 500 of a failed event.
+    fn replace(&mut self, resp: &mut Response) {
+        let l = error_answer();
+        *resp = l.response;
+        self.replace_body = Some(l.body);
+    }
+}

@@ -1,0 +1,642 @@
+//! Event scripts in embedded Lua (`[vserver.script]`, docs/scripting.md):
+//! the operator's own rule where no declarative setting fits, run as a
+//! stage of the pipeline (`proxy/scripting.rs`).
+//!
+//! Lua 5.4 through mlua, its interpreter vendored (built from source, no
+//! system library). Chosen by measurement over LuaJIT and Luau (the
+//! figures are in docs/scripting.md): per event call it costs about what
+//! Luau does, it counts instructions exactly (LuaJIT's count hook does
+//! not fire inside compiled traces, so an endless loop there is never
+//! stopped; Luau only offers an interrupt at calls and loop back-edges),
+//! mlua enforces its memory limit (not on LuaJIT), and it is plain C that
+//! builds in seconds where Luau's C++ takes minutes.
+//!
+//! - A `Script` is one file of one configuration generation, checked when
+//!   the configuration is built (syntax, and its top level run once in a
+//!   sandboxed state under the limits): `switchyard check` and a reload
+//!   report `FILE:LINE: message` and a broken script keeps the running
+//!   configuration.
+//! - Each worker runs it in a `State` of its own (`state`): no lock on the
+//!   request path, since workers are single-threaded. A state is made on
+//!   the first request a worker sees for that script and dropped once the
+//!   configuration that had the script is gone (requests in flight keep
+//!   theirs: they hold an `Rc`).
+//! - The sandbox: the string, table, math and utf8 libraries, the base
+//!   library without `load`, `loadfile`, `dofile`, `collectgarbage`,
+//!   `print` and `warn`; no `io`, `os` (but `os.time` and `os.clock`),
+//!   `require`, `debug`, `coroutine` or `string.dump`; no `__gc`
+//!   metamethod (a finalizer runs outside any event's budget). `pcall`
+//!   and `xpcall` are the sandbox's own: they cannot catch the instruction
+//!   limit or an out-of-memory error.
+//! - The limits: `max_instructions` per event call (a count hook every
+//!   1000 instructions), `max_memory` per state (mlua's allocator). Over
+//!   either the event fails (the request gets 500); a state that ran out
+//!   of memory is replaced by a fresh one.
+//!
+//! `txn.rs` is what an event's `r` offers, `library.rs` the `sy.*` helpers.
+
+pub mod library;
+mod txn;
+
+use std::cell::{Cell, RefCell};
+use std::rc::Rc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use mlua::{AnyUserData, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Value};
+
+use crate::http::message::{Request, Response};
+pub use txn::{Answer, Effects, Info};
+
+/// Instructions between two looks at the budget: the hook's cost (a
+/// call into Rust) is paid once per this many instructions, and a
+/// script may overrun its budget by at most this many.
+const HOOK_STEP: u32 = 1000;
+
+/// The limits of one script, from `[vserver.script]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Lua VM instructions one event call may run.
+    pub max_instructions: u64,
+    /// Bytes one worker's state may allocate.
+    pub max_memory: usize,
+}
+
+/// The events a script defines (global functions of these names).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Events {
+    pub request: bool,
+    pub response: bool,
+    pub log: bool,
+}
+
+const EVENT_NAMES: [&str; 3] = ["on_request", "on_response", "on_log"];
+
+/// A script of one configuration generation: checked, shared by the
+/// workers (each runs it in a `State` of its own).
+#[derive(Debug)]
+pub struct Script {
+    /// Unique per build: a worker's state belongs to one build.
+    id: u64,
+    /// The file as the configuration names it: the chunk name, so every
+    /// error reads FILE:LINE.
+    pub name: String,
+    source: Vec<u8>,
+    pub limits: Limits,
+    /// The pools `r:use_pool` may name, in the order the snapshot keeps
+    /// their `Arc`s (`VsScript::pools`).
+    pub pools: Vec<String>,
+    /// How a rewritten path is normalized (the vserver's rules).
+    pub normalize: crate::http::normalize::Rules,
+    pub vserver: String,
+    pub events: Events,
+    /// Errors are logged at most once per second per script
+    /// (`clock::now_ms` of the last line; errors not logged since).
+    last_logged_ms: AtomicU64,
+    unlogged: AtomicU64,
+}
+
+/// Why an event call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// A Lua error (raised, or a bad call of the API): "FILE:LINE: message".
+    Error(String),
+    /// Over `max_instructions`.
+    Timeout(String),
+    /// Over `max_memory`.
+    Memory(String),
+}
+
+impl Failure {
+    pub fn message(&self) -> &str {
+        match self {
+            Failure::Error(m) | Failure::Timeout(m) | Failure::Memory(m) => m,
+        }
+    }
+}
+
+impl std::fmt::Display for Failure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl Script {
+    /// Checks `source` (syntax, then its top level run once in a
+    /// sandboxed state under `limits`) and finds its events. The error is
+    /// "FILE:LINE: message".
+    pub fn compile(
+        name: &str,
+        source: Vec<u8>,
+        limits: Limits,
+        pools: Vec<String>,
+        normalize: crate::http::normalize::Rules,
+        vserver: &str,
+    ) -> Result<Script, String> {
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let mut s = Script {
+            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
+            name: name.to_string(),
+            source,
+            limits,
+            pools,
+            normalize,
+            vserver: vserver.to_string(),
+            events: Events::default(),
+            last_logged_ms: AtomicU64::new(0),
+            unlogged: AtomicU64::new(0),
+        };
+        let st = State::new(&s).map_err(|f| f.message().to_string())?;
+        s.events = st.events();
+        if s.events == Events::default() {
+            return Err(format!(
+                "{name}: defines none of the events {}: it would do nothing",
+                EVENT_NAMES.join(", ")
+            ));
+        }
+        Ok(s)
+    }
+
+    /// Logs a failed event, at most once per second per script (a script
+    /// failing on every request must not flood the log).
+    pub fn log_failure(&self, f: &Failure) {
+        let now = crate::clock::now_ms();
+        let last = self.last_logged_ms.load(Ordering::Relaxed);
+        if now.saturating_sub(last) < 1000
+            || self
+                .last_logged_ms
+                .compare_exchange(last, now, Ordering::Relaxed, Ordering::Relaxed)
+                .is_err()
+        {
+            self.unlogged.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let more = self.unlogged.swap(0, Ordering::Relaxed);
+        let kind = match f {
+            Failure::Error(_) => "error",
+            Failure::Timeout(_) => "instruction limit",
+            Failure::Memory(_) => "memory limit",
+        };
+        if more > 0 {
+            crate::log::warn(format_args!(
+                "vserver {}: script {kind}: {} ({more} more failures not logged in the last second)",
+                self.vserver,
+                f.message()
+            ));
+        } else {
+            crate::log::warn(format_args!(
+                "vserver {}: script {kind}: {}",
+                self.vserver,
+                f.message()
+            ));
+        }
+    }
+}
+
+/// What the instruction hook and the sandbox's `pcall` share with the
+/// event call in progress.
+#[derive(Default)]
+struct Guard {
+    /// Instructions left to the call in progress (0 between calls: a
+    /// finalizer or stray code outside an event has no budget).
+    budget: Cell<i64>,
+    /// Set once the budget is spent: "FILE:LINE: ..." of where.
+    tripped: RefCell<Option<String>>,
+}
+
+/// One worker's state for one script.
+pub struct State {
+    lua: Lua,
+    script: Weak<Script>,
+    id: u64,
+    limits: Limits,
+    name: String,
+    on_request: Option<Function>,
+    on_response: Option<Function>,
+    on_log: Option<Function>,
+    /// The `r` every event gets: one per state, loaded with the request's
+    /// parts for each call (no userdata made per request).
+    txn: AnyUserData,
+    guard: Rc<Guard>,
+}
+
+thread_local! {
+    /// This worker's states, one per script it has run (a handful).
+    static STATES: RefCell<Vec<Rc<State>>> = const { RefCell::new(Vec::new()) };
+}
+
+/// This worker's state for `script`, made on first use. States of scripts
+/// no configuration holds any more are dropped then.
+pub fn state(script: &Arc<Script>) -> Result<Rc<State>, Failure> {
+    STATES.with(|all| {
+        if let Some(s) = all.borrow().iter().find(|s| s.id == script.id) {
+            return Ok(s.clone());
+        }
+        let mut st = State::new(script)?;
+        st.script = Arc::downgrade(script);
+        let st = Rc::new(st);
+        let mut all = all.borrow_mut();
+        all.retain(|s| s.script.strong_count() > 0);
+        all.push(st.clone());
+        Ok(st)
+    })
+}
+
+/// Forgets this worker's state for `script` (it ran out of memory: the
+/// next request gets a fresh one).
+fn discard(id: u64) {
+    STATES.with(|all| all.borrow_mut().retain(|s| s.id != id));
+}
+
+impl State {
+    fn new(script: &Script) -> Result<State, Failure> {
+        let fail = |e: mlua::Error| {
+            Failure::Error(format!("{}: {}", script.name, first_line(&e.to_string())))
+        };
+        let lua = Lua::new_with(
+            StdLib::STRING | StdLib::TABLE | StdLib::MATH | StdLib::UTF8,
+            LuaOptions::new(),
+        )
+        .map_err(fail)?;
+        let guard = Rc::new(Guard::default());
+        sandbox(&lua, &guard).map_err(fail)?;
+        library::install(&lua).map_err(fail)?;
+        lua.set_memory_limit(script.limits.max_memory)
+            .map_err(fail)?;
+        let g = guard.clone();
+        let max = script.limits.max_instructions;
+        let name = script.name.clone();
+        lua.set_hook(
+            HookTriggers::new().every_nth_instruction(HOOK_STEP),
+            move |_, debug| {
+                let left = g.budget.get() - i64::from(HOOK_STEP);
+                g.budget.set(left);
+                if left >= 0 {
+                    return Ok(mlua::VmState::Continue);
+                }
+                let src = debug.source();
+                let at = format!(
+                    "{}:{}",
+                    src.short_src.as_deref().unwrap_or("?"),
+                    debug.current_line().unwrap_or(0)
+                );
+                let at = whole_name(&at, &name);
+                let msg = format!("{at}: more than {max} instructions (max_instructions)");
+                g.tripped.borrow_mut().get_or_insert_with(|| msg.clone());
+                Err(mlua::Error::runtime(msg))
+            },
+        )
+        .map_err(fail)?;
+        let txn = lua.create_userdata(txn::Txn::new(script)).map_err(fail)?;
+        let mut st = State {
+            lua,
+            script: Weak::new(),
+            id: script.id,
+            limits: script.limits,
+            name: script.name.clone(),
+            on_request: None,
+            on_response: None,
+            on_log: None,
+            txn,
+            guard,
+        };
+        // The top level defines the events (and whatever the script keeps
+        // for all its requests), under the same limits as an event.
+        let chunk = st
+            .lua
+            .load(&script.source[..])
+            .set_name(format!("@{}", script.name))
+            // Never bytecode, whatever the file starts with: Lua does not
+            // check binary chunks.
+            .set_mode(mlua::ChunkMode::Text)
+            .into_function()
+            .map_err(|e| st.failure(e))?;
+        st.guarded(|| chunk.call::<()>(()))?;
+        let globals = st.lua.globals();
+        let event = |name: &str| -> Result<Option<Function>, Failure> {
+            match globals.raw_get::<Value>(name) {
+                Ok(Value::Function(f)) => Ok(Some(f)),
+                Ok(Value::Nil) => Ok(None),
+                Ok(other) => Err(Failure::Error(format!(
+                    "{}: {name} must be a function, not {}",
+                    script.name,
+                    other.type_name()
+                ))),
+                Err(e) => Err(Failure::Error(e.to_string())),
+            }
+        };
+        st.on_request = event(EVENT_NAMES[0])?;
+        st.on_response = event(EVENT_NAMES[1])?;
+        st.on_log = event(EVENT_NAMES[2])?;
+        Ok(st)
+    }
+
+    fn events(&self) -> Events {
+        Events {
+            request: self.on_request.is_some(),
+            response: self.on_response.is_some(),
+            log: self.on_log.is_some(),
+        }
+    }
+
+    /// Runs `f` with a fresh instruction budget.
+    fn guarded<R>(&self, f: impl FnOnce() -> mlua::Result<R>) -> Result<R, Failure> {
+        self.guard
+            .budget
+            .set(i64::try_from(self.limits.max_instructions).unwrap_or(i64::MAX));
+        self.guard.tripped.borrow_mut().take();
+        let r = f();
+        self.guard.budget.set(0);
+        r.map_err(|e| self.failure(e))
+    }
+
+    /// What went wrong, as "FILE:LINE: message".
+    fn failure(&self, e: mlua::Error) -> Failure {
+        if let Some(at) = self.guard.tripped.borrow_mut().take() {
+            return Failure::Timeout(at);
+        }
+        if is_memory(&e) {
+            // Whatever the script keeps may be what filled it: the next
+            // request starts from a fresh state.
+            discard(self.id);
+            return Failure::Memory(format!(
+                "{}: more than {} bytes of memory (max_memory)",
+                self.name, self.limits.max_memory
+            ));
+        }
+        Failure::Error(describe(&e, &self.name))
+    }
+
+    /// Runs `f(r)` with `parts` loaded into `r`; gives the parts back with
+    /// what the script did.
+    fn call(&self, f: &Function, parts: txn::Parts) -> (txn::Parts, Result<(), Failure>) {
+        let loaded = match self.txn.borrow_mut::<txn::Txn>() {
+            Ok(mut t) => {
+                t.load(parts);
+                None
+            }
+            Err(_) => Some(parts),
+        };
+        if let Some(parts) = loaded {
+            // Cannot happen (no call is in progress); the parts go back.
+            return (parts, Err(Failure::Error(format!("{}: busy", self.name))));
+        }
+        let r = self.guarded(|| f.call::<()>(&self.txn));
+        let parts = match self.txn.borrow_mut::<txn::Txn>() {
+            Ok(mut t) => t.unload(),
+            Err(_) => txn::Parts::default(),
+        };
+        (parts, r)
+    }
+
+    /// `on_request(r)`: may edit `req`, choose a pool, answer.
+    pub fn on_request(
+        &self,
+        req: &mut Request,
+        info: Info,
+        vars: &mut Vars,
+    ) -> Option<Result<Effects, Failure>> {
+        let f = self.on_request.as_ref()?;
+        let parts = txn::Parts {
+            req: Some(std::mem::replace(req, txn::placeholder_request())),
+            info,
+            vars: vars.0.take(),
+            ..Default::default()
+        };
+        let (mut back, r) = self.call(f, parts);
+        if let Some(q) = back.req.take() {
+            *req = q;
+        }
+        vars.0 = back.vars.take();
+        Some(r.map(|()| back.out))
+    }
+
+    /// `on_response(r)`: may edit the member's response head.
+    pub fn on_response(
+        &self,
+        resp: &mut Response,
+        info: Info,
+        vars: &mut Vars,
+    ) -> Option<Result<Effects, Failure>> {
+        let f = self.on_response.as_ref()?;
+        let parts = txn::Parts {
+            resp: Some(std::mem::replace(
+                resp,
+                Response::new(0, crate::http::message::Framing::None),
+            )),
+            info,
+            vars: vars.0.take(),
+            ..Default::default()
+        };
+        let (mut back, r) = self.call(f, parts);
+        if let Some(p) = back.resp.take() {
+            *resp = p;
+        }
+        vars.0 = back.vars.take();
+        Some(r.map(|()| back.out))
+    }
+
+    /// `on_log(r)`: may add fields to the access log line.
+    pub fn on_log(&self, info: Info, vars: &mut Vars) -> Option<Result<Effects, Failure>> {
+        let f = self.on_log.as_ref()?;
+        let parts = txn::Parts {
+            info,
+            vars: vars.0.take(),
+            log_event: true,
+            ..Default::default()
+        };
+        let (mut back, r) = self.call(f, parts);
+        vars.0 = back.vars.take();
+        Some(r.map(|()| back.out))
+    }
+
+    /// Bytes this state holds now.
+    pub fn used_memory(&self) -> usize {
+        self.lua.used_memory()
+    }
+}
+
+/// A request's `r.vars`, kept between its events (made on first use).
+#[derive(Default)]
+pub struct Vars(Option<mlua::Table>);
+
+/// Replaces what the sandbox leaves out or guards.
+fn sandbox(lua: &Lua, guard: &Rc<Guard>) -> mlua::Result<()> {
+    let g = lua.globals();
+    for name in [
+        "load",
+        "loadfile",
+        "dofile",
+        "collectgarbage",
+        "print",
+        "warn",
+        "require",
+    ] {
+        g.raw_set(name, Value::Nil)?;
+    }
+    if let Ok(mlua::Value::Table(s)) = g.raw_get::<Value>("string") {
+        s.raw_set("dump", Value::Nil)?;
+    }
+    // os: the clock only.
+    let os = lua.create_table()?;
+    os.raw_set(
+        "time",
+        lua.create_function(|_, t: Value| match t {
+            Value::Nil => Ok(crate::clock::unix_secs()),
+            _ => Err(mlua::Error::runtime(
+                "os.time takes no argument here (sy.time() gives the time with microseconds)",
+            )),
+        })?,
+    )?;
+    let start = std::time::Instant::now();
+    os.raw_set(
+        "clock",
+        lua.create_function(move |_, ()| Ok(start.elapsed().as_secs_f64()))?,
+    )?;
+    g.raw_set("os", os)?;
+    // setmetatable without __gc: a finalizer runs when the collector
+    // decides, outside any event and its budget.
+    let setmt: Function = g.raw_get("setmetatable")?;
+    g.raw_set(
+        "setmetatable",
+        lua.create_function(move |_, (t, mt): (Value, Value)| {
+            if let Value::Table(m) = &mt {
+                if m.raw_get::<Value>("__gc")? != Value::Nil {
+                    return Err(mlua::Error::runtime(
+                        "setmetatable: __gc is not allowed in scripts",
+                    ));
+                }
+            }
+            setmt.call::<Value>((t, mt))
+        })?,
+    )?;
+    // pcall and xpcall that let the limits through: a script must not
+    // catch its own instruction limit and go on looping.
+    let gd = guard.clone();
+    g.raw_set(
+        "pcall",
+        lua.create_function(move |lua, (f, args): (Value, MultiValue)| {
+            let r = call_value(lua, f, args);
+            protected(lua, &gd, r, None)
+        })?,
+    )?;
+    let gd = guard.clone();
+    g.raw_set(
+        "xpcall",
+        lua.create_function(
+            move |lua, (f, handler, args): (Value, Function, MultiValue)| {
+                let r = call_value(lua, f, args);
+                protected(lua, &gd, r, Some(handler))
+            },
+        )?,
+    )?;
+    Ok(())
+}
+
+fn call_value(_lua: &Lua, f: Value, args: MultiValue) -> mlua::Result<MultiValue> {
+    match f {
+        Value::Function(f) => f.call::<MultiValue>(args),
+        other => Err(mlua::Error::runtime(format!(
+            "attempt to call a {} value",
+            other.type_name()
+        ))),
+    }
+}
+
+/// pcall's result: (true, results...) or (false, message), except for the
+/// limits, which go on up.
+fn protected(
+    lua: &Lua,
+    guard: &Guard,
+    r: mlua::Result<MultiValue>,
+    handler: Option<Function>,
+) -> mlua::Result<MultiValue> {
+    match r {
+        Ok(values) => {
+            let mut out = MultiValue::new();
+            out.push_back(Value::Boolean(true));
+            out.extend(values);
+            Ok(out)
+        }
+        Err(e) if guard.tripped.borrow().is_some() || is_memory(&e) => Err(e),
+        Err(e) => {
+            let msg = Value::String(lua.create_string(error_text(&e))?);
+            let msg = match handler {
+                Some(h) => h.call::<Value>(msg)?,
+                None => msg,
+            };
+            let mut out = MultiValue::new();
+            out.push_back(Value::Boolean(false));
+            out.push_back(msg);
+            Ok(out)
+        }
+    }
+}
+
+fn is_memory(e: &mlua::Error) -> bool {
+    match e {
+        mlua::Error::MemoryError(_) => true,
+        mlua::Error::CallbackError { cause, .. } => is_memory(cause),
+        _ => false,
+    }
+}
+
+/// The message of an error without mlua's traceback.
+fn error_text(e: &mlua::Error) -> String {
+    match e {
+        mlua::Error::RuntimeError(m) => first_line(m),
+        mlua::Error::CallbackError { cause, .. } => error_text(cause),
+        other => first_line(&other.to_string()),
+    }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or("").to_string()
+}
+
+/// Lua shortens a long chunk name to "..." and its last 56 bytes
+/// (LUA_IDSIZE): the whole name goes back in front of a message.
+fn whole_name(msg: &str, chunk: &str) -> String {
+    if let Some(rest) = msg.strip_prefix("...") {
+        for (i, _) in chunk.char_indices() {
+            if rest.starts_with(&chunk[i..]) && rest[chunk.len() - i..].starts_with(':') {
+                return format!("{chunk}{}", &rest[chunk.len() - i..]);
+            }
+        }
+    }
+    msg.to_string()
+}
+
+/// "FILE:LINE: message" for an error of the script `chunk`: Lua's own
+/// errors carry the position; an API call refused from Rust gets the
+/// script's innermost line from the traceback.
+fn describe(e: &mlua::Error, chunk: &str) -> String {
+    match e {
+        mlua::Error::SyntaxError { message, .. } => whole_name(&first_line(message), chunk),
+        mlua::Error::RuntimeError(m) => whole_name(&first_line(m), chunk),
+        mlua::Error::CallbackError { traceback, cause } => {
+            let cause = describe(cause, chunk);
+            if cause.starts_with(chunk) {
+                return cause;
+            }
+            match position(traceback, chunk) {
+                Some(at) => format!("{at}: {cause}"),
+                None => format!("{chunk}: {cause}"),
+            }
+        }
+        other => format!("{chunk}: {}", first_line(&other.to_string())),
+    }
+}
+
+/// The first "FILE:LINE" of `chunk` in a traceback.
+fn position(traceback: &str, chunk: &str) -> Option<String> {
+    traceback.lines().find_map(|l| {
+        let l = whole_name(l.trim_start(), chunk);
+        let rest = l.strip_prefix(chunk)?.strip_prefix(':')?;
+        let n: String = rest.chars().take_while(char::is_ascii_digit).collect();
+        (!n.is_empty()).then(|| format!("{chunk}:{n}"))
+    })
+}
+
+#[cfg(test)]
+mod tests;

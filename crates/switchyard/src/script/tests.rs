@@ -1,0 +1,281 @@
+use super::*;
+
+fn compile(src: &str) -> Result<Script, String> {
+    compile_with(src, 100_000, 4 << 20)
+}
+
+fn compile_with(src: &str, max_instructions: u64, max_memory: usize) -> Result<Script, String> {
+    Script::compile(
+        "t.lua",
+        src.as_bytes().to_vec(),
+        Limits {
+            max_instructions,
+            max_memory,
+        },
+        vec!["blue".into(), "green".into()],
+        crate::http::normalize::Rules::default(),
+        "web",
+    )
+}
+
+fn request(raw: &'static str) -> Request {
+    crate::http::head::parse_request(bytes::Bytes::from_static(raw.as_bytes()), 100)
+        .expect("request")
+}
+
+fn run(src: &str, req: &mut Request) -> Result<Effects, Failure> {
+    let s = Arc::new(compile(src).expect("compiles"));
+    let st = state(&s).expect("state");
+    let info = Info {
+        client: Some("192.0.2.7:5555".parse().expect("addr")),
+        protocol: "HTTP/1.1",
+        ..Default::default()
+    };
+    st.on_request(req, info, &mut Vars::default())
+        .expect("on_request defined")
+}
+
+#[test]
+fn a_syntax_error_reads_file_line_message() {
+    let e = compile("function on_request(r)\n  local x = = 1\nend\n").expect_err("syntax");
+    assert!(e.starts_with("t.lua:2:"), "{e}");
+    let e = compile("x = 1\n").expect_err("no event");
+    assert!(e.contains("defines none of the events"), "{e}");
+    let e = compile("on_request = 5\n").expect_err("not a function");
+    assert!(e.contains("on_request must be a function"), "{e}");
+    // The top level runs under the limits too.
+    let e = compile("while true do end\nfunction on_request(r) end\n").expect_err("loop");
+    assert!(
+        e.starts_with("t.lua:1: more than 100000 instructions"),
+        "{e}"
+    );
+}
+
+#[test]
+fn the_sandbox_leaves_out_files_processes_and_loaders() {
+    let src = r#"
+function on_request(r)
+  local gone = {}
+  for _, n in ipairs({"io", "require", "load", "loadfile", "dofile", "debug",
+                      "collectgarbage", "print", "coroutine", "package"}) do
+    if _G[n] ~= nil then gone[#gone + 1] = n end
+  end
+  if string.dump ~= nil then gone[#gone + 1] = "string.dump" end
+  if os.execute ~= nil or os.getenv ~= nil or os.exit ~= nil then gone[#gone + 1] = "os.*" end
+  assert(type(os.time()) == "number")
+  r:log("left", table.concat(gone, ","))
+  local ok = pcall(setmetatable, {}, {__gc = function() end})
+  r:log("gc", tostring(ok))
+end
+"#;
+    let mut req = request("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    let e = run(src, &mut req).expect("runs");
+    assert_eq!(
+        e.log,
+        vec![
+            ("left".into(), String::new()),
+            ("gc".into(), "false".into())
+        ]
+    );
+}
+
+#[test]
+fn an_endless_loop_is_stopped_even_inside_pcall() {
+    let src = "function on_request(r)\n  while true do\n    pcall(function() while true do end end)\n  end\nend\n";
+    let mut req = request("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    match run(src, &mut req) {
+        Err(Failure::Timeout(m)) => assert!(m.starts_with("t.lua:3: more than"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // The request is whole again.
+    assert_eq!(req.target(), b"/");
+}
+
+#[test]
+fn a_memory_hog_fails_and_its_state_is_replaced() {
+    let src = "keep = {}\nfunction on_request(r)\n  for i = 1, 1e8 do keep[#keep + 1] = string.rep('x', 100) .. i end\nend\n";
+    let s = Arc::new(compile_with(src, 1_000_000_000, 1 << 20).expect("compiles"));
+    let st = state(&s).expect("state");
+    let mut req = request("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    let r = st.on_request(&mut req, Info::default(), &mut Vars::default());
+    match r {
+        Some(Err(Failure::Memory(m))) => assert!(m.contains("max_memory"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    let again = state(&s).expect("a new state");
+    assert!(!Rc::ptr_eq(&st, &again));
+    assert!(again.used_memory() < 1 << 20);
+}
+
+#[test]
+fn runtime_and_api_errors_carry_the_scripts_line() {
+    let mut req = request("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    let e = run("function on_request(r)\n  error('boom')\nend\n", &mut req).expect_err("error");
+    assert_eq!(e, Failure::Error("t.lua:2: boom".into()));
+    let e = run(
+        "function on_request(r)\n\n  r:set_header('bad name', 'x')\nend\n",
+        &mut req,
+    )
+    .expect_err("api error");
+    assert!(
+        e.message().starts_with("t.lua:3:") && e.message().contains("not a header name"),
+        "{e}"
+    );
+    let e = run(
+        "function on_request(r)\n  r:set_header('content-length', '0')\nend\n",
+        &mut req,
+    )
+    .expect_err("framing field");
+    assert!(e.message().contains("the proxy's to set"), "{e}");
+    let e = run(
+        "function on_request(r)\n  r:use_pool('red')\nend\n",
+        &mut req,
+    )
+    .expect_err("unknown pool");
+    assert!(e.message().contains("pools: blue, green"), "{e}");
+}
+
+#[test]
+fn on_request_reads_and_edits_the_request() {
+    let src = r#"
+function on_request(r)
+  assert(r.method == "GET" and r.path == "/a/b" and r.query == "x=1")
+  assert(r.host == "example.com" and r.client_ip == "192.0.2.7")
+  assert(r:header("X-One") == "1" and r:cookie("uid") == "u42")
+  r:set_header("X-Two", r:header("x-one") .. "+1")
+  r:remove_header("x-one")
+  r.path = "/v2/../v3" .. r.path
+  r.vars.seen = true
+  r:use_pool("green")
+  r:log("user", r:cookie("uid"))
+end
+"#;
+    let mut req = request(
+        "GET /a/b?x=1 HTTP/1.1\r\nHost: example.com\r\nX-One: 1\r\nCookie: a=b; uid=u42\r\n\r\n",
+    );
+    let e = run(src, &mut req).expect("runs");
+    assert_eq!(req.head.get("x-two"), Some(&b"1+1"[..]));
+    assert_eq!(req.head.get("x-one"), None);
+    // Normalized like any path: the dot segments are gone.
+    assert_eq!(e.target.as_deref(), Some(&b"/v3/a/b?x=1"[..]));
+    assert_eq!(e.pool, Some(1));
+    assert_eq!(e.log, vec![("user".into(), "u42".into())]);
+    assert!(e.answer.is_none());
+}
+
+#[test]
+fn respond_and_redirect_make_local_answers() {
+    let mut req = request("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    let e = run(
+        "function on_request(r) r:respond(503, 'down', {['Retry-After'] = '60'}) end",
+        &mut req,
+    )
+    .expect("runs");
+    let a = e.answer.expect("answer");
+    assert_eq!((a.status, &a.body[..]), (503, &b"down"[..]));
+    assert_eq!(a.headers, vec![("retry-after".into(), "60".into())]);
+    let e = run(
+        "function on_request(r) r:redirect('https://h' .. r.path, 301) end",
+        &mut req,
+    )
+    .expect("runs");
+    let a = e.answer.expect("answer");
+    assert_eq!(a.status, 301);
+    assert_eq!(a.headers, vec![("location".into(), "https://h/".into())]);
+    assert!(run("function on_request(r) r:redirect('/x', 200) end", &mut req).is_err());
+    assert!(run("function on_request(r) r:respond(99) end", &mut req).is_err());
+    assert!(run("function on_request(r) r:respond(204, 'x') end", &mut req).is_err());
+    assert!(run("function on_request(r) r:respond(204) end", &mut req).is_ok());
+}
+
+#[test]
+fn on_response_edits_the_response_and_sees_the_requests_vars() {
+    let src = r#"
+function on_request(r) r.vars.path = r.path end
+function on_response(r)
+  r:remove_header("server")
+  r:set_header("x-path", r.vars.path)
+  if r.status == 404 then r.status = 410 end
+end
+"#;
+    let s = Arc::new(compile(src).expect("compiles"));
+    let st = state(&s).expect("state");
+    let mut vars = Vars::default();
+    let mut req = request("GET /gone HTTP/1.1\r\nHost: h\r\n\r\n");
+    st.on_request(&mut req, Info::default(), &mut vars)
+        .expect("defined")
+        .expect("runs");
+    let mut resp = Response::new(404, crate::http::message::Framing::None);
+    resp.head.fields.append(b"server", b"nginx");
+    st.on_response(&mut resp, Info::default(), &mut vars)
+        .expect("defined")
+        .expect("runs");
+    assert_eq!(resp.status, 410);
+    assert_eq!(resp.head.get("server"), None);
+    assert_eq!(resp.head.get("x-path"), Some(&b"/gone"[..]));
+}
+
+#[test]
+fn the_library_works_from_lua() {
+    let src = r#"
+local office = sy.cidr({"10.0.0.0/8", "2001:db8::/32"})
+function on_request(r)
+  assert(sy.hex_encode(sy.sha256("abc")) ==
+    "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+  assert(sy.hex_encode(sy.hmac_sha256("key", "The quick brown fox jumps over the lazy dog")) ==
+    "f7bc83f430538424b13298e6aa6fb143ef4d59a14946175997479dbc2d1a3cd8")
+  assert(sy.base64_decode(sy.base64_encode("hi there")) == "hi there")
+  assert(sy.url_encode("a b&c") == "a%20b%26c" and sy.url_decode("a%20b") == "a b")
+  local q = sy.query_parse("a=1&b=x+y&a=2")
+  assert(q.a == "1" and q.b == "x y")
+  assert(sy.query_build({b = "2", a = "x y"}) == "a=x%20y&b=2")
+  assert(office:contains("10.1.2.3") and not office:contains("192.0.2.1"))
+  assert(sy.cidr_match("2001:db8::1", "2001:db8::/32"))
+  local h = sy.hash("user-42", 100)
+  assert(h >= 0 and h < 100 and h == sy.hash("user-42", 100))
+  local n = sy.random(10)
+  assert(n >= 0 and n < 10)
+  assert(sy.time() > 1.6e9 and sy.equal("a", "a") and not sy.equal("a", "b"))
+  local claims, err = sy.jwt_hs256("a.b.c", "k")
+  assert(claims == nil and err ~= nil)
+end
+"#;
+    let mut req = request("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    run(src, &mut req).expect("runs");
+}
+
+#[test]
+fn an_empty_handler_costs_little() {
+    // Not a benchmark (debug builds): a guard against a per-call cost
+    // that grows with something it should not (a userdata made per call,
+    // a table per request).
+    let s = Arc::new(compile("function on_request(r) end").expect("compiles"));
+    let st = state(&s).expect("state");
+    let mut req = request("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    let before = st.used_memory();
+    for _ in 0..10_000 {
+        st.on_request(&mut req, Info::default(), &mut Vars::default())
+            .expect("defined")
+            .expect("runs");
+    }
+    // No garbage kept per call (the collector may not have run: a bound).
+    assert!(
+        st.used_memory() < before + (1 << 20),
+        "{} -> {}",
+        before,
+        st.used_memory()
+    );
+}
+
+#[test]
+fn a_long_file_name_comes_back_whole() {
+    let chunk = "/etc/switchyard/scripts/a-rather-long-folder-name/and-deeper/edge.lua";
+    let short = format!("...{}:3: boom", &chunk[chunk.len() - 56..]);
+    assert_eq!(whole_name(&short, chunk), format!("{chunk}:3: boom"));
+    assert_eq!(whole_name("t.lua:3: boom", chunk), "t.lua:3: boom");
+    let tb = format!(
+        "stack traceback:\n\t[C]: in ?\n\t{}:7: in function 'on_request'",
+        &short[..short.find(':').unwrap_or(0)]
+    );
+    assert_eq!(position(&tb, chunk), Some(format!("{chunk}:7")));
+}

@@ -1,0 +1,512 @@
+//! `r`, what every event gets: the request (or the member's response)
+//! to read and edit, and what the script decides (a pool, a local
+//! answer, access-log fields, `r.vars` for its later events).
+//!
+//! One `Txn` per worker state, loaded with one request's parts for the
+//! length of a call (`State::call`): no userdata is made per request.
+//! Everything a client or a script can get wrong is checked here and
+//! refused with a Lua error (the request then gets 500): header names
+//! and values that could split a head, the framing fields the proxy
+//! owns, paths the vserver's normalization refuses.
+
+use std::net::SocketAddr;
+
+use bytes::Bytes;
+use mlua::{Lua, Table, UserData, UserDataFields, UserDataMethods, Value};
+
+use super::Script;
+use crate::http::message::{Fields, Framing, Head, Method, Request, Response};
+
+/// What the stage tells an event about the exchange.
+#[derive(Debug, Default, Clone)]
+pub struct Info {
+    pub client: Option<SocketAddr>,
+    pub tls: bool,
+    /// "HTTP/1.0", "HTTP/1.1", "HTTP/2.0", "HTTP/3".
+    pub protocol: &'static str,
+    /// The verified client certificate's subject (vservers that ask for one).
+    pub client_subject: Option<String>,
+    /// The status the client got (`on_log`).
+    pub status: u16,
+}
+
+/// A local answer made by `r:respond` or `r:redirect`.
+#[derive(Debug, Clone)]
+pub struct Answer {
+    pub status: u16,
+    pub body: Bytes,
+    pub headers: Vec<(String, String)>,
+}
+
+/// What an event decided, for the stage to apply.
+#[derive(Debug, Default)]
+pub struct Effects {
+    /// The new target (path and query), normalized by the vserver's rules.
+    pub target: Option<Bytes>,
+    /// An index into the script's pools.
+    pub pool: Option<usize>,
+    pub answer: Option<Answer>,
+    /// Access-log fields (`r:log`), in order.
+    pub log: Vec<(String, String)>,
+}
+
+/// One call's parts, moved in and out of the state's `Txn`.
+#[derive(Default)]
+pub(super) struct Parts {
+    pub req: Option<Request>,
+    pub resp: Option<Response>,
+    pub info: Info,
+    pub vars: Option<Table>,
+    pub out: Effects,
+    pub log_event: bool,
+}
+
+pub(super) struct Txn {
+    p: Parts,
+    pools: Vec<String>,
+    normalize: crate::http::normalize::Rules,
+    vserver: String,
+}
+
+/// Access-log fields a script may add per request, and their size.
+const MAX_LOG_FIELDS: usize = 32;
+const MAX_LOG_VALUE: usize = 1024;
+
+/// Stands in for a request while its script holds it (no allocation).
+pub(super) fn placeholder_request() -> Request {
+    Request {
+        head: Head::new(Fields::default(), Framing::None),
+        method: Method::Get,
+        method_raw: Bytes::new(),
+        target: Bytes::new(),
+        received: None,
+        host: None,
+        expect_continue: false,
+        te_trailers: false,
+    }
+}
+
+fn err<T>(msg: impl Into<String>) -> mlua::Result<T> {
+    Err(mlua::Error::runtime(msg.into()))
+}
+
+impl Txn {
+    pub(super) fn new(s: &Script) -> Txn {
+        Txn {
+            p: Parts::default(),
+            pools: s.pools.clone(),
+            normalize: s.normalize,
+            vserver: s.vserver.clone(),
+        }
+    }
+
+    pub(super) fn load(&mut self, p: Parts) {
+        self.p = p;
+    }
+
+    pub(super) fn unload(&mut self) -> Parts {
+        std::mem::take(&mut self.p)
+    }
+
+    /// The target as the script sees it now (rewritten or not).
+    fn target(&self) -> Option<&[u8]> {
+        match (&self.p.out.target, &self.p.req) {
+            (Some(t), _) => Some(t),
+            (None, Some(r)) => Some(r.target()),
+            _ => None,
+        }
+    }
+
+    fn path(&self) -> Option<&[u8]> {
+        let t = self.target()?;
+        Some(t.split(|b| *b == b'?').next().unwrap_or(t))
+    }
+
+    fn query(&self) -> Option<&[u8]> {
+        let t = self.target()?;
+        let i = t.iter().position(|b| *b == b'?')?;
+        Some(&t[i + 1..])
+    }
+
+    /// The head the header methods act on: the response's in
+    /// `on_response`, else the request's.
+    fn fields(&self) -> Option<&Fields> {
+        match (&self.p.resp, &self.p.req) {
+            (Some(r), _) => Some(&r.head.fields),
+            (None, Some(q)) => Some(&q.head.fields),
+            _ => None,
+        }
+    }
+
+    fn fields_mut(&mut self, what: &str) -> mlua::Result<&mut Fields> {
+        match (&mut self.p.resp, &mut self.p.req) {
+            (Some(r), _) => Ok(&mut r.head.fields),
+            (None, Some(q)) => Ok(&mut q.head.fields),
+            _ => err(format!(
+                "r:{what} is for on_request and on_response (the exchange is over in on_log)"
+            )),
+        }
+    }
+
+    fn request_mut(&mut self, what: &str) -> mlua::Result<&mut Request> {
+        match (&self.p.resp, &mut self.p.req) {
+            (None, Some(q)) => Ok(q),
+            _ => err(format!("{what} is for on_request")),
+        }
+    }
+
+    /// Sets the target to `path` + `query`, normalized by the vserver's
+    /// rules (the stages after the script see one spelling, as always).
+    fn set_target(&mut self, path: &[u8], query: Option<&[u8]>, what: &str) -> mlua::Result<()> {
+        self.request_mut(what)?;
+        let mut t = Vec::with_capacity(path.len() + query.map_or(0, |q| q.len() + 1));
+        t.extend_from_slice(path);
+        if let Some(q) = query {
+            t.push(b'?');
+            t.extend_from_slice(q);
+        }
+        let t = Bytes::from(t);
+        let t = match crate::http::normalize::target(&t, &self.normalize) {
+            Ok(None) => t,
+            Ok(Some(n)) => n,
+            Err(why) => return err(format!("{what}: {}", why.reason())),
+        };
+        self.p.out.target = Some(t);
+        Ok(())
+    }
+}
+
+/// A header name: an RFC 9110 token, lower-cased (HTTP/2 and 3 want it so).
+fn header_name(n: &[u8], what: &str) -> mlua::Result<Vec<u8>> {
+    let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
+    if n.is_empty() || !n.iter().all(|b| tchar(*b)) {
+        return err(format!(
+            "{what}: {:?} is not a header name",
+            String::from_utf8_lossy(n)
+        ));
+    }
+    let n = n.to_ascii_lowercase();
+    // The fields that frame the message or describe the connection are
+    // the proxy's: a script setting them could make the member read
+    // another request than the proxy did.
+    const OWNED: [&str; 8] = [
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "te",
+        "trailer",
+        "upgrade",
+    ];
+    if OWNED.iter().any(|o| o.as_bytes() == &n[..]) {
+        return err(format!(
+            "{what}: {} is the proxy's to set",
+            String::from_utf8_lossy(&n)
+        ));
+    }
+    Ok(n)
+}
+
+fn header_value<'a>(v: &'a [u8], what: &str) -> mlua::Result<&'a [u8]> {
+    if v.iter().all(|b| *b == b'\t' || (*b >= 0x20 && *b != 0x7f)) {
+        Ok(v)
+    } else {
+        err(format!("{what}: the value holds a control character"))
+    }
+}
+
+/// A status a script may answer with.
+fn status(n: i64, what: &str) -> mlua::Result<u16> {
+    if (200..=599).contains(&n) {
+        Ok(n as u16)
+    } else {
+        err(format!("{what}: status {n} is not between 200 and 599"))
+    }
+}
+
+/// A request cookie's value (the first of that name).
+fn cookie<'r>(req: &'r Request, name: &str) -> Option<&'r [u8]> {
+    req.head.all("cookie").find_map(|v| {
+        v.split(|b| *b == b';').find_map(|kv| {
+            let kv = kv.trim_ascii_start();
+            let i = kv.iter().position(|b| *b == b'=')?;
+            (&kv[..i] == name.as_bytes()).then(|| &kv[i + 1..])
+        })
+    })
+}
+
+fn lstr(lua: &Lua, b: Option<&[u8]>) -> mlua::Result<Value> {
+    match b {
+        Some(b) => Ok(Value::String(lua.create_string(b)?)),
+        None => Ok(Value::Nil),
+    }
+}
+
+/// A value for the access log, as Lua's tostring would write it.
+fn log_text(v: &Value) -> Option<String> {
+    let s = match v {
+        Value::Nil => return None,
+        Value::String(s) => String::from_utf8_lossy(&s.as_bytes()).into_owned(),
+        Value::Integer(i) => i.to_string(),
+        Value::Number(n) => n.to_string(),
+        Value::Boolean(b) => b.to_string(),
+        other => other.type_name().to_string(),
+    };
+    let mut s = s;
+    if s.len() > MAX_LOG_VALUE {
+        let mut end = MAX_LOG_VALUE;
+        while !s.is_char_boundary(end) {
+            end -= 1;
+        }
+        s.truncate(end);
+    }
+    Some(s)
+}
+
+impl UserData for Txn {
+    fn add_fields<F: UserDataFields<Self>>(f: &mut F) {
+        f.add_field_method_get("method", |lua, t| {
+            lstr(lua, t.p.req.as_ref().map(|r| r.method_str()))
+        });
+        f.add_field_method_get("path", |lua, t| lstr(lua, t.path()));
+        f.add_field_method_get("query", |lua, t| lstr(lua, t.query()));
+        f.add_field_method_get("target", |lua, t| lstr(lua, t.target()));
+        f.add_field_method_get("host", |lua, t| {
+            lstr(lua, t.p.req.as_ref().and_then(|r| r.host_name()))
+        });
+        f.add_field_method_get("client_ip", |lua, t| match t.p.info.client {
+            Some(a) => {
+                let ip = match a.ip() {
+                    std::net::IpAddr::V6(v6) => v6
+                        .to_ipv4_mapped()
+                        .map(std::net::IpAddr::V4)
+                        .unwrap_or(a.ip()),
+                    v4 => v4,
+                };
+                Ok(Value::String(lua.create_string(ip.to_string())?))
+            }
+            None => Ok(Value::Nil),
+        });
+        f.add_field_method_get("client_port", |_, t| {
+            Ok(t.p.info.client.map(|a| i64::from(a.port())))
+        });
+        f.add_field_method_get("tls", |_, t| Ok(t.p.info.tls));
+        f.add_field_method_get("protocol", |lua, t| {
+            lstr(lua, Some(t.p.info.protocol.as_bytes()))
+        });
+        f.add_field_method_get("client_cert_subject", |lua, t| {
+            lstr(lua, t.p.info.client_subject.as_deref().map(str::as_bytes))
+        });
+        f.add_field_method_get("vserver", |lua, t| lstr(lua, Some(t.vserver.as_bytes())));
+        f.add_field_method_get("status", |_, t| {
+            Ok(match &t.p.resp {
+                Some(r) => Some(i64::from(r.status)),
+                None if t.p.log_event => Some(i64::from(t.p.info.status)),
+                None => None,
+            })
+        });
+        f.add_field_function_get("vars", |lua, ud| {
+            // Made on first use: most requests never need one.
+            let mut t = ud.borrow_mut::<Txn>()?;
+            match &t.p.vars {
+                Some(v) => Ok(v.clone()),
+                None => {
+                    let v = lua.create_table()?;
+                    t.p.vars = Some(v.clone());
+                    Ok(v)
+                }
+            }
+        });
+        f.add_field_method_set("path", |_, t, p: mlua::String| {
+            let p = p.as_bytes();
+            let ok = p.first() == Some(&b'/')
+                && p.iter().all(|b| (0x21..0x7f).contains(b) && *b != b'?' && *b != b'#');
+            if !ok {
+                return err(format!(
+                    "r.path: {:?} is not a path (it starts with '/'; spaces, '?', '#' and bytes past ASCII are percent-encoded)",
+                    String::from_utf8_lossy(&p)
+                ));
+            }
+            let q = t.query().map(<[u8]>::to_vec);
+            t.set_target(&p, q.as_deref(), "r.path")
+        });
+        f.add_field_method_set("query", |_, t, q: Option<mlua::String>| {
+            let q = q.map(|q| q.as_bytes().to_vec()).filter(|q| !q.is_empty());
+            if let Some(q) = &q {
+                if !q.iter().all(|b| (0x21..0x7f).contains(b) && *b != b'#') {
+                    return err("r.query: spaces, '#' and bytes past ASCII are percent-encoded");
+                }
+            }
+            let p = t.path().unwrap_or(b"/").to_vec();
+            t.set_target(&p, q.as_deref(), "r.query")
+        });
+        f.add_field_method_set("status", |_, t, n: i64| {
+            let s = status(n, "r.status")?;
+            match &mut t.p.resp {
+                Some(r) => {
+                    r.status = s;
+                    r.reason = Bytes::new();
+                    Ok(())
+                }
+                None => err("r.status is set in on_response (on_request answers with r:respond)"),
+            }
+        });
+    }
+
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        m.add_method("header", |lua, t, name: mlua::String| {
+            let name = name.to_str()?;
+            lstr(lua, t.fields().and_then(|f| f.get(&name)))
+        });
+        m.add_method("header_all", |lua, t, name: mlua::String| {
+            let name = name.to_str()?;
+            let out = lua.create_table()?;
+            if let Some(f) = t.fields() {
+                for (i, v) in f.all(&name).enumerate() {
+                    out.raw_set(i + 1, lua.create_string(v)?)?;
+                }
+            }
+            Ok(out)
+        });
+        m.add_method_mut(
+            "set_header",
+            |_, t, (name, value): (mlua::String, mlua::String)| {
+                let n = header_name(&name.as_bytes(), "r:set_header")?;
+                let v = value.as_bytes();
+                let v = header_value(&v, "r:set_header")?;
+                let host = n == b"host" && t.p.resp.is_none();
+                t.fields_mut("set_header")?.set(&n, v);
+                if host {
+                    // The authority the member is sent (write_h1 prefers it).
+                    if let Some(q) = t.p.req.as_mut() {
+                        q.host = Some(Bytes::copy_from_slice(v));
+                    }
+                }
+                Ok(())
+            },
+        );
+        m.add_method_mut(
+            "add_header",
+            |_, t, (name, value): (mlua::String, mlua::String)| {
+                let n = header_name(&name.as_bytes(), "r:add_header")?;
+                if n == b"host" {
+                    return err("r:add_header: a request has one Host (use r:set_header)");
+                }
+                let v = value.as_bytes();
+                let v = header_value(&v, "r:add_header")?;
+                t.fields_mut("add_header")?.append(&n, v);
+                Ok(())
+            },
+        );
+        m.add_method_mut("remove_header", |_, t, name: mlua::String| {
+            let n = header_name(&name.as_bytes(), "r:remove_header")?;
+            if n == b"host" && t.p.resp.is_none() {
+                return err("r:remove_header: a request keeps its Host");
+            }
+            Ok(t.fields_mut("remove_header")?.remove(&n))
+        });
+        m.add_method("cookie", |lua, t, name: mlua::String| {
+            let name = name.to_str()?;
+            let v = match (&t.p.resp, &t.p.req) {
+                (None, Some(q)) => cookie(q, &name),
+                _ => None,
+            };
+            lstr(lua, v)
+        });
+        m.add_method_mut("use_pool", |_, t, name: mlua::String| {
+            t.request_mut("r:use_pool")?;
+            let name = name.to_str()?;
+            match t.pools.iter().position(|p| *p == *name) {
+                Some(i) => {
+                    t.p.out.pool = Some(i);
+                    Ok(())
+                }
+                None => err(format!(
+                    "r:use_pool: no pool {:?} a script may use (pools: {})",
+                    &*name,
+                    if t.pools.is_empty() {
+                        "none".to_string()
+                    } else {
+                        t.pools.join(", ")
+                    }
+                )),
+            }
+        });
+        m.add_method_mut(
+            "respond",
+            |_, t, (code, body, headers): (i64, Option<mlua::String>, Option<Table>)| {
+                t.request_mut("r:respond")?;
+                let status = status(code, "r:respond")?;
+                if matches!(status, 204 | 304)
+                    && body.as_ref().is_some_and(|b| !b.as_bytes().is_empty())
+                {
+                    return err(format!("r:respond: a {status} answer has no body"));
+                }
+                let mut fields = Vec::new();
+                if let Some(h) = headers {
+                    for pair in h.pairs::<mlua::String, mlua::String>() {
+                        let (n, v) = pair?;
+                        let n = header_name(&n.as_bytes(), "r:respond")?;
+                        let v = v.as_bytes();
+                        let v = header_value(&v, "r:respond")?;
+                        fields.push((
+                            String::from_utf8_lossy(&n).into_owned(),
+                            String::from_utf8_lossy(v).into_owned(),
+                        ));
+                    }
+                }
+                t.p.out.answer = Some(Answer {
+                    status,
+                    body: body.map_or_else(Bytes::new, |b| Bytes::copy_from_slice(&b.as_bytes())),
+                    headers: fields,
+                });
+                Ok(())
+            },
+        );
+        m.add_method_mut(
+            "redirect",
+            |_, t, (location, code): (mlua::String, Option<i64>)| {
+                t.request_mut("r:redirect")?;
+                let code = code.unwrap_or(302);
+                if ![301, 302, 303, 307, 308].contains(&code) {
+                    return err(format!(
+                        "r:redirect: status {code} is not one of 301, 302, 303, 307, 308"
+                    ));
+                }
+                let l = location.as_bytes();
+                let l = header_value(&l, "r:redirect")?;
+                t.p.out.answer = Some(Answer {
+                    status: code as u16,
+                    body: Bytes::new(),
+                    headers: vec![("location".into(), String::from_utf8_lossy(l).into_owned())],
+                });
+                Ok(())
+            },
+        );
+        m.add_method_mut("log", |_, t, (name, value): (mlua::String, Value)| {
+            let name = name.to_str()?.to_string();
+            let ok = !name.is_empty()
+                && name.len() <= 64
+                && name
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+            if !ok {
+                return err(format!(
+                    "r:log: {name:?} is not a field name (a-z, 0-9 and _, up to 64)"
+                ));
+            }
+            let log = &mut t.p.out.log;
+            log.retain(|(n, _)| *n != name);
+            if let Some(v) = log_text(&value) {
+                if log.len() >= MAX_LOG_FIELDS {
+                    return err(format!(
+                        "r:log: at most {MAX_LOG_FIELDS} fields per request"
+                    ));
+                }
+                log.push((name, v));
+            }
+            Ok(())
+        });
+    }
+}

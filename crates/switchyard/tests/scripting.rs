@@ -1,0 +1,818 @@
+//! Event scripts (`[vserver.script]`, docs/scripting.md) end to end: the
+//! classic iRules tasks written as Switchyard scripts, each checked over
+//! HTTP/1.1 and HTTP/2 (h2c) against real origins, and the failures a
+//! script can have (an endless loop, a memory hog, a runtime error, a
+//! syntax error at check and at reload).
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+
+/// A vserver (h2c beside HTTP/1.1, a JSON access log) running `script`,
+/// with one pool per origin named after it (the first is the default).
+struct Setup {
+    sy: Switchyard,
+    listen: SocketAddr,
+    log: std::path::PathBuf,
+    _dir: std::path::PathBuf,
+}
+
+fn config(
+    listen: SocketAddr,
+    script: &Path,
+    log: &Path,
+    origins: &[&Origin],
+    extra: &str,
+) -> String {
+    let mut s = format!(
+        "[global]\nworkers = 1\n\n[[vserver]]\nname = \"web\"\nlisten = [\"{listen}\"]\nh2c = true\ndefault_pool = \"{}\"\n[vserver.script]\nfile = \"{}\"\n{extra}\n[vserver.access_log]\nformat = \"json\"\nto = \"file:{}\"\n\n",
+        origins[0].name,
+        script.display(),
+        log.display()
+    );
+    for o in origins {
+        s.push_str(&format!(
+            "[[pool]]\nname = \"{}\"\n[[pool.member]]\naddress = \"{}\"\n",
+            o.name, o.addr
+        ));
+    }
+    s
+}
+
+fn start(tag: &str, script: &str, origins: &[&Origin]) -> Setup {
+    start_with(tag, script, origins, "")
+}
+
+fn start_with(tag: &str, script: &str, origins: &[&Origin], extra: &str) -> Setup {
+    let dir = temp_dir(tag);
+    let file = dir.join("script.lua");
+    std::fs::write(&file, script).expect("write script");
+    let log = dir.join("access.json");
+    let listen = free_addr();
+    let sy = Switchyard::start(&config(listen, &file, &log, origins, extra), &[listen]);
+    Setup {
+        sy,
+        listen,
+        log,
+        _dir: dir,
+    }
+}
+
+/// A response, whichever protocol carried it.
+#[derive(Debug)]
+struct Got {
+    status: u16,
+    headers: Vec<(String, String)>,
+    body: String,
+}
+
+impl Got {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// GET over HTTP/1.1 on a new connection.
+fn h1(addr: SocketAddr, host: &str, path: &str, headers: &[(&str, &str)]) -> Got {
+    let mut raw = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
+    for (n, v) in headers {
+        raw.push_str(&format!("{n}: {v}\r\n"));
+    }
+    raw.push_str("\r\n");
+    let r = request(addr, &raw);
+    Got {
+        status: r.status,
+        headers: r.headers.clone(),
+        body: r.body_text(),
+    }
+}
+
+/// GET over HTTP/2 (h2c with prior knowledge) on a new connection.
+fn h2(addr: SocketAddr, host: &str, path: &str, headers: &[(&str, &str)]) -> Got {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+        tokio::spawn(conn);
+        let mut b = http::Request::get(format!("http://{host}{path}"));
+        for (n, v) in headers {
+            b = b.header(*n, *v);
+        }
+        let req = b.body(()).expect("request");
+        let mut s = send.ready().await.expect("ready");
+        let (resp, _) = s.send_request(req, true).expect("send");
+        let resp = tokio::time::timeout(Duration::from_secs(10), resp)
+            .await
+            .expect("in time")
+            .expect("response");
+        let status = resp.status().as_u16();
+        let headers = resp
+            .headers()
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.to_string(),
+                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                )
+            })
+            .collect();
+        let mut body = resp.into_body();
+        let mut text = Vec::new();
+        while let Some(c) = body.data().await {
+            let c: Bytes = c.expect("data");
+            let _ = body.flow_control().release_capacity(c.len());
+            text.extend_from_slice(&c);
+        }
+        Got {
+            status,
+            headers,
+            body: String::from_utf8_lossy(&text).into_owned(),
+        }
+    })
+}
+
+type Get = fn(SocketAddr, &str, &str, &[(&str, &str)]) -> Got;
+const BOTH: [(&str, Get); 2] = [("HTTP/1.1", h1), ("HTTP/2", h2)];
+
+/// The request line the origin saw last.
+fn last_target(o: &Origin) -> String {
+    o.seen()
+        .last()
+        .map(|s| s.request_line().split(' ').nth(1).unwrap_or("").to_string())
+        .unwrap_or_default()
+}
+
+fn vserver_stats(sy: &Switchyard) -> serde_json::Value {
+    sy.stats()["vservers"][0].clone()
+}
+
+/// The access log's JSON lines so far.
+fn log_lines(path: &Path) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect()
+}
+
+#[test]
+fn redirect_to_https_with_an_exception_list() {
+    let o = Origin::start("app");
+    let s = start(
+        "redirect",
+        r#"
+local keep = { ["/.well-known/"] = true, ["/health/"] = true }
+function on_request(r)
+  local first = r.path:match("^(/[^/]*/)")
+  if not r.tls and not (first and keep[first]) then
+    r:redirect("https://" .. r.host .. r.target, 301)
+  end
+end
+"#,
+        &[&o],
+    );
+    for (proto, get) in BOTH {
+        let g = get(s.listen, "shop.example", "/cart?id=7", &[]);
+        assert_eq!(g.status, 301, "{proto}: {g:?}");
+        assert_eq!(
+            g.header("location"),
+            Some("https://shop.example/cart?id=7"),
+            "{proto}"
+        );
+        let g = get(
+            s.listen,
+            "shop.example",
+            "/.well-known/acme-challenge/x",
+            &[],
+        );
+        assert_eq!(
+            (g.status, g.header("x-origin")),
+            (200, Some("app")),
+            "{proto}: {g:?}"
+        );
+    }
+    assert_eq!(o.requests(), 2);
+}
+
+#[test]
+fn a_maintenance_page_per_host() {
+    let o = Origin::start("app");
+    let s = start(
+        "maint",
+        r#"
+local down = { ["shop.example"] = true }
+function on_request(r)
+  if down[r.host] then
+    r:respond(503, "<h1>Back soon</h1>", { ["content-type"] = "text/html", ["retry-after"] = "120" })
+  end
+end
+"#,
+        &[&o],
+    );
+    for (proto, get) in BOTH {
+        let g = get(s.listen, "shop.example", "/", &[]);
+        assert_eq!(g.status, 503, "{proto}: {g:?}");
+        assert_eq!(g.body, "<h1>Back soon</h1>", "{proto}");
+        assert_eq!(g.header("content-type"), Some("text/html"), "{proto}");
+        assert_eq!(g.header("retry-after"), Some("120"), "{proto}");
+        let g = get(s.listen, "blog.example", "/", &[]);
+        assert_eq!(
+            (g.status, g.header("x-origin")),
+            (200, Some("app")),
+            "{proto}: {g:?}"
+        );
+    }
+    assert_eq!(o.requests(), 2);
+    // Counted once each, as every answer Switchyard makes itself.
+    assert_eq!(vserver_stats(&s.sy)["local_responses"], 2);
+}
+
+#[test]
+fn a_canary_by_cookie_or_hashed_user_id() {
+    let stable = Origin::start("stable");
+    let canary = Origin::start("canary");
+    let s = start(
+        "canary",
+        r#"
+function on_request(r)
+  if r:cookie("canary") == "always" then
+    r:use_pool("canary")
+    return
+  end
+  local user = r:header("x-user-id")
+  if user and sy.hash(user, 100) < 30 then
+    r:use_pool("canary")
+  end
+end
+"#,
+        &[&stable, &canary],
+    );
+    for (proto, get) in BOTH {
+        let g = get(s.listen, "h", "/", &[("cookie", "a=1; canary=always")]);
+        assert_eq!(g.header("x-origin"), Some("canary"), "{proto}");
+        let g = get(s.listen, "h", "/", &[]);
+        assert_eq!(g.header("x-origin"), Some("stable"), "{proto}");
+        // A user stays on one side; about 30 % of users are on the canary.
+        let mut on_canary = 0;
+        for u in 0..40 {
+            let id = format!("user-{u}");
+            let first = get(s.listen, "h", "/", &[("x-user-id", &id)]);
+            let again = get(s.listen, "h", "/", &[("x-user-id", &id)]);
+            assert_eq!(
+                first.header("x-origin"),
+                again.header("x-origin"),
+                "{proto} {id}"
+            );
+            if first.header("x-origin") == Some("canary") {
+                on_canary += 1;
+            }
+        }
+        assert!(
+            (4..=24).contains(&on_canary),
+            "{proto}: {on_canary} of 40 users on the canary"
+        );
+    }
+}
+
+#[test]
+fn a_uri_rewrite_to_a_member_prefix() {
+    let o = Origin::start("legacy");
+    let s = start(
+        "rewrite",
+        r#"
+function on_request(r)
+  local rest = r.path:match("^/api(/.*)$")
+  if rest then
+    r:set_header("x-original-path", r.path)
+    r.path = "/legacy/v1" .. rest
+  end
+end
+"#,
+        &[&o],
+    );
+    for (proto, get) in BOTH {
+        let g = get(s.listen, "h", "/api/users/7?full=1", &[]);
+        assert_eq!(g.status, 200, "{proto}");
+        assert_eq!(last_target(&o), "/legacy/v1/users/7?full=1", "{proto}");
+        let seen = o.seen();
+        let last = seen.last().expect("a request");
+        assert_eq!(
+            last.header("x-original-path").as_deref(),
+            Some("/api/users/7"),
+            "{proto}"
+        );
+        // A rewrite is normalized like any path.
+        get(s.listen, "h", "/api/a/../b", &[]);
+        assert_eq!(last_target(&o), "/legacy/v1/b", "{proto}");
+    }
+}
+
+fn b64url(b: &[u8]) -> String {
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for c in b.chunks(3) {
+        let n = c.iter().fold(0u32, |a, x| a << 8 | u32::from(*x)) << (8 * (3 - c.len()));
+        for i in 0..=c.len() {
+            out.push(T[(n >> (18 - 6 * i) & 63) as usize] as char);
+        }
+    }
+    out
+}
+
+fn jwt(claims: &str, secret: &[u8]) -> String {
+    let mut t = b64url(br#"{"alg":"HS256","typ":"JWT"}"#);
+    t.push('.');
+    t.push_str(&b64url(claims.as_bytes()));
+    let key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, secret);
+    let sig = aws_lc_rs::hmac::sign(&key, t.as_bytes());
+    t.push('.');
+    t.push_str(&b64url(sig.as_ref()));
+    t
+}
+
+#[test]
+fn a_jwt_check_answers_401_before_the_member() {
+    let o = Origin::start("api");
+    let s = start(
+        "jwt",
+        r#"
+local secret = "s3cret"
+function on_request(r)
+  local auth = r:header("authorization") or ""
+  local token = auth:match("^Bearer%s+(.+)$")
+  local claims, why = nil, "no token"
+  if token then claims, why = sy.jwt_hs256(token, secret) end
+  if not claims then
+    r:log("auth", why)
+    r:respond(401, "unauthorized\n", { ["www-authenticate"] = 'Bearer error="invalid_token"' })
+    return
+  end
+  r:set_header("x-user", claims.sub)
+  r:remove_header("authorization")
+end
+"#,
+        &[&o],
+    );
+    let good = jwt(r#"{"sub":"ann","exp":4102444800}"#, b"s3cret");
+    let forged = jwt(r#"{"sub":"root","exp":4102444800}"#, b"guess");
+    let expired = jwt(r#"{"sub":"ann","exp":1000}"#, b"s3cret");
+    for (proto, get) in BOTH {
+        let g = get(
+            s.listen,
+            "h",
+            "/data",
+            &[("authorization", &format!("Bearer {good}"))],
+        );
+        assert_eq!(g.status, 200, "{proto}: {g:?}");
+        let seen = o.seen();
+        let last = seen.last().expect("a request");
+        assert_eq!(last.header("x-user").as_deref(), Some("ann"), "{proto}");
+        assert_eq!(last.header("authorization"), None, "{proto}");
+        for bad in [forged.as_str(), expired.as_str()] {
+            let g = get(
+                s.listen,
+                "h",
+                "/data",
+                &[("authorization", &format!("Bearer {bad}"))],
+            );
+            assert_eq!(g.status, 401, "{proto}: {g:?}");
+            assert!(g.header("www-authenticate").is_some(), "{proto}");
+        }
+        assert_eq!(get(s.listen, "h", "/data", &[]).status, 401, "{proto}");
+    }
+    assert_eq!(o.requests(), 2, "only the good token reached the member");
+    // Why each refusal happened is in the access log.
+    assert!(eventually(Duration::from_secs(5), || {
+        let why: Vec<String> = log_lines(&s.log)
+            .iter()
+            .filter_map(|l| l["script"]["auth"].as_str().map(str::to_string))
+            .collect();
+        why.iter().filter(|w| *w == "bad signature").count() == 2
+            && why.iter().filter(|w| *w == "expired").count() == 2
+            && why.iter().filter(|w| *w == "no token").count() == 2
+    }));
+}
+
+#[test]
+fn an_hmac_signed_link_with_an_expiry() {
+    let o = Origin::start("files");
+    let s = start(
+        "hmac",
+        r#"
+local key = "link-key"
+function on_request(r)
+  local q = sy.query_parse(r.query)
+  local expires = tonumber(q.expires)
+  local want = sy.hex_encode(sy.hmac_sha256(key, r.path .. ":" .. (q.expires or "")))
+  if not expires or expires < os.time() or not sy.equal(want, q.sig or "") then
+    return r:respond(403, "bad or expired link\n")
+  end
+  r.query = nil
+end
+"#,
+        &[&o],
+    );
+    let sign = |path: &str, expires: u64| {
+        let key = aws_lc_rs::hmac::Key::new(aws_lc_rs::hmac::HMAC_SHA256, b"link-key");
+        let tag = aws_lc_rs::hmac::sign(&key, format!("{path}:{expires}").as_bytes());
+        let hex: String = tag.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+        format!("{path}?expires={expires}&sig={hex}")
+    };
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    for (proto, get) in BOTH {
+        let g = get(s.listen, "h", &sign("/f/report.pdf", now + 600), &[]);
+        assert_eq!(g.status, 200, "{proto}: {g:?}");
+        // The member gets the path without the signature.
+        assert_eq!(last_target(&o), "/f/report.pdf", "{proto}");
+        let other = sign("/f/report.pdf", now + 600).replace("report", "secret");
+        assert_eq!(get(s.listen, "h", &other, &[]).status, 403, "{proto}");
+        assert_eq!(
+            get(s.listen, "h", &sign("/f/report.pdf", now - 1), &[]).status,
+            403,
+            "{proto}"
+        );
+    }
+    assert_eq!(o.requests(), 2);
+}
+
+#[test]
+fn an_a_b_pool_choice_by_query_or_header() {
+    let a = Origin::start("a");
+    let b = Origin::start("b");
+    let s = start(
+        "ab",
+        r#"
+function on_request(r)
+  local q = sy.query_parse(r.query)
+  if q.variant == "b" or r:header("x-variant") == "b" then
+    r:use_pool("b")
+    r.vars.variant = "b"
+  else
+    r.vars.variant = "a"
+  end
+end
+function on_response(r)
+  r:set_header("x-variant", r.vars.variant)
+end
+function on_log(r)
+  r:log("variant", r.vars.variant)
+end
+"#,
+        &[&a, &b],
+    );
+    for (proto, get) in BOTH {
+        let g = get(s.listen, "h", "/p?variant=b", &[]);
+        assert_eq!(
+            (g.header("x-origin"), g.header("x-variant")),
+            (Some("b"), Some("b")),
+            "{proto}"
+        );
+        let g = get(s.listen, "h", "/p", &[("x-variant", "b")]);
+        assert_eq!(g.header("x-origin"), Some("b"), "{proto}");
+        let g = get(s.listen, "h", "/p", &[]);
+        assert_eq!(
+            (g.header("x-origin"), g.header("x-variant")),
+            (Some("a"), Some("a")),
+            "{proto}"
+        );
+    }
+    assert!(eventually(Duration::from_secs(5), || {
+        let l = log_lines(&s.log);
+        l.len() == 6
+            && l.iter().filter(|v| v["script"]["variant"] == "b").count() == 4
+            && l.iter().all(|v| v["pool"] == v["script"]["variant"])
+    }));
+}
+
+#[test]
+fn a_pool_the_script_chose_wins_over_policies_but_a_policy_answer_still_answers() {
+    let a = Origin::start("a");
+    let b = Origin::start("b");
+    let dir = temp_dir("precedence");
+    let file = dir.join("script.lua");
+    std::fs::write(
+        &file,
+        "function on_request(r)\n  if r:header('x-pin') then r:use_pool('a') end\nend\n",
+    )
+    .expect("write");
+    let log = dir.join("access.json");
+    let listen = free_addr();
+    let policies = "[[vserver.policy]]\nmatch = { path_prefix = \"/b/\" }\naction = { pool = \"b\" }\n\
+                    [[vserver.policy]]\nmatch = { path_prefix = \"/old/\" }\naction = { redirect = \"/new/\" }\n";
+    let cfg = config(listen, &file, &log, &[&a, &b], "")
+        .replace("[vserver.script]", &format!("{policies}[vserver.script]"));
+    let sy = Switchyard::start(&cfg, &[listen]);
+    for (proto, get) in BOTH {
+        assert_eq!(
+            get(listen, "h", "/b/x", &[]).header("x-origin"),
+            Some("b"),
+            "{proto}"
+        );
+        assert_eq!(
+            get(listen, "h", "/b/x", &[("x-pin", "1")]).header("x-origin"),
+            Some("a"),
+            "{proto}"
+        );
+        let g = get(listen, "h", "/old/x", &[("x-pin", "1")]);
+        assert_eq!(
+            (g.status, g.header("location")),
+            (302, Some("/new/")),
+            "{proto}: {g:?}"
+        );
+    }
+    drop(sy);
+}
+
+#[test]
+fn response_header_scrubbing() {
+    let o = Origin::start("php");
+    o.set(|b| {
+        b.raw_response = Some(
+            b"HTTP/1.1 200 OK\r\nServer: Apache/2.4.1\r\nX-Powered-By: PHP/5.3\r\nX-AspNet-Version: 4.0\r\nContent-Length: 2\r\n\r\nok"
+                .to_vec(),
+        )
+    });
+    let s = start(
+        "scrub",
+        r#"
+local leaks = { "server", "x-powered-by", "x-aspnet-version" }
+function on_response(r)
+  for _, h in ipairs(leaks) do r:remove_header(h) end
+  r:set_header("x-content-type-options", "nosniff")
+end
+"#,
+        &[&o],
+    );
+    for (proto, get) in BOTH {
+        let g = get(s.listen, "h", "/", &[]);
+        assert_eq!((g.status, g.body.as_str()), (200, "ok"), "{proto}");
+        for h in ["server", "x-powered-by", "x-aspnet-version"] {
+            assert_eq!(g.header(h), None, "{proto}: {h} leaked: {g:?}");
+        }
+        assert_eq!(
+            g.header("x-content-type-options"),
+            Some("nosniff"),
+            "{proto}"
+        );
+    }
+}
+
+#[test]
+fn an_endless_loop_gets_500_is_counted_and_the_worker_serves_on() {
+    let o = Origin::start("app");
+    let s = start_with(
+        "loop",
+        "function on_request(r)\n  if r.path == \"/spin\" then\n    while true do end\n  end\nend\n",
+        &[&o],
+        "max_instructions = 100000\n",
+    );
+    for (proto, get) in BOTH {
+        let g = get(s.listen, "h", "/spin", &[]);
+        assert_eq!(g.status, 500, "{proto}: {g:?}");
+        assert!(
+            !g.body.contains("script.lua"),
+            "no detail to the client: {}",
+            g.body
+        );
+        // One worker: the same one answers the next request.
+        let g = get(s.listen, "h", "/ok", &[]);
+        assert_eq!(g.status, 200, "{proto}: {g:?}");
+    }
+    // A burst: the log gets at most one line per second of it.
+    let started = std::time::Instant::now();
+    for _ in 0..6 {
+        assert_eq!(h1(s.listen, "h", "/spin", &[]).status, 500);
+    }
+    let vs = vserver_stats(&s.sy);
+    assert_eq!(vs["script_errors"], 8, "{vs}");
+    assert_eq!(vs["script_timeouts"], 8, "{vs}");
+    let metrics = s.sy.admin_get("/metrics");
+    assert!(
+        metrics.lines().any(
+            |l| l.starts_with("switchyard_vserver_script_timeouts_total{") && l.ends_with(" 8")
+        ),
+        "{metrics}"
+    );
+    assert!(
+        s.sy.wait_for_log("script.lua:3: more than 100000 instructions"),
+        "{}",
+        s.sy.log()
+    );
+    let lines = s.sy.log().matches("more than 100000 instructions").count();
+    let secs = started.elapsed().as_secs() as usize;
+    assert!(
+        lines <= secs + 3 && lines < 8,
+        "{lines} lines in {secs} s:\n{}",
+        s.sy.log()
+    );
+    assert!(eventually(Duration::from_secs(5), || {
+        let l = log_lines(&s.log);
+        l.iter()
+            .filter(|v| {
+                v["status"] == 500
+                    && v["script_error"]
+                        .as_str()
+                        .is_some_and(|e| e.contains("script.lua:3"))
+            })
+            .count()
+            == 8
+    }));
+}
+
+#[test]
+fn a_memory_hog_gets_500_and_a_fresh_state() {
+    let o = Origin::start("app");
+    let s = start_with(
+        "hog",
+        r#"
+hoard = {}
+function on_request(r)
+  if r.path == "/hog" then
+    for i = 1, 1e9 do hoard[#hoard + 1] = string.rep("x", 1000) .. i end
+  end
+  r:set_header("x-hoard", tostring(#hoard))
+end
+"#,
+        &[&o],
+        "max_memory = 2097152\nmax_instructions = 1000000000\n",
+    );
+    for (proto, get) in BOTH {
+        let g = get(s.listen, "h", "/hog", &[]);
+        assert_eq!(g.status, 500, "{proto}: {g:?}");
+        let g = get(s.listen, "h", "/ok", &[]);
+        assert_eq!(g.status, 200, "{proto}: {g:?}");
+        // The state that filled up is gone: nothing hoarded.
+        let seen = o.seen();
+        assert_eq!(
+            seen.last().and_then(|s| s.header("x-hoard")).as_deref(),
+            Some("0"),
+            "{proto}"
+        );
+    }
+    let vs = vserver_stats(&s.sy);
+    assert_eq!(
+        (vs["script_errors"].as_u64(), vs["script_timeouts"].as_u64()),
+        (Some(2), Some(0)),
+        "{vs}"
+    );
+    assert!(s.sy.wait_for_log("max_memory"), "{}", s.sy.log());
+}
+
+#[test]
+fn a_runtime_error_gets_500_with_file_and_line_in_the_logs() {
+    let o = Origin::start("app");
+    let s = start(
+        "rterr",
+        "function on_request(r)\n  local t = nil\n  if r.path == \"/bad\" then return t.field end\nend\n",
+        &[&o],
+    );
+    for (proto, get) in BOTH {
+        assert_eq!(get(s.listen, "h", "/bad", &[]).status, 500, "{proto}");
+        assert_eq!(get(s.listen, "h", "/good", &[]).status, 200, "{proto}");
+    }
+    assert!(
+        s.sy.wait_for_log("script.lua:3: attempt to index a nil value"),
+        "{}",
+        s.sy.log()
+    );
+    assert!(eventually(Duration::from_secs(5), || {
+        log_lines(&s.log)
+            .iter()
+            .filter(|v| {
+                v["status"] == 500
+                    && v["script_error"]
+                        .as_str()
+                        .is_some_and(|e| e.contains("/script.lua:3: attempt to index"))
+            })
+            .count()
+            == 2
+    }));
+    assert_eq!(vserver_stats(&s.sy)["script_errors"], 2);
+    assert_eq!(o.requests(), 2, "a failed script never reaches the member");
+}
+
+#[test]
+fn check_and_reload_refuse_a_syntax_error_and_a_good_script_swaps_in() {
+    let o = Origin::start("app");
+    let dir = temp_dir("reload-script");
+    let good = dir.join("v1.lua");
+    std::fs::write(
+        &good,
+        "function on_request(r) r:set_header('x-version', '1') end\n",
+    )
+    .expect("write");
+    let bad = dir.join("bad.lua");
+    std::fs::write(
+        &bad,
+        "function on_request(r)\n  if r.path = '/' then end\nend\n",
+    )
+    .expect("write");
+    let v2 = dir.join("v2.lua");
+    std::fs::write(
+        &v2,
+        "function on_request(r) r:set_header('x-version', '2') end\n",
+    )
+    .expect("write");
+    let log = dir.join("access.json");
+    let listen = free_addr();
+    let sy = Switchyard::start(&config(listen, &good, &log, &[&o], ""), &[listen]);
+    let version = || {
+        h1(listen, "h", "/", &[]);
+        o.seen().last().and_then(|s| s.header("x-version"))
+    };
+    assert_eq!(version().as_deref(), Some("1"));
+
+    // `check`: FILE:LINE: message, relative to the configuration's folder.
+    let cfg = dir.join("check.toml");
+    std::fs::write(&cfg, config(listen, Path::new("bad.lua"), &log, &[&o], "")).expect("write");
+    let (code, out, err) = run_cli(&["check", "-c", cfg.to_str().expect("utf-8")]);
+    assert_ne!(code, Some(0), "{out}{err}");
+    assert!(format!("{out}{err}").contains("bad.lua:2:"), "{out}{err}");
+
+    // A reload with it is refused; the running script keeps serving.
+    let (ok, out) = sy.reload_with(&config(listen, &bad, &log, &[&o], ""));
+    assert!(!ok, "{out}");
+    assert!(out.contains("bad.lua:2:"), "{out}");
+    assert_eq!(version().as_deref(), Some("1"));
+    for (proto, get) in BOTH {
+        get(listen, "h", "/", &[]);
+        assert_eq!(
+            o.seen()
+                .last()
+                .and_then(|s| s.header("x-version"))
+                .as_deref(),
+            Some("1"),
+            "{proto}"
+        );
+    }
+
+    // A good one swaps in.
+    let (ok, out) = sy.reload_with(&config(listen, &v2, &log, &[&o], ""));
+    assert!(ok, "{out}");
+    assert!(eventually(Duration::from_secs(5), || version().as_deref() == Some("2")));
+    for (proto, get) in BOTH {
+        get(listen, "h", "/", &[]);
+        assert_eq!(
+            o.seen()
+                .last()
+                .and_then(|s| s.header("x-version"))
+                .as_deref(),
+            Some("2"),
+            "{proto}"
+        );
+    }
+}
+
+#[test]
+fn check_refuses_bad_limits_and_missing_files_with_their_position() {
+    let dir = temp_dir("script-check");
+    let cfg = dir.join("c.toml");
+    let base = "[[vserver]]\nname = \"web\"\nlisten = [\"127.0.0.1:1\"]\ndefault_pool = \"p\"\n[[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:2\"\n";
+    for (script, want) in [
+        (
+            "[vserver.script]\nfile = \"nope.lua\"\n",
+            "cannot read script",
+        ),
+        (
+            "[vserver.script]\nfile = \"ok.lua\"\nmax_instructions = 10\n",
+            "max_instructions 10 is out of range",
+        ),
+        (
+            "[vserver.script]\nfile = \"ok.lua\"\nmemory = 1\n",
+            "unknown field",
+        ),
+        (
+            "[vserver.script]\nfile = \"none.lua\"\n",
+            "defines none of the events",
+        ),
+    ] {
+        std::fs::write(dir.join("ok.lua"), "function on_request(r) end\n").expect("write");
+        std::fs::write(dir.join("none.lua"), "local x = 1\n").expect("write");
+        std::fs::write(&cfg, base.replace("[[pool]]", &format!("{script}[[pool]]")))
+            .expect("write");
+        let (code, out, err) = run_cli(&["check", "-c", cfg.to_str().expect("utf-8")]);
+        assert_ne!(code, Some(0), "{script}: {out}{err}");
+        assert!(format!("{out}{err}").contains(want), "{script}: {out}{err}");
+    }
+    std::fs::write(
+        &cfg,
+        base.replace("[[pool]]", "[vserver.script]\nfile = \"ok.lua\"\n[[pool]]"),
+    )
+    .expect("write");
+    let (code, out, err) = run_cli(&["check", "-c", cfg.to_str().expect("utf-8")]);
+    assert_eq!(code, Some(0), "{out}{err}");
+}
