@@ -777,6 +777,17 @@ fn a_connection_back_from_the_lot_returns_to_it_after_its_request() {
 /// the client socket with the reactor (`proxy/plain.rs`): no epoll_ctl ADD
 /// and DEL for a connection that never waits. A connection that has to
 /// wait for its request is registered (the check sees registrations).
+/// The proxy's descriptor of a connection, once it has accepted it (a
+/// loaded machine may take a while: CI once took longer than 200 ms).
+fn accepted_fd(pid: i32, listen_port: u16, client_port: u16) -> Option<u32> {
+    let mut fd = None;
+    eventually(Duration::from_secs(5), || {
+        fd = server_fd_of(pid, listen_port, client_port);
+        fd.is_some()
+    });
+    fd
+}
+
 #[test]
 fn a_client_socket_joins_the_reactor_only_when_it_must_wait() {
     let o = Origin::start("a");
@@ -787,9 +798,8 @@ fn a_client_socket_joins_the_reactor_only_when_it_must_wait() {
 
     // Waits for its request: registered.
     let quiet = std::net::TcpStream::connect(l).expect("connect");
-    std::thread::sleep(Duration::from_millis(200));
     let port = quiet.local_addr().expect("addr").port();
-    let fd = server_fd_of(pid, l.port(), port).expect("server side of the quiet connection");
+    let fd = accepted_fd(pid, l.port(), port).expect("server side of the quiet connection");
     assert!(
         watched_fds(pid).contains(&fd),
         "a waiting connection is in epoll"
@@ -800,9 +810,11 @@ fn a_client_socket_joins_the_reactor_only_when_it_must_wait() {
     let mut bare = false;
     for _ in 0..5 {
         let mut c = send_closing_request(l);
-        std::thread::sleep(Duration::from_millis(200));
         let port = c.local_addr().expect("addr").port();
-        let fd = server_fd_of(pid, l.port(), port).expect("server side");
+        let fd = accepted_fd(pid, l.port(), port).expect("server side");
+        // The request is read at accept, then the member is asked (it
+        // answers after 800 ms): by now the connection is waiting on it.
+        std::thread::sleep(Duration::from_millis(100));
         bare |= !watched_fds(pid).contains(&fd);
         read_ok_to_the_close(&mut c);
         if bare {
