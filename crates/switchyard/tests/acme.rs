@@ -144,6 +144,12 @@ impl Pebble {
         Some(p)
     }
 
+    /// The CA goes down (its DNS stays).
+    fn stop(&mut self) {
+        let _ = self.pebble.kill();
+        let _ = self.pebble.wait();
+    }
+
     fn log(&self) -> String {
         std::fs::read_to_string(self.dir.join("pebble.log")).unwrap_or_default()
     }
@@ -263,6 +269,34 @@ fn wait_served(sy: &Switchyard, p: &Pebble, addr: SocketAddr, within: Duration) 
     })
 }
 
+type TlsConn = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+fn keep_alive(addr: SocketAddr, root: &[u8]) -> TlsConn {
+    let cfg = tls_client(root, &[b"http/1.1"]);
+    let conn = rustls::ClientConnection::new(cfg, ServerName::try_from(NAME).expect("name"))
+        .expect("client");
+    let tcp = TcpStream::connect(addr).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    rustls::StreamOwned::new(conn, tcp)
+}
+
+/// Sends one GET on `s`; whether a 200 response head comes back (what
+/// is left of an earlier response's body is skipped).
+fn answers(s: &mut TlsConn) -> bool {
+    if write!(s, "GET / HTTP/1.1\r\nHost: {NAME}\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !seen.windows(12).any(|w| w == b"HTTP/1.1 200") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(k) => seen.extend_from_slice(&buf[..k]),
+        }
+    }
+    true
+}
+
 fn metric(sy: &Switchyard, name: &str) -> Option<f64> {
     let text = sy.admin_get("/metrics");
     let prefix = format!("{name}{{certificate=\"{NAME}\"}} ");
@@ -307,6 +341,9 @@ fn http01_issues_and_a_restart_reuses_the_stored_certificate() {
     let sy = Switchyard::start(&cfg, &[plain, tls]);
     let leaf = wait_served(&sy, &p, tls, Duration::from_secs(60));
     assert_eq!(p.orders(), 1, "one order:\n{}", p.log());
+    assert!(sy
+        .log()
+        .contains(&format!("answering the http-01 challenge for {NAME}")));
     // The policy still redirects everything else.
     let r = get(plain, "/.well-known/acme-challenge/not-a-token");
     assert_eq!(r.status, 301);
@@ -369,9 +406,15 @@ fn a_short_lived_certificate_is_renewed_without_a_reload() {
     let origin = Origin::start("o");
     let state = temp_dir("acme-state");
     let cfg = config(plain, tls, &origin, &p.acme_table("http-01", &state));
-    let sy = Switchyard::start(&cfg, &[plain, tls]);
+    let sy = Switchyard::start(
+        &format!("[timeouts]\nclient_idle = \"2m\"\n{cfg}"),
+        &[plain, tls],
+    );
     let first = wait_served(&sy, &p, tls, Duration::from_secs(60));
     let root = p.root();
+    // A connection opened before the renewal, asked again after it.
+    let mut before = keep_alive(tls, &root);
+    assert!(answers(&mut before));
     let mut renewed = None;
     eventually(Duration::from_secs(40), || {
         match served(tls, NAME, &root, &[b"http/1.1"]) {
@@ -388,6 +431,17 @@ fn a_short_lived_certificate_is_renewed_without_a_reload() {
         sy.log(),
         p.log()
     );
+    // The swap left the open connection alone: it still answers, with
+    // the certificate it began with.
+    assert!(answers(&mut before), "the older connection still answers");
+    assert_eq!(
+        before
+            .conn
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| c.to_vec()),
+        Some(first)
+    );
     assert!(p.orders() >= 2);
     assert!(metric(&sy, "switchyard_acme_certificates_issued_total").unwrap_or(0.0) >= 2.0);
     assert_eq!(
@@ -395,6 +449,38 @@ fn a_short_lived_certificate_is_renewed_without_a_reload() {
         Some(0.0)
     );
     assert!(!sy.log().contains("reload"), "{}", sy.log());
+}
+
+/// The CA is down when the renewal comes: the failure is counted and
+/// logged, and the current certificate keeps serving.
+#[test]
+fn a_ca_down_at_renewal_leaves_the_current_certificate_serving() {
+    let (plain, tls) = addrs();
+    let Some(mut p) = Pebble::start(plain.ip(), plain.port(), tls.port(), 30) else {
+        return;
+    };
+    let origin = Origin::start("o");
+    let state = temp_dir("acme-state");
+    let cfg = config(plain, tls, &origin, &p.acme_table("http-01", &state));
+    let sy = Switchyard::start(&cfg, &[plain, tls]);
+    let first = wait_served(&sy, &p, tls, Duration::from_secs(60));
+    let root = p.root();
+    p.stop();
+    assert!(
+        eventually(Duration::from_secs(40), || metric(
+            &sy,
+            "switchyard_acme_renewal_failures_total"
+        )
+        .unwrap_or(0.0)
+            >= 1.0),
+        "no failed renewal counted:\n{}",
+        sy.log()
+    );
+    let (leaf, _) = served(tls, NAME, &root, &[b"http/1.1"]).expect("still served");
+    assert_eq!(leaf, first);
+    assert!(sy.log().contains("the current certificate keeps serving"));
+    let expiry = metric(&sy, "switchyard_acme_certificate_expiry_seconds").expect("gauge");
+    assert!(expiry < 15.0, "expiry {expiry}");
 }
 
 /// `switchyard check` refuses what cannot work, at the value's line.
