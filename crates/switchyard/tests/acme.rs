@@ -354,6 +354,11 @@ fn http01_issues_and_a_restart_reuses_the_stored_certificate() {
         metric(&sy, "switchyard_acme_certificates_issued_total"),
         Some(1.0)
     );
+    // A reload keeps the certificate and its task: no new order.
+    let (ok, out) = sy.reload_with(&cfg);
+    assert!(ok, "{out}");
+    let (after_reload, _) = served(tls, NAME, &p.root(), &[b"http/1.1"]).expect("served");
+    assert_eq!(after_reload, leaf);
     // An ordinary client still gets its own protocol.
     let (_, alpn) = served(tls, NAME, &p.root(), &[b"h2", b"http/1.1"]).expect("handshake");
     assert_eq!(alpn.as_deref(), Some(&b"h2"[..]));

@@ -28,7 +28,7 @@ pub use resolver::Resolver;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use arc_swap::ArcSwapOption;
 use rustls::sign::CertifiedKey;
@@ -92,15 +92,23 @@ impl Managed {
     }
 }
 
-static REGISTRY: Mutex<Vec<Arc<Managed>>> = Mutex::new(Vec::new());
+/// Weak: a `Managed` lives while a snapshot's resolver (or its own task)
+/// holds it. A task whose certificate no snapshot names any more stops
+/// when it next wakes (`order::run`).
+static REGISTRY: Mutex<Vec<Weak<Managed>>> = Mutex::new(Vec::new());
 
 /// The `Managed` for `spec`: the one an earlier snapshot made, or a new
 /// one with the certificate last stored in `state_dir`, if any and still
 /// valid. Its task starts with `start`.
 pub fn managed(spec: Spec) -> Arc<Managed> {
     let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(m) = reg.iter().find(|m| m.spec == spec) {
-        return m.clone();
+    reg.retain(|w| w.strong_count() > 0);
+    if let Some(m) = reg
+        .iter()
+        .filter_map(Weak::upgrade)
+        .find(|m| m.spec == spec)
+    {
+        return m;
     }
     let m = Arc::new(Managed {
         spec,
@@ -119,13 +127,18 @@ pub fn managed(spec: Spec) -> Arc<Managed> {
             m.id()
         )),
     }
-    reg.push(m.clone());
+    reg.push(Arc::downgrade(&m));
     m
 }
 
 /// Every managed certificate (for /metrics).
 pub fn all() -> Vec<Arc<Managed>> {
-    REGISTRY.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    REGISTRY
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect()
 }
 
 /// Starts the ordering task of every managed certificate that has none

@@ -106,6 +106,14 @@ pub(super) fn run(m: Arc<Managed>) {
                     tokio::time::sleep(Duration::from_secs(wait as u64)).await;
                 }
             }
+            // Only this task holds it: no snapshot serves it any more.
+            if Arc::strong_count(&m) == 1 {
+                log::info(format_args!(
+                    "acme {}: no longer configured; its task stops",
+                    m.id()
+                ));
+                return;
+            }
             match issue(&m).await {
                 Ok(info) => {
                     backoff = FIRST_BACKOFF;
