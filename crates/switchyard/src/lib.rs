@@ -10,6 +10,7 @@
 #![deny(unsafe_op_in_unsafe_fn)]
 
 pub mod accesslog;
+pub mod acme;
 pub mod admin;
 pub mod balance;
 pub mod base64;

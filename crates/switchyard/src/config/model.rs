@@ -408,7 +408,10 @@ pub struct Tls {
     /// Chosen by SNI (exact, then wildcard names of each certificate); the
     /// first is the default. Several for the same names (RSA and ECDSA):
     /// chosen by the signature schemes the client offers.
-    pub certificates: Spanned<Vec<Certificate>>,
+    /// Absent when `acme` provides the certificates.
+    pub certificates: Option<Spanned<Vec<Certificate>>>,
+    /// Certificates ordered and renewed from an ACME CA (docs/acme.md).
+    pub acme: Option<Spanned<Acme>>,
     /// "1.2", "1.3"; default both.
     pub versions: Option<Spanned<Vec<Spanned<String>>>>,
     /// Cipher suite names, in order of preference; default all safe ones.
@@ -428,6 +431,27 @@ pub struct Tls {
     pub client_subject_header: Option<Spanned<String>>,
     /// Strict-Transport-Security on every response of this vserver.
     pub hsts: Option<Hsts>,
+}
+
+/// `[vserver.tls.acme]`: one certificate for `names`, ordered from the CA
+/// at `directory` and renewed before it expires (docs/acme.md).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Acme {
+    /// DNS names the certificate covers (no wildcards: they need DNS-01).
+    pub names: Spanned<Vec<Spanned<String>>>,
+    /// The CA's ACME directory URL (https).
+    pub directory: Spanned<String>,
+    /// Contact URLs of the account ("mailto:ops@example.com").
+    pub contact: Option<Vec<Spanned<String>>>,
+    /// "http-01" (default) or "tls-alpn-01".
+    pub challenge: Option<Spanned<String>>,
+    /// "ecdsa-p256" (default) or "rsa-2048".
+    pub key_type: Option<Spanned<String>>,
+    /// Where the account key and the issued certificates are kept.
+    pub state_dir: Spanned<String>,
+    /// PEM roots to trust for the CA's own HTTPS (default: the system's).
+    pub ca_roots: Option<Spanned<String>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -19,6 +19,7 @@ use toml::Spanned;
 
 use super::model::{self, ClientAuth};
 use super::types::Problem;
+use crate::acme::Resolver;
 use crate::tls::{format_time, x509, CertStore, TlsServer};
 
 /// TLS 1.2 sessions remembered for session-ID resumption, shared by all
@@ -205,10 +206,24 @@ pub fn build(
 
     let versions = versions(t.versions.as_ref(), what, &mut problems);
 
-    let store = match load_certs(&t.certificates, base, what, &provider) {
-        Ok(s) => Some(s),
-        Err(mut p) => {
-            problems.append(&mut p);
+    let acme = t
+        .acme
+        .as_ref()
+        .and_then(|a| acme_spec(a, base, what, &mut problems));
+    let store = match (&t.certificates, &t.acme) {
+        (Some(list), _) => match load_certs(list, base, what, &provider) {
+            Ok(s) => Some(s),
+            Err(mut p) => {
+                problems.append(&mut p);
+                None
+            }
+        },
+        (None, Some(_)) => Some(CertStore::empty()),
+        (None, None) => {
+            problems.push((
+                span.clone(),
+                format!("{what}: no certificate: give certificates = [{{ cert = \"cert.pem\", key = \"key.pem\" }}] or an [acme] table"),
+            ));
             None
         }
     };
@@ -343,6 +358,13 @@ pub fn build(
         None => builder.with_no_client_auth(),
     };
     let store = Arc::new(store);
+    let resolver = Arc::new(Resolver {
+        store: store.clone(),
+        acme: acme
+            .iter()
+            .map(|spec| crate::acme::managed(spec.clone()))
+            .collect(),
+    });
     // QUIC's TLS (`[vserver.http3]`): the same certificates, SNI and client
     // certificate rule, TLS 1.3 only (RFC 9001 4.2), ALPN "h3".
     let mut quic = versions
@@ -356,7 +378,7 @@ pub fn build(
                 Some(v) => b.with_client_cert_verifier(v),
                 None => b.with_no_client_auth(),
             };
-            let mut q = b.with_cert_resolver(store.clone());
+            let mut q = b.with_cert_resolver(resolver.clone());
             q.alpn_protocols = vec![b"h3".to_vec()];
             q.ignore_client_order = true;
             // No 0-RTT (replayable) until it is asked for, per method.
@@ -364,8 +386,18 @@ pub fn build(
             Some(q)
         })
         .flatten();
-    let mut config = builder.with_cert_resolver(store.clone());
+    let mut config = builder.with_cert_resolver(resolver);
     config.alpn_protocols = alpn;
+    // Last, so no ordinary client is ever offered it: only the CA's
+    // validation handshake, which offers nothing else, gets it.
+    if acme
+        .as_ref()
+        .is_some_and(|a| a.challenge == crate::acme::Challenge::TlsAlpn01)
+    {
+        config
+            .alpn_protocols
+            .push(crate::acme::challenge::ACME_TLS_ALPN.to_vec());
+    }
     // The operator's order of suites and groups wins over the client's.
     config.ignore_client_order = true;
     // Keys and the session cache carry over a reload, so clients keep
@@ -413,6 +445,134 @@ pub fn build(
         tickets,
         sessions,
     })
+}
+
+/// `[vserver.tls.acme]` checked and resolved; None after a problem.
+fn acme_spec(
+    a: &Spanned<model::Acme>,
+    base: &Path,
+    what: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<crate::acme::Spec> {
+    use crate::acme::{Challenge, KeyType, Spec};
+    let what = format!("{what} acme");
+    let before = problems.len();
+    let a = a.get_ref();
+    let mut names = Vec::new();
+    for n in a.names.get_ref() {
+        let name = n.get_ref().to_ascii_lowercase();
+        let why = if name.starts_with("*.") {
+            Some("a wildcard needs the DNS-01 challenge, which is not supported yet")
+        } else if name.parse::<std::net::IpAddr>().is_ok() {
+            Some("an IP address is not a DNS name")
+        } else if !valid_dns_name(&name) {
+            Some("not a valid DNS name")
+        } else {
+            None
+        };
+        match why {
+            Some(why) => {
+                problems.push((n.span(), format!("{what}: name {:?}: {why}", n.get_ref())))
+            }
+            None if names.contains(&name) => problems.push((
+                n.span(),
+                format!("{what}: name {:?} is listed twice", n.get_ref()),
+            )),
+            None => names.push(name),
+        }
+    }
+    if a.names.get_ref().is_empty() {
+        problems.push((
+            a.names.span(),
+            format!("{what}: names is empty; give the DNS names the certificate covers"),
+        ));
+    }
+    let dir = a.directory.get_ref();
+    if !dir.starts_with("https://") || dir.len() <= "https://".len() {
+        problems.push((
+            a.directory.span(),
+            format!("{what}: directory {dir:?} is not an https:// URL (Let's Encrypt: \"https://acme-v02.api.letsencrypt.org/directory\")"),
+        ));
+    }
+    let mut contact = Vec::new();
+    for c in a.contact.iter().flatten() {
+        if !c.get_ref().starts_with("mailto:") || c.get_ref().len() <= "mailto:".len() {
+            problems.push((
+                c.span(),
+                format!("{what}: contact {:?} is not a mailto: URL", c.get_ref()),
+            ));
+        }
+        contact.push(c.get_ref().clone());
+    }
+    let challenge = match a
+        .challenge
+        .as_ref()
+        .map(|c| (c.get_ref().as_str(), c.span()))
+    {
+        None | Some(("http-01", _)) => Challenge::Http01,
+        Some(("tls-alpn-01", _)) => Challenge::TlsAlpn01,
+        Some((other, span)) => {
+            problems.push((span, format!("{what}: unknown challenge {other:?}; allowed: \"http-01\", \"tls-alpn-01\" (DNS-01 is not supported yet)")));
+            Challenge::Http01
+        }
+    };
+    let key_type = match a
+        .key_type
+        .as_ref()
+        .map(|c| (c.get_ref().as_str(), c.span()))
+    {
+        None | Some(("ecdsa-p256", _)) => KeyType::EcdsaP256,
+        Some(("rsa-2048", _)) => KeyType::Rsa2048,
+        Some((other, span)) => {
+            problems.push((
+                span,
+                format!(
+                    "{what}: unknown key_type {other:?}; allowed: \"ecdsa-p256\", \"rsa-2048\""
+                ),
+            ));
+            KeyType::EcdsaP256
+        }
+    };
+    let state_dir = resolve(base, a.state_dir.get_ref());
+    if a.state_dir.get_ref().is_empty() {
+        problems.push((a.state_dir.span(), format!("{what}: state_dir is empty")));
+    } else if state_dir.exists() && !state_dir.is_dir() {
+        problems.push((
+            a.state_dir.span(),
+            format!(
+                "{what}: state_dir {} is not a directory",
+                state_dir.display()
+            ),
+        ));
+    }
+    let ca_roots = a.ca_roots.as_ref().map(|r| {
+        if let Err(p) = read_certs(base, r, &format!("{what} ca_roots")) {
+            problems.push(p);
+        }
+        resolve(base, r.get_ref())
+    });
+    (problems.len() == before).then_some(Spec {
+        names,
+        directory: dir.clone(),
+        contact,
+        challenge,
+        key_type,
+        state_dir,
+        ca_roots,
+    })
+}
+
+/// LDH labels of 1 to 63 characters, at least two labels, 253 at most.
+fn valid_dns_name(n: &str) -> bool {
+    n.len() <= 253
+        && n.contains('.')
+        && n.split('.').all(|l| {
+            !l.is_empty()
+                && l.len() <= 63
+                && !l.starts_with('-')
+                && !l.ends_with('-')
+                && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
 }
 
 /// A vserver's certificates, each checked (readable, matching key, in its

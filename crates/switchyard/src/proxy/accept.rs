@@ -355,6 +355,14 @@ async fn handshake(
         }
     };
     let conn = stream.get_ref().1;
+    if conn.alpn_protocol() == Some(crate::acme::challenge::ACME_TLS_ALPN) {
+        // The CA checked the TLS-ALPN-01 validation certificate: the
+        // connection carries nothing more (RFC 8737 section 3).
+        log::debug(format_args!(
+            "client {client}: TLS-ALPN-01 validation handshake"
+        ));
+        return None;
+    }
     stats::inc(&vc.tls_handshakes);
     if conn.handshake_kind() == Some(rustls::HandshakeKind::Resumed) {
         stats::inc(&vc.tls_resumed);

@@ -38,13 +38,20 @@ use crate::stats;
 /// The vserver's script comes before routing, so it can choose the pool
 /// (`scripting.rs` says why there). The WAF comes right after routing: it judges every request a member
 /// or the cache would answer, before the request is edited for the member.
+///
+/// ACME's HTTP-01 answers come right after it (`AcmeChallenge`): no
+/// policy, limit or script of the vserver may redirect or refuse the CA's
+/// check.
 pub type Pipeline = (
     Normalize,
     (
-        Limits,
+        AcmeChallenge,
         (
-            Scripting,
-            (Route, (Waf, (Forward, (Compress, (Cache, AccessLog))))),
+            Limits,
+            (
+                Scripting,
+                (Route, (Waf, (Forward, (Compress, (Cache, AccessLog))))),
+            ),
         ),
     ),
 );
@@ -53,22 +60,54 @@ pub fn pipeline() -> Pipeline {
     (
         Normalize,
         (
-            Limits::default(),
+            AcmeChallenge,
             (
-                Scripting::default(),
+                Limits::default(),
                 (
-                    Route,
+                    Scripting::default(),
                     (
-                        Waf::default(),
+                        Route,
                         (
-                            Forward,
-                            (Compress::default(), (Cache::default(), AccessLog)),
+                            Waf::default(),
+                            (
+                                Forward,
+                                (Compress::default(), (Cache::default(), AccessLog)),
+                            ),
                         ),
                     ),
                 ),
             ),
         ),
     )
+}
+
+/// HTTP-01 (RFC 8555 8.3): `GET /.well-known/acme-challenge/TOKEN` over
+/// plain HTTP answered with the key authorization of an order this node
+/// has in progress. A token it does not know goes on like any request
+/// (a member may run its own ACME client). Costs one prefix comparison
+/// on other requests.
+pub struct AcmeChallenge;
+
+impl Hooks for AcmeChallenge {
+    fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
+        use crate::acme::challenge::{http01, HTTP01_PREFIX};
+        if x.tls {
+            return Verdict::Continue;
+        }
+        let Some(token) = req.path_only().strip_prefix(HTTP01_PREFIX) else {
+            return Verdict::Continue;
+        };
+        let Some(answer) = std::str::from_utf8(token).ok().and_then(http01) else {
+            return Verdict::Continue;
+        };
+        let (response, body) = responses::local(
+            200,
+            "application/octet-stream",
+            Bytes::from(answer.into_bytes()),
+            &[],
+        );
+        Verdict::Respond(Local { response, body })
+    }
 }
 
 /// Content switching: the vserver's policies choose the pool, collect the

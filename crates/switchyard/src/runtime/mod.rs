@@ -120,6 +120,7 @@ impl Control {
         self.snapshot.store(Arc::new(next));
         // XDP follows the new rules and interfaces (shield/xdp).
         apply_xdp(&self.snapshot.load());
+        crate::acme::start();
         for (b, listeners) in bound {
             for (id, l) in listeners.into_iter().enumerate() {
                 let _ = self.workers[id].cmd.send(WorkerCmd::Listen(b, l));
@@ -222,6 +223,7 @@ pub fn run(source: Source, snapshot: Snapshot) -> Result<(), String> {
     ));
 
     apply_xdp(&snapshot.load());
+    crate::acme::start();
     let local = tokio::task::LocalSet::new();
     let control = Rc::new(Control {
         source,

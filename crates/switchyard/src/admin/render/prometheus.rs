@@ -750,8 +750,47 @@ pub fn render(snap: &Snapshot) -> String {
         }
     }
     ddos(&mut ex);
+    acme(&mut ex);
     process(&mut ex);
     ex.finish()
+}
+
+/// ACME-managed certificates (`[vserver.tls.acme]`), by their first name.
+fn acme(ex: &mut Exposition) {
+    use std::sync::atomic::Ordering::Relaxed;
+    let now = crate::acme::now();
+    for m in crate::acme::all() {
+        let labels = format!("certificate={}", quote(m.id()));
+        let not_after = m.not_after.load(Relaxed);
+        // -1 while there is no certificate at all: alert on < 7 days as
+        // on an expired one.
+        let left = if m.current.load().is_some() {
+            not_after - now
+        } else {
+            -1
+        };
+        ex.sample(
+            "switchyard_acme_certificate_expiry_seconds",
+            Kind::Gauge,
+            "Seconds until the ACME-managed certificate expires (-1 while none was issued yet).",
+            &labels,
+            left,
+        );
+        ex.sample(
+            "switchyard_acme_renewal_failures_total",
+            Kind::Counter,
+            "Orders or renewals of the ACME-managed certificate that failed.",
+            &labels,
+            m.failures.load(Relaxed),
+        );
+        ex.sample(
+            "switchyard_acme_certificates_issued_total",
+            Kind::Counter,
+            "Certificates issued by the CA for this name since the process started.",
+            &labels,
+            m.issued.load(Relaxed),
+        );
+    }
 }
 
 /// The DDoS vectors (`[shield.ddos]` in XDP), by vector.

@@ -1,0 +1,176 @@
+//! Automatic certificates (ACME, RFC 8555) for a single node.
+//!
+//! A vserver's `[vserver.tls.acme]` names a certificate that Switchyard
+//! orders itself. Each one is a `Managed`: the certificate being served
+//! (an `ArcSwapOption` the TLS resolver reads on every handshake), its
+//! expiry for /metrics, and a background thread (`order::run`) that
+//! orders it when there is none and renews it at two thirds of its
+//! lifetime. A new certificate replaces the old one for new handshakes
+//! only: connections keep the one they started with, as after a reload.
+//!
+//! `Managed` outlives snapshots: a reload that keeps the same
+//! `[vserver.tls.acme]` (same names, CA and state_dir) gets the same one
+//! back from `REGISTRY`, so a reload never orders again. The challenge
+//! answers are process-wide (`challenge`): any plain-HTTP vserver answers
+//! HTTP-01, any TLS listener TLS-ALPN-01.
+//!
+//! Until the first certificate is issued (or read back from `state_dir`)
+//! handshakes for its names are refused (no certificate: the client gets
+//! a handshake failure alert), rather than served a self-signed
+//! placeholder that clients would reject anyway; the log says why.
+
+pub mod challenge;
+pub mod client;
+mod order;
+mod resolver;
+
+pub use resolver::Resolver;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+use arc_swap::ArcSwapOption;
+use rustls::sign::CertifiedKey;
+
+/// What the CA must check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Challenge {
+    Http01,
+    TlsAlpn01,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyType {
+    EcdsaP256,
+    Rsa2048,
+}
+
+/// One `[vserver.tls.acme]`, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spec {
+    /// Lower-case, in the configured order (the first names the files).
+    pub names: Vec<String>,
+    pub directory: String,
+    pub contact: Vec<String>,
+    pub challenge: Challenge,
+    pub key_type: KeyType,
+    pub state_dir: PathBuf,
+    pub ca_roots: Option<PathBuf>,
+}
+
+/// A certificate Switchyard orders and renews.
+pub struct Managed {
+    pub spec: Spec,
+    /// The certificate served; None until the first one exists.
+    pub current: ArcSwapOption<CertifiedKey>,
+    /// Validity of `current` (Unix seconds; 0 when there is none).
+    pub not_before: AtomicI64,
+    pub not_after: AtomicI64,
+    /// Orders or renewals that failed (each attempt once).
+    pub failures: AtomicU64,
+    /// Certificates issued since the process started.
+    pub issued: AtomicU64,
+    started: AtomicBool,
+}
+
+impl Managed {
+    /// Whether `sni` is one of the names (case-insensitive).
+    pub fn covers(&self, sni: &str) -> bool {
+        self.spec.names.iter().any(|n| n.eq_ignore_ascii_case(sni))
+    }
+
+    /// The name used in logs and metrics: the first one.
+    pub fn id(&self) -> &str {
+        &self.spec.names[0]
+    }
+
+    fn install(&self, ck: CertifiedKey, info: &crate::tls::x509::CertInfo) {
+        self.not_before.store(info.not_before, Ordering::Relaxed);
+        self.not_after.store(info.not_after, Ordering::Relaxed);
+        self.current.store(Some(Arc::new(ck)));
+    }
+}
+
+/// Weak: a `Managed` lives while a snapshot's resolver (or its own task)
+/// holds it. A task whose certificate no snapshot names any more stops
+/// when it next wakes (`order::run`).
+static REGISTRY: Mutex<Vec<Weak<Managed>>> = Mutex::new(Vec::new());
+
+/// The `Managed` for `spec`: the one an earlier snapshot made, or a new
+/// one with the certificate last stored in `state_dir`, if any and still
+/// valid. Its task starts with `start`.
+pub fn managed(spec: Spec) -> Arc<Managed> {
+    let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
+    reg.retain(|w| w.strong_count() > 0);
+    if let Some(m) = reg
+        .iter()
+        .filter_map(Weak::upgrade)
+        .find(|m| m.spec == spec)
+    {
+        return m;
+    }
+    let m = Arc::new(Managed {
+        spec,
+        current: ArcSwapOption::empty(),
+        not_before: AtomicI64::new(0),
+        not_after: AtomicI64::new(0),
+        failures: AtomicU64::new(0),
+        issued: AtomicU64::new(0),
+        started: AtomicBool::new(false),
+    });
+    match order::load_stored(&m.spec) {
+        Ok(Some((ck, info))) => m.install(ck, &info),
+        Ok(None) => {}
+        Err(e) => crate::log::warn(format_args!(
+            "acme {}: stored certificate not used: {e}",
+            m.id()
+        )),
+    }
+    reg.push(Arc::downgrade(&m));
+    m
+}
+
+/// Every managed certificate (for /metrics).
+pub fn all() -> Vec<Arc<Managed>> {
+    REGISTRY
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .filter_map(Weak::upgrade)
+        .collect()
+}
+
+/// Starts the ordering task of every managed certificate that has none
+/// yet: called by the running proxy after each snapshot is in place (never
+/// by `switchyard check`).
+pub fn start() {
+    for m in all() {
+        if m.started.swap(true, Ordering::Relaxed) {
+            continue;
+        }
+        if m.current.load().is_none() {
+            crate::log::info(format_args!(
+                "acme {}: no certificate yet: handshakes for {} are refused until the first order completes",
+                m.id(),
+                m.spec.names.join(", ")
+            ));
+        }
+        let name = format!("acme {}", m.id());
+        let m2 = m.clone();
+        if let Err(e) = std::thread::Builder::new()
+            .name("acme".into())
+            .spawn(move || order::run(m2))
+        {
+            crate::log::error(format_args!("{name}: cannot start its task: {e}"));
+        }
+    }
+}
+
+/// Unix seconds now.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,357 @@
+//! One managed certificate's task: order it when there is none, renew it
+//! at two thirds of its lifetime (jittered), retry failures with backoff.
+//! Runs on a thread of its own with a small tokio runtime, never on a
+//! worker: an order waits seconds on the CA and must not touch requests.
+//!
+//! Files in `state_dir`: `account.json` (the account key and URL, 0600,
+//! shared by every certificate kept there) and `NAME/cert.pem`,
+//! `NAME/key.pem` (NAME the first name). Each is written to a temporary
+//! file and renamed, so a crash never leaves half a certificate.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use instant_acme::{
+    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
+    NewOrder, OrderStatus, RetryPolicy,
+};
+use rustls::sign::CertifiedKey;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+
+use super::{challenge, now, Challenge, KeyType, Managed, Spec};
+use crate::log;
+use crate::tls::x509::{self, CertInfo};
+
+/// First retry after a failure; doubled up to `MAX_BACKOFF`.
+const FIRST_BACKOFF: Duration = Duration::from_secs(5);
+const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+
+fn cert_dir(spec: &Spec) -> PathBuf {
+    spec.state_dir.join(&spec.names[0])
+}
+
+/// The certificate kept in `state_dir`, if there is one that is still
+/// valid and covers every configured name.
+pub(super) fn load_stored(spec: &Spec) -> Result<Option<(CertifiedKey, CertInfo)>, String> {
+    let dir = cert_dir(spec);
+    let (cert, key) = (dir.join("cert.pem"), dir.join("key.pem"));
+    if !cert.exists() {
+        return Ok(None);
+    }
+    let chain = std::fs::read(&cert).map_err(|e| format!("{}: {e}", cert.display()))?;
+    let key = std::fs::read(&key).map_err(|e| format!("{}: {e}", key.display()))?;
+    let (ck, info) = certified(&chain, &key)?;
+    if info.not_after <= now() {
+        return Ok(None);
+    }
+    let names = info.names();
+    if !spec.names.iter().all(|n| names.contains(n)) {
+        return Ok(None);
+    }
+    Ok(Some((ck, info)))
+}
+
+/// A PEM chain and key, checked to belong together.
+fn certified(chain: &[u8], key: &[u8]) -> Result<(CertifiedKey, CertInfo), String> {
+    let chain = CertificateDer::pem_slice_iter(chain)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("certificate PEM: {e}"))?;
+    let leaf = chain.first().ok_or("no certificate in the chain")?;
+    let info = x509::parse(leaf).map_err(|e| format!("certificate: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(|e| format!("key PEM: {e}"))?;
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let ck = CertifiedKey::from_der(chain, key, &provider).map_err(|e| e.to_string())?;
+    Ok((ck, info))
+}
+
+/// Seconds from now until the renewal of a certificate valid from
+/// `not_before` to `not_after`: two thirds of its lifetime, give or take
+/// a random 1/30 of it (so certificates issued together do not all go
+/// back to the CA in the same second).
+fn renew_in(not_before: i64, not_after: i64, now: i64, random: u64) -> i64 {
+    let life = (not_after - not_before).max(0);
+    let jitter_span = (life / 15).max(1);
+    let jitter = (random % jitter_span as u64) as i64 - jitter_span / 2;
+    (not_before + life * 2 / 3 + jitter - now).max(0)
+}
+
+pub(super) fn run(m: Arc<Managed>) {
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            log::error(format_args!(
+                "acme {}: cannot start its runtime: {e}",
+                m.id()
+            ));
+            return;
+        }
+    };
+    rt.block_on(async move {
+        let mut backoff = FIRST_BACKOFF;
+        loop {
+            if m.current.load().is_some() {
+                let wait = renew_in(
+                    m.not_before.load(Ordering::Relaxed),
+                    m.not_after.load(Ordering::Relaxed),
+                    now(),
+                    crate::random::next_u64(),
+                );
+                if wait > 0 {
+                    tokio::time::sleep(Duration::from_secs(wait as u64)).await;
+                }
+            }
+            // Only this task holds it: no snapshot serves it any more.
+            if Arc::strong_count(&m) == 1 {
+                log::info(format_args!(
+                    "acme {}: no longer configured; its task stops",
+                    m.id()
+                ));
+                return;
+            }
+            match issue(&m).await {
+                Ok(info) => {
+                    backoff = FIRST_BACKOFF;
+                    m.issued.fetch_add(1, Ordering::Relaxed);
+                    log::info(format_args!(
+                        "acme {}: certificate issued for {}, valid until {}; serving it to new handshakes",
+                        m.id(),
+                        m.spec.names.join(", "),
+                        crate::tls::format_time(info.not_after)
+                    ));
+                }
+                Err(e) => {
+                    m.failures.fetch_add(1, Ordering::Relaxed);
+                    let still = if m.current.load().is_some() {
+                        "the current certificate keeps serving"
+                    } else {
+                        "handshakes for its names are still refused"
+                    };
+                    log::warn(format_args!(
+                        "acme {}: order failed: {e}; {still}; next try in {}s",
+                        m.id(),
+                        backoff.as_secs()
+                    ));
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
+                }
+            }
+        }
+    });
+}
+
+async fn account(spec: &Spec) -> Result<Account, String> {
+    let http = super::client::Client::new(spec.ca_roots.as_deref())
+        .map_err(|e| format!("ca_roots: {e}"))?;
+    let path = spec.state_dir.join("account.json");
+    if let Ok(json) = std::fs::read(&path) {
+        let creds: AccountCredentials =
+            serde_json::from_slice(&json).map_err(|e| format!("{}: {e}", path.display()))?;
+        return Account::builder_with_http(Box::new(http))
+            .from_credentials(creds)
+            .await
+            .map_err(|e| format!("account from {}: {e}", path.display()));
+    }
+    let contact: Vec<&str> = spec.contact.iter().map(|c| c.as_str()).collect();
+    let (account, creds) = Account::builder_with_http(Box::new(http))
+        .create(
+            &NewAccount {
+                contact: &contact,
+                terms_of_service_agreed: true,
+                only_return_existing: false,
+            },
+            spec.directory.clone(),
+            None,
+        )
+        .await
+        .map_err(|e| format!("new account at {}: {e}", spec.directory))?;
+    let json = serde_json::to_vec(&creds).map_err(|e| e.to_string())?;
+    write_private(&path, &json)?;
+    log::info(format_args!(
+        "acme: account {} created, key kept in {}",
+        account.id(),
+        path.display()
+    ));
+    Ok(account)
+}
+
+/// Writes `path` through a temporary file and a rename, readable by the
+/// owner only (keys).
+fn write_private(path: &Path, data: &[u8]) -> Result<(), String> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    }
+    let tmp = path.with_extension("tmp");
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    f.write_all(data)
+        .and_then(|_| f.sync_all())
+        .map_err(|e| format!("{}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Removes the challenge answers an order put up, however it ends.
+struct Answers {
+    tokens: Vec<String>,
+    names: Vec<String>,
+}
+
+impl Drop for Answers {
+    fn drop(&mut self) {
+        for t in &self.tokens {
+            challenge::set_http01(t, None);
+        }
+        for n in &self.names {
+            challenge::set_alpn01(n, None);
+        }
+    }
+}
+
+/// The TLS-ALPN-01 validation certificate for `name` (RFC 8737 3): self-
+/// signed, the name as its only SAN, the key authorization's SHA-256 in
+/// the critical acmeIdentifier extension.
+fn alpn_cert(name: &str, digest: &[u8]) -> Result<CertifiedKey, String> {
+    let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+    let mut params =
+        rcgen::CertificateParams::new(vec![name.to_string()]).map_err(|e| e.to_string())?;
+    params
+        .custom_extensions
+        .push(rcgen::CustomExtension::new_acme_identifier(digest));
+    let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
+    // Not `CertifiedKey::from_der`: its key check parses the certificate
+    // with webpki, which refuses the critical acmeIdentifier extension.
+    let der = PrivateKeyDer::try_from(key.serialize_der()).map_err(|e| e.to_string())?;
+    let signing = rustls::crypto::aws_lc_rs::default_provider()
+        .key_provider
+        .load_private_key(der)
+        .map_err(|e| e.to_string())?;
+    Ok(CertifiedKey::new(vec![cert.der().clone()], signing))
+}
+
+async fn issue(m: &Managed) -> Result<CertInfo, String> {
+    let spec = &m.spec;
+    let account = account(spec).await?;
+    let ids: Vec<Identifier> = spec
+        .names
+        .iter()
+        .map(|n| Identifier::Dns(n.clone()))
+        .collect();
+    let mut order = account
+        .new_order(&NewOrder::new(&ids))
+        .await
+        .map_err(|e| format!("new order: {e}"))?;
+    let mut answers = Answers {
+        tokens: Vec::new(),
+        names: Vec::new(),
+    };
+    let kind = match spec.challenge {
+        Challenge::Http01 => ChallengeType::Http01,
+        Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+    };
+    let mut authzs = order.authorizations();
+    while let Some(a) = authzs.next().await {
+        let mut a = a.map_err(|e| format!("authorization: {e}"))?;
+        match a.status {
+            AuthorizationStatus::Pending => {}
+            AuthorizationStatus::Valid => continue,
+            s => return Err(format!("authorization is {s:?}")),
+        }
+        let name = a.identifier().to_string();
+        let mut ch = a
+            .challenge(kind.clone())
+            .ok_or_else(|| format!("the CA offers no {kind:?} challenge for {name}"))?;
+        let key_auth = ch.key_authorization();
+        match kind {
+            ChallengeType::Http01 => {
+                challenge::set_http01(&ch.token, Some(key_auth.as_str()));
+                answers.tokens.push(ch.token.clone());
+            }
+            _ => {
+                let cert = alpn_cert(&name, key_auth.digest().as_ref())?;
+                challenge::set_alpn01(&name, Some(Arc::new(cert)));
+                answers.names.push(name.clone());
+            }
+        }
+        log::info(format_args!(
+            "acme {}: answering the {} challenge for {name}",
+            m.id(),
+            match kind {
+                ChallengeType::Http01 => "http-01",
+                _ => "tls-alpn-01",
+            }
+        ));
+        ch.set_ready()
+            .await
+            .map_err(|e| format!("challenge for {name}: {e}"))?;
+    }
+    let retry = RetryPolicy::new().timeout(Duration::from_secs(120));
+    let status = order
+        .poll_ready(&retry)
+        .await
+        .map_err(|e| format!("waiting for validation: {e}"))?;
+    if status != OrderStatus::Ready {
+        return Err(format!("order is {status:?} after validation"));
+    }
+    drop(answers);
+
+    let key = match spec.key_type {
+        KeyType::EcdsaP256 => rcgen::KeyPair::generate_for(&rcgen::PKCS_ECDSA_P256_SHA256),
+        KeyType::Rsa2048 => rcgen::KeyPair::generate_for(&rcgen::PKCS_RSA_SHA256),
+    }
+    .map_err(|e| format!("new key: {e}"))?;
+    let mut params =
+        rcgen::CertificateParams::new(spec.names.clone()).map_err(|e| e.to_string())?;
+    params.distinguished_name = rcgen::DistinguishedName::new();
+    let csr = params
+        .serialize_request(&key)
+        .map_err(|e| format!("CSR: {e}"))?;
+    order
+        .finalize_csr(csr.der())
+        .await
+        .map_err(|e| format!("finalize: {e}"))?;
+    let chain = order
+        .poll_certificate(&retry)
+        .await
+        .map_err(|e| format!("certificate: {e}"))?;
+    let key_pem = key.serialize_pem();
+    let (ck, info) = certified(chain.as_bytes(), key_pem.as_bytes())?;
+    let dir = cert_dir(spec);
+    // The key first: a certificate on disk always has its key beside it.
+    write_private(&dir.join("key.pem.new"), key_pem.as_bytes())?;
+    write_private(&dir.join("cert.pem.new"), chain.as_bytes())?;
+    for f in ["key.pem", "cert.pem"] {
+        std::fs::rename(dir.join(format!("{f}.new")), dir.join(f))
+            .map_err(|e| format!("{}: {e}", dir.join(f).display()))?;
+    }
+    m.install(ck, &info);
+    Ok(info)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn renewal_at_two_thirds_with_jitter() {
+        // 90 days from 0: two thirds is day 60, give or take 3 days / 2.
+        let life = 90 * 86_400;
+        for r in [0, 1, 12345, u64::MAX] {
+            let t = renew_in(0, life, 0, r);
+            assert!((t - 60 * 86_400).abs() <= life / 30, "{t}");
+        }
+        // Past the point: now.
+        assert_eq!(renew_in(0, 90, 80, 0), 0);
+    }
+}

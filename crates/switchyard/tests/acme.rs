@@ -1,0 +1,538 @@
+//! Automatic certificates (`[vserver.tls.acme]`, docs/acme.md) against a
+//! real ACME server: pebble v2.10.3 with pebble-challtestsrv as its DNS
+//! (every name resolves to the test's loopback address), both installed
+//! by scripts/test.sh with `go install`. Without them the tests that need
+//! them skip and say so.
+
+mod common;
+use common::*;
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+
+const NAME: &str = "shop.example.com";
+
+/// A Go program from PATH or ~/go/bin (where `go install` puts it).
+fn go_tool(name: &str) -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).collect())
+        .unwrap_or_default();
+    if let Some(h) = std::env::var_os("HOME") {
+        dirs.push(PathBuf::from(h).join("go/bin"));
+    }
+    dirs.into_iter().map(|d| d.join(name)).find(|p| p.is_file())
+}
+
+/// A free TCP port on `ip`.
+fn port_on(ip: IpAddr) -> u16 {
+    let l = TcpListener::bind((ip, 0)).expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+fn wait_port(a: SocketAddr, what: &str, log: &Path) {
+    assert!(
+        eventually(Duration::from_secs(15), || TcpStream::connect_timeout(
+            &a,
+            Duration::from_millis(200)
+        )
+        .is_ok()),
+        "{what} not listening on {a}:\n{}",
+        std::fs::read_to_string(log).unwrap_or_default()
+    );
+}
+
+struct Pebble {
+    pebble: Child,
+    dns: Child,
+    dir: PathBuf,
+    /// Trusts pebble's own HTTPS (the ACME API and management interface).
+    api_ca: PathBuf,
+    directory: String,
+    management: SocketAddr,
+}
+
+impl Drop for Pebble {
+    fn drop(&mut self) {
+        let _ = self.pebble.kill();
+        let _ = self.pebble.wait();
+        let _ = self.dns.kill();
+        let _ = self.dns.wait();
+    }
+}
+
+impl Pebble {
+    /// Pebble validating HTTP-01 on `ip:http_port` and TLS-ALPN-01 on
+    /// `ip:tls_port`, issuing certificates valid `validity` seconds; None
+    /// (with a message) when pebble is not installed.
+    fn start(ip: IpAddr, http_port: u16, tls_port: u16, validity: u64) -> Option<Pebble> {
+        let (Some(pebble), Some(challtest)) = (go_tool("pebble"), go_tool("pebble-challtestsrv"))
+        else {
+            eprintln!(
+                "skipping: pebble and pebble-challtestsrv are not installed (scripts/test.sh installs them: go install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.10.3 and cmd/pebble-challtestsrv@v2.10.3)"
+            );
+            return None;
+        };
+        let pki = Pki::new("pebble-api");
+        let (cert, key) = pki.issue_cn("api", "localhost", "IP:127.0.0.1,DNS:localhost");
+        let dir = pki.dir.clone();
+        let lo: IpAddr = [127, 0, 0, 1].into();
+        let dns_port = {
+            // challtestsrv serves DNS on UDP and TCP: a port free for both.
+            loop {
+                let p = port_on(lo);
+                if std::net::UdpSocket::bind((lo, p)).is_ok() {
+                    break p;
+                }
+            }
+        };
+        let dns_log = std::fs::File::create(dir.join("challtestsrv.log")).expect("log");
+        let dns = Command::new(challtest)
+            .args(["-defaultIPv4", &ip.to_string(), "-defaultIPv6", ""])
+            .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
+            .args(["-management", &format!("127.0.0.1:{}", port_on(lo))])
+            .args(["-http01", "", "-https01", "", "-tlsalpn01", "", "-doh", ""])
+            .stdout(dns_log.try_clone().expect("log"))
+            .stderr(dns_log)
+            .spawn()
+            .expect("start pebble-challtestsrv");
+        let listen = SocketAddr::new(lo, port_on(lo));
+        let management = SocketAddr::new(lo, port_on(lo));
+        let config = serde_json::json!({
+            "pebble": {
+                "listenAddress": listen.to_string(),
+                "managementListenAddress": management.to_string(),
+                "certificate": cert,
+                "privateKey": key,
+                "httpPort": http_port,
+                "tlsPort": tls_port,
+                "ocspResponderURL": "",
+                "externalAccountBindingRequired": false,
+                "profiles": { "default": { "description": "test", "validityPeriod": validity } }
+            }
+        });
+        std::fs::write(dir.join("pebble.json"), config.to_string()).expect("config");
+        let log = std::fs::File::create(dir.join("pebble.log")).expect("log");
+        let child = Command::new(pebble)
+            .arg("-config")
+            .arg(dir.join("pebble.json"))
+            .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
+            // Validate at once and always for real; no random bad nonces.
+            .env("PEBBLE_VA_NOSLEEP", "1")
+            .env("PEBBLE_VA_ALWAYS_VALID", "0")
+            .env("PEBBLE_WFE_NONCEREJECT", "0")
+            .stdout(log.try_clone().expect("log"))
+            .stderr(log)
+            .spawn()
+            .expect("start pebble");
+        let p = Pebble {
+            pebble: child,
+            dns,
+            api_ca: pki.ca(),
+            directory: format!("https://{listen}/dir"),
+            management,
+            dir,
+        };
+        wait_port(listen, "pebble", &p.dir.join("pebble.log"));
+        wait_port(management, "pebble management", &p.dir.join("pebble.log"));
+        Some(p)
+    }
+
+    /// The CA goes down (its DNS stays).
+    fn stop(&mut self) {
+        let _ = self.pebble.kill();
+        let _ = self.pebble.wait();
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.join("pebble.log")).unwrap_or_default()
+    }
+
+    /// Orders placed at pebble so far.
+    fn orders(&self) -> usize {
+        self.log().matches("Added order").count()
+    }
+
+    /// The root pebble issues under (its management interface's
+    /// /roots/0), PEM.
+    fn root(&self) -> Vec<u8> {
+        let (status, body) = https_get(self.management, "/roots/0", &self.api_ca);
+        assert_eq!(status, 200, "pebble /roots/0: {body:?}");
+        body
+    }
+
+    /// The `[vserver.tls.acme]` table for this pebble.
+    fn acme_table(&self, challenge: &str, state_dir: &Path) -> String {
+        format!(
+            "[vserver.tls.acme]\nnames = [\"{NAME}\"]\ndirectory = \"{}\"\ncontact = [\"mailto:ops@example.com\"]\nchallenge = \"{challenge}\"\nstate_dir = \"{}\"\nca_roots = \"{}\"\n",
+            self.directory,
+            state_dir.display(),
+            self.api_ca.display()
+        )
+    }
+}
+
+fn tls_client(roots_pem: &[u8], alpn: &[&[u8]]) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for c in CertificateDer::pem_slice_iter(roots_pem) {
+        roots.add(c.expect("PEM")).expect("root");
+    }
+    let mut cfg = rustls::ClientConfig::builder_with_provider(Arc::new(
+        rustls::crypto::aws_lc_rs::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .expect("versions")
+    .with_root_certificates(roots)
+    .with_no_client_auth();
+    cfg.alpn_protocols = alpn.iter().map(|a| a.to_vec()).collect();
+    Arc::new(cfg)
+}
+
+/// GET over HTTPS trusting `ca` (one request, connection closed).
+fn https_get(addr: SocketAddr, path: &str, ca: &Path) -> (u16, Vec<u8>) {
+    let cfg = tls_client(&std::fs::read(ca).expect("ca"), &[]);
+    let name = ServerName::try_from("localhost").expect("name");
+    let conn = rustls::ClientConnection::new(cfg, name).expect("client");
+    let tcp = TcpStream::connect(addr).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let mut s = rustls::StreamOwned::new(conn, tcp);
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").expect("write");
+    let mut raw = Vec::new();
+    let _ = s.read_to_end(&mut raw);
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("response head");
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .expect("status");
+    (status, raw[split + 4..].to_vec())
+}
+
+/// The leaf certificate `addr` serves for `sni` to a client trusting
+/// `root` and offering `alpn`, with the protocol chosen; Err(why) when
+/// the handshake fails (no certificate yet, or one the root does not
+/// sign).
+fn served(
+    addr: SocketAddr,
+    sni: &str,
+    root: &[u8],
+    alpn: &[&[u8]],
+) -> Result<(Vec<u8>, Option<Vec<u8>>), String> {
+    let cfg = tls_client(root, alpn);
+    let name = ServerName::try_from(sni.to_string()).map_err(|e| e.to_string())?;
+    let mut conn = rustls::ClientConnection::new(cfg, name).map_err(|e| e.to_string())?;
+    let mut tcp = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).ok();
+    while conn.is_handshaking() {
+        conn.complete_io(&mut tcp).map_err(|e| e.to_string())?;
+    }
+    let leaf = conn
+        .peer_certificates()
+        .and_then(|c| c.first())
+        .ok_or("no certificate")?
+        .to_vec();
+    Ok((leaf, conn.alpn_protocol().map(|p| p.to_vec())))
+}
+
+/// Waits for `addr` to serve a certificate for NAME that chains to
+/// pebble's root; returns its DER.
+fn wait_served(sy: &Switchyard, p: &Pebble, addr: SocketAddr, within: Duration) -> Vec<u8> {
+    let root = p.root();
+    let mut last = String::new();
+    let mut leaf = None;
+    eventually(within, || match served(addr, NAME, &root, &[b"http/1.1"]) {
+        Ok((l, _)) => {
+            leaf = Some(l);
+            true
+        }
+        Err(e) => {
+            last = e;
+            false
+        }
+    });
+    leaf.unwrap_or_else(|| {
+        panic!(
+            "no certificate for {NAME} on {addr} within {within:?} (last: {last})\nswitchyard:\n{}\npebble:\n{}",
+            sy.log(),
+            p.log()
+        )
+    })
+}
+
+type TlsConn = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
+
+fn keep_alive(addr: SocketAddr, root: &[u8]) -> TlsConn {
+    let cfg = tls_client(root, &[b"http/1.1"]);
+    let conn = rustls::ClientConnection::new(cfg, ServerName::try_from(NAME).expect("name"))
+        .expect("client");
+    let tcp = TcpStream::connect(addr).expect("connect");
+    tcp.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    rustls::StreamOwned::new(conn, tcp)
+}
+
+/// Sends one GET on `s`; whether a 200 response head comes back (what
+/// is left of an earlier response's body is skipped).
+fn answers(s: &mut TlsConn) -> bool {
+    if write!(s, "GET / HTTP/1.1\r\nHost: {NAME}\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut seen = Vec::new();
+    let mut buf = [0u8; 4096];
+    while !seen.windows(12).any(|w| w == b"HTTP/1.1 200") {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return false,
+            Ok(k) => seen.extend_from_slice(&buf[..k]),
+        }
+    }
+    true
+}
+
+fn metric(sy: &Switchyard, name: &str) -> Option<f64> {
+    let text = sy.admin_get("/metrics");
+    let prefix = format!("{name}{{certificate=\"{NAME}\"}} ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// A loopback address with two free ports: plain HTTP and TLS.
+fn addrs() -> (SocketAddr, SocketAddr) {
+    let plain = free_addr();
+    let tls = SocketAddr::new(plain.ip(), port_on(plain.ip()));
+    (plain, tls)
+}
+
+fn config(plain: SocketAddr, tls: SocketAddr, origin: &Origin, acme: &str) -> String {
+    // The plain vserver sends everything to HTTPS: HTTP-01 must still be
+    // answered, before the policy.
+    format!(
+        "[[vserver]]\nname = \"plain\"\nlisten = [\"{plain}\"]\ndefault_pool = \"p\"\n\
+         [[vserver.policy]]\nmatch = {{ path_prefix = \"/\" }}\naction = {{ redirect_https = true, https_port = {} }}\n\
+         [[vserver]]\nname = \"secure\"\nlisten = [\"{tls}\"]\ndefault_pool = \"p\"\n\
+         [vserver.tls]\nalpn = [\"h2\", \"http/1.1\"]\n{acme}\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
+        tls.port(),
+        origin.addr
+    )
+}
+
+/// HTTP-01: the first certificate is ordered and served, the challenge
+/// is answered although every plain-HTTP request is redirected, and a
+/// restart serves the stored certificate without a new order.
+#[test]
+fn http01_issues_and_a_restart_reuses_the_stored_certificate() {
+    let (plain, tls) = addrs();
+    let Some(p) = Pebble::start(plain.ip(), plain.port(), tls.port(), 3600) else {
+        return;
+    };
+    let origin = Origin::start("o");
+    let state = temp_dir("acme-state");
+    let cfg = config(plain, tls, &origin, &p.acme_table("http-01", &state));
+    let sy = Switchyard::start(&cfg, &[plain, tls]);
+    let leaf = wait_served(&sy, &p, tls, Duration::from_secs(60));
+    assert_eq!(p.orders(), 1, "one order:\n{}", p.log());
+    assert!(sy
+        .log()
+        .contains(&format!("answering the http-01 challenge for {NAME}")));
+    // The policy still redirects everything else.
+    let r = get(plain, "/.well-known/acme-challenge/not-a-token");
+    assert_eq!(r.status, 301);
+    assert!(state.join(NAME).join("cert.pem").is_file());
+    let expiry = metric(&sy, "switchyard_acme_certificate_expiry_seconds").expect("gauge");
+    assert!(expiry > 3000.0 && expiry <= 3600.0, "expiry {expiry}");
+    assert_eq!(
+        metric(&sy, "switchyard_acme_certificates_issued_total"),
+        Some(1.0)
+    );
+    // A reload keeps the certificate and its task: no new order.
+    let (ok, out) = sy.reload_with(&cfg);
+    assert!(ok, "{out}");
+    let (after_reload, _) = served(tls, NAME, &p.root(), &[b"http/1.1"]).expect("served");
+    assert_eq!(after_reload, leaf);
+    // An ordinary client still gets its own protocol.
+    let (_, alpn) = served(tls, NAME, &p.root(), &[b"h2", b"http/1.1"]).expect("handshake");
+    assert_eq!(alpn.as_deref(), Some(&b"h2"[..]));
+    drop(sy);
+
+    let sy = Switchyard::start(&cfg, &[plain, tls]);
+    let again = wait_served(&sy, &p, tls, Duration::from_secs(5));
+    assert_eq!(
+        again, leaf,
+        "the stored certificate is served after a restart"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(p.orders(), 1, "no new order after a restart:\n{}", p.log());
+}
+
+/// TLS-ALPN-01: the CA's validation handshake (ALPN acme-tls/1) is
+/// answered in the TLS listener, and the certificate then served.
+#[test]
+fn tls_alpn01_issues_in_the_tls_listener() {
+    let (plain, tls) = addrs();
+    // HTTP-01 is pointed at a closed port: only TLS-ALPN-01 can succeed.
+    let closed = port_on(plain.ip());
+    let Some(p) = Pebble::start(plain.ip(), closed, tls.port(), 3600) else {
+        return;
+    };
+    let origin = Origin::start("o");
+    let state = temp_dir("acme-state");
+    let cfg = config(plain, tls, &origin, &p.acme_table("tls-alpn-01", &state));
+    let sy = Switchyard::start(&cfg, &[plain, tls]);
+    wait_served(&sy, &p, tls, Duration::from_secs(60));
+    assert_eq!(p.orders(), 1);
+    assert!(
+        sy.log()
+            .contains(&format!("answering the tls-alpn-01 challenge for {NAME}")),
+        "{}",
+        sy.log()
+    );
+    // With no order in progress, acme-tls/1 gets no certificate at all.
+    assert!(served(tls, NAME, &p.root(), &[b"acme-tls/1"]).is_err());
+}
+
+/// A certificate of 30 s is renewed at two thirds of its life and the new
+/// one served to new handshakes, without a reload.
+#[test]
+fn a_short_lived_certificate_is_renewed_without_a_reload() {
+    let (plain, tls) = addrs();
+    let Some(p) = Pebble::start(plain.ip(), plain.port(), tls.port(), 30) else {
+        return;
+    };
+    let origin = Origin::start("o");
+    let state = temp_dir("acme-state");
+    let cfg = config(plain, tls, &origin, &p.acme_table("http-01", &state));
+    let sy = Switchyard::start(
+        &format!("[timeouts]\nclient_idle = \"2m\"\n{cfg}"),
+        &[plain, tls],
+    );
+    let first = wait_served(&sy, &p, tls, Duration::from_secs(60));
+    let root = p.root();
+    // A connection opened before the renewal, asked again after it.
+    let mut before = keep_alive(tls, &root);
+    assert!(answers(&mut before));
+    let mut renewed = None;
+    eventually(Duration::from_secs(40), || {
+        match served(tls, NAME, &root, &[b"http/1.1"]) {
+            Ok((l, _)) if l != first => {
+                renewed = Some(l);
+                true
+            }
+            _ => false,
+        }
+    });
+    assert!(
+        renewed.is_some(),
+        "no renewal within 40 s:\n{}\n{}",
+        sy.log(),
+        p.log()
+    );
+    // The swap left the open connection alone: it still answers, with
+    // the certificate it began with.
+    assert!(answers(&mut before), "the older connection still answers");
+    assert_eq!(
+        before
+            .conn
+            .peer_certificates()
+            .and_then(|c| c.first())
+            .map(|c| c.to_vec()),
+        Some(first)
+    );
+    assert!(p.orders() >= 2);
+    assert!(metric(&sy, "switchyard_acme_certificates_issued_total").unwrap_or(0.0) >= 2.0);
+    assert_eq!(
+        metric(&sy, "switchyard_acme_renewal_failures_total"),
+        Some(0.0)
+    );
+    assert!(!sy.log().contains("reload"), "{}", sy.log());
+}
+
+/// The CA is down when the renewal comes: the failure is counted and
+/// logged, and the current certificate keeps serving.
+#[test]
+fn a_ca_down_at_renewal_leaves_the_current_certificate_serving() {
+    let (plain, tls) = addrs();
+    let Some(mut p) = Pebble::start(plain.ip(), plain.port(), tls.port(), 30) else {
+        return;
+    };
+    let origin = Origin::start("o");
+    let state = temp_dir("acme-state");
+    let cfg = config(plain, tls, &origin, &p.acme_table("http-01", &state));
+    let sy = Switchyard::start(&cfg, &[plain, tls]);
+    let first = wait_served(&sy, &p, tls, Duration::from_secs(60));
+    let root = p.root();
+    p.stop();
+    assert!(
+        eventually(Duration::from_secs(40), || metric(
+            &sy,
+            "switchyard_acme_renewal_failures_total"
+        )
+        .unwrap_or(0.0)
+            >= 1.0),
+        "no failed renewal counted:\n{}",
+        sy.log()
+    );
+    let (leaf, _) = served(tls, NAME, &root, &[b"http/1.1"]).expect("still served");
+    assert_eq!(leaf, first);
+    assert!(sy.log().contains("the current certificate keeps serving"));
+    let expiry = metric(&sy, "switchyard_acme_certificate_expiry_seconds").expect("gauge");
+    assert!(expiry < 15.0, "expiry {expiry}");
+}
+
+/// `switchyard check` refuses what cannot work, at the value's line.
+#[test]
+fn check_refuses_bad_acme_settings() {
+    let dir = temp_dir("acme-check");
+    let path = dir.join("bad.toml");
+    std::fs::write(
+        &path,
+        "[[vserver]]\nname = \"s\"\nlisten = [\"127.0.0.1:8443\"]\ndefault_pool = \"p\"\n\
+         [vserver.tls.acme]\n\
+         names = [\"*.example.com\", \"10.0.0.1\"]\n\
+         directory = \"http://ca.example/dir\"\n\
+         contact = [\"ops@example.com\"]\n\
+         challenge = \"dns-01\"\n\
+         key_type = \"ed25519\"\n\
+         state_dir = \"state\"\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:2\"\n",
+    )
+    .expect("write");
+    let (code, out, err) = run_cli(&["check", "-c", path.to_str().expect("path")]);
+    let all = format!("{out}{err}");
+    assert_ne!(code, Some(0), "{all}");
+    for (line, what) in [
+        (6, "a wildcard needs the DNS-01 challenge"),
+        (6, "an IP address is not a DNS name"),
+        (7, "is not an https:// URL"),
+        (8, "is not a mailto: URL"),
+        (9, "unknown challenge \"dns-01\""),
+        (10, "unknown key_type \"ed25519\""),
+    ] {
+        assert!(
+            all.lines()
+                .any(|l| l.contains(&format!(":{line}:")) && l.contains(what)),
+            "line {line}: {what:?} in:\n{all}"
+        );
+    }
+    // No certificate source at all.
+    std::fs::write(
+        &path,
+        "[[vserver]]\nname = \"s\"\nlisten = [\"127.0.0.1:8443\"]\ndefault_pool = \"p\"\n[vserver.tls]\nversions = [\"1.3\"]\n[[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:2\"\n",
+    )
+    .expect("write");
+    let (code, out, err) = run_cli(&["check", "-c", path.to_str().expect("path")]);
+    assert_ne!(code, Some(0));
+    assert!(
+        format!("{out}{err}").contains("no certificate"),
+        "{out}{err}"
+    );
+}
