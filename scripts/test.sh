@@ -111,12 +111,14 @@ if ! command -v pebble >/dev/null 2>&1 || ! command -v pebble-challtestsrv >/dev
     # Go older than 1.21 cannot fetch a toolchain itself: golang.org/dl's
     # wrapper (which builds with any Go) downloads Go 1.25 into ~/sdk.
     if ! go version | grep -Eq 'go1\.(2[1-9]|[3-9][0-9])'; then
-      go install golang.org/dl/go1.25.0@latest
-      "$HOME/go/bin/go1.25.0" download
+      # Bounded: where only the module proxy is reachable, the toolchain
+      # download (dl.google.com) must fail, not hang the suite.
+      timeout 300 go install golang.org/dl/go1.25.0@latest
+      timeout 300 "$HOME/go/bin/go1.25.0" download
       gocmd="$HOME/go/bin/go1.25.0"
     fi
-    "$gocmd" install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.10.3
-    "$gocmd" install github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv@v2.10.3
+    timeout 600 "$gocmd" install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.10.3
+    timeout 600 "$gocmd" install github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv@v2.10.3
   ) || echo "== could not install pebble: tests/acme.rs skips" >&2
 fi
 if ! command -v cargo >/dev/null 2>&1; then

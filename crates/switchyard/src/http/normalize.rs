@@ -165,7 +165,8 @@ static NOTABLE: [bool; 256] = {
     t
 };
 
-fn hex(b: u8) -> Option<u8> {
+/// A hexadecimal digit's value (either case); also the script library's.
+pub fn hex_value(b: u8) -> Option<u8> {
     match b {
         b'0'..=b'9' => Some(b - b'0'),
         b'a'..=b'f' => Some(b - b'a' + 10),
@@ -183,8 +184,8 @@ fn escape_at(p: &[u8], i: usize) -> Option<u8> {
     if p.get(i) != Some(&b'%') {
         return None;
     }
-    let hi = hex(*p.get(i + 1)?)?;
-    let lo = hex(*p.get(i + 2)?)?;
+    let hi = hex_value(*p.get(i + 1)?)?;
+    let lo = hex_value(*p.get(i + 2)?)?;
     Some(hi << 4 | lo)
 }
 

@@ -11,6 +11,7 @@ use aws_lc_rs::{digest, hmac};
 use mlua::{Lua, Table, UserData, UserDataMethods, Value};
 
 use crate::cidr::Cidr;
+use crate::http::normalize::hex_value as nibble;
 
 fn bytes(s: &mlua::String) -> Vec<u8> {
     s.as_bytes().to_vec()
@@ -244,15 +245,6 @@ pub fn hex(b: &[u8]) -> String {
         s.push(H[(c & 15) as usize] as char);
     }
     s
-}
-
-fn nibble(c: u8) -> Option<u8> {
-    match c {
-        b'0'..=b'9' => Some(c - b'0'),
-        b'a'..=b'f' => Some(c - b'a' + 10),
-        b'A'..=b'F' => Some(c - b'A' + 10),
-        _ => None,
-    }
 }
 
 pub fn unhex(s: &[u8]) -> Option<Vec<u8>> {
