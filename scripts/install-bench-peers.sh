@@ -8,6 +8,7 @@
 #   scripts/install-bench-peers.sh pingora     # bench/peers/pingora (crates.io pingora 0.9)
 #   scripts/install-bench-peers.sh caddy       # Caddy 2.6 (Debian)
 #   scripts/install-bench-peers.sh fortio      # Fortio v1.63.0 (report 004's latency tool)
+#   scripts/install-bench-peers.sh oha         # oha 1.16 with HTTP/3 (crates.io), the coming h3 scenario's load
 #   scripts/install-bench-peers.sh all
 #
 # The binaries (links to them) land in $SWITCHYARD_BENCH_PEERS/bin, by
@@ -66,8 +67,14 @@ install_one() {
         GOBIN="$BIN" go install fortio.org/fortio@v1.63.0
         "$BIN/fortio" version
         ;;
+    oha)
+        # --locked: a newer dependency needs a newer rustc than 1.95.
+        # 2026-12-03: 6 min on two cores; it spoke HTTP/3 to Switchyard.
+        cargo install oha --locked --features http3 --root "$PEERS"
+        "$BIN/oha" --version
+        ;;
     all)
-        for p in envoy haproxy28 nginx131 fortio caddy pingora; do install_one "$p"; done
+        for p in envoy haproxy28 nginx131 fortio caddy pingora oha; do install_one "$p"; done
         ;;
     *)
         echo "usage: $0 envoy|haproxy28|nginx131|pingora|caddy|fortio|all" >&2
