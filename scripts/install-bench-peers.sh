@@ -8,7 +8,8 @@
 #   scripts/install-bench-peers.sh pingora     # bench/peers/pingora (crates.io pingora 0.9)
 #   scripts/install-bench-peers.sh caddy       # Caddy 2.6 (Debian)
 #   scripts/install-bench-peers.sh fortio      # Fortio v1.63.0 (report 004's latency tool)
-#   scripts/install-bench-peers.sh oha         # oha 1.16 with HTTP/3 (crates.io), the coming h3 scenario's load
+#   scripts/install-bench-peers.sh oha         # oha 1.16 with HTTP/3 (crates.io), the h3 scenario's load
+#   scripts/install-bench-peers.sh h3load      # bench/peers/h3load (quic-go v0.65.0), its cross-check
 #   scripts/install-bench-peers.sh all
 #
 # The binaries (links to them) land in $SWITCHYARD_BENCH_PEERS/bin, by
@@ -73,15 +74,21 @@ install_one() {
         cargo install oha --locked --features http3 --root "$PEERS"
         "$BIN/oha" --version
         ;;
+    h3load)
+        # quic-go v0.65.0 needs Go 1.26: an older go (1.21 on) fetches that
+        # toolchain from the module proxy itself.
+        (cd "$ROOT/bench/peers/h3load" && GOTOOLCHAIN="${GOTOOLCHAIN:-go1.26.8}" go build -o "$BIN/h3load" .)
+        "$BIN/h3load" -h 2>&1 | sed -n 1p
+        ;;
     all)
-        for p in envoy haproxy28 nginx131 fortio caddy pingora oha; do install_one "$p"; done
+        for p in envoy haproxy28 nginx131 fortio caddy pingora oha h3load; do install_one "$p"; done
         ;;
     *)
-        echo "usage: $0 envoy|haproxy28|nginx131|pingora|caddy|fortio|all" >&2
+        echo "usage: $0 envoy|haproxy28|nginx131|pingora|caddy|fortio|oha|h3load|all" >&2
         exit 2
         ;;
     esac
 }
 
-[ $# -ge 1 ] || { echo "usage: $0 envoy|haproxy28|nginx131|pingora|caddy|fortio|all" >&2; exit 2; }
+[ $# -ge 1 ] || { echo "usage: $0 envoy|haproxy28|nginx131|pingora|caddy|fortio|oha|h3load|all" >&2; exit 2; }
 for p in "$@"; do install_one "$p"; done

@@ -1,0 +1,202 @@
+// h3load: the HTTP/3 load generator that cross-checks oha in
+// scripts/h3-bench.sh (issue 34 asks for a second one). It is built on
+// quic-go, the QUIC stack of Caddy and of most Go services, so it shares
+// no code with oha (quinn + h3) or with Switchyard (quinn + h3 too, on
+// the server side).
+//
+//	h3load -url https://HOST:PORT/PATH -connect 127.0.0.1:PORT
+//	       -mode ka -c 20 -m 10 -d 8s        C connections x M streams
+//	       -mode new -n 1000 -m 10           N connections, one GET each,
+//	                                         M at a time: full handshakes
+//	       -mode resume | -mode 0rtt         the same with a session ticket
+//	                                         (and the GET in 0-RTT)
+//
+// Prints one JSON object: ok (2xx responses), errors, seconds, rps,
+// resumed and early (connections the server resumed / took 0-RTT on).
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/quic-go/quic-go"
+	"github.com/quic-go/quic-go/http3"
+)
+
+type result struct {
+	OK      int64   `json:"ok"`
+	Errors  int64   `json:"errors"`
+	Seconds float64 `json:"seconds"`
+	RPS     float64 `json:"rps"`
+	Resumed int64   `json:"resumed"`
+	Early   int64   `json:"early"`
+}
+
+func main() {
+	url := flag.String("url", "", "https URL (its host is the SNI)")
+	connect := flag.String("connect", "", "UDP address to send to instead of the URL's")
+	mode := flag.String("mode", "ka", "ka | new | resume | 0rtt")
+	conns := flag.Int("c", 20, "connections (ka)")
+	streams := flag.Int("m", 10, "requests in flight per connection (ka), or connections at once (new, resume, 0rtt)")
+	dur := flag.Duration("d", 8*time.Second, "duration (ka)")
+	count := flag.Int("n", 1000, "connections (new, resume, 0rtt)")
+	flag.Parse()
+	if *url == "" {
+		fmt.Fprintln(os.Stderr, "h3load: -url is required")
+		os.Exit(2)
+	}
+	var r result
+	start := time.Now()
+	switch *mode {
+	case "ka":
+		keepAlive(*url, *connect, *conns, *streams, *dur, &r)
+	case "new", "resume", "0rtt":
+		newConnections(*url, *connect, *mode, *count, *streams, &r)
+	default:
+		fmt.Fprintln(os.Stderr, "h3load: -mode is ka, new, resume or 0rtt")
+		os.Exit(2)
+	}
+	r.Seconds = time.Since(start).Seconds()
+	r.RPS = float64(r.OK) / r.Seconds
+	_ = json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// transport: one QUIC connection per transport (http3.Transport keeps one
+// per authority), dialled to `connect` when set.
+func transport(connect string, cache tls.ClientSessionCache, early bool, r *result) *http3.Transport {
+	return &http3.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true, ClientSessionCache: cache},
+		// Compression off: the bench measures the proxy, not gzip.
+		DisableCompression: true,
+		Dial: func(ctx context.Context, addr string, tc *tls.Config, qc *quic.Config) (*quic.Conn, error) {
+			if connect != "" {
+				addr = connect
+			}
+			var c *quic.Conn
+			var err error
+			if early {
+				c, err = quic.DialAddrEarly(ctx, addr, tc, qc)
+			} else {
+				c, err = quic.DialAddr(ctx, addr, tc, qc)
+			}
+			if err == nil {
+				go func() {
+					// The handshake's outcome, once it is over.
+					select {
+					case <-c.HandshakeComplete():
+						st := c.ConnectionState()
+						if st.TLS.DidResume {
+							atomic.AddInt64(&r.Resumed, 1)
+						}
+						if st.Used0RTT {
+							atomic.AddInt64(&r.Early, 1)
+						}
+					case <-c.Context().Done():
+					}
+				}()
+			}
+			return c, err
+		},
+	}
+}
+
+// requestTimeout bounds each request, so that a connection that stalls
+// is an error in the report, not a run that never ends.
+const requestTimeout = 5 * time.Second
+
+func get(t *http3.Transport, url, method string, r *result) {
+	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, method, url, nil)
+	if err != nil {
+		atomic.AddInt64(&r.Errors, 1)
+		return
+	}
+	began := time.Now()
+	defer func() {
+		if os.Getenv("H3LOAD_VERBOSE") != "" && time.Since(began) > time.Second {
+			fmt.Fprintln(os.Stderr, "h3load: slow request:", time.Since(began))
+		}
+	}()
+	resp, err := t.RoundTrip(req)
+	if err != nil {
+		atomic.AddInt64(&r.Errors, 1)
+		if os.Getenv("H3LOAD_VERBOSE") != "" {
+			fmt.Fprintln(os.Stderr, "h3load:", err)
+		}
+		return
+	}
+	_, err = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if err != nil || resp.StatusCode/100 != 2 {
+		atomic.AddInt64(&r.Errors, 1)
+		return
+	}
+	atomic.AddInt64(&r.OK, 1)
+}
+
+func keepAlive(url, connect string, conns, streams int, dur time.Duration, r *result) {
+	deadline := time.Now().Add(dur)
+	var wg sync.WaitGroup
+	for i := 0; i < conns; i++ {
+		t := transport(connect, nil, false, r)
+		defer t.Close()
+		for j := 0; j < streams; j++ {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for time.Now().Before(deadline) {
+					get(t, url, http.MethodGet, r)
+				}
+			}()
+		}
+	}
+	wg.Wait()
+}
+
+func newConnections(url, connect, mode string, count, parallel int, r *result) {
+	// One cache: every connection resumes with a ticket an earlier one got
+	// (Go's cache hands out each ticket once, as browsers use them).
+	var cache tls.ClientSessionCache
+	if mode != "new" {
+		cache = tls.NewLRUClientSessionCache(4096)
+		// Tickets to start from, not counted.
+		var warm result
+		for i := 0; i < parallel; i++ {
+			t := transport(connect, cache, false, &warm)
+			get(t, url, http.MethodGet, &warm)
+			t.Close()
+		}
+	}
+	method := http.MethodGet
+	if mode == "0rtt" {
+		method = http3.MethodGet0RTT
+	}
+	jobs := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := 0; i < parallel; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for range jobs {
+				t := transport(connect, cache, mode == "0rtt", r)
+				get(t, url, method, r)
+				t.Close()
+			}
+		}()
+	}
+	for i := 0; i < count; i++ {
+		jobs <- struct{}{}
+	}
+	close(jobs)
+	wg.Wait()
+}
