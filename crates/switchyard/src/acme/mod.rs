@@ -21,6 +21,7 @@
 
 pub mod challenge;
 pub mod client;
+mod dns;
 mod order;
 mod resolver;
 
@@ -38,6 +39,20 @@ use rustls::sign::CertifiedKey;
 pub enum Challenge {
     Http01,
     TlsAlpn01,
+    /// A TXT record put up by the operator's hook (`DnsSpec`).
+    Dns01,
+}
+
+/// DNS-01: how the TXT record is put up and when it is believed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsSpec {
+    /// Run as `HOOK present|cleanup _acme-challenge.NAME. VALUE`.
+    pub hook: PathBuf,
+    pub hook_timeout: std::time::Duration,
+    /// Asked for the TXT record until each answers it; empty: `wait` is
+    /// waited out instead.
+    pub resolvers: Vec<std::net::SocketAddr>,
+    pub wait: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +72,13 @@ pub struct Spec {
     pub key_type: KeyType,
     pub state_dir: PathBuf,
     pub ca_roots: Option<PathBuf>,
+    /// With `Challenge::Dns01` only.
+    pub dns: Option<DnsSpec>,
+    /// The CA's certificate profile ("shortlived"), if one is asked for.
+    pub profile: Option<String>,
+    /// Longest time between two renewal-information checks (RFC 9773);
+    /// None: the CA's Retry-After, clamped to 1 minute .. 1 day.
+    pub renewal_check: Option<std::time::Duration>,
 }
 
 /// A certificate Switchyard orders and renews.
@@ -71,13 +93,24 @@ pub struct Managed {
     pub failures: AtomicU64,
     /// Certificates issued since the process started.
     pub issued: AtomicU64,
+    /// The CA's 429 and 5xx answers, and the Retry-After they asked for.
+    pub throttle: Arc<client::Throttle>,
+    /// Unix seconds of the next renewal (or renewal-information check)
+    /// the task has planned; 0 when none.
+    pub next_renewal: AtomicI64,
     started: AtomicBool,
 }
 
 impl Managed {
     /// Whether `sni` is one of the names (case-insensitive).
     pub fn covers(&self, sni: &str) -> bool {
-        self.spec.names.iter().any(|n| n.eq_ignore_ascii_case(sni))
+        self.spec.names.iter().any(|n| match n.strip_prefix("*.") {
+            // One label, as a wildcard certificate covers it.
+            Some(base) => sni
+                .split_once('.')
+                .is_some_and(|(label, rest)| !label.is_empty() && rest.eq_ignore_ascii_case(base)),
+            None => n.eq_ignore_ascii_case(sni),
+        })
     }
 
     /// The name used in logs and metrics: the first one.
@@ -117,6 +150,8 @@ pub fn managed(spec: Spec) -> Arc<Managed> {
         not_after: AtomicI64::new(0),
         failures: AtomicU64::new(0),
         issued: AtomicU64::new(0),
+        throttle: Arc::new(client::Throttle::default()),
+        next_renewal: AtomicI64::new(0),
         started: AtomicBool::new(false),
     });
     match order::load_stored(&m.spec) {

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use instant_acme::{
-    Account, AccountCredentials, AuthorizationStatus, ChallengeType, Identifier, NewAccount,
-    NewOrder, OrderStatus, RetryPolicy,
+    Account, AccountCredentials, AuthorizationStatus, CertificateIdentifier, ChallengeType,
+    Identifier, NewAccount, NewOrder, OrderStatus, RetryPolicy,
 };
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
@@ -28,9 +28,19 @@ use crate::tls::x509::{self, CertInfo};
 /// First retry after a failure; doubled up to `MAX_BACKOFF`.
 const FIRST_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+/// A CA's Retry-After is honoured up to this.
+const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
+/// The CA's Retry-After for renewal information, clamped to this range
+/// (RFC 9773 section 4.3.2 leaves the bounds to the client; these are
+/// Let's Encrypt's suggestion).
+const ARI_MIN_CHECK: Duration = Duration::from_secs(60);
+const ARI_MAX_CHECK: Duration = Duration::from_secs(86_400);
+/// Asking again after renewal information could not be had.
+const ARI_RETRY_CHECK: Duration = Duration::from_secs(3600);
 
 fn cert_dir(spec: &Spec) -> PathBuf {
-    spec.state_dir.join(&spec.names[0])
+    // "*.example.com" is kept in "_.example.com".
+    spec.state_dir.join(spec.names[0].replace('*', "_"))
 }
 
 /// The certificate kept in `state_dir`, if there is one that is still
@@ -78,6 +88,107 @@ fn renew_in(not_before: i64, not_after: i64, now: i64, random: u64) -> i64 {
     (not_before + life * 2 / 3 + jitter - now).max(0)
 }
 
+/// What the CA last said about when to renew (RFC 9773): its window,
+/// and the point chosen in it (kept while the window stays the same, so
+/// that asking again does not pull the renewal ever earlier).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+struct AriPlan {
+    start: i64,
+    end: i64,
+    at: i64,
+}
+
+/// When to renew, from the CA's window when it gives one (a random point
+/// in it, as RFC 9773 section 4.2 asks), else at two thirds of the
+/// lifetime; and when to ask the CA again.
+async fn schedule(m: &Managed, plan: &mut Option<AriPlan>) -> (i64, i64) {
+    let nb = m.not_before.load(Ordering::Relaxed);
+    let na = m.not_after.load(Ordering::Relaxed);
+    let t = now();
+    let fallback = t + renew_in(nb, na, t, crate::random::next_u64());
+    let check = |suggested: Option<Duration>| {
+        let d = match (m.spec.renewal_check, suggested) {
+            (Some(d), _) => d,
+            (None, Some(d)) => d.clamp(ARI_MIN_CHECK, ARI_MAX_CHECK),
+            (None, None) => ARI_RETRY_CHECK,
+        };
+        t + d.as_secs().max(1) as i64
+    };
+    match renewal_info(m).await {
+        Ok(Some((start, end, retry_after))) => {
+            let p = match *plan {
+                Some(p) if p.start == start && p.end == end => p,
+                _ => {
+                    let span = (end - start).max(0) as u64;
+                    let p = AriPlan {
+                        start,
+                        end,
+                        at: start + (crate::random::next_u64() % (span + 1)) as i64,
+                    };
+                    log::info(format_args!(
+                        "acme {}: the CA's renewal window is {} to {}; renewal planned at {}",
+                        m.id(),
+                        crate::tls::format_time(start),
+                        crate::tls::format_time(end),
+                        crate::tls::format_time(p.at)
+                    ));
+                    p
+                }
+            };
+            *plan = Some(p);
+            (p.at, check(Some(retry_after)))
+        }
+        // The CA offers no renewal information.
+        Ok(None) => (fallback, check(Some(ARI_MAX_CHECK))),
+        Err(e) => {
+            log::warn(format_args!(
+                "acme {}: renewal information not available ({e}); {}",
+                m.id(),
+                match plan {
+                    Some(_) => "the last window the CA gave holds",
+                    None => "renewal at two thirds of the lifetime",
+                }
+            ));
+            match plan {
+                Some(p) => (p.at, check(None)),
+                None => (fallback, check(None)),
+            }
+        }
+    }
+}
+
+/// The CA's renewal window for the current certificate (Unix seconds)
+/// and when to ask again; None when the CA does not offer ARI.
+async fn renewal_info(m: &Managed) -> Result<Option<(i64, i64, Duration)>, String> {
+    let Some(id) = current_id(m) else {
+        return Ok(None);
+    };
+    let account = account(m).await?;
+    match account.renewal_info(&id).await {
+        Ok((info, retry_after)) => Ok(Some((
+            info.suggested_window.start.unix_timestamp(),
+            info.suggested_window.end.unix_timestamp(),
+            retry_after,
+        ))),
+        Err(instant_acme::Error::Unsupported(_)) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The current certificate's ARI identifier (authority key ID and serial).
+fn current_id(m: &Managed) -> Option<CertificateIdentifier<'static>> {
+    let ck = m.current.load_full()?;
+    let info = x509::parse(ck.cert.first()?).ok()?;
+    let aki = info.authority_key_id?;
+    Some(
+        CertificateIdentifier::new(
+            rustls_pki_types::Der::from_slice(&aki),
+            rustls_pki_types::Der::from_slice(&info.serial),
+        )
+        .into_owned(),
+    )
+}
+
 pub(super) fn run(m: Arc<Managed>) {
     let rt = match tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -94,29 +205,28 @@ pub(super) fn run(m: Arc<Managed>) {
     };
     rt.block_on(async move {
         let mut backoff = FIRST_BACKOFF;
+        let mut plan = None;
         loop {
             if m.current.load().is_some() {
-                let wait = renew_in(
-                    m.not_before.load(Ordering::Relaxed),
-                    m.not_after.load(Ordering::Relaxed),
-                    now(),
-                    crate::random::next_u64(),
-                );
-                if wait > 0 {
-                    tokio::time::sleep(Duration::from_secs(wait as u64)).await;
+                let (renew_at, check_at) = schedule(&m, &mut plan).await;
+                m.next_renewal.store(renew_at, Ordering::Relaxed);
+                let wake = renew_at.min(check_at) - now();
+                if wake > 0 {
+                    tokio::time::sleep(Duration::from_secs(wake as u64)).await;
                 }
-            }
-            // Only this task holds it: no snapshot serves it any more.
-            if Arc::strong_count(&m) == 1 {
-                log::info(format_args!(
-                    "acme {}: no longer configured; its task stops",
-                    m.id()
-                ));
-                return;
+                if Arc::strong_count(&m) == 1 {
+                    break;
+                }
+                if now() < renew_at {
+                    continue; // time to ask the CA again
+                }
+            } else if Arc::strong_count(&m) == 1 {
+                break;
             }
             match issue(&m).await {
                 Ok(info) => {
                     backoff = FIRST_BACKOFF;
+                    plan = None;
                     m.issued.fetch_add(1, Ordering::Relaxed);
                     log::info(format_args!(
                         "acme {}: certificate issued for {}, valid until {}; serving it to new handshakes",
@@ -132,21 +242,43 @@ pub(super) fn run(m: Arc<Managed>) {
                     } else {
                         "handshakes for its names are still refused"
                     };
+                    // Jittered by up to a quarter, so that nodes or
+                    // certificates that failed together do not retry
+                    // together; never sooner than the CA asked.
+                    let mut wait = backoff
+                        + Duration::from_millis(
+                            crate::random::next_u64() % (backoff.as_millis() as u64 / 4 + 1),
+                        );
+                    let mut asked = String::new();
+                    if let Some(ra) = m.throttle.take_retry_after() {
+                        let ra = ra.min(MAX_RETRY_AFTER);
+                        if ra > wait {
+                            wait = ra;
+                        }
+                        asked = format!(" (the CA asked for {}s with Retry-After)", ra.as_secs());
+                    }
+                    m.next_renewal.store(now() + wait.as_secs() as i64, Ordering::Relaxed);
                     log::warn(format_args!(
-                        "acme {}: order failed: {e}; {still}; next try in {}s",
+                        "acme {}: order failed: {e}; {still}; next try in {}s{asked}",
                         m.id(),
-                        backoff.as_secs()
+                        wait.as_secs()
                     ));
-                    tokio::time::sleep(backoff).await;
+                    tokio::time::sleep(wait).await;
                     backoff = (backoff * 2).min(MAX_BACKOFF);
                 }
             }
         }
+        // Only this task holds it: no snapshot serves it any more.
+        log::info(format_args!(
+            "acme {}: no longer configured; its task stops",
+            m.id()
+        ));
     });
 }
 
-async fn account(spec: &Spec) -> Result<Account, String> {
-    let http = super::client::Client::new(spec.ca_roots.as_deref())
+async fn account(m: &Managed) -> Result<Account, String> {
+    let spec = &m.spec;
+    let http = super::client::Client::new(spec.ca_roots.as_deref(), m.throttle.clone())
         .map_err(|e| format!("ca_roots: {e}"))?;
     let path = spec.state_dir.join("account.json");
     if let Ok(json) = std::fs::read(&path) {
@@ -203,18 +335,28 @@ fn write_private(path: &Path, data: &[u8]) -> Result<(), String> {
 }
 
 /// Removes the challenge answers an order put up, however it ends.
-struct Answers {
+struct Answers<'a> {
     tokens: Vec<String>,
     names: Vec<String>,
+    /// DNS-01 records put up: (domain, value), taken down by the hook.
+    records: Vec<(String, String)>,
+    m: &'a Managed,
 }
 
-impl Drop for Answers {
+impl Drop for Answers<'_> {
     fn drop(&mut self) {
         for t in &self.tokens {
             challenge::set_http01(t, None);
         }
         for n in &self.names {
             challenge::set_alpn01(n, None);
+        }
+        if let Some(dns) = &self.m.spec.dns {
+            for (domain, value) in &self.records {
+                if let Err(e) = super::dns::hook(dns, "cleanup", domain, value) {
+                    log::warn(format_args!("acme {}: {e}", self.m.id()));
+                }
+            }
         }
     }
 }
@@ -242,56 +384,112 @@ fn alpn_cert(name: &str, digest: &[u8]) -> Result<CertifiedKey, String> {
 
 async fn issue(m: &Managed) -> Result<CertInfo, String> {
     let spec = &m.spec;
-    let account = account(spec).await?;
+    let account = account(m).await?;
     let ids: Vec<Identifier> = spec
         .names
         .iter()
         .map(|n| Identifier::Dns(n.clone()))
         .collect();
-    let mut order = account
-        .new_order(&NewOrder::new(&ids))
-        .await
-        .map_err(|e| format!("new order: {e}"))?;
+    let new = || match &spec.profile {
+        Some(p) => NewOrder::new(&ids).profile(p),
+        None => NewOrder::new(&ids),
+    };
+    // A renewal names the certificate it replaces (RFC 9773 section 5),
+    // when the CA has renewal information: the CA may then let it through
+    // its rate limits.
+    let replaces = current_id(m);
+    let mut order = match replaces {
+        Some(id) => match account.new_order(&new().replaces(id)).await {
+            Ok(o) => o,
+            Err(instant_acme::Error::Unsupported(_)) => account
+                .new_order(&new())
+                .await
+                .map_err(|e| format!("new order: {e}"))?,
+            Err(instant_acme::Error::Api(p)) if !matches!(p.status, Some(429) | Some(500..)) => {
+                log::info(format_args!(
+                    "acme {}: the CA refused the renewal as a replacement ({p}); ordering anew",
+                    m.id()
+                ));
+                account
+                    .new_order(&new())
+                    .await
+                    .map_err(|e| format!("new order: {e}"))?
+            }
+            Err(e) => return Err(format!("new order: {e}")),
+        },
+        None => account
+            .new_order(&new())
+            .await
+            .map_err(|e| format!("new order: {e}"))?,
+    };
     let mut answers = Answers {
         tokens: Vec::new(),
         names: Vec::new(),
+        records: Vec::new(),
+        m,
     };
-    let kind = match spec.challenge {
-        Challenge::Http01 => ChallengeType::Http01,
-        Challenge::TlsAlpn01 => ChallengeType::TlsAlpn01,
+    let (kind, kind_name) = match spec.challenge {
+        Challenge::Http01 => (ChallengeType::Http01, "http-01"),
+        Challenge::TlsAlpn01 => (ChallengeType::TlsAlpn01, "tls-alpn-01"),
+        Challenge::Dns01 => (ChallengeType::Dns01, "dns-01"),
     };
+    // First every answer is put up, then (DNS-01) believed, then the CA
+    // told to look: the CA may check a name once only.
+    {
+        let mut authzs = order.authorizations();
+        while let Some(a) = authzs.next().await {
+            let mut a = a.map_err(|e| format!("authorization: {e}"))?;
+            match a.status {
+                AuthorizationStatus::Pending => {}
+                AuthorizationStatus::Valid => continue,
+                s => return Err(format!("authorization is {s:?}")),
+            }
+            let name = a.identifier().to_string();
+            let ch = a
+                .challenge(kind.clone())
+                .ok_or_else(|| format!("the CA offers no {kind_name} challenge for {name}"))?;
+            let key_auth = ch.key_authorization();
+            match spec.challenge {
+                Challenge::Http01 => {
+                    challenge::set_http01(&ch.token, Some(key_auth.as_str()));
+                    answers.tokens.push(ch.token.clone());
+                }
+                Challenge::TlsAlpn01 => {
+                    let cert = alpn_cert(&name, key_auth.digest().as_ref())?;
+                    challenge::set_alpn01(&name, Some(Arc::new(cert)));
+                    answers.names.push(name.clone());
+                }
+                Challenge::Dns01 => {
+                    let dns = spec.dns.as_ref().ok_or("dns-01 without a dns_hook")?;
+                    let value = key_auth.dns_value();
+                    super::dns::hook(dns, "present", &name, &value)?;
+                    answers.records.push((name.clone(), value));
+                }
+            }
+            log::info(format_args!(
+                "acme {}: answering the {kind_name} challenge for {name}",
+                m.id()
+            ));
+        }
+    }
+    if let Some(dns) = spec.dns.as_ref().filter(|_| !answers.records.is_empty()) {
+        let records: Vec<(String, String)> = answers
+            .records
+            .iter()
+            .map(|(d, v)| (super::dns::record_name(d), v.clone()))
+            .collect();
+        super::dns::propagation(dns, &records)?;
+    }
     let mut authzs = order.authorizations();
     while let Some(a) = authzs.next().await {
         let mut a = a.map_err(|e| format!("authorization: {e}"))?;
-        match a.status {
-            AuthorizationStatus::Pending => {}
-            AuthorizationStatus::Valid => continue,
-            s => return Err(format!("authorization is {s:?}")),
+        if !matches!(a.status, AuthorizationStatus::Pending) {
+            continue;
         }
         let name = a.identifier().to_string();
         let mut ch = a
             .challenge(kind.clone())
-            .ok_or_else(|| format!("the CA offers no {kind:?} challenge for {name}"))?;
-        let key_auth = ch.key_authorization();
-        match kind {
-            ChallengeType::Http01 => {
-                challenge::set_http01(&ch.token, Some(key_auth.as_str()));
-                answers.tokens.push(ch.token.clone());
-            }
-            _ => {
-                let cert = alpn_cert(&name, key_auth.digest().as_ref())?;
-                challenge::set_alpn01(&name, Some(Arc::new(cert)));
-                answers.names.push(name.clone());
-            }
-        }
-        log::info(format_args!(
-            "acme {}: answering the {} challenge for {name}",
-            m.id(),
-            match kind {
-                ChallengeType::Http01 => "http-01",
-                _ => "tls-alpn-01",
-            }
-        ));
+            .ok_or_else(|| format!("the CA offers no {kind_name} challenge for {name}"))?;
         ch.set_ready()
             .await
             .map_err(|e| format!("challenge for {name}: {e}"))?;

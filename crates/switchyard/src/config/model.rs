@@ -438,14 +438,30 @@ pub struct Tls {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Acme {
-    /// DNS names the certificate covers (no wildcards: they need DNS-01).
+    /// DNS names the certificate covers ("*.example.com" with DNS-01 only).
     pub names: Spanned<Vec<Spanned<String>>>,
     /// The CA's ACME directory URL (https).
     pub directory: Spanned<String>,
     /// Contact URLs of the account ("mailto:ops@example.com").
     pub contact: Option<Vec<Spanned<String>>>,
-    /// "http-01" (default) or "tls-alpn-01".
+    /// "http-01" (default), "tls-alpn-01" or "dns-01".
     pub challenge: Option<Spanned<String>>,
+    /// DNS-01: the program that puts up and takes down the TXT record,
+    /// run as `HOOK present|cleanup _acme-challenge.NAME. VALUE`.
+    pub dns_hook: Option<Spanned<String>>,
+    /// DNS-01: longest a hook run may take (default 60 s).
+    pub dns_hook_timeout: Option<Millis>,
+    /// DNS-01: resolvers (ip:port) asked for the TXT record until every
+    /// one answers it; without them, `dns_wait` is waited out.
+    pub dns_resolvers: Option<Vec<Spanned<String>>>,
+    /// DNS-01: the propagation wait: how long the resolvers are polled at
+    /// most, or the fixed wait without resolvers (default 60 s).
+    pub dns_wait: Option<Millis>,
+    /// A certificate profile the CA offers ("classic", "shortlived").
+    pub profile: Option<Spanned<String>>,
+    /// How often at most the CA's renewal information (RFC 9773) is asked
+    /// for (default: its Retry-After, between 1 minute and 1 day).
+    pub renewal_check: Option<Millis>,
     /// "ecdsa-p256" (default) or "rsa-2048".
     pub key_type: Option<Spanned<String>>,
     /// Where the account key and the issued certificates are kept.
