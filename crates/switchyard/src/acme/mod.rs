@@ -21,6 +21,7 @@
 
 pub mod challenge;
 pub mod client;
+pub mod cluster;
 mod dns;
 mod order;
 mod resolver;

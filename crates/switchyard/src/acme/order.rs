@@ -28,6 +28,12 @@ use crate::tls::x509::{self, CertInfo};
 /// First retry after a failure; doubled up to `MAX_BACKOFF`.
 const FIRST_BACKOFF: Duration = Duration::from_secs(5);
 const MAX_BACKOFF: Duration = Duration::from_secs(3600);
+/// How often a node whose certificate another node is ordering looks
+/// again (the watch installs the result sooner).
+const LOCK_POLL: Duration = Duration::from_secs(2);
+/// In a cluster, the wait between publishing HTTP-01/TLS-ALPN-01 answers
+/// and telling the CA to check (any node may get the check).
+const ANSWER_SETTLE: Duration = Duration::from_millis(500);
 /// A CA's Retry-After is honoured up to this.
 const MAX_RETRY_AFTER: Duration = Duration::from_secs(86_400);
 /// The CA's Retry-After for renewal information, clamped to this range
@@ -62,6 +68,42 @@ pub(super) fn load_stored(spec: &Spec) -> Result<Option<(CertifiedKey, CertInfo)
         return Ok(None);
     }
     Ok(Some((ck, info)))
+}
+
+/// Installs a certificate another node ordered (published in etcd) if it
+/// covers every name and outlives the one served; it is then kept in
+/// `state_dir` too, the last known good for a start with etcd down.
+/// Ok(true) when installed.
+pub(super) fn adopt(m: &Managed, chain: &[u8], key: &[u8]) -> Result<bool, String> {
+    let (ck, info) = certified(chain, key)?;
+    let names = info.names();
+    if let Some(n) = m.spec.names.iter().find(|n| !names.contains(n)) {
+        return Err(format!("it does not cover {n}"));
+    }
+    if info.not_after <= m.not_after.load(Ordering::Relaxed) || info.not_after <= now() {
+        return Ok(false);
+    }
+    store(&m.spec, chain, key)?;
+    m.install(ck, &info);
+    log::info(format_args!(
+        "acme {}: serving the certificate published in the cluster, valid until {}",
+        m.id(),
+        crate::tls::format_time(info.not_after)
+    ));
+    Ok(true)
+}
+
+/// Writes the chain and key to `state_dir` (the key first: a certificate
+/// on disk always has its key beside it).
+fn store(spec: &Spec, chain: &[u8], key: &[u8]) -> Result<(), String> {
+    let dir = cert_dir(spec);
+    write_private(&dir.join("key.pem.new"), key)?;
+    write_private(&dir.join("cert.pem.new"), chain)?;
+    for f in ["key.pem", "cert.pem"] {
+        std::fs::rename(dir.join(format!("{f}.new")), dir.join(f))
+            .map_err(|e| format!("{}: {e}", dir.join(f).display()))?;
+    }
+    Ok(())
 }
 
 /// A PEM chain and key, checked to belong together.
@@ -203,11 +245,30 @@ pub(super) fn run(m: Arc<Managed>) {
             return;
         }
     };
+    let cluster = super::cluster::shared();
+    if cluster.is_some() {
+        super::cluster::watch();
+    } else if super::cluster::uncoordinated() {
+        log::warn(format_args!(
+            "acme {}: this cluster has no [cluster] acme_key_file: each node orders this certificate on its own",
+            m.id()
+        ));
+    }
     rt.block_on(async move {
         let mut backoff = FIRST_BACKOFF;
         let mut plan = None;
         loop {
+            // Another node may have renewed it (its watch installs it too;
+            // this covers a start and a broken watch).
+            if let Some(c) = &cluster {
+                if let Ok(Some((chain, key))) = c.fetch(&m) {
+                    if let Ok(true) = adopt(&m, &chain, &key) {
+                        plan = None;
+                    }
+                }
+            }
             if m.current.load().is_some() {
+                let serving = m.not_after.load(Ordering::Relaxed);
                 let (renew_at, check_at) = schedule(&m, &mut plan).await;
                 m.next_renewal.store(renew_at, Ordering::Relaxed);
                 let wake = renew_at.min(check_at) - now();
@@ -217,13 +278,54 @@ pub(super) fn run(m: Arc<Managed>) {
                 if Arc::strong_count(&m) == 1 {
                     break;
                 }
-                if now() < renew_at {
-                    continue; // time to ask the CA again
+                if now() < renew_at || m.not_after.load(Ordering::Relaxed) != serving {
+                    continue; // time to ask the CA again, or renewed meanwhile
                 }
             } else if Arc::strong_count(&m) == 1 {
                 break;
             }
-            match issue(&m).await {
+            // In a cluster, one node orders: the one holding the lock.
+            let lock = match &cluster {
+                None => None,
+                Some(c) => match c.try_lock(&m) {
+                    Ok(Some(l)) => Some(l),
+                    Ok(None) => {
+                        log::debug(format_args!(
+                            "acme {}: node {} is ordering it",
+                            m.id(),
+                            c.holder(&m).unwrap_or_default()
+                        ));
+                        tokio::time::sleep(LOCK_POLL).await;
+                        continue;
+                    }
+                    Err(e) => {
+                        // No lock, no order: ordering without it could
+                        // mean one order per node.
+                        m.failures.fetch_add(1, Ordering::Relaxed);
+                        log::warn(format_args!(
+                            "acme {}: cannot take the cluster's order lock ({e}); next try in {}s",
+                            m.id(),
+                            backoff.as_secs()
+                        ));
+                        tokio::time::sleep(backoff).await;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                        continue;
+                    }
+                },
+            };
+            // Under the lock: the node that held it before may just have
+            // published a certificate.
+            if let Some(c) = &cluster {
+                if let Ok(Some((chain, key))) = c.fetch(&m) {
+                    if let Ok(true) = adopt(&m, &chain, &key) {
+                        plan = None;
+                        continue;
+                    }
+                }
+            }
+            let result = issue(&m, cluster.as_ref().zip(lock.as_ref())).await;
+            drop(lock);
+            match result {
                 Ok(info) => {
                     backoff = FIRST_BACKOFF;
                     plan = None;
@@ -364,7 +466,7 @@ impl Drop for Answers<'_> {
 /// The TLS-ALPN-01 validation certificate for `name` (RFC 8737 3): self-
 /// signed, the name as its only SAN, the key authorization's SHA-256 in
 /// the critical acmeIdentifier extension.
-fn alpn_cert(name: &str, digest: &[u8]) -> Result<CertifiedKey, String> {
+pub(super) fn alpn_cert(name: &str, digest: &[u8]) -> Result<CertifiedKey, String> {
     let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
     let mut params =
         rcgen::CertificateParams::new(vec![name.to_string()]).map_err(|e| e.to_string())?;
@@ -382,7 +484,10 @@ fn alpn_cert(name: &str, digest: &[u8]) -> Result<CertifiedKey, String> {
     Ok(CertifiedKey::new(vec![cert.der().clone()], signing))
 }
 
-async fn issue(m: &Managed) -> Result<CertInfo, String> {
+async fn issue(
+    m: &Managed,
+    cluster: Option<(&super::cluster::Shared, &super::cluster::Lock)>,
+) -> Result<CertInfo, String> {
     let spec = &m.spec;
     let account = account(m).await?;
     let ids: Vec<Identifier> = spec
@@ -453,11 +558,20 @@ async fn issue(m: &Managed) -> Result<CertInfo, String> {
                 Challenge::Http01 => {
                     challenge::set_http01(&ch.token, Some(key_auth.as_str()));
                     answers.tokens.push(ch.token.clone());
+                    if let Some((shared, lock)) = cluster {
+                        shared.put_answer(lock, "http-01", &ch.token, key_auth.as_str())?;
+                    }
                 }
                 Challenge::TlsAlpn01 => {
-                    let cert = alpn_cert(&name, key_auth.digest().as_ref())?;
+                    let digest = key_auth.digest();
+                    let cert = alpn_cert(&name, digest.as_ref())?;
                     challenge::set_alpn01(&name, Some(Arc::new(cert)));
                     answers.names.push(name.clone());
+                    if let Some((shared, lock)) = cluster {
+                        let hex: String =
+                            digest.as_ref().iter().map(|b| format!("{b:02x}")).collect();
+                        shared.put_answer(lock, "tls-alpn-01", &name, &hex)?;
+                    }
                 }
                 Challenge::Dns01 => {
                     let dns = spec.dns.as_ref().ok_or("dns-01 without a dns_hook")?;
@@ -479,6 +593,12 @@ async fn issue(m: &Managed) -> Result<CertInfo, String> {
             .map(|(d, v)| (super::dns::record_name(d), v.clone()))
             .collect();
         super::dns::propagation(dns, &records)?;
+    }
+    if cluster.is_some() && answers.records.is_empty() {
+        // The other nodes' watches apply the answers within milliseconds
+        // of the put; the CA's check comes only after set_ready below.
+        // This margin covers a loaded node.
+        tokio::time::sleep(ANSWER_SETTLE).await;
     }
     let mut authzs = order.authorizations();
     while let Some(a) = authzs.next().await {
@@ -525,15 +645,16 @@ async fn issue(m: &Managed) -> Result<CertInfo, String> {
         .map_err(|e| format!("certificate: {e}"))?;
     let key_pem = key.serialize_pem();
     let (ck, info) = certified(chain.as_bytes(), key_pem.as_bytes())?;
-    let dir = cert_dir(spec);
-    // The key first: a certificate on disk always has its key beside it.
-    write_private(&dir.join("key.pem.new"), key_pem.as_bytes())?;
-    write_private(&dir.join("cert.pem.new"), chain.as_bytes())?;
-    for f in ["key.pem", "cert.pem"] {
-        std::fs::rename(dir.join(format!("{f}.new")), dir.join(f))
-            .map_err(|e| format!("{}: {e}", dir.join(f).display()))?;
-    }
+    store(spec, chain.as_bytes(), key_pem.as_bytes())?;
     m.install(ck, &info);
+    if let Some((shared, _)) = cluster {
+        // The other nodes serve it within a second of this put (their
+        // watch). Should it fail, they order anew once the lock is free:
+        // a wasted order, never a missing certificate.
+        if let Err(e) = shared.publish(m, &chain, &key_pem, info.not_after) {
+            log::warn(format_args!("acme {}: {e}", m.id()));
+        }
+    }
     Ok(info)
 }
 

@@ -49,6 +49,9 @@ pub struct Settings {
     pub state_dir: Option<std::path::PathBuf>,
     /// TLS and the user for etcd.
     pub access: Arc<etcd::Access>,
+    /// Encrypts the ACME certificate keys published in etcd; without it
+    /// each node orders its own (docs/acme.md).
+    pub acme_key: Option<crate::acme::cluster::ClusterKey>,
 }
 
 impl Settings {

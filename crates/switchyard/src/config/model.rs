@@ -144,6 +144,9 @@ pub struct ClusterFile {
     pub username: Option<String>,
     pub password: Option<String>,
     pub password_file: Option<String>,
+    /// ACME in a cluster: a file holding the 32-byte key (64 hex digits)
+    /// that encrypts certificate keys published in etcd (docs/acme.md).
+    pub acme_key_file: Option<String>,
 }
 
 /// `[cache]`.
