@@ -32,6 +32,7 @@ use serde_json::{json, Value};
 
 use super::{challenge, Managed};
 use crate::cluster::etcd::{Client, WatchEvent};
+use crate::cluster::key::ClusterKey;
 use crate::cluster::Settings;
 use crate::log;
 
@@ -39,41 +40,8 @@ use crate::log;
 /// at most.
 const LOCK_TTL: u64 = 10;
 
-/// The operator's cluster key. Its Debug never shows it.
-#[derive(Clone)]
-pub struct ClusterKey([u8; 32]);
-
-impl std::fmt::Debug for ClusterKey {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ClusterKey(..)")
-    }
-}
-
-/// Reads a key file: 64 hex digits (`openssl rand -hex 32`).
-pub fn read_key(path: &std::path::Path) -> Result<ClusterKey, String> {
-    let text = std::fs::read_to_string(path).map_err(|e| e.to_string())?;
-    let hex = text.trim().as_bytes();
-    if hex.len() != 64 {
-        return Err(format!(
-            "expected 64 hex digits (openssl rand -hex 32), found {} characters",
-            hex.len()
-        ));
-    }
-    let mut key = [0u8; 32];
-    for (i, pair) in hex.chunks(2).enumerate() {
-        let (Some(h), Some(l)) = (
-            crate::http::normalize::hex_value(pair[0]),
-            crate::http::normalize::hex_value(pair[1]),
-        ) else {
-            return Err("not hex digits".into());
-        };
-        key[i] = h << 4 | l;
-    }
-    Ok(ClusterKey(key))
-}
-
 fn aead(key: &ClusterKey) -> Result<LessSafeKey, String> {
-    UnboundKey::new(&AES_256_GCM, &key.0)
+    UnboundKey::new(&AES_256_GCM, key.bytes())
         .map(LessSafeKey::new)
         .map_err(|_| "cluster key rejected".to_string())
 }
@@ -109,6 +77,9 @@ fn open(key: &ClusterKey, aad: &[u8], sealed: &[u8]) -> Result<Vec<u8>, String> 
         })?;
     Ok(plain.to_vec())
 }
+
+/// A certificate as published: its chain and key, PEM.
+type Pems = (Vec<u8>, Vec<u8>);
 
 /// This node's view of the cluster for ACME: None when the process is no
 /// cluster node, or has no `acme_key_file` (each node then orders its own).
@@ -225,7 +196,7 @@ impl Shared {
     }
 
     /// The certificate published for `m` (chain PEM, key PEM), if any.
-    pub fn fetch(&self, m: &Managed) -> Result<Option<(Vec<u8>, Vec<u8>)>, String> {
+    pub fn fetch(&self, m: &Managed) -> Result<Option<Pems>, String> {
         let key = self.key_of("certs", m.id());
         let (_, kv) = self
             .client()
@@ -237,7 +208,7 @@ impl Shared {
         }
     }
 
-    fn decode(&self, key: &str, value: &[u8]) -> Result<(Vec<u8>, Vec<u8>), String> {
+    fn decode(&self, key: &str, value: &[u8]) -> Result<Pems, String> {
         let v: Value = serde_json::from_slice(value).map_err(|e| format!("{key}: {e}"))?;
         let chain = v["chain"]
             .as_str()
@@ -374,7 +345,7 @@ fn apply(s: &Shared, prefix: &str, key: &[u8], value: &[u8], applied: &mut Appli
             let key = String::from_utf8_lossy(key);
             match s.decode(&key, value) {
                 Ok((chain, pem)) => {
-                    if let Err(e) = super::order::adopt(&m, &chain, &pem) {
+                    if let Err(e) = super::store::adopt(&m, &chain, &pem) {
                         log::warn(format_args!(
                             "acme {name}: published certificate not used: {e}"
                         ));
@@ -399,7 +370,7 @@ fn apply(s: &Shared, prefix: &str, key: &[u8], value: &[u8], applied: &mut Appli
                 })
                 .collect();
             let Some(digest) = digest else { return };
-            match super::order::alpn_cert(name, &digest) {
+            match challenge::alpn_cert(name, &digest) {
                 Ok(c) => {
                     challenge::set_alpn01(name, Some(Arc::new(c)));
                     applied.alpn01.insert(name.to_string());
@@ -417,11 +388,11 @@ mod tests {
 
     #[test]
     fn sealed_keys_open_only_with_the_key_and_name() {
-        let k = ClusterKey([7; 32]);
+        let k = ClusterKey::from_bytes([7; 32]);
         let s = seal(&k, b"/p/acme/certs/a", b"secret").unwrap();
         assert_eq!(open(&k, b"/p/acme/certs/a", &s).unwrap(), b"secret");
         assert!(open(&k, b"/p/acme/certs/b", &s).is_err());
-        assert!(open(&ClusterKey([8; 32]), b"/p/acme/certs/a", &s).is_err());
+        assert!(open(&ClusterKey::from_bytes([8; 32]), b"/p/acme/certs/a", &s).is_err());
         assert_eq!(format!("{k:?}"), "ClusterKey(..)");
     }
 }

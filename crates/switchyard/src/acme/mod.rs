@@ -25,6 +25,7 @@ pub mod cluster;
 mod dns;
 mod order;
 mod resolver;
+mod store;
 
 pub use resolver::Resolver;
 
@@ -155,7 +156,7 @@ pub fn managed(spec: Spec) -> Arc<Managed> {
         next_renewal: AtomicI64::new(0),
         started: AtomicBool::new(false),
     });
-    match order::load_stored(&m.spec) {
+    match store::load_stored(&m.spec) {
         Ok(Some((ck, info))) => m.install(ck, &info),
         Ok(None) => {}
         Err(e) => crate::log::warn(format_args!(

@@ -26,6 +26,7 @@
 //!   the key's revision (`If-Match`), so a stale editor gets 409.
 
 pub mod etcd;
+pub mod key;
 
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -51,7 +52,7 @@ pub struct Settings {
     pub access: Arc<etcd::Access>,
     /// Encrypts the ACME certificate keys published in etcd; without it
     /// each node orders its own (docs/acme.md).
-    pub acme_key: Option<crate::acme::cluster::ClusterKey>,
+    pub acme_key: Option<key::ClusterKey>,
 }
 
 impl Settings {
@@ -792,6 +793,7 @@ mod tests {
             startup_wait: Duration::from_secs(1),
             state_dir: None,
             access: Arc::default(),
+            acme_key: None,
         }
     }
 

@@ -299,7 +299,7 @@ fn cluster_table(
     }
     let acme_key = match &c.acme_key_file {
         Some(f) => Some(
-            crate::acme::cluster::read_key(&resolve(f))
+            crate::cluster::key::read_key(&resolve(f))
                 .map_err(|e| format!("[cluster]: acme_key_file {f}: {e}"))?,
         ),
         None => None,
