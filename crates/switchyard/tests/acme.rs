@@ -1080,16 +1080,22 @@ fn acme_cluster(
     let key = dir.join("acme.key");
     std::fs::write(&key, format!("{}\n", "5a".repeat(32))).expect("key");
     (0..3)
-        .map(|i| {
-            let cfg = format!(
-                "[global]\nworkers = 1\n[cluster]\nendpoints = [\"http://{}\"]\nprefix = \"{prefix}\"\nnode = \"n{i}\"\n\
-                 status_ttl = \"3s\"\nwatch_idle = \"2s\"\nstartup_wait = \"10s\"\nacme_key_file = \"{}\"\n",
-                etcd.client,
-                key.display()
-            );
-            Switchyard::start(&cfg, listen)
-        })
+        .map(|i| Switchyard::start(&node_file(etcd, dir, prefix, i), listen))
         .collect()
+}
+
+/// Node `i`'s own file: its last known good configuration kept in
+/// `dir/nI`, so that a restart finds it.
+fn node_file(etcd: &Etcd, dir: &Path, prefix: &str, i: usize) -> String {
+    let state = dir.join(format!("n{i}"));
+    std::fs::create_dir_all(&state).expect("state");
+    format!(
+        "[global]\nworkers = 1\n[cluster]\nendpoints = [\"http://{}\"]\nprefix = \"{prefix}\"\nnode = \"n{i}\"\n\
+         status_ttl = \"3s\"\nwatch_idle = \"2s\"\nstartup_wait = \"10s\"\nacme_key_file = \"{}\"\nstate_dir = \"{}\"\n",
+        etcd.client,
+        dir.join("acme.key").display(),
+        state.display()
+    )
 }
 
 /// Every node has the certificate installed (its expiry gauge).
@@ -1168,6 +1174,19 @@ fn three_cluster_nodes_place_one_order_and_all_serve_it() {
     // The lock and the answers went with the order.
     let (_, locks) = etcd.ctl(&["get", "--prefix", "/sy/acme/acme/locks/", "--keys-only"]);
     assert!(locks.trim().is_empty(), "{locks}");
+
+    // etcd goes away and a node restarts alone: it runs its last known
+    // good configuration and serves the last certificate it had.
+    let leaf = leaves.into_iter().next().expect("leaf");
+    let file = node_file(&etcd, &dir, "/sy/acme", 0);
+    drop(etcd);
+    drop(nodes);
+    let alone = Switchyard::start(&file, &[plain, tls]);
+    let (again, _) = served(tls, NAME, &root, &[b"http/1.1"]).unwrap_or_else(|e| {
+        panic!("{e}:\n{}", alone.log())
+    });
+    assert_eq!(again, leaf);
+    assert!(alone.log().contains("last known good"), "{}", alone.log());
 }
 
 /// The node holding the order lock dies mid-order (its DNS-01 hook hangs,
