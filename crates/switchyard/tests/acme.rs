@@ -424,6 +424,14 @@ fn http01_issues_and_a_restart_reuses_the_stored_certificate() {
         metric(&sy, "switchyard_acme_certificates_issued_total"),
         Some(1.0)
     );
+    // The admin API lists it with its ACME state.
+    let row = acme_row(&sy);
+    assert_eq!(row["vserver"], "secure");
+    assert_eq!(row["names"], serde_json::json!([NAME]));
+    assert_eq!(row["acme"]["issued"], true);
+    assert_eq!(row["acme"]["challenge"], "http-01");
+    assert!(row["days_left"].as_i64().is_some_and(|d| d >= 89), "{row}");
+    assert!(row["acme"]["last_error"].is_null(), "{row}");
     // A reload keeps the certificate and its task: no new order.
     let (ok, out) = sy.reload_with(&cfg);
     assert!(ok, "{out}");
@@ -785,6 +793,25 @@ fn dns01_hook_failure_is_reported_with_its_stderr() {
         log.contains("handshakes for its names are still refused"),
         "{log}"
     );
+    let row = acme_row(&sy);
+    assert_eq!(row["days_left"], -1, "{row}");
+    assert_eq!(row["acme"]["issued"], false, "{row}");
+    assert!(
+        row["acme"]["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains("zone example.com not found")),
+        "{row}"
+    );
+}
+
+/// The ACME certificate's row of `/api/v1/certificates`.
+fn acme_row(sy: &Switchyard) -> serde_json::Value {
+    let all: serde_json::Value =
+        serde_json::from_str(&sy.admin_get("/api/v1/certificates")).expect("certificates JSON");
+    all.as_array()
+        .and_then(|a| a.iter().find(|c| !c["acme"].is_null()))
+        .cloned()
+        .unwrap_or_else(|| panic!("no ACME certificate in {all}"))
 }
 
 /// ACME Renewal Information (RFC 9773): the CA moves the renewal window
@@ -1182,9 +1209,8 @@ fn three_cluster_nodes_place_one_order_and_all_serve_it() {
     drop(etcd);
     drop(nodes);
     let alone = Switchyard::start(&file, &[plain, tls]);
-    let (again, _) = served(tls, NAME, &root, &[b"http/1.1"]).unwrap_or_else(|e| {
-        panic!("{e}:\n{}", alone.log())
-    });
+    let (again, _) = served(tls, NAME, &root, &[b"http/1.1"])
+        .unwrap_or_else(|e| panic!("{e}:\n{}", alone.log()));
     assert_eq!(again, leaf);
     assert!(alone.log().contains("last known good"), "{}", alone.log());
 }

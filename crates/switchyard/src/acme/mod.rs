@@ -97,9 +97,14 @@ pub struct Managed {
     pub issued: AtomicU64,
     /// The CA's 429 and 5xx answers, and the Retry-After they asked for.
     pub throttle: Arc<client::Throttle>,
-    /// Unix seconds of the next renewal (or renewal-information check)
-    /// the task has planned; 0 when none.
+    /// Unix seconds of the next renewal (or retry) the task has planned;
+    /// 0 when none.
     pub next_renewal: AtomicI64,
+    /// Why the last order failed; None after a success.
+    pub last_error: Mutex<Option<String>>,
+    /// The vserver (or "admin") whose TLS names it, for the admin API:
+    /// the latest snapshot's.
+    pub owner: Mutex<String>,
     started: AtomicBool,
 }
 
@@ -135,7 +140,7 @@ static REGISTRY: Mutex<Vec<Weak<Managed>>> = Mutex::new(Vec::new());
 /// The `Managed` for `spec`: the one an earlier snapshot made, or a new
 /// one with the certificate last stored in `state_dir`, if any and still
 /// valid. Its task starts with `start`.
-pub fn managed(spec: Spec) -> Arc<Managed> {
+pub fn managed(spec: Spec, owner: &str) -> Arc<Managed> {
     let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
     reg.retain(|w| w.strong_count() > 0);
     if let Some(m) = reg
@@ -143,6 +148,7 @@ pub fn managed(spec: Spec) -> Arc<Managed> {
         .filter_map(Weak::upgrade)
         .find(|m| m.spec == spec)
     {
+        *m.owner.lock().unwrap_or_else(|e| e.into_inner()) = owner.to_string();
         return m;
     }
     let m = Arc::new(Managed {
@@ -154,6 +160,8 @@ pub fn managed(spec: Spec) -> Arc<Managed> {
         issued: AtomicU64::new(0),
         throttle: Arc::new(client::Throttle::default()),
         next_renewal: AtomicI64::new(0),
+        last_error: Mutex::new(None),
+        owner: Mutex::new(owner.to_string()),
         started: AtomicBool::new(false),
     });
     match store::load_stored(&m.spec) {
@@ -201,6 +209,31 @@ pub fn start() {
         {
             crate::log::error(format_args!("{name}: cannot start its task: {e}"));
         }
+    }
+}
+
+impl Managed {
+    /// What the admin API shows of it (`/api/v1/certificates`, `acme`).
+    pub fn status_json(&self) -> serde_json::Value {
+        let t = now();
+        let next = self.next_renewal.load(Ordering::Relaxed);
+        let not_after = self.not_after.load(Ordering::Relaxed);
+        let has = self.current.load().is_some();
+        serde_json::json!({
+            "directory": self.spec.directory,
+            "challenge": match self.spec.challenge {
+                Challenge::Http01 => "http-01",
+                Challenge::TlsAlpn01 => "tls-alpn-01",
+                Challenge::Dns01 => "dns-01",
+            },
+            "issued": has,
+            "expires_in_seconds": if has { not_after - t } else { -1 },
+            "next_renewal": (next != 0).then(|| crate::tls::format_time(next)),
+            "orders_failed": self.failures.load(Ordering::Relaxed),
+            "certificates_issued": self.issued.load(Ordering::Relaxed),
+            "ca_throttled": self.throttle.answers.load(Ordering::Relaxed),
+            "last_error": self.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        })
     }
 }
 

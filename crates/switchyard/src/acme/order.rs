@@ -247,6 +247,7 @@ pub(super) fn run(m: Arc<Managed>) {
             match result {
                 Ok(info) => {
                     backoff = FIRST_BACKOFF;
+                    *m.last_error.lock().unwrap_or_else(|e| e.into_inner()) = None;
                     plan = None;
                     m.issued.fetch_add(1, Ordering::Relaxed);
                     log::info(format_args!(
@@ -258,6 +259,7 @@ pub(super) fn run(m: Arc<Managed>) {
                 }
                 Err(e) => {
                     m.failures.fetch_add(1, Ordering::Relaxed);
+                    *m.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.clone());
                     let still = if m.current.load().is_some() {
                         "the current certificate keeps serving"
                     } else {

@@ -362,7 +362,14 @@ pub fn build(
         store: store.clone(),
         acme: acme
             .iter()
-            .map(|spec| crate::acme::managed(spec.clone()))
+            .map(|spec| {
+                // `vserver "NAME" tls` (or "admin tls"): the name.
+                let owner = what
+                    .split('"')
+                    .nth(1)
+                    .unwrap_or(what.trim_end_matches(" tls"));
+                crate::acme::managed(spec.clone(), owner)
+            })
             .collect(),
     });
     // QUIC's TLS (`[vserver.http3]`): the same certificates, SNI and client
