@@ -633,6 +633,10 @@ fn check_refuses_bad_acme_settings() {
          directory = \"https://ca.example/dir\"\n\
          dns_hook = \"/bin/true\"\n\
          state_dir = \"state\"\n\
+         [vserver.tls.acme.on_demand]\n\
+         ask = \"https://ask.example/\"\n\
+         allow = [\"bad name\"]\n\
+         per_hour = 0\n\
          [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:2\"\n",
     )
     .expect("write");
@@ -646,6 +650,12 @@ fn check_refuses_bad_acme_settings() {
             "dns_resolvers entry \"ns1.example.com\" is not an IP address",
         ),
         (18, "dns_hook is only used with challenge = \"dns-01\""),
+        (
+            21,
+            "on_demand ask \"https://ask.example/\" is not an http:// URL",
+        ),
+        (22, "on_demand allow \"bad name\" is neither a DNS name"),
+        (23, "on_demand per_hour is 0"),
     ] {
         assert!(
             all.lines()
@@ -1310,4 +1320,101 @@ fn another_node_finishes_the_order_of_a_node_killed_mid_order() {
     );
     let root = p.root();
     served(tls, NAME, &root, &[b"http/1.1"]).expect("served");
+}
+
+/// On-demand issuance: a handshake for a name no certificate covers
+/// orders one only if the allow list admits it and the ask URL answers
+/// 200, and no more than `per_hour` new names an hour; the first
+/// handshake fails, a later one gets the certificate.
+#[test]
+fn on_demand_issues_only_what_the_rule_admits_within_the_hourly_cap() {
+    let (plain, tls) = addrs();
+    let Some(p) = Pebble::start(plain.ip(), plain.port(), tls.port(), NINETY_DAYS) else {
+        return;
+    };
+    // The ask service: 200 for a., b. and c.shop.example.com, 403 else.
+    let ask = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let ask_addr = ask.local_addr().expect("addr");
+    let asked = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let asked2 = asked.clone();
+    std::thread::spawn(move || {
+        for c in ask.incoming() {
+            let Ok(mut c) = c else { continue };
+            c.set_read_timeout(Some(Duration::from_secs(5))).ok();
+            let Some(req) = read_request(&mut c) else {
+                continue;
+            };
+            let line = String::from_utf8_lossy(&req)
+                .lines()
+                .next()
+                .unwrap_or("")
+                .to_string();
+            let domain = line
+                .split("domain=")
+                .nth(1)
+                .and_then(|d| d.split_whitespace().next())
+                .unwrap_or("")
+                .to_string();
+            let ok = ["a", "b", "c"]
+                .iter()
+                .any(|l| domain == format!("{l}.{NAME}"));
+            asked2.lock().unwrap().push(domain);
+            let status = if ok { "200 OK" } else { "403 Forbidden" };
+            let _ = write!(
+                c,
+                "HTTP/1.1 {status}\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+            );
+        }
+    });
+    let origin = Origin::start("o");
+    let state = temp_dir("acme-state");
+    let table = p.acme_table("http-01", &state)
+        + &format!(
+            "[vserver.tls.acme.on_demand]\nallow = [\"*.{NAME}\"]\nask = \"http://{ask_addr}/check\"\nper_hour = 2\n"
+        );
+    let cfg = config(plain, tls, &origin, &table);
+    let sy = Switchyard::start(&cfg, &[plain, tls]);
+    wait_served(&sy, &p, tls, Duration::from_secs(60));
+    let root = p.root();
+    let issued_for = |name: &str| {
+        let mut leaf = None;
+        eventually(Duration::from_secs(60), || {
+            leaf = served(tls, name, &root, &[b"http/1.1"]).ok();
+            leaf.is_some()
+        });
+        leaf.unwrap_or_else(|| panic!("no certificate for {name}:\n{}\n{}", sy.log(), p.log()))
+    };
+    let a = issued_for(&format!("a.{NAME}"));
+    // Refused by the ask URL: never ordered.
+    let evil = format!("evil.{NAME}");
+    assert!(served(tls, &evil, &root, &[b"http/1.1"]).is_err());
+    assert!(
+        eventually(Duration::from_secs(10), || sy
+            .log()
+            .contains(&format!("refused {evil}"))),
+        "{}",
+        sy.log()
+    );
+    // Not on the list: not even asked.
+    assert!(served(tls, "www.example.org", &root, &[b"http/1.1"]).is_err());
+    let b = issued_for(&format!("b.{NAME}"));
+    assert_ne!(a, b);
+    // The hour's two names are used: c waits, though the URL would admit it.
+    let c = format!("c.{NAME}");
+    assert!(served(tls, &c, &root, &[b"http/1.1"]).is_err());
+    assert!(
+        eventually(Duration::from_secs(10), || sy.log().contains(&format!(
+            "{c} and any other new name wait for the next hour"
+        ))),
+        "{}",
+        sy.log()
+    );
+    assert!(served(tls, &c, &root, &[b"http/1.1"]).is_err());
+    assert_eq!(p.orders(), 3, "the base name, a. and b.:\n{}", sy.log());
+    let asked = asked.lock().unwrap().clone();
+    assert!(
+        !asked.iter().any(|d| d.contains("example.org")),
+        "{asked:?}"
+    );
+    assert!(!asked.contains(&c), "{asked:?}");
 }

@@ -23,6 +23,7 @@ pub mod challenge;
 pub mod client;
 pub mod cluster;
 mod dns;
+pub mod on_demand;
 mod order;
 mod resolver;
 mod store;
@@ -78,6 +79,8 @@ pub struct Spec {
     pub dns: Option<DnsSpec>,
     /// The CA's certificate profile ("shortlived"), if one is asked for.
     pub profile: Option<String>,
+    /// Certificates ordered for unknown SNI names this rule admits.
+    pub on_demand: Option<on_demand::Rule>,
     /// Longest time between two renewal-information checks (RFC 9773);
     /// None: the CA's Retry-After, clamped to 1 minute .. 1 day.
     pub renewal_check: Option<std::time::Duration>,

@@ -462,6 +462,8 @@ pub struct Acme {
     pub dns_wait: Option<Millis>,
     /// A certificate profile the CA offers ("classic", "shortlived").
     pub profile: Option<Spanned<String>>,
+    /// On-demand issuance for names no certificate covers (docs/acme.md).
+    pub on_demand: Option<Spanned<AcmeOnDemand>>,
     /// How often at most the CA's renewal information (RFC 9773) is asked
     /// for (default: its Retry-After, between 1 minute and 1 day).
     pub renewal_check: Option<Millis>,
@@ -471,6 +473,19 @@ pub struct Acme {
     pub state_dir: Spanned<String>,
     /// PEM roots to trust for the CA's own HTTPS (default: the system's).
     pub ca_roots: Option<Spanned<String>>,
+}
+
+/// `[vserver.tls.acme.on_demand]`: which unknown SNI names get a
+/// certificate ordered, and how many an hour.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcmeOnDemand {
+    /// Names and "*.domain" patterns admitted.
+    pub allow: Option<Vec<Spanned<String>>>,
+    /// An http:// URL asked with ?domain=NAME; 200 admits.
+    pub ask: Option<Spanned<String>>,
+    /// New names admitted per hour at most (default 10).
+    pub per_hour: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -358,7 +358,16 @@ pub fn build(
         None => builder.with_no_client_auth(),
     };
     let store = Arc::new(store);
+    let on_demand = acme.as_ref().and_then(|spec| {
+        let rule = spec.on_demand.as_ref()?;
+        let owner = what
+            .split('"')
+            .nth(1)
+            .unwrap_or(what.trim_end_matches(" tls"));
+        Some(crate::acme::on_demand::get(spec, rule, owner))
+    });
     let resolver = Arc::new(Resolver {
+        on_demand,
         store: store.clone(),
         acme: acme
             .iter()
@@ -568,6 +577,10 @@ fn acme_spec(
         }
         resolve(base, r.get_ref())
     });
+    let on_demand = a
+        .on_demand
+        .as_ref()
+        .and_then(|o| on_demand_rule(o, &what, problems));
     (problems.len() == before).then_some(Spec {
         names,
         directory: dir.clone(),
@@ -578,7 +591,60 @@ fn acme_spec(
         ca_roots,
         dns,
         profile: a.profile.as_ref().map(|p| p.get_ref().clone()),
+        on_demand,
         renewal_check: a.renewal_check.map(|m| m.duration()),
+    })
+}
+
+/// `[vserver.tls.acme.on_demand]`: a list and/or an ask URL.
+fn on_demand_rule(
+    o: &Spanned<model::AcmeOnDemand>,
+    what: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<crate::acme::on_demand::Rule> {
+    let r = o.get_ref();
+    let mut allow = Vec::new();
+    for a in r.allow.iter().flatten() {
+        let n = a.get_ref().to_ascii_lowercase();
+        if !valid_dns_name(n.strip_prefix("*.").unwrap_or(&n)) {
+            problems.push((
+                a.span(),
+                format!(
+                    "{what}: on_demand allow {:?} is neither a DNS name nor \"*.\" and one",
+                    a.get_ref()
+                ),
+            ));
+        }
+        allow.push(n);
+    }
+    if let Some(u) = &r.ask {
+        let v = u.get_ref();
+        let host = v
+            .strip_prefix("http://")
+            .map(|r| r.split('/').next().unwrap_or(""));
+        if host.is_none_or(|h| h.is_empty()) {
+            problems.push((
+                u.span(),
+                format!("{what}: on_demand ask {v:?} is not an http:// URL (a local service that answers 200 for the names to admit)"),
+            ));
+        }
+    }
+    if allow.is_empty() && r.ask.is_none() {
+        problems.push((
+            o.span(),
+            format!("{what}: on_demand needs allow (names, \"*.domain\" patterns) or ask (a URL): without a rule any client could have certificates ordered for any name"),
+        ));
+    }
+    let per_hour = r.per_hour.as_ref().map_or(10, |p| *p.get_ref());
+    if per_hour == 0 {
+        if let Some(p) = &r.per_hour {
+            problems.push((p.span(), format!("{what}: on_demand per_hour is 0")));
+        }
+    }
+    Some(crate::acme::on_demand::Rule {
+        allow,
+        ask: r.ask.as_ref().map(|u| u.get_ref().clone()),
+        per_hour,
     })
 }
 
