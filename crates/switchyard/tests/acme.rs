@@ -1418,3 +1418,103 @@ fn on_demand_issues_only_what_the_rule_admits_within_the_hourly_cap() {
     );
     assert!(!asked.contains(&c), "{asked:?}");
 }
+
+/// A cluster renews once: pebble moves the certificate's renewal window
+/// into the past; one node (whichever takes the lock) orders the renewal
+/// as a replacement of the certificate (the account is the cluster's,
+/// shared through etcd, though each node keeps its own state_dir), and
+/// every node serves the new certificate.
+#[test]
+fn a_cluster_renews_once_when_the_ca_says_so() {
+    let (plain, tls) = addrs();
+    let Some(p) = Pebble::start(plain.ip(), plain.port(), tls.port(), NINETY_DAYS) else {
+        return;
+    };
+    let dir = temp_dir("acme-cluster-ari");
+    let Some(etcd) = Etcd::start(&dir) else {
+        return;
+    };
+    let origin = Origin::start("o");
+    // A relative state_dir: each node's own, beside its file.
+    let table = p.acme_table("http-01", Path::new("acme-state")).replace(
+        "state_dir = \"acme-state\"",
+        "state_dir = \"acme-state\"\nrenewal_check = \"1s\"",
+    );
+    let cfg = config(plain, tls, &origin, &table);
+    let nodes = acme_cluster(&etcd, &dir, "/sy/ari", &cfg, &[plain, tls]);
+    let logs = || {
+        nodes
+            .iter()
+            .map(|n| n.log())
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    };
+    assert!(
+        eventually(Duration::from_secs(60), || all_serve(&nodes)),
+        "{}\n{}",
+        logs(),
+        p.log()
+    );
+    assert_eq!(p.orders(), 1, "{}", logs());
+    assert_eq!(
+        p.log().matches("POST /sign-me-up").count(),
+        1,
+        "one account:\n{}",
+        p.log()
+    );
+    let root = p.root();
+    let (first, _) = served(tls, NAME, &root, &[b"http/1.1"]).expect("served");
+    let (ok, out) = etcd.ctl(&[
+        "get",
+        &format!("/sy/ari/acme/certs/{NAME}"),
+        "--print-value-only",
+    ]);
+    assert!(ok, "{out}");
+    let published: serde_json::Value = serde_json::from_str(out.trim()).expect("published JSON");
+    p.set_renewal_info(
+        published["chain"].as_str().expect("chain").as_bytes(),
+        r#"{"suggestedWindow":{"start":"2020-01-01T00:00:00Z","end":"2020-01-02T00:00:00Z"}}"#,
+    );
+    // Every node gets the renewed certificate, from the one renewal.
+    assert!(
+        eventually(Duration::from_secs(30), || (0..9).all(|_| served(
+            tls,
+            NAME,
+            &root,
+            &[b"http/1.1"]
+        )
+        .is_ok_and(|(l, _)| l != first))
+            && nodes
+                .iter()
+                .all(
+                    |n| metric(n, "switchyard_acme_renewal_failures_total") == Some(0.0)
+                )
+            && nodes.iter().all(planned_around_day_60)),
+        "{}\n{}",
+        logs(),
+        p.log()
+    );
+    assert_eq!(p.orders(), 2, "one renewal for the cluster:\n{}", logs());
+    // Each node keeps the shared account and the certificate in its own
+    // state_dir.
+    for n in &nodes {
+        let state = n.dir.join("acme-state");
+        assert!(state.join("account.json").is_file(), "{}", state.display());
+        assert!(
+            state.join(NAME).join("cert.pem").is_file(),
+            "{}",
+            state.display()
+        );
+    }
+    assert!(
+        p.log().contains("ARI: order"),
+        "a replacement order:\n{}",
+        p.log()
+    );
+    assert_eq!(
+        p.log().matches("POST /sign-me-up").count(),
+        1,
+        "one account:\n{}",
+        p.log()
+    );
+}

@@ -221,6 +221,49 @@ impl Shared {
         Ok((chain.as_bytes().to_vec(), pem))
     }
 
+    fn account_key(&self, directory: &str) -> String {
+        let name: String = directory
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '.' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        self.key_of("accounts", &name)
+    }
+
+    /// The cluster's account at `directory` (its credentials JSON), if a
+    /// node published one: every node orders with it, so that a renewal
+    /// by any node may name the certificate it replaces (a CA accepts
+    /// that from the account that ordered it only).
+    pub fn fetch_account(&self, directory: &str) -> Result<Option<Vec<u8>>, String> {
+        let key = self.account_key(directory);
+        let (_, kv) = self
+            .client()
+            .get(key.as_bytes())
+            .map_err(|e| e.to_string())?;
+        let Some(kv) = kv else { return Ok(None) };
+        let sealed = crate::base64::decode(&String::from_utf8_lossy(&kv.value))
+            .ok_or_else(|| format!("{key}: not base64"))?;
+        open(&self.key, key.as_bytes(), &sealed)
+            .map(Some)
+            .map_err(|e| format!("{key}: {e}"))
+    }
+
+    /// Publishes the account, unless one is there already (the first
+    /// node's stays).
+    pub fn publish_account(&self, directory: &str, creds: &[u8]) -> Result<(), String> {
+        let key = self.account_key(directory);
+        let sealed = seal(&self.key, key.as_bytes(), creds)?;
+        self.client()
+            .create(key.as_bytes(), crate::base64::encode(&sealed).as_bytes(), 0)
+            .map(|_| ())
+            .map_err(|e| format!("publishing the account in etcd: {e}"))
+    }
+
     /// Publishes a new certificate for every node.
     pub fn publish(
         &self,

@@ -62,7 +62,11 @@ struct AriPlan {
 /// When to renew, from the CA's window when it gives one (a random point
 /// in it, as RFC 9773 section 4.2 asks), else at two thirds of the
 /// lifetime; and when to ask the CA again.
-async fn schedule(m: &Managed, plan: &mut Option<AriPlan>) -> (i64, i64) {
+async fn schedule(
+    m: &Managed,
+    cluster: Option<&super::cluster::Shared>,
+    plan: &mut Option<AriPlan>,
+) -> (i64, i64) {
     let nb = m.not_before.load(Ordering::Relaxed);
     let na = m.not_after.load(Ordering::Relaxed);
     let t = now();
@@ -75,7 +79,7 @@ async fn schedule(m: &Managed, plan: &mut Option<AriPlan>) -> (i64, i64) {
         };
         t + d.as_secs().max(1) as i64
     };
-    match renewal_info(m).await {
+    match renewal_info(m, cluster).await {
         Ok(Some((start, end, retry_after))) => {
             let p = match *plan {
                 Some(p) if p.start == start && p.end == end => p,
@@ -120,11 +124,14 @@ async fn schedule(m: &Managed, plan: &mut Option<AriPlan>) -> (i64, i64) {
 
 /// The CA's renewal window for the current certificate (Unix seconds)
 /// and when to ask again; None when the CA does not offer ARI.
-async fn renewal_info(m: &Managed) -> Result<Option<(i64, i64, Duration)>, String> {
+async fn renewal_info(
+    m: &Managed,
+    cluster: Option<&super::cluster::Shared>,
+) -> Result<Option<(i64, i64, Duration)>, String> {
     let Some(id) = current_id(m) else {
         return Ok(None);
     };
-    let account = account(m).await?;
+    let account = account(m, cluster, false).await?;
     match account.renewal_info(&id).await {
         Ok((info, retry_after)) => Ok(Some((
             info.suggested_window.start.unix_timestamp(),
@@ -188,7 +195,7 @@ pub(super) fn run(m: Arc<Managed>) {
             }
             if m.current.load().is_some() {
                 let serving = m.not_after.load(Ordering::Relaxed);
-                let (renew_at, check_at) = schedule(&m, &mut plan).await;
+                let (renew_at, check_at) = schedule(&m, cluster.as_ref(), &mut plan).await;
                 m.next_renewal.store(renew_at, Ordering::Relaxed);
                 let wake = renew_at.min(check_at) - now();
                 if wake > 0 {
@@ -299,39 +306,65 @@ pub(super) fn run(m: Arc<Managed>) {
     });
 }
 
-async fn account(m: &Managed) -> Result<Account, String> {
+/// The account: in a cluster the one published in etcd (kept on disk
+/// too), else the one on disk, else a new one (then published, when
+/// `publish`: only the node holding the order lock makes it).
+async fn account(
+    m: &Managed,
+    cluster: Option<&super::cluster::Shared>,
+    publish: bool,
+) -> Result<Account, String> {
     let spec = &m.spec;
     let http = super::client::Client::new(spec.ca_roots.as_deref(), m.throttle.clone())
         .map_err(|e| format!("ca_roots: {e}"))?;
     let path = spec.state_dir.join("account.json");
-    if let Ok(json) = std::fs::read(&path) {
+    let mut shared = false;
+    if let Some(c) = cluster {
+        match c.fetch_account(&spec.directory) {
+            Ok(Some(json)) => {
+                shared = true;
+                if std::fs::read(&path).ok().as_deref() != Some(&json[..]) {
+                    write_private(&path, &json)?;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => log::warn(format_args!("acme {}: the cluster's account: {e}", m.id())),
+        }
+    }
+    let (account, json) = if let Ok(json) = std::fs::read(&path) {
         let creds: AccountCredentials =
             serde_json::from_slice(&json).map_err(|e| format!("{}: {e}", path.display()))?;
-        return Account::builder_with_http(Box::new(http))
+        let account = Account::builder_with_http(Box::new(http))
             .from_credentials(creds)
             .await
-            .map_err(|e| format!("account from {}: {e}", path.display()));
+            .map_err(|e| format!("account from {}: {e}", path.display()))?;
+        (account, json)
+    } else {
+        let contact: Vec<&str> = spec.contact.iter().map(|c| c.as_str()).collect();
+        let (account, creds) = Account::builder_with_http(Box::new(http))
+            .create(
+                &NewAccount {
+                    contact: &contact,
+                    terms_of_service_agreed: true,
+                    only_return_existing: false,
+                },
+                spec.directory.clone(),
+                None,
+            )
+            .await
+            .map_err(|e| format!("new account at {}: {e}", spec.directory))?;
+        let json = serde_json::to_vec(&creds).map_err(|e| e.to_string())?;
+        write_private(&path, &json)?;
+        log::info(format_args!(
+            "acme: account {} created, key kept in {}",
+            account.id(),
+            path.display()
+        ));
+        (account, json)
+    };
+    if let Some(c) = cluster.filter(|_| publish && !shared) {
+        c.publish_account(&spec.directory, &json)?;
     }
-    let contact: Vec<&str> = spec.contact.iter().map(|c| c.as_str()).collect();
-    let (account, creds) = Account::builder_with_http(Box::new(http))
-        .create(
-            &NewAccount {
-                contact: &contact,
-                terms_of_service_agreed: true,
-                only_return_existing: false,
-            },
-            spec.directory.clone(),
-            None,
-        )
-        .await
-        .map_err(|e| format!("new account at {}: {e}", spec.directory))?;
-    let json = serde_json::to_vec(&creds).map_err(|e| e.to_string())?;
-    write_private(&path, &json)?;
-    log::info(format_args!(
-        "acme: account {} created, key kept in {}",
-        account.id(),
-        path.display()
-    ));
     Ok(account)
 }
 
@@ -367,7 +400,7 @@ async fn issue(
     cluster: Option<(&super::cluster::Shared, &super::cluster::Lock)>,
 ) -> Result<CertInfo, String> {
     let spec = &m.spec;
-    let account = account(m).await?;
+    let account = account(m, cluster.map(|c| c.0), true).await?;
     let ids: Vec<Identifier> = spec
         .names
         .iter()
