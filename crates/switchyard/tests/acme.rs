@@ -574,9 +574,16 @@ fn a_ca_down_at_renewal_leaves_the_current_certificate_serving() {
         "no failed renewal counted:\n{}",
         sy.log()
     );
+    // (The counter moves just before the line is written.)
+    assert!(
+        eventually(Duration::from_secs(5), || sy
+            .log()
+            .contains("the current certificate keeps serving")),
+        "{}",
+        sy.log()
+    );
     let (leaf, _) = served(tls, NAME, &root, &[b"http/1.1"]).expect("still served");
     assert_eq!(leaf, first);
-    assert!(sy.log().contains("the current certificate keeps serving"));
     let expiry = metric(&sy, "switchyard_acme_certificate_expiry_seconds").expect("gauge");
     assert!(expiry > 0.0 && expiry < 30.0, "expiry {expiry}");
 }
@@ -794,11 +801,16 @@ fn dns01_hook_failure_is_reported_with_its_stderr() {
         "{}",
         sy.log()
     );
-    let log = sy.log();
-    assert!(
-        log.contains(&format!("present _acme-challenge.{NAME}.: exit status: 3; its stderr: zone example.com not found")),
-        "{log}"
+    // (The counter moves just before the line is written.)
+    let line = format!(
+        "present _acme-challenge.{NAME}.: exit status: 3; its stderr: zone example.com not found"
     );
+    assert!(
+        eventually(Duration::from_secs(5), || sy.log().contains(&line)),
+        "{}",
+        sy.log()
+    );
+    let log = sy.log();
     assert!(
         log.contains("handshakes for its names are still refused"),
         "{log}"
@@ -1184,10 +1196,12 @@ fn three_cluster_nodes_place_one_order_and_all_serve_it() {
         .collect();
     assert_eq!(ordering.len(), 1, "one node ordered:\n{}", logs());
     for (i, n) in nodes.iter().enumerate() {
+        // (The gauge moves just before the line is written.)
         if i != ordering[0] {
             assert!(
-                n.log()
-                    .contains("serving the certificate published in the cluster"),
+                eventually(Duration::from_secs(5), || n
+                    .log()
+                    .contains("serving the certificate published in the cluster")),
                 "{}",
                 n.log()
             );
