@@ -22,6 +22,17 @@ const NAME: &str = "shop.example.com";
 /// around day 60, so no renewal comes during a test unless forced.
 const NINETY_DAYS: u64 = 90 * 86_400;
 
+/// The running test's name (for a SKIPPED line).
+fn test_name() -> String {
+    std::thread::current()
+        .name()
+        .unwrap_or("acme")
+        .rsplit("::")
+        .next()
+        .unwrap_or("acme")
+        .to_string()
+}
+
 /// A Go program from PATH or ~/go/bin (where `go install` puts it).
 fn go_tool(name: &str) -> Option<PathBuf> {
     let mut dirs: Vec<PathBuf> = std::env::var_os("PATH")
@@ -86,9 +97,9 @@ impl Pebble {
     fn start(ip: IpAddr, http_port: u16, tls_port: u16, validity: u64) -> Option<Pebble> {
         let (Some(pebble), Some(challtest)) = (go_tool("pebble"), go_tool("pebble-challtestsrv"))
         else {
-            eprintln!(
-                "skipping: pebble and pebble-challtestsrv are not installed (scripts/test.sh installs them: go install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.10.3 and cmd/pebble-challtestsrv@v2.10.3)"
-            );
+            let why = "pebble and pebble-challtestsrv are not installed (scripts/test.sh installs them: go install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.10.3 and cmd/pebble-challtestsrv@v2.10.3)";
+            println!("SKIPPED {}: {why}", test_name());
+            eprintln!("SKIPPED {}: {why}", test_name());
             return None;
         };
         let pki = Pki::new("pebble-api");
@@ -1068,7 +1079,9 @@ impl Etcd {
                 .is_ok_and(|o| o.status.success())
         };
         if !have("etcd") || !have("etcdctl") {
-            eprintln!("skipping: etcd and etcdctl are not installed (scripts/test.sh installs etcd-server and etcd-client)");
+            let why = "etcd and etcdctl are not installed (scripts/test.sh installs etcd-server and etcd-client)";
+            println!("SKIPPED {}: {why}", test_name());
+            eprintln!("SKIPPED {}: {why}", test_name());
             return None;
         }
         let lo: IpAddr = [127, 0, 0, 1].into();

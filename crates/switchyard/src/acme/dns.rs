@@ -140,13 +140,20 @@ pub fn txt(server: SocketAddr, name: &str) -> Result<Vec<String>, String> {
         (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
     };
     let sock = UdpSocket::bind(bind).map_err(|e| e.to_string())?;
-    sock.set_read_timeout(Some(Duration::from_secs(2)))
-        .map_err(|e| e.to_string())?;
     let id = crate::random::next_u64() as u16;
     let q = query(id, name)?;
     sock.send_to(&q, server).map_err(|e| e.to_string())?;
     let mut buf = [0u8; 4096];
+    // Stray datagrams (another id, another sender) are skipped, within
+    // the same bound as one answer.
+    let deadline = Instant::now() + Duration::from_secs(2);
     loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err("no answer within 2s".into());
+        }
+        sock.set_read_timeout(Some(left))
+            .map_err(|e| e.to_string())?;
         let (n, from) = sock
             .recv_from(&mut buf)
             .map_err(|e| format!("no answer: {e}"))?;
