@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
 use rustls::sign::CertifiedKey;
+use rustls_pki_types::PrivateKeyDer;
 
 /// The ALPN protocol of TLS-ALPN-01 (RFC 8737 section 6.2).
 pub const ACME_TLS_ALPN: &[u8] = b"acme-tls/1";
@@ -43,4 +44,25 @@ pub fn set_alpn01(name: &str, cert: Option<Arc<CertifiedKey>>) {
         Some(c) => map.insert(name.to_ascii_lowercase(), c),
         None => map.remove(&name.to_ascii_lowercase()),
     };
+}
+
+/// The TLS-ALPN-01 validation certificate for `name` (RFC 8737 3): self-
+/// signed, the name as its only SAN, the key authorization's SHA-256 in
+/// the critical acmeIdentifier extension.
+pub fn alpn_cert(name: &str, digest: &[u8]) -> Result<CertifiedKey, String> {
+    let key = rcgen::KeyPair::generate().map_err(|e| e.to_string())?;
+    let mut params =
+        rcgen::CertificateParams::new(vec![name.to_string()]).map_err(|e| e.to_string())?;
+    params
+        .custom_extensions
+        .push(rcgen::CustomExtension::new_acme_identifier(digest));
+    let cert = params.self_signed(&key).map_err(|e| e.to_string())?;
+    // Not `CertifiedKey::from_der`: its key check parses the certificate
+    // with webpki, which refuses the critical acmeIdentifier extension.
+    let der = PrivateKeyDer::try_from(key.serialize_der()).map_err(|e| e.to_string())?;
+    let signing = rustls::crypto::aws_lc_rs::default_provider()
+        .key_provider
+        .load_private_key(der)
+        .map_err(|e| e.to_string())?;
+    Ok(CertifiedKey::new(vec![cert.der().clone()], signing))
 }

@@ -30,11 +30,52 @@ const MAX_RESPONSE: usize = 1 << 20;
 
 pub struct Client {
     tls: tokio_rustls::TlsConnector,
+    throttle: Arc<Throttle>,
+}
+
+/// What the CA said about its load: every 429 and 5xx answer is counted,
+/// and the latest Retry-After kept for the task's next try (instant-acme
+/// turns those answers into errors and forgets the header).
+#[derive(Default)]
+pub struct Throttle {
+    /// 429 and 5xx answers since the process started.
+    pub answers: std::sync::atomic::AtomicU64,
+    /// The Retry-After of the latest one, as an instant; taken by the task.
+    retry_at: std::sync::Mutex<Option<std::time::SystemTime>>,
+}
+
+impl Throttle {
+    /// How long the CA asked to be left alone, from now (once).
+    pub fn take_retry_after(&self) -> Option<Duration> {
+        let at = self
+            .retry_at
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()?;
+        at.duration_since(std::time::SystemTime::now()).ok()
+    }
+
+    fn note(&self, retry_after: Option<&[u8]>) {
+        self.answers
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let at = retry_after
+            .and_then(|v| std::str::from_utf8(v).ok())
+            .and_then(|v| {
+                let v = v.trim();
+                match v.parse::<u64>() {
+                    Ok(secs) => Some(std::time::SystemTime::now() + Duration::from_secs(secs)),
+                    Err(_) => crate::cache::httpdate::parse(v.as_bytes())
+                        .map(|t| std::time::UNIX_EPOCH + Duration::from_secs(t.max(0) as u64)),
+                }
+            });
+        *self.retry_at.lock().unwrap_or_else(|e| e.into_inner()) = at;
+    }
 }
 
 impl Client {
-    /// Trusts the PEM roots in `roots`, or the system bundle.
-    pub fn new(roots: Option<&std::path::Path>) -> Result<Client, String> {
+    /// Trusts the PEM roots in `roots`, or the system bundle; the CA's
+    /// 429 and 5xx answers are noted in `throttle`.
+    pub fn new(roots: Option<&std::path::Path>, throttle: Arc<Throttle>) -> Result<Client, String> {
         let path = roots.unwrap_or(std::path::Path::new(SYSTEM_CA));
         let pem =
             std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
@@ -55,6 +96,7 @@ impl Client {
         .with_no_client_auth();
         Ok(Client {
             tls: tokio_rustls::TlsConnector::from(Arc::new(cfg)),
+            throttle,
         })
     }
 }
@@ -69,11 +111,19 @@ impl HttpClient for Client {
         req: Request<BodyWrapper<Bytes>>,
     ) -> Pin<Box<dyn Future<Output = Result<BytesResponse, Error>> + Send>> {
         let tls = self.tls.clone();
+        let throttle = self.throttle.clone();
         Box::pin(async move {
-            match tokio::time::timeout(TIMEOUT, send(tls, req)).await {
+            let r = match tokio::time::timeout(TIMEOUT, send(tls, req)).await {
                 Ok(r) => r,
                 Err(_) => Err(other(format!("no answer within {}s", TIMEOUT.as_secs()))),
+            };
+            if let Ok(resp) = &r {
+                let status = resp.parts.status.as_u16();
+                if status == 429 || status >= 500 {
+                    throttle.note(resp.parts.headers.get("retry-after").map(|v| v.as_bytes()));
+                }
             }
+            r
         })
     }
 }

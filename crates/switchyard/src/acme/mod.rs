@@ -21,8 +21,12 @@
 
 pub mod challenge;
 pub mod client;
+pub mod cluster;
+mod dns;
+pub mod on_demand;
 mod order;
 mod resolver;
+mod store;
 
 pub use resolver::Resolver;
 
@@ -38,6 +42,20 @@ use rustls::sign::CertifiedKey;
 pub enum Challenge {
     Http01,
     TlsAlpn01,
+    /// A TXT record put up by the operator's hook (`DnsSpec`).
+    Dns01,
+}
+
+/// DNS-01: how the TXT record is put up and when it is believed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DnsSpec {
+    /// Run as `HOOK present|cleanup _acme-challenge.NAME. VALUE`.
+    pub hook: PathBuf,
+    pub hook_timeout: std::time::Duration,
+    /// Asked for the TXT record until each answers it; empty: `wait` is
+    /// waited out instead.
+    pub resolvers: Vec<std::net::SocketAddr>,
+    pub wait: std::time::Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -57,6 +75,15 @@ pub struct Spec {
     pub key_type: KeyType,
     pub state_dir: PathBuf,
     pub ca_roots: Option<PathBuf>,
+    /// With `Challenge::Dns01` only.
+    pub dns: Option<DnsSpec>,
+    /// The CA's certificate profile ("shortlived"), if one is asked for.
+    pub profile: Option<String>,
+    /// Certificates ordered for unknown SNI names this rule admits.
+    pub on_demand: Option<on_demand::Rule>,
+    /// Longest time between two renewal-information checks (RFC 9773);
+    /// None: the CA's Retry-After, clamped to 1 minute .. 1 day.
+    pub renewal_check: Option<std::time::Duration>,
 }
 
 /// A certificate Switchyard orders and renews.
@@ -71,13 +98,29 @@ pub struct Managed {
     pub failures: AtomicU64,
     /// Certificates issued since the process started.
     pub issued: AtomicU64,
+    /// The CA's 429 and 5xx answers, and the Retry-After they asked for.
+    pub throttle: Arc<client::Throttle>,
+    /// Unix seconds of the next renewal (or retry) the task has planned;
+    /// 0 when none.
+    pub next_renewal: AtomicI64,
+    /// Why the last order failed; None after a success.
+    pub last_error: Mutex<Option<String>>,
+    /// The vserver (or "admin") whose TLS names it, for the admin API:
+    /// the latest snapshot's.
+    pub owner: Mutex<String>,
     started: AtomicBool,
 }
 
 impl Managed {
     /// Whether `sni` is one of the names (case-insensitive).
     pub fn covers(&self, sni: &str) -> bool {
-        self.spec.names.iter().any(|n| n.eq_ignore_ascii_case(sni))
+        self.spec.names.iter().any(|n| match n.strip_prefix("*.") {
+            // One label, as a wildcard certificate covers it.
+            Some(base) => sni
+                .split_once('.')
+                .is_some_and(|(label, rest)| !label.is_empty() && rest.eq_ignore_ascii_case(base)),
+            None => n.eq_ignore_ascii_case(sni),
+        })
     }
 
     /// The name used in logs and metrics: the first one.
@@ -100,7 +143,7 @@ static REGISTRY: Mutex<Vec<Weak<Managed>>> = Mutex::new(Vec::new());
 /// The `Managed` for `spec`: the one an earlier snapshot made, or a new
 /// one with the certificate last stored in `state_dir`, if any and still
 /// valid. Its task starts with `start`.
-pub fn managed(spec: Spec) -> Arc<Managed> {
+pub fn managed(spec: Spec, owner: &str) -> Arc<Managed> {
     let mut reg = REGISTRY.lock().unwrap_or_else(|e| e.into_inner());
     reg.retain(|w| w.strong_count() > 0);
     if let Some(m) = reg
@@ -108,6 +151,7 @@ pub fn managed(spec: Spec) -> Arc<Managed> {
         .filter_map(Weak::upgrade)
         .find(|m| m.spec == spec)
     {
+        *m.owner.lock().unwrap_or_else(|e| e.into_inner()) = owner.to_string();
         return m;
     }
     let m = Arc::new(Managed {
@@ -117,9 +161,13 @@ pub fn managed(spec: Spec) -> Arc<Managed> {
         not_after: AtomicI64::new(0),
         failures: AtomicU64::new(0),
         issued: AtomicU64::new(0),
+        throttle: Arc::new(client::Throttle::default()),
+        next_renewal: AtomicI64::new(0),
+        last_error: Mutex::new(None),
+        owner: Mutex::new(owner.to_string()),
         started: AtomicBool::new(false),
     });
-    match order::load_stored(&m.spec) {
+    match store::load_stored(&m.spec) {
         Ok(Some((ck, info))) => m.install(ck, &info),
         Ok(None) => {}
         Err(e) => crate::log::warn(format_args!(
@@ -164,6 +212,31 @@ pub fn start() {
         {
             crate::log::error(format_args!("{name}: cannot start its task: {e}"));
         }
+    }
+}
+
+impl Managed {
+    /// What the admin API shows of it (`/api/v1/certificates`, `acme`).
+    pub fn status_json(&self) -> serde_json::Value {
+        let t = now();
+        let next = self.next_renewal.load(Ordering::Relaxed);
+        let not_after = self.not_after.load(Ordering::Relaxed);
+        let has = self.current.load().is_some();
+        serde_json::json!({
+            "directory": self.spec.directory,
+            "challenge": match self.spec.challenge {
+                Challenge::Http01 => "http-01",
+                Challenge::TlsAlpn01 => "tls-alpn-01",
+                Challenge::Dns01 => "dns-01",
+            },
+            "issued": has,
+            "expires_in_seconds": if has { not_after - t } else { -1 },
+            "next_renewal": (next != 0).then(|| crate::tls::format_time(next)),
+            "orders_failed": self.failures.load(Ordering::Relaxed),
+            "certificates_issued": self.issued.load(Ordering::Relaxed),
+            "ca_throttled": self.throttle.answers.load(Ordering::Relaxed),
+            "last_error": self.last_error.lock().unwrap_or_else(|e| e.into_inner()).clone(),
+        })
     }
 }
 

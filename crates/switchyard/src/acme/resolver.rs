@@ -17,6 +17,9 @@ use rustls::sign::CertifiedKey;
 pub struct Resolver {
     pub store: Arc<crate::tls::CertStore>,
     pub acme: Vec<Arc<super::Managed>>,
+    /// Certificates ordered for names nothing else covers, when the
+    /// operator's rule admits them.
+    pub on_demand: Option<Arc<super::on_demand::OnDemand>>,
 }
 
 impl std::fmt::Debug for super::Managed {
@@ -42,6 +45,11 @@ impl ResolvesServerCert for Resolver {
         if let Some(sni) = hello.server_name() {
             if let Some(m) = self.acme.iter().find(|m| m.covers(sni)) {
                 return m.current.load_full();
+            }
+            if let Some(od) = self.on_demand.as_ref().filter(|_| !self.store.covers(sni)) {
+                if let Some(ck) = od.resolve(sni) {
+                    return Some(ck);
+                }
             }
         }
         if !self.store.all().is_empty() {

@@ -1164,6 +1164,26 @@ pub fn certificates(snap: &Snapshot) -> Value {
             }));
         }
     }
+    // ACME-managed certificates (docs/acme.md), also before the first is
+    // issued (days_left -1: the dashboard shows it as a problem).
+    for m in crate::acme::all() {
+        let info = m
+            .current
+            .load_full()
+            .and_then(|ck| ck.cert.first().and_then(|c| x509::parse(c).ok()));
+        let owner = m.owner.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        out.push(json!({
+            "vserver": owner,
+            "default": false,
+            "subject": info.as_ref().map(|i| i.subject.clone()).unwrap_or_default(),
+            "names": m.spec.names,
+            "not_before": info.as_ref().map(|i| crate::tls::format_time(i.not_before)).unwrap_or_default(),
+            "not_after": info.as_ref().map(|i| crate::tls::format_time(i.not_after)).unwrap_or_default(),
+            "days_left": info.as_ref().map_or(-1, |i| (i.not_after - now).div_euclid(86_400)),
+            "ocsp": { "stapled": false },
+            "acme": m.status_json(),
+        }));
+    }
     Value::Array(out)
 }
 

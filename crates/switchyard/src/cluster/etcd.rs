@@ -447,6 +447,35 @@ impl Client {
         Ok(header(&v))
     }
 
+    /// Puts `value` under `lease` only if the key does not exist: true
+    /// when written (a lock taken).
+    pub fn create(&mut self, key: &[u8], value: &[u8], lease: i64) -> Result<bool, Error> {
+        let mut put = json!({"key": b64(key), "value": b64(value)});
+        if lease != 0 {
+            put["lease"] = Value::from(lease.to_string());
+        }
+        let v = self.call(
+            "/v3/kv/txn",
+            json!({
+                "compare": [{"key": b64(key), "target": "CREATE", "result": "EQUAL", "create_revision": "0"}],
+                "success": [{"request_put": put}],
+            }),
+        )?;
+        Ok(v["succeeded"] == true)
+    }
+
+    /// Deletes the key.
+    pub fn delete(&mut self, key: &[u8]) -> Result<(), Error> {
+        self.call("/v3/kv/deleterange", json!({"key": b64(key)}))
+            .map(|_| ())
+    }
+
+    /// Ends a lease now: its keys go with it.
+    pub fn revoke(&mut self, id: i64) -> Result<(), Error> {
+        self.call("/v3/lease/revoke", json!({"ID": id.to_string()}))
+            .map(|_| ())
+    }
+
     /// A lease of `ttl` seconds.
     pub fn grant(&mut self, ttl: u64) -> Result<i64, Error> {
         let v = self.call("/v3/lease/grant", json!({"TTL": ttl.to_string()}))?;

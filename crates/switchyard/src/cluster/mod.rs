@@ -26,6 +26,7 @@
 //!   the key's revision (`If-Match`), so a stale editor gets 409.
 
 pub mod etcd;
+pub mod key;
 
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -49,6 +50,9 @@ pub struct Settings {
     pub state_dir: Option<std::path::PathBuf>,
     /// TLS and the user for etcd.
     pub access: Arc<etcd::Access>,
+    /// Encrypts the ACME certificate keys published in etcd; without it
+    /// each node orders its own (docs/acme.md).
+    pub acme_key: Option<key::ClusterKey>,
 }
 
 impl Settings {
@@ -789,6 +793,7 @@ mod tests {
             startup_wait: Duration::from_secs(1),
             state_dir: None,
             access: Arc::default(),
+            acme_key: None,
         }
     }
 

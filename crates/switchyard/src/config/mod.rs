@@ -297,9 +297,17 @@ fn cluster_table(
             "[cluster]: node name {node:?} must be non-empty, without /"
         ));
     }
+    let acme_key = match &c.acme_key_file {
+        Some(f) => Some(
+            crate::cluster::key::read_key(&resolve(f))
+                .map_err(|e| format!("[cluster]: acme_key_file {f}: {e}"))?,
+        ),
+        None => None,
+    };
     let ms =
         |m: Option<types::Millis>, d: u64| std::time::Duration::from_millis(m.map_or(d, |m| m.0));
     Ok(Some(crate::cluster::Settings {
+        acme_key,
         endpoints: c.endpoints,
         prefix: c.prefix,
         node,

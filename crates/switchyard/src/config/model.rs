@@ -144,6 +144,9 @@ pub struct ClusterFile {
     pub username: Option<String>,
     pub password: Option<String>,
     pub password_file: Option<String>,
+    /// ACME in a cluster: a file holding the 32-byte key (64 hex digits)
+    /// that encrypts certificate keys published in etcd (docs/acme.md).
+    pub acme_key_file: Option<String>,
 }
 
 /// `[cache]`.
@@ -438,20 +441,51 @@ pub struct Tls {
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Acme {
-    /// DNS names the certificate covers (no wildcards: they need DNS-01).
+    /// DNS names the certificate covers ("*.example.com" with DNS-01 only).
     pub names: Spanned<Vec<Spanned<String>>>,
     /// The CA's ACME directory URL (https).
     pub directory: Spanned<String>,
     /// Contact URLs of the account ("mailto:ops@example.com").
     pub contact: Option<Vec<Spanned<String>>>,
-    /// "http-01" (default) or "tls-alpn-01".
+    /// "http-01" (default), "tls-alpn-01" or "dns-01".
     pub challenge: Option<Spanned<String>>,
+    /// DNS-01: the program that puts up and takes down the TXT record,
+    /// run as `HOOK present|cleanup _acme-challenge.NAME. VALUE`.
+    pub dns_hook: Option<Spanned<String>>,
+    /// DNS-01: longest a hook run may take (default 60 s).
+    pub dns_hook_timeout: Option<Millis>,
+    /// DNS-01: resolvers (ip:port) asked for the TXT record until every
+    /// one answers it; without them, `dns_wait` is waited out.
+    pub dns_resolvers: Option<Vec<Spanned<String>>>,
+    /// DNS-01: the propagation wait: how long the resolvers are polled at
+    /// most, or the fixed wait without resolvers (default 60 s).
+    pub dns_wait: Option<Millis>,
+    /// A certificate profile the CA offers ("classic", "shortlived").
+    pub profile: Option<Spanned<String>>,
+    /// On-demand issuance for names no certificate covers (docs/acme.md).
+    pub on_demand: Option<Spanned<AcmeOnDemand>>,
+    /// How often at most the CA's renewal information (RFC 9773) is asked
+    /// for (default: its Retry-After, between 1 minute and 1 day).
+    pub renewal_check: Option<Millis>,
     /// "ecdsa-p256" (default) or "rsa-2048".
     pub key_type: Option<Spanned<String>>,
     /// Where the account key and the issued certificates are kept.
     pub state_dir: Spanned<String>,
     /// PEM roots to trust for the CA's own HTTPS (default: the system's).
     pub ca_roots: Option<Spanned<String>>,
+}
+
+/// `[vserver.tls.acme.on_demand]`: which unknown SNI names get a
+/// certificate ordered, and how many an hour.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcmeOnDemand {
+    /// Names and "*.domain" patterns admitted.
+    pub allow: Option<Vec<Spanned<String>>>,
+    /// An http:// URL asked with ?domain=NAME; 200 admits.
+    pub ask: Option<Spanned<String>>,
+    /// New names admitted per hour at most (default 10).
+    pub per_hour: Option<Spanned<u32>>,
 }
 
 #[derive(Debug, Deserialize)]

@@ -358,11 +358,27 @@ pub fn build(
         None => builder.with_no_client_auth(),
     };
     let store = Arc::new(store);
+    let on_demand = acme.as_ref().and_then(|spec| {
+        let rule = spec.on_demand.as_ref()?;
+        let owner = what
+            .split('"')
+            .nth(1)
+            .unwrap_or(what.trim_end_matches(" tls"));
+        Some(crate::acme::on_demand::get(spec, rule, owner))
+    });
     let resolver = Arc::new(Resolver {
+        on_demand,
         store: store.clone(),
         acme: acme
             .iter()
-            .map(|spec| crate::acme::managed(spec.clone()))
+            .map(|spec| {
+                // `vserver "NAME" tls` (or "admin tls"): the name.
+                let owner = what
+                    .split('"')
+                    .nth(1)
+                    .unwrap_or(what.trim_end_matches(" tls"));
+                crate::acme::managed(spec.clone(), owner)
+            })
             .collect(),
     });
     // QUIC's TLS (`[vserver.http3]`): the same certificates, SNI and client
@@ -458,11 +474,32 @@ fn acme_spec(
     let what = format!("{what} acme");
     let before = problems.len();
     let a = a.get_ref();
+    let challenge = match a
+        .challenge
+        .as_ref()
+        .map(|c| (c.get_ref().as_str(), c.span()))
+    {
+        None | Some(("http-01", _)) => Challenge::Http01,
+        Some(("tls-alpn-01", _)) => Challenge::TlsAlpn01,
+        Some(("dns-01", _)) => Challenge::Dns01,
+        Some((other, span)) => {
+            problems.push((span, format!("{what}: unknown challenge {other:?}; allowed: \"http-01\", \"tls-alpn-01\", \"dns-01\"")));
+            Challenge::Http01
+        }
+    };
     let mut names = Vec::new();
     for n in a.names.get_ref() {
         let name = n.get_ref().to_ascii_lowercase();
-        let why = if name.starts_with("*.") {
-            Some("a wildcard needs the DNS-01 challenge, which is not supported yet")
+        let why = if let Some(base) = name.strip_prefix("*.") {
+            if challenge != Challenge::Dns01 {
+                Some(
+                    "a wildcard needs the DNS-01 challenge (challenge = \"dns-01\" and a dns_hook)",
+                )
+            } else if !valid_dns_name(base) {
+                Some("not a valid wildcard name (\"*.\" and a DNS name)")
+            } else {
+                None
+            }
         } else if name.parse::<std::net::IpAddr>().is_ok() {
             Some("an IP address is not a DNS name")
         } else if !valid_dns_name(&name) {
@@ -504,18 +541,7 @@ fn acme_spec(
         }
         contact.push(c.get_ref().clone());
     }
-    let challenge = match a
-        .challenge
-        .as_ref()
-        .map(|c| (c.get_ref().as_str(), c.span()))
-    {
-        None | Some(("http-01", _)) => Challenge::Http01,
-        Some(("tls-alpn-01", _)) => Challenge::TlsAlpn01,
-        Some((other, span)) => {
-            problems.push((span, format!("{what}: unknown challenge {other:?}; allowed: \"http-01\", \"tls-alpn-01\" (DNS-01 is not supported yet)")));
-            Challenge::Http01
-        }
-    };
+    let dns = dns_spec(a, base, &what, challenge, problems);
     let key_type = match a
         .key_type
         .as_ref()
@@ -551,6 +577,10 @@ fn acme_spec(
         }
         resolve(base, r.get_ref())
     });
+    let on_demand = a
+        .on_demand
+        .as_ref()
+        .and_then(|o| on_demand_rule(o, &what, problems));
     (problems.len() == before).then_some(Spec {
         names,
         directory: dir.clone(),
@@ -559,6 +589,137 @@ fn acme_spec(
         key_type,
         state_dir,
         ca_roots,
+        dns,
+        profile: a.profile.as_ref().map(|p| p.get_ref().clone()),
+        on_demand,
+        renewal_check: a.renewal_check.map(|m| m.duration()),
+    })
+}
+
+/// `[vserver.tls.acme.on_demand]`: a list and/or an ask URL.
+fn on_demand_rule(
+    o: &Spanned<model::AcmeOnDemand>,
+    what: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<crate::acme::on_demand::Rule> {
+    let r = o.get_ref();
+    let mut allow = Vec::new();
+    for a in r.allow.iter().flatten() {
+        let n = a.get_ref().to_ascii_lowercase();
+        if !valid_dns_name(n.strip_prefix("*.").unwrap_or(&n)) {
+            problems.push((
+                a.span(),
+                format!(
+                    "{what}: on_demand allow {:?} is neither a DNS name nor \"*.\" and one",
+                    a.get_ref()
+                ),
+            ));
+        }
+        allow.push(n);
+    }
+    if let Some(u) = &r.ask {
+        let v = u.get_ref();
+        let host = v
+            .strip_prefix("http://")
+            .map(|r| r.split('/').next().unwrap_or(""));
+        if host.is_none_or(|h| h.is_empty()) {
+            problems.push((
+                u.span(),
+                format!("{what}: on_demand ask {v:?} is not an http:// URL (a local service that answers 200 for the names to admit)"),
+            ));
+        }
+    }
+    if allow.is_empty() && r.ask.is_none() {
+        problems.push((
+            o.span(),
+            format!("{what}: on_demand needs allow (names, \"*.domain\" patterns) or ask (a URL): without a rule any client could have certificates ordered for any name"),
+        ));
+    }
+    let per_hour = r.per_hour.as_ref().map_or(10, |p| *p.get_ref());
+    if per_hour == 0 {
+        if let Some(p) = &r.per_hour {
+            problems.push((p.span(), format!("{what}: on_demand per_hour is 0")));
+        }
+    }
+    Some(crate::acme::on_demand::Rule {
+        allow,
+        ask: r.ask.as_ref().map(|u| u.get_ref().clone()),
+        per_hour,
+    })
+}
+
+/// The DNS-01 settings: required with `challenge = "dns-01"`, refused
+/// without it.
+fn dns_spec(
+    a: &model::Acme,
+    base: &Path,
+    what: &str,
+    challenge: crate::acme::Challenge,
+    problems: &mut Vec<Problem>,
+) -> Option<crate::acme::DnsSpec> {
+    let dns01 = challenge == crate::acme::Challenge::Dns01;
+    if !dns01 {
+        if let Some(h) = &a.dns_hook {
+            problems.push((
+                h.span(),
+                format!("{what}: dns_hook is only used with challenge = \"dns-01\""),
+            ));
+        }
+        if let Some(r) = a.dns_resolvers.as_ref().and_then(|r| r.first()) {
+            problems.push((
+                r.span(),
+                format!("{what}: dns_resolvers is only used with challenge = \"dns-01\""),
+            ));
+        }
+        return None;
+    }
+    let mut resolvers = Vec::new();
+    for r in a.dns_resolvers.iter().flatten() {
+        let v = r.get_ref();
+        let parsed = v
+            .parse::<std::net::SocketAddr>()
+            .or_else(|_| v.parse::<std::net::IpAddr>().map(|ip| (ip, 53).into()));
+        match parsed {
+            Ok(addr) => resolvers.push(addr),
+            Err(_) => problems.push((
+                r.span(),
+                format!("{what}: dns_resolvers entry {v:?} is not an IP address (with an optional port)"),
+            )),
+        }
+    }
+    let Some(hook) = &a.dns_hook else {
+        let span = a.challenge.as_ref().map(|c| c.span()).unwrap_or(0..0);
+        problems.push((
+            span,
+            format!("{what}: challenge \"dns-01\" needs a dns_hook: the program that puts up the TXT record (docs/acme.md)"),
+        ));
+        return None;
+    };
+    let path = resolve(base, hook.get_ref());
+    let runnable = std::fs::metadata(&path).is_ok_and(|m| {
+        use std::os::unix::fs::PermissionsExt;
+        m.is_file() && m.permissions().mode() & 0o111 != 0
+    });
+    if !runnable {
+        problems.push((
+            hook.span(),
+            format!(
+                "{what}: dns_hook {} is not an executable file",
+                path.display()
+            ),
+        ));
+    }
+    Some(crate::acme::DnsSpec {
+        hook: path,
+        hook_timeout: a
+            .dns_hook_timeout
+            .map(|m| m.duration())
+            .unwrap_or(std::time::Duration::from_secs(60)),
+        resolvers,
+        wait: a
+            .dns_wait
+            .map(|m| m.duration())
+            .unwrap_or(std::time::Duration::from_secs(60)),
     })
 }
 

@@ -52,6 +52,11 @@ impl CertStore {
         &self.certs
     }
 
+    /// Whether a certificate names `sni` (exactly or by a wildcard).
+    pub fn covers(&self, sni: &str) -> bool {
+        !self.candidates(sni).is_empty()
+    }
+
     fn candidates(&self, sni: &str) -> &[usize] {
         let lower;
         let name = if sni.bytes().any(|b| b.is_ascii_uppercase()) {

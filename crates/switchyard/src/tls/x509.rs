@@ -25,6 +25,11 @@ pub struct CertInfo {
     pub dns_names: Vec<String>,
     /// The DER SubjectPublicKeyInfo (with its SEQUENCE header).
     pub spki: Vec<u8>,
+    /// The serial number's DER content octets.
+    pub serial: Vec<u8>,
+    /// The authority key identifier's keyIdentifier, if any (with the
+    /// serial, the certificate's ACME renewal-information ID, RFC 9773).
+    pub authority_key_id: Option<Vec<u8>>,
 }
 
 impl CertInfo {
@@ -119,6 +124,7 @@ const SET: u8 = 0x31;
 const OID: u8 = 0x06;
 const OCTET_STRING: u8 = 0x04;
 const OID_SAN: &[u8] = &[0x55, 0x1d, 0x11];
+const OID_AKI: &[u8] = &[0x55, 0x1d, 0x23];
 const OID_CN: &[u8] = &[0x55, 0x04, 0x03];
 
 /// What the admin API shows of a stapled OCSP response (RFC 6960).
@@ -205,7 +211,7 @@ pub fn parse(der: &[u8]) -> Result<CertInfo, &'static str> {
     if t.peek_tag() == Some(0xa0) {
         t.next()?; // version
     }
-    t.next()?; // serial number
+    let serial = t.next()?.value.to_vec();
     t.expect(SEQUENCE)?; // signature algorithm
     t.expect(SEQUENCE)?; // issuer
     let validity = t.expect(SEQUENCE)?;
@@ -213,6 +219,7 @@ pub fn parse(der: &[u8]) -> Result<CertInfo, &'static str> {
     let spki = t.expect(SEQUENCE)?;
     let mut info = CertInfo {
         spki: spki.whole.to_vec(),
+        serial,
         ..CertInfo::default()
     };
     let mut v = Der::new(validity.value);
@@ -231,12 +238,23 @@ pub fn parse(der: &[u8]) -> Result<CertInfo, &'static str> {
             let ext = exts.expect(SEQUENCE)?;
             let mut e = Der::new(ext.value);
             let oid = e.expect(OID)?;
-            if oid.value != OID_SAN {
+            if oid.value != OID_SAN && oid.value != OID_AKI {
                 continue;
             }
             let mut val = e.next()?;
             if val.tag != OCTET_STRING {
                 val = e.expect(OCTET_STRING)?; // after the critical flag
+            }
+            if oid.value == OID_AKI {
+                // AuthorityKeyIdentifier ::= SEQUENCE { [0] keyIdentifier, ... }
+                let mut aki = Der::new(Der::new(val.value).expect(SEQUENCE)?.value);
+                while !aki.is_empty() {
+                    let f = aki.next()?;
+                    if f.tag == 0x80 {
+                        info.authority_key_id = Some(f.value.to_vec());
+                    }
+                }
+                continue;
             }
             let mut names = Der::new(Der::new(val.value).expect(SEQUENCE)?.value);
             while !names.is_empty() {

@@ -730,7 +730,11 @@
         return tr;
       },
       (tr, c) => {
-        const ocsp = !c.ocsp || !c.ocsp.stapled
+        const ocsp = c.acme
+          ? 'ACME ' + c.acme.challenge + (c.acme.last_error
+            ? ', last order failed: ' + c.acme.last_error
+            : c.acme.next_renewal ? ', renewal ' + c.acme.next_renewal : '')
+          : !c.ocsp || !c.ocsp.stapled
           ? 'not stapled'
           : c.ocsp.error
             ? 'error: ' + c.ocsp.error

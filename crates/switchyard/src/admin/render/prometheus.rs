@@ -790,6 +790,21 @@ fn acme(ex: &mut Exposition) {
             &labels,
             m.issued.load(Relaxed),
         );
+        ex.sample(
+            "switchyard_acme_ca_throttled_total",
+            Kind::Counter,
+            "Answers 429 or 5xx from the CA to this certificate's requests (each retried, no sooner than its Retry-After).",
+            &labels,
+            m.throttle.answers.load(Relaxed),
+        );
+        let next = m.next_renewal.load(Relaxed);
+        ex.sample(
+            "switchyard_acme_next_renewal_seconds",
+            Kind::Gauge,
+            "Seconds until the planned renewal or retry of the ACME-managed certificate (0: due or in progress).",
+            &labels,
+            if next == 0 { 0 } else { (next - now).max(0) },
+        );
     }
 }
 
