@@ -526,8 +526,10 @@ pub struct Match {
     /// (for members that do, such as IIS); default "sensitive".
     pub case: Option<String>,
     pub method: Option<OneOrMany<String>>,
-    pub header: Option<NameValue>,
-    pub query: Option<NameValue>,
+    /// One table, or an array of them: every one must match (a Gateway
+    /// API match with several headers or query parameters).
+    pub header: Option<OneOrMany<NameValue>>,
+    pub query: Option<OneOrMany<NameValue>>,
     pub source: Option<OneOrMany<Cidr>>,
 }
 
@@ -547,7 +549,7 @@ impl<T: Clone> OneOrMany<T> {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct NameValue {
     pub name: String,

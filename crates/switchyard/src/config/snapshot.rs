@@ -268,8 +268,9 @@ pub struct Matcher {
     pub path_nocase: bool,
     /// Upper-case method names.
     pub methods: Vec<String>,
-    pub header: Option<NameValueMatch>,
-    pub query: Option<NameValueMatch>,
+    /// Every one must match.
+    pub headers: Vec<NameValueMatch>,
+    pub queries: Vec<NameValueMatch>,
     pub sources: Vec<Cidr>,
 }
 

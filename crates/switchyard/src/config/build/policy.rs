@@ -176,8 +176,9 @@ pub(super) fn build_matcher(
             }
         }
     });
-    let nv = |cx: &mut Ctx, n: &Option<model::NameValue>, header: bool| {
-        n.as_ref().map(|n| {
+    let nv = |cx: &mut Ctx, n: &Option<model::OneOrMany<model::NameValue>>, header: bool| {
+        let all = n.as_ref().map(|n| n.to_vec()).unwrap_or_default();
+        all.iter().map(|n| {
             if header && !is_token(&n.name) {
                 cx.err(
                     span.clone(),
@@ -217,7 +218,7 @@ pub(super) fn build_matcher(
                     ValueMatch::Present
                 },
             }
-        })
+        }).collect::<Vec<_>>()
     };
     Matcher {
         hosts: m
@@ -233,8 +234,8 @@ pub(super) fn build_matcher(
         path_regex,
         path_nocase,
         methods,
-        header: nv(cx, &m.header, true),
-        query: nv(cx, &m.query, false),
+        headers: nv(cx, &m.header, true),
+        queries: nv(cx, &m.query, false),
         sources: m.source.as_ref().map(|v| v.to_vec()).unwrap_or_default(),
     }
 }

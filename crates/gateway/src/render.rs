@@ -1,0 +1,708 @@
+//! From the cluster's objects to a Switchyard configuration and the status
+//! of every object: a pure function of what the watches hold, so the same
+//! objects always give the same text (an unchanged render is not
+//! published again) and it can be tested without an API server.
+//!
+//! The mapping (docs/kubernetes.md):
+//! - every port of the class's Gateways is one vserver on
+//!   `listen_address:(port + port_offset)`;
+//! - each (route, listener, rule, match, host) is one policy, in the
+//!   Gateway API's precedence order (the node takes the first policy that
+//!   matches): exact host before wildcard before none, exact path before
+//!   the longest prefix, then method, most headers, most query
+//!   parameters, then the oldest route, then namespace/name, then the
+//!   rule's order; a request no policy takes gets 404;
+//! - a rule's Services become one pool whose members are the Services'
+//!   ready endpoints (EndpointSlices), weighted by backendRef weight;
+//!   without a usable backend the rule answers 500 (as the spec asks), or
+//!   503 while the backends have no ready endpoint.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_json::{json, Value};
+
+use crate::types::*;
+
+pub struct Settings {
+    /// `spec.controllerName` of the classes this controller serves.
+    pub controller_name: String,
+    /// The address the vservers listen on (the nodes' own).
+    pub listen_address: IpAddr,
+    /// Added to each listener's port (a node that may not bind below 1024,
+    /// or tests that share a machine).
+    pub port_offset: u16,
+    /// The address written into each Gateway's status.
+    pub status_address: String,
+}
+
+/// What the watches hold.
+#[derive(Default)]
+pub struct World {
+    pub classes: Vec<GatewayClass>,
+    pub gateways: Vec<Gateway>,
+    pub routes: Vec<HttpRoute>,
+    pub grants: Vec<ReferenceGrant>,
+    pub services: Vec<Service>,
+    pub slices: Vec<EndpointSlice>,
+    pub namespaces: Vec<Namespace>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    GatewayClass,
+    Gateway,
+    HttpRoute,
+}
+
+/// The status one object should have (conditions without
+/// lastTransitionTime: main.rs keeps the time of a condition that did not
+/// change).
+#[derive(Debug)]
+pub struct StatusOf {
+    pub kind: Kind,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub status: Value,
+}
+
+pub struct Output {
+    /// None: nothing to serve (no Gateway of the class): nothing published.
+    pub config: Option<String>,
+    pub statuses: Vec<StatusOf>,
+}
+
+fn cond(kind: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>) -> Value {
+    json!({
+        "type": kind,
+        "status": if ok { "True" } else { "False" },
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation.unwrap_or(0),
+    })
+}
+
+fn ns_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    m.namespace.clone().unwrap_or_default()
+}
+
+/// A TOML basic string (its escapes are JSON's).
+fn q(s: &str) -> String {
+    serde_json::to_string(s).expect("a string serializes")
+}
+
+/// Hostname intersection of a listener's and a route's (Gateway API):
+/// the more specific of the two, or None when they cannot both match.
+fn intersect(listener: Option<&str>, route: &str) -> Option<String> {
+    let listener = match listener {
+        None => return Some(route.to_ascii_lowercase()),
+        Some(l) => l.to_ascii_lowercase(),
+    };
+    let route = route.to_ascii_lowercase();
+    let covers = |wild: &str, name: &str| {
+        wild.strip_prefix('*')
+            .is_some_and(|suffix| name.ends_with(suffix) && name.len() > suffix.len())
+    };
+    if listener == route {
+        Some(route)
+    } else if covers(&listener, &route) {
+        Some(route)
+    } else if covers(&route, &listener) {
+        Some(listener)
+    } else {
+        None
+    }
+}
+
+/// Precedence of a host pattern: exact names, then wildcards (longer
+/// first), then none.
+fn host_rank(h: &Option<String>) -> (u8, std::cmp::Reverse<usize>) {
+    match h {
+        Some(h) if !h.starts_with('*') => (0, std::cmp::Reverse(h.len())),
+        Some(h) => (1, std::cmp::Reverse(h.len())),
+        None => (2, std::cmp::Reverse(0)),
+    }
+}
+
+/// One rendered policy and the key it is ordered by.
+struct Rendered {
+    key: (
+        (u8, std::cmp::Reverse<usize>),
+        u8,
+        std::cmp::Reverse<usize>,
+        u8,
+        std::cmp::Reverse<usize>,
+        std::cmp::Reverse<usize>,
+        String,
+        String,
+        usize,
+        usize,
+    ),
+    text: String,
+}
+
+struct Ctx<'a> {
+    w: &'a World,
+    s: &'a Settings,
+    pools: BTreeMap<String, String>,
+}
+
+impl Ctx<'_> {
+    fn granted(&self, from_ns: &str, from_kind: &str, to_ns: &str, to_kind: &str, name: &str) -> bool {
+        self.w.grants.iter().any(|g| {
+            ns_of(&g.metadata) == to_ns
+                && g.spec
+                    .from
+                    .iter()
+                    .any(|f| f.group == GROUP && f.kind == from_kind && f.namespace == from_ns)
+                && g.spec.to.iter().any(|t| {
+                    t.group.is_empty()
+                        && t.kind == to_kind
+                        && t.name.as_deref().is_none_or(|n| n == name)
+                })
+        })
+    }
+
+    fn namespace_labels(&self, ns: &str) -> BTreeMap<String, String> {
+        self.w
+            .namespaces
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(ns))
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default()
+    }
+
+    /// The ready endpoints of Service `ns/name`'s port `port`, or Err with
+    /// the reason when the reference does not resolve.
+    fn endpoints(&self, ns: &str, name: &str, port: i32) -> Result<Vec<std::net::SocketAddr>, (&'static str, String)> {
+        let svc = self
+            .w
+            .services
+            .iter()
+            .find(|s| ns_of(&s.metadata) == ns && s.metadata.name.as_deref() == Some(name))
+            .ok_or(("BackendNotFound", format!("Service {ns}/{name} does not exist")))?;
+        let sp = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .and_then(|ps| ps.iter().find(|p| p.port == port))
+            .ok_or(("BackendNotFound", format!("Service {ns}/{name} has no port {port}")))?;
+        let mut out = BTreeSet::new();
+        for slice in &self.w.slices {
+            if ns_of(&slice.metadata) != ns
+                || slice.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/service-name")).map(String::as_str)
+                    != Some(name)
+            {
+                continue;
+            }
+            let Some(target) = slice.ports.iter().flatten().find(|p| p.name == sp.name || (p.name.as_deref().unwrap_or("") == sp.name.as_deref().unwrap_or(""))).and_then(|p| p.port) else {
+                continue;
+            };
+            for e in &slice.endpoints {
+                // Ready, or not said otherwise (the API's reading of an
+                // absent condition).
+                if e.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+                    continue;
+                }
+                for a in &e.addresses {
+                    if let Ok(ip) = a.parse::<IpAddr>() {
+                        out.insert(std::net::SocketAddr::new(ip, target as u16));
+                    }
+                }
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+}
+
+/// The action of a rule: `action = { pool = ... }` or a fixed answer.
+fn rule_action(
+    cx: &mut Ctx,
+    route: &HttpRoute,
+    idx: usize,
+    rule: &HttpRouteRule,
+    unresolved: &mut Option<(&'static str, String)>,
+) -> String {
+    let ns = ns_of(&route.metadata);
+    let mut backends = Vec::new();
+    for b in &rule.backend_refs {
+        let t = &b.target;
+        let weight = t.weight.unwrap_or(1);
+        let group = t.group.as_deref().unwrap_or("");
+        let kind = t.kind.as_deref().unwrap_or("Service");
+        if group != "" || kind != "Service" {
+            unresolved.get_or_insert(("InvalidKind", format!("backendRef kind {group:?}/{kind:?} is not supported (only core Services)")));
+            continue;
+        }
+        let bns = t.namespace.clone().unwrap_or_else(|| ns.clone());
+        if bns != ns && !cx.granted(&ns, "HTTPRoute", &bns, "Service", &t.name) {
+            unresolved.get_or_insert((
+                "RefNotPermitted",
+                format!("no ReferenceGrant in {bns} lets HTTPRoutes of {ns} refer to Service {}", t.name),
+            ));
+            continue;
+        }
+        let Some(port) = t.port else {
+            unresolved.get_or_insert(("BackendNotFound", format!("backendRef to Service {} has no port", t.name)));
+            continue;
+        };
+        match cx.endpoints(&bns, &t.name, port) {
+            Ok(eps) => {
+                if weight > 0 {
+                    backends.push((eps, weight));
+                }
+            }
+            Err(e) => {
+                unresolved.get_or_insert(e);
+            }
+        }
+    }
+    if rule.backend_refs.is_empty() || (backends.is_empty() && unresolved.is_some()) {
+        return "action = { status = 500, body = \"no usable backend\\n\" }".into();
+    }
+    // Members: each backend's share of the weights spread over its
+    // endpoints; at most 1000 for the heaviest endpoint.
+    let shares: Vec<f64> = backends
+        .iter()
+        .map(|(eps, w)| if eps.is_empty() { 0.0 } else { *w as f64 / eps.len() as f64 })
+        .collect();
+    let top = shares.iter().cloned().fold(0.0, f64::max);
+    if top == 0.0 {
+        return "action = { status = 503, body = \"no ready endpoint\\n\" }".into();
+    }
+    let weighted = backends.len() > 1;
+    let mut members = String::new();
+    for ((eps, _), share) in backends.iter().zip(&shares) {
+        let weight = ((share / top) * 1000.0).round().max(1.0) as u32;
+        for ep in eps {
+            if weighted {
+                let _ = writeln!(members, "[[pool.member]]\naddress = {}\nweight = {weight}", q(&ep.to_string()));
+            } else {
+                let _ = writeln!(members, "[[pool.member]]\naddress = {}", q(&ep.to_string()));
+            }
+        }
+    }
+    let name = format!("{}.{}.{}", ns, route.metadata.name.as_deref().unwrap_or(""), idx);
+    let algorithm = if weighted { "weighted-round-robin" } else { "round-robin" };
+    cx.pools.insert(
+        name.clone(),
+        format!("[[pool]]\nname = {}\nalgorithm = \"{algorithm}\"\n{members}", q(&name)),
+    );
+    format!("action = {{ pool = {} }}", q(&name))
+}
+
+fn header_edits(m: &HeaderModifier) -> String {
+    let table = |v: &[NameValue]| {
+        let inner: Vec<String> = v.iter().map(|nv| format!("{} = {}", q(&nv.name.to_ascii_lowercase()), q(&nv.value))).collect();
+        format!("{{ {} }}", inner.join(", "))
+    };
+    let remove: Vec<String> = m.remove.iter().map(|r| q(r)).collect();
+    format!("{{ set = {}, add = {}, remove = [{}] }}", table(&m.set), table(&m.add), remove.join(", "))
+}
+
+/// The `match` tables of one Gateway API match, for one host (several
+/// when a PathPrefix needs both its exact path and the path with `/`),
+/// or Err(reason) for a match the node cannot express.
+fn matches(m: &HttpRouteMatch, host: &Option<String>) -> Result<Vec<String>, String> {
+    let mut common = Vec::new();
+    if let Some(h) = host {
+        common.push(format!("host = {}", q(h)));
+    }
+    if let Some(method) = &m.method {
+        common.push(format!("method = {}", q(method)));
+    }
+    let nv = |v: &[ValueMatch], lower: bool| -> Result<String, String> {
+        let mut items = Vec::new();
+        for x in v {
+            let name = if lower { x.name.to_ascii_lowercase() } else { x.name.clone() };
+            match x.kind.as_deref().unwrap_or("Exact") {
+                "Exact" => items.push(format!("{{ name = {}, value = {} }}", q(&name), q(&x.value))),
+                "RegularExpression" => items.push(format!("{{ name = {}, value_regex = {} }}", q(&name), q(&x.value))),
+                other => return Err(format!("match type {other:?} is not supported")),
+            }
+        }
+        Ok(format!("[{}]", items.join(", ")))
+    };
+    if !m.headers.is_empty() {
+        common.push(format!("header = {}", nv(&m.headers, true)?));
+    }
+    if !m.query_params.is_empty() {
+        common.push(format!("query = {}", nv(&m.query_params, false)?));
+    }
+    let (kind, value) = match &m.path {
+        None => ("PathPrefix", "/".to_string()),
+        Some(p) => (p.kind.as_deref().unwrap_or("PathPrefix"), p.value.clone().unwrap_or_else(|| "/".into())),
+    };
+    let with = |extra: String| {
+        let mut all = common.clone();
+        all.push(extra);
+        format!("match = {{ {} }}", all.join(", "))
+    };
+    Ok(match kind {
+        "Exact" => vec![with(format!("path = {}", q(&value)))],
+        "PathPrefix" => {
+            let trimmed = value.trim_end_matches('/');
+            if trimmed.is_empty() {
+                vec![with("path_prefix = \"/\"".into())]
+            } else {
+                // "/foo" matches "/foo" and "/foo/..." but not "/foobar".
+                vec![with(format!("path = {}", q(trimmed))), with(format!("path_prefix = {}", q(&format!("{trimmed}/"))))]
+            }
+        }
+        "RegularExpression" => vec![with(format!("path_regex = {}", q(&format!("^(?:{value})$"))))],
+        other => return Err(format!("path match type {other:?} is not supported")),
+    })
+}
+
+pub fn render(w: &World, s: &Settings) -> Output {
+    let mut statuses = Vec::new();
+    let mut cx = Ctx { w, s, pools: BTreeMap::new() };
+    let ours: BTreeSet<String> = w
+        .classes
+        .iter()
+        .filter(|c| c.spec.controller_name == s.controller_name)
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    for c in &w.classes {
+        if c.spec.controller_name != s.controller_name {
+            continue;
+        }
+        statuses.push(StatusOf {
+            kind: Kind::GatewayClass,
+            namespace: None,
+            name: c.metadata.name.clone().unwrap_or_default(),
+            status: json!({"conditions": [cond("Accepted", true, "Accepted", "handled by switchyard-gateway", c.metadata.generation)]}),
+        });
+    }
+    let gateways: Vec<&Gateway> = w.gateways.iter().filter(|g| ours.contains(&g.spec.gateway_class_name)).collect();
+    // (gateway index, listener index) -> attached route count.
+    let mut attached: BTreeMap<(usize, usize), i64> = BTreeMap::new();
+    let mut policies: BTreeMap<u16, Vec<Rendered>> = BTreeMap::new();
+    // Listener validity, computed once: Ok(allowed kinds) or Err(reason, message).
+    let listener_ok = |l: &Listener| -> Result<(), (&'static str, String)> {
+        if l.protocol != "HTTP" {
+            return Err(("UnsupportedProtocol", format!("protocol {} is not supported yet (HTTP only)", l.protocol)));
+        }
+        if !(1..=65535).contains(&l.port) || l.port as u32 + s.port_offset as u32 > 65535 {
+            return Err(("PortUnavailable", format!("port {} (+{}) is out of range", l.port, s.port_offset)));
+        }
+        Ok(())
+    };
+    let kinds_ok = |l: &Listener| -> (Vec<Value>, bool) {
+        match &l.allowed_routes.as_ref().and_then(|a| a.kinds.clone()) {
+            None => (vec![json!({"group": GROUP, "kind": "HTTPRoute"})], true),
+            Some(kinds) => {
+                let mut ok = Vec::new();
+                let mut all = true;
+                for k in kinds {
+                    if k.kind == "HTTPRoute" && k.group.as_deref().unwrap_or(GROUP) == GROUP {
+                        ok.push(json!({"group": GROUP, "kind": "HTTPRoute"}));
+                    } else {
+                        all = false;
+                    }
+                }
+                (ok, all)
+            }
+        }
+    };
+    // Routes, oldest first (ties: namespace/name), as the precedence rules ask.
+    let mut routes: Vec<&HttpRoute> = w.routes.iter().collect();
+    routes.sort_by_key(|r| {
+        (
+            r.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            ns_of(&r.metadata),
+            r.metadata.name.clone(),
+        )
+    });
+    for route in routes {
+        let rns = ns_of(&route.metadata);
+        let rname = route.metadata.name.clone().unwrap_or_default();
+        let created = route.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
+        let gen = route.metadata.generation;
+        let mut parents = Vec::new();
+        // The rules' unresolved references and unsupported parts.
+        let mut unresolved = None;
+        let mut unsupported: Option<String> = None;
+        for rule in &route.spec.rules {
+            for f in rule.filters.iter().chain(rule.backend_refs.iter().flat_map(|b| b.filters.iter())) {
+                if !matches!(f.kind.as_str(), "RequestHeaderModifier" | "ResponseHeaderModifier") {
+                    unsupported.get_or_insert(format!("filter {} is not supported yet", f.kind));
+                }
+            }
+            if rule.backend_refs.iter().any(|b| !b.filters.is_empty()) {
+                unsupported.get_or_insert("filters on a backendRef are not supported yet".into());
+            }
+        }
+        for pref in &route.spec.parent_refs {
+            let group = pref.group.as_deref().unwrap_or(GROUP);
+            let kind = pref.kind.as_deref().unwrap_or("Gateway");
+            let pns = pref.namespace.clone().unwrap_or_else(|| rns.clone());
+            if group != GROUP || kind != "Gateway" {
+                continue;
+            }
+            let Some((gi, gw)) = gateways
+                .iter()
+                .enumerate()
+                .find(|(_, g)| ns_of(&g.metadata) == pns && g.metadata.name.as_deref() == Some(&pref.name))
+            else {
+                continue; // not a Gateway of ours: another controller's to say
+            };
+            let mut parent_ref = json!({"group": GROUP, "kind": "Gateway", "namespace": pns, "name": pref.name});
+            if let Some(sn) = &pref.section_name {
+                parent_ref["sectionName"] = json!(sn);
+            }
+            if let Some(p) = pref.port {
+                parent_ref["port"] = json!(p);
+            }
+            // Listeners this parentRef names (section, port), then those
+            // that allow the route, then those whose hostnames intersect.
+            let named: Vec<(usize, &Listener)> = gw
+                .spec
+                .listeners
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| pref.section_name.as_ref().is_none_or(|n| *n == l.name))
+                .filter(|(_, l)| pref.port.is_none_or(|p| p == l.port))
+                .filter(|(_, l)| listener_ok(l).is_ok())
+                .collect();
+            let allowed: Vec<(usize, &Listener)> = named
+                .iter()
+                .cloned()
+                .filter(|(_, l)| {
+                    let from = l.allowed_routes.as_ref().and_then(|a| a.namespaces.as_ref()).and_then(|n| n.from.clone()).unwrap_or_else(|| "Same".into());
+                    let ns_ok = match from.as_str() {
+                        "All" => true,
+                        "Same" => pns == rns,
+                        "Selector" => {
+                            let labels = cx.namespace_labels(&rns);
+                            let sel = l.allowed_routes.as_ref().and_then(|a| a.namespaces.as_ref()).and_then(|n| n.selector.clone()).unwrap_or_default();
+                            sel.match_labels.unwrap_or_default().iter().all(|(k, v)| labels.get(k) == Some(v))
+                                && sel.match_expressions.unwrap_or_default().iter().all(|e| {
+                                    let have = labels.get(&e.key);
+                                    let vals = e.values.clone().unwrap_or_default();
+                                    match e.operator.as_str() {
+                                        "In" => have.is_some_and(|h| vals.contains(h)),
+                                        "NotIn" => have.is_none_or(|h| !vals.contains(h)),
+                                        "Exists" => have.is_some(),
+                                        "DoesNotExist" => have.is_none(),
+                                        _ => false,
+                                    }
+                                })
+                        }
+                        _ => false,
+                    };
+                    ns_ok && kinds_ok(l).0.iter().any(|k| k["kind"] == "HTTPRoute")
+                })
+                .collect();
+            let mut hosts_by_listener = Vec::new();
+            for (li, l) in &allowed {
+                let hosts: Vec<Option<String>> = if route.spec.hostnames.is_empty() {
+                    vec![l.hostname.clone().map(|h| h.to_ascii_lowercase())]
+                } else {
+                    let mut hs: Vec<Option<String>> = route
+                        .spec
+                        .hostnames
+                        .iter()
+                        .filter_map(|h| intersect(l.hostname.as_deref(), h))
+                        .map(Some)
+                        .collect();
+                    hs.sort();
+                    hs.dedup();
+                    hs
+                };
+                if !hosts.is_empty() {
+                    hosts_by_listener.push((*li, *l, hosts));
+                }
+            }
+            let accepted = if named.is_empty() {
+                cond("Accepted", false, "NoMatchingParent", "no listener of the Gateway matches sectionName/port", gen)
+            } else if allowed.is_empty() {
+                cond("Accepted", false, "NotAllowedByListeners", "no listener allows this route (namespace or kind)", gen)
+            } else if hosts_by_listener.is_empty() {
+                cond("Accepted", false, "NoMatchingListenerHostname", "no hostname of the route matches a listener's", gen)
+            } else if let Some(why) = &unsupported {
+                cond("Accepted", false, "UnsupportedValue", why, gen)
+            } else {
+                cond("Accepted", true, "Accepted", "attached", gen)
+            };
+            let ok = accepted["status"] == "True";
+            if ok {
+                for (li, l, hosts) in &hosts_by_listener {
+                    *attached.entry((gi, *li)).or_default() += 1;
+                    let port = l.port as u16;
+                    for (ri, rule) in route.spec.rules.iter().enumerate() {
+                        let mut unresolved_here = None;
+                        let action = rule_action(&mut cx, route, ri, rule, &mut unresolved_here);
+                        if unresolved.is_none() {
+                            unresolved = unresolved_here;
+                        }
+                        let mut edits = String::new();
+                        for f in &rule.filters {
+                            if let Some(m) = &f.request_header_modifier {
+                                let _ = write!(edits, "request_headers = {}\n", header_edits(m));
+                            }
+                            if let Some(m) = &f.response_header_modifier {
+                                let _ = write!(edits, "response_headers = {}\n", header_edits(m));
+                            }
+                        }
+                        let default_match = vec![HttpRouteMatch::default()];
+                        let ms = rule.matches.as_ref().filter(|m| !m.is_empty()).unwrap_or(&default_match);
+                        for (mi, m) in ms.iter().enumerate() {
+                            for host in hosts {
+                                let Ok(tables) = matches(m, host) else { continue };
+                                let (pk, plen) = match &m.path {
+                                    None => (1, 1),
+                                    Some(p) => match p.kind.as_deref().unwrap_or("PathPrefix") {
+                                        "Exact" => (0, p.value.as_deref().unwrap_or("/").len()),
+                                        "PathPrefix" => (1, p.value.as_deref().unwrap_or("/").trim_end_matches('/').len() + 1),
+                                        _ => (2, p.value.as_deref().unwrap_or("").len()),
+                                    },
+                                };
+                                for t in tables {
+                                    policies.entry(port).or_default().push(Rendered {
+                                        key: (
+                                            host_rank(host),
+                                            pk,
+                                            std::cmp::Reverse(plen),
+                                            if m.method.is_some() { 0 } else { 1 },
+                                            std::cmp::Reverse(m.headers.len()),
+                                            std::cmp::Reverse(m.query_params.len()),
+                                            created.clone(),
+                                            format!("{rns}/{rname}"),
+                                            ri,
+                                            mi,
+                                        ),
+                                        text: format!(
+                                            "[[vserver.policy]]\nname = {}\n{t}\n{action}\n{edits}",
+                                            q(&format!("{rns}/{rname} rule {ri} match {mi}"))
+                                        ),
+                                    });
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let resolved = match &unresolved {
+                None => cond("ResolvedRefs", true, "ResolvedRefs", "every reference resolved", gen),
+                Some((reason, why)) => cond("ResolvedRefs", false, reason, why, gen),
+            };
+            parents.push(json!({
+                "parentRef": parent_ref,
+                "controllerName": s.controller_name,
+                "conditions": [accepted, resolved],
+            }));
+        }
+        if !parents.is_empty() {
+            statuses.push(StatusOf {
+                kind: Kind::HttpRoute,
+                namespace: Some(rns.clone()),
+                name: rname,
+                status: json!({"parents": parents}),
+            });
+        }
+    }
+    for (gi, g) in gateways.iter().enumerate() {
+        let gen = g.metadata.generation;
+        let mut listeners = Vec::new();
+        let mut any = false;
+        for (li, l) in g.spec.listeners.iter().enumerate() {
+            let (kinds, all_kinds) = kinds_ok(l);
+            let mut conds = Vec::new();
+            match listener_ok(l) {
+                Ok(()) => {
+                    any = true;
+                    conds.push(cond("Accepted", true, "Accepted", "", gen));
+                    conds.push(cond("Programmed", true, "Programmed", "", gen));
+                }
+                Err((reason, why)) => {
+                    conds.push(cond("Accepted", false, reason, &why, gen));
+                    conds.push(cond("Programmed", false, "Invalid", &why, gen));
+                }
+            }
+            conds.push(if all_kinds {
+                cond("ResolvedRefs", true, "ResolvedRefs", "", gen)
+            } else {
+                cond("ResolvedRefs", false, "InvalidRouteKinds", "only HTTPRoute is supported", gen)
+            });
+            conds.push(cond("Conflicted", false, "NoConflicts", "", gen));
+            listeners.push(json!({
+                "name": l.name,
+                "supportedKinds": kinds,
+                "attachedRoutes": attached.get(&(gi, li)).copied().unwrap_or(0),
+                "conditions": conds,
+            }));
+        }
+        let conditions = if any {
+            vec![cond("Accepted", true, "Accepted", "", gen), cond("Programmed", true, "Programmed", "", gen)]
+        } else {
+            vec![
+                cond("Accepted", false, "ListenersNotValid", "no listener is valid", gen),
+                cond("Programmed", false, "Invalid", "no listener is valid", gen),
+            ]
+        };
+        statuses.push(StatusOf {
+            kind: Kind::Gateway,
+            namespace: Some(ns_of(&g.metadata)),
+            name: g.metadata.name.clone().unwrap_or_default(),
+            status: json!({
+                "addresses": [{"type": if s.status_address.parse::<IpAddr>().is_ok() { "IPAddress" } else { "Hostname" }, "value": s.status_address}],
+                "conditions": conditions,
+                "listeners": listeners,
+            }),
+        });
+    }
+    // Ports of every valid listener get a vserver, routes or not.
+    for g in &gateways {
+        for l in &g.spec.listeners {
+            if listener_ok(l).is_ok() {
+                policies.entry(l.port as u16).or_default();
+            }
+        }
+    }
+    if policies.is_empty() {
+        return Output { config: None, statuses };
+    }
+    let mut text = String::from("# Rendered by switchyard-gateway from the cluster's Gateway API objects: do not edit.\n");
+    for (port, mut ps) in policies {
+        ps.sort_by(|a, b| a.key.cmp(&b.key));
+        let listen = std::net::SocketAddr::new(s.listen_address, port + s.port_offset);
+        let _ = write!(text, "\n[[vserver]]\nname = \"gateway-{port}\"\nlisten = [{}]\n", q(&listen.to_string()));
+        for p in ps {
+            text.push_str(&p.text);
+        }
+        text.push_str("[[vserver.policy]]\nname = \"no route\"\naction = { status = 404, body = \"no route\\n\" }\n");
+    }
+    for (_, p) in cx.pools {
+        text.push('\n');
+        text.push_str(&p);
+    }
+    Output { config: Some(text), statuses }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostnames_intersect_as_the_spec_says() {
+        assert_eq!(intersect(None, "a.example.com").as_deref(), Some("a.example.com"));
+        assert_eq!(intersect(Some("*.example.com"), "a.example.com").as_deref(), Some("a.example.com"));
+        assert_eq!(intersect(Some("a.example.com"), "*.example.com").as_deref(), Some("a.example.com"));
+        assert_eq!(intersect(Some("b.example.com"), "a.example.com"), None);
+        assert_eq!(intersect(Some("*.example.com"), "example.com"), None);
+    }
+
+    #[test]
+    fn a_prefix_matches_whole_segments() {
+        let m = HttpRouteMatch {
+            path: Some(PathMatch { kind: Some("PathPrefix".into()), value: Some("/foo/".into()) }),
+            ..Default::default()
+        };
+        let t = matches(&m, &None).unwrap();
+        assert_eq!(t, vec!["match = { path = \"/foo\" }".to_string(), "match = { path_prefix = \"/foo/\" }".to_string()]);
+    }
+}
