@@ -3,7 +3,9 @@
 # (kube-apiserver v1.37.2, from the wrapper module in k8s/apiserver) into a
 # cache directory kept across runs, and prints that directory. No package
 # ships kube-apiserver; it builds from Go modules (Go 1.26+). Only a fresh
-# machine pays the build (about 6 minutes on 2 cores, 2.8 GB peak memory).
+# machine pays the build (about 6 minutes on 2 idle cores, 2.8 GB peak
+# memory; over 25 minutes on a machine busy with other builds). Go keeps
+# its compile cache: a build cut short resumes where it was.
 #
 # Usage: scripts/k8s-binaries.sh            build if missing, print the dir
 #        K8S_BIN_DIR=/somewhere scripts/k8s-binaries.sh
@@ -41,7 +43,7 @@ log="$dir/build.log"
 (
   cd k8s/apiserver
   # -trimpath and no debug information: a smaller binary, the same code.
-  GOFLAGS=-mod=mod timeout 1800 "$gocmd" build -trimpath -ldflags='-s -w' \
+  GOFLAGS=-mod=mod timeout 3600 "$gocmd" build -trimpath -ldflags='-s -w' \
     -o "$dir/kube-apiserver.new" k8s.io/kubernetes/cmd/kube-apiserver
 ) >"$log" 2>&1 || { echo "k8s-binaries: build failed, see $log:" >&2; tail -20 "$log" >&2; exit 1; }
 mv "$dir/kube-apiserver.new" "$dir/kube-apiserver"

@@ -9,6 +9,8 @@
 //! (the nodes follow that key and reload without dropping a connection),
 //! and writes the status of every object whose status changed.
 
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod render;
 mod types;
 
@@ -52,7 +54,7 @@ struct Args {
 fn args() -> Result<Args, String> {
     let mut node_config = None;
     let mut controller_name = "switchyard.dev/gateway-controller".to_string();
-    let mut listen_address: IpAddr = "0.0.0.0".parse().unwrap();
+    let mut listen_address = IpAddr::V4(std::net::Ipv4Addr::UNSPECIFIED);
     let mut port_offset = 0u16;
     let mut status_address = None;
     let mut it = std::env::args().skip(1);
@@ -61,8 +63,16 @@ fn args() -> Result<Args, String> {
         match a.as_str() {
             "--node-config" => node_config = Some(PathBuf::from(value(&a)?)),
             "--controller-name" => controller_name = value(&a)?,
-            "--listen-address" => listen_address = value(&a)?.parse().map_err(|e| format!("--listen-address: {e}"))?,
-            "--port-offset" => port_offset = value(&a)?.parse().map_err(|e| format!("--port-offset: {e}"))?,
+            "--listen-address" => {
+                listen_address = value(&a)?
+                    .parse()
+                    .map_err(|e| format!("--listen-address: {e}"))?
+            }
+            "--port-offset" => {
+                port_offset = value(&a)?
+                    .parse()
+                    .map_err(|e| format!("--port-offset: {e}"))?
+            }
             "--status-address" => status_address = Some(value(&a)?),
             "-h" | "--help" => {
                 println!("{USAGE}");
@@ -89,7 +99,13 @@ fn log(msg: impl AsRef<str>) {
 /// A store of one kind, kept by a reflector that pokes `changed`.
 fn watch<K>(api: Api<K>, changed: Arc<Notify>) -> reflector::Store<K>
 where
-    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K: kube::Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
 {
     let (store, writer) = reflector::store();
     let stream = reflector(writer, watcher(api, watcher::Config::default()))
@@ -116,8 +132,12 @@ where
 
 /// RFC 3339 time of now, as the API writes it.
 fn now() -> String {
-    let t = k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
-    serde_json::to_value(t).ok().and_then(|v| v.as_str().map(str::to_owned)).unwrap_or_default()
+    let t =
+        k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(k8s_openapi::jiff::Timestamp::now());
+    serde_json::to_value(t)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default()
 }
 
 /// The desired status with each condition's lastTransitionTime: the
@@ -129,7 +149,11 @@ fn with_times(desired: &Value, current: &Value, now: &str) -> Value {
             let mut out = serde_json::Map::new();
             for (k, v) in m {
                 if k == "conditions" {
-                    let cur = current.get("conditions").and_then(Value::as_array).cloned().unwrap_or_default();
+                    let cur = current
+                        .get("conditions")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default();
                     let conds = v
                         .as_array()
                         .into_iter()
@@ -137,7 +161,9 @@ fn with_times(desired: &Value, current: &Value, now: &str) -> Value {
                         .map(|c| {
                             let mut c = c.clone();
                             let same = cur.iter().find(|o| {
-                                o["type"] == c["type"] && o["status"] == c["status"] && o["reason"] == c["reason"]
+                                o["type"] == c["type"]
+                                    && o["status"] == c["status"]
+                                    && o["reason"] == c["reason"]
                             });
                             c["lastTransitionTime"] = same
                                 .and_then(|o| o.get("lastTransitionTime").cloned())
@@ -147,7 +173,10 @@ fn with_times(desired: &Value, current: &Value, now: &str) -> Value {
                         .collect();
                     out.insert(k.clone(), Value::Array(conds));
                 } else {
-                    out.insert(k.clone(), with_times(v, current.get(k).unwrap_or(&Value::Null), now));
+                    out.insert(
+                        k.clone(),
+                        with_times(v, current.get(k).unwrap_or(&Value::Null), now),
+                    );
                 }
             }
             Value::Object(out)
@@ -163,9 +192,14 @@ fn with_times(desired: &Value, current: &Value, now: &str) -> Value {
                             cs.iter()
                                 .find(|c| {
                                     (v.get("name").is_some() && c.get("name") == v.get("name"))
-                                        || (v.get("parentRef").is_some() && c.get("parentRef") == v.get("parentRef"))
+                                        || (v.get("parentRef").is_some()
+                                            && c.get("parentRef") == v.get("parentRef"))
                                 })
-                                .or_else(|| cs.get(i).filter(|_| v.get("name").is_none() && v.get("parentRef").is_none()))
+                                .or_else(|| {
+                                    cs.get(i).filter(|_| {
+                                        v.get("name").is_none() && v.get("parentRef").is_none()
+                                    })
+                                })
                         })
                         .cloned()
                         .unwrap_or(Value::Null);
@@ -181,7 +215,12 @@ fn with_times(desired: &Value, current: &Value, now: &str) -> Value {
 fn merge_foreign(desired: Value, current: &Value, controller: &str) -> Value {
     let mut d = desired;
     if let Some(parents) = d.get_mut("parents").and_then(Value::as_array_mut) {
-        for p in current.get("parents").and_then(Value::as_array).into_iter().flatten() {
+        for p in current
+            .get("parents")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
             if p.get("controllerName").and_then(Value::as_str) != Some(controller) {
                 parents.push(p.clone());
             }
@@ -207,7 +246,11 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let base = args.node_config.parent().unwrap_or(std::path::Path::new(".")).to_path_buf();
+    let base = args
+        .node_config
+        .parent()
+        .unwrap_or(std::path::Path::new("."))
+        .to_path_buf();
     let name = args.node_config.display().to_string();
     let cluster = match switchyard::config::cluster_settings(&name, &node_text, &base) {
         Ok(Some(s)) => s,
@@ -220,7 +263,9 @@ async fn main() {
             std::process::exit(2);
         }
     };
-    let node = Arc::new(switchyard::cluster::Node::detached(cluster, &name, &node_text));
+    let node = Arc::new(switchyard::cluster::Node::detached(
+        cluster, &name, &node_text,
+    ));
     let client = match Client::try_default().await {
         Ok(c) => c,
         Err(e) => {
@@ -261,6 +306,7 @@ async fn main() {
         }
     };
     let mut publishes = 0u64;
+    let mut renders = 0u64;
     // Statuses this controller wrote, by object: not written again while
     // the render asks for the same.
     let mut written: BTreeMap<(Kind, Option<String>, String), Value> = BTreeMap::new();
@@ -278,8 +324,14 @@ async fn main() {
             namespaces: objects(&namespaces),
         };
         let out = render::render(&world, &args.settings);
+        let newest = world.newest_resource_version();
+        renders += 1;
         if let Some(text) = out.config {
-            if published.as_deref() != Some(text.as_str()) {
+            if published.as_deref() == Some(text.as_str()) {
+                // Said, so that a test (or an operator) can tell a change
+                // that rendered the same text from one not yet rendered.
+                log(format!("render {renders} (objects up to resourceVersion {newest}): unchanged, not published"));
+            } else {
                 let node = node.clone();
                 let t = text.clone();
                 let r = tokio::task::spawn_blocking(move || {
@@ -291,7 +343,7 @@ async fn main() {
                 match r {
                     Ok(Some(rev)) => {
                         publishes += 1;
-                        log(format!("published revision {rev} (publish {publishes}, {} bytes)", text.len()));
+                        log(format!("render {renders} (objects up to resourceVersion {newest}): published revision {rev} (publish {publishes}, {} bytes)", text.len()));
                         published = Some(text);
                     }
                     Ok(None) => log("publish raced another writer; rendering again"),
@@ -303,9 +355,27 @@ async fn main() {
         for st in out.statuses {
             let key = (st.kind, st.namespace.clone(), st.name.clone());
             let current = match st.kind {
-                Kind::GatewayClass => world.classes.iter().find(|o| o.metadata.name.as_deref() == Some(&st.name)).map(|o| o.status.clone()),
-                Kind::Gateway => world.gateways.iter().find(|o| o.metadata.name.as_deref() == Some(&st.name) && o.metadata.namespace == st.namespace).map(|o| o.status.clone()),
-                Kind::HttpRoute => world.routes.iter().find(|o| o.metadata.name.as_deref() == Some(&st.name) && o.metadata.namespace == st.namespace).map(|o| o.status.clone()),
+                Kind::GatewayClass => world
+                    .classes
+                    .iter()
+                    .find(|o| o.metadata.name.as_deref() == Some(&st.name))
+                    .map(|o| o.status.clone()),
+                Kind::Gateway => world
+                    .gateways
+                    .iter()
+                    .find(|o| {
+                        o.metadata.name.as_deref() == Some(&st.name)
+                            && o.metadata.namespace == st.namespace
+                    })
+                    .map(|o| o.status.clone()),
+                Kind::HttpRoute => world
+                    .routes
+                    .iter()
+                    .find(|o| {
+                        o.metadata.name.as_deref() == Some(&st.name)
+                            && o.metadata.namespace == st.namespace
+                    })
+                    .map(|o| o.status.clone()),
             }
             .unwrap_or(Value::Null);
             let desired = if st.kind == Kind::HttpRoute {
@@ -319,9 +389,24 @@ async fn main() {
             }
             let patch = Patch::Merge(json!({ "status": full }));
             let r = match st.kind {
-                Kind::GatewayClass => Api::<GatewayClass>::all(client.clone()).patch_status(&st.name, &pp, &patch).await.map(|_| ()),
-                Kind::Gateway => Api::<Gateway>::namespaced(client.clone(), st.namespace.as_deref().unwrap_or_default()).patch_status(&st.name, &pp, &patch).await.map(|_| ()),
-                Kind::HttpRoute => Api::<HttpRoute>::namespaced(client.clone(), st.namespace.as_deref().unwrap_or_default()).patch_status(&st.name, &pp, &patch).await.map(|_| ()),
+                Kind::GatewayClass => Api::<GatewayClass>::all(client.clone())
+                    .patch_status(&st.name, &pp, &patch)
+                    .await
+                    .map(|_| ()),
+                Kind::Gateway => Api::<Gateway>::namespaced(
+                    client.clone(),
+                    st.namespace.as_deref().unwrap_or_default(),
+                )
+                .patch_status(&st.name, &pp, &patch)
+                .await
+                .map(|_| ()),
+                Kind::HttpRoute => Api::<HttpRoute>::namespaced(
+                    client.clone(),
+                    st.namespace.as_deref().unwrap_or_default(),
+                )
+                .patch_status(&st.name, &pp, &patch)
+                .await
+                .map(|_| ()),
             };
             match r {
                 Ok(()) => {
@@ -337,7 +422,10 @@ async fn main() {
 fn strip_times(v: &Value) -> Value {
     match v {
         Value::Object(m) => Value::Object(
-            m.iter().filter(|(k, _)| *k != "lastTransitionTime").map(|(k, v)| (k.clone(), strip_times(v))).collect(),
+            m.iter()
+                .filter(|(k, _)| *k != "lastTransitionTime")
+                .map(|(k, v)| (k.clone(), strip_times(v)))
+                .collect(),
         ),
         Value::Array(a) => Value::Array(a.iter().map(strip_times).collect()),
         o => o.clone(),

@@ -51,6 +51,30 @@ pub struct World {
     pub namespaces: Vec<Namespace>,
 }
 
+impl World {
+    /// The highest resourceVersion of what the watches hold (they are
+    /// etcd revisions in practice): tells which changes a render saw.
+    pub fn newest_resource_version(&self) -> u64 {
+        let rv = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            m.resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let all = self
+            .classes
+            .iter()
+            .map(|o| rv(&o.metadata))
+            .chain(self.gateways.iter().map(|o| rv(&o.metadata)))
+            .chain(self.routes.iter().map(|o| rv(&o.metadata)))
+            .chain(self.grants.iter().map(|o| rv(&o.metadata)))
+            .chain(self.services.iter().map(|o| rv(&o.metadata)))
+            .chain(self.slices.iter().map(|o| rv(&o.metadata)))
+            .chain(self.namespaces.iter().map(|o| rv(&o.metadata)));
+        all.max().unwrap_or(0)
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Kind {
     GatewayClass,
@@ -91,7 +115,8 @@ fn ns_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> Stri
 
 /// A TOML basic string (its escapes are JSON's).
 fn q(s: &str) -> String {
-    serde_json::to_string(s).expect("a string serializes")
+    // A &str always serializes; the fallback is never taken.
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
 }
 
 /// Hostname intersection of a listener's and a route's (Gateway API):
@@ -146,12 +171,18 @@ struct Rendered {
 
 struct Ctx<'a> {
     w: &'a World,
-    s: &'a Settings,
     pools: BTreeMap<String, String>,
 }
 
 impl Ctx<'_> {
-    fn granted(&self, from_ns: &str, from_kind: &str, to_ns: &str, to_kind: &str, name: &str) -> bool {
+    fn granted(
+        &self,
+        from_ns: &str,
+        from_kind: &str,
+        to_ns: &str,
+        to_kind: &str,
+        name: &str,
+    ) -> bool {
         self.w.grants.iter().any(|g| {
             ns_of(&g.metadata) == to_ns
                 && g.spec
@@ -177,28 +208,53 @@ impl Ctx<'_> {
 
     /// The ready endpoints of Service `ns/name`'s port `port`, or Err with
     /// the reason when the reference does not resolve.
-    fn endpoints(&self, ns: &str, name: &str, port: i32) -> Result<Vec<std::net::SocketAddr>, (&'static str, String)> {
+    fn endpoints(
+        &self,
+        ns: &str,
+        name: &str,
+        port: i32,
+    ) -> Result<Vec<std::net::SocketAddr>, (&'static str, String)> {
         let svc = self
             .w
             .services
             .iter()
             .find(|s| ns_of(&s.metadata) == ns && s.metadata.name.as_deref() == Some(name))
-            .ok_or(("BackendNotFound", format!("Service {ns}/{name} does not exist")))?;
+            .ok_or((
+                "BackendNotFound",
+                format!("Service {ns}/{name} does not exist"),
+            ))?;
         let sp = svc
             .spec
             .as_ref()
             .and_then(|s| s.ports.as_ref())
             .and_then(|ps| ps.iter().find(|p| p.port == port))
-            .ok_or(("BackendNotFound", format!("Service {ns}/{name} has no port {port}")))?;
+            .ok_or((
+                "BackendNotFound",
+                format!("Service {ns}/{name} has no port {port}"),
+            ))?;
         let mut out = BTreeSet::new();
         for slice in &self.w.slices {
             if ns_of(&slice.metadata) != ns
-                || slice.metadata.labels.as_ref().and_then(|l| l.get("kubernetes.io/service-name")).map(String::as_str)
+                || slice
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("kubernetes.io/service-name"))
+                    .map(String::as_str)
                     != Some(name)
             {
                 continue;
             }
-            let Some(target) = slice.ports.iter().flatten().find(|p| p.name == sp.name || (p.name.as_deref().unwrap_or("") == sp.name.as_deref().unwrap_or(""))).and_then(|p| p.port) else {
+            let Some(target) = slice
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| {
+                    p.name == sp.name
+                        || (p.name.as_deref().unwrap_or("") == sp.name.as_deref().unwrap_or(""))
+                })
+                .and_then(|p| p.port)
+            else {
                 continue;
             };
             for e in &slice.endpoints {
@@ -234,19 +290,28 @@ fn rule_action(
         let group = t.group.as_deref().unwrap_or("");
         let kind = t.kind.as_deref().unwrap_or("Service");
         if group != "" || kind != "Service" {
-            unresolved.get_or_insert(("InvalidKind", format!("backendRef kind {group:?}/{kind:?} is not supported (only core Services)")));
+            unresolved.get_or_insert((
+                "InvalidKind",
+                format!("backendRef kind {group:?}/{kind:?} is not supported (only core Services)"),
+            ));
             continue;
         }
         let bns = t.namespace.clone().unwrap_or_else(|| ns.clone());
         if bns != ns && !cx.granted(&ns, "HTTPRoute", &bns, "Service", &t.name) {
             unresolved.get_or_insert((
                 "RefNotPermitted",
-                format!("no ReferenceGrant in {bns} lets HTTPRoutes of {ns} refer to Service {}", t.name),
+                format!(
+                    "no ReferenceGrant in {bns} lets HTTPRoutes of {ns} refer to Service {}",
+                    t.name
+                ),
             ));
             continue;
         }
         let Some(port) = t.port else {
-            unresolved.get_or_insert(("BackendNotFound", format!("backendRef to Service {} has no port", t.name)));
+            unresolved.get_or_insert((
+                "BackendNotFound",
+                format!("backendRef to Service {} has no port", t.name),
+            ));
             continue;
         };
         match cx.endpoints(&bns, &t.name, port) {
@@ -267,7 +332,13 @@ fn rule_action(
     // endpoints; at most 1000 for the heaviest endpoint.
     let shares: Vec<f64> = backends
         .iter()
-        .map(|(eps, w)| if eps.is_empty() { 0.0 } else { *w as f64 / eps.len() as f64 })
+        .map(|(eps, w)| {
+            if eps.is_empty() {
+                0.0
+            } else {
+                *w as f64 / eps.len() as f64
+            }
+        })
         .collect();
     let top = shares.iter().cloned().fold(0.0, f64::max);
     if top == 0.0 {
@@ -279,28 +350,52 @@ fn rule_action(
         let weight = ((share / top) * 1000.0).round().max(1.0) as u32;
         for ep in eps {
             if weighted {
-                let _ = writeln!(members, "[[pool.member]]\naddress = {}\nweight = {weight}", q(&ep.to_string()));
+                let _ = writeln!(
+                    members,
+                    "[[pool.member]]\naddress = {}\nweight = {weight}",
+                    q(&ep.to_string())
+                );
             } else {
                 let _ = writeln!(members, "[[pool.member]]\naddress = {}", q(&ep.to_string()));
             }
         }
     }
-    let name = format!("{}.{}.{}", ns, route.metadata.name.as_deref().unwrap_or(""), idx);
-    let algorithm = if weighted { "weighted-round-robin" } else { "round-robin" };
+    let name = format!(
+        "{}.{}.{}",
+        ns,
+        route.metadata.name.as_deref().unwrap_or(""),
+        idx
+    );
+    let algorithm = if weighted {
+        "weighted-round-robin"
+    } else {
+        "round-robin"
+    };
     cx.pools.insert(
         name.clone(),
-        format!("[[pool]]\nname = {}\nalgorithm = \"{algorithm}\"\n{members}", q(&name)),
+        format!(
+            "[[pool]]\nname = {}\nalgorithm = \"{algorithm}\"\n{members}",
+            q(&name)
+        ),
     );
     format!("action = {{ pool = {} }}", q(&name))
 }
 
 fn header_edits(m: &HeaderModifier) -> String {
     let table = |v: &[NameValue]| {
-        let inner: Vec<String> = v.iter().map(|nv| format!("{} = {}", q(&nv.name.to_ascii_lowercase()), q(&nv.value))).collect();
+        let inner: Vec<String> = v
+            .iter()
+            .map(|nv| format!("{} = {}", q(&nv.name.to_ascii_lowercase()), q(&nv.value)))
+            .collect();
         format!("{{ {} }}", inner.join(", "))
     };
     let remove: Vec<String> = m.remove.iter().map(|r| q(r)).collect();
-    format!("{{ set = {}, add = {}, remove = [{}] }}", table(&m.set), table(&m.add), remove.join(", "))
+    format!(
+        "{{ set = {}, add = {}, remove = [{}] }}",
+        table(&m.set),
+        table(&m.add),
+        remove.join(", ")
+    )
 }
 
 /// The `match` tables of one Gateway API match, for one host (several
@@ -317,10 +412,22 @@ fn matches(m: &HttpRouteMatch, host: &Option<String>) -> Result<Vec<String>, Str
     let nv = |v: &[ValueMatch], lower: bool| -> Result<String, String> {
         let mut items = Vec::new();
         for x in v {
-            let name = if lower { x.name.to_ascii_lowercase() } else { x.name.clone() };
+            let name = if lower {
+                x.name.to_ascii_lowercase()
+            } else {
+                x.name.clone()
+            };
             match x.kind.as_deref().unwrap_or("Exact") {
-                "Exact" => items.push(format!("{{ name = {}, value = {} }}", q(&name), q(&x.value))),
-                "RegularExpression" => items.push(format!("{{ name = {}, value_regex = {} }}", q(&name), q(&x.value))),
+                "Exact" => items.push(format!(
+                    "{{ name = {}, value = {} }}",
+                    q(&name),
+                    q(&x.value)
+                )),
+                "RegularExpression" => items.push(format!(
+                    "{{ name = {}, value_regex = {} }}",
+                    q(&name),
+                    q(&x.value)
+                )),
                 other => return Err(format!("match type {other:?} is not supported")),
             }
         }
@@ -334,7 +441,10 @@ fn matches(m: &HttpRouteMatch, host: &Option<String>) -> Result<Vec<String>, Str
     }
     let (kind, value) = match &m.path {
         None => ("PathPrefix", "/".to_string()),
-        Some(p) => (p.kind.as_deref().unwrap_or("PathPrefix"), p.value.clone().unwrap_or_else(|| "/".into())),
+        Some(p) => (
+            p.kind.as_deref().unwrap_or("PathPrefix"),
+            p.value.clone().unwrap_or_else(|| "/".into()),
+        ),
     };
     let with = |extra: String| {
         let mut all = common.clone();
@@ -349,17 +459,26 @@ fn matches(m: &HttpRouteMatch, host: &Option<String>) -> Result<Vec<String>, Str
                 vec![with("path_prefix = \"/\"".into())]
             } else {
                 // "/foo" matches "/foo" and "/foo/..." but not "/foobar".
-                vec![with(format!("path = {}", q(trimmed))), with(format!("path_prefix = {}", q(&format!("{trimmed}/"))))]
+                vec![
+                    with(format!("path = {}", q(trimmed))),
+                    with(format!("path_prefix = {}", q(&format!("{trimmed}/")))),
+                ]
             }
         }
-        "RegularExpression" => vec![with(format!("path_regex = {}", q(&format!("^(?:{value})$"))))],
+        "RegularExpression" => vec![with(format!(
+            "path_regex = {}",
+            q(&format!("^(?:{value})$"))
+        ))],
         other => return Err(format!("path match type {other:?} is not supported")),
     })
 }
 
 pub fn render(w: &World, s: &Settings) -> Output {
     let mut statuses = Vec::new();
-    let mut cx = Ctx { w, s, pools: BTreeMap::new() };
+    let mut cx = Ctx {
+        w,
+        pools: BTreeMap::new(),
+    };
     let ours: BTreeSet<String> = w
         .classes
         .iter()
@@ -377,17 +496,27 @@ pub fn render(w: &World, s: &Settings) -> Output {
             status: json!({"conditions": [cond("Accepted", true, "Accepted", "handled by switchyard-gateway", c.metadata.generation)]}),
         });
     }
-    let gateways: Vec<&Gateway> = w.gateways.iter().filter(|g| ours.contains(&g.spec.gateway_class_name)).collect();
+    let gateways: Vec<&Gateway> = w
+        .gateways
+        .iter()
+        .filter(|g| ours.contains(&g.spec.gateway_class_name))
+        .collect();
     // (gateway index, listener index) -> attached route count.
     let mut attached: BTreeMap<(usize, usize), i64> = BTreeMap::new();
     let mut policies: BTreeMap<u16, Vec<Rendered>> = BTreeMap::new();
     // Listener validity, computed once: Ok(allowed kinds) or Err(reason, message).
     let listener_ok = |l: &Listener| -> Result<(), (&'static str, String)> {
         if l.protocol != "HTTP" {
-            return Err(("UnsupportedProtocol", format!("protocol {} is not supported yet (HTTP only)", l.protocol)));
+            return Err((
+                "UnsupportedProtocol",
+                format!("protocol {} is not supported yet (HTTP only)", l.protocol),
+            ));
         }
         if !(1..=65535).contains(&l.port) || l.port as u32 + s.port_offset as u32 > 65535 {
-            return Err(("PortUnavailable", format!("port {} (+{}) is out of range", l.port, s.port_offset)));
+            return Err((
+                "PortUnavailable",
+                format!("port {} (+{}) is out of range", l.port, s.port_offset),
+            ));
         }
         Ok(())
     };
@@ -420,15 +549,27 @@ pub fn render(w: &World, s: &Settings) -> Output {
     for route in routes {
         let rns = ns_of(&route.metadata);
         let rname = route.metadata.name.clone().unwrap_or_default();
-        let created = route.metadata.creation_timestamp.as_ref().map(|t| t.0.to_string()).unwrap_or_default();
+        let created = route
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default();
         let gen = route.metadata.generation;
         let mut parents = Vec::new();
         // The rules' unresolved references and unsupported parts.
         let mut unresolved = None;
         let mut unsupported: Option<String> = None;
         for rule in &route.spec.rules {
-            for f in rule.filters.iter().chain(rule.backend_refs.iter().flat_map(|b| b.filters.iter())) {
-                if !matches!(f.kind.as_str(), "RequestHeaderModifier" | "ResponseHeaderModifier") {
+            for f in rule
+                .filters
+                .iter()
+                .chain(rule.backend_refs.iter().flat_map(|b| b.filters.iter()))
+            {
+                if !matches!(
+                    f.kind.as_str(),
+                    "RequestHeaderModifier" | "ResponseHeaderModifier"
+                ) {
                     unsupported.get_or_insert(format!("filter {} is not supported yet", f.kind));
                 }
             }
@@ -443,14 +584,13 @@ pub fn render(w: &World, s: &Settings) -> Output {
             if group != GROUP || kind != "Gateway" {
                 continue;
             }
-            let Some((gi, gw)) = gateways
-                .iter()
-                .enumerate()
-                .find(|(_, g)| ns_of(&g.metadata) == pns && g.metadata.name.as_deref() == Some(&pref.name))
-            else {
+            let Some((gi, gw)) = gateways.iter().enumerate().find(|(_, g)| {
+                ns_of(&g.metadata) == pns && g.metadata.name.as_deref() == Some(&pref.name)
+            }) else {
                 continue; // not a Gateway of ours: another controller's to say
             };
-            let mut parent_ref = json!({"group": GROUP, "kind": "Gateway", "namespace": pns, "name": pref.name});
+            let mut parent_ref =
+                json!({"group": GROUP, "kind": "Gateway", "namespace": pns, "name": pref.name});
             if let Some(sn) = &pref.section_name {
                 parent_ref["sectionName"] = json!(sn);
             }
@@ -472,14 +612,27 @@ pub fn render(w: &World, s: &Settings) -> Output {
                 .iter()
                 .cloned()
                 .filter(|(_, l)| {
-                    let from = l.allowed_routes.as_ref().and_then(|a| a.namespaces.as_ref()).and_then(|n| n.from.clone()).unwrap_or_else(|| "Same".into());
+                    let from = l
+                        .allowed_routes
+                        .as_ref()
+                        .and_then(|a| a.namespaces.as_ref())
+                        .and_then(|n| n.from.clone())
+                        .unwrap_or_else(|| "Same".into());
                     let ns_ok = match from.as_str() {
                         "All" => true,
                         "Same" => pns == rns,
                         "Selector" => {
                             let labels = cx.namespace_labels(&rns);
-                            let sel = l.allowed_routes.as_ref().and_then(|a| a.namespaces.as_ref()).and_then(|n| n.selector.clone()).unwrap_or_default();
-                            sel.match_labels.unwrap_or_default().iter().all(|(k, v)| labels.get(k) == Some(v))
+                            let sel = l
+                                .allowed_routes
+                                .as_ref()
+                                .and_then(|a| a.namespaces.as_ref())
+                                .and_then(|n| n.selector.clone())
+                                .unwrap_or_default();
+                            sel.match_labels
+                                .unwrap_or_default()
+                                .iter()
+                                .all(|(k, v)| labels.get(k) == Some(v))
                                 && sel.match_expressions.unwrap_or_default().iter().all(|e| {
                                     let have = labels.get(&e.key);
                                     let vals = e.values.clone().unwrap_or_default();
@@ -518,11 +671,29 @@ pub fn render(w: &World, s: &Settings) -> Output {
                 }
             }
             let accepted = if named.is_empty() {
-                cond("Accepted", false, "NoMatchingParent", "no listener of the Gateway matches sectionName/port", gen)
+                cond(
+                    "Accepted",
+                    false,
+                    "NoMatchingParent",
+                    "no listener of the Gateway matches sectionName/port",
+                    gen,
+                )
             } else if allowed.is_empty() {
-                cond("Accepted", false, "NotAllowedByListeners", "no listener allows this route (namespace or kind)", gen)
+                cond(
+                    "Accepted",
+                    false,
+                    "NotAllowedByListeners",
+                    "no listener allows this route (namespace or kind)",
+                    gen,
+                )
             } else if hosts_by_listener.is_empty() {
-                cond("Accepted", false, "NoMatchingListenerHostname", "no hostname of the route matches a listener's", gen)
+                cond(
+                    "Accepted",
+                    false,
+                    "NoMatchingListenerHostname",
+                    "no hostname of the route matches a listener's",
+                    gen,
+                )
             } else if let Some(why) = &unsupported {
                 cond("Accepted", false, "UnsupportedValue", why, gen)
             } else {
@@ -549,15 +720,29 @@ pub fn render(w: &World, s: &Settings) -> Output {
                             }
                         }
                         let default_match = vec![HttpRouteMatch::default()];
-                        let ms = rule.matches.as_ref().filter(|m| !m.is_empty()).unwrap_or(&default_match);
+                        let ms = rule
+                            .matches
+                            .as_ref()
+                            .filter(|m| !m.is_empty())
+                            .unwrap_or(&default_match);
                         for (mi, m) in ms.iter().enumerate() {
                             for host in hosts {
-                                let Ok(tables) = matches(m, host) else { continue };
+                                let Ok(tables) = matches(m, host) else {
+                                    continue;
+                                };
                                 let (pk, plen) = match &m.path {
                                     None => (1, 1),
                                     Some(p) => match p.kind.as_deref().unwrap_or("PathPrefix") {
                                         "Exact" => (0, p.value.as_deref().unwrap_or("/").len()),
-                                        "PathPrefix" => (1, p.value.as_deref().unwrap_or("/").trim_end_matches('/').len() + 1),
+                                        "PathPrefix" => (
+                                            1,
+                                            p.value
+                                                .as_deref()
+                                                .unwrap_or("/")
+                                                .trim_end_matches('/')
+                                                .len()
+                                                + 1,
+                                        ),
                                         _ => (2, p.value.as_deref().unwrap_or("").len()),
                                     },
                                 };
@@ -587,7 +772,13 @@ pub fn render(w: &World, s: &Settings) -> Output {
                 }
             }
             let resolved = match &unresolved {
-                None => cond("ResolvedRefs", true, "ResolvedRefs", "every reference resolved", gen),
+                None => cond(
+                    "ResolvedRefs",
+                    true,
+                    "ResolvedRefs",
+                    "every reference resolved",
+                    gen,
+                ),
                 Some((reason, why)) => cond("ResolvedRefs", false, reason, why, gen),
             };
             parents.push(json!({
@@ -626,7 +817,13 @@ pub fn render(w: &World, s: &Settings) -> Output {
             conds.push(if all_kinds {
                 cond("ResolvedRefs", true, "ResolvedRefs", "", gen)
             } else {
-                cond("ResolvedRefs", false, "InvalidRouteKinds", "only HTTPRoute is supported", gen)
+                cond(
+                    "ResolvedRefs",
+                    false,
+                    "InvalidRouteKinds",
+                    "only HTTPRoute is supported",
+                    gen,
+                )
             });
             conds.push(cond("Conflicted", false, "NoConflicts", "", gen));
             listeners.push(json!({
@@ -637,10 +834,19 @@ pub fn render(w: &World, s: &Settings) -> Output {
             }));
         }
         let conditions = if any {
-            vec![cond("Accepted", true, "Accepted", "", gen), cond("Programmed", true, "Programmed", "", gen)]
+            vec![
+                cond("Accepted", true, "Accepted", "", gen),
+                cond("Programmed", true, "Programmed", "", gen),
+            ]
         } else {
             vec![
-                cond("Accepted", false, "ListenersNotValid", "no listener is valid", gen),
+                cond(
+                    "Accepted",
+                    false,
+                    "ListenersNotValid",
+                    "no listener is valid",
+                    gen,
+                ),
                 cond("Programmed", false, "Invalid", "no listener is valid", gen),
             ]
         };
@@ -664,13 +870,22 @@ pub fn render(w: &World, s: &Settings) -> Output {
         }
     }
     if policies.is_empty() {
-        return Output { config: None, statuses };
+        return Output {
+            config: None,
+            statuses,
+        };
     }
-    let mut text = String::from("# Rendered by switchyard-gateway from the cluster's Gateway API objects: do not edit.\n");
+    let mut text = String::from(
+        "# Rendered by switchyard-gateway from the cluster's Gateway API objects: do not edit.\n",
+    );
     for (port, mut ps) in policies {
         ps.sort_by(|a, b| a.key.cmp(&b.key));
         let listen = std::net::SocketAddr::new(s.listen_address, port + s.port_offset);
-        let _ = write!(text, "\n[[vserver]]\nname = \"gateway-{port}\"\nlisten = [{}]\n", q(&listen.to_string()));
+        let _ = write!(
+            text,
+            "\n[[vserver]]\nname = \"gateway-{port}\"\nlisten = [{}]\n",
+            q(&listen.to_string())
+        );
         for p in ps {
             text.push_str(&p.text);
         }
@@ -680,7 +895,10 @@ pub fn render(w: &World, s: &Settings) -> Output {
         text.push('\n');
         text.push_str(&p);
     }
-    Output { config: Some(text), statuses }
+    Output {
+        config: Some(text),
+        statuses,
+    }
 }
 
 #[cfg(test)]
@@ -689,9 +907,18 @@ mod tests {
 
     #[test]
     fn hostnames_intersect_as_the_spec_says() {
-        assert_eq!(intersect(None, "a.example.com").as_deref(), Some("a.example.com"));
-        assert_eq!(intersect(Some("*.example.com"), "a.example.com").as_deref(), Some("a.example.com"));
-        assert_eq!(intersect(Some("a.example.com"), "*.example.com").as_deref(), Some("a.example.com"));
+        assert_eq!(
+            intersect(None, "a.example.com").as_deref(),
+            Some("a.example.com")
+        );
+        assert_eq!(
+            intersect(Some("*.example.com"), "a.example.com").as_deref(),
+            Some("a.example.com")
+        );
+        assert_eq!(
+            intersect(Some("a.example.com"), "*.example.com").as_deref(),
+            Some("a.example.com")
+        );
         assert_eq!(intersect(Some("b.example.com"), "a.example.com"), None);
         assert_eq!(intersect(Some("*.example.com"), "example.com"), None);
     }
@@ -699,10 +926,19 @@ mod tests {
     #[test]
     fn a_prefix_matches_whole_segments() {
         let m = HttpRouteMatch {
-            path: Some(PathMatch { kind: Some("PathPrefix".into()), value: Some("/foo/".into()) }),
+            path: Some(PathMatch {
+                kind: Some("PathPrefix".into()),
+                value: Some("/foo/".into()),
+            }),
             ..Default::default()
         };
         let t = matches(&m, &None).unwrap();
-        assert_eq!(t, vec!["match = { path = \"/foo\" }".to_string(), "match = { path_prefix = \"/foo/\" }".to_string()]);
+        assert_eq!(
+            t,
+            vec![
+                "match = { path = \"/foo\" }".to_string(),
+                "match = { path_prefix = \"/foo/\" }".to_string()
+            ]
+        );
     }
 }

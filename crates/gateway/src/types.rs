@@ -51,7 +51,13 @@ pub struct GatewayClass {
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub status: serde_json::Value,
 }
-resource!(GatewayClass, "GatewayClass", "gatewayclasses", "v1", k8s_openapi::ClusterResourceScope);
+resource!(
+    GatewayClass,
+    "GatewayClass",
+    "gatewayclasses",
+    "v1",
+    k8s_openapi::ClusterResourceScope
+);
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -66,7 +72,13 @@ pub struct Gateway {
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub status: serde_json::Value,
 }
-resource!(Gateway, "Gateway", "gateways", "v1", k8s_openapi::NamespaceResourceScope);
+resource!(
+    Gateway,
+    "Gateway",
+    "gateways",
+    "v1",
+    k8s_openapi::NamespaceResourceScope
+);
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -137,7 +149,13 @@ pub struct HttpRoute {
     #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
     pub status: serde_json::Value,
 }
-resource!(HttpRoute, "HTTPRoute", "httproutes", "v1", k8s_openapi::NamespaceResourceScope);
+resource!(
+    HttpRoute,
+    "HTTPRoute",
+    "httproutes",
+    "v1",
+    k8s_openapi::NamespaceResourceScope
+);
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(rename_all = "camelCase")]
@@ -238,7 +256,13 @@ pub struct ReferenceGrant {
     pub metadata: ObjectMeta,
     pub spec: ReferenceGrantSpec,
 }
-resource!(ReferenceGrant, "ReferenceGrant", "referencegrants", "v1", k8s_openapi::NamespaceResourceScope);
+resource!(
+    ReferenceGrant,
+    "ReferenceGrant",
+    "referencegrants",
+    "v1",
+    k8s_openapi::NamespaceResourceScope
+);
 
 #[derive(Clone, Debug, Deserialize, Serialize)]
 pub struct ReferenceGrantSpec {

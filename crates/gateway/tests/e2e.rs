@@ -19,7 +19,11 @@ use serde_json::{json, Value};
 const TOKEN: &str = "switchyard-test-token";
 
 fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
@@ -65,8 +69,14 @@ fn spawn(cl: &mut Cleanup, name: &str, cmd: &mut Command, log: &Path) {
 }
 
 fn run(cmd: &str, args: &[&str]) -> (bool, String) {
-    let o = Command::new(cmd).args(args).output().unwrap_or_else(|e| panic!("{cmd}: {e}"));
-    (o.status.success(), String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr))
+    let o = Command::new(cmd)
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr),
+    )
 }
 
 struct Api {
@@ -97,8 +107,9 @@ impl Api {
         (code.trim().parse().unwrap_or(0), body.to_string())
     }
 
-    /// Server-side apply of one object (JSON or YAML) at `path`.
-    fn apply(&self, path: &str, doc: &str) {
+    /// Server-side apply of one object (JSON or YAML) at `path`: the
+    /// object as stored.
+    fn apply(&self, path: &str, doc: &str) -> Value {
         let (code, body) = self.call(
             "PATCH",
             &format!("{path}?fieldManager=switchyard-test&force=true"),
@@ -106,6 +117,7 @@ impl Api {
             Some(doc),
         );
         assert!(code == 200 || code == 201, "apply {path}: {code} {body}");
+        serde_json::from_str(&body).unwrap_or(Value::Null)
     }
 
     fn get(&self, path: &str) -> Option<Value> {
@@ -115,7 +127,10 @@ impl Api {
 
     fn delete(&self, path: &str) {
         let (code, body) = self.call("DELETE", path, "application/json", None);
-        assert!(code == 200 || code == 202 || code == 404, "delete {path}: {code} {body}");
+        assert!(
+            code == 200 || code == 202 || code == 404,
+            "delete {path}: {code} {body}"
+        );
     }
 }
 
@@ -135,26 +150,42 @@ fn path_of(v: &Value) -> String {
         "CustomResourceDefinition" => "customresourcedefinitions",
         k => panic!("no plural for {k}"),
     };
-    let base = if api_version == "v1" { "/api/v1".to_string() } else { format!("/apis/{api_version}") };
+    let base = if api_version == "v1" {
+        "/api/v1".to_string()
+    } else {
+        format!("/apis/{api_version}")
+    };
     match v["metadata"]["namespace"].as_str() {
         Some(ns) => format!("{base}/namespaces/{ns}/{plural}/{name}"),
         None => format!("{base}/{plural}/{name}"),
     }
 }
 
-fn apply(api: &Api, v: Value) {
-    api.apply(&path_of(&v), &v.to_string());
+fn apply(api: &Api, v: Value) -> Value {
+    api.apply(&path_of(&v), &v.to_string())
 }
 
 /// A condition of a status's `conditions`: (status, reason).
 fn condition(conds: &Value, kind: &str) -> Option<(String, String)> {
-    conds.as_array()?.iter().find(|c| c["type"] == kind).map(|c| {
-        (c["status"].as_str().unwrap_or("").to_string(), c["reason"].as_str().unwrap_or("").to_string())
-    })
+    conds
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == kind)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or("").to_string(),
+                c["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
 }
 
 /// GET through the node: (status, the echo's JSON or the body as a string).
-fn get(addr: SocketAddr, host: &str, path: &str, headers: &[(&str, &str)]) -> Option<(u16, Value, String)> {
+fn get(
+    addr: SocketAddr,
+    host: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+) -> Option<(u16, Value, String)> {
     let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
     let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
@@ -168,7 +199,11 @@ fn get(addr: SocketAddr, host: &str, path: &str, headers: &[(&str, &str)]) -> Op
     let text = String::from_utf8_lossy(&out).to_string();
     let (head, body) = text.split_once("\r\n\r\n")?;
     let status = head.split(' ').nth(1)?.parse().ok()?;
-    Some((status, serde_json::from_str(body).unwrap_or(Value::String(body.to_string())), head.to_string()))
+    Some((
+        status,
+        serde_json::from_str(body).unwrap_or(Value::String(body.to_string())),
+        head.to_string(),
+    ))
 }
 
 fn pod_of(r: &Option<(u16, Value, String)>) -> String {
@@ -181,13 +216,18 @@ fn pod_of(r: &Option<(u16, Value, String)>) -> String {
 
 /// Which pods answer `n` requests.
 fn pods(addr: SocketAddr, host: &str, path: &str, n: usize) -> std::collections::BTreeSet<String> {
-    (0..n).map(|_| pod_of(&get(addr, host, path, &[]))).collect()
+    (0..n)
+        .map(|_| pod_of(&get(addr, host, path, &[])))
+        .collect()
 }
 
 fn k8s_bin() -> Option<PathBuf> {
-    let dir = std::env::var_os("SWITCHYARD_K8S_BIN").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var("HOME").unwrap_or_default()).join(".cache/switchyard/k8s-v1.37.2")
-    });
+    let dir = std::env::var_os("SWITCHYARD_K8S_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_default())
+                .join(".cache/switchyard/k8s-v1.37.2")
+        });
     dir.join("kube-apiserver").is_file().then_some(dir)
 }
 
@@ -241,9 +281,11 @@ fn gateway_api_on_a_real_api_server() {
             return;
         }
     }
-    let node_bin = std::env::var_os("SWITCHYARD_BIN").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(env!("CARGO_BIN_EXE_switchyard-gateway")).with_file_name("switchyard")
-    });
+    let node_bin = std::env::var_os("SWITCHYARD_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(env!("CARGO_BIN_EXE_switchyard-gateway")).with_file_name("switchyard")
+        });
     assert!(
         node_bin.is_file(),
         "{} is not built: run cargo test --workspace (or cargo build -p switchyard)",
@@ -252,7 +294,10 @@ fn gateway_api_on_a_real_api_server() {
     let dir = std::env::temp_dir().join(format!("sy-gateway-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
-    let mut cl = Cleanup { children: Vec::new(), netns: Vec::new() };
+    let mut cl = Cleanup {
+        children: Vec::new(),
+        netns: Vec::new(),
+    };
 
     // etcd for the API server, and one for the Switchyard cluster.
     let mut etcds = Vec::new();
@@ -265,18 +310,34 @@ fn gateway_api_on_a_real_api_server() {
                 .arg("--data-dir")
                 .arg(dir.join(format!("etcd-{name}")))
                 .args(["--name", name])
-                .args(["--listen-client-urls", &format!("http://127.0.0.1:{client}")])
-                .args(["--advertise-client-urls", &format!("http://127.0.0.1:{client}")])
+                .args([
+                    "--listen-client-urls",
+                    &format!("http://127.0.0.1:{client}"),
+                ])
+                .args([
+                    "--advertise-client-urls",
+                    &format!("http://127.0.0.1:{client}"),
+                ])
                 .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-                .args(["--initial-advertise-peer-urls", &format!("http://127.0.0.1:{peer}")])
-                .args(["--initial-cluster", &format!("{name}=http://127.0.0.1:{peer}")]),
+                .args([
+                    "--initial-advertise-peer-urls",
+                    &format!("http://127.0.0.1:{peer}"),
+                ])
+                .args([
+                    "--initial-cluster",
+                    &format!("{name}=http://127.0.0.1:{peer}"),
+                ]),
             &dir.join(format!("etcd-{name}.log")),
         );
         etcds.push(client);
     }
     for p in &etcds {
         assert!(
-            eventually(Duration::from_secs(20), || run("curl", &["-sf", &format!("http://127.0.0.1:{p}/health")]).0),
+            eventually(Duration::from_secs(20), || run(
+                "curl",
+                &["-sf", &format!("http://127.0.0.1:{p}/health")]
+            )
+            .0),
             "etcd on {p} did not start"
         );
     }
@@ -285,43 +346,105 @@ fn gateway_api_on_a_real_api_server() {
     // system:masters, its own serving certificate, loopback only.
     let key = dir.join("sa.key");
     let publ = dir.join("sa.pub");
-    assert!(run("openssl", &["genrsa", "-out", key.to_str().unwrap(), "2048"]).0);
-    assert!(run("openssl", &["rsa", "-in", key.to_str().unwrap(), "-pubout", "-out", publ.to_str().unwrap()]).0);
-    std::fs::write(dir.join("tokens.csv"), format!("{TOKEN},admin,admin,\"system:masters\"\n")).unwrap();
+    assert!(
+        run(
+            "openssl",
+            &["genrsa", "-out", key.to_str().unwrap(), "2048"]
+        )
+        .0
+    );
+    assert!(
+        run(
+            "openssl",
+            &[
+                "rsa",
+                "-in",
+                key.to_str().unwrap(),
+                "-pubout",
+                "-out",
+                publ.to_str().unwrap()
+            ]
+        )
+        .0
+    );
+    std::fs::write(
+        dir.join("tokens.csv"),
+        format!("{TOKEN},admin,admin,\"system:masters\"\n"),
+    )
+    .unwrap();
     let api_port = free_port();
     spawn(
         &mut cl,
         "kube-apiserver",
         Command::new(bin.join("kube-apiserver"))
             .args(["--etcd-servers", &format!("http://127.0.0.1:{}", etcds[0])])
-            .args(["--bind-address", "127.0.0.1", "--advertise-address", "127.0.0.1"])
+            .args([
+                "--bind-address",
+                "127.0.0.1",
+                "--advertise-address",
+                "127.0.0.1",
+            ])
             .args(["--secure-port", &api_port.to_string()])
             .arg(format!("--cert-dir={}", dir.join("certs").display()))
             .arg(format!("--service-account-key-file={}", publ.display()))
-            .arg(format!("--service-account-signing-key-file={}", key.display()))
+            .arg(format!(
+                "--service-account-signing-key-file={}",
+                key.display()
+            ))
             .args(["--service-account-issuer", "https://kubernetes.default.svc"])
-            .arg(format!("--token-auth-file={}", dir.join("tokens.csv").display()))
+            .arg(format!(
+                "--token-auth-file={}",
+                dir.join("tokens.csv").display()
+            ))
             .args(["--authorization-mode", "RBAC"])
             .args(["--service-cluster-ip-range", "10.96.0.0/24"])
-            .args(["--disable-admission-plugins", "ServiceAccount"]),
+            .args(["--disable-admission-plugins", "ServiceAccount"])
+            // The "kubernetes" Service's endpoints would be 127.0.0.1,
+            // which the reconciler refuses; no pod uses it here.
+            .args(["--endpoint-reconciler-type", "none"]),
         &dir.join("kube-apiserver.log"),
     );
-    let api = Api { url: format!("https://127.0.0.1:{api_port}") };
+    let api = Api {
+        url: format!("https://127.0.0.1:{api_port}"),
+    };
     assert!(
-        eventually(Duration::from_secs(60), || api.call("GET", "/readyz", "text/plain", None).0 == 200),
+        eventually(Duration::from_secs(60), || api
+            .call("GET", "/readyz", "text/plain", None)
+            .0
+            == 200),
         "kube-apiserver not ready: {}",
-        std::fs::read_to_string(dir.join("kube-apiserver.log")).unwrap_or_default().lines().rev().take(30).collect::<Vec<_>>().join("\n")
+        std::fs::read_to_string(dir.join("kube-apiserver.log"))
+            .unwrap_or_default()
+            .lines()
+            .rev()
+            .take(30)
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 
     // The Gateway API v1.7 standard CRDs.
     let crds = repo().join("k8s/crds/gateway-api-v1.7.0");
-    for f in ["gatewayclasses", "gateways", "httproutes", "referencegrants"] {
-        let text = std::fs::read_to_string(crds.join(format!("gateway.networking.k8s.io_{f}.yaml"))).unwrap();
+    for f in [
+        "gatewayclasses",
+        "gateways",
+        "httproutes",
+        "referencegrants",
+    ] {
+        let text =
+            std::fs::read_to_string(crds.join(format!("gateway.networking.k8s.io_{f}.yaml")))
+                .unwrap();
         let name = format!("{f}.gateway.networking.k8s.io");
-        api.apply(&format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"), &text);
+        api.apply(
+            &format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"),
+            &text,
+        );
         assert!(eventually(Duration::from_secs(30), || {
-            api.get(&format!("/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"))
-                .is_some_and(|v| condition(&v["status"]["conditions"], "Established").is_some_and(|c| c.0 == "True"))
+            api.get(&format!(
+                "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{name}"
+            ))
+            .is_some_and(|v| {
+                condition(&v["status"]["conditions"], "Established").is_some_and(|c| c.0 == "True")
+            })
         }));
     }
 
@@ -331,24 +454,78 @@ fn gateway_api_on_a_real_api_server() {
     assert!(run("ip", &["netns", "add", &ns]).0);
     cl.netns.push(ns.clone());
     let host_if = format!("sygw{}h", std::process::id() % 100_000);
-    assert!(run("ip", &["link", "add", &host_if, "type", "veth", "peer", "name", "eth0", "netns", &ns]).0);
-    assert!(run("ip", &["addr", "add", &format!("10.201.{tag}.1/24"), "dev", &host_if]).0);
+    assert!(
+        run(
+            "ip",
+            &["link", "add", &host_if, "type", "veth", "peer", "name", "eth0", "netns", &ns]
+        )
+        .0
+    );
+    assert!(
+        run(
+            "ip",
+            &[
+                "addr",
+                "add",
+                &format!("10.201.{tag}.1/24"),
+                "dev",
+                &host_if
+            ]
+        )
+        .0
+    );
     assert!(run("ip", &["link", "set", &host_if, "up"]).0);
     assert!(run("ip", &["-n", &ns, "link", "set", "lo", "up"]).0);
     assert!(run("ip", &["-n", &ns, "link", "set", "eth0", "up"]).0);
     let pod_ip = |i: u8| format!("10.201.{tag}.{i}");
-    let mut echo_args = vec!["netns".to_string(), "exec".into(), ns.clone(), "python3".into()];
-    echo_args.push(repo().join("crates/gateway/tests/echo.py").display().to_string());
+    let mut echo_args = vec![
+        "netns".to_string(),
+        "exec".into(),
+        ns.clone(),
+        "python3".into(),
+    ];
+    echo_args.push(
+        repo()
+            .join("crates/gateway/tests/echo.py")
+            .display()
+            .to_string(),
+    );
     for i in 10..20u8 {
-        assert!(run("ip", &["-n", &ns, "addr", "add", &format!("{}/24", pod_ip(i)), "dev", "eth0"]).0);
-        echo_args.extend([pod_ip(i), "3000".into(), format!("pod-{i}"), "default".into()]);
+        assert!(
+            run(
+                "ip",
+                &[
+                    "-n",
+                    &ns,
+                    "addr",
+                    "add",
+                    &format!("{}/24", pod_ip(i)),
+                    "dev",
+                    "eth0"
+                ]
+            )
+            .0
+        );
+        echo_args.extend([
+            pod_ip(i),
+            "3000".into(),
+            format!("pod-{i}"),
+            "default".into(),
+        ]);
     }
-    spawn(&mut cl, "echo", Command::new("ip").args(&echo_args), &dir.join("echo.log"));
-    assert!(eventually(Duration::from_secs(10), || TcpStream::connect_timeout(
-        &format!("{}:3000", pod_ip(19)).parse().unwrap(),
-        Duration::from_millis(200)
-    )
-    .is_ok()));
+    spawn(
+        &mut cl,
+        "echo",
+        Command::new("ip").args(&echo_args),
+        &dir.join("echo.log"),
+    );
+    assert!(eventually(Duration::from_secs(10), || {
+        TcpStream::connect_timeout(
+            &format!("{}:3000", pod_ip(19)).parse().unwrap(),
+            Duration::from_millis(200),
+        )
+        .is_ok()
+    }));
 
     // A Switchyard node of cluster /gw, and the controller publishing to it.
     let admin = free_port();
@@ -361,7 +538,12 @@ fn gateway_api_on_a_real_api_server() {
         ),
     )
     .unwrap();
-    spawn(&mut cl, "switchyard", Command::new(&node_bin).args(["run", "-c"]).arg(&node_file), &dir.join("node.log"));
+    spawn(
+        &mut cl,
+        "switchyard",
+        Command::new(&node_bin).args(["run", "-c"]).arg(&node_file),
+        &dir.join("node.log"),
+    );
     std::fs::create_dir_all(dir.join("controller")).unwrap();
     std::fs::write(
         dir.join("controller/node.toml"),
@@ -384,7 +566,12 @@ fn gateway_api_on_a_real_api_server() {
             .env("KUBECONFIG", dir.join("kubeconfig"))
             .arg("--node-config")
             .arg(dir.join("controller/node.toml"))
-            .args(["--listen-address", "127.0.0.1", "--port-offset", &offset.to_string()]),
+            .args([
+                "--listen-address",
+                "127.0.0.1",
+                "--port-offset",
+                &offset.to_string(),
+            ]),
         &dir.join("controller.log"),
     );
     let controller_log = || std::fs::read_to_string(dir.join("controller.log")).unwrap_or_default();
@@ -395,158 +582,350 @@ fn gateway_api_on_a_real_api_server() {
     // The class, a Gateway in "infra" taking routes from every namespace,
     // a Service in "default" with two endpoints, a route to it.
     for n in ["infra", "default", "other"] {
-        apply(&api, json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}));
+        apply(
+            &api,
+            json!({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": n}}),
+        );
     }
-    apply(&api, json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
-        "metadata": {"name": "switchyard"},
-        "spec": {"controllerName": "switchyard.dev/gateway-controller"},
-    }));
-    apply(&api, json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": {"name": "gw", "namespace": "infra"},
-        "spec": {"gatewayClassName": "switchyard", "listeners": [
-            {"name": "http", "port": 80, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}},
-        ]},
-    }));
+    apply(
+        &api,
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "GatewayClass",
+            "metadata": {"name": "switchyard"},
+            "spec": {"controllerName": "switchyard.dev/gateway-controller"},
+        }),
+    );
+    apply(
+        &api,
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw", "namespace": "infra"},
+            "spec": {"gatewayClassName": "switchyard", "listeners": [
+                {"name": "http", "port": 80, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}},
+            ]},
+        }),
+    );
     apply(&api, service("default", "echo"));
-    apply(&api, endpoint_slice("default", "echo", &[&pod_ip(10), &pod_ip(11)], 3000));
-    apply(&api, route("default", "web", json!([{"backendRefs": [backend("echo")]}])));
+    apply(
+        &api,
+        endpoint_slice("default", "echo", &[&pod_ip(10), &pod_ip(11)], 3000),
+    );
+    apply(
+        &api,
+        route(
+            "default",
+            "web",
+            json!([{"backendRefs": [backend("echo")]}]),
+        ),
+    );
 
     let context = || format!("controller:\n{}\nnode:\n{}", controller_log(), node_log());
     assert!(
-        eventually(Duration::from_secs(60), || pods(gw_addr, "a.example", "/", 6)
-            == ["pod-10".to_string(), "pod-11".to_string()].into()),
+        eventually(Duration::from_secs(60), || pods(
+            gw_addr,
+            "a.example",
+            "/",
+            6
+        ) == [
+            "pod-10".to_string(),
+            "pod-11".to_string()
+        ]
+        .into()),
         "traffic does not reach both endpoints: {:?}\n{}",
         pods(gw_addr, "a.example", "/", 6),
         context()
     );
 
     // Statuses.
-    let class = api.get("/apis/gateway.networking.k8s.io/v1/gatewayclasses/switchyard").unwrap();
-    assert_eq!(condition(&class["status"]["conditions"], "Accepted"), Some(("True".into(), "Accepted".into())), "{class}");
-    let gw = api.get("/apis/gateway.networking.k8s.io/v1/namespaces/infra/gateways/gw").unwrap();
-    assert_eq!(condition(&gw["status"]["conditions"], "Programmed"), Some(("True".into(), "Programmed".into())), "{gw}");
+    let class = api
+        .get("/apis/gateway.networking.k8s.io/v1/gatewayclasses/switchyard")
+        .unwrap();
+    assert_eq!(
+        condition(&class["status"]["conditions"], "Accepted"),
+        Some(("True".into(), "Accepted".into())),
+        "{class}"
+    );
+    let gw = api
+        .get("/apis/gateway.networking.k8s.io/v1/namespaces/infra/gateways/gw")
+        .unwrap();
+    assert_eq!(
+        condition(&gw["status"]["conditions"], "Programmed"),
+        Some(("True".into(), "Programmed".into())),
+        "{gw}"
+    );
     assert_eq!(gw["status"]["addresses"][0]["value"], "127.0.0.1", "{gw}");
     assert_eq!(gw["status"]["listeners"][0]["attachedRoutes"], 1, "{gw}");
-    let rt = api.get("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/web").unwrap();
+    let rt = api
+        .get("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/web")
+        .unwrap();
     let parent = &rt["status"]["parents"][0];
-    assert_eq!(parent["controllerName"], "switchyard.dev/gateway-controller", "{rt}");
-    assert_eq!(condition(&parent["conditions"], "Accepted"), Some(("True".into(), "Accepted".into())), "{rt}");
-    assert_eq!(condition(&parent["conditions"], "ResolvedRefs"), Some(("True".into(), "ResolvedRefs".into())), "{rt}");
+    assert_eq!(
+        parent["controllerName"], "switchyard.dev/gateway-controller",
+        "{rt}"
+    );
+    assert_eq!(
+        condition(&parent["conditions"], "Accepted"),
+        Some(("True".into(), "Accepted".into())),
+        "{rt}"
+    );
+    assert_eq!(
+        condition(&parent["conditions"], "ResolvedRefs"),
+        Some(("True".into(), "ResolvedRefs".into())),
+        "{rt}"
+    );
     assert_eq!(
         parent["conditions"][0]["observedGeneration"], rt["metadata"]["generation"],
         "{rt}"
     );
 
     // An endpoint added is used; one removed is not any more.
-    apply(&api, endpoint_slice("default", "echo", &[&pod_ip(11), &pod_ip(12)], 3000));
+    apply(
+        &api,
+        endpoint_slice("default", "echo", &[&pod_ip(11), &pod_ip(12)], 3000),
+    );
     assert!(
-        eventually(Duration::from_secs(10), || pods(gw_addr, "a.example", "/", 6)
-            == ["pod-11".to_string(), "pod-12".to_string()].into()),
+        eventually(Duration::from_secs(10), || pods(
+            gw_addr,
+            "a.example",
+            "/",
+            6
+        ) == [
+            "pod-11".to_string(),
+            "pod-12".to_string()
+        ]
+        .into()),
         "endpoint change not followed: {:?}",
         pods(gw_addr, "a.example", "/", 6)
     );
 
     // An unrelated change renders the same text: not published again.
     let before = publishes();
-    apply(&api, json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "unrelated", "namespace": "other"},
-        "spec": {"ports": [{"port": 1, "protocol": "TCP"}]}}));
-    std::thread::sleep(Duration::from_millis(1500));
-    assert_eq!(publishes(), before, "an unchanged render was published again:\n{}", controller_log());
+    let stored = apply(
+        &api,
+        json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "unrelated", "namespace": "other"},
+        "spec": {"ports": [{"port": 1, "protocol": "TCP"}]}}),
+    );
+    let rv: u64 = stored["metadata"]["resourceVersion"]
+        .as_str()
+        .and_then(|v| v.parse().ok())
+        .expect("resourceVersion");
+    // The render that saw it said so.
+    let render_of_it = || {
+        controller_log()
+            .lines()
+            .find(|l| {
+                l.split("resourceVersion ")
+                    .nth(1)
+                    .and_then(|r| r.split(')').next())
+                    .and_then(|r| r.parse::<u64>().ok())
+                    >= Some(rv)
+            })
+            .map(str::to_owned)
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || render_of_it().is_some()),
+        "the controller did not render the change:\n{}",
+        controller_log()
+    );
+    let line = render_of_it().unwrap_or_default();
+    assert!(line.contains("unchanged, not published"), "{line}");
+    assert_eq!(
+        publishes(),
+        before,
+        "an unchanged render was published again:\n{}",
+        controller_log()
+    );
 
     // A route change: matches by path, header and method, header edits,
     // a second Service, and precedence (exact before prefix, more headers
     // first) across two routes.
     apply(&api, service("default", "v2"));
     apply(&api, endpoint_slice("default", "v2", &[&pod_ip(13)], 3000));
-    apply(&api, route("default", "web", json!([
-        {"backendRefs": [backend("echo")]},
-        {"matches": [{"path": {"type": "PathPrefix", "value": "/v2"}}],
-         "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": "X-Route", "value": "v2"}], "remove": ["X-Drop"]}},
-                     {"type": "ResponseHeaderModifier", "responseHeaderModifier": {"add": [{"name": "X-Served-By", "value": "switchyard"}]}}],
-         "backendRefs": [backend("v2")]},
-        {"matches": [{"path": {"type": "Exact", "value": "/exact"}}, {"headers": [{"name": "version", "value": "two"}, {"name": "color", "value": "blue"}]}],
-         "backendRefs": [backend("v2")]},
-    ])));
+    apply(
+        &api,
+        route(
+            "default",
+            "web",
+            json!([
+                {"backendRefs": [backend("echo")]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/v2"}}],
+                 "filters": [{"type": "RequestHeaderModifier", "requestHeaderModifier": {"set": [{"name": "X-Route", "value": "v2"}], "remove": ["X-Drop"]}},
+                             {"type": "ResponseHeaderModifier", "responseHeaderModifier": {"add": [{"name": "X-Served-By", "value": "switchyard"}]}}],
+                 "backendRefs": [backend("v2")]},
+                {"matches": [{"path": {"type": "Exact", "value": "/exact"}}, {"headers": [{"name": "version", "value": "two"}, {"name": "color", "value": "blue"}]}],
+                 "backendRefs": [backend("v2")]},
+            ]),
+        ),
+    );
     assert!(
-        eventually(Duration::from_secs(10), || pod_of(&get(gw_addr, "a", "/v2/x", &[])) == "pod-13"),
+        eventually(Duration::from_secs(10), || pod_of(&get(
+            gw_addr,
+            "a",
+            "/v2/x",
+            &[]
+        )) == "pod-13"),
         "route change not followed: {}",
         controller_log()
     );
     let r = get(gw_addr, "a", "/v2/x", &[("X-Drop", "1")]).unwrap();
     assert_eq!(r.1["headers"]["X-Route"][0], "v2", "{:?}", r.1);
     assert!(r.1["headers"].get("X-Drop").is_none(), "{:?}", r.1);
-    assert!(r.2.to_ascii_lowercase().contains("x-served-by: switchyard"), "{}", r.2);
+    assert!(
+        r.2.to_ascii_lowercase().contains("x-served-by: switchyard"),
+        "{}",
+        r.2
+    );
     // "/v2" is a path prefix by segments: "/v2x" is not under it.
     assert_ne!(pod_of(&get(gw_addr, "a", "/v2x", &[])), "pod-13");
     assert_eq!(pod_of(&get(gw_addr, "a", "/exact", &[])), "pod-13");
     assert_ne!(pod_of(&get(gw_addr, "a", "/exact/no", &[])), "pod-13");
-    assert_eq!(pod_of(&get(gw_addr, "a", "/any", &[("version", "two"), ("color", "blue")])), "pod-13");
-    assert_ne!(pod_of(&get(gw_addr, "a", "/any", &[("version", "two")])), "pod-13");
+    assert_eq!(
+        pod_of(&get(
+            gw_addr,
+            "a",
+            "/any",
+            &[("version", "two"), ("color", "blue")]
+        )),
+        "pod-13"
+    );
+    assert_ne!(
+        pod_of(&get(gw_addr, "a", "/any", &[("version", "two")])),
+        "pod-13"
+    );
 
     // Weights: 3:1 between two Services (2 and 1 endpoints).
-    apply(&api, route("default", "weights", json!([
-        {"matches": [{"path": {"type": "PathPrefix", "value": "/weighted"}}],
-         "backendRefs": [{"name": "echo", "port": 8080, "weight": 3}, {"name": "v2", "port": 8080, "weight": 1}]},
-    ])));
-    assert!(eventually(Duration::from_secs(10), || pod_of(&get(gw_addr, "a", "/weighted", &[])).starts_with("pod-")));
+    apply(
+        &api,
+        route(
+            "default",
+            "weights",
+            json!([
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/weighted"}}],
+                 "backendRefs": [{"name": "echo", "port": 8080, "weight": 3}, {"name": "v2", "port": 8080, "weight": 1}]},
+            ]),
+        ),
+    );
+    assert!(eventually(Duration::from_secs(10), || pod_of(&get(
+        gw_addr,
+        "a",
+        "/weighted",
+        &[]
+    ))
+    .starts_with("pod-")));
     let mut v2 = 0;
     for _ in 0..200 {
         if pod_of(&get(gw_addr, "a", "/weighted", &[])) == "pod-13" {
             v2 += 1;
         }
     }
-    assert!((30..=70).contains(&v2), "v2 took {v2} of 200 (25% expected)");
+    assert!(
+        (30..=70).contains(&v2),
+        "v2 took {v2} of 200 (25% expected)"
+    );
 
     // A missing backend: ResolvedRefs False BackendNotFound, 500.
-    apply(&api, route("default", "broken", json!([
-        {"matches": [{"path": {"type": "PathPrefix", "value": "/broken"}}], "backendRefs": [backend("missing")]},
-    ])));
-    assert!(eventually(Duration::from_secs(10), || {
-        api.get("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/broken").is_some_and(|v| {
-            condition(&v["status"]["parents"][0]["conditions"], "ResolvedRefs")
-                == Some(("False".into(), "BackendNotFound".into()))
-        })
-    }), "{}", controller_log());
-    assert!(eventually(Duration::from_secs(5), || get(gw_addr, "a", "/broken", &[]).is_some_and(|r| r.0 == 500)));
+    apply(
+        &api,
+        route(
+            "default",
+            "broken",
+            json!([
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/broken"}}], "backendRefs": [backend("missing")]},
+            ]),
+        ),
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            api.get("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/broken")
+                .is_some_and(|v| {
+                    condition(&v["status"]["parents"][0]["conditions"], "ResolvedRefs")
+                        == Some(("False".into(), "BackendNotFound".into()))
+                })
+        }),
+        "{}",
+        controller_log()
+    );
+    assert!(eventually(Duration::from_secs(5), || get(
+        gw_addr,
+        "a",
+        "/broken",
+        &[]
+    )
+    .is_some_and(|r| r.0 == 500)));
 
     // A cross-namespace backend without a ReferenceGrant: RefNotPermitted;
     // with one, it resolves.
     apply(&api, service("other", "there"));
     apply(&api, endpoint_slice("other", "there", &[&pod_ip(14)], 3000));
-    apply(&api, route("default", "cross", json!([
-        {"matches": [{"path": {"type": "PathPrefix", "value": "/cross"}}], "backendRefs": [{"name": "there", "namespace": "other", "port": 8080}]},
-    ])));
+    apply(
+        &api,
+        route(
+            "default",
+            "cross",
+            json!([
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/cross"}}], "backendRefs": [{"name": "there", "namespace": "other", "port": 8080}]},
+            ]),
+        ),
+    );
     let cross = || {
         api.get("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/cross")
             .and_then(|v| condition(&v["status"]["parents"][0]["conditions"], "ResolvedRefs"))
     };
-    assert!(eventually(Duration::from_secs(10), || cross() == Some(("False".into(), "RefNotPermitted".into()))), "{:?}", cross());
+    assert!(
+        eventually(Duration::from_secs(10), || cross()
+            == Some(("False".into(), "RefNotPermitted".into()))),
+        "{:?}",
+        cross()
+    );
     assert_eq!(get(gw_addr, "a", "/cross", &[]).map(|r| r.0), Some(500));
-    apply(&api, json!({
-        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "ReferenceGrant",
-        "metadata": {"name": "allow-default", "namespace": "other"},
-        "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "default"}],
-                 "to": [{"group": "", "kind": "Service"}]},
-    }));
-    assert!(eventually(Duration::from_secs(10), || pod_of(&get(gw_addr, "a", "/cross", &[])) == "pod-14"), "{:?}", cross());
+    apply(
+        &api,
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "ReferenceGrant",
+            "metadata": {"name": "allow-default", "namespace": "other"},
+            "spec": {"from": [{"group": "gateway.networking.k8s.io", "kind": "HTTPRoute", "namespace": "default"}],
+                     "to": [{"group": "", "kind": "Service"}]},
+        }),
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || pod_of(&get(
+            gw_addr,
+            "a",
+            "/cross",
+            &[]
+        )) == "pod-14"),
+        "{:?}",
+        cross()
+    );
     assert_eq!(cross(), Some(("True".into(), "ResolvedRefs".into())));
 
     // A parentRef naming a listener the Gateway does not have.
-    let mut bad = route("default", "nolistener", json!([{"backendRefs": [backend("echo")]}]));
+    let mut bad = route(
+        "default",
+        "nolistener",
+        json!([{"backendRefs": [backend("echo")]}]),
+    );
     bad["spec"]["parentRefs"][0]["sectionName"] = json!("nope");
     apply(&api, bad);
     assert!(eventually(Duration::from_secs(10), || {
-        api.get("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/nolistener").is_some_and(|v| {
-            condition(&v["status"]["parents"][0]["conditions"], "Accepted") == Some(("False".into(), "NoMatchingParent".into()))
-        })
+        api.get("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/nolistener")
+            .is_some_and(|v| {
+                condition(&v["status"]["parents"][0]["conditions"], "Accepted")
+                    == Some(("False".into(), "NoMatchingParent".into()))
+            })
     }));
 
     // Deleting a route takes its traffic away.
     api.delete("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/weights");
-    assert!(eventually(Duration::from_secs(10), || pod_of(&get(gw_addr, "a", "/weighted", &[])) != "pod-13"
-        && pods(gw_addr, "a", "/weighted", 10).iter().all(|p| p != "pod-13")));
+    assert!(eventually(Duration::from_secs(10), || pod_of(&get(
+        gw_addr,
+        "a",
+        "/weighted",
+        &[]
+    )) != "pod-13"
+        && pods(gw_addr, "a", "/weighted", 10)
+            .iter()
+            .all(|p| p != "pod-13")));
 
     drop(cl);
     let _ = std::fs::remove_dir_all(&dir);

@@ -178,47 +178,49 @@ pub(super) fn build_matcher(
     });
     let nv = |cx: &mut Ctx, n: &Option<model::OneOrMany<model::NameValue>>, header: bool| {
         let all = n.as_ref().map(|n| n.to_vec()).unwrap_or_default();
-        all.iter().map(|n| {
-            if header && !is_token(&n.name) {
-                cx.err(
-                    span.clone(),
-                    format!(
-                        "{what}: match header name {:?} is not a valid field name",
-                        n.name
-                    ),
-                );
-            }
-            let set = [
-                n.value.is_some(),
-                n.value_prefix.is_some(),
-                n.value_regex.is_some(),
-            ]
-            .iter()
-            .filter(|b| **b)
-            .count();
-            if set > 1 {
-                cx.err(
-                    span.clone(),
-                    format!("{what}: use only one of value, value_prefix, value_regex"),
-                );
-            }
-            NameValueMatch {
-                name: if header {
-                    n.name.to_ascii_lowercase()
-                } else {
-                    n.name.clone()
-                },
-                value: if let Some(v) = &n.value {
-                    ValueMatch::Exact(v.clone())
-                } else if let Some(v) = &n.value_prefix {
-                    ValueMatch::Prefix(v.clone())
-                } else if let Some(r) = &n.value_regex {
-                    ValueMatch::Regex(r.0.clone())
-                } else {
-                    ValueMatch::Present
-                },
-            }
-        }).collect::<Vec<_>>()
+        all.iter()
+            .map(|n| {
+                if header && !is_token(&n.name) {
+                    cx.err(
+                        span.clone(),
+                        format!(
+                            "{what}: match header name {:?} is not a valid field name",
+                            n.name
+                        ),
+                    );
+                }
+                let set = [
+                    n.value.is_some(),
+                    n.value_prefix.is_some(),
+                    n.value_regex.is_some(),
+                ]
+                .iter()
+                .filter(|b| **b)
+                .count();
+                if set > 1 {
+                    cx.err(
+                        span.clone(),
+                        format!("{what}: use only one of value, value_prefix, value_regex"),
+                    );
+                }
+                NameValueMatch {
+                    name: if header {
+                        n.name.to_ascii_lowercase()
+                    } else {
+                        n.name.clone()
+                    },
+                    value: if let Some(v) = &n.value {
+                        ValueMatch::Exact(v.clone())
+                    } else if let Some(v) = &n.value_prefix {
+                        ValueMatch::Prefix(v.clone())
+                    } else if let Some(r) = &n.value_regex {
+                        ValueMatch::Regex(r.0.clone())
+                    } else {
+                        ValueMatch::Present
+                    },
+                }
+            })
+            .collect::<Vec<_>>()
     };
     Matcher {
         hosts: m
