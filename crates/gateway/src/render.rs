@@ -131,9 +131,7 @@ fn intersect(listener: Option<&str>, route: &str) -> Option<String> {
         wild.strip_prefix('*')
             .is_some_and(|suffix| name.ends_with(suffix) && name.len() > suffix.len())
     };
-    if listener == route {
-        Some(route)
-    } else if covers(&listener, &route) {
+    if listener == route || covers(&listener, &route) {
         Some(route)
     } else if covers(&route, &listener) {
         Some(listener)
@@ -152,20 +150,25 @@ fn host_rank(h: &Option<String>) -> (u8, std::cmp::Reverse<usize>) {
     }
 }
 
+/// Precedence of a policy (smaller first): host rank, path kind, path
+/// length, method, header count, query count, route age, namespace/name,
+/// rule index, match index.
+type PrecedenceKey = (
+    (u8, std::cmp::Reverse<usize>),
+    u8,
+    std::cmp::Reverse<usize>,
+    u8,
+    std::cmp::Reverse<usize>,
+    std::cmp::Reverse<usize>,
+    String,
+    String,
+    usize,
+    usize,
+);
+
 /// One rendered policy and the key it is ordered by.
 struct Rendered {
-    key: (
-        (u8, std::cmp::Reverse<usize>),
-        u8,
-        std::cmp::Reverse<usize>,
-        u8,
-        std::cmp::Reverse<usize>,
-        std::cmp::Reverse<usize>,
-        String,
-        String,
-        usize,
-        usize,
-    ),
+    key: PrecedenceKey,
     text: String,
 }
 
@@ -289,7 +292,7 @@ fn rule_action(
         let weight = t.weight.unwrap_or(1);
         let group = t.group.as_deref().unwrap_or("");
         let kind = t.kind.as_deref().unwrap_or("Service");
-        if group != "" || kind != "Service" {
+        if !group.is_empty() || kind != "Service" {
             unresolved.get_or_insert((
                 "InvalidKind",
                 format!("backendRef kind {group:?}/{kind:?} is not supported (only core Services)"),
@@ -379,6 +382,52 @@ fn rule_action(
         ),
     );
     format!("action = {{ pool = {} }}", q(&name))
+}
+
+/// A RequestRedirect filter: a redirect the node builds from the request
+/// (`redirect_scheme`, `redirect_host`, `redirect_port`, `redirect_path`).
+/// Without a port or a scheme the listener's port is kept, as the spec
+/// asks; with a scheme and no port, the scheme's own.
+fn redirect_action(r: &RequestRedirect, m: &HttpRouteMatch, listener_port: i32) -> String {
+    let mut parts = vec![format!("status = {}", r.status_code.unwrap_or(302))];
+    if let Some(s) = &r.scheme {
+        parts.push(format!("redirect_scheme = {}", q(&s.to_ascii_lowercase())));
+    }
+    if let Some(h) = &r.hostname {
+        parts.push(format!("redirect_host = {}", q(h)));
+    }
+    match (r.port, &r.scheme) {
+        (Some(p), _) => parts.push(format!("redirect_port = {p}")),
+        (None, None) => parts.push(format!("redirect_port = {listener_port}")),
+        (None, Some(_)) => {}
+    }
+    if let Some(path) = &r.path {
+        match path.get("type").and_then(|t| t.as_str()) {
+            Some("ReplaceFullPath") => {
+                let to = path
+                    .get("replaceFullPath")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("/");
+                parts.push(format!("redirect_path = {}", q(to)));
+            }
+            Some("ReplacePrefixMatch") => {
+                let to = path
+                    .get("replacePrefixMatch")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("/");
+                let to = if to.is_empty() { "/" } else { to };
+                parts.push(format!("redirect_path = {}", q(to)));
+                let from = m
+                    .path
+                    .as_ref()
+                    .and_then(|p| p.value.clone())
+                    .unwrap_or_else(|| "/".into());
+                parts.push(format!("redirect_path_prefix = {}", q(&from)));
+            }
+            _ => {}
+        }
+    }
+    format!("action = {{ {} }}", parts.join(", "))
 }
 
 fn header_edits(m: &HeaderModifier) -> String {
@@ -568,7 +617,7 @@ pub fn render(w: &World, s: &Settings) -> Output {
             {
                 if !matches!(
                     f.kind.as_str(),
-                    "RequestHeaderModifier" | "ResponseHeaderModifier"
+                    "RequestHeaderModifier" | "ResponseHeaderModifier" | "RequestRedirect"
                 ) {
                     unsupported.get_or_insert(format!("filter {} is not supported yet", f.kind));
                 }
@@ -713,10 +762,10 @@ pub fn render(w: &World, s: &Settings) -> Output {
                         let mut edits = String::new();
                         for f in &rule.filters {
                             if let Some(m) = &f.request_header_modifier {
-                                let _ = write!(edits, "request_headers = {}\n", header_edits(m));
+                                let _ = writeln!(edits, "request_headers = {}", header_edits(m));
                             }
                             if let Some(m) = &f.response_header_modifier {
-                                let _ = write!(edits, "response_headers = {}\n", header_edits(m));
+                                let _ = writeln!(edits, "response_headers = {}", header_edits(m));
                             }
                         }
                         let default_match = vec![HttpRouteMatch::default()];
@@ -745,6 +794,14 @@ pub fn render(w: &World, s: &Settings) -> Output {
                                         ),
                                         _ => (2, p.value.as_deref().unwrap_or("").len()),
                                     },
+                                };
+                                let action = match rule
+                                    .filters
+                                    .iter()
+                                    .find_map(|f| f.request_redirect.as_ref())
+                                {
+                                    Some(r) => redirect_action(r, m, l.port),
+                                    None => action.clone(),
                                 };
                                 for t in tables {
                                     policies.entry(port).or_default().push(Rendered {

@@ -915,6 +915,79 @@ fn gateway_api_on_a_real_api_server() {
             })
     }));
 
+    // Redirects (the conformance suite's HTTPRouteRedirectHostAndStatus,
+    // RedirectPath and RedirectPortAndScheme cases): built from the
+    // request, its query kept.
+    apply(
+        &api,
+        route(
+            "default",
+            "redirects",
+            json!([
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/hostname-redirect"}}],
+                 "filters": [{"type": "RequestRedirect", "requestRedirect": {"hostname": "example.org"}}]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/status-code-301"}}],
+                 "filters": [{"type": "RequestRedirect", "requestRedirect": {"statusCode": 301}}]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/original-prefix"}}],
+                 "filters": [{"type": "RequestRedirect", "requestRedirect": {"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/replacement-prefix"}}}]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/full"}}],
+                 "filters": [{"type": "RequestRedirect", "requestRedirect": {"path": {"type": "ReplaceFullPath", "replaceFullPath": "/full-path-replacement"}}}]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/scheme-and-port"}}],
+                 "filters": [{"type": "RequestRedirect", "requestRedirect": {"scheme": "https", "port": 8443}}]},
+                {"matches": [{"path": {"type": "PathPrefix", "value": "/scheme"}}],
+                 "filters": [{"type": "RequestRedirect", "requestRedirect": {"scheme": "https"}}]},
+            ]),
+        ),
+    );
+    let location = |path: &str| {
+        get(gw_addr, "redir.example", path, &[]).map(|(code, _, head)| {
+            let loc = head.lines().find_map(|l| {
+                let (k, v) = l.split_once(':')?;
+                k.eq_ignore_ascii_case("location")
+                    .then(|| v.trim().to_string())
+            });
+            (code, loc.unwrap_or_default())
+        })
+    };
+    assert!(
+        eventually(Duration::from_secs(10), || location("/hostname-redirect")
+            .is_some_and(|r| r.0 == 302)),
+        "{:?}\n{}",
+        location("/hostname-redirect"),
+        controller_log()
+    );
+    assert_eq!(
+        location("/hostname-redirect"),
+        Some((302, "http://example.org/hostname-redirect".into()))
+    );
+    assert_eq!(
+        location("/status-code-301"),
+        Some((301, "http://redir.example/status-code-301".into()))
+    );
+    assert_eq!(
+        location("/original-prefix/lemon?x=1"),
+        Some((
+            302,
+            "http://redir.example/replacement-prefix/lemon?x=1".into()
+        ))
+    );
+    assert_eq!(
+        location("/original-prefix"),
+        Some((302, "http://redir.example/replacement-prefix".into()))
+    );
+    assert_eq!(
+        location("/full/one"),
+        Some((302, "http://redir.example/full-path-replacement".into()))
+    );
+    assert_eq!(
+        location("/scheme-and-port"),
+        Some((302, "https://redir.example:8443/scheme-and-port".into()))
+    );
+    assert_eq!(
+        location("/scheme"),
+        Some((302, "https://redir.example/scheme".into()))
+    );
+
     // Deleting a route takes its traffic away.
     api.delete("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/weights");
     assert!(eventually(Duration::from_secs(10), || pod_of(&get(

@@ -573,6 +573,18 @@ pub struct Action {
     /// Fixed response body; a fixed response needs `status`.
     pub body: Option<String>,
     pub content_type: Option<String>,
+    /// A redirect built from the request (the Gateway API's
+    /// RequestRedirect): each part given replaces the request's, the
+    /// others are kept (302 by default).
+    pub redirect_scheme: Option<String>,
+    pub redirect_host: Option<String>,
+    /// Written into the Location unless it is the scheme's own (80, 443);
+    /// absent: no port.
+    pub redirect_port: Option<u16>,
+    /// Replaces the whole path, or with `redirect_path_prefix` that
+    /// prefix of it (by segments); the query is kept.
+    pub redirect_path: Option<String>,
+    pub redirect_path_prefix: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]
