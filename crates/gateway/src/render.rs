@@ -140,6 +140,23 @@ fn intersect(listener: Option<&str>, route: &str) -> Option<String> {
     }
 }
 
+/// The address a Gateway listens on: the first IPAddress of its
+/// `spec.addresses` (Ok(None) stands for none asked: the controller's
+/// listen address), or Err for an address this controller cannot take.
+fn gateway_ip(g: &Gateway, s: &Settings) -> Result<IpAddr, String> {
+    match g.spec.addresses.first() {
+        None => Ok(s.listen_address),
+        Some(a) if a.kind.as_deref().unwrap_or("IPAddress") == "IPAddress" => a
+            .value
+            .parse()
+            .map_err(|_| format!("address {:?} is not an IP address", a.value)),
+        Some(a) => Err(format!(
+            "address type {:?} is not supported (IPAddress only)",
+            a.kind.as_deref().unwrap_or("")
+        )),
+    }
+}
+
 /// Precedence of a host pattern: exact names, then wildcards (longer
 /// first), then none.
 fn host_rank(h: &Option<String>) -> (u8, std::cmp::Reverse<usize>) {
@@ -545,14 +562,30 @@ pub fn render(w: &World, s: &Settings) -> Output {
             status: json!({"conditions": [cond("Accepted", true, "Accepted", "handled by switchyard-gateway", c.metadata.generation)]}),
         });
     }
-    let gateways: Vec<&Gateway> = w
+    // Gateways whose address cannot be taken serve nothing; they are told.
+    let (gateways, unusable): (Vec<&Gateway>, Vec<&Gateway>) = w
         .gateways
         .iter()
         .filter(|g| ours.contains(&g.spec.gateway_class_name))
-        .collect();
+        .partition(|g| gateway_ip(g, s).is_ok());
+    for g in unusable {
+        let why = gateway_ip(g, s).err().unwrap_or_default();
+        let gen = g.metadata.generation;
+        statuses.push(StatusOf {
+            kind: Kind::Gateway,
+            namespace: Some(ns_of(&g.metadata)),
+            name: g.metadata.name.clone().unwrap_or_default(),
+            status: json!({
+                "conditions": [
+                    cond("Accepted", false, "UnsupportedAddress", &why, gen),
+                    cond("Programmed", false, "AddressNotUsable", &why, gen),
+                ],
+            }),
+        });
+    }
     // (gateway index, listener index) -> attached route count.
     let mut attached: BTreeMap<(usize, usize), i64> = BTreeMap::new();
-    let mut policies: BTreeMap<u16, Vec<Rendered>> = BTreeMap::new();
+    let mut policies: BTreeMap<(IpAddr, u16), Vec<Rendered>> = BTreeMap::new();
     // Listener validity, computed once: Ok(allowed kinds) or Err(reason, message).
     let listener_ok = |l: &Listener| -> Result<(), (&'static str, String)> {
         if l.protocol != "HTTP" {
@@ -752,7 +785,7 @@ pub fn render(w: &World, s: &Settings) -> Output {
             if ok {
                 for (li, l, hosts) in &hosts_by_listener {
                     *attached.entry((gi, *li)).or_default() += 1;
-                    let port = l.port as u16;
+                    let port = (gateway_ip(gw, s).unwrap_or(s.listen_address), l.port as u16);
                     for (ri, rule) in route.spec.rules.iter().enumerate() {
                         let mut unresolved_here = None;
                         let action = rule_action(&mut cx, route, ri, rule, &mut unresolved_here);
@@ -912,7 +945,10 @@ pub fn render(w: &World, s: &Settings) -> Output {
             namespace: Some(ns_of(&g.metadata)),
             name: g.metadata.name.clone().unwrap_or_default(),
             status: json!({
-                "addresses": [{"type": if s.status_address.parse::<IpAddr>().is_ok() { "IPAddress" } else { "Hostname" }, "value": s.status_address}],
+                "addresses": [match gateway_ip(g, s) {
+                    Ok(ip) if ip != s.listen_address => json!({"type": "IPAddress", "value": ip.to_string()}),
+                    _ => json!({"type": if s.status_address.parse::<IpAddr>().is_ok() { "IPAddress" } else { "Hostname" }, "value": s.status_address}),
+                }],
                 "conditions": conditions,
                 "listeners": listeners,
             }),
@@ -922,7 +958,9 @@ pub fn render(w: &World, s: &Settings) -> Output {
     for g in &gateways {
         for l in &g.spec.listeners {
             if listener_ok(l).is_ok() {
-                policies.entry(l.port as u16).or_default();
+                policies
+                    .entry((gateway_ip(g, s).unwrap_or(s.listen_address), l.port as u16))
+                    .or_default();
             }
         }
     }
@@ -935,12 +973,18 @@ pub fn render(w: &World, s: &Settings) -> Output {
     let mut text = String::from(
         "# Rendered by switchyard-gateway from the cluster's Gateway API objects: do not edit.\n",
     );
-    for (port, mut ps) in policies {
+    for ((ip, port), mut ps) in policies {
         ps.sort_by(|a, b| a.key.cmp(&b.key));
-        let listen = std::net::SocketAddr::new(s.listen_address, port + s.port_offset);
+        let listen = std::net::SocketAddr::new(ip, port + s.port_offset);
+        let name = if ip == s.listen_address {
+            format!("gateway-{port}")
+        } else {
+            format!("gateway-{ip}-{port}")
+        };
         let _ = write!(
             text,
-            "\n[[vserver]]\nname = \"gateway-{port}\"\nlisten = [{}]\n",
+            "\n[[vserver]]\nname = {}\nlisten = [{}]\n",
+            q(&name),
             q(&listen.to_string())
         );
         for p in ps {

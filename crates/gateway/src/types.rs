@@ -86,6 +86,17 @@ pub struct GatewaySpec {
     pub gateway_class_name: String,
     #[serde(default)]
     pub listeners: Vec<Listener>,
+    /// Addresses asked for: an IPAddress is where this Gateway's
+    /// vservers listen (each Gateway apart from the others).
+    #[serde(default)]
+    pub addresses: Vec<GatewayAddress>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct GatewayAddress {
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub value: String,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]

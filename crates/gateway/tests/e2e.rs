@@ -988,6 +988,49 @@ fn gateway_api_on_a_real_api_server() {
         Some((302, "https://redir.example/scheme".into()))
     );
 
+    // A second Gateway on the same port but its own address
+    // (spec.addresses): its routes do not mix with the first's.
+    apply(
+        &api,
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw2", "namespace": "infra"},
+            "spec": {"gatewayClassName": "switchyard", "addresses": [{"type": "IPAddress", "value": "127.0.0.2"}],
+                     "listeners": [{"name": "http", "port": 80, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}}]},
+        }),
+    );
+    let mut only2 = route(
+        "default",
+        "only-on-gw2",
+        json!([{"backendRefs": [backend("there-v2")]}]),
+    );
+    only2["spec"]["parentRefs"][0]["name"] = json!("gw2");
+    apply(&api, service("default", "there-v2"));
+    apply(
+        &api,
+        endpoint_slice("default", "there-v2", &[&pod_ip(15)], 3000),
+    );
+    apply(&api, only2);
+    let gw2_addr: SocketAddr = format!("127.0.0.2:{http_port}").parse().unwrap();
+    assert!(
+        eventually(Duration::from_secs(10), || pod_of(&get(
+            gw2_addr,
+            "a",
+            "/",
+            &[]
+        )) == "pod-15"),
+        "{:?}\n{}",
+        get(gw2_addr, "a", "/", &[]),
+        controller_log()
+    );
+    assert_ne!(pod_of(&get(gw_addr, "a", "/", &[])), "pod-15");
+    // The first Gateway's "/v2" route is not on the second.
+    assert_eq!(pod_of(&get(gw2_addr, "a", "/v2/x", &[])), "pod-15");
+    let gw2 = api
+        .get("/apis/gateway.networking.k8s.io/v1/namespaces/infra/gateways/gw2")
+        .unwrap();
+    assert_eq!(gw2["status"]["addresses"][0]["value"], "127.0.0.2", "{gw2}");
+
     // Deleting a route takes its traffic away.
     api.delete("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/weights");
     assert!(eventually(Duration::from_secs(10), || pod_of(&get(

@@ -528,8 +528,8 @@ pub struct Match {
     pub method: Option<OneOrMany<String>>,
     /// One table, or an array of them: every one must match (a Gateway
     /// API match with several headers or query parameters).
-    pub header: Option<OneOrMany<NameValue>>,
-    pub query: Option<OneOrMany<NameValue>>,
+    pub header: Option<NameValues>,
+    pub query: Option<NameValues>,
     pub source: Option<OneOrMany<Cidr>>,
 }
 
@@ -546,6 +546,42 @@ impl<T: Clone> OneOrMany<T> {
             OneOrMany::One(v) => vec![v.clone()],
             OneOrMany::Many(v) => v.clone(),
         }
+    }
+}
+
+/// One `{ name, value... }` table or an array of them. Not an untagged
+/// enum: that would replace the error of a bad field (with its line and
+/// column) by "did not match any variant".
+#[derive(Debug, Clone)]
+pub struct NameValues(pub Vec<NameValue>);
+
+impl<'de> Deserialize<'de> for NameValues {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = NameValues;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a table { name = ..., value = ... } or an array of them")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<NameValues, A::Error> {
+                NameValue::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(|nv| NameValues(vec![nv]))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<NameValues, A::Error> {
+                let mut all = Vec::new();
+                while let Some(nv) = seq.next_element::<NameValue>()? {
+                    all.push(nv);
+                }
+                Ok(NameValues(all))
+            }
+        }
+        d.deserialize_any(V)
     }
 }
 

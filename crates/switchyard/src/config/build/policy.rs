@@ -250,8 +250,8 @@ pub(super) fn build_matcher(
             }
         }
     });
-    let nv = |cx: &mut Ctx, n: &Option<model::OneOrMany<model::NameValue>>, header: bool| {
-        let all = n.as_ref().map(|n| n.to_vec()).unwrap_or_default();
+    let nv = |cx: &mut Ctx, n: &Option<model::NameValues>, header: bool| {
+        let all = n.as_ref().map(|n| n.0.clone()).unwrap_or_default();
         all.iter()
             .map(|n| {
                 if header && !is_token(&n.name) {
