@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+mod conformance;
+
 const TOKEN: &str = "switchyard-test-token";
 
 fn free_port() -> u16 {
@@ -512,6 +514,18 @@ fn gateway_api_on_a_real_api_server() {
             format!("pod-{i}"),
             "default".into(),
         ]);
+    }
+    // The conformance suite's backends, one pod each (conformance.rs).
+    for (i, (svc, svc_ns)) in conformance::BACKENDS.iter().enumerate() {
+        let ip = pod_ip(30 + i as u8);
+        assert!(
+            run(
+                "ip",
+                &["-n", &ns, "addr", "add", &format!("{ip}/24"), "dev", "eth0"]
+            )
+            .0
+        );
+        echo_args.extend([ip, "3000".into(), format!("{svc}-pod"), svc_ns.to_string()]);
     }
     spawn(
         &mut cl,
@@ -1030,6 +1044,15 @@ fn gateway_api_on_a_real_api_server() {
         .get("/apis/gateway.networking.k8s.io/v1/namespaces/infra/gateways/gw2")
         .unwrap();
     assert_eq!(gw2["status"]["addresses"][0]["value"], "127.0.0.2", "{gw2}");
+
+    // The conformance suite's GATEWAY-HTTP core cases ported here.
+    let results = conformance::run(&api, &|i| pod_ip(30 + i as u8), http_port, &controller_log);
+    let failed: Vec<_> = results.iter().filter(|r| r.1.is_err()).collect();
+    assert!(
+        failed.is_empty(),
+        "conformance cases failed: {failed:#?}\n{}",
+        controller_log()
+    );
 
     // Deleting a route takes its traffic away.
     api.delete("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/weights");
