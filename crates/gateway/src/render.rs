@@ -877,7 +877,14 @@ pub fn render(w: &World, s: &Settings) -> Output {
                 "conditions": [accepted, resolved],
             }));
         }
-        if !parents.is_empty() {
+        // A route that names none of our Gateways any more still gets an
+        // (empty) entry list from us: main.rs then removes the parents
+        // this controller wrote before and keeps other controllers'.
+        let ours_before = route.status["parents"].as_array().is_some_and(|ps| {
+            ps.iter()
+                .any(|p| p["controllerName"] == s.controller_name.as_str())
+        });
+        if !parents.is_empty() || ours_before {
             statuses.push(StatusOf {
                 kind: Kind::HttpRoute,
                 namespace: Some(rns.clone()),

@@ -1054,6 +1054,27 @@ fn gateway_api_on_a_real_api_server() {
         controller_log()
     );
 
+    // A route moved off our Gateway loses the status entry we wrote.
+    let mut moved = route(
+        "default",
+        "nolistener",
+        json!([{"backendRefs": [backend("echo")]}]),
+    );
+    moved["spec"]["parentRefs"][0]["name"] = json!("someone-elses");
+    apply(&api, moved);
+    assert!(
+        eventually(Duration::from_secs(10), || {
+            api.get("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/nolistener")
+                .is_some_and(|v| {
+                    v["status"]["parents"]
+                        .as_array()
+                        .is_none_or(|p| p.is_empty())
+                })
+        }),
+        "{:?}",
+        api.get("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/nolistener")
+    );
+
     // Deleting a route takes its traffic away.
     api.delete("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/weights");
     assert!(eventually(Duration::from_secs(10), || pod_of(&get(
