@@ -568,6 +568,8 @@ pub fn render(w: &World, s: &Settings) -> Output {
         .iter()
         .filter(|g| ours.contains(&g.spec.gateway_class_name))
         .partition(|g| gateway_ip(g, s).is_ok());
+    let mut gateways = gateways;
+    gateways.sort_by_key(|g| (ns_of(&g.metadata), g.metadata.name.clone()));
     for g in unusable {
         let why = gateway_ip(g, s).err().unwrap_or_default();
         let gen = g.metadata.generation;
@@ -981,7 +983,12 @@ pub fn render(w: &World, s: &Settings) -> Output {
         "# Rendered by switchyard-gateway from the cluster's Gateway API objects: do not edit.\n",
     );
     for ((ip, port), mut ps) in policies {
-        ps.sort_by(|a, b| a.key.cmp(&b.key));
+        // The text breaks ties (the same route on two listeners of one
+        // port): the watches hand objects over in no set order, and the
+        // same objects must always render the same text.
+        ps.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.text.cmp(&b.text)));
+        // One route on two Gateways that share an address renders twice.
+        ps.dedup_by(|a, b| a.text == b.text);
         let listen = std::net::SocketAddr::new(ip, port + s.port_offset);
         let name = if ip == s.listen_address {
             format!("gateway-{port}")
@@ -1029,6 +1036,56 @@ mod tests {
         );
         assert_eq!(intersect(Some("b.example.com"), "a.example.com"), None);
         assert_eq!(intersect(Some("*.example.com"), "example.com"), None);
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn world(reverse: bool) -> World {
+        let mut w = World {
+            classes: vec![parse(
+                json!({"metadata": {"name": "c"}, "spec": {"controllerName": "me"}}),
+            )],
+            ..Default::default()
+        };
+        for g in ["g1", "g2"] {
+            w.gateways.push(parse(json!({"metadata": {"name": g, "namespace": "n"}, "spec": {"gatewayClassName": "c", "listeners": [
+                {"name": "a", "port": 80, "protocol": "HTTP", "hostname": "a.example.com"},
+                {"name": "b", "port": 80, "protocol": "HTTP", "hostname": "b.example.com"},
+            ]}})));
+        }
+        for (i, r) in ["r1", "r2", "r3"].iter().enumerate() {
+            w.routes.push(parse(json!({"metadata": {"name": r, "namespace": "n", "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"parentRefs": [{"name": "g1"}, {"name": "g2"}], "rules": [
+                    {"matches": [{"path": {"type": "PathPrefix", "value": format!("/p{i}")}}, {"headers": [{"name": "x", "value": "1"}]}],
+                     "filters": [{"type": "RequestRedirect", "requestRedirect": {"hostname": "example.org"}}]},
+                ]}})));
+        }
+        if reverse {
+            w.gateways.reverse();
+            w.routes.reverse();
+        }
+        w
+    }
+
+    #[test]
+    fn the_same_objects_in_any_order_render_the_same_text() {
+        let s = Settings {
+            controller_name: "me".into(),
+            listen_address: "127.0.0.1".parse().unwrap(),
+            port_offset: 0,
+            status_address: "127.0.0.1".into(),
+        };
+        let a = render(&world(false), &s).config.unwrap();
+        let b = render(&world(true), &s).config.unwrap();
+        assert_eq!(a, b);
+        // Precedence: exact hosts, then the longest path prefix first.
+        let first = a.find("path = \"/p0\"").unwrap();
+        assert!(a.find("header = ").unwrap() > first, "{a}");
+        assert!(a.contains("redirect_host = \"example.org\""), "{a}");
+        // Each route once per host although both Gateways carry it.
+        assert_eq!(a.matches("path = \"/p0\"").count(), 2, "{a}");
     }
 
     #[test]
