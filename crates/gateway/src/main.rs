@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{reflector, watcher, WatchStreamExt};
@@ -281,6 +281,8 @@ async fn main() {
     let services = watch(Api::<Service>::all(client.clone()), changed.clone());
     let slices = watch(Api::<EndpointSlice>::all(client.clone()), changed.clone());
     let namespaces = watch(Api::<Namespace>::all(client.clone()), changed.clone());
+    // HTTPS listeners' certificates.
+    let secrets = watch(Api::<Secret>::all(client.clone()), changed.clone());
     for r in [
         classes.wait_until_ready().await,
         gateways.wait_until_ready().await,
@@ -289,6 +291,7 @@ async fn main() {
         services.wait_until_ready().await,
         slices.wait_until_ready().await,
         namespaces.wait_until_ready().await,
+        secrets.wait_until_ready().await,
     ] {
         if let Err(e) = r {
             eprintln!("watch: {e}");
@@ -306,6 +309,7 @@ async fn main() {
         }
     };
     let mut publishes = 0u64;
+    let mut files_written: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut renders = 0u64;
     // Statuses this controller wrote, by object: not written again while
     // the render asks for the same.
@@ -322,10 +326,35 @@ async fn main() {
             services: objects(&services),
             slices: objects(&slices),
             namespaces: objects(&namespaces),
+            secrets: objects(&secrets),
         };
         let out = render::render(&world, &args.settings);
         let newest = world.newest_resource_version();
         renders += 1;
+        // Certificates and keys first (nodes write every published file
+        // before they apply a revision); a changed file with the same
+        // text publishes the text again so that the nodes reload.
+        let mut files_changed = false;
+        for (name, data) in &out.files {
+            if files_written.get(name) == Some(data) {
+                continue;
+            }
+            let (settings, n, d) = (node.settings.clone(), name.clone(), data.clone());
+            let r = tokio::task::spawn_blocking(move || put_file(&settings, &n, &d))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
+            match r {
+                Ok(written) => {
+                    files_written.insert(name.clone(), data.clone());
+                    files_changed |= written;
+                }
+                Err(e) => log(format!("file {name} not published: {e}")),
+            }
+        }
+        if files_changed {
+            // Publish again even if the text is the same.
+            published = None;
+        }
         if let Some(text) = out.config {
             if published.as_deref() == Some(text.as_str()) {
                 // Said, so that a test (or an operator) can tell a change
@@ -417,6 +446,29 @@ async fn main() {
         }
         changed.notified().await;
     }
+}
+
+/// Writes `<prefix>/files/<name>` (what `switchyard ctl cluster file`
+/// does, without publishing the configuration again: the caller does).
+fn put_file(
+    settings: &switchyard::cluster::Settings,
+    name: &str,
+    data: &[u8],
+) -> Result<bool, String> {
+    if !switchyard::cluster::valid_file_name(name) {
+        return Err(format!("file name {name:?} is not valid"));
+    }
+    let mut c =
+        switchyard::cluster::etcd::Client::new(&settings.endpoints, settings.access.clone());
+    let key = format!("{}/files/{name}", settings.prefix);
+    // Already there (a restarted controller): nothing to write.
+    let (_, now) = c.get(key.as_bytes()).map_err(|e| e.to_string())?;
+    if now.is_some_and(|kv| kv.value == data) {
+        return Ok(false);
+    }
+    c.put(key.as_bytes(), data, 0)
+        .map(|_| true)
+        .map_err(|e| e.to_string())
 }
 
 fn strip_times(v: &Value) -> Value {

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use serde_json::{json, Value};
 
@@ -49,6 +49,7 @@ pub struct World {
     pub services: Vec<Service>,
     pub slices: Vec<EndpointSlice>,
     pub namespaces: Vec<Namespace>,
+    pub secrets: Vec<Secret>,
 }
 
 impl World {
@@ -70,7 +71,8 @@ impl World {
             .chain(self.grants.iter().map(|o| rv(&o.metadata)))
             .chain(self.services.iter().map(|o| rv(&o.metadata)))
             .chain(self.slices.iter().map(|o| rv(&o.metadata)))
-            .chain(self.namespaces.iter().map(|o| rv(&o.metadata)));
+            .chain(self.namespaces.iter().map(|o| rv(&o.metadata)))
+            .chain(self.secrets.iter().map(|o| rv(&o.metadata)));
         all.max().unwrap_or(0)
     }
 }
@@ -97,6 +99,9 @@ pub struct Output {
     /// None: nothing to serve (no Gateway of the class): nothing published.
     pub config: Option<String>,
     pub statuses: Vec<StatusOf>,
+    /// Files the configuration names (`files/NAME`): the HTTPS listeners'
+    /// certificates and keys, published beside it (docs/cluster.md).
+    pub files: BTreeMap<String, Vec<u8>>,
 }
 
 fn cond(kind: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>) -> Value {
@@ -189,6 +194,30 @@ struct Rendered {
     text: String,
 }
 
+/// Whether a ReferenceGrant in `to_ns` lets `from_kind` objects of
+/// `from_ns` refer to the core object `to_kind`/`name`.
+fn cx_grants(
+    w: &World,
+    from_ns: &str,
+    from_kind: &str,
+    to_ns: &str,
+    to_kind: &str,
+    name: &str,
+) -> bool {
+    w.grants.iter().any(|g| {
+        ns_of(&g.metadata) == to_ns
+            && g.spec
+                .from
+                .iter()
+                .any(|f| f.group == GROUP && f.kind == from_kind && f.namespace == from_ns)
+            && g.spec.to.iter().any(|t| {
+                t.group.is_empty()
+                    && t.kind == to_kind
+                    && t.name.as_deref().is_none_or(|n| n == name)
+            })
+    })
+}
+
 struct Ctx<'a> {
     w: &'a World,
     pools: BTreeMap<String, String>,
@@ -203,18 +232,7 @@ impl Ctx<'_> {
         to_kind: &str,
         name: &str,
     ) -> bool {
-        self.w.grants.iter().any(|g| {
-            ns_of(&g.metadata) == to_ns
-                && g.spec
-                    .from
-                    .iter()
-                    .any(|f| f.group == GROUP && f.kind == from_kind && f.namespace == from_ns)
-                && g.spec.to.iter().any(|t| {
-                    t.group.is_empty()
-                        && t.kind == to_kind
-                        && t.name.as_deref().is_none_or(|n| n == name)
-                })
-        })
+        cx_grants(self.w, from_ns, from_kind, to_ns, to_kind, name)
     }
 
     fn namespace_labels(&self, ns: &str) -> BTreeMap<String, String> {
@@ -589,20 +607,89 @@ pub fn render(w: &World, s: &Settings) -> Output {
     let mut attached: BTreeMap<(usize, usize), i64> = BTreeMap::new();
     let mut policies: BTreeMap<(IpAddr, u16), Vec<Rendered>> = BTreeMap::new();
     // Listener validity, computed once: Ok(allowed kinds) or Err(reason, message).
-    let listener_ok = |l: &Listener| -> Result<(), (&'static str, String)> {
-        if l.protocol != "HTTP" {
-            return Err((
-                "UnsupportedProtocol",
-                format!("protocol {} is not supported yet (HTTP only)", l.protocol),
-            ));
-        }
+    // A listener's validity: Ok(None) for HTTP, Ok(Some(certificate file
+    // name)) for HTTPS, or Err(condition type, reason, message).
+    let listener_ok = |g: &Gateway,
+                       l: &Listener|
+     -> Result<Option<String>, (&'static str, &'static str, String)> {
         if !(1..=65535).contains(&l.port) || l.port as u32 + s.port_offset as u32 > 65535 {
             return Err((
+                "Accepted",
                 "PortUnavailable",
                 format!("port {} (+{}) is out of range", l.port, s.port_offset),
             ));
         }
-        Ok(())
+        match l.protocol.as_str() {
+            "HTTP" => Ok(None),
+            "HTTPS" => {
+                let tls = l.tls.as_ref();
+                if tls.and_then(|t| t.mode.as_deref()).unwrap_or("Terminate") != "Terminate" {
+                    return Err((
+                        "Accepted",
+                        "UnsupportedProtocol",
+                        "HTTPS listeners terminate TLS (mode Passthrough is TLSRoute's)".into(),
+                    ));
+                }
+                let Some(r) = tls.and_then(|t| t.certificate_refs.first()) else {
+                    return Err((
+                        "ResolvedRefs",
+                        "InvalidCertificateRef",
+                        "an HTTPS listener needs a certificateRef".into(),
+                    ));
+                };
+                if !r.group.as_deref().unwrap_or("").is_empty()
+                    || r.kind.as_deref().unwrap_or("Secret") != "Secret"
+                {
+                    return Err((
+                        "ResolvedRefs",
+                        "InvalidCertificateRef",
+                        "certificateRefs name core Secrets only".into(),
+                    ));
+                }
+                let gns = ns_of(&g.metadata);
+                let sns = r.namespace.clone().unwrap_or_else(|| gns.clone());
+                if sns != gns && !cx_grants(w, &gns, "Gateway", &sns, "Secret", &r.name) {
+                    return Err((
+                        "ResolvedRefs",
+                        "RefNotPermitted",
+                        format!(
+                            "no ReferenceGrant in {sns} lets Gateways of {gns} use Secret {}",
+                            r.name
+                        ),
+                    ));
+                }
+                let secret = w.secrets.iter().find(|x| {
+                    ns_of(&x.metadata) == sns && x.metadata.name.as_deref() == Some(r.name.as_str())
+                });
+                let data = secret.and_then(|x| x.data.as_ref());
+                let (Some(crt), Some(key)) = (
+                    data.and_then(|d| d.get("tls.crt")),
+                    data.and_then(|d| d.get("tls.key")),
+                ) else {
+                    return Err((
+                        "ResolvedRefs",
+                        "InvalidCertificateRef",
+                        format!(
+                            "Secret {sns}/{} does not exist or lacks tls.crt and tls.key",
+                            r.name
+                        ),
+                    ));
+                };
+                if !crt.0.starts_with(b"-----BEGIN") || !key.0.starts_with(b"-----BEGIN") {
+                    return Err((
+                        "ResolvedRefs",
+                        "InvalidCertificateRef",
+                        format!("Secret {sns}/{}: tls.crt and tls.key must be PEM", r.name),
+                    ));
+                }
+                Ok(Some(format!("secret-{sns}-{}", r.name)))
+            }
+            other => Err((
+                "Accepted",
+                "UnsupportedProtocol",
+                format!("protocol {other} is not supported yet (HTTP and HTTPS only)"),
+            )),
+        }
     };
     let kinds_ok = |l: &Listener| -> (Vec<Value>, bool) {
         match &l.allowed_routes.as_ref().and_then(|a| a.kinds.clone()) {
@@ -690,7 +777,7 @@ pub fn render(w: &World, s: &Settings) -> Output {
                 .enumerate()
                 .filter(|(_, l)| pref.section_name.as_ref().is_none_or(|n| *n == l.name))
                 .filter(|(_, l)| pref.port.is_none_or(|p| p == l.port))
-                .filter(|(_, l)| listener_ok(l).is_ok())
+                .filter(|(_, l)| listener_ok(gw, l).is_ok())
                 .collect();
             let allowed: Vec<(usize, &Listener)> = named
                 .iter()
@@ -902,18 +989,27 @@ pub fn render(w: &World, s: &Settings) -> Output {
         for (li, l) in g.spec.listeners.iter().enumerate() {
             let (kinds, all_kinds) = kinds_ok(l);
             let mut conds = Vec::new();
-            match listener_ok(l) {
-                Ok(()) => {
+            let mut refs_ok = true;
+            match listener_ok(g, l) {
+                Ok(_) => {
                     any = true;
                     conds.push(cond("Accepted", true, "Accepted", "", gen));
                     conds.push(cond("Programmed", true, "Programmed", "", gen));
                 }
-                Err((reason, why)) => {
+                Err(("ResolvedRefs", reason, why)) => {
+                    refs_ok = false;
+                    conds.push(cond("Accepted", true, "Accepted", "", gen));
+                    conds.push(cond("Programmed", false, "Invalid", &why, gen));
+                    conds.push(cond("ResolvedRefs", false, reason, &why, gen));
+                }
+                Err((_, reason, why)) => {
                     conds.push(cond("Accepted", false, reason, &why, gen));
                     conds.push(cond("Programmed", false, "Invalid", &why, gen));
                 }
             }
-            conds.push(if all_kinds {
+            conds.push(if !refs_ok {
+                Value::Null
+            } else if all_kinds {
                 cond("ResolvedRefs", true, "ResolvedRefs", "", gen)
             } else {
                 cond(
@@ -924,6 +1020,7 @@ pub fn render(w: &World, s: &Settings) -> Output {
                     gen,
                 )
             });
+            conds.retain(|c| !c.is_null());
             conds.push(cond("Conflicted", false, "NoConflicts", "", gen));
             listeners.push(json!({
                 "name": l.name,
@@ -963,13 +1060,37 @@ pub fn render(w: &World, s: &Settings) -> Output {
             }),
         });
     }
-    // Ports of every valid listener get a vserver, routes or not.
+    // Ports of every valid listener get a vserver, routes or not; an
+    // HTTPS listener's certificate goes with its port (several: chosen by
+    // SNI on the node).
+    let mut certs: BTreeMap<(IpAddr, u16), BTreeSet<String>> = BTreeMap::new();
+    let mut files = BTreeMap::new();
     for g in &gateways {
         for l in &g.spec.listeners {
-            if listener_ok(l).is_ok() {
-                policies
-                    .entry((gateway_ip(g, s).unwrap_or(s.listen_address), l.port as u16))
-                    .or_default();
+            if let Ok(cert) = listener_ok(g, l) {
+                let at = (gateway_ip(g, s).unwrap_or(s.listen_address), l.port as u16);
+                policies.entry(at).or_default();
+                if let Some(name) = cert {
+                    if let Some(r) = l.tls.as_ref().and_then(|t| t.certificate_refs.first()) {
+                        let sns = r.namespace.clone().unwrap_or_else(|| ns_of(&g.metadata));
+                        let data = w
+                            .secrets
+                            .iter()
+                            .find(|x| {
+                                ns_of(&x.metadata) == sns
+                                    && x.metadata.name.as_deref() == Some(r.name.as_str())
+                            })
+                            .and_then(|x| x.data.clone())
+                            .unwrap_or_default();
+                        for (k, ext) in [("tls.crt", "crt"), ("tls.key", "key")] {
+                            files.insert(
+                                format!("{name}.{ext}"),
+                                data.get(k).map(|b| b.0.clone()).unwrap_or_default(),
+                            );
+                        }
+                    }
+                    certs.entry(at).or_default().insert(name);
+                }
             }
         }
     }
@@ -977,6 +1098,7 @@ pub fn render(w: &World, s: &Settings) -> Output {
         return Output {
             config: None,
             statuses,
+            files: BTreeMap::new(),
         };
     }
     let mut text = String::from(
@@ -1001,6 +1123,19 @@ pub fn render(w: &World, s: &Settings) -> Output {
             q(&name),
             q(&listen.to_string())
         );
+        if let Some(names) = certs.get(&(ip, port)) {
+            let list: Vec<String> = names
+                .iter()
+                .map(|n| {
+                    format!(
+                        "{{ cert = {}, key = {} }}",
+                        q(&format!("files/{n}.crt")),
+                        q(&format!("files/{n}.key"))
+                    )
+                })
+                .collect();
+            let _ = writeln!(text, "[vserver.tls]\ncertificates = [{}]", list.join(", "));
+        }
         for p in ps {
             text.push_str(&p.text);
         }
@@ -1013,6 +1148,7 @@ pub fn render(w: &World, s: &Settings) -> Output {
     Output {
         config: Some(text),
         statuses,
+        files,
     }
 }
 

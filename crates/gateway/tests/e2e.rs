@@ -144,6 +144,7 @@ fn path_of(v: &Value) -> String {
     let plural = match kind {
         "Namespace" => "namespaces",
         "Service" => "services",
+        "Secret" => "secrets",
         "EndpointSlice" => "endpointslices",
         "GatewayClass" => "gatewayclasses",
         "Gateway" => "gateways",
@@ -1052,6 +1053,126 @@ fn gateway_api_on_a_real_api_server() {
         failed.is_empty(),
         "conformance cases failed: {failed:#?}\n{}",
         controller_log()
+    );
+
+    // HTTPS: a listener with a TLS Secret (made here) terminates TLS on
+    // the node with that certificate; one naming a missing Secret is not
+    // programmed.
+    let pem = |name: &str| dir.join(name).display().to_string();
+    assert!(
+        run(
+            "openssl",
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                "/CN=secure.example",
+                "-addext",
+                "subjectAltName=DNS:secure.example",
+                "-keyout",
+                &pem("site.key"),
+                "-out",
+                &pem("site.crt"),
+            ]
+        )
+        .0
+    );
+    apply(
+        &api,
+        json!({
+            "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+            "metadata": {"name": "site-cert", "namespace": "infra"},
+            "stringData": {
+                "tls.crt": std::fs::read_to_string(pem("site.crt")).unwrap(),
+                "tls.key": std::fs::read_to_string(pem("site.key")).unwrap(),
+            },
+        }),
+    );
+    apply(
+        &api,
+        json!({
+            "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+            "metadata": {"name": "gw", "namespace": "infra"},
+            "spec": {"gatewayClassName": "switchyard", "listeners": [
+                {"name": "http", "port": 80, "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}},
+                {"name": "https", "port": 443, "protocol": "HTTPS", "hostname": "secure.example",
+                 "tls": {"certificateRefs": [{"name": "site-cert"}]}, "allowedRoutes": {"namespaces": {"from": "All"}}},
+                {"name": "broken-tls", "port": 8443, "protocol": "HTTPS",
+                 "tls": {"certificateRefs": [{"name": "no-such-secret"}]}, "allowedRoutes": {"namespaces": {"from": "All"}}},
+            ]},
+        }),
+    );
+    let mut secure = route(
+        "default",
+        "secure",
+        json!([{"matches": [{"path": {"type": "PathPrefix", "value": "/s"}}], "backendRefs": [backend("secure-svc")]}]),
+    );
+    secure["spec"]["parentRefs"][0]["sectionName"] = json!("https");
+    apply(&api, service("default", "secure-svc"));
+    apply(
+        &api,
+        endpoint_slice("default", "secure-svc", &[&pod_ip(16)], 3000),
+    );
+    apply(&api, secure);
+    let https_port = 443 + offset;
+    let https_get = || {
+        let (ok, out) = run(
+            "curl",
+            &[
+                "-s",
+                "--cacert",
+                &pem("site.crt"),
+                "--resolve",
+                &format!("secure.example:{https_port}:127.0.0.1"),
+                // "/s": the older route "web" (no hostname) takes "/" here too.
+                &format!("https://secure.example:{https_port}/s"),
+            ],
+        );
+        let pod = serde_json::from_str::<Value>(&out)
+            .ok()
+            .and_then(|v| v["pod"].as_str().map(str::to_owned));
+        match (ok, pod) {
+            (true, Some(p)) => p,
+            _ => out,
+        }
+    };
+    assert!(
+        eventually(Duration::from_secs(15), || https_get() == "pod-16"),
+        "{}\n{}",
+        https_get(),
+        controller_log()
+    );
+    // The listeners' statuses, once written.
+    let tls_statuses = || {
+        let gw = api
+            .get("/apis/gateway.networking.k8s.io/v1/namespaces/infra/gateways/gw")
+            .unwrap_or_default();
+        let listener = |name: &str| {
+            gw["status"]["listeners"]
+                .as_array()
+                .and_then(|ls| ls.iter().find(|l| l["name"] == name).cloned())
+                .unwrap_or_default()
+        };
+        (
+            condition(&listener("https")["conditions"], "Programmed"),
+            condition(&listener("broken-tls")["conditions"], "ResolvedRefs"),
+            condition(&listener("broken-tls")["conditions"], "Programmed").map(|c| c.0),
+        )
+    };
+    let want = (
+        Some(("True".to_string(), "Programmed".to_string())),
+        Some(("False".to_string(), "InvalidCertificateRef".to_string())),
+        Some("False".to_string()),
+    );
+    assert!(
+        eventually(Duration::from_secs(10), || tls_statuses() == want),
+        "{:?}",
+        tls_statuses()
     );
 
     // A route moved off our Gateway loses the status entry we wrote.
