@@ -121,6 +121,14 @@ if ! command -v pebble >/dev/null 2>&1 || ! command -v pebble-challtestsrv >/dev
     timeout 600 "$gocmd" install github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv@v2.10.3
   ) || echo "== could not install pebble: tests/acme.rs skips" >&2
 fi
+# kube-apiserver v1.37.2 for crates/gateway's tests (a real API server):
+# built from Go modules (k8s/apiserver) once per machine into a cache
+# directory and reused; when it cannot be built the tests skip and say so.
+if k8s_bin="$(scripts/k8s-binaries.sh)"; then
+  export SWITCHYARD_K8S_BIN="$k8s_bin"
+else
+  echo "== could not build kube-apiserver: crates/gateway's API server tests skip" >&2
+fi
 if ! command -v cargo >/dev/null 2>&1; then
   echo "cargo not found: install a Rust toolchain (rustup, or Debian's cargo)" >&2
   exit 1

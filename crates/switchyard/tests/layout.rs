@@ -582,6 +582,34 @@ fn the_waf_depends_on_nothing_of_the_proxy() {
     assert!(checked > 30, "WAF source files checked: {checked}");
 }
 
+/// The Kubernetes controller (crates/gateway, issue 37) is a program of
+/// its own that uses the proxy's library (its configuration checker and
+/// etcd publisher), never the other way: the proxy links no Kubernetes
+/// client, so a node outside Kubernetes carries none of it.
+#[test]
+fn the_proxy_links_no_kubernetes_client() {
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("Cargo.toml");
+    let manifest = std::fs::read_to_string(manifest).expect("read Cargo.toml");
+    for section in ["[dependencies]", "[build-dependencies]"] {
+        for l in toml_section(&manifest, section) {
+            for name in ["kube", "k8s-openapi", "switchyard-gateway"] {
+                assert!(
+                    !l.trim_start().starts_with(name),
+                    "Cargo.toml {section}: {l}: the proxy must not link the Kubernetes controller or client"
+                );
+            }
+        }
+    }
+    let gateway = std::fs::read_to_string(crates().join("gateway/Cargo.toml"))
+        .expect("read crates/gateway/Cargo.toml");
+    assert!(
+        toml_section(&gateway, "[dependencies]")
+            .iter()
+            .any(|l| l.trim_start().starts_with("switchyard =")),
+        "the controller checks and publishes with the proxy's own library"
+    );
+}
+
 /// The script engine (src/script) is a library the proxy and the
 /// configuration use: it names neither (the stage that runs it is
 /// proxy/scripting.rs, its settings config/script.rs), so a script's

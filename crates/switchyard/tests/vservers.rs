@@ -460,3 +460,88 @@ fn ipv6_listener() {
     // The IPv4 listener of the same vserver does not match the v6 source.
     assert_eq!(origin_of(&get(l4, "/four")), "a");
 }
+
+/// Redirects built from the request (`redirect_scheme`, `redirect_host`,
+/// `redirect_port`, `redirect_path`, `redirect_path_prefix`: the Gateway
+/// API's RequestRedirect), and matches on several headers and query
+/// arguments at once (every one must match).
+#[test]
+fn redirects_built_from_the_request_and_several_header_matches() {
+    let origin = Origin::start("o");
+    let l = free_addr();
+    let cfg = format!(
+        r#"[[vserver]]
+name = "r"
+listen = ["{l}"]
+default_pool = "p"
+[[vserver.policy]]
+match = {{ path_prefix = "/host" }}
+action = {{ redirect_host = "example.org" }}
+[[vserver.policy]]
+match = {{ path_prefix = "/old/" }}
+action = {{ redirect_path = "/new", redirect_path_prefix = "/old", status = 301 }}
+[[vserver.policy]]
+match = {{ path_prefix = "/full" }}
+action = {{ redirect_path = "/replaced" }}
+[[vserver.policy]]
+match = {{ path_prefix = "/secure" }}
+action = {{ redirect_scheme = "https", redirect_port = 8443 }}
+[[vserver.policy]]
+match = {{ path_prefix = "/default-port" }}
+action = {{ redirect_scheme = "https", redirect_port = 443 }}
+[[vserver.policy]]
+match = {{ header = [{{ name = "version", value = "two" }}, {{ name = "color", value = "blue" }}], query = [{{ name = "a" }}, {{ name = "b", value = "2" }}] }}
+action = {{ status = 200, body = "both" }}
+
+[[pool]]
+name = "p"
+[[pool.member]]
+address = "{}"
+"#,
+        origin.addr
+    );
+    let _sy = Switchyard::start(&cfg, &[l]);
+    let location = |path: &str| {
+        let r = get_host(l, path, "site.test:8080");
+        (r.status, r.header("location").unwrap_or("").to_string())
+    };
+    assert_eq!(
+        location("/host/x?q=1"),
+        (302, "http://example.org/host/x?q=1".into())
+    );
+    assert_eq!(
+        location("/old/a/b"),
+        (301, "http://site.test/new/a/b".into())
+    );
+    assert_eq!(
+        location("/full/a?k=v"),
+        (302, "http://site.test/replaced?k=v".into())
+    );
+    assert_eq!(
+        location("/secure"),
+        (302, "https://site.test:8443/secure".into())
+    );
+    assert_eq!(
+        location("/default-port"),
+        (302, "https://site.test/default-port".into())
+    );
+    let both = |path: &str, headers: &str| {
+        let r = get_with(l, path, headers);
+        r.body_text() == "both"
+    };
+    assert!(both("/x?a&b=2", "version: two\r\ncolor: blue\r\n"));
+    assert!(!both("/x?a&b=2", "version: two\r\n"));
+    assert!(!both("/x?b=2", "version: two\r\ncolor: blue\r\n"));
+    assert!(!both("/x?a&b=3", "version: two\r\ncolor: blue\r\n"));
+
+    // A redirect part a Location cannot hold is refused at load.
+    let bad = cfg.replace("redirect_host = \"example.org\"", "redirect_host = \"a b\"");
+    let path = temp_dir("redirect-parts").join("bad.toml");
+    std::fs::write(&path, bad).expect("write");
+    let (code, out, err) = run_cli(&["check", "-c", path.to_str().expect("path")]);
+    assert_ne!(code, Some(0), "{out}{err}");
+    assert!(
+        format!("{out}{err}").contains("redirect_host"),
+        "{out}{err}"
+    );
+}

@@ -560,8 +560,10 @@ pub struct Match {
     /// (for members that do, such as IIS); default "sensitive".
     pub case: Option<String>,
     pub method: Option<OneOrMany<String>>,
-    pub header: Option<NameValue>,
-    pub query: Option<NameValue>,
+    /// One table, or an array of them: every one must match (a Gateway
+    /// API match with several headers or query parameters).
+    pub header: Option<NameValues>,
+    pub query: Option<NameValues>,
     pub source: Option<OneOrMany<Cidr>>,
 }
 
@@ -581,7 +583,43 @@ impl<T: Clone> OneOrMany<T> {
     }
 }
 
-#[derive(Debug, Deserialize)]
+/// One `{ name, value... }` table or an array of them. Not an untagged
+/// enum: that would replace the error of a bad field (with its line and
+/// column) by "did not match any variant".
+#[derive(Debug, Clone)]
+pub struct NameValues(pub Vec<NameValue>);
+
+impl<'de> Deserialize<'de> for NameValues {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = NameValues;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a table { name = ..., value = ... } or an array of them")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<NameValues, A::Error> {
+                NameValue::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(|nv| NameValues(vec![nv]))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> Result<NameValues, A::Error> {
+                let mut all = Vec::new();
+                while let Some(nv) = seq.next_element::<NameValue>()? {
+                    all.push(nv);
+                }
+                Ok(NameValues(all))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+#[derive(Debug, Deserialize, Clone)]
 #[serde(deny_unknown_fields)]
 pub struct NameValue {
     pub name: String,
@@ -605,6 +643,18 @@ pub struct Action {
     /// Fixed response body; a fixed response needs `status`.
     pub body: Option<String>,
     pub content_type: Option<String>,
+    /// A redirect built from the request (the Gateway API's
+    /// RequestRedirect): each part given replaces the request's, the
+    /// others are kept (302 by default).
+    pub redirect_scheme: Option<String>,
+    pub redirect_host: Option<String>,
+    /// Written into the Location unless it is the scheme's own (80, 443);
+    /// absent: no port.
+    pub redirect_port: Option<u16>,
+    /// Replaces the whole path, or with `redirect_path_prefix` that
+    /// prefix of it (by segments); the query is kept.
+    pub redirect_path: Option<String>,
+    pub redirect_path_prefix: Option<String>,
 }
 
 #[derive(Debug, Deserialize, Default, Clone)]

@@ -255,6 +255,18 @@ pub enum Action {
         body: Bytes,
         content_type: String,
     },
+    /// A Location built from the request with these parts replaced.
+    RedirectTo(RedirectParts),
+}
+
+pub struct RedirectParts {
+    pub scheme: Option<String>,
+    pub host: Option<String>,
+    pub port: Option<u16>,
+    pub path: Option<String>,
+    /// The prefix of the request's path that `path` replaces; None: all.
+    pub path_prefix: Option<String>,
+    pub status: u16,
 }
 
 #[derive(Default)]
@@ -268,8 +280,9 @@ pub struct Matcher {
     pub path_nocase: bool,
     /// Upper-case method names.
     pub methods: Vec<String>,
-    pub header: Option<NameValueMatch>,
-    pub query: Option<NameValueMatch>,
+    /// Every one must match.
+    pub headers: Vec<NameValueMatch>,
+    pub queries: Vec<NameValueMatch>,
     pub sources: Vec<Cidr>,
 }
 

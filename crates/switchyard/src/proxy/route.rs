@@ -115,12 +115,12 @@ pub fn matches(m: &Matcher, req: &Request, peer: IpAddr) -> bool {
     if !m.methods.is_empty() && !m.methods.iter().any(|x| x.as_bytes() == req.method_str()) {
         return false;
     }
-    if let Some(h) = &m.header {
+    for h in &m.headers {
         if !req.head.all(&h.name).any(|v| h.value.matches(v)) {
             return false;
         }
     }
-    if let Some(q) = &m.query {
+    for q in &m.queries {
         if !query_matches(q, req.query().unwrap_or(b"")) {
             return false;
         }

@@ -20,7 +20,7 @@ use super::route;
 use super::scripting::Scripting;
 use crate::accesslog::{self, trace, trace::Trace};
 use crate::balance::persist::persistence_cookie;
-use crate::config::snapshot::{Action, HeaderEdits, VServer};
+use crate::config::snapshot::{Action, HeaderEdits, RedirectParts, VServer};
 use crate::http::message::{Fields, Request, Response};
 use crate::http::responses;
 use crate::log;
@@ -168,6 +168,20 @@ impl Hooks for Route {
                 body,
                 content_type,
             }) => local(*status, &[], body, content_type),
+            Some(Action::RedirectTo(parts)) => match built_location(req, x.tls, parts) {
+                Some(location) => local(
+                    parts.status,
+                    &[("location", &location)],
+                    b"",
+                    "text/plain; charset=utf-8",
+                ),
+                None => {
+                    stats::inc(&vs.counters.local().bad_requests);
+                    let (response, body) =
+                        responses::local_error(400, "no valid Host to redirect to");
+                    Verdict::Respond(Local { response, body })
+                }
+            },
             None if chosen => Verdict::Continue,
             None => match &vs.default_pool {
                 Some(p) => {
@@ -220,6 +234,59 @@ fn https_location(req: &Request, port: u16) -> Option<String> {
     } else {
         format!("https://{host}:{port}{target}")
     })
+}
+
+/// The Location of a redirect built from the request: its scheme, host,
+/// path and query with the parts the policy gives replaced; the port is
+/// written unless it is the scheme's own. None when the request's Host
+/// is needed and is not a plain host name or address.
+fn built_location(req: &Request, tls: bool, p: &RedirectParts) -> Option<String> {
+    let scheme = p
+        .scheme
+        .as_deref()
+        .unwrap_or(if tls { "https" } else { "http" });
+    let host = match &p.host {
+        Some(h) => h.clone(),
+        None => {
+            let h = req.host_name()?;
+            let ok = !h.is_empty()
+                && h.iter()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(b));
+            if !ok {
+                return None;
+            }
+            std::str::from_utf8(h).ok()?.to_string()
+        }
+    };
+    let path = String::from_utf8_lossy(req.path_only());
+    let path = match (&p.path, &p.path_prefix) {
+        (None, _) => path.into_owned(),
+        (Some(to), None) => to.clone(),
+        (Some(to), Some(from)) => {
+            // By segments: "/from" on "/from/x" leaves "/x" to append.
+            let base = from.trim_end_matches('/');
+            let rest = path.strip_prefix(base).unwrap_or(&path);
+            let joined = format!("{}{rest}", to.trim_end_matches('/'));
+            if joined.is_empty() {
+                "/".to_string()
+            } else if joined.starts_with('/') {
+                joined
+            } else {
+                format!("/{joined}")
+            }
+        }
+    };
+    let port = match p.port {
+        Some(80) if scheme == "http" => String::new(),
+        Some(443) if scheme == "https" => String::new(),
+        Some(n) => format!(":{n}"),
+        None => String::new(),
+    };
+    let query = match req.query() {
+        Some(q) => format!("?{}", String::from_utf8_lossy(q)),
+        None => String::new(),
+    };
+    Some(format!("{scheme}://{host}{port}{path}{query}"))
 }
 
 /// Forwarding fields (X-Forwarded-For, X-Forwarded-Proto, Forwarded, the

@@ -12,6 +12,71 @@ use crate::config::model;
 use crate::config::snapshot::*;
 use crate::config::types::is_token;
 
+/// `redirect_scheme`, `redirect_host`, `redirect_port`, `redirect_path`
+/// and `redirect_path_prefix`: only what a Location may hold.
+fn redirect_parts(
+    cx: &mut Ctx,
+    a: &model::Action,
+    span: Range<usize>,
+    what: &str,
+) -> Option<Action> {
+    let status = a.status.unwrap_or(302);
+    if ![301, 302, 303, 307, 308].contains(&status) {
+        cx.err(span, format!("{what}: redirect status {status} is not a redirect; allowed: 301, 302, 303, 307, 308"));
+        return None;
+    }
+    if let Some(s) = &a.redirect_scheme {
+        if s != "http" && s != "https" {
+            cx.err(
+                span,
+                format!("{what}: redirect_scheme {s:?} must be \"http\" or \"https\""),
+            );
+            return None;
+        }
+    }
+    if let Some(h) = &a.redirect_host {
+        let ok = !h.is_empty()
+            && h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b));
+        if !ok {
+            cx.err(
+                span,
+                format!("{what}: redirect_host {h:?} is not a host name or address"),
+            );
+            return None;
+        }
+    }
+    for (name, p) in [
+        ("redirect_path", &a.redirect_path),
+        ("redirect_path_prefix", &a.redirect_path_prefix),
+    ] {
+        if let Some(p) = p {
+            if !p.starts_with('/') || !valid_value(p) || p.contains([' ', '?', '#']) {
+                cx.err(
+                    span.clone(),
+                    format!("{what}: {name} {p:?} must start with / and hold no space, ?, # or control character"),
+                );
+                return None;
+            }
+        }
+    }
+    if a.redirect_path_prefix.is_some() && a.redirect_path.is_none() {
+        cx.err(
+            span,
+            format!("{what}: redirect_path_prefix needs redirect_path (what replaces it)"),
+        );
+        return None;
+    }
+    Some(Action::RedirectTo(RedirectParts {
+        scheme: a.redirect_scheme.clone(),
+        host: a.redirect_host.clone(),
+        port: a.redirect_port,
+        path: a.redirect_path.clone(),
+        path_prefix: a.redirect_path_prefix.clone(),
+        status,
+    }))
+}
+
 pub(super) fn build_action(
     cx: &mut Ctx,
     a: &Spanned<model::Action>,
@@ -21,16 +86,25 @@ pub(super) fn build_action(
     let span = a.span();
     let a = a.get_ref();
     let https = a.redirect_https == Some(true);
+    let parts = a.redirect_scheme.is_some()
+        || a.redirect_host.is_some()
+        || a.redirect_port.is_some()
+        || a.redirect_path.is_some()
+        || a.redirect_path_prefix.is_some();
     let kinds = [
         a.pool.is_some(),
         a.redirect.is_some(),
         https,
+        parts,
         a.body.is_some()
-            || (a.redirect.is_none() && a.pool.is_none() && !https && a.status.is_some()),
+            || (a.redirect.is_none() && a.pool.is_none() && !https && !parts && a.status.is_some()),
     ];
     if kinds.iter().filter(|k| **k).count() != 1 {
-        cx.err(span, format!("{what}: action needs exactly one of pool = \"NAME\", redirect = \"URL\", redirect_https = true, or status + body (a fixed response)"));
+        cx.err(span, format!("{what}: action needs exactly one of pool = \"NAME\", redirect = \"URL\", redirect_https = true, redirect_scheme/host/port/path (a redirect built from the request), or status + body (a fixed response)"));
         return None;
+    }
+    if parts {
+        return redirect_parts(cx, a, span, what);
     }
     if a.https_port.is_some() && !https {
         cx.err(
@@ -176,48 +250,51 @@ pub(super) fn build_matcher(
             }
         }
     });
-    let nv = |cx: &mut Ctx, n: &Option<model::NameValue>, header: bool| {
-        n.as_ref().map(|n| {
-            if header && !is_token(&n.name) {
-                cx.err(
-                    span.clone(),
-                    format!(
-                        "{what}: match header name {:?} is not a valid field name",
-                        n.name
-                    ),
-                );
-            }
-            let set = [
-                n.value.is_some(),
-                n.value_prefix.is_some(),
-                n.value_regex.is_some(),
-            ]
-            .iter()
-            .filter(|b| **b)
-            .count();
-            if set > 1 {
-                cx.err(
-                    span.clone(),
-                    format!("{what}: use only one of value, value_prefix, value_regex"),
-                );
-            }
-            NameValueMatch {
-                name: if header {
-                    n.name.to_ascii_lowercase()
-                } else {
-                    n.name.clone()
-                },
-                value: if let Some(v) = &n.value {
-                    ValueMatch::Exact(v.clone())
-                } else if let Some(v) = &n.value_prefix {
-                    ValueMatch::Prefix(v.clone())
-                } else if let Some(r) = &n.value_regex {
-                    ValueMatch::Regex(r.0.clone())
-                } else {
-                    ValueMatch::Present
-                },
-            }
-        })
+    let nv = |cx: &mut Ctx, n: &Option<model::NameValues>, header: bool| {
+        let all = n.as_ref().map(|n| n.0.clone()).unwrap_or_default();
+        all.iter()
+            .map(|n| {
+                if header && !is_token(&n.name) {
+                    cx.err(
+                        span.clone(),
+                        format!(
+                            "{what}: match header name {:?} is not a valid field name",
+                            n.name
+                        ),
+                    );
+                }
+                let set = [
+                    n.value.is_some(),
+                    n.value_prefix.is_some(),
+                    n.value_regex.is_some(),
+                ]
+                .iter()
+                .filter(|b| **b)
+                .count();
+                if set > 1 {
+                    cx.err(
+                        span.clone(),
+                        format!("{what}: use only one of value, value_prefix, value_regex"),
+                    );
+                }
+                NameValueMatch {
+                    name: if header {
+                        n.name.to_ascii_lowercase()
+                    } else {
+                        n.name.clone()
+                    },
+                    value: if let Some(v) = &n.value {
+                        ValueMatch::Exact(v.clone())
+                    } else if let Some(v) = &n.value_prefix {
+                        ValueMatch::Prefix(v.clone())
+                    } else if let Some(r) = &n.value_regex {
+                        ValueMatch::Regex(r.0.clone())
+                    } else {
+                        ValueMatch::Present
+                    },
+                }
+            })
+            .collect::<Vec<_>>()
     };
     Matcher {
         hosts: m
@@ -233,8 +310,8 @@ pub(super) fn build_matcher(
         path_regex,
         path_nocase,
         methods,
-        header: nv(cx, &m.header, true),
-        query: nv(cx, &m.query, false),
+        headers: nv(cx, &m.header, true),
+        queries: nv(cx, &m.query, false),
         sources: m.source.as_ref().map(|v| v.to_vec()).unwrap_or_default(),
     }
 }

@@ -1,0 +1,1245 @@
+//! From the cluster's objects to a Switchyard configuration and the status
+//! of every object: a pure function of what the watches hold, so the same
+//! objects always give the same text (an unchanged render is not
+//! published again) and it can be tested without an API server.
+//!
+//! The mapping (docs/kubernetes.md):
+//! - every port of the class's Gateways is one vserver on
+//!   `listen_address:(port + port_offset)`;
+//! - each (route, listener, rule, match, host) is one policy, in the
+//!   Gateway API's precedence order (the node takes the first policy that
+//!   matches): exact host before wildcard before none, exact path before
+//!   the longest prefix, then method, most headers, most query
+//!   parameters, then the oldest route, then namespace/name, then the
+//!   rule's order; a request no policy takes gets 404;
+//! - a rule's Services become one pool whose members are the Services'
+//!   ready endpoints (EndpointSlices), weighted by backendRef weight;
+//!   without a usable backend the rule answers 500 (as the spec asks), or
+//!   503 while the backends have no ready endpoint.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write;
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use serde_json::{json, Value};
+
+use crate::types::*;
+
+pub struct Settings {
+    /// `spec.controllerName` of the classes this controller serves.
+    pub controller_name: String,
+    /// The address the vservers listen on (the nodes' own).
+    pub listen_address: IpAddr,
+    /// Added to each listener's port (a node that may not bind below 1024,
+    /// or tests that share a machine).
+    pub port_offset: u16,
+    /// The address written into each Gateway's status.
+    pub status_address: String,
+}
+
+/// What the watches hold.
+#[derive(Default)]
+pub struct World {
+    pub classes: Vec<GatewayClass>,
+    pub gateways: Vec<Gateway>,
+    pub routes: Vec<HttpRoute>,
+    pub grants: Vec<ReferenceGrant>,
+    pub services: Vec<Service>,
+    pub slices: Vec<EndpointSlice>,
+    pub namespaces: Vec<Namespace>,
+    pub secrets: Vec<Secret>,
+}
+
+impl World {
+    /// The highest resourceVersion of what the watches hold (they are
+    /// etcd revisions in practice): tells which changes a render saw.
+    pub fn newest_resource_version(&self) -> u64 {
+        let rv = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+            m.resource_version
+                .as_deref()
+                .and_then(|v| v.parse::<u64>().ok())
+                .unwrap_or(0)
+        };
+        let all = self
+            .classes
+            .iter()
+            .map(|o| rv(&o.metadata))
+            .chain(self.gateways.iter().map(|o| rv(&o.metadata)))
+            .chain(self.routes.iter().map(|o| rv(&o.metadata)))
+            .chain(self.grants.iter().map(|o| rv(&o.metadata)))
+            .chain(self.services.iter().map(|o| rv(&o.metadata)))
+            .chain(self.slices.iter().map(|o| rv(&o.metadata)))
+            .chain(self.namespaces.iter().map(|o| rv(&o.metadata)))
+            .chain(self.secrets.iter().map(|o| rv(&o.metadata)));
+        all.max().unwrap_or(0)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    GatewayClass,
+    Gateway,
+    HttpRoute,
+}
+
+/// The status one object should have (conditions without
+/// lastTransitionTime: main.rs keeps the time of a condition that did not
+/// change).
+#[derive(Debug)]
+pub struct StatusOf {
+    pub kind: Kind,
+    pub namespace: Option<String>,
+    pub name: String,
+    pub status: Value,
+}
+
+pub struct Output {
+    /// None: nothing to serve (no Gateway of the class): nothing published.
+    pub config: Option<String>,
+    pub statuses: Vec<StatusOf>,
+    /// Files the configuration names (`files/NAME`): the HTTPS listeners'
+    /// certificates and keys, published beside it (docs/cluster.md).
+    pub files: BTreeMap<String, Vec<u8>>,
+}
+
+fn cond(kind: &str, ok: bool, reason: &str, message: &str, generation: Option<i64>) -> Value {
+    json!({
+        "type": kind,
+        "status": if ok { "True" } else { "False" },
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation.unwrap_or(0),
+    })
+}
+
+fn ns_of(m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> String {
+    m.namespace.clone().unwrap_or_default()
+}
+
+/// A TOML basic string (its escapes are JSON's).
+fn q(s: &str) -> String {
+    // A &str always serializes; the fallback is never taken.
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+/// Hostname intersection of a listener's and a route's (Gateway API):
+/// the more specific of the two, or None when they cannot both match.
+fn intersect(listener: Option<&str>, route: &str) -> Option<String> {
+    let listener = match listener {
+        None => return Some(route.to_ascii_lowercase()),
+        Some(l) => l.to_ascii_lowercase(),
+    };
+    let route = route.to_ascii_lowercase();
+    let covers = |wild: &str, name: &str| {
+        wild.strip_prefix('*')
+            .is_some_and(|suffix| name.ends_with(suffix) && name.len() > suffix.len())
+    };
+    if listener == route || covers(&listener, &route) {
+        Some(route)
+    } else if covers(&route, &listener) {
+        Some(listener)
+    } else {
+        None
+    }
+}
+
+/// The address a Gateway listens on: the first IPAddress of its
+/// `spec.addresses` (Ok(None) stands for none asked: the controller's
+/// listen address), or Err for an address this controller cannot take.
+fn gateway_ip(g: &Gateway, s: &Settings) -> Result<IpAddr, String> {
+    match g.spec.addresses.first() {
+        None => Ok(s.listen_address),
+        Some(a) if a.kind.as_deref().unwrap_or("IPAddress") == "IPAddress" => a
+            .value
+            .parse()
+            .map_err(|_| format!("address {:?} is not an IP address", a.value)),
+        Some(a) => Err(format!(
+            "address type {:?} is not supported (IPAddress only)",
+            a.kind.as_deref().unwrap_or("")
+        )),
+    }
+}
+
+/// Precedence of a host pattern: exact names, then wildcards (longer
+/// first), then none.
+fn host_rank(h: &Option<String>) -> (u8, std::cmp::Reverse<usize>) {
+    match h {
+        Some(h) if !h.starts_with('*') => (0, std::cmp::Reverse(h.len())),
+        Some(h) => (1, std::cmp::Reverse(h.len())),
+        None => (2, std::cmp::Reverse(0)),
+    }
+}
+
+/// Precedence of a policy (smaller first): host rank, path kind, path
+/// length, method, header count, query count, route age, namespace/name,
+/// rule index, match index.
+type PrecedenceKey = (
+    (u8, std::cmp::Reverse<usize>),
+    u8,
+    std::cmp::Reverse<usize>,
+    u8,
+    std::cmp::Reverse<usize>,
+    std::cmp::Reverse<usize>,
+    String,
+    String,
+    usize,
+    usize,
+);
+
+/// One rendered policy and the key it is ordered by.
+struct Rendered {
+    key: PrecedenceKey,
+    text: String,
+}
+
+/// Whether a ReferenceGrant in `to_ns` lets `from_kind` objects of
+/// `from_ns` refer to the core object `to_kind`/`name`.
+fn cx_grants(
+    w: &World,
+    from_ns: &str,
+    from_kind: &str,
+    to_ns: &str,
+    to_kind: &str,
+    name: &str,
+) -> bool {
+    w.grants.iter().any(|g| {
+        ns_of(&g.metadata) == to_ns
+            && g.spec
+                .from
+                .iter()
+                .any(|f| f.group == GROUP && f.kind == from_kind && f.namespace == from_ns)
+            && g.spec.to.iter().any(|t| {
+                t.group.is_empty()
+                    && t.kind == to_kind
+                    && t.name.as_deref().is_none_or(|n| n == name)
+            })
+    })
+}
+
+struct Ctx<'a> {
+    w: &'a World,
+    pools: BTreeMap<String, String>,
+}
+
+impl Ctx<'_> {
+    fn granted(
+        &self,
+        from_ns: &str,
+        from_kind: &str,
+        to_ns: &str,
+        to_kind: &str,
+        name: &str,
+    ) -> bool {
+        cx_grants(self.w, from_ns, from_kind, to_ns, to_kind, name)
+    }
+
+    fn namespace_labels(&self, ns: &str) -> BTreeMap<String, String> {
+        self.w
+            .namespaces
+            .iter()
+            .find(|n| n.metadata.name.as_deref() == Some(ns))
+            .and_then(|n| n.metadata.labels.clone())
+            .unwrap_or_default()
+    }
+
+    /// The ready endpoints of Service `ns/name`'s port `port`, or Err with
+    /// the reason when the reference does not resolve.
+    fn endpoints(
+        &self,
+        ns: &str,
+        name: &str,
+        port: i32,
+    ) -> Result<Vec<std::net::SocketAddr>, (&'static str, String)> {
+        let svc = self
+            .w
+            .services
+            .iter()
+            .find(|s| ns_of(&s.metadata) == ns && s.metadata.name.as_deref() == Some(name))
+            .ok_or((
+                "BackendNotFound",
+                format!("Service {ns}/{name} does not exist"),
+            ))?;
+        let sp = svc
+            .spec
+            .as_ref()
+            .and_then(|s| s.ports.as_ref())
+            .and_then(|ps| ps.iter().find(|p| p.port == port))
+            .ok_or((
+                "BackendNotFound",
+                format!("Service {ns}/{name} has no port {port}"),
+            ))?;
+        let mut out = BTreeSet::new();
+        for slice in &self.w.slices {
+            if ns_of(&slice.metadata) != ns
+                || slice
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("kubernetes.io/service-name"))
+                    .map(String::as_str)
+                    != Some(name)
+            {
+                continue;
+            }
+            let Some(target) = slice
+                .ports
+                .iter()
+                .flatten()
+                .find(|p| {
+                    p.name == sp.name
+                        || (p.name.as_deref().unwrap_or("") == sp.name.as_deref().unwrap_or(""))
+                })
+                .and_then(|p| p.port)
+            else {
+                continue;
+            };
+            for e in &slice.endpoints {
+                // Ready, or not said otherwise (the API's reading of an
+                // absent condition).
+                if e.conditions.as_ref().and_then(|c| c.ready) == Some(false) {
+                    continue;
+                }
+                for a in &e.addresses {
+                    if let Ok(ip) = a.parse::<IpAddr>() {
+                        out.insert(std::net::SocketAddr::new(ip, target as u16));
+                    }
+                }
+            }
+        }
+        Ok(out.into_iter().collect())
+    }
+}
+
+/// The action of a rule: `action = { pool = ... }` or a fixed answer.
+fn rule_action(
+    cx: &mut Ctx,
+    route: &HttpRoute,
+    idx: usize,
+    rule: &HttpRouteRule,
+    unresolved: &mut Option<(&'static str, String)>,
+) -> String {
+    let ns = ns_of(&route.metadata);
+    let mut backends = Vec::new();
+    for b in &rule.backend_refs {
+        let t = &b.target;
+        let weight = t.weight.unwrap_or(1);
+        let group = t.group.as_deref().unwrap_or("");
+        let kind = t.kind.as_deref().unwrap_or("Service");
+        if !group.is_empty() || kind != "Service" {
+            unresolved.get_or_insert((
+                "InvalidKind",
+                format!("backendRef kind {group:?}/{kind:?} is not supported (only core Services)"),
+            ));
+            continue;
+        }
+        let bns = t.namespace.clone().unwrap_or_else(|| ns.clone());
+        if bns != ns && !cx.granted(&ns, "HTTPRoute", &bns, "Service", &t.name) {
+            unresolved.get_or_insert((
+                "RefNotPermitted",
+                format!(
+                    "no ReferenceGrant in {bns} lets HTTPRoutes of {ns} refer to Service {}",
+                    t.name
+                ),
+            ));
+            continue;
+        }
+        let Some(port) = t.port else {
+            unresolved.get_or_insert((
+                "BackendNotFound",
+                format!("backendRef to Service {} has no port", t.name),
+            ));
+            continue;
+        };
+        match cx.endpoints(&bns, &t.name, port) {
+            Ok(eps) => {
+                if weight > 0 {
+                    backends.push((eps, weight));
+                }
+            }
+            Err(e) => {
+                unresolved.get_or_insert(e);
+            }
+        }
+    }
+    if rule.backend_refs.is_empty() || (backends.is_empty() && unresolved.is_some()) {
+        return "action = { status = 500, body = \"no usable backend\\n\" }".into();
+    }
+    // Members: each backend's share of the weights spread over its
+    // endpoints; at most 1000 for the heaviest endpoint.
+    let shares: Vec<f64> = backends
+        .iter()
+        .map(|(eps, w)| {
+            if eps.is_empty() {
+                0.0
+            } else {
+                *w as f64 / eps.len() as f64
+            }
+        })
+        .collect();
+    let top = shares.iter().cloned().fold(0.0, f64::max);
+    if top == 0.0 {
+        return "action = { status = 503, body = \"no ready endpoint\\n\" }".into();
+    }
+    let weighted = backends.len() > 1;
+    let mut members = String::new();
+    for ((eps, _), share) in backends.iter().zip(&shares) {
+        let weight = ((share / top) * 1000.0).round().max(1.0) as u32;
+        for ep in eps {
+            if weighted {
+                let _ = writeln!(
+                    members,
+                    "[[pool.member]]\naddress = {}\nweight = {weight}",
+                    q(&ep.to_string())
+                );
+            } else {
+                let _ = writeln!(members, "[[pool.member]]\naddress = {}", q(&ep.to_string()));
+            }
+        }
+    }
+    let name = format!(
+        "{}.{}.{}",
+        ns,
+        route.metadata.name.as_deref().unwrap_or(""),
+        idx
+    );
+    let algorithm = if weighted {
+        "weighted-round-robin"
+    } else {
+        "round-robin"
+    };
+    cx.pools.insert(
+        name.clone(),
+        format!(
+            "[[pool]]\nname = {}\nalgorithm = \"{algorithm}\"\n{members}",
+            q(&name)
+        ),
+    );
+    format!("action = {{ pool = {} }}", q(&name))
+}
+
+/// A RequestRedirect filter: a redirect the node builds from the request
+/// (`redirect_scheme`, `redirect_host`, `redirect_port`, `redirect_path`).
+/// Without a port or a scheme the listener's port is kept, as the spec
+/// asks; with a scheme and no port, the scheme's own.
+fn redirect_action(r: &RequestRedirect, m: &HttpRouteMatch, listener_port: i32) -> String {
+    let mut parts = vec![format!("status = {}", r.status_code.unwrap_or(302))];
+    if let Some(s) = &r.scheme {
+        parts.push(format!("redirect_scheme = {}", q(&s.to_ascii_lowercase())));
+    }
+    if let Some(h) = &r.hostname {
+        parts.push(format!("redirect_host = {}", q(h)));
+    }
+    match (r.port, &r.scheme) {
+        (Some(p), _) => parts.push(format!("redirect_port = {p}")),
+        (None, None) => parts.push(format!("redirect_port = {listener_port}")),
+        (None, Some(_)) => {}
+    }
+    if let Some(path) = &r.path {
+        match path.get("type").and_then(|t| t.as_str()) {
+            Some("ReplaceFullPath") => {
+                let to = path
+                    .get("replaceFullPath")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("/");
+                parts.push(format!("redirect_path = {}", q(to)));
+            }
+            Some("ReplacePrefixMatch") => {
+                let to = path
+                    .get("replacePrefixMatch")
+                    .and_then(|v| v.as_str())
+                    .unwrap_or("/");
+                let to = if to.is_empty() { "/" } else { to };
+                parts.push(format!("redirect_path = {}", q(to)));
+                let from = m
+                    .path
+                    .as_ref()
+                    .and_then(|p| p.value.clone())
+                    .unwrap_or_else(|| "/".into());
+                parts.push(format!("redirect_path_prefix = {}", q(&from)));
+            }
+            _ => {}
+        }
+    }
+    format!("action = {{ {} }}", parts.join(", "))
+}
+
+fn header_edits(m: &HeaderModifier) -> String {
+    let table = |v: &[NameValue]| {
+        let inner: Vec<String> = v
+            .iter()
+            .map(|nv| format!("{} = {}", q(&nv.name.to_ascii_lowercase()), q(&nv.value)))
+            .collect();
+        format!("{{ {} }}", inner.join(", "))
+    };
+    let remove: Vec<String> = m.remove.iter().map(|r| q(r)).collect();
+    format!(
+        "{{ set = {}, add = {}, remove = [{}] }}",
+        table(&m.set),
+        table(&m.add),
+        remove.join(", ")
+    )
+}
+
+/// The `match` tables of one Gateway API match, for one host (several
+/// when a PathPrefix needs both its exact path and the path with `/`),
+/// or Err(reason) for a match the node cannot express.
+fn matches(m: &HttpRouteMatch, host: &Option<String>) -> Result<Vec<String>, String> {
+    let mut common = Vec::new();
+    if let Some(h) = host {
+        common.push(format!("host = {}", q(h)));
+    }
+    if let Some(method) = &m.method {
+        common.push(format!("method = {}", q(method)));
+    }
+    let nv = |v: &[ValueMatch], lower: bool| -> Result<String, String> {
+        let mut items = Vec::new();
+        for x in v {
+            let name = if lower {
+                x.name.to_ascii_lowercase()
+            } else {
+                x.name.clone()
+            };
+            match x.kind.as_deref().unwrap_or("Exact") {
+                "Exact" => items.push(format!(
+                    "{{ name = {}, value = {} }}",
+                    q(&name),
+                    q(&x.value)
+                )),
+                "RegularExpression" => items.push(format!(
+                    "{{ name = {}, value_regex = {} }}",
+                    q(&name),
+                    q(&x.value)
+                )),
+                other => return Err(format!("match type {other:?} is not supported")),
+            }
+        }
+        Ok(format!("[{}]", items.join(", ")))
+    };
+    if !m.headers.is_empty() {
+        common.push(format!("header = {}", nv(&m.headers, true)?));
+    }
+    if !m.query_params.is_empty() {
+        common.push(format!("query = {}", nv(&m.query_params, false)?));
+    }
+    let (kind, value) = match &m.path {
+        None => ("PathPrefix", "/".to_string()),
+        Some(p) => (
+            p.kind.as_deref().unwrap_or("PathPrefix"),
+            p.value.clone().unwrap_or_else(|| "/".into()),
+        ),
+    };
+    let with = |extra: String| {
+        let mut all = common.clone();
+        all.push(extra);
+        format!("match = {{ {} }}", all.join(", "))
+    };
+    Ok(match kind {
+        "Exact" => vec![with(format!("path = {}", q(&value)))],
+        "PathPrefix" => {
+            let trimmed = value.trim_end_matches('/');
+            if trimmed.is_empty() {
+                vec![with("path_prefix = \"/\"".into())]
+            } else {
+                // "/foo" matches "/foo" and "/foo/..." but not "/foobar".
+                vec![
+                    with(format!("path = {}", q(trimmed))),
+                    with(format!("path_prefix = {}", q(&format!("{trimmed}/")))),
+                ]
+            }
+        }
+        "RegularExpression" => vec![with(format!(
+            "path_regex = {}",
+            q(&format!("^(?:{value})$"))
+        ))],
+        other => return Err(format!("path match type {other:?} is not supported")),
+    })
+}
+
+pub fn render(w: &World, s: &Settings) -> Output {
+    let mut statuses = Vec::new();
+    let mut cx = Ctx {
+        w,
+        pools: BTreeMap::new(),
+    };
+    let ours: BTreeSet<String> = w
+        .classes
+        .iter()
+        .filter(|c| c.spec.controller_name == s.controller_name)
+        .filter_map(|c| c.metadata.name.clone())
+        .collect();
+    for c in &w.classes {
+        if c.spec.controller_name != s.controller_name {
+            continue;
+        }
+        statuses.push(StatusOf {
+            kind: Kind::GatewayClass,
+            namespace: None,
+            name: c.metadata.name.clone().unwrap_or_default(),
+            status: json!({"conditions": [cond("Accepted", true, "Accepted", "handled by switchyard-gateway", c.metadata.generation)]}),
+        });
+    }
+    // Gateways whose address cannot be taken serve nothing; they are told.
+    let (gateways, unusable): (Vec<&Gateway>, Vec<&Gateway>) = w
+        .gateways
+        .iter()
+        .filter(|g| ours.contains(&g.spec.gateway_class_name))
+        .partition(|g| gateway_ip(g, s).is_ok());
+    let mut gateways = gateways;
+    gateways.sort_by_key(|g| (ns_of(&g.metadata), g.metadata.name.clone()));
+    for g in unusable {
+        let why = gateway_ip(g, s).err().unwrap_or_default();
+        let gen = g.metadata.generation;
+        statuses.push(StatusOf {
+            kind: Kind::Gateway,
+            namespace: Some(ns_of(&g.metadata)),
+            name: g.metadata.name.clone().unwrap_or_default(),
+            status: json!({
+                "conditions": [
+                    cond("Accepted", false, "UnsupportedAddress", &why, gen),
+                    cond("Programmed", false, "AddressNotUsable", &why, gen),
+                ],
+            }),
+        });
+    }
+    // (gateway index, listener index) -> attached route count.
+    let mut attached: BTreeMap<(usize, usize), i64> = BTreeMap::new();
+    let mut policies: BTreeMap<(IpAddr, u16), Vec<Rendered>> = BTreeMap::new();
+    // Listener validity, computed once: Ok(allowed kinds) or Err(reason, message).
+    // A listener's validity: Ok(None) for HTTP, Ok(Some(certificate file
+    // name)) for HTTPS, or Err(condition type, reason, message).
+    let listener_ok = |g: &Gateway,
+                       l: &Listener|
+     -> Result<Option<String>, (&'static str, &'static str, String)> {
+        if !(1..=65535).contains(&l.port) || l.port as u32 + s.port_offset as u32 > 65535 {
+            return Err((
+                "Accepted",
+                "PortUnavailable",
+                format!("port {} (+{}) is out of range", l.port, s.port_offset),
+            ));
+        }
+        match l.protocol.as_str() {
+            "HTTP" => Ok(None),
+            "HTTPS" => {
+                let tls = l.tls.as_ref();
+                if tls.and_then(|t| t.mode.as_deref()).unwrap_or("Terminate") != "Terminate" {
+                    return Err((
+                        "Accepted",
+                        "UnsupportedProtocol",
+                        "HTTPS listeners terminate TLS (mode Passthrough is TLSRoute's)".into(),
+                    ));
+                }
+                let Some(r) = tls.and_then(|t| t.certificate_refs.first()) else {
+                    return Err((
+                        "ResolvedRefs",
+                        "InvalidCertificateRef",
+                        "an HTTPS listener needs a certificateRef".into(),
+                    ));
+                };
+                if !r.group.as_deref().unwrap_or("").is_empty()
+                    || r.kind.as_deref().unwrap_or("Secret") != "Secret"
+                {
+                    return Err((
+                        "ResolvedRefs",
+                        "InvalidCertificateRef",
+                        "certificateRefs name core Secrets only".into(),
+                    ));
+                }
+                let gns = ns_of(&g.metadata);
+                let sns = r.namespace.clone().unwrap_or_else(|| gns.clone());
+                if sns != gns && !cx_grants(w, &gns, "Gateway", &sns, "Secret", &r.name) {
+                    return Err((
+                        "ResolvedRefs",
+                        "RefNotPermitted",
+                        format!(
+                            "no ReferenceGrant in {sns} lets Gateways of {gns} use Secret {}",
+                            r.name
+                        ),
+                    ));
+                }
+                let secret = w.secrets.iter().find(|x| {
+                    ns_of(&x.metadata) == sns && x.metadata.name.as_deref() == Some(r.name.as_str())
+                });
+                let data = secret.and_then(|x| x.data.as_ref());
+                let (Some(crt), Some(key)) = (
+                    data.and_then(|d| d.get("tls.crt")),
+                    data.and_then(|d| d.get("tls.key")),
+                ) else {
+                    return Err((
+                        "ResolvedRefs",
+                        "InvalidCertificateRef",
+                        format!(
+                            "Secret {sns}/{} does not exist or lacks tls.crt and tls.key",
+                            r.name
+                        ),
+                    ));
+                };
+                if !crt.0.starts_with(b"-----BEGIN") || !key.0.starts_with(b"-----BEGIN") {
+                    return Err((
+                        "ResolvedRefs",
+                        "InvalidCertificateRef",
+                        format!("Secret {sns}/{}: tls.crt and tls.key must be PEM", r.name),
+                    ));
+                }
+                Ok(Some(format!("secret-{sns}-{}", r.name)))
+            }
+            other => Err((
+                "Accepted",
+                "UnsupportedProtocol",
+                format!("protocol {other} is not supported yet (HTTP and HTTPS only)"),
+            )),
+        }
+    };
+    let kinds_ok = |l: &Listener| -> (Vec<Value>, bool) {
+        match &l.allowed_routes.as_ref().and_then(|a| a.kinds.clone()) {
+            None => (vec![json!({"group": GROUP, "kind": "HTTPRoute"})], true),
+            Some(kinds) => {
+                let mut ok = Vec::new();
+                let mut all = true;
+                for k in kinds {
+                    if k.kind == "HTTPRoute" && k.group.as_deref().unwrap_or(GROUP) == GROUP {
+                        ok.push(json!({"group": GROUP, "kind": "HTTPRoute"}));
+                    } else {
+                        all = false;
+                    }
+                }
+                (ok, all)
+            }
+        }
+    };
+    // Routes, oldest first (ties: namespace/name), as the precedence rules ask.
+    let mut routes: Vec<&HttpRoute> = w.routes.iter().collect();
+    routes.sort_by_key(|r| {
+        (
+            r.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            ns_of(&r.metadata),
+            r.metadata.name.clone(),
+        )
+    });
+    for route in routes {
+        let rns = ns_of(&route.metadata);
+        let rname = route.metadata.name.clone().unwrap_or_default();
+        let created = route
+            .metadata
+            .creation_timestamp
+            .as_ref()
+            .map(|t| t.0.to_string())
+            .unwrap_or_default();
+        let gen = route.metadata.generation;
+        let mut parents = Vec::new();
+        // The rules' unresolved references and unsupported parts.
+        let mut unresolved = None;
+        let mut unsupported: Option<String> = None;
+        for rule in &route.spec.rules {
+            for f in rule
+                .filters
+                .iter()
+                .chain(rule.backend_refs.iter().flat_map(|b| b.filters.iter()))
+            {
+                if !matches!(
+                    f.kind.as_str(),
+                    "RequestHeaderModifier" | "ResponseHeaderModifier" | "RequestRedirect"
+                ) {
+                    unsupported.get_or_insert(format!("filter {} is not supported yet", f.kind));
+                }
+            }
+            if rule.backend_refs.iter().any(|b| !b.filters.is_empty()) {
+                unsupported.get_or_insert("filters on a backendRef are not supported yet".into());
+            }
+        }
+        for pref in &route.spec.parent_refs {
+            let group = pref.group.as_deref().unwrap_or(GROUP);
+            let kind = pref.kind.as_deref().unwrap_or("Gateway");
+            let pns = pref.namespace.clone().unwrap_or_else(|| rns.clone());
+            if group != GROUP || kind != "Gateway" {
+                continue;
+            }
+            let Some((gi, gw)) = gateways.iter().enumerate().find(|(_, g)| {
+                ns_of(&g.metadata) == pns && g.metadata.name.as_deref() == Some(&pref.name)
+            }) else {
+                continue; // not a Gateway of ours: another controller's to say
+            };
+            let mut parent_ref =
+                json!({"group": GROUP, "kind": "Gateway", "namespace": pns, "name": pref.name});
+            if let Some(sn) = &pref.section_name {
+                parent_ref["sectionName"] = json!(sn);
+            }
+            if let Some(p) = pref.port {
+                parent_ref["port"] = json!(p);
+            }
+            // Listeners this parentRef names (section, port), then those
+            // that allow the route, then those whose hostnames intersect.
+            let named: Vec<(usize, &Listener)> = gw
+                .spec
+                .listeners
+                .iter()
+                .enumerate()
+                .filter(|(_, l)| pref.section_name.as_ref().is_none_or(|n| *n == l.name))
+                .filter(|(_, l)| pref.port.is_none_or(|p| p == l.port))
+                .filter(|(_, l)| listener_ok(gw, l).is_ok())
+                .collect();
+            let allowed: Vec<(usize, &Listener)> = named
+                .iter()
+                .cloned()
+                .filter(|(_, l)| {
+                    let from = l
+                        .allowed_routes
+                        .as_ref()
+                        .and_then(|a| a.namespaces.as_ref())
+                        .and_then(|n| n.from.clone())
+                        .unwrap_or_else(|| "Same".into());
+                    let ns_ok = match from.as_str() {
+                        "All" => true,
+                        "Same" => pns == rns,
+                        "Selector" => {
+                            let labels = cx.namespace_labels(&rns);
+                            let sel = l
+                                .allowed_routes
+                                .as_ref()
+                                .and_then(|a| a.namespaces.as_ref())
+                                .and_then(|n| n.selector.clone())
+                                .unwrap_or_default();
+                            sel.match_labels
+                                .unwrap_or_default()
+                                .iter()
+                                .all(|(k, v)| labels.get(k) == Some(v))
+                                && sel.match_expressions.unwrap_or_default().iter().all(|e| {
+                                    let have = labels.get(&e.key);
+                                    let vals = e.values.clone().unwrap_or_default();
+                                    match e.operator.as_str() {
+                                        "In" => have.is_some_and(|h| vals.contains(h)),
+                                        "NotIn" => have.is_none_or(|h| !vals.contains(h)),
+                                        "Exists" => have.is_some(),
+                                        "DoesNotExist" => have.is_none(),
+                                        _ => false,
+                                    }
+                                })
+                        }
+                        _ => false,
+                    };
+                    ns_ok && kinds_ok(l).0.iter().any(|k| k["kind"] == "HTTPRoute")
+                })
+                .collect();
+            let mut hosts_by_listener = Vec::new();
+            for (li, l) in &allowed {
+                let hosts: Vec<Option<String>> = if route.spec.hostnames.is_empty() {
+                    vec![l.hostname.clone().map(|h| h.to_ascii_lowercase())]
+                } else {
+                    let mut hs: Vec<Option<String>> = route
+                        .spec
+                        .hostnames
+                        .iter()
+                        .filter_map(|h| intersect(l.hostname.as_deref(), h))
+                        .map(Some)
+                        .collect();
+                    hs.sort();
+                    hs.dedup();
+                    hs
+                };
+                if !hosts.is_empty() {
+                    hosts_by_listener.push((*li, *l, hosts));
+                }
+            }
+            let accepted = if named.is_empty() {
+                cond(
+                    "Accepted",
+                    false,
+                    "NoMatchingParent",
+                    "no listener of the Gateway matches sectionName/port",
+                    gen,
+                )
+            } else if allowed.is_empty() {
+                cond(
+                    "Accepted",
+                    false,
+                    "NotAllowedByListeners",
+                    "no listener allows this route (namespace or kind)",
+                    gen,
+                )
+            } else if hosts_by_listener.is_empty() {
+                cond(
+                    "Accepted",
+                    false,
+                    "NoMatchingListenerHostname",
+                    "no hostname of the route matches a listener's",
+                    gen,
+                )
+            } else if let Some(why) = &unsupported {
+                cond("Accepted", false, "UnsupportedValue", why, gen)
+            } else {
+                cond("Accepted", true, "Accepted", "attached", gen)
+            };
+            let ok = accepted["status"] == "True";
+            if ok {
+                for (li, l, hosts) in &hosts_by_listener {
+                    *attached.entry((gi, *li)).or_default() += 1;
+                    let port = (gateway_ip(gw, s).unwrap_or(s.listen_address), l.port as u16);
+                    for (ri, rule) in route.spec.rules.iter().enumerate() {
+                        let mut unresolved_here = None;
+                        let action = rule_action(&mut cx, route, ri, rule, &mut unresolved_here);
+                        if unresolved.is_none() {
+                            unresolved = unresolved_here;
+                        }
+                        let mut edits = String::new();
+                        for f in &rule.filters {
+                            if let Some(m) = &f.request_header_modifier {
+                                let _ = writeln!(edits, "request_headers = {}", header_edits(m));
+                            }
+                            if let Some(m) = &f.response_header_modifier {
+                                let _ = writeln!(edits, "response_headers = {}", header_edits(m));
+                            }
+                        }
+                        let default_match = vec![HttpRouteMatch::default()];
+                        let ms = rule
+                            .matches
+                            .as_ref()
+                            .filter(|m| !m.is_empty())
+                            .unwrap_or(&default_match);
+                        for (mi, m) in ms.iter().enumerate() {
+                            for host in hosts {
+                                let Ok(tables) = matches(m, host) else {
+                                    continue;
+                                };
+                                let (pk, plen) = match &m.path {
+                                    None => (1, 1),
+                                    Some(p) => match p.kind.as_deref().unwrap_or("PathPrefix") {
+                                        "Exact" => (0, p.value.as_deref().unwrap_or("/").len()),
+                                        "PathPrefix" => (
+                                            1,
+                                            p.value
+                                                .as_deref()
+                                                .unwrap_or("/")
+                                                .trim_end_matches('/')
+                                                .len()
+                                                + 1,
+                                        ),
+                                        _ => (2, p.value.as_deref().unwrap_or("").len()),
+                                    },
+                                };
+                                let action = match rule
+                                    .filters
+                                    .iter()
+                                    .find_map(|f| f.request_redirect.as_ref())
+                                {
+                                    Some(r) => redirect_action(r, m, l.port),
+                                    None => action.clone(),
+                                };
+                                for t in tables {
+                                    policies.entry(port).or_default().push(Rendered {
+                                        key: (
+                                            host_rank(host),
+                                            pk,
+                                            std::cmp::Reverse(plen),
+                                            if m.method.is_some() { 0 } else { 1 },
+                                            std::cmp::Reverse(m.headers.len()),
+                                            std::cmp::Reverse(m.query_params.len()),
+                                            created.clone(),
+                                            format!("{rns}/{rname}"),
+                                            ri,
+                                            mi,
+                                        ),
+                                        text: format!(
+                                            "[[vserver.policy]]\nname = {}\n{t}\n{action}\n{edits}",
+                                            q(&format!("{rns}/{rname} rule {ri} match {mi}"))
+                                        ),
+                                    });
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+            let resolved = match &unresolved {
+                None => cond(
+                    "ResolvedRefs",
+                    true,
+                    "ResolvedRefs",
+                    "every reference resolved",
+                    gen,
+                ),
+                Some((reason, why)) => cond("ResolvedRefs", false, reason, why, gen),
+            };
+            parents.push(json!({
+                "parentRef": parent_ref,
+                "controllerName": s.controller_name,
+                "conditions": [accepted, resolved],
+            }));
+        }
+        // A route that names none of our Gateways any more still gets an
+        // (empty) entry list from us: main.rs then removes the parents
+        // this controller wrote before and keeps other controllers'.
+        let ours_before = route.status["parents"].as_array().is_some_and(|ps| {
+            ps.iter()
+                .any(|p| p["controllerName"] == s.controller_name.as_str())
+        });
+        if !parents.is_empty() || ours_before {
+            statuses.push(StatusOf {
+                kind: Kind::HttpRoute,
+                namespace: Some(rns.clone()),
+                name: rname,
+                status: json!({"parents": parents}),
+            });
+        }
+    }
+    for (gi, g) in gateways.iter().enumerate() {
+        let gen = g.metadata.generation;
+        let mut listeners = Vec::new();
+        let mut any = false;
+        for (li, l) in g.spec.listeners.iter().enumerate() {
+            let (kinds, all_kinds) = kinds_ok(l);
+            let mut conds = Vec::new();
+            let mut refs_ok = true;
+            match listener_ok(g, l) {
+                Ok(_) => {
+                    any = true;
+                    conds.push(cond("Accepted", true, "Accepted", "", gen));
+                    conds.push(cond("Programmed", true, "Programmed", "", gen));
+                }
+                Err(("ResolvedRefs", reason, why)) => {
+                    refs_ok = false;
+                    conds.push(cond("Accepted", true, "Accepted", "", gen));
+                    conds.push(cond("Programmed", false, "Invalid", &why, gen));
+                    conds.push(cond("ResolvedRefs", false, reason, &why, gen));
+                }
+                Err((_, reason, why)) => {
+                    conds.push(cond("Accepted", false, reason, &why, gen));
+                    conds.push(cond("Programmed", false, "Invalid", &why, gen));
+                }
+            }
+            conds.push(if !refs_ok {
+                Value::Null
+            } else if all_kinds {
+                cond("ResolvedRefs", true, "ResolvedRefs", "", gen)
+            } else {
+                cond(
+                    "ResolvedRefs",
+                    false,
+                    "InvalidRouteKinds",
+                    "only HTTPRoute is supported",
+                    gen,
+                )
+            });
+            conds.retain(|c| !c.is_null());
+            conds.push(cond("Conflicted", false, "NoConflicts", "", gen));
+            listeners.push(json!({
+                "name": l.name,
+                "supportedKinds": kinds,
+                "attachedRoutes": attached.get(&(gi, li)).copied().unwrap_or(0),
+                "conditions": conds,
+            }));
+        }
+        let conditions = if any {
+            vec![
+                cond("Accepted", true, "Accepted", "", gen),
+                cond("Programmed", true, "Programmed", "", gen),
+            ]
+        } else {
+            vec![
+                cond(
+                    "Accepted",
+                    false,
+                    "ListenersNotValid",
+                    "no listener is valid",
+                    gen,
+                ),
+                cond("Programmed", false, "Invalid", "no listener is valid", gen),
+            ]
+        };
+        statuses.push(StatusOf {
+            kind: Kind::Gateway,
+            namespace: Some(ns_of(&g.metadata)),
+            name: g.metadata.name.clone().unwrap_or_default(),
+            status: json!({
+                "addresses": [match gateway_ip(g, s) {
+                    Ok(ip) if ip != s.listen_address => json!({"type": "IPAddress", "value": ip.to_string()}),
+                    _ => json!({"type": if s.status_address.parse::<IpAddr>().is_ok() { "IPAddress" } else { "Hostname" }, "value": s.status_address}),
+                }],
+                "conditions": conditions,
+                "listeners": listeners,
+            }),
+        });
+    }
+    // Ports of every valid listener get a vserver, routes or not; an
+    // HTTPS listener's certificate goes with its port (several: chosen by
+    // SNI on the node).
+    let mut certs: BTreeMap<(IpAddr, u16), BTreeSet<String>> = BTreeMap::new();
+    let mut files = BTreeMap::new();
+    for g in &gateways {
+        for l in &g.spec.listeners {
+            if let Ok(cert) = listener_ok(g, l) {
+                let at = (gateway_ip(g, s).unwrap_or(s.listen_address), l.port as u16);
+                policies.entry(at).or_default();
+                if let Some(name) = cert {
+                    if let Some(r) = l.tls.as_ref().and_then(|t| t.certificate_refs.first()) {
+                        let sns = r.namespace.clone().unwrap_or_else(|| ns_of(&g.metadata));
+                        let data = w
+                            .secrets
+                            .iter()
+                            .find(|x| {
+                                ns_of(&x.metadata) == sns
+                                    && x.metadata.name.as_deref() == Some(r.name.as_str())
+                            })
+                            .and_then(|x| x.data.clone())
+                            .unwrap_or_default();
+                        for (k, ext) in [("tls.crt", "crt"), ("tls.key", "key")] {
+                            files.insert(
+                                format!("{name}.{ext}"),
+                                data.get(k).map(|b| b.0.clone()).unwrap_or_default(),
+                            );
+                        }
+                    }
+                    certs.entry(at).or_default().insert(name);
+                }
+            }
+        }
+    }
+    if policies.is_empty() {
+        return Output {
+            config: None,
+            statuses,
+            files: BTreeMap::new(),
+        };
+    }
+    let mut text = String::from(
+        "# Rendered by switchyard-gateway from the cluster's Gateway API objects: do not edit.\n",
+    );
+    for ((ip, port), mut ps) in policies {
+        // The text breaks ties (the same route on two listeners of one
+        // port): the watches hand objects over in no set order, and the
+        // same objects must always render the same text.
+        ps.sort_by(|a, b| a.key.cmp(&b.key).then_with(|| a.text.cmp(&b.text)));
+        // One route on two Gateways that share an address renders twice.
+        ps.dedup_by(|a, b| a.text == b.text);
+        let listen = std::net::SocketAddr::new(ip, port + s.port_offset);
+        let name = if ip == s.listen_address {
+            format!("gateway-{port}")
+        } else {
+            format!("gateway-{ip}-{port}")
+        };
+        let _ = write!(
+            text,
+            "\n[[vserver]]\nname = {}\nlisten = [{}]\n",
+            q(&name),
+            q(&listen.to_string())
+        );
+        if let Some(names) = certs.get(&(ip, port)) {
+            let list: Vec<String> = names
+                .iter()
+                .map(|n| {
+                    format!(
+                        "{{ cert = {}, key = {} }}",
+                        q(&format!("files/{n}.crt")),
+                        q(&format!("files/{n}.key"))
+                    )
+                })
+                .collect();
+            let _ = writeln!(text, "[vserver.tls]\ncertificates = [{}]", list.join(", "));
+        }
+        for p in ps {
+            text.push_str(&p.text);
+        }
+        text.push_str("[[vserver.policy]]\nname = \"no route\"\naction = { status = 404, body = \"no route\\n\" }\n");
+    }
+    for (_, p) in cx.pools {
+        text.push('\n');
+        text.push_str(&p);
+    }
+    Output {
+        config: Some(text),
+        statuses,
+        files,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostnames_intersect_as_the_spec_says() {
+        assert_eq!(
+            intersect(None, "a.example.com").as_deref(),
+            Some("a.example.com")
+        );
+        assert_eq!(
+            intersect(Some("*.example.com"), "a.example.com").as_deref(),
+            Some("a.example.com")
+        );
+        assert_eq!(
+            intersect(Some("a.example.com"), "*.example.com").as_deref(),
+            Some("a.example.com")
+        );
+        assert_eq!(intersect(Some("b.example.com"), "a.example.com"), None);
+        assert_eq!(intersect(Some("*.example.com"), "example.com"), None);
+    }
+
+    fn parse<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn world(reverse: bool) -> World {
+        let mut w = World {
+            classes: vec![parse(
+                json!({"metadata": {"name": "c"}, "spec": {"controllerName": "me"}}),
+            )],
+            ..Default::default()
+        };
+        for g in ["g1", "g2"] {
+            w.gateways.push(parse(json!({"metadata": {"name": g, "namespace": "n"}, "spec": {"gatewayClassName": "c", "listeners": [
+                {"name": "a", "port": 80, "protocol": "HTTP", "hostname": "a.example.com"},
+                {"name": "b", "port": 80, "protocol": "HTTP", "hostname": "b.example.com"},
+            ]}})));
+        }
+        for (i, r) in ["r1", "r2", "r3"].iter().enumerate() {
+            w.routes.push(parse(json!({"metadata": {"name": r, "namespace": "n", "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"parentRefs": [{"name": "g1"}, {"name": "g2"}], "rules": [
+                    {"matches": [{"path": {"type": "PathPrefix", "value": format!("/p{i}")}}, {"headers": [{"name": "x", "value": "1"}]}],
+                     "filters": [{"type": "RequestRedirect", "requestRedirect": {"hostname": "example.org"}}]},
+                ]}})));
+        }
+        if reverse {
+            w.gateways.reverse();
+            w.routes.reverse();
+        }
+        w
+    }
+
+    #[test]
+    fn the_same_objects_in_any_order_render_the_same_text() {
+        let s = Settings {
+            controller_name: "me".into(),
+            listen_address: "127.0.0.1".parse().unwrap(),
+            port_offset: 0,
+            status_address: "127.0.0.1".into(),
+        };
+        let a = render(&world(false), &s).config.unwrap();
+        let b = render(&world(true), &s).config.unwrap();
+        assert_eq!(a, b);
+        // Precedence: exact hosts, then the longest path prefix first.
+        let first = a.find("path = \"/p0\"").unwrap();
+        assert!(a.find("header = ").unwrap() > first, "{a}");
+        assert!(a.contains("redirect_host = \"example.org\""), "{a}");
+        // Each route once per host although both Gateways carry it.
+        assert_eq!(a.matches("path = \"/p0\"").count(), 2, "{a}");
+    }
+
+    #[test]
+    fn a_prefix_matches_whole_segments() {
+        let m = HttpRouteMatch {
+            path: Some(PathMatch {
+                kind: Some("PathPrefix".into()),
+                value: Some("/foo/".into()),
+            }),
+            ..Default::default()
+        };
+        let t = matches(&m, &None).unwrap();
+        assert_eq!(
+            t,
+            vec![
+                "match = { path = \"/foo\" }".to_string(),
+                "match = { path_prefix = \"/foo/\" }".to_string()
+            ]
+        );
+    }
+}

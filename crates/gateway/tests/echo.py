@@ -1,0 +1,60 @@
+"""The tests' echo backend, in the manner of the Gateway API conformance
+suite's echo-basic: answers every request with JSON naming the request
+(path, method, host, headers) and the "pod" that served it.
+
+usage: echo.py ADDRESS PORT POD NAMESPACE [ADDRESS PORT POD NAMESPACE ...]
+(one server per address, each in a thread)."""
+import json
+import sys
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def handler(pod, namespace):
+    class H(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def answer(self):
+            n = int(self.headers.get("content-length") or 0)
+            if n:
+                self.rfile.read(n)
+            headers = {}
+            for k, v in self.headers.items():
+                headers.setdefault(k.title(), []).append(v)
+            body = json.dumps({
+                "path": self.path,
+                "host": self.headers.get("host", ""),
+                "method": self.command,
+                "proto": self.request_version,
+                "headers": headers,
+                "namespace": namespace,
+                "pod": pod,
+            }).encode()
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = answer
+
+        def log_message(self, *a):
+            pass
+
+    return H
+
+
+class Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+
+args = sys.argv[1:]
+servers = []
+for i in range(0, len(args), 4):
+    addr, port, pod, ns = args[i:i + 4]
+    s = Server((addr, int(port)), handler(pod, ns))
+    servers.append(s)
+    threading.Thread(target=s.serve_forever, daemon=True).start()
+print("ready", flush=True)
+threading.Event().wait()
