@@ -75,9 +75,9 @@ install_one() {
         "$BIN/oha" --version
         ;;
     h3load)
-        # quic-go v0.65.0 needs Go 1.26: an older go (1.21 on) fetches that
-        # toolchain from the module proxy itself.
-        (cd "$ROOT/bench/peers/h3load" && GOTOOLCHAIN="${GOTOOLCHAIN:-go1.26.8}" go build -o "$BIN/h3load" .)
+        # quic-go v0.65.0 needs Go 1.26 (scripts/go-toolchain.sh).
+        gocmd="$("$ROOT/scripts/go-toolchain.sh")"
+        (cd "$ROOT/bench/peers/h3load" && GOTOOLCHAIN=local "$gocmd" build -o "$BIN/h3load" .)
         "$BIN/h3load" -h 2>&1 | sed -n 1p
         ;;
     all)

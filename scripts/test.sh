@@ -99,24 +99,15 @@ if ! command -v h2spec >/dev/null 2>&1; then
 fi
 export H2SPEC="$(command -v h2spec)"
 # pebble and pebble-challtestsrv (tests/acme.rs: a real ACME CA and its
-# DNS). v2.10.3 needs Go 1.25 (its go.mod): Debian 12's golang-go is 1.19,
-# but Go 1.21+ fetches the toolchain a module asks for by itself
-# (GOTOOLCHAIN=auto); with an older go the install fails and the ACME
-# tests skip and say so.
+# DNS). v2.10.3 needs Go 1.25 (its go.mod): scripts/go-toolchain.sh finds
+# or fetches a Go 1.26 (Debian 12's golang-go is 1.19); when it cannot,
+# the ACME tests skip and say so.
 if ! command -v pebble >/dev/null 2>&1 || ! command -v pebble-challtestsrv >/dev/null 2>&1; then
   echo "== go install pebble v2.10.3"
   (
     set -e
-    gocmd=go
-    # Go older than 1.21 cannot fetch a toolchain itself: golang.org/dl's
-    # wrapper (which builds with any Go) downloads Go 1.25 into ~/sdk.
-    if ! go version | grep -Eq 'go1\.(2[1-9]|[3-9][0-9])'; then
-      # Bounded: where only the module proxy is reachable, the toolchain
-      # download (dl.google.com) must fail, not hang the suite.
-      timeout 300 go install golang.org/dl/go1.25.0@latest
-      timeout 300 "$HOME/go/bin/go1.25.0" download
-      gocmd="$HOME/go/bin/go1.25.0"
-    fi
+    gocmd="$(scripts/go-toolchain.sh)"
+    export GOTOOLCHAIN=local
     timeout 600 "$gocmd" install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.10.3
     timeout 600 "$gocmd" install github.com/letsencrypt/pebble/v2/cmd/pebble-challtestsrv@v2.10.3
   ) || echo "== could not install pebble: tests/acme.rs skips" >&2
