@@ -49,12 +49,24 @@ fn start(tag: &str, script: &str, origins: &[&Origin]) -> Setup {
 }
 
 fn start_with(tag: &str, script: &str, origins: &[&Origin], extra: &str) -> Setup {
+    start_workers(tag, script, origins, extra, 1)
+}
+
+fn start_workers(
+    tag: &str,
+    script: &str,
+    origins: &[&Origin],
+    extra: &str,
+    workers: u32,
+) -> Setup {
     let dir = temp_dir(tag);
     let file = dir.join("script.lua");
     std::fs::write(&file, script).expect("write script");
     let log = dir.join("access.json");
     let listen = free_addr();
-    let sy = Switchyard::start(&config(listen, &file, &log, origins, extra), &[listen]);
+    let cfg = config(listen, &file, &log, origins, extra)
+        .replacen("workers = 1", &format!("workers = {workers}"), 1);
+    let sy = Switchyard::start(&cfg, &[listen]);
     Setup {
         sy,
         listen,
@@ -569,6 +581,58 @@ end
             "{proto}"
         );
     }
+}
+
+#[test]
+fn a_per_user_rate_limit_on_a_table_shared_by_the_workers() {
+    let o = Origin::start("api");
+    let s = start_workers(
+        "quota",
+        r#"
+local quota = sy.table("api-quota")
+local mine = 0 -- per worker: this state's own count
+function on_request(r)
+  mine = mine + 1
+  local user = r:header("x-user") or r.client_ip
+  local n = quota:incr(user, 1, 60)
+  local burst = quota:rate("burst:" .. user, 10)
+  local h = { ["x-count"] = tostring(n), ["x-mine"] = tostring(mine), ["retry-after"] = "60" }
+  if n > 5 then return r:respond(429, "over quota\n", h) end
+  r.vars.h = h
+  r.vars.burst = burst
+end
+function on_response(r)
+  for k, v in pairs(r.vars.h) do r:set_header(k, v) end
+  r:set_header("x-burst", tostring(r.vars.burst))
+end
+"#,
+        &[&o],
+        "",
+        2,
+    );
+    let mut spread = false;
+    for (proto, get) in BOTH {
+        let user = format!("user-{proto}");
+        let mut statuses = Vec::new();
+        for i in 1..=12 {
+            // A new connection each: the kernel spreads them over both workers.
+            let g = get(s.listen, "h", "/", &[("x-user", &user)]);
+            assert_eq!(g.header("x-count"), Some(&*i.to_string()), "{proto}: {g:?}");
+            if g.header("x-mine") != g.header("x-count") {
+                spread = true;
+            }
+            if g.status == 200 {
+                assert_eq!(g.header("x-burst"), Some(&*i.to_string()), "{proto}");
+            }
+            statuses.push(g.status);
+        }
+        assert_eq!(statuses[..5], [200; 5], "{proto}");
+        assert_eq!(statuses[5..], [429; 7], "{proto}");
+        // Another user has a quota of their own.
+        assert_eq!(get(s.listen, "h", "/", &[("x-user", "other")]).status, 200, "{proto}");
+    }
+    assert!(spread, "every request was served by one worker: the table was not shown to be shared");
+    assert_eq!(o.requests(), 12);
 }
 
 #[test]

@@ -64,6 +64,8 @@ pub struct Exchange<'s> {
     pub tls: bool,
     /// The verified client certificate's subject, on vservers that forward it.
     pub client_subject: Option<&'s str>,
+    /// The verified client certificate (for scripts: `r.client_cert`).
+    pub client_cert: Option<Arc<crate::tls::ClientCert>>,
     /// When the request head was complete.
     pub started: Instant,
     /// The pool routing chose.
@@ -161,6 +163,7 @@ impl<'s> Exchange<'s> {
             listen,
             tls,
             client_subject,
+            client_cert: None,
             started: Instant::now(),
             pool: None,
             request_edits: Vec::new(),

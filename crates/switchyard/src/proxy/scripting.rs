@@ -65,7 +65,7 @@ fn info(x: &Exchange<'_>, req: Option<&Request>) -> Info {
         client: Some(x.peer),
         tls: x.tls,
         protocol: protocol(x, req),
-        client_subject: x.client_subject.map(str::to_string),
+        client_cert: x.client_cert.clone(),
         status: x.status,
     }
 }

@@ -24,8 +24,8 @@ pub struct Info {
     pub tls: bool,
     /// "HTTP/1.0", "HTTP/1.1", "HTTP/2.0", "HTTP/3".
     pub protocol: &'static str,
-    /// The verified client certificate's subject (vservers that ask for one).
-    pub client_subject: Option<String>,
+    /// The verified client certificate (vservers that ask for one).
+    pub client_cert: Option<std::sync::Arc<crate::tls::ClientCert>>,
     /// The status the client got (`on_log`).
     pub status: u16,
 }
@@ -296,7 +296,30 @@ impl UserData for Txn {
             lstr(lua, Some(t.p.info.protocol.as_bytes()))
         });
         f.add_field_method_get("client_cert_subject", |lua, t| {
-            lstr(lua, t.p.info.client_subject.as_deref().map(str::as_bytes))
+            lstr(lua, t.p.info.client_cert.as_deref().map(|c| c.subject.as_bytes()))
+        });
+        f.add_field_method_get("client_cert", |lua, t| {
+            let Some(c) = t.p.info.client_cert.as_deref() else {
+                return Ok(Value::Nil);
+            };
+            let out = lua.create_table()?;
+            out.raw_set("subject", c.subject.as_str())?;
+            out.raw_set("issuer", c.issuer.as_str())?;
+            out.raw_set("serial", c.serial.as_str())?;
+            out.raw_set("sha256", c.sha256.as_str())?;
+            out.raw_set("not_before", c.not_before)?;
+            out.raw_set("not_after", c.not_after)?;
+            // rustls verified the chain, or the handshake had failed.
+            out.raw_set("verified", true)?;
+            for (k, list) in [
+                ("san_dns", &c.dns_names),
+                ("san_ip", &c.ip_addresses),
+                ("san_email", &c.emails),
+                ("san_uri", &c.uris),
+            ] {
+                out.raw_set(k, lua.create_sequence_from(list.iter().map(String::as_str))?)?;
+            }
+            Ok(Value::Table(out))
         });
         f.add_field_method_get("vserver", |lua, t| lstr(lua, Some(t.vserver.as_bytes())));
         f.add_field_method_get("status", |_, t| {
