@@ -154,6 +154,62 @@ fn h2(addr: SocketAddr, host: &str, path: &str, headers: &[(&str, &str)]) -> Got
     })
 }
 
+/// POST over HTTP/1.1 (a Content-Length body).
+fn post_h1(addr: SocketAddr, path: &str, body: &str) -> Got {
+    let raw = format!(
+        "POST {path} HTTP/1.1\r\nHost: h\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let r = request(addr, &raw);
+    Got {
+        status: r.status,
+        headers: r.headers.clone(),
+        body: r.body_text(),
+    }
+}
+
+/// POST over HTTP/2 (DATA frames, with a content-length as browsers send).
+fn post_h2(addr: SocketAddr, path: &str, body: &str) -> Got {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+        tokio::spawn(conn);
+        let req = http::Request::post(format!("http://h{path}"))
+            .header("content-length", body.len())
+            .body(())
+            .expect("request");
+        let mut s = send.ready().await.expect("ready");
+        let (resp, mut stream) = s.send_request(req, false).expect("send");
+        stream
+            .send_data(Bytes::copy_from_slice(body.as_bytes()), true)
+            .expect("data");
+        let resp = tokio::time::timeout(Duration::from_secs(10), resp)
+            .await
+            .expect("in time")
+            .expect("response");
+        let status = resp.status().as_u16();
+        let mut b = resp.into_body();
+        let mut text = Vec::new();
+        while let Some(c) = b.data().await {
+            let c: Bytes = c.expect("data");
+            let _ = b.flow_control().release_capacity(c.len());
+            text.extend_from_slice(&c);
+        }
+        Got {
+            status,
+            headers: Vec::new(),
+            body: String::from_utf8_lossy(&text).into_owned(),
+        }
+    })
+}
+
+type Post = fn(SocketAddr, &str, &str) -> Got;
+const POSTS: [(&str, Post); 2] = [("HTTP/1.1", post_h1), ("HTTP/2", post_h2)];
+
 type Get = fn(SocketAddr, &str, &str, &[(&str, &str)]) -> Got;
 const BOTH: [(&str, Get); 2] = [("HTTP/1.1", h1), ("HTTP/2", h2)];
 
@@ -633,6 +689,81 @@ end
     }
     assert!(spread, "every request was served by one worker: the table was not shown to be shared");
     assert_eq!(o.requests(), 12);
+}
+
+#[test]
+fn a_body_replacement_on_one_path_and_a_request_body_check() {
+    let o = Origin::start("shop");
+    o.set(|b| b.body = Some("Big Black Friday sale!".to_string()));
+    let s = start_with(
+        "body",
+        r#"
+function on_request(r)
+  if r.path == "/promo" or r.path:find("^/size/") then r:collect_body() end
+end
+function on_response_body(r)
+  r.body = r.body:gsub("Black Friday", "Cyber Monday") .. "!"
+end
+function on_request_body(r)
+  if r.body:find('"role":%s*"admin"') then
+    return r:respond(403, "no admins here\n")
+  end
+  r.body = r.body:gsub('"card":"%d+"', '"card":"****"')
+end
+"#,
+        &[&o],
+        "max_body = 4096\n",
+    );
+    for (proto, get) in BOTH {
+        let g = get(s.listen, "h", "/promo", &[]);
+        assert_eq!((g.status, g.body.as_str()), (200, "Big Cyber Monday sale!!"), "{proto}");
+        // Re-framed: the new length is known at the end only.
+        assert_eq!(g.header("content-length"), None, "{proto}: {g:?}");
+        let g = get(s.listen, "h", "/other", &[]);
+        assert_eq!(g.body, "Big Black Friday sale!", "{proto}");
+        assert_eq!(g.header("content-length"), Some("22"), "{proto}: {g:?}");
+        // Within max_body the event runs; over it the body passes untouched.
+        assert_eq!(get(s.listen, "h", "/size/4000", &[]).body.len(), 4001, "{proto}");
+        assert_eq!(get(s.listen, "h", "/size/100000", &[]).body.len(), 100_000, "{proto}");
+    }
+    for (proto, post) in POSTS {
+        let g = post(s.listen, "/pay", r#"{"card":"4111111111111111","role":"user"}"#);
+        assert_eq!(g.status, 200, "{proto}: {g:?}");
+        let seen = o.seen();
+        let last = seen.last().expect("a request");
+        assert_eq!(
+            String::from_utf8_lossy(&last.body),
+            r#"{"card":"****","role":"user"}"#,
+            "{proto}"
+        );
+        if proto == "HTTP/1.1" {
+            assert_eq!(last.header("content-length").as_deref(), Some("29"), "{proto}");
+        }
+        let n = o.requests();
+        let g = post(s.listen, "/pay", r#"{"card":"1","role": "admin"}"#);
+        assert_eq!((g.status, g.body.as_str()), (403, "no admins here\n"), "{proto}");
+        assert_eq!(o.requests(), n, "{proto}: refused before the member");
+        // A longer body than max_body goes to the member untouched.
+        let big = format!(r#"{{"card":"4111","pad":"{}"}}"#, "x".repeat(5000));
+        assert_eq!(post(s.listen, "/pay", &big).status, 200, "{proto}");
+        let seen = o.seen();
+        let last = seen.last().expect("a request");
+        assert_eq!(last.body.len(), big.len(), "{proto}");
+    }
+    // A body of no declared length is read up to max_body: a longer one
+    // can no longer pass untouched, and is refused.
+    let n = o.requests();
+    let chunk = "x".repeat(3000);
+    let raw = format!(
+        "POST /pay HTTP/1.1\r\nHost: h\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\nbb8\r\n{chunk}\r\nbb8\r\n{chunk}\r\n0\r\n\r\n"
+    );
+    assert_eq!(request(s.listen, &raw).status, 413);
+    assert_eq!(o.requests(), n);
+    assert!(eventually(Duration::from_secs(5), || {
+        let l = log_lines(&s.log);
+        l.iter().filter(|v| v["script"]["body_over"] == "response").count() == 2
+            && l.iter().any(|v| v["script"]["body_over"] == "request")
+    }), "{:?}", log_lines(&s.log));
 }
 
 #[test]

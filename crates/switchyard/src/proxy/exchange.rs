@@ -85,6 +85,9 @@ pub struct Exchange<'s> {
     pub body_bytes: u64,
     /// A request-body hook's answer, when one stopped the upload.
     pub(super) refusal: Option<Local>,
+    /// A buffered request body's replacement (the script's
+    /// `on_request_body`): the member gets this one.
+    pub(super) request_body: Option<Bytes>,
     /// What the access log reports beyond the above.
     pub facts: Facts,
 }
@@ -175,6 +178,7 @@ impl<'s> Exchange<'s> {
             status: 0,
             body_bytes: 0,
             refusal: None,
+            request_body: None,
             facts: Facts::default(),
         }
     }

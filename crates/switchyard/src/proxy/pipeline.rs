@@ -83,6 +83,17 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
         hooks.on_log(x, &req);
         return;
     }
+    if let (Some(new), Some((body, _))) = (x.request_body.take(), buffered.as_mut()) {
+        // A script's new body: its length restated (a chunked body stays
+        // chunked, its chunks made anew).
+        *body = new.to_vec();
+        if let Framing::Length(_) = req.head.framing {
+            req.head.framing = Framing::Length(body.len() as u64);
+            req.head
+                .fields
+                .set(b"content-length", body.len().to_string().as_bytes());
+        }
+    }
     match buffered {
         Some((body, trailers)) => {
             let mut replay = Replay {

@@ -43,10 +43,11 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
+use bytes::Bytes;
 use mlua::{AnyUserData, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Value};
 
 use crate::http::message::{Request, Response};
-pub use txn::{Answer, Effects, Info};
+pub use txn::{Answer, BodyEvent, Effects, Info};
 
 /// Instructions between two looks at the budget: the hook's cost (a
 /// call into Rust) is paid once per this many instructions, and a
@@ -60,6 +61,8 @@ pub struct Limits {
     pub max_instructions: u64,
     /// Bytes one worker's state may allocate.
     pub max_memory: usize,
+    /// Bytes a body event may collect (`max_body`).
+    pub max_body: usize,
 }
 
 /// The events a script defines (global functions of these names).
@@ -68,9 +71,17 @@ pub struct Events {
     pub request: bool,
     pub response: bool,
     pub log: bool,
+    pub request_body: bool,
+    pub response_body: bool,
 }
 
-const EVENT_NAMES: [&str; 3] = ["on_request", "on_response", "on_log"];
+const EVENT_NAMES: [&str; 5] = [
+    "on_request",
+    "on_response",
+    "on_log",
+    "on_request_body",
+    "on_response_body",
+];
 
 /// A script of one configuration generation: checked, shared by the
 /// workers (each runs it in a `State` of its own).
@@ -214,6 +225,8 @@ pub struct State {
     on_request: Option<Function>,
     on_response: Option<Function>,
     on_log: Option<Function>,
+    on_request_body: Option<Function>,
+    on_response_body: Option<Function>,
     /// The `r` every event gets: one per state, loaded with the request's
     /// parts for each call (no userdata made per request).
     txn: AnyUserData,
@@ -297,6 +310,8 @@ impl State {
             on_request: None,
             on_response: None,
             on_log: None,
+            on_request_body: None,
+            on_response_body: None,
             txn,
             guard,
         };
@@ -328,6 +343,8 @@ impl State {
         st.on_request = event(EVENT_NAMES[0])?;
         st.on_response = event(EVENT_NAMES[1])?;
         st.on_log = event(EVENT_NAMES[2])?;
+        st.on_request_body = event(EVENT_NAMES[3])?;
+        st.on_response_body = event(EVENT_NAMES[4])?;
         Ok(st)
     }
 
@@ -336,6 +353,8 @@ impl State {
             request: self.on_request.is_some(),
             response: self.on_response.is_some(),
             log: self.on_log.is_some(),
+            request_body: self.on_request_body.is_some(),
+            response_body: self.on_response_body.is_some(),
         }
     }
 
@@ -443,6 +462,32 @@ impl State {
             info,
             vars: vars.0.take(),
             log_event: true,
+            ..Default::default()
+        };
+        let (mut back, r) = self.call(f, parts);
+        vars.0 = back.vars.take();
+        Some(r.map(|()| back.out))
+    }
+
+    /// `on_request_body(r)` / `on_response_body(r)`: `r.body` is `body`;
+    /// the script may replace it (`r.body = ...`), and the request's may
+    /// answer instead.
+    pub fn on_body(
+        &self,
+        which: BodyEvent,
+        body: Bytes,
+        info: Info,
+        vars: &mut Vars,
+    ) -> Option<Result<Effects, Failure>> {
+        let f = match which {
+            BodyEvent::Request => self.on_request_body.as_ref()?,
+            BodyEvent::Response => self.on_response_body.as_ref()?,
+        };
+        let parts = txn::Parts {
+            info,
+            vars: vars.0.take(),
+            body: Some(body),
+            body_event: Some(which),
             ..Default::default()
         };
         let (mut back, r) = self.call(f, parts);

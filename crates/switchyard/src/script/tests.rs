@@ -11,6 +11,7 @@ fn compile_with(src: &str, max_instructions: u64, max_memory: usize) -> Result<S
         Limits {
             max_instructions,
             max_memory,
+            max_body: 1 << 20,
         },
         vec!["blue".into(), "green".into()],
         crate::http::normalize::Rules::default(),

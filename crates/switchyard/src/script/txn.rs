@@ -48,6 +48,10 @@ pub struct Effects {
     pub answer: Option<Answer>,
     /// Access-log fields (`r:log`), in order.
     pub log: Vec<(String, String)>,
+    /// `r:collect_body()`: the response body goes to `on_response_body`.
+    pub collect: bool,
+    /// A body event's replacement (`r.body = ...`).
+    pub body: Option<Bytes>,
 }
 
 /// One call's parts, moved in and out of the state's `Txn`.
@@ -59,6 +63,16 @@ pub(super) struct Parts {
     pub vars: Option<Table>,
     pub out: Effects,
     pub log_event: bool,
+    /// The body a body event sees (`r.body`), and which one.
+    pub body: Option<Bytes>,
+    pub body_event: Option<BodyEvent>,
+}
+
+/// Which body a body event has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyEvent {
+    Request,
+    Response,
 }
 
 pub(super) struct Txn {
@@ -145,6 +159,15 @@ impl Txn {
             _ => err(format!(
                 "r:{what} is for on_request and on_response (the exchange is over in on_log)"
             )),
+        }
+    }
+
+    /// `r:respond` and `r:redirect` answer in `on_request` and
+    /// `on_request_body` (no member has the request yet).
+    fn answerable(&self, what: &str) -> mlua::Result<()> {
+        match (&self.p.resp, &self.p.req, self.p.body_event) {
+            (None, Some(_), _) | (_, _, Some(BodyEvent::Request)) => Ok(()),
+            _ => err(format!("{what} is for on_request and on_request_body")),
         }
     }
 
@@ -364,6 +387,17 @@ impl UserData for Txn {
             let p = t.path().unwrap_or(b"/").to_vec();
             t.set_target(&p, q.as_deref(), "r.query")
         });
+        f.add_field_method_get("body", |lua, t| {
+            let b = t.p.out.body.as_ref().or(t.p.body.as_ref());
+            lstr(lua, b.map(|b| &b[..]))
+        });
+        f.add_field_method_set("body", |_, t, b: mlua::String| {
+            if t.p.body_event.is_none() {
+                return err("r.body is for on_request_body and on_response_body");
+            }
+            t.p.out.body = Some(Bytes::copy_from_slice(&b.as_bytes()));
+            Ok(())
+        });
         f.add_field_method_set("status", |_, t, n: i64| {
             let s = status(n, "r.status")?;
             match &mut t.p.resp {
@@ -459,7 +493,7 @@ impl UserData for Txn {
         m.add_method_mut(
             "respond",
             |_, t, (code, body, headers): (i64, Option<mlua::String>, Option<Table>)| {
-                t.request_mut("r:respond")?;
+                t.answerable("r:respond")?;
                 let status = status(code, "r:respond")?;
                 if matches!(status, 204 | 304)
                     && body.as_ref().is_some_and(|b| !b.as_bytes().is_empty())
@@ -490,7 +524,7 @@ impl UserData for Txn {
         m.add_method_mut(
             "redirect",
             |_, t, (location, code): (mlua::String, Option<i64>)| {
-                t.request_mut("r:redirect")?;
+                t.answerable("r:redirect")?;
                 let code = code.unwrap_or(302);
                 if ![301, 302, 303, 307, 308].contains(&code) {
                     return err(format!(
@@ -507,6 +541,13 @@ impl UserData for Txn {
                 Ok(())
             },
         );
+        m.add_method_mut("collect_body", |_, t, ()| {
+            if t.p.req.is_none() && t.p.resp.is_none() {
+                return err("r:collect_body is for on_request and on_response");
+            }
+            t.p.out.collect = true;
+            Ok(())
+        });
         m.add_method_mut("log", |_, t, (name, value): (mlua::String, Value)| {
             let name = name.to_str()?.to_string();
             let ok = !name.is_empty()
