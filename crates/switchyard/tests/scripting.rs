@@ -767,6 +767,81 @@ end
 }
 
 #[test]
+fn a_sideband_authorization_call_waits_without_blocking_the_worker() {
+    let app = Origin::start("app");
+    let auth = Origin::start("auth");
+    auth.set(|b| b.body = Some("user=ann".to_string()));
+    let s = start(
+        "sideband",
+        r#"
+function on_request(r)
+  if r.path == "/public" then return end
+  local res, err = r:sideband("auth", {
+    path = "/check?uri=" .. sy.url_encode(r.path),
+    headers = { ["x-token"] = r:header("x-token") or "" },
+    timeout = tonumber(r:header("x-timeout")) or 0.5,
+  })
+  if not res then
+    r:log("auth", err)
+    return r:respond(503, "authorization unavailable\n")
+  end
+  if res.status ~= 200 then return r:respond(401, "denied\n") end
+  r:set_header("x-auth", res.body)
+  r.vars.yield_late = r.path == "/late"
+end
+function on_response(r)
+  -- A call-out where nothing can wait: a clear error, the request 500.
+  if r.vars.yield_late then r:sideband("auth", {}) end
+end
+"#,
+        &[&app, &auth],
+    );
+    for (proto, get) in BOTH {
+        let g = get(s.listen, "h", "/orders", &[("x-token", "t-1")]);
+        assert_eq!(g.status, 200, "{proto}: {g:?}");
+        let seen = auth.seen();
+        let call = seen.last().expect("a call-out");
+        assert_eq!(call.request_line(), "GET /check?uri=%2Forders HTTP/1.1", "{proto}");
+        assert_eq!(call.header("x-token").as_deref(), Some("t-1"), "{proto}");
+        assert_eq!(
+            app.seen().last().and_then(|r| r.header("x-auth")).as_deref(),
+            Some("user=ann"),
+            "{proto}"
+        );
+        auth.set(|b| b.status = 403);
+        let n = app.requests();
+        assert_eq!(get(s.listen, "h", "/orders", &[]).status, 401, "{proto}");
+        assert_eq!(app.requests(), n, "{proto}");
+        auth.set(|b| b.status = 200);
+        // In an event that cannot wait: 500, and the log says why.
+        assert_eq!(get(s.listen, "h", "/late", &[]).status, 500, "{proto}");
+    }
+    assert!(
+        s.sy.wait_for_log("script.lua:19: r:sideband waits for its answer: only on_request can wait"),
+        "{}",
+        s.sy.log()
+    );
+    // A slow authorizer: the call-out times out (503), and meanwhile the
+    // one worker serves other requests.
+    auth.set(|b| b.delay = Duration::from_secs(3));
+    let listen = s.listen;
+    let slow = std::thread::spawn(move || h1(listen, "h", "/orders", &[("x-timeout", "10")]));
+    assert!(eventually(Duration::from_secs(5), || auth.requests() == 7));
+    let g = h1(s.listen, "h", "/public", &[]);
+    assert_eq!(g.status, 200);
+    assert!(!slow.is_finished(), "the call-out held the worker");
+    let g = slow.join().expect("slow request");
+    assert_eq!(g.status, 200, "{g:?}");
+    let g = h1(s.listen, "h", "/orders", &[]);
+    assert_eq!(g.status, 503, "{g:?}");
+    assert!(eventually(Duration::from_secs(5), || {
+        log_lines(&s.log)
+            .iter()
+            .any(|v| v["script"]["auth"] == "no answer within 500 ms")
+    }));
+}
+
+#[test]
 fn an_endless_loop_gets_500_is_counted_and_the_worker_serves_on() {
     let o = Origin::start("app");
     let s = start_with(

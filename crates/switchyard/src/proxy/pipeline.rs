@@ -25,9 +25,16 @@ use crate::stats;
 pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: Request) {
     let mut hooks = stages::pipeline();
     stats::inc(&x.vs.counters.local().requests);
-    let mut verdict = hooks.on_request_head(x, &mut req);
+    // The front's heads and waits, then the rest's (stages.rs says why).
+    let mut verdict = hooks.0.on_request_head(x, &mut req);
     if let Verdict::Continue = verdict {
-        verdict = hooks.on_request_wait(x, &mut req).await;
+        verdict = hooks.0.on_request_wait(x, &mut req).await;
+    }
+    if let Verdict::Continue = verdict {
+        verdict = hooks.1.on_request_head(x, &mut req);
+    }
+    if let Verdict::Continue = verdict {
+        verdict = hooks.1.on_request_wait(x, &mut req).await;
     }
     let mut background = false;
     match verdict {

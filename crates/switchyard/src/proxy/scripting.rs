@@ -50,6 +50,8 @@ struct Run {
     /// to `max_body`).
     collect_request: bool,
     max_body: u64,
+    /// `on_request` runs in the wait phase (it may call out).
+    waiting: bool,
     /// The script asked for the response body (`r:collect_body()`).
     want_response: bool,
     /// The response body so far, while it is collected for
@@ -145,6 +147,12 @@ impl Hooks for Scripting {
         if !s.script.events.request {
             return Verdict::Continue;
         }
+        if s.script.waits {
+            // Run as a coroutine in the wait phase (right after this one,
+            // before routing: stages.rs).
+            run.waiting = true;
+            return Verdict::Continue;
+        }
         let Some(st) = run.state(x, s) else {
             return Verdict::Respond(error_answer());
         };
@@ -152,25 +160,29 @@ impl Hooks for Scripting {
         let Some(r) = st.on_request(req, info, &mut run.vars) else {
             return Verdict::Continue;
         };
-        let mut e = match r {
-            Ok(e) => e,
-            Err(f) => {
-                failed(x, s, &f);
-                return Verdict::Respond(error_answer());
-            }
+        applied(x, s, run, req, r)
+    }
+
+    async fn on_request_wait(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
+        let vs = x.vs;
+        let (Some(s), Some(run)) = (vs.script.as_deref(), self.0.as_mut()) else {
+            return Verdict::Continue;
         };
-        record_log(x, &mut e);
-        run.want_response |= e.collect;
-        if let Some(t) = e.target.take() {
-            normalizing::rewrite(req, t);
+        if !std::mem::take(&mut run.waiting) {
+            return Verdict::Continue;
         }
-        if let Some(i) = e.pool {
-            x.pool = s.pools.get(i).cloned();
-        }
-        match e.answer.take() {
-            Some(a) => Verdict::Respond(local_answer(vs, a)),
-            None => Verdict::Continue,
-        }
+        let Some(st) = run.state(x, s) else {
+            return Verdict::Respond(error_answer());
+        };
+        let info = info(x, Some(req));
+        let pools = s.pools.clone();
+        let Some(r) = st
+            .on_request_waiting(req, info, &mut run.vars, pools)
+            .await
+        else {
+            return Verdict::Continue;
+        };
+        applied(x, s, run, req, r)
     }
 
     fn on_response_head(&mut self, x: &mut Exchange<'_>, resp: &mut Response) {
@@ -326,6 +338,35 @@ impl Hooks for Scripting {
     }
 }
 
+/// What `on_request` decided, applied to the request and the exchange.
+fn applied(
+    x: &mut Exchange<'_>,
+    s: &VsScript,
+    run: &mut Run,
+    req: &mut Request,
+    r: Result<Effects, Failure>,
+) -> Verdict {
+    let mut e = match r {
+        Ok(e) => e,
+        Err(f) => {
+            failed(x, s, &f);
+            return Verdict::Respond(error_answer());
+        }
+    };
+    record_log(x, &mut e);
+    run.want_response |= e.collect;
+    if let Some(t) = e.target.take() {
+        normalizing::rewrite(req, t);
+    }
+    if let Some(i) = e.pool {
+        x.pool = s.pools.get(i).cloned();
+    }
+    match e.answer.take() {
+        Some(a) => Verdict::Respond(local_answer(x.vs, a)),
+        None => Verdict::Continue,
+    }
+}
+
 /// A script's own answer (`r:respond`, `r:redirect`).
 fn local_answer(vs: &crate::config::snapshot::VServer, a: script::Answer) -> Local {
     let ctype = a
@@ -409,6 +450,10 @@ impl Run {
     fn replace(&mut self, resp: &mut Response) {
         let l = error_answer();
         *resp = l.response;
+        // A local answer's head says no body (its sender writes it whole);
+        // this one goes out through the body phase: its length is framed.
+        resp.head.framing = Framing::Length(l.body.len() as u64);
         self.replace_body = Some(l.body);
+        self.response_body = None;
     }
 }

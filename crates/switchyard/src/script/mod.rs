@@ -36,6 +36,7 @@
 //! `txn.rs` is what an event's `r` offers, `library.rs` the `sy.*` helpers.
 
 pub mod library;
+pub mod sideband;
 mod txn;
 
 use std::cell::{Cell, RefCell};
@@ -101,6 +102,11 @@ pub struct Script {
     pub normalize: crate::http::normalize::Rules,
     pub vserver: String,
     pub events: Events,
+    /// `on_request` may wait (the script calls `r:sideband`): it runs as
+    /// a coroutine (`State::on_request_waiting`). Found in the text: a
+    /// script without the word pays nothing for coroutines, and one that
+    /// reaches the method another way gets a clear error.
+    pub waits: bool,
     /// Errors are logged at most once per second per script
     /// (`clock::now_ms` of the last line; errors not logged since).
     last_logged_ms: AtomicU64,
@@ -154,11 +160,13 @@ impl Script {
             normalize,
             vserver: vserver.to_string(),
             events: Events::default(),
+            waits: false,
             last_logged_ms: AtomicU64::new(0),
             unlogged: AtomicU64::new(0),
         };
         let st = State::new(&s).map_err(|f| f.message().to_string())?;
         s.events = st.events();
+        s.waits = s.events.request && memchr::memmem::find(&s.source, b"sideband").is_some();
         if s.events == Events::default() {
             return Err(format!(
                 "{name}: defines none of the events {}: it would do nothing",
@@ -430,6 +438,62 @@ impl State {
         Some(r.map(|()| back.out))
     }
 
+    /// `on_request(r)` as a coroutine that may wait for call-outs
+    /// (`r:sideband`) without blocking the worker: its own `r`, its
+    /// instruction budget kept across its waits (other requests' events
+    /// run on this state meanwhile).
+    pub async fn on_request_waiting(
+        &self,
+        req: &mut Request,
+        info: Info,
+        vars: &mut Vars,
+        pools: Vec<Arc<crate::config::snapshot::Pool>>,
+    ) -> Option<Result<Effects, Failure>> {
+        let f = self.on_request.clone()?;
+        let sibling = match self.txn.borrow::<txn::Txn>() {
+            Ok(t) => t.sibling(),
+            Err(e) => return Some(Err(self.failure(e))),
+        };
+        let ud = match self.lua.create_userdata(sibling) {
+            Ok(u) => u,
+            Err(e) => return Some(Err(self.failure(e))),
+        };
+        let parts = txn::Parts {
+            req: Some(std::mem::replace(req, txn::placeholder_request())),
+            info,
+            vars: vars.0.take(),
+            waits: true,
+            pools,
+            ..Default::default()
+        };
+        if let Ok(mut t) = ud.borrow_mut::<txn::Txn>() {
+            t.load(parts);
+        }
+        let mut call = Budgeted {
+            fut: Box::pin(f.call_async::<()>(ud.clone())),
+            guard: &self.guard,
+            left: i64::try_from(self.limits.max_instructions).unwrap_or(i64::MAX),
+            tripped: None,
+        };
+        let r = (&mut call).await;
+        let tripped = call.tripped.take();
+        drop(call);
+        let mut back = match ud.borrow_mut::<txn::Txn>() {
+            Ok(mut t) => t.unload(),
+            Err(_) => txn::Parts::default(),
+        };
+        if let Some(q) = back.req.take() {
+            *req = q;
+        }
+        vars.0 = back.vars.take();
+        let r = match (r, tripped) {
+            (Ok(()), _) => Ok(back.out),
+            (Err(_), Some(at)) => Err(Failure::Timeout(at)),
+            (Err(e), None) => Err(self.failure(e)),
+        };
+        Some(r)
+    }
+
     /// `on_response(r)`: may edit the member's response head.
     pub fn on_response(
         &self,
@@ -498,6 +562,33 @@ impl State {
     /// Bytes this state holds now.
     pub fn used_memory(&self) -> usize {
         self.lua.used_memory()
+    }
+}
+
+/// An event call that may wait: each poll runs on the call's own
+/// instruction budget (and trip), put in the state's guard for the poll
+/// and taken back after it, since other calls run on the state between.
+struct Budgeted<'a, F> {
+    fut: std::pin::Pin<Box<F>>,
+    guard: &'a Guard,
+    left: i64,
+    tripped: Option<String>,
+}
+
+impl<F: std::future::Future> std::future::Future for Budgeted<'_, F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.get_mut();
+        let budget = this.guard.budget.replace(this.left);
+        let tripped = this.guard.tripped.replace(this.tripped.take());
+        let r = this.fut.as_mut().poll(cx);
+        this.left = this.guard.budget.replace(budget);
+        this.tripped = this.guard.tripped.replace(tripped);
+        r
     }
 }
 

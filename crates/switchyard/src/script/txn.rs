@@ -66,6 +66,10 @@ pub(super) struct Parts {
     /// The body a body event sees (`r.body`), and which one.
     pub body: Option<Bytes>,
     pub body_event: Option<BodyEvent>,
+    /// The event runs as a coroutine that may wait (`r:sideband`), with
+    /// the pools it may call (the script's, as `Arc`s).
+    pub waits: bool,
+    pub pools: Vec<std::sync::Arc<crate::config::snapshot::Pool>>,
 }
 
 /// Which body a body event has.
@@ -80,6 +84,7 @@ pub(super) struct Txn {
     pools: Vec<String>,
     normalize: crate::http::normalize::Rules,
     vserver: String,
+    max_body: usize,
 }
 
 /// Access-log fields a script may add per request, and their size.
@@ -111,6 +116,19 @@ impl Txn {
             pools: s.pools.clone(),
             normalize: s.normalize,
             vserver: s.vserver.clone(),
+            max_body: s.limits.max_body,
+        }
+    }
+
+    /// Another `r` for the same script (a call that may wait has its
+    /// own: the state's is loaded with other requests meanwhile).
+    pub(super) fn sibling(&self) -> Txn {
+        Txn {
+            p: Parts::default(),
+            pools: self.pools.clone(),
+            normalize: self.normalize,
+            vserver: self.vserver.clone(),
+            max_body: self.max_body,
         }
     }
 
@@ -541,6 +559,30 @@ impl UserData for Txn {
                 Ok(())
             },
         );
+        m.add_async_method(
+            "sideband",
+            |lua, t: mlua::UserDataRef<Txn>, (pool, opts): (mlua::String, Option<Table>)| async move {
+                let (pool, call) = sideband_call(&t, &pool, opts)?;
+                drop(t);
+                match super::sideband::call(&pool, call).await {
+                    Ok(a) => {
+                        let out = lua.create_table()?;
+                        out.raw_set("status", i64::from(a.status))?;
+                        let h = lua.create_table()?;
+                        for (n, v) in &a.headers {
+                            // The first of a repeated field (as r:header).
+                            if h.raw_get::<Value>(n.as_str())? == Value::Nil {
+                                h.raw_set(n.as_str(), lua.create_string(v)?)?;
+                            }
+                        }
+                        out.raw_set("headers", h)?;
+                        out.raw_set("body", lua.create_string(&a.body)?)?;
+                        Ok((Value::Table(out), Value::Nil))
+                    }
+                    Err(why) => Ok((Value::Nil, Value::String(lua.create_string(why)?))),
+                }
+            },
+        );
         m.add_method_mut("collect_body", |_, t, ()| {
             if t.p.req.is_none() && t.p.resp.is_none() {
                 return err("r:collect_body is for on_request and on_response");
@@ -573,4 +615,79 @@ impl UserData for Txn {
             Ok(())
         });
     }
+}
+
+/// The pool and the request of `r:sideband(pool, {method, path, headers,
+/// body, timeout})`, checked.
+fn sideband_call(
+    t: &Txn,
+    pool: &mlua::String,
+    opts: Option<Table>,
+) -> mlua::Result<(
+    std::sync::Arc<crate::config::snapshot::Pool>,
+    super::sideband::Call,
+)> {
+    use super::sideband::{Call, DEFAULT_TIMEOUT, MAX_TIMEOUT};
+    if !t.p.waits {
+        return err(
+            "r:sideband waits for its answer: only on_request can wait (this event cannot)",
+        );
+    }
+    let name = pool.to_str()?;
+    let Some(p) = t.p.pools.iter().find(|p| p.name == *name) else {
+        return err(format!(
+            "r:sideband: no pool {:?} a script may use (pools: {})",
+            &*name,
+            t.pools.join(", ")
+        ));
+    };
+    let mut call = Call {
+        method: "GET".into(),
+        path: "/".into(),
+        headers: Vec::new(),
+        body: Bytes::new(),
+        timeout: DEFAULT_TIMEOUT,
+        max_body: t.max_body,
+    };
+    if let Some(o) = opts {
+        if let Some(m) = o.get::<Option<mlua::String>>("method")? {
+            let m = m.to_str()?.to_string();
+            if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
+                return err(format!("r:sideband: {m:?} is not a method"));
+            }
+            call.method = m;
+        }
+        if let Some(p) = o.get::<Option<mlua::String>>("path")? {
+            let p = p.as_bytes();
+            if p.first() != Some(&b'/') || !p.iter().all(|b| (0x21..0x7f).contains(b)) {
+                return err("r:sideband: a path starts with '/' and holds no spaces or controls");
+            }
+            call.path = String::from_utf8_lossy(&p).into_owned();
+        }
+        if let Some(h) = o.get::<Option<Table>>("headers")? {
+            for pair in h.pairs::<mlua::String, mlua::String>() {
+                let (n, v) = pair?;
+                let n = header_name(&n.as_bytes(), "r:sideband")?;
+                let v = v.as_bytes();
+                let v = header_value(&v, "r:sideband")?;
+                call.headers.push((
+                    String::from_utf8_lossy(&n).into_owned(),
+                    String::from_utf8_lossy(v).into_owned(),
+                ));
+            }
+        }
+        if let Some(b) = o.get::<Option<mlua::String>>("body")? {
+            call.body = Bytes::copy_from_slice(&b.as_bytes());
+        }
+        if let Some(s) = o.get::<Option<f64>>("timeout")? {
+            if !(s > 0.0 && s <= MAX_TIMEOUT.as_secs_f64()) {
+                return err(format!(
+                    "r:sideband: timeout {s} s (more than 0, at most {} s)",
+                    MAX_TIMEOUT.as_secs()
+                ));
+            }
+            call.timeout = std::time::Duration::from_secs_f64(s);
+        }
+    }
+    Ok((p.clone(), call))
 }
