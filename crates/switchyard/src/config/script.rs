@@ -41,6 +41,7 @@ pub fn build(
     vserver: &str,
     pools: Vec<String>,
     normalize: crate::http::normalize::Rules,
+    tcp: bool,
     problems: &mut Vec<Problem>,
 ) -> Option<crate::script::Script> {
     let before = problems.len();
@@ -110,6 +111,28 @@ pub fn build(
         max_body: max_body as usize,
     };
     match crate::script::Script::compile(name, source, limits, pools, normalize, vserver) {
+        // The events of the other kind of vserver would never run.
+        Ok(script) if tcp && !script.events.l4() => {
+            problems.push((
+                s.file.span(),
+                format!("{what}: script {name}: a tcp vserver runs on_accept, on_client_data and on_close; this script defines none of them"),
+            ));
+            None
+        }
+        Ok(script) if tcp && script.events.http() => {
+            problems.push((
+                s.file.span(),
+                format!("{what}: script {name}: on_request, on_response, on_log and the body events are for HTTP vservers; a tcp vserver relays bytes"),
+            ));
+            None
+        }
+        Ok(script) if !tcp && script.events.l4() => {
+            problems.push((
+                s.file.span(),
+                format!("{what}: script {name}: on_accept, on_client_data and on_close are for tcp vservers"),
+            ));
+            None
+        }
         Ok(script) => Some(script),
         Err(e) => {
             problems.push((s.file.span(), format!("{what}: script {e}")));

@@ -48,7 +48,7 @@ use bytes::Bytes;
 use mlua::{AnyUserData, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Value};
 
 use crate::http::message::{Request, Response};
-pub use txn::{Answer, BodyEvent, Effects, Info};
+pub use txn::{Answer, BodyEvent, Conn, ConnEvent, Effects, Info};
 
 /// Instructions between two looks at the budget: the hook's cost (a
 /// call into Rust) is paid once per this many instructions, and a
@@ -74,14 +74,33 @@ pub struct Events {
     pub log: bool,
     pub request_body: bool,
     pub response_body: bool,
+    /// The events of `tcp` vservers.
+    pub accept: bool,
+    pub client_data: bool,
+    pub close: bool,
 }
 
-const EVENT_NAMES: [&str; 5] = [
+impl Events {
+    /// Any event of HTTP vservers.
+    pub fn http(&self) -> bool {
+        self.request || self.response || self.log || self.request_body || self.response_body
+    }
+
+    /// Any event of `tcp` vservers.
+    pub fn l4(&self) -> bool {
+        self.accept || self.client_data || self.close
+    }
+}
+
+const EVENT_NAMES: [&str; 8] = [
     "on_request",
     "on_response",
     "on_log",
     "on_request_body",
     "on_response_body",
+    "on_accept",
+    "on_client_data",
+    "on_close",
 ];
 
 /// A script of one configuration generation: checked, shared by the
@@ -235,6 +254,9 @@ pub struct State {
     on_log: Option<Function>,
     on_request_body: Option<Function>,
     on_response_body: Option<Function>,
+    on_accept: Option<Function>,
+    on_client_data: Option<Function>,
+    on_close: Option<Function>,
     /// The `r` every event gets: one per state, loaded with the request's
     /// parts for each call (no userdata made per request).
     txn: AnyUserData,
@@ -320,6 +342,9 @@ impl State {
             on_log: None,
             on_request_body: None,
             on_response_body: None,
+            on_accept: None,
+            on_client_data: None,
+            on_close: None,
             txn,
             guard,
         };
@@ -353,6 +378,9 @@ impl State {
         st.on_log = event(EVENT_NAMES[2])?;
         st.on_request_body = event(EVENT_NAMES[3])?;
         st.on_response_body = event(EVENT_NAMES[4])?;
+        st.on_accept = event(EVENT_NAMES[5])?;
+        st.on_client_data = event(EVENT_NAMES[6])?;
+        st.on_close = event(EVENT_NAMES[7])?;
         Ok(st)
     }
 
@@ -363,6 +391,9 @@ impl State {
             log: self.on_log.is_some(),
             request_body: self.on_request_body.is_some(),
             response_body: self.on_response_body.is_some(),
+            accept: self.on_accept.is_some(),
+            client_data: self.on_client_data.is_some(),
+            close: self.on_close.is_some(),
         }
     }
 
@@ -552,6 +583,26 @@ impl State {
             vars: vars.0.take(),
             body: Some(body),
             body_event: Some(which),
+            ..Default::default()
+        };
+        let (mut back, r) = self.call(f, parts);
+        vars.0 = back.vars.take();
+        Some(r.map(|()| back.out))
+    }
+
+    /// An event of a `tcp` vserver's connection (`on_accept`,
+    /// `on_client_data`, `on_close`): may choose the pool or refuse the
+    /// connection (the first two).
+    pub fn on_conn(&self, conn: Conn, info: Info, vars: &mut Vars) -> Option<Result<Effects, Failure>> {
+        let f = match conn.event {
+            ConnEvent::Accept => self.on_accept.as_ref()?,
+            ConnEvent::ClientData => self.on_client_data.as_ref()?,
+            ConnEvent::Close => self.on_close.as_ref()?,
+        };
+        let parts = txn::Parts {
+            info,
+            vars: vars.0.take(),
+            conn: Some(conn),
             ..Default::default()
         };
         let (mut back, r) = self.call(f, parts);

@@ -52,6 +52,8 @@ pub struct Effects {
     pub collect: bool,
     /// A body event's replacement (`r.body = ...`).
     pub body: Option<Bytes>,
+    /// `c:reject()`: the connection is closed.
+    pub reject: bool,
 }
 
 /// One call's parts, moved in and out of the state's `Txn`.
@@ -70,6 +72,31 @@ pub(super) struct Parts {
     /// the pools it may call (the script's, as `Arc`s).
     pub waits: bool,
     pub pools: Vec<std::sync::Arc<crate::config::snapshot::Pool>>,
+    /// A `tcp` vserver's connection (its events).
+    pub conn: Option<Conn>,
+}
+
+/// Which event of a `tcp` vserver's connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnEvent {
+    Accept,
+    ClientData,
+    Close,
+}
+
+/// What the events of a `tcp` vserver's connection see.
+#[derive(Debug, Clone)]
+pub struct Conn {
+    pub event: ConnEvent,
+    /// The client's first bytes (`on_client_data`), bounded.
+    pub data: Bytes,
+    /// The ClientHello's server name and ALPN list, when the first bytes
+    /// are one.
+    pub sni: Option<String>,
+    pub alpn: Vec<String>,
+    /// Bytes from the client and to it (`on_close`).
+    pub bytes_in: u64,
+    pub bytes_out: u64,
 }
 
 /// Which body a body event has.
@@ -405,6 +432,24 @@ impl UserData for Txn {
             let p = t.path().unwrap_or(b"/").to_vec();
             t.set_target(&p, q.as_deref(), "r.query")
         });
+        f.add_field_method_get("sni", |lua, t| {
+            lstr(lua, t.p.conn.as_ref().and_then(|c| c.sni.as_deref()).map(str::as_bytes))
+        });
+        f.add_field_method_get("alpn", |lua, t| match &t.p.conn {
+            Some(c) => Ok(Value::Table(
+                lua.create_sequence_from(c.alpn.iter().map(String::as_str))?,
+            )),
+            None => Ok(Value::Nil),
+        });
+        f.add_field_method_get("data", |lua, t| {
+            lstr(lua, t.p.conn.as_ref().map(|c| &c.data[..]))
+        });
+        f.add_field_method_get("bytes_in", |_, t| {
+            Ok(t.p.conn.as_ref().map(|c| c.bytes_in as i64))
+        });
+        f.add_field_method_get("bytes_out", |_, t| {
+            Ok(t.p.conn.as_ref().map(|c| c.bytes_out as i64))
+        });
         f.add_field_method_get("body", |lua, t| {
             let b = t.p.out.body.as_ref().or(t.p.body.as_ref());
             lstr(lua, b.map(|b| &b[..]))
@@ -490,7 +535,14 @@ impl UserData for Txn {
             lstr(lua, v)
         });
         m.add_method_mut("use_pool", |_, t, name: mlua::String| {
-            t.request_mut("r:use_pool")?;
+            let conn_may = t
+                .p
+                .conn
+                .as_ref()
+                .is_some_and(|c| c.event != ConnEvent::Close);
+            if !conn_may {
+                t.request_mut("r:use_pool")?;
+            }
             let name = name.to_str()?;
             match t.pools.iter().position(|p| *p == *name) {
                 Some(i) => {
@@ -583,6 +635,15 @@ impl UserData for Txn {
                 }
             },
         );
+        m.add_method_mut("reject", |_, t, ()| {
+            match &t.p.conn {
+                Some(c) if c.event != ConnEvent::Close => {
+                    t.p.out.reject = true;
+                    Ok(())
+                }
+                _ => err("c:reject is for on_accept and on_client_data (r:respond answers a request)"),
+            }
+        });
         m.add_method_mut("collect_body", |_, t, ()| {
             if t.p.req.is_none() && t.p.resp.is_none() {
                 return err("r:collect_body is for on_request and on_response");
