@@ -175,7 +175,7 @@ impl Hooks for Scripting {
             return Verdict::Respond(error_answer());
         };
         let info = info(x, Some(req));
-        let pools = s.pools.clone();
+        let pools = Rc::new(super::sideband::Pools(s.pools.clone()));
         let Some(r) = st
             .on_request_waiting(req, info, &mut run.vars, pools)
             .await

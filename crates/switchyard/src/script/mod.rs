@@ -36,7 +36,7 @@
 //! `txn.rs` is what an event's `r` offers, `library.rs` the `sy.*` helpers.
 
 pub mod library;
-pub mod sideband;
+pub mod callout;
 mod txn;
 
 use std::cell::{Cell, RefCell};
@@ -331,6 +331,10 @@ impl State {
         )
         .map_err(fail)?;
         let txn = lua.create_userdata(txn::Txn::new(script)).map_err(fail)?;
+        // mlua opened `coroutine` for `r:sideband` (its poller keeps
+        // `coroutine.yield` for itself); scripts do not get it: a yield of
+        // their own would stop an event that cannot wait.
+        lua.globals().raw_set("coroutine", Value::Nil).map_err(fail)?;
         let mut st = State {
             lua,
             script: Weak::new(),
@@ -478,7 +482,7 @@ impl State {
         req: &mut Request,
         info: Info,
         vars: &mut Vars,
-        pools: Vec<Arc<crate::config::snapshot::Pool>>,
+        callout: Rc<dyn callout::CallOut>,
     ) -> Option<Result<Effects, Failure>> {
         let f = self.on_request.clone()?;
         let sibling = match self.txn.borrow::<txn::Txn>() {
@@ -494,7 +498,7 @@ impl State {
             info,
             vars: vars.0.take(),
             waits: true,
-            pools,
+            callout: Some(callout),
             ..Default::default()
         };
         if let Ok(mut t) = ud.borrow_mut::<txn::Txn>() {

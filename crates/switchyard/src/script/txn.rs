@@ -71,7 +71,7 @@ pub(super) struct Parts {
     /// The event runs as a coroutine that may wait (`r:sideband`), with
     /// the pools it may call (the script's, as `Arc`s).
     pub waits: bool,
-    pub pools: Vec<std::sync::Arc<crate::config::snapshot::Pool>>,
+    pub callout: Option<std::rc::Rc<dyn super::callout::CallOut>>,
     /// A `tcp` vserver's connection (its events).
     pub conn: Option<Conn>,
 }
@@ -615,8 +615,11 @@ impl UserData for Txn {
             "sideband",
             |lua, t: mlua::UserDataRef<Txn>, (pool, opts): (mlua::String, Option<Table>)| async move {
                 let (pool, call) = sideband_call(&t, &pool, opts)?;
+                let Some(callout) = t.p.callout.clone() else {
+                    return err("r:sideband: no call-outs here");
+                };
                 drop(t);
-                match super::sideband::call(&pool, call).await {
+                match callout.call(pool, call).await {
                     Ok(a) => {
                         let out = lua.create_table()?;
                         out.raw_set("status", i64::from(a.status))?;
@@ -684,18 +687,15 @@ fn sideband_call(
     t: &Txn,
     pool: &mlua::String,
     opts: Option<Table>,
-) -> mlua::Result<(
-    std::sync::Arc<crate::config::snapshot::Pool>,
-    super::sideband::Call,
-)> {
-    use super::sideband::{Call, DEFAULT_TIMEOUT, MAX_TIMEOUT};
+) -> mlua::Result<(usize, super::callout::Call)> {
+    use super::callout::{Call, DEFAULT_TIMEOUT, MAX_TIMEOUT};
     if !t.p.waits {
         return err(
             "r:sideband waits for its answer: only on_request can wait (this event cannot)",
         );
     }
     let name = pool.to_str()?;
-    let Some(p) = t.p.pools.iter().find(|p| p.name == *name) else {
+    let Some(p) = t.pools.iter().position(|p| *p == *name) else {
         return err(format!(
             "r:sideband: no pool {:?} a script may use (pools: {})",
             &*name,
@@ -750,5 +750,5 @@ fn sideband_call(
             call.timeout = std::time::Duration::from_secs_f64(s);
         }
     }
-    Ok((p.clone(), call))
+    Ok((p, call))
 }

@@ -407,7 +407,8 @@ fn a_script_is_compiled_at_build_and_its_errors_are_located() {
     );
     let e = parse(cfg, &tcp, None).unwrap_err();
     assert!(
-        e.to_string().contains("are for HTTP vservers; a tcp vserver relays bytes"),
+        e.to_string()
+            .contains("a tcp vserver runs on_accept, on_client_data and on_close"),
         "{e}"
     );
     let _ = std::fs::remove_dir_all(&dir);

@@ -4,7 +4,7 @@
 //! request goes on, a token introspected, a flag looked up.
 //!
 //! It never blocks the worker: the script's `on_request` runs as a
-//! coroutine (`State::on_request_waiting`) that yields while the call is
+//! coroutine (`script::State::on_request_waiting`) that yields while the call is
 //! on the network, and the worker serves other connections meanwhile.
 //! Every step is bounded: the whole call by its `timeout` (default 1 s, at
 //! most 30 s), the answer by `max_body` plus 64 KiB of head.
@@ -16,36 +16,32 @@
 //! would tie the script to the proxy's member-connection machinery. Plain
 //! HTTP only in this step (a pool with `[pool.tls]` is refused).
 
-use std::time::Duration;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
 
-use bytes::Bytes;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::balance::Tried;
 use crate::config::snapshot::Pool;
+use crate::script::callout::{Answer, Call, CallOut};
 
-/// What the script asks.
-pub struct Call {
-    pub method: String,
-    pub path: String,
-    pub headers: Vec<(String, String)>,
-    pub body: Bytes,
-    pub timeout: Duration,
-    /// The most answer body accepted.
-    pub max_body: usize,
-}
-
-/// What the member answered.
-pub struct Answer {
-    pub status: u16,
-    /// Lower-case names.
-    pub headers: Vec<(String, Vec<u8>)>,
-    pub body: Vec<u8>,
-}
-
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1);
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(30);
 const MAX_HEAD: usize = 64 << 10;
+
+/// The call-outs of one request's script: its vserver's script pools.
+pub struct Pools(pub Vec<Arc<Pool>>);
+
+impl CallOut for Pools {
+    fn call(&self, pool: usize, c: Call) -> Pin<Box<dyn Future<Output = Result<Answer, String>>>> {
+        let pool = self.0.get(pool).cloned();
+        Box::pin(async move {
+            match pool {
+                Some(p) => call(&p, c).await,
+                None => Err("no such pool".to_string()),
+            }
+        })
+    }
+}
 
 /// Makes the call; the error says why in a few words (for the script's
 /// second return value).
