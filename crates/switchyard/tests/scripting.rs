@@ -1086,3 +1086,118 @@ fn check_refuses_bad_limits_and_missing_files_with_their_position() {
     let (code, out, err) = run_cli(&["check", "-c", cfg.to_str().expect("utf-8")]);
     assert_eq!(code, Some(0), "{out}{err}");
 }
+
+/// A Python with aioquic (target/pyvenv, made by scripts/test.sh), as
+/// tests/http3.rs finds it; None skips the HTTP/3 test.
+fn h3_python() -> Option<std::path::PathBuf> {
+    let venv = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../target/pyvenv/bin/python");
+    for p in [venv, std::path::PathBuf::from("python3")] {
+        let ok = std::process::Command::new(&p)
+            .args(["-c", "import aioquic"])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Some(p);
+        }
+    }
+    eprintln!("SKIPPED: no Python with aioquic (bash scripts/test.sh installs it into target/pyvenv)");
+    None
+}
+
+/// The script's events over HTTP/3 (tests/h3/client.py, aioquic): a
+/// local answer, a pool choice, a head edit, a body replacement, and a
+/// request-body check, as over HTTP/1.1 and HTTP/2 above.
+#[test]
+fn the_events_run_for_http3_clients_too() {
+    use std::io::Write;
+    let Some(py) = h3_python() else { return };
+    let pki = Pki::new("h3-script");
+    let (cert, key) = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let a = Origin::start("a");
+    let b = Origin::start("b");
+    a.set(|x| x.body = Some("Big Black Friday sale!".to_string()));
+    let dir = temp_dir("h3-script");
+    let script = dir.join("h3.lua");
+    std::fs::write(
+        &script,
+        r#"
+function on_request(r)
+  if r.path == "/down" then return r:respond(503, "back soon\n") end
+  if r:header("x-variant") == "b" then r:use_pool("b") end
+  if r.path == "/promo" then r:collect_body() end
+  r.vars.proto = r.protocol
+end
+function on_response(r)
+  r:remove_header("x-origin-secret")
+  r:set_header("x-seen-as", r.vars.proto)
+end
+function on_response_body(r)
+  r.body = r.body:gsub("Black Friday", "Cyber Monday")
+end
+function on_request_body(r)
+  if r.body:find("forbidden") then return r:respond(403, "no\n") end
+end
+"#,
+    )
+    .expect("script");
+    let listen = free_addr();
+    let cfg = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"secure\"\nlisten = [\"{listen}\"]\ndefault_pool = \"a\"\n\
+         [vserver.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n[vserver.http3]\n\
+         [vserver.script]\nfile = \"{}\"\n\
+         [[pool]]\nname = \"a\"\n[[pool.member]]\naddress = \"{}\"\n\
+         [[pool]]\nname = \"b\"\n[[pool.member]]\naddress = \"{}\"\n",
+        cert.display(),
+        key.display(),
+        script.display(),
+        a.addr,
+        b.addr
+    );
+    let _sy = Switchyard::start(&cfg, &[listen]);
+    let requests = serde_json::json!([
+        {"method": "GET", "path": "/down"},
+        {"method": "GET", "path": "/promo"},
+        {"method": "GET", "path": "/x", "headers": [["x-variant", "b"]]},
+        {"method": "POST", "path": "/form", "body": "this is forbidden"},
+    ]);
+    let client = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
+    let mut child = std::process::Command::new(&py)
+        .arg(client)
+        .args([&listen.ip().to_string(), &listen.port().to_string()])
+        .arg(pki.ca())
+        .args(["site.test", "20"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the HTTP/3 client");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(requests.to_string().as_bytes())
+        .expect("requests");
+    let out = child.wait_with_output().expect("the HTTP/3 client");
+    let out: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "client output ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(out["alpn"], "h3", "{out}");
+    let r = out["responses"].as_array().expect("responses");
+    let header = |i: usize, name: &str| -> Option<String> {
+        r[i]["headers"].as_array()?.iter().find_map(|h| {
+            (h[0].as_str()? == name).then(|| h[1].as_str().map(str::to_string)).flatten()
+        })
+    };
+    assert_eq!((r[0]["status"].as_u64(), r[0]["body"].as_str()), (Some(503), Some("back soon\n")), "{out}");
+    assert_eq!(r[1]["body"], "Big Cyber Monday sale!", "{out}");
+    assert_eq!(header(1, "x-seen-as").as_deref(), Some("HTTP/3"), "{out}");
+    assert_eq!(header(2, "x-origin").as_deref(), Some("b"), "{out}");
+    assert_eq!((r[3]["status"].as_u64(), r[3]["body"].as_str()), (Some(403), Some("no\n")), "{out}");
+    assert_eq!((a.requests(), b.requests()), (1, 1));
+}
