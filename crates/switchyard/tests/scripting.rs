@@ -472,6 +472,94 @@ end
     }));
 }
 
+/// A JWT signed with `alg` by `sign` (RS256, ES256).
+fn jwt_signed(alg: &str, claims: &str, sign: impl Fn(&[u8]) -> Vec<u8>) -> String {
+    let mut t = b64url(format!(r#"{{"alg":"{alg}","typ":"JWT"}}"#).as_bytes());
+    t.push('.');
+    t.push_str(&b64url(claims.as_bytes()));
+    let sig = sign(t.as_bytes());
+    t.push('.');
+    t.push_str(&b64url(&sig));
+    t
+}
+
+fn pem_public_key(der: &[u8]) -> String {
+    // Standard base64, 64 columns.
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut b = String::new();
+    for c in der.chunks(3) {
+        let n = c.iter().fold(0u32, |a, x| a << 8 | u32::from(*x)) << (8 * (3 - c.len()));
+        for i in 0..4 {
+            b.push(if i <= c.len() { T[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
+        }
+    }
+    let lines: Vec<&str> = b.as_bytes().chunks(64).map(|l| std::str::from_utf8(l).unwrap_or("")).collect();
+    format!("-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n", lines.join("\n"))
+}
+
+/// RS256 and ES256 tokens checked against an identity provider's public
+/// keys (`sy.public_key`, `sy.jwt_verify`), each with its own algorithm.
+#[test]
+fn jwt_rs256_and_es256_checks_with_public_keys() {
+    use aws_lc_rs::encoding::AsDer;
+    use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair};
+    let rng = aws_lc_rs::rand::SystemRandom::new();
+    let rsa = RsaKeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).expect("rsa");
+    let ec = EcdsaKeyPair::generate(&signature::ECDSA_P256_SHA256_FIXED_SIGNING).expect("ec");
+    let rsa_pem = pem_public_key(rsa.public_key().as_der().expect("der").as_ref());
+    let ec_pem = pem_public_key(ec.public_key().as_der().expect("der").as_ref());
+    let o = Origin::start("api");
+    let s = start(
+        "jwt-pk",
+        &format!(
+            r#"
+local keys = {{ rs = sy.public_key([[{rsa_pem}]]), es = sy.public_key([[{ec_pem}]]) }}
+function on_request(r)
+  local token = (r:header("authorization") or ""):match("^Bearer%s+(.+)$")
+  local key = keys[r:header("x-idp") or ""]
+  local claims, why = nil, "no token"
+  if token and key then claims, why = sy.jwt_verify(token, key) end
+  if not claims then
+    r:log("auth", why)
+    return r:respond(401, "unauthorized\n")
+  end
+  r:set_header("x-user", claims.sub)
+end
+"#
+        ),
+        &[&o],
+    );
+    let claims = r#"{"sub":"ann","exp":4102444800}"#;
+    let rs = jwt_signed("RS256", claims, |m| {
+        let mut sig = vec![0; rsa.public_modulus_len()];
+        rsa.sign(&signature::RSA_PKCS1_SHA256, &rng, m, &mut sig).expect("sign");
+        sig
+    });
+    let es = jwt_signed("ES256", claims, |m| ec.sign(&rng, m).expect("sign").as_ref().to_vec());
+    for (proto, get) in BOTH {
+        for (idp, token, status) in [
+            ("rs", &rs, 200),
+            ("es", &es, 200),
+            // A token checked with the other provider's key: refused.
+            ("es", &rs, 401),
+            ("rs", &es, 401),
+        ] {
+            let g = get(s.listen, "h", "/", &[("authorization", &format!("Bearer {token}")), ("x-idp", idp)]);
+            assert_eq!(g.status, status, "{proto} {idp}: {g:?}");
+        }
+    }
+    assert_eq!(o.requests(), 4);
+    assert!(o.seen().iter().all(|r| r.header("x-user").as_deref() == Some("ann")));
+    assert!(eventually(Duration::from_secs(5), || {
+        let why: Vec<String> = log_lines(&s.log)
+            .iter()
+            .filter_map(|l| l["script"]["auth"].as_str().map(str::to_string))
+            .collect();
+        why.iter().filter(|w| *w == "not an ES256 token").count() == 2
+            && why.iter().filter(|w| *w == "not an RS256 token").count() == 2
+    }));
+}
+
 #[test]
 fn an_hmac_signed_link_with_an_expiry() {
     let o = Origin::start("files");
