@@ -1286,12 +1286,22 @@ end
     let sy = Switchyard::start(&cfg, &[l]);
     let ca = pki.ca();
     let requests = |pool: &str, addr: SocketAddr| {
-        sy.member_stats(pool, addr)["requests"].as_u64().unwrap_or(0)
+        sy.member_stats(pool, addr)["requests"]
+            .as_u64()
+            .unwrap_or(0)
     };
-    assert!(curl_https_args(l, "a.test", &ca, &["--http1.1"]), "{}", sy.log());
+    assert!(
+        curl_https_args(l, "a.test", &ca, &["--http1.1"]),
+        "{}",
+        sy.log()
+    );
     assert_eq!(requests("a", a.addr), 1);
     // b.test: only a client offering h2 (an sni_route alone would take both).
-    assert!(curl_https_args(l, "b.test", &ca, &["--http2"]), "{}", sy.log());
+    assert!(
+        curl_https_args(l, "b.test", &ca, &["--http2"]),
+        "{}",
+        sy.log()
+    );
     assert_eq!(requests("d", d.addr), 1);
     assert!(!curl_https_args(l, "b.test", &ca, &["--http1.1"]));
     assert!(!curl_https_args(l, "x.blocked.test", &ca, &[]));
@@ -1302,7 +1312,10 @@ end
     let mut big = b"HELLO ".to_vec();
     big.extend(std::iter::repeat_n(b'x', 20_000));
     send_and_close(l, &big);
-    let got = rec.got.recv_timeout(Duration::from_secs(5)).expect("relayed");
+    let got = rec
+        .got
+        .recv_timeout(Duration::from_secs(5))
+        .expect("relayed");
     assert_eq!(got, big, "relayed untouched");
     // on_close counted the upload: this client is over its quota now.
     // (A probe relayed before on_close ran is counted: the member has seen

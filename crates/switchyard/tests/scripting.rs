@@ -52,20 +52,17 @@ fn start_with(tag: &str, script: &str, origins: &[&Origin], extra: &str) -> Setu
     start_workers(tag, script, origins, extra, 1)
 }
 
-fn start_workers(
-    tag: &str,
-    script: &str,
-    origins: &[&Origin],
-    extra: &str,
-    workers: u32,
-) -> Setup {
+fn start_workers(tag: &str, script: &str, origins: &[&Origin], extra: &str, workers: u32) -> Setup {
     let dir = temp_dir(tag);
     let file = dir.join("script.lua");
     std::fs::write(&file, script).expect("write script");
     let log = dir.join("access.json");
     let listen = free_addr();
-    let cfg = config(listen, &file, &log, origins, extra)
-        .replacen("workers = 1", &format!("workers = {workers}"), 1);
+    let cfg = config(listen, &file, &log, origins, extra).replacen(
+        "workers = 1",
+        &format!("workers = {workers}"),
+        1,
+    );
     let sy = Switchyard::start(&cfg, &[listen]);
     Setup {
         sy,
@@ -490,11 +487,22 @@ fn pem_public_key(der: &[u8]) -> String {
     for c in der.chunks(3) {
         let n = c.iter().fold(0u32, |a, x| a << 8 | u32::from(*x)) << (8 * (3 - c.len()));
         for i in 0..4 {
-            b.push(if i <= c.len() { T[(n >> (18 - 6 * i) & 63) as usize] as char } else { '=' });
+            b.push(if i <= c.len() {
+                T[(n >> (18 - 6 * i) & 63) as usize] as char
+            } else {
+                '='
+            });
         }
     }
-    let lines: Vec<&str> = b.as_bytes().chunks(64).map(|l| std::str::from_utf8(l).unwrap_or("")).collect();
-    format!("-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n", lines.join("\n"))
+    let lines: Vec<&str> = b
+        .as_bytes()
+        .chunks(64)
+        .map(|l| std::str::from_utf8(l).unwrap_or(""))
+        .collect();
+    format!(
+        "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
+        lines.join("\n")
+    )
 }
 
 /// RS256 and ES256 tokens checked against an identity provider's public
@@ -532,10 +540,13 @@ end
     let claims = r#"{"sub":"ann","exp":4102444800}"#;
     let rs = jwt_signed("RS256", claims, |m| {
         let mut sig = vec![0; rsa.public_modulus_len()];
-        rsa.sign(&signature::RSA_PKCS1_SHA256, &rng, m, &mut sig).expect("sign");
+        rsa.sign(&signature::RSA_PKCS1_SHA256, &rng, m, &mut sig)
+            .expect("sign");
         sig
     });
-    let es = jwt_signed("ES256", claims, |m| ec.sign(&rng, m).expect("sign").as_ref().to_vec());
+    let es = jwt_signed("ES256", claims, |m| {
+        ec.sign(&rng, m).expect("sign").as_ref().to_vec()
+    });
     for (proto, get) in BOTH {
         for (idp, token, status) in [
             ("rs", &rs, 200),
@@ -544,12 +555,23 @@ end
             ("es", &rs, 401),
             ("rs", &es, 401),
         ] {
-            let g = get(s.listen, "h", "/", &[("authorization", &format!("Bearer {token}")), ("x-idp", idp)]);
+            let g = get(
+                s.listen,
+                "h",
+                "/",
+                &[
+                    ("authorization", &format!("Bearer {token}")),
+                    ("x-idp", idp),
+                ],
+            );
             assert_eq!(g.status, status, "{proto} {idp}: {g:?}");
         }
     }
     assert_eq!(o.requests(), 4);
-    assert!(o.seen().iter().all(|r| r.header("x-user").as_deref() == Some("ann")));
+    assert!(o
+        .seen()
+        .iter()
+        .all(|r| r.header("x-user").as_deref() == Some("ann")));
     assert!(eventually(Duration::from_secs(5), || {
         let why: Vec<String> = log_lines(&s.log)
             .iter()
@@ -773,9 +795,16 @@ end
         assert_eq!(statuses[..5], [200; 5], "{proto}");
         assert_eq!(statuses[5..], [429; 7], "{proto}");
         // Another user has a quota of their own.
-        assert_eq!(get(s.listen, "h", "/", &[("x-user", "other")]).status, 200, "{proto}");
+        assert_eq!(
+            get(s.listen, "h", "/", &[("x-user", "other")]).status,
+            200,
+            "{proto}"
+        );
     }
-    assert!(spread, "every request was served by one worker: the table was not shown to be shared");
+    assert!(
+        spread,
+        "every request was served by one worker: the table was not shown to be shared"
+    );
     assert_eq!(o.requests(), 12);
 }
 
@@ -804,18 +833,34 @@ end
     );
     for (proto, get) in BOTH {
         let g = get(s.listen, "h", "/promo", &[]);
-        assert_eq!((g.status, g.body.as_str()), (200, "Big Cyber Monday sale!!"), "{proto}");
+        assert_eq!(
+            (g.status, g.body.as_str()),
+            (200, "Big Cyber Monday sale!!"),
+            "{proto}"
+        );
         // Re-framed: the new length is known at the end only.
         assert_eq!(g.header("content-length"), None, "{proto}: {g:?}");
         let g = get(s.listen, "h", "/other", &[]);
         assert_eq!(g.body, "Big Black Friday sale!", "{proto}");
         assert_eq!(g.header("content-length"), Some("22"), "{proto}: {g:?}");
         // Within max_body the event runs; over it the body passes untouched.
-        assert_eq!(get(s.listen, "h", "/size/4000", &[]).body.len(), 4001, "{proto}");
-        assert_eq!(get(s.listen, "h", "/size/100000", &[]).body.len(), 100_000, "{proto}");
+        assert_eq!(
+            get(s.listen, "h", "/size/4000", &[]).body.len(),
+            4001,
+            "{proto}"
+        );
+        assert_eq!(
+            get(s.listen, "h", "/size/100000", &[]).body.len(),
+            100_000,
+            "{proto}"
+        );
     }
     for (proto, post) in POSTS {
-        let g = post(s.listen, "/pay", r#"{"card":"4111111111111111","role":"user"}"#);
+        let g = post(
+            s.listen,
+            "/pay",
+            r#"{"card":"4111111111111111","role":"user"}"#,
+        );
         assert_eq!(g.status, 200, "{proto}: {g:?}");
         let seen = o.seen();
         let last = seen.last().expect("a request");
@@ -825,11 +870,19 @@ end
             "{proto}"
         );
         if proto == "HTTP/1.1" {
-            assert_eq!(last.header("content-length").as_deref(), Some("29"), "{proto}");
+            assert_eq!(
+                last.header("content-length").as_deref(),
+                Some("29"),
+                "{proto}"
+            );
         }
         let n = o.requests();
         let g = post(s.listen, "/pay", r#"{"card":"1","role": "admin"}"#);
-        assert_eq!((g.status, g.body.as_str()), (403, "no admins here\n"), "{proto}");
+        assert_eq!(
+            (g.status, g.body.as_str()),
+            (403, "no admins here\n"),
+            "{proto}"
+        );
         assert_eq!(o.requests(), n, "{proto}: refused before the member");
         // A longer body than max_body goes to the member untouched.
         let big = format!(r#"{{"card":"4111","pad":"{}"}}"#, "x".repeat(5000));
@@ -847,11 +900,18 @@ end
     );
     assert_eq!(request(s.listen, &raw).status, 413);
     assert_eq!(o.requests(), n);
-    assert!(eventually(Duration::from_secs(5), || {
-        let l = log_lines(&s.log);
-        l.iter().filter(|v| v["script"]["body_over"] == "response").count() == 2
-            && l.iter().any(|v| v["script"]["body_over"] == "request")
-    }), "{:?}", log_lines(&s.log));
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let l = log_lines(&s.log);
+            l.iter()
+                .filter(|v| v["script"]["body_over"] == "response")
+                .count()
+                == 2
+                && l.iter().any(|v| v["script"]["body_over"] == "request")
+        }),
+        "{:?}",
+        log_lines(&s.log)
+    );
 }
 
 #[test]
@@ -889,10 +949,17 @@ end
         assert_eq!(g.status, 200, "{proto}: {g:?}");
         let seen = auth.seen();
         let call = seen.last().expect("a call-out");
-        assert_eq!(call.request_line(), "GET /check?uri=%2Forders HTTP/1.1", "{proto}");
+        assert_eq!(
+            call.request_line(),
+            "GET /check?uri=%2Forders HTTP/1.1",
+            "{proto}"
+        );
         assert_eq!(call.header("x-token").as_deref(), Some("t-1"), "{proto}");
         assert_eq!(
-            app.seen().last().and_then(|r| r.header("x-auth")).as_deref(),
+            app.seen()
+                .last()
+                .and_then(|r| r.header("x-auth"))
+                .as_deref(),
             Some("user=ann"),
             "{proto}"
         );
@@ -905,7 +972,9 @@ end
         assert_eq!(get(s.listen, "h", "/late", &[]).status, 500, "{proto}");
     }
     assert!(
-        s.sy.wait_for_log("script.lua:19: r:sideband waits for its answer: only on_request can wait"),
+        s.sy.wait_for_log(
+            "script.lua:19: r:sideband waits for its answer: only on_request can wait"
+        ),
         "{}",
         s.sy.log()
     );
@@ -1178,8 +1247,8 @@ fn check_refuses_bad_limits_and_missing_files_with_their_position() {
 /// A Python with aioquic (target/pyvenv, made by scripts/test.sh), as
 /// tests/http3.rs finds it; None skips the HTTP/3 test.
 fn h3_python() -> Option<std::path::PathBuf> {
-    let venv = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../../target/pyvenv/bin/python");
+    let venv =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/pyvenv/bin/python");
     for p in [venv, std::path::PathBuf::from("python3")] {
         let ok = std::process::Command::new(&p)
             .args(["-c", "import aioquic"])
@@ -1190,7 +1259,9 @@ fn h3_python() -> Option<std::path::PathBuf> {
             return Some(p);
         }
     }
-    eprintln!("SKIPPED: no Python with aioquic (bash scripts/test.sh installs it into target/pyvenv)");
+    eprintln!(
+        "SKIPPED: no Python with aioquic (bash scripts/test.sh installs it into target/pyvenv)"
+    );
     None
 }
 
@@ -1279,13 +1350,23 @@ end
     let r = out["responses"].as_array().expect("responses");
     let header = |i: usize, name: &str| -> Option<String> {
         r[i]["headers"].as_array()?.iter().find_map(|h| {
-            (h[0].as_str()? == name).then(|| h[1].as_str().map(str::to_string)).flatten()
+            (h[0].as_str()? == name)
+                .then(|| h[1].as_str().map(str::to_string))
+                .flatten()
         })
     };
-    assert_eq!((r[0]["status"].as_u64(), r[0]["body"].as_str()), (Some(503), Some("back soon\n")), "{out}");
+    assert_eq!(
+        (r[0]["status"].as_u64(), r[0]["body"].as_str()),
+        (Some(503), Some("back soon\n")),
+        "{out}"
+    );
     assert_eq!(r[1]["body"], "Big Cyber Monday sale!", "{out}");
     assert_eq!(header(1, "x-seen-as").as_deref(), Some("HTTP/3"), "{out}");
     assert_eq!(header(2, "x-origin").as_deref(), Some("b"), "{out}");
-    assert_eq!((r[3]["status"].as_u64(), r[3]["body"].as_str()), (Some(403), Some("no\n")), "{out}");
+    assert_eq!(
+        (r[3]["status"].as_u64(), r[3]["body"].as_str()),
+        (Some(403), Some("no\n")),
+        "{out}"
+    );
     assert_eq!((a.requests(), b.requests()), (1, 1));
 }

@@ -37,11 +37,9 @@ pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
 pub fn build(
     s: &ScriptFile,
     base: &Path,
-    what: &str,
-    vserver: &str,
+    (what, vserver, tcp): (&str, &str, bool),
     pools: Vec<String>,
     normalize: crate::http::normalize::Rules,
-    tcp: bool,
     problems: &mut Vec<Problem>,
 ) -> Option<crate::script::Script> {
     let before = problems.len();

@@ -64,7 +64,11 @@ impl ConnScript {
     /// The vserver's script for this connection: None without one; Err
     /// when this worker could not make its state (counted and logged: the
     /// connection is closed).
-    pub fn start(vs: &VServer, client: SocketAddr, tls: bool) -> Result<Option<ConnScript>, ()> {
+    pub(super) fn start(
+        vs: &VServer,
+        client: SocketAddr,
+        tls: bool,
+    ) -> Result<Option<ConnScript>, ()> {
         let Some(s) = vs.script.clone() else {
             return Ok(None);
         };
@@ -109,7 +113,12 @@ impl ConnScript {
         self.run(vs, conn(ConnEvent::Accept))
     }
 
-    pub fn client_data(&mut self, vs: &VServer, data: &[u8], hello: Option<&ClientHello>) -> Decision {
+    pub fn client_data(
+        &mut self,
+        vs: &VServer,
+        data: &[u8],
+        hello: Option<&ClientHello>,
+    ) -> Decision {
         let mut c = conn(ConnEvent::ClientData);
         c.data = Bytes::copy_from_slice(data);
         if let Some(h) = hello {

@@ -26,8 +26,8 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::relay::{self, End, Meter, Moved};
-use super::Lease;
 use super::scripting::{ConnScript, Decision};
+use super::Lease;
 use super::{client_hello, proxy_protocol};
 use crate::accesslog::{self, l4::End as LogEnd, TlsInfo};
 use crate::balance::persist::source_ip_hash;

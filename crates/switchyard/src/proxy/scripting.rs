@@ -176,10 +176,7 @@ impl Hooks for Scripting {
         };
         let info = info(x, Some(req));
         let pools = Rc::new(super::sideband::Pools(s.pools.clone()));
-        let Some(r) = st
-            .on_request_waiting(req, info, &mut run.vars, pools)
-            .await
-        else {
+        let Some(r) = st.on_request_waiting(req, info, &mut run.vars, pools).await else {
             return Verdict::Continue;
         };
         applied(x, s, run, req, r)
@@ -392,7 +389,8 @@ fn local_answer(vs: &crate::config::snapshot::VServer, a: script::Answer) -> Loc
 fn body_over(x: &mut Exchange<'_>, which: &str) {
     let log = x.facts.script.get_or_insert_with(Box::<ScriptLog>::default);
     log.fields.retain(|(k, _)| k != "body_over");
-    log.fields.push(("body_over".to_string(), which.to_string()));
+    log.fields
+        .push(("body_over".to_string(), which.to_string()));
 }
 
 /// Whether the request's body goes to `on_request_body`: it has one, and

@@ -96,8 +96,7 @@ async fn exchange(
     if !has_host {
         head.push_str(&format!("host: {addr}\r\n"));
     }
-    if !c.body.is_empty() || !matches!(c.method.as_str(), "GET" | "HEAD" | "DELETE" | "OPTIONS")
-    {
+    if !c.body.is_empty() || !matches!(c.method.as_str(), "GET" | "HEAD" | "DELETE" | "OPTIONS") {
         head.push_str(&format!("content-length: {}\r\n", c.body.len()));
     }
     head.push_str("connection: close\r\n\r\n");
@@ -138,7 +137,12 @@ fn complete(buf: &[u8], max_body: usize, head_request: bool) -> Result<Option<An
         return Ok(None);
     };
     let rest = &buf[at..];
-    let field = |n: &str| a.headers.iter().find(|(k, _)| k == n).map(|(_, v)| v.clone());
+    let field = |n: &str| {
+        a.headers
+            .iter()
+            .find(|(k, _)| k == n)
+            .map(|(_, v)| v.clone())
+    };
     if head_request || matches!(a.status, 204 | 304) {
         return Ok(Some(a));
     }
@@ -242,19 +246,33 @@ mod tests {
 
     #[test]
     fn answers_are_read_by_length_chunks_or_close() {
-        let a = complete(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok", 100, false)
-            .expect("ok")
-            .expect("whole");
+        let a = complete(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok",
+            100,
+            false,
+        )
+        .expect("ok")
+        .expect("whole");
         assert_eq!((a.status, &a.body[..]), (200, &b"ok"[..]));
-        assert!(complete(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok", 100, false)
-            .expect("ok")
-            .is_none());
-        let c = b"HTTP/1.1 403 No\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nno\r\n1\r\n!\r\n0\r\n\r\n";
+        assert!(complete(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok",
+            100,
+            false
+        )
+        .expect("ok")
+        .is_none());
+        let c =
+            b"HTTP/1.1 403 No\r\nTransfer-Encoding: chunked\r\n\r\n2\r\nno\r\n1\r\n!\r\n0\r\n\r\n";
         let a = complete(c, 100, false).expect("ok").expect("whole");
         assert_eq!((a.status, &a.body[..]), (403, &b"no!"[..]));
         let a = complete_at_close(b"HTTP/1.0 200 OK\r\n\r\nall of it", 100).expect("ok");
         assert_eq!(&a.body[..], b"all of it");
-        assert!(complete(b"HTTP/1.1 200 OK\r\nContent-Length: 200\r\n\r\n", 100, false).is_err());
+        assert!(complete(
+            b"HTTP/1.1 200 OK\r\nContent-Length: 200\r\n\r\n",
+            100,
+            false
+        )
+        .is_err());
         assert!(complete_at_close(b"HTTP/1.1 200 OK\r\nContent-Length: 5\r\n\r\nab", 100).is_err());
     }
 }

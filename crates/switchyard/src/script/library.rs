@@ -197,7 +197,8 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
     sy.raw_set(
         "public_key",
         lua.create_function(|_, pem: mlua::String| {
-            PublicKey::from_pem(&pem.as_bytes()).map_err(|e| mlua::Error::runtime(format!("sy.public_key: {e}")))
+            PublicKey::from_pem(&pem.as_bytes())
+                .map_err(|e| mlua::Error::runtime(format!("sy.public_key: {e}")))
         })?,
     )?;
     sy.raw_set(
@@ -215,9 +216,9 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
                 },
                 other => {
                     return Err(mlua::Error::runtime(format!(
-                        "sy.jwt_verify: the key is a secret (string) or sy.public_key(pem), not a {}",
-                        other.type_name()
-                    )))
+                    "sy.jwt_verify: the key is a secret (string) or sy.public_key(pem), not a {}",
+                    other.type_name()
+                )))
                 }
             };
             match jwt_verify(&token.as_bytes(), &key, crate::clock::unix_secs()) {
@@ -330,9 +331,12 @@ impl UserData for SharedTable {
             t.0.set(&k, v, ttl_ms(ttl)?);
             Ok(())
         });
-        m.add_method("incr", |_, t, (k, by, ttl): (Value, Option<i64>, Option<f64>)| {
-            Ok(t.0.incr(&table_key(&k)?, by.unwrap_or(1), ttl_ms(ttl)?))
-        });
+        m.add_method(
+            "incr",
+            |_, t, (k, by, ttl): (Value, Option<i64>, Option<f64>)| {
+                Ok(t.0.incr(&table_key(&k)?, by.unwrap_or(1), ttl_ms(ttl)?))
+            },
+        );
         m.add_method("rate", |_, t, (k, period): (Value, f64)| {
             let ms = ttl_ms(Some(period))?;
             Ok(t.0.rate(&table_key(&k)?, ms) as i64)
@@ -747,7 +751,8 @@ mod tests {
         let ec_key = JwtKey::Public(PublicKey::from_pem(ec_pem.as_bytes()).expect("ec pem"));
         let rs = |m: &[u8]| {
             let mut sig = vec![0; rsa.public_modulus_len()];
-            rsa.sign(&signature::RSA_PKCS1_SHA256, &rng, m, &mut sig).expect("sign");
+            rsa.sign(&signature::RSA_PKCS1_SHA256, &rng, m, &mut sig)
+                .expect("sign");
             sig
         };
         let es = |m: &[u8]| ec.sign(&rng, m).expect("sign").as_ref().to_vec();
@@ -760,13 +765,20 @@ mod tests {
         assert_eq!(jwt_verify(&t, &ec_key, 1000).expect("es256")["sub"], "ann");
         // Another key's signature, an algorithm the key is not for, and
         // the HS256-with-the-public-key confusion are refused.
-        let other = EcdsaKeyPair::generate(&signature::ECDSA_P256_SHA256_FIXED_SIGNING).expect("ec");
+        let other =
+            EcdsaKeyPair::generate(&signature::ECDSA_P256_SHA256_FIXED_SIGNING).expect("ec");
         let forged = signed(r#"{"alg":"ES256"}"#, claims, |m| {
             other.sign(&rng, m).expect("sign").as_ref().to_vec()
         });
         assert_eq!(jwt_verify(&forged, &ec_key, 1000), Err("bad signature"));
         let confused = token(r#"{"alg":"HS256"}"#, claims, ec_pem.as_bytes());
-        assert_eq!(jwt_verify(&confused, &ec_key, 1000), Err("not an ES256 token"));
-        assert!(PublicKey::from_pem(b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----").is_err());
+        assert_eq!(
+            jwt_verify(&confused, &ec_key, 1000),
+            Err("not an ES256 token")
+        );
+        assert!(
+            PublicKey::from_pem(b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----")
+                .is_err()
+        );
     }
 }

@@ -35,8 +35,8 @@
 //!
 //! `txn.rs` is what an event's `r` offers, `library.rs` the `sy.*` helpers.
 
-pub mod library;
 pub mod callout;
+pub mod library;
 mod txn;
 
 use std::cell::{Cell, RefCell};
@@ -334,7 +334,9 @@ impl State {
         // mlua opened `coroutine` for `r:sideband` (its poller keeps
         // `coroutine.yield` for itself); scripts do not get it: a yield of
         // their own would stop an event that cannot wait.
-        lua.globals().raw_set("coroutine", Value::Nil).map_err(fail)?;
+        lua.globals()
+            .raw_set("coroutine", Value::Nil)
+            .map_err(fail)?;
         let mut st = State {
             lua,
             script: Weak::new(),
@@ -597,7 +599,12 @@ impl State {
     /// An event of a `tcp` vserver's connection (`on_accept`,
     /// `on_client_data`, `on_close`): may choose the pool or refuse the
     /// connection (the first two).
-    pub fn on_conn(&self, conn: Conn, info: Info, vars: &mut Vars) -> Option<Result<Effects, Failure>> {
+    pub fn on_conn(
+        &self,
+        conn: Conn,
+        info: Info,
+        vars: &mut Vars,
+    ) -> Option<Result<Effects, Failure>> {
         let f = match conn.event {
             ConnEvent::Accept => self.on_accept.as_ref()?,
             ConnEvent::ClientData => self.on_client_data.as_ref()?,

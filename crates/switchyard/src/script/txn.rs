@@ -364,7 +364,13 @@ impl UserData for Txn {
             lstr(lua, Some(t.p.info.protocol.as_bytes()))
         });
         f.add_field_method_get("client_cert_subject", |lua, t| {
-            lstr(lua, t.p.info.client_cert.as_deref().map(|c| c.subject.as_bytes()))
+            lstr(
+                lua,
+                t.p.info
+                    .client_cert
+                    .as_deref()
+                    .map(|c| c.subject.as_bytes()),
+            )
         });
         f.add_field_method_get("client_cert", |lua, t| {
             let Some(c) = t.p.info.client_cert.as_deref() else {
@@ -385,7 +391,10 @@ impl UserData for Txn {
                 ("san_email", &c.emails),
                 ("san_uri", &c.uris),
             ] {
-                out.raw_set(k, lua.create_sequence_from(list.iter().map(String::as_str))?)?;
+                out.raw_set(
+                    k,
+                    lua.create_sequence_from(list.iter().map(String::as_str))?,
+                )?;
             }
             Ok(Value::Table(out))
         });
@@ -433,7 +442,13 @@ impl UserData for Txn {
             t.set_target(&p, q.as_deref(), "r.query")
         });
         f.add_field_method_get("sni", |lua, t| {
-            lstr(lua, t.p.conn.as_ref().and_then(|c| c.sni.as_deref()).map(str::as_bytes))
+            lstr(
+                lua,
+                t.p.conn
+                    .as_ref()
+                    .and_then(|c| c.sni.as_deref())
+                    .map(str::as_bytes),
+            )
         });
         f.add_field_method_get("alpn", |lua, t| match &t.p.conn {
             Some(c) => Ok(Value::Table(
@@ -535,11 +550,10 @@ impl UserData for Txn {
             lstr(lua, v)
         });
         m.add_method_mut("use_pool", |_, t, name: mlua::String| {
-            let conn_may = t
-                .p
-                .conn
-                .as_ref()
-                .is_some_and(|c| c.event != ConnEvent::Close);
+            let conn_may =
+                t.p.conn
+                    .as_ref()
+                    .is_some_and(|c| c.event != ConnEvent::Close);
             if !conn_may {
                 t.request_mut("r:use_pool")?;
             }
@@ -638,14 +652,12 @@ impl UserData for Txn {
                 }
             },
         );
-        m.add_method_mut("reject", |_, t, ()| {
-            match &t.p.conn {
-                Some(c) if c.event != ConnEvent::Close => {
-                    t.p.out.reject = true;
-                    Ok(())
-                }
-                _ => err("c:reject is for on_accept and on_client_data (r:respond answers a request)"),
+        m.add_method_mut("reject", |_, t, ()| match &t.p.conn {
+            Some(c) if c.event != ConnEvent::Close => {
+                t.p.out.reject = true;
+                Ok(())
             }
+            _ => err("c:reject is for on_accept and on_client_data (r:respond answers a request)"),
         });
         m.add_method_mut("collect_body", |_, t, ()| {
             if t.p.req.is_none() && t.p.resp.is_none() {

@@ -436,6 +436,8 @@ pub enum Stored {
     Text(Vec<u8>),
 }
 
+type KeptMap = HashMap<Vec<u8>, Kept, FxBuild>;
+
 #[derive(Debug)]
 struct Kept {
     value: Option<Stored>,
@@ -457,7 +459,7 @@ struct Kept {
 /// process, by name (a reload keeps what they hold).
 #[derive(Debug)]
 pub struct Store {
-    shards: Box<[Mutex<HashMap<Vec<u8>, Kept, FxBuild>>]>,
+    shards: Box<[Mutex<KeptMap>]>,
     per_shard: usize,
     pub evicted: AtomicU64,
 }
@@ -484,7 +486,9 @@ impl Store {
             .iter()
             .map(|s| {
                 let s = s.lock().unwrap_or_else(|e| e.into_inner());
-                s.values().filter(|k| k.expires_ms == 0 || k.expires_ms > now).count()
+                s.values()
+                    .filter(|k| k.expires_ms == 0 || k.expires_ms > now)
+                    .count()
             })
             .sum()
     }

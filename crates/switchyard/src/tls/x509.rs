@@ -258,12 +258,16 @@ pub fn parse(der: &[u8]) -> Result<CertInfo, &'static str> {
                     0x86 => info.uris.extend(text()),
                     0x87 => match n.value.len() {
                         4 => info.ip_addresses.push(
-                            std::net::Ipv4Addr::from(<[u8; 4]>::try_from(n.value).unwrap_or_default())
-                                .to_string(),
+                            std::net::Ipv4Addr::from(
+                                <[u8; 4]>::try_from(n.value).unwrap_or_default(),
+                            )
+                            .to_string(),
                         ),
                         16 => info.ip_addresses.push(
-                            std::net::Ipv6Addr::from(<[u8; 16]>::try_from(n.value).unwrap_or_default())
-                                .to_string(),
+                            std::net::Ipv6Addr::from(
+                                <[u8; 16]>::try_from(n.value).unwrap_or_default(),
+                            )
+                            .to_string(),
                         ),
                         _ => {}
                     },

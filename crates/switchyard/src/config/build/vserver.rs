@@ -176,11 +176,9 @@ pub(super) fn build_vserver(
         let script = crate::config::script::build(
             s,
             &cx.pos.base_dir(),
-            &what,
-            &name,
+            (&what, &name, tcp),
             names,
             normalize,
-            tcp,
             &mut problems,
         )?;
         Some(Arc::new(VsScript {
