@@ -613,7 +613,7 @@ impl State {
         let parts = txn::Parts {
             info,
             vars: vars.0.take(),
-            conn: Some(conn),
+            conn: Some(Box::new(conn)),
             ..Default::default()
         };
         let (mut back, r) = self.call(f, parts);

@@ -68,12 +68,12 @@ pub(super) struct Parts {
     /// The body a body event sees (`r.body`), and which one.
     pub body: Option<Bytes>,
     pub body_event: Option<BodyEvent>,
-    /// The event runs as a coroutine that may wait (`r:sideband`), with
-    /// the pools it may call (the script's, as `Arc`s).
+    /// The event runs as a coroutine that may wait (`r:sideband`), and
+    /// what makes its call-outs.
     pub waits: bool,
     pub callout: Option<std::rc::Rc<dyn super::callout::CallOut>>,
     /// A `tcp` vserver's connection (its events).
-    pub conn: Option<Conn>,
+    pub conn: Option<Box<Conn>>,
 }
 
 /// Which event of a `tcp` vserver's connection.
