@@ -254,7 +254,7 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
 const DEFAULT_TABLE_SIZE: usize = 65_536;
 const MAX_TABLE_SIZE: usize = 4 << 20;
 const MAX_TABLE_KEY: usize = 256;
-const MAX_TABLE_VALUE: usize = 4096;
+const MAX_TABLE_VALUE: usize = 1024;
 
 /// `sy.table(name)`: a table shared by every worker (and kept across
 /// reloads), on the per-source tables' design (`shield::stick::Store`).
