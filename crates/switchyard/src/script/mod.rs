@@ -461,18 +461,31 @@ impl State {
         vars: &mut Vars,
     ) -> Option<Result<Effects, Failure>> {
         let f = self.on_request.as_ref()?;
-        let parts = txn::Parts {
-            req: Some(std::mem::replace(req, txn::placeholder_request())),
-            info,
-            vars: vars.0.take(),
-            ..Default::default()
-        };
-        let (mut back, r) = self.call(f, parts);
-        if let Some(q) = back.req.take() {
-            *req = q;
+        // The hot path: the parts go into `r` in place and come back out
+        // field by field, not through a `Parts` moved in and out (`call`).
+        match self.txn.borrow_mut::<txn::Txn>() {
+            Ok(mut t) => {
+                let p = t.parts();
+                p.req = Some(std::mem::replace(req, txn::placeholder_request()));
+                p.info = info;
+                p.vars = vars.0.take();
+            }
+            Err(_) => return Some(Err(Failure::Error(format!("{}: busy", self.name)))),
         }
-        vars.0 = back.vars.take();
-        Some(r.map(|()| back.out))
+        let r = self.guarded(|| f.call::<()>(&self.txn));
+        let out = match self.txn.borrow_mut::<txn::Txn>() {
+            Ok(mut t) => {
+                let p = t.parts();
+                if let Some(q) = p.req.take() {
+                    *req = q;
+                }
+                vars.0 = p.vars.take();
+                p.info = Info::default();
+                std::mem::take(&mut p.out)
+            }
+            Err(_) => Effects::default(),
+        };
+        Some(r.map(|()| out))
     }
 
     /// `on_request(r)` as a coroutine that may wait for call-outs

@@ -167,6 +167,11 @@ impl Txn {
         std::mem::take(&mut self.p)
     }
 
+    /// The parts in place (empty between calls).
+    pub(super) fn parts(&mut self) -> &mut Parts {
+        &mut self.p
+    }
+
     /// The target as the script sees it now (rewritten or not).
     fn target(&self) -> Option<&[u8]> {
         match (&self.p.out.target, &self.p.req) {
