@@ -287,7 +287,7 @@ fn a_long_file_name_comes_back_whole() {
 /// Prints ns per call (median of 3 runs of 200,000 calls on a 7-field
 /// request); asserts nothing about time (speed goals live in benchmarks).
 #[test]
-#[ignore]
+#[ignore = "a measurement, run by hand optimized (docs/scripting.md)"]
 fn per_request_cost() {
     let raw = "GET /api/v1/items?id=7 HTTP/1.1\r\nHost: shop.example\r\nUser-Agent: bench\r\nAccept: */*\r\nX-A: left\r\nX-B: right\r\nCookie: a=1; canary=no\r\n\r\n";
     for (what, src) in [
