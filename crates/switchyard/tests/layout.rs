@@ -309,10 +309,16 @@ fn proxy_files_form_a_tree_and_stay_small() {
 #[test]
 fn the_path_is_normalized_first_and_only_there() {
     let stages = code(&src().join("proxy/stages.rs"));
+    // Pipeline is (Front, Rest): the front's request-head phases finish
+    // first, and Normalize leads the front.
+    assert!(
+        stages.contains("pub type Pipeline = (Front, Rest);"),
+        "stages.rs declares Pipeline as (Front, Rest)"
+    );
     let pipeline = stages
-        .split("pub type Pipeline = (")
+        .split("pub type Front = (")
         .nth(1)
-        .expect("stages.rs declares Pipeline");
+        .expect("stages.rs declares Front");
     assert!(
         pipeline.trim_start().starts_with("Normalize,"),
         "Pipeline must start with Normalize: {}",

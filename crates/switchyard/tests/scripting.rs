@@ -49,12 +49,21 @@ fn start(tag: &str, script: &str, origins: &[&Origin]) -> Setup {
 }
 
 fn start_with(tag: &str, script: &str, origins: &[&Origin], extra: &str) -> Setup {
+    start_workers(tag, script, origins, extra, 1)
+}
+
+fn start_workers(tag: &str, script: &str, origins: &[&Origin], extra: &str, workers: u32) -> Setup {
     let dir = temp_dir(tag);
     let file = dir.join("script.lua");
     std::fs::write(&file, script).expect("write script");
     let log = dir.join("access.json");
     let listen = free_addr();
-    let sy = Switchyard::start(&config(listen, &file, &log, origins, extra), &[listen]);
+    let cfg = config(listen, &file, &log, origins, extra).replacen(
+        "workers = 1",
+        &format!("workers = {workers}"),
+        1,
+    );
+    let sy = Switchyard::start(&cfg, &[listen]);
     Setup {
         sy,
         listen,
@@ -141,6 +150,62 @@ fn h2(addr: SocketAddr, host: &str, path: &str, headers: &[(&str, &str)]) -> Got
         }
     })
 }
+
+/// POST over HTTP/1.1 (a Content-Length body).
+fn post_h1(addr: SocketAddr, path: &str, body: &str) -> Got {
+    let raw = format!(
+        "POST {path} HTTP/1.1\r\nHost: h\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let r = request(addr, &raw);
+    Got {
+        status: r.status,
+        headers: r.headers.clone(),
+        body: r.body_text(),
+    }
+}
+
+/// POST over HTTP/2 (DATA frames, with a content-length as browsers send).
+fn post_h2(addr: SocketAddr, path: &str, body: &str) -> Got {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+        tokio::spawn(conn);
+        let req = http::Request::post(format!("http://h{path}"))
+            .header("content-length", body.len())
+            .body(())
+            .expect("request");
+        let mut s = send.ready().await.expect("ready");
+        let (resp, mut stream) = s.send_request(req, false).expect("send");
+        stream
+            .send_data(Bytes::copy_from_slice(body.as_bytes()), true)
+            .expect("data");
+        let resp = tokio::time::timeout(Duration::from_secs(10), resp)
+            .await
+            .expect("in time")
+            .expect("response");
+        let status = resp.status().as_u16();
+        let mut b = resp.into_body();
+        let mut text = Vec::new();
+        while let Some(c) = b.data().await {
+            let c: Bytes = c.expect("data");
+            let _ = b.flow_control().release_capacity(c.len());
+            text.extend_from_slice(&c);
+        }
+        Got {
+            status,
+            headers: Vec::new(),
+            body: String::from_utf8_lossy(&text).into_owned(),
+        }
+    })
+}
+
+type Post = fn(SocketAddr, &str, &str) -> Got;
+const POSTS: [(&str, Post); 2] = [("HTTP/1.1", post_h1), ("HTTP/2", post_h2)];
 
 type Get = fn(SocketAddr, &str, &str, &[(&str, &str)]) -> Got;
 const BOTH: [(&str, Get); 2] = [("HTTP/1.1", h1), ("HTTP/2", h2)];
@@ -404,6 +469,119 @@ end
     }));
 }
 
+/// A JWT signed with `alg` by `sign` (RS256, ES256).
+fn jwt_signed(alg: &str, claims: &str, sign: impl Fn(&[u8]) -> Vec<u8>) -> String {
+    let mut t = b64url(format!(r#"{{"alg":"{alg}","typ":"JWT"}}"#).as_bytes());
+    t.push('.');
+    t.push_str(&b64url(claims.as_bytes()));
+    let sig = sign(t.as_bytes());
+    t.push('.');
+    t.push_str(&b64url(&sig));
+    t
+}
+
+fn pem_public_key(der: &[u8]) -> String {
+    // Standard base64, 64 columns.
+    const T: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut b = String::new();
+    for c in der.chunks(3) {
+        let n = c.iter().fold(0u32, |a, x| a << 8 | u32::from(*x)) << (8 * (3 - c.len()));
+        for i in 0..4 {
+            b.push(if i <= c.len() {
+                T[(n >> (18 - 6 * i) & 63) as usize] as char
+            } else {
+                '='
+            });
+        }
+    }
+    let lines: Vec<&str> = b
+        .as_bytes()
+        .chunks(64)
+        .map(|l| std::str::from_utf8(l).unwrap_or(""))
+        .collect();
+    format!(
+        "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
+        lines.join("\n")
+    )
+}
+
+/// RS256 and ES256 tokens checked against an identity provider's public
+/// keys (`sy.public_key`, `sy.jwt_verify`), each with its own algorithm.
+#[test]
+fn jwt_rs256_and_es256_checks_with_public_keys() {
+    use aws_lc_rs::encoding::AsDer;
+    use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair};
+    let rng = aws_lc_rs::rand::SystemRandom::new();
+    let rsa = RsaKeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).expect("rsa");
+    let ec = EcdsaKeyPair::generate(&signature::ECDSA_P256_SHA256_FIXED_SIGNING).expect("ec");
+    let rsa_pem = pem_public_key(rsa.public_key().as_der().expect("der").as_ref());
+    let ec_pem = pem_public_key(ec.public_key().as_der().expect("der").as_ref());
+    let o = Origin::start("api");
+    let s = start(
+        "jwt-pk",
+        &format!(
+            r#"
+local keys = {{ rs = sy.public_key([[{rsa_pem}]]), es = sy.public_key([[{ec_pem}]]) }}
+function on_request(r)
+  local token = (r:header("authorization") or ""):match("^Bearer%s+(.+)$")
+  local key = keys[r:header("x-idp") or ""]
+  local claims, why = nil, "no token"
+  if token and key then claims, why = sy.jwt_verify(token, key) end
+  if not claims then
+    r:log("auth", why)
+    return r:respond(401, "unauthorized\n")
+  end
+  r:set_header("x-user", claims.sub)
+end
+"#
+        ),
+        &[&o],
+    );
+    let claims = r#"{"sub":"ann","exp":4102444800}"#;
+    let rs = jwt_signed("RS256", claims, |m| {
+        let mut sig = vec![0; rsa.public_modulus_len()];
+        rsa.sign(&signature::RSA_PKCS1_SHA256, &rng, m, &mut sig)
+            .expect("sign");
+        sig
+    });
+    let es = jwt_signed("ES256", claims, |m| {
+        ec.sign(&rng, m).expect("sign").as_ref().to_vec()
+    });
+    for (proto, get) in BOTH {
+        for (idp, token, status) in [
+            ("rs", &rs, 200),
+            ("es", &es, 200),
+            // A token checked with the other provider's key: refused.
+            ("es", &rs, 401),
+            ("rs", &es, 401),
+        ] {
+            let g = get(
+                s.listen,
+                "h",
+                "/",
+                &[
+                    ("authorization", &format!("Bearer {token}")),
+                    ("x-idp", idp),
+                ],
+            );
+            assert_eq!(g.status, status, "{proto} {idp}: {g:?}");
+        }
+    }
+    assert_eq!(o.requests(), 4);
+    assert!(o
+        .seen()
+        .iter()
+        .all(|r| r.header("x-user").as_deref() == Some("ann")));
+    assert!(eventually(Duration::from_secs(5), || {
+        let why: Vec<String> = log_lines(&s.log)
+            .iter()
+            .filter_map(|l| l["script"]["auth"].as_str().map(str::to_string))
+            .collect();
+        why.iter().filter(|w| *w == "not an ES256 token").count() == 2
+            && why.iter().filter(|w| *w == "not an RS256 token").count() == 2
+    }));
+}
+
 #[test]
 fn an_hmac_signed_link_with_an_expiry() {
     let o = Origin::start("files");
@@ -569,6 +747,255 @@ end
             "{proto}"
         );
     }
+}
+
+#[test]
+fn a_per_user_rate_limit_on_a_table_shared_by_the_workers() {
+    let o = Origin::start("api");
+    let s = start_workers(
+        "quota",
+        r#"
+local quota = sy.table("api-quota")
+local mine = 0 -- per worker: this state's own count
+function on_request(r)
+  mine = mine + 1
+  local user = r:header("x-user") or r.client_ip
+  local n = quota:incr(user, 1, 60)
+  local burst = quota:rate("burst:" .. user, 10)
+  local h = { ["x-count"] = tostring(n), ["x-mine"] = tostring(mine), ["retry-after"] = "60" }
+  if n > 5 then return r:respond(429, "over quota\n", h) end
+  r.vars.h = h
+  r.vars.burst = burst
+end
+function on_response(r)
+  for k, v in pairs(r.vars.h) do r:set_header(k, v) end
+  r:set_header("x-burst", tostring(r.vars.burst))
+end
+"#,
+        &[&o],
+        "",
+        2,
+    );
+    let mut spread = false;
+    for (proto, get) in BOTH {
+        let user = format!("user-{proto}");
+        let mut statuses = Vec::new();
+        for i in 1..=12 {
+            // A new connection each: the kernel spreads them over both workers.
+            let g = get(s.listen, "h", "/", &[("x-user", &user)]);
+            assert_eq!(g.header("x-count"), Some(&*i.to_string()), "{proto}: {g:?}");
+            if g.header("x-mine") != g.header("x-count") {
+                spread = true;
+            }
+            if g.status == 200 {
+                assert_eq!(g.header("x-burst"), Some(&*i.to_string()), "{proto}");
+            }
+            statuses.push(g.status);
+        }
+        assert_eq!(statuses[..5], [200; 5], "{proto}");
+        assert_eq!(statuses[5..], [429; 7], "{proto}");
+        // Another user has a quota of their own.
+        assert_eq!(
+            get(s.listen, "h", "/", &[("x-user", "other")]).status,
+            200,
+            "{proto}"
+        );
+    }
+    assert!(
+        spread,
+        "every request was served by one worker: the table was not shown to be shared"
+    );
+    assert_eq!(o.requests(), 12);
+}
+
+#[test]
+fn a_body_replacement_on_one_path_and_a_request_body_check() {
+    let o = Origin::start("shop");
+    o.set(|b| b.body = Some("Big Black Friday sale!".to_string()));
+    let s = start_with(
+        "body",
+        r#"
+function on_request(r)
+  if r.path == "/promo" or r.path:find("^/size/") then r:collect_body() end
+end
+function on_response_body(r)
+  r.body = r.body:gsub("Black Friday", "Cyber Monday") .. "!"
+end
+function on_request_body(r)
+  if r.body:find('"role":%s*"admin"') then
+    return r:respond(403, "no admins here\n")
+  end
+  r.body = r.body:gsub('"card":"%d+"', '"card":"****"')
+end
+"#,
+        &[&o],
+        "max_body = 4096\n",
+    );
+    for (proto, get) in BOTH {
+        let g = get(s.listen, "h", "/promo", &[]);
+        assert_eq!(
+            (g.status, g.body.as_str()),
+            (200, "Big Cyber Monday sale!!"),
+            "{proto}"
+        );
+        // Re-framed: the new length is known at the end only.
+        assert_eq!(g.header("content-length"), None, "{proto}: {g:?}");
+        let g = get(s.listen, "h", "/other", &[]);
+        assert_eq!(g.body, "Big Black Friday sale!", "{proto}");
+        assert_eq!(g.header("content-length"), Some("22"), "{proto}: {g:?}");
+        // Within max_body the event runs; over it the body passes untouched.
+        assert_eq!(
+            get(s.listen, "h", "/size/4000", &[]).body.len(),
+            4001,
+            "{proto}"
+        );
+        assert_eq!(
+            get(s.listen, "h", "/size/100000", &[]).body.len(),
+            100_000,
+            "{proto}"
+        );
+    }
+    for (proto, post) in POSTS {
+        let g = post(
+            s.listen,
+            "/pay",
+            r#"{"card":"4111111111111111","role":"user"}"#,
+        );
+        assert_eq!(g.status, 200, "{proto}: {g:?}");
+        let seen = o.seen();
+        let last = seen.last().expect("a request");
+        assert_eq!(
+            String::from_utf8_lossy(&last.body),
+            r#"{"card":"****","role":"user"}"#,
+            "{proto}"
+        );
+        if proto == "HTTP/1.1" {
+            assert_eq!(
+                last.header("content-length").as_deref(),
+                Some("29"),
+                "{proto}"
+            );
+        }
+        let n = o.requests();
+        let g = post(s.listen, "/pay", r#"{"card":"1","role": "admin"}"#);
+        assert_eq!(
+            (g.status, g.body.as_str()),
+            (403, "no admins here\n"),
+            "{proto}"
+        );
+        assert_eq!(o.requests(), n, "{proto}: refused before the member");
+        // A longer body than max_body goes to the member untouched.
+        let big = format!(r#"{{"card":"4111","pad":"{}"}}"#, "x".repeat(5000));
+        assert_eq!(post(s.listen, "/pay", &big).status, 200, "{proto}");
+        let seen = o.seen();
+        let last = seen.last().expect("a request");
+        assert_eq!(last.body.len(), big.len(), "{proto}");
+    }
+    // A body of no declared length is read up to max_body: a longer one
+    // can no longer pass untouched, and is refused.
+    let n = o.requests();
+    let chunk = "x".repeat(3000);
+    let raw = format!(
+        "POST /pay HTTP/1.1\r\nHost: h\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\nbb8\r\n{chunk}\r\nbb8\r\n{chunk}\r\n0\r\n\r\n"
+    );
+    assert_eq!(request(s.listen, &raw).status, 413);
+    assert_eq!(o.requests(), n);
+    assert!(
+        eventually(Duration::from_secs(5), || {
+            let l = log_lines(&s.log);
+            l.iter()
+                .filter(|v| v["script"]["body_over"] == "response")
+                .count()
+                == 2
+                && l.iter().any(|v| v["script"]["body_over"] == "request")
+        }),
+        "{:?}",
+        log_lines(&s.log)
+    );
+}
+
+#[test]
+fn a_sideband_authorization_call_waits_without_blocking_the_worker() {
+    let app = Origin::start("app");
+    let auth = Origin::start("auth");
+    auth.set(|b| b.body = Some("user=ann".to_string()));
+    let s = start(
+        "sideband",
+        r#"
+function on_request(r)
+  if r.path == "/public" then return end
+  local res, err = r:sideband("auth", {
+    path = "/check?uri=" .. sy.url_encode(r.path),
+    headers = { ["x-token"] = r:header("x-token") or "" },
+    timeout = tonumber(r:header("x-timeout")) or 0.5,
+  })
+  if not res then
+    r:log("auth", err)
+    return r:respond(503, "authorization unavailable\n")
+  end
+  if res.status ~= 200 then return r:respond(401, "denied\n") end
+  r:set_header("x-auth", res.body)
+  r.vars.yield_late = r.path == "/late"
+end
+function on_response(r)
+  -- A call-out where nothing can wait: a clear error, the request 500.
+  if r.vars.yield_late then r:sideband("auth", {}) end
+end
+"#,
+        &[&app, &auth],
+    );
+    for (proto, get) in BOTH {
+        let g = get(s.listen, "h", "/orders", &[("x-token", "t-1")]);
+        assert_eq!(g.status, 200, "{proto}: {g:?}");
+        let seen = auth.seen();
+        let call = seen.last().expect("a call-out");
+        assert_eq!(
+            call.request_line(),
+            "GET /check?uri=%2Forders HTTP/1.1",
+            "{proto}"
+        );
+        assert_eq!(call.header("x-token").as_deref(), Some("t-1"), "{proto}");
+        assert_eq!(
+            app.seen()
+                .last()
+                .and_then(|r| r.header("x-auth"))
+                .as_deref(),
+            Some("user=ann"),
+            "{proto}"
+        );
+        auth.set(|b| b.status = 403);
+        let n = app.requests();
+        assert_eq!(get(s.listen, "h", "/orders", &[]).status, 401, "{proto}");
+        assert_eq!(app.requests(), n, "{proto}");
+        auth.set(|b| b.status = 200);
+        // In an event that cannot wait: 500, and the log says why.
+        assert_eq!(get(s.listen, "h", "/late", &[]).status, 500, "{proto}");
+    }
+    assert!(
+        s.sy.wait_for_log(
+            "script.lua:19: r:sideband waits for its answer: only on_request can wait"
+        ),
+        "{}",
+        s.sy.log()
+    );
+    // A slow authorizer: the call-out times out (503), and meanwhile the
+    // one worker serves other requests.
+    auth.set(|b| b.delay = Duration::from_secs(3));
+    let listen = s.listen;
+    let slow = std::thread::spawn(move || h1(listen, "h", "/orders", &[("x-timeout", "10")]));
+    assert!(eventually(Duration::from_secs(5), || auth.requests() == 7));
+    let g = h1(s.listen, "h", "/public", &[]);
+    assert_eq!(g.status, 200);
+    assert!(!slow.is_finished(), "the call-out held the worker");
+    let g = slow.join().expect("slow request");
+    assert_eq!(g.status, 200, "{g:?}");
+    let g = h1(s.listen, "h", "/orders", &[]);
+    assert_eq!(g.status, 503, "{g:?}");
+    assert!(eventually(Duration::from_secs(5), || {
+        log_lines(&s.log)
+            .iter()
+            .any(|v| v["script"]["auth"] == "no answer within 500 ms")
+    }));
 }
 
 #[test]
@@ -815,4 +1242,131 @@ fn check_refuses_bad_limits_and_missing_files_with_their_position() {
     .expect("write");
     let (code, out, err) = run_cli(&["check", "-c", cfg.to_str().expect("utf-8")]);
     assert_eq!(code, Some(0), "{out}{err}");
+}
+
+/// A Python with aioquic (target/pyvenv, made by scripts/test.sh), as
+/// tests/http3.rs finds it; None skips the HTTP/3 test.
+fn h3_python() -> Option<std::path::PathBuf> {
+    let venv =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/pyvenv/bin/python");
+    for p in [venv, std::path::PathBuf::from("python3")] {
+        let ok = std::process::Command::new(&p)
+            .args(["-c", "import aioquic"])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Some(p);
+        }
+    }
+    eprintln!(
+        "SKIPPED: no Python with aioquic (bash scripts/test.sh installs it into target/pyvenv)"
+    );
+    None
+}
+
+/// The script's events over HTTP/3 (tests/h3/client.py, aioquic): a
+/// local answer, a pool choice, a head edit, a body replacement, and a
+/// request-body check, as over HTTP/1.1 and HTTP/2 above.
+#[test]
+fn the_events_run_for_http3_clients_too() {
+    use std::io::Write;
+    let Some(py) = h3_python() else { return };
+    let pki = Pki::new("h3-script");
+    let (cert, key) = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let a = Origin::start("a");
+    let b = Origin::start("b");
+    a.set(|x| x.body = Some("Big Black Friday sale!".to_string()));
+    let dir = temp_dir("h3-script");
+    let script = dir.join("h3.lua");
+    std::fs::write(
+        &script,
+        r#"
+function on_request(r)
+  if r.path == "/down" then return r:respond(503, "back soon\n") end
+  if r:header("x-variant") == "b" then r:use_pool("b") end
+  if r.path == "/promo" then r:collect_body() end
+  r.vars.proto = r.protocol
+end
+function on_response(r)
+  r:remove_header("x-origin-secret")
+  r:set_header("x-seen-as", r.vars.proto)
+end
+function on_response_body(r)
+  r.body = r.body:gsub("Black Friday", "Cyber Monday")
+end
+function on_request_body(r)
+  if r.body:find("forbidden") then return r:respond(403, "no\n") end
+end
+"#,
+    )
+    .expect("script");
+    let listen = free_addr();
+    let cfg = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"secure\"\nlisten = [\"{listen}\"]\ndefault_pool = \"a\"\n\
+         [vserver.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n[vserver.http3]\n\
+         [vserver.script]\nfile = \"{}\"\n\
+         [[pool]]\nname = \"a\"\n[[pool.member]]\naddress = \"{}\"\n\
+         [[pool]]\nname = \"b\"\n[[pool.member]]\naddress = \"{}\"\n",
+        cert.display(),
+        key.display(),
+        script.display(),
+        a.addr,
+        b.addr
+    );
+    let _sy = Switchyard::start(&cfg, &[listen]);
+    let requests = serde_json::json!([
+        {"method": "GET", "path": "/down"},
+        {"method": "GET", "path": "/promo"},
+        {"method": "GET", "path": "/x", "headers": [["x-variant", "b"]]},
+        {"method": "POST", "path": "/form", "body": "this is forbidden"},
+    ]);
+    let client = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
+    let mut child = std::process::Command::new(&py)
+        .arg(client)
+        .args([&listen.ip().to_string(), &listen.port().to_string()])
+        .arg(pki.ca())
+        .args(["site.test", "20"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("the HTTP/3 client");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(requests.to_string().as_bytes())
+        .expect("requests");
+    let out = child.wait_with_output().expect("the HTTP/3 client");
+    let out: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "client output ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    });
+    assert_eq!(out["alpn"], "h3", "{out}");
+    let r = out["responses"].as_array().expect("responses");
+    let header = |i: usize, name: &str| -> Option<String> {
+        r[i]["headers"].as_array()?.iter().find_map(|h| {
+            (h[0].as_str()? == name)
+                .then(|| h[1].as_str().map(str::to_string))
+                .flatten()
+        })
+    };
+    assert_eq!(
+        (r[0]["status"].as_u64(), r[0]["body"].as_str()),
+        (Some(503), Some("back soon\n")),
+        "{out}"
+    );
+    assert_eq!(r[1]["body"], "Big Cyber Monday sale!", "{out}");
+    assert_eq!(header(1, "x-seen-as").as_deref(), Some("HTTP/3"), "{out}");
+    assert_eq!(header(2, "x-origin").as_deref(), Some("b"), "{out}");
+    assert_eq!(
+        (r[3]["status"].as_u64(), r[3]["body"].as_str()),
+        (Some(403), Some("no\n")),
+        "{out}"
+    );
+    assert_eq!((a.requests(), b.requests()), (1, 1));
 }

@@ -1251,3 +1251,153 @@ fn a_silent_handshake_times_out_with_client_header() {
         200
     );
 }
+
+/// GET over HTTP/2 in TLS (ALPN h2) with `cfg`'s client certificate.
+fn h2_tls_get(
+    cfg: &Arc<ClientConfig>,
+    addr: SocketAddr,
+    sni: &str,
+    path: &str,
+) -> (u16, Vec<(String, String)>) {
+    let mut cfg = (**cfg).clone();
+    cfg.alpn_protocols = vec![b"h2".to_vec()];
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(addr).await.expect("connect");
+        let name = ServerName::try_from(sni.to_string()).expect("name");
+        let tls = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+            .connect(name, tcp)
+            .await
+            .expect("handshake");
+        let (send, conn) = h2::client::handshake(tls).await.expect("h2");
+        tokio::spawn(conn);
+        let req = http::Request::get(format!("https://{sni}{path}"))
+            .body(())
+            .expect("request");
+        let mut s = send.ready().await.expect("ready");
+        let (resp, _) = s.send_request(req, true).expect("send");
+        let resp = resp.await.expect("response");
+        let headers = resp
+            .headers()
+            .iter()
+            .map(|(n, v)| (n.to_string(), v.to_str().unwrap_or("").to_string()))
+            .collect();
+        (resp.status().as_u16(), headers)
+    })
+}
+
+/// The classic iRules task "header insertion from the client
+/// certificate", as a script (docs/scripting.md): `r.client_cert` over
+/// HTTP/1.1 and HTTP/2, and a 403 of the script's own without one.
+#[test]
+fn a_script_inserts_headers_from_the_client_certificate() {
+    let pki = Pki::new("ca-script");
+    let site = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let alice = pki.leaf(
+        "alice",
+        "/O=Acme/CN=alice",
+        "DNS:alice.example,email:alice@example.com,IP:192.0.2.7",
+        Kind::Ecdsa,
+        30,
+    );
+    let o = Origin::start("a");
+    let l = free_addr();
+    let dir = temp_dir("script-mtls");
+    let script = dir.join("mtls.lua");
+    std::fs::write(
+        &script,
+        r#"
+function on_request(r)
+  local c = r.client_cert
+  if not c then
+    return r:respond(403, "a client certificate is required\n")
+  end
+  r:set_header("x-client-subject", c.subject)
+  r:set_header("x-client-issuer", c.issuer)
+  r:set_header("x-client-serial", c.serial)
+  r:set_header("x-client-san", table.concat(c.san_dns, ",") .. ";" ..
+               table.concat(c.san_email, ",") .. ";" .. table.concat(c.san_ip, ","))
+  r:set_header("x-client-sha256", c.sha256)
+  r:set_header("x-client-verified", tostring(c.verified))
+  r:set_header("x-client-days", tostring((c.not_after - c.not_before) // 86400))
+end
+"#,
+    )
+    .expect("script");
+    let tls = format!(
+        "certificates = [{}]\nclient_ca = \"{}\"\nclient_auth = \"optional\"\nalpn = [\"h2\", \"http/1.1\"]",
+        cert_entry(&site),
+        pki.ca().display()
+    );
+    let extra = format!("[vserver.script]\nfile = \"{}\"", script.display());
+    let sy = Switchyard::start(&tls_config(l, &o, &tls, &extra), &[l]);
+    let with = client_config(
+        &pki.ca(),
+        ClientOpts {
+            client_cert: Some(alice.clone()),
+            ..Default::default()
+        },
+    );
+    // What openssl says of the certificate.
+    let pem = std::fs::read(&alice.0).expect("pem");
+    let der = CertificateDer::from_pem_slice(&pem).expect("der");
+    let sha: String = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, &der)
+        .as_ref()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    let out = Command::new("openssl")
+        .args(["x509", "-noout", "-serial", "-in"])
+        .arg(&alice.0)
+        .output()
+        .expect("openssl");
+    let serial = String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .trim_start_matches("serial=")
+        .to_ascii_lowercase();
+
+    let mut s = connect(&with, l, "site.test").expect("handshake");
+    assert_eq!(
+        tls_request(&mut s, &get_req("site.test", "/"))
+            .expect("r")
+            .status,
+        200
+    );
+    let (status, _) = h2_tls_get(&with, l, "site.test", "/h2");
+    assert_eq!(status, 200);
+    let seen = o.seen();
+    assert_eq!(seen.len(), 2);
+    for (proto, last) in ["HTTP/1.1", "HTTP/2"].iter().zip(&seen) {
+        let h = |n: &str| last.header(n).unwrap_or_default();
+        assert_eq!(h("x-client-subject"), "CN=alice,O=Acme", "{proto}");
+        assert_eq!(h("x-client-issuer"), "CN=ca-script", "{proto}");
+        assert_eq!(
+            h("x-client-serial").trim_start_matches("00"),
+            serial.trim_start_matches("00"),
+            "{proto}"
+        );
+        assert_eq!(
+            h("x-client-san"),
+            "alice.example;alice@example.com;192.0.2.7",
+            "{proto}"
+        );
+        assert_eq!(h("x-client-sha256"), sha, "{proto}");
+        assert_eq!(h("x-client-verified"), "true", "{proto}");
+        assert_eq!(h("x-client-days"), "30", "{proto}");
+    }
+    // No certificate: the script's own answer, on both protocols.
+    let none = client_config(&pki.ca(), ClientOpts::default());
+    let mut s = connect(&none, l, "site.test").expect("handshake");
+    assert_eq!(
+        tls_request(&mut s, &get_req("site.test", "/"))
+            .expect("r")
+            .status,
+        403
+    );
+    assert_eq!(h2_tls_get(&none, l, "site.test", "/").0, 403);
+    assert_eq!(o.requests(), 2);
+    drop(sy);
+}

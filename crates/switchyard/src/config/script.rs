@@ -21,19 +21,23 @@ pub struct ScriptFile {
     pub max_instructions: Option<Spanned<u64>>,
     /// Bytes one worker's state of the script may hold (default 16 MiB).
     pub max_memory: Option<Spanned<u64>>,
+    /// Bytes a body event may collect (default 1 MiB).
+    pub max_body: Option<Spanned<u64>>,
 }
 
 /// About 2 ms of Lua on this machine's cores: far above a header rule
 /// (a few hundred instructions), far below a stuck worker.
 pub const DEFAULT_MAX_INSTRUCTIONS: u64 = 1_000_000;
 pub const DEFAULT_MAX_MEMORY: u64 = 16 << 20;
+/// A body event holds the whole body (and the script a copy of it): a
+/// page to edit, a JSON document to check; not a download.
+pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
 
 /// The checked script; `pools` are the names `r:use_pool` may use.
 pub fn build(
     s: &ScriptFile,
     base: &Path,
-    what: &str,
-    vserver: &str,
+    (what, vserver, tcp): (&str, &str, bool),
     pools: Vec<String>,
     normalize: crate::http::normalize::Rules,
     problems: &mut Vec<Problem>,
@@ -76,6 +80,14 @@ pub fn build(
         DEFAULT_MAX_MEMORY,
         problems,
     );
+    let max_body = range(
+        &s.max_body,
+        "max_body",
+        1024,
+        64 << 20,
+        DEFAULT_MAX_BODY,
+        problems,
+    );
     let name = s.file.get_ref();
     let path = base.join(name);
     let source = match std::fs::read(&path) {
@@ -94,8 +106,31 @@ pub fn build(
     let limits = crate::script::Limits {
         max_instructions,
         max_memory: max_memory as usize,
+        max_body: max_body as usize,
     };
     match crate::script::Script::compile(name, source, limits, pools, normalize, vserver) {
+        // The events of the other kind of vserver would never run.
+        Ok(script) if tcp && !script.events.l4() => {
+            problems.push((
+                s.file.span(),
+                format!("{what}: script {name}: a tcp vserver runs on_accept, on_client_data and on_close; this script defines none of them"),
+            ));
+            None
+        }
+        Ok(script) if tcp && script.events.http() => {
+            problems.push((
+                s.file.span(),
+                format!("{what}: script {name}: on_request, on_response, on_log and the body events are for HTTP vservers; a tcp vserver relays bytes"),
+            ));
+            None
+        }
+        Ok(script) if !tcp && script.events.l4() => {
+            problems.push((
+                s.file.span(),
+                format!("{what}: script {name}: on_accept, on_client_data and on_close are for tcp vservers"),
+            ));
+            None
+        }
         Ok(script) => Some(script),
         Err(e) => {
             problems.push((s.file.span(), format!("{what}: script {e}")));

@@ -7,6 +7,7 @@ pub mod client_hello;
 pub mod dgram;
 pub use crate::proxy_protocol;
 pub mod relay;
+pub mod scripting;
 pub mod tcp;
 pub mod udp;
 

@@ -26,6 +26,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use super::relay::{self, End, Meter, Moved};
+use super::scripting::{ConnScript, Decision};
 use super::Lease;
 use super::{client_hello, proxy_protocol};
 use crate::accesslog::{self, l4::End as LogEnd, TlsInfo};
@@ -154,7 +155,19 @@ async fn relay_connection(
     let (stream, proxied) = match conn {
         ClientConn::Tls(stream, info) => {
             facts.tls = Some(info);
-            return relay_terminated(*stream, listen, snap, vs, facts).await;
+            let Ok(mut script) = ConnScript::start(vs, facts.client, true) else {
+                return;
+            };
+            let chosen = match script.as_mut().map(|s| s.accept(vs)) {
+                Some(Decision::Close) => return,
+                Some(Decision::Go(p)) => p,
+                None => None,
+            };
+            relay_terminated(*stream, listen, snap, (vs, chosen), facts).await;
+            if let Some(s) = &mut script {
+                s.close(vs, facts.moved.up, facts.moved.down);
+            }
+            return;
         }
         ClientConn::Plain { tcp, proxied } => (tcp, proxied),
     };
@@ -174,7 +187,25 @@ async fn relay_connection(
             return;
         }
     }
-    relay_plain(stream, listen, (snap, vs, &l4), refuse_proxy_prefix, facts).await;
+    let Ok(mut script) = ConnScript::start(vs, facts.client, false) else {
+        return;
+    };
+    let chosen = match script.as_mut().map(|s| s.accept(vs)) {
+        Some(Decision::Close) => return,
+        Some(Decision::Go(p)) => p,
+        None => None,
+    };
+    relay_plain(
+        stream,
+        listen,
+        (snap, vs, &l4),
+        (refuse_proxy_prefix, chosen, script.as_mut()),
+        facts,
+    )
+    .await;
+    if let Some(s) = &mut script {
+        s.close(vs, facts.moved.up, facts.moved.down);
+    }
 }
 
 /// `[vserver.tls]`: the client's TLS ends here; the bytes go on to the
@@ -183,13 +214,13 @@ async fn relay_terminated(
     tls_stream: tokio_rustls::server::TlsStream<TcpStream>,
     listen: SocketAddr,
     snap: &Snapshot,
-    vs: &Arc<VServer>,
+    (vs, chosen): (&Arc<VServer>, Option<Arc<Pool>>),
     facts: &mut Facts,
 ) {
     let Some(l4) = vs.l4.as_ref() else {
         return;
     };
-    let Some(pool) = vs.default_pool.clone() else {
+    let Some(pool) = chosen.or_else(|| vs.default_pool.clone()) else {
         facts.end = LogEnd::NoMember;
         return;
     };
@@ -211,12 +242,47 @@ async fn relay_plain(
     stream: TcpStream,
     listen: SocketAddr,
     (snap, vs, l4): (&Snapshot, &Arc<VServer>, &L4Settings),
-    refuse_proxy_prefix: bool,
+    (refuse_proxy_prefix, chosen, script): (bool, Option<Arc<Pool>>, Option<&mut ConnScript>),
     facts: &mut Facts,
 ) {
     let client = facts.client;
     let mut first = Vec::new();
-    let pool = if l4.sni.is_empty() {
+    let pool = if let Some(s) = script.filter(|s| s.wants_data()) {
+        // The script sees the first bytes (a ClientHello's name and ALPN
+        // when they are one) and may choose: its pool, else sni_route's,
+        // else the default.
+        let hello =
+            match super::scripting::first_bytes(&stream, &mut first, l4.client_hello_timeout_ms)
+                .await
+            {
+                Ok(h) => h,
+                Err(e) => {
+                    stats::inc(&vs.counters.local().bad_requests);
+                    log::debug(format_args!(
+                        "vserver {:?}: first bytes from {client}: {e}; closed",
+                        vs.name
+                    ));
+                    return;
+                }
+            };
+        let by_script = match s.client_data(vs, &first, hello.as_ref()) {
+            Decision::Close => return,
+            Decision::Go(p) => p,
+        };
+        let by_name = || {
+            hello
+                .as_ref()
+                .and_then(|h| h.server_name.as_deref())
+                .and_then(|n| l4.sni.pool_for(n))
+                .cloned()
+        };
+        by_script
+            .or(chosen)
+            .or_else(by_name)
+            .or_else(|| vs.default_pool.clone())
+    } else if chosen.is_some() {
+        chosen
+    } else if l4.sni.is_empty() {
         vs.default_pool.clone()
     } else {
         match read_client_hello(&stream, &mut first, l4.client_hello_timeout_ms).await {

@@ -269,7 +269,7 @@ async fn front(
                     let to = if h.alpn_h2 { To::Http2 } else { To::Http };
                     let conn = TlsConn {
                         stream: h.stream,
-                        client_subject: h.client_subject,
+                        client_cert: h.client_cert,
                         info: h.info,
                     };
                     (ClientStream::Tls(Box::new(conn)), to)
@@ -320,7 +320,7 @@ struct Handshaken {
     stream: TlsStream<TcpStream>,
     info: TlsInfo,
     /// The client certificate's subject, when the vserver passes it on.
-    client_subject: Option<String>,
+    client_cert: Option<std::sync::Arc<crate::tls::ClientCert>>,
     alpn_h2: bool,
 }
 
@@ -369,10 +369,11 @@ async fn handshake(
     }
     Some(Handshaken {
         info: TlsInfo::of(conn, micros_since(began)),
-        client_subject: tls
+        client_cert: tls
             .client_subject_header
             .as_ref()
-            .and_then(|_| crate::tls::client_subject(conn)),
+            .and_then(|_| crate::tls::client_cert(conn))
+            .map(std::sync::Arc::new),
         alpn_h2: conn.alpn_protocol() == Some(b"h2"),
         stream,
     })

@@ -420,6 +420,9 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
     let (peer, tls, keep_alive) = (c.peer, c.stream.is_tls(), req.head.keep_alive);
     let mut x = Exchange::new(ctx, &vs, st, (peer, c.listen), tls, subject.as_deref());
     x.facts.head_us = Some(micros_since(reading));
+    if vs.script.is_some() {
+        x.client_cert = c.stream.client_cert().cloned();
+    }
     x.facts.tls = c.stream.tls_info();
     let mut client = H1Client::new(c, &x, &ctx.idle_watch);
     pipeline::run(&mut x, &mut client, req).await;

@@ -66,6 +66,7 @@ struct Conn {
     listen: SocketAddr,
     tls: bool,
     client_subject: Option<String>,
+    client_cert: Option<std::sync::Arc<crate::tls::ClientCert>>,
     tls_info: Option<crate::accesslog::TlsInfo>,
     /// When a stream last started or ended (`clock` ms).
     last_active: Cell<u64>,
@@ -86,6 +87,7 @@ pub fn start(
         listen,
         tls: stream.is_tls(),
         client_subject: stream.client_subject().map(str::to_string),
+        client_cert: stream.client_cert().cloned(),
         tls_info: stream.tls_info(),
         last_active: Cell::new(now_ms()),
     });
@@ -652,6 +654,9 @@ async fn stream_task(ctx: Rc<WorkerCtx>, conn: Rc<Conn>, shared: Shared, new: se
     let mut x = Exchange::new(&ctx, &vs, st, (conn.peer, conn.listen), conn.tls, subject);
     x.facts.http2 = true;
     x.facts.tls = conn.tls_info;
+    if vs.script.is_some() {
+        x.client_cert = conn.client_cert.clone();
+    }
     let mut client = if tunnel {
         H2Client::tunnel(&stream)
     } else {

@@ -64,6 +64,8 @@ pub struct Exchange<'s> {
     pub tls: bool,
     /// The verified client certificate's subject, on vservers that forward it.
     pub client_subject: Option<&'s str>,
+    /// The verified client certificate (for scripts: `r.client_cert`).
+    pub client_cert: Option<Arc<crate::tls::ClientCert>>,
     /// When the request head was complete.
     pub started: Instant,
     /// The pool routing chose.
@@ -83,6 +85,9 @@ pub struct Exchange<'s> {
     pub body_bytes: u64,
     /// A request-body hook's answer, when one stopped the upload.
     pub(super) refusal: Option<Local>,
+    /// A buffered request body's replacement (the script's
+    /// `on_request_body`): the member gets this one.
+    pub(super) request_body: Option<Bytes>,
     /// What the access log reports beyond the above.
     pub facts: Facts,
 }
@@ -161,6 +166,7 @@ impl<'s> Exchange<'s> {
             listen,
             tls,
             client_subject,
+            client_cert: None,
             started: Instant::now(),
             pool: None,
             request_edits: Vec::new(),
@@ -172,6 +178,7 @@ impl<'s> Exchange<'s> {
             status: 0,
             body_bytes: 0,
             refusal: None,
+            request_body: None,
             facts: Facts::default(),
         }
     }

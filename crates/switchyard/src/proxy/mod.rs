@@ -48,6 +48,7 @@ pub mod quic_steer;
 mod respond;
 pub mod route;
 mod scripting;
+mod sideband;
 pub mod stages;
 pub mod stream;
 mod tunnel;

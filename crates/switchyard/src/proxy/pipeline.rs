@@ -25,9 +25,16 @@ use crate::stats;
 pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: Request) {
     let mut hooks = stages::pipeline();
     stats::inc(&x.vs.counters.local().requests);
-    let mut verdict = hooks.on_request_head(x, &mut req);
+    // The front's heads and waits, then the rest's (stages.rs says why).
+    let mut verdict = hooks.0.on_request_head(x, &mut req);
     if let Verdict::Continue = verdict {
-        verdict = hooks.on_request_wait(x, &mut req).await;
+        verdict = hooks.0.on_request_wait(x, &mut req).await;
+    }
+    if let Verdict::Continue = verdict {
+        verdict = hooks.1.on_request_head(x, &mut req);
+    }
+    if let Verdict::Continue = verdict {
+        verdict = hooks.1.on_request_wait(x, &mut req).await;
     }
     let mut background = false;
     match verdict {
@@ -82,6 +89,17 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
         let _ = to_pool(x, &mut hooks, &mut Nobody, &req, &pool).await;
         hooks.on_log(x, &req);
         return;
+    }
+    if let (Some(new), Some((body, _))) = (x.request_body.take(), buffered.as_mut()) {
+        // A script's new body: its length restated (a chunked body stays
+        // chunked, its chunks made anew).
+        *body = new.to_vec();
+        if let Framing::Length(_) = req.head.framing {
+            req.head.framing = Framing::Length(body.len() as u64);
+            req.head
+                .fields
+                .set(b"content-length", body.len().to_string().as_bytes());
+        }
     }
     match buffered {
         Some((body, trailers)) => {

@@ -28,9 +28,9 @@ use super::hooks::{BodyEdit, Hooks, Local, Verdict};
 use super::normalizing;
 use crate::accesslog::ScriptLog;
 use crate::config::snapshot::VsScript;
-use crate::http::message::{Request, Response};
+use crate::http::message::{Framing, Request, Response};
 use crate::http::responses;
-use crate::script::{self, Effects, Failure, Info, State, Vars};
+use crate::script::{self, BodyEvent, Effects, Failure, Info, State, Vars};
 use crate::stats;
 
 /// Boxed: every exchange's future holds this stage, most without a script.
@@ -46,6 +46,17 @@ struct Run {
     /// A failed `on_response` replaced the member's response: its body
     /// is swallowed and this one sent.
     replace_body: Option<Bytes>,
+    /// The request body goes to `on_request_body` (read whole first, up
+    /// to `max_body`).
+    collect_request: bool,
+    max_body: u64,
+    /// `on_request` runs in the wait phase (it may call out).
+    waiting: bool,
+    /// The script asked for the response body (`r:collect_body()`).
+    want_response: bool,
+    /// The response body so far, while it is collected for
+    /// `on_response_body`.
+    response_body: Option<Vec<u8>>,
 }
 
 fn protocol(x: &Exchange<'_>, req: Option<&Request>) -> &'static str {
@@ -65,7 +76,7 @@ fn info(x: &Exchange<'_>, req: Option<&Request>) -> Info {
         client: Some(x.peer),
         tls: x.tls,
         protocol: protocol(x, req),
-        client_subject: x.client_subject.map(str::to_string),
+        client_cert: x.client_cert.clone(),
         status: x.status,
     }
 }
@@ -129,7 +140,17 @@ impl Hooks for Scripting {
             return Verdict::Continue;
         };
         let run = self.0.get_or_insert_with(Box::default);
+        if s.script.events.request_body {
+            run.collect_request = collect_request(x, s, req);
+            run.max_body = s.script.limits.max_body as u64;
+        }
         if !s.script.events.request {
+            return Verdict::Continue;
+        }
+        if s.script.waits {
+            // Run as a coroutine in the wait phase (right after this one,
+            // before routing: stages.rs).
+            run.waiting = true;
             return Verdict::Continue;
         }
         let Some(st) = run.state(x, s) else {
@@ -139,42 +160,26 @@ impl Hooks for Scripting {
         let Some(r) = st.on_request(req, info, &mut run.vars) else {
             return Verdict::Continue;
         };
-        let mut e = match r {
-            Ok(e) => e,
-            Err(f) => {
-                failed(x, s, &f);
-                return Verdict::Respond(error_answer());
-            }
+        applied(x, s, run, req, r)
+    }
+
+    async fn on_request_wait(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
+        let vs = x.vs;
+        let (Some(s), Some(run)) = (vs.script.as_deref(), self.0.as_mut()) else {
+            return Verdict::Continue;
         };
-        record_log(x, &mut e);
-        if let Some(t) = e.target.take() {
-            normalizing::rewrite(req, t);
+        if !std::mem::take(&mut run.waiting) {
+            return Verdict::Continue;
         }
-        if let Some(i) = e.pool {
-            x.pool = s.pools.get(i).cloned();
-        }
-        match e.answer.take() {
-            Some(a) => {
-                let ctype = a
-                    .headers
-                    .iter()
-                    .find(|(n, _)| n == "content-type")
-                    .map_or("text/plain; charset=utf-8", |(_, v)| v.as_str());
-                let mut fields: Vec<(&str, &str)> = a
-                    .headers
-                    .iter()
-                    .filter(|(n, _)| n != "content-type")
-                    .map(|(n, v)| (n.as_str(), v.as_str()))
-                    .collect();
-                // As every local answer of a vserver that sets HSTS.
-                if let Some(h) = vs.tls.as_ref().and_then(|t| t.hsts.as_deref()) {
-                    fields.push(("strict-transport-security", h));
-                }
-                let (response, body) = responses::local(a.status, ctype, a.body, &fields);
-                Verdict::Respond(Local { response, body })
-            }
-            None => Verdict::Continue,
-        }
+        let Some(st) = run.state(x, s) else {
+            return Verdict::Respond(error_answer());
+        };
+        let info = info(x, Some(req));
+        let pools = Rc::new(super::sideband::Pools(s.pools.clone()));
+        let Some(r) = st.on_request_waiting(req, info, &mut run.vars, pools).await else {
+            return Verdict::Continue;
+        };
+        applied(x, s, run, req, r)
     }
 
     fn on_response_head(&mut self, x: &mut Exchange<'_>, resp: &mut Response) {
@@ -182,40 +187,130 @@ impl Hooks for Scripting {
         let Some(s) = vs.script.as_deref() else {
             return;
         };
-        if !s.script.events.response {
-            return;
-        }
         let run = self.0.get_or_insert_with(Box::default);
+        if s.script.events.response {
+            let Some(st) = run.state(x, s) else {
+                return run.replace(resp);
+            };
+            let info = info(x, None);
+            match st.on_response(resp, info, &mut run.vars) {
+                None => {}
+                Some(Ok(mut e)) => {
+                    record_log(x, &mut e);
+                    run.want_response |= e.collect;
+                }
+                Some(Err(f)) => {
+                    failed(x, s, &f);
+                    return run.replace(resp);
+                }
+            }
+        }
+        if run.want_response && s.script.events.response_body {
+            run.response_body = collect_response(x, s, resp).then(Vec::new);
+        }
+    }
+
+    fn request_body_buffer(&self) -> Option<u64> {
+        let run = self.0.as_ref()?;
+        run.collect_request.then_some(run.max_body)
+    }
+
+    fn on_request_body(&mut self, x: &mut Exchange<'_>, data: &[u8]) -> Verdict {
+        let vs = x.vs;
+        let (Some(s), Some(run)) = (vs.script.as_deref(), self.0.as_mut()) else {
+            return Verdict::Continue;
+        };
+        if !run.collect_request {
+            return Verdict::Continue;
+        }
+        // Shown once, whole (the buffer reads it all first).
+        run.collect_request = false;
+        if data.len() > s.script.limits.max_body {
+            // A longer buffer of another stage (the WAF's): passed untouched.
+            body_over(x, "request");
+            return Verdict::Continue;
+        }
         let Some(st) = run.state(x, s) else {
-            return run.replace(resp);
+            return Verdict::Respond(error_answer());
         };
         let info = info(x, None);
-        match st.on_response(resp, info, &mut run.vars) {
-            None => {}
-            Some(Ok(mut e)) => record_log(x, &mut e),
+        let body = Bytes::copy_from_slice(data);
+        match st.on_body(BodyEvent::Request, body, info, &mut run.vars) {
+            None => Verdict::Continue,
             Some(Err(f)) => {
                 failed(x, s, &f);
-                run.replace(resp);
+                Verdict::Respond(error_answer())
+            }
+            Some(Ok(mut e)) => {
+                record_log(x, &mut e);
+                if let Some(a) = e.answer.take() {
+                    return Verdict::Respond(local_answer(vs, a));
+                }
+                if let Some(b) = e.body.take() {
+                    x.request_body = Some(b);
+                }
+                Verdict::Continue
             }
         }
     }
 
     fn on_response_body(
         &mut self,
-        _x: &mut Exchange<'_>,
-        _data: &[u8],
+        x: &mut Exchange<'_>,
+        data: &[u8],
         end: bool,
         out: &mut Vec<u8>,
     ) -> BodyEdit {
-        match self.0.as_ref().and_then(|r| r.replace_body.as_ref()) {
-            Some(b) => {
-                if end {
-                    out.extend_from_slice(b);
-                }
-                BodyEdit::Replaced
+        let Some(run) = self.0.as_mut() else {
+            return BodyEdit::Pass;
+        };
+        if let Some(b) = &run.replace_body {
+            if end {
+                out.extend_from_slice(b);
             }
-            None => BodyEdit::Pass,
+            return BodyEdit::Replaced;
         }
+        let Some(buf) = run.response_body.as_mut() else {
+            return BodyEdit::Pass;
+        };
+        let vs = x.vs;
+        let Some(s) = vs.script.as_deref() else {
+            return BodyEdit::Pass;
+        };
+        buf.extend_from_slice(data);
+        if buf.len() > s.script.limits.max_body {
+            // Over the bound: what is held goes on untouched, and the rest
+            // after it (iRules' HTTP::collect users expect the response,
+            // not an error; its head is gone anyway).
+            out.append(buf);
+            run.response_body = None;
+            body_over(x, "response");
+            return BodyEdit::Replaced;
+        }
+        if !end {
+            return BodyEdit::Replaced;
+        }
+        let body = Bytes::from(std::mem::take(buf));
+        run.response_body = None;
+        let Some(st) = run.state(x, s) else {
+            out.extend_from_slice(&body);
+            return BodyEdit::Replaced;
+        };
+        let info = info(x, None);
+        match st.on_body(BodyEvent::Response, body.clone(), info, &mut run.vars) {
+            Some(Ok(mut e)) => {
+                record_log(x, &mut e);
+                out.extend_from_slice(e.body.as_deref().unwrap_or(&body));
+            }
+            // The head (its status) is gone: the member's body goes on,
+            // and the failure is counted, logged and in the access log.
+            Some(Err(f)) => {
+                failed(x, s, &f);
+                out.extend_from_slice(&body);
+            }
+            None => out.extend_from_slice(&body),
+        }
+        BodyEdit::Replaced
     }
 
     fn on_log(&mut self, x: &mut Exchange<'_>, _req: &Request) {
@@ -240,11 +335,123 @@ impl Hooks for Scripting {
     }
 }
 
+/// What `on_request` decided, applied to the request and the exchange.
+fn applied(
+    x: &mut Exchange<'_>,
+    s: &VsScript,
+    run: &mut Run,
+    req: &mut Request,
+    r: Result<Effects, Failure>,
+) -> Verdict {
+    let mut e = match r {
+        Ok(e) => e,
+        Err(f) => {
+            failed(x, s, &f);
+            return Verdict::Respond(error_answer());
+        }
+    };
+    record_log(x, &mut e);
+    run.want_response |= e.collect;
+    if let Some(t) = e.target.take() {
+        normalizing::rewrite(req, t);
+    }
+    if let Some(i) = e.pool {
+        x.pool = s.pools.get(i).cloned();
+    }
+    match e.answer.take() {
+        Some(a) => Verdict::Respond(local_answer(x.vs, a)),
+        None => Verdict::Continue,
+    }
+}
+
+/// A script's own answer (`r:respond`, `r:redirect`).
+fn local_answer(vs: &crate::config::snapshot::VServer, a: script::Answer) -> Local {
+    let ctype = a
+        .headers
+        .iter()
+        .find(|(n, _)| n == "content-type")
+        .map_or("text/plain; charset=utf-8", |(_, v)| v.as_str());
+    let mut fields: Vec<(&str, &str)> = a
+        .headers
+        .iter()
+        .filter(|(n, _)| n != "content-type")
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+        .collect();
+    // As every local answer of a vserver that sets HSTS.
+    if let Some(h) = vs.tls.as_ref().and_then(|t| t.hsts.as_deref()) {
+        fields.push(("strict-transport-security", h));
+    }
+    let (response, body) = responses::local(a.status, ctype, a.body, &fields);
+    Local { response, body }
+}
+
+/// The access log says a body passed untouched, over `max_body`.
+fn body_over(x: &mut Exchange<'_>, which: &str) {
+    let log = x.facts.script.get_or_insert_with(Box::<ScriptLog>::default);
+    log.fields.retain(|(k, _)| k != "body_over");
+    log.fields
+        .push(("body_over".to_string(), which.to_string()));
+}
+
+/// Whether the request's body goes to `on_request_body`: it has one, and
+/// a declared length within `max_body` (a longer one streams to the
+/// member untouched: the event does not run). A chunked body is read
+/// whole up to `max_body`; a longer one is refused with 413 (part of it
+/// is read: it can no longer stream untouched).
+fn collect_request(x: &mut Exchange<'_>, s: &VsScript, req: &Request) -> bool {
+    match req.head.framing {
+        Framing::None => false,
+        Framing::Length(n) if n > s.script.limits.max_body as u64 => {
+            body_over(x, "request");
+            false
+        }
+        _ => true,
+    }
+}
+
+/// Whether the response's body can go to `on_response_body`, and its head
+/// made ready for a new body: it has one, not content-encoded (the script
+/// would get compressed bytes), with a declared length within `max_body`
+/// (a longer one passes untouched). The body is then re-framed (chunked
+/// on HTTP/1.1, DATA frames without a length on HTTP/2 and 3: the new
+/// length is known only at its end) and a strong ETag becomes weak (the
+/// bytes may change, the meaning should not).
+fn collect_response(x: &mut Exchange<'_>, s: &VsScript, resp: &mut Response) -> bool {
+    let max = s.script.limits.max_body as u64;
+    let encoded = resp
+        .head
+        .get("content-encoding")
+        .is_some_and(|c| !c.eq_ignore_ascii_case(b"identity"));
+    match resp.head.framing {
+        Framing::None => return false,
+        _ if encoded || matches!(resp.status, 204 | 304) => return false,
+        Framing::Length(n) if n > max => {
+            body_over(x, "response");
+            return false;
+        }
+        _ => {}
+    }
+    let f = &mut resp.head.fields;
+    f.remove(b"content-length");
+    if let Some(etag) = f.get("etag") {
+        if etag.starts_with(b"\"") {
+            let weak = [b"W/", etag].concat();
+            f.set(b"etag", &weak);
+        }
+    }
+    resp.head.framing = Framing::Chunked;
+    true
+}
+
 impl Run {
     /// The member's response becomes the 500 of a failed event.
     fn replace(&mut self, resp: &mut Response) {
         let l = error_answer();
         *resp = l.response;
+        // A local answer's head says no body (its sender writes it whole);
+        // this one goes out through the body phase: its length is framed.
+        resp.head.framing = Framing::Length(l.body.len() as u64);
         self.replace_body = Some(l.body);
+        self.response_body = None;
     }
 }

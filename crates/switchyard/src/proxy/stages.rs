@@ -42,39 +42,28 @@ use crate::stats;
 /// ACME's HTTP-01 answers come right after it (`AcmeChallenge`): no
 /// policy, limit or script of the vserver may redirect or refuse the CA's
 /// check.
-pub type Pipeline = (
-    Normalize,
-    (
-        AcmeChallenge,
-        (
-            Limits,
-            (
-                Scripting,
-                (Route, (Waf, (Forward, (Compress, (Cache, AccessLog))))),
-            ),
-        ),
-    ),
-);
+///
+/// Two halves, `(Front, Rest)`: the request-head phases of the front
+/// (its heads, then its waits: a tarpit, the script's call-out) finish
+/// before the rest's begin, so a script that waits for a call-out
+/// (`r:sideband`) still chooses the pool before routing.
+pub type Pipeline = (Front, Rest);
+pub type Front = (Normalize, (AcmeChallenge, (Limits, Scripting)));
+pub type Rest = (Route, (Waf, (Forward, (Compress, (Cache, AccessLog)))));
 
 pub fn pipeline() -> Pipeline {
     (
-        Normalize,
         (
-            AcmeChallenge,
+            Normalize,
+            (AcmeChallenge, (Limits::default(), Scripting::default())),
+        ),
+        (
+            Route,
             (
-                Limits::default(),
+                Waf::default(),
                 (
-                    Scripting::default(),
-                    (
-                        Route,
-                        (
-                            Waf::default(),
-                            (
-                                Forward,
-                                (Compress::default(), (Cache::default(), AccessLog)),
-                            ),
-                        ),
-                    ),
+                    Forward,
+                    (Compress::default(), (Cache::default(), AccessLog)),
                 ),
             ),
         ),

@@ -25,7 +25,7 @@ pub struct TlsConn {
     pub stream: TlsStream<TcpStream>,
     /// The verified client certificate's subject (RFC 4514), when the
     /// vserver asks for client certificates and one was presented.
-    pub client_subject: Option<String>,
+    pub client_cert: Option<std::sync::Arc<crate::tls::ClientCert>>,
     /// The version, cipher and handshake time, for the access log.
     pub info: crate::accesslog::TlsInfo,
 }
@@ -62,7 +62,15 @@ impl ClientStream {
     pub fn client_subject(&self) -> Option<&str> {
         match self {
             ClientStream::Plain(_) => None,
-            ClientStream::Tls(t) => t.client_subject.as_deref(),
+            ClientStream::Tls(t) => t.client_cert.as_deref().map(|c| c.subject.as_str()),
+        }
+    }
+
+    /// The verified client certificate, when the vserver asks for one.
+    pub fn client_cert(&self) -> Option<&std::sync::Arc<crate::tls::ClientCert>> {
+        match self {
+            ClientStream::Plain(_) => None,
+            ClientStream::Tls(t) => t.client_cert.as_ref(),
         }
     }
 

@@ -194,7 +194,285 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
             },
         )?,
     )?;
+    sy.raw_set(
+        "public_key",
+        lua.create_function(|_, pem: mlua::String| {
+            PublicKey::from_pem(&pem.as_bytes())
+                .map_err(|e| mlua::Error::runtime(format!("sy.public_key: {e}")))
+        })?,
+    )?;
+    sy.raw_set(
+        "jwt_verify",
+        lua.create_function(|lua, (token, key): (mlua::String, Value)| {
+            let key = match &key {
+                Value::String(s) => JwtKey::Hmac(s.as_bytes().to_vec()),
+                Value::UserData(u) => match u.borrow::<PublicKey>() {
+                    Ok(k) => JwtKey::Public(k.clone()),
+                    Err(_) => {
+                        return Err(mlua::Error::runtime(
+                            "sy.jwt_verify: the key is a secret (string) or sy.public_key(pem)",
+                        ))
+                    }
+                },
+                other => {
+                    return Err(mlua::Error::runtime(format!(
+                    "sy.jwt_verify: the key is a secret (string) or sy.public_key(pem), not a {}",
+                    other.type_name()
+                )))
+                }
+            };
+            match jwt_verify(&token.as_bytes(), &key, crate::clock::unix_secs()) {
+                Ok(claims) => Ok((json_to_lua(lua, &claims, 0)?, Value::Nil)),
+                Err(why) => Ok((Value::Nil, Value::String(lua.create_string(why)?))),
+            }
+        })?,
+    )?;
+    sy.raw_set(
+        "table",
+        lua.create_function(|_, (name, size): (mlua::String, Option<i64>)| {
+            let name = name.to_str()?;
+            if name.is_empty() || name.len() > 64 {
+                return Err(mlua::Error::runtime("sy.table: a name of 1 to 64 bytes"));
+            }
+            let size = match size {
+                None => DEFAULT_TABLE_SIZE,
+                Some(n) if (1..=MAX_TABLE_SIZE as i64).contains(&n) => n as usize,
+                Some(n) => {
+                    return Err(mlua::Error::runtime(format!(
+                        "sy.table: size {n} is out of range 1 to {MAX_TABLE_SIZE}"
+                    )))
+                }
+            };
+            Ok(SharedTable(crate::shield::stick::store(&name, size)))
+        })?,
+    )?;
     lua.globals().raw_set("sy", sy)
+}
+
+/// Entries of a `sy.table` unless its first use says otherwise, and the
+/// most any may hold; its keys and text values are bounded too.
+const DEFAULT_TABLE_SIZE: usize = 65_536;
+const MAX_TABLE_SIZE: usize = 4 << 20;
+const MAX_TABLE_KEY: usize = 256;
+const MAX_TABLE_VALUE: usize = 1024;
+
+/// `sy.table(name)`: a table shared by every worker (and kept across
+/// reloads), on the per-source tables' design (`shield::stick::Store`).
+struct SharedTable(std::sync::Arc<crate::shield::stick::Store>);
+
+fn table_key(k: &Value) -> mlua::Result<Vec<u8>> {
+    let k = match k {
+        Value::String(s) => s.as_bytes().to_vec(),
+        Value::Integer(i) => i.to_string().into_bytes(),
+        Value::Number(n) => n.to_string().into_bytes(),
+        other => {
+            return Err(mlua::Error::runtime(format!(
+                "sy.table: a key is a string or a number, not a {}",
+                other.type_name()
+            )))
+        }
+    };
+    if k.len() > MAX_TABLE_KEY {
+        return Err(mlua::Error::runtime(format!(
+            "sy.table: a key of {} bytes (at most {MAX_TABLE_KEY})",
+            k.len()
+        )));
+    }
+    Ok(k)
+}
+
+/// Seconds (a number, fractions allowed) as milliseconds; nil is no expiry.
+fn ttl_ms(t: Option<f64>) -> mlua::Result<u64> {
+    match t {
+        None => Ok(0),
+        Some(t) if t > 0.0 && t <= 365.0 * 86_400.0 => Ok(((t * 1000.0) as u64).max(1)),
+        Some(t) => Err(mlua::Error::runtime(format!(
+            "sy.table: a lifetime of {t} s (more than 0, at most a year)"
+        ))),
+    }
+}
+
+impl UserData for SharedTable {
+    fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
+        use crate::shield::stick::Stored;
+        m.add_method("get", |lua, t, k: Value| {
+            Ok(match t.0.get(&table_key(&k)?) {
+                None => Value::Nil,
+                Some(Stored::Int(n)) => Value::Integer(n),
+                Some(Stored::Text(b)) => Value::String(lua.create_string(b)?),
+            })
+        });
+        m.add_method("set", |_, t, (k, v, ttl): (Value, Value, Option<f64>)| {
+            let k = table_key(&k)?;
+            let v = match v {
+                Value::Nil => {
+                    t.0.delete(&k);
+                    return Ok(());
+                }
+                Value::Integer(n) => Stored::Int(n),
+                Value::Boolean(b) => Stored::Int(i64::from(b)),
+                Value::Number(n) if n.fract() == 0.0 && n.abs() < 9e15 => Stored::Int(n as i64),
+                Value::Number(n) => Stored::Text(n.to_string().into_bytes()),
+                Value::String(s) if s.as_bytes().len() <= MAX_TABLE_VALUE => {
+                    Stored::Text(s.as_bytes().to_vec())
+                }
+                Value::String(_) => {
+                    return Err(mlua::Error::runtime(format!(
+                        "sy.table: a value of more than {MAX_TABLE_VALUE} bytes"
+                    )))
+                }
+                other => {
+                    return Err(mlua::Error::runtime(format!(
+                        "sy.table: a value is a string or a number, not a {}",
+                        other.type_name()
+                    )))
+                }
+            };
+            t.0.set(&k, v, ttl_ms(ttl)?);
+            Ok(())
+        });
+        m.add_method(
+            "incr",
+            |_, t, (k, by, ttl): (Value, Option<i64>, Option<f64>)| {
+                Ok(t.0.incr(&table_key(&k)?, by.unwrap_or(1), ttl_ms(ttl)?))
+            },
+        );
+        m.add_method("rate", |_, t, (k, period): (Value, f64)| {
+            let ms = ttl_ms(Some(period))?;
+            Ok(t.0.rate(&table_key(&k)?, ms) as i64)
+        });
+        m.add_method("delete", |_, t, k: Value| Ok(t.0.delete(&table_key(&k)?)));
+    }
+}
+
+/// A public key for JWT signatures (`sy.public_key(pem)`): RSA (RS256)
+/// or EC P-256 (ES256), from a PEM SubjectPublicKeyInfo, parsed once (at
+/// the top level of a script).
+#[derive(Clone)]
+pub struct PublicKey {
+    kind: KeyKind,
+    /// Parsed once: a verification costs no parse.
+    key: std::sync::Arc<aws_lc_rs::signature::ParsedPublicKey>,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum KeyKind {
+    Rsa,
+    P256,
+}
+
+impl UserData for PublicKey {}
+
+impl PublicKey {
+    pub fn from_pem(pem: &[u8]) -> Result<PublicKey, &'static str> {
+        use aws_lc_rs::signature::{self, ParsedPublicKey};
+        let text = std::str::from_utf8(pem).map_err(|_| "not PEM text")?;
+        let body = text
+            .split("-----BEGIN PUBLIC KEY-----")
+            .nth(1)
+            .and_then(|r| r.split("-----END PUBLIC KEY-----").next())
+            .ok_or("no -----BEGIN PUBLIC KEY----- block (a SubjectPublicKeyInfo)")?;
+        let b64: String = body.chars().filter(|c| !c.is_whitespace()).collect();
+        let der = crate::base64::decode(&b64).ok_or("bad base64 in the PEM block")?;
+        // The algorithm's OID, inside the SPKI's AlgorithmIdentifier.
+        const RSA: &[u8] = &[0x2a, 0x86, 0x48, 0x86, 0xf7, 0x0d, 0x01, 0x01, 0x01];
+        const EC: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x02, 0x01];
+        const P256: &[u8] = &[0x2a, 0x86, 0x48, 0xce, 0x3d, 0x03, 0x01, 0x07];
+        let head = &der[..der.len().min(40)];
+        let has = |oid: &[u8]| head.windows(oid.len()).any(|w| w == oid);
+        let (kind, alg): (_, &'static dyn signature::VerificationAlgorithm) = if has(RSA) {
+            (KeyKind::Rsa, &signature::RSA_PKCS1_2048_8192_SHA256)
+        } else if has(EC) && has(P256) {
+            (KeyKind::P256, &signature::ECDSA_P256_SHA256_FIXED)
+        } else {
+            return Err("not an RSA or EC P-256 public key");
+        };
+        if kind == KeyKind::Rsa {
+            let bits = aws_lc_rs::rsa::PublicEncryptingKey::from_der(&der)
+                .map_err(|_| "a malformed RSA key")?
+                .key_size_bits();
+            if !(2048..=8192).contains(&bits) {
+                return Err("an RSA key of 2048 to 8192 bits is wanted");
+            }
+        }
+        let key = ParsedPublicKey::new(alg, &der).map_err(|_| "a malformed key")?;
+        Ok(PublicKey {
+            kind,
+            key: std::sync::Arc::new(key),
+        })
+    }
+}
+
+/// What `sy.jwt_verify` checks a signature with.
+pub enum JwtKey {
+    Hmac(Vec<u8>),
+    Public(PublicKey),
+}
+
+/// Verifies a JSON Web Token (RFC 7519) and returns its claims. The
+/// algorithm must be the key's (HS256 for a secret, RS256 for an RSA key,
+/// ES256 for a P-256 key: a token cannot choose another, nor "none"), the
+/// signature must match, and `exp` / `nbf`, when present, must hold at
+/// `now` (seconds).
+pub fn jwt_verify(token: &[u8], key: &JwtKey, now: i64) -> Result<serde_json::Value, &'static str> {
+    let mut parts = token.split(|b| *b == b'.');
+    let (Some(h), Some(p), Some(sig), None) =
+        (parts.next(), parts.next(), parts.next(), parts.next())
+    else {
+        return Err("malformed token");
+    };
+    let header = b64url_decode(h).ok_or("malformed header")?;
+    let header: serde_json::Value =
+        serde_json::from_slice(&header).map_err(|_| "malformed header")?;
+    let alg = header.get("alg").and_then(|a| a.as_str());
+    let sig = b64url_decode(sig).ok_or("malformed signature")?;
+    let signed = &token[..h.len() + 1 + p.len()];
+    match key {
+        JwtKey::Hmac(secret) => {
+            if alg != Some("HS256") {
+                return Err("not an HS256 token");
+            }
+            let key = hmac::Key::new(hmac::HMAC_SHA256, secret);
+            hmac::verify(&key, signed, &sig).map_err(|_| "bad signature")?;
+        }
+        JwtKey::Public(k) => {
+            let want = match k.kind {
+                KeyKind::Rsa => "RS256",
+                KeyKind::P256 => "ES256",
+            };
+            if alg != Some(want) {
+                return Err(if want == "RS256" {
+                    "not an RS256 token"
+                } else {
+                    "not an ES256 token"
+                });
+            }
+            k.key
+                .verify_sig(signed, &sig)
+                .map_err(|_| "bad signature")?;
+        }
+    }
+    let claims = b64url_decode(p).ok_or("malformed claims")?;
+    let claims: serde_json::Value =
+        serde_json::from_slice(&claims).map_err(|_| "malformed claims")?;
+    if !claims.is_object() {
+        return Err("malformed claims");
+    }
+    if let Some(exp) = claims.get("exp") {
+        match exp.as_f64() {
+            Some(e) if (now as f64) < e => {}
+            Some(_) => return Err("expired"),
+            None => return Err("malformed exp"),
+        }
+    }
+    if let Some(nbf) = claims.get("nbf") {
+        match nbf.as_f64() {
+            Some(n) if (now as f64) >= n => {}
+            Some(_) => return Err("not yet valid"),
+            None => return Err("malformed nbf"),
+        }
+    }
+    Ok(claims)
 }
 
 /// A set of CIDRs made once (`sy.cidr{...}` at the top level) and matched
@@ -359,43 +637,7 @@ pub fn stable_hash(b: &[u8]) -> u64 {
 /// signature must match, and `exp` / `nbf`, when present, must hold at
 /// `now` (seconds).
 pub fn jwt_hs256(token: &[u8], secret: &[u8], now: i64) -> Result<serde_json::Value, &'static str> {
-    let mut parts = token.split(|b| *b == b'.');
-    let (Some(h), Some(p), Some(sig), None) =
-        (parts.next(), parts.next(), parts.next(), parts.next())
-    else {
-        return Err("malformed token");
-    };
-    let header = b64url_decode(h).ok_or("malformed header")?;
-    let header: serde_json::Value =
-        serde_json::from_slice(&header).map_err(|_| "malformed header")?;
-    if header.get("alg").and_then(|a| a.as_str()) != Some("HS256") {
-        return Err("not an HS256 token");
-    }
-    let sig = b64url_decode(sig).ok_or("malformed signature")?;
-    let key = hmac::Key::new(hmac::HMAC_SHA256, secret);
-    let signed = &token[..h.len() + 1 + p.len()];
-    hmac::verify(&key, signed, &sig).map_err(|_| "bad signature")?;
-    let claims = b64url_decode(p).ok_or("malformed claims")?;
-    let claims: serde_json::Value =
-        serde_json::from_slice(&claims).map_err(|_| "malformed claims")?;
-    if !claims.is_object() {
-        return Err("malformed claims");
-    }
-    if let Some(exp) = claims.get("exp") {
-        match exp.as_f64() {
-            Some(e) if (now as f64) < e => {}
-            Some(_) => return Err("expired"),
-            None => return Err("malformed exp"),
-        }
-    }
-    if let Some(nbf) = claims.get("nbf") {
-        match nbf.as_f64() {
-            Some(n) if (now as f64) >= n => {}
-            Some(_) => return Err("not yet valid"),
-            None => return Err("malformed nbf"),
-        }
-    }
-    Ok(claims)
+    jwt_verify(token, &JwtKey::Hmac(secret.to_vec()), now)
 }
 
 /// A JSON value as Lua values (null is nil; nesting is bounded).
@@ -476,5 +718,67 @@ mod tests {
         let early = token(h, r#"{"nbf":500}"#, b"k");
         assert_eq!(jwt_hs256(&early, b"k", 499), Err("not yet valid"));
         assert_eq!(jwt_hs256(b"a.b", b"k", 0), Err("malformed token"));
+    }
+
+    fn pem(der: &[u8]) -> String {
+        format!(
+            "-----BEGIN PUBLIC KEY-----\n{}\n-----END PUBLIC KEY-----\n",
+            crate::base64::encode(der)
+        )
+    }
+
+    fn signed(header: &str, claims: &str, sign: impl Fn(&[u8]) -> Vec<u8>) -> Vec<u8> {
+        let mut t = b64url_encode(header.as_bytes());
+        t.push('.');
+        t.push_str(&b64url_encode(claims.as_bytes()));
+        let sig = sign(t.as_bytes());
+        t.push('.');
+        t.push_str(&b64url_encode(&sig));
+        t.into_bytes()
+    }
+
+    #[test]
+    fn jwt_rs256_and_es256_verify_with_the_keys_own_algorithm() {
+        use aws_lc_rs::encoding::AsDer;
+        use aws_lc_rs::rand::SystemRandom;
+        use aws_lc_rs::signature::{self, EcdsaKeyPair, KeyPair, RsaKeyPair};
+        let rng = SystemRandom::new();
+        let rsa = RsaKeyPair::generate(aws_lc_rs::rsa::KeySize::Rsa2048).expect("rsa");
+        let rsa_pem = pem(rsa.public_key().as_der().expect("der").as_ref());
+        let ec = EcdsaKeyPair::generate(&signature::ECDSA_P256_SHA256_FIXED_SIGNING).expect("ec");
+        let ec_pem = pem(ec.public_key().as_der().expect("der").as_ref());
+        let rsa_key = JwtKey::Public(PublicKey::from_pem(rsa_pem.as_bytes()).expect("rsa pem"));
+        let ec_key = JwtKey::Public(PublicKey::from_pem(ec_pem.as_bytes()).expect("ec pem"));
+        let rs = |m: &[u8]| {
+            let mut sig = vec![0; rsa.public_modulus_len()];
+            rsa.sign(&signature::RSA_PKCS1_SHA256, &rng, m, &mut sig)
+                .expect("sign");
+            sig
+        };
+        let es = |m: &[u8]| ec.sign(&rng, m).expect("sign").as_ref().to_vec();
+        let claims = r#"{"sub":"ann","exp":2000}"#;
+        let t = signed(r#"{"alg":"RS256"}"#, claims, rs);
+        assert_eq!(jwt_verify(&t, &rsa_key, 1000).expect("rs256")["sub"], "ann");
+        assert_eq!(jwt_verify(&t, &rsa_key, 2000), Err("expired"));
+        assert_eq!(jwt_verify(&t, &ec_key, 1000), Err("not an ES256 token"));
+        let t = signed(r#"{"alg":"ES256"}"#, claims, es);
+        assert_eq!(jwt_verify(&t, &ec_key, 1000).expect("es256")["sub"], "ann");
+        // Another key's signature, an algorithm the key is not for, and
+        // the HS256-with-the-public-key confusion are refused.
+        let other =
+            EcdsaKeyPair::generate(&signature::ECDSA_P256_SHA256_FIXED_SIGNING).expect("ec");
+        let forged = signed(r#"{"alg":"ES256"}"#, claims, |m| {
+            other.sign(&rng, m).expect("sign").as_ref().to_vec()
+        });
+        assert_eq!(jwt_verify(&forged, &ec_key, 1000), Err("bad signature"));
+        let confused = token(r#"{"alg":"HS256"}"#, claims, ec_pem.as_bytes());
+        assert_eq!(
+            jwt_verify(&confused, &ec_key, 1000),
+            Err("not an ES256 token")
+        );
+        assert!(
+            PublicKey::from_pem(b"-----BEGIN PUBLIC KEY-----\nAAAA\n-----END PUBLIC KEY-----")
+                .is_err()
+        );
     }
 }

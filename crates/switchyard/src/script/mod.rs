@@ -35,6 +35,7 @@
 //!
 //! `txn.rs` is what an event's `r` offers, `library.rs` the `sy.*` helpers.
 
+pub mod callout;
 pub mod library;
 mod txn;
 
@@ -43,10 +44,11 @@ use std::rc::Rc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
+use bytes::Bytes;
 use mlua::{AnyUserData, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Value};
 
 use crate::http::message::{Request, Response};
-pub use txn::{Answer, Effects, Info};
+pub use txn::{Answer, BodyEvent, Conn, ConnEvent, Effects, Info};
 
 /// Instructions between two looks at the budget: the hook's cost (a
 /// call into Rust) is paid once per this many instructions, and a
@@ -60,6 +62,8 @@ pub struct Limits {
     pub max_instructions: u64,
     /// Bytes one worker's state may allocate.
     pub max_memory: usize,
+    /// Bytes a body event may collect (`max_body`).
+    pub max_body: usize,
 }
 
 /// The events a script defines (global functions of these names).
@@ -68,9 +72,36 @@ pub struct Events {
     pub request: bool,
     pub response: bool,
     pub log: bool,
+    pub request_body: bool,
+    pub response_body: bool,
+    /// The events of `tcp` vservers.
+    pub accept: bool,
+    pub client_data: bool,
+    pub close: bool,
 }
 
-const EVENT_NAMES: [&str; 3] = ["on_request", "on_response", "on_log"];
+impl Events {
+    /// Any event of HTTP vservers.
+    pub fn http(&self) -> bool {
+        self.request || self.response || self.log || self.request_body || self.response_body
+    }
+
+    /// Any event of `tcp` vservers.
+    pub fn l4(&self) -> bool {
+        self.accept || self.client_data || self.close
+    }
+}
+
+const EVENT_NAMES: [&str; 8] = [
+    "on_request",
+    "on_response",
+    "on_log",
+    "on_request_body",
+    "on_response_body",
+    "on_accept",
+    "on_client_data",
+    "on_close",
+];
 
 /// A script of one configuration generation: checked, shared by the
 /// workers (each runs it in a `State` of its own).
@@ -90,6 +121,11 @@ pub struct Script {
     pub normalize: crate::http::normalize::Rules,
     pub vserver: String,
     pub events: Events,
+    /// `on_request` may wait (the script calls `r:sideband`): it runs as
+    /// a coroutine (`State::on_request_waiting`). Found in the text: a
+    /// script without the word pays nothing for coroutines, and one that
+    /// reaches the method another way gets a clear error.
+    pub waits: bool,
     /// Errors are logged at most once per second per script
     /// (`clock::now_ms` of the last line; errors not logged since).
     last_logged_ms: AtomicU64,
@@ -143,11 +179,13 @@ impl Script {
             normalize,
             vserver: vserver.to_string(),
             events: Events::default(),
+            waits: false,
             last_logged_ms: AtomicU64::new(0),
             unlogged: AtomicU64::new(0),
         };
         let st = State::new(&s).map_err(|f| f.message().to_string())?;
         s.events = st.events();
+        s.waits = s.events.request && memchr::memmem::find(&s.source, b"sideband").is_some();
         if s.events == Events::default() {
             return Err(format!(
                 "{name}: defines none of the events {}: it would do nothing",
@@ -214,6 +252,11 @@ pub struct State {
     on_request: Option<Function>,
     on_response: Option<Function>,
     on_log: Option<Function>,
+    on_request_body: Option<Function>,
+    on_response_body: Option<Function>,
+    on_accept: Option<Function>,
+    on_client_data: Option<Function>,
+    on_close: Option<Function>,
     /// The `r` every event gets: one per state, loaded with the request's
     /// parts for each call (no userdata made per request).
     txn: AnyUserData,
@@ -288,6 +331,12 @@ impl State {
         )
         .map_err(fail)?;
         let txn = lua.create_userdata(txn::Txn::new(script)).map_err(fail)?;
+        // mlua opened `coroutine` for `r:sideband` (its poller keeps
+        // `coroutine.yield` for itself); scripts do not get it: a yield of
+        // their own would stop an event that cannot wait.
+        lua.globals()
+            .raw_set("coroutine", Value::Nil)
+            .map_err(fail)?;
         let mut st = State {
             lua,
             script: Weak::new(),
@@ -297,6 +346,11 @@ impl State {
             on_request: None,
             on_response: None,
             on_log: None,
+            on_request_body: None,
+            on_response_body: None,
+            on_accept: None,
+            on_client_data: None,
+            on_close: None,
             txn,
             guard,
         };
@@ -328,6 +382,11 @@ impl State {
         st.on_request = event(EVENT_NAMES[0])?;
         st.on_response = event(EVENT_NAMES[1])?;
         st.on_log = event(EVENT_NAMES[2])?;
+        st.on_request_body = event(EVENT_NAMES[3])?;
+        st.on_response_body = event(EVENT_NAMES[4])?;
+        st.on_accept = event(EVENT_NAMES[5])?;
+        st.on_client_data = event(EVENT_NAMES[6])?;
+        st.on_close = event(EVENT_NAMES[7])?;
         Ok(st)
     }
 
@@ -336,6 +395,11 @@ impl State {
             request: self.on_request.is_some(),
             response: self.on_response.is_some(),
             log: self.on_log.is_some(),
+            request_body: self.on_request_body.is_some(),
+            response_body: self.on_response_body.is_some(),
+            accept: self.on_accept.is_some(),
+            client_data: self.on_client_data.is_some(),
+            close: self.on_close.is_some(),
         }
     }
 
@@ -397,18 +461,87 @@ impl State {
         vars: &mut Vars,
     ) -> Option<Result<Effects, Failure>> {
         let f = self.on_request.as_ref()?;
+        // The hot path: the parts go into `r` in place and come back out
+        // field by field, not through a `Parts` moved in and out (`call`).
+        match self.txn.borrow_mut::<txn::Txn>() {
+            Ok(mut t) => {
+                let p = t.parts();
+                p.req = Some(std::mem::replace(req, txn::placeholder_request()));
+                p.info = info;
+                p.vars = vars.0.take();
+            }
+            Err(_) => return Some(Err(Failure::Error(format!("{}: busy", self.name)))),
+        }
+        let r = self.guarded(|| f.call::<()>(&self.txn));
+        let out = match self.txn.borrow_mut::<txn::Txn>() {
+            Ok(mut t) => {
+                let p = t.parts();
+                if let Some(q) = p.req.take() {
+                    *req = q;
+                }
+                vars.0 = p.vars.take();
+                p.info = Info::default();
+                std::mem::take(&mut p.out)
+            }
+            Err(_) => Effects::default(),
+        };
+        Some(r.map(|()| out))
+    }
+
+    /// `on_request(r)` as a coroutine that may wait for call-outs
+    /// (`r:sideband`) without blocking the worker: its own `r`, its
+    /// instruction budget kept across its waits (other requests' events
+    /// run on this state meanwhile).
+    pub async fn on_request_waiting(
+        &self,
+        req: &mut Request,
+        info: Info,
+        vars: &mut Vars,
+        callout: Rc<dyn callout::CallOut>,
+    ) -> Option<Result<Effects, Failure>> {
+        let f = self.on_request.clone()?;
+        let sibling = match self.txn.borrow::<txn::Txn>() {
+            Ok(t) => t.sibling(),
+            Err(e) => return Some(Err(self.failure(e))),
+        };
+        let ud = match self.lua.create_userdata(sibling) {
+            Ok(u) => u,
+            Err(e) => return Some(Err(self.failure(e))),
+        };
         let parts = txn::Parts {
             req: Some(std::mem::replace(req, txn::placeholder_request())),
             info,
             vars: vars.0.take(),
+            waits: true,
+            callout: Some(callout),
             ..Default::default()
         };
-        let (mut back, r) = self.call(f, parts);
+        if let Ok(mut t) = ud.borrow_mut::<txn::Txn>() {
+            t.load(parts);
+        }
+        let mut call = Budgeted {
+            fut: Box::pin(f.call_async::<()>(ud.clone())),
+            guard: &self.guard,
+            left: i64::try_from(self.limits.max_instructions).unwrap_or(i64::MAX),
+            tripped: None,
+        };
+        let r = (&mut call).await;
+        let tripped = call.tripped.take();
+        drop(call);
+        let mut back = match ud.borrow_mut::<txn::Txn>() {
+            Ok(mut t) => t.unload(),
+            Err(_) => txn::Parts::default(),
+        };
         if let Some(q) = back.req.take() {
             *req = q;
         }
         vars.0 = back.vars.take();
-        Some(r.map(|()| back.out))
+        let r = match (r, tripped) {
+            (Ok(()), _) => Ok(back.out),
+            (Err(_), Some(at)) => Err(Failure::Timeout(at)),
+            (Err(e), None) => Err(self.failure(e)),
+        };
+        Some(r)
     }
 
     /// `on_response(r)`: may edit the member's response head.
@@ -450,9 +583,87 @@ impl State {
         Some(r.map(|()| back.out))
     }
 
+    /// `on_request_body(r)` / `on_response_body(r)`: `r.body` is `body`;
+    /// the script may replace it (`r.body = ...`), and the request's may
+    /// answer instead.
+    pub fn on_body(
+        &self,
+        which: BodyEvent,
+        body: Bytes,
+        info: Info,
+        vars: &mut Vars,
+    ) -> Option<Result<Effects, Failure>> {
+        let f = match which {
+            BodyEvent::Request => self.on_request_body.as_ref()?,
+            BodyEvent::Response => self.on_response_body.as_ref()?,
+        };
+        let parts = txn::Parts {
+            info,
+            vars: vars.0.take(),
+            body: Some(body),
+            body_event: Some(which),
+            ..Default::default()
+        };
+        let (mut back, r) = self.call(f, parts);
+        vars.0 = back.vars.take();
+        Some(r.map(|()| back.out))
+    }
+
+    /// An event of a `tcp` vserver's connection (`on_accept`,
+    /// `on_client_data`, `on_close`): may choose the pool or refuse the
+    /// connection (the first two).
+    pub fn on_conn(
+        &self,
+        conn: Conn,
+        info: Info,
+        vars: &mut Vars,
+    ) -> Option<Result<Effects, Failure>> {
+        let f = match conn.event {
+            ConnEvent::Accept => self.on_accept.as_ref()?,
+            ConnEvent::ClientData => self.on_client_data.as_ref()?,
+            ConnEvent::Close => self.on_close.as_ref()?,
+        };
+        let parts = txn::Parts {
+            info,
+            vars: vars.0.take(),
+            conn: Some(Box::new(conn)),
+            ..Default::default()
+        };
+        let (mut back, r) = self.call(f, parts);
+        vars.0 = back.vars.take();
+        Some(r.map(|()| back.out))
+    }
+
     /// Bytes this state holds now.
     pub fn used_memory(&self) -> usize {
         self.lua.used_memory()
+    }
+}
+
+/// An event call that may wait: each poll runs on the call's own
+/// instruction budget (and trip), put in the state's guard for the poll
+/// and taken back after it, since other calls run on the state between.
+struct Budgeted<'a, F> {
+    fut: std::pin::Pin<Box<F>>,
+    guard: &'a Guard,
+    left: i64,
+    tripped: Option<String>,
+}
+
+impl<F: std::future::Future> std::future::Future for Budgeted<'_, F> {
+    type Output = F::Output;
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<F::Output> {
+        let this = self.get_mut();
+        let budget = this.guard.budget.replace(this.left);
+        let tripped = this.guard.tripped.replace(this.tripped.take());
+        let r = this.fut.as_mut().poll(cx);
+        this.left = this.guard.budget.replace(budget);
+        this.tripped = this.guard.tripped.replace(tripped);
+        r
     }
 }
 

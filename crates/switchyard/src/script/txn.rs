@@ -24,8 +24,8 @@ pub struct Info {
     pub tls: bool,
     /// "HTTP/1.0", "HTTP/1.1", "HTTP/2.0", "HTTP/3".
     pub protocol: &'static str,
-    /// The verified client certificate's subject (vservers that ask for one).
-    pub client_subject: Option<String>,
+    /// The verified client certificate (vservers that ask for one).
+    pub client_cert: Option<std::sync::Arc<crate::tls::ClientCert>>,
     /// The status the client got (`on_log`).
     pub status: u16,
 }
@@ -48,6 +48,12 @@ pub struct Effects {
     pub answer: Option<Answer>,
     /// Access-log fields (`r:log`), in order.
     pub log: Vec<(String, String)>,
+    /// `r:collect_body()`: the response body goes to `on_response_body`.
+    pub collect: bool,
+    /// A body event's replacement (`r.body = ...`).
+    pub body: Option<Bytes>,
+    /// `c:reject()`: the connection is closed.
+    pub reject: bool,
 }
 
 /// One call's parts, moved in and out of the state's `Txn`.
@@ -59,6 +65,45 @@ pub(super) struct Parts {
     pub vars: Option<Table>,
     pub out: Effects,
     pub log_event: bool,
+    /// The body a body event sees (`r.body`), and which one.
+    pub body: Option<Bytes>,
+    pub body_event: Option<BodyEvent>,
+    /// The event runs as a coroutine that may wait (`r:sideband`), and
+    /// what makes its call-outs.
+    pub waits: bool,
+    pub callout: Option<std::rc::Rc<dyn super::callout::CallOut>>,
+    /// A `tcp` vserver's connection (its events).
+    pub conn: Option<Box<Conn>>,
+}
+
+/// Which event of a `tcp` vserver's connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConnEvent {
+    Accept,
+    ClientData,
+    Close,
+}
+
+/// What the events of a `tcp` vserver's connection see.
+#[derive(Debug, Clone)]
+pub struct Conn {
+    pub event: ConnEvent,
+    /// The client's first bytes (`on_client_data`), bounded.
+    pub data: Bytes,
+    /// The ClientHello's server name and ALPN list, when the first bytes
+    /// are one.
+    pub sni: Option<String>,
+    pub alpn: Vec<String>,
+    /// Bytes from the client and to it (`on_close`).
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+}
+
+/// Which body a body event has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyEvent {
+    Request,
+    Response,
 }
 
 pub(super) struct Txn {
@@ -66,6 +111,7 @@ pub(super) struct Txn {
     pools: Vec<String>,
     normalize: crate::http::normalize::Rules,
     vserver: String,
+    max_body: usize,
 }
 
 /// Access-log fields a script may add per request, and their size.
@@ -97,6 +143,19 @@ impl Txn {
             pools: s.pools.clone(),
             normalize: s.normalize,
             vserver: s.vserver.clone(),
+            max_body: s.limits.max_body,
+        }
+    }
+
+    /// Another `r` for the same script (a call that may wait has its
+    /// own: the state's is loaded with other requests meanwhile).
+    pub(super) fn sibling(&self) -> Txn {
+        Txn {
+            p: Parts::default(),
+            pools: self.pools.clone(),
+            normalize: self.normalize,
+            vserver: self.vserver.clone(),
+            max_body: self.max_body,
         }
     }
 
@@ -106,6 +165,11 @@ impl Txn {
 
     pub(super) fn unload(&mut self) -> Parts {
         std::mem::take(&mut self.p)
+    }
+
+    /// The parts in place (empty between calls).
+    pub(super) fn parts(&mut self) -> &mut Parts {
+        &mut self.p
     }
 
     /// The target as the script sees it now (rewritten or not).
@@ -145,6 +209,15 @@ impl Txn {
             _ => err(format!(
                 "r:{what} is for on_request and on_response (the exchange is over in on_log)"
             )),
+        }
+    }
+
+    /// `r:respond` and `r:redirect` answer in `on_request` and
+    /// `on_request_body` (no member has the request yet).
+    fn answerable(&self, what: &str) -> mlua::Result<()> {
+        match (&self.p.resp, &self.p.req, self.p.body_event) {
+            (None, Some(_), _) | (_, _, Some(BodyEvent::Request)) => Ok(()),
+            _ => err(format!("{what} is for on_request and on_request_body")),
         }
     }
 
@@ -296,7 +369,39 @@ impl UserData for Txn {
             lstr(lua, Some(t.p.info.protocol.as_bytes()))
         });
         f.add_field_method_get("client_cert_subject", |lua, t| {
-            lstr(lua, t.p.info.client_subject.as_deref().map(str::as_bytes))
+            lstr(
+                lua,
+                t.p.info
+                    .client_cert
+                    .as_deref()
+                    .map(|c| c.subject.as_bytes()),
+            )
+        });
+        f.add_field_method_get("client_cert", |lua, t| {
+            let Some(c) = t.p.info.client_cert.as_deref() else {
+                return Ok(Value::Nil);
+            };
+            let out = lua.create_table()?;
+            out.raw_set("subject", c.subject.as_str())?;
+            out.raw_set("issuer", c.issuer.as_str())?;
+            out.raw_set("serial", c.serial.as_str())?;
+            out.raw_set("sha256", c.sha256.as_str())?;
+            out.raw_set("not_before", c.not_before)?;
+            out.raw_set("not_after", c.not_after)?;
+            // rustls verified the chain, or the handshake had failed.
+            out.raw_set("verified", true)?;
+            for (k, list) in [
+                ("san_dns", &c.dns_names),
+                ("san_ip", &c.ip_addresses),
+                ("san_email", &c.emails),
+                ("san_uri", &c.uris),
+            ] {
+                out.raw_set(
+                    k,
+                    lua.create_sequence_from(list.iter().map(String::as_str))?,
+                )?;
+            }
+            Ok(Value::Table(out))
         });
         f.add_field_method_get("vserver", |lua, t| lstr(lua, Some(t.vserver.as_bytes())));
         f.add_field_method_get("status", |_, t| {
@@ -340,6 +445,41 @@ impl UserData for Txn {
             }
             let p = t.path().unwrap_or(b"/").to_vec();
             t.set_target(&p, q.as_deref(), "r.query")
+        });
+        f.add_field_method_get("sni", |lua, t| {
+            lstr(
+                lua,
+                t.p.conn
+                    .as_ref()
+                    .and_then(|c| c.sni.as_deref())
+                    .map(str::as_bytes),
+            )
+        });
+        f.add_field_method_get("alpn", |lua, t| match &t.p.conn {
+            Some(c) => Ok(Value::Table(
+                lua.create_sequence_from(c.alpn.iter().map(String::as_str))?,
+            )),
+            None => Ok(Value::Nil),
+        });
+        f.add_field_method_get("data", |lua, t| {
+            lstr(lua, t.p.conn.as_ref().map(|c| &c.data[..]))
+        });
+        f.add_field_method_get("bytes_in", |_, t| {
+            Ok(t.p.conn.as_ref().map(|c| c.bytes_in as i64))
+        });
+        f.add_field_method_get("bytes_out", |_, t| {
+            Ok(t.p.conn.as_ref().map(|c| c.bytes_out as i64))
+        });
+        f.add_field_method_get("body", |lua, t| {
+            let b = t.p.out.body.as_ref().or(t.p.body.as_ref());
+            lstr(lua, b.map(|b| &b[..]))
+        });
+        f.add_field_method_set("body", |_, t, b: mlua::String| {
+            if t.p.body_event.is_none() {
+                return err("r.body is for on_request_body and on_response_body");
+            }
+            t.p.out.body = Some(Bytes::copy_from_slice(&b.as_bytes()));
+            Ok(())
         });
         f.add_field_method_set("status", |_, t, n: i64| {
             let s = status(n, "r.status")?;
@@ -415,7 +555,13 @@ impl UserData for Txn {
             lstr(lua, v)
         });
         m.add_method_mut("use_pool", |_, t, name: mlua::String| {
-            t.request_mut("r:use_pool")?;
+            let conn_may =
+                t.p.conn
+                    .as_ref()
+                    .is_some_and(|c| c.event != ConnEvent::Close);
+            if !conn_may {
+                t.request_mut("r:use_pool")?;
+            }
             let name = name.to_str()?;
             match t.pools.iter().position(|p| *p == *name) {
                 Some(i) => {
@@ -436,7 +582,7 @@ impl UserData for Txn {
         m.add_method_mut(
             "respond",
             |_, t, (code, body, headers): (i64, Option<mlua::String>, Option<Table>)| {
-                t.request_mut("r:respond")?;
+                t.answerable("r:respond")?;
                 let status = status(code, "r:respond")?;
                 if matches!(status, 204 | 304)
                     && body.as_ref().is_some_and(|b| !b.as_bytes().is_empty())
@@ -467,7 +613,7 @@ impl UserData for Txn {
         m.add_method_mut(
             "redirect",
             |_, t, (location, code): (mlua::String, Option<i64>)| {
-                t.request_mut("r:redirect")?;
+                t.answerable("r:redirect")?;
                 let code = code.unwrap_or(302);
                 if ![301, 302, 303, 307, 308].contains(&code) {
                     return err(format!(
@@ -484,6 +630,47 @@ impl UserData for Txn {
                 Ok(())
             },
         );
+        m.add_async_method(
+            "sideband",
+            |lua, t: mlua::UserDataRef<Txn>, (pool, opts): (mlua::String, Option<Table>)| async move {
+                let (pool, call) = sideband_call(&t, &pool, opts)?;
+                let Some(callout) = t.p.callout.clone() else {
+                    return err("r:sideband: no call-outs here");
+                };
+                drop(t);
+                match callout.call(pool, call).await {
+                    Ok(a) => {
+                        let out = lua.create_table()?;
+                        out.raw_set("status", i64::from(a.status))?;
+                        let h = lua.create_table()?;
+                        for (n, v) in &a.headers {
+                            // The first of a repeated field (as r:header).
+                            if h.raw_get::<Value>(n.as_str())? == Value::Nil {
+                                h.raw_set(n.as_str(), lua.create_string(v)?)?;
+                            }
+                        }
+                        out.raw_set("headers", h)?;
+                        out.raw_set("body", lua.create_string(&a.body)?)?;
+                        Ok((Value::Table(out), Value::Nil))
+                    }
+                    Err(why) => Ok((Value::Nil, Value::String(lua.create_string(why)?))),
+                }
+            },
+        );
+        m.add_method_mut("reject", |_, t, ()| match &t.p.conn {
+            Some(c) if c.event != ConnEvent::Close => {
+                t.p.out.reject = true;
+                Ok(())
+            }
+            _ => err("c:reject is for on_accept and on_client_data (r:respond answers a request)"),
+        });
+        m.add_method_mut("collect_body", |_, t, ()| {
+            if t.p.req.is_none() && t.p.resp.is_none() {
+                return err("r:collect_body is for on_request and on_response");
+            }
+            t.p.out.collect = true;
+            Ok(())
+        });
         m.add_method_mut("log", |_, t, (name, value): (mlua::String, Value)| {
             let name = name.to_str()?.to_string();
             let ok = !name.is_empty()
@@ -509,4 +696,76 @@ impl UserData for Txn {
             Ok(())
         });
     }
+}
+
+/// The pool and the request of `r:sideband(pool, {method, path, headers,
+/// body, timeout})`, checked.
+fn sideband_call(
+    t: &Txn,
+    pool: &mlua::String,
+    opts: Option<Table>,
+) -> mlua::Result<(usize, super::callout::Call)> {
+    use super::callout::{Call, DEFAULT_TIMEOUT, MAX_TIMEOUT};
+    if !t.p.waits {
+        return err(
+            "r:sideband waits for its answer: only on_request can wait (this event cannot)",
+        );
+    }
+    let name = pool.to_str()?;
+    let Some(p) = t.pools.iter().position(|p| *p == *name) else {
+        return err(format!(
+            "r:sideband: no pool {:?} a script may use (pools: {})",
+            &*name,
+            t.pools.join(", ")
+        ));
+    };
+    let mut call = Call {
+        method: "GET".into(),
+        path: "/".into(),
+        headers: Vec::new(),
+        body: Bytes::new(),
+        timeout: DEFAULT_TIMEOUT,
+        max_body: t.max_body,
+    };
+    if let Some(o) = opts {
+        if let Some(m) = o.get::<Option<mlua::String>>("method")? {
+            let m = m.to_str()?.to_string();
+            if m.is_empty() || !m.bytes().all(|b| b.is_ascii_uppercase()) {
+                return err(format!("r:sideband: {m:?} is not a method"));
+            }
+            call.method = m;
+        }
+        if let Some(p) = o.get::<Option<mlua::String>>("path")? {
+            let p = p.as_bytes();
+            if p.first() != Some(&b'/') || !p.iter().all(|b| (0x21..0x7f).contains(b)) {
+                return err("r:sideband: a path starts with '/' and holds no spaces or controls");
+            }
+            call.path = String::from_utf8_lossy(&p).into_owned();
+        }
+        if let Some(h) = o.get::<Option<Table>>("headers")? {
+            for pair in h.pairs::<mlua::String, mlua::String>() {
+                let (n, v) = pair?;
+                let n = header_name(&n.as_bytes(), "r:sideband")?;
+                let v = v.as_bytes();
+                let v = header_value(&v, "r:sideband")?;
+                call.headers.push((
+                    String::from_utf8_lossy(&n).into_owned(),
+                    String::from_utf8_lossy(v).into_owned(),
+                ));
+            }
+        }
+        if let Some(b) = o.get::<Option<mlua::String>>("body")? {
+            call.body = Bytes::copy_from_slice(&b.as_bytes());
+        }
+        if let Some(s) = o.get::<Option<f64>>("timeout")? {
+            if !(s > 0.0 && s <= MAX_TIMEOUT.as_secs_f64()) {
+                return err(format!(
+                    "r:sideband: timeout {s} s (more than 0, at most {} s)",
+                    MAX_TIMEOUT.as_secs()
+                ));
+            }
+            call.timeout = std::time::Duration::from_secs_f64(s);
+        }
+    }
+    Ok((p, call))
 }

@@ -428,9 +428,224 @@ impl Limit {
     }
 }
 
+/// What a script keeps in a shared table (`sy.table`, docs/scripting.md):
+/// a number, a string, or a sliding-window rate.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Stored {
+    Int(i64),
+    Text(Vec<u8>),
+}
+
+type KeptMap = HashMap<Vec<u8>, Kept, FxBuild>;
+
+#[derive(Debug)]
+struct Kept {
+    value: Option<Stored>,
+    /// A sliding-window rate (`rate`), with its period.
+    rate: Freq,
+    rate_period_ms: u64,
+    /// 0: no expiry.
+    expires_ms: u64,
+    seen_ms: u64,
+}
+
+/// A script's shared table (`sy.table(name)`): the per-source tables'
+/// design (32 shards each behind a mutex, chosen by the key's hash;
+/// shared by every worker; bounded) holding what a script keeps: values
+/// and counters with an expiry (iRules' `table`, HAProxy's stick table
+/// `gpc` and `http_req_rate`). A full shard drops its expired entries,
+/// then the least recently used one: a flood of keys costs the oldest
+/// entries, never memory without bound. Tables live as long as the
+/// process, by name (a reload keeps what they hold).
+#[derive(Debug)]
+pub struct Store {
+    shards: Box<[Mutex<KeptMap>]>,
+    per_shard: usize,
+    pub evicted: AtomicU64,
+}
+
+impl Store {
+    pub fn new(size: usize) -> Store {
+        Store {
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::default()))
+                .collect(),
+            per_shard: size.div_ceil(SHARDS).max(1),
+            evicted: AtomicU64::new(0),
+        }
+    }
+
+    /// The most entries the table holds.
+    pub fn capacity(&self) -> usize {
+        self.per_shard * SHARDS
+    }
+
+    pub fn len(&self) -> usize {
+        let now = now_ms();
+        self.shards
+            .iter()
+            .map(|s| {
+                let s = s.lock().unwrap_or_else(|e| e.into_inner());
+                s.values()
+                    .filter(|k| k.expires_ms == 0 || k.expires_ms > now)
+                    .count()
+            })
+            .sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Runs `f` on the live entry of `key` (made when `make`), at `now`.
+    fn with<T>(
+        &self,
+        key: &[u8],
+        make: bool,
+        f: impl FnOnce(&mut Option<&mut Kept>, u64) -> T,
+    ) -> T {
+        let now = now_ms();
+        let mut s = self.shards[shard_of(key)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let live = |k: &Kept| k.expires_ms == 0 || k.expires_ms > now;
+        if s.get(key).is_some_and(|k| !live(k)) {
+            s.remove(key);
+        }
+        if make && !s.contains_key(key) {
+            if s.len() >= self.per_shard {
+                s.retain(|_, k| live(k));
+            }
+            if s.len() >= self.per_shard {
+                let victim = s
+                    .iter()
+                    .min_by_key(|(_, k)| k.seen_ms)
+                    .map(|(k, _)| k.clone());
+                if let Some(v) = victim {
+                    s.remove(&v);
+                    self.evicted.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            s.insert(
+                key.to_vec(),
+                Kept {
+                    value: None,
+                    rate: Freq::default(),
+                    rate_period_ms: 0,
+                    expires_ms: 0,
+                    seen_ms: now,
+                },
+            );
+        }
+        let mut e = s.get_mut(key);
+        if let Some(k) = e.as_deref_mut() {
+            k.seen_ms = now;
+        }
+        f(&mut e, now)
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<Stored> {
+        self.with(key, false, |e, _| e.as_ref().and_then(|k| k.value.clone()))
+    }
+
+    /// Sets `key` to `value` for `ttl_ms` (0: no expiry).
+    pub fn set(&self, key: &[u8], value: Stored, ttl_ms: u64) {
+        self.with(key, true, |e, now| {
+            if let Some(k) = e {
+                k.value = Some(value);
+                k.expires_ms = if ttl_ms == 0 { 0 } else { now + ttl_ms };
+            }
+        })
+    }
+
+    /// Adds `by` to the number at `key` (a missing or text value counts
+    /// as 0) and gives the sum. A new entry lives `ttl_ms` (0: no expiry);
+    /// an existing one keeps its expiry (a fixed window).
+    pub fn incr(&self, key: &[u8], by: i64, ttl_ms: u64) -> i64 {
+        self.with(key, true, |e, now| match e {
+            Some(k) => {
+                let n = match k.value {
+                    Some(Stored::Int(n)) => n,
+                    _ => {
+                        k.expires_ms = if ttl_ms == 0 { 0 } else { now + ttl_ms };
+                        0
+                    }
+                }
+                .saturating_add(by);
+                k.value = Some(Stored::Int(n));
+                n
+            }
+            None => by,
+        })
+    }
+
+    /// Counts one event at `key` and gives the events of the last
+    /// `period_ms`, this one included (a sliding window, as the per-source
+    /// limits' `req_rate`). The entry lives two periods past its last event.
+    pub fn rate(&self, key: &[u8], period_ms: u64) -> u64 {
+        let period_ms = period_ms.max(1);
+        self.with(key, true, |e, now| match e {
+            Some(k) => {
+                if k.rate_period_ms != period_ms {
+                    k.rate = Freq {
+                        start_ms: now,
+                        ..Freq::default()
+                    };
+                    k.rate_period_ms = period_ms;
+                }
+                let before = k.rate.estimate(now, period_ms);
+                k.rate.add();
+                if k.value.is_none() {
+                    k.expires_ms = now + 2 * period_ms;
+                }
+                before + 1
+            }
+            None => 1,
+        })
+    }
+
+    /// Removes `key`; whether it was there.
+    pub fn delete(&self, key: &[u8]) -> bool {
+        let mut s = self.shards[shard_of(key)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        s.remove(key).is_some()
+    }
+}
+
+/// The process's script tables by name: `sy.table(name)` in any worker's
+/// state, of any configuration generation, finds the same one.
+pub fn store(name: &str, size: usize) -> Arc<Store> {
+    static ALL: Mutex<Option<HashMap<String, Arc<Store>>>> = Mutex::new(None);
+    let mut all = ALL.lock().unwrap_or_else(|e| e.into_inner());
+    all.get_or_insert_with(HashMap::new)
+        .entry(name.to_string())
+        .or_insert_with(|| Arc::new(Store::new(size)))
+        .clone()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_expires_counts_and_stays_bounded() {
+        let s = Store::new(64);
+        assert_eq!(s.incr(b"u", 1, 0), 1);
+        assert_eq!(s.incr(b"u", 2, 0), 3);
+        s.set(b"k", Stored::Text(b"v".to_vec()), 1);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        assert_eq!(s.get(b"k"), None);
+        assert_eq!(s.get(b"u"), Some(Stored::Int(3)));
+        assert_eq!(s.rate(b"r", 60_000), 1);
+        assert_eq!(s.rate(b"r", 60_000), 2);
+        for i in 0..10_000u32 {
+            s.incr(&i.to_be_bytes(), 1, 0);
+        }
+        assert!(s.len() <= s.capacity(), "{}", s.len());
+        assert!(s.evicted.load(Ordering::Relaxed) > 0);
+        assert!(s.delete(&9_999u32.to_be_bytes()));
+    }
 
     fn limit(conn_cur: Option<u32>, conn_rate: Option<Rate>, req_rate: Option<Rate>) -> Limit {
         Limit {

@@ -116,8 +116,48 @@ pub fn client_config(
 }
 
 pub fn client_subject(conn: &rustls::ServerConnection) -> Option<String> {
+    client_cert(conn).map(|c| c.subject)
+}
+
+/// What a verified client certificate says, read once per handshake
+/// (the member's subject field, and `r.client_cert` for scripts).
+#[derive(Debug, Clone, Default)]
+pub struct ClientCert {
+    /// RFC 4514 ("CN=client,O=Acme").
+    pub subject: String,
+    pub issuer: String,
+    /// Lower-case hex.
+    pub serial: String,
+    pub dns_names: Vec<String>,
+    pub ip_addresses: Vec<String>,
+    pub emails: Vec<String>,
+    pub uris: Vec<String>,
+    /// SHA-256 of the DER certificate, lower-case hex.
+    pub sha256: String,
+    /// Unix seconds.
+    pub not_before: i64,
+    pub not_after: i64,
+}
+
+/// The verified client certificate of a finished handshake (rustls has
+/// checked its chain against the vserver's `client_ca`: a certificate that
+/// does not verify ends the handshake, so one that is here is verified).
+pub fn client_cert(conn: &rustls::ServerConnection) -> Option<ClientCert> {
     let end = conn.peer_certificates()?.first()?;
-    x509::parse(end).ok().map(|i| i.subject)
+    let i = x509::parse(end).ok()?;
+    let sha = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, end);
+    Some(ClientCert {
+        subject: i.subject,
+        issuer: i.issuer,
+        serial: i.serial_hex,
+        dns_names: i.dns_names,
+        ip_addresses: i.ip_addresses,
+        emails: i.emails,
+        uris: i.uris,
+        sha256: sha.as_ref().iter().map(|b| format!("{b:02x}")).collect(),
+        not_before: i.not_before,
+        not_after: i.not_after,
+    })
 }
 
 /// "YYYY-MM-DD HH:MM:SS UTC" for Unix seconds (for error messages).

@@ -23,6 +23,14 @@ pub struct CertInfo {
     pub common_name: Option<String>,
     /// dNSName entries of the subject alternative name extension.
     pub dns_names: Vec<String>,
+    /// The issuer, RFC 4514 form.
+    pub issuer: String,
+    /// The serial number, lower-case hex (its DER bytes).
+    pub serial_hex: String,
+    /// iPAddress, rfc822Name and URI entries of the SAN extension.
+    pub ip_addresses: Vec<String>,
+    pub emails: Vec<String>,
+    pub uris: Vec<String>,
     /// The DER SubjectPublicKeyInfo (with its SEQUENCE header).
     pub spki: Vec<u8>,
     /// The serial number's DER content octets.
@@ -213,7 +221,7 @@ pub fn parse(der: &[u8]) -> Result<CertInfo, &'static str> {
     }
     let serial = t.next()?.value.to_vec();
     t.expect(SEQUENCE)?; // signature algorithm
-    t.expect(SEQUENCE)?; // issuer
+    let issuer = t.expect(SEQUENCE)?;
     let validity = t.expect(SEQUENCE)?;
     let subject = t.expect(SEQUENCE)?;
     let spki = t.expect(SEQUENCE)?;
@@ -228,6 +236,8 @@ pub fn parse(der: &[u8]) -> Result<CertInfo, &'static str> {
     let (subject_s, cn) = name(subject.value)?;
     info.subject = subject_s;
     info.common_name = cn;
+    info.issuer = name(issuer.value)?.0;
+    info.serial_hex = info.serial.iter().map(|b| format!("{b:02x}")).collect();
     while !t.is_empty() {
         let f = t.next()?;
         if f.tag != 0xa3 {
@@ -259,10 +269,27 @@ pub fn parse(der: &[u8]) -> Result<CertInfo, &'static str> {
             let mut names = Der::new(Der::new(val.value).expect(SEQUENCE)?.value);
             while !names.is_empty() {
                 let n = names.next()?;
-                if n.tag == 0x82 {
-                    if let Ok(s) = std::str::from_utf8(n.value) {
-                        info.dns_names.push(s.to_string());
-                    }
+                let text = || std::str::from_utf8(n.value).ok().map(str::to_string);
+                match n.tag {
+                    0x82 => info.dns_names.extend(text()),
+                    0x81 => info.emails.extend(text()),
+                    0x86 => info.uris.extend(text()),
+                    0x87 => match n.value.len() {
+                        4 => info.ip_addresses.push(
+                            std::net::Ipv4Addr::from(
+                                <[u8; 4]>::try_from(n.value).unwrap_or_default(),
+                            )
+                            .to_string(),
+                        ),
+                        16 => info.ip_addresses.push(
+                            std::net::Ipv6Addr::from(
+                                <[u8; 16]>::try_from(n.value).unwrap_or_default(),
+                            )
+                            .to_string(),
+                        ),
+                        _ => {}
+                    },
+                    _ => {}
                 }
             }
         }

@@ -396,7 +396,7 @@ fn a_script_is_compiled_at_build_and_its_errors_are_located() {
         "{e}"
     );
 
-    // HTTP only in this step.
+    // A tcp vserver runs the L4 events only.
     let tcp = with("ok.lua", "").replace(
         "listen = [\"127.0.0.1:18080\"]",
         "listen = [\"127.0.0.1:18080\"]\nprotocol = \"tcp\"",
@@ -406,6 +406,10 @@ fn a_script_is_compiled_at_build_and_its_errors_are_located() {
         "",
     );
     let e = parse(cfg, &tcp, None).unwrap_err();
-    assert!(e.to_string().contains("script is HTTP"), "{e}");
+    assert!(
+        e.to_string()
+            .contains("a tcp vserver runs on_accept, on_client_data and on_close"),
+        "{e}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

@@ -162,10 +162,13 @@ pub(super) fn build_vserver(
         // Any pool of the file but those whose member connections cannot
         // carry any client's requests (a PROXY header, the client's own
         // source address), which `check_http_pools` refuses for vservers.
+        // A tcp vserver's connections carry one client each: any pool.
+        let tcp = v.protocol == model::Protocol::Tcp;
         let mut usable: Vec<&Arc<Pool>> = pools
             .values()
             .filter(|p| {
-                p.proxy_protocol.is_none() && p.source_address != Some(SourceAddress::Client)
+                tcp || (p.proxy_protocol.is_none()
+                    && p.source_address != Some(SourceAddress::Client))
             })
             .collect();
         usable.sort_by(|a, b| a.name.cmp(&b.name));
@@ -173,8 +176,7 @@ pub(super) fn build_vserver(
         let script = crate::config::script::build(
             s,
             &cx.pos.base_dir(),
-            &what,
-            &name,
+            (&what, &name, tcp),
             names,
             normalize,
             &mut problems,
@@ -207,7 +209,10 @@ pub(super) fn build_vserver(
             (v.compression.is_some(), "compression"),
             (v.cache.is_some(), "cache"),
             (v.waf.is_some(), "waf"),
-            (v.script.is_some(), "script"),
+            (
+                v.script.is_some() && v.protocol == model::Protocol::Udp,
+                "script",
+            ),
             (v.normalize.is_some(), "normalize"),
             (v.request_body.is_some(), "request_body"),
             (v.h2c.is_some() || v.h2c_only.is_some(), "h2c"),
