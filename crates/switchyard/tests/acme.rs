@@ -95,6 +95,17 @@ impl Pebble {
     /// `ip:tls_port`, issuing certificates valid `validity` seconds; None
     /// (with a message) when pebble is not installed.
     fn start(ip: IpAddr, http_port: u16, tls_port: u16, validity: u64) -> Option<Pebble> {
+        Self::start_with(ip, http_port, tls_port, validity, serde_json::json!({}))
+    }
+
+    /// As `start`, with `extra` merged into pebble's configuration.
+    fn start_with(
+        ip: IpAddr,
+        http_port: u16,
+        tls_port: u16,
+        validity: u64,
+        extra: serde_json::Value,
+    ) -> Option<Pebble> {
         let (Some(pebble), Some(challtest)) = (go_tool("pebble"), go_tool("pebble-challtestsrv"))
         else {
             let why = "pebble and pebble-challtestsrv are not installed (scripts/test.sh installs them: go install github.com/letsencrypt/pebble/v2/cmd/pebble@v2.10.3 and cmd/pebble-challtestsrv@v2.10.3)";
@@ -128,7 +139,7 @@ impl Pebble {
             .expect("start pebble-challtestsrv");
         let listen = SocketAddr::new(lo, port_on(lo));
         let management = SocketAddr::new(lo, port_on(lo));
-        let config = serde_json::json!({
+        let mut config = serde_json::json!({
             "pebble": {
                 "listenAddress": listen.to_string(),
                 "managementListenAddress": management.to_string(),
@@ -141,6 +152,9 @@ impl Pebble {
                 "profiles": { "default": { "description": "test", "validityPeriod": validity } }
             }
         });
+        for (k, v) in extra.as_object().into_iter().flatten() {
+            config["pebble"][k] = v.clone();
+        }
         std::fs::write(dir.join("pebble.json"), config.to_string()).expect("config");
         let log = std::fs::File::create(dir.join("pebble.log")).expect("log");
         let child = Command::new(pebble)
@@ -1526,7 +1540,7 @@ fn a_cluster_renews_once_when_the_ca_says_so() {
     // state_dir.
     for n in &nodes {
         let state = n.dir.join("acme-state");
-        assert!(state.join("account.json").is_file(), "{}", state.display());
+        assert_eq!(account_files(&state).len(), 1, "{}", state.display());
         assert!(
             state.join(NAME).join("cert.pem").is_file(),
             "{}",
@@ -1544,4 +1558,135 @@ fn a_cluster_renews_once_when_the_ca_says_so() {
         "one account:\n{}",
         p.log()
     );
+}
+
+/// The account files in `state_dir` (one per CA directory).
+fn account_files(state_dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(state_dir)
+        .map(|d| {
+            d.flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("account-") && n.ends_with(".json"))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// An HMAC key as pebble's own EAB test configuration has it (base64url).
+const EAB_KEY: &str = "zWNDZM6eQGHWpSRTPal5eIUYFTu7EajVIoguysqZ9wG44nMEtx3MUAsUDkMTQ12W";
+
+/// External account binding: pebble requires it (as ZeroSSL does). A
+/// wrong HMAC key is refused at account creation, which the log and the
+/// API's last_error say, while the rest of the configuration serves;
+/// after a reload with the right key (from a file) the certificate is
+/// issued.
+#[test]
+fn external_account_binding_is_sent_and_a_wrong_key_is_reported() {
+    let (plain, tls) = addrs();
+    let extra = serde_json::json!({
+        "externalAccountBindingRequired": true,
+        "externalAccountMACKeys": { "kid-1": EAB_KEY },
+    });
+    let Some(p) = Pebble::start_with(plain.ip(), plain.port(), tls.port(), NINETY_DAYS, extra)
+    else {
+        return;
+    };
+    let origin = Origin::start("o");
+    let state = temp_dir("acme-state");
+    let wrong = p.acme_table("http-01", &state)
+        + "eab_kid = \"kid-1\"\neab_hmac_key = \"b10lLJs8l1GPIzsLP0s6pMt8O0XVGnfTaCeROxQM0BIt2XrJMDHJZBM5NuQmQJQH\"\n";
+    let cfg = config(plain, tls, &origin, &wrong);
+    let sy = Switchyard::start(&cfg, &[plain, tls]);
+    let mut err = String::new();
+    assert!(
+        eventually(Duration::from_secs(30), || {
+            err = acme_row(&sy)["acme"]["last_error"]
+                .as_str()
+                .unwrap_or("")
+                .to_string();
+            !err.is_empty()
+        }),
+        "no error reported:\n{}",
+        sy.log()
+    );
+    assert!(
+        err.contains("external account binding (eab_kid \"kid-1\")"),
+        "{err}"
+    );
+    assert!(err.contains("new account at"), "{err}");
+    assert!(
+        sy.log().contains("with external account binding"),
+        "{}",
+        sy.log()
+    );
+    assert_eq!(p.orders(), 0, "no order without an account");
+    assert!(account_files(&state).is_empty(), "no account was kept");
+    // Nothing else broke: the plain vserver answers, the admin API too.
+    assert_eq!(get(plain, "/").status, 301);
+    assert!(served(tls, NAME, &p.root(), &[b"http/1.1"]).is_err());
+
+    // The right key, from a file (as the CA shows it once, with a newline).
+    let key_file = state.join("eab.key");
+    std::fs::write(&key_file, format!("{EAB_KEY}\n")).expect("key file");
+    let right = p.acme_table("http-01", &state)
+        + &format!(
+            "eab_kid = \"kid-1\"\neab_hmac_key_file = \"{}\"\n",
+            key_file.display()
+        );
+    let (ok, out) = sy.reload_with(&config(plain, tls, &origin, &right));
+    assert!(ok, "{out}");
+    wait_served(&sy, &p, tls, Duration::from_secs(60));
+    assert_eq!(p.orders(), 1, "{}", p.log());
+    assert_eq!(account_files(&state).len(), 1, "{}", state.display());
+    // The new table's row (the old one's task may not have stopped yet).
+    let issued: serde_json::Value =
+        serde_json::from_str(&sy.admin_get("/api/v1/certificates")).expect("certificates JSON");
+    let row = issued
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["acme"]["issued"] == true))
+        .cloned()
+        .unwrap_or_else(|| panic!("no issued ACME certificate in {issued}"));
+    assert!(row["acme"]["last_error"].is_null(), "{row}");
+}
+
+/// `switchyard check`: the binding's key ID and key come both or
+/// neither, the key is base64url, its file readable.
+#[test]
+fn check_refuses_bad_eab_settings() {
+    let dir = temp_dir("acme-check-eab");
+    let path = dir.join("bad.toml");
+    let vs = |i: usize, eab: &str| {
+        format!(
+            "[[vserver]]\nname = \"s{i}\"\nlisten = [\"127.0.0.1:{}\"]\ndefault_pool = \"p\"\n\
+             [vserver.tls.acme]\nnames = [\"s{i}.example.com\"]\ndirectory = \"https://ca.example/dir\"\n\
+             state_dir = \"state\"\n{eab}",
+            8440 + i
+        )
+    };
+    let text = vs(0, "eab_kid = \"kid-1\"\n")
+        + &vs(1, "eab_hmac_key = \"abc\"\n")
+        + &vs(2, "eab_kid = \"kid-1\"\neab_hmac_key = \"not base64!\"\n")
+        + &vs(3, "eab_kid = \"kid-1\"\neab_hmac_key_file = \"missing.key\"\n")
+        + "[[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:2\"\n";
+    std::fs::write(&path, text).expect("write");
+    let (code, out, err) = run_cli(&["check", "-c", path.to_str().expect("path")]);
+    let all = format!("{out}{err}");
+    assert_ne!(code, Some(0), "{all}");
+    for (line, what) in [
+        (9, "eab_kid needs its key: eab_hmac_key or eab_hmac_key_file"),
+        (18, "eab_hmac_key needs eab_kid"),
+        (28, "the HMAC key is empty or not base64url"),
+        (38, "eab_hmac_key_file"),
+    ] {
+        assert!(
+            all.lines()
+                .any(|l| l.contains(&format!(":{line}:")) && l.contains(what)),
+            "line {line}: {what:?} in:\n{all}"
+        );
+    }
+    assert!(all.contains("missing.key"), "{all}");
 }

@@ -84,6 +84,28 @@ pub struct Spec {
     /// Longest time between two renewal-information checks (RFC 9773);
     /// None: the CA's Retry-After, clamped to 1 minute .. 1 day.
     pub renewal_check: Option<std::time::Duration>,
+    /// External account binding (RFC 8555 section 7.3.4), for a CA that
+    /// creates accounts only for its customers (ZeroSSL).
+    pub eab: Option<Eab>,
+}
+
+/// The CA's key ID and HMAC key binding a new account to the operator's
+/// account at the CA.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Eab {
+    pub kid: String,
+    /// Decoded (the CA hands it out base64url).
+    pub hmac_key: Vec<u8>,
+}
+
+// By hand: a Spec may be printed, the HMAC key never.
+impl std::fmt::Debug for Eab {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Eab")
+            .field("kid", &self.kid)
+            .field("hmac_key", &"(hidden)")
+            .finish()
+    }
 }
 
 /// A certificate Switchyard orders and renews.

@@ -16,7 +16,7 @@ use crate::log;
 use crate::tls::x509::{self, CertInfo};
 use instant_acme::{
     Account, AccountCredentials, AuthorizationStatus, CertificateIdentifier, ChallengeType,
-    Identifier, NewAccount, NewOrder, OrderStatus, RetryPolicy,
+    ExternalAccountKey, Identifier, NewAccount, NewOrder, OrderStatus, RetryPolicy,
 };
 
 /// First retry after a failure; doubled up to `MAX_BACKOFF`.
@@ -317,7 +317,7 @@ async fn account(
     let spec = &m.spec;
     let http = super::client::Client::new(spec.ca_roots.as_deref(), m.throttle.clone())
         .map_err(|e| format!("ca_roots: {e}"))?;
-    let path = spec.state_dir.join("account.json");
+    let path = super::store::account_path(spec);
     let mut shared = false;
     if let Some(c) = cluster {
         match c.fetch_account(&spec.directory) {
@@ -331,6 +331,9 @@ async fn account(
             Err(e) => log::warn(format_args!("acme {}: the cluster's account: {e}", m.id())),
         }
     }
+    if !shared {
+        super::store::adopt_old_account(spec, &path);
+    }
     let (account, json) = if let Ok(json) = std::fs::read(&path) {
         let creds: AccountCredentials =
             serde_json::from_slice(&json).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -341,6 +344,15 @@ async fn account(
         (account, json)
     } else {
         let contact: Vec<&str> = spec.contact.iter().map(|c| c.as_str()).collect();
+        let eab = spec
+            .eab
+            .as_ref()
+            .map(|e| ExternalAccountKey::new(e.kid.clone(), &e.hmac_key));
+        // Which binding was sent, for the operator reading a refusal.
+        let bound = match &spec.eab {
+            Some(e) => format!(" with external account binding (eab_kid {:?})", e.kid),
+            None => String::new(),
+        };
         let (account, creds) = Account::builder_with_http(Box::new(http))
             .create(
                 &NewAccount {
@@ -349,14 +361,14 @@ async fn account(
                     only_return_existing: false,
                 },
                 spec.directory.clone(),
-                None,
+                eab.as_ref(),
             )
             .await
-            .map_err(|e| format!("new account at {}: {e}", spec.directory))?;
+            .map_err(|e| format!("new account at {}{bound}: {e}", spec.directory))?;
         let json = serde_json::to_vec(&creds).map_err(|e| e.to_string())?;
         write_private(&path, &json)?;
         log::info(format_args!(
-            "acme: account {} created, key kept in {}",
+            "acme: account {} created{bound}, key kept in {}",
             account.id(),
             path.display()
         ));

@@ -473,6 +473,11 @@ pub struct Acme {
     pub state_dir: Spanned<String>,
     /// PEM roots to trust for the CA's own HTTPS (default: the system's).
     pub ca_roots: Option<Spanned<String>>,
+    /// External account binding: the key ID the CA gave (ZeroSSL).
+    pub eab_kid: Option<Spanned<String>>,
+    /// Its HMAC key, base64url as the CA gives it; or the file holding it.
+    pub eab_hmac_key: Option<Spanned<String>>,
+    pub eab_hmac_key_file: Option<Spanned<String>>,
 }
 
 /// `[vserver.tls.acme.on_demand]`: which unknown SNI names get a

@@ -581,6 +581,7 @@ fn acme_spec(
         .on_demand
         .as_ref()
         .and_then(|o| on_demand_rule(o, &what, problems));
+    let eab = eab(a, base, &what, problems);
     (problems.len() == before).then_some(Spec {
         names,
         directory: dir.clone(),
@@ -593,7 +594,85 @@ fn acme_spec(
         profile: a.profile.as_ref().map(|p| p.get_ref().clone()),
         on_demand,
         renewal_check: a.renewal_check.map(|m| m.duration()),
+        eab,
     })
+}
+
+/// External account binding: `eab_kid` with `eab_hmac_key` or
+/// `eab_hmac_key_file`, both or neither (an account created without the
+/// binding would only fail at the CA, at the first order).
+fn eab(
+    a: &model::Acme,
+    base: &Path,
+    what: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<crate::acme::Eab> {
+    let key = match (&a.eab_hmac_key, &a.eab_hmac_key_file) {
+        (Some(k), Some(f)) => {
+            problems.push((
+                f.span(),
+                format!("{what}: eab_hmac_key and eab_hmac_key_file are both given; give one"),
+            ));
+            Some((k.get_ref().clone(), k.span(), "eab_hmac_key".to_string()))
+        }
+        (Some(k), None) => Some((k.get_ref().clone(), k.span(), "eab_hmac_key".to_string())),
+        (None, Some(f)) => {
+            let path = resolve(base, f.get_ref());
+            match std::fs::read_to_string(&path) {
+                Ok(text) => Some((
+                    text.trim().to_string(),
+                    f.span(),
+                    format!("eab_hmac_key_file {}", path.display()),
+                )),
+                Err(e) => {
+                    problems.push((
+                        f.span(),
+                        format!("{what}: eab_hmac_key_file {}: {e}", path.display()),
+                    ));
+                    None
+                }
+            }
+        }
+        (None, None) => None,
+    };
+    match (&a.eab_kid, key) {
+        (None, None) => None,
+        (Some(kid), None) => {
+            if a.eab_hmac_key_file.is_none() {
+                problems.push((
+                    kid.span(),
+                    format!("{what}: eab_kid needs its key: eab_hmac_key or eab_hmac_key_file (both or neither)"),
+                ));
+            }
+            None
+        }
+        (None, Some((_, span, which))) => {
+            problems.push((
+                span,
+                format!("{what}: {which} needs eab_kid, the key ID the CA gave with it (both or neither)"),
+            ));
+            None
+        }
+        (Some(kid), Some((text, span, which))) => {
+            if kid.get_ref().trim().is_empty() {
+                problems.push((kid.span(), format!("{what}: eab_kid is empty")));
+                return None;
+            }
+            match crate::base64::decode(&text) {
+                Some(k) if !k.is_empty() => Some(crate::acme::Eab {
+                    kid: kid.get_ref().clone(),
+                    hmac_key: k,
+                }),
+                _ => {
+                    problems.push((
+                        span,
+                        format!("{what}: {which}: the HMAC key is empty or not base64url (as the CA gives it)"),
+                    ));
+                    None
+                }
+            }
+        }
+    }
 }
 
 /// `[vserver.tls.acme.on_demand]`: a list and/or an ask URL.
