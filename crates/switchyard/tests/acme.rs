@@ -1690,3 +1690,173 @@ fn check_refuses_bad_eab_settings() {
     }
     assert!(all.contains("missing.key"), "{all}");
 }
+
+/// "7F000001:1F90"-style address of /proc/net/tcp.
+fn proc_net_addr(a: SocketAddr) -> Option<String> {
+    match a.ip() {
+        IpAddr::V4(ip) => Some(format!(
+            "{:08X}:{:04X}",
+            u32::from_le_bytes(ip.octets()),
+            a.port()
+        )),
+        IpAddr::V6(_) => None,
+    }
+}
+
+/// Which of `pids` accepted the connection from `client` to `server`
+/// (the socket's inode in /proc/net/tcp, found among each process's
+/// descriptors); None until one has accepted it.
+fn accepted_by(server: SocketAddr, client: SocketAddr, pids: &[i32]) -> Option<i32> {
+    let (s, c) = (proc_net_addr(server)?, proc_net_addr(client)?);
+    let table = std::fs::read_to_string("/proc/net/tcp").ok()?;
+    let inode = table.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() > 9 && f[1] == s && f[2] == c && f[9] != "0").then(|| f[9].to_string())
+    })?;
+    let want = format!("socket:[{inode}]");
+    pids.iter().copied().find(|pid| {
+        std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .map(|d| {
+                d.flatten()
+                    .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy() == want))
+            })
+            .unwrap_or(false)
+    })
+}
+
+/// TLS-ALPN-01 in a cluster, answered by a node that did not order: the
+/// CA's validation connections go through a relay that hands each one
+/// to a node other than the one holding the order (the kernel picks
+/// among the three listeners; a connection that lands on the ordering
+/// node is closed and another opened). The certificate is issued from
+/// one order and every node serves it.
+#[test]
+fn tls_alpn01_in_a_cluster_is_answered_by_a_node_that_did_not_order() {
+    let (plain, tls) = addrs();
+    let closed = port_on(plain.ip());
+    let relay = TcpListener::bind((plain.ip(), 0)).expect("bind relay");
+    let relay_port = relay.local_addr().expect("addr").port();
+    let Some(p) = Pebble::start(plain.ip(), closed, relay_port, NINETY_DAYS) else {
+        return;
+    };
+    let dir = temp_dir("acme-cluster-alpn");
+    let Some(etcd) = Etcd::start(&dir) else {
+        return;
+    };
+    let origin = Origin::start("o");
+    let cfg = config(
+        plain,
+        tls,
+        &origin,
+        &p.acme_table("tls-alpn-01", Path::new("acme-state")),
+    );
+    let nodes = acme_cluster(&etcd, &dir, "/sy/alpn", &cfg, &[plain, tls]);
+    let who: Vec<(i32, PathBuf)> = nodes
+        .iter()
+        .map(|n| (n.pid(), n.dir.join("stderr.log")))
+        .collect();
+    // (pid that answered) for each validation connection relayed.
+    let relayed = Arc::new(std::sync::Mutex::new(Vec::<i32>::new()));
+    let relayed2 = relayed.clone();
+    std::thread::spawn(move || {
+        let pids: Vec<i32> = who.iter().map(|w| w.0).collect();
+        // The ordering node logs its answers before the CA is told.
+        let ordering = || {
+            who.iter()
+                .find(|(_, log)| {
+                    std::fs::read_to_string(log)
+                        .is_ok_and(|l| l.contains("answering the tls-alpn-01 challenge"))
+                })
+                .map(|w| w.0)
+        };
+        for ca in relay.incoming() {
+            let Ok(ca) = ca else { continue };
+            let mut orderer = None;
+            eventually(Duration::from_secs(10), || {
+                orderer = ordering();
+                orderer.is_some()
+            });
+            let Some(orderer) = orderer else { continue };
+            let mut chosen = None;
+            for _ in 0..60 {
+                let Ok(up) = TcpStream::connect(tls) else {
+                    continue;
+                };
+                let Ok(local) = up.local_addr() else { continue };
+                let mut owner = None;
+                eventually(Duration::from_secs(2), || {
+                    owner = accepted_by(tls, local, &pids);
+                    owner.is_some()
+                });
+                match owner {
+                    Some(pid) if pid != orderer => {
+                        chosen = Some((up, pid));
+                        break;
+                    }
+                    _ => continue,
+                }
+            }
+            let Some((up, pid)) = chosen else { continue };
+            relayed2.lock().unwrap().push(pid);
+            let (Ok(mut ca2), Ok(mut up2)) = (ca.try_clone(), up.try_clone()) else {
+                continue;
+            };
+            let (mut ca, mut up) = (ca, up);
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut ca2, &mut up2);
+                let _ = up2.shutdown(std::net::Shutdown::Write);
+            });
+            std::thread::spawn(move || {
+                let _ = std::io::copy(&mut up, &mut ca);
+                let _ = ca.shutdown(std::net::Shutdown::Write);
+            });
+        }
+    });
+    let logs = || {
+        nodes
+            .iter()
+            .map(|n| n.log())
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    };
+    assert!(
+        eventually(Duration::from_secs(60), || all_serve(&nodes)),
+        "not every node serves the certificate:\n{}\n{}",
+        logs(),
+        p.log()
+    );
+    assert_eq!(p.orders(), 1, "one order for three nodes:\n{}", logs());
+    let ordering: Vec<usize> = (0..3)
+        .filter(|&i| {
+            nodes[i]
+                .log()
+                .contains("answering the tls-alpn-01 challenge")
+        })
+        .collect();
+    assert_eq!(ordering.len(), 1, "one node ordered:\n{}", logs());
+    let answered = relayed.lock().unwrap().clone();
+    assert!(!answered.is_empty(), "no validation was relayed:\n{}", p.log());
+    assert!(
+        !answered.contains(&nodes[ordering[0]].pid()),
+        "{answered:?} includes the ordering node"
+    );
+    // Whichever node a client reaches, it gets the one certificate.
+    let root = p.root();
+    let mut leaves = std::collections::HashSet::new();
+    for _ in 0..9 {
+        let (leaf, _) = served(tls, NAME, &root, &[b"http/1.1"]).expect("served");
+        leaves.insert(leaf);
+    }
+    assert_eq!(leaves.len(), 1);
+    for (i, n) in nodes.iter().enumerate() {
+        if i != ordering[0] {
+            assert!(
+                eventually(Duration::from_secs(5), || n
+                    .log()
+                    .contains("serving the certificate published in the cluster")),
+                "{}",
+                n.log()
+            );
+        }
+    }
+}
