@@ -1670,14 +1670,20 @@ fn check_refuses_bad_eab_settings() {
     let text = vs(0, "eab_kid = \"kid-1\"\n")
         + &vs(1, "eab_hmac_key = \"abc\"\n")
         + &vs(2, "eab_kid = \"kid-1\"\neab_hmac_key = \"not base64!\"\n")
-        + &vs(3, "eab_kid = \"kid-1\"\neab_hmac_key_file = \"missing.key\"\n")
+        + &vs(
+            3,
+            "eab_kid = \"kid-1\"\neab_hmac_key_file = \"missing.key\"\n",
+        )
         + "[[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:2\"\n";
     std::fs::write(&path, text).expect("write");
     let (code, out, err) = run_cli(&["check", "-c", path.to_str().expect("path")]);
     let all = format!("{out}{err}");
     assert_ne!(code, Some(0), "{all}");
     for (line, what) in [
-        (9, "eab_kid needs its key: eab_hmac_key or eab_hmac_key_file"),
+        (
+            9,
+            "eab_kid needs its key: eab_hmac_key or eab_hmac_key_file",
+        ),
         (18, "eab_hmac_key needs eab_kid"),
         (28, "the HMAC key is empty or not base64url"),
         (38, "eab_hmac_key_file"),
@@ -1717,8 +1723,9 @@ fn accepted_by(server: SocketAddr, client: SocketAddr, pids: &[i32]) -> Option<i
     pids.iter().copied().find(|pid| {
         std::fs::read_dir(format!("/proc/{pid}/fd"))
             .map(|d| {
-                d.flatten()
-                    .any(|e| std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy() == want))
+                d.flatten().any(|e| {
+                    std::fs::read_link(e.path()).is_ok_and(|t| t.to_string_lossy() == want)
+                })
             })
             .unwrap_or(false)
     })
@@ -1835,7 +1842,11 @@ fn tls_alpn01_in_a_cluster_is_answered_by_a_node_that_did_not_order() {
         .collect();
     assert_eq!(ordering.len(), 1, "one node ordered:\n{}", logs());
     let answered = relayed.lock().unwrap().clone();
-    assert!(!answered.is_empty(), "no validation was relayed:\n{}", p.log());
+    assert!(
+        !answered.is_empty(),
+        "no validation was relayed:\n{}",
+        p.log()
+    );
     assert!(
         !answered.contains(&nodes[ordering[0]].pid()),
         "{answered:?} includes the ordering node"
@@ -1859,4 +1870,75 @@ fn tls_alpn01_in_a_cluster_is_answered_by_a_node_that_did_not_order() {
             );
         }
     }
+}
+
+/// On-demand names in a cluster: a name every node is asked for (each
+/// admits it on its own) is ordered once, by the node holding its lock,
+/// and every node then serves the one certificate.
+#[test]
+fn an_on_demand_name_seen_by_every_cluster_node_is_ordered_once() {
+    let (plain, tls) = addrs();
+    let Some(p) = Pebble::start(plain.ip(), plain.port(), tls.port(), NINETY_DAYS) else {
+        return;
+    };
+    let dir = temp_dir("acme-cluster-on-demand");
+    let Some(etcd) = Etcd::start(&dir) else {
+        return;
+    };
+    let origin = Origin::start("o");
+    let table = p.acme_table("http-01", Path::new("acme-state"))
+        + &format!("[vserver.tls.acme.on_demand]\nallow = [\"*.{NAME}\"]\n");
+    let cfg = config(plain, tls, &origin, &table);
+    let nodes = acme_cluster(&etcd, &dir, "/sy/od", &cfg, &[plain, tls]);
+    let logs = || {
+        nodes
+            .iter()
+            .map(|n| n.log())
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    };
+    assert!(
+        eventually(Duration::from_secs(60), || all_serve(&nodes)),
+        "{}\n{}",
+        logs(),
+        p.log()
+    );
+    assert_eq!(p.orders(), 1, "{}", logs());
+    let root = p.root();
+    let name = format!("a.{NAME}");
+    let admitted = format!("acme on-demand: {name} admitted");
+    // Handshakes for the name (spread over the nodes by the kernel) until
+    // every node has admitted it and every handshake gets a certificate.
+    let mut leaves = std::collections::HashSet::new();
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            leaves.clear();
+            let ok = (0..9).all(|_| match served(tls, &name, &root, &[b"http/1.1"]) {
+                Ok((leaf, _)) => {
+                    leaves.insert(leaf);
+                    true
+                }
+                Err(_) => false,
+            });
+            ok && nodes.iter().all(|n| n.log().contains(&admitted))
+        }),
+        "not every node admitted and serves {name}:\n{}\n{}",
+        logs(),
+        p.log()
+    );
+    assert_eq!(leaves.len(), 1, "one certificate for {name}");
+    assert_eq!(
+        p.orders(),
+        2,
+        "one order for {name} though three nodes admitted it:\n{}",
+        logs()
+    );
+    let ordered = nodes
+        .iter()
+        .filter(|n| {
+            n.log()
+                .contains(&format!("answering the http-01 challenge for {name}"))
+        })
+        .count();
+    assert_eq!(ordered, 1, "{}", logs());
 }
