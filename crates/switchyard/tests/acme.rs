@@ -1942,3 +1942,58 @@ fn an_on_demand_name_seen_by_every_cluster_node_is_ordered_once() {
         .count();
     assert_eq!(ordered, 1, "{}", logs());
 }
+
+/// External account binding in a cluster: the one account the nodes
+/// share is made once, bound with the key (pebble refuses an account
+/// without it), and every node orders and serves with it.
+#[test]
+fn a_cluster_makes_its_one_account_with_the_binding() {
+    let (plain, tls) = addrs();
+    let extra = serde_json::json!({
+        "externalAccountBindingRequired": true,
+        "externalAccountMACKeys": { "kid-1": EAB_KEY },
+    });
+    let Some(p) = Pebble::start_with(plain.ip(), plain.port(), tls.port(), NINETY_DAYS, extra)
+    else {
+        return;
+    };
+    let dir = temp_dir("acme-cluster-eab");
+    let Some(etcd) = Etcd::start(&dir) else {
+        return;
+    };
+    let origin = Origin::start("o");
+    let table = p.acme_table("http-01", Path::new("acme-state"))
+        + &format!("eab_kid = \"kid-1\"\neab_hmac_key = \"{EAB_KEY}\"\n");
+    let cfg = config(plain, tls, &origin, &table);
+    let nodes = acme_cluster(&etcd, &dir, "/sy/eab", &cfg, &[plain, tls]);
+    let logs = || {
+        nodes
+            .iter()
+            .map(|n| n.log())
+            .collect::<Vec<_>>()
+            .join("\n----\n")
+    };
+    assert!(
+        eventually(Duration::from_secs(60), || all_serve(&nodes)),
+        "{}\n{}",
+        logs(),
+        p.log()
+    );
+    assert_eq!(p.orders(), 1, "{}", logs());
+    assert_eq!(
+        p.log().matches("POST /sign-me-up").count(),
+        1,
+        "one account:\n{}",
+        p.log()
+    );
+    let created: Vec<&Switchyard> = nodes
+        .iter()
+        .filter(|n| n.log().contains("created with external account binding"))
+        .collect();
+    assert_eq!(created.len(), 1, "{}", logs());
+    let (ok, accounts) = etcd.ctl(&["get", "--prefix", "/sy/eab/acme/accounts/", "--keys-only"]);
+    assert!(
+        ok && accounts.lines().filter(|l| !l.trim().is_empty()).count() == 1,
+        "{accounts}"
+    );
+}
