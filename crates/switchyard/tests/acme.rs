@@ -1618,8 +1618,9 @@ fn external_account_binding_is_sent_and_a_wrong_key_is_reported() {
         "{err}"
     );
     assert!(err.contains("new account at"), "{err}");
+    // (last_error is set just before the line reaches the log.)
     assert!(
-        sy.log().contains("with external account binding"),
+        sy.wait_for_log("order failed: new account at"),
         "{}",
         sy.log()
     );
