@@ -122,6 +122,21 @@ impl Hooks for Route {
                 responses::local(status, ctype, Bytes::copy_from_slice(body), &fields);
             Verdict::Respond(Local { response, body })
         };
+        // A redirect whose location is made from the request: without a
+        // usable Host there is none to make.
+        let redirect = |location: Option<String>, status: u16| match location {
+            Some(location) => local(
+                status,
+                &[("location", &location)],
+                b"",
+                "text/plain; charset=utf-8",
+            ),
+            None => {
+                stats::inc(&vs.counters.local().bad_requests);
+                let (response, body) = responses::local_error(400, "no valid Host to redirect to");
+                Verdict::Respond(Local { response, body })
+            }
+        };
         // A pool the vserver's script chose wins over the policies' and
         // the default one; a policy's local answer still answers.
         let chosen = x.pool.is_some();
@@ -138,39 +153,17 @@ impl Hooks for Route {
                 b"",
                 "text/plain; charset=utf-8",
             ),
-            Some(Action::RedirectHttps { status, port }) => match https_location(req, *port) {
-                Some(location) => local(
-                    *status,
-                    &[("location", &location)],
-                    b"",
-                    "text/plain; charset=utf-8",
-                ),
-                None => {
-                    stats::inc(&vs.counters.local().bad_requests);
-                    let (response, body) =
-                        responses::local_error(400, "no valid Host to redirect to");
-                    Verdict::Respond(Local { response, body })
-                }
-            },
+            Some(Action::RedirectHttps { status, port }) => {
+                redirect(https_location(req, *port), *status)
+            }
             Some(Action::Respond {
                 status,
                 body,
                 content_type,
             }) => local(*status, &[], body, content_type),
-            Some(Action::RedirectTo(parts)) => match built_location(req, x.tls, parts) {
-                Some(location) => local(
-                    parts.status,
-                    &[("location", &location)],
-                    b"",
-                    "text/plain; charset=utf-8",
-                ),
-                None => {
-                    stats::inc(&vs.counters.local().bad_requests);
-                    let (response, body) =
-                        responses::local_error(400, "no valid Host to redirect to");
-                    Verdict::Respond(Local { response, body })
-                }
-            },
+            Some(Action::RedirectTo(parts)) => {
+                redirect(built_location(req, x.tls, parts), parts.status)
+            }
             None if chosen => Verdict::Continue,
             None => match &vs.default_pool {
                 Some(p) => {
