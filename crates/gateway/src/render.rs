@@ -224,17 +224,6 @@ struct Ctx<'a> {
 }
 
 impl Ctx<'_> {
-    fn granted(
-        &self,
-        from_ns: &str,
-        from_kind: &str,
-        to_ns: &str,
-        to_kind: &str,
-        name: &str,
-    ) -> bool {
-        cx_grants(self.w, from_ns, from_kind, to_ns, to_kind, name)
-    }
-
     fn namespace_labels(&self, ns: &str) -> BTreeMap<String, String> {
         self.w
             .namespaces
@@ -335,7 +324,7 @@ fn rule_action(
             continue;
         }
         let bns = t.namespace.clone().unwrap_or_else(|| ns.clone());
-        if bns != ns && !cx.granted(&ns, "HTTPRoute", &bns, "Service", &t.name) {
+        if bns != ns && !cx_grants(cx.w, &ns, "HTTPRoute", &bns, "Service", &t.name) {
             unresolved.get_or_insert((
                 "RefNotPermitted",
                 format!(

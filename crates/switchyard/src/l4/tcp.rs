@@ -155,13 +155,8 @@ async fn relay_connection(
     let (stream, proxied) = match conn {
         ClientConn::Tls(stream, info) => {
             facts.tls = Some(info);
-            let Ok(mut script) = ConnScript::start(vs, facts.client, true) else {
+            let Some((mut script, chosen)) = accepted_by_script(vs, facts.client, true) else {
                 return;
-            };
-            let chosen = match script.as_mut().map(|s| s.accept(vs)) {
-                Some(Decision::Close) => return,
-                Some(Decision::Go(p)) => p,
-                None => None,
             };
             relay_terminated(*stream, listen, snap, (vs, chosen), facts).await;
             if let Some(s) = &mut script {
@@ -187,13 +182,8 @@ async fn relay_connection(
             return;
         }
     }
-    let Ok(mut script) = ConnScript::start(vs, facts.client, false) else {
+    let Some((mut script, chosen)) = accepted_by_script(vs, facts.client, false) else {
         return;
-    };
-    let chosen = match script.as_mut().map(|s| s.accept(vs)) {
-        Some(Decision::Close) => return,
-        Some(Decision::Go(p)) => p,
-        None => None,
     };
     relay_plain(
         stream,
@@ -206,6 +196,23 @@ async fn relay_connection(
     if let Some(s) = &mut script {
         s.close(vs, facts.moved.up, facts.moved.down);
     }
+}
+
+/// The vserver's script for this connection (None without one) after its
+/// `on_accept`, with the pool it chose; None when the script refused the
+/// connection or could not start (counted and logged there).
+fn accepted_by_script(
+    vs: &Arc<VServer>,
+    client: SocketAddr,
+    tls: bool,
+) -> Option<(Option<ConnScript>, Option<Arc<Pool>>)> {
+    let mut script = ConnScript::start(vs, client, tls).ok()?;
+    let chosen = match script.as_mut().map(|s| s.accept(vs)) {
+        Some(Decision::Close) => return None,
+        Some(Decision::Go(p)) => p,
+        None => None,
+    };
+    Some((script, chosen))
 }
 
 /// `[vserver.tls]`: the client's TLS ends here; the bytes go on to the

@@ -65,7 +65,6 @@ struct Conn {
     peer: SocketAddr,
     listen: SocketAddr,
     tls: bool,
-    client_subject: Option<String>,
     client_cert: Option<std::sync::Arc<crate::tls::ClientCert>>,
     tls_info: Option<crate::accesslog::TlsInfo>,
     /// When a stream last started or ended (`clock` ms).
@@ -86,7 +85,6 @@ pub fn start(
         peer,
         listen,
         tls: stream.is_tls(),
-        client_subject: stream.client_subject().map(str::to_string),
         client_cert: stream.client_cert().cloned(),
         tls_info: stream.tls_info(),
         last_active: Cell::new(now_ms()),
@@ -650,7 +648,7 @@ async fn stream_task(ctx: Rc<WorkerCtx>, conn: Rc<Conn>, shared: Shared, new: se
         .tls
         .as_ref()
         .and_then(|t| t.client_subject_header.as_ref())
-        .and(conn.client_subject.as_deref());
+        .and(conn.client_cert.as_deref().map(|c| c.subject.as_str()));
     let mut x = Exchange::new(&ctx, &vs, st, (conn.peer, conn.listen), conn.tls, subject);
     x.facts.http2 = true;
     x.facts.tls = conn.tls_info;
