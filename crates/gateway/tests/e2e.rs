@@ -336,7 +336,7 @@ fn gateway_api_on_a_real_api_server() {
     }
     for p in &etcds {
         assert!(
-            eventually(Duration::from_secs(20), || run(
+            eventually(Duration::from_secs(60), || run(
                 "curl",
                 &["-sf", &format!("http://127.0.0.1:{p}/health")]
             )
@@ -534,7 +534,7 @@ fn gateway_api_on_a_real_api_server() {
         Command::new("ip").args(&echo_args),
         &dir.join("echo.log"),
     );
-    assert!(eventually(Duration::from_secs(10), || {
+    assert!(eventually(Duration::from_secs(60), || {
         TcpStream::connect_timeout(
             &format!("{}:3000", pod_ip(19)).parse().unwrap(),
             Duration::from_millis(200),
@@ -699,7 +699,7 @@ fn gateway_api_on_a_real_api_server() {
         endpoint_slice("default", "echo", &[&pod_ip(11), &pod_ip(12)], 3000),
     );
     assert!(
-        eventually(Duration::from_secs(10), || pods(
+        eventually(Duration::from_secs(60), || pods(
             gw_addr,
             "a.example",
             "/",
@@ -738,7 +738,7 @@ fn gateway_api_on_a_real_api_server() {
             .map(str::to_owned)
     };
     assert!(
-        eventually(Duration::from_secs(10), || render_of_it().is_some()),
+        eventually(Duration::from_secs(60), || render_of_it().is_some()),
         "the controller did not render the change:\n{}",
         controller_log()
     );
@@ -773,7 +773,7 @@ fn gateway_api_on_a_real_api_server() {
         ),
     );
     assert!(
-        eventually(Duration::from_secs(10), || pod_of(&get(
+        eventually(Duration::from_secs(60), || pod_of(&get(
             gw_addr,
             "a",
             "/v2/x",
@@ -820,7 +820,7 @@ fn gateway_api_on_a_real_api_server() {
             ]),
         ),
     );
-    assert!(eventually(Duration::from_secs(10), || pod_of(&get(
+    assert!(eventually(Duration::from_secs(60), || pod_of(&get(
         gw_addr,
         "a",
         "/weighted",
@@ -850,7 +850,7 @@ fn gateway_api_on_a_real_api_server() {
         ),
     );
     assert!(
-        eventually(Duration::from_secs(10), || {
+        eventually(Duration::from_secs(60), || {
             api.get("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/broken")
                 .is_some_and(|v| {
                     condition(&v["status"]["parents"][0]["conditions"], "ResolvedRefs")
@@ -860,7 +860,7 @@ fn gateway_api_on_a_real_api_server() {
         "{}",
         controller_log()
     );
-    assert!(eventually(Duration::from_secs(5), || get(
+    assert!(eventually(Duration::from_secs(60), || get(
         gw_addr,
         "a",
         "/broken",
@@ -887,7 +887,7 @@ fn gateway_api_on_a_real_api_server() {
             .and_then(|v| condition(&v["status"]["parents"][0]["conditions"], "ResolvedRefs"))
     };
     assert!(
-        eventually(Duration::from_secs(10), || cross()
+        eventually(Duration::from_secs(60), || cross()
             == Some(("False".into(), "RefNotPermitted".into()))),
         "{:?}",
         cross()
@@ -903,7 +903,7 @@ fn gateway_api_on_a_real_api_server() {
         }),
     );
     assert!(
-        eventually(Duration::from_secs(10), || pod_of(&get(
+        eventually(Duration::from_secs(60), || pod_of(&get(
             gw_addr,
             "a",
             "/cross",
@@ -922,7 +922,7 @@ fn gateway_api_on_a_real_api_server() {
     );
     bad["spec"]["parentRefs"][0]["sectionName"] = json!("nope");
     apply(&api, bad);
-    assert!(eventually(Duration::from_secs(10), || {
+    assert!(eventually(Duration::from_secs(60), || {
         api.get("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/nolistener")
             .is_some_and(|v| {
                 condition(&v["status"]["parents"][0]["conditions"], "Accepted")
@@ -965,7 +965,7 @@ fn gateway_api_on_a_real_api_server() {
         })
     };
     assert!(
-        eventually(Duration::from_secs(10), || location("/hostname-redirect")
+        eventually(Duration::from_secs(60), || location("/hostname-redirect")
             .is_some_and(|r| r.0 == 302)),
         "{:?}\n{}",
         location("/hostname-redirect"),
@@ -1028,7 +1028,7 @@ fn gateway_api_on_a_real_api_server() {
     apply(&api, only2);
     let gw2_addr: SocketAddr = format!("127.0.0.2:{http_port}").parse().unwrap();
     assert!(
-        eventually(Duration::from_secs(10), || pod_of(&get(
+        eventually(Duration::from_secs(60), || pod_of(&get(
             gw2_addr,
             "a",
             "/",
@@ -1142,7 +1142,7 @@ fn gateway_api_on_a_real_api_server() {
         }
     };
     assert!(
-        eventually(Duration::from_secs(15), || https_get() == "pod-16"),
+        eventually(Duration::from_secs(60), || https_get() == "pod-16"),
         "{}\n{}",
         https_get(),
         controller_log()
@@ -1170,7 +1170,7 @@ fn gateway_api_on_a_real_api_server() {
         Some("False".to_string()),
     );
     assert!(
-        eventually(Duration::from_secs(10), || tls_statuses() == want),
+        eventually(Duration::from_secs(60), || tls_statuses() == want),
         "{:?}",
         tls_statuses()
     );
@@ -1184,7 +1184,7 @@ fn gateway_api_on_a_real_api_server() {
     moved["spec"]["parentRefs"][0]["name"] = json!("someone-elses");
     apply(&api, moved);
     assert!(
-        eventually(Duration::from_secs(10), || {
+        eventually(Duration::from_secs(60), || {
             api.get("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/nolistener")
                 .is_some_and(|v| {
                     v["status"]["parents"]
@@ -1198,7 +1198,7 @@ fn gateway_api_on_a_real_api_server() {
 
     // Deleting a route takes its traffic away.
     api.delete("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/weights");
-    assert!(eventually(Duration::from_secs(10), || pod_of(&get(
+    assert!(eventually(Duration::from_secs(60), || pod_of(&get(
         gw_addr,
         "a",
         "/weighted",
