@@ -15,6 +15,9 @@
 # Cases: h1 keep-alive 128 B (h2load --h1 -c 10), h1 one request per
 # connection 128 B (h2load --h1 -c 10 with Connection: close), HTTP/2 over
 # TLS 1 KB (h2load -c 4 -m 10, ALPN h2; handshakes are in both runs alike).
+# Switchyard only (CASES=h3tls1k h2tls20): HTTP/3 1 KB on 20 connections x
+# 10 streams (oha --http-version 3; [vserver.http3] added as h3_configs.py
+# does) and HTTP/2 with the same shape (h2load -c 20 -m 10).
 set -u
 W=${1:?usage: callgrind-per-request.sh REPORT_DIR/work [N]}
 N=${2:-2000}
@@ -25,6 +28,8 @@ sed -i 's/^  resumption = true$/  resumption = true\n  alpn = ["h2", "http\/1.1"
 sed -i 's/^\(    bind 127.0.0.1:2608[45] ssl .*\)$/\1 alpn h2,http\/1.1/' "$T"/haproxy/haproxy.cfg
 sed -i 's/listen 127.0.0.1:\(2608[45]\) ssl;/listen 127.0.0.1:\1 ssl http2;/' "$T"/nginx/nginx.conf
 sed -i 's/^master_process on;/master_process off;/' "$T"/nginx/nginx.conf
+python3 -c "import sys; sys.path.insert(0, '$(dirname "$0")'); import h3_configs; h3_configs.switchyard('$T/switchyard/switchyard.toml')"
+export PATH="/opt/switchyard-bench-peers/bin:$PATH"
 taskset -c 1 $B bench origin --listen 127.0.0.1:27081 --listen 127.0.0.1:27082 >/dev/null 2>&1 & O=$!
 sleep 0.3
 ir() { # target case n -> total Ir
@@ -42,6 +47,9 @@ ir() { # target case n -> total Ir
     ka128) taskset -c 1 h2load --h1 -n "$3" -c 10 http://127.0.0.1:26080/size/128 >/dev/null 2>&1 ;;
     close128) taskset -c 1 h2load --h1 -n "$3" -c 10 -H "connection: close" http://127.0.0.1:26080/size/128 >/dev/null 2>&1 ;;
     h2tls1k) taskset -c 1 h2load -n "$3" -c 4 -m 10 https://127.0.0.1:26084/size/1024 >/dev/null 2>&1 ;;
+    h2tls20) taskset -c 1 h2load -n "$3" -c 20 -m 10 https://127.0.0.1:26084/size/1024 >/dev/null 2>&1 ;;
+    h3tls1k) taskset -c 1 oha --http-version 3 --insecure --no-tui -c 20 -p 10 -n "$3" \
+      --connect-to bench.switchyard.test:26084:127.0.0.1:26084 https://bench.switchyard.test:26084/size/1024 >/dev/null 2>&1 ;;
   esac
   callgrind_control -i off $P >/dev/null 2>&1
   kill -TERM $P 2>/dev/null

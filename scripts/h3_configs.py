@@ -28,10 +28,9 @@ import shutil
 import sys
 
 
-# Its defaults. 0-RTT stays off (the default): with `early_data = true`,
-# ten to twenty quic-go clients opening connections at once met stalled
-# handshakes and 0-RTT rejections on 2026-12-03 (docs/bench.md, "HTTP/3");
-# EARLY_DATA=1 turns it on to reproduce that.
+# Its defaults: 0-RTT off. EARLY_DATA=1 turns it on (the 0-RTT row
+# then measures early requests on every target; the stall it met before
+# 2026-12-03's fix is in BENCHMARKS.md, "HTTP/3").
 HTTP3 = ["[vserver.http3]"] + (["early_data = true"] if os.environ.get("EARLY_DATA") else []) + [""]
 
 

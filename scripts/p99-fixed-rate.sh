@@ -8,6 +8,9 @@
 # once come from outside the DUT when every target shows them).
 #
 #   scripts/p99-fixed-rate.sh WORK [ROUNDS] [TARGETS]   (TARGETS "sy hp")
+# Environment: URL (default http://127.0.0.1:26080/size/128; the work
+# dir's HTTPS listeners: 26084 TLS 1.2 and 1.3, 26088 TLS 1.2 only), RPS
+# per connection (default 400, so 20,000 requests/s), SECS (default 20).
 set -u
 WORK=${1:?usage: p99-fixed-rate.sh WORK [ROUNDS] [TARGETS]}
 ROUNDS=${2:-3}
@@ -25,8 +28,8 @@ for round in $(seq "$ROUNDS"); do
     start "$t"
     c0=$(sumcpu "$t")
     rm -f "$LOG"
-    taskset -c 1 h2load --h1 -c 50 --rps 400 -D 20 --log-file="$LOG" \
-      http://127.0.0.1:26080/size/128 >/dev/null 2>&1
+    taskset -c 1 h2load --h1 -c 50 --rps "${RPS:-400}" -D "${SECS:-20}" --log-file="$LOG" \
+      "${URL:-http://127.0.0.1:26080/size/128}" >/dev/null 2>&1
     c1=$(sumcpu "$t")
     stop "$t"
     pct=$(awk '{print $3}' "$LOG" | sort -n | awk '{a[NR]=$1} END {

@@ -163,12 +163,49 @@ func keepAlive(url, connect string, conns, streams int, dur time.Duration, r *re
 	wg.Wait()
 }
 
+// onceCache hands out each session ticket once, newest first, as
+// browsers use TLS 1.3 tickets (RFC 8446 C.4). Go's own LRU cache keeps
+// one ticket per server and gives it to every connection: against a
+// server whose tickets are single-use (Switchyard's 0-RTT anti-replay)
+// all but one of the connections that share it would make a full
+// handshake, and the bench would measure the cache, not the server.
+type onceCache struct {
+	mu      sync.Mutex
+	tickets map[string][]*tls.ClientSessionState
+}
+
+func (c *onceCache) Get(key string) (*tls.ClientSessionState, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := c.tickets[key]
+	if len(q) == 0 {
+		return nil, false
+	}
+	s := q[len(q)-1]
+	c.tickets[key] = q[:len(q)-1]
+	return s, true
+}
+
+func (c *onceCache) Put(key string, s *tls.ClientSessionState) {
+	if s == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q := append(c.tickets[key], s)
+	// Bounded: the oldest go first.
+	if len(q) > 4096 {
+		q = q[len(q)-4096:]
+	}
+	c.tickets[key] = q
+}
+
 func newConnections(url, connect, mode string, count, parallel int, r *result) {
-	// One cache: every connection resumes with a ticket an earlier one got
-	// (Go's cache hands out each ticket once, as browsers use them).
+	// One cache: every connection resumes with a ticket an earlier one got,
+	// each ticket once (onceCache).
 	var cache tls.ClientSessionCache
 	if mode != "new" {
-		cache = tls.NewLRUClientSessionCache(4096)
+		cache = &onceCache{tickets: map[string][]*tls.ClientSessionState{}}
 		// Tickets to start from, not counted.
 		var warm result
 		for i := 0; i < parallel; i++ {

@@ -1,17 +1,29 @@
 //! switchyard-gateway: a Kubernetes Gateway API controller for Switchyard
 //! (docs/kubernetes.md).
 //!
-//! It watches GatewayClasses, Gateways, HTTPRoutes, ReferenceGrants,
+//! It watches GatewayClasses, Gateways, HTTPRoutes, GRPCRoutes,
+//! TLSRoutes, TCPRoutes, UDPRoutes, ReferenceGrants,
 //! Services, EndpointSlices and Namespaces; after each change (changes
-//! that come together are taken together) it renders the whole
+//! that come together are taken together; a status alone is not a
+//! change: status_echo.rs) it renders the whole
 //! configuration (render.rs), checks it exactly as a node will, publishes
 //! it to the cluster's etcd key when it differs from what is published
 //! (the nodes follow that key and reload without dropping a connection),
-//! and writes the status of every object whose status changed.
+//! and has the status of every object whose status changed written
+//! (status_writer.rs: off the render loop, so no render waits for them).
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod conflicts;
+mod events;
+mod grpc;
+mod ingress;
+mod ingress_annotations;
+mod progress;
 mod render;
+mod render_l4;
+mod status_echo;
+mod status_writer;
 mod types;
 
 use std::collections::BTreeMap;
@@ -23,12 +35,14 @@ use std::time::Duration;
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
+use kube::api::Api;
 use kube::runtime::{reflector, watcher, WatchStreamExt};
 use kube::Client;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
 
+use progress::{resource_version, Position, View};
 use render::{Kind, Settings, World};
 use types::*;
 
@@ -96,31 +110,62 @@ fn log(msg: impl AsRef<str>) {
     eprintln!("switchyard-gateway: {}", msg.as_ref());
 }
 
-/// A store of one kind, kept by a reflector that pokes `changed`.
-fn watch<K>(api: Api<K>, changed: Arc<Notify>) -> reflector::Store<K>
+/// A store of one kind, kept by a reflector that pokes `changed`, and the
+/// watch's position (progress.rs), advanced once the store holds the event.
+fn watch<K>(api: Api<K>, changed: Arc<Notify>) -> (reflector::Store<K>, Arc<Position>)
 where
     K: kube::Resource<DynamicType = ()>
         + Clone
         + std::fmt::Debug
         + serde::de::DeserializeOwned
+        + serde::Serialize
         + Send
         + Sync
         + 'static,
 {
     let (store, writer) = reflector::store();
-    let stream = reflector(writer, watcher(api, watcher::Config::default()))
-        .default_backoff()
-        .touched_objects();
+    let position = Arc::new(Position::default());
+    let stream = reflector(writer, watcher(api, watcher::Config::default())).default_backoff();
+    let at = position.clone();
     tokio::spawn(async move {
         let mut stream = std::pin::pin!(stream);
+        // A relist's objects are swapped into the store together, at
+        // InitDone: the position follows then, not object by object.
+        let mut listed = 0u64;
+        // An event that changes only a status (our own writes coming
+        // back) is not rendered for (status_echo.rs); the position still
+        // advances, so a render's view stays exact.
+        let mut seen = status_echo::Seen::default();
         while let Some(ev) = stream.next().await {
             match ev {
-                Ok(_) => changed.notify_one(),
+                Ok(watcher::Event::Apply(o)) => {
+                    at.advance(resource_version(kube::Resource::meta(&o)));
+                    if seen.changed(&o) {
+                        changed.notify_one();
+                    }
+                }
+                Ok(watcher::Event::Delete(o)) => {
+                    at.advance(resource_version(kube::Resource::meta(&o)));
+                    seen.forget(&o);
+                    changed.notify_one();
+                }
+                Ok(watcher::Event::Init) => {
+                    listed = 0;
+                    seen.clear();
+                }
+                Ok(watcher::Event::InitApply(o)) => {
+                    seen.changed(&o);
+                    listed = listed.max(resource_version(kube::Resource::meta(&o)))
+                }
+                Ok(watcher::Event::InitDone) => {
+                    at.advance(listed);
+                    changed.notify_one();
+                }
                 Err(e) => log(format!("watch {}: {e}", K::plural(&()))),
             }
         }
     });
-    store
+    (store, position)
 }
 
 fn objects<K: Clone + kube::Resource>(s: &reflector::Store<K>) -> Vec<K>
@@ -211,7 +256,48 @@ fn with_times(desired: &Value, current: &Value, now: &str) -> Value {
     }
 }
 
-/// An HTTPRoute's status keeps the parents other controllers wrote.
+/// The status each object has now, by object: one pass, so that looking
+/// up 10,000 routes' statuses is not 10,000 scans of every route.
+fn current_statuses(world: &World) -> BTreeMap<status_writer::Key, Value> {
+    fn key<K: kube::Resource>(kind: Kind, o: &K) -> status_writer::Key {
+        let m = o.meta();
+        (
+            kind,
+            m.namespace.clone(),
+            m.name.clone().unwrap_or_default(),
+        )
+    }
+    let mut out = BTreeMap::new();
+    for o in &world.classes {
+        out.insert(key(Kind::GatewayClass, o), o.status.clone());
+    }
+    for o in &world.gateways {
+        out.insert(key(Kind::Gateway, o), o.status.clone());
+    }
+    for o in &world.routes {
+        out.insert(key(Kind::HttpRoute, o), o.status.clone());
+    }
+    for o in &world.grpc_routes {
+        out.insert(key(Kind::GrpcRoute, o), o.status.clone());
+    }
+    for o in &world.tls_routes {
+        out.insert(key(Kind::TlsRoute, o), o.status.clone());
+    }
+    for o in &world.tcp_routes {
+        out.insert(key(Kind::TcpRoute, o), o.status.clone());
+    }
+    for o in &world.udp_routes {
+        out.insert(key(Kind::UdpRoute, o), o.status.clone());
+    }
+    for o in &world.ingresses {
+        if let Ok(v) = serde_json::to_value(&o.status) {
+            out.insert(key(Kind::Ingress, o), v);
+        }
+    }
+    out
+}
+
+/// A route's status keeps the parents other controllers wrote.
 fn merge_foreign(desired: Value, current: &Value, controller: &str) -> Value {
     let mut d = desired;
     if let Some(parents) = d.get_mut("parents").and_then(Value::as_array_mut) {
@@ -274,24 +360,55 @@ async fn main() {
         }
     };
     let changed = Arc::new(Notify::new());
-    let classes = watch(Api::<GatewayClass>::all(client.clone()), changed.clone());
-    let gateways = watch(Api::<Gateway>::all(client.clone()), changed.clone());
-    let routes = watch(Api::<HttpRoute>::all(client.clone()), changed.clone());
-    let grants = watch(Api::<ReferenceGrant>::all(client.clone()), changed.clone());
-    let services = watch(Api::<Service>::all(client.clone()), changed.clone());
-    let slices = watch(Api::<EndpointSlice>::all(client.clone()), changed.clone());
-    let namespaces = watch(Api::<Namespace>::all(client.clone()), changed.clone());
+    let (classes, at_classes) = watch(Api::<GatewayClass>::all(client.clone()), changed.clone());
+    let (gateways, at_gateways) = watch(Api::<Gateway>::all(client.clone()), changed.clone());
+    let (routes, at_routes) = watch(Api::<HttpRoute>::all(client.clone()), changed.clone());
+    let (grpc_routes, at_grpc_routes) =
+        watch(Api::<GrpcRoute>::all(client.clone()), changed.clone());
+    let (tls_routes, at_tls_routes) = watch(Api::<TlsRoute>::all(client.clone()), changed.clone());
+    let (tcp_routes, at_tcp_routes) = watch(Api::<TcpRoute>::all(client.clone()), changed.clone());
+    let (udp_routes, at_udp_routes) = watch(Api::<UdpRoute>::all(client.clone()), changed.clone());
+    let (grants, at_grants) = watch(Api::<ReferenceGrant>::all(client.clone()), changed.clone());
+    let (services, at_services) = watch(Api::<Service>::all(client.clone()), changed.clone());
+    let (slices, at_slices) = watch(Api::<EndpointSlice>::all(client.clone()), changed.clone());
+    let (namespaces, at_namespaces) = watch(Api::<Namespace>::all(client.clone()), changed.clone());
     // HTTPS listeners' certificates.
-    let secrets = watch(Api::<Secret>::all(client.clone()), changed.clone());
+    let (secrets, at_secrets) = watch(Api::<Secret>::all(client.clone()), changed.clone());
+    // Ingresses of our IngressClasses (ingress.rs).
+    let (ingresses, at_ingresses) = watch(Api::<Ingress>::all(client.clone()), changed.clone());
+    let (ingress_classes, at_ingress_classes) =
+        watch(Api::<IngressClass>::all(client.clone()), changed.clone());
+    let positions = [
+        &*at_classes,
+        &*at_gateways,
+        &*at_routes,
+        &*at_grpc_routes,
+        &*at_tls_routes,
+        &*at_tcp_routes,
+        &*at_udp_routes,
+        &*at_grants,
+        &*at_services,
+        &*at_slices,
+        &*at_namespaces,
+        &*at_secrets,
+        &*at_ingresses,
+        &*at_ingress_classes,
+    ];
     for r in [
         classes.wait_until_ready().await,
         gateways.wait_until_ready().await,
         routes.wait_until_ready().await,
+        grpc_routes.wait_until_ready().await,
+        tls_routes.wait_until_ready().await,
+        tcp_routes.wait_until_ready().await,
+        udp_routes.wait_until_ready().await,
         grants.wait_until_ready().await,
         services.wait_until_ready().await,
         slices.wait_until_ready().await,
         namespaces.wait_until_ready().await,
         secrets.wait_until_ready().await,
+        ingresses.wait_until_ready().await,
+        ingress_classes.wait_until_ready().await,
     ] {
         if let Err(e) = r {
             eprintln!("watch: {e}");
@@ -309,33 +426,67 @@ async fn main() {
         }
     };
     let mut publishes = 0u64;
+    // The member sets in etcd now, by pool (a restarted controller writes
+    // only those that differ, and removes those of pools gone meanwhile).
+    let mut members_written: BTreeMap<String, Vec<u8>> = {
+        let s = node.settings.clone();
+        tokio::task::spawn_blocking(move || published_members(&s))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .unwrap_or_default()
+    };
     let mut files_written: BTreeMap<String, Vec<u8>> = BTreeMap::new();
     let mut renders = 0u64;
-    // Statuses this controller wrote, by object: not written again while
-    // the render asks for the same.
-    let mut written: BTreeMap<(Kind, Option<String>, String), Value> = BTreeMap::new();
-    let pp = PatchParams::default();
+    let statuses = status_writer::StatusWriter::start(client.clone(), log, changed.clone());
+    let mut recorder = events::Recorder::new(client.clone());
+    // The view of the last render published: none older is published.
+    let mut published_view = View::default();
+    // A render not published for a reason that passes (etcd unreachable,
+    // another writer in between) is tried again after this long even if
+    // nothing changes in the cluster; doubled up to 5 s while it fails.
+    let mut retry: Option<Duration> = None;
     loop {
         // Changes that come close together are rendered once.
         tokio::time::sleep(Duration::from_millis(20)).await;
+        // The positions first: each store holds at least what they say.
+        let view = View::read(&positions);
         let world = World {
             classes: objects(&classes),
             gateways: objects(&gateways),
             routes: objects(&routes),
+            grpc_routes: objects(&grpc_routes),
+            tls_routes: objects(&tls_routes),
+            tcp_routes: objects(&tcp_routes),
+            udp_routes: objects(&udp_routes),
             grants: objects(&grants),
             services: objects(&services),
             slices: objects(&slices),
             namespaces: objects(&namespaces),
             secrets: objects(&secrets),
+            ingresses: objects(&ingresses),
+            ingress_classes: objects(&ingress_classes),
         };
+        let began = std::time::Instant::now();
         let out = render::render(&world, &args.settings);
-        let newest = world.newest_resource_version();
+        let render_ms = began.elapsed().as_millis();
+        let newest = view.newest();
         renders += 1;
+        let mut failed = false;
+        if view.is_behind(&published_view) {
+            // Cannot happen while each watch only moves forward; said and
+            // refused rather than publishing an older world.
+            log(format!("render {renders} (changes up to resourceVersion {newest}) saw an older view than the published one: not published"));
+            failed = true;
+        }
         // Certificates and keys first (nodes write every published file
         // before they apply a revision); a changed file with the same
         // text publishes the text again so that the nodes reload.
         let mut files_changed = false;
         for (name, data) in &out.files {
+            if failed {
+                break;
+            }
             if files_written.get(name) == Some(data) {
                 continue;
             }
@@ -348,103 +499,171 @@ async fn main() {
                     files_written.insert(name.clone(), data.clone());
                     files_changed |= written;
                 }
-                Err(e) => log(format!("file {name} not published: {e}")),
+                Err(e) => {
+                    log(format!("file {name} not published: {e}"));
+                    failed = true;
+                }
             }
         }
         if files_changed {
             // Publish again even if the text is the same.
             published = None;
         }
-        if let Some(text) = out.config {
-            if published.as_deref() == Some(text.as_str()) {
+        // Member sets before the text that may name their pools: a node
+        // applying it finds them there. A changed set alone is a run-time
+        // change on the nodes, the text stays.
+        let want_members: BTreeMap<String, Vec<u8>> = out
+            .members
+            .iter()
+            .map(|(pool, m)| (pool.clone(), switchyard::cluster::members::encode(m)))
+            .collect();
+        let changed_members: Vec<(String, Vec<u8>)> = want_members
+            .iter()
+            .filter(|(pool, v)| members_written.get(*pool) != Some(*v))
+            .map(|(p, v)| (p.clone(), v.clone()))
+            .collect();
+        let mut members_note = String::new();
+        if !failed && !changed_members.is_empty() {
+            let settings = node.settings.clone();
+            let batch = changed_members.clone();
+            let r = tokio::task::spawn_blocking(move || put_members(&settings, &batch))
+                .await
+                .unwrap_or_else(|e| Err(e.to_string()));
+            match r {
+                Ok(()) => {
+                    members_note =
+                        format!("; members of {} pools published", changed_members.len());
+                    members_written.extend(changed_members);
+                }
+                Err(e) => {
+                    log(format!(
+                        "render {renders}: members not published: {e}; trying again"
+                    ));
+                    failed = true;
+                }
+            }
+        }
+        let rendered = out.config.clone();
+        match out.config {
+            _ if failed => {}
+            Some(text) if published.as_deref() == Some(text.as_str()) => {
                 // Said, so that a test (or an operator) can tell a change
                 // that rendered the same text from one not yet rendered.
-                log(format!("render {renders} (objects up to resourceVersion {newest}): unchanged, not published"));
-            } else {
+                log(format!("render {renders} (changes up to resourceVersion {newest}): unchanged, not published{members_note}"));
+                published_view = view.clone();
+            }
+            Some(text) => {
                 let node = node.clone();
                 let t = text.clone();
+                let began = std::time::Instant::now();
                 let r = tokio::task::spawn_blocking(move || {
-                    switchyard::config::publish::check(&node, &t).map_err(|e| e.to_string())?;
-                    switchyard::cluster::publish(&node.settings, &t, None)
+                    match switchyard::config::publish::check(&node, &t) {
+                        Err(switchyard::config::publish::Unpublishable::Invalid(e)) => {
+                            return Ok(Err(e))
+                        }
+                        Err(e) => return Err(e.to_string()),
+                        Ok(()) => {}
+                    }
+                    switchyard::cluster::publish(&node.settings, &t, None).map(Ok)
                 })
                 .await
                 .unwrap_or_else(|e| Err(e.to_string()));
                 match r {
-                    Ok(Some(rev)) => {
+                    Ok(Ok(Some(rev))) => {
                         publishes += 1;
-                        log(format!("render {renders} (objects up to resourceVersion {newest}): published revision {rev} (publish {publishes}, {} bytes)", text.len()));
+                        log(format!("render {renders} (changes up to resourceVersion {newest}): published revision {rev} (publish {publishes}, {} bytes; render {render_ms} ms, check and publish {} ms){members_note}", text.len(), began.elapsed().as_millis()));
                         published = Some(text);
+                        published_view = view.clone();
                     }
-                    Ok(None) => log("publish raced another writer; rendering again"),
-                    Err(e) => log(format!("not published: {e}")),
+                    // Invalid: rendering the same objects again gives the
+                    // same text; the next change is waited for.
+                    Ok(Err(e)) => log(format!("render {renders}: not published: {e}")),
+                    Ok(Ok(None)) => {
+                        log(format!(
+                            "render {renders}: publish raced another writer; rendering again"
+                        ));
+                        failed = true;
+                    }
+                    Err(e) => {
+                        log(format!(
+                            "render {renders}: not published: {e}; trying again"
+                        ));
+                        failed = true;
+                    }
                 }
             }
+            None => {}
         }
-        let stamp = now();
-        for st in out.statuses {
-            let key = (st.kind, st.namespace.clone(), st.name.clone());
-            let current = match st.kind {
-                Kind::GatewayClass => world
-                    .classes
-                    .iter()
-                    .find(|o| o.metadata.name.as_deref() == Some(&st.name))
-                    .map(|o| o.status.clone()),
-                Kind::Gateway => world
-                    .gateways
-                    .iter()
-                    .find(|o| {
-                        o.metadata.name.as_deref() == Some(&st.name)
-                            && o.metadata.namespace == st.namespace
-                    })
-                    .map(|o| o.status.clone()),
-                Kind::HttpRoute => world
-                    .routes
-                    .iter()
-                    .find(|o| {
-                        o.metadata.name.as_deref() == Some(&st.name)
-                            && o.metadata.namespace == st.namespace
-                    })
-                    .map(|o| o.status.clone()),
-            }
-            .unwrap_or(Value::Null);
-            let desired = if st.kind == Kind::HttpRoute {
-                merge_foreign(st.status.clone(), &current, &args.settings.controller_name)
-            } else {
-                st.status.clone()
-            };
-            let full = with_times(&desired, &current, &stamp);
-            if strip_times(&full) == strip_times(&current) || written.get(&key) == Some(&full) {
-                continue;
-            }
-            let patch = Patch::Merge(json!({ "status": full }));
-            let r = match st.kind {
-                Kind::GatewayClass => Api::<GatewayClass>::all(client.clone())
-                    .patch_status(&st.name, &pp, &patch)
-                    .await
-                    .map(|_| ()),
-                Kind::Gateway => Api::<Gateway>::namespaced(
-                    client.clone(),
-                    st.namespace.as_deref().unwrap_or_default(),
-                )
-                .patch_status(&st.name, &pp, &patch)
+        // Sets of pools the published text no longer names go once it is
+        // published (a node running the previous text keeps its members
+        // until then).
+        let stale: Vec<String> = members_written
+            .keys()
+            .filter(|p| !want_members.contains_key(*p))
+            .cloned()
+            .collect();
+        if !failed && !stale.is_empty() && rendered.is_some() && published == rendered {
+            let settings = node.settings.clone();
+            let batch = stale.clone();
+            let r = tokio::task::spawn_blocking(move || delete_members(&settings, &batch))
                 .await
-                .map(|_| ()),
-                Kind::HttpRoute => Api::<HttpRoute>::namespaced(
-                    client.clone(),
-                    st.namespace.as_deref().unwrap_or_default(),
-                )
-                .patch_status(&st.name, &pp, &patch)
-                .await
-                .map(|_| ()),
-            };
+                .unwrap_or_else(|e| Err(e.to_string()));
             match r {
                 Ok(()) => {
-                    written.insert(key, full);
+                    for p in &stale {
+                        members_written.remove(p);
+                    }
                 }
-                Err(e) => log(format!("status of {:?} {}: {e}", st.kind, st.name)),
+                Err(e) => {
+                    log(format!(
+                        "render {renders}: old member sets not removed: {e}; trying again"
+                    ));
+                    failed = true;
+                }
             }
         }
-        changed.notified().await;
+        retry = failed.then(|| {
+            retry.map_or(Duration::from_millis(200), |d| {
+                (d * 2).min(Duration::from_secs(5))
+            })
+        });
+        // Statuses go to the writer (status_writer.rs), compared there:
+        // neither this render nor the next publish waits for them.
+        let stamp = now();
+        let controller_name = args.settings.controller_name.clone();
+        let wanted = out.statuses;
+        statuses.offer(Box::new(move || {
+            let current = current_statuses(&world);
+            wanted
+                .into_iter()
+                .map(|st| {
+                    let key = (st.kind, st.namespace.clone(), st.name.clone());
+                    let now = current.get(&key).cloned().unwrap_or(Value::Null);
+                    let desired = if st.kind.is_route() {
+                        merge_foreign(st.status, &now, &controller_name)
+                    } else {
+                        st.status
+                    };
+                    let full = with_times(&desired, &now, &stamp);
+                    (key, full, now)
+                })
+                .collect()
+        }));
+        for e in recorder.record(&out.events).await {
+            log(e);
+        }
+        match retry {
+            // A render that failed for a passing reason is tried again
+            // even if nothing changes: before, it waited for the next
+            // change in the cluster, which may never come.
+            Some(after) => {
+                tokio::select! {
+                    _ = changed.notified() => {}
+                    _ = tokio::time::sleep(after) => {}
+                }
+            }
+            None => changed.notified().await,
+        }
     }
 }
 
@@ -471,15 +690,53 @@ fn put_file(
         .map_err(|e| e.to_string())
 }
 
-fn strip_times(v: &Value) -> Value {
-    match v {
-        Value::Object(m) => Value::Object(
-            m.iter()
-                .filter(|(k, _)| *k != "lastTransitionTime")
-                .map(|(k, v)| (k.clone(), strip_times(v)))
-                .collect(),
-        ),
-        Value::Array(a) => Value::Array(a.iter().map(strip_times).collect()),
-        o => o.clone(),
+/// The member sets published under `<prefix>/members/`, by pool.
+fn published_members(
+    settings: &switchyard::cluster::Settings,
+) -> Result<BTreeMap<String, Vec<u8>>, String> {
+    let mut c =
+        switchyard::cluster::etcd::Client::new(&settings.endpoints, settings.access.clone());
+    let prefix = switchyard::cluster::members::members_prefix(settings);
+    let (_, kvs) = c.list(&prefix).map_err(|e| e.to_string())?;
+    Ok(kvs
+        .into_iter()
+        .map(|kv| {
+            (
+                String::from_utf8_lossy(&kv.key[prefix.len()..]).into_owned(),
+                kv.value,
+            )
+        })
+        .collect())
+}
+
+/// Writes `<prefix>/members/<pool>` for each set (one key each: a node
+/// applies each change as it comes).
+fn put_members(
+    settings: &switchyard::cluster::Settings,
+    sets: &[(String, Vec<u8>)],
+) -> Result<(), String> {
+    let mut c =
+        switchyard::cluster::etcd::Client::new(&settings.endpoints, settings.access.clone());
+    for (pool, value) in sets {
+        c.put(
+            &switchyard::cluster::members::members_key(settings, pool),
+            value,
+            0,
+        )
+        .map_err(|e| format!("members of {pool}: {e}"))?;
     }
+    Ok(())
+}
+
+fn delete_members(
+    settings: &switchyard::cluster::Settings,
+    pools: &[String],
+) -> Result<(), String> {
+    let mut c =
+        switchyard::cluster::etcd::Client::new(&settings.endpoints, settings.access.clone());
+    for pool in pools {
+        c.delete(&switchyard::cluster::members::members_key(settings, pool))
+            .map_err(|e| format!("members of {pool}: {e}"))?;
+    }
+    Ok(())
 }

@@ -296,3 +296,100 @@ pub struct GrantTo {
     pub kind: String,
     pub name: Option<String>,
 }
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct GrpcRoute {
+    pub metadata: ObjectMeta,
+    pub spec: GrpcRouteSpec,
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub status: serde_json::Value,
+}
+resource!(
+    GrpcRoute,
+    "GRPCRoute",
+    "grpcroutes",
+    "v1",
+    k8s_openapi::NamespaceResourceScope
+);
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrpcRouteSpec {
+    #[serde(default)]
+    pub parent_refs: Vec<ObjectRef>,
+    #[serde(default)]
+    pub hostnames: Vec<String>,
+    #[serde(default)]
+    pub rules: Vec<GrpcRouteRule>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GrpcRouteRule {
+    /// Absent or empty: every gRPC request.
+    #[serde(default)]
+    pub matches: Vec<GrpcRouteMatch>,
+    #[serde(default)]
+    pub filters: Vec<HttpRouteFilter>,
+    #[serde(default)]
+    pub backend_refs: Vec<HttpBackendRef>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize, Default)]
+pub struct GrpcRouteMatch {
+    pub method: Option<GrpcMethodMatch>,
+    #[serde(default)]
+    pub headers: Vec<ValueMatch>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct GrpcMethodMatch {
+    /// `Exact` (the default, core) or `RegularExpression`.
+    #[serde(rename = "type")]
+    pub kind: Option<String>,
+    pub service: Option<String>,
+    pub method: Option<String>,
+}
+
+/// TLSRoute, TCPRoute and UDPRoute (all `v1` in the v1.7 standard
+/// channel) share one shape: parents, hostnames (TLSRoute's only) and
+/// rules that are lists of backends.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct L4RouteSpec {
+    #[serde(default)]
+    pub parent_refs: Vec<ObjectRef>,
+    #[serde(default)]
+    pub hostnames: Vec<String>,
+    #[serde(default)]
+    pub rules: Vec<L4RouteRule>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct L4RouteRule {
+    #[serde(default)]
+    pub backend_refs: Vec<ObjectRef>,
+}
+
+macro_rules! l4_route {
+    ($ty:ident, $kind:literal, $plural:literal) => {
+        #[derive(Clone, Debug, Deserialize, Serialize)]
+        pub struct $ty {
+            pub metadata: ObjectMeta,
+            pub spec: L4RouteSpec,
+            #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+            pub status: serde_json::Value,
+        }
+        resource!(
+            $ty,
+            $kind,
+            $plural,
+            "v1",
+            k8s_openapi::NamespaceResourceScope
+        );
+    };
+}
+l4_route!(TlsRoute, "TLSRoute", "tlsroutes");
+l4_route!(TcpRoute, "TCPRoute", "tcproutes");
+l4_route!(UdpRoute, "UDPRoute", "udproutes");

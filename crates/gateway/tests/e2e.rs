@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{json, Value};
 
 mod conformance;
+mod harness;
 
 const TOKEN: &str = "switchyard-test-token";
 
@@ -150,6 +151,10 @@ fn path_of(v: &Value) -> String {
         "Gateway" => "gateways",
         "HTTPRoute" => "httproutes",
         "ReferenceGrant" => "referencegrants",
+        "GRPCRoute" => "grpcroutes",
+        "TLSRoute" => "tlsroutes",
+        "TCPRoute" => "tcproutes",
+        "UDPRoute" => "udproutes",
         "CustomResourceDefinition" => "customresourcedefinitions",
         k => panic!("no plural for {k}"),
     };
@@ -432,6 +437,10 @@ fn gateway_api_on_a_real_api_server() {
         "gateways",
         "httproutes",
         "referencegrants",
+        "grpcroutes",
+        "tlsroutes",
+        "tcproutes",
+        "udproutes",
     ] {
         let text =
             std::fs::read_to_string(crds.join(format!("gateway.networking.k8s.io_{f}.yaml")))
@@ -572,8 +581,8 @@ fn gateway_api_on_a_real_api_server() {
         ),
     )
     .unwrap();
-    let http_port = free_port();
-    let offset = http_port - 80;
+    let offset = harness::free_offset();
+    let http_port = 80 + offset;
     spawn(
         &mut cl,
         "switchyard-gateway",
@@ -711,6 +720,188 @@ fn gateway_api_on_a_real_api_server() {
         .into()),
         "endpoint change not followed: {:?}",
         pods(gw_addr, "a.example", "/", 6)
+    );
+
+    // Endpoint changes are run-time member changes on the node (issue 37
+    // item 3): a scale-out from 1 to 3 endpoints and a scale-in publish
+    // no configuration (the text and its revision stay), and a WebSocket
+    // open through the endpoint that goes away is not dropped.
+    apply(&api, service("default", "scale"));
+    apply(
+        &api,
+        endpoint_slice("default", "scale", &[&pod_ip(17)], 3000),
+    );
+    apply(
+        &api,
+        route(
+            "default",
+            "scale",
+            json!([{"matches": [{"path": {"type": "PathPrefix", "value": "/scale"}}], "backendRefs": [backend("scale")]}]),
+        ),
+    );
+    assert!(
+        eventually(Duration::from_secs(60), || pods(
+            gw_addr,
+            "a.example",
+            "/scale",
+            3
+        ) == ["pod-17".to_string()]
+            .into()),
+        "{}",
+        context()
+    );
+    let applied = || {
+        node_log()
+            .matches("applied (configuration generation")
+            .count()
+    };
+    // Every build of the configuration logs "configuration generation N
+    // is live"; a run-time member change swaps one pool's members in
+    // place and builds nothing.
+    let builds = || node_log().matches(" is live").count();
+    let (publishes_before, applied_before, builds_before) = (publishes(), applied(), builds());
+    let mut ws = TcpStream::connect(gw_addr).unwrap();
+    ws.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    ws.write_all(b"GET /scale/ws HTTP/1.1\r\nHost: a.example\r\nUpgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\nSec-WebSocket-Version: 13\r\n\r\n").unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(ws.read(&mut byte).unwrap(), 1, "the upgrade got no answer");
+        head.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&head).to_lowercase();
+    assert!(
+        head.starts_with("http/1.1 101") && head.contains("x-pod: pod-17"),
+        "{head}"
+    );
+    let echo = |ws: &mut TcpStream, msg: &[u8]| -> Result<Vec<u8>, String> {
+        ws.write_all(msg).map_err(|e| e.to_string())?;
+        let mut back = vec![0u8; msg.len()];
+        ws.read_exact(&mut back).map_err(|e| e.to_string())?;
+        Ok(back)
+    };
+    assert_eq!(echo(&mut ws, b"before").as_deref(), Ok(&b"before"[..]));
+    // Scale out: 1 -> 3.
+    apply(
+        &api,
+        endpoint_slice(
+            "default",
+            "scale",
+            &[&pod_ip(17), &pod_ip(18), &pod_ip(19)],
+            3000,
+        ),
+    );
+    let three: std::collections::BTreeSet<String> =
+        ["pod-17", "pod-18", "pod-19"].map(String::from).into();
+    assert!(
+        eventually(Duration::from_secs(60), || pods(
+            gw_addr,
+            "a.example",
+            "/scale",
+            9
+        ) == three),
+        "the scale-out was not followed: {:?}\n{}",
+        pods(gw_addr, "a.example", "/scale", 9),
+        context()
+    );
+    // Scale in: the WebSocket's endpoint goes.
+    apply(
+        &api,
+        endpoint_slice("default", "scale", &[&pod_ip(18), &pod_ip(19)], 3000),
+    );
+    let two: std::collections::BTreeSet<String> = ["pod-18", "pod-19"].map(String::from).into();
+    assert!(
+        eventually(Duration::from_secs(60), || pods(
+            gw_addr,
+            "a.example",
+            "/scale",
+            6
+        ) == two),
+        "the scale-in was not followed: {:?}\n{}",
+        pods(gw_addr, "a.example", "/scale", 6),
+        context()
+    );
+    assert_eq!(
+        echo(&mut ws, b"after the scale-in").as_deref(),
+        Ok(&b"after the scale-in"[..]),
+        "the WebSocket through the removed endpoint was dropped\n{}",
+        context()
+    );
+    assert_eq!(
+        (publishes(), applied()),
+        (publishes_before, applied_before),
+        "an endpoint change published or applied a configuration revision\n{}",
+        context()
+    );
+    assert_eq!(
+        builds(),
+        builds_before,
+        "an endpoint change built the whole configuration again\n{}",
+        context()
+    );
+    // Not dropped by configuration changes either: 100 changes of an
+    // unrelated route, each a new revision the node applies.
+    let applied_then = applied();
+    for i in 0..100 {
+        apply(
+            &api,
+            route(
+                "default",
+                "churn",
+                json!([{"matches": [{"path": {"type": "PathPrefix", "value": format!("/churn{i}")}}], "backendRefs": [backend("scale")]}]),
+            ),
+        );
+        assert!(
+            // "web" (pods 11, 12) takes the path until the change is live.
+            eventually(Duration::from_secs(60), || two.contains(&pod_of(&get(
+                gw_addr,
+                "a.example",
+                &format!("/churn{i}"),
+                &[]
+            )))),
+            "change {i} not followed\n{}",
+            context()
+        );
+    }
+    assert!(
+        eventually(Duration::from_secs(60), || applied() >= applied_then + 100),
+        "{} revisions applied for 100 route changes",
+        applied() - applied_then
+    );
+    assert_eq!(
+        echo(&mut ws, b"after 100 route changes").as_deref(),
+        Ok(&b"after 100 route changes"[..]),
+        "the WebSocket was dropped by route changes\n{}",
+        context()
+    );
+    drop(ws);
+    let publishes_then = publishes();
+    api.delete("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/churn");
+    assert!(
+        eventually(Duration::from_secs(60), || publishes() > publishes_then),
+        "{}",
+        controller_log()
+    );
+    let log = node_log();
+    let change = |what: &str| {
+        log.lines().any(|l| {
+            l.contains("run-time member change")
+                && l.contains(what)
+                && l.contains("swapped in place")
+                && l.contains("unchanged")
+        })
+    };
+    assert!(
+        change(&format!("+{}:3000", pod_ip(18))) && change(&format!("-{}:3000", pod_ip(17))),
+        "the node did not log the run-time changes:\n{log}"
+    );
+    // Its route goes (and the next step counts publishes from there).
+    let publishes_then = publishes();
+    api.delete("/apis/gateway.networking.k8s.io/v1/namespaces/default/httproutes/scale");
+    assert!(
+        eventually(Duration::from_secs(60), || publishes() > publishes_then),
+        "{}",
+        controller_log()
     );
 
     // An unrelated change renders the same text: not published again.
@@ -1207,6 +1398,32 @@ fn gateway_api_on_a_real_api_server() {
         && pods(gw_addr, "a", "/weighted", 10)
             .iter()
             .all(|p| p != "pod-13")));
+
+    // Renders follow each other in the order of the changes they saw,
+    // deletions (the conformance cases delete what they applied, often
+    // the object whose status was written last) included: a render never
+    // reports, let alone publishes, an older view than the one before.
+    let views: Vec<u64> = controller_log()
+        .lines()
+        .filter_map(|l| {
+            l.split("resourceVersion ")
+                .nth(1)?
+                .split(')')
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    assert!(
+        views.windows(2).all(|w| w[0] <= w[1]),
+        "a render saw an older view than the one before it:\n{}",
+        controller_log()
+    );
+    assert!(
+        !controller_log().contains("older view"),
+        "{}",
+        controller_log()
+    );
 
     drop(cl);
     let _ = std::fs::remove_dir_all(&dir);

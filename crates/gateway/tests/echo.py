@@ -4,6 +4,8 @@ suite's echo-basic: answers every request with JSON naming the request
 
 usage: echo.py ADDRESS PORT POD NAMESPACE [ADDRESS PORT POD NAMESPACE ...]
 (one server per address, each in a thread)."""
+import base64
+import hashlib
 import json
 import sys
 import threading
@@ -15,6 +17,8 @@ def handler(pod, namespace):
         protocol_version = "HTTP/1.1"
 
         def answer(self):
+            if self.headers.get("upgrade", "").lower() == "websocket":
+                return self.tunnel()
             n = int(self.headers.get("content-length") or 0)
             if n:
                 self.rfile.read(n)
@@ -35,6 +39,26 @@ def handler(pod, namespace):
             self.send_header("content-length", str(len(body)))
             self.end_headers()
             self.wfile.write(body)
+
+        def tunnel(self):
+            """A WebSocket upgrade: 101 naming the pod, then every byte
+            echoed until the client closes (the proxy tunnels bytes)."""
+            key = self.headers.get("sec-websocket-key", "")
+            accept = base64.b64encode(hashlib.sha1(
+                (key + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11").encode()).digest()).decode()
+            self.send_response(101)
+            self.send_header("upgrade", "websocket")
+            self.send_header("connection", "Upgrade")
+            self.send_header("sec-websocket-accept", accept)
+            self.send_header("x-pod", pod)
+            self.end_headers()
+            self.wfile.flush()
+            while True:
+                b = self.connection.recv(65536)
+                if not b:
+                    break
+                self.connection.sendall(b)
+            self.close_connection = True
 
         do_GET = do_POST = do_PUT = do_DELETE = do_PATCH = do_HEAD = do_OPTIONS = answer
 

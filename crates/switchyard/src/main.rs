@@ -272,9 +272,10 @@ fn check(args: &[String]) -> ExitCode {
                             &path.display().to_string(),
                             &text,
                         );
-                        match config::parse(
+                        match config::publish::parse_published(
+                            &node,
                             &format!("{} + etcd revision {rev}", path.display()),
-                            &node.combined(&published),
+                            &published,
                             None,
                         ) {
                             Ok(_) => {
@@ -309,7 +310,7 @@ fn check(args: &[String]) -> ExitCode {
             for w in &s.warnings {
                 eprintln!("{}", w.as_warning());
             }
-            let members: usize = s.pools.iter().map(|p| p.members.len()).sum();
+            let members: usize = s.pools.iter().map(|p| p.members.load().len()).sum();
             println!(
                 "{}: OK ({}, {}, {})",
                 path.display(),

@@ -82,8 +82,24 @@ fn h3_client(
     requests: serde_json::Value,
     args: &[String],
 ) -> serde_json::Value {
+    h3_client_as(py, listen, ca, requests, args, None)
+}
+
+/// `h3_client` presenting the client certificate `cert` (and its key).
+fn h3_client_as(
+    py: &PathBuf,
+    listen: SocketAddr,
+    ca: &PathBuf,
+    requests: serde_json::Value,
+    args: &[String],
+    cert: Option<&(PathBuf, PathBuf)>,
+) -> serde_json::Value {
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
-    let mut child = Command::new(py)
+    let mut client = Command::new(py);
+    if let Some((cert, key)) = cert {
+        client.env("H3_CLIENT_CERT", cert).env("H3_CLIENT_KEY", key);
+    }
+    let mut child = client
         .arg(script)
         .args([&listen.ip().to_string(), &listen.port().to_string()])
         .arg(ca)
@@ -283,6 +299,183 @@ fn http3_requests_go_through_the_one_exchange() {
         "{}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
+}
+
+/// A response's fields reach an HTTP/3 client as the member sent them:
+/// a repeated name (each value), names in QPACK's static table with
+/// other values, and names outside it (the patched encoder writes them
+/// from the header map: vendor/h3/PATCHED.md).
+#[test]
+fn http3_responses_carry_every_field_of_the_member() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]", "");
+    s.origin.behavior.lock().unwrap().raw_response = Some(
+        b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nSet-Cookie: a=1\r\nX-Custom: v\r\n\
+          Set-Cookie: b=2\r\nContent-Type: text/plain\r\nCache-Control: no-cache\r\n\r\nok"
+            .to_vec(),
+    );
+    let out = h3(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!([{"method": "GET", "path": "/f"}]),
+    );
+    let r = &out["responses"][0];
+    assert_eq!(r["status"], 200, "{out}");
+    assert_eq!(r["body"], "ok", "{out}");
+    let all = |name: &str| -> Vec<&str> {
+        r["headers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|h| h[0].as_str() == Some(name))
+            .filter_map(|h| h[1].as_str())
+            .collect()
+    };
+    assert_eq!(all("set-cookie"), ["a=1", "b=2"], "{out}");
+    assert_eq!(all("x-custom"), ["v"], "{out}");
+    assert_eq!(all("content-type"), ["text/plain"], "{out}");
+    assert_eq!(all("cache-control"), ["no-cache"], "{out}");
+    assert_eq!(all("content-length"), ["2"], "{out}");
+}
+
+/// A request's fields reach the member as the client sent them, decoded
+/// from QPACK straight into Switchyard's own fields (vendor/h3's
+/// `resolve_request_with`): a repeated field, split cookies joined, a
+/// Host that agrees with :authority, names outside QPACK's static table.
+/// Malformed heads (RFC 9114 4.1.2: uppercase names, connection-specific
+/// fields, a Host that contradicts :authority, an unknown pseudo-field)
+/// reset their stream with H3_MESSAGE_ERROR and never reach the member;
+/// the other requests on the connection are served.
+#[test]
+fn http3_request_fields_reach_the_member_and_malformed_heads_are_reset() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]", "");
+    let authority = format!("site.test:{}", s.listen.port());
+    let out = h3(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!([
+            {"method": "GET", "path": "/ok?q=1", "headers": [
+                ["x-custom", "one"], ["cookie", "a=1"], ["x-custom", "two"],
+                ["cookie", "b=2"], ["accept", "text/html"], ["host", authority],
+                ["user-agent", "h3-test"]]},
+            {"method": "GET", "path": "/upper", "headers": [["X-Upper", "v"]]},
+            {"method": "GET", "path": "/conn", "headers": [["connection", "close"]]},
+            {"method": "GET", "path": "/host", "headers": [["host", "other.test"]]},
+            {"method": "GET", "path": "/pseudo", "headers": [[":status", "200"]]},
+        ]),
+    );
+    assert!(out.get("error").is_none(), "{out}");
+    let r = out["responses"].as_array().expect("responses");
+    assert_eq!(r[0]["status"], 200, "{out}");
+    for (i, refused) in r.iter().enumerate().skip(1) {
+        // H3_MESSAGE_ERROR (RFC 9114 8.1).
+        assert_eq!(refused["reset"], 0x10e, "request {i}: {out}");
+        assert!(refused["status"].is_null(), "request {i}: {out}");
+    }
+    let seen = s.origin.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let m = &seen[0];
+    assert!(
+        m.request_line().starts_with("GET /ok?q=1 HTTP/1.1"),
+        "{m:?}"
+    );
+    let all = |name: &str| -> Vec<String> {
+        m.head
+            .lines()
+            .skip(1)
+            .filter_map(|l| l.split_once(':'))
+            .filter(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.trim().to_string())
+            .collect()
+    };
+    assert_eq!(all("x-custom"), ["one", "two"], "{m:?}");
+    assert_eq!(all("cookie"), ["a=1; b=2"], "{m:?}");
+    assert_eq!(all("host"), [authority.as_str()], "{m:?}");
+    assert_eq!(all("accept"), ["text/html"], "{m:?}");
+    assert_eq!(all("user-agent"), ["h3-test"], "{m:?}");
+}
+
+/// A client certificate over HTTP/3: its subject reaches the member and a
+/// policy on that field, as over TCP (tests/tls.rs); a client without one
+/// that writes the field itself is refused by the policy, and its copy
+/// never reaches the member.
+#[test]
+fn http3_client_certificates_reach_the_rules_and_the_member() {
+    let Some(py) = python() else { return };
+    let pki = Pki::new("h3-mtls");
+    let cert = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let alice = pki.issue("alice", "/CN=alice", &[], Kind::Ecdsa, 30);
+    let origin = Origin::start("member");
+    let listen = free_addr();
+    // And a script reads the certificate too (`r.client_cert`).
+    let script = temp_dir("h3-mtls").join("cert.lua");
+    std::fs::write(
+        &script,
+        "function on_request(r)\n  local c = r.client_cert\n  \
+         if c then r:set_header(\"x-script-subject\", c.subject) end\nend\n",
+    )
+    .expect("script");
+    let config = format!(
+        "[global]\nworkers = 2\n[[vserver]]\nname = \"secure\"\nlisten = [\"{listen}\"]\ndefault_pool = \"p\"\n\
+         [vserver.script]\nfile = \"{}\"\n\
+         [[vserver.policy]]\n\
+         match = {{ path_prefix = \"/alice\", header = {{ name = \"x-client-cert-subject\", value = \"CN=alice\" }} }}\n\
+         action = {{ pool = \"p\" }}\n\
+         [[vserver.policy]]\nmatch = {{ path_prefix = \"/alice\" }}\naction = {{ status = 403, body = \"alice only\\n\" }}\n\
+         [vserver.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\
+         client_ca = \"{}\"\nclient_auth = \"optional\"\n[vserver.http3]\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
+        script.display(),
+        cert.0.display(),
+        cert.1.display(),
+        pki.ca().display(),
+        origin.addr
+    );
+    let _sy = Switchyard::start(&config, &[listen]);
+    let requests = serde_json::json!([
+        {"method": "GET", "path": "/alice/a"},
+        {"method": "GET", "path": "/alice/b", "headers": [["x-client-cert-subject", "CN=alice"]]},
+        {"method": "GET", "path": "/public", "headers": [["x-client-cert-subject", "CN=mallory"]]},
+    ]);
+    let statuses = |out: &serde_json::Value| -> Vec<u64> {
+        out["responses"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{out}"))
+            .iter()
+            .map(|r| r["status"].as_u64().unwrap_or(0))
+            .collect()
+    };
+    let args = ["20".to_string()];
+    let out = h3_client_as(
+        &py,
+        listen,
+        &pki.ca(),
+        requests.clone(),
+        &args,
+        Some(&alice),
+    );
+    assert_eq!(statuses(&out), [200, 200, 200], "{out}");
+    let seen = origin.seen();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    for r in &seen {
+        assert_eq!(
+            r.header("x-client-cert-subject").as_deref(),
+            Some("CN=alice"),
+            "{r:?}"
+        );
+        let by_script = r.header("x-script-subject");
+        assert_eq!(by_script.as_deref(), Some("CN=alice"), "{r:?}");
+    }
+    let out = h3_client_as(&py, listen, &pki.ca(), requests, &args, None);
+    assert_eq!(statuses(&out), [403, 403, 200], "{out}");
+    let seen = origin.seen();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    let last = seen.last().expect("the public request");
+    assert_eq!(last.header("x-client-cert-subject"), None, "{last:?}");
+    assert_eq!(last.header("x-script-subject"), None, "{last:?}");
 }
 
 /// `retry_threshold = 0`: every new client proves its address with a Retry
@@ -921,6 +1114,33 @@ fn quic_on_several_workers_needs_a_port_of_its_own() {
     assert!(!out.status.success(), "{err}");
     assert!(err.contains("quic"), "{err}");
     assert!(err.contains("port group of its own"), "{err}");
+}
+
+/// With 0-RTT on, the server starts serving before the handshake ends; a
+/// ClientHello in two Initial packets (a browser's with a post-quantum
+/// key share is about 1.8 KB) must not leave the connection waiting for
+/// stream credit it already has. Before the fix 11 of 40 resuming quic-go
+/// connections and every padded aioquic one stalled until the client gave
+/// up; fresh and resumed handshakes are both checked.
+#[test]
+fn early_data_serves_a_client_hello_in_two_packets() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]\nearly_data = true", "");
+    let tickets = temp_dir("h3-0rtt-big").join("ticket");
+    for round in 0..2 {
+        let tickets = tickets.display().to_string();
+        let args = ["10", tickets.as_str(), "0", "0", "1600"].map(String::from);
+        let out = h3_client(
+            &py,
+            s.listen,
+            &s.ca,
+            serde_json::json!([{"method": "GET", "path": "/big-hello"}]),
+            &args,
+        );
+        assert_eq!(out["responses"][0]["status"], 200, "round {round}: {out}");
+        assert_eq!(out["alpn"], "h3", "round {round}: {out}");
+        assert_eq!(out["resumed"], round == 1, "round {round}: {out}");
+    }
 }
 
 /// 0-RTT (`early_data = true`, RFC 8470): a client resuming a session

@@ -239,6 +239,58 @@ fn half_close_both_ways() {
     assert_eq!(rest, b"after the member's EOF");
 }
 
+/// A member's last bytes and its FIN, which reach the proxy together, go
+/// on to the client in one segment (`MSG_MORE`, then the shutdown), as
+/// they would from the member itself: the client of a one-answer
+/// connection gets as many segments through the relay as directly.
+#[test]
+fn the_last_bytes_and_the_fin_reach_the_client_in_one_segment() {
+    // A member that speaks first: "hello" and its FIN in one segment.
+    let ml = TcpListener::bind("127.0.0.1:0").unwrap();
+    let maddr = ml.local_addr().unwrap();
+    std::thread::spawn(move || {
+        for s in ml.incoming() {
+            let Ok(mut s) = s else { return };
+            std::thread::spawn(move || {
+                use std::os::fd::AsRawFd;
+                let hello = b"hello";
+                // SAFETY: a valid socket and a buffer of the length given.
+                let n = unsafe {
+                    libc::send(
+                        s.as_raw_fd(),
+                        hello.as_ptr().cast(),
+                        hello.len(),
+                        libc::MSG_MORE | libc::MSG_NOSIGNAL,
+                    )
+                };
+                assert_eq!(n, hello.len() as isize);
+                let _ = s.shutdown(Shutdown::Write);
+                let mut rest = Vec::new();
+                let _ = s.read_to_end(&mut rest);
+            });
+        }
+    });
+    let fetch = |addr: SocketAddr| {
+        let mut c = TcpStream::connect(addr).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut got = Vec::new();
+        c.read_to_end(&mut got).unwrap();
+        assert_eq!(got, b"hello");
+        segments_in(&c)
+    };
+    let direct = fetch(maddr);
+    let l = free_addr();
+    let _sy = Switchyard::start(&tcp_config(l, &[maddr], "", ""), &[l]);
+    for _ in 0..3 {
+        // Before: the bytes, then the FIN in a segment of its own.
+        assert_eq!(
+            fetch(l),
+            direct,
+            "segments to the client through the relay (directly: {direct})"
+        );
+    }
+}
+
 /// A dead member at connect: the connection goes to another member. A
 /// member that dies mid-connection ends that relay only.
 #[test]

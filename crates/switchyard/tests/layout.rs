@@ -366,6 +366,10 @@ fn connections_enter_through_one_front_door() {
         ),
         ("read_proxy_header(", "reading a client's PROXY header"),
         ("TlsAcceptor::from(", "a client TLS handshake"),
+        (
+            "LazyConfigAcceptor::new(",
+            "reading a client's ClientHello before its handshake",
+        ),
         ("client_h1_conn::start(", "the hand-off to HTTP/1"),
         ("tcp::serve(", "the hand-off to the L4 relay"),
     ];
@@ -642,6 +646,49 @@ fn the_script_engine_knows_neither_the_proxy_nor_the_configuration() {
     assert!(checked >= 3, "script files checked: {checked}");
 }
 
+/// Raw Lua (the C API over a `lua_State`, `mlua::ffi`) is where a Lua
+/// error can `longjmp` across Rust frames: it stays in the script
+/// engine's files that are written for it (fast.rs, `r`'s hot methods;
+/// library.rs, tables made in one protected call), and every `unsafe`
+/// block there says why it is sound.
+#[test]
+fn raw_lua_stays_in_two_files_and_every_unsafe_block_says_why() {
+    let allowed = ["fast.rs", "library.rs"];
+    let mut blocks = 0;
+    for f in rs_files(&src()) {
+        let text = std::fs::read_to_string(&f).unwrap_or_default();
+        let name = f.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        let in_script = f.parent().is_some_and(|d| d.ends_with("script"));
+        if text.contains("ffi::lua_") || text.contains("ffi::luaL_") {
+            assert!(
+                in_script && allowed.contains(&name),
+                "{}: raw Lua calls belong in script/fast.rs or script/library.rs",
+                f.display()
+            );
+        }
+        if !in_script {
+            continue;
+        }
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, l) in lines.iter().enumerate() {
+            if !l.contains("unsafe {") {
+                continue;
+            }
+            blocks += 1;
+            let said = lines[i.saturating_sub(6)..=i]
+                .iter()
+                .any(|p| p.contains("SAFETY"));
+            assert!(
+                said,
+                "{}:{}: an unsafe block without a SAFETY comment just above it",
+                f.display(),
+                i + 1
+            );
+        }
+    }
+    assert!(blocks >= 10, "unsafe blocks checked: {blocks}");
+}
+
 #[test]
 fn a_loop_is_found() {
     let mut g: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
@@ -703,4 +750,84 @@ fn the_layout_table_names_every_module() {
         missing.is_empty(),
         "not in docs/internals.md's layout table: {missing:?}"
     );
+}
+
+/// A patched dependency (vendor/, `[patch.crates-io]`) is a liability the
+/// project carries until upstream has the change: each one says what was
+/// changed and why in its PATCHED.md, every patch table entry points at
+/// one of them (the workspace's and the fuzz project's alike, so the
+/// fuzzers run what the proxy runs), and the Huffman crate it shares with
+/// the proxy depends on nothing (vendor/h3 must not pull the proxy in).
+#[test]
+fn patched_dependencies_are_documented_and_the_same_everywhere() {
+    let root = crates().parent().expect("repository root").to_path_buf();
+    let mut vendored = Vec::new();
+    for e in std::fs::read_dir(root.join("vendor")).expect("read vendor/") {
+        let dir = e.expect("vendor entry").path();
+        let name = dir.file_name().expect("name").to_string_lossy().to_string();
+        let note = std::fs::read_to_string(dir.join("PATCHED.md"))
+            .unwrap_or_else(|_| panic!("vendor/{name} has no PATCHED.md"));
+        assert!(
+            note.contains("Switchyard's patch") || note.contains("patched for Switchyard"),
+            "vendor/{name}/PATCHED.md does not say what the patch is"
+        );
+        vendored.push(name);
+    }
+    assert!(!vendored.is_empty(), "vendor/ is empty: drop this rule");
+    for manifest in ["Cargo.toml", "fuzz/Cargo.toml"] {
+        let text = std::fs::read_to_string(root.join(manifest)).expect("read a manifest");
+        let patches = toml_section(&text, "[patch.crates-io]");
+        for name in &vendored {
+            assert!(
+                patches
+                    .iter()
+                    .any(|l| l.trim_start().starts_with(&format!("{name} ="))
+                        && l.contains(&format!("vendor/{name}"))),
+                "{manifest} [patch.crates-io] does not use vendor/{name}"
+            );
+        }
+    }
+    let huffman = std::fs::read_to_string(crates().join("huffman/Cargo.toml"))
+        .expect("read crates/huffman/Cargo.toml");
+    assert!(
+        toml_section(&huffman, "[dependencies]").is_empty(),
+        "crates/huffman must depend on nothing"
+    );
+}
+
+/// The controller's render (crates/gateway: render.rs, and ingress.rs,
+/// ingress_annotations.rs, grpc.rs, render_l4.rs and conflicts.rs that it
+/// calls) is a pure function of the
+/// objects the watches hold: it names no Kubernetes client, no runtime and
+/// no clock, so the same objects always render the same text (an
+/// unchanged render is not published again) and its unit tests need no
+/// API server. main.rs and events.rs do the talking.
+#[test]
+fn the_gateway_render_talks_to_nothing() {
+    let dir = crates().join("gateway/src");
+    for f in [
+        "render.rs",
+        "ingress.rs",
+        "ingress_annotations.rs",
+        "grpc.rs",
+        "render_l4.rs",
+        "conflicts.rs",
+    ] {
+        let c = code(&dir.join(f));
+        for word in [
+            "kube::",
+            "Api<",
+            "Client",
+            "tokio",
+            "reqwest",
+            "std::net::TcpStream",
+            "Timestamp::now",
+            "SystemTime",
+        ] {
+            assert!(
+                !c.contains(word),
+                "crates/gateway/src/{f} names {word}: the render must stay pure"
+            );
+        }
+    }
 }

@@ -1266,8 +1266,9 @@ fn h3_python() -> Option<std::path::PathBuf> {
 }
 
 /// The script's events over HTTP/3 (tests/h3/client.py, aioquic): a
-/// local answer, a pool choice, a head edit, a body replacement, and a
-/// request-body check, as over HTTP/1.1 and HTTP/2 above.
+/// local answer, a pool choice, the member picked, a head edit, a body
+/// replacement, and a request-body check, as over HTTP/1.1 and HTTP/2
+/// above.
 #[test]
 fn the_events_run_for_http3_clients_too() {
     use std::io::Write;
@@ -1288,9 +1289,13 @@ function on_request(r)
   if r.path == "/promo" then r:collect_body() end
   r.vars.proto = r.protocol
 end
+function on_member(r)
+  r.vars.member = r.pool .. " " .. r.member
+end
 function on_response(r)
   r:remove_header("x-origin-secret")
   r:set_header("x-seen-as", r.vars.proto)
+  r:set_header("x-member", r.vars.member)
 end
 function on_response_body(r)
   r.body = r.body:gsub("Black Friday", "Cyber Monday")
@@ -1364,9 +1369,354 @@ end
     assert_eq!(header(1, "x-seen-as").as_deref(), Some("HTTP/3"), "{out}");
     assert_eq!(header(2, "x-origin").as_deref(), Some("b"), "{out}");
     assert_eq!(
+        header(2, "x-member"),
+        Some(format!("b {}", b.addr)),
+        "on_member: {out}"
+    );
+    assert_eq!(
         (r[3]["status"].as_u64(), r[3]["body"].as_str()),
         (Some(403), Some("no\n")),
         "{out}"
     );
     assert_eq!((a.requests(), b.requests()), (1, 1));
+}
+
+/// `on_member` (iRules' LB_SELECTED): the pool, member and attempt the
+/// balancer picked, kept in `r.vars` for `on_response` and logged; over
+/// HTTP/1.1 and HTTP/2 (HTTP/3: `the_events_run_for_http3_clients_too`).
+/// A failed `on_member` answers 500 before the member is connected,
+/// counted in the stats and the dashboard's live sample.
+#[test]
+fn on_member_sees_the_picked_member_and_a_failure_answers_500() {
+    let a = Origin::start("a");
+    let s = start(
+        "on-member",
+        r#"
+function on_member(r)
+  if r.vars.boom then error("no member for you") end
+  r.vars.member = r.member
+  r:log("picked", r.pool .. " " .. r.member .. " " .. r.attempt)
+end
+function on_request(r)
+  if r.path == "/boom" then r.vars.boom = true end
+end
+function on_response(r)
+  r:set_header("x-member", r.vars.member)
+end
+"#,
+        &[&a],
+    );
+    for (proto, get) in BOTH {
+        let r = get(s.listen, "site.test", "/x", &[]);
+        assert_eq!(r.status, 200, "{proto}: {r:?}");
+        assert_eq!(
+            r.header("x-member"),
+            Some(a.addr.to_string().as_str()),
+            "{proto}: {r:?}"
+        );
+        let before = a.requests();
+        let r = get(s.listen, "site.test", "/boom", &[]);
+        assert_eq!(r.status, 500, "{proto}: {r:?}");
+        assert_eq!(a.requests(), before, "{proto}: the member was not asked");
+    }
+    let want = format!("a {} 1", a.addr);
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            let lines = log_lines(&s.log);
+            lines
+                .iter()
+                .filter(|l| l["script"]["picked"] == want.as_str())
+                .count()
+                == 2
+                && lines
+                    .iter()
+                    .filter(|l| {
+                        l["script_error"]
+                            .as_str()
+                            .is_some_and(|e| e.contains("script.lua:3: no member for you"))
+                    })
+                    .count()
+                    == 2
+        }),
+        "{:?}",
+        log_lines(&s.log)
+    );
+    assert_eq!(vserver_stats(&s.sy)["script_errors"], 2);
+    // The dashboard's live sample has them (its "Script errors" column).
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            let live: serde_json::Value =
+                serde_json::from_str(&s.sy.admin_get("/api/v1/live")).unwrap_or_default();
+            live.as_array()
+                .and_then(|a| a.last())
+                .is_some_and(|x| x["vservers"][0]["script_errors_total"] == 2)
+        }),
+        "{}",
+        s.sy.admin_get("/api/v1/live")
+    );
+}
+
+/// `on_member` runs again for a retry: the first member refuses the
+/// connection, the second answers; `r.attempt` counts.
+#[test]
+fn on_member_runs_for_each_attempt() {
+    let live = Origin::start("live");
+    // A port nothing listens on: the connect is refused, the retry goes on.
+    let dead = free_addr();
+    let dir = temp_dir("on-member-retry");
+    let file = dir.join("m.lua");
+    std::fs::write(
+        &file,
+        r#"
+function on_member(r)
+  r.vars.tries = (r.vars.tries or "") .. r.attempt .. "=" .. r.member .. ";"
+end
+function on_response(r) r:set_header("x-tries", r.vars.tries) end
+"#,
+    )
+    .expect("script");
+    let listen = free_addr();
+    let cfg = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"web\"\nlisten = [\"{listen}\"]\nh2c = true\ndefault_pool = \"p\"\n\
+         [vserver.script]\nfile = \"{}\"\n\
+         [[pool]]\nname = \"p\"\nalgorithm = \"round-robin\"\n[[pool.member]]\naddress = \"{dead}\"\n[[pool.member]]\naddress = \"{}\"\n",
+        file.display(),
+        live.addr
+    );
+    let sy = Switchyard::start(&cfg, &[listen]);
+    let mut saw_retry = false;
+    for (proto, get) in BOTH {
+        for _ in 0..2 {
+            let r = get(listen, "site.test", "/", &[]);
+            assert_eq!(r.status, 200, "{proto}: {r:?} {}", sy.log());
+            let tries = r.header("x-tries").unwrap_or_default().to_string();
+            assert!(
+                tries.ends_with(&format!("={};", live.addr)),
+                "{proto}: {tries}"
+            );
+            if tries == format!("1={dead};2={};", live.addr) {
+                saw_retry = true;
+            }
+        }
+    }
+    assert!(saw_retry, "the dead member was picked first at least once");
+}
+
+/// A member that writes `banner` on each connection, then echoes.
+fn banner_member(banner: &'static [u8]) -> SocketAddr {
+    use std::io::{Read, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = l.local_addr().expect("addr");
+    std::thread::spawn(move || {
+        for conn in l.incoming() {
+            let Ok(mut c) = conn else { return };
+            std::thread::spawn(move || {
+                if !banner.is_empty() && c.write_all(banner).is_err() {
+                    return;
+                }
+                let mut buf = [0u8; 4096];
+                while let Ok(n) = c.read(&mut buf) {
+                    if n == 0 || c.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+            });
+        }
+    });
+    addr
+}
+
+/// A tcp vserver over `member` running `script`, with a JSON access log.
+fn tcp_setup(tag: &str, script: &str, member: SocketAddr) -> Setup {
+    let dir = temp_dir(tag);
+    let file = dir.join("l4.lua");
+    std::fs::write(&file, script).expect("script");
+    let log = dir.join("access.json");
+    let listen = free_addr();
+    let cfg = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"tcp\"\nprotocol = \"tcp\"\nlisten = [\"{listen}\"]\ndefault_pool = \"m\"\n\
+         [vserver.script]\nfile = \"{}\"\n[vserver.access_log]\nformat = \"json\"\nto = \"file:{}\"\n\
+         [[pool]]\nname = \"m\"\n[[pool.member]]\naddress = \"{member}\"\n",
+        file.display(),
+        log.display()
+    );
+    let sy = Switchyard::start(&cfg, &[listen]);
+    Setup {
+        sy,
+        listen,
+        log,
+        _dir: dir,
+    }
+}
+
+/// Connects, reads what comes within 10 s until `want` bytes or the
+/// close, after sending `send` (if any).
+fn tcp_exchange(addr: SocketAddr, send: &[u8], want: usize) -> Vec<u8> {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("timeout");
+    if !send.is_empty() {
+        c.write_all(send).expect("send");
+    }
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while got.len() < want {
+        match c.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+    got
+}
+
+/// `on_server_data` (iRules' SERVER_DATA): the member's banner is seen
+/// and passed on (or refused: both sides closed); `c:log` fields of the
+/// events, `on_close`'s included, join the L4 access log line.
+#[test]
+fn on_server_data_sees_the_members_banner_and_fields_join_the_l4_log() {
+    let good = banner_member(b"220 mail.test ESMTP\r\n");
+    let script = r#"
+function on_accept(c) c:log("from", c.client_ip) end
+function on_server_data(c)
+  c:log("banner", c.data:match("^(%d+)"))
+  if c.data:find("EVIL") then c:log("why", "evil banner") return c:reject() end
+end
+function on_close(c) c:log("bytes_in", c.bytes_in) end
+"#;
+    let s = tcp_setup("l4-banner", script, good);
+    let banner = b"220 mail.test ESMTP\r\n";
+    let got = tcp_exchange(s.listen, b"", banner.len());
+    assert_eq!(got, banner, "{}", s.sy.log());
+    // The banner, then the echo of what the client says after it.
+    let got = tcp_exchange(s.listen, b"EHLO me\r\n", banner.len() + 9);
+    assert_eq!(&got[..banner.len()], banner);
+    assert_eq!(&got[banner.len()..], b"EHLO me\r\n");
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            log_lines(&s.log).iter().any(|l| {
+                l["script"]["banner"] == "220"
+                    && l["script"]["from"] == "127.0.0.1"
+                    && l["script"]["bytes_in"] == "9"
+                    && l["end"] == "done"
+            })
+        }),
+        "{:?}",
+        log_lines(&s.log)
+    );
+    let evil = banner_member(b"220 EVIL relay\r\n");
+    let e = tcp_setup("l4-evil", script, evil);
+    assert!(tcp_exchange(e.listen, b"", 100).is_empty(), "refused");
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            log_lines(&e.log)
+                .iter()
+                .any(|l| l["script"]["why"] == "evil banner" && l["end"] == "refused")
+        }),
+        "{:?}",
+        log_lines(&e.log)
+    );
+    assert_eq!(vserver_stats(&e.sy)["script_errors"], 0);
+}
+
+/// A member that speaks only when spoken to (HTTP): what the client sends
+/// goes on while `on_server_data` waits, which then sees the answer; a
+/// failed event closes the connection, counted and in the log line.
+#[test]
+fn on_server_data_lets_the_client_speak_first_and_a_failure_closes() {
+    let echo = banner_member(b"");
+    let s = tcp_setup(
+        "l4-client-first",
+        r#"
+function on_server_data(c)
+  c:log("first", c.data)
+  if c.data:find("boom") then error("bad answer") end
+end
+"#,
+        echo,
+    );
+    let got = tcp_exchange(s.listen, b"ping", 4);
+    assert_eq!(got, b"ping", "{}", s.sy.log());
+    assert!(tcp_exchange(s.listen, b"boom", 4).is_empty());
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            let lines = log_lines(&s.log);
+            lines.iter().any(|l| l["script"]["first"] == "ping")
+                && lines.iter().any(|l| {
+                    l["script_error"]
+                        .as_str()
+                        .is_some_and(|e| e.contains("l4.lua:4: bad answer"))
+                })
+        }),
+        "{:?}",
+        log_lines(&s.log)
+    );
+    assert_eq!(vserver_stats(&s.sy)["script_errors"], 1);
+}
+
+/// `on_server_data` on a `tcp` vserver that terminates TLS: the script
+/// sees the member's plain banner and the client gets it inside its TLS
+/// session, then the relay goes on (openssl s_client as the client).
+#[test]
+fn on_server_data_on_a_vserver_that_terminates_tls() {
+    use std::io::Write;
+    let pki = Pki::new("l4-tls-banner");
+    let (cert, key) = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let member = banner_member(b"220 tls.test ready\r\n");
+    let dir = temp_dir("l4-tls-banner");
+    let file = dir.join("l4.lua");
+    std::fs::write(
+        &file,
+        "function on_server_data(c) c:log(\"banner\", c.data:match(\"^(%d+)\")) end\n",
+    )
+    .expect("script");
+    let log = dir.join("access.json");
+    let listen = free_addr();
+    // s_client -quiet waits for the server's close: the idle timeout ends
+    // the relay once the echo is back.
+    let cfg = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"tcp\"\nprotocol = \"tcp\"\nlisten = [\"{listen}\"]\ndefault_pool = \"m\"\n\
+         [vserver.l4]\nidle_timeout = \"1s\"\n\
+         [vserver.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n\
+         [vserver.script]\nfile = \"{}\"\n[vserver.access_log]\nformat = \"json\"\nto = \"file:{}\"\n\
+         [[pool]]\nname = \"m\"\n[[pool.member]]\naddress = \"{member}\"\n",
+        cert.display(),
+        key.display(),
+        file.display(),
+        log.display()
+    );
+    let sy = Switchyard::start(&cfg, &[listen]);
+    let mut child = std::process::Command::new("openssl")
+        .args(["s_client", "-quiet", "-servername", "site.test"])
+        .args(["-verify_return_error", "-CAfile"])
+        .arg(pki.ca())
+        .arg("-connect")
+        .arg(listen.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("openssl s_client");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(b"hello through TLS\n")
+        .expect("write");
+    let out = child.wait_with_output().expect("s_client");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "220 tls.test ready\r\nhello through TLS\n",
+        "{}",
+        sy.log()
+    );
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            log_lines(&log)
+                .iter()
+                .any(|l| l["script"]["banner"] == "220" && l["tls_version"].is_string())
+        }),
+        "{:?}",
+        log_lines(&log)
+    );
 }

@@ -870,6 +870,90 @@ fn client_certificates_required_and_optional() {
     no_certificate_no_field();
 }
 
+/// A policy on the client certificate's field (`client_auth =
+/// "optional"`: /admin for alice only) judges what the handshake proved:
+/// a client without a certificate that writes the field itself is
+/// refused over HTTP/1.1 and HTTP/2, since the client's copy is removed
+/// before the rules run, not only before the member sees the request.
+#[test]
+fn a_policy_on_the_certificate_field_cannot_be_fooled_by_the_client() {
+    let pki = Pki::new("ca-gate");
+    let site = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let alice = pki.issue("alice", "/CN=alice", &[], Kind::Ecdsa, 30);
+    let bob = pki.issue("bob", "/CN=bob", &[], Kind::Ecdsa, 30);
+    let o = Origin::start("a");
+    let l = free_addr();
+    let tls = format!(
+        "certificates = [{}]\nclient_ca = \"{}\"\nclient_auth = \"optional\"\nalpn = [\"h2\", \"http/1.1\"]",
+        cert_entry(&site),
+        pki.ca().display()
+    );
+    let gate = "[[vserver.policy]]\n\
+        match = { path_prefix = \"/admin\", header = { name = \"x-client-cert-subject\", value = \"CN=alice\" } }\n\
+        action = { pool = \"p\" }\n\
+        [[vserver.policy]]\nmatch = { path_prefix = \"/admin\" }\n\
+        action = { status = 403, body = \"alice only\\n\" }";
+    let _sy = Switchyard::start(&tls_config(l, &o, &tls, gate), &[l]);
+    let cfg = |cert: Option<&(PathBuf, PathBuf)>| {
+        client_config(
+            &pki.ca(),
+            ClientOpts {
+                client_cert: cert.cloned(),
+                ..Default::default()
+            },
+        )
+    };
+    let h1 = |cfg: &Arc<ClientConfig>, spoof: bool| {
+        let field = if spoof {
+            "X-Client-Cert-Subject: CN=alice\r\n"
+        } else {
+            ""
+        };
+        let req = format!("GET /admin/x HTTP/1.1\r\nHost: site.test\r\n{field}\r\n");
+        let mut s = connect(cfg, l, "site.test").expect("handshake");
+        tls_request(&mut s, &req).expect("response").status
+    };
+    let h2 = |cfg: &Arc<ClientConfig>, spoof: bool| {
+        let fields: &[(&str, &str)] = if spoof {
+            &[("x-client-cert-subject", "CN=alice")]
+        } else {
+            &[]
+        };
+        h2_tls_get_with(cfg, l, "site.test", "/admin/x", fields).0
+    };
+    let (none, alice, bob) = (cfg(None), cfg(Some(&alice)), cfg(Some(&bob)));
+    for (proto, get) in [("HTTP/1.1", &h1 as &dyn Fn(_, _) -> u16), ("HTTP/2", &h2)] {
+        assert_eq!(get(&none, true), 403, "{proto}: no certificate, own field");
+        assert_eq!(
+            get(&bob, true),
+            403,
+            "{proto}: bob's certificate, own field"
+        );
+        assert_eq!(get(&none, false), 403, "{proto}: no certificate");
+        assert_eq!(get(&alice, false), 200, "{proto}: alice");
+        assert_eq!(get(&alice, true), 200, "{proto}: alice, own field too");
+    }
+    // The member got alice's four requests, each with the one field the
+    // handshake proved.
+    let seen = o.seen();
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    for r in &seen {
+        assert_eq!(
+            r.header("x-client-cert-subject").as_deref(),
+            Some("CN=alice"),
+            "{r:?}"
+        );
+        assert_eq!(
+            r.head
+                .to_ascii_lowercase()
+                .matches("x-client-cert-subject")
+                .count(),
+            1,
+            "{r:?}"
+        );
+    }
+}
+
 #[test]
 fn hsts_and_https_redirect() {
     let pki = Pki::new("ca7");
@@ -1259,6 +1343,17 @@ fn h2_tls_get(
     sni: &str,
     path: &str,
 ) -> (u16, Vec<(String, String)>) {
+    h2_tls_get_with(cfg, addr, sni, path, &[])
+}
+
+/// `h2_tls_get` with the request's own `fields`.
+fn h2_tls_get_with(
+    cfg: &Arc<ClientConfig>,
+    addr: SocketAddr,
+    sni: &str,
+    path: &str,
+    fields: &[(&str, &str)],
+) -> (u16, Vec<(String, String)>) {
     let mut cfg = (**cfg).clone();
     cfg.alpn_protocols = vec![b"h2".to_vec()];
     let rt = tokio::runtime::Builder::new_current_thread()
@@ -1274,9 +1369,11 @@ fn h2_tls_get(
             .expect("handshake");
         let (send, conn) = h2::client::handshake(tls).await.expect("h2");
         tokio::spawn(conn);
-        let req = http::Request::get(format!("https://{sni}{path}"))
-            .body(())
-            .expect("request");
+        let mut req = http::Request::get(format!("https://{sni}{path}"));
+        for (n, v) in fields {
+            req = req.header(*n, *v);
+        }
+        let req = req.body(()).expect("request");
         let mut s = send.ready().await.expect("ready");
         let (resp, _) = s.send_request(req, true).expect("send");
         let resp = resp.await.expect("response");

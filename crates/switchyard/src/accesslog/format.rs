@@ -583,26 +583,32 @@ fn json(e: &Entry, out: &mut Vec<u8>) {
     json_opt_str(out, e.trace.as_ref().map(|t| &t.trace_id[..]));
     out.extend_from_slice(b",\"parent_id\":");
     json_opt_str(out, e.trace.as_ref().map(|t| &t.parent_id[..]));
-    // Only when there is a script's word: other lines keep their shape.
-    if let Some(s) = e.script {
-        if !s.fields.is_empty() {
-            out.extend_from_slice(b",\"script\":{");
-            for (i, (n, v)) in s.fields.iter().enumerate() {
-                if i > 0 {
-                    out.push(b',');
-                }
-                json_str(out, n.as_bytes());
-                out.push(b':');
-                json_str(out, v.as_bytes());
-            }
-            out.push(b'}');
-        }
-        if let Some(err) = &s.error {
-            out.extend_from_slice(b",\"script_error\":");
-            json_str(out, err.as_bytes());
-        }
-    }
+    json_script(out, e.script);
     out.push(b'}');
+}
+
+/// A script's fields and error as JSON members (HTTP and L4 lines): only
+/// when there is a script's word, so other lines keep their shape.
+pub(super) fn json_script(out: &mut Vec<u8>, script: Option<&super::ScriptLog>) {
+    let Some(s) = script else {
+        return;
+    };
+    if !s.fields.is_empty() {
+        out.extend_from_slice(b",\"script\":{");
+        for (i, (n, v)) in s.fields.iter().enumerate() {
+            if i > 0 {
+                out.push(b',');
+            }
+            json_str(out, n.as_bytes());
+            out.push(b':');
+            json_str(out, v.as_bytes());
+        }
+        out.push(b'}');
+    }
+    if let Some(err) = &s.error {
+        out.extend_from_slice(b",\"script_error\":");
+        json_str(out, err.as_bytes());
+    }
 }
 
 #[cfg(test)]

@@ -74,6 +74,9 @@ pub struct Entry<'a> {
     pub bytes_received: u64,
     pub bytes_sent: u64,
     pub end: End,
+    /// A `tcp` vserver's script: the fields its events added (`c:log`)
+    /// and its first error.
+    pub script: Option<&'a super::ScriptLog>,
 }
 
 /// The line of an L4 vserver without a `format`.
@@ -105,6 +108,7 @@ fn l4_var(v: Var) -> bool {
             | Var::RequestTime
             | Var::Transport
             | Var::End
+            | Var::ScriptError
     )
 }
 
@@ -125,8 +129,9 @@ pub fn check(parsed: Option<Format>) -> Result<Format, String> {
                 let name = match p {
                     Piece::Text(_) => continue,
                     Piece::Var(v) if l4_var(*v) => continue,
+                    Piece::Script(_) => continue,
                     Piece::Var(v) => format::name_of(*v),
-                    Piece::Header(h) | Piece::Script(h) => h.as_str(),
+                    Piece::Header(h) => h.as_str(),
                 };
                 let known: Vec<&str> = format::VARS
                     .iter()
@@ -151,7 +156,11 @@ pub fn render(f: &Format, e: &Entry, out: &mut Vec<u8>) {
                 match p {
                     Piece::Text(t) => out.extend_from_slice(t.as_bytes()),
                     Piece::Var(v) => var(*v, e, out),
-                    Piece::Header(_) | Piece::Script(_) => out.push(b'-'),
+                    Piece::Script(f) => format::text_or_dash(
+                        out,
+                        e.script.and_then(|s| s.field(f)).map(str::as_bytes),
+                    ),
+                    Piece::Header(_) => out.push(b'-'),
                 }
             }
         }
@@ -187,6 +196,10 @@ fn var(v: Var, e: &Entry, out: &mut Vec<u8>) {
             let _ = write!(out, "{}.{:03}", ms / 1000, ms % 1000);
         }
         Var::End => out.extend_from_slice(e.end.as_str().as_bytes()),
+        Var::ScriptError => format::text_or_dash(
+            out,
+            e.script.and_then(|s| s.error.as_deref()).map(str::as_bytes),
+        ),
         // HTTP's: `check` refused them.
         _ => out.push(b'-'),
     }
@@ -216,6 +229,12 @@ fn json(e: &Entry, out: &mut Vec<u8>) {
         e.bytes_sent,
         e.end.as_str()
     );
+    // Before the closing brace written above.
+    if e.script.is_some() {
+        out.pop();
+        format::json_script(out, e.script);
+        out.push(b'}');
+    }
 }
 
 #[cfg(test)]
@@ -238,6 +257,7 @@ mod tests {
             bytes_received: 1200,
             bytes_sent: 53_000,
             end: End::Done,
+            script: None,
         }
     }
 
@@ -268,6 +288,28 @@ mod tests {
         assert_eq!(v["bytes_sent"], 53_000);
         assert_eq!(v["end"], "done");
         assert_eq!(v["tls_version"], serde_json::Value::Null);
+    }
+
+    #[test]
+    fn a_scripts_fields_and_error_join_the_line() {
+        let log = crate::accesslog::ScriptLog {
+            fields: vec![("sni".into(), "db.example".into())],
+            error: Some("l4.lua:2: boom".into()),
+        };
+        let mut e = entry();
+        e.script = Some(&log);
+        let v: serde_json::Value = serde_json::from_str(&line(&Format::Json, &e)).expect("json");
+        assert_eq!(v["script"]["sni"], "db.example");
+        assert_eq!(v["script_error"], "l4.lua:2: boom");
+        assert_eq!(v["end"], "done");
+        let t = check(Some(
+            format::parse("$end $script_sni $script_error $script_none").expect("parses"),
+        ))
+        .expect("an L4 template with script fields");
+        assert_eq!(line(&t, &e), "done db.example l4.lua:2: boom -\n");
+        // Without a script: the line keeps its shape.
+        let plain = line(&Format::Json, &entry());
+        assert!(!plain.contains("script"), "{plain}");
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use serde_json::{json, Map, Value};
 
@@ -488,7 +489,7 @@ impl<C: Control> Cx<'_, C> {
                 None => err(404, &format!("no pool {:?}", self.param(0))),
             },
             Id::Member => match self.member() {
-                Ok((p, m)) => ok(member(p, m)),
+                Ok((p, m)) => ok(member(p, &m)),
                 Err(e) => e,
             },
             Id::MemberPatch => self.patch_member(),
@@ -859,7 +860,7 @@ impl<C: Control> Cx<'_, C> {
             .map(|p| &**p)
     }
 
-    fn member(&self) -> Result<(&Pool, &Member), Reply> {
+    fn member(&self) -> Result<(&Pool, Arc<Member>), Reply> {
         let p = self
             .pool()
             .ok_or_else(|| err(404, &format!("no pool {:?}", self.param(0))))?;
@@ -874,8 +875,10 @@ impl<C: Control> Cx<'_, C> {
         })?;
         let m = p
             .members
+            .load()
             .iter()
             .find(|m| m.addr == addr)
+            .cloned()
             .ok_or_else(|| err(404, &format!("pool {:?} has no member {addr}", p.name)))?;
         Ok((p, m))
     }
@@ -970,7 +973,7 @@ impl<C: Control> Cx<'_, C> {
             &format!("pool {} member {}: {}", p.name, m.addr, what.join(", ")),
             true,
         );
-        ok(member(p, m))
+        ok(member(p, &m))
     }
 
     fn purge_query(&self) -> Reply {
@@ -1074,7 +1077,7 @@ fn pool(p: &Pool) -> Value {
         "protocol": p.protocol.as_str(),
         "health_check": p.health.is_some(),
         "counters": counters(c.fields(), &c.responses),
-        "members": p.members.iter().map(|m| member(p, m)).collect::<Vec<_>>(),
+        "members": p.members.load().iter().map(|m| member(p, m)).collect::<Vec<_>>(),
     })
 }
 

@@ -127,6 +127,9 @@ impl History {
                 "connections_active": c.client_connections_active,
                 "requests_total": c.requests,
                 "cache_hit_ratio": hit_ratio(t.cache_hits.saturating_sub(before.cache_hits), lookups),
+                // Failed script events since start (their 500s are in
+                // errors_per_s already; this says the script caused them).
+                "script_errors_total": c.script_errors,
             }));
             all.requests += t.requests;
             all.errors += t.errors;
@@ -155,7 +158,7 @@ impl History {
         let mut next_members = HashMap::new();
         for p in &snap.pools {
             let mut members = Vec::new();
-            for m in &p.members {
+            for m in p.members.load().iter() {
                 let c = m.counters.read();
                 let key = format!("{}/{}", p.name, m.addr);
                 let before = self.members.get(&key).copied().unwrap_or(c.requests);

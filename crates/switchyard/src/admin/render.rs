@@ -62,7 +62,7 @@ fn totals(snap: &Snapshot) -> Totals {
     let server_total = snap
         .pools
         .iter()
-        .flat_map(|p| &p.members)
+        .flat_map(|p| p.members.load_full().list.clone())
         .map(|m| m.counters.read().server_connections_total)
         .sum();
     Totals {
@@ -130,7 +130,7 @@ pub fn text(snap: &Snapshot) -> String {
             p.retries,
             p.no_member_available
         );
-        for m in &pool.members {
+        for m in pool.members.load().iter() {
             let c = m.counters.read();
             let _ = writeln!(
                 o,
@@ -235,6 +235,7 @@ pub fn json(snap: &Snapshot) -> String {
             let p: PoolValues = pool.counters.read();
             let members: Vec<String> = pool
                 .members
+                .load()
                 .iter()
                 .map(|m| {
                     let c: MemberValues = m.counters.read();

@@ -27,6 +27,7 @@
 
 pub mod etcd;
 pub mod key;
+pub mod members;
 
 use std::sync::{mpsc, Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -107,6 +108,9 @@ pub struct Node {
     /// The published configuration running now.
     pub published: Mutex<Option<Published>>,
     pub status: Mutex<Status>,
+    /// Members of the pools that take theirs from the cluster
+    /// (members.rs), as published under `<prefix>/members/`.
+    pub members: Mutex<members::Held>,
     /// The etcd cluster id first seen.
     cluster_id: Mutex<u64>,
 }
@@ -121,9 +125,6 @@ pub fn node() -> Option<&'static Arc<Node>> {
 /// A request to apply a revision, answered with the reload's result.
 pub type Apply = (Published, mpsc::Sender<Result<u64, String>>);
 
-/// Sections only a node's own file may set.
-const NODE_LOCAL: [&str; 3] = ["cluster", "admin", "global"];
-
 /// The envelope's text, checked: this cluster's, not empty, no node-local
 /// section.
 pub fn open_envelope(settings: &Settings, value: &[u8]) -> Result<String, String> {
@@ -137,24 +138,22 @@ pub fn open_envelope(settings: &Settings, value: &[u8]) -> Result<String, String
         ));
     }
     let text = v["config"].as_str().unwrap_or("");
-    check_published(text)?;
+    check_not_empty(text)?;
     Ok(text.to_string())
 }
 
-/// A published text is never empty and never sets node-local sections.
-pub fn check_published(text: &str) -> Result<(), String> {
-    let table: toml::Table = text
-        .parse()
-        .map_err(|e| format!("the published configuration is not TOML: {e}"))?;
-    if table.is_empty() {
+/// A published text is never empty (blank or comments only). What it
+/// sets is checked where it is parsed, once
+/// (`config::publish::parse_published`).
+pub fn check_not_empty(text: &str) -> Result<(), String> {
+    let blank = text.lines().all(|l| {
+        let l = l.trim();
+        l.is_empty() || l.starts_with('#')
+    });
+    if blank {
         return Err(
             "the published configuration is empty; an empty configuration is never applied".into(),
         );
-    }
-    if let Some(k) = NODE_LOCAL.iter().find(|k| table.contains_key(**k)) {
-        return Err(format!(
-            "the published configuration sets [{k}], which is node-local (each node's own file has it)"
-        ));
     }
     Ok(())
 }
@@ -174,6 +173,7 @@ impl Node {
             local_name: local_name.to_string(),
             published: Mutex::new(None),
             status: Mutex::new(Status::default()),
+            members: Mutex::new(members::Held::default()),
             cluster_id: Mutex::new(0),
         }
     }
@@ -274,7 +274,7 @@ fn load_last_good(s: &Settings) -> Option<Published> {
         return None;
     }
     let text = v["config"].as_str()?.to_string();
-    check_published(&text).ok()?;
+    check_not_empty(&text).ok()?;
     Some(Published {
         revision: v["revision"].as_i64()?,
         text,
@@ -295,6 +295,7 @@ pub fn start(settings: Settings, local_name: &str, local_text: &str) -> Result<A
                 node.pin(h.cluster_id)?;
                 let text = open_envelope(s, &kv.value)?;
                 sync_files(s)?;
+                members::sync(&node)?;
                 let p = Published {
                     revision: kv.mod_revision,
                     text,
@@ -365,6 +366,12 @@ fn apply_revision(node: &Node, p: Published, apply: &tokio::sync::mpsc::Unbounde
         refuse(node, rev, e);
         return;
     }
+    // And the members of the pools it names that take them from the
+    // cluster (members.rs).
+    if let Err(e) = members::sync(node) {
+        refuse(node, rev, e);
+        return;
+    }
     let (tx, rx) = mpsc::channel();
     if apply.send((p, tx)).is_err() {
         return;
@@ -420,8 +427,7 @@ fn watch_loop(node: &Node, apply: &tokio::sync::mpsc::UnboundedSender<Apply>) {
             Ok((h, kv)) => {
                 if let Err(e) = node.pin(h.cluster_id) {
                     refuse(node, h.revision, e);
-                    std::thread::sleep(backoff);
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
+                    back_off(&mut backoff);
                     continue;
                 }
                 backoff = Duration::from_millis(200);
@@ -453,8 +459,7 @@ fn watch_loop(node: &Node, apply: &tokio::sync::mpsc::UnboundedSender<Apply>) {
                     "cluster {:?}: {e}; retrying in {backoff:?}",
                     s.prefix
                 ));
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(10));
+                back_off(&mut backoff);
                 continue;
             }
         };
@@ -462,8 +467,7 @@ fn watch_loop(node: &Node, apply: &tokio::sync::mpsc::UnboundedSender<Apply>) {
             Ok(w) => w,
             Err(e) => {
                 log::warn(format_args!("cluster {:?}: watch: {e}", s.prefix));
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(10));
+                back_off(&mut backoff);
                 continue;
             }
         };
@@ -685,8 +689,7 @@ fn purge_loop(node: &Node, purge: &Purger) {
             }
             Err(e) => {
                 log::debug(format_args!("cluster {:?}: purges: {e}", s.prefix));
-                std::thread::sleep(backoff);
-                backoff = (backoff * 2).min(Duration::from_secs(10));
+                back_off(&mut backoff);
                 continue;
             }
         };
@@ -759,13 +762,15 @@ pub fn published(settings: &Settings) -> Result<(i64, Option<String>), String> {
 }
 
 /// Writes `text` if the key's revision is still `expect` (None: whatever
-/// it is now). Ok(Some(rev)): written; Ok(None): stale.
+/// it is now). Ok(Some(rev)): written; Ok(None): stale. Every caller has
+/// checked `text` first (`config::publish::check`: parsed and built as the
+/// nodes will); this only refuses an empty one, without parsing it again.
 pub fn publish(
     settings: &Settings,
     text: &str,
     expect: Option<i64>,
 ) -> Result<Option<i64>, String> {
-    check_published(text)?;
+    check_not_empty(text)?;
     let mut c = Client::new(&settings.endpoints, settings.access.clone());
     let expect = match expect {
         Some(r) => r,
@@ -777,6 +782,13 @@ pub fn publish(
     };
     c.compare_and_put(&settings.config_key(), &envelope(settings, text), expect)
         .map_err(|e| e.to_string())
+}
+
+/// Waits `backoff` after a failed etcd call, then doubles it for the next
+/// failure, up to 10 s (every watch thread of the node backs off alike).
+pub(crate) fn back_off(backoff: &mut Duration) {
+    std::thread::sleep(*backoff);
+    *backoff = (*backoff * 2).min(Duration::from_secs(10));
 }
 
 #[cfg(test)]
@@ -811,11 +823,9 @@ mod tests {
         assert!(open_envelope(&s, &envelope(&s, ""))
             .unwrap_err()
             .contains("empty"));
-        assert!(
-            open_envelope(&s, &envelope(&s, "[admin]\nlisten = \"127.0.0.1:1\"\n"))
-                .unwrap_err()
-                .contains("node-local")
-        );
+        assert!(open_envelope(&s, &envelope(&s, "# a comment\n\n  \n"))
+            .unwrap_err()
+            .contains("empty"));
         assert!(open_envelope(&s, b"not json").is_err());
     }
 }

@@ -700,6 +700,11 @@ pub struct Pool {
     /// Where connections to the members come from: a local address, or
     /// "client" (the client's own address; tcp and udp vservers).
     pub source_address: Option<Spanned<String>>,
+    /// The members are published in the cluster under
+    /// `<prefix>/members/<name>` and change at run time (cluster/members.rs);
+    /// the text lists none.
+    #[serde(default)]
+    pub cluster_members: Option<Spanned<bool>>,
     #[serde(default)]
     pub member: Vec<Member>,
 }

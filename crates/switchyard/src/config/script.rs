@@ -33,11 +33,23 @@ pub const DEFAULT_MAX_MEMORY: u64 = 16 << 20;
 /// page to edit, a JSON document to check; not a download.
 pub const DEFAULT_MAX_BODY: u64 = 1 << 20;
 
+/// Where a script runs: what its events can be.
+pub struct Kind {
+    /// A `tcp` vserver (else HTTP).
+    pub tcp: bool,
+    /// `[vserver.tls]`: the vserver terminates TLS (its certificates, for
+    /// `c:use_cert`); None without.
+    pub certs: Option<std::sync::Arc<crate::tls::CertStore>>,
+    /// `[vserver.http3]`: QUIC beside TCP.
+    pub http3: bool,
+}
+
 /// The checked script; `pools` are the names `r:use_pool` may use.
 pub fn build(
     s: &ScriptFile,
     base: &Path,
-    (what, vserver, tcp): (&str, &str, bool),
+    (what, vserver): (&str, &str),
+    kind: Kind,
     pools: Vec<String>,
     normalize: crate::http::normalize::Rules,
     problems: &mut Vec<Problem>,
@@ -108,30 +120,50 @@ pub fn build(
         max_memory: max_memory as usize,
         max_body: max_body as usize,
     };
+    let tcp = kind.tcp;
     match crate::script::Script::compile(name, source, limits, pools, normalize, vserver) {
         // The events of the other kind of vserver would never run.
-        Ok(script) if tcp && !script.events.l4() => {
+        Ok(script) if tcp && !script.events.l4() && !script.events.accept => {
             problems.push((
                 s.file.span(),
-                format!("{what}: script {name}: a tcp vserver runs on_accept, on_client_data and on_close; this script defines none of them"),
+                format!("{what}: script {name}: a tcp vserver runs on_accept, on_client_data, on_server_data and on_close; this script defines none of them"),
             ));
             None
         }
         Ok(script) if tcp && script.events.http() => {
             problems.push((
                 s.file.span(),
-                format!("{what}: script {name}: on_request, on_response, on_log and the body events are for HTTP vservers; a tcp vserver relays bytes"),
+                format!("{what}: script {name}: on_request, on_member, on_response, on_log, on_client_hello and the body events are for HTTP vservers; a tcp vserver relays bytes (on_client_data sees a ClientHello it passes through)"),
             ));
             None
         }
         Ok(script) if !tcp && script.events.l4() => {
             problems.push((
                 s.file.span(),
-                format!("{what}: script {name}: on_accept, on_client_data and on_close are for tcp vservers"),
+                format!("{what}: script {name}: on_client_data, on_server_data and on_close are for tcp vservers"),
             ));
             None
         }
-        Ok(script) => Some(script),
+        Ok(script) if script.events.client_hello && kind.certs.is_none() => {
+            problems.push((
+                s.file.span(),
+                format!("{what}: script {name}: on_client_hello runs on vservers that terminate TLS; this one has no [vserver.tls]"),
+            ));
+            None
+        }
+        // QUIC's handshake is quinn's: the event could not run before it,
+        // and a rule that refuses names must not have a way around it.
+        Ok(script) if script.events.client_hello && kind.http3 => {
+            problems.push((
+                s.file.span(),
+                format!("{what}: script {name}: on_client_hello does not run for HTTP/3 (QUIC) connections, so [vserver.http3] would get around it; serve HTTP/3 from another vserver"),
+            ));
+            None
+        }
+        Ok(mut script) => {
+            script.certs = kind.certs;
+            Some(script)
+        }
         Err(e) => {
             problems.push((s.file.span(), format!("{what}: script {e}")));
             None

@@ -8,6 +8,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use regex::Regex;
 
@@ -374,15 +375,35 @@ pub struct Pool {
     pub passive: Option<PassiveCheck>,
     /// TLS to the members (`[pool.tls]`), when configured.
     pub tls: Option<Arc<crate::tls::UpstreamTls>>,
-    pub members: Vec<Arc<Member>>,
+    /// The members and the balancer over them, swapped together in place
+    /// by a run-time member change (a pool with `cluster_members`,
+    /// cluster/members.rs), so an endpoint change costs one pool, not a
+    /// build of the whole configuration. Whoever picks a member keeps the
+    /// list it loaded (`load_full`) for as long as it uses the index.
+    pub members: ArcSwap<MemberList>,
+    /// Its members come from the cluster (`cluster_members = true`).
+    pub cluster_members: bool,
     /// A PROXY protocol header sent to members on L4 connections (an HTTP
     /// vserver may not use such a pool).
     pub proxy_protocol: Option<ProxyVersion>,
     /// Where connections to the members come from (default: the
     /// kernel's choice of local address).
     pub source_address: Option<SourceAddress>,
-    pub balancer: Balancer,
     pub counters: Arc<Sharded<PoolCounters>>,
+}
+
+/// A pool's members at one time, with the balancer built over them (its
+/// cursors and consistent-hash table are sized by the list).
+pub struct MemberList {
+    pub list: Vec<Arc<Member>>,
+    pub balancer: Balancer,
+}
+
+impl std::ops::Deref for MemberList {
+    type Target = [Arc<Member>];
+    fn deref(&self) -> &[Arc<Member>] {
+        &self.list
+    }
 }
 
 impl Pool {

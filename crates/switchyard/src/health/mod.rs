@@ -44,7 +44,7 @@ impl Checker {
         for pool in &snap.pools {
             match &pool.health {
                 Some(hc) => {
-                    for m in &pool.members {
+                    for m in pool.members.load().iter() {
                         let label = m.label(&pool.name);
                         self.tasks.push(tokio::task::spawn_local(check_loop(
                             label,
@@ -61,7 +61,7 @@ impl Checker {
                 None => {
                     // Checks were removed: nothing will bring a member back
                     // any more, so consider every member healthy.
-                    for m in &pool.members {
+                    for m in pool.members.load().iter() {
                         m.state.healthy.store(true, Ordering::Relaxed);
                     }
                 }

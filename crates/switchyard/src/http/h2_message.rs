@@ -21,11 +21,11 @@ fn bad(status: u16, reason: &'static str) -> HeadError {
     HeadError { status, reason }
 }
 
-/// A client's HTTP/2 request head as our own decoder hands it over
-/// (`http2::server::RequestHead`, already refused when malformed: unknown
-/// or misplaced pseudo-fields, uppercase names, connection fields): the
-/// pseudo-fields (shared, not copied: the request keeps them), then the
-/// regular fields.
+/// A client's HTTP/2 or HTTP/3 request head as our own collector hands it
+/// over (`http::request_fields::RequestHead`, from HPACK or QPACK, already
+/// refused when malformed: unknown or misplaced pseudo-fields, uppercase
+/// names, connection fields): the pseudo-fields (shared, not copied: the
+/// request keeps them), then the regular fields.
 pub fn request_from_wire(
     (method, path, authority): (Bytes, Option<Bytes>, Option<Bytes>),
     fields: &Fields,
@@ -37,37 +37,6 @@ pub fn request_from_wire(
         path,
         authority,
         (fields.iter(), fields.len()),
-        end_stream,
-        limits,
-    )
-}
-
-/// A client's HTTP/3 request head (RFC 9114 4.3: the same pseudo-fields
-/// and rules as HTTP/2's, decoded and checked by the h3 crate) as the
-/// neutral request. `end_stream`: no body follows the head.
-pub fn request_from_h3(
-    req: &http::Request<()>,
-    end_stream: bool,
-    limits: &Limits,
-) -> Result<Request, HeadError> {
-    let method = Bytes::copy_from_slice(req.method().as_str().as_bytes());
-    let path = req
-        .uri()
-        .path_and_query()
-        .map(|p| Bytes::copy_from_slice(p.as_str().as_bytes()));
-    let authority = req
-        .uri()
-        .authority()
-        .map(|a| Bytes::copy_from_slice(a.as_str().as_bytes()));
-    let fields = req
-        .headers()
-        .iter()
-        .map(|(n, v)| (n.as_str().as_bytes(), v.as_bytes()));
-    build_request(
-        method,
-        path,
-        authority,
-        (fields, req.headers().len()),
         end_stream,
         limits,
     )

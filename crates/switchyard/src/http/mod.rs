@@ -9,6 +9,7 @@ pub mod h2_message;
 pub mod head;
 pub mod message;
 pub mod normalize;
+pub mod request_fields;
 pub mod responses;
 pub mod upgrade;
 pub mod write_h1;

@@ -9,13 +9,21 @@
 //!   server name and ALPN list when they are one (`c.sni`, `c.alpn`): SNI
 //!   routing by script without terminating TLS. May refuse or choose the
 //!   pool. The bytes go on to the member as they came.
-//! - `on_close(c)`: the bytes each way (`c.bytes_in`, `c.bytes_out`).
+//! - `on_server_data(c)`: the member's first bytes (`c.data`, at most
+//!   `FIRST_BYTES`: a banner, a ServerHello, a response head); what the
+//!   client sends meanwhile goes on to the member (`member_first_bytes`),
+//!   so a protocol where the client speaks first is not held up. May
+//!   refuse (both sides are closed); the bytes go on to the client as they
+//!   came.
+//! - `on_close(c)`: the bytes each way (`c.bytes_in`, `c.bytes_out`); may
+//!   add fields to the access log line (`c:log`), as `on_log`.
 //!
 //! A pool the script chose wins over `sni_route` and `default_pool`. A
-//! failed event (a Lua error, either limit) closes the connection before
-//! any member is connected (at `on_accept` and `on_client_data`); it is
-//! counted (`script_errors`, `script_timeouts`) and logged with its
-//! FILE:LINE as for HTTP.
+//! failed event (a Lua error, either limit) closes the connection (before
+//! any member is connected at `on_accept` and `on_client_data`); it is
+//! counted (`script_errors`, `script_timeouts`), logged with its
+//! FILE:LINE as for HTTP, and in the access log line (`script_error`),
+//! with the fields the events added (`c:log`).
 
 use std::net::SocketAddr;
 use std::rc::Rc;
@@ -23,9 +31,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::client_hello::{self, ClientHello};
+use crate::accesslog::ScriptLog;
 use crate::config::snapshot::{Pool, VServer, VsScript};
 use crate::script::{self, Conn, ConnEvent, Failure, Info, State, Vars};
 use crate::stats;
@@ -49,9 +59,14 @@ pub struct ConnScript {
     vars: Vars,
     client: SocketAddr,
     tls: bool,
+    /// The access log line's script fields (`c:log`) and first error.
+    log: Option<Box<ScriptLog>>,
 }
 
-fn failed(vs: &VServer, s: &VsScript, f: &Failure) {
+/// A connection event that failed: counted on the vserver and logged
+/// (once a second, with the script's line). Also the HTTP vservers'
+/// connection events' (`proxy::conn_scripting`).
+pub(crate) fn failed(vs: &VServer, s: &VsScript, f: &Failure) {
     let c = vs.counters.local();
     stats::inc(&c.script_errors);
     if matches!(f, Failure::Timeout(_)) {
@@ -79,6 +94,7 @@ impl ConnScript {
                 vars: Vars::default(),
                 client,
                 tls,
+                log: None,
             })),
             Err(f) => {
                 failed(vs, &s, &f);
@@ -89,6 +105,10 @@ impl ConnScript {
 
     pub fn wants_data(&self) -> bool {
         self.vs_script.script.events.client_data
+    }
+
+    pub fn wants_server_data(&self) -> bool {
+        self.vs_script.script.events.server_data
     }
 
     fn run(&mut self, vs: &VServer, conn: Conn) -> Decision {
@@ -102,11 +122,31 @@ impl ConnScript {
             None => Decision::Go(None),
             Some(Err(f)) => {
                 failed(vs, &self.vs_script, &f);
+                let log = self.log.get_or_insert_with(Box::default);
+                log.error.get_or_insert_with(|| f.message().to_string());
                 Decision::Close
             }
-            Some(Ok(e)) if e.reject => Decision::Close,
-            Some(Ok(e)) => Decision::Go(e.pool.and_then(|i| self.vs_script.pools.get(i).cloned())),
+            Some(Ok(mut e)) => {
+                if !e.log.is_empty() {
+                    let log = self.log.get_or_insert_with(Box::default);
+                    for (n, v) in e.log.drain(..) {
+                        log.fields.retain(|(k, _)| *k != n);
+                        log.fields.push((n, v));
+                    }
+                }
+                if e.reject {
+                    stats::inc(&vs.counters.local().script_refusals);
+                    Decision::Close
+                } else {
+                    Decision::Go(e.pool.and_then(|i| self.vs_script.pools.get(i).cloned()))
+                }
+            }
         }
+    }
+
+    /// What the events added to the access log line, for it.
+    pub fn take_log(&mut self) -> Option<Box<ScriptLog>> {
+        self.log.take()
     }
 
     pub fn accept(&mut self, vs: &VServer) -> Decision {
@@ -130,6 +170,17 @@ impl ConnScript {
                 .collect();
         }
         self.run(vs, c)
+    }
+
+    /// `on_server_data`: Close refuses the connection (a pool chosen
+    /// here would come too late: the member is connected).
+    pub fn server_data(&mut self, vs: &VServer, data: &[u8]) -> Decision {
+        let mut c = conn(ConnEvent::ServerData);
+        c.data = Bytes::copy_from_slice(data);
+        match self.run(vs, c) {
+            Decision::Close => Decision::Close,
+            Decision::Go(_) => Decision::Go(None),
+        }
     }
 
     pub fn close(&mut self, vs: &VServer, bytes_in: u64, bytes_out: u64) {
@@ -199,5 +250,50 @@ pub async fn first_bytes(
         Ok(r) => r,
         // Silent: nothing to show (or a cut ClientHello: shown as bytes).
         Err(_) => Ok(None),
+    }
+}
+
+/// The member's first bytes (up to `FIRST_BYTES`) for `on_server_data`,
+/// while what the client sends meanwhile goes on to the member (counted
+/// by `up`): the client of a protocol where it speaks first (HTTP, TLS)
+/// is never held up. Empty when the member said nothing within `wait` or
+/// a side closed first (the relay then sees the close again: a read after
+/// end of stream gives end of stream).
+pub async fn member_first_bytes<C, M>(
+    client: &mut C,
+    member: &mut M,
+    wait: Duration,
+    up: impl Fn(u64),
+) -> std::io::Result<Vec<u8>>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    M: AsyncRead + AsyncWrite + Unpin,
+{
+    let work = async {
+        let mut from_member = vec![0u8; FIRST_BYTES];
+        let mut from_client = vec![0u8; FIRST_BYTES];
+        loop {
+            // Both reads are cancel-safe: the one not chosen lost nothing.
+            tokio::select! {
+                r = member.read(&mut from_member) => {
+                    let n = r?;
+                    from_member.truncate(n);
+                    return Ok(from_member);
+                }
+                r = client.read(&mut from_client) => {
+                    let n = r?;
+                    if n == 0 {
+                        return Ok(Vec::new());
+                    }
+                    member.write_all(&from_client[..n]).await?;
+                    member.flush().await?;
+                    up(n as u64);
+                }
+            }
+        }
+    };
+    match tokio::time::timeout(wait, work).await {
+        Ok(r) => r,
+        Err(_) => Ok(Vec::new()),
     }
 }

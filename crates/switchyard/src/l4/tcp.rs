@@ -22,14 +22,14 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncWriteExt;
+use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::relay::{self, End, Meter, Moved};
 use super::scripting::{ConnScript, Decision};
 use super::Lease;
 use super::{client_hello, proxy_protocol};
-use crate::accesslog::{self, l4::End as LogEnd, TlsInfo};
+use crate::accesslog::{self, l4::End as LogEnd, ScriptLog, TlsInfo};
 use crate::balance::persist::source_ip_hash;
 use crate::balance::Tried;
 use crate::config::snapshot::L4Settings;
@@ -93,6 +93,8 @@ struct Facts {
     connect_us: Option<u32>,
     moved: Moved,
     end: LogEnd,
+    /// What the script's events added (`c:log`), and its first error.
+    script: Option<Box<ScriptLog>>,
 }
 
 impl Facts {
@@ -107,6 +109,7 @@ impl Facts {
             connect_us: None,
             moved: Moved::default(),
             end: LogEnd::Refused,
+            script: None,
         }
     }
 
@@ -126,6 +129,7 @@ impl Facts {
             bytes_received: self.moved.up,
             bytes_sent: self.moved.down,
             end: self.end,
+            script: self.script.as_deref(),
         }
     }
 
@@ -155,12 +159,13 @@ async fn relay_connection(
     let (stream, proxied) = match conn {
         ClientConn::Tls(stream, info) => {
             facts.tls = Some(info);
-            let Some((mut script, chosen)) = accepted_by_script(vs, facts.client, true) else {
+            let Some((mut script, chosen)) = accepted_by_script(vs, facts, true) else {
                 return;
             };
-            relay_terminated(*stream, listen, snap, (vs, chosen), facts).await;
+            relay_terminated(*stream, listen, snap, (vs, chosen, script.as_mut()), facts).await;
             if let Some(s) = &mut script {
                 s.close(vs, facts.moved.up, facts.moved.down);
+                facts.script = s.take_log();
             }
             return;
         }
@@ -182,7 +187,7 @@ async fn relay_connection(
             return;
         }
     }
-    let Some((mut script, chosen)) = accepted_by_script(vs, facts.client, false) else {
+    let Some((mut script, chosen)) = accepted_by_script(vs, facts, false) else {
         return;
     };
     relay_plain(
@@ -195,6 +200,7 @@ async fn relay_connection(
     .await;
     if let Some(s) = &mut script {
         s.close(vs, facts.moved.up, facts.moved.down);
+        facts.script = s.take_log();
     }
 }
 
@@ -203,12 +209,16 @@ async fn relay_connection(
 /// connection or could not start (counted and logged there).
 fn accepted_by_script(
     vs: &Arc<VServer>,
-    client: SocketAddr,
+    facts: &mut Facts,
     tls: bool,
 ) -> Option<(Option<ConnScript>, Option<Arc<Pool>>)> {
-    let mut script = ConnScript::start(vs, client, tls).ok()?;
+    let mut script = ConnScript::start(vs, facts.client, tls).ok()?;
     let chosen = match script.as_mut().map(|s| s.accept(vs)) {
-        Some(Decision::Close) => return None,
+        Some(Decision::Close) => {
+            // The refusal's line shows what the script said (`c:log`).
+            facts.script = script.as_mut().and_then(ConnScript::take_log);
+            return None;
+        }
         Some(Decision::Go(p)) => p,
         None => None,
     };
@@ -221,7 +231,7 @@ async fn relay_terminated(
     tls_stream: tokio_rustls::server::TlsStream<TcpStream>,
     listen: SocketAddr,
     snap: &Snapshot,
-    (vs, chosen): (&Arc<VServer>, Option<Arc<Pool>>),
+    (vs, chosen, script): (&Arc<VServer>, Option<Arc<Pool>>, Option<&mut ConnScript>),
     facts: &mut Facts,
 ) {
     let Some(l4) = vs.l4.as_ref() else {
@@ -233,13 +243,78 @@ async fn relay_terminated(
     };
     facts.pool = Some(pool.clone());
     let client = facts.client;
-    let Some(up) = connect(snap, vs, &pool, (client, listen), &[], facts).await else {
+    let Some(mut up) = connect(snap, vs, &pool, (client, listen), &[], facts).await else {
         return;
     };
-    let meter = Counters::new(&vs.counters, &pool.members[up.index].counters);
-    let end = relay::streams(tls_stream, up.stream, ms(l4.idle_timeout_ms), false, &meter).await;
+    let meter = Counters::new(&vs.counters, &up.member.counters);
+    let idle = ms(l4.idle_timeout_ms);
+    let mut tls_stream = tls_stream;
+    let mut early = (0, 0);
+    if let Some(s) = script.filter(|s| s.wants_server_data()) {
+        let Some(moved) = server_first(s, vs, &mut tls_stream, &mut up.stream, idle, &meter).await
+        else {
+            facts.end = LogEnd::Refused;
+            return;
+        };
+        early = moved;
+    }
+    let end = relay::streams(tls_stream, up.stream, idle, false, &meter).await;
     facts.relayed(&end, 0);
-    finish(vs, &pool, &pool.members[up.index], end);
+    facts.moved.up += early.0;
+    facts.moved.down += early.1;
+    let member = up.member.clone();
+    finish(vs, &pool, &member, end);
+}
+
+/// `on_server_data`: the member's first bytes shown to the script, then
+/// sent on to the client. The bytes moved meanwhile (up, down); None when
+/// the script refused the connection or a side failed (both closed).
+async fn server_first<C, M>(
+    s: &mut ConnScript,
+    vs: &VServer,
+    client: &mut C,
+    member: &mut M,
+    wait: Duration,
+    meter: &Counters<'_>,
+) -> Option<(u64, u64)>
+where
+    C: AsyncRead + AsyncWrite + Unpin,
+    M: AsyncRead + AsyncWrite + Unpin,
+{
+    let up = std::cell::Cell::new(0u64);
+    let count = |n| {
+        meter.up(n);
+        up.set(up.get() + n);
+    };
+    let data = match super::scripting::member_first_bytes(client, member, wait, count).await {
+        Ok(d) => d,
+        Err(e) => {
+            log::debug(format_args!(
+                "vserver {:?}: waiting for the member's first bytes: {e}; closed",
+                vs.name
+            ));
+            return None;
+        }
+    };
+    if let Decision::Close = s.server_data(vs, &data) {
+        return None;
+    }
+    if !data.is_empty() {
+        if let Err(e) = async {
+            client.write_all(&data).await?;
+            client.flush().await
+        }
+        .await
+        {
+            log::debug(format_args!(
+                "vserver {:?}: the member's first bytes to the client: {e}; closed",
+                vs.name
+            ));
+            return None;
+        }
+        meter.down(data.len() as u64);
+    }
+    Some((up.get(), data.len() as u64))
 }
 
 /// No TLS termination: the pool by the ClientHello's name (`sni_route`)
@@ -253,8 +328,10 @@ async fn relay_plain(
     facts: &mut Facts,
 ) {
     let client = facts.client;
+    let mut script = script;
+    let mut stream = stream;
     let mut first = Vec::new();
-    let pool = if let Some(s) = script.filter(|s| s.wants_data()) {
+    let pool = if let Some(s) = script.as_deref_mut().filter(|s| s.wants_data()) {
         // The script sees the first bytes (a ClientHello's name and ALPN
         // when they are one) and may choose: its pool, else sni_route's,
         // else the default.
@@ -317,15 +394,24 @@ async fn relay_plain(
         return;
     };
     facts.pool = Some(pool.clone());
-    let Some(up) = connect(snap, vs, &pool, (client, listen), &first, facts).await else {
+    let Some(mut up) = connect(snap, vs, &pool, (client, listen), &first, facts).await else {
         return;
     };
-    let m = pool.members[up.index].clone();
+    let m = up.member.clone();
     let meter = Counters::new(&vs.counters, &m.counters);
     if !first.is_empty() {
         meter.up(first.len() as u64);
     }
     let idle = ms(l4.idle_timeout_ms);
+    let mut early = (0, 0);
+    if let Some(s) = script.filter(|s| s.wants_server_data()) {
+        let Some(moved) = server_first(s, vs, &mut stream, &mut up.stream, idle, &meter).await
+        else {
+            facts.end = LogEnd::Refused;
+            return;
+        };
+        early = moved;
+    }
     let end = match up.stream {
         UpStream::Plain(ref member) => {
             relay::tcp(
@@ -342,6 +428,8 @@ async fn relay_plain(
         tls => relay::streams(stream, tls, idle, refuse_proxy_prefix, &meter).await,
     };
     facts.relayed(&end, first.len());
+    facts.moved.up += early.0;
+    facts.moved.down += early.1;
     if let End::Failed(_, e) = &end {
         if e.kind() == std::io::ErrorKind::PermissionDenied {
             // The untrusted PROXY prefix (the relay's refusal).
@@ -473,7 +561,9 @@ async fn read_client_hello(
 /// A connection to a member, counted as in flight and active while held.
 pub struct Upstream {
     pub stream: UpStream,
-    pub index: usize,
+    /// The member it goes to (held, not an index: a run-time member
+    /// change may swap the pool's list meanwhile).
+    pub member: Arc<Member>,
     _lease: Lease,
 }
 
@@ -504,8 +594,10 @@ async fn connect(
     let mut retries_left = snap.settings.retries;
     let mut attempts = 0;
     let header = proxy_protocol::stream_header(pool.proxy_protocol, client, listen);
+    // One list for every attempt: indices are into it.
+    let members = pool.members.load_full();
     loop {
-        let Some(i) = pool.balancer.pick(&pool.members, None, hash, tried) else {
+        let Some(i) = members.balancer.pick(&members.list, None, hash, tried) else {
             if attempts == 0 {
                 stats::inc(&pc.no_member_available);
             }
@@ -521,7 +613,7 @@ async fn connect(
         facts.retries = attempts;
         attempts += 1;
         tried.add(i);
-        let m = &pool.members[i];
+        let m = &members[i];
         let lease = Lease::new(m);
         let mc = m.counters.local();
         let timeout_ms = snap.settings.upstream_connect_ms;
@@ -539,7 +631,7 @@ async fn connect(
                 }
                 return Some(Upstream {
                     stream: s,
-                    index: i,
+                    member: m.clone(),
                     _lease: lease,
                 });
             }

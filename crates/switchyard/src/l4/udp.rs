@@ -106,10 +106,13 @@ impl Link {
     /// reload that took it out is LVS's "no destination".
     /// Checked per burst: the pool the link opened from answers at once;
     /// only after a reload are the members looked through.
+    /// A pool of the cluster changes its members in place (the same pool):
+    /// it is always looked through.
     fn member_in(&self, pool: &Pool) -> bool {
-        std::ptr::eq(&*self.pool, pool)
+        (std::ptr::eq(&*self.pool, pool) && !pool.cluster_members)
             || pool
                 .members
+                .load()
                 .iter()
                 .any(|m| Arc::ptr_eq(&m.state, &self.m.state))
     }
@@ -430,22 +433,21 @@ fn link_for(
     client: SocketAddr,
     per_datagram: bool,
 ) -> Option<Rc<Link>> {
-    let i = if per_datagram {
-        let i = pick(pool, client, Tried::default(), true)?;
-        let addr = pool.members[i].addr;
-        if let Some(l) = session.links.borrow().iter().find(|l| l.m.addr == addr) {
+    let m = if per_datagram {
+        let m = pick(pool, client, Tried::default(), true)?;
+        if let Some(l) = session.links.borrow().iter().find(|l| l.m.addr == m.addr) {
             return Some(l.clone());
         }
-        i
+        m
     } else {
         if let Some(l) = session.links.borrow().first() {
             return Some(l.clone());
         }
         pick(pool, client, Tried::default(), false)?
     };
-    let l = Rc::new(open(pool, i, client.ip())?);
+    let l = Rc::new(open(pool, &m, client.ip())?);
     if session.first_member.get().is_none() {
-        session.first_member.set(Some(pool.members[i].addr));
+        session.first_member.set(Some(m.addr));
     }
     session.links.borrow_mut().push(l.clone());
     tokio::task::spawn_local(replies(
@@ -558,6 +560,8 @@ impl Session {
             bytes_received: self.bytes_up.get(),
             bytes_sent: self.bytes_down.get(),
             end: how,
+            // A udp vserver has no script.
+            script: None,
         }
     }
 }
@@ -673,7 +677,7 @@ fn member_socket(
     Ok(sock.into())
 }
 
-fn pick(pool: &Pool, client: SocketAddr, tried: Tried, per_datagram: bool) -> Option<usize> {
+fn pick(pool: &Pool, client: SocketAddr, tried: Tried, per_datagram: bool) -> Option<Arc<Member>> {
     // A session sticks to its member by itself; hashing the source keeps a
     // client on one member across sessions when the pool asks for it.
     let hash = if per_datagram {
@@ -681,17 +685,17 @@ fn pick(pool: &Pool, client: SocketAddr, tried: Tried, per_datagram: bool) -> Op
     } else {
         super::tcp::source_hash(pool, client.ip())
     };
-    let i = pool.balancer.pick(&pool.members, None, hash, tried);
+    let members = pool.members.load();
+    let i = members.balancer.pick(&members.list, None, hash, tried);
     if i.is_none() {
         stats::inc(&pool.counters.local().no_member_available);
     }
-    i
+    i.map(|i| members[i].clone())
 }
 
-/// A socket connected to member `i`, from where the pool's
+/// A socket connected to member `m`, from where the pool's
 /// `source_address` says.
-fn open(pool: &Arc<Pool>, i: usize, client: IpAddr) -> Option<Link> {
-    let m = &pool.members[i];
+fn open(pool: &Arc<Pool>, m: &Arc<Member>, client: IpAddr) -> Option<Link> {
     let mc = m.counters.local();
     let sock = match member_socket(pool, m.addr, client) {
         Ok(s) => s,

@@ -7,9 +7,12 @@
 //! 2. The PROXY protocol header, from a source the vserver trusts to send
 //!    one: its client address is then the one policies, persistence, logs
 //!    and X-Forwarded-For see.
-//! 3. The TLS handshake, where the vserver terminates TLS (HTTP and `tcp`
+//! 3. The script's connection events on HTTP vservers (`conn_scripting`):
+//!    `on_accept`, which may refuse; then, where it terminates TLS,
+//!    `on_client_hello` between reading the ClientHello and answering it.
+//! 4. The TLS handshake, where the vserver terminates TLS (HTTP and `tcp`
 //!    vservers alike, one handshake, one set of counters).
-//! 4. The hand-off, exactly once: to the L4 relay (`l4::tcp`), to the
+//! 5. The hand-off, exactly once: to the L4 relay (`l4::tcp`), to the
 //!    HTTP/2 connection (`client_h2_conn`: ALPN "h2", or an `h2c_only`
 //!    listener), or to the HTTP/1 connection (`client_h1_conn`), which
 //!    hands a connection whose first request is the HTTP/2 preface (h2c
@@ -38,6 +41,7 @@ use super::client_h1_conn;
 use super::client_h2_conn;
 use super::client_h3_conn;
 use super::conn::{private_key_of, ConnGuard};
+use super::conn_scripting::{self, ConnEvents, Decision as ScriptDecision};
 use super::ctx::WorkerCtx;
 use super::exchange::micros_since;
 use super::stream::{ClientStream, PlainTcp, TlsConn};
@@ -71,6 +75,9 @@ struct Door {
     tls: Option<Arc<TlsServer>>,
     /// The source is trusted to send a PROXY header: it comes first.
     proxy: Option<Arc<AcceptProxy>>,
+    /// An HTTP vserver whose script has connection events
+    /// (`conn_scripting`): they run here, before any request.
+    script: Option<Arc<VServer>>,
     to: To,
 }
 
@@ -104,7 +111,19 @@ pub fn serve(
         tokio::task::spawn_local(front(ctx.clone(), tcp, peer, listen, door));
         return;
     }
-    let Door { guard, to, .. } = door;
+    let Door {
+        mut guard,
+        to,
+        script,
+        ..
+    } = door;
+    if let Some(vs) = &script {
+        match accepted_by_script(vs, peer, false) {
+            Ok(events) => guard.script = events.finish(),
+            // Closed before a byte is read.
+            Err(()) => return,
+        }
+    }
     match to {
         To::Relay { snap, vs, accepted } => {
             let Some(tcp) = register(PlainTcp::bare(stream), peer) else {
@@ -173,6 +192,8 @@ fn open(
         leases,
         // Its key is set once the client is known (`to_http`).
         private: vs.private_member_conns.then(|| (ctx.idle.clone(), 0)),
+        // Set once the script's connection events ran (`front`, `serve`).
+        script: None,
     };
     let to = if vs.l4.is_some() {
         To::Relay {
@@ -189,7 +210,25 @@ fn open(
         guard,
         tls: vs.tls.clone(),
         proxy: vs.accept_proxy.clone().filter(|ap| ap.trusts(peer.ip())),
+        script: conn_scripting::wanted(vs).then(|| Arc::clone(vs)),
         to,
+    }
+}
+
+/// `on_accept` of an HTTP vserver's script, for `client`: the events' run
+/// (for `on_client_hello` and the connection's choice), or Err when the
+/// script refused the connection or failed (counted, logged): it closes.
+fn accepted_by_script(vs: &VServer, client: SocketAddr, tls: bool) -> Result<ConnEvents, ()> {
+    let mut events = ConnEvents::start(vs, client, tls)?;
+    match events.accept(vs) {
+        ScriptDecision::Go => Ok(events),
+        ScriptDecision::Refuse | ScriptDecision::Failed => {
+            log::debug(format_args!(
+                "vserver {}: client {client}: refused by the script's on_accept",
+                vs.name
+            ));
+            Err(())
+        }
     }
 }
 
@@ -223,9 +262,10 @@ async fn front(
     door: Door,
 ) {
     let Door {
-        guard,
+        mut guard,
         tls,
         proxy,
+        script,
         to,
     } = door;
     let mut client = peer;
@@ -241,13 +281,29 @@ async fn front(
             }
         }
     }
+    // The script's on_accept sees the client a PROXY header named, and
+    // refuses before the handshake costs anything.
+    let mut events = match &script {
+        Some(vs) => match accepted_by_script(vs, client, tls.is_some()) {
+            Ok(e) => Some(e),
+            Err(()) => return,
+        },
+        None => None,
+    };
     let arrived = match tls {
         None => Arrived::Plain(tcp),
-        Some(tls) => match handshake(&ctx, tcp, &tls, client, &guard).await {
-            Some(h) => Arrived::Tls(Box::new(h)),
-            None => return refused(&to, client, LogEnd::TlsFailed),
-        },
+        Some(tls) => {
+            let hello = match (&script, events.as_mut()) {
+                (Some(vs), Some(e)) if e.wants_client_hello() => Some((&**vs, e)),
+                _ => None,
+            };
+            match handshake(&ctx, tcp, &tls, client, &guard, hello).await {
+                Some(h) => Arrived::Tls(Box::new(h)),
+                None => return refused(&to, client, LogEnd::TlsFailed),
+            }
+        }
     };
+    guard.script = events.and_then(ConnEvents::finish);
     match to {
         To::Relay { snap, vs, accepted } => {
             use crate::l4::tcp::{serve, ClientConn};
@@ -324,35 +380,52 @@ struct Handshaken {
     alpn_h2: bool,
 }
 
+/// A TLS handshake that failed with `error`, or timed out (None): counted
+/// and logged. A bare close (a port probe, a client giving up) is not a
+/// failed handshake; an alert or a protocol error is.
+fn handshake_failed<T>(
+    vc: &stats::VsCounters,
+    client: SocketAddr,
+    error: Option<std::io::Error>,
+) -> Option<T> {
+    match error {
+        Some(e) => {
+            if e.kind() != std::io::ErrorKind::UnexpectedEof {
+                stats::inc(&vc.tls_handshake_failures);
+            }
+            log::debug(format_args!("client {client}: TLS handshake failed: {e}"));
+        }
+        None => {
+            stats::inc(&vc.tls_handshake_failures);
+            log::debug(format_args!("client {client}: TLS handshake timed out"));
+        }
+    }
+    None
+}
+
 /// Runs a TLS handshake, bounded by the client_header timeout, and counts
-/// it on the vserver. None when it failed (logged).
+/// it on the vserver. None when it failed (logged). `hello`: the script's
+/// `on_client_hello` runs on the ClientHello first (`client_hello`).
 async fn handshake(
     ctx: &WorkerCtx,
     tcp: TcpStream,
     tls: &TlsServer,
     client: SocketAddr,
     guard: &ConnGuard,
+    hello: Option<(&VServer, &mut ConnEvents)>,
 ) -> Option<Handshaken> {
     let deadline = now_ms() + ctx.snapshot.load().settings.client_header_ms;
     let vc = guard.counters.local();
     let began = Instant::now();
-    let accept = tokio_rustls::TlsAcceptor::from(tls.config.clone()).accept(tcp);
+    let accept = match hello {
+        // The common case: one shared config, no look at the hello first.
+        None => tokio_rustls::TlsAcceptor::from(tls.config.clone()).accept(tcp),
+        Some((vs, events)) => client_hello(ctx, tcp, tls, client, deadline, (vs, events)).await?,
+    };
     let stream = match ctx.idle_watch.within(deadline, accept).await {
         Ok(Ok(s)) => s,
-        Ok(Err(e)) => {
-            // A bare close (a port probe, a client giving up) is not a
-            // failed handshake; an alert or a protocol error is.
-            if e.kind() != std::io::ErrorKind::UnexpectedEof {
-                stats::inc(&vc.tls_handshake_failures);
-            }
-            log::debug(format_args!("client {client}: TLS handshake failed: {e}"));
-            return None;
-        }
-        Err(()) => {
-            stats::inc(&vc.tls_handshake_failures);
-            log::debug(format_args!("client {client}: TLS handshake timed out"));
-            return None;
-        }
+        Ok(Err(e)) => return handshake_failed(vc, client, Some(e)),
+        Err(()) => return handshake_failed(vc, client, None),
     };
     let conn = stream.get_ref().1;
     if conn.alpn_protocol() == Some(crate::acme::challenge::ACME_TLS_ALPN) {
@@ -378,6 +451,94 @@ async fn handshake(
         stream,
     })
 }
+
+/// The first half of a handshake whose vserver's script defines
+/// `on_client_hello`: the ClientHello is read (rustls' `Acceptor`, bounded
+/// by the handshake's deadline), the script runs on it, and the handshake
+/// goes on with the vserver's config, or a copy of it that serves the
+/// certificate the script chose. None when the client went away or sent
+/// no valid ClientHello (counted as the handshake would), or the script
+/// refused (handshake_failure alert) or failed (internal_error alert).
+///
+/// Only for scripts that define the event: other vservers keep the
+/// one-step accept, and a copied config (a few allocations, next to a
+/// handshake's signature) only when the script chose a certificate.
+async fn client_hello(
+    ctx: &WorkerCtx,
+    tcp: TcpStream,
+    tls: &TlsServer,
+    client: SocketAddr,
+    deadline: u64,
+    (vs, events): (&VServer, &mut ConnEvents),
+) -> Option<tokio_rustls::Accept<TcpStream>> {
+    let vc = vs.counters.local();
+    let lazy = tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp);
+    let start = match ctx.idle_watch.within(deadline, lazy).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return handshake_failed(vc, client, Some(e)),
+        Err(()) => return handshake_failed(vc, client, None),
+    };
+    let hello = start.client_hello();
+    let alpn: Vec<String> = hello
+        .alpn()
+        .map(|a| a.map(|p| String::from_utf8_lossy(p).into_owned()).collect())
+        .unwrap_or_default();
+    // An ACME CA's TLS-ALPN-01 validation is the certificate resolver's,
+    // never the script's to refuse or answer with another certificate.
+    let acme = alpn
+        .iter()
+        .any(|p| p.as_bytes() == crate::acme::challenge::ACME_TLS_ALPN);
+    let (decision, cert) = if acme {
+        (ScriptDecision::Go, None)
+    } else {
+        let sni = hello
+            .server_name()
+            .map(|n| n.trim_end_matches('.').to_ascii_lowercase());
+        events.client_hello(vs, sni, alpn)
+    };
+    let alert = match decision {
+        ScriptDecision::Go => None,
+        ScriptDecision::Refuse => Some(ALERT_HANDSHAKE_FAILURE),
+        ScriptDecision::Failed => Some(ALERT_INTERNAL_ERROR),
+    };
+    if let Some(description) = alert {
+        log::debug(format_args!(
+            "vserver {}: client {client}: TLS handshake refused by the script's on_client_hello",
+            vs.name
+        ));
+        let mut tcp = start.io;
+        // A plaintext fatal alert, as the first answer to a ClientHello
+        // may be (RFC 8446 6; TLS 1.2 likewise): the client says why it
+        // failed instead of "connection reset". Bounded: a client that
+        // does not read must not hold the task.
+        let record = [21, 3, 3, 0, 2, 2, description];
+        let _ = ctx
+            .idle_watch
+            .within(now_ms() + 1000, async {
+                use tokio::io::AsyncWriteExt;
+                tcp.write_all(&record).await?;
+                tcp.shutdown().await
+            })
+            .await;
+        return None;
+    }
+    let config = match cert {
+        None => tls.config.clone(),
+        Some(name) => {
+            let mut c = (*tls.config).clone();
+            c.cert_resolver = Arc::new(crate::tls::ForName {
+                store: tls.certs.clone(),
+                name,
+            });
+            Arc::new(c)
+        }
+    };
+    Some(start.into_stream(config))
+}
+
+/// TLS alert descriptions (RFC 8446 6).
+const ALERT_HANDSHAKE_FAILURE: u8 = 40;
+const ALERT_INTERNAL_ERROR: u8 = 80;
 
 /// Reads a PROXY protocol header without consuming what follows it:
 /// peeks until the header is whole, then reads exactly its bytes. Some(the
@@ -550,6 +711,19 @@ fn admit_quic(
             return;
         }
     };
+    // on_accept, as for TCP: before the handshake (on_client_hello does
+    // not run for QUIC: `check` refuses it beside [vserver.http3]).
+    let events = if conn_scripting::wanted(vs) {
+        match accepted_by_script(vs, peer, true) {
+            Ok(e) => Some(e),
+            Err(()) => {
+                incoming.refuse();
+                return;
+            }
+        }
+    } else {
+        None
+    };
     let connecting = match incoming.accept_with(h3.server.clone()) {
         Ok(c) => c,
         Err(e) => {
@@ -558,6 +732,7 @@ fn admit_quic(
         }
     };
     let mut guard = open(ctx, &snap, vs, peer, leases).guard;
+    guard.script = events.and_then(ConnEvents::finish);
     open_private(&mut guard, peer, listen);
     let counted = client_h3_conn::Handshaking::new(handshaking);
     let listener = client_h3_conn::Listener {

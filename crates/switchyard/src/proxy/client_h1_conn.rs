@@ -19,7 +19,8 @@ use tokio::io::AsyncWriteExt;
 
 use super::client_h1_exchange::H1Client;
 use super::client_h2_conn;
-use super::conn::{Client, ConnGuard};
+use super::conn::{Client, ConnChoice, ConnGuard};
+use super::conn_scripting;
 use super::ctx::WorkerCtx;
 use super::exchange::{micros_since, Exchange};
 use super::head_read::{read_head, ReadHead};
@@ -232,7 +233,14 @@ async fn session(ctx: Rc<WorkerCtx>, mut client: Client, guard: ConnGuard, start
         // Boxed: the request's state (kilobytes) lives only while a request
         // is in flight, so a connection waiting between requests keeps a
         // small task (one allocation per request, reused by malloc at once).
-        match Box::pin(handle_request(&ctx, &mut client, was_first)).await {
+        match Box::pin(handle_request(
+            &ctx,
+            &mut client,
+            guard.script.as_deref(),
+            was_first,
+        ))
+        .await
+        {
             Next::KeepAlive if !ctx.draining() => served = true,
             Next::Http2 => return to_http2(ctx, client, guard),
             _ => break,
@@ -349,7 +357,13 @@ async fn error_and_close(c: &mut Client, vs: &VServer, status: u16, why: &str) -
     Next::Close
 }
 
-async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
+/// `choice`: what the script's connection events chose for its requests.
+async fn handle_request(
+    ctx: &WorkerCtx,
+    c: &mut Client,
+    choice: Option<&ConnChoice>,
+    first: bool,
+) -> Next {
     let snap = ctx.snapshot.load_full();
     let st = &snap.settings;
     let Some(vs) = snap.vserver_for(&c.listen).cloned() else {
@@ -423,6 +437,9 @@ async fn handle_request(ctx: &WorkerCtx, c: &mut Client, first: bool) -> Next {
     if vs.script.is_some() {
         x.client_cert = c.stream.client_cert().cloned();
     }
+    if let Some(choice) = choice {
+        conn_scripting::apply(&mut x, choice);
+    }
     x.facts.tls = c.stream.tls_info();
     let mut client = H1Client::new(c, &x, &ctx.idle_watch);
     pipeline::run(&mut x, &mut client, req).await;
@@ -461,6 +478,7 @@ mod size_tests {
                 counters,
                 leases: None,
                 private: None,
+                script: None,
             };
             let f = session(
                 ctx.clone(),

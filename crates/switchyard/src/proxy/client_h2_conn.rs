@@ -67,6 +67,8 @@ struct Conn {
     tls: bool,
     client_cert: Option<std::sync::Arc<crate::tls::ClientCert>>,
     tls_info: Option<crate::accesslog::TlsInfo>,
+    /// What the script's connection events chose for its requests.
+    script: Option<Rc<super::conn::ConnChoice>>,
     /// When a stream last started or ended (`clock` ms).
     last_active: Cell<u64>,
 }
@@ -87,6 +89,7 @@ pub fn start(
         tls: stream.is_tls(),
         client_cert: stream.client_cert().cloned(),
         tls_info: stream.tls_info(),
+        script: guard.script.clone(),
         last_active: Cell::new(now_ms()),
     });
     tokio::task::spawn_local(run(ctx, stream, replay, conn, guard));
@@ -654,6 +657,9 @@ async fn stream_task(ctx: Rc<WorkerCtx>, conn: Rc<Conn>, shared: Shared, new: se
     x.facts.tls = conn.tls_info;
     if vs.script.is_some() {
         x.client_cert = conn.client_cert.clone();
+    }
+    if let Some(choice) = conn.script.as_deref() {
+        super::conn_scripting::apply(&mut x, choice);
     }
     let mut client = if tunnel {
         H2Client::tunnel(&stream)

@@ -1,8 +1,10 @@
 //! The HTTP/3 front end: a QUIC connection the front door admitted
 //! (`accept::serve_quic`), its handshake, and its request streams, each in
-//! a task of its own on the worker. A stream's head becomes the neutral
-//! request (`http::h2_message::request_from_h3`: HTTP/3's pseudo-fields and
-//! rules are HTTP/2's) and goes through the same exchange, hooks, pools and
+//! a task of its own on the worker. A stream's head is decoded field by
+//! field into our own fields (`http::request_fields`, the h3 crate's
+//! `resolve_request_with`: HTTP/3's pseudo-fields and rules are HTTP/2's),
+//! becomes the neutral request as an HTTP/2 one does
+//! (`http::h2_message::request_from_wire`) and goes through the same exchange, hooks, pools and
 //! balancers as an HTTP/1 or HTTP/2 request (`pipeline::run`), so a policy,
 //! a limit, the WAF or the cache means the same thing over QUIC.
 //!
@@ -29,6 +31,7 @@ use crate::accesslog::TlsInfo;
 use crate::clock::now_ms;
 use crate::http::h2_message;
 use crate::http::head::Limits;
+use crate::http::request_fields::{Collector, RequestHead};
 use crate::log;
 use crate::stats;
 
@@ -91,6 +94,29 @@ async fn run(
     // (quinn's 0.5-RTT; a request in the client's 0-RTT packets is seen
     // then): `confirmed` says when it is.
     let (conn, tls, confirmed) = if early_data {
+        // Not before the whole ClientHello is in: quinn takes the client's
+        // transport parameters (its stream limits among them) only then,
+        // and a control stream opened before waits for a stream credit
+        // that nothing announces again (quinn applies the parameters
+        // without waking a waiting `open_uni`). A resuming quic-go
+        // client's ClientHello spans two Initial packets: 11 of 40 such
+        // connections stalled until the client gave up (2026-12-03,
+        // `h3load -mode 0rtt -m 1`), none once this waits.
+        let mut connecting = connecting;
+        let deadline = now_ms() + ctx.snapshot.load().settings.client_header_ms;
+        match ctx
+            .idle_watch
+            .within(deadline, connecting.handshake_data())
+            .await
+        {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => {
+                return handshake_failed(guard.counters.local(), peer, format_args!("failed: {e}"))
+            }
+            Err(()) => {
+                return handshake_failed(guard.counters.local(), peer, format_args!("timed out"))
+            }
+        }
         match connecting.into_0rtt() {
             Ok((conn, done)) => {
                 let confirmed = Rc::new(Cell::new(false));
@@ -117,6 +143,7 @@ async fn run(
         };
         (conn, tls, None)
     };
+    let client_cert = client_cert(&conn);
     let max_field_section = {
         let st = &ctx.snapshot.load().settings;
         (st.max_header_bytes + st.max_request_line) as u64
@@ -143,14 +170,36 @@ async fn run(
             Ok(Ok(Some(resolver))) => {
                 let (ctx, open) = (ctx.clone(), open.clone());
                 let confirmed = confirmed.clone();
+                let shared = Shared {
+                    peer,
+                    listen,
+                    tls,
+                    client_cert: client_cert.clone(),
+                    choice: guard.script.clone(),
+                };
                 tokio::task::spawn_local(async move {
                     let _open = open;
-                    match resolver.resolve_request().await {
-                        Ok((req, stream)) => {
+                    let mut head = Collector::new(false);
+                    match resolver
+                        .resolve_request_with(|name, value| head.field(name, value))
+                        .await
+                    {
+                        Ok(mut stream) => {
+                            let (head, malformed) = head.finish_h3();
+                            if let Some(why) = malformed {
+                                // RFC 9114 4.1.2: a stream error of type
+                                // H3_MESSAGE_ERROR, as the h3 crate did.
+                                log::debug(format_args!(
+                                    "client {peer}: HTTP/3 request malformed: {why}"
+                                ));
+                                stream.stop_stream(h3::error::Code::H3_MESSAGE_ERROR);
+                                stream.stop_sending(h3::error::Code::H3_MESSAGE_ERROR);
+                                return;
+                            }
                             // Its head came before the handshake was done:
                             // it was in 0-RTT early data (RFC 8470).
                             let early = confirmed.is_some_and(|c| !c.get());
-                            stream_task(ctx, req, stream, (peer, listen), tls, early).await
+                            stream_task(ctx, head, stream, shared, early).await
                         }
                         Err(e) => log::debug(format_args!("client {peer}: HTTP/3 request: {e}")),
                     }
@@ -202,16 +251,21 @@ async fn handshake(
             Some((conn, tls_info(micros_since(began))))
         }
         Ok(Err(e)) => {
-            stats::inc(&vc.tls_handshake_failures);
-            log::debug(format_args!("client {peer}: QUIC handshake failed: {e}"));
+            handshake_failed(vc, peer, format_args!("failed: {e}"));
             None
         }
         Err(()) => {
-            stats::inc(&vc.tls_handshake_failures);
-            log::debug(format_args!("client {peer}: QUIC handshake timed out"));
+            handshake_failed(vc, peer, format_args!("timed out"));
             None
         }
     }
+}
+
+/// A QUIC handshake that failed or timed out, counted as a TLS handshake
+/// failure of the vserver.
+fn handshake_failed(vc: &stats::VsCounters, peer: SocketAddr, why: std::fmt::Arguments<'_>) {
+    stats::inc(&vc.tls_handshake_failures);
+    log::debug(format_args!("client {peer}: QUIC handshake {why}"));
 }
 
 fn tls_info(handshake_us: u32) -> TlsInfo {
@@ -246,13 +300,9 @@ async fn confirm(
             confirmed.set(true);
             stats::inc(&vc.tls_handshakes);
         }
-        (Ok(_), Some(e)) => {
-            stats::inc(&vc.tls_handshake_failures);
-            log::debug(format_args!("client {peer}: QUIC handshake failed: {e}"));
-        }
+        (Ok(_), Some(e)) => handshake_failed(vc, peer, format_args!("failed: {e}")),
         (Err(()), _) => {
-            stats::inc(&vc.tls_handshake_failures);
-            log::debug(format_args!("client {peer}: QUIC handshake timed out"));
+            handshake_failed(vc, peer, format_args!("timed out"));
             conn.close(0u32.into(), b"handshake timed out");
         }
     }
@@ -265,16 +315,44 @@ fn early_ok(r: &crate::http::message::Request, end_stream: bool) -> bool {
     end_stream && matches!(r.method, Method::Get | Method::Head | Method::Options)
 }
 
+/// The verified client certificate of a QUIC handshake (quinn's peer
+/// identity is the chain rustls verified against `client_ca`), read once
+/// per connection. None after a 0-RTT start whose resumed session did not
+/// carry one: such requests have no subject, so a rule on it fails closed.
+fn client_cert(conn: &quinn::Connection) -> Option<std::sync::Arc<crate::tls::ClientCert>> {
+    let chain = conn
+        .peer_identity()?
+        .downcast::<Vec<rustls::pki_types::CertificateDer<'static>>>()
+        .ok()?;
+    crate::tls::client_cert_of(chain.first()?).map(std::sync::Arc::new)
+}
+
+/// What the request streams of one connection share.
+struct Shared {
+    peer: SocketAddr,
+    listen: SocketAddr,
+    tls: TlsInfo,
+    client_cert: Option<std::sync::Arc<crate::tls::ClientCert>>,
+    /// What the script's connection events chose (`conn_scripting.rs`).
+    choice: Option<Rc<super::conn::ConnChoice>>,
+}
+
 /// One request stream: its head as the neutral request, then the exchange.
 /// `early`: it came in 0-RTT early data.
 async fn stream_task(
     ctx: Rc<WorkerCtx>,
-    req: http::Request<()>,
+    req: RequestHead,
     mut stream: H3Stream,
-    (peer, listen): (SocketAddr, SocketAddr),
-    tls: TlsInfo,
+    shared: Shared,
     early: bool,
 ) {
+    let Shared {
+        peer,
+        listen,
+        tls,
+        client_cert,
+        choice,
+    } = shared;
     let snap = ctx.snapshot.load_full();
     let st = &snap.settings;
     let Some(vs) = snap.vserver_for(&listen).cloned() else {
@@ -287,9 +365,9 @@ async fn stream_task(
     // first read does (the h3 crate does not tell whether the stream
     // ended with its HEADERS frame).
     let length = req
-        .headers()
-        .get(http::header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
+        .fields
+        .get("content-length")
+        .and_then(|v| std::str::from_utf8(v).ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let (first, end_stream) = match length {
         Some(n) => (None, n == 0),
@@ -307,7 +385,15 @@ async fn stream_task(
         max_header_bytes: st.max_header_bytes,
         max_headers: st.max_headers,
     };
-    let mut neutral = match h2_message::request_from_h3(&req, end_stream, &limits) {
+    let RequestHead {
+        method,
+        path,
+        authority,
+        fields,
+        ..
+    } = req;
+    let pseudo = (method.unwrap_or_default(), path, authority);
+    let mut neutral = match h2_message::request_from_wire(pseudo, &fields, end_stream, &limits) {
         Ok(r) => r,
         Err(e) => {
             stats::inc(&vs.counters.local().bad_requests);
@@ -320,7 +406,7 @@ async fn stream_task(
             return;
         }
     };
-    drop(req);
+    drop(fields);
     if early {
         // RFC 8470: a request that may be a replay goes on only if it is
         // safe to repeat, and marked so that the member can still say 425
@@ -340,9 +426,20 @@ async fn stream_task(
         stats::inc(&vs.counters.local().h3_early_requests);
         neutral.head.fields.set(b"early-data", b"1");
     }
-    let mut x = Exchange::new(&ctx, &vs, st, (peer, listen), true, None);
+    let subject = vs
+        .tls
+        .as_ref()
+        .and_then(|t| t.client_subject_header.as_ref())
+        .and(client_cert.as_deref().map(|c| c.subject.as_str()));
+    let mut x = Exchange::new(&ctx, &vs, st, (peer, listen), true, subject);
     x.facts.http3 = true;
     x.facts.tls = Some(tls);
+    if vs.script.is_some() {
+        x.client_cert = client_cert.clone();
+    }
+    if let Some(choice) = choice.as_deref() {
+        super::conn_scripting::apply(&mut x, choice);
+    }
     let mut client = H3Client::new(&mut stream, first, !end_stream);
     // Boxed: the exchange's future is several KB, and a task's future is
     // moved (copied whole) as it is spawned; this one is made in place.

@@ -70,6 +70,22 @@ pub struct ConnGuard {
     /// `private_key`: the member connections that carry its PROXY header
     /// close with it.
     pub(super) private: Option<(Rc<super::upstream::IdlePool>, u64)>,
+    /// What the script's connection events chose for its requests (a
+    /// pool, access-log fields): `conn_scripting`. Held here because this
+    /// lives exactly as long as the connection, whichever protocol it
+    /// goes on in (HTTP/1, parked, HTTP/2).
+    pub(super) script: Option<Rc<ConnChoice>>,
+}
+
+/// What the script's connection events (`conn_scripting`) decided for
+/// the requests of a connection. Here, beside the guard that holds it, so
+/// that the connection's files need not know the events.
+#[derive(Debug, Default)]
+pub struct ConnChoice {
+    /// The pool's name (looked up in each request's configuration).
+    pub(super) pool: Option<String>,
+    /// `c:log` fields, for every request's access log line.
+    pub(super) log: Vec<(String, String)>,
 }
 
 /// The key of the member connections private to one client connection

@@ -33,7 +33,7 @@ use super::client_h2_stream::BodyStream;
 use super::idle::IdleWatch;
 use super::member::H2Conns;
 use super::upstream::{ConnectError, IdlePool, UpConn};
-use crate::config::snapshot::{HeaderEdits, Member, Pool, Settings, VServer};
+use crate::config::snapshot::{HeaderEdits, Member, MemberList, Pool, Settings, VServer};
 use crate::health::passive;
 use crate::http::body::{BodyError, Sink};
 use crate::http::message::{Request, Response};
@@ -70,6 +70,9 @@ pub struct Exchange<'s> {
     pub started: Instant,
     /// The pool routing chose.
     pub pool: Option<Arc<Pool>>,
+    /// The pool the connection's script events chose (`conn_scripting`):
+    /// routing's choice when neither `on_request` nor a policy made one.
+    pub conn_pool: Option<Arc<Pool>>,
     pub request_edits: Vec<&'s HeaderEdits>,
     pub response_edits: Vec<&'s HeaderEdits>,
     /// Response compression, when routing turned it on for this request.
@@ -78,8 +81,13 @@ pub struct Exchange<'s> {
     pub cache: Option<&'s crate::config::snapshot::VsCache>,
     /// The member a persistence cookie pins the request to.
     pub sticky: Option<usize>,
-    /// The member serving (or that last tried to).
+    /// The member serving (or that last tried to): an index into
+    /// `members`.
     pub member: Option<usize>,
+    /// The pool's member list the request picked from (`sticky` and
+    /// `member` index it): a run-time member change swaps the pool's list
+    /// in place, and this request keeps the one it started with.
+    pub members: Option<Arc<MemberList>>,
     /// The status the client got, and the response body's payload bytes.
     pub status: u16,
     pub body_bytes: u64,
@@ -169,18 +177,25 @@ impl<'s> Exchange<'s> {
             client_cert: None,
             started: Instant::now(),
             pool: None,
+            conn_pool: None,
             request_edits: Vec::new(),
             response_edits: Vec::new(),
             compression: None,
             cache: None,
             sticky: None,
             member: None,
+            members: None,
             status: 0,
             body_bytes: 0,
             refusal: None,
             request_body: None,
             facts: Facts::default(),
         }
+    }
+
+    /// The member serving (or that last tried to).
+    pub fn picked(&self) -> Option<&Arc<Member>> {
+        self.members.as_ref()?.get(self.member?)
     }
 }
 

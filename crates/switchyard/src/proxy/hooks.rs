@@ -9,10 +9,12 @@
 //! every member protocol (HTTP/1.1, h2):
 //!
 //! ```text
-//! on_request_head ─► before_member_request ─► [on_request_body]* ─►
-//!     on_request_body_end ─► (member) ─► on_response_head ─►
-//!     [on_response_body]* ─► on_log
+//! on_request_head ─► before_member_request ─► on_member_picked ─►
+//!     [on_request_body]* ─► on_request_body_end ─► (member) ─►
+//!     on_response_head ─► [on_response_body]* ─► on_log
 //! ```
+//!
+//! (`on_member_picked` again for each retry, with the member it picks.)
 //!
 //! A stage that asks for it (`request_body_buffer`) gets the whole body
 //! before a member is picked, between `on_request_head` and
@@ -32,6 +34,7 @@
 
 use super::exchange::Exchange;
 pub use super::exchange::Local;
+use crate::config::snapshot::Pool;
 use crate::http::message::{Request, Response};
 
 /// What a hook decided.
@@ -78,6 +81,18 @@ pub trait Hooks {
     /// header edits. Runs once per request, before the first attempt;
     /// retries send the same head.
     fn before_member_request(&mut self, _x: &mut Exchange<'_>, _req: &mut Request) {}
+
+    /// The balancer picked `x.member` of `pool` for this attempt (1 for
+    /// the first, 2 and more for retries), before it is connected. An
+    /// answer here ends the request with it (no member is asked, no retry).
+    fn on_member_picked(
+        &mut self,
+        _x: &mut Exchange<'_>,
+        _pool: &Pool,
+        _attempt: u32,
+    ) -> Option<Local> {
+        None
+    }
 
     /// A piece of the request body on its way to the member (WAF body
     /// inspection). `Respond` stops the upload: the client gets that
@@ -170,6 +185,17 @@ impl<A: Hooks, B: Hooks> Hooks for (A, B) {
     fn before_member_request(&mut self, x: &mut Exchange<'_>, req: &mut Request) {
         self.0.before_member_request(x, req);
         self.1.before_member_request(x, req);
+    }
+
+    fn on_member_picked(
+        &mut self,
+        x: &mut Exchange<'_>,
+        pool: &Pool,
+        attempt: u32,
+    ) -> Option<Local> {
+        self.0
+            .on_member_picked(x, pool, attempt)
+            .or_else(|| self.1.on_member_picked(x, pool, attempt))
     }
 
     fn on_request_body(&mut self, x: &mut Exchange<'_>, data: &[u8]) -> Verdict {

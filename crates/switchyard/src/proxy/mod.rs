@@ -30,6 +30,7 @@ mod client_h3_conn;
 mod client_h3_exchange;
 mod compressing;
 mod conn;
+mod conn_scripting;
 mod ctx;
 pub mod exchange;
 mod head_read;

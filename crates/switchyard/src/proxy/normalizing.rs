@@ -4,6 +4,11 @@
 //! resource, whatever the client protocol. A path the vserver refuses
 //! (an encoded slash, `%00`, a malformed escape) is answered 400 here and
 //! counted as a bad request.
+//!
+//! The verified client certificate's field (`client_subject_header`) is
+//! settled here too: a client's own copy is removed and the handshake's
+//! subject put in its place, so a policy, a script or the WAF that reads
+//! the field reads what the handshake proved, never what the client wrote.
 
 use super::exchange::Exchange;
 use super::hooks::{Hooks, Local, Verdict};
@@ -16,6 +21,17 @@ pub struct Normalize;
 
 impl Hooks for Normalize {
     fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
+        if let Some(name) =
+            x.vs.tls
+                .as_ref()
+                .and_then(|t| t.client_subject_header.as_deref())
+        {
+            let f = &mut req.head.fields;
+            f.remove(name.as_bytes());
+            if let Some(subject) = x.client_subject {
+                f.append(name.as_bytes(), subject.as_bytes());
+            }
+        }
         let rules = &x.vs.normalize;
         match normalize::target(&req.target, rules) {
             Ok(None) => Verdict::Continue,

@@ -125,7 +125,10 @@ async fn to_pool_and_answer<C: ClientSide, H: Hooks>(
     pool: &Pool,
 ) {
     if let Err(f) = to_pool(x, hooks, client, req, pool).await {
-        match f.status.and_then(|_| hooks.on_member_failure(x)) {
+        // A hook's own answer (a failed `on_member`, a refused body) is
+        // not a member failure: no stale copy replaces it.
+        let member_failed = f.status.is_some() && f.local.is_none();
+        match member_failed.then(|| hooks.on_member_failure(x)).flatten() {
             Some(local) => {
                 x.status = local.response.status;
                 client.answer(x, req, local).await;
@@ -285,15 +288,20 @@ async fn to_pool<C: ClientSide, H: Hooks>(
         ));
     }
     let persistence = pool.persistence.as_ref();
-    let ids = pool.members.iter().map(|m| m.cookie_id.as_str());
+    // One list for the whole request (retries and the response's
+    // persistence cookie index it).
+    let members = pool.members.load_full();
+    x.members = Some(members.clone());
+    let ids = members.iter().map(|m| m.cookie_id.as_str());
     x.sticky = sticky_member(persistence, ids, req);
     let hash = request_hash(pool.hash_key.as_ref(), persistence, req, x.peer.ip());
     let mut tried = Tried::default();
     let mut retries_left = x.st.retries;
     // Why the last attempt failed: the answer when no member is left.
     let mut last: Option<Failure> = None;
+    let mut attempt_no = 0u32;
     loop {
-        let Some(i) = pool.balancer.pick(&pool.members, x.sticky, hash, tried) else {
+        let Some(i) = members.balancer.pick(&members.list, x.sticky, hash, tried) else {
             return Err(last.unwrap_or_else(|| {
                 stats::inc(&pc.no_member_available);
                 Failure::new(
@@ -312,7 +320,17 @@ async fn to_pool<C: ClientSide, H: Hooks>(
         }
         tried.add(i);
         x.member = Some(i);
-        let m = &pool.members[i];
+        attempt_no += 1;
+        if let Some(local) = hooks.on_member_picked(x, pool, attempt_no) {
+            let mut f = Failure::new(
+                Origin::Local,
+                local.response.status,
+                "a member hook answered",
+            );
+            f.local = Some(Box::new(local));
+            return Err(f);
+        }
+        let m = &members[i];
         // Counted from the pick, not from the connect: requests picking
         // while this one connects must see it (max_connections, least
         // connections, p2c).

@@ -15,9 +15,10 @@
 //! instruction limit), the access log shows `script_error`, and the log
 //! gets a line (at most one per second per script) with FILE:LINE.
 //!
-//! The events of request bodies, response bodies, the TLS ClientHello
-//! and L4 connections are a later step; each will be a hook of its own
-//! here, with `Effects` growing what it may decide.
+//! `on_member` runs when the balancer picked a member (each attempt),
+//! before it is connected: read-only (docs/scripting.md says why).
+//! The body events are hooks of their own here; the L4 events are in
+//! `l4/scripting.rs`.
 
 use std::rc::Rc;
 
@@ -27,7 +28,7 @@ use super::exchange::Exchange;
 use super::hooks::{BodyEdit, Hooks, Local, Verdict};
 use super::normalizing;
 use crate::accesslog::ScriptLog;
-use crate::config::snapshot::VsScript;
+use crate::config::snapshot::{Pool, VsScript};
 use crate::http::message::{Framing, Request, Response};
 use crate::http::responses;
 use crate::script::{self, BodyEvent, Effects, Failure, Info, State, Vars};
@@ -207,6 +208,43 @@ impl Hooks for Scripting {
         }
         if run.want_response && s.script.events.response_body {
             run.response_body = collect_response(x, s, resp).then(Vec::new);
+        }
+    }
+
+    /// `on_member`: what the balancer picked, to read, keep in `r.vars`
+    /// and log. A failed event ends the request with 500 before the
+    /// member is connected (no retry: the next pick would fail alike).
+    fn on_member_picked(
+        &mut self,
+        x: &mut Exchange<'_>,
+        pool: &Pool,
+        attempt: u32,
+    ) -> Option<Local> {
+        let vs = x.vs;
+        let s = vs.script.as_deref()?;
+        if !s.script.events.member {
+            return None;
+        }
+        let m = x.picked()?.clone();
+        let run = self.0.get_or_insert_with(Box::default);
+        let Some(st) = run.state(x, s) else {
+            return Some(error_answer());
+        };
+        let picked = script::Picked {
+            pool: pool.name.clone(),
+            member: m.addr.to_string(),
+            attempt,
+        };
+        let info = info(x, None);
+        match st.on_member(picked, info, &mut run.vars)? {
+            Ok(mut e) => {
+                record_log(x, &mut e);
+                None
+            }
+            Err(f) => {
+                failed(x, s, &f);
+                Some(error_answer())
+            }
         }
     }
 

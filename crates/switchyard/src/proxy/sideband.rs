@@ -62,12 +62,13 @@ pub async fn call(pool: &Pool, c: Call) -> Result<Answer, String> {
 async fn attempt(pool: &Pool, c: &Call) -> Result<Answer, String> {
     let mut tried = Tried::default();
     let mut last = String::new();
+    let members = pool.members.load_full();
     for _ in 0..2 {
-        let Some(i) = pool.balancer.pick(&pool.members, None, None, tried) else {
+        let Some(i) = members.balancer.pick(&members.list, None, None, tried) else {
             break;
         };
         tried.add(i);
-        let m = &pool.members[i];
+        let m = &members[i];
         match tokio::net::TcpStream::connect(m.addr).await {
             Ok(s) => return exchange(s, m.addr, c).await,
             Err(e) => last = format!("connect to {}: {e}", m.addr),

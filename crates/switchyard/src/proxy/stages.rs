@@ -137,8 +137,9 @@ impl Hooks for Route {
                 Verdict::Respond(Local { response, body })
             }
         };
-        // A pool the vserver's script chose wins over the policies' and
-        // the default one; a policy's local answer still answers.
+        // A pool the vserver's script chose wins over the policies', the
+        // connection's (`on_client_hello`) and the default one; a policy's
+        // local answer still answers.
         let chosen = x.pool.is_some();
         match d.action {
             Some(Action::Pool(p)) => {
@@ -165,6 +166,12 @@ impl Hooks for Route {
                 redirect(built_location(req, x.tls, parts), parts.status)
             }
             None if chosen => Verdict::Continue,
+            // The connection's script events chose (SNI routing), before
+            // the vserver's default.
+            None if x.conn_pool.is_some() => {
+                x.pool = x.conn_pool.clone();
+                Verdict::Continue
+            }
             None => match &vs.default_pool {
                 Some(p) => {
                     x.pool = Some(p.clone());
@@ -271,17 +278,14 @@ fn built_location(req: &Request, tls: bool, p: &RedirectParts) -> Option<String>
     Some(format!("{scheme}://{host}{port}{path}{query}"))
 }
 
-/// Forwarding fields (X-Forwarded-For, X-Forwarded-Proto, Forwarded, the
-/// verified client certificate's subject), the operator's header edits,
-/// and the persistence cookie.
+/// Forwarding fields (X-Forwarded-For, X-Forwarded-Proto, Forwarded), the
+/// operator's header edits, and the persistence cookie. (The verified
+/// client certificate's field is set with the normalization, before the
+/// rules: `normalizing.rs`.)
 pub struct Forward;
 
 impl Hooks for Forward {
     fn before_member_request(&mut self, x: &mut Exchange<'_>, req: &mut Request) {
-        let cert_field =
-            x.vs.tls
-                .as_ref()
-                .and_then(|t| t.client_subject_header.as_deref());
         let f = &mut req.head.fields;
         // One pass over the fields: the forwarding chains so far are kept
         // aside and every field this stage replaces or refuses is removed.
@@ -298,10 +302,7 @@ impl Hooks for Forward {
             } else if is(b"forwarded") {
                 &mut forwarded
             } else {
-                // A client's own certificate field never passes.
-                return !(is(b"x-forwarded-proto")
-                    || is(b"expect")
-                    || cert_field.is_some_and(|c| is(c.as_bytes())));
+                return !(is(b"x-forwarded-proto") || is(b"expect"));
             };
             if !v.is_empty() {
                 *chain = Some(v.to_vec());
@@ -317,9 +318,6 @@ impl Hooks for Forward {
             forwarded.as_deref(),
             req.host.as_deref(),
         );
-        if let (Some(name), Some(subject)) = (cert_field, x.client_subject) {
-            f.append(name.as_bytes(), subject.as_bytes());
-        }
         if x.vs.access_log.as_ref().is_some_and(|l| l.traceparent) {
             x.facts.trace = Some(traceparent(f));
         }
@@ -327,8 +325,8 @@ impl Hooks for Forward {
     }
 
     fn on_response_head(&mut self, x: &mut Exchange<'_>, resp: &mut Response) {
-        if let (Some(pool), Some(i)) = (&x.pool, x.member) {
-            let id = &pool.members[i].cookie_id;
+        if let (Some(pool), Some(i), Some(m)) = (&x.pool, x.member, x.picked()) {
+            let id = &m.cookie_id;
             if let Some(c) = persistence_cookie(pool.persistence.as_ref(), id, x.sticky != Some(i))
             {
                 resp.head.fields.append(b"set-cookie", c.as_bytes());
@@ -482,7 +480,7 @@ impl Hooks for AccessLog {
         if !x.st.access_log {
             return;
         }
-        let (Some(pool), Some(i)) = (&x.pool, x.member) else {
+        let (Some(pool), Some(m)) = (&x.pool, x.picked()) else {
             return;
         };
         log::access(format_args!(
@@ -493,7 +491,7 @@ impl Hooks for AccessLog {
             String::from_utf8_lossy(req.target()),
             x.status,
             x.body_bytes,
-            pool.members[i].label(&pool.name),
+            m.label(&pool.name),
             x.started.elapsed().as_micros()
         ));
     }
@@ -505,12 +503,7 @@ fn entry<'a>(x: &'a Exchange<'_>, req: &'a Request) -> accesslog::Entry<'a> {
     let since_head = x.started.elapsed().as_micros() as u64;
     let total_us = since_head + u64::from(f.head_us.unwrap_or(0));
     let now_us = crate::clock::unix_us();
-    let member = x
-        .pool
-        .as_ref()
-        .zip(x.member)
-        .and_then(|(p, i)| p.members.get(i))
-        .map(|m| m.addr);
+    let member = x.picked().map(|m| m.addr);
     accesslog::Entry {
         time_us: now_us.saturating_sub(total_us),
         client: x.peer,

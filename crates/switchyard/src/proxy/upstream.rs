@@ -504,7 +504,7 @@ mod tests {
             let addr = l.local_addr().unwrap();
             let text = format!("[[vserver]]\nname=\"a\"\nlisten=[\"127.0.0.1:1\"]\ndefault_pool=\"p\"\n[[pool]]\nname=\"p\"\n[[pool.member]]\naddress=\"{addr}\"\n");
             let snap = crate::config::parse("t", &text, None).unwrap();
-            let m = snap.pools[0].members[0].clone();
+            let m = snap.pools[0].members.load()[0].clone();
             let pool = IdlePool::default();
             let mut accepted = Vec::new();
             let conn = || async {
@@ -550,7 +550,7 @@ mod tests {
             let addr = l.local_addr().unwrap();
             let text = format!("[[vserver]]\nname=\"a\"\nlisten=[\"127.0.0.1:1\"]\ndefault_pool=\"p\"\n[[pool]]\nname=\"p\"\n[[pool.member]]\naddress=\"{addr}\"\n");
             let snap = crate::config::parse("t", &text, None).unwrap();
-            let m = snap.pools[0].members[0].clone();
+            let m = snap.pools[0].members.load()[0].clone();
             let pool = IdlePool::default();
             let mut accepted = Vec::new();
             for _ in 0..3 {

@@ -189,7 +189,7 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
                 &secret.as_bytes(),
                 crate::clock::unix_secs(),
             ) {
-                Ok(claims) => Ok((json_to_lua(lua, &claims, 0)?, Value::Nil)),
+                Ok(claims) => Ok((json_to_lua(lua, &claims)?, Value::Nil)),
                 Err(why) => Ok((Value::Nil, Value::String(lua.create_string(why)?))),
             },
         )?,
@@ -204,8 +204,12 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
     sy.raw_set(
         "jwt_verify",
         lua.create_function(|lua, (token, key): (mlua::String, Value)| {
+            let secret;
             let key = match &key {
-                Value::String(s) => JwtKey::Hmac(s.as_bytes().to_vec()),
+                Value::String(s) => {
+                    secret = s.as_bytes();
+                    JwtKey::Hmac(&secret)
+                }
                 Value::UserData(u) => match u.borrow::<PublicKey>() {
                     Ok(k) => JwtKey::Public(k.clone()),
                     Err(_) => {
@@ -222,7 +226,7 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
                 }
             };
             match jwt_verify(&token.as_bytes(), &key, crate::clock::unix_secs()) {
-                Ok(claims) => Ok((json_to_lua(lua, &claims, 0)?, Value::Nil)),
+                Ok(claims) => Ok((json_to_lua(lua, &claims)?, Value::Nil)),
                 Err(why) => Ok((Value::Nil, Value::String(lua.create_string(why)?))),
             }
         })?,
@@ -404,8 +408,8 @@ impl PublicKey {
 }
 
 /// What `sy.jwt_verify` checks a signature with.
-pub enum JwtKey {
-    Hmac(Vec<u8>),
+pub enum JwtKey<'a> {
+    Hmac(&'a [u8]),
     Public(PublicKey),
 }
 
@@ -414,7 +418,11 @@ pub enum JwtKey {
 /// ES256 for a P-256 key: a token cannot choose another, nor "none"), the
 /// signature must match, and `exp` / `nbf`, when present, must hold at
 /// `now` (seconds).
-pub fn jwt_verify(token: &[u8], key: &JwtKey, now: i64) -> Result<serde_json::Value, &'static str> {
+pub fn jwt_verify(
+    token: &[u8],
+    key: &JwtKey<'_>,
+    now: i64,
+) -> Result<serde_json::Value, &'static str> {
     let mut parts = token.split(|b| *b == b'.');
     let (Some(h), Some(p), Some(sig), None) =
         (parts.next(), parts.next(), parts.next(), parts.next())
@@ -422,9 +430,8 @@ pub fn jwt_verify(token: &[u8], key: &JwtKey, now: i64) -> Result<serde_json::Va
         return Err("malformed token");
     };
     let header = b64url_decode(h).ok_or("malformed header")?;
-    let header: serde_json::Value =
-        serde_json::from_slice(&header).map_err(|_| "malformed header")?;
-    let alg = header.get("alg").and_then(|a| a.as_str());
+    let header: JoseHeader = serde_json::from_slice(&header).map_err(|_| "malformed header")?;
+    let alg = header.alg.as_deref();
     let sig = b64url_decode(sig).ok_or("malformed signature")?;
     let signed = &token[..h.len() + 1 + p.len()];
     match key {
@@ -432,8 +439,7 @@ pub fn jwt_verify(token: &[u8], key: &JwtKey, now: i64) -> Result<serde_json::Va
             if alg != Some("HS256") {
                 return Err("not an HS256 token");
             }
-            let key = hmac::Key::new(hmac::HMAC_SHA256, secret);
-            hmac::verify(&key, signed, &sig).map_err(|_| "bad signature")?;
+            hmac_verify(secret, signed, &sig).map_err(|()| "bad signature")?;
         }
         JwtKey::Public(k) => {
             let want = match k.kind {
@@ -473,6 +479,43 @@ pub fn jwt_verify(token: &[u8], key: &JwtKey, now: i64) -> Result<serde_json::Va
         }
     }
     Ok(claims)
+}
+
+/// The one field of a token's header that is checked: read without a
+/// JSON tree (a `serde_json::Value` for the header cost about 1,500
+/// instructions per token). An object only; a repeated "alg" is refused.
+struct JoseHeader<'a> {
+    alg: Option<std::borrow::Cow<'a, str>>,
+}
+
+impl<'de> serde::Deserialize<'de> for JoseHeader<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = JoseHeader<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JOSE header object")
+            }
+            fn visit_map<M: serde::de::MapAccess<'de>>(
+                self,
+                mut m: M,
+            ) -> Result<Self::Value, M::Error> {
+                let mut alg = None;
+                while let Some(k) = m.next_key::<std::borrow::Cow<'de, str>>()? {
+                    if k == "alg" {
+                        if alg.is_some() {
+                            return Err(serde::de::Error::duplicate_field("alg"));
+                        }
+                        alg = Some(m.next_value::<std::borrow::Cow<'de, str>>()?);
+                    } else {
+                        m.next_value::<serde::de::IgnoredAny>()?;
+                    }
+                }
+                Ok(JoseHeader { alg })
+            }
+        }
+        d.deserialize_map(Fields)
+    }
 }
 
 /// A set of CIDRs made once (`sy.cidr{...}` at the top level) and matched
@@ -596,20 +639,41 @@ fn b64url_encode(b: &[u8]) -> String {
         .collect()
 }
 
+thread_local! {
+    /// This worker's key for the last HMAC secret a JWT was checked with:
+    /// a script checks its tokens with one secret, and setting a key up
+    /// (both pads hashed) cost about 5,200 instructions per token
+    /// (callgrind, BENCHMARKS.md "Scripting").
+    static LAST_HMAC_KEY: std::cell::RefCell<Option<(Vec<u8>, hmac::Key)>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// HMAC-SHA256 of `signed` checked against `sig` (in constant time, by
+/// aws-lc) with `secret`'s key, made once per secret per worker. The
+/// secrets compared here are the script's own, not a client's.
+fn hmac_verify(secret: &[u8], signed: &[u8], sig: &[u8]) -> Result<(), ()> {
+    LAST_HMAC_KEY.with(|cell| {
+        let mut last = cell.borrow_mut();
+        let key = match &*last {
+            Some((s, k)) if s.as_slice() == secret => k,
+            _ => {
+                let k = hmac::Key::new(hmac::HMAC_SHA256, secret);
+                &last.insert((secret.to_vec(), k)).1
+            }
+        };
+        hmac::verify(key, signed, sig).map_err(|_| ())
+    })
+}
+
+/// The URL alphabet only ('+' and '/' are the standard one's), padded or
+/// not. Decoded in place: a JWT's three parts are decoded per check, and
+/// translating them into a padded standard-alphabet copy first cost about
+/// 10,000 instructions per token (callgrind, BENCHMARKS.md "Scripting").
 fn b64url_decode(s: &[u8]) -> Option<Vec<u8>> {
-    let mut t: String = s
-        .iter()
-        .map(|c| match c {
-            b'-' => Some('+'),
-            b'_' => Some('/'),
-            b'+' | b'/' => None,
-            c => Some(*c as char),
-        })
-        .collect::<Option<String>>()?;
-    while !t.len().is_multiple_of(4) {
-        t.push('=');
+    if s.iter().any(|c| matches!(c, b'+' | b'/')) {
+        return None;
     }
-    crate::base64::decode(&t)
+    crate::base64::decode(std::str::from_utf8(s).ok()?)
 }
 
 fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
@@ -637,38 +701,74 @@ pub fn stable_hash(b: &[u8]) -> u64 {
 /// signature must match, and `exp` / `nbf`, when present, must hold at
 /// `now` (seconds).
 pub fn jwt_hs256(token: &[u8], secret: &[u8], now: i64) -> Result<serde_json::Value, &'static str> {
-    jwt_verify(token, &JwtKey::Hmac(secret.to_vec()), now)
+    jwt_verify(token, &JwtKey::Hmac(secret), now)
 }
 
-/// A JSON value as Lua values (null is nil; nesting is bounded).
-fn json_to_lua(lua: &Lua, v: &serde_json::Value, depth: u32) -> mlua::Result<Value> {
-    use serde_json::Value as J;
-    if depth > 32 {
+/// How deep the claims' JSON may nest before `sy.jwt_*` refuses it.
+const MAX_JSON_DEPTH: u32 = 32;
+
+/// A JSON value as Lua values (null is nil; nesting is bounded), made in
+/// one protected call. With a memory limit (`max_memory`), mlua protects
+/// each table store and each string it makes on its own (a `lua_pcall`
+/// apiece): a token's claims cost about 8,500 instructions that way, most
+/// of them in those calls (callgrind, BENCHMARKS.md "Scripting").
+fn json_to_lua(lua: &Lua, v: &serde_json::Value) -> mlua::Result<Value> {
+    if json_depth(v) > MAX_JSON_DEPTH {
         return Err(mlua::Error::runtime("JSON nested too deep"));
     }
-    Ok(match v {
-        J::Null => Value::Nil,
-        J::Bool(b) => Value::Boolean(*b),
-        J::Number(n) => match n.as_i64() {
-            Some(i) => Value::Integer(i),
-            None => Value::Number(n.as_f64().unwrap_or(f64::NAN)),
-        },
-        J::String(s) => Value::String(lua.create_string(s)?),
-        J::Array(a) => {
-            let t = lua.create_table()?;
-            for (i, x) in a.iter().enumerate() {
-                t.raw_set(i + 1, json_to_lua(lua, x, depth + 1)?)?;
+    // SAFETY: `push_json` uses only Lua's C API on the state mlua hands
+    // over, on a stack it checks first; a Lua error (out of memory)
+    // unwinds through frames that hold references only, nothing to drop,
+    // as mlua's own protected closures require.
+    unsafe { lua.exec_raw::<Value>((), |state| push_json(state, v)) }
+}
+
+fn json_depth(v: &serde_json::Value) -> u32 {
+    use serde_json::Value as J;
+    match v {
+        J::Array(a) => 1 + a.iter().map(json_depth).max().unwrap_or(0),
+        J::Object(o) => 1 + o.values().map(json_depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// Pushes `v` on `state`'s stack (one slot). Nesting is bounded by the
+/// caller (`json_depth`).
+unsafe fn push_json(state: *mut mlua::ffi::lua_State, v: &serde_json::Value) {
+    use mlua::ffi;
+    use serde_json::Value as J;
+    // SAFETY: the caller's (`json_to_lua`): a state mlua lends for the
+    // call, with room checked before each push.
+    unsafe {
+        // A table, a key and a value per level.
+        ffi::luaL_checkstack(state, 3, c"JSON nested too deep".as_ptr());
+        match v {
+            J::Null => ffi::lua_pushnil(state),
+            J::Bool(b) => ffi::lua_pushboolean(state, i32::from(*b)),
+            J::Number(n) => match n.as_i64() {
+                Some(i) => ffi::lua_pushinteger(state, i),
+                None => ffi::lua_pushnumber(state, n.as_f64().unwrap_or(f64::NAN)),
+            },
+            J::String(s) => {
+                ffi::lua_pushlstring(state, s.as_ptr().cast(), s.len());
             }
-            Value::Table(t)
-        }
-        J::Object(o) => {
-            let t = lua.create_table()?;
-            for (k, x) in o {
-                t.raw_set(k.as_str(), json_to_lua(lua, x, depth + 1)?)?;
+            J::Array(a) => {
+                ffi::lua_createtable(state, a.len().min(i32::MAX as usize) as i32, 0);
+                for (i, x) in a.iter().enumerate() {
+                    push_json(state, x);
+                    ffi::lua_rawseti(state, -2, i as ffi::lua_Integer + 1);
+                }
             }
-            Value::Table(t)
+            J::Object(o) => {
+                ffi::lua_createtable(state, 0, o.len().min(i32::MAX as usize) as i32);
+                for (k, x) in o {
+                    ffi::lua_pushlstring(state, k.as_ptr().cast(), k.len());
+                    push_json(state, x);
+                    ffi::lua_rawset(state, -3);
+                }
+            }
         }
-    })
+    }
 }
 
 #[cfg(test)]
@@ -685,6 +785,12 @@ mod tests {
         assert_eq!(url_decode(b"a+b", false), b"a+b");
         assert_eq!(b64url_encode(b"\xfb\xff"), "-_8");
         assert_eq!(b64url_decode(b"-_8").as_deref(), Some(&b"\xfb\xff"[..]));
+        // Padded is fine; the standard alphabet's '+' and '/' and bytes
+        // outside ASCII are not.
+        assert_eq!(b64url_decode(b"-_8=").as_deref(), Some(&b"\xfb\xff"[..]));
+        assert_eq!(b64url_decode(b"+/8"), None);
+        assert_eq!(b64url_decode("é_8".as_bytes()), None);
+        assert_eq!(b64url_decode(b"\xff_8"), None);
     }
 
     #[test]
@@ -718,6 +824,13 @@ mod tests {
         let early = token(h, r#"{"nbf":500}"#, b"k");
         assert_eq!(jwt_hs256(&early, b"k", 499), Err("not yet valid"));
         assert_eq!(jwt_hs256(b"a.b", b"k", 0), Err("malformed token"));
+        // The header is an object with one "alg".
+        let list = token(r#"["HS256"]"#, r#"{"sub":"x"}"#, b"k");
+        assert_eq!(jwt_hs256(&list, b"k", 0), Err("malformed header"));
+        let twice = token(r#"{"alg":"HS256","alg":"none"}"#, r#"{"sub":"x"}"#, b"k");
+        assert_eq!(jwt_hs256(&twice, b"k", 0), Err("malformed header"));
+        let kid = token(r#"{"kid":{"a":[1]},"alg":"HS256"}"#, r#"{"sub":"x"}"#, b"k");
+        assert_eq!(jwt_hs256(&kid, b"k", 0).expect("valid")["sub"], "x");
     }
 
     fn pem(der: &[u8]) -> String {

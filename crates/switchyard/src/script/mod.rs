@@ -33,9 +33,12 @@
 //!   either the event fails (the request gets 500); a state that ran out
 //!   of memory is replaced by a fresh one.
 //!
-//! `txn.rs` is what an event's `r` offers, `library.rs` the `sy.*` helpers.
+//! `txn.rs` is what an event's `r` offers, `fast.rs` its hot methods and
+//! fields as plain C functions (through mlua, under a memory limit, each
+//! call cost about 3,000 instructions), `library.rs` the `sy.*` helpers.
 
 pub mod callout;
+mod fast;
 pub mod library;
 mod txn;
 
@@ -48,7 +51,7 @@ use bytes::Bytes;
 use mlua::{AnyUserData, Function, HookTriggers, Lua, LuaOptions, MultiValue, StdLib, Value};
 
 use crate::http::message::{Request, Response};
-pub use txn::{Answer, BodyEvent, Conn, ConnEvent, Effects, Info};
+pub use txn::{Answer, BodyEvent, Conn, ConnEvent, Effects, Info, Picked};
 
 /// Instructions between two looks at the budget: the hook's cost (a
 /// call into Rust) is paid once per this many instructions, and a
@@ -74,33 +77,48 @@ pub struct Events {
     pub log: bool,
     pub request_body: bool,
     pub response_body: bool,
-    /// The events of `tcp` vservers.
+    /// A member was picked for the request (each attempt).
+    pub member: bool,
+    /// The TLS ClientHello of an HTTP vserver that terminates TLS.
+    pub client_hello: bool,
+    /// The connection is accepted (HTTP and `tcp` vservers).
     pub accept: bool,
+    /// The events of `tcp` vservers.
     pub client_data: bool,
+    pub server_data: bool,
     pub close: bool,
 }
 
 impl Events {
-    /// Any event of HTTP vservers.
+    /// Any event only HTTP vservers run.
     pub fn http(&self) -> bool {
-        self.request || self.response || self.log || self.request_body || self.response_body
+        self.request
+            || self.response
+            || self.log
+            || self.request_body
+            || self.response_body
+            || self.member
+            || self.client_hello
     }
 
-    /// Any event of `tcp` vservers.
+    /// Any event only `tcp` vservers run (`on_accept` is both kinds').
     pub fn l4(&self) -> bool {
-        self.accept || self.client_data || self.close
+        self.client_data || self.server_data || self.close
     }
 }
 
-const EVENT_NAMES: [&str; 8] = [
+const EVENT_NAMES: [&str; 11] = [
     "on_request",
     "on_response",
     "on_log",
     "on_request_body",
     "on_response_body",
+    "on_member",
     "on_accept",
     "on_client_data",
+    "on_server_data",
     "on_close",
+    "on_client_hello",
 ];
 
 /// A script of one configuration generation: checked, shared by the
@@ -120,6 +138,9 @@ pub struct Script {
     /// How a rewritten path is normalized (the vserver's rules).
     pub normalize: crate::http::normalize::Rules,
     pub vserver: String,
+    /// The vserver's configured certificates, which `c:use_cert` chooses
+    /// among (set by the configuration after `compile`).
+    pub certs: Option<Arc<crate::tls::CertStore>>,
     pub events: Events,
     /// `on_request` may wait (the script calls `r:sideband`): it runs as
     /// a coroutine (`State::on_request_waiting`). Found in the text: a
@@ -178,6 +199,7 @@ impl Script {
             pools,
             normalize,
             vserver: vserver.to_string(),
+            certs: None,
             events: Events::default(),
             waits: false,
             last_logged_ms: AtomicU64::new(0),
@@ -254,12 +276,18 @@ pub struct State {
     on_log: Option<Function>,
     on_request_body: Option<Function>,
     on_response_body: Option<Function>,
+    on_member: Option<Function>,
     on_accept: Option<Function>,
     on_client_data: Option<Function>,
+    on_server_data: Option<Function>,
     on_close: Option<Function>,
+    on_client_hello: Option<Function>,
     /// The `r` every event gets: one per state, loaded with the request's
-    /// parts for each call (no userdata made per request).
+    /// parts for each call (no userdata made per request). The userdata
+    /// holds `cell`, which the state loads and unloads directly and the
+    /// hot methods (`fast.rs`) reach through the worker's current call.
     txn: AnyUserData,
+    cell: Rc<RefCell<txn::Txn>>,
     guard: Rc<Guard>,
 }
 
@@ -330,7 +358,11 @@ impl State {
             },
         )
         .map_err(fail)?;
-        let txn = lua.create_userdata(txn::Txn::new(script)).map_err(fail)?;
+        let cell = Rc::new(RefCell::new(txn::Txn::new(script)));
+        let txn = lua.create_userdata(cell.clone()).map_err(fail)?;
+        // SAFETY: `install` works on the state exec_raw lends, `r` at
+        // index 1, and holds nothing with a destructor (its doc).
+        unsafe { lua.exec_raw::<()>(&txn, |state| fast::install(state)) }.map_err(fail)?;
         // mlua opened `coroutine` for `r:sideband` (its poller keeps
         // `coroutine.yield` for itself); scripts do not get it: a yield of
         // their own would stop an event that cannot wait.
@@ -348,10 +380,14 @@ impl State {
             on_log: None,
             on_request_body: None,
             on_response_body: None,
+            on_member: None,
             on_accept: None,
             on_client_data: None,
+            on_server_data: None,
             on_close: None,
+            on_client_hello: None,
             txn,
+            cell,
             guard,
         };
         // The top level defines the events (and whatever the script keeps
@@ -384,9 +420,12 @@ impl State {
         st.on_log = event(EVENT_NAMES[2])?;
         st.on_request_body = event(EVENT_NAMES[3])?;
         st.on_response_body = event(EVENT_NAMES[4])?;
-        st.on_accept = event(EVENT_NAMES[5])?;
-        st.on_client_data = event(EVENT_NAMES[6])?;
-        st.on_close = event(EVENT_NAMES[7])?;
+        st.on_member = event(EVENT_NAMES[5])?;
+        st.on_accept = event(EVENT_NAMES[6])?;
+        st.on_client_data = event(EVENT_NAMES[7])?;
+        st.on_server_data = event(EVENT_NAMES[8])?;
+        st.on_close = event(EVENT_NAMES[9])?;
+        st.on_client_hello = event(EVENT_NAMES[10])?;
         Ok(st)
     }
 
@@ -397,9 +436,12 @@ impl State {
             log: self.on_log.is_some(),
             request_body: self.on_request_body.is_some(),
             response_body: self.on_response_body.is_some(),
+            member: self.on_member.is_some(),
             accept: self.on_accept.is_some(),
             client_data: self.on_client_data.is_some(),
+            server_data: self.on_server_data.is_some(),
             close: self.on_close.is_some(),
+            client_hello: self.on_client_hello.is_some(),
         }
     }
 
@@ -434,23 +476,23 @@ impl State {
     /// Runs `f(r)` with `parts` loaded into `r`; gives the parts back with
     /// what the script did.
     fn call(&self, f: &Function, parts: txn::Parts) -> (txn::Parts, Result<(), Failure>) {
-        let loaded = match self.txn.borrow_mut::<txn::Txn>() {
-            Ok(mut t) => {
-                t.load(parts);
-                None
-            }
-            Err(_) => Some(parts),
-        };
-        if let Some(parts) = loaded {
+        match self.cell.try_borrow_mut() {
+            Ok(mut t) => t.load(parts),
             // Cannot happen (no call is in progress); the parts go back.
-            return (parts, Err(Failure::Error(format!("{}: busy", self.name))));
+            Err(_) => return (parts, Err(Failure::Error(format!("{}: busy", self.name)))),
         }
-        let r = self.guarded(|| f.call::<()>(&self.txn));
-        let parts = match self.txn.borrow_mut::<txn::Txn>() {
+        let r = self.run(f);
+        let parts = match self.cell.try_borrow_mut() {
             Ok(mut t) => t.unload(),
             Err(_) => txn::Parts::default(),
         };
         (parts, r)
+    }
+
+    /// Calls `f(r)` under the limits, `r` this call's (`fast::enter`).
+    fn run(&self, f: &Function) -> Result<(), Failure> {
+        let _entered = fast::enter(self.txn.to_pointer(), &self.cell);
+        self.guarded(|| f.call::<()>(&self.txn))
     }
 
     /// `on_request(r)`: may edit `req`, choose a pool, answer.
@@ -463,7 +505,7 @@ impl State {
         let f = self.on_request.as_ref()?;
         // The hot path: the parts go into `r` in place and come back out
         // field by field, not through a `Parts` moved in and out (`call`).
-        match self.txn.borrow_mut::<txn::Txn>() {
+        match self.cell.try_borrow_mut() {
             Ok(mut t) => {
                 let p = t.parts();
                 p.req = Some(std::mem::replace(req, txn::placeholder_request()));
@@ -472,8 +514,8 @@ impl State {
             }
             Err(_) => return Some(Err(Failure::Error(format!("{}: busy", self.name)))),
         }
-        let r = self.guarded(|| f.call::<()>(&self.txn));
-        let out = match self.txn.borrow_mut::<txn::Txn>() {
+        let r = self.run(f);
+        let out = match self.cell.try_borrow_mut() {
             Ok(mut t) => {
                 let p = t.parts();
                 if let Some(q) = p.req.take() {
@@ -500,11 +542,11 @@ impl State {
         callout: Rc<dyn callout::CallOut>,
     ) -> Option<Result<Effects, Failure>> {
         let f = self.on_request.clone()?;
-        let sibling = match self.txn.borrow::<txn::Txn>() {
-            Ok(t) => t.sibling(),
-            Err(e) => return Some(Err(self.failure(e))),
+        let sibling = match self.cell.try_borrow() {
+            Ok(t) => Rc::new(RefCell::new(t.sibling())),
+            Err(_) => return Some(Err(Failure::Error(format!("{}: busy", self.name)))),
         };
-        let ud = match self.lua.create_userdata(sibling) {
+        let ud = match self.lua.create_userdata(sibling.clone()) {
             Ok(u) => u,
             Err(e) => return Some(Err(self.failure(e))),
         };
@@ -516,11 +558,13 @@ impl State {
             callout: Some(callout),
             ..Default::default()
         };
-        if let Ok(mut t) = ud.borrow_mut::<txn::Txn>() {
+        if let Ok(mut t) = sibling.try_borrow_mut() {
             t.load(parts);
         }
         let mut call = Budgeted {
             fut: Box::pin(f.call_async::<()>(ud.clone())),
+            r: ud.to_pointer(),
+            txn: &sibling,
             guard: &self.guard,
             left: i64::try_from(self.limits.max_instructions).unwrap_or(i64::MAX),
             tripped: None,
@@ -528,7 +572,7 @@ impl State {
         let r = (&mut call).await;
         let tripped = call.tripped.take();
         drop(call);
-        let mut back = match ud.borrow_mut::<txn::Txn>() {
+        let mut back = match sibling.try_borrow_mut() {
             Ok(mut t) => t.unload(),
             Err(_) => txn::Parts::default(),
         };
@@ -583,6 +627,27 @@ impl State {
         Some(r.map(|()| back.out))
     }
 
+    /// `on_member(r)`: the balancer picked a member (`r.pool`, `r.member`,
+    /// `r.attempt`); the script reads them, keeps them in `r.vars`, logs
+    /// them. It decides nothing (docs/scripting.md says why).
+    pub fn on_member(
+        &self,
+        picked: Picked,
+        info: Info,
+        vars: &mut Vars,
+    ) -> Option<Result<Effects, Failure>> {
+        let f = self.on_member.as_ref()?;
+        let parts = txn::Parts {
+            info,
+            vars: vars.0.take(),
+            picked: Some(Box::new(picked)),
+            ..Default::default()
+        };
+        let (mut back, r) = self.call(f, parts);
+        vars.0 = back.vars.take();
+        Some(r.map(|()| back.out))
+    }
+
     /// `on_request_body(r)` / `on_response_body(r)`: `r.body` is `body`;
     /// the script may replace it (`r.body = ...`), and the request's may
     /// answer instead.
@@ -609,9 +674,10 @@ impl State {
         Some(r.map(|()| back.out))
     }
 
-    /// An event of a `tcp` vserver's connection (`on_accept`,
-    /// `on_client_data`, `on_close`): may choose the pool or refuse the
-    /// connection (the first two).
+    /// An event of a connection (`on_accept`, `on_client_hello`, and a
+    /// `tcp` vserver's `on_client_data`, `on_server_data`, `on_close`):
+    /// may choose the pool, the certificate (`on_client_hello`) or refuse
+    /// the connection.
     pub fn on_conn(
         &self,
         conn: Conn,
@@ -621,7 +687,9 @@ impl State {
         let f = match conn.event {
             ConnEvent::Accept => self.on_accept.as_ref()?,
             ConnEvent::ClientData => self.on_client_data.as_ref()?,
+            ConnEvent::ServerData => self.on_server_data.as_ref()?,
             ConnEvent::Close => self.on_close.as_ref()?,
+            ConnEvent::ClientHello => self.on_client_hello.as_ref()?,
         };
         let parts = txn::Parts {
             info,
@@ -645,6 +713,10 @@ impl State {
 /// and taken back after it, since other calls run on the state between.
 struct Budgeted<'a, F> {
     fut: std::pin::Pin<Box<F>>,
+    /// The call's own `r` (its userdata's address) and transaction, the
+    /// current call for each poll (`fast::enter`).
+    r: *const std::ffi::c_void,
+    txn: &'a Rc<RefCell<txn::Txn>>,
     guard: &'a Guard,
     left: i64,
     tripped: Option<String>,
@@ -660,7 +732,9 @@ impl<F: std::future::Future> std::future::Future for Budgeted<'_, F> {
         let this = self.get_mut();
         let budget = this.guard.budget.replace(this.left);
         let tripped = this.guard.tripped.replace(this.tripped.take());
+        let entered = fast::enter(this.r, this.txn);
         let r = this.fut.as_mut().poll(cx);
+        drop(entered);
         this.left = this.guard.budget.replace(budget);
         this.tripped = this.guard.tripped.replace(tripped);
         r

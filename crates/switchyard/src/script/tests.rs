@@ -239,6 +239,25 @@ function on_request(r)
   assert(sy.time() > 1.6e9 and sy.equal("a", "a") and not sy.equal("a", "b"))
   local claims, err = sy.jwt_hs256("a.b.c", "k")
   assert(claims == nil and err ~= nil)
+  -- The claims, every JSON kind, as Lua values; nesting past 32 levels
+  -- is an error.
+  local function b64url(s)
+    return (sy.base64_encode(s):gsub("%+", "-"):gsub("/", "_"):gsub("=", ""))
+  end
+  local h = b64url('{"alg":"HS256","typ":"JWT"}')
+  local function signed(c)
+    local body = h .. "." .. b64url(c)
+    return body .. "." .. b64url(sy.hmac_sha256("k", body))
+  end
+  local cl = assert(sy.jwt_hs256(signed(
+    '{"sub":"ann","exp":4102444800,"roles":["a","b"],"org":{"id":7,"ok":true,"no":null},"n":1.5}'), "k"))
+  assert(cl.sub == "ann" and cl.exp == 4102444800 and #cl.roles == 2 and cl.roles[2] == "b")
+  assert(cl.org.id == 7 and math.type(cl.org.id) == "integer" and cl.org.ok == true)
+  assert(cl.org.no == nil and cl.n == 1.5)
+  local deep = string.rep("[", 40) .. string.rep("]", 40)
+  local ok, e = pcall(sy.jwt_hs256, signed('{"x":' .. deep .. '}'), "k")
+  assert(not ok and tostring(e):find("too deep"), tostring(e))
+  assert(sy.jwt_hs256(signed('{"x":' .. string.rep("[", 30) .. string.rep("]", 30) .. '}'), "k"))
 end
 "#;
     let mut req = request("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
@@ -285,16 +304,38 @@ fn a_long_file_name_comes_back_whole() {
 /// interpreter"): run by hand, optimized, on a quiet machine:
 /// `cargo test --release -p switchyard --lib -- --ignored --nocapture per_request_cost`.
 /// Prints ns per call (median of 3 runs of 200,000 calls on a 7-field
-/// request); asserts nothing about time (speed goals live in benchmarks).
+/// request) and the worker state's memory after them (Lua's allocator:
+/// what `max_memory` counts); asserts nothing about time (speed goals live
+/// in benchmarks). The last three are the `scripting` bench scenario's
+/// scripts (scripts/scripting_configs.py).
 #[test]
 #[ignore = "a measurement, run by hand optimized (docs/scripting.md)"]
 fn per_request_cost() {
-    let raw = "GET /api/v1/items?id=7 HTTP/1.1\r\nHost: shop.example\r\nUser-Agent: bench\r\nAccept: */*\r\nX-A: left\r\nX-B: right\r\nCookie: a=1; canary=no\r\n\r\n";
+    const TOKEN: &str = "eyJhbGciOiJIUzI1NiIsInR5cCI6IkpXVCJ9.eyJzdWIiOiJiZW5jaCIsImV4cCI6NDEwMjQ0NDgwMH0.t3DcVlKx_dLUcW9V8_D6zFHXwE8smImxB-Is2NRTYTU";
+    let raw: &'static str = Box::leak(format!("GET /api/v1/items?id=7 HTTP/1.1\r\nHost: shop.example\r\nUser-Agent: bench\r\nAccept: */*\r\nX-A: left\r\nX-B: right\r\nX-D: gone\r\nAuthorization: Bearer {TOKEN}\r\nCookie: a=1; canary=no\r\n\r\n").into_boxed_str());
     for (what, src) in [
         ("empty", "function on_request(r) end"),
         (
             "header rewrite",
             r#"function on_request(r) r:set_header("x-c", r:header("x-a") .. "," .. r:header("x-b")) end"#,
+        ),
+        (
+            "bench rewrite",
+            r#"function on_request(r)
+  r:set_header("x-c", (r:header("x-a") or "") .. "," .. (r:header("x-b") or ""))
+  r:remove_header("x-d")
+end"#,
+        ),
+        (
+            "bench jwt",
+            r#"local secret = "switchyard-bench-secret-0123456789abcdef"
+function on_request(r)
+  local auth = r:header("authorization")
+  local tok = auth and auth:match("^Bearer (.+)$")
+  if not tok or not sy.jwt_hs256(tok, secret) then
+    r:respond(401, "")
+  end
+end"#,
         ),
     ] {
         let s = Arc::new(compile(src).expect("compiles"));
@@ -317,6 +358,161 @@ fn per_request_cost() {
             runs.push(t.elapsed().as_nanos() as f64 / n as f64);
         }
         runs.sort_by(f64::total_cmp);
-        println!("{what}: {:.0} ns per on_request (runs {runs:.0?})", runs[1]);
+        println!(
+            "{what}: {:.0} ns per on_request (runs {runs:.0?}); the state holds {} bytes",
+            runs[1],
+            st.used_memory()
+        );
     }
+}
+
+/// `c:use_cert` belongs to `on_client_hello` and names a certificate the
+/// vserver has; a refused call is the event's error, at the script's line.
+#[test]
+fn use_cert_is_checked() {
+    let src = "function on_accept(c) c:use_cert(\"a.test\") end\nfunction on_client_hello(c)\n  c:use_cert(c.sni)\nend\n";
+    let s = Arc::new(compile(src).expect("compiles"));
+    assert!(s.events.accept && s.events.client_hello && !s.events.l4());
+    let st = state(&s).expect("state");
+    let conn = |event, sni: &str| Conn {
+        event,
+        data: Bytes::new(),
+        sni: Some(sni.to_string()),
+        alpn: vec!["h2".into()],
+        bytes_in: 0,
+        bytes_out: 0,
+    };
+    let run = |c| {
+        st.on_conn(c, Info::default(), &mut Vars::default())
+            .expect("defined")
+            .expect_err("refused")
+            .message()
+            .to_string()
+    };
+    let e = run(conn(ConnEvent::Accept, "a.test"));
+    assert!(
+        e.starts_with("t.lua:1:") && e.contains("is for on_client_hello"),
+        "{e}"
+    );
+    // No certificates to choose from (a script checked without them).
+    let e = run(conn(ConnEvent::ClientHello, "a.test"));
+    assert!(
+        e.starts_with("t.lua:3:") && e.contains("no certificate"),
+        "{e}"
+    );
+}
+
+/// `r`'s hot methods and fields are C functions of their own (`fast.rs`):
+/// the same answers, the same checks, errors at the script's line that
+/// `pcall` catches, and `r` whole after them.
+#[test]
+fn the_hot_methods_answer_and_refuse_as_before() {
+    let src = r#"
+function on_request(r)
+  assert(r.method == "POST" and r.path == "/p" and r.query == "a=1")
+  assert(r.target == "/p?a=1" and r.host == "h")
+  assert(r:header("X-A") == "1" and r:header("x-none") == nil)
+  r:set_header("x-n", 42)
+  assert(r:header("x-n") == "42")
+  -- Under pcall the message has no position (as mlua's methods had none).
+  local ok, e = pcall(r.set_header, r, "x-bad", "a\r\nb")
+  assert(not ok and e:find("r:set_header: the value holds a control character"), e)
+  ok, e = pcall(r.set_header, r, "Transfer-Encoding", "chunked")
+  assert(not ok and e:find("the proxy's to set"), e)
+  ok, e = pcall(r.remove_header, r, "host")
+  assert(not ok and e:find("keeps its Host"), e)
+  ok, e = pcall(r.set_header, r, nil, "x")
+  assert(not ok and e:find("argument 1 must be a string"), e)
+  -- A method taken off r works on this event's r only.
+  ok, e = pcall(r.header, {}, "x-a")
+  assert(not ok and e:find("not this event's r") == nil and e:find("other than this event's r"), e)
+  assert(r:remove_header("x-a") == 1 and r:header("x-a") == nil)
+  r:log("i", 3)
+  r:log("f", 1.5)
+  r:log("b", true)
+  r:log("t", {})
+  r:log("gone", "x")
+  r:log("gone", nil)
+  ok, e = pcall(r.log, r, "Bad Name", "x")
+  assert(not ok and e:find("is not a field name"), e)
+  r.path = "/q"
+  assert(r.path == "/q" and r.target == "/q?a=1")
+  kept = r
+end
+function on_response(r)
+  -- The r kept from on_request is the same object: this event's.
+  kept:set_header("x-kept", r:header("server"))
+end
+"#;
+    let s = Arc::new(compile(src).expect("compiles"));
+    let st = state(&s).expect("state");
+    let mut req = request("POST /p?a=1 HTTP/1.1\r\nHost: h\r\nX-A: 1\r\nContent-Length: 0\r\n\r\n");
+    let mut vars = Vars::default();
+    let e = st
+        .on_request(&mut req, Info::default(), &mut vars)
+        .expect("defined")
+        .expect("runs");
+    assert_eq!(req.head.get("x-n"), Some(&b"42"[..]));
+    assert_eq!(req.head.get("x-bad"), None);
+    assert_eq!(req.head.get("x-a"), None);
+    assert_eq!(req.head.get("transfer-encoding"), None);
+    assert_eq!(e.target.as_deref(), Some(&b"/q?a=1"[..]));
+    assert_eq!(
+        e.log,
+        vec![
+            ("i".into(), "3".into()),
+            ("f".into(), "1.5".into()),
+            ("b".into(), "true".into()),
+            ("t".into(), "table".into()),
+        ]
+    );
+    let mut resp = Response::new(200, crate::http::message::Framing::None);
+    resp.head.fields.append(b"server", b"origin");
+    st.on_response(&mut resp, Info::default(), &mut vars)
+        .expect("defined")
+        .expect("runs");
+    assert_eq!(resp.head.get("x-kept"), Some(&b"origin"[..]));
+    // An API error outside pcall fails the event at its line.
+    let e = run(
+        "function on_request(r)\n  r:header('x')\n  r:remove_header('te')\nend\n",
+        &mut req,
+    )
+    .expect_err("framing field");
+    assert!(
+        e.message()
+            .starts_with("t.lua:3: r:remove_header: te is the proxy's to set"),
+        "{e}"
+    );
+}
+
+/// Strings the hot methods make count against `max_memory` like any:
+/// the hog gets its error (raised inside `r:header`), the request is
+/// whole again and the state is replaced.
+#[test]
+fn the_memory_limit_holds_inside_the_hot_methods() {
+    let src = "keep = {}\nfunction on_request(r)\n  for i = 1, 1e8 do keep[i] = r:header('x-big') end\nend\n";
+    let s = Arc::new(compile_with(src, 1_000_000_000, 1 << 20).expect("compiles"));
+    let st = state(&s).expect("state");
+    let big = "v".repeat(400);
+    let raw: &'static str =
+        Box::leak(format!("GET /m HTTP/1.1\r\nHost: h\r\nX-Big: {big}\r\n\r\n").into_boxed_str());
+    let mut req = request(raw);
+    match st.on_request(&mut req, Info::default(), &mut Vars::default()) {
+        Some(Err(Failure::Memory(m))) => assert!(m.contains("max_memory"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(req.target(), b"/m");
+    assert_eq!(req.head.get("x-big"), Some(big.as_bytes()));
+    let again = state(&s).expect("a new state");
+    assert!(!Rc::ptr_eq(&st, &again));
+    // The new state's r works (its cell was not left borrowed).
+    let ok = Arc::new(
+        compile("function on_request(r) r:set_header('x-ok', r:header('x-big'):sub(1, 2)) end")
+            .expect("compiles"),
+    );
+    let st = state(&ok).expect("state");
+    st.on_request(&mut req, Info::default(), &mut Vars::default())
+        .expect("defined")
+        .expect("runs");
+    assert_eq!(req.head.get("x-ok"), Some(&b"vv"[..]));
 }

@@ -54,6 +54,9 @@ pub struct Effects {
     pub body: Option<Bytes>,
     /// `c:reject()`: the connection is closed.
     pub reject: bool,
+    /// `c:use_cert(name)` (`on_client_hello`): serve the certificate the
+    /// vserver serves for this name (lower-case, covered by one).
+    pub cert: Option<String>,
 }
 
 /// One call's parts, moved in and out of the state's `Txn`.
@@ -74,24 +77,41 @@ pub(super) struct Parts {
     pub callout: Option<std::rc::Rc<dyn super::callout::CallOut>>,
     /// A `tcp` vserver's connection (its events).
     pub conn: Option<Box<Conn>>,
+    /// The member `on_member` is told of.
+    pub picked: Option<Box<Picked>>,
 }
 
-/// Which event of a `tcp` vserver's connection.
+/// The member the balancer picked (`on_member`).
+#[derive(Debug, Clone)]
+pub struct Picked {
+    pub pool: String,
+    /// "IP:port".
+    pub member: String,
+    /// 1 for the first member, 2 and more for retries.
+    pub attempt: u32,
+}
+
+/// Which event of a connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ConnEvent {
     Accept,
+    /// The TLS ClientHello of an HTTP vserver that terminates TLS.
+    ClientHello,
     ClientData,
+    /// The member's first bytes (`on_server_data`).
+    ServerData,
     Close,
 }
 
-/// What the events of a `tcp` vserver's connection see.
+/// What the events of a connection see.
 #[derive(Debug, Clone)]
 pub struct Conn {
     pub event: ConnEvent,
-    /// The client's first bytes (`on_client_data`), bounded.
+    /// The client's first bytes (`on_client_data`), or the member's
+    /// (`on_server_data`), bounded.
     pub data: Bytes,
-    /// The ClientHello's server name and ALPN list, when the first bytes
-    /// are one.
+    /// The ClientHello's server name and ALPN list (`on_client_hello`, and
+    /// `on_client_data` when the first bytes are one).
     pub sni: Option<String>,
     pub alpn: Vec<String>,
     /// Bytes from the client and to it (`on_close`).
@@ -112,7 +132,11 @@ pub(super) struct Txn {
     normalize: crate::http::normalize::Rules,
     vserver: String,
     max_body: usize,
+    certs: Option<std::sync::Arc<crate::tls::CertStore>>,
 }
+
+/// The request fields read as plain bytes (or nil), by name.
+pub(super) const PLAIN_FIELDS: [&str; 5] = ["method", "path", "query", "target", "host"];
 
 /// Access-log fields a script may add per request, and their size.
 const MAX_LOG_FIELDS: usize = 32;
@@ -144,6 +168,7 @@ impl Txn {
             normalize: s.normalize,
             vserver: s.vserver.clone(),
             max_body: s.limits.max_body,
+            certs: s.certs.clone(),
         }
     }
 
@@ -156,6 +181,7 @@ impl Txn {
             normalize: self.normalize,
             vserver: self.vserver.clone(),
             max_body: self.max_body,
+            certs: self.certs.clone(),
         }
     }
 
@@ -202,11 +228,11 @@ impl Txn {
         }
     }
 
-    fn fields_mut(&mut self, what: &str) -> mlua::Result<&mut Fields> {
+    fn fields_mut(&mut self, what: &str) -> Result<&mut Fields, String> {
         match (&mut self.p.resp, &mut self.p.req) {
             (Some(r), _) => Ok(&mut r.head.fields),
             (None, Some(q)) => Ok(&mut q.head.fields),
-            _ => err(format!(
+            _ => Err(format!(
                 "r:{what} is for on_request and on_response (the exchange is over in on_log)"
             )),
         }
@@ -226,6 +252,75 @@ impl Txn {
             (None, Some(q)) => Ok(q),
             _ => err(format!("{what} is for on_request")),
         }
+    }
+
+    /// A request field read as bytes (`PLAIN_FIELDS`): `None` for any
+    /// other name, `Some(None)` for nil.
+    pub(super) fn plain_field(&self, name: &[u8]) -> Option<Option<&[u8]>> {
+        Some(match name {
+            b"method" => self.p.req.as_ref().map(|r| r.method_str()),
+            b"path" => self.path(),
+            b"query" => self.query(),
+            b"target" => self.target(),
+            b"host" => self.p.req.as_ref().and_then(|r| r.host_name()),
+            _ => return None,
+        })
+    }
+
+    /// `r:header(name)`: the first value of the field.
+    pub(super) fn header(&self, name: &str) -> Option<&[u8]> {
+        self.fields().and_then(|f| f.get(name))
+    }
+
+    /// `r:set_header(name, value)`.
+    pub(super) fn set_header(&mut self, name: &[u8], value: &[u8]) -> Result<(), String> {
+        let n = header_name(name, "r:set_header")?;
+        let v = header_value(value, "r:set_header")?;
+        let host = *n == *b"host" && self.p.resp.is_none();
+        self.fields_mut("set_header")?.set(&n, v);
+        if host {
+            // The authority the member is sent (write_h1 prefers it).
+            if let Some(q) = self.p.req.as_mut() {
+                q.host = Some(Bytes::copy_from_slice(v));
+            }
+        }
+        Ok(())
+    }
+
+    /// `r:remove_header(name)`: how many fields it removed.
+    pub(super) fn remove_header(&mut self, name: &[u8]) -> Result<usize, String> {
+        let n = header_name(name, "r:remove_header")?;
+        if *n == *b"host" && self.p.resp.is_none() {
+            return Err("r:remove_header: a request keeps its Host".into());
+        }
+        Ok(self.fields_mut("remove_header")?.remove(&n))
+    }
+
+    /// `r:log(name, value)`: `value` as `log_text` writes it (nil removes
+    /// the field).
+    pub(super) fn log(&mut self, name: &[u8], value: Option<String>) -> Result<(), String> {
+        let ok = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .iter()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || *b == b'_');
+        let name = String::from_utf8_lossy(name).into_owned();
+        if !ok {
+            return Err(format!(
+                "r:log: {name:?} is not a field name (a-z, 0-9 and _, up to 64)"
+            ));
+        }
+        let log = &mut self.p.out.log;
+        log.retain(|(n, _)| *n != name);
+        if let Some(v) = value {
+            if log.len() >= MAX_LOG_FIELDS {
+                return Err(format!(
+                    "r:log: at most {MAX_LOG_FIELDS} fields per request"
+                ));
+            }
+            log.push((name, v));
+        }
+        Ok(())
     }
 
     /// Sets the target to `path` + `query`, normalized by the vserver's
@@ -250,15 +345,21 @@ impl Txn {
 }
 
 /// A header name: an RFC 9110 token, lower-cased (HTTP/2 and 3 want it so).
-fn header_name(n: &[u8], what: &str) -> mlua::Result<Vec<u8>> {
+fn header_name<'a>(n: &'a [u8], what: &str) -> Result<std::borrow::Cow<'a, [u8]>, String> {
     let tchar = |b: u8| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b);
     if n.is_empty() || !n.iter().all(|b| tchar(*b)) {
-        return err(format!(
+        return Err(format!(
             "{what}: {:?} is not a header name",
             String::from_utf8_lossy(n)
         ));
     }
-    let n = n.to_ascii_lowercase();
+    // Lower-case names (the usual spelling in scripts) are not copied:
+    // the copy was a fifth of `r:set_header`'s instructions (callgrind).
+    let n = if n.iter().any(u8::is_ascii_uppercase) {
+        std::borrow::Cow::Owned(n.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(n)
+    };
     // The fields that frame the message or describe the connection are
     // the proxy's: a script setting them could make the member read
     // another request than the proxy did.
@@ -273,7 +374,7 @@ fn header_name(n: &[u8], what: &str) -> mlua::Result<Vec<u8>> {
         "upgrade",
     ];
     if OWNED.iter().any(|o| o.as_bytes() == &n[..]) {
-        return err(format!(
+        return Err(format!(
             "{what}: {} is the proxy's to set",
             String::from_utf8_lossy(&n)
         ));
@@ -281,11 +382,11 @@ fn header_name(n: &[u8], what: &str) -> mlua::Result<Vec<u8>> {
     Ok(n)
 }
 
-fn header_value<'a>(v: &'a [u8], what: &str) -> mlua::Result<&'a [u8]> {
+fn header_value<'a>(v: &'a [u8], what: &str) -> Result<&'a [u8], String> {
     if v.iter().all(|b| *b == b'\t' || (*b >= 0x20 && *b != 0x7f)) {
         Ok(v)
     } else {
-        err(format!("{what}: the value holds a control character"))
+        Err(format!("{what}: the value holds a control character"))
     }
 }
 
@@ -326,7 +427,11 @@ fn log_text(v: &Value) -> Option<String> {
         Value::Boolean(b) => b.to_string(),
         other => other.type_name().to_string(),
     };
-    let mut s = s;
+    Some(bounded_log_value(s))
+}
+
+/// A log value cut to `MAX_LOG_VALUE` bytes (at a character's start).
+pub(super) fn bounded_log_value(mut s: String) -> String {
     if s.len() > MAX_LOG_VALUE {
         let mut end = MAX_LOG_VALUE;
         while !s.is_char_boundary(end) {
@@ -334,20 +439,16 @@ fn log_text(v: &Value) -> Option<String> {
         }
         s.truncate(end);
     }
-    Some(s)
+    s
 }
 
 impl UserData for Txn {
     fn add_fields<F: UserDataFields<Self>>(f: &mut F) {
-        f.add_field_method_get("method", |lua, t| {
-            lstr(lua, t.p.req.as_ref().map(|r| r.method_str()))
-        });
-        f.add_field_method_get("path", |lua, t| lstr(lua, t.path()));
-        f.add_field_method_get("query", |lua, t| lstr(lua, t.query()));
-        f.add_field_method_get("target", |lua, t| lstr(lua, t.target()));
-        f.add_field_method_get("host", |lua, t| {
-            lstr(lua, t.p.req.as_ref().and_then(|r| r.host_name()))
-        });
+        for name in PLAIN_FIELDS {
+            f.add_field_method_get(name, move |lua, t| {
+                lstr(lua, t.plain_field(name.as_bytes()).flatten())
+            });
+        }
         f.add_field_method_get("client_ip", |lua, t| match t.p.info.client {
             Some(a) => {
                 let ip = match a.ip() {
@@ -413,15 +514,14 @@ impl UserData for Txn {
         });
         f.add_field_function_get("vars", |lua, ud| {
             // Made on first use: most requests never need one.
-            let mut t = ud.borrow_mut::<Txn>()?;
-            match &t.p.vars {
+            ud.borrow_mut_scoped::<Txn, _>(|t| match &t.p.vars {
                 Some(v) => Ok(v.clone()),
                 None => {
                     let v = lua.create_table()?;
                     t.p.vars = Some(v.clone());
                     Ok(v)
                 }
-            }
+            })?
         });
         f.add_field_method_set("path", |_, t, p: mlua::String| {
             let p = p.as_bytes();
@@ -445,6 +545,15 @@ impl UserData for Txn {
             }
             let p = t.path().unwrap_or(b"/").to_vec();
             t.set_target(&p, q.as_deref(), "r.query")
+        });
+        f.add_field_method_get("pool", |lua, t| {
+            lstr(lua, t.p.picked.as_ref().map(|p| p.pool.as_bytes()))
+        });
+        f.add_field_method_get("member", |lua, t| {
+            lstr(lua, t.p.picked.as_ref().map(|p| p.member.as_bytes()))
+        });
+        f.add_field_method_get("attempt", |_, t| {
+            Ok(t.p.picked.as_ref().map(|p| i64::from(p.attempt)))
         });
         f.add_field_method_get("sni", |lua, t| {
             lstr(
@@ -497,7 +606,7 @@ impl UserData for Txn {
     fn add_methods<M: UserDataMethods<Self>>(m: &mut M) {
         m.add_method("header", |lua, t, name: mlua::String| {
             let name = name.to_str()?;
-            lstr(lua, t.fields().and_then(|f| f.get(&name)))
+            lstr(lua, t.header(&name))
         });
         m.add_method("header_all", |lua, t, name: mlua::String| {
             let name = name.to_str()?;
@@ -512,39 +621,30 @@ impl UserData for Txn {
         m.add_method_mut(
             "set_header",
             |_, t, (name, value): (mlua::String, mlua::String)| {
-                let n = header_name(&name.as_bytes(), "r:set_header")?;
-                let v = value.as_bytes();
-                let v = header_value(&v, "r:set_header")?;
-                let host = n == b"host" && t.p.resp.is_none();
-                t.fields_mut("set_header")?.set(&n, v);
-                if host {
-                    // The authority the member is sent (write_h1 prefers it).
-                    if let Some(q) = t.p.req.as_mut() {
-                        q.host = Some(Bytes::copy_from_slice(v));
-                    }
-                }
-                Ok(())
+                t.set_header(&name.as_bytes(), &value.as_bytes())
+                    .map_err(mlua::Error::runtime)
             },
         );
         m.add_method_mut(
             "add_header",
             |_, t, (name, value): (mlua::String, mlua::String)| {
-                let n = header_name(&name.as_bytes(), "r:add_header")?;
-                if n == b"host" {
+                let n = header_name(&name.as_bytes(), "r:add_header")
+                    .map_err(mlua::Error::runtime)?
+                    .into_owned();
+                if *n == *b"host" {
                     return err("r:add_header: a request has one Host (use r:set_header)");
                 }
                 let v = value.as_bytes();
-                let v = header_value(&v, "r:add_header")?;
-                t.fields_mut("add_header")?.append(&n, v);
+                let v = header_value(&v, "r:add_header").map_err(mlua::Error::runtime)?;
+                t.fields_mut("add_header")
+                    .map_err(mlua::Error::runtime)?
+                    .append(&n, v);
                 Ok(())
             },
         );
         m.add_method_mut("remove_header", |_, t, name: mlua::String| {
-            let n = header_name(&name.as_bytes(), "r:remove_header")?;
-            if n == b"host" && t.p.resp.is_none() {
-                return err("r:remove_header: a request keeps its Host");
-            }
-            Ok(t.fields_mut("remove_header")?.remove(&n))
+            t.remove_header(&name.as_bytes())
+                .map_err(mlua::Error::runtime)
         });
         m.add_method("cookie", |lua, t, name: mlua::String| {
             let name = name.to_str()?;
@@ -555,10 +655,13 @@ impl UserData for Txn {
             lstr(lua, v)
         });
         m.add_method_mut("use_pool", |_, t, name: mlua::String| {
-            let conn_may =
-                t.p.conn
-                    .as_ref()
-                    .is_some_and(|c| c.event != ConnEvent::Close);
+            // The member of on_server_data is connected already.
+            let conn_may = t.p.conn.as_ref().is_some_and(|c| {
+                matches!(
+                    c.event,
+                    ConnEvent::Accept | ConnEvent::ClientData | ConnEvent::ClientHello
+                )
+            });
             if !conn_may {
                 t.request_mut("r:use_pool")?;
             }
@@ -593,9 +696,11 @@ impl UserData for Txn {
                 if let Some(h) = headers {
                     for pair in h.pairs::<mlua::String, mlua::String>() {
                         let (n, v) = pair?;
-                        let n = header_name(&n.as_bytes(), "r:respond")?;
+                        let n = header_name(&n.as_bytes(), "r:respond")
+                            .map_err(mlua::Error::runtime)?
+                            .into_owned();
                         let v = v.as_bytes();
-                        let v = header_value(&v, "r:respond")?;
+                        let v = header_value(&v, "r:respond").map_err(mlua::Error::runtime)?;
                         fields.push((
                             String::from_utf8_lossy(&n).into_owned(),
                             String::from_utf8_lossy(v).into_owned(),
@@ -621,7 +726,7 @@ impl UserData for Txn {
                     ));
                 }
                 let l = location.as_bytes();
-                let l = header_value(&l, "r:redirect")?;
+                let l = header_value(&l, "r:redirect").map_err(mlua::Error::runtime)?;
                 t.p.out.answer = Some(Answer {
                     status: code as u16,
                     body: Bytes::new(),
@@ -662,7 +767,27 @@ impl UserData for Txn {
                 t.p.out.reject = true;
                 Ok(())
             }
-            _ => err("c:reject is for on_accept and on_client_data (r:respond answers a request)"),
+            _ => err("c:reject is for on_accept, on_client_hello, on_client_data and on_server_data (r:respond answers a request)"),
+        });
+        m.add_method_mut("use_cert", |_, t, name: mlua::String| {
+            if !t
+                .p
+                .conn
+                .as_ref()
+                .is_some_and(|c| c.event == ConnEvent::ClientHello)
+            {
+                return err("c:use_cert is for on_client_hello (the certificate is chosen there)");
+            }
+            let name = name.to_str()?.to_ascii_lowercase();
+            match &t.certs {
+                Some(store) if store.covers(&name) => {
+                    t.p.out.cert = Some(name);
+                    Ok(())
+                }
+                _ => err(format!(
+                    "c:use_cert: no certificate of the vserver's tls.certificates names {name:?}"
+                )),
+            }
         });
         m.add_method_mut("collect_body", |_, t, ()| {
             if t.p.req.is_none() && t.p.resp.is_none() {
@@ -672,28 +797,8 @@ impl UserData for Txn {
             Ok(())
         });
         m.add_method_mut("log", |_, t, (name, value): (mlua::String, Value)| {
-            let name = name.to_str()?.to_string();
-            let ok = !name.is_empty()
-                && name.len() <= 64
-                && name
-                    .bytes()
-                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
-            if !ok {
-                return err(format!(
-                    "r:log: {name:?} is not a field name (a-z, 0-9 and _, up to 64)"
-                ));
-            }
-            let log = &mut t.p.out.log;
-            log.retain(|(n, _)| *n != name);
-            if let Some(v) = log_text(&value) {
-                if log.len() >= MAX_LOG_FIELDS {
-                    return err(format!(
-                        "r:log: at most {MAX_LOG_FIELDS} fields per request"
-                    ));
-                }
-                log.push((name, v));
-            }
-            Ok(())
+            t.log(&name.as_bytes(), log_text(&value))
+                .map_err(mlua::Error::runtime)
         });
     }
 }
@@ -745,9 +850,11 @@ fn sideband_call(
         if let Some(h) = o.get::<Option<Table>>("headers")? {
             for pair in h.pairs::<mlua::String, mlua::String>() {
                 let (n, v) = pair?;
-                let n = header_name(&n.as_bytes(), "r:sideband")?;
+                let n = header_name(&n.as_bytes(), "r:sideband")
+                    .map_err(mlua::Error::runtime)?
+                    .into_owned();
                 let v = v.as_bytes();
-                let v = header_value(&v, "r:sideband")?;
+                let v = header_value(&v, "r:sideband").map_err(mlua::Error::runtime)?;
                 call.headers.push((
                     String::from_utf8_lossy(&n).into_owned(),
                     String::from_utf8_lossy(v).into_owned(),

@@ -237,6 +237,9 @@ counters!(
         /// those, the ones over max_instructions.
         script_errors,
         script_timeouts,
+        /// Connections the script refused (`c:reject()` in `on_accept`,
+        /// `on_client_hello`, `on_client_data`, `on_server_data`).
+        script_refusals,
     }
 );
 

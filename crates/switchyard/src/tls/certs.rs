@@ -77,6 +77,15 @@ impl CertStore {
         &[]
     }
 
+    /// The certificate served to a client that named `name`, by the
+    /// signature schemes it offers; None when no certificate names it.
+    pub fn for_name(&self, name: &str, schemes: &[SignatureScheme]) -> Option<Arc<CertifiedKey>> {
+        self.candidates(name)
+            .iter()
+            .find(|i| self.usable(**i, schemes))
+            .map(|i| self.certs[*i].clone())
+    }
+
     fn usable(&self, i: usize, schemes: &[SignatureScheme]) -> bool {
         self.certs[i].key.choose_scheme(schemes).is_some()
     }
@@ -85,17 +94,27 @@ impl CertStore {
 impl ResolvesServerCert for CertStore {
     fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
         let schemes = hello.signature_schemes();
-        if let Some(sni) = hello.server_name() {
-            if let Some(i) = self
-                .candidates(sni)
-                .iter()
-                .find(|i| self.usable(**i, schemes))
-            {
-                return Some(self.certs[*i].clone());
-            }
+        if let Some(ck) = hello.server_name().and_then(|n| self.for_name(n, schemes)) {
+            return Some(ck);
         }
         (0..self.certs.len())
             .find(|i| self.usable(*i, schemes))
             .map(|i| self.certs[i].clone())
+    }
+}
+
+/// The certificate a script chose for one handshake (`c:use_cert(name)`
+/// in `on_client_hello`): the one the store serves for `name`, whatever
+/// the client's SNI. A handshake's own resolver, in a copy of the
+/// vserver's `ServerConfig` made for it.
+#[derive(Debug)]
+pub struct ForName {
+    pub store: Arc<CertStore>,
+    pub name: String,
+}
+
+impl ResolvesServerCert for ForName {
+    fn resolve(&self, hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.store.for_name(&self.name, hello.signature_schemes())
     }
 }

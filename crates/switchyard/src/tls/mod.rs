@@ -31,7 +31,7 @@ use std::sync::Arc;
 use rustls::server::{ProducesTickets, StoresServerSessions};
 use rustls::ServerConfig;
 
-pub use certs::CertStore;
+pub use certs::{CertStore, ForName};
 pub use upstream::UpstreamTls;
 
 /// The built TLS side of a virtual server.
@@ -143,7 +143,12 @@ pub struct ClientCert {
 /// checked its chain against the vserver's `client_ca`: a certificate that
 /// does not verify ends the handshake, so one that is here is verified).
 pub fn client_cert(conn: &rustls::ServerConnection) -> Option<ClientCert> {
-    let end = conn.peer_certificates()?.first()?;
+    client_cert_of(conn.peer_certificates()?.first()?)
+}
+
+/// What the verified end-entity certificate `end` (DER) says; QUIC's
+/// handshake hands it over apart from a rustls connection.
+pub fn client_cert_of(end: &[u8]) -> Option<ClientCert> {
     let i = x509::parse(end).ok()?;
     let sha = aws_lc_rs::digest::digest(&aws_lc_rs::digest::SHA256, end);
     Some(ClientCert {

@@ -1343,3 +1343,25 @@ impl RawMember {
         s.iter().map(|c| String::from_utf8_lossy(c)).collect()
     }
 }
+
+/// The segments a client socket has received so far (TCP_INFO
+/// `tcpi_segs_in`): how many packets a response took on loopback.
+pub fn segments_in(s: &std::net::TcpStream) -> u32 {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a zeroed tcp_info is a valid value; getsockopt writes at
+    // most `len` bytes into it.
+    let mut info: libc::tcp_info = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::tcp_info>() as libc::socklen_t;
+    // SAFETY: as above; a valid descriptor, the buffer and its length.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_INFO,
+            (&mut info as *mut libc::tcp_info).cast(),
+            &mut len,
+        )
+    };
+    assert_eq!(rc, 0, "TCP_INFO: {}", std::io::Error::last_os_error());
+    info.tcpi_segs_in
+}

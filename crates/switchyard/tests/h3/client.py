@@ -1,12 +1,13 @@
 """An HTTP/3 client for the tests, on aioquic (written by others: the
 server meets a QUIC and HTTP/3 stack that is not its own).
 
-    client.py HOST PORT CA_FILE SERVER_NAME [TIMEOUT_S [TICKET_FILE [HOLD_MS [LINGER_MS]]]] < requests.json
+    client.py HOST PORT CA_FILE SERVER_NAME [TIMEOUT_S [TICKET_FILE [HOLD_MS [LINGER_MS [PAD]]]]] < requests.json
 
 requests.json: [{"method": "GET", "path": "/", "headers": [["k", "v"]],
 "body": "text"}, ...], sent on one connection, all at once (one stream
 each). Prints one JSON object: {"responses": [{"status": 200, "headers":
-[[k, v], ...], "body": "..."}], "alpn": "h3"}, or {"error": "..."}.
+[[k, v], ...], "body": "..."}], "alpn": "h3"}, or {"error": "..."}; a
+request whose stream the server reset has "reset": its error code.
 
 TICKET_FILE: the session tickets the server sends are saved there; when
 it holds one at the start, the connection resumes with it and the requests
@@ -18,6 +19,14 @@ handshake cannot end before the server has seen the early requests.
 LINGER_MS: after the responses the connection stays open that long, or
 until the server closes it ("closed_by_server" in the output). An empty
 TICKET_FILE: no tickets.
+
+PAD: that many bytes of made-up ALPN names
+after "h3", so the ClientHello spans two Initial packets as a browser's
+with a post-quantum key share does (Chrome's is about 1.8 KB); the second
+leaves 150 ms after the first.
+
+H3_CLIENT_CERT and H3_CLIENT_KEY (environment): a client certificate and
+its key (PEM files) to present when the server asks for one.
 """
 
 import asyncio
@@ -32,7 +41,26 @@ from aioquic.asyncio.protocol import QuicConnectionProtocol
 from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
-from aioquic.quic.events import QuicEvent
+from aioquic.quic.events import QuicEvent, StreamReset
+
+
+class SecondDatagramLate:
+    """The client's second datagram leaves 150 ms after the others: with a
+    padded ClientHello, its second half reaches the server well after the
+    first, as it can on a real network."""
+
+    def __init__(self, transport, loop):
+        self.transport, self.loop, self.sent = transport, loop, 0
+
+    def sendto(self, data, addr=None):
+        self.sent += 1
+        if self.sent == 2:
+            self.loop.call_later(0.15, self.transport.sendto, data, addr)
+        else:
+            self.transport.sendto(data, addr)
+
+    def __getattr__(self, name):
+        return getattr(self.transport, name)
 
 
 class Client(QuicConnectionProtocol):
@@ -41,6 +69,12 @@ class Client(QuicConnectionProtocol):
         self.http = H3Connection(self._quic)
         self.waiting = {}
         self.hold_until = None
+        self.split_hello = False
+
+    def connection_made(self, transport):
+        super().connection_made(transport)
+        if self.split_hello:
+            self._transport = SecondDatagramLate(transport, self._loop)
 
     def datagram_received(self, data, addr):
         if self.hold_until is not None and self._loop.time() < self.hold_until:
@@ -49,6 +83,12 @@ class Client(QuicConnectionProtocol):
         super().datagram_received(data, addr)
 
     def quic_event_received(self, event: QuicEvent):
+        # A request the server refused by resetting its stream (a malformed
+        # head: RFC 9114 4.1.2) ends with that code: "reset" in the output.
+        if isinstance(event, StreamReset) and event.stream_id in self.waiting:
+            r = self.waiting[event.stream_id]
+            r["reset"] = event.error_code
+            r["done"].set()
         for e in self.http.handle_event(event):
             if isinstance(e, (HeadersReceived, DataReceived)) and e.stream_id in self.waiting:
                 r = self.waiting[e.stream_id]
@@ -83,7 +123,14 @@ class Client(QuicConnectionProtocol):
         out["body"] = r["body"].decode("utf-8", "replace")
         if "trailers" in r:
             out["trailers"] = r["trailers"]
+        if "reset" in r:
+            out["reset"] = r["reset"]
         return out
+
+
+def split(client, on):
+    client.split_hello = on
+    return client
 
 
 async def main():
@@ -92,9 +139,15 @@ async def main():
     hold_ms = int(sys.argv[7]) if len(sys.argv) > 7 else 0
     linger_ms = int(sys.argv[8]) if len(sys.argv) > 8 else 0
     reqs = json.load(sys.stdin)
-    cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=name)
+    alpn = list(H3_ALPN)
+    pad = int(sys.argv[9]) if len(sys.argv) > 9 else 0
+    while 31 * (len(alpn) - len(H3_ALPN)) < pad:
+        alpn.append("x-pad-%03d-%s" % (len(alpn), "p" * 20))
+    cfg = QuicConfiguration(is_client=True, alpn_protocols=alpn, server_name=name)
     cfg.load_verify_locations(ca)
     cfg.verify_mode = ssl.CERT_REQUIRED
+    if os.environ.get("H3_CLIENT_CERT"):
+        cfg.load_cert_chain(os.environ["H3_CLIENT_CERT"], os.environ["H3_CLIENT_KEY"])
     resuming = bool(ticket_file) and os.path.exists(ticket_file)
     if resuming:
         with open(ticket_file, "rb") as f:
@@ -111,7 +164,7 @@ async def main():
         host,
         port,
         configuration=cfg,
-        create_protocol=Client,
+        create_protocol=lambda *a, **k: split(Client(*a, **k), pad > 0),
         session_ticket_handler=save_ticket,
         wait_connected=not resuming,
     ) as c:

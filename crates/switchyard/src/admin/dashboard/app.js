@@ -537,7 +537,7 @@
       (v) => {
         const tr = el('tr', { 'data-testid': 'vserver-row', 'data-vserver': v.name });
         tr.append(el('th', { scope: 'row' }));
-        for (let i = 0; i < 9; i++) tr.append(el('td', { class: 'n' }));
+        for (let i = 0; i < 10; i++) tr.append(el('td', { class: 'n' }));
         return tr;
       },
       (tr, v) =>
@@ -552,9 +552,10 @@
           num(v.connections_active),
           num(v.requests_total),
           ratio(v.cache_hit_ratio),
+          num(v.script_errors_total),
         ]),
       'no virtual servers',
-      10
+      11
     );
   }
 

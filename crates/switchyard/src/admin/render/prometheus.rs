@@ -326,6 +326,11 @@ const VSERVER: &[Spec] = &[
         "Events of the vserver's script stopped at max_instructions (also counted in script_errors).",
     ),
     c(
+        "script_refusals",
+        "switchyard_vserver_script_refusals_total",
+        "Connections the vserver's script refused (c:reject() in a connection event).",
+    ),
+    c(
         "udp_dropped",
         "switchyard_vserver_udp_datagrams_dropped_total",
         "Datagrams dropped: no member available, session table full, or a failed send.",
@@ -716,7 +721,7 @@ pub fn render(snap: &Snapshot) -> String {
         let labels = format!("pool={}", quote(&pool.name));
         let p = pool.counters.read();
         ex.fields(POOL, &labels, p.fields());
-        for m in &pool.members {
+        for m in pool.members.load().iter() {
             let labels = format!("{labels},member={}", quote(&m.addr.to_string()));
             let c = m.counters.read();
             member_states(&mut ex, &labels, m);

@@ -4,6 +4,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
+
 use super::Ctx;
 use crate::balance::{hash64, Balancer, MAX_POOL_MEMBERS};
 use crate::config::model::{self, Algorithm, HealthKind, PersistenceKind};
@@ -21,15 +23,17 @@ use crate::config::types::is_token;
 /// so each costs its socket and a few words.
 pub const IDLE_PER_MEMBER: usize = 1024;
 
-pub(super) fn build_pool(
-    cx: &mut Ctx,
-    p: &model::Pool,
-    previous: Option<&Snapshot>,
-) -> Option<Pool> {
+pub(super) fn build_pool(cx: &mut Ctx, p: &model::Pool, old: Option<&Arc<Pool>>) -> Option<Pool> {
     let name = p.name.get_ref().clone();
     let span = p.name.span();
-    let old = previous.and_then(|s| s.pools.iter().find(|o| o.name == name));
-    if p.member.is_empty() {
+    let from_cluster = p.cluster_members.as_ref().is_some_and(|c| *c.get_ref());
+    if let (true, Some(first)) = (from_cluster, p.member.first()) {
+        cx.err(
+            first.address.span(),
+            format!("pool {name:?} takes its members from the cluster (cluster_members = true): it lists no [[pool.member]]"),
+        );
+    }
+    if p.member.is_empty() && !from_cluster {
         cx.err(
             span.clone(),
             format!(
@@ -193,6 +197,18 @@ pub(super) fn build_pool(
 
     let mut members = Vec::new();
     let mut seen = HashSet::new();
+    // A pool of the cluster has the members published for it now (none
+    // until some are): every build of the same text has the same ones.
+    let published = if from_cluster {
+        crate::cluster::members::of(&name)
+    } else {
+        Vec::new()
+    };
+    let old_members = old.map(|o| o.members.load_full());
+    let old_members: Option<&[Arc<Member>]> = old_members.as_deref().map(|l| &l.list[..]);
+    for m in published {
+        members.push(cluster_member(&name, &m, old_members));
+    }
     for m in &p.member {
         let addr = *m.address.get_ref();
         if !seen.insert(addr) {
@@ -216,7 +232,7 @@ pub(super) fn build_pool(
                 1
             }
         };
-        let old_member = old.and_then(|o| o.members.iter().find(|om| om.addr == addr));
+        let old_member = old_members.and_then(|o| o.iter().find(|om| om.addr == addr));
         members.push(Arc::new(Member {
             addr,
             weight,
@@ -242,9 +258,6 @@ pub(super) fn build_pool(
             ),
         );
     }
-    let keys: Vec<String> = members.iter().map(|m| m.addr.to_string()).collect();
-    let weights: Vec<u32> = members.iter().map(|m| m.weight).collect();
-    let backups: Vec<bool> = members.iter().map(|m| m.backup).collect();
     let slow_start_ms = p.slow_start.map(|m| m.0).unwrap_or(0);
     let mut problems = Vec::new();
     let proxy_protocol = crate::config::l4::proxy_version(p, &mut problems);
@@ -263,13 +276,8 @@ pub(super) fn build_pool(
     Some(Pool {
         proxy_protocol,
         source_address,
-        balancer: Balancer::new(
-            algorithm(p.algorithm),
-            slow_start_ms,
-            &keys,
-            &weights,
-            &backups,
-        ),
+        members: ArcSwap::from_pointee(member_list(members, algorithm(p.algorithm), slow_start_ms)),
+        cluster_members: from_cluster,
         name,
         algorithm: algorithm(p.algorithm),
         protocol,
@@ -280,9 +288,81 @@ pub(super) fn build_pool(
         health,
         passive,
         tls,
-        members,
         counters: old.map(|o| o.counters.clone()).unwrap_or_default(),
     })
+}
+
+/// A member of a pool that takes its members from the cluster: the
+/// state (health, drain, connections) and counters of the member at the
+/// same address in `old` carry over.
+pub fn cluster_member(
+    pool: &str,
+    m: &crate::cluster::members::MemberSpec,
+    old: Option<&[Arc<Member>]>,
+) -> Arc<Member> {
+    let old_member = old.and_then(|o| o.iter().find(|om| om.addr == m.addr));
+    Arc::new(Member {
+        addr: m.addr,
+        weight: m.weight,
+        max_connections: 0,
+        backup: false,
+        cookie_id: format!(
+            "{:016x}",
+            hash64(format!("{pool}/{}", m.addr).as_bytes(), 7)
+        ),
+        state: old_member.map(|o| o.state.clone()).unwrap_or_default(),
+        counters: old_member.map(|o| o.counters.clone()).unwrap_or_default(),
+    })
+}
+
+/// `members` with the balancer built over them.
+pub fn member_list(
+    members: Vec<Arc<Member>>,
+    algorithm: crate::balance::Algorithm,
+    slow_start_ms: u64,
+) -> MemberList {
+    let keys: Vec<String> = members.iter().map(|m| m.addr.to_string()).collect();
+    let weights: Vec<u32> = members.iter().map(|m| m.weight).collect();
+    let backups: Vec<bool> = members.iter().map(|m| m.backup).collect();
+    MemberList {
+        balancer: Balancer::new(algorithm, slow_start_ms, &keys, &weights, &backups),
+        list: members,
+    }
+}
+
+/// A run-time member change of a pool that takes its members from the
+/// cluster, applied in place: the pool gets `set` (members that stay keep
+/// their state and counters: health, drain, connections in flight,
+/// persistence cookies, which hash the pool name and address) and a
+/// balancer over it, in one swap that requests picking now see at once.
+/// Answers the members that went away, for the caller to drain.
+/// Runs on the control thread (the one writer of member lists).
+pub fn swap_cluster_members(
+    pool: &Pool,
+    set: &[crate::cluster::members::MemberSpec],
+) -> Vec<Arc<Member>> {
+    let old = pool.members.load_full();
+    let members: Vec<Arc<Member>> = set
+        .iter()
+        .map(|m| match old.iter().find(|o| o.addr == m.addr) {
+            // The same member: the very same object, so a pick made on the
+            // old list and one made on the new count the same connections.
+            Some(o) if o.weight == m.weight => o.clone(),
+            _ => cluster_member(&pool.name, m, Some(&old)),
+        })
+        .collect();
+    let gone = old
+        .iter()
+        .filter(|o| !set.iter().any(|m| m.addr == o.addr))
+        .cloned()
+        .collect();
+    let slow_start_ms = old.balancer.slow_start_ms;
+    pool.members.store(Arc::new(member_list(
+        members,
+        pool.algorithm,
+        slow_start_ms,
+    )));
+    gone
 }
 
 /// The file's algorithm name, as the balancer knows it.

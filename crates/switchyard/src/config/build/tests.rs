@@ -288,8 +288,8 @@ fn state_survives_reload() {
     let a = parse("t.toml", GOOD, None).unwrap();
     let b = parse("t.toml", GOOD, Some(&a)).unwrap();
     assert!(std::sync::Arc::ptr_eq(
-        &a.pools[0].members[0].state,
-        &b.pools[0].members[0].state
+        &a.pools[0].members.load()[0].state,
+        &b.pools[0].members.load()[0].state
     ));
     assert_eq!(b.generation, 2);
 }
@@ -408,8 +408,26 @@ fn a_script_is_compiled_at_build_and_its_errors_are_located() {
     let e = parse(cfg, &tcp, None).unwrap_err();
     assert!(
         e.to_string()
-            .contains("a tcp vserver runs on_accept, on_client_data and on_close"),
+            .contains("a tcp vserver runs on_accept, on_client_data, on_server_data and on_close"),
         "{e}"
     );
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn a_pool_of_the_cluster_lists_no_member_and_has_none_until_some_are_published() {
+    let cluster = GOOD.replace(
+        "name = \"app\"\n[[pool.member]]\naddress = \"127.0.0.1:9001\"",
+        "name = \"app\"\ncluster_members = true",
+    );
+    // Not a cluster node here: nothing published, no member (503s).
+    let s = parse("t.toml", &cluster, None).unwrap();
+    let app = s.pools.iter().find(|p| p.name == "app").unwrap();
+    assert!(app.members.load().is_empty());
+    let both = GOOD.replace(
+        "name = \"app\"\n[[pool.member]]",
+        "name = \"app\"\ncluster_members = true\n[[pool.member]]",
+    );
+    let e = parse("t.toml", &both, None).unwrap_err().to_string();
+    assert!(e.contains("takes its members from the cluster"), "{e}");
 }

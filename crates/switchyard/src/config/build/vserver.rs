@@ -173,10 +173,16 @@ pub(super) fn build_vserver(
             .collect();
         usable.sort_by(|a, b| a.name.cmp(&b.name));
         let names = usable.iter().map(|p| p.name.clone()).collect();
+        let kind = crate::config::script::Kind {
+            tcp,
+            certs: tls.as_ref().map(|t| t.certs.clone()),
+            http3: v.http3.is_some(),
+        };
         let script = crate::config::script::build(
             s,
             &cx.pos.base_dir(),
-            (&what, &name, tcp),
+            (&what, &name),
+            kind,
             names,
             normalize,
             &mut problems,

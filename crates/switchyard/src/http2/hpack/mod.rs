@@ -8,12 +8,13 @@
 //! writes straight into the connection's output buffer. Neither validates
 //! names or values (the HTTP/2 layer does).
 //!
-//! Files: `huffman` (Appendix B), `table` (the static and dynamic tables),
+//! Files: `huffman` (Appendix B: crates/huffman), `table` (the static and dynamic tables),
 //! `decode`, `encode`.
 
 mod decode;
 mod encode;
-pub mod huffman;
+/// Appendix B's code, shared with QPACK (crates/huffman).
+pub use switchyard_huffman as huffman;
 mod table;
 
 pub use decode::Decoder;
@@ -45,6 +46,12 @@ impl fmt::Display for DecodeError {
 }
 
 impl std::error::Error for DecodeError {}
+
+impl From<huffman::DecodeError> for DecodeError {
+    fn from(e: huffman::DecodeError) -> Self {
+        DecodeError::Compression(e.0)
+    }
+}
 
 #[cfg(test)]
 pub(crate) mod test_util {

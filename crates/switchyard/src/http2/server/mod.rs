@@ -45,22 +45,7 @@ fn conn_err(code: u32, why: &'static str) -> ConnError {
     ConnError { code, why }
 }
 
-/// A request head as the client sent it: the pseudo-fields apart, the
-/// regular fields in order.
-#[derive(Default)]
-pub struct RequestHead {
-    pub method: Option<Bytes>,
-    pub scheme: Option<Bytes>,
-    pub authority: Option<Bytes>,
-    pub path: Option<Bytes>,
-    /// `:protocol` of an extended CONNECT (RFC 8441 4), only ever with
-    /// `:method` CONNECT, `:scheme`, `:path` and `:authority`.
-    pub protocol: Option<Bytes>,
-    pub fields: Fields,
-    /// The list passed SETTINGS_MAX_HEADER_LIST_SIZE: `fields` is partial
-    /// and the request is answered 431.
-    pub too_large: bool,
-}
+pub use crate::http::request_fields::RequestHead;
 
 /// A stream the client opened with a complete, well-formed head.
 pub struct NewStream {

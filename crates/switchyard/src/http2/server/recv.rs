@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use bytes::{Buf, Bytes, BytesMut};
 
 use super::{conn_err, Conn, ConnError, NewStream, Partial, RequestHead, Stream};
-use crate::http::head::is_tchar;
+use crate::http::request_fields::Collector;
 use crate::http2::frame::{self, code, flag, kind, setting, Head, HEADER_LEN, MAX_WINDOW};
 use crate::http2::hpack::DecodeError;
 
@@ -320,85 +320,20 @@ impl Conn {
         block: &[u8],
         trailers: bool,
     ) -> Result<(RequestHead, Option<&'static str>), ConnError> {
-        let mut head = RequestHead::default();
-        let mut malformed = None;
-        let mut regular = false;
-        // The pseudo-fields' values go into one buffer, sliced once the
-        // block is decoded: one allocation for the four of them, shared
-        // from then on by the request they become.
-        let mut pseudo_bytes = Vec::new();
-        let mut pseudo: [Option<(usize, usize)>; 5] = [None; 5];
+        let mut c = Collector::new(trailers);
         let r = self.dec.decode(
             block,
             self.cfg.max_header_list_size as usize,
-            |name, value| {
-                if malformed.is_some() {
-                    return;
-                }
-                if name.starts_with(b":") {
-                    if regular || trailers {
-                        malformed = Some("pseudo-header field after a regular one, or in trailers");
-                        return;
-                    }
-                    let slot = match name {
-                        b":method" => &mut pseudo[0],
-                        b":scheme" => &mut pseudo[1],
-                        b":authority" => &mut pseudo[2],
-                        b":path" => &mut pseudo[3],
-                        b":protocol" => &mut pseudo[4],
-                        _ => {
-                            malformed = Some("unknown pseudo-header field");
-                            return;
-                        }
-                    };
-                    if slot.is_some() {
-                        malformed = Some("repeated pseudo-header field");
-                        return;
-                    }
-                    *slot = Some((pseudo_bytes.len(), pseudo_bytes.len() + value.len()));
-                    pseudo_bytes.extend_from_slice(value);
-                    return;
-                }
-                regular = true;
-                if !valid_name(name) {
-                    malformed = Some("invalid field name");
-                } else if value.iter().any(|b| matches!(b, 0 | b'\r' | b'\n')) {
-                    malformed = Some("invalid field value");
-                } else if is_connection_specific(name, value) {
-                    // RFC 9113 8.2.2; an HTTP/1.1 member would act on them.
-                    malformed = Some("connection-specific field");
-                } else {
-                    head.fields.append(name, value);
-                }
-            },
+            |name, value| c.field(name, value),
         );
-        let all = Bytes::from(pseudo_bytes);
-        let [method, scheme, authority, path, protocol] =
-            pseudo.map(|r| r.map(|(a, b)| all.slice(a..b)));
-        (head.method, head.scheme, head.authority, head.path) = (method, scheme, authority, path);
-        head.protocol = protocol;
-        match r {
-            Ok(()) => {}
-            Err(DecodeError::TooLarge) => head.too_large = true,
+        let too_large = match r {
+            Ok(()) => false,
+            Err(DecodeError::TooLarge) => true,
             Err(DecodeError::Compression(why)) => {
                 return Err(conn_err(code::COMPRESSION_ERROR, why))
             }
-        }
-        if !trailers && malformed.is_none() && !head.too_large {
-            let connect = head.method.as_deref() == Some(b"CONNECT");
-            // RFC 8441 4: an extended CONNECT names its target as other
-            // requests do, and only where the setting allowed it.
-            let extended = head.protocol.is_some();
-            if head.method.is_none()
-                || (!connect || extended)
-                    && (head.scheme.is_none() || head.path.as_ref().is_none_or(|p| p.is_empty()))
-                || extended && head.authority.is_none()
-            {
-                malformed = Some("a required pseudo-header field is missing or empty");
-            } else if extended && !(connect && self.cfg.enable_connect_protocol) {
-                malformed = Some(":protocol without CONNECT or SETTINGS_ENABLE_CONNECT_PROTOCOL");
-            }
-        }
+        };
+        let (head, malformed) = c.finish(too_large, self.cfg.enable_connect_protocol);
         Ok((head, malformed))
     }
 
@@ -567,19 +502,4 @@ fn unpad(h: Head, p: &[u8]) -> Result<(&[u8], usize), ConnError> {
 /// The stream a priority block (HEADERS or PRIORITY) depends on.
 fn dependency(p: &[u8]) -> u32 {
     u32::from_be_bytes([p[0], p[1], p[2], p[3]]) & 0x7fff_ffff
-}
-
-fn is_connection_specific(name: &[u8], value: &[u8]) -> bool {
-    match name {
-        b"connection" | b"keep-alive" | b"proxy-connection" | b"transfer-encoding" | b"upgrade" => {
-            true
-        }
-        b"te" => value != b"trailers",
-        _ => false,
-    }
-}
-
-/// A lowercase token (RFC 9110 5.1; RFC 9113 8.2.1 refuses uppercase).
-fn valid_name(n: &[u8]) -> bool {
-    !n.is_empty() && n.iter().all(|&b| is_tchar(b) && !b.is_ascii_uppercase())
 }

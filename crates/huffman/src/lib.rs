@@ -1,7 +1,8 @@
-//! The Huffman code of RFC 7541 Appendix B: the table, a decoder, and an
-//! encoder (the `Encoder` sends raw strings, as HAProxy does: Huffman saves
-//! a few bytes per field and costs CPU on every response; the encoder is
-//! here for tests and fuzzing, and for whoever wants it later).
+//! The Huffman code of RFC 7541 Appendix B (HPACK's, and QPACK's: RFC 9204
+//! 4.1.2): the table, a decoder, and an encoder. The proxy's encoders send
+//! raw strings, as HAProxy does (Huffman saves a few bytes per field and
+//! costs CPU on every response); the encoder is here for tests and
+//! fuzzing, and for whoever wants it later.
 //!
 //! Decoding reads 64-bit words and needs no tree: a 4096-entry table, built
 //! at compile time, resolves the codes of up to 10 bits (the letters,
@@ -10,7 +11,18 @@
 //! canonical: codes of one length are consecutive, in symbol order, and
 //! shorter codes sort first). About 2 ns per decoded byte.
 
-use super::DecodeError;
+/// Why a Huffman string does not decode (RFC 7541 5.2): the message says
+/// which rule it breaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeError(pub &'static str);
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.0)
+    }
+}
+
+impl std::error::Error for DecodeError {}
 
 /// (code, length in bits) of symbols 0..=255 and of EOS (256), from the RFC.
 #[rustfmt::skip]
@@ -218,7 +230,7 @@ fn decode_into(src: &[u8], out: &mut [u8]) -> Result<usize, DecodeError> {
             } else {
                 let (sym, len) = symbol((acc >> 32) as u32);
                 if sym == EOS {
-                    return Err(DecodeError::Compression("huffman EOS in string"));
+                    return Err(DecodeError("huffman EOS in string"));
                 }
                 out[w] = sym as u8;
                 w += 1;
@@ -247,15 +259,15 @@ fn decode_into(src: &[u8], out: &mut [u8]) -> Result<usize, DecodeError> {
             let (sym, len) = symbol((filled >> 32) as u32);
             if len > nbits {
                 if acc >> (64 - nbits) != (1 << nbits) - 1 {
-                    return Err(DecodeError::Compression("bad huffman padding"));
+                    return Err(DecodeError("bad huffman padding"));
                 }
                 if nbits > 7 {
-                    return Err(DecodeError::Compression("huffman padding over 7 bits"));
+                    return Err(DecodeError("huffman padding over 7 bits"));
                 }
                 break;
             }
             if sym == EOS {
-                return Err(DecodeError::Compression("huffman EOS in string"));
+                return Err(DecodeError("huffman EOS in string"));
             }
             out[w] = sym as u8;
             w += 1;
@@ -297,7 +309,30 @@ pub fn encode(src: &[u8], dst: &mut Vec<u8>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::http2::hpack::test_util::{hex, Rng};
+
+    /// xorshift64: reproducible randomness without a dependency.
+    struct Rng(u64);
+
+    impl Rng {
+        fn next(&mut self) -> u64 {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            self.0
+        }
+
+        fn below(&mut self, n: usize) -> usize {
+            (self.next() % n as u64) as usize
+        }
+    }
+
+    /// Hex as the RFC prints it.
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+            .collect()
+    }
 
     fn dec(src: &[u8]) -> Result<Vec<u8>, DecodeError> {
         let mut v = Vec::new();
@@ -359,13 +394,10 @@ mod tests {
         // 'a' (00011), then EOS's 30 ones, then 5 bits of padding.
         let bits: u64 = (0b00011 << 35) | (0x3fff_ffff << 5) | 0b11111;
         let bytes = bits.to_be_bytes();
-        assert_eq!(
-            dec(&bytes[3..]),
-            Err(DecodeError::Compression("huffman EOS in string"))
-        );
+        assert_eq!(dec(&bytes[3..]), Err(DecodeError("huffman EOS in string")));
         assert_eq!(
             dec(&[0xff, 0xff, 0xff, 0xff]),
-            Err(DecodeError::Compression("huffman EOS in string"))
+            Err(DecodeError("huffman EOS in string"))
         );
     }
 
@@ -375,29 +407,20 @@ mod tests {
         assert_eq!(dec(&[0x1f]).unwrap(), b"a");
         assert_eq!(
             dec(&[0x1f, 0xff]),
-            Err(DecodeError::Compression("huffman padding over 7 bits"))
+            Err(DecodeError("huffman padding over 7 bits"))
         );
         assert_eq!(
             dec(&[0xff]),
-            Err(DecodeError::Compression("huffman padding over 7 bits"))
+            Err(DecodeError("huffman padding over 7 bits"))
         );
     }
 
     #[test]
     fn rejects_padding_with_a_zero() {
         // "a" then padding 101, and then 110.
-        assert_eq!(
-            dec(&[0x1d]),
-            Err(DecodeError::Compression("bad huffman padding"))
-        );
-        assert_eq!(
-            dec(&[0x1e]),
-            Err(DecodeError::Compression("bad huffman padding"))
-        );
+        assert_eq!(dec(&[0x1d]), Err(DecodeError("bad huffman padding")));
+        assert_eq!(dec(&[0x1e]), Err(DecodeError("bad huffman padding")));
         // A code cut short: the first 8 bits of 0x3fb (10 bits).
-        assert_eq!(
-            dec(&[0xfe]),
-            Err(DecodeError::Compression("bad huffman padding"))
-        );
+        assert_eq!(dec(&[0xfe]), Err(DecodeError("bad huffman padding")));
     }
 }
