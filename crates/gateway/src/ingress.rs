@@ -151,19 +151,16 @@ fn endpoints(cx: &Ctx, ns: &str, b: &IngressBackend) -> Result<Vec<SocketAddr>, 
     let port = svc.port.as_ref().ok_or("a service backend needs a port")?;
     let number = match (port.number, port.name.as_deref()) {
         (Some(n), _) => n,
-        (None, Some(name)) => {
-            cx.w.services
-                .iter()
-                .find(|s| ns_of(&s.metadata) == ns && s.metadata.name.as_deref() == Some(&svc.name))
-                .and_then(|s| s.spec.as_ref())
-                .and_then(|s| s.ports.as_ref())
-                .and_then(|ps| ps.iter().find(|p| p.name.as_deref() == Some(name)))
-                .map(|p| p.port)
-                .ok_or(format!(
-                    "Service {ns}/{} has no port named {name}",
-                    svc.name
-                ))?
-        }
+        (None, Some(name)) => cx
+            .service(ns, &svc.name)
+            .and_then(|s| s.spec.as_ref())
+            .and_then(|s| s.ports.as_ref())
+            .and_then(|ps| ps.iter().find(|p| p.name.as_deref() == Some(name)))
+            .map(|p| p.port)
+            .ok_or(format!(
+                "Service {ns}/{} has no port named {name}",
+                svc.name
+            ))?,
         (None, None) => return Err("a service backend needs a port".into()),
     };
     cx.endpoints(ns, &svc.name, number).map_err(|(_, why)| why)
