@@ -22,6 +22,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write;
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 
 use k8s_openapi::api::networking::v1::{Ingress, IngressBackend};
 use serde_json::json;
@@ -61,7 +62,7 @@ pub struct Sink<'a> {
 /// Whether an Ingress is ours to serve.
 fn ours(cx: &Ctx, s: &Settings, ing: &Ingress) -> bool {
     let classes = &cx.w.ingress_classes;
-    let is_ours = |c: &&k8s_openapi::api::networking::v1::IngressClass| {
+    let is_ours = |c: &&Arc<k8s_openapi::api::networking::v1::IngressClass>| {
         c.spec.as_ref().and_then(|s| s.controller.as_deref()) == Some(s.controller_name.as_str())
     };
     let named = ing
@@ -464,7 +465,12 @@ fn cors_steps(a: &Annotations) -> (Vec<Step>, String) {
 
 pub fn render(cx: &mut Ctx, s: &Settings, out: Sink) {
     let w = cx.w;
-    let mut served: Vec<&Ingress> = w.ingresses.iter().filter(|i| ours(cx, s, i)).collect();
+    let mut served: Vec<&Ingress> = w
+        .ingresses
+        .iter()
+        .map(Arc::as_ref)
+        .filter(|i| ours(cx, s, i))
+        .collect();
     served.sort_by_key(|i| {
         (
             i.metadata.creation_timestamp.as_ref().map(|t| t.0),
@@ -799,6 +805,10 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
+    fn shared<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> std::sync::Arc<T> {
+        std::sync::Arc::new(parse(v))
+    }
+
     fn settings() -> Settings {
         Settings {
             controller_name: "me".into(),
@@ -813,10 +823,10 @@ mod tests {
     fn world(ingresses: Vec<Value>) -> World {
         let mut w = World {
             ingress_classes: vec![
-                parse(
+                shared(
                     json!({"metadata": {"name": "sy", "annotations": {DEFAULT_CLASS: "true"}}, "spec": {"controller": "me"}}),
                 ),
-                parse(
+                shared(
                     json!({"metadata": {"name": "nginx"}, "spec": {"controller": "k8s.io/ingress-nginx"}}),
                 ),
             ],
@@ -824,20 +834,20 @@ mod tests {
         };
         for (svc, ip) in [("a", "10.0.0.1"), ("b", "10.0.0.2"), ("c", "10.0.0.3")] {
             w.services
-                .push(parse(json!({"metadata": {"name": svc, "namespace": "n"},
+                .push(shared(json!({"metadata": {"name": svc, "namespace": "n"},
                 "spec": {"ports": [{"name": "http", "port": 80, "targetPort": 8080}]}})));
-            w.slices.push(parse(json!({"metadata": {"name": format!("{svc}-1"), "namespace": "n", "labels": {"kubernetes.io/service-name": svc}},
+            w.slices.push(shared(json!({"metadata": {"name": format!("{svc}-1"), "namespace": "n", "labels": {"kubernetes.io/service-name": svc}},
                 "addressType": "IPv4", "ports": [{"name": "http", "port": 8080}],
                 "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]})));
         }
-        w.secrets.push(parse(json!({"metadata": {"name": "tls", "namespace": "n"},
+        w.secrets.push(shared(json!({"metadata": {"name": "tls", "namespace": "n"},
             "data": {"tls.crt": "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCg==", "tls.key": "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCg=="}})));
         for (i, v) in ingresses.into_iter().enumerate() {
             let mut v = v;
             v["metadata"]["namespace"] = json!("n");
             v["metadata"]["uid"] = json!(format!("uid-{i}"));
             v["metadata"]["creationTimestamp"] = json!(format!("2026-01-01T00:00:0{i}Z"));
-            w.ingresses.push(parse(v));
+            w.ingresses.push(shared(v));
         }
         w
     }
@@ -949,7 +959,9 @@ mod tests {
             "d.example.com",
             json!([path("/", "Prefix", "a")]),
         )]);
-        w.ingress_classes[0].metadata.annotations = None;
+        std::sync::Arc::make_mut(&mut w.ingress_classes[0])
+            .metadata
+            .annotations = None;
         assert!(render(&w, &settings()).config.is_none());
     }
 

@@ -106,8 +106,19 @@ fn args() -> Result<Args, String> {
     })
 }
 
+/// A log line, with the time of day (UTC, milliseconds) as the nodes write
+/// theirs: a change's way from the controller to a node reads across both.
 fn log(msg: impl AsRef<str>) {
-    eprintln!("switchyard-gateway: {}", msg.as_ref());
+    let ms = k8s_openapi::jiff::Timestamp::now().as_millisecond();
+    let day_ms = ms.rem_euclid(86_400_000);
+    eprintln!(
+        "{:02}:{:02}:{:02}.{:03} switchyard-gateway: {}",
+        day_ms / 3_600_000,
+        day_ms / 60_000 % 60,
+        day_ms / 1000 % 60,
+        day_ms % 1000,
+        msg.as_ref()
+    );
 }
 
 /// A store of one kind, kept by a reflector that pokes `changed`, and the
@@ -168,11 +179,11 @@ where
     (store, position)
 }
 
-fn objects<K: Clone + kube::Resource>(s: &reflector::Store<K>) -> Vec<K>
+fn objects<K: Clone + kube::Resource>(s: &reflector::Store<K>) -> Vec<Arc<K>>
 where
     K::DynamicType: std::hash::Hash + Eq + Clone,
 {
-    s.state().iter().map(|o| (**o).clone()).collect()
+    s.state()
 }
 
 /// RFC 3339 time of now, as the API writes it.
@@ -259,7 +270,7 @@ fn with_times(desired: &Value, current: &Value, now: &str) -> Value {
 /// The status each object has now, by object: one pass, so that looking
 /// up 10,000 routes' statuses is not 10,000 scans of every route.
 fn current_statuses(world: &World) -> BTreeMap<status_writer::Key, Value> {
-    fn key<K: kube::Resource>(kind: Kind, o: &K) -> status_writer::Key {
+    fn key<K: kube::Resource>(kind: Kind, o: &Arc<K>) -> status_writer::Key {
         let m = o.meta();
         (
             kind,

@@ -381,6 +381,10 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
+    fn shared<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> std::sync::Arc<T> {
+        std::sync::Arc::new(parse(v))
+    }
+
     fn route(
         kind: &str,
         name: &str,
@@ -396,10 +400,10 @@ mod tests {
     #[test]
     fn l4_listeners_render_a_configuration_the_node_accepts() {
         let mut w = World {
-            classes: vec![parse(
+            classes: vec![shared(
                 json!({"metadata": {"name": "c"}, "spec": {"controllerName": "me"}}),
             )],
-            gateways: vec![parse(
+            gateways: vec![shared(
                 json!({"metadata": {"name": "g", "namespace": "n"}, "spec": {"gatewayClassName": "c", "listeners": [
                     {"name": "tls", "port": 443, "protocol": "TLS", "tls": {"mode": "Passthrough"}},
                     {"name": "tcp", "port": 5432, "protocol": "TCP"},
@@ -409,7 +413,7 @@ mod tests {
                 ]}}),
             )],
             tls_routes: vec![
-                parse(route(
+                shared(route(
                     "TLSRoute",
                     "a",
                     "tls",
@@ -417,20 +421,20 @@ mod tests {
                     "s",
                 )),
                 // An older route's name is kept: "a.example" stays "a"'s.
-                parse(route("TLSRoute", "late", "tls", &["a.example"], "t")),
+                shared(route("TLSRoute", "late", "tls", &["a.example"], "t")),
             ],
             tcp_routes: vec![
-                parse(route("TCPRoute", "db", "tcp", &[], "s")),
-                parse(route("TCPRoute", "db-later", "tcp", &[], "t")),
+                shared(route("TCPRoute", "db", "tcp", &[], "s")),
+                shared(route("TCPRoute", "db-later", "tcp", &[], "t")),
             ],
-            udp_routes: vec![parse(route("UDPRoute", "dns", "udp", &[], "s"))],
+            udp_routes: vec![shared(route("UDPRoute", "dns", "udp", &[], "s"))],
             ..Default::default()
         };
         for svc in ["s", "t"] {
             w.services
-                .push(parse(json!({"metadata": {"name": svc, "namespace": "n"},
+                .push(shared(json!({"metadata": {"name": svc, "namespace": "n"},
                 "spec": {"ports": [{"name": "p", "port": 1}]}})));
-            w.slices.push(parse(json!({"metadata": {"name": svc, "namespace": "n", "labels": {"kubernetes.io/service-name": svc}},
+            w.slices.push(shared(json!({"metadata": {"name": svc, "namespace": "n", "labels": {"kubernetes.io/service-name": svc}},
                 "addressType": "IPv4", "ports": [{"name": "p", "port": 9}],
                 "endpoints": [{"addresses": ["10.0.0.1"]}]})));
         }
