@@ -9,38 +9,22 @@
 //! curl with a static token; statuses are read back as JSON.
 
 use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{json, Value};
 
 mod conformance;
 mod harness;
 
+use harness::{
+    apply, endpoint_slice, eventually, free_port, get, k8s_bin, path_of, pod_of, repo, run,
+    service, Api,
+};
+
 const TOKEN: &str = "switchyard-test-token";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-fn eventually(within: Duration, mut f: impl FnMut() -> bool) -> bool {
-    let t = Instant::now();
-    loop {
-        if f() {
-            return true;
-        }
-        if t.elapsed() > within {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
 
 /// Processes killed (by PID) and namespaces deleted when the test ends.
 struct Cleanup {
@@ -71,108 +55,6 @@ fn spawn(cl: &mut Cleanup, name: &str, cmd: &mut Command, log: &Path) {
     cl.children.push((name.to_string(), child));
 }
 
-fn run(cmd: &str, args: &[&str]) -> (bool, String) {
-    let o = Command::new(cmd)
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("{cmd}: {e}"));
-    (
-        o.status.success(),
-        String::from_utf8_lossy(&o.stdout).to_string() + &String::from_utf8_lossy(&o.stderr),
-    )
-}
-
-struct Api {
-    url: String,
-}
-
-impl Api {
-    /// (HTTP status, body) of one call.
-    fn call(&self, method: &str, path: &str, ctype: &str, body: Option<&str>) -> (u16, String) {
-        let mut cmd = Command::new("curl");
-        cmd.args(["-sk", "-o", "-", "-w", "\n%{http_code}", "-X", method])
-            .args(["-H", &format!("Authorization: Bearer {TOKEN}")])
-            .args(["-H", &format!("Content-Type: {ctype}")])
-            .arg(format!("{}{}", self.url, path));
-        if body.is_some() {
-            cmd.args(["--data-binary", "@-"]);
-        }
-        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
-        let mut c = cmd.spawn().expect("curl");
-        if let Some(b) = body {
-            c.stdin.take().unwrap().write_all(b.as_bytes()).unwrap();
-        } else {
-            drop(c.stdin.take());
-        }
-        let out = c.wait_with_output().unwrap();
-        let text = String::from_utf8_lossy(&out.stdout).to_string();
-        let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
-        (code.trim().parse().unwrap_or(0), body.to_string())
-    }
-
-    /// Server-side apply of one object (JSON or YAML) at `path`: the
-    /// object as stored.
-    fn apply(&self, path: &str, doc: &str) -> Value {
-        let (code, body) = self.call(
-            "PATCH",
-            &format!("{path}?fieldManager=switchyard-test&force=true"),
-            "application/apply-patch+yaml",
-            Some(doc),
-        );
-        assert!(code == 200 || code == 201, "apply {path}: {code} {body}");
-        serde_json::from_str(&body).unwrap_or(Value::Null)
-    }
-
-    fn get(&self, path: &str) -> Option<Value> {
-        let (code, body) = self.call("GET", path, "application/json", None);
-        (code == 200).then(|| serde_json::from_str(&body).unwrap())
-    }
-
-    fn delete(&self, path: &str) {
-        let (code, body) = self.call("DELETE", path, "application/json", None);
-        assert!(
-            code == 200 || code == 202 || code == 404,
-            "delete {path}: {code} {body}"
-        );
-    }
-}
-
-/// The URL path of an object.
-fn path_of(v: &Value) -> String {
-    let api_version = v["apiVersion"].as_str().unwrap();
-    let kind = v["kind"].as_str().unwrap();
-    let name = v["metadata"]["name"].as_str().unwrap();
-    let plural = match kind {
-        "Namespace" => "namespaces",
-        "Service" => "services",
-        "Secret" => "secrets",
-        "EndpointSlice" => "endpointslices",
-        "GatewayClass" => "gatewayclasses",
-        "Gateway" => "gateways",
-        "HTTPRoute" => "httproutes",
-        "ReferenceGrant" => "referencegrants",
-        "GRPCRoute" => "grpcroutes",
-        "TLSRoute" => "tlsroutes",
-        "TCPRoute" => "tcproutes",
-        "UDPRoute" => "udproutes",
-        "CustomResourceDefinition" => "customresourcedefinitions",
-        k => panic!("no plural for {k}"),
-    };
-    let base = if api_version == "v1" {
-        "/api/v1".to_string()
-    } else {
-        format!("/apis/{api_version}")
-    };
-    match v["metadata"]["namespace"].as_str() {
-        Some(ns) => format!("{base}/namespaces/{ns}/{plural}/{name}"),
-        None => format!("{base}/{plural}/{name}"),
-    }
-}
-
-fn apply(api: &Api, v: Value) -> Value {
-    api.apply(&path_of(&v), &v.to_string())
-}
-
 /// A condition of a status's `conditions`: (status, reason).
 fn condition(conds: &Value, kind: &str) -> Option<(String, String)> {
     conds
@@ -187,78 +69,11 @@ fn condition(conds: &Value, kind: &str) -> Option<(String, String)> {
         })
 }
 
-/// GET through the node: (status, the echo's JSON or the body as a string).
-fn get(
-    addr: SocketAddr,
-    host: &str,
-    path: &str,
-    headers: &[(&str, &str)],
-) -> Option<(u16, Value, String)> {
-    let mut s = TcpStream::connect_timeout(&addr, Duration::from_secs(1)).ok()?;
-    s.set_read_timeout(Some(Duration::from_secs(3))).ok()?;
-    let mut req = format!("GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n");
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    s.write_all(req.as_bytes()).ok()?;
-    let mut out = Vec::new();
-    s.read_to_end(&mut out).ok()?;
-    let text = String::from_utf8_lossy(&out).to_string();
-    let (head, body) = text.split_once("\r\n\r\n")?;
-    let status = head.split(' ').nth(1)?.parse().ok()?;
-    Some((
-        status,
-        serde_json::from_str(body).unwrap_or(Value::String(body.to_string())),
-        head.to_string(),
-    ))
-}
-
-fn pod_of(r: &Option<(u16, Value, String)>) -> String {
-    match r {
-        Some((200, v, _)) => v["pod"].as_str().unwrap_or("").to_string(),
-        Some((code, _, _)) => format!("status {code}"),
-        None => "no answer".into(),
-    }
-}
-
 /// Which pods answer `n` requests.
 fn pods(addr: SocketAddr, host: &str, path: &str, n: usize) -> std::collections::BTreeSet<String> {
     (0..n)
         .map(|_| pod_of(&get(addr, host, path, &[])))
         .collect()
-}
-
-fn k8s_bin() -> Option<PathBuf> {
-    let dir = std::env::var_os("SWITCHYARD_K8S_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var("HOME").unwrap_or_default())
-                .join(".cache/switchyard/k8s-v1.37.2")
-        });
-    dir.join("kube-apiserver").is_file().then_some(dir)
-}
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn endpoint_slice(ns: &str, service: &str, ips: &[&str], port: u16) -> Value {
-    json!({
-        "apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
-        "metadata": {"name": format!("{service}-1"), "namespace": ns, "labels": {"kubernetes.io/service-name": service}},
-        "addressType": "IPv4",
-        "ports": [{"name": "http", "port": port, "protocol": "TCP"}],
-        "endpoints": ips.iter().map(|ip| json!({"addresses": [ip], "conditions": {"ready": true}})).collect::<Vec<_>>(),
-    })
-}
-
-fn service(ns: &str, name: &str) -> Value {
-    json!({
-        "apiVersion": "v1", "kind": "Service",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": 3000, "protocol": "TCP"}]},
-    })
 }
 
 fn route(ns: &str, name: &str, rules: Value) -> Value {
@@ -414,6 +229,7 @@ fn gateway_api_on_a_real_api_server() {
     );
     let api = Api {
         url: format!("https://127.0.0.1:{api_port}"),
+        token: TOKEN.to_string(),
     };
     assert!(
         eventually(Duration::from_secs(60), || api
