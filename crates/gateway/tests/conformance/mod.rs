@@ -56,6 +56,8 @@ fn docs(file: &str) -> Vec<Value> {
 
 /// What one request should get.
 struct Expect {
+    /// The request's Host (the suite's default: example.com).
+    host: &'static str,
     path: &'static str,
     headers: &'static [(&'static str, &'static str)],
     /// 200 with this backend (its pod's name starts with it), or another
@@ -64,6 +66,18 @@ struct Expect {
     status: u16,
     /// A redirect's Location host and path.
     location: Option<(&'static str, &'static str)>,
+    /// The backend's namespace.
+    namespace: &'static str,
+}
+
+impl Expect {
+    const fn on(self, host: &'static str) -> Expect {
+        Expect { host, ..self }
+    }
+
+    const fn in_ns(self, namespace: &'static str) -> Expect {
+        Expect { namespace, ..self }
+    }
 }
 
 const fn to(path: &'static str, backend: &'static str) -> Expect {
@@ -73,6 +87,8 @@ const fn to(path: &'static str, backend: &'static str) -> Expect {
         backend: Some(backend),
         status: 200,
         location: None,
+        host: "example.com",
+        namespace: INFRA,
     }
 }
 
@@ -87,6 +103,8 @@ const fn with(
         backend: Some(backend),
         status: 200,
         location: None,
+        host: "example.com",
+        namespace: INFRA,
     }
 }
 
@@ -101,6 +119,8 @@ const fn status(
         backend: None,
         status,
         location: None,
+        host: "example.com",
+        namespace: INFRA,
     }
 }
 
@@ -110,10 +130,38 @@ const V2: &str = "infra-backend-v2";
 struct Case {
     name: &'static str,
     manifest: &'static str,
-    /// The route and the condition (type, status, reason) its parent must show.
+    /// The route (in the infra namespace, or `namespace/name`) and the
+    /// condition (type, status, reason) its parent must show; each of
+    /// `routes` (more routes of the manifest) must be Accepted.
     route: &'static str,
     condition: (&'static str, &'static str, &'static str),
+    routes: &'static [&'static str],
+    /// The Gateway the requests go to.
+    gateway: &'static str,
     expect: Vec<Expect>,
+    /// An object of the manifest deleted after `expect` held (`kind/namespace/name`
+    /// as the API's path says it), and what must hold then.
+    then_delete: Option<&'static str>,
+    then_expect: Vec<Expect>,
+    /// The Gateway's listeners' `attachedRoutes` once the route is in.
+    attached: Option<i64>,
+}
+
+impl Default for Case {
+    fn default() -> Self {
+        Case {
+            name: "",
+            manifest: "",
+            route: "",
+            condition: ("Accepted", "True", "Accepted"),
+            routes: &[],
+            gateway: "same-namespace",
+            expect: Vec::new(),
+            then_delete: None,
+            then_expect: Vec::new(),
+            attached: None,
+        }
+    }
 }
 
 fn cases() -> Vec<Case> {
@@ -124,6 +172,7 @@ fn cases() -> Vec<Case> {
             route: "gateway-conformance-infra-test",
             condition: ("Accepted", "True", "Accepted"),
             expect: vec![to("/", V1)],
+            ..Default::default()
         },
         Case {
             name: "HTTPRouteMatching",
@@ -141,6 +190,7 @@ fn cases() -> Vec<Case> {
                 to("/v2example", V1),
                 to("/foo/v2/example", V1),
             ],
+            ..Default::default()
         },
         Case {
             name: "HTTPRouteExactPathMatching",
@@ -155,6 +205,7 @@ fn cases() -> Vec<Case> {
                 status("/two/", &[], 404),
                 status("/Two", &[], 404),
             ],
+            ..Default::default()
         },
         Case {
             name: "HTTPRouteHeaderMatching",
@@ -174,6 +225,7 @@ fn cases() -> Vec<Case> {
                 with("/", &[("Color", "yellow")], V2),
                 status("/", &[("Color", "purple")], 404),
             ],
+            ..Default::default()
         },
         Case {
             name: "HTTPRouteRedirectHostAndStatus",
@@ -187,6 +239,8 @@ fn cases() -> Vec<Case> {
                     backend: None,
                     status: 302,
                     location: Some(("example.org", "/hostname-redirect")),
+                    host: "example.com",
+                    namespace: INFRA,
                 },
                 Expect {
                     path: "/host-and-status",
@@ -194,8 +248,11 @@ fn cases() -> Vec<Case> {
                     backend: None,
                     status: 301,
                     location: Some(("example.org", "/host-and-status")),
+                    host: "example.com",
+                    namespace: INFRA,
                 },
             ],
+            ..Default::default()
         },
         Case {
             name: "HTTPRouteInvalidNonExistentBackendRef",
@@ -203,6 +260,7 @@ fn cases() -> Vec<Case> {
             route: "invalid-nonexistent-backend-ref",
             condition: ("ResolvedRefs", "False", "BackendNotFound"),
             expect: vec![status("/", &[], 500)],
+            ..Default::default()
         },
         Case {
             name: "HTTPRouteInvalidCrossNamespaceBackendRef",
@@ -210,28 +268,92 @@ fn cases() -> Vec<Case> {
             route: "invalid-cross-namespace-backend-ref",
             condition: ("ResolvedRefs", "False", "RefNotPermitted"),
             expect: vec![status("/", &[], 500)],
+            ..Default::default()
+        },
+        Case {
+            name: "HTTPRouteMatchingAcrossRoutes",
+            manifest: "httproute-matching-across-routes.yaml",
+            route: "matching-part1",
+            routes: &["matching-part2"],
+            expect: vec![
+                to("/", V1),
+                to("/example", V1),
+                to("/example", V1).on("example.net"),
+                with("/example", &[("Version", "one")], V1),
+                to("/v2", V2),
+                to("/v2", V1).on("example.net"),
+                to("/v2/example", V2),
+                with("/", &[("Version", "two")], V2),
+            ],
+            ..Default::default()
+        },
+        Case {
+            name: "HTTPRouteInvalidBackendRefUnknownKind",
+            manifest: "httproute-invalid-backendref-unknown-kind.yaml",
+            route: "invalid-backend-ref-unknown-kind",
+            condition: ("ResolvedRefs", "False", "InvalidKind"),
+            expect: vec![status("/v2", &[], 500)],
+            ..Default::default()
+        },
+        Case {
+            name: "HTTPRouteInvalidParentRefNotMatchingSectionName",
+            manifest: "httproute-invalid-parentref-not-matching-section-name.yaml",
+            route: "httproute-listener-not-matching-section-name",
+            condition: ("Accepted", "False", "NoMatchingParent"),
+            attached: Some(0),
+            ..Default::default()
+        },
+        Case {
+            name: "HTTPRoutePartiallyInvalidViaInvalidReferenceGrant",
+            manifest: "httproute-partially-invalid-via-invalid-reference-grant.yaml",
+            route: "invalid-reference-grant",
+            condition: ("ResolvedRefs", "False", "RefNotPermitted"),
+            expect: vec![
+                status("/v2", &[], 500),
+                to("/", "app-backend-v1").in_ns("gateway-conformance-app-backend"),
+            ],
+            ..Default::default()
+        },
+        Case {
+            name: "HTTPRouteReferenceGrant",
+            manifest: "httproute-reference-grant.yaml",
+            route: "reference-grant",
+            condition: ("ResolvedRefs", "True", "ResolvedRefs"),
+            expect: vec![to("/", "web-backend").in_ns("gateway-conformance-web-backend")],
+            then_delete: Some("/apis/gateway.networking.k8s.io/v1/namespaces/gateway-conformance-web-backend/referencegrants/reference-grant"),
+            then_expect: vec![status("/", &[], 500)],
+            ..Default::default()
+        },
+        Case {
+            name: "HTTPRouteCrossNamespace",
+            manifest: "httproute-cross-namespace.yaml",
+            route: "gateway-conformance-web-backend/cross-namespace",
+            condition: ("ResolvedRefs", "True", "ResolvedRefs"),
+            gateway: "backend-namespaces",
+            expect: vec![to("/", "web-backend").in_ns("gateway-conformance-web-backend")],
+            ..Default::default()
         },
     ]
 }
 
 /// One request's mismatch, or None when it got what was expected.
 fn mismatch(addr: SocketAddr, e: &Expect) -> Option<String> {
-    let got = get(addr, "example.com", e.path, e.headers);
+    let got = get(addr, e.host, e.path, e.headers);
     let Some((code, body, head)) = got else {
-        return Some(format!("{} {:?}: no answer", e.path, e.headers));
+        return Some(format!("{} {} {:?}: no answer", e.host, e.path, e.headers));
     };
     if code != e.status {
         return Some(format!(
-            "{} {:?}: status {code}, expected {}",
-            e.path, e.headers, e.status
+            "{} {} {:?}: status {code}, expected {}",
+            e.host, e.path, e.headers, e.status
         ));
     }
     if let Some(b) = e.backend {
         let pod = body["pod"].as_str().unwrap_or("");
-        if !pod.starts_with(&format!("{b}-")) || body["namespace"] != INFRA {
+        if !pod.starts_with(&format!("{b}-")) || body["namespace"] != e.namespace {
             return Some(format!(
-                "{} {:?}: served by {pod} in {}, expected {b}",
-                e.path, e.headers, body["namespace"]
+                "{} {} {:?}: served by {pod} in {}, expected {b} in {}",
+                e.host, e.path, e.headers, body["namespace"], e.namespace
             ));
         }
     }
@@ -319,33 +441,75 @@ pub fn run(
         for d in &applied {
             api.apply(&path_of(d), &d.to_string());
         }
-        let route_path = format!(
-            "/apis/gateway.networking.k8s.io/v1/namespaces/{INFRA}/httproutes/{}",
-            case.route
-        );
+        let route_path = |route: &str| {
+            let (ns, name) = route.split_once('/').unwrap_or((INFRA, route));
+            format!("/apis/gateway.networking.k8s.io/v1/namespaces/{ns}/httproutes/{name}")
+        };
         let (ctype, cstatus, creason) = case.condition;
-        let want = Some((cstatus.to_string(), creason.to_string()));
-        let mut outcome = if eventually(Duration::from_secs(30), || {
-            api.get(&route_path)
-                .is_some_and(|v| condition(&v["status"]["parents"][0]["conditions"], ctype) == want)
-        }) {
-            Ok(())
-        } else {
+        let shows = |route: &str, (ctype, cstatus, creason): (&str, &str, &str)| {
+            let want = Some((cstatus.to_string(), creason.to_string()));
+            eventually(Duration::from_secs(30), || {
+                api.get(&route_path(route)).is_some_and(|v| {
+                    condition(&v["status"]["parents"][0]["conditions"], ctype) == want
+                })
+            })
+        };
+        let mut outcome = if !shows(case.route, case.condition) {
             Err(format!(
                 "route {} never showed {ctype}={cstatus} ({creason}): {:?}",
                 case.route,
-                api.get(&route_path).map(|v| v["status"].clone())
+                api.get(&route_path(case.route))
+                    .map(|v| v["status"].clone())
             ))
+        } else if let Some(r) = case
+            .routes
+            .iter()
+            .find(|r| !shows(r, ("Accepted", "True", "Accepted")))
+        {
+            Err(format!("route {r} was never Accepted"))
+        } else {
+            Ok(())
         };
-        if outcome.is_ok() {
-            let addr = address("same-namespace");
-            for e in &case.expect {
-                // Eventually consistent, as the suite waits.
+        if let (Ok(()), Some(n)) = (&outcome, case.attached) {
+            let gw = format!(
+                "/apis/gateway.networking.k8s.io/v1/namespaces/{INFRA}/gateways/{}",
+                case.gateway
+            );
+            let counts = || -> Vec<i64> {
+                api.get(&gw)
+                    .and_then(|v| v["status"]["listeners"].as_array().cloned())
+                    .unwrap_or_default()
+                    .iter()
+                    .map(|l| l["attachedRoutes"].as_i64().unwrap_or(-1))
+                    .collect()
+            };
+            if !eventually(Duration::from_secs(30), || {
+                let c = counts();
+                !c.is_empty() && c.iter().all(|x| *x == n)
+            }) {
+                outcome = Err(format!(
+                    "Gateway {}: attachedRoutes {:?}, expected {n}",
+                    case.gateway,
+                    counts()
+                ));
+            }
+        }
+        let addr = address(case.gateway);
+        // Eventually consistent, as the suite waits.
+        let check = |expect: &[Expect]| -> Result<(), String> {
+            for e in expect {
                 if !eventually(Duration::from_secs(30), || mismatch(addr, e).is_none()) {
-                    outcome = Err(mismatch(addr, e).unwrap_or_else(|| "flapping".into()));
-                    break;
+                    return Err(mismatch(addr, e).unwrap_or_else(|| "flapping".into()));
                 }
             }
+            Ok(())
+        };
+        if outcome.is_ok() {
+            outcome = check(&case.expect);
+        }
+        if let (Ok(()), Some(what)) = (&outcome, case.then_delete) {
+            api.delete(what);
+            outcome = check(&case.then_expect);
         }
         if let Err(e) = &outcome {
             eprintln!("{}: FAILED: {e}\n{}", case.name, log());
