@@ -126,6 +126,7 @@ const fn status(
 
 const V1: &str = "infra-backend-v1";
 const V2: &str = "infra-backend-v2";
+const V3: &str = "infra-backend-v3";
 
 struct Case {
     name: &'static str,
@@ -333,6 +334,25 @@ fn cases() -> Vec<Case> {
             expect: vec![to("/", "web-backend").in_ns("gateway-conformance-web-backend")],
             ..Default::default()
         },
+        Case {
+            name: "HTTPRouteListenerHostnameMatching",
+            manifest: "httproute-listener-hostname-matching.yaml",
+            route: "backend-v1",
+            condition: ("ResolvedRefs", "True", "ResolvedRefs"),
+            routes: &["backend-v2", "backend-v3"],
+            gateway: "httproute-listener-hostname-matching",
+            expect: vec![
+                to("/", V1).on("bar.com"),
+                to("/", V2).on("foo.bar.com"),
+                to("/", V3).on("baz.bar.com"),
+                to("/", V3).on("boo.bar.com"),
+                to("/", V3).on("multiple.prefixes.bar.com"),
+                to("/", V3).on("multiple.prefixes.foo.com"),
+                status("/", &[], 404).on("foo.com"),
+                status("/", &[], 404).on("no.matching.host"),
+            ],
+            ..Default::default()
+        },
     ]
 }
 
@@ -425,7 +445,7 @@ pub fn run(
         slice["ports"][0]["name"] = json!(port_names.get(*svc).cloned().unwrap_or_default());
         api.apply(&path_of(&slice), &slice.to_string());
     }
-    let address = |gw: &str| -> SocketAddr {
+    let address = |gateways: &[(String, String)], gw: &str| -> SocketAddr {
         let a = gateways
             .iter()
             .find(|(n, _)| n == gw)
@@ -437,7 +457,16 @@ pub fn run(
     };
     let mut results = Vec::new();
     for case in cases() {
-        let applied = docs(case.manifest);
+        let mut applied = docs(case.manifest);
+        // A case's own Gateways get addresses of their own too.
+        for d in applied.iter_mut().filter(|d| d["kind"] == "Gateway") {
+            let address = format!("127.0.0.{}", 20 + gateways.len());
+            d["spec"]["addresses"] = json!([{"type": "IPAddress", "value": address}]);
+            gateways.push((
+                d["metadata"]["name"].as_str().unwrap_or("").to_string(),
+                address,
+            ));
+        }
         for d in &applied {
             api.apply(&path_of(d), &d.to_string());
         }
@@ -494,7 +523,7 @@ pub fn run(
                 ));
             }
         }
-        let addr = address(case.gateway);
+        let addr = address(&gateways, case.gateway);
         // Eventually consistent, as the suite waits.
         let check = |expect: &[Expect]| -> Result<(), String> {
             for e in expect {
