@@ -68,6 +68,10 @@ struct Expect {
     location: Option<(&'static str, &'static str)>,
     /// The backend's namespace.
     namespace: &'static str,
+    /// Headers the backend must see (values joined with ","), and headers
+    /// it must not see.
+    seen: &'static [(&'static str, &'static str)],
+    absent: &'static [&'static str],
 }
 
 impl Expect {
@@ -77,6 +81,18 @@ impl Expect {
 
     const fn in_ns(self, namespace: &'static str) -> Expect {
         Expect { namespace, ..self }
+    }
+
+    const fn seeing(
+        self,
+        seen: &'static [(&'static str, &'static str)],
+        absent: &'static [&'static str],
+    ) -> Expect {
+        Expect {
+            seen,
+            absent,
+            ..self
+        }
     }
 }
 
@@ -89,6 +105,8 @@ const fn to(path: &'static str, backend: &'static str) -> Expect {
         location: None,
         host: "example.com",
         namespace: INFRA,
+        seen: &[],
+        absent: &[],
     }
 }
 
@@ -105,6 +123,8 @@ const fn with(
         location: None,
         host: "example.com",
         namespace: INFRA,
+        seen: &[],
+        absent: &[],
     }
 }
 
@@ -121,6 +141,8 @@ const fn status(
         location: None,
         host: "example.com",
         namespace: INFRA,
+        seen: &[],
+        absent: &[],
     }
 }
 
@@ -242,6 +264,8 @@ fn cases() -> Vec<Case> {
                     location: Some(("example.org", "/hostname-redirect")),
                     host: "example.com",
                     namespace: INFRA,
+                    seen: &[],
+                    absent: &[],
                 },
                 Expect {
                     path: "/host-and-status",
@@ -251,6 +275,8 @@ fn cases() -> Vec<Case> {
                     location: Some(("example.org", "/host-and-status")),
                     host: "example.com",
                     namespace: INFRA,
+                    seen: &[],
+                    absent: &[],
                 },
             ],
             ..Default::default()
@@ -353,6 +379,99 @@ fn cases() -> Vec<Case> {
             ],
             ..Default::default()
         },
+        Case {
+            name: "HTTPRouteRequestHeaderModifier",
+            manifest: "httproute-request-header-modifier.yaml",
+            route: "request-header-modifier",
+            expect: vec![
+                with("/set", &[("Some-Other-Header", "val")], V1).seeing(
+                    &[
+                        ("Some-Other-Header", "val"),
+                        ("X-Header-Set", "set-overwrites-values"),
+                    ],
+                    &[],
+                ),
+                with(
+                    "/set",
+                    &[
+                        ("Some-Other-Header", "val"),
+                        ("X-Header-Set", "some-other-value"),
+                    ],
+                    V1,
+                )
+                .seeing(
+                    &[
+                        ("Some-Other-Header", "val"),
+                        ("X-Header-Set", "set-overwrites-values"),
+                    ],
+                    &[],
+                ),
+                with("/add", &[("Some-Other-Header", "val")], V1).seeing(
+                    &[
+                        ("Some-Other-Header", "val"),
+                        ("X-Header-Add", "add-appends-values"),
+                    ],
+                    &[],
+                ),
+                with(
+                    "/add",
+                    &[
+                        ("Some-Other-Header", "val"),
+                        ("X-Header-Add", "some-other-value"),
+                    ],
+                    V1,
+                )
+                .seeing(
+                    &[
+                        ("Some-Other-Header", "val"),
+                        ("X-Header-Add", "some-other-value,add-appends-values"),
+                    ],
+                    &[],
+                ),
+                with("/remove", &[("X-Header-Remove", "val")], V1)
+                    .seeing(&[], &["X-Header-Remove"]),
+                with(
+                    "/multiple",
+                    &[
+                        ("X-Header-Set-2", "set-val-2"),
+                        ("X-Header-Add-2", "add-val-2"),
+                        ("X-Header-Remove-2", "remove-val-2"),
+                        ("Another-Header", "another-header-val"),
+                    ],
+                    V1,
+                )
+                .seeing(
+                    &[
+                        ("X-Header-Set-1", "header-set-1"),
+                        ("X-Header-Set-2", "header-set-2"),
+                        ("X-Header-Add-1", "header-add-1"),
+                        ("X-Header-Add-2", "add-val-2,header-add-2"),
+                        ("X-Header-Add-3", "header-add-3"),
+                        ("Another-Header", "another-header-val"),
+                    ],
+                    &["X-Header-Remove-1", "X-Header-Remove-2"],
+                ),
+                with(
+                    "/case-insensitivity",
+                    &[
+                        ("x-header-set", "original-val-set"),
+                        ("x-header-add", "original-val-add"),
+                        ("x-header-remove", "original-val-remove"),
+                        ("Another-Header", "another-header-val"),
+                    ],
+                    V1,
+                )
+                .seeing(
+                    &[
+                        ("X-Header-Set", "header-set"),
+                        ("X-Header-Add", "original-val-add,header-add"),
+                        ("Another-Header", "another-header-val"),
+                    ],
+                    &["x-header-remove", "X-Header-Remove"],
+                ),
+            ],
+            ..Default::default()
+        },
     ]
 }
 
@@ -376,6 +495,42 @@ fn mismatch(addr: SocketAddr, e: &Expect) -> Option<String> {
                 e.host, e.path, e.headers, body["namespace"], e.namespace
             ));
         }
+    }
+    // The request's headers as the backend saw them (the echo lists each
+    // name's values; the suite joins them with ",").
+    let saw = |name: &str| -> Option<String> {
+        body["headers"].as_object().and_then(|h| {
+            h.iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(name))
+                .map(|(_, v)| {
+                    v.as_array()
+                        .map(|vs| {
+                            vs.iter()
+                                .filter_map(Value::as_str)
+                                .collect::<Vec<_>>()
+                                .join(",")
+                        })
+                        .unwrap_or_default()
+                })
+        })
+    };
+    for (name, value) in e.seen {
+        if saw(name).as_deref() != Some(value) {
+            return Some(format!(
+                "{} {:?}: the backend saw {name}: {:?}, expected {value:?}",
+                e.path,
+                e.headers,
+                saw(name)
+            ));
+        }
+    }
+    if let Some(name) = e.absent.iter().find(|n| saw(n).is_some()) {
+        return Some(format!(
+            "{} {:?}: the backend saw {name}: {:?}, expected none",
+            e.path,
+            e.headers,
+            saw(name)
+        ));
     }
     if let Some((host, path)) = e.location {
         let loc = head
