@@ -72,6 +72,8 @@ struct Expect {
     /// it must not see.
     seen: &'static [(&'static str, &'static str)],
     absent: &'static [&'static str],
+    /// Sent to this Gateway rather than the case's.
+    at: Option<&'static str>,
 }
 
 impl Expect {
@@ -81,6 +83,13 @@ impl Expect {
 
     const fn in_ns(self, namespace: &'static str) -> Expect {
         Expect { namespace, ..self }
+    }
+
+    const fn at(self, gateway: &'static str) -> Expect {
+        Expect {
+            at: Some(gateway),
+            ..self
+        }
     }
 
     const fn seeing(
@@ -107,6 +116,7 @@ const fn to(path: &'static str, backend: &'static str) -> Expect {
         namespace: INFRA,
         seen: &[],
         absent: &[],
+        at: None,
     }
 }
 
@@ -125,6 +135,7 @@ const fn with(
         namespace: INFRA,
         seen: &[],
         absent: &[],
+        at: None,
     }
 }
 
@@ -143,6 +154,7 @@ const fn status(
         namespace: INFRA,
         seen: &[],
         absent: &[],
+        at: None,
     }
 }
 
@@ -166,8 +178,13 @@ struct Case {
     /// as the API's path says it), and what must hold then.
     then_delete: Option<&'static str>,
     then_expect: Vec<Expect>,
-    /// The Gateway's listeners' `attachedRoutes` once the route is in.
-    attached: Option<i64>,
+    /// The Gateway's listeners' `attachedRoutes` once the routes are in:
+    /// (listener, count); listener "*" is every listener.
+    attached: &'static [(&'static str, i64)],
+    /// More conditions the route's parent must show, and routes whose
+    /// parent must show a condition other than Accepted.
+    more: &'static [(&'static str, &'static str, &'static str)],
+    others: &'static [(&'static str, (&'static str, &'static str, &'static str))],
 }
 
 impl Default for Case {
@@ -182,7 +199,9 @@ impl Default for Case {
             expect: Vec::new(),
             then_delete: None,
             then_expect: Vec::new(),
-            attached: None,
+            attached: &[],
+            more: &[],
+            others: &[],
         }
     }
 }
@@ -266,6 +285,7 @@ fn cases() -> Vec<Case> {
                     namespace: INFRA,
                     seen: &[],
                     absent: &[],
+                    at: None,
                 },
                 Expect {
                     path: "/host-and-status",
@@ -277,6 +297,7 @@ fn cases() -> Vec<Case> {
                     namespace: INFRA,
                     seen: &[],
                     absent: &[],
+                    at: None,
                 },
             ],
             ..Default::default()
@@ -327,7 +348,7 @@ fn cases() -> Vec<Case> {
             manifest: "httproute-invalid-parentref-not-matching-section-name.yaml",
             route: "httproute-listener-not-matching-section-name",
             condition: ("Accepted", "False", "NoMatchingParent"),
-            attached: Some(0),
+            attached: &[("*", 0)],
             ..Default::default()
         },
         Case {
@@ -469,6 +490,81 @@ fn cases() -> Vec<Case> {
                     ],
                     &["x-header-remove", "X-Header-Remove"],
                 ),
+            ],
+            ..Default::default()
+        },
+        Case {
+            name: "HTTPRouteInvalidCrossNamespaceParentRef",
+            manifest: "httproute-invalid-cross-namespace-parent-ref.yaml",
+            route: "gateway-conformance-web-backend/invalid-cross-namespace-parent-ref",
+            condition: ("Accepted", "False", "NotAllowedByListeners"),
+            more: &[("ResolvedRefs", "True", "ResolvedRefs")],
+            attached: &[("*", 0)],
+            ..Default::default()
+        },
+        Case {
+            name: "HTTPRouteHostnameIntersection",
+            manifest: "httproute-hostname-intersection.yaml",
+            route: "specific-host-matches-listener-specific-host",
+            condition: ("ResolvedRefs", "True", "ResolvedRefs"),
+            more: &[("Accepted", "True", "Accepted")],
+            routes: &[
+                "specific-host-matches-listener-wildcard-host",
+                "wildcard-host-matches-listener-specific-host",
+                "wildcard-host-matches-listener-wildcard-host",
+                "httproute-hostname-intersection-all",
+            ],
+            others: &[(
+                "no-intersecting-hosts",
+                ("Accepted", "False", "NoMatchingListenerHostname"),
+            )],
+            gateway: "httproute-hostname-intersection",
+            attached: &[("listener-1", 2), ("listener-2", 1), ("listener-3", 1)],
+            expect: vec![
+                to("/s1", V1).on("very.specific.com"),
+                to("/s1", V1).on("very.specific.com:1234"),
+                status("/s1", &[], 404).on("non.matching.com"),
+                status("/s1", &[], 404).on("foo.nonmatchingwildcard.io"),
+                status("/s1", &[], 404).on("foo.wildcard.io"),
+                status("/non-matching-prefix", &[], 404).on("very.specific.com"),
+                to("/s2", V2).on("foo.wildcard.io"),
+                to("/s2", V2).on("bar.wildcard.io"),
+                to("/s2", V2).on("foo.bar.wildcard.io"),
+                status("/s2", &[], 404).on("non.matching.com"),
+                status("/s2", &[], 404).on("wildcard.io"),
+                status("/s2", &[], 404).on("very.specific.com"),
+                status("/non-matching-prefix", &[], 404).on("foo.wildcard.io"),
+                to("/s3", V3).on("very.specific.com"),
+                status("/s3", &[], 404).on("non.matching.com"),
+                status("/s3", &[], 404).on("foo.specific.com"),
+                status("/s3", &[], 404).on("foo.wildcard.io"),
+                to("/s4", V1).on("foo.anotherwildcard.io"),
+                to("/s4", V1).on("bar.anotherwildcard.io"),
+                to("/s4", V1).on("foo.bar.anotherwildcard.io"),
+                status("/s4", &[], 404).on("anotherwildcard.io"),
+                status("/s4", &[], 404).on("foo.wildcard.io"),
+                status("/s4", &[], 404).on("very.specific.com"),
+                status("/non-matching-prefix", &[], 404).on("foo.anotherwildcard.io"),
+                status("/s5", &[], 404).on("specific.but.wrong.com"),
+                status("/s5", &[], 404).on("wildcard.io"),
+                to("/", V2)
+                    .on("first.com")
+                    .at("httproute-hostname-intersection-all"),
+                to("/", V2)
+                    .on("sub.first.com")
+                    .at("httproute-hostname-intersection-all"),
+                to("/", V2)
+                    .on("second.com")
+                    .at("httproute-hostname-intersection-all"),
+                to("/", V2)
+                    .on("sub.second.com")
+                    .at("httproute-hostname-intersection-all"),
+                status("/", &[], 404)
+                    .on("third.com")
+                    .at("httproute-hostname-intersection-all"),
+                status("/", &[], 404)
+                    .on("sub.third.com")
+                    .at("httproute-hostname-intersection-all"),
             ],
             ..Default::default()
         },
@@ -651,37 +747,53 @@ pub fn run(
             .find(|r| !shows(r, ("Accepted", "True", "Accepted")))
         {
             Err(format!("route {r} was never Accepted"))
+        } else if let Some(c) = case.more.iter().find(|c| !shows(case.route, **c)) {
+            Err(format!("route {} never showed {c:?}", case.route))
+        } else if let Some((r, c)) = case.others.iter().find(|(r, c)| !shows(r, *c)) {
+            Err(format!("route {r} never showed {c:?}"))
         } else {
             Ok(())
         };
-        if let (Ok(()), Some(n)) = (&outcome, case.attached) {
+        if outcome.is_ok() && !case.attached.is_empty() {
             let gw = format!(
                 "/apis/gateway.networking.k8s.io/v1/namespaces/{INFRA}/gateways/{}",
                 case.gateway
             );
-            let counts = || -> Vec<i64> {
+            let counts = || -> Vec<(String, i64)> {
                 api.get(&gw)
                     .and_then(|v| v["status"]["listeners"].as_array().cloned())
                     .unwrap_or_default()
                     .iter()
-                    .map(|l| l["attachedRoutes"].as_i64().unwrap_or(-1))
+                    .map(|l| {
+                        (
+                            l["name"].as_str().unwrap_or("").to_string(),
+                            l["attachedRoutes"].as_i64().unwrap_or(-1),
+                        )
+                    })
                     .collect()
             };
-            if !eventually(Duration::from_secs(30), || {
-                let c = counts();
-                !c.is_empty() && c.iter().all(|x| *x == n)
-            }) {
+            let as_wanted = |c: &[(String, i64)]| {
+                !c.is_empty()
+                    && case.attached.iter().all(|(name, n)| {
+                        c.iter()
+                            .filter(|(l, _)| *name == "*" || l == name)
+                            .all(|(_, x)| x == n)
+                            && (*name == "*" || c.iter().any(|(l, _)| l == name))
+                    })
+            };
+            if !eventually(Duration::from_secs(30), || as_wanted(&counts())) {
                 outcome = Err(format!(
-                    "Gateway {}: attachedRoutes {:?}, expected {n}",
+                    "Gateway {}: attachedRoutes {:?}, expected {:?}",
                     case.gateway,
-                    counts()
+                    counts(),
+                    case.attached
                 ));
             }
         }
-        let addr = address(&gateways, case.gateway);
         // Eventually consistent, as the suite waits.
         let check = |expect: &[Expect]| -> Result<(), String> {
             for e in expect {
+                let addr = address(&gateways, e.at.unwrap_or(case.gateway));
                 if !eventually(Duration::from_secs(30), || mismatch(addr, e).is_none()) {
                     return Err(mismatch(addr, e).unwrap_or_else(|| "flapping".into()));
                 }
