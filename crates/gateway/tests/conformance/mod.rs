@@ -568,6 +568,59 @@ fn cases() -> Vec<Case> {
             ],
             ..Default::default()
         },
+        Case {
+            name: "HTTPRouteInvalidReferenceGrant",
+            manifest: "httproute-invalid-reference-grant.yaml",
+            route: "reference-grant",
+            condition: ("ResolvedRefs", "False", "RefNotPermitted"),
+            expect: vec![status("/", &[], 500)],
+            ..Default::default()
+        },
+        Case {
+            name: "HTTPRouteMultipleGateways",
+            manifest: "httproute-multiple-gateways.yaml",
+            route: "multiple-gateways-shared-route",
+            routes: &[
+                "same-namespace-dedicated-route",
+                "all-namespaces-dedicated-route",
+            ],
+            expect: vec![
+                to("/shared", V1),
+                to("/", V2),
+                to("/shared", V1).at("all-namespaces"),
+                to("/", V3).at("all-namespaces"),
+            ],
+            ..Default::default()
+        },
+        Case {
+            name: "HTTPRouteNoBackendRefs",
+            manifest: "httproute-omitted-backendrefs.yaml",
+            route: "omitted-backendrefs",
+            condition: ("ResolvedRefs", "True", "ResolvedRefs"),
+            more: &[("Accepted", "True", "Accepted")],
+            expect: vec![
+                to("/forward", V1),
+                status("/omitted-no-forward", &[], 500),
+                status("/empty-no-forward", &[], 500),
+            ],
+            ..Default::default()
+        },
+        Case {
+            name: "HTTPRoutePathMatchOrder",
+            manifest: "httproute-path-match-order.yaml",
+            route: "path-matching-order",
+            condition: ("ResolvedRefs", "True", "ResolvedRefs"),
+            more: &[("Accepted", "True", "Accepted")],
+            expect: vec![
+                to("/match/exact/one", V3),
+                to("/match/exact", V2),
+                to("/match", V1),
+                to("/match/prefix/one/any", V2),
+                to("/match/prefix/any", V1),
+                to("/match/any", V3),
+            ],
+            ..Default::default()
+        },
     ]
 }
 
