@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 
-use super::{condition, eventually, get, path_of, repo, Api};
+use super::{condition, eventually, get, path_of, repo, run as sh, Api};
 
 /// The base manifests' Services that have a Deployment: (name, namespace).
 pub const BACKENDS: &[(&str, &str)] = &[
@@ -162,6 +162,18 @@ const V1: &str = "infra-backend-v1";
 const V2: &str = "infra-backend-v2";
 const V3: &str = "infra-backend-v3";
 
+/// What a Gateway listener's status must say (the suite's
+/// GatewayStatusMustHaveListeners): supported kinds it must list (none at
+/// all when empty), conditions (type, status, reason; "" is any reason)
+/// and attached routes.
+struct ListenerWant {
+    gateway: &'static str,
+    listener: &'static str,
+    kinds: &'static [&'static str],
+    conditions: &'static [(&'static str, &'static str, &'static str)],
+    attached: i64,
+}
+
 struct Case {
     name: &'static str,
     manifest: &'static str,
@@ -185,6 +197,8 @@ struct Case {
     /// parent must show a condition other than Accepted.
     more: &'static [(&'static str, &'static str, &'static str)],
     others: &'static [(&'static str, (&'static str, &'static str, &'static str))],
+    /// Listener statuses to wait for.
+    listeners: &'static [ListenerWant],
 }
 
 impl Default for Case {
@@ -202,6 +216,7 @@ impl Default for Case {
             attached: &[],
             more: &[],
             others: &[],
+            listeners: &[],
         }
     }
 }
@@ -621,6 +636,81 @@ fn cases() -> Vec<Case> {
             ],
             ..Default::default()
         },
+        Case {
+            name: "GatewayInvalidRouteKind",
+            manifest: "gateway-invalid-route-kind.yaml",
+            listeners: &[
+                ListenerWant {
+                    gateway: "gateway-only-invalid-route-kind",
+                    listener: "http",
+                    kinds: &[],
+                    conditions: &[("ResolvedRefs", "False", "InvalidRouteKinds")],
+                    attached: 0,
+                },
+                ListenerWant {
+                    gateway: "gateway-supported-and-invalid-route-kind",
+                    listener: "http",
+                    kinds: &["HTTPRoute"],
+                    conditions: &[("ResolvedRefs", "False", "InvalidRouteKinds")],
+                    attached: 0,
+                },
+            ],
+            ..Default::default()
+        },
+        Case {
+            name: "GatewaySecretMissingReferenceGrant",
+            manifest: "gateway-secret-missing-reference-grant.yaml",
+            listeners: &[ListenerWant {
+                gateway: "gateway-secret-missing-reference-grant",
+                listener: "https",
+                kinds: &["HTTPRoute"],
+                conditions: &[("ResolvedRefs", "False", "RefNotPermitted")],
+                attached: 0,
+            }],
+            ..Default::default()
+        },
+        Case {
+            name: "GatewaySecretInvalidReferenceGrant",
+            manifest: "gateway-secret-invalid-reference-grant.yaml",
+            listeners: &[ListenerWant {
+                gateway: "gateway-secret-invalid-reference-grant",
+                listener: "https",
+                kinds: &["HTTPRoute"],
+                conditions: &[("ResolvedRefs", "False", "RefNotPermitted")],
+                attached: 0,
+            }],
+            ..Default::default()
+        },
+        Case {
+            name: "GatewaySecretReferenceGrantAllInNamespace",
+            manifest: "gateway-secret-reference-grant-all-in-namespace.yaml",
+            listeners: &[ListenerWant {
+                gateway: "gateway-secret-reference-grant-all-in-namespace",
+                listener: "https",
+                kinds: &["HTTPRoute"],
+                conditions: &[
+                    ("Programmed", "True", "Programmed"),
+                    ("ResolvedRefs", "True", ""),
+                ],
+                attached: 0,
+            }],
+            ..Default::default()
+        },
+        Case {
+            name: "GatewaySecretReferenceGrantSpecific",
+            manifest: "gateway-secret-reference-grant-specific.yaml",
+            listeners: &[ListenerWant {
+                gateway: "gateway-secret-reference-grant-specific",
+                listener: "https",
+                kinds: &["HTTPRoute"],
+                conditions: &[
+                    ("Programmed", "True", "Programmed"),
+                    ("ResolvedRefs", "True", ""),
+                ],
+                attached: 0,
+            }],
+            ..Default::default()
+        },
     ]
 }
 
@@ -749,6 +839,8 @@ pub fn run(
         slice["ports"][0]["name"] = json!(port_names.get(*svc).cloned().unwrap_or_default());
         api.apply(&path_of(&slice), &slice.to_string());
     }
+    let secret = tls_secret("gateway-conformance-web-backend", "certificate");
+    api.apply(&path_of(&secret), &secret.to_string());
     let address = |gateways: &[(String, String)], gw: &str| -> SocketAddr {
         let a = gateways
             .iter()
@@ -787,7 +879,9 @@ pub fn run(
                 })
             })
         };
-        let mut outcome = if !shows(case.route, case.condition) {
+        let mut outcome = if case.route.is_empty() {
+            Ok(())
+        } else if !shows(case.route, case.condition) {
             Err(format!(
                 "route {} never showed {ctype}={cstatus} ({creason}): {:?}",
                 case.route,
@@ -843,6 +937,21 @@ pub fn run(
                 ));
             }
         }
+        if let Some(w) = case
+            .listeners
+            .iter()
+            .find(|w| outcome.is_ok() && !listener_shows(api, w))
+        {
+            outcome = Err(format!(
+                "Gateway {} listener {}: status {:?}, expected kinds {:?}, conditions {:?}, attachedRoutes {}",
+                w.gateway,
+                w.listener,
+                listener_status(api, w),
+                w.kinds,
+                w.conditions,
+                w.attached
+            ));
+        }
         // Eventually consistent, as the suite waits.
         let check = |expect: &[Expect]| -> Result<(), String> {
             for e in expect {
@@ -870,6 +979,90 @@ pub fn run(
     }
     report(&results);
     results
+}
+
+/// The status of one listener of a Gateway in the infra namespace.
+fn listener_status(api: &Api, w: &ListenerWant) -> Option<Value> {
+    let gw = api.get(&format!(
+        "/apis/gateway.networking.k8s.io/v1/namespaces/{INFRA}/gateways/{}",
+        w.gateway
+    ))?;
+    gw["status"]["listeners"]
+        .as_array()?
+        .iter()
+        .find(|l| l["name"] == w.listener)
+        .cloned()
+}
+
+/// Whether the listener's status says what `w` wants, within 30 s.
+fn listener_shows(api: &Api, w: &ListenerWant) -> bool {
+    eventually(Duration::from_secs(30), || {
+        let Some(l) = listener_status(api, w) else {
+            return false;
+        };
+        // As the suite compares: every expected kind present (the
+        // implementation may support more), none when none is expected.
+        let kinds: Vec<(&str, &str)> = l["supportedKinds"]
+            .as_array()
+            .map(|ks| {
+                ks.iter()
+                    .filter_map(|k| {
+                        let group = k["group"].as_str().unwrap_or("gateway.networking.k8s.io");
+                        Some((group, k["kind"].as_str()?))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let kinds_ok = if w.kinds.is_empty() {
+            kinds.is_empty()
+        } else {
+            w.kinds
+                .iter()
+                .all(|want| kinds.contains(&("gateway.networking.k8s.io", *want)))
+        };
+        kinds_ok
+            && l["attachedRoutes"].as_i64() == Some(w.attached)
+            && w.conditions.iter().all(|(t, st, reason)| {
+                condition(&l["conditions"], t).is_some_and(|(got_st, got_reason)| {
+                    got_st == *st && (reason.is_empty() || got_reason == *reason)
+                })
+            })
+    })
+}
+
+/// A self-signed certificate for `*` as a TLS Secret (the suite makes
+/// the base manifests' `certificate` Secret the same way at its start).
+fn tls_secret(namespace: &str, name: &str) -> Value {
+    let dir = std::env::temp_dir().join(format!("sy-conformance-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let (key, crt) = (dir.join("tls.key"), dir.join("tls.crt"));
+    let (ok, out) = sh(
+        "openssl",
+        &[
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=*",
+            "-keyout",
+            key.to_str().unwrap_or_default(),
+            "-out",
+            crt.to_str().unwrap_or_default(),
+        ],
+    );
+    assert!(ok, "openssl: {out}");
+    let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    let secret = json!({
+        "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
+        "metadata": {"name": name, "namespace": namespace},
+        "stringData": {"tls.crt": read(&crt), "tls.key": read(&key)},
+    });
+    let _ = std::fs::remove_dir_all(&dir);
+    secret
 }
 
 /// The suite's ConformanceReport (v1.7) for what was run, printed and
