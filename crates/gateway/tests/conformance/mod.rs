@@ -162,6 +162,9 @@ const V1: &str = "infra-backend-v1";
 const V2: &str = "infra-backend-v2";
 const V3: &str = "infra-backend-v3";
 
+/// GatewayNameMaximumLength's Gateway: a name of 253 characters.
+const LONG_GATEWAY_NAME: &str = "gateway-name-maximum-length-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
+
 /// What a Gateway listener's status must say (the suite's
 /// GatewayStatusMustHaveListeners): supported kinds it must list (none at
 /// all when empty), conditions (type, status, reason; "" is any reason)
@@ -199,6 +202,9 @@ struct Case {
     others: &'static [(&'static str, (&'static str, &'static str, &'static str))],
     /// Listener statuses to wait for.
     listeners: &'static [ListenerWant],
+    /// Gateways whose conditions must all carry their latest generation
+    /// (the suite's GatewayMustHaveLatestConditions).
+    latest: &'static [&'static str],
 }
 
 impl Default for Case {
@@ -217,6 +223,7 @@ impl Default for Case {
             more: &[],
             others: &[],
             listeners: &[],
+            latest: &[],
         }
     }
 }
@@ -711,6 +718,47 @@ fn cases() -> Vec<Case> {
             }],
             ..Default::default()
         },
+        Case {
+            name: "GatewayInvalidTLSConfiguration",
+            manifest: "gateway-invalid-tls-configuration.yaml",
+            listeners: &[
+                ListenerWant {
+                    gateway: "gateway-certificate-nonexistent-secret",
+                    listener: "https",
+                    kinds: &["HTTPRoute"],
+                    conditions: &[("ResolvedRefs", "False", "InvalidCertificateRef")],
+                    attached: 0,
+                },
+                ListenerWant {
+                    gateway: "gateway-certificate-unsupported-group",
+                    listener: "https",
+                    kinds: &["HTTPRoute"],
+                    conditions: &[("ResolvedRefs", "False", "InvalidCertificateRef")],
+                    attached: 0,
+                },
+                ListenerWant {
+                    gateway: "gateway-certificate-unsupported-kind",
+                    listener: "https",
+                    kinds: &["HTTPRoute"],
+                    conditions: &[("ResolvedRefs", "False", "InvalidCertificateRef")],
+                    attached: 0,
+                },
+                ListenerWant {
+                    gateway: "gateway-certificate-malformed-secret",
+                    listener: "https",
+                    kinds: &["HTTPRoute"],
+                    conditions: &[("ResolvedRefs", "False", "InvalidCertificateRef")],
+                    attached: 0,
+                },
+            ],
+            ..Default::default()
+        },
+        Case {
+            name: "GatewayNameMaximumLength",
+            manifest: "gateway-name-maximum-length.yaml",
+            latest: &[LONG_GATEWAY_NAME],
+            ..Default::default()
+        },
     ]
 }
 
@@ -952,6 +1000,19 @@ pub fn run(
                 w.attached
             ));
         }
+        if let Some(g) = case
+            .latest
+            .iter()
+            .find(|g| outcome.is_ok() && !has_latest_conditions(api, g))
+        {
+            outcome = Err(format!(
+                "Gateway {g}: conditions without its latest generation: {:?}",
+                api.get(&format!(
+                    "/apis/gateway.networking.k8s.io/v1/namespaces/{INFRA}/gateways/{g}"
+                ))
+                .map(|v| v["status"].clone())
+            ));
+        }
         // Eventually consistent, as the suite waits.
         let check = |expect: &[Expect]| -> Result<(), String> {
             for e in expect {
@@ -1027,6 +1088,23 @@ fn listener_shows(api: &Api, w: &ListenerWant) -> bool {
                     got_st == *st && (reason.is_empty() || got_reason == *reason)
                 })
             })
+    })
+}
+
+/// Whether the Gateway's conditions (some at least) all name its current
+/// generation, within 30 s.
+fn has_latest_conditions(api: &Api, gateway: &str) -> bool {
+    let path = format!("/apis/gateway.networking.k8s.io/v1/namespaces/{INFRA}/gateways/{gateway}");
+    eventually(Duration::from_secs(30), || {
+        api.get(&path).is_some_and(|g| {
+            let generation = g["metadata"]["generation"].as_i64();
+            g["status"]["conditions"].as_array().is_some_and(|cs| {
+                !cs.is_empty()
+                    && cs
+                        .iter()
+                        .all(|c| c["observedGeneration"].as_i64() == generation)
+            })
+        })
     })
 }
 
