@@ -36,6 +36,9 @@ pub const BACKENDS: &[(&str, &str)] = &[
 
 const INFRA: &str = "gateway-conformance-infra";
 
+/// The controller name the tests run switchyard-gateway with.
+const CONTROLLER: &str = "switchyard.dev/gateway-controller";
+
 fn dir() -> PathBuf {
     repo().join("k8s/conformance/gateway-api-v1.7.0")
 }
@@ -43,7 +46,9 @@ fn dir() -> PathBuf {
 /// The documents of a manifest file, as JSON.
 fn docs(file: &str) -> Vec<Value> {
     let text = std::fs::read_to_string(dir().join(file)).unwrap_or_else(|e| panic!("{file}: {e}"));
-    let text = text.replace("{GATEWAY_CLASS_NAME}", "switchyard");
+    let text = text
+        .replace("{GATEWAY_CLASS_NAME}", "switchyard")
+        .replace("{GATEWAY_CONTROLLER_NAME}", CONTROLLER);
     let mut out = Vec::new();
     for d in serde_yaml::Deserializer::from_str(&text) {
         let v: Value = serde::Deserialize::deserialize(d).unwrap_or_else(|e| panic!("{file}: {e}"));
@@ -205,6 +210,10 @@ struct Case {
     /// Gateways whose conditions must all carry their latest generation
     /// (the suite's GatewayMustHaveLatestConditions).
     latest: &'static [&'static str],
+    /// The ObservedGenerationBump cases: a change to the manifest's first
+    /// object, applied once its conditions carry its generation; then
+    /// its generation must have grown and its conditions follow it.
+    bump: Option<fn(&mut Value)>,
 }
 
 impl Default for Case {
@@ -224,6 +233,7 @@ impl Default for Case {
             others: &[],
             listeners: &[],
             latest: &[],
+            bump: None,
         }
     }
 }
@@ -759,6 +769,32 @@ fn cases() -> Vec<Case> {
             latest: &[LONG_GATEWAY_NAME],
             ..Default::default()
         },
+        Case {
+            name: "HTTPRouteObservedGenerationBump",
+            manifest: "httproute-observed-generation-bump.yaml",
+            route: "observed-generation-bump",
+            more: &[("ResolvedRefs", "True", "ResolvedRefs")],
+            bump: Some(|r| r["spec"]["rules"][0]["backendRefs"][0]["name"] = json!(V2)),
+            expect: vec![to("/", V2)],
+            ..Default::default()
+        },
+        Case {
+            name: "GatewayObservedGenerationBump",
+            manifest: "gateway-observed-generation-bump.yaml",
+            bump: Some(|g| {
+                if let Some(ls) = g["spec"]["listeners"].as_array_mut() {
+                    ls.push(json!({"name": "alternate", "hostname": "foo.com", "port": 80,
+                        "protocol": "HTTP", "allowedRoutes": {"namespaces": {"from": "All"}}}));
+                }
+            }),
+            ..Default::default()
+        },
+        Case {
+            name: "GatewayClassObservedGenerationBump",
+            manifest: "gatewayclass-observed-generation-bump.yaml",
+            bump: Some(|c| c["spec"]["description"] = json!("new")),
+            ..Default::default()
+        },
     ]
 }
 
@@ -1013,6 +1049,9 @@ pub fn run(
                 .map(|v| v["status"].clone())
             ));
         }
+        if let (Ok(()), Some(change)) = (&outcome, case.bump) {
+            outcome = bumped(api, &applied[0], change);
+        }
         // Eventually consistent, as the suite waits.
         let check = |expect: &[Expect]| -> Result<(), String> {
             for e in expect {
@@ -1106,6 +1145,63 @@ fn has_latest_conditions(api: &Api, gateway: &str) -> bool {
             })
         })
     })
+}
+
+/// The conditions of `object` this controller writes: a GatewayClass's and
+/// a Gateway's own, a route's under its parents of this controller.
+fn our_conditions(object: &Value) -> Vec<Value> {
+    let status = &object["status"];
+    match status["parents"].as_array() {
+        Some(parents) => parents
+            .iter()
+            .filter(|p| p["controllerName"] == CONTROLLER)
+            .flat_map(|p| p["conditions"].as_array().cloned().unwrap_or_default())
+            .collect(),
+        None => status["conditions"].as_array().cloned().unwrap_or_default(),
+    }
+}
+
+/// The object's generation, once it has conditions from us that all name
+/// it (within 30 s).
+fn latest_generation(api: &Api, path: &str) -> Option<i64> {
+    let mut seen = None;
+    eventually(Duration::from_secs(30), || {
+        let Some(o) = api.get(path) else {
+            return false;
+        };
+        let generation = o["metadata"]["generation"].as_i64();
+        let conds = our_conditions(&o);
+        let latest = !conds.is_empty()
+            && conds
+                .iter()
+                .all(|c| c["observedGeneration"].as_i64() == generation);
+        let accepted = conds
+            .iter()
+            .any(|c| c["type"] == "Accepted" && c["status"] == "True");
+        seen = generation;
+        latest && accepted
+    })
+    .then_some(seen)
+    .flatten()
+}
+
+/// An ObservedGenerationBump case: the conditions follow the object's
+/// generation before and after `change`.
+fn bumped(api: &Api, object: &Value, change: fn(&mut Value)) -> Result<(), String> {
+    let path = path_of(object);
+    let before = latest_generation(api, &path)
+        .ok_or_else(|| format!("{path}: conditions never named its generation"))?;
+    let mut changed = object.clone();
+    change(&mut changed);
+    api.apply(&path, &changed.to_string());
+    let after = latest_generation(api, &path).filter(|g| *g > before);
+    match after {
+        Some(_) => Ok(()),
+        None => Err(format!(
+            "{path}: after the change (generation {before} before), its conditions did not follow: {:?}",
+            api.get(&path).map(|o| (o["metadata"]["generation"].clone(), o["status"].clone()))
+        )),
+    }
 }
 
 /// A self-signed certificate for `*` as a TLS Secret (the suite makes
