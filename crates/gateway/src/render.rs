@@ -221,6 +221,31 @@ fn gateway_ip(g: &Gateway, s: &Settings) -> Result<IpAddr, String> {
     }
 }
 
+/// Why a Gateway of ours is not served, if it is not: (Accepted's reason,
+/// Programmed's reason, message). No `infrastructure.parametersRef` kind
+/// is supported: the spec asks for `Accepted: False, InvalidParameters`
+/// when the referent is missing or of an unsupported kind.
+fn gateway_refused(g: &Gateway, s: &Settings) -> Option<(&'static str, &'static str, String)> {
+    if let Some(p) = g
+        .spec
+        .infrastructure
+        .as_ref()
+        .and_then(|i| i.parameters_ref.as_ref())
+    {
+        return Some((
+            "InvalidParameters",
+            "Invalid",
+            format!(
+                "infrastructure.parametersRef {}/{} {:?}: no parameters kind is supported",
+                p.group, p.kind, p.name
+            ),
+        ));
+    }
+    gateway_ip(g, s)
+        .err()
+        .map(|why| ("UnsupportedAddress", "AddressNotUsable", why))
+}
+
 /// Precedence of a host pattern: exact names, then wildcards (longer
 /// first), then none.
 pub(crate) fn host_rank(h: &Option<String>) -> (u8, std::cmp::Reverse<usize>) {
@@ -801,17 +826,18 @@ pub fn render(w: &World, s: &Settings) -> Output {
             status: json!({"conditions": [cond("Accepted", true, "Accepted", "handled by switchyard-gateway", c.metadata.generation)]}),
         });
     }
-    // Gateways whose address cannot be taken serve nothing; they are told.
+    // Gateways whose address cannot be taken, or that ask for parameters,
+    // serve nothing; they are told.
     let (gateways, unusable): (Vec<&Gateway>, Vec<&Gateway>) = w
         .gateways
         .iter()
         .map(Arc::as_ref)
         .filter(|g| ours.contains(&g.spec.gateway_class_name))
-        .partition(|g| gateway_ip(g, s).is_ok());
+        .partition(|g| gateway_refused(g, s).is_none());
     let mut gateways = gateways;
     gateways.sort_by_key(|g| (ns_of(&g.metadata), g.metadata.name.clone()));
     for g in unusable {
-        let why = gateway_ip(g, s).err().unwrap_or_default();
+        let (accepted, programmed, why) = gateway_refused(g, s).unwrap_or_default();
         let gen = g.metadata.generation;
         statuses.push(StatusOf {
             kind: Kind::Gateway,
@@ -819,8 +845,8 @@ pub fn render(w: &World, s: &Settings) -> Output {
             name: g.metadata.name.clone().unwrap_or_default(),
             status: json!({
                 "conditions": [
-                    cond("Accepted", false, "UnsupportedAddress", &why, gen),
-                    cond("Programmed", false, "AddressNotUsable", &why, gen),
+                    cond("Accepted", false, accepted, &why, gen),
+                    cond("Programmed", false, programmed, &why, gen),
                 ],
             }),
         });

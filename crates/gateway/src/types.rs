@@ -90,6 +90,23 @@ pub struct GatewaySpec {
     /// vservers listen (each Gateway apart from the others).
     #[serde(default)]
     pub addresses: Vec<GatewayAddress>,
+    /// `infrastructure.parametersRef`: no parameters kind is supported, so
+    /// a Gateway naming one is not accepted (render.rs).
+    pub infrastructure: Option<GatewayInfrastructure>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct GatewayInfrastructure {
+    pub parameters_ref: Option<ParametersRef>,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct ParametersRef {
+    #[serde(default)]
+    pub group: String,
+    pub kind: String,
+    pub name: String,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize)]

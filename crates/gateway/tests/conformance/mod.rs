@@ -214,6 +214,8 @@ struct Case {
     /// object, applied once its conditions carry its generation; then
     /// its generation must have grown and its conditions follow it.
     bump: Option<fn(&mut Value)>,
+    /// Conditions Gateways must show: (Gateway, (type, status, reason)).
+    gateway_conditions: &'static [(&'static str, (&'static str, &'static str, &'static str))],
 }
 
 impl Default for Case {
@@ -234,6 +236,7 @@ impl Default for Case {
             listeners: &[],
             latest: &[],
             bump: None,
+            gateway_conditions: &[],
         }
     }
 }
@@ -795,6 +798,16 @@ fn cases() -> Vec<Case> {
             bump: Some(|c| c["spec"]["description"] = json!("new")),
             ..Default::default()
         },
+        Case {
+            name: "GatewayInvalidParametersRef",
+            manifest: "gateway-invalid-parameters-ref.yaml",
+            latest: &["gateway-invalid-parameters-ref"],
+            gateway_conditions: &[(
+                "gateway-invalid-parameters-ref",
+                ("Accepted", "False", "InvalidParameters"),
+            )],
+            ..Default::default()
+        },
     ]
 }
 
@@ -1048,6 +1061,18 @@ pub fn run(
                 ))
                 .map(|v| v["status"].clone())
             ));
+        }
+        if let Some((g, c)) = case.gateway_conditions.iter().find(|(g, (t, st, reason))| {
+            let want = Some((st.to_string(), reason.to_string()));
+            let path =
+                format!("/apis/gateway.networking.k8s.io/v1/namespaces/{INFRA}/gateways/{g}");
+            outcome.is_ok()
+                && !eventually(Duration::from_secs(30), || {
+                    api.get(&path)
+                        .is_some_and(|v| condition(&v["status"]["conditions"], t) == want)
+                })
+        }) {
+            outcome = Err(format!("Gateway {g} never showed {c:?}"));
         }
         if let (Ok(()), Some(change)) = (&outcome, case.bump) {
             outcome = bumped(api, &applied[0], change);
