@@ -214,6 +214,9 @@ struct Case {
     /// object, applied once its conditions carry its generation; then
     /// its generation must have grown and its conditions follow it.
     bump: Option<fn(&mut Value)>,
+    /// The share of requests each backend must get (the suite's
+    /// TestWeightedDistribution: 500 requests, within 0.05 of each share).
+    distribution: &'static [(&'static str, f64)],
     /// Conditions Gateways must show: (Gateway, (type, status, reason)).
     gateway_conditions: &'static [(&'static str, (&'static str, &'static str, &'static str))],
 }
@@ -237,6 +240,7 @@ impl Default for Case {
             latest: &[],
             bump: None,
             gateway_conditions: &[],
+            distribution: &[],
         }
     }
 }
@@ -808,6 +812,14 @@ fn cases() -> Vec<Case> {
             )],
             ..Default::default()
         },
+        Case {
+            name: "HTTPRouteWeight",
+            manifest: "httproute-weight.yaml",
+            route: "weighted-backends",
+            more: &[("ResolvedRefs", "True", "ResolvedRefs")],
+            distribution: &[(V1, 0.7), (V2, 0.3), (V3, 0.0)],
+            ..Default::default()
+        },
     ]
 }
 
@@ -1090,6 +1102,9 @@ pub fn run(
         if outcome.is_ok() {
             outcome = check(&case.expect);
         }
+        if outcome.is_ok() && !case.distribution.is_empty() {
+            outcome = distributed(address(&gateways, case.gateway), case.distribution);
+        }
         if let (Ok(()), Some(what)) = (&outcome, case.then_delete) {
             api.delete(what);
             outcome = check(&case.then_expect);
@@ -1226,6 +1241,42 @@ fn bumped(api: &Api, object: &Value, change: fn(&mut Value)) -> Result<(), Strin
             "{path}: after the change (generation {before} before), its conditions did not follow: {:?}",
             api.get(&path).map(|o| (o["metadata"]["generation"].clone(), o["status"].clone()))
         )),
+    }
+}
+
+/// Whether 500 requests to `/` spread over the backends as `shares` say,
+/// each within 0.05 of its share (the suite's tolerance).
+fn distributed(addr: SocketAddr, shares: &[(&str, f64)]) -> Result<(), String> {
+    const REQUESTS: usize = 500;
+    let mut seen: std::collections::BTreeMap<String, usize> = Default::default();
+    for _ in 0..REQUESTS {
+        let got = get(addr, "example.com", "/", &[]);
+        let backend = match &got {
+            Some((200, body, _)) => {
+                let pod = body["pod"].as_str().unwrap_or("");
+                pod.strip_suffix("-pod").unwrap_or(pod).to_string()
+            }
+            Some((code, _, _)) => format!("status {code}"),
+            None => "no answer".into(),
+        };
+        *seen.entry(backend).or_default() += 1;
+    }
+    let off: Vec<String> = shares
+        .iter()
+        .filter_map(|(backend, share)| {
+            let got = seen.get(*backend).copied().unwrap_or(0) as f64 / REQUESTS as f64;
+            ((got - share).abs() > 0.05).then(|| format!("{backend}: {got:.3}, expected {share}"))
+        })
+        .collect();
+    let strays: usize = seen
+        .iter()
+        .filter(|(b, _)| !shares.iter().any(|(s, _)| s == b))
+        .map(|(_, n)| n)
+        .sum();
+    if off.is_empty() && strays == 0 {
+        Ok(())
+    } else {
+        Err(format!("distribution {seen:?}: {}", off.join(", ")))
     }
 }
 
