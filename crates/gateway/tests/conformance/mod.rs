@@ -217,6 +217,10 @@ struct Case {
     /// The share of requests each backend must get (the suite's
     /// TestWeightedDistribution: 500 requests, within 0.05 of each share).
     distribution: &'static [(&'static str, f64)],
+    /// Done once the manifest is applied, with infra-backend-v1's pod
+    /// address: what the cluster's controllers would do (the suite's
+    /// own steps, or the EndpointSlice controller this API server lacks).
+    prepare: Option<fn(&Api, &str)>,
     /// Conditions Gateways must show: (Gateway, (type, status, reason)).
     gateway_conditions: &'static [(&'static str, (&'static str, &'static str, &'static str))],
 }
@@ -241,6 +245,7 @@ impl Default for Case {
             bump: None,
             gateway_conditions: &[],
             distribution: &[],
+            prepare: None,
         }
     }
 }
@@ -820,6 +825,36 @@ fn cases() -> Vec<Case> {
             distribution: &[(V1, 0.7), (V2, 0.3), (V3, 0.0)],
             ..Default::default()
         },
+        Case {
+            name: "HTTPRouteServiceTypes",
+            manifest: "httproute-service-types.yaml",
+            route: "service-types",
+            more: &[("ResolvedRefs", "True", "ResolvedRefs")],
+            // The suite fills the manual slices with infra-backend-v1's pod
+            // addresses (IPv4 only here); the headless Service's slice is
+            // the EndpointSlice controller's work, done here in its place.
+            prepare: Some(|api, v1_ip| {
+                for (slice, service) in [
+                    ("manual-endpointslices-ip4", "manual-endpointslices"),
+                    (
+                        "headless-manual-endpointslices-ip4",
+                        "headless-manual-endpointslices",
+                    ),
+                    ("headless-1", "headless"),
+                ] {
+                    let mut v = super::endpoint_slice(INFRA, service, &[v1_ip], 3000);
+                    v["metadata"]["name"] = json!(slice);
+                    v["ports"][0]["name"] = json!("first-port");
+                    api.apply(&path_of(&v), &v.to_string());
+                }
+            }),
+            expect: vec![
+                to("/manual-endpointslices", V1),
+                to("/headless-manual-endpointslices", V1),
+                to("/headless", V1),
+            ],
+            ..Default::default()
+        },
     ]
 }
 
@@ -974,6 +1009,9 @@ pub fn run(
         }
         for d in &applied {
             api.apply(&path_of(d), &d.to_string());
+        }
+        if let Some(prepare) = case.prepare {
+            prepare(api, &pod_ip(0));
         }
         let route_path = |route: &str| {
             let (ns, name) = route.split_once('/').unwrap_or((INFRA, route));
