@@ -79,6 +79,8 @@ struct Expect {
     absent: &'static [&'static str],
     /// Sent to this Gateway rather than the case's.
     at: Option<&'static str>,
+    /// Sent over TLS to the listener port 443 (SNI and Host: `host`).
+    tls: bool,
 }
 
 impl Expect {
@@ -88,6 +90,10 @@ impl Expect {
 
     const fn in_ns(self, namespace: &'static str) -> Expect {
         Expect { namespace, ..self }
+    }
+
+    const fn over_tls(self) -> Expect {
+        Expect { tls: true, ..self }
     }
 
     const fn at(self, gateway: &'static str) -> Expect {
@@ -122,6 +128,7 @@ const fn to(path: &'static str, backend: &'static str) -> Expect {
         seen: &[],
         absent: &[],
         at: None,
+        tls: false,
     }
 }
 
@@ -141,6 +148,7 @@ const fn with(
         seen: &[],
         absent: &[],
         at: None,
+        tls: false,
     }
 }
 
@@ -160,6 +168,7 @@ const fn status(
         seen: &[],
         absent: &[],
         at: None,
+        tls: false,
     }
 }
 
@@ -330,6 +339,7 @@ fn cases() -> Vec<Case> {
                     seen: &[],
                     absent: &[],
                     at: None,
+                    tls: false,
                 },
                 Expect {
                     path: "/host-and-status",
@@ -342,6 +352,7 @@ fn cases() -> Vec<Case> {
                     seen: &[],
                     absent: &[],
                     at: None,
+                    tls: false,
                 },
             ],
             ..Default::default()
@@ -855,12 +866,31 @@ fn cases() -> Vec<Case> {
             ],
             ..Default::default()
         },
+        Case {
+            name: "HTTPRouteHTTPSListener",
+            manifest: "httproute-https-listener.yaml",
+            route: "httproute-https-test",
+            routes: &["httproute-https-test-no-hostname"],
+            more: &[("ResolvedRefs", "True", "ResolvedRefs")],
+            gateway: "same-namespace-with-https-listener",
+            expect: vec![
+                to("/", V1).on("example.org").over_tls(),
+                to("/", V2).on("second-example.org").over_tls(),
+            ],
+            ..Default::default()
+        },
     ]
 }
 
 /// One request's mismatch, or None when it got what was expected.
 fn mismatch(addr: SocketAddr, e: &Expect) -> Option<String> {
-    let got = get(addr, e.host, e.path, e.headers);
+    let got = if e.tls {
+        // The HTTPS listeners' port, offset as the HTTP ones are.
+        let port = addr.port() - 80 + 443;
+        get_tls(SocketAddr::new(addr.ip(), port), e.host, e.path)
+    } else {
+        get(addr, e.host, e.path, e.headers)
+    };
     let Some((code, body, head)) = got else {
         return Some(format!("{} {} {:?}: no answer", e.host, e.path, e.headers));
     };
@@ -983,8 +1013,23 @@ pub fn run(
         slice["ports"][0]["name"] = json!(port_names.get(*svc).cloned().unwrap_or_default());
         api.apply(&path_of(&slice), &slice.to_string());
     }
-    let secret = tls_secret("gateway-conformance-web-backend", "certificate");
+    let (secret, _) = tls_secret("gateway-conformance-web-backend", "certificate", &[]);
     api.apply(&path_of(&secret), &secret.to_string());
+    let (secret, pem) = tls_secret(
+        INFRA,
+        "tls-validity-checks-certificate",
+        &[
+            "example.org",
+            "second-example.org",
+            "*.wildcard.org",
+            "secure.test.com",
+            "data.test.com",
+        ],
+    );
+    api.apply(&path_of(&secret), &secret.to_string());
+    let trusted = std::env::temp_dir().join(format!("sy-conformance-{}.pem", std::process::id()));
+    std::fs::write(&trusted, pem).unwrap_or_else(|e| panic!("{}: {e}", trusted.display()));
+    let _ = TRUSTED.set(trusted);
     let address = |gateways: &[(String, String)], gw: &str| -> SocketAddr {
         let a = gateways
             .iter()
@@ -1156,6 +1201,9 @@ pub fn run(
         results.push((case.name, outcome));
     }
     report(&results);
+    if let Some(f) = TRUSTED.get() {
+        let _ = std::fs::remove_file(f);
+    }
     results
 }
 
@@ -1318,39 +1366,78 @@ fn distributed(addr: SocketAddr, shares: &[(&str, f64)]) -> Result<(), String> {
     }
 }
 
-/// A self-signed certificate for `*` as a TLS Secret (the suite makes
-/// the base manifests' `certificate` Secret the same way at its start).
-fn tls_secret(namespace: &str, name: &str) -> Value {
-    let dir = std::env::temp_dir().join(format!("sy-conformance-{}", std::process::id()));
+/// A self-signed certificate as a TLS Secret, for `*` and the names in
+/// `sans` (the suite makes its base Secrets, `certificate` and
+/// `tls-validity-checks-certificate`, the same way at its start), and the
+/// certificate's PEM (what a client verifying it trusts).
+fn tls_secret(namespace: &str, name: &str, sans: &[&str]) -> (Value, String) {
+    let dir = std::env::temp_dir().join(format!("sy-conformance-{}-{name}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
     let (key, crt) = (dir.join("tls.key"), dir.join("tls.crt"));
-    let (ok, out) = sh(
-        "openssl",
-        &[
-            "req",
-            "-x509",
-            "-newkey",
-            "rsa:2048",
-            "-nodes",
-            "-days",
-            "2",
-            "-subj",
-            "/CN=*",
-            "-keyout",
-            key.to_str().unwrap_or_default(),
-            "-out",
-            crt.to_str().unwrap_or_default(),
-        ],
+    let san = sans
+        .iter()
+        .map(|n| format!("DNS:{n}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut args = vec![
+        "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2", "-subj", "/CN=*",
+    ];
+    let ext = format!("subjectAltName={san}");
+    if !sans.is_empty() {
+        args.extend(["-addext", ext.as_str()]);
+    }
+    let (key_s, crt_s) = (
+        key.to_str().unwrap_or_default().to_string(),
+        crt.to_str().unwrap_or_default().to_string(),
     );
+    args.extend(["-keyout", key_s.as_str(), "-out", crt_s.as_str()]);
+    let (ok, out) = sh("openssl", &args);
     assert!(ok, "openssl: {out}");
     let read = |p: &std::path::Path| std::fs::read_to_string(p).unwrap_or_default();
+    let pem = read(&crt);
     let secret = json!({
         "apiVersion": "v1", "kind": "Secret", "type": "kubernetes.io/tls",
         "metadata": {"name": name, "namespace": namespace},
-        "stringData": {"tls.crt": read(&crt), "tls.key": read(&key)},
+        "stringData": {"tls.crt": pem, "tls.key": read(&key)},
     });
     let _ = std::fs::remove_dir_all(&dir);
-    secret
+    (secret, pem)
+}
+
+/// The PEM file HTTPS requests trust: the `tls-validity-checks-certificate`
+/// of this run.
+static TRUSTED: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// A request over TLS to `addr` with `host` as SNI and Host, the server's
+/// certificate verified against `TRUSTED` (curl): (status, the echo's
+/// JSON or the body, the head).
+fn get_tls(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, Value, String)> {
+    let name = host.split(':').next().unwrap_or(host);
+    let port = addr.port();
+    let (ok, out) = sh(
+        "curl",
+        &[
+            "-sS",
+            "-i",
+            "--max-time",
+            "3",
+            "--cacert",
+            TRUSTED.get()?.to_str()?,
+            "--resolve",
+            &format!("{name}:{port}:{}", addr.ip()),
+            &format!("https://{name}:{port}{path}"),
+        ],
+    );
+    if !ok {
+        return None;
+    }
+    let (head, body) = out.split_once("\r\n\r\n")?;
+    let status = head.split(' ').nth(1)?.parse().ok()?;
+    Some((
+        status,
+        serde_json::from_str(body).unwrap_or(Value::String(body.to_string())),
+        head.to_string(),
+    ))
 }
 
 /// The suite's ConformanceReport (v1.7) for what was run, printed and
