@@ -21,10 +21,8 @@ mod harness;
 
 use harness::{
     apply, endpoint_slice, eventually, free_port, get, k8s_bin, path_of, pod_of, repo, run,
-    service, Api,
+    service, Api, TOKEN,
 };
-
-const TOKEN: &str = "switchyard-test-token";
 
 /// Processes killed (by PID) and namespaces deleted when the test ends.
 struct Cleanup {
@@ -125,106 +123,24 @@ fn gateway_api_on_a_real_api_server() {
     // etcd for the API server, and one for the Switchyard cluster.
     let mut etcds = Vec::new();
     for name in ["k8s", "sy"] {
-        let (client, peer) = (free_port(), free_port());
+        let (mut cmd, client) = harness::etcd(&dir, name);
         spawn(
             &mut cl,
             &format!("etcd-{name}"),
-            Command::new("etcd")
-                .arg("--data-dir")
-                .arg(dir.join(format!("etcd-{name}")))
-                .args(["--name", name])
-                .args([
-                    "--listen-client-urls",
-                    &format!("http://127.0.0.1:{client}"),
-                ])
-                .args([
-                    "--advertise-client-urls",
-                    &format!("http://127.0.0.1:{client}"),
-                ])
-                .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-                .args([
-                    "--initial-advertise-peer-urls",
-                    &format!("http://127.0.0.1:{peer}"),
-                ])
-                .args([
-                    "--initial-cluster",
-                    &format!("{name}=http://127.0.0.1:{peer}"),
-                ]),
+            &mut cmd,
             &dir.join(format!("etcd-{name}.log")),
         );
         etcds.push(client);
     }
     for p in &etcds {
-        assert!(
-            eventually(Duration::from_secs(60), || run(
-                "curl",
-                &["-sf", &format!("http://127.0.0.1:{p}/health")]
-            )
-            .0),
-            "etcd on {p} did not start"
-        );
+        harness::wait_for_etcd(*p);
     }
 
-    // kube-apiserver: a throwaway service-account key, a static token in
-    // system:masters, its own serving certificate, loopback only.
-    let key = dir.join("sa.key");
-    let publ = dir.join("sa.pub");
-    assert!(
-        run(
-            "openssl",
-            &["genrsa", "-out", key.to_str().unwrap(), "2048"]
-        )
-        .0
-    );
-    assert!(
-        run(
-            "openssl",
-            &[
-                "rsa",
-                "-in",
-                key.to_str().unwrap(),
-                "-pubout",
-                "-out",
-                publ.to_str().unwrap()
-            ]
-        )
-        .0
-    );
-    std::fs::write(
-        dir.join("tokens.csv"),
-        format!("{TOKEN},admin,admin,\"system:masters\"\n"),
-    )
-    .unwrap();
     let api_port = free_port();
     spawn(
         &mut cl,
         "kube-apiserver",
-        Command::new(bin.join("kube-apiserver"))
-            .args(["--etcd-servers", &format!("http://127.0.0.1:{}", etcds[0])])
-            .args([
-                "--bind-address",
-                "127.0.0.1",
-                "--advertise-address",
-                "127.0.0.1",
-            ])
-            .args(["--secure-port", &api_port.to_string()])
-            .arg(format!("--cert-dir={}", dir.join("certs").display()))
-            .arg(format!("--service-account-key-file={}", publ.display()))
-            .arg(format!(
-                "--service-account-signing-key-file={}",
-                key.display()
-            ))
-            .args(["--service-account-issuer", "https://kubernetes.default.svc"])
-            .arg(format!(
-                "--token-auth-file={}",
-                dir.join("tokens.csv").display()
-            ))
-            .args(["--authorization-mode", "RBAC"])
-            .args(["--service-cluster-ip-range", "10.96.0.0/24"])
-            .args(["--disable-admission-plugins", "ServiceAccount"])
-            // The "kubernetes" Service's endpoints would be 127.0.0.1,
-            // which the reconciler refuses; no pod uses it here.
-            .args(["--endpoint-reconciler-type", "none"]),
+        &mut harness::kube_apiserver(&bin, &dir, etcds[0], api_port),
         &dir.join("kube-apiserver.log"),
     );
     let api = Api {

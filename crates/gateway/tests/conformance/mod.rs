@@ -195,6 +195,23 @@ struct ListenerWant {
     attached: i64,
 }
 
+/// A listener of `gateway` taking HTTPRoutes, with these conditions and
+/// attached routes (most cases' listeners).
+const fn http_listener(
+    gateway: &'static str,
+    listener: &'static str,
+    conditions: &'static [(&'static str, &'static str, &'static str)],
+    attached: i64,
+) -> ListenerWant {
+    ListenerWant {
+        gateway,
+        listener,
+        kinds: &["HTTPRoute"],
+        conditions,
+        attached,
+    }
+}
+
 /// A change to the manifest's object at an index, and the listener
 /// statuses the changed Gateway must have then.
 type Change = (usize, fn(&mut Value), &'static [ListenerWant]);
@@ -692,7 +709,7 @@ fn cases() -> Vec<Case> {
         Case {
             name: "GatewayInvalidRouteKind",
             manifest: "gateway-invalid-route-kind.yaml",
-            listeners: &[
+            listeners: const { &[
                 ListenerWant {
                     gateway: "gateway-only-invalid-route-kind",
                     listener: "http",
@@ -700,103 +717,49 @@ fn cases() -> Vec<Case> {
                     conditions: &[("ResolvedRefs", "False", "InvalidRouteKinds")],
                     attached: 0,
                 },
-                ListenerWant {
-                    gateway: "gateway-supported-and-invalid-route-kind",
-                    listener: "http",
-                    kinds: &["HTTPRoute"],
-                    conditions: &[("ResolvedRefs", "False", "InvalidRouteKinds")],
-                    attached: 0,
-                },
-            ],
+                http_listener("gateway-supported-and-invalid-route-kind", "http", &[("ResolvedRefs", "False", "InvalidRouteKinds")], 0),
+            ] },
             ..Default::default()
         },
         Case {
             name: "GatewaySecretMissingReferenceGrant",
             manifest: "gateway-secret-missing-reference-grant.yaml",
-            listeners: &[ListenerWant {
-                gateway: "gateway-secret-missing-reference-grant",
-                listener: "https",
-                kinds: &["HTTPRoute"],
-                conditions: &[("ResolvedRefs", "False", "RefNotPermitted")],
-                attached: 0,
-            }],
+            listeners: const { &[http_listener("gateway-secret-missing-reference-grant", "https", &[("ResolvedRefs", "False", "RefNotPermitted")], 0)] },
             ..Default::default()
         },
         Case {
             name: "GatewaySecretInvalidReferenceGrant",
             manifest: "gateway-secret-invalid-reference-grant.yaml",
-            listeners: &[ListenerWant {
-                gateway: "gateway-secret-invalid-reference-grant",
-                listener: "https",
-                kinds: &["HTTPRoute"],
-                conditions: &[("ResolvedRefs", "False", "RefNotPermitted")],
-                attached: 0,
-            }],
+            listeners: const { &[http_listener("gateway-secret-invalid-reference-grant", "https", &[("ResolvedRefs", "False", "RefNotPermitted")], 0)] },
             ..Default::default()
         },
         Case {
             name: "GatewaySecretReferenceGrantAllInNamespace",
             manifest: "gateway-secret-reference-grant-all-in-namespace.yaml",
-            listeners: &[ListenerWant {
-                gateway: "gateway-secret-reference-grant-all-in-namespace",
-                listener: "https",
-                kinds: &["HTTPRoute"],
-                conditions: &[
+            listeners: const { &[http_listener("gateway-secret-reference-grant-all-in-namespace", "https", &[
                     ("Programmed", "True", "Programmed"),
                     ("ResolvedRefs", "True", ""),
-                ],
-                attached: 0,
-            }],
+                ], 0)] },
             ..Default::default()
         },
         Case {
             name: "GatewaySecretReferenceGrantSpecific",
             manifest: "gateway-secret-reference-grant-specific.yaml",
-            listeners: &[ListenerWant {
-                gateway: "gateway-secret-reference-grant-specific",
-                listener: "https",
-                kinds: &["HTTPRoute"],
-                conditions: &[
+            listeners: const { &[http_listener("gateway-secret-reference-grant-specific", "https", &[
                     ("Programmed", "True", "Programmed"),
                     ("ResolvedRefs", "True", ""),
-                ],
-                attached: 0,
-            }],
+                ], 0)] },
             ..Default::default()
         },
         Case {
             name: "GatewayInvalidTLSConfiguration",
             manifest: "gateway-invalid-tls-configuration.yaml",
-            listeners: &[
-                ListenerWant {
-                    gateway: "gateway-certificate-nonexistent-secret",
-                    listener: "https",
-                    kinds: &["HTTPRoute"],
-                    conditions: &[("ResolvedRefs", "False", "InvalidCertificateRef")],
-                    attached: 0,
-                },
-                ListenerWant {
-                    gateway: "gateway-certificate-unsupported-group",
-                    listener: "https",
-                    kinds: &["HTTPRoute"],
-                    conditions: &[("ResolvedRefs", "False", "InvalidCertificateRef")],
-                    attached: 0,
-                },
-                ListenerWant {
-                    gateway: "gateway-certificate-unsupported-kind",
-                    listener: "https",
-                    kinds: &["HTTPRoute"],
-                    conditions: &[("ResolvedRefs", "False", "InvalidCertificateRef")],
-                    attached: 0,
-                },
-                ListenerWant {
-                    gateway: "gateway-certificate-malformed-secret",
-                    listener: "https",
-                    kinds: &["HTTPRoute"],
-                    conditions: &[("ResolvedRefs", "False", "InvalidCertificateRef")],
-                    attached: 0,
-                },
-            ],
+            listeners: const { &[
+                http_listener("gateway-certificate-nonexistent-secret", "https", &[("ResolvedRefs", "False", "InvalidCertificateRef")], 0),
+                http_listener("gateway-certificate-unsupported-group", "https", &[("ResolvedRefs", "False", "InvalidCertificateRef")], 0),
+                http_listener("gateway-certificate-unsupported-kind", "https", &[("ResolvedRefs", "False", "InvalidCertificateRef")], 0),
+                http_listener("gateway-certificate-malformed-secret", "https", &[("ResolvedRefs", "False", "InvalidCertificateRef")], 0),
+            ] },
             ..Default::default()
         },
         Case {
@@ -908,22 +871,10 @@ fn cases() -> Vec<Case> {
                                 "allowedRoutes": {"namespaces": {"from": "All"}}}));
                         }
                     },
-                    &[
-                        ListenerWant {
-                    gateway: "gateway-add-listener",
-                    listener: "https",
-                    kinds: &["HTTPRoute"],
-                    conditions: &[("Accepted", "True", ""), ("ResolvedRefs", "True", "")],
-                    attached: 1,
-                },
-                        ListenerWant {
-                    gateway: "gateway-add-listener",
-                    listener: "http",
-                    kinds: &["HTTPRoute"],
-                    conditions: &[("Accepted", "True", ""), ("ResolvedRefs", "True", "")],
-                    attached: 1,
-                },
-                    ],
+                    const { &[
+                        http_listener("gateway-add-listener", "https", &[("Accepted", "True", ""), ("ResolvedRefs", "True", "")], 1),
+                        http_listener("gateway-add-listener", "http", &[("Accepted", "True", ""), ("ResolvedRefs", "True", "")], 1),
+                    ] },
                 ),
                 (
                     2,
@@ -932,13 +883,7 @@ fn cases() -> Vec<Case> {
                             ls.retain(|l| l["name"] == "http");
                         }
                     },
-                    &[ListenerWant {
-                    gateway: "gateway-remove-listener",
-                    listener: "http",
-                    kinds: &["HTTPRoute"],
-                    conditions: &[("Accepted", "True", ""), ("ResolvedRefs", "True", "")],
-                    attached: 1,
-                },],
+                    const { &[http_listener("gateway-remove-listener", "http", &[("Accepted", "True", ""), ("ResolvedRefs", "True", "")], 1),] },
                 ),
             ],
             ..Default::default()

@@ -257,6 +257,107 @@ pub fn service(ns: &str, name: &str) -> Value {
         "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": 3000, "protocol": "TCP"}]},
     })
 }
+/// An etcd of its own on loopback ports, its data under `dir`: the
+/// command to start, and its client port.
+pub fn etcd(dir: &Path, name: &str) -> (Command, u16) {
+    let (client, peer) = (free_port(), free_port());
+    let mut cmd = Command::new("etcd");
+    cmd.arg("--data-dir")
+        .arg(dir.join(format!("etcd-{name}")))
+        .args(["--name", name])
+        .args([
+            "--listen-client-urls",
+            &format!("http://127.0.0.1:{client}"),
+        ])
+        .args([
+            "--advertise-client-urls",
+            &format!("http://127.0.0.1:{client}"),
+        ])
+        .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
+        .args([
+            "--initial-advertise-peer-urls",
+            &format!("http://127.0.0.1:{peer}"),
+        ])
+        .args([
+            "--initial-cluster",
+            &format!("{name}=http://127.0.0.1:{peer}"),
+        ]);
+    (cmd, client)
+}
+
+/// Waits until the etcd on client port `port` says it is healthy.
+pub fn wait_for_etcd(port: u16) {
+    assert!(
+        eventually(Duration::from_secs(60), || run(
+            "curl",
+            &["-sf", &format!("http://127.0.0.1:{port}/health")]
+        )
+        .0),
+        "etcd on {port} did not start"
+    );
+}
+
+/// kube-apiserver on 127.0.0.1:`port` over the etcd at `etcd_port`: a
+/// throwaway service-account key and a static token in system:masters
+/// (`TOKEN`) written under `dir`, its own serving certificate, loopback
+/// only. The command to start.
+pub fn kube_apiserver(bin: &Path, dir: &Path, etcd_port: u16, port: u16) -> Command {
+    let key = dir.join("sa.key");
+    let publ = dir.join("sa.pub");
+    assert!(
+        run(
+            "openssl",
+            &["genrsa", "-out", key.to_str().unwrap(), "2048"]
+        )
+        .0
+    );
+    assert!(
+        run(
+            "openssl",
+            &[
+                "rsa",
+                "-in",
+                key.to_str().unwrap(),
+                "-pubout",
+                "-out",
+                publ.to_str().unwrap()
+            ]
+        )
+        .0
+    );
+    std::fs::write(
+        dir.join("tokens.csv"),
+        format!("{TOKEN},admin,admin,\"system:masters\"\n"),
+    )
+    .unwrap();
+    let mut cmd = Command::new(bin.join("kube-apiserver"));
+    cmd.args(["--etcd-servers", &format!("http://127.0.0.1:{etcd_port}")])
+        .args([
+            "--bind-address",
+            "127.0.0.1",
+            "--advertise-address",
+            "127.0.0.1",
+        ])
+        .args(["--secure-port", &port.to_string()])
+        .arg(format!("--cert-dir={}", dir.join("certs").display()))
+        .arg(format!("--service-account-key-file={}", publ.display()))
+        .arg(format!(
+            "--service-account-signing-key-file={}",
+            key.display()
+        ))
+        .args(["--service-account-issuer", "https://kubernetes.default.svc"])
+        .arg(format!(
+            "--token-auth-file={}",
+            dir.join("tokens.csv").display()
+        ))
+        .args(["--authorization-mode", "RBAC"])
+        .args(["--service-cluster-ip-range", "10.96.0.0/24"])
+        .args(["--disable-admission-plugins", "ServiceAccount"])
+        // The "kubernetes" Service's endpoints would be 127.0.0.1, which
+        // the reconciler refuses; no pod uses it here.
+        .args(["--endpoint-reconciler-type", "none"]);
+    cmd
+}
 
 /// Processes and namespaces of a test, killed (by PID) and deleted when
 /// it ends.
@@ -423,99 +524,18 @@ pub fn start(test: &str, pods: u8) -> Option<Cluster> {
     };
     let mut etcds = Vec::new();
     for name in ["k8s", "sy"] {
-        let (client, peer) = (free_port(), free_port());
-        c.spawn(
-            &format!("etcd-{name}"),
-            Command::new("etcd")
-                .arg("--data-dir")
-                .arg(dir.join(format!("etcd-{name}")))
-                .args(["--name", name])
-                .args([
-                    "--listen-client-urls",
-                    &format!("http://127.0.0.1:{client}"),
-                ])
-                .args([
-                    "--advertise-client-urls",
-                    &format!("http://127.0.0.1:{client}"),
-                ])
-                .args(["--listen-peer-urls", &format!("http://127.0.0.1:{peer}")])
-                .args([
-                    "--initial-advertise-peer-urls",
-                    &format!("http://127.0.0.1:{peer}"),
-                ])
-                .args([
-                    "--initial-cluster",
-                    &format!("{name}=http://127.0.0.1:{peer}"),
-                ]),
-        );
+        let (mut cmd, client) = etcd(&dir, name);
+        c.spawn(&format!("etcd-{name}"), &mut cmd);
         etcds.push(client);
     }
     for p in &etcds {
-        assert!(
-            eventually(Duration::from_secs(60), || run(
-                "curl",
-                &["-sf", &format!("http://127.0.0.1:{p}/health")]
-            )
-            .0),
-            "etcd on {p} did not start"
-        );
+        wait_for_etcd(*p);
     }
     c.sy_etcd = etcds[1];
-    let key = dir.join("sa.key");
-    let publ = dir.join("sa.pub");
-    assert!(
-        run(
-            "openssl",
-            &["genrsa", "-out", key.to_str().unwrap(), "2048"]
-        )
-        .0
-    );
-    assert!(
-        run(
-            "openssl",
-            &[
-                "rsa",
-                "-in",
-                key.to_str().unwrap(),
-                "-pubout",
-                "-out",
-                publ.to_str().unwrap()
-            ]
-        )
-        .0
-    );
-    std::fs::write(
-        dir.join("tokens.csv"),
-        format!("{TOKEN},admin,admin,\"system:masters\"\n"),
-    )
-    .unwrap();
     let api_port = c.api_port;
     c.spawn(
         "kube-apiserver",
-        Command::new(bin.join("kube-apiserver"))
-            .args(["--etcd-servers", &format!("http://127.0.0.1:{}", etcds[0])])
-            .args([
-                "--bind-address",
-                "127.0.0.1",
-                "--advertise-address",
-                "127.0.0.1",
-            ])
-            .args(["--secure-port", &api_port.to_string()])
-            .arg(format!("--cert-dir={}", dir.join("certs").display()))
-            .arg(format!("--service-account-key-file={}", publ.display()))
-            .arg(format!(
-                "--service-account-signing-key-file={}",
-                key.display()
-            ))
-            .args(["--service-account-issuer", "https://kubernetes.default.svc"])
-            .arg(format!(
-                "--token-auth-file={}",
-                dir.join("tokens.csv").display()
-            ))
-            .args(["--authorization-mode", "RBAC"])
-            .args(["--service-cluster-ip-range", "10.96.0.0/24"])
-            .args(["--disable-admission-plugins", "ServiceAccount"])
-            .args(["--endpoint-reconciler-type", "none"]),
+        &mut kube_apiserver(&bin, &dir, etcds[0], api_port),
     );
     c.api.url = format!("https://127.0.0.1:{api_port}");
     assert!(
