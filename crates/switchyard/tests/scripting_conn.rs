@@ -1,9 +1,10 @@
-//! The connection events of an HTTP vserver's script (docs/scripting.md):
-//! `on_accept` (refuse by client address) and `on_client_hello` on a
-//! vserver that terminates TLS (the certificate and the pool chosen by
-//! SNI, over HTTP/1.1 and HTTP/2; a refusal; a failure that refuses and is
-//! counted), end to end against the real binary with real TLS clients
-//! (tokio-rustls, openssl s_client) and origins.
+//! The connection events of a script (docs/scripting.md): `on_accept`
+//! (refuse by client address) and `on_client_hello` on a vserver that
+//! terminates TLS (the certificate and the pool chosen by SNI, over
+//! HTTP/1.1, HTTP/2 and HTTP/3, and on a tcp vserver; a refusal; a
+//! failure that refuses and is counted), end to end against the real
+//! binary with real TLS and QUIC clients (tokio-rustls, openssl s_client,
+//! aioquic) and origins.
 
 mod common;
 
@@ -509,9 +510,11 @@ fn on_accept_refuses_by_client_address() {
 }
 
 /// `switchyard check` refuses connection events where they cannot run:
-/// `on_client_hello` without `[vserver.tls]` or beside `[vserver.http3]`
-/// (QUIC's handshake would get around it), and the `tcp` vserver's
-/// events on an HTTP vserver; `on_accept` is good on both kinds.
+/// `on_client_hello` without `[vserver.tls]` (HTTP or tcp), `on_client_data`
+/// on a tcp vserver that terminates TLS (it reads no first bytes), and
+/// the `tcp` vserver's events on an HTTP vserver; `on_accept` is good on
+/// both kinds, `on_client_hello` beside `[vserver.http3]` and on a tcp
+/// vserver with `[vserver.tls]`.
 #[test]
 fn check_refuses_connection_events_where_they_cannot_run() {
     let pki = Pki::new("hello-check");
@@ -526,6 +529,7 @@ fn check_refuses_connection_events_where_they_cannot_run() {
     let base = "[[vserver]]\nname = \"web\"\nlisten = [\"127.0.0.1:1\"]\ndefault_pool = \"p\"\nVS[vserver.script]\nfile = \"s.lua\"\n[[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:2\"\n";
     let hello = "function on_client_hello(c) end\n";
     let http3 = format!("{tls}[vserver.http3]\n");
+    let tcp_tls = format!("protocol = \"tcp\"\n{tls}");
     for (script, vs, want) in [
         (
             hello,
@@ -534,8 +538,15 @@ fn check_refuses_connection_events_where_they_cannot_run() {
         ),
         (
             hello,
-            http3.as_str(),
-            Some("on_client_hello does not run for HTTP/3"),
+            "protocol = \"tcp\"\n",
+            Some("on_client_hello runs on vservers that terminate TLS"),
+        ),
+        (hello, http3.as_str(), None),
+        (hello, tcp_tls.as_str(), None),
+        (
+            "function on_client_data(c) end\n",
+            tcp_tls.as_str(),
+            Some("this one terminates TLS ([vserver.tls]): use on_client_hello"),
         ),
         (
             "function on_close(c) end\n",
@@ -583,13 +594,296 @@ fn h3_python() -> Option<std::path::PathBuf> {
     None
 }
 
+/// GETs `paths` on one HTTP/3 connection with `sni` (tests/h3/client.py,
+/// aioquic; `more`: its arguments after the timeout: ticket file, hold,
+/// linger, padding); its JSON output.
+fn h3_get(
+    py: &Path,
+    listen: SocketAddr,
+    ca: &Path,
+    sni: &str,
+    paths: &[&str],
+    more: &[&str],
+) -> serde_json::Value {
+    use std::io::Write;
+    let client = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
+    let mut child = Command::new(py)
+        .arg(client)
+        .args([&listen.ip().to_string(), &listen.port().to_string()])
+        .arg(ca)
+        .args([sni, "20"])
+        .args(more)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the HTTP/3 client");
+    let requests: Vec<serde_json::Value> = paths
+        .iter()
+        .map(|p| serde_json::json!({ "method": "GET", "path": p }))
+        .collect();
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(serde_json::Value::from(requests).to_string().as_bytes())
+        .expect("requests");
+    let out = child.wait_with_output().expect("the HTTP/3 client");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "client output ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}
+
+/// The X-Origin of each response in an `h3_get` output.
+fn h3_origins(out: &serde_json::Value) -> Vec<String> {
+    out["responses"]
+        .as_array()
+        .map(|rs| {
+            rs.iter()
+                .map(|r| {
+                    r["headers"]
+                        .as_array()
+                        .and_then(|hs| {
+                            hs.iter()
+                                .find(|h| h[0] == "x-origin")
+                                .and_then(|h| h[1].as_str())
+                        })
+                        .unwrap_or_default()
+                        .to_string()
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// `on_client_hello` over QUIC: the script sees the ClientHello in the
+/// handshake (the certificate resolver's moment) and chooses the pool of
+/// the connection's requests and its certificate, refuses a name, and a
+/// failure refuses too (counted, logged); the same with a ClientHello in
+/// two Initial packets (as a browser's with a post-quantum key share) and
+/// on a resumed connection (no way around the rule by a session ticket).
+/// `c.vars` carries what `on_accept` kept.
+#[test]
+fn on_client_hello_runs_for_quic_connections() {
+    let pki = Pki::new("hello-quic");
+    let (site_cert, site_key) = pki.issue(
+        "site",
+        "/CN=site.test",
+        &[
+            "site.test",
+            "green.test",
+            "blocked.test",
+            "boom.test",
+            "shared.test",
+        ],
+        Kind::Ecdsa,
+        30,
+    );
+    let (b_cert, b_key) = pki.issue(
+        "b",
+        "/CN=b.test",
+        &["b.test", "shared.test"],
+        Kind::Ecdsa,
+        30,
+    );
+    let blue = Origin::start("blue");
+    let green = Origin::start("green");
+    let s = start(
+        "hello-quic",
+        r#"
+function on_accept(c) c.vars.from = c.client_ip end
+function on_client_hello(c)
+  if c.sni == "blocked.test" then return c:reject() end
+  if c.sni == "boom.test" then error("no route for " .. c.sni) end
+  if c.sni == "shared.test" then c:use_cert("b.test") end
+  if c.sni == "green.test" then c:use_pool("green") end
+  c:log("sni", c.sni)
+  c:log("from", c.vars.from)
+  c:log("h3", tostring(table.concat(c.alpn, ","):find("h3") ~= nil))
+  c:log("proto", c.protocol)
+end
+"#,
+        &[(&site_cert, &site_key), (&b_cert, &b_key)],
+        &[&blue, &green],
+        "[vserver.http3]",
+    );
+    let Some(py) = h3_python() else { return };
+    let ca = pki.ca();
+    // The pool, by name; the certificate SNI selects.
+    let out = h3_get(&py, s.listen, &ca, "green.test", &["/1", "/2"], &[]);
+    assert_eq!(
+        h3_origins(&out),
+        ["green", "green"],
+        "{out}\n{}",
+        s.sy.log()
+    );
+    assert_eq!(out["peer_subject"], "CN=site.test", "{out}");
+    let out = h3_get(&py, s.listen, &ca, "site.test", &["/1"], &[]);
+    assert_eq!(h3_origins(&out), ["blue"], "{out}");
+    // The certificate by script: SNI alone would serve the first that
+    // names shared.test (site's).
+    let out = h3_get(&py, s.listen, &ca, "shared.test", &["/1"], &[]);
+    assert_eq!(out["peer_subject"], "CN=b.test", "{out}");
+    assert_eq!(h3_origins(&out), ["blue"], "{out}");
+    // A ClientHello in two Initial packets (1,600 bytes of ALPN names):
+    // the second reaches the server 150 ms after the first.
+    let out = h3_get(
+        &py,
+        s.listen,
+        &ca,
+        "green.test",
+        &["/split"],
+        &["", "0", "0", "1600"],
+    );
+    assert_eq!(h3_origins(&out), ["green"], "{out}");
+    // A resumed connection runs the event too.
+    let tickets = temp_dir("hello-quic-tickets").join("ticket");
+    let t = tickets.display().to_string();
+    let first = h3_get(&py, s.listen, &ca, "green.test", &["/t1"], &[&t]);
+    assert_eq!(h3_origins(&first), ["green"], "{first}");
+    assert!(tickets.exists(), "no session ticket: {first}");
+    let again = h3_get(&py, s.listen, &ca, "green.test", &["/t2"], &[&t]);
+    assert_eq!(again["resumed"], true, "{again}");
+    assert_eq!(h3_origins(&again), ["green"], "{again}");
+    let served = (blue.requests(), green.requests());
+    assert_eq!(served, (2, 5));
+    // Refused names: no request reaches an origin.
+    for sni in ["blocked.test", "boom.test"] {
+        let out = h3_get(&py, s.listen, &ca, sni, &["/no"], &[]);
+        assert!(out["error"].is_string(), "{sni}: {out}");
+    }
+    assert_eq!((blue.requests(), green.requests()), served);
+    assert_eq!(
+        metric(&s.sy, "switchyard_vserver_script_refusals_total"),
+        Some(1)
+    );
+    assert_eq!(
+        metric(&s.sy, "switchyard_vserver_script_errors_total"),
+        Some(1)
+    );
+    assert!(
+        s.sy.wait_for_log("script.lua:5: no route for boom.test"),
+        "{}",
+        s.sy.log()
+    );
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            let lines = log_lines(&s.log);
+            let green = lines
+                .iter()
+                .filter(|l| l["script"]["sni"] == "green.test" && l["protocol"] == "HTTP/3");
+            green.clone().count() == 5
+                && green.clone().all(|l| {
+                    l["script"]["from"] == "127.0.0.1"
+                        && l["script"]["h3"] == "true"
+                        && l["script"]["proto"] == "QUIC"
+                })
+        }),
+        "{:?}",
+        log_lines(&s.log)
+    );
+}
+
+/// `on_client_hello` on a `tcp` vserver that terminates TLS: the
+/// certificate and the pool by SNI, a refused name (handshake_failure
+/// alert), `on_accept` before the handshake (a refused client costs no
+/// handshake) with `c.vars` for the ClientHello's event, and `c:log`
+/// fields on the connection's L4 log line, a refused one's included.
+#[test]
+fn on_client_hello_on_a_tcp_vserver_that_terminates_tls() {
+    let pki = Pki::new("hello-tcp");
+    let (site_cert, site_key) = pki.issue(
+        "site",
+        "/CN=site.test",
+        &["blue.test", "green.test", "blocked.test"],
+        Kind::Ecdsa,
+        30,
+    );
+    let (b_cert, b_key) = pki.issue("b", "/CN=b.test", &["b.test"], Kind::Ecdsa, 30);
+    let blue = Origin::start("blue");
+    let green = Origin::start("green");
+    let s = start(
+        "hello-tcp",
+        r#"
+function on_accept(c)
+  if c.client_ip == "127.0.0.2" then c:log("why", "source") return c:reject() end
+  c.vars.from = c.client_ip
+end
+function on_client_hello(c)
+  c:log("sni", c.sni)
+  if c.sni == "blocked.test" then return c:reject() end
+  if c.sni == "legacy.test" then c:use_cert("b.test") end
+  if c.sni == "green.test" then c:use_pool("green") end
+  c:log("from", c.vars.from)
+end
+function on_close(c) c:log("bytes_in", c.bytes_in) end
+"#,
+        &[(&site_cert, &site_key), (&b_cert, &b_key)],
+        &[&blue, &green],
+        "protocol = \"tcp\"",
+    );
+    // The relay carries HTTP/1.1 to the origins, which say who they are.
+    let got = origins_h1(s.listen, &pki.ca(), "green.test", &["/1", "/2"])
+        .unwrap_or_else(|e| panic!("{e}\n{}", s.sy.log()));
+    assert_eq!(got, ["green", "green"]);
+    let got =
+        origins_h1(s.listen, &pki.ca(), "blue.test", &["/1"]).unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(got, ["blue"]);
+    // The certificate by script: no certificate names legacy.test.
+    assert_eq!(served_subject(s.listen, Some("legacy.test")), "CN=b.test");
+    assert_eq!(served_subject(s.listen, Some("blue.test")), "CN=site.test");
+    let err = origins_h1(s.listen, &pki.ca(), "blocked.test", &["/"]).expect_err("refused");
+    assert!(err.contains("HandshakeFailure"), "{err}");
+    // Refused before the handshake: the client sees the close, no alert.
+    let refused = runtime().block_on(async {
+        let sock = tokio::net::TcpSocket::new_v4().map_err(|e| e.to_string())?;
+        sock.bind("127.0.0.2:0".parse().expect("addr"))
+            .map_err(|e| e.to_string())?;
+        let tcp = sock.connect(s.listen).await.map_err(|e| e.to_string())?;
+        let name = ServerName::try_from("blue.test").map_err(|e| e.to_string())?;
+        let c = tokio_rustls::TlsConnector::from(client_config(&pki.ca(), b"http/1.1"));
+        c.connect(name, tcp)
+            .await
+            .map(drop)
+            .map_err(|e| e.to_string())
+    });
+    let err = refused.expect_err("refused by on_accept");
+    assert!(!err.contains("HandshakeFailure"), "{err}");
+    assert_eq!((blue.requests(), green.requests()), (1, 2));
+    assert_eq!(
+        metric(&s.sy, "switchyard_vserver_script_refusals_total"),
+        Some(2)
+    );
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            let lines = log_lines(&s.log);
+            lines.iter().any(|l| {
+                l["script"]["sni"] == "green.test"
+                    && l["script"]["from"] == "127.0.0.1"
+                    && l["script"]["bytes_in"].as_str().is_some_and(|b| b != "0")
+                    && l["pool"] == "green"
+            }) && lines
+                .iter()
+                .any(|l| l["script"]["sni"] == "blocked.test" && l["end"] == "tls-failed")
+                && lines
+                    .iter()
+                    .any(|l| l["script"]["why"] == "source" && l["end"] == "refused")
+        }),
+        "{:?}",
+        log_lines(&s.log)
+    );
+}
+
 /// The pool `on_accept` chooses serves the connection's requests over
 /// TCP (HTTP/1.1 and HTTP/2 over TLS) and over QUIC (HTTP/3, whose
 /// connections run `on_accept` before their handshake), with its `c:log`
 /// fields on each request's line.
 #[test]
 fn on_accept_chooses_the_pool_over_tcp_and_quic() {
-    use std::io::Write;
     let pki = Pki::new("accept-pool");
     let (cert, key) = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
     let a = Origin::start("a");
@@ -608,31 +902,7 @@ fn on_accept_chooses_the_pool_over_tcp_and_quic() {
     }
     assert_eq!((a.requests(), b.requests()), (0, 4));
     let Some(py) = h3_python() else { return };
-    let client = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
-    let mut child = Command::new(&py)
-        .arg(client)
-        .args([&s.listen.ip().to_string(), &s.listen.port().to_string()])
-        .arg(pki.ca())
-        .args(["site.test", "20"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the HTTP/3 client");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(br#"[{"method": "GET", "path": "/h3"}]"#)
-        .expect("requests");
-    let out = child.wait_with_output().expect("the HTTP/3 client");
-    let out: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "client output ({e}): {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
+    let out = h3_get(&py, s.listen, &pki.ca(), "site.test", &["/h3"], &[]);
     assert_eq!(out["alpn"], "h3", "{out}");
     assert_eq!(out["responses"][0]["status"], 200, "{out}");
     assert_eq!((a.requests(), b.requests()), (0, 5), "{out}");

@@ -71,7 +71,7 @@ pub fn build(
     };
     let early = early_data.is_some();
     let rustls = early_data.unwrap_or(rustls);
-    let quic = match quinn::crypto::rustls::QuicServerConfig::try_from(rustls) {
+    let quic = match quinn::crypto::rustls::QuicServerConfig::try_from(rustls.clone()) {
         Ok(q) => Arc::new(q),
         Err(e) => {
             problems.push((
@@ -151,6 +151,7 @@ pub fn build(
     };
     Some(Arc::new(Http3 {
         server: Arc::new(server),
+        tls: rustls,
         retry_threshold,
         early_data: early,
         alt_svc,

@@ -40,8 +40,6 @@ pub struct Kind {
     /// `[vserver.tls]`: the vserver terminates TLS (its certificates, for
     /// `c:use_cert`); None without.
     pub certs: Option<std::sync::Arc<crate::tls::CertStore>>,
-    /// `[vserver.http3]`: QUIC beside TCP.
-    pub http3: bool,
 }
 
 /// The checked script; `pools` are the names `r:use_pool` may use.
@@ -123,17 +121,31 @@ pub fn build(
     let tcp = kind.tcp;
     match crate::script::Script::compile(name, source, limits, pools, normalize, vserver) {
         // The events of the other kind of vserver would never run.
-        Ok(script) if tcp && !script.events.l4() && !script.events.accept => {
+        Ok(script)
+            if tcp
+                && !script.events.l4()
+                && !script.events.accept
+                && !script.events.client_hello =>
+        {
             problems.push((
                 s.file.span(),
-                format!("{what}: script {name}: a tcp vserver runs on_accept, on_client_data, on_server_data and on_close; this script defines none of them"),
+                format!("{what}: script {name}: a tcp vserver runs on_accept, on_client_hello (with [vserver.tls]), on_client_data, on_server_data and on_close; this script defines none of them"),
             ));
             None
         }
-        Ok(script) if tcp && script.events.http() => {
+        Ok(script) if tcp && script.events.exchange() => {
             problems.push((
                 s.file.span(),
-                format!("{what}: script {name}: on_request, on_member, on_response, on_log, on_client_hello and the body events are for HTTP vservers; a tcp vserver relays bytes (on_client_data sees a ClientHello it passes through)"),
+                format!("{what}: script {name}: on_request, on_member, on_response, on_log and the body events are for HTTP vservers; a tcp vserver relays bytes (on_client_data sees a ClientHello it passes through)"),
+            ));
+            None
+        }
+        // A tcp vserver that terminates TLS reads no first bytes: the
+        // handshake's ClientHello is on_client_hello's.
+        Ok(script) if tcp && script.events.client_data && kind.certs.is_some() => {
+            problems.push((
+                s.file.span(),
+                format!("{what}: script {name}: on_client_data sees a ClientHello a tcp vserver passes through; this one terminates TLS ([vserver.tls]): use on_client_hello"),
             ));
             None
         }
@@ -148,15 +160,6 @@ pub fn build(
             problems.push((
                 s.file.span(),
                 format!("{what}: script {name}: on_client_hello runs on vservers that terminate TLS; this one has no [vserver.tls]"),
-            ));
-            None
-        }
-        // QUIC's handshake is quinn's: the event could not run before it,
-        // and a rule that refuses names must not have a way around it.
-        Ok(script) if script.events.client_hello && kind.http3 => {
-            problems.push((
-                s.file.span(),
-                format!("{what}: script {name}: on_client_hello does not run for HTTP/3 (QUIC) connections, so [vserver.http3] would get around it; serve HTTP/3 from another vserver"),
             ));
             None
         }

@@ -528,6 +528,10 @@ pub struct Http3 {
     /// QUIC's TLS and transport (streams, idle timeout); a reload makes a
     /// new one, with a new Retry token key.
     pub server: Arc<quinn::ServerConfig>,
+    /// The TLS configuration in `server`: a connection whose script runs
+    /// `on_client_hello` gets a copy with the script's certificate
+    /// resolver (`proxy::quic_hello`).
+    pub tls: Arc<rustls::ServerConfig>,
     /// Handshakes in progress past which clients get a Retry first.
     pub retry_threshold: usize,
     /// `early_data`: requests may come in 0-RTT (the TLS configuration in

@@ -52,6 +52,76 @@ pub enum Decision {
     Close,
 }
 
+/// What `on_client_hello` said, for the handshake that waits on it.
+pub enum Hello {
+    /// Go on, with the certificate the script chose by name (if it did).
+    Go(Option<String>),
+    /// `c:reject()`: a handshake_failure alert.
+    Refuse,
+    /// The event failed (counted, logged): an internal_error alert.
+    Failed,
+}
+
+/// A connection's script as the TLS front door runs it: `on_client_hello`
+/// between reading the ClientHello and answering it. The HTTP vservers'
+/// connection events (`proxy::conn_scripting`) and a TLS-terminating tcp
+/// vserver's script (`BeforeHandshake`) both are.
+pub trait ClientHelloEvent {
+    fn wants_client_hello(&self) -> bool;
+    fn client_hello(&mut self, vs: &VServer, sni: Option<String>, alpn: Vec<String>) -> Hello;
+}
+
+/// The script of a tcp vserver that terminates TLS, run by the front door
+/// before the relay: `on_accept` before the handshake (a refused client
+/// costs no handshake, as on HTTP vservers), `on_client_hello` in it;
+/// the relay takes it on (`c.vars`, `c:log` fields, the chosen pool).
+pub struct BeforeHandshake {
+    pub(super) script: ConnScript,
+    /// The pool `on_accept` or `on_client_hello` chose (the later wins).
+    pub(super) pool: Option<Arc<Pool>>,
+}
+
+impl BeforeHandshake {
+    /// `on_accept` for `client`: None when `vs` has no script; Err when
+    /// the script refused the connection or failed (counted, logged),
+    /// with what its events said for the connection's log line.
+    pub fn accept(
+        vs: &VServer,
+        client: SocketAddr,
+    ) -> Result<Option<BeforeHandshake>, Option<Box<ScriptLog>>> {
+        let Some(mut script) = ConnScript::start(vs, client, true).map_err(|()| None)? else {
+            return Ok(None);
+        };
+        match script.accept(vs) {
+            Decision::Go(pool) => Ok(Some(BeforeHandshake { script, pool })),
+            Decision::Close => Err(script.take_log()),
+        }
+    }
+
+    /// What the events said so far, for the line of a connection that
+    /// ends before the relay (a failed or refused handshake).
+    pub fn take_log(&mut self) -> Option<Box<ScriptLog>> {
+        self.script.take_log()
+    }
+}
+
+impl ClientHelloEvent for BeforeHandshake {
+    fn wants_client_hello(&self) -> bool {
+        self.script.vs_script.script.events.client_hello
+    }
+
+    fn client_hello(&mut self, vs: &VServer, sni: Option<String>, alpn: Vec<String>) -> Hello {
+        let mut c = conn(ConnEvent::ClientHello);
+        c.sni = sni;
+        c.alpn = alpn;
+        let said = self.script.run_event(vs, c);
+        if let Some(p) = self.script.chosen.take() {
+            self.pool = Some(p);
+        }
+        said
+    }
+}
+
 /// One connection's run of the script.
 pub struct ConnScript {
     vs_script: Arc<VsScript>,
@@ -61,6 +131,8 @@ pub struct ConnScript {
     tls: bool,
     /// The access log line's script fields (`c:log`) and first error.
     log: Option<Box<ScriptLog>>,
+    /// The pool the last event chose, until `run` hands it on.
+    chosen: Option<Arc<Pool>>,
 }
 
 /// A connection event that failed: counted on the vserver and logged
@@ -95,6 +167,7 @@ impl ConnScript {
                 client,
                 tls,
                 log: None,
+                chosen: None,
             })),
             Err(f) => {
                 failed(vs, &s, &f);
@@ -112,6 +185,15 @@ impl ConnScript {
     }
 
     fn run(&mut self, vs: &VServer, conn: Conn) -> Decision {
+        match self.run_event(vs, conn) {
+            Hello::Go(_) => Decision::Go(self.chosen.take()),
+            Hello::Refuse | Hello::Failed => Decision::Close,
+        }
+    }
+
+    /// An event's run: its pool (if it chose one) in `chosen`, the
+    /// certificate it chose in `Hello::Go`.
+    fn run_event(&mut self, vs: &VServer, conn: Conn) -> Hello {
         let info = Info {
             client: Some(self.client),
             tls: self.tls,
@@ -119,12 +201,12 @@ impl ConnScript {
             ..Info::default()
         };
         match self.state.on_conn(conn, info, &mut self.vars) {
-            None => Decision::Go(None),
+            None => Hello::Go(None),
             Some(Err(f)) => {
                 failed(vs, &self.vs_script, &f);
                 let log = self.log.get_or_insert_with(Box::default);
                 log.error.get_or_insert_with(|| f.message().to_string());
-                Decision::Close
+                Hello::Failed
             }
             Some(Ok(mut e)) => {
                 if !e.log.is_empty() {
@@ -136,9 +218,10 @@ impl ConnScript {
                 }
                 if e.reject {
                     stats::inc(&vs.counters.local().script_refusals);
-                    Decision::Close
+                    Hello::Refuse
                 } else {
-                    Decision::Go(e.pool.and_then(|i| self.vs_script.pools.get(i).cloned()))
+                    self.chosen = e.pool.and_then(|i| self.vs_script.pools.get(i).cloned());
+                    Hello::Go(e.cert)
                 }
             }
         }

@@ -26,7 +26,7 @@ use tokio::io::{AsyncRead, AsyncWrite, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use super::relay::{self, End, Meter, Moved};
-use super::scripting::{ConnScript, Decision};
+use super::scripting::{BeforeHandshake, ConnScript, Decision};
 use super::Lease;
 use super::{client_hello, proxy_protocol};
 use crate::accesslog::{self, l4::End as LogEnd, ScriptLog, TlsInfo};
@@ -47,8 +47,14 @@ pub enum ClientConn {
     /// (read by the front door); from any other source a PROXY header is
     /// refused, never relayed.
     Plain { tcp: TcpStream, proxied: bool },
-    /// TLS terminated here (`[vserver.tls]`), with its handshake's facts.
-    Tls(Box<tokio_rustls::server::TlsStream<TcpStream>>, TlsInfo),
+    /// TLS terminated here (`[vserver.tls]`), with its handshake's facts
+    /// and the vserver's script, whose `on_accept` (and `on_client_hello`)
+    /// the front door ran.
+    Tls(
+        Box<tokio_rustls::server::TlsStream<TcpStream>>,
+        TlsInfo,
+        Option<BeforeHandshake>,
+    ),
 }
 
 /// Runs one connection of a `tcp` vserver, accepted at `accepted` from
@@ -73,10 +79,18 @@ pub async fn serve<G>(
 
 /// The access log line of a connection the front door closed before the
 /// relay: a bad PROXY header (`Refused`), a failed handshake (`TlsFailed`).
-pub fn log_refused(vs: &VServer, client: SocketAddr, accepted: Instant, end: LogEnd) {
+/// `script`: what the script's events said before (`c:log`, its error).
+pub fn log_refused(
+    vs: &VServer,
+    client: SocketAddr,
+    accepted: Instant,
+    end: LogEnd,
+    script: Option<Box<ScriptLog>>,
+) {
     if let Some(log) = &vs.access_log {
         let mut facts = Facts::new(client, accepted);
         facts.end = end;
+        facts.script = script;
         log.write_l4(&facts.entry(vs));
     }
 }
@@ -157,10 +171,11 @@ async fn relay_connection(
 ) {
     let Some(l4) = vs.l4.clone() else { return };
     let (stream, proxied) = match conn {
-        ClientConn::Tls(stream, info) => {
+        ClientConn::Tls(stream, info, before) => {
             facts.tls = Some(info);
-            let Some((mut script, chosen)) = accepted_by_script(vs, facts, true) else {
-                return;
+            let (mut script, chosen) = match before {
+                Some(b) => (Some(b.script), b.pool),
+                None => (None, None),
             };
             relay_terminated(*stream, listen, snap, (vs, chosen, script.as_mut()), facts).await;
             if let Some(s) = &mut script {
@@ -187,7 +202,7 @@ async fn relay_connection(
             return;
         }
     }
-    let Some((mut script, chosen)) = accepted_by_script(vs, facts, false) else {
+    let Some((mut script, chosen)) = accepted_by_script(vs, facts) else {
         return;
     };
     relay_plain(
@@ -204,15 +219,15 @@ async fn relay_connection(
     }
 }
 
-/// The vserver's script for this connection (None without one) after its
-/// `on_accept`, with the pool it chose; None when the script refused the
-/// connection or could not start (counted and logged there).
+/// The vserver's script for a plain connection (None without one) after
+/// its `on_accept`, with the pool it chose; None when the script refused
+/// the connection or could not start (counted and logged there). (A
+/// TLS-terminating vserver's runs in the front door: `BeforeHandshake`.)
 fn accepted_by_script(
     vs: &Arc<VServer>,
     facts: &mut Facts,
-    tls: bool,
 ) -> Option<(Option<ConnScript>, Option<Arc<Pool>>)> {
-    let mut script = ConnScript::start(vs, facts.client, tls).ok()?;
+    let mut script = ConnScript::start(vs, facts.client, false).ok()?;
     let chosen = match script.as_mut().map(|s| s.accept(vs)) {
         Some(Decision::Close) => {
             // The refusal's line shows what the script said (`c:log`).

@@ -41,14 +41,16 @@ use super::client_h1_conn;
 use super::client_h2_conn;
 use super::client_h3_conn;
 use super::conn::{private_key_of, ConnGuard};
-use super::conn_scripting::{self, ConnEvents, Decision as ScriptDecision};
+use super::conn_scripting::{self, Carrier, ConnEvents, Decision as ScriptDecision};
 use super::ctx::WorkerCtx;
 use super::exchange::micros_since;
+use super::quic_hello;
 use super::stream::{ClientStream, PlainTcp, TlsConn};
-use crate::accesslog::{l4::End as LogEnd, TlsInfo};
+use crate::accesslog::{l4::End as LogEnd, ScriptLog, TlsInfo};
 use crate::clock::now_ms;
 use crate::config::snapshot::{AcceptProxy, Snapshot, VServer};
 use crate::l4::proxy_protocol;
+use crate::l4::scripting::{BeforeHandshake, ClientHelloEvent, Hello};
 use crate::log;
 use crate::shield::admission::{self, Closing, Rules, Verdict};
 use crate::stats;
@@ -118,7 +120,7 @@ pub fn serve(
         ..
     } = door;
     if let Some(vs) = &script {
-        match accepted_by_script(vs, peer, false) {
+        match accepted_by_script(vs, peer, Carrier::Plain) {
             Ok(events) => guard.script = events.finish(),
             // Closed before a byte is read.
             Err(()) => return,
@@ -218,8 +220,12 @@ fn open(
 /// `on_accept` of an HTTP vserver's script, for `client`: the events' run
 /// (for `on_client_hello` and the connection's choice), or Err when the
 /// script refused the connection or failed (counted, logged): it closes.
-fn accepted_by_script(vs: &VServer, client: SocketAddr, tls: bool) -> Result<ConnEvents, ()> {
-    let mut events = ConnEvents::start(vs, client, tls)?;
+fn accepted_by_script(
+    vs: &VServer,
+    client: SocketAddr,
+    carrier: Carrier,
+) -> Result<ConnEvents, ()> {
+    let mut events = ConnEvents::start(vs, client, carrier)?;
     match events.accept(vs) {
         ScriptDecision::Go => Ok(events),
         ScriptDecision::Refuse | ScriptDecision::Failed => {
@@ -277,29 +283,60 @@ async fn front(
                 log::debug(format_args!(
                     "PROXY header from {peer} on {listen}: {e}; closed"
                 ));
-                return refused(&to, peer, LogEnd::Refused);
+                return refused(&to, peer, LogEnd::Refused, None);
             }
         }
     }
     // The script's on_accept sees the client a PROXY header named, and
     // refuses before the handshake costs anything.
     let mut events = match &script {
-        Some(vs) => match accepted_by_script(vs, client, tls.is_some()) {
+        Some(vs) => match accepted_by_script(
+            vs,
+            client,
+            if tls.is_some() {
+                Carrier::Tls
+            } else {
+                Carrier::Plain
+            },
+        ) {
             Ok(e) => Some(e),
             Err(()) => return,
         },
         None => None,
     };
+    // A tcp vserver that terminates TLS runs its script's on_accept here
+    // too, before the handshake, and on_client_hello in it; the relay
+    // takes the script on.
+    let mut before = None;
+    if let (To::Relay { vs, .. }, Some(_)) = (&to, &tls) {
+        match BeforeHandshake::accept(vs, client) {
+            Ok(b) => before = b,
+            Err(said) => {
+                log::debug(format_args!(
+                    "vserver {}: client {client}: refused by the script's on_accept",
+                    vs.name
+                ));
+                return refused(&to, client, LogEnd::Refused, said);
+            }
+        }
+    }
     let arrived = match tls {
         None => Arrived::Plain(tcp),
         Some(tls) => {
-            let hello = match (&script, events.as_mut()) {
-                (Some(vs), Some(e)) if e.wants_client_hello() => Some((&**vs, e)),
-                _ => None,
-            };
+            let hello: Option<(&VServer, &mut dyn ClientHelloEvent)> =
+                match (&script, events.as_mut(), &to, before.as_mut()) {
+                    (Some(vs), Some(e), _, _) if e.wants_client_hello() => Some((&**vs, e)),
+                    (_, _, To::Relay { vs, .. }, Some(b)) if b.wants_client_hello() => {
+                        Some((&**vs, b))
+                    }
+                    _ => None,
+                };
             match handshake(&ctx, tcp, &tls, client, &guard, hello).await {
                 Some(h) => Arrived::Tls(Box::new(h)),
-                None => return refused(&to, client, LogEnd::TlsFailed),
+                None => {
+                    let said = before.as_mut().and_then(BeforeHandshake::take_log);
+                    return refused(&to, client, LogEnd::TlsFailed, said);
+                }
             }
         }
     };
@@ -312,7 +349,7 @@ async fn front(
                     tcp,
                     proxied: proxy.is_some(),
                 },
-                Arrived::Tls(h) => ClientConn::Tls(Box::new(h.stream), h.info),
+                Arrived::Tls(h) => ClientConn::Tls(Box::new(h.stream), h.info, before),
             };
             let relay = serve(conn, client, listen, (snap, vs), accepted, guard);
             tokio::task::spawn_local(relay);
@@ -338,9 +375,10 @@ async fn front(
 
 /// The access log line of a `tcp` vserver's connection that the front
 /// door closed (HTTP vservers log requests, not connections).
-fn refused(to: &To, client: SocketAddr, end: LogEnd) {
+/// `said`: what a tcp vserver's script said before (`c:log`).
+fn refused(to: &To, client: SocketAddr, end: LogEnd, said: Option<Box<ScriptLog>>) {
     if let To::Relay { vs, accepted, .. } = to {
-        crate::l4::tcp::log_refused(vs, client, *accepted, end);
+        crate::l4::tcp::log_refused(vs, client, *accepted, end, said);
     }
 }
 
@@ -412,7 +450,7 @@ async fn handshake(
     tls: &TlsServer,
     client: SocketAddr,
     guard: &ConnGuard,
-    hello: Option<(&VServer, &mut ConnEvents)>,
+    hello: Option<(&VServer, &mut dyn ClientHelloEvent)>,
 ) -> Option<Handshaken> {
     let deadline = now_ms() + ctx.snapshot.load().settings.client_header_ms;
     let vc = guard.counters.local();
@@ -469,7 +507,7 @@ async fn client_hello(
     tls: &TlsServer,
     client: SocketAddr,
     deadline: u64,
-    (vs, events): (&VServer, &mut ConnEvents),
+    (vs, events): (&VServer, &mut dyn ClientHelloEvent),
 ) -> Option<tokio_rustls::Accept<TcpStream>> {
     let vc = vs.counters.local();
     let lazy = tokio_rustls::LazyConfigAcceptor::new(rustls::server::Acceptor::default(), tcp);
@@ -488,18 +526,18 @@ async fn client_hello(
     let acme = alpn
         .iter()
         .any(|p| p.as_bytes() == crate::acme::challenge::ACME_TLS_ALPN);
-    let (decision, cert) = if acme {
-        (ScriptDecision::Go, None)
+    let said = if acme {
+        Hello::Go(None)
     } else {
         let sni = hello
             .server_name()
             .map(|n| n.trim_end_matches('.').to_ascii_lowercase());
         events.client_hello(vs, sni, alpn)
     };
-    let alert = match decision {
-        ScriptDecision::Go => None,
-        ScriptDecision::Refuse => Some(ALERT_HANDSHAKE_FAILURE),
-        ScriptDecision::Failed => Some(ALERT_INTERNAL_ERROR),
+    let (alert, cert) = match said {
+        Hello::Go(cert) => (None, cert),
+        Hello::Refuse => (Some(ALERT_HANDSHAKE_FAILURE), None),
+        Hello::Failed => (Some(ALERT_INTERNAL_ERROR), None),
     };
     if let Some(description) = alert {
         log::debug(format_args!(
@@ -711,10 +749,9 @@ fn admit_quic(
             return;
         }
     };
-    // on_accept, as for TCP: before the handshake (on_client_hello does
-    // not run for QUIC: `check` refuses it beside [vserver.http3]).
+    // on_accept, as for TCP: before the handshake.
     let events = if conn_scripting::wanted(vs) {
-        match accepted_by_script(vs, peer, true) {
+        match accepted_by_script(vs, peer, Carrier::Quic) {
             Ok(e) => Some(e),
             Err(()) => {
                 incoming.refuse();
@@ -724,7 +761,23 @@ fn admit_quic(
     } else {
         None
     };
-    let connecting = match incoming.accept_with(h3.server.clone()) {
+    // on_client_hello runs in the handshake, from the certificate
+    // resolver of a configuration of the connection's own.
+    let (server, events, hello) = match events {
+        Some(e) if e.wants_client_hello() => match quic_hello::server_config(&h3, vs, e) {
+            Ok((server, pending)) => (server, None, Some(pending)),
+            Err(why) => {
+                log::warn(format_args!(
+                    "vserver {}: client {peer}: QUIC refused: no configuration for on_client_hello: {why}",
+                    vs.name
+                ));
+                incoming.refuse();
+                return;
+            }
+        },
+        e => (h3.server.clone(), e, None),
+    };
+    let connecting = match incoming.accept_with(server) {
         Ok(c) => c,
         Err(e) => {
             log::debug(format_args!("client {peer}: QUIC connection refused: {e}"));
@@ -738,6 +791,7 @@ fn admit_quic(
     let listener = client_h3_conn::Listener {
         early_data: h3.early_data,
         stopped: stopped.clone(),
+        hello,
     };
     client_h3_conn::start(ctx, (connecting, counted), listener, peer, listen, guard);
 }

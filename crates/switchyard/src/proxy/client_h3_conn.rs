@@ -27,6 +27,7 @@ use super::ctx::WorkerCtx;
 use super::exchange::{micros_since, Exchange};
 use super::hooks::Local;
 use super::pipeline;
+use super::quic_hello;
 use crate::accesslog::TlsInfo;
 use crate::clock::now_ms;
 use crate::http::h2_message;
@@ -60,6 +61,9 @@ pub struct Listener {
     /// worker drains): the connection says GOAWAY and ends once its
     /// requests are done, so that nothing holds the UDP port after.
     pub stopped: Rc<Cell<bool>>,
+    /// The connection's script runs `on_client_hello` in the handshake:
+    /// what it chose holds for the requests once the handshake is done.
+    pub hello: Option<quic_hello::Pending>,
 }
 
 /// Serves a QUIC connection in a task of its own, from its handshake.
@@ -86,9 +90,10 @@ async fn run(
     Listener {
         early_data,
         stopped,
+        hello,
     }: Listener,
     (peer, listen): (SocketAddr, SocketAddr),
-    guard: ConnGuard,
+    mut guard: ConnGuard,
 ) {
     // With early data the connection serves before its handshake is done
     // (quinn's 0.5-RTT; a request in the client's 0-RTT packets is seen
@@ -143,6 +148,11 @@ async fn run(
         };
         (conn, tls, None)
     };
+    // The ClientHello is in (the handshake's data says so): the script's
+    // on_client_hello has run.
+    if let Some(hello) = hello {
+        guard.script = hello.finish();
+    }
     let client_cert = client_cert(&conn);
     let max_field_section = {
         let st = &ctx.snapshot.load().settings;

@@ -36,7 +36,7 @@ use super::conn::ConnChoice;
 use super::exchange::Exchange;
 use crate::accesslog::ScriptLog;
 use crate::config::snapshot::{VServer, VsScript};
-use crate::l4::scripting::failed;
+use crate::l4::scripting::{failed, ClientHelloEvent, Hello};
 use crate::script::{self, Conn, ConnEvent, Info, State, Vars};
 use crate::stats;
 
@@ -49,6 +49,15 @@ pub enum Decision {
     Failed,
 }
 
+/// What a connection came over: `c.tls`, and `c.protocol` ("TCP" or
+/// "QUIC").
+#[derive(Clone, Copy)]
+pub enum Carrier {
+    Plain,
+    Tls,
+    Quic,
+}
+
 /// One connection's run of the connection events, from `on_accept` to
 /// `on_client_hello` (`c.vars` is kept between them).
 pub struct ConnEvents {
@@ -56,7 +65,7 @@ pub struct ConnEvents {
     state: Rc<State>,
     vars: Vars,
     client: SocketAddr,
-    tls: bool,
+    carrier: Carrier,
     choice: ConnChoice,
 }
 
@@ -74,7 +83,7 @@ impl ConnEvents {
     /// The events' run for a connection of `vs` (see `wanted`); Err when
     /// this worker could not make the script's state (counted, logged:
     /// the connection is refused).
-    pub fn start(vs: &VServer, client: SocketAddr, tls: bool) -> Result<ConnEvents, ()> {
+    pub fn start(vs: &VServer, client: SocketAddr, carrier: Carrier) -> Result<ConnEvents, ()> {
         let Some(s) = vs.script.clone() else {
             return Err(());
         };
@@ -84,7 +93,7 @@ impl ConnEvents {
                 state,
                 vars: Vars::default(),
                 client,
-                tls,
+                carrier,
                 choice: ConnChoice::default(),
             }),
             Err(f) => {
@@ -94,15 +103,14 @@ impl ConnEvents {
         }
     }
 
-    pub fn wants_client_hello(&self) -> bool {
-        self.vs_script.script.events.client_hello
-    }
-
     fn run(&mut self, vs: &VServer, conn: Conn) -> (Decision, Option<String>) {
         let info = Info {
             client: Some(self.client),
-            tls: self.tls,
-            protocol: "TCP",
+            tls: !matches!(self.carrier, Carrier::Plain),
+            protocol: match self.carrier {
+                Carrier::Quic => "QUIC",
+                Carrier::Plain | Carrier::Tls => "TCP",
+            },
             ..Info::default()
         };
         let e = match self.state.on_conn(conn, info, &mut self.vars) {
@@ -132,22 +140,27 @@ impl ConnEvents {
         self.run(vs, conn(ConnEvent::Accept, None, Vec::new())).0
     }
 
-    /// `on_client_hello(c)`: the decision, and the name of the
-    /// certificate to serve when the script chose one.
-    pub fn client_hello(
-        &mut self,
-        vs: &VServer,
-        sni: Option<String>,
-        alpn: Vec<String>,
-    ) -> (Decision, Option<String>) {
-        self.run(vs, conn(ConnEvent::ClientHello, sni, alpn))
-    }
-
     /// What the events decided for the connection's requests (None when
     /// nothing: most connections).
     pub fn finish(self) -> Option<Rc<ConnChoice>> {
         let c = self.choice;
         (c.pool.is_some() || !c.log.is_empty()).then(|| Rc::new(c))
+    }
+}
+
+/// `on_client_hello(c)`: the decision, with the name of the certificate
+/// to serve when the script chose one.
+impl ClientHelloEvent for ConnEvents {
+    fn wants_client_hello(&self) -> bool {
+        self.vs_script.script.events.client_hello
+    }
+
+    fn client_hello(&mut self, vs: &VServer, sni: Option<String>, alpn: Vec<String>) -> Hello {
+        match self.run(vs, conn(ConnEvent::ClientHello, sni, alpn)) {
+            (Decision::Go, cert) => Hello::Go(cert),
+            (Decision::Refuse, _) => Hello::Refuse,
+            (Decision::Failed, _) => Hello::Failed,
+        }
     }
 }
 

@@ -45,6 +45,7 @@ mod member_h2;
 mod normalizing;
 mod pipeline;
 mod plain;
+mod quic_hello;
 pub mod quic_steer;
 mod respond;
 pub mod route;

@@ -90,15 +90,20 @@ pub struct Events {
 }
 
 impl Events {
-    /// Any event only HTTP vservers run.
+    /// Any event only HTTP vservers run (`on_client_hello` runs on tcp
+    /// vservers that terminate TLS too).
     pub fn http(&self) -> bool {
+        self.exchange() || self.client_hello
+    }
+
+    /// The events of an HTTP exchange (a tcp vserver has none).
+    pub fn exchange(&self) -> bool {
         self.request
             || self.response
             || self.log
             || self.request_body
             || self.response_body
             || self.member
-            || self.client_hello
     }
 
     /// Any event only `tcp` vservers run (`on_accept` is both kinds').

@@ -13,7 +13,8 @@ TICKET_FILE: the session tickets the server sends are saved there; when
 it holds one at the start, the connection resumes with it and the requests
 leave at once, in 0-RTT early data if the ticket allows it ("early_data"
 and "resumed" in the output say what the server did; "transport" has the
-server's flow-control windows). HOLD_MS: datagrams
+server's flow-control windows; "peer_subject" the subject of the
+certificate the server sent, on a full handshake). HOLD_MS: datagrams
 from the server wait that long before the client reads them, so that the
 handshake cannot end before the server has seen the early requests.
 LINGER_MS: after the responses the connection stays open that long, or
@@ -187,6 +188,9 @@ async def main():
         out = {"responses": responses, "alpn": tls.alpn_negotiated}
         out["early_data"] = tls.early_data_accepted
         out["resumed"] = tls.session_resumed
+        # The certificate the server sent (none on a resumed connection).
+        if getattr(tls, "_peer_certificate", None) is not None:
+            out["peer_subject"] = tls._peer_certificate.subject.rfc4514_string()
         if linger_ms:
             out["closed_by_server"] = out_closed
         # The server's transport parameters: its flow-control windows.

@@ -408,7 +408,7 @@ fn a_script_is_compiled_at_build_and_its_errors_are_located() {
     let e = parse(cfg, &tcp, None).unwrap_err();
     assert!(
         e.to_string()
-            .contains("a tcp vserver runs on_accept, on_client_data, on_server_data and on_close"),
+            .contains("a tcp vserver runs on_accept, on_client_hello (with [vserver.tls]), on_client_data, on_server_data and on_close"),
         "{e}"
     );
     let _ = std::fs::remove_dir_all(&dir);

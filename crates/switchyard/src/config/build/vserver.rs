@@ -176,7 +176,6 @@ pub(super) fn build_vserver(
         let kind = crate::config::script::Kind {
             tcp,
             certs: tls.as_ref().map(|t| t.certs.clone()),
-            http3: v.http3.is_some(),
         };
         let script = crate::config::script::build(
             s,
