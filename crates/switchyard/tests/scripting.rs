@@ -998,6 +998,59 @@ end
     }));
 }
 
+/// `r:sideband` to a pool that speaks TLS to its members (`[pool.tls]`):
+/// the call goes over TLS checked against the pool's CA, and a member
+/// whose certificate the CA did not sign is no answer (nil and why, the
+/// script's 503), never a plain-text call.
+#[test]
+fn a_sideband_call_to_a_pool_that_speaks_tls() {
+    let pki = Pki::new("sideband-tls");
+    let (cert, key) = pki.member("auth");
+    let auth = TlsOrigin::start("tls-auth", &cert, &key, None);
+    let other = Pki::new("sideband-tls-other");
+    let app = Origin::start("app");
+    let pools = |ca: &Path| {
+        format!(
+            "[[pool]]\nname = \"auth\"\n[[pool.member]]\naddress = \"{}\"\n[pool.tls]\nca = \"{}\"\n",
+            auth.addr,
+            ca.display()
+        )
+    };
+    let script = r#"
+function on_request(r)
+  local res, err = r:sideband("auth", { path = "/check" .. r.path })
+  if not res then return r:respond(503, "no: " .. err .. "\n") end
+  r:set_header("x-auth", (res.body:gsub("\n", "")))
+end
+"#;
+    let s = start_with("sideband-tls", script, &[&app], &pools(&pki.ca()));
+    for (proto, get) in BOTH {
+        let g = get(s.listen, "h", "/orders", &[]);
+        assert_eq!(g.status, 200, "{proto}: {g:?}\n{}", s.sy.log());
+        assert_eq!(
+            app.seen()
+                .last()
+                .and_then(|r| r.header("x-auth"))
+                .as_deref(),
+            Some("tls-auth"),
+            "{proto}"
+        );
+    }
+    assert_eq!(auth.requests(), 2);
+    assert_eq!(auth.handshakes().len(), 2);
+    assert!(
+        auth.seen.lock().expect("lock")[0].starts_with("GET /check/orders HTTP/1.1"),
+        "{:?}",
+        auth.seen
+    );
+    // A CA that did not sign the member's certificate: no call is made.
+    let s = start_with("sideband-tls-bad-ca", script, &[&app], &pools(&other.ca()));
+    let g = h1(s.listen, "h", "/orders", &[]);
+    assert_eq!(g.status, 503, "{g:?}");
+    assert!(g.body.contains("TLS to"), "{g:?}");
+    assert_eq!(auth.requests(), 2);
+}
+
 #[test]
 fn an_endless_loop_gets_500_is_counted_and_the_worker_serves_on() {
     let o = Origin::start("app");

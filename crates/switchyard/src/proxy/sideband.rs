@@ -13,8 +13,10 @@
 //! `max_connections`); a failed connect tries one other member. The call
 //! is one request on a connection of its own (`Connection: close`): a
 //! call-out is rarer than the requests it guards, and a pooled connection
-//! would tie the script to the proxy's member-connection machinery. Plain
-//! HTTP only in this step (a pool with `[pool.tls]` is refused).
+//! would tie the script to the proxy's member-connection machinery. A pool
+//! with `[pool.tls]` is called over TLS as its requests are (its CA, its
+//! `sni` or the member's address as the name checked, its client
+//! certificate, ALPN "http/1.1"), inside the same `timeout`.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -46,12 +48,6 @@ impl CallOut for Pools {
 /// Makes the call; the error says why in a few words (for the script's
 /// second return value).
 pub async fn call(pool: &Pool, c: Call) -> Result<Answer, String> {
-    if pool.tls.is_some() {
-        return Err(format!(
-            "pool {:?} speaks TLS to its members: call-outs are plain HTTP",
-            pool.name
-        ));
-    }
     let timeout = c.timeout;
     match tokio::time::timeout(timeout, attempt(pool, &c)).await {
         Ok(r) => r,
@@ -69,9 +65,22 @@ async fn attempt(pool: &Pool, c: &Call) -> Result<Answer, String> {
         };
         tried.add(i);
         let m = &members[i];
-        match tokio::net::TcpStream::connect(m.addr).await {
+        let tcp = match tokio::net::TcpStream::connect(m.addr).await {
+            Ok(s) => s,
+            Err(e) => {
+                last = format!("connect to {}: {e}", m.addr);
+                continue;
+            }
+        };
+        let _ = tcp.set_nodelay(true);
+        let Some(tls) = &pool.tls else {
+            return exchange(tcp, m.addr, c).await;
+        };
+        let connector = tokio_rustls::TlsConnector::from(tls.config.clone());
+        match connector.connect(tls.server_name(m.addr), tcp).await {
             Ok(s) => return exchange(s, m.addr, c).await,
-            Err(e) => last = format!("connect to {}: {e}", m.addr),
+            // The next member may have its certificate right.
+            Err(e) => last = format!("TLS to {}: {e}", m.addr),
         }
     }
     if last.is_empty() {
@@ -81,7 +90,7 @@ async fn attempt(pool: &Pool, c: &Call) -> Result<Answer, String> {
 }
 
 async fn exchange(
-    mut s: tokio::net::TcpStream,
+    mut s: impl tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
     addr: std::net::SocketAddr,
     c: &Call,
 ) -> Result<Answer, String> {

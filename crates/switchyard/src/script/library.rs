@@ -161,6 +161,12 @@ pub fn install(lua: &Lua) -> mlua::Result<()> {
         })?,
     )?;
     sy.raw_set(
+        "hash_pick",
+        lua.create_function(|_, (key, choices): (mlua::String, Table)| {
+            hash_pick(&key.as_bytes(), &choices)
+        })?,
+    )?;
+    sy.raw_set(
         "time",
         lua.create_function(|_, ()| Ok(crate::clock::unix_us() as f64 / 1e6))?,
     )?;
@@ -691,6 +697,65 @@ pub fn stable_hash(b: &[u8]) -> u64 {
         h ^= u64::from(*c);
         h = h.wrapping_mul(0x0100_0000_01b3);
     }
+    h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    h ^ (h >> 31)
+}
+
+/// `sy.hash_pick(key, choices)`: consistent hashing by rendezvous (highest
+/// random weight): every choice gets a score from the key and its own
+/// name, the highest wins. Removing a choice moves only the keys it had;
+/// adding one takes from each the share it gets; no ring to build or keep
+/// in step across workers and nodes. `choices`: a list of names (equal
+/// weights), or a table of name = weight (weighted rendezvous: the score
+/// is `-w / ln(u)`, `u` the pair's hash in (0, 1), so a choice gets keys
+/// in proportion to its weight). nil when no choice has a weight above 0.
+/// Cost: one hash per choice, for the handful of pools or variants a
+/// script picks among (a balancer's members are the pool's, not this).
+fn hash_pick(key: &[u8], choices: &Table) -> mlua::Result<Option<mlua::String>> {
+    let k = stable_hash(key);
+    let mut best: Option<(f64, mlua::String)> = None;
+    for pair in choices.pairs::<Value, Value>() {
+        let (name, weight) = match pair? {
+            (Value::Integer(_), Value::String(name)) => (name, 1.0),
+            (Value::String(name), Value::Integer(w)) => (name, w as f64),
+            (Value::String(name), Value::Number(w)) => (name, w),
+            (k, v) => {
+                return Err(mlua::Error::runtime(format!(
+                    "sy.hash_pick: choices are names, or name = weight (got {} = {})",
+                    k.type_name(),
+                    v.type_name()
+                )))
+            }
+        };
+        if !weight.is_finite() || weight < 0.0 {
+            return Err(mlua::Error::runtime(format!(
+                "sy.hash_pick: the weight of {:?} is {weight} (want 0 or more)",
+                name.to_string_lossy()
+            )));
+        }
+        if weight == 0.0 {
+            continue;
+        }
+        let h = mix(k ^ stable_hash(&name.as_bytes()).rotate_left(17));
+        // (0, 1): never 0, whose logarithm has no score.
+        let u = ((h >> 11) as f64 + 0.5) / (1u64 << 53) as f64;
+        let score = -weight / u.ln();
+        let better = match &best {
+            None => true,
+            // A tie (a duplicate name, equal weights) goes to the smaller
+            // name: the same answer whatever the table's order.
+            Some((b, n)) => score > *b || (score == *b && name.as_bytes() < n.as_bytes()),
+        };
+        if better {
+            best = Some((score, name));
+        }
+    }
+    Ok(best.map(|(_, n)| n))
+}
+
+/// SplitMix64's finalizer: every input bit moves every output bit.
+fn mix(mut h: u64) -> u64 {
     h = (h ^ (h >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     h = (h ^ (h >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     h ^ (h >> 31)

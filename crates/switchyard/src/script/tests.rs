@@ -36,6 +36,14 @@ fn run(src: &str, req: &mut Request) -> Result<Effects, Failure> {
         .expect("on_request defined")
 }
 
+/// `run` with room for a loop over thousands of keys.
+fn run_with_budget(src: &str, req: &mut Request) -> Result<Effects, Failure> {
+    let s = Arc::new(compile_with(src, 50_000_000, 16 << 20).expect("compiles"));
+    let st = state(&s).expect("state");
+    st.on_request(req, Info::default(), &mut Vars::default())
+        .expect("on_request defined")
+}
+
 #[test]
 fn a_syntax_error_reads_file_line_message() {
     let e = compile("function on_request(r)\n  local x = = 1\nend\n").expect_err("syntax");
@@ -262,6 +270,57 @@ end
 "#;
     let mut req = request("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
     run(src, &mut req).expect("runs");
+}
+
+/// `sy.hash_pick`: the same key the same choice; even shares (and shares
+/// by weight); removing a choice moves only its keys, adding one takes
+/// about its share and moves keys only to itself; bad weights are errors.
+#[test]
+fn hash_pick_is_consistent() {
+    let src = r#"
+function on_request(r)
+  local four = { "a", "b", "c", "d" }
+  local count, before = {}, {}
+  for i = 1, 4000 do
+    local k = "user-" .. i
+    local p = sy.hash_pick(k, four)
+    assert(p == sy.hash_pick(k, four))
+    count[p] = (count[p] or 0) + 1
+    before[k] = p
+  end
+  for _, n in ipairs(four) do
+    assert(count[n] > 850 and count[n] < 1150, n .. " " .. count[n])
+  end
+  -- Without "c": only c's keys move.
+  local three = { "a", "b", "d" }
+  for k, p in pairs(before) do
+    if p ~= "c" then assert(sy.hash_pick(k, three) == p, k) end
+  end
+  -- With "e": keys move only to e, about a fifth of them.
+  local moved = 0
+  local five = { "a", "b", "c", "d", "e" }
+  for k, p in pairs(before) do
+    local q = sy.hash_pick(k, five)
+    if q ~= p then assert(q == "e", k) moved = moved + 1 end
+  end
+  assert(moved > 650 and moved < 950, moved)
+  -- Weights: 3 to 1; a weight of 0 gets nothing.
+  local heavy = 0
+  for i = 1, 4000 do
+    local p = sy.hash_pick("u" .. i, { big = 3, small = 1, none = 0 })
+    assert(p ~= "none")
+    if p == "big" then heavy = heavy + 1 end
+  end
+  assert(heavy > 2850 and heavy < 3150, heavy)
+  assert(sy.hash_pick("k", {}) == nil and sy.hash_pick("k", { x = 0 }) == nil)
+  local ok, e = pcall(sy.hash_pick, "k", { x = -1 })
+  assert(not ok and tostring(e):find("want 0 or more"), tostring(e))
+  ok, e = pcall(sy.hash_pick, "k", { x = "heavy" })
+  assert(not ok and tostring(e):find("name = weight"), tostring(e))
+end
+"#;
+    let mut req = request("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    run_with_budget(src, &mut req).expect("runs");
 }
 
 #[test]
