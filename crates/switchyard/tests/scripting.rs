@@ -1267,6 +1267,43 @@ fn an_endless_loop_gets_500_is_counted_and_the_worker_serves_on() {
     }));
 }
 
+/// A client's input under an operator's backtracking pattern (the usual
+/// trim, quadratic in a run of inner spaces) stops at the script's
+/// budget inside the match: 500, counted as a timeout, logged with the
+/// script's line, and the one worker serves the next request. Without the
+/// matcher paying into the budget (vendor/lua-src) the request would hold
+/// the worker for the whole match.
+#[test]
+fn a_backtracking_pattern_on_a_clients_input_stops_at_the_budget() {
+    let o = Origin::start("app");
+    let s = start_with(
+        "backtrack",
+        "function on_request(r)\n  local name = r:header(\"x-name\") or \"\"\n  r:set_header(\"x-name\", name:match(\"^%s*(.-)%s*$\"))\nend\n",
+        &[&o],
+        "max_instructions = 100000\n",
+    );
+    let evil = format!("a{}b", " ".repeat(6000));
+    for (proto, get) in ALL {
+        let g = get(s.listen, "h", "/", &[("x-name", &evil)]);
+        assert_eq!(g.status, 500, "{proto}: {g:?}");
+        let g = get(s.listen, "h", "/", &[("x-name", "  ann  ")]);
+        assert_eq!(g.status, 200, "{proto}: {g:?}");
+        let seen = o.seen();
+        assert_eq!(
+            seen.last().and_then(|r| r.header("x-name")).as_deref(),
+            Some("ann"),
+            "{proto}"
+        );
+    }
+    let vs = vserver_stats(&s.sy);
+    assert_eq!(vs["script_timeouts"], 3, "{vs}");
+    assert!(
+        s.sy.wait_for_log("script.lua:3: more than 100000 instructions"),
+        "{}",
+        s.sy.log()
+    );
+}
+
 #[test]
 fn a_memory_hog_gets_500_and_a_fresh_state() {
     let o = Origin::start("app");

@@ -344,18 +344,23 @@ impl State {
         let name = script.name.clone();
         lua.set_hook(
             HookTriggers::new().every_nth_instruction(HOOK_STEP),
-            move |_, debug| {
+            move |lua, debug| {
                 let left = g.budget.get() - i64::from(HOOK_STEP);
                 g.budget.set(left);
                 if left >= 0 {
                     return Ok(mlua::VmState::Continue);
                 }
-                let src = debug.source();
-                let at = format!(
-                    "{}:{}",
-                    src.short_src.as_deref().unwrap_or("?"),
-                    debug.current_line().unwrap_or(0)
-                );
+                // The pattern matcher charges the budget from inside
+                // string.find/match/gmatch/gsub (vendor/lua-src): the line
+                // is the nearest Lua caller's (pcall may be between).
+                let here = |d: &mlua::Debug| {
+                    let line = d.current_line()?;
+                    let src = d.source().short_src?.into_owned();
+                    Some(format!("{src}:{line}"))
+                };
+                let at = here(debug)
+                    .or_else(|| (1..8).find_map(|l| lua.inspect_stack(l, here).flatten()))
+                    .unwrap_or_else(|| "?:0".to_string());
                 let at = whole_name(&at, &name);
                 let msg = format!("{at}: more than {max} instructions (max_instructions)");
                 g.tripped.borrow_mut().get_or_insert_with(|| msg.clone());

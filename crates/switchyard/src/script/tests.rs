@@ -100,6 +100,36 @@ fn an_endless_loop_is_stopped_even_inside_pcall() {
     assert_eq!(req.target(), b"/");
 }
 
+/// A backtracking pattern runs inside one C call, where the count hook
+/// never ran: the matcher now pays into the budget (vendor/lua-src), so
+/// the quadratic trim of 20,000 inner spaces stops at it with the
+/// caller's line,
+/// even under pcall, and a linear gsub over a 1 MiB subject stays well
+/// inside the default budget.
+#[test]
+fn a_backtracking_pattern_stops_at_the_budget() {
+    let src = "local s = 'a' .. string.rep(' ', 20000) .. 'b'\nfunction on_request(r)\n  pcall(string.match, s, '^%s*(.-)%s*$')\n  return s:match('^%s*(.-)%s*$')\nend\n";
+    let mut req = request("GET / HTTP/1.1\r\nHost: h\r\n\r\n");
+    let started = std::time::Instant::now();
+    match run(src, &mut req) {
+        Err(Failure::Timeout(m)) => assert!(m.starts_with("t.lua:3: more than"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    // 800,000 steps (8 per instruction of the 100,000), not 200 million.
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let s = Arc::new(
+        compile_with(
+            "local body = string.rep('Big Black Friday sale! ', 45000)\nfunction on_request(r)\n  local n = select(2, body:gsub('Black Friday', 'Cyber Monday'))\n  assert(n == 45000, n)\nend\n",
+            1_000_000,
+            16 << 20,
+        )
+        .expect("compiles"),
+    );
+    let st = state(&s).expect("state");
+    let r = st.on_request(&mut req, Info::default(), &mut Vars::default());
+    assert!(matches!(r, Some(Ok(_))), "{r:?}");
+}
+
 #[test]
 fn a_memory_hog_fails_and_its_state_is_replaced() {
     let src = "keep = {}\nfunction on_request(r)\n  for i = 1, 1e8 do keep[#keep + 1] = string.rep('x', 100) .. i end\nend\n";
