@@ -862,6 +862,71 @@ fn a_pool_the_script_chose_wins_over_policies_but_a_policy_answer_still_answers(
     drop(sy);
 }
 
+/// `r:use_member(addr)` (iRules' `pool p member ip port`, HAProxy's
+/// use-server): the member asked for serves, in the pool the script
+/// chose; an address that is no member of it leaves the choice to the
+/// balancer; a member that cannot answer is retried elsewhere; a
+/// malformed address is the script's error (500).
+#[test]
+fn a_member_chosen_by_the_script() {
+    let a = Origin::start("a");
+    let b = Origin::start("b");
+    let c = Origin::start("c");
+    // A port nothing listens on: its connections are refused.
+    let dead = free_addr();
+    let both = format!(
+        "[[pool]]\nname = \"ab\"\nalgorithm = \"round-robin\"\n[[pool.member]]\naddress = \"{}\"\n[[pool.member]]\naddress = \"{}\"\n[[pool.member]]\naddress = \"{dead}\"\n",
+        a.addr, b.addr
+    );
+    let s = start_full(
+        "use-member",
+        r#"
+function on_request(r)
+  r:use_pool("ab")
+  local m = r:header("x-member")
+  if m then r:use_member(m) end
+end
+"#,
+        &[&c],
+        ("", &both),
+        1,
+    );
+    let (a_addr, b_addr) = (a.addr.to_string(), b.addr.to_string());
+    for (proto, get) in ALL {
+        for (want, addr) in [("a", &a_addr), ("b", &b_addr)] {
+            for _ in 0..4 {
+                let g = get(s.listen, "h", "/", &[("x-member", addr)]);
+                assert_eq!(g.header("x-origin"), Some(want), "{proto}: {g:?}");
+            }
+        }
+        // Not a member of "ab": the balancer's turn (never "c").
+        let mut seen = std::collections::BTreeSet::new();
+        for _ in 0..6 {
+            let g = get(s.listen, "h", "/", &[("x-member", &c.addr.to_string())]);
+            seen.insert(g.header("x-origin").unwrap_or_default().to_string());
+        }
+        assert_eq!(seen.into_iter().collect::<Vec<_>>(), ["a", "b"], "{proto}");
+        let g = get(s.listen, "h", "/", &[("x-member", "nope")]);
+        assert_eq!(g.status, 500, "{proto}: {g:?}");
+    }
+    assert_eq!(c.requests(), 0);
+    // A member that refuses: the request asking for it is retried on
+    // another.
+    for (proto, get) in ALL {
+        let g = get(s.listen, "h", "/", &[("x-member", &dead.to_string())]);
+        assert_eq!(g.status, 200, "{proto}: {g:?}");
+        assert!(
+            matches!(g.header("x-origin"), Some("a" | "b")),
+            "{proto}: {g:?}"
+        );
+    }
+    assert!(
+        s.sy.wait_for_log("is not a member address"),
+        "{}",
+        s.sy.log()
+    );
+}
+
 #[test]
 fn response_header_scrubbing() {
     let o = Origin::start("php");

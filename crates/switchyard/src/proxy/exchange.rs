@@ -81,6 +81,10 @@ pub struct Exchange<'s> {
     pub cache: Option<&'s crate::config::snapshot::VsCache>,
     /// The member a persistence cookie pins the request to.
     pub sticky: Option<usize>,
+    /// The member the script asked for (`r:use_member`), by address: the
+    /// balancer's first choice in the pool that serves the request, when
+    /// it is one of its members and can take the request.
+    pub script_member: Option<SocketAddr>,
     /// The member serving (or that last tried to): an index into
     /// `members`.
     pub member: Option<usize>,
@@ -183,6 +187,7 @@ impl<'s> Exchange<'s> {
             compression: None,
             cache: None,
             sticky: None,
+            script_member: None,
             member: None,
             members: None,
             status: 0,

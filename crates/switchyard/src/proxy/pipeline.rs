@@ -294,6 +294,13 @@ async fn to_pool<C: ClientSide, H: Hooks>(
     x.members = Some(members.clone());
     let ids = members.iter().map(|m| m.cookie_id.as_str());
     x.sticky = sticky_member(persistence, ids, req);
+    // The script's member wins over a persistence cookie (HAProxy's
+    // use-server likewise); one that is down, full or not in this pool
+    // leaves the choice to the balancer, and a retry never returns to it.
+    let prefer = x
+        .script_member
+        .and_then(|a| members.iter().position(|m| m.addr == a))
+        .or(x.sticky);
     let hash = request_hash(pool.hash_key.as_ref(), persistence, req, x.peer.ip());
     let mut tried = Tried::default();
     let mut retries_left = x.st.retries;
@@ -301,7 +308,7 @@ async fn to_pool<C: ClientSide, H: Hooks>(
     let mut last: Option<Failure> = None;
     let mut attempt_no = 0u32;
     loop {
-        let Some(i) = members.balancer.pick(&members.list, x.sticky, hash, tried) else {
+        let Some(i) = members.balancer.pick(&members.list, prefer, hash, tried) else {
             return Err(last.unwrap_or_else(|| {
                 stats::inc(&pc.no_member_available);
                 Failure::new(

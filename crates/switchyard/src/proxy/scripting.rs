@@ -396,6 +396,9 @@ fn applied(
     if let Some(i) = e.pool {
         x.pool = s.pools.get(i).cloned();
     }
+    if let Some(m) = e.member {
+        x.script_member = Some(m);
+    }
     match e.answer.take() {
         Some(a) => Verdict::Respond(local_answer(x.vs, a)),
         None => Verdict::Continue,

@@ -45,6 +45,8 @@ pub struct Effects {
     pub target: Option<Bytes>,
     /// An index into the script's pools.
     pub pool: Option<usize>,
+    /// `r:use_member(addr)`: the member to prefer in the request's pool.
+    pub member: Option<std::net::SocketAddr>,
     pub answer: Option<Answer>,
     /// Access-log fields (`r:log`), in order.
     pub log: Vec<(String, String)>,
@@ -679,6 +681,20 @@ impl UserData for Txn {
                     } else {
                         t.pools.join(", ")
                     }
+                )),
+            }
+        });
+        m.add_method_mut("use_member", |_, t, addr: mlua::String| {
+            t.request_mut("r:use_member")?;
+            let text = addr.to_str()?;
+            match text.parse::<std::net::SocketAddr>() {
+                Ok(a) => {
+                    t.p.out.member = Some(a);
+                    Ok(())
+                }
+                Err(_) => err(format!(
+                    "r:use_member: {:?} is not a member address (IP:port, [IPv6]:port)",
+                    &*text
                 )),
             }
         });
