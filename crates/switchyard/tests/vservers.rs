@@ -545,3 +545,113 @@ address = "{}"
         "{out}{err}"
     );
 }
+
+/// A policy's `rewrite` (the Gateway API's URLRewrite, ingress-nginx's
+/// rewrite-target): the member gets the new path (whole, or the policy's
+/// prefix replaced by segments; the query kept) and the new Host, over
+/// HTTP/1.1 and HTTP/2 (h2c), and only when the request goes to the
+/// policy's pool; a rewrite without a pool action is refused at load.
+#[test]
+fn rewrites_change_what_the_member_gets() {
+    let origin = Origin::start("o");
+    let l = free_addr();
+    let cfg = format!(
+        r#"[[vserver]]
+name = "r"
+listen = ["{l}"]
+h2c = true
+default_pool = "p"
+[[vserver.policy]]
+match = {{ path_prefix = "/api" }}
+action = {{ pool = "p" }}
+rewrite = {{ path = "/v2", path_prefix = "/api" }}
+[[vserver.policy]]
+match = {{ path_prefix = "/strip" }}
+action = {{ pool = "p" }}
+rewrite = {{ path = "/", path_prefix = "/strip", host = "backend.internal:8080" }}
+[[vserver.policy]]
+match = {{ path_prefix = "/whole" }}
+action = {{ pool = "p" }}
+rewrite = {{ path = "/replaced/" }}
+
+[[pool]]
+name = "p"
+[[pool.member]]
+address = "{}"
+"#,
+        origin.addr
+    );
+    let _sy = Switchyard::start(&cfg, &[l]);
+    let cases = [
+        ("/api/users/7?x=1", "/v2/users/7?x=1", "site.test"),
+        ("/api", "/v2", "site.test"),
+        ("/api/", "/v2/", "site.test"),
+        // By segments: /apiary is not under /api.
+        ("/apiary", "/apiary", "site.test"),
+        ("/strip/a/b", "/a/b", "backend.internal:8080"),
+        ("/strip", "/", "backend.internal:8080"),
+        ("/whole/a?k=v", "/replaced/?k=v", "site.test"),
+        ("/other", "/other", "site.test"),
+    ];
+    for (path, want, host) in cases {
+        let r = get_host(l, path, "site.test");
+        assert_eq!(r.status, 200, "{path}");
+        let seen = origin.seen();
+        let last = seen.last().expect("a request");
+        assert_eq!(
+            last.request_line(),
+            format!("GET {want} HTTP/1.1"),
+            "{path}"
+        );
+        assert_eq!(last.header("host").as_deref(), Some(host), "{path}");
+    }
+    // HTTP/2: the member (HTTP/1.1) gets the same.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(l).await.expect("connect");
+        let (send, conn) = h2::client::handshake(tcp).await.expect("h2");
+        tokio::spawn(conn);
+        for (path, want, host) in cases {
+            let req = http::Request::get(format!("http://site.test{path}"))
+                .body(())
+                .expect("request");
+            let mut s = send.clone().ready().await.expect("ready");
+            let (resp, _) = s.send_request(req, true).expect("send");
+            let resp = resp.await.expect("response");
+            assert_eq!(resp.status(), 200, "h2 {path}");
+            let seen = origin.seen();
+            let last = seen.last().expect("a request");
+            assert_eq!(
+                last.request_line(),
+                format!("GET {want} HTTP/1.1"),
+                "h2 {path}"
+            );
+            assert_eq!(last.header("host").as_deref(), Some(host), "h2 {path}");
+        }
+    });
+
+    for (bad, why) in [
+        (
+            cfg.replacen("action = {{ pool = \"p\" }}\nrewrite", "rewrite", 1)
+                .replacen("action = { pool = \"p\" }\nrewrite", "rewrite", 1),
+            "rewrite needs action = { pool",
+        ),
+        (
+            cfg.replace("path = \"/v2\"", "path = \"/v2/../x\""),
+            "must be a normalized path",
+        ),
+        (
+            cfg.replace("host = \"backend.internal:8080\"", "host = \"a b\""),
+            "is not a host name",
+        ),
+    ] {
+        let path = temp_dir("rewrite-bad").join("bad.toml");
+        std::fs::write(&path, &bad).expect("write");
+        let (code, out, err) = run_cli(&["check", "-c", path.to_str().expect("utf-8")]);
+        assert_ne!(code, Some(0), "{bad}");
+        assert!(format!("{out}{err}").contains(why), "{out}{err}");
+    }
+}

@@ -550,6 +550,22 @@ pub struct Policy {
     pub compression: Option<OnOrSettings<Compression>>,
     /// Turns the vserver's cache on or off for matching requests.
     pub cache: Option<bool>,
+    /// Rewrites what the member gets (with `action = { pool = ... }`).
+    pub rewrite: Option<Spanned<Rewrite>>,
+}
+
+/// `rewrite = { ... }` of a policy that sends to a pool: the member gets
+/// another path or Host (the Gateway API's URLRewrite, ingress-nginx's
+/// rewrite-target, HAProxy's `http-request set-path`/`replace-path`).
+#[derive(Debug, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct Rewrite {
+    /// The new path (the query is kept); with `path_prefix`, what replaces
+    /// that prefix of the path (by segments).
+    pub path: Option<String>,
+    pub path_prefix: Option<String>,
+    /// The new Host.
+    pub host: Option<String>,
 }
 
 /// Every field present must match (logical AND). An empty match always matches.

@@ -232,6 +232,18 @@ pub struct Policy {
     pub compression: Option<PolicyCompression>,
     /// Caching on or off for matching requests.
     pub cache: Option<bool>,
+    /// What the member gets instead (a policy that sends to a pool).
+    pub rewrite: Option<Rewrite>,
+}
+
+/// A policy's `rewrite`, validated: `path` and `path_prefix` are
+/// normalized paths (no dot segments, no empty segments), `host` a host
+/// name or address with an optional port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Rewrite {
+    pub path: Option<String>,
+    pub path_prefix: Option<String>,
+    pub host: Option<String>,
 }
 
 pub enum PolicyCompression {

@@ -52,6 +52,57 @@ impl Hooks for Normalize {
     }
 }
 
+/// A policy's `rewrite` (the Gateway API's URLRewrite, ingress-nginx's
+/// rewrite-target): the path replaced whole, or the policy's prefix of it
+/// by segments (`/old/x` with `/old` to `/new` is `/new/x`, to `/` is
+/// `/x`), the query kept; the Host replaced. The configuration checked
+/// that the new parts are normalized paths and a host name, so the
+/// target stays in the one spelling the rules read. A path that does not
+/// start with the prefix (a policy whose matcher did not ask for it) is
+/// left as it is.
+pub fn apply_rewrite(req: &mut Request, r: &crate::config::snapshot::Rewrite) {
+    if let Some(new_path) = &r.path {
+        let path = req.path_only();
+        let path = match &r.path_prefix {
+            None => Some(new_path.clone()),
+            Some(prefix) => {
+                let prefix = prefix.trim_end_matches('/').as_bytes();
+                let rest = path.strip_prefix(prefix).filter(|rest| {
+                    rest.is_empty() || rest.first() == Some(&b'/') || prefix.is_empty()
+                });
+                rest.map(|rest| {
+                    let rest = String::from_utf8_lossy(rest);
+                    let base = new_path.trim_end_matches('/');
+                    match (base.is_empty(), rest.is_empty()) {
+                        (_, true) if new_path.ends_with('/') && !base.is_empty() => {
+                            format!("{base}/")
+                        }
+                        (true, true) => "/".to_string(),
+                        (_, true) => base.to_string(),
+                        (_, false) if rest.starts_with('/') => format!("{base}{rest}"),
+                        (_, false) => format!("{base}/{rest}"),
+                    }
+                })
+            }
+        };
+        if let Some(p) = path {
+            let target = match req.query() {
+                Some(q) => {
+                    let mut t = p.into_bytes();
+                    t.push(b'?');
+                    t.extend_from_slice(q);
+                    bytes::Bytes::from(t)
+                }
+                None => bytes::Bytes::from(p),
+            };
+            rewrite(req, target);
+        }
+    }
+    if let Some(h) = &r.host {
+        req.host = Some(bytes::Bytes::copy_from_slice(h.as_bytes()));
+    }
+}
+
 /// A target the vserver's script wrote (already normalized by the same
 /// rules, `script::txn`): the member gets it, and the access log's
 /// `$request_uri_raw` keeps what the client sent. Here, beside the

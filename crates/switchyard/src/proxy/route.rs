@@ -7,12 +7,14 @@
 use std::net::IpAddr;
 
 use crate::config::snapshot::{
-    Action, HeaderEdits, Matcher, NameValueMatch, PolicyCompression, VServer,
+    Action, HeaderEdits, Matcher, NameValueMatch, PolicyCompression, Rewrite, VServer,
 };
 use crate::http::head::Request;
 
 pub struct Decision<'a> {
     pub action: Option<&'a Action>,
+    /// The deciding policy's `rewrite` (it sends to a pool).
+    pub rewrite: Option<&'a Rewrite>,
     pub request_edits: Vec<&'a HeaderEdits>,
     pub response_edits: Vec<&'a HeaderEdits>,
     /// Compression for this request, after the matching policies' say,
@@ -26,6 +28,7 @@ pub struct Decision<'a> {
 pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
     let mut d = Decision {
         action: None,
+        rewrite: None,
         request_edits: Vec::new(),
         response_edits: Vec::new(),
         compression: vs.compression_on,
@@ -62,6 +65,7 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
         }
         if let Some(a) = &p.action {
             d.action = Some(a);
+            d.rewrite = p.rewrite.as_ref();
             break;
         }
     }

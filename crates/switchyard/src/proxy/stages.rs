@@ -15,7 +15,7 @@ use super::exchange::Exchange;
 use super::hooks::{Hooks, Local, Verdict};
 use super::inspecting::Waf;
 use super::limiting::Limits;
-use super::normalizing::Normalize;
+use super::normalizing::{self, Normalize};
 use super::route;
 use super::scripting::Scripting;
 use crate::accesslog::{self, trace, trace::Trace};
@@ -143,8 +143,13 @@ impl Hooks for Route {
         let chosen = x.pool.is_some();
         match d.action {
             Some(Action::Pool(p)) => {
+                // The policy's rewrite goes with its pool: a pool the
+                // script chose gets the request as it is.
                 if !chosen {
                     x.pool = Some(p.clone());
+                    if let Some(r) = d.rewrite {
+                        normalizing::apply_rewrite(req, r);
+                    }
                 }
                 Verdict::Continue
             }

@@ -382,3 +382,69 @@ pub(super) fn edits(
         remove: e.remove.iter().map(|n| n.to_ascii_lowercase()).collect(),
     }
 }
+
+/// A policy's `rewrite`: only beside `action = { pool = ... }` (the
+/// member it goes to is the one that gets the new path or Host), with
+/// paths already in the normalized form the rules read (a rewrite is not
+/// normalized again: no dot or empty segments, no query or fragment).
+pub(super) fn build_rewrite(
+    cx: &mut Ctx,
+    r: &Spanned<model::Rewrite>,
+    pool_action: bool,
+    what: &str,
+) -> Option<Rewrite> {
+    let span = r.span();
+    let r = r.get_ref();
+    if !pool_action {
+        cx.err(
+            span,
+            format!("{what}: rewrite needs action = {{ pool = \"NAME\" }} (the member that gets the new path or Host)"),
+        );
+        return None;
+    }
+    if r.path.is_none() && r.host.is_none() {
+        cx.err(span, format!("{what}: rewrite needs path or host"));
+        return None;
+    }
+    if r.path_prefix.is_some() && r.path.is_none() {
+        cx.err(
+            span,
+            format!("{what}: rewrite.path_prefix needs rewrite.path (what replaces it)"),
+        );
+        return None;
+    }
+    for (name, p) in [("path", &r.path), ("path_prefix", &r.path_prefix)] {
+        let Some(p) = p else { continue };
+        let segments_ok = p.split('/').skip(1).enumerate().all(|(i, s)| {
+            !matches!(s, "." | "..") && (!s.is_empty() || i == p.split('/').count() - 2)
+        });
+        if !p.starts_with('/')
+            || !valid_value(p)
+            || p.contains([' ', '?', '#', '%', '\\'])
+            || !segments_ok
+        {
+            cx.err(
+                span.clone(),
+                format!("{what}: rewrite.{name} {p:?} must be a normalized path: start with /, no empty, . or .. segment, no space, ?, #, %, \\ or control character"),
+            );
+            return None;
+        }
+    }
+    if let Some(h) = &r.host {
+        let ok = !h.is_empty()
+            && h.bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b));
+        if !ok {
+            cx.err(
+                span,
+                format!("{what}: rewrite.host {h:?} is not a host name or address"),
+            );
+            return None;
+        }
+    }
+    Some(Rewrite {
+        path: r.path.clone(),
+        path_prefix: r.path_prefix.clone(),
+        host: r.host.clone(),
+    })
+}

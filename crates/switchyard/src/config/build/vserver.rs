@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::offload::{build_cache, build_compression};
-use super::policy::{build_action, build_matcher, edits};
+use super::policy::{build_action, build_matcher, build_rewrite, edits};
 use super::{pool_list, Ctx};
 use crate::config::model;
 use crate::config::snapshot::*;
@@ -55,12 +55,14 @@ pub(super) fn build_vserver(
             && p.action.is_none()
             && p.compression.is_none()
             && p.cache.is_none()
+            && p.rewrite.is_none()
         {
             cx.err(
                 span.clone(),
                 format!("{what}: has neither an action nor header edits, so it does nothing"),
             );
         }
+        let pool_action = matches!(action, Some(Action::Pool(_)));
         policies.push(Policy {
             name: pname,
             matcher,
@@ -79,6 +81,10 @@ pub(super) fn build_vserver(
                 }
             }),
             cache: p.cache,
+            rewrite: p
+                .rewrite
+                .as_ref()
+                .and_then(|r| build_rewrite(cx, r, pool_action, &what)),
         });
     }
     let what = format!("vserver {name:?}");
