@@ -592,6 +592,90 @@ fn redirect_action(r: &RequestRedirect, m: &HttpRouteMatch, listener_port: i32) 
     format!("action = {{ {} }}", parts.join(", "))
 }
 
+/// A URLRewrite filter (the Gateway API's HTTPURLRewriteFilter), checked.
+struct UrlRewrite {
+    host: Option<String>,
+    /// The new path, and whether it replaces the match's prefix
+    /// (ReplacePrefixMatch) or the whole path (ReplaceFullPath).
+    path: Option<(String, bool)>,
+}
+
+impl UrlRewrite {
+    /// The policy's `rewrite` line for the match `m` (its path prefix is
+    /// what ReplacePrefixMatch replaces; no path: "/").
+    fn line(&self, m: &HttpRouteMatch) -> String {
+        let mut parts = Vec::new();
+        if let Some((to, prefix)) = &self.path {
+            parts.push(format!("path = {}", q(to)));
+            if *prefix {
+                let from = m
+                    .path
+                    .as_ref()
+                    .and_then(|p| p.value.clone())
+                    .unwrap_or_else(|| "/".into());
+                parts.push(format!("path_prefix = {}", q(&from)));
+            }
+        }
+        if let Some(h) = &self.host {
+            parts.push(format!("host = {}", q(h)));
+        }
+        format!("rewrite = {{ {} }}\n", parts.join(", "))
+    }
+}
+
+/// The URLRewrite filter's parts, or why the node could not apply them
+/// (the route is then not Accepted: UnsupportedValue), so that one route
+/// never makes the whole render one the nodes refuse.
+fn url_rewrite(u: &serde_json::Value) -> Result<UrlRewrite, String> {
+    let host = match u.get("hostname").and_then(|h| h.as_str()) {
+        None => None,
+        Some(h)
+            if !h.is_empty()
+                && h.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b)) =>
+        {
+            Some(h.to_ascii_lowercase())
+        }
+        Some(h) => return Err(format!("URLRewrite hostname {h:?} is not a host name")),
+    };
+    let path = match u.get("path") {
+        None => None,
+        Some(p) => {
+            let (key, prefix) = match p.get("type").and_then(|t| t.as_str()) {
+                Some("ReplaceFullPath") => ("replaceFullPath", false),
+                Some("ReplacePrefixMatch") => ("replacePrefixMatch", true),
+                other => return Err(format!("URLRewrite path type {other:?} is not supported")),
+            };
+            let to = p.get(key).and_then(|v| v.as_str()).unwrap_or("/");
+            let to = if to.is_empty() { "/" } else { to };
+            if !normalized_path(to) {
+                return Err(format!(
+                    "URLRewrite path {to:?} is not a normalized path (no empty, . or .. segment, no %, ?, #, space or \\)"
+                ));
+            }
+            Some((to.to_string(), prefix))
+        }
+    };
+    if host.is_none() && path.is_none() {
+        return Err("URLRewrite changes neither the hostname nor the path".into());
+    }
+    Ok(UrlRewrite { host, path })
+}
+
+/// What a node's `rewrite.path` takes: a path in the one spelling its
+/// rules read (a trailing slash is allowed).
+fn normalized_path(p: &str) -> bool {
+    let segments: Vec<&str> = p.split('/').skip(1).collect();
+    p.starts_with('/')
+        && !p
+            .bytes()
+            .any(|b| b.is_ascii_control() || b" ?#%\\\"".contains(&b))
+        && segments
+            .iter()
+            .enumerate()
+            .all(|(i, s)| !matches!(*s, "." | "..") && (!s.is_empty() || i + 1 == segments.len()))
+}
+
 fn header_edits(m: &HeaderModifier) -> String {
     let table = |v: &[NameValue]| {
         let inner: Vec<String> = v
@@ -1008,9 +1092,15 @@ pub fn render(w: &World, s: &Settings) -> Output {
             {
                 if !matches!(
                     f.kind.as_str(),
-                    "RequestHeaderModifier" | "ResponseHeaderModifier" | "RequestRedirect"
+                    "RequestHeaderModifier"
+                        | "ResponseHeaderModifier"
+                        | "RequestRedirect"
+                        | "URLRewrite"
                 ) {
                     unsupported.get_or_insert(format!("filter {} is not supported yet", f.kind));
+                }
+                if let Some(Err(why)) = f.url_rewrite.as_ref().map(url_rewrite) {
+                    unsupported.get_or_insert(why);
                 }
             }
             if rule.backend_refs.iter().any(|b| !b.filters.is_empty()) {
@@ -1199,6 +1289,16 @@ pub fn render(w: &World, s: &Settings) -> Output {
                                     Some(r) => redirect_action(r, m, l.port),
                                     None => action.clone(),
                                 };
+                                // A URLRewrite goes with the rule's pool (a
+                                // rule without one answers as it is).
+                                let rewrite = rule
+                                    .filters
+                                    .iter()
+                                    .find_map(|f| f.url_rewrite.as_ref())
+                                    .filter(|_| action.starts_with("action = { pool"))
+                                    .and_then(|u| url_rewrite(u).ok())
+                                    .map(|r| r.line(m))
+                                    .unwrap_or_default();
                                 for t in tables {
                                     policies.entry(port).or_default().push(Rendered {
                                         key: (
@@ -1214,7 +1314,7 @@ pub fn render(w: &World, s: &Settings) -> Output {
                                             mi,
                                         ),
                                         text: format!(
-                                            "[[vserver.policy]]\nname = {}\n{t}\n{action}\n{edits}",
+                                            "[[vserver.policy]]\nname = {}\n{t}\n{action}\n{rewrite}{edits}",
                                             q(&format!("{rns}/{rname} rule {ri} match {mi}"))
                                         ),
                                     });
@@ -1589,6 +1689,38 @@ mod tests {
             w.routes.reverse();
         }
         w
+    }
+
+    /// URLRewrite: what the node's `rewrite` takes renders, what it would
+    /// refuse makes the route not Accepted (never a render the nodes
+    /// refuse); ReplacePrefixMatch replaces the match's prefix.
+    #[test]
+    fn url_rewrites_render_or_are_refused() {
+        let m: HttpRouteMatch =
+            parse(json!({"path": {"type": "PathPrefix", "value": "/prefix/one"}}));
+        let r = url_rewrite(&json!({"path": {"type": "ReplacePrefixMatch", "replacePrefixMatch": "/one"}, "hostname": "Example.ORG"})).unwrap();
+        assert_eq!(
+            r.line(&m),
+            "rewrite = { path = \"/one\", path_prefix = \"/prefix/one\", host = \"example.org\" }\n"
+        );
+        let r = url_rewrite(&json!({"path": {"type": "ReplaceFullPath", "replaceFullPath": ""}}))
+            .unwrap();
+        assert_eq!(
+            r.line(&HttpRouteMatch::default()),
+            "rewrite = { path = \"/\" }\n"
+        );
+        for bad in [
+            json!({"path": {"type": "ReplaceFullPath", "replaceFullPath": "/a/../b"}}),
+            json!({"path": {"type": "ReplaceFullPath", "replaceFullPath": "/a//b"}}),
+            json!({"path": {"type": "ReplaceFullPath", "replaceFullPath": "/a%2fb"}}),
+            json!({"path": {"type": "ReplaceFullPath", "replaceFullPath": "a"}}),
+            json!({"path": {"type": "Other"}}),
+            json!({"hostname": "a b"}),
+            json!({}),
+        ] {
+            assert!(url_rewrite(&bad).is_err(), "{bad}");
+        }
+        assert!(normalized_path("/a/b/") && normalized_path("/") && !normalized_path("/a/./b"));
     }
 
     #[test]

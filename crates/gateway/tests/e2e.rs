@@ -971,7 +971,7 @@ fn gateway_api_on_a_real_api_server() {
 
     // The conformance suite's GATEWAY-HTTP core cases ported here.
     let results = conformance::run(&api, &|i| pod_ip(30 + i as u8), http_port, &controller_log);
-    let failed: Vec<_> = results.iter().filter(|r| r.1.is_err()).collect();
+    let failed: Vec<_> = results.iter().filter(|r| r.2.is_err()).collect();
     assert!(
         failed.is_empty(),
         "conformance cases failed: {failed:#?}\n{}",

@@ -573,6 +573,10 @@ rewrite = {{ path = "/", path_prefix = "/strip", host = "backend.internal:8080" 
 match = {{ path_prefix = "/whole" }}
 action = {{ pool = "p" }}
 rewrite = {{ path = "/replaced/" }}
+[[vserver.policy]]
+match = {{ path_regex = "^/something(/|$)(.*)" }}
+action = {{ pool = "p" }}
+rewrite = {{ path_regex = "^/something(/|$)(.*)", path = "/${{2}}" }}
 
 [[pool]]
 name = "p"
@@ -591,6 +595,9 @@ address = "{}"
         ("/strip/a/b", "/a/b", "backend.internal:8080"),
         ("/strip", "/", "backend.internal:8080"),
         ("/whole/a?k=v", "/replaced/?k=v", "site.test"),
+        // nginx's rewrite with captures (ingress-nginx's rewrite-target).
+        ("/something/new/x?q=1", "/new/x?q=1", "site.test"),
+        ("/something", "/", "site.test"),
         ("/other", "/other", "site.test"),
     ];
     for (path, want, host) in cases {

@@ -85,6 +85,9 @@ struct Expect {
     at: Option<&'static str>,
     /// Sent over TLS to the listener port 443 (SNI and Host: `host`).
     tls: bool,
+    /// The path and the Host the backend must see (a URLRewrite's).
+    saw_path: Option<&'static str>,
+    saw_host: Option<&'static str>,
 }
 
 impl Expect {
@@ -94,6 +97,15 @@ impl Expect {
 
     const fn in_ns(self, namespace: &'static str) -> Expect {
         Expect { namespace, ..self }
+    }
+
+    /// The backend sees this path (and, with `Some`, this Host).
+    const fn reaching(self, path: &'static str, host: Option<&'static str>) -> Expect {
+        Expect {
+            saw_path: Some(path),
+            saw_host: host,
+            ..self
+        }
     }
 
     const fn over_tls(self) -> Expect {
@@ -133,6 +145,8 @@ const fn to(path: &'static str, backend: &'static str) -> Expect {
         absent: &[],
         at: None,
         tls: false,
+        saw_path: None,
+        saw_host: None,
     }
 }
 
@@ -153,6 +167,8 @@ const fn with(
         absent: &[],
         at: None,
         tls: false,
+        saw_path: None,
+        saw_host: None,
     }
 }
 
@@ -173,6 +189,8 @@ const fn status(
         absent: &[],
         at: None,
         tls: false,
+        saw_path: None,
+        saw_host: None,
     }
 }
 
@@ -261,6 +279,8 @@ struct Case {
     prepare: Option<fn(&Api, &str)>,
     /// Conditions Gateways must show: (Gateway, (type, status, reason)).
     gateway_conditions: &'static [(&'static str, (&'static str, &'static str, &'static str))],
+    /// An extended case: the feature it shows (reported apart from core).
+    extended: Option<&'static str>,
 }
 
 impl Default for Case {
@@ -285,6 +305,7 @@ impl Default for Case {
             gateway_conditions: &[],
             distribution: &[],
             prepare: None,
+            extended: None,
         }
     }
 }
@@ -370,6 +391,8 @@ fn cases() -> Vec<Case> {
                     absent: &[],
                     at: None,
                     tls: false,
+                    saw_path: None,
+                    saw_host: None,
                 },
                 Expect {
                     path: "/host-and-status",
@@ -383,6 +406,8 @@ fn cases() -> Vec<Case> {
                     absent: &[],
                     at: None,
                     tls: false,
+                    saw_path: None,
+                    saw_host: None,
                 },
             ],
             ..Default::default()
@@ -888,6 +913,91 @@ fn cases() -> Vec<Case> {
             ],
             ..Default::default()
         },
+        // Extended: URLRewrite (HTTPRoutePathRewrite, HTTPRouteHostRewrite).
+        Case {
+            name: "HTTPRouteRewritePath",
+            manifest: "httproute-rewrite-path.yaml",
+            route: "rewrite-path",
+            more: &[("ResolvedRefs", "True", "ResolvedRefs")],
+            expect: vec![
+                to("/prefix/one/two", V1).reaching("/one/two", None),
+                to("/strip-prefix/three", V1).reaching("/three", None),
+                to("/strip-prefix", V1).reaching("/", None),
+                to("/full/one/two", V1).reaching("/one", None),
+                with(
+                    "/full/rewrite-path-and-modify-headers/test",
+                    &[
+                        ("X-Header-Remove", "remove-val"),
+                        ("X-Header-Add-Append", "append-val-1"),
+                        ("X-Header-Set", "set-val"),
+                    ],
+                    V1,
+                )
+                .reaching("/test", None)
+                .seeing(
+                    &[
+                        ("X-Header-Add", "header-val-1"),
+                        ("X-Header-Add-Append", "append-val-1,header-val-2"),
+                        ("X-Header-Set", "set-overwrites-values"),
+                    ],
+                    &["X-Header-Remove"],
+                ),
+                with(
+                    "/prefix/rewrite-path-and-modify-headers/one",
+                    &[
+                        ("X-Header-Remove", "remove-val"),
+                        ("X-Header-Add-Append", "append-val-1"),
+                        ("X-Header-Set", "set-val"),
+                    ],
+                    V1,
+                )
+                .reaching("/prefix/one", None)
+                .seeing(
+                    &[
+                        ("X-Header-Add", "header-val-1"),
+                        ("X-Header-Add-Append", "append-val-1,header-val-2"),
+                        ("X-Header-Set", "set-overwrites-values"),
+                    ],
+                    &["X-Header-Remove"],
+                ),
+            ],
+            extended: Some("HTTPRoutePathRewrite"),
+            ..Default::default()
+        },
+        Case {
+            name: "HTTPRouteRewriteHost",
+            manifest: "httproute-rewrite-host.yaml",
+            route: "rewrite-host",
+            more: &[("ResolvedRefs", "True", "ResolvedRefs")],
+            expect: vec![
+                to("/one", V1)
+                    .on("rewrite.example")
+                    .reaching("/one", Some("one.example.org")),
+                to("/two", V2)
+                    .on("rewrite.example")
+                    .reaching("/two", Some("example.org")),
+                with(
+                    "/rewrite-host-and-modify-headers",
+                    &[
+                        ("X-Header-Remove", "remove-val"),
+                        ("X-Header-Add-Append", "append-val-1"),
+                    ],
+                    V2,
+                )
+                .on("rewrite.example")
+                .reaching("/rewrite-host-and-modify-headers", Some("test.example.org"))
+                .seeing(
+                    &[
+                        ("X-Header-Add", "header-val-1"),
+                        ("X-Header-Add-Append", "append-val-1,header-val-2"),
+                        ("X-Header-Set", "set-overwrites-values"),
+                    ],
+                    &["X-Header-Remove"],
+                ),
+            ],
+            extended: Some("HTTPRouteHostRewrite"),
+            ..Default::default()
+        },
     ]
 }
 
@@ -915,6 +1025,23 @@ fn mismatch(addr: SocketAddr, e: &Expect) -> Option<String> {
             return Some(format!(
                 "{} {} {:?}: served by {pod} in {}, expected {b} in {}",
                 e.host, e.path, e.headers, body["namespace"], e.namespace
+            ));
+        }
+    }
+    if let Some(want) = e.saw_path {
+        if body["path"] != want {
+            return Some(format!(
+                "{} {}: the backend saw path {}, expected {want}",
+                e.host, e.path, body["path"]
+            ));
+        }
+    }
+    if let Some(want) = e.saw_host {
+        let host = body["host"].as_str().unwrap_or("");
+        if host.split(':').next() != Some(want) {
+            return Some(format!(
+                "{} {}: the backend saw Host {host:?}, expected {want}",
+                e.host, e.path
             ));
         }
     }
@@ -984,7 +1111,7 @@ pub fn run(
     pod_ip: &dyn Fn(usize) -> String,
     http_port: u16,
     log: &dyn Fn() -> String,
-) -> Vec<(&'static str, Result<(), String>)> {
+) -> Vec<CaseResult> {
     // Base: namespaces, Gateways (each on its own address), Services with
     // one endpoint each.
     let mut gateways = Vec::new();
@@ -1233,7 +1360,7 @@ pub fn run(
         for d in applied.iter().rev() {
             api.delete(&path_of(d));
         }
-        results.push((case.name, outcome));
+        results.push((case.name, case.extended, outcome));
     }
     report(&results);
     if let Some(f) = TRUSTED.get() {
@@ -1485,15 +1612,18 @@ fn get_tls(addr: SocketAddr, host: &str, path: &str) -> Option<(u16, Value, Stri
     ))
 }
 
+/// A case's name, the extended feature it shows (None: core), and how
+/// it went.
+pub type CaseResult = (&'static str, Option<&'static str>, Result<(), String>);
+
 /// The suite's ConformanceReport (v1.7) for what was run, printed and
-/// written to the test target's directory.
-fn report(results: &[(&'static str, Result<(), String>)]) {
-    let passed = results.iter().filter(|r| r.1.is_ok()).count();
-    let failed: Vec<&str> = results
-        .iter()
-        .filter(|r| r.1.is_err())
-        .map(|r| r.0)
-        .collect();
+/// written to the test target's directory: the core cases, then the
+/// extended ones with the features they show.
+fn report(all: &[CaseResult]) {
+    let (core, extended): (Vec<&CaseResult>, Vec<&CaseResult>) =
+        all.iter().partition(|r| r.1.is_none());
+    let passed = core.iter().filter(|r| r.2.is_ok()).count();
+    let failed: Vec<&str> = core.iter().filter(|r| r.2.is_err()).map(|r| r.0).collect();
     let mut text = String::from(
         "apiVersion: gateway.networking.k8s.io/v1\nkind: ConformanceReport\ngatewayAPIVersion: v1.7.0\ngatewayAPIChannel: standard\n\
          implementation:\n  organization: switchyard\n  project: switchyard-gateway\n  url: https://example.invalid/switchyard\n  version: 0.1.0\n  contact: []\n\
@@ -1501,7 +1631,7 @@ fn report(results: &[(&'static str, Result<(), String>)]) {
     );
     text.push_str(&format!(
         "    result: {}\n    statistics:\n      Passed: {passed}\n      Failed: {}\n      Skipped: 0\n",
-        match (failed.is_empty(), results.len() >= CORE_CASES) {
+        match (failed.is_empty(), core.len() >= CORE_CASES) {
             (true, true) => "success",
             (true, false) => "partial",
             (false, _) => "failure",
@@ -1515,11 +1645,39 @@ fn report(results: &[(&'static str, Result<(), String>)]) {
         }
     }
     text.push_str("  summary: the suite's core cases ported (tests/conformance): its manifests, its expectations transcribed, echo backends in place of its images\n  tests:\n");
-    for (name, r) in results {
+    for (name, _, r) in &core {
         text.push_str(&format!(
             "  - name: {name}\n    result: {}\n",
             if r.is_ok() { "success" } else { "failure" }
         ));
+    }
+    if !extended.is_empty() {
+        let ok: Vec<&str> = extended
+            .iter()
+            .filter(|r| r.2.is_ok())
+            .filter_map(|r| r.1)
+            .collect();
+        let bad: Vec<&str> = extended
+            .iter()
+            .filter(|r| r.2.is_err())
+            .map(|r| r.0)
+            .collect();
+        text.push_str(&format!(
+            "  extended:\n    result: {}\n    statistics:\n      Passed: {}\n      Failed: {}\n      Skipped: 0\n    supportedFeatures:\n",
+            if bad.is_empty() { "success" } else { "failure" },
+            ok.len(),
+            bad.len()
+        ));
+        for f in &ok {
+            text.push_str(&format!("    - {f}\n"));
+        }
+        for (name, feature, r) in &extended {
+            text.push_str(&format!(
+                "    # {name} ({}): {}\n",
+                feature.unwrap_or(""),
+                if r.is_ok() { "success" } else { "failure" }
+            ));
+        }
     }
     println!("{text}");
     let out = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("gateway-conformance-report.yaml");

@@ -561,9 +561,12 @@ pub struct Policy {
 #[serde(deny_unknown_fields)]
 pub struct Rewrite {
     /// The new path (the query is kept); with `path_prefix`, what replaces
-    /// that prefix of the path (by segments).
+    /// that prefix of the path (by segments); with `path_regex`, the
+    /// replacement of its first match (`$1`, `${name}`: its captures), as
+    /// nginx's `rewrite`.
     pub path: Option<String>,
     pub path_prefix: Option<String>,
+    pub path_regex: Option<crate::config::types::PathRegex>,
     /// The new Host.
     pub host: Option<String>,
 }

@@ -237,12 +237,15 @@ pub struct Policy {
 }
 
 /// A policy's `rewrite`, validated: `path` and `path_prefix` are
-/// normalized paths (no dot segments, no empty segments), `host` a host
-/// name or address with an optional port.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// normalized paths (no dot segments, no empty segments), or with
+/// `path_regex` `path` is its replacement (the result is normalized by
+/// the vserver's rules); `host` a host name or address with an optional
+/// port.
+#[derive(Debug, Clone)]
 pub struct Rewrite {
     pub path: Option<String>,
     pub path_prefix: Option<String>,
+    pub path_regex: Option<regex::Regex>,
     pub host: Option<String>,
 }
 

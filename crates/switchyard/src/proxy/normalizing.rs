@@ -60,12 +60,21 @@ impl Hooks for Normalize {
 /// target stays in the one spelling the rules read. A path that does not
 /// start with the prefix (a policy whose matcher did not ask for it) is
 /// left as it is.
-pub fn apply_rewrite(req: &mut Request, r: &crate::config::snapshot::Rewrite) {
+pub fn apply_rewrite(
+    req: &mut Request,
+    r: &crate::config::snapshot::Rewrite,
+    rules: &crate::http::normalize::Rules,
+) {
     if let Some(new_path) = &r.path {
         let path = req.path_only();
-        let path = match &r.path_prefix {
-            None => Some(new_path.clone()),
-            Some(prefix) => {
+        let path = match (&r.path_regex, &r.path_prefix) {
+            (Some(re), _) => std::str::from_utf8(path)
+                .ok()
+                .filter(|p| re.is_match(p))
+                .map(|p| re.replacen(p, 1, new_path.as_str()).into_owned())
+                .and_then(|p| normalized(p, rules)),
+            (None, None) => Some(new_path.clone()),
+            (None, Some(prefix)) => {
                 let prefix = prefix.trim_end_matches('/').as_bytes();
                 let rest = path.strip_prefix(prefix).filter(|rest| {
                     rest.is_empty() || rest.first() == Some(&b'/') || prefix.is_empty()
@@ -100,6 +109,17 @@ pub fn apply_rewrite(req: &mut Request, r: &crate::config::snapshot::Rewrite) {
     }
     if let Some(h) = &r.host {
         req.host = Some(bytes::Bytes::copy_from_slice(h.as_bytes()));
+    }
+}
+
+/// A regex rewrite's result in the one spelling the rules read (its
+/// captures may leave an empty segment or a dot segment); None when the
+/// rules refuse it (the request then goes as it came).
+fn normalized(path: String, rules: &crate::http::normalize::Rules) -> Option<String> {
+    match crate::http::normalize::target(path.as_bytes(), rules) {
+        Ok(None) => Some(path),
+        Ok(Some(p)) => String::from_utf8(p.to_vec()).ok(),
+        Err(_) => None,
     }
 }
 

@@ -148,7 +148,7 @@ impl Hooks for Route {
                 if !chosen {
                     x.pool = Some(p.clone());
                     if let Some(r) = d.rewrite {
-                        normalizing::apply_rewrite(req, r);
+                        normalizing::apply_rewrite(req, r, &vs.normalize);
                     }
                 }
                 Verdict::Continue

@@ -406,14 +406,33 @@ pub(super) fn build_rewrite(
         cx.err(span, format!("{what}: rewrite needs path or host"));
         return None;
     }
-    if r.path_prefix.is_some() && r.path.is_none() {
+    if (r.path_prefix.is_some() || r.path_regex.is_some()) && r.path.is_none() {
         cx.err(
             span,
-            format!("{what}: rewrite.path_prefix needs rewrite.path (what replaces it)"),
+            format!("{what}: rewrite.path_prefix and rewrite.path_regex need rewrite.path (what replaces the match)"),
         );
         return None;
     }
-    for (name, p) in [("path", &r.path), ("path_prefix", &r.path_prefix)] {
+    if r.path_prefix.is_some() && r.path_regex.is_some() {
+        cx.err(
+            span,
+            format!("{what}: rewrite takes path_prefix or path_regex, not both"),
+        );
+        return None;
+    }
+    if let (Some(_), Some(p)) = (&r.path_regex, &r.path) {
+        // A replacement: `$` names a capture; the result is normalized
+        // when the request comes.
+        if !p.starts_with('/') || !valid_value(p) || p.contains([' ', '?', '#']) {
+            cx.err(
+                span,
+                format!("{what}: rewrite.path {p:?} must start with / and hold no space, ?, # or control character"),
+            );
+            return None;
+        }
+    }
+    let literal = [("path", &r.path), ("path_prefix", &r.path_prefix)];
+    for (name, p) in literal.iter().filter(|_| r.path_regex.is_none()) {
         let Some(p) = p else { continue };
         let segments_ok = p.split('/').skip(1).enumerate().all(|(i, s)| {
             !matches!(s, "." | "..") && (!s.is_empty() || i == p.split('/').count() - 2)
@@ -445,6 +464,7 @@ pub(super) fn build_rewrite(
     Some(Rewrite {
         path: r.path.clone(),
         path_prefix: r.path_prefix.clone(),
+        path_regex: r.path_regex.as_ref().map(|x| x.0.clone()),
         host: r.host.clone(),
     })
 }
