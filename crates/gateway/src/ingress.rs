@@ -675,9 +675,21 @@ pub fn render(cx: &mut Ctx, s: &Settings, out: Sink) {
                             )),
                             m.join(", ")
                         );
-                        if let Some(a) = &st.action {
-                            text.push_str(a);
+                        if let Some(act) = &st.action {
+                            text.push_str(act);
                             text.push('\n');
+                            // rewrite-target: what the pool's member gets
+                            // (nginx's `rewrite "(?i)PATH" TARGET break`).
+                            if let (Some(t), true) =
+                                (&a.rewrite_target, act.starts_with("action = { pool"))
+                            {
+                                let _ = writeln!(
+                                    text,
+                                    "rewrite = {{ path_regex = {}, path = {} }}",
+                                    q(&format!("(?i)^{}", e.path)),
+                                    q(t)
+                                );
+                            }
                         }
                         text.push_str(&st.response);
                         out.policies.entry(port).or_default().push(Rendered {
@@ -1146,6 +1158,53 @@ mod tests {
             "{text}"
         );
         assert!(out.events.iter().any(|e| e.message.contains("preflight")));
+    }
+
+    /// rewrite-target: the paths become regular expressions (as
+    /// ingress-nginx makes them) and the pool's policy rewrites with
+    /// nginx's captures; the node takes the text; an nginx variable the
+    /// node cannot expand refuses the Ingress.
+    #[test]
+    fn rewrite_target_rewrites_with_the_paths_captures() {
+        let i = ingress(
+            "rw",
+            json!({"nginx.ingress.kubernetes.io/rewrite-target": "/$2"}),
+            "a.example.com",
+            json!([path("/something(/|$)(.*)", "ImplementationSpecific", "a")]),
+        );
+        let (text, out) = checked(&world(vec![i]));
+        assert!(
+            text.contains("path_regex = \"(?i)^/something(/|$)(.*)\" }\naction = { pool = "),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "rewrite = { path_regex = \"(?i)^/something(/|$)(.*)\", path = \"/${2}\" }"
+            ),
+            "{text}"
+        );
+        assert!(out.events.is_empty(), "{:?}", out.events);
+        let i = ingress(
+            "var",
+            json!({"nginx.ingress.kubernetes.io/rewrite-target": "/$host/$1"}),
+            "v.example.com",
+            json!([path("/(.*)", "ImplementationSpecific", "a")]),
+        );
+        let good = ingress(
+            "good",
+            json!({}),
+            "g.example.com",
+            json!([path("/", "Prefix", "a")]),
+        );
+        let (text, out) = checked(&world(vec![i, good]));
+        assert!(!text.contains("v.example.com"), "{text}");
+        assert!(
+            out.events
+                .iter()
+                .any(|e| e.reason == "IngressRefused" && e.message.contains("nginx variable")),
+            "{:?}",
+            out.events
+        );
     }
 
     #[test]

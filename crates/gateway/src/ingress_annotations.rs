@@ -82,6 +82,10 @@ pub struct Annotations {
     pub redirect: Option<(String, u16)>,
     /// `app-root`: where a request for "/" is sent.
     pub app_root: Option<String>,
+    /// `rewrite-target`: what the member gets instead of the path, nginx's
+    /// `$1` written `${1}` (the node's regex replacement); the paths are
+    /// then regular expressions, as ingress-nginx makes them.
+    pub rewrite_target: Option<String>,
 }
 
 /// An annotation not applied: its key and why.
@@ -336,10 +340,12 @@ pub fn parse(all: &BTreeMap<String, String>) -> Parsed {
                     ignored(key, "not a path");
                 }
             }
-            "rewrite-target" => refuse(
-                key,
-                "Switchyard's policies do not rewrite request paths yet: served as written, the members would get paths they do not expect".into(),
-            ),
+            "rewrite-target" => match rewrite_template(value) {
+                Ok(t) => a.rewrite_target = Some(t),
+                // Served without it, the members would get paths they do
+                // not expect.
+                Err(why) => refuse(key, why),
+            },
             "ssl-passthrough" => refuse(
                 key,
                 "TLS passthrough is not supported for Ingress: the Ingress would be served with Switchyard's certificate instead of the member's".into(),
@@ -400,8 +406,44 @@ pub fn parse(all: &BTreeMap<String, String>) -> Parsed {
             ..Default::default()
         });
     }
+    // ingress-nginx: a rewrite-target makes the paths regular expressions.
+    if a.rewrite_target.is_some() {
+        a.use_regex = true;
+    }
     p.refused = refused;
     p
+}
+
+/// nginx's rewrite replacement as the node's: `$1` to `${1}` (in Rust's
+/// regex a `$1` followed by a letter would name another group); a path
+/// only (no query, no other variable: nginx would expand what the node
+/// cannot).
+fn rewrite_template(v: &str) -> Result<String, String> {
+    if !v.starts_with('/') || !plain(v) || v.contains(['?', '#', '"']) {
+        return Err(format!(
+            "{v:?} is not a path Switchyard can rewrite to (a path starting with /, no query, spaces or quotes)"
+        ));
+    }
+    let mut out = String::new();
+    let mut chars = v.chars().peekable();
+    while let Some(c) = chars.next() {
+        if c != '$' {
+            out.push(c);
+            continue;
+        }
+        let mut n = String::new();
+        while let Some(d) = chars.peek().filter(|d| d.is_ascii_digit()) {
+            n.push(*d);
+            chars.next();
+        }
+        if n.is_empty() {
+            return Err(format!(
+                "{v:?} uses an nginx variable; only the path's captures ($1, $2...) are supported"
+            ));
+        }
+        out.push_str(&format!("${{{n}}}"));
+    }
+    Ok(out)
 }
 
 /// ingress-nginx's defaults for `enable-cors`.
@@ -561,7 +603,6 @@ mod tests {
             "auth-type",
             "auth-tls-secret",
             "auth-tls-verify-client",
-            "rewrite-target",
             "ssl-passthrough",
         ] {
             let p = of(&[(key, "x")]);

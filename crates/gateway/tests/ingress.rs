@@ -239,14 +239,15 @@ fn ingress_on_a_real_api_server() {
         "pod-10"
     );
 
-    // rewrite-target: Switchyard does not rewrite paths yet, so the
-    // Ingress is refused (an Event) rather than served with paths its
+    // rewrite-target: the member gets the path nginx's rewrite would give
+    // it (the paths' captures), and an nginx variable the node cannot
+    // expand refuses its Ingress (an Event) rather than serving paths its
     // members do not expect.
     apply(
         api,
         ingress(
             "rewritten",
-            json!({format!("{NGINX}rewrite-target"): "/$2", format!("{NGINX}use-regex"): "true"}),
+            json!({format!("{NGINX}rewrite-target"): "/$2"}),
             "rw.example",
             json!([path(
                 "/something(/|$)(.*)",
@@ -257,16 +258,38 @@ fn ingress_on_a_real_api_server() {
     );
     assert!(
         eventually(Duration::from_secs(60), || {
-            events(api, "rewritten")
+            let got = get(c.addr(80), "rw.example", "/Something/new/x?q=1", &[]);
+            pod_of(&got) == "pod-13" && got.is_some_and(|g| g.1["path"] == "/new/x?q=1")
+        }),
+        "{:?}\n{}",
+        get(c.addr(80), "rw.example", "/Something/new/x?q=1", &[]),
+        c.context()
+    );
+    assert_eq!(
+        get(c.addr(80), "rw.example", "/something", &[]).map(|g| g.1["path"].clone()),
+        Some(json!("/"))
+    );
+    apply(
+        api,
+        ingress(
+            "rewritten-var",
+            json!({format!("{NGINX}rewrite-target"): "/$host/$1"}),
+            "rwv.example",
+            json!([path("/(.*)", "ImplementationSpecific", "other")]),
+        ),
+    );
+    assert!(
+        eventually(Duration::from_secs(60), || {
+            events(api, "rewritten-var")
                 .iter()
                 .any(|(r, m)| r == "IngressRefused" && m.contains("rewrite-target"))
         }),
         "{:?}\n{}",
-        events(api, "rewritten"),
+        events(api, "rewritten-var"),
         c.context()
     );
     assert_eq!(
-        pod_of(&get(c.addr(80), "rw.example", "/something/x", &[])),
+        pod_of(&get(c.addr(80), "rwv.example", "/x", &[])),
         "status 404"
     );
 

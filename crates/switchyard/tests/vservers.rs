@@ -574,9 +574,9 @@ match = {{ path_prefix = "/whole" }}
 action = {{ pool = "p" }}
 rewrite = {{ path = "/replaced/" }}
 [[vserver.policy]]
-match = {{ path_regex = "^/something(/|$)(.*)" }}
+match = {{ path_regex = "(?i)^/something(/|$)(.*)" }}
 action = {{ pool = "p" }}
-rewrite = {{ path_regex = "^/something(/|$)(.*)", path = "/${{2}}" }}
+rewrite = {{ path_regex = "(?i)^/something(/|$)(.*)", path = "/${{2}}" }}
 
 [[pool]]
 name = "p"
@@ -597,6 +597,8 @@ address = "{}"
         ("/whole/a?k=v", "/replaced/?k=v", "site.test"),
         // nginx's rewrite with captures (ingress-nginx's rewrite-target).
         ("/something/new/x?q=1", "/new/x?q=1", "site.test"),
+        // (?i): the node folds case (regex's unicode-case).
+        ("/SomeThing/new/x", "/new/x", "site.test"),
         ("/something", "/", "site.test"),
         ("/other", "/other", "site.test"),
     ];
