@@ -14,6 +14,10 @@
 #        64 KB (SIZES). HTTP/3 load: oha (quinn, --http-version 3) and
 #        h3load (bench/peers/h3load, quic-go) as the cross-check; HTTP/2:
 #        oha and h2load.
+#   p99  a fixed rate (RATE req/s, default 5000) of 1 KB GETs on C x M for
+#        D seconds, HTTP/3 against HTTP/2, both by oha with -q and
+#        --latency-correction (latency from when each request was due,
+#        not when it left: no coordinated omission): p50 and p99.
 #   new  NEWCONN connections, one 128 B GET each, 10 at a time: HTTP/3 by
 #        h3load with a full handshake, a resumed one (session ticket) and
 #        a resumed one with the GET in 0-RTT ("resumed" and "early" say
@@ -51,6 +55,11 @@ load() { # case proto tool size|mode
     # requestsPerSec counts over more than the -z window: the rate is the
     # successes over D.
     echo "$out" | json "d.get('statusCodeDistribution',{}).get('200',0), round(d.get('statusCodeDistribution',{}).get('200',0)/$D), sum(v for k,v in d.get('errorDistribution',{}).items() if 'deadline' not in k)" | tr -d '(),' ;;
+  "p99 h3 oha"|"p99 h2 oha")
+    out=$(taskset -c 1 oha --http-version "${2#h}" --insecure --no-tui -c "$C" -p "$M" -z "${D}s" \
+          -q "$4" --latency-correction \
+          --output-format json --connect-to "$HOST:26084:127.0.0.1:26084" "$URL/size/1024" 2>/dev/null)
+    echo "$out" | json "d.get('statusCodeDistribution',{}).get('200',0), round(d.get('statusCodeDistribution',{}).get('200',0)/$D), sum(v for k,v in d.get('errorDistribution',{}).items() if 'deadline' not in k), 'p50_ms', round(d['latencyPercentiles']['p50']*1000,3), 'p99_ms', round(d['latencyPercentiles']['p99']*1000,3)" | tr -d "(),'" ;;
   "ka h3 h3load")
     taskset -c 1 h3load -url "$URL/size/$4" -connect 127.0.0.1:26084 -mode ka -c "$C" -m "$M" -d "${D}s" \
       | json 'd["ok"], round(d["rps"]), d["errors"]' | tr -d '(),' ;;
@@ -83,6 +92,8 @@ for t in ${TARGETS:-sy caddy envoy}; do
   fi
   if [ "$case" = ka ]; then
     runs=""; for size in ${SIZES:-1024 65536}; do runs="$runs h3:oha:$size h3:h3load:$size h2:oha:$size h2:h2load:$size"; done
+  elif [ "$case" = p99 ]; then
+    runs="h3:oha:${RATE:-5000} h2:oha:${RATE:-5000}"
   else
     runs="h3:h3load:new h3:h3load:resume h3:h3load:0rtt h2:h2load:new"
   fi
@@ -100,7 +111,11 @@ for t in ${TARGETS:-sy caddy envoy}; do
     stop "$t"
     read -r ok rps err extra <<<"$res"
     us=$(python3 -c "print(round(($c1-$c0)*10000/max(1,${ok:-0}),1))")
-    if [ "$case" = ka ]; then what="ka ${C}x$M $arg B"; else what="new $arg 128 B"; fi
+    case $case in
+      ka) what="ka ${C}x$M $arg B" ;;
+      p99) what="p99 ${C}x$M $arg req/s 1024 B" ;;
+      *) what="new $arg 128 B" ;;
+    esac
     echo "round $round $(name "$t") $proto $tool $what: $rps req/s, ${ok:-0} ok, ${err:-?} errors${extra:+, $extra}, DUT CPU $us us/request"
   done
 done; done; done
