@@ -8,36 +8,20 @@
 mod common;
 use common::*;
 
-use std::io::Write;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
-/// A Python that has aioquic: target/pyvenv's (scripts/test.sh makes it),
-/// or the system's when it has the module; None skips the test.
+/// A Python that has aioquic; None skips the test.
 fn python() -> Option<PathBuf> {
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/pyvenv/bin/python");
-    for p in [venv, PathBuf::from("python3")] {
-        let ok = Command::new(&p)
-            .args(["-c", "import aioquic"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Some(p);
-        }
-    }
-    eprintln!(
-        "skipped: no Python with aioquic (bash scripts/test.sh installs it into target/pyvenv)"
-    );
-    None
+    common::h3::aioquic_python()
 }
 
 /// Sends `requests` (JSON, see client.py) on one QUIC connection.
 fn h3(
-    py: &PathBuf,
+    py: &std::path::Path,
     listen: SocketAddr,
-    ca: &PathBuf,
+    ca: &std::path::Path,
     requests: serde_json::Value,
 ) -> serde_json::Value {
     h3_within(py, listen, ca, requests, 20)
@@ -45,9 +29,9 @@ fn h3(
 
 /// `h3`, giving up after `timeout_s` (a listener that is not there).
 fn h3_within(
-    py: &PathBuf,
+    py: &std::path::Path,
     listen: SocketAddr,
-    ca: &PathBuf,
+    ca: &std::path::Path,
     requests: serde_json::Value,
     timeout_s: u32,
 ) -> serde_json::Value {
@@ -59,9 +43,9 @@ fn h3_within(
 /// data if the server allows it, and the server's answers wait `hold_ms`
 /// in the client so that its handshake ends after them (client.py).
 fn h3_resuming(
-    py: &PathBuf,
+    py: &std::path::Path,
     listen: SocketAddr,
-    ca: &PathBuf,
+    ca: &std::path::Path,
     requests: serde_json::Value,
     tickets: &std::path::Path,
     hold_ms: u32,
@@ -76,9 +60,9 @@ fn h3_resuming(
 
 /// tests/h3/client.py with `args` after its four fixed ones.
 fn h3_client(
-    py: &PathBuf,
+    py: &std::path::Path,
     listen: SocketAddr,
-    ca: &PathBuf,
+    ca: &std::path::Path,
     requests: serde_json::Value,
     args: &[String],
 ) -> serde_json::Value {
@@ -87,43 +71,14 @@ fn h3_client(
 
 /// `h3_client` presenting the client certificate `cert` (and its key).
 fn h3_client_as(
-    py: &PathBuf,
+    py: &std::path::Path,
     listen: SocketAddr,
-    ca: &PathBuf,
+    ca: &std::path::Path,
     requests: serde_json::Value,
     args: &[String],
     cert: Option<&(PathBuf, PathBuf)>,
 ) -> serde_json::Value {
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
-    let mut client = Command::new(py);
-    if let Some((cert, key)) = cert {
-        client.env("H3_CLIENT_CERT", cert).env("H3_CLIENT_KEY", key);
-    }
-    let mut child = client
-        .arg(script)
-        .args([&listen.ip().to_string(), &listen.port().to_string()])
-        .arg(ca)
-        .arg("site.test")
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the HTTP/3 client");
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(requests.to_string().as_bytes())
-        .expect("write the requests");
-    let out = child.wait_with_output().expect("the HTTP/3 client");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "client output ({e}): {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    common::h3::aioquic_client(py, (listen, ca, "site.test"), &requests, args, cert)
 }
 
 /// Downloads `/size/N` for each of `sizes` with ngtcp2's client on one
@@ -883,9 +838,9 @@ fn http3_follows_reloads_and_finishes_a_request_on_stop() {
 /// Runs tests/h3/workers.py: `connections` connections at once, each
 /// moving `moves` times (see the script), `other_ip` the second address.
 fn moving_clients(
-    py: &PathBuf,
+    py: &std::path::Path,
     listen: SocketAddr,
-    ca: &PathBuf,
+    ca: &std::path::Path,
     connections: usize,
     moves: usize,
     other_ip: Option<&str>,

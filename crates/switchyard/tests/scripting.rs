@@ -1557,22 +1557,7 @@ fn check_refuses_bad_limits_and_missing_files_with_their_position() {
 /// A Python with aioquic (target/pyvenv, made by scripts/test.sh), as
 /// tests/http3.rs finds it; None skips the HTTP/3 test.
 fn h3_python() -> Option<std::path::PathBuf> {
-    let venv =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/pyvenv/bin/python");
-    for p in [venv, std::path::PathBuf::from("python3")] {
-        let ok = std::process::Command::new(&p)
-            .args(["-c", "import aioquic"])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Some(p);
-        }
-    }
-    eprintln!(
-        "SKIPPED: no Python with aioquic (bash scripts/test.sh installs it into target/pyvenv)"
-    );
-    None
+    common::h3::aioquic_python()
 }
 
 /// The script's events over HTTP/3 (tests/h3/client.py, aioquic): a

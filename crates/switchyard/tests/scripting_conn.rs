@@ -576,22 +576,7 @@ fn check_refuses_connection_events_where_they_cannot_run() {
 /// A Python with aioquic (target/pyvenv, made by scripts/test.sh), as
 /// tests/scripting.rs finds it; None skips the HTTP/3 part.
 fn h3_python() -> Option<std::path::PathBuf> {
-    let venv =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/pyvenv/bin/python");
-    for p in [venv, std::path::PathBuf::from("python3")] {
-        let ok = Command::new(&p)
-            .args(["-c", "import aioquic"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Some(p);
-        }
-    }
-    eprintln!(
-        "SKIPPED: no Python with aioquic (bash scripts/test.sh installs it into target/pyvenv)"
-    );
-    None
+    common::h3::aioquic_python()
 }
 
 /// GETs `paths` on one HTTP/3 connection with `sni` (tests/h3/client.py,
@@ -605,37 +590,13 @@ fn h3_get(
     paths: &[&str],
     more: &[&str],
 ) -> serde_json::Value {
-    use std::io::Write;
-    let client = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
-    let mut child = Command::new(py)
-        .arg(client)
-        .args([&listen.ip().to_string(), &listen.port().to_string()])
-        .arg(ca)
-        .args([sni, "20"])
-        .args(more)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the HTTP/3 client");
     let requests: Vec<serde_json::Value> = paths
         .iter()
         .map(|p| serde_json::json!({ "method": "GET", "path": p }))
         .collect();
-    child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(serde_json::Value::from(requests).to_string().as_bytes())
-        .expect("requests");
-    let out = child.wait_with_output().expect("the HTTP/3 client");
-    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
-        panic!(
-            "client output ({e}): {}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        )
-    })
+    let mut args = vec!["20".to_string()];
+    args.extend(more.iter().map(|a| a.to_string()));
+    common::h3::aioquic_client(py, (listen, ca, sni), &requests.into(), &args, None)
 }
 
 /// The X-Origin of each response in an `h3_get` output.

@@ -138,3 +138,70 @@ async fn exchange(
     endpoint.wait_idle().await;
     Ok(answer)
 }
+
+/// A Python that has aioquic: target/pyvenv's (scripts/test.sh makes it),
+/// or the system's when it has the module; None skips the HTTP/3 part of a
+/// test (said on stderr).
+pub fn aioquic_python() -> Option<std::path::PathBuf> {
+    let venv =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/pyvenv/bin/python");
+    for p in [venv, std::path::PathBuf::from("python3")] {
+        let ok = std::process::Command::new(&p)
+            .args(["-c", "import aioquic"])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Some(p);
+        }
+    }
+    eprintln!(
+        "SKIPPED: no Python with aioquic (bash scripts/test.sh installs it into target/pyvenv)"
+    );
+    None
+}
+
+/// tests/h3/client.py (aioquic, a QUIC stack that is not ours): `requests`
+/// (JSON, see client.py) on one connection to `listen` with `sni`, `args`
+/// after its four fixed ones, presenting `cert` (and its key) when asked;
+/// its JSON output.
+pub fn aioquic_client(
+    py: &Path,
+    (listen, ca, sni): (SocketAddr, &Path, &str),
+    requests: &serde_json::Value,
+    args: &[String],
+    cert: Option<&(std::path::PathBuf, std::path::PathBuf)>,
+) -> serde_json::Value {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
+    let mut client = Command::new(py);
+    if let Some((cert, key)) = cert {
+        client.env("H3_CLIENT_CERT", cert).env("H3_CLIENT_KEY", key);
+    }
+    let mut child = client
+        .arg(script)
+        .args([&listen.ip().to_string(), &listen.port().to_string()])
+        .arg(ca)
+        .arg(sni)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run the HTTP/3 client");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(requests.to_string().as_bytes())
+        .expect("write the requests");
+    let out = child.wait_with_output().expect("the HTTP/3 client");
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "client output ({e}): {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })
+}

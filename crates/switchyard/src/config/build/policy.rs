@@ -12,6 +12,14 @@ use crate::config::model;
 use crate::config::snapshot::*;
 use crate::config::types::is_token;
 
+/// A host name or address, with an optional port: what a Location or a
+/// Host may carry.
+fn is_host(h: &str) -> bool {
+    !h.is_empty()
+        && h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b))
+}
+
 /// `redirect_scheme`, `redirect_host`, `redirect_port`, `redirect_path`
 /// and `redirect_path_prefix`: only what a Location may hold.
 fn redirect_parts(
@@ -34,17 +42,12 @@ fn redirect_parts(
             return None;
         }
     }
-    if let Some(h) = &a.redirect_host {
-        let ok = !h.is_empty()
-            && h.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b));
-        if !ok {
-            cx.err(
-                span,
-                format!("{what}: redirect_host {h:?} is not a host name or address"),
-            );
-            return None;
-        }
+    if let Some(h) = a.redirect_host.as_ref().filter(|h| !is_host(h)) {
+        cx.err(
+            span,
+            format!("{what}: redirect_host {h:?} is not a host name or address"),
+        );
+        return None;
     }
     for (name, p) in [
         ("redirect_path", &a.redirect_path),
@@ -449,17 +452,12 @@ pub(super) fn build_rewrite(
             return None;
         }
     }
-    if let Some(h) = &r.host {
-        let ok = !h.is_empty()
-            && h.bytes()
-                .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b));
-        if !ok {
-            cx.err(
-                span,
-                format!("{what}: rewrite.host {h:?} is not a host name or address"),
-            );
-            return None;
-        }
+    if let Some(h) = r.host.as_ref().filter(|h| !is_host(h)) {
+        cx.err(
+            span,
+            format!("{what}: rewrite.host {h:?} is not a host name or address"),
+        );
+        return None;
     }
     Some(Rewrite {
         path: r.path.clone(),
