@@ -629,13 +629,7 @@ impl UrlRewrite {
 fn url_rewrite(u: &serde_json::Value) -> Result<UrlRewrite, String> {
     let host = match u.get("hostname").and_then(|h| h.as_str()) {
         None => None,
-        Some(h)
-            if !h.is_empty()
-                && h.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-.".contains(&b)) =>
-        {
-            Some(h.to_ascii_lowercase())
-        }
+        Some(h) if switchyard::config::types::is_host(h) => Some(h.to_ascii_lowercase()),
         Some(h) => return Err(format!("URLRewrite hostname {h:?} is not a host name")),
     };
     let path = match u.get("path") {
@@ -648,7 +642,7 @@ fn url_rewrite(u: &serde_json::Value) -> Result<UrlRewrite, String> {
             };
             let to = p.get(key).and_then(|v| v.as_str()).unwrap_or("/");
             let to = if to.is_empty() { "/" } else { to };
-            if !normalized_path(to) {
+            if !switchyard::config::types::is_normalized_path(to) {
                 return Err(format!(
                     "URLRewrite path {to:?} is not a normalized path (no empty, . or .. segment, no %, ?, #, space or \\)"
                 ));
@@ -660,20 +654,6 @@ fn url_rewrite(u: &serde_json::Value) -> Result<UrlRewrite, String> {
         return Err("URLRewrite changes neither the hostname nor the path".into());
     }
     Ok(UrlRewrite { host, path })
-}
-
-/// What a node's `rewrite.path` takes: a path in the one spelling its
-/// rules read (a trailing slash is allowed).
-fn normalized_path(p: &str) -> bool {
-    let segments: Vec<&str> = p.split('/').skip(1).collect();
-    p.starts_with('/')
-        && !p
-            .bytes()
-            .any(|b| b.is_ascii_control() || b" ?#%\\\"".contains(&b))
-        && segments
-            .iter()
-            .enumerate()
-            .all(|(i, s)| !matches!(*s, "." | "..") && (!s.is_empty() || i + 1 == segments.len()))
 }
 
 fn header_edits(m: &HeaderModifier) -> String {
@@ -1720,7 +1700,6 @@ mod tests {
         ] {
             assert!(url_rewrite(&bad).is_err(), "{bad}");
         }
-        assert!(normalized_path("/a/b/") && normalized_path("/") && !normalized_path("/a/./b"));
     }
 
     #[test]

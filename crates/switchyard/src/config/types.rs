@@ -81,6 +81,31 @@ impl<'de> Deserialize<'de> for PathRegex {
 /// One configuration error: where, and what.
 pub type Problem = (Range<usize>, String);
 
+/// A host name or address, with an optional port: what a Location or a
+/// Host may carry (`redirect_host`, `rewrite.host`).
+pub fn is_host(h: &str) -> bool {
+    !h.is_empty()
+        && h.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b))
+}
+
+/// A path in the one spelling the normalized rules read, as a policy's
+/// literal `rewrite.path` must be (it is not normalized again): it starts
+/// with /, has no empty (but a trailing one), `.` or `..` segment, and no
+/// space, `?`, `#`, `%`, `\`, `"` or control character. The Gateway
+/// controller checks a URLRewrite with it before rendering one.
+pub fn is_normalized_path(p: &str) -> bool {
+    let segments: Vec<&str> = p.split('/').skip(1).collect();
+    p.starts_with('/')
+        && !p
+            .bytes()
+            .any(|b| b.is_ascii_control() || b" ?#%\\\"".contains(&b))
+        && segments
+            .iter()
+            .enumerate()
+            .all(|(i, s)| !matches!(*s, "." | "..") && (!s.is_empty() || i + 1 == segments.len()))
+}
+
 /// An HTTP token (RFC 9110 5.6.2): field names, methods.
 pub fn is_token(s: &str) -> bool {
     !s.is_empty()
@@ -114,5 +139,14 @@ mod tests {
         assert!(!v6.contains("fe80::1".parse().unwrap()));
         assert!(Cidr::parse("10.0.0.0/33").is_err());
         assert!(Cidr::parse("banana").is_err());
+    }
+
+    #[test]
+    fn normalized_paths_and_hosts() {
+        assert!(is_normalized_path("/a/b/") && is_normalized_path("/"));
+        assert!(!is_normalized_path("/a/./b") && !is_normalized_path("/a//b"));
+        assert!(!is_normalized_path("a") && !is_normalized_path("/a%2fb"));
+        assert!(is_host("example.org:8080") && is_host("[::1]:80"));
+        assert!(!is_host("a b") && !is_host(""));
     }
 }

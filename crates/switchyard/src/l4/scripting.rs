@@ -52,14 +52,30 @@ pub enum Decision {
     Close,
 }
 
-/// What `on_client_hello` said, for the handshake that waits on it.
-pub enum Hello {
-    /// Go on, with the certificate the script chose by name (if it did).
+/// What a connection event said (`on_accept`, `on_client_hello`).
+#[derive(Clone)]
+pub enum Said {
+    /// Go on, with the certificate the script chose by name (if it did:
+    /// `on_client_hello`).
     Go(Option<String>),
-    /// `c:reject()`: a handshake_failure alert.
+    /// `c:reject()` (a handshake_failure alert in a handshake).
     Refuse,
-    /// The event failed (counted, logged): an internal_error alert.
+    /// The event failed (counted, logged; an internal_error alert in a
+    /// handshake).
     Failed,
+}
+
+/// A ClientHello's server name (lower-case, without a trailing dot) and
+/// ALPN list, as `c.sni` and `c.alpn` show them.
+pub fn hello_names(hello: &rustls::server::ClientHello<'_>) -> (Option<String>, Vec<String>) {
+    let sni = hello
+        .server_name()
+        .map(|n| n.trim_end_matches('.').to_ascii_lowercase());
+    let alpn = hello
+        .alpn()
+        .map(|a| a.map(|p| String::from_utf8_lossy(p).into_owned()).collect())
+        .unwrap_or_default();
+    (sni, alpn)
 }
 
 /// A connection's script as the TLS front door runs it: `on_client_hello`
@@ -68,7 +84,7 @@ pub enum Hello {
 /// vserver's script (`BeforeHandshake`) both are.
 pub trait ClientHelloEvent {
     fn wants_client_hello(&self) -> bool;
-    fn client_hello(&mut self, vs: &VServer, sni: Option<String>, alpn: Vec<String>) -> Hello;
+    fn client_hello(&mut self, vs: &VServer, sni: Option<String>, alpn: Vec<String>) -> Said;
 }
 
 /// The script of a tcp vserver that terminates TLS, run by the front door
@@ -110,13 +126,13 @@ impl ClientHelloEvent for BeforeHandshake {
         self.script.vs_script.script.events.client_hello
     }
 
-    fn client_hello(&mut self, vs: &VServer, sni: Option<String>, alpn: Vec<String>) -> Hello {
+    fn client_hello(&mut self, vs: &VServer, sni: Option<String>, alpn: Vec<String>) -> Said {
         let mut c = conn(ConnEvent::ClientHello);
         c.sni = sni;
         c.alpn = alpn;
-        let said = self.script.run_event(vs, c);
-        if let Some(p) = self.script.chosen.take() {
-            self.pool = Some(p);
+        let (said, pool) = self.script.run_event(vs, c);
+        if pool.is_some() {
+            self.pool = pool;
         }
         said
     }
@@ -131,8 +147,6 @@ pub struct ConnScript {
     tls: bool,
     /// The access log line's script fields (`c:log`) and first error.
     log: Option<Box<ScriptLog>>,
-    /// The pool the last event chose, until `run` hands it on.
-    chosen: Option<Arc<Pool>>,
 }
 
 /// A connection event that failed: counted on the vserver and logged
@@ -167,7 +181,6 @@ impl ConnScript {
                 client,
                 tls,
                 log: None,
-                chosen: None,
             })),
             Err(f) => {
                 failed(vs, &s, &f);
@@ -186,14 +199,14 @@ impl ConnScript {
 
     fn run(&mut self, vs: &VServer, conn: Conn) -> Decision {
         match self.run_event(vs, conn) {
-            Hello::Go(_) => Decision::Go(self.chosen.take()),
-            Hello::Refuse | Hello::Failed => Decision::Close,
+            (Said::Go(_), pool) => Decision::Go(pool),
+            (Said::Refuse | Said::Failed, _) => Decision::Close,
         }
     }
 
-    /// An event's run: its pool (if it chose one) in `chosen`, the
-    /// certificate it chose in `Hello::Go`.
-    fn run_event(&mut self, vs: &VServer, conn: Conn) -> Hello {
+    /// An event's run: what it said (the certificate it chose in
+    /// `Said::Go`) and the pool it chose, if it did.
+    fn run_event(&mut self, vs: &VServer, conn: Conn) -> (Said, Option<Arc<Pool>>) {
         let info = Info {
             client: Some(self.client),
             tls: self.tls,
@@ -201,12 +214,12 @@ impl ConnScript {
             ..Info::default()
         };
         match self.state.on_conn(conn, info, &mut self.vars) {
-            None => Hello::Go(None),
+            None => (Said::Go(None), None),
             Some(Err(f)) => {
                 failed(vs, &self.vs_script, &f);
                 let log = self.log.get_or_insert_with(Box::default);
                 log.error.get_or_insert_with(|| f.message().to_string());
-                Hello::Failed
+                (Said::Failed, None)
             }
             Some(Ok(mut e)) => {
                 if !e.log.is_empty() {
@@ -218,10 +231,10 @@ impl ConnScript {
                 }
                 if e.reject {
                     stats::inc(&vs.counters.local().script_refusals);
-                    Hello::Refuse
+                    (Said::Refuse, None)
                 } else {
-                    self.chosen = e.pool.and_then(|i| self.vs_script.pools.get(i).cloned());
-                    Hello::Go(e.cert)
+                    let pool = e.pool.and_then(|i| self.vs_script.pools.get(i).cloned());
+                    (Said::Go(e.cert), pool)
                 }
             }
         }

@@ -41,7 +41,7 @@ use super::client_h1_conn;
 use super::client_h2_conn;
 use super::client_h3_conn;
 use super::conn::{private_key_of, ConnGuard};
-use super::conn_scripting::{self, Carrier, ConnEvents, Decision as ScriptDecision};
+use super::conn_scripting::{self, Carrier, ConnEvents};
 use super::ctx::WorkerCtx;
 use super::exchange::micros_since;
 use super::quic_hello;
@@ -50,7 +50,7 @@ use crate::accesslog::{l4::End as LogEnd, ScriptLog, TlsInfo};
 use crate::clock::now_ms;
 use crate::config::snapshot::{AcceptProxy, Snapshot, VServer};
 use crate::l4::proxy_protocol;
-use crate::l4::scripting::{BeforeHandshake, ClientHelloEvent, Hello};
+use crate::l4::scripting::{hello_names, BeforeHandshake, ClientHelloEvent, Said};
 use crate::log;
 use crate::shield::admission::{self, Closing, Rules, Verdict};
 use crate::stats;
@@ -227,8 +227,8 @@ fn accepted_by_script(
 ) -> Result<ConnEvents, ()> {
     let mut events = ConnEvents::start(vs, client, carrier)?;
     match events.accept(vs) {
-        ScriptDecision::Go => Ok(events),
-        ScriptDecision::Refuse | ScriptDecision::Failed => {
+        Said::Go(_) => Ok(events),
+        Said::Refuse | Said::Failed => {
             log::debug(format_args!(
                 "vserver {}: client {client}: refused by the script's on_accept",
                 vs.name
@@ -516,28 +516,21 @@ async fn client_hello(
         Ok(Err(e)) => return handshake_failed(vc, client, Some(e)),
         Err(()) => return handshake_failed(vc, client, None),
     };
-    let hello = start.client_hello();
-    let alpn: Vec<String> = hello
-        .alpn()
-        .map(|a| a.map(|p| String::from_utf8_lossy(p).into_owned()).collect())
-        .unwrap_or_default();
+    let (sni, alpn) = hello_names(&start.client_hello());
     // An ACME CA's TLS-ALPN-01 validation is the certificate resolver's,
     // never the script's to refuse or answer with another certificate.
     let acme = alpn
         .iter()
         .any(|p| p.as_bytes() == crate::acme::challenge::ACME_TLS_ALPN);
     let said = if acme {
-        Hello::Go(None)
+        Said::Go(None)
     } else {
-        let sni = hello
-            .server_name()
-            .map(|n| n.trim_end_matches('.').to_ascii_lowercase());
         events.client_hello(vs, sni, alpn)
     };
     let (alert, cert) = match said {
-        Hello::Go(cert) => (None, cert),
-        Hello::Refuse => (Some(ALERT_HANDSHAKE_FAILURE), None),
-        Hello::Failed => (Some(ALERT_INTERNAL_ERROR), None),
+        Said::Go(cert) => (None, cert),
+        Said::Refuse => (Some(ALERT_HANDSHAKE_FAILURE), None),
+        Said::Failed => (Some(ALERT_INTERNAL_ERROR), None),
     };
     if let Some(description) = alert {
         log::debug(format_args!(

@@ -36,18 +36,9 @@ use super::conn::ConnChoice;
 use super::exchange::Exchange;
 use crate::accesslog::ScriptLog;
 use crate::config::snapshot::{VServer, VsScript};
-use crate::l4::scripting::{failed, ClientHelloEvent, Hello};
+use crate::l4::scripting::{failed, ClientHelloEvent, Said};
 use crate::script::{self, Conn, ConnEvent, Info, State, Vars};
 use crate::stats;
-
-/// What an event decided.
-pub enum Decision {
-    Go,
-    /// Close the connection (`c:reject()`).
-    Refuse,
-    /// The event failed (counted and logged): close the connection.
-    Failed,
-}
 
 /// What a connection came over: `c.tls`, and `c.protocol` ("TCP" or
 /// "QUIC").
@@ -103,7 +94,7 @@ impl ConnEvents {
         }
     }
 
-    fn run(&mut self, vs: &VServer, conn: Conn) -> (Decision, Option<String>) {
+    fn run(&mut self, vs: &VServer, conn: Conn) -> Said {
         let info = Info {
             client: Some(self.client),
             tls: !matches!(self.carrier, Carrier::Plain),
@@ -114,10 +105,10 @@ impl ConnEvents {
             ..Info::default()
         };
         let e = match self.state.on_conn(conn, info, &mut self.vars) {
-            None => return (Decision::Go, None),
+            None => return Said::Go(None),
             Some(Err(f)) => {
                 failed(vs, &self.vs_script, &f);
-                return (Decision::Failed, None);
+                return Said::Failed;
             }
             Some(Ok(e)) => e,
         };
@@ -127,17 +118,17 @@ impl ConnEvents {
         }
         if e.reject {
             stats::inc(&vs.counters.local().script_refusals);
-            return (Decision::Refuse, None);
+            return Said::Refuse;
         }
         if let Some(p) = e.pool.and_then(|i| self.vs_script.script.pools.get(i)) {
             self.choice.pool = Some(p.clone());
         }
-        (Decision::Go, e.cert)
+        Said::Go(e.cert)
     }
 
     /// `on_accept(c)`.
-    pub fn accept(&mut self, vs: &VServer) -> Decision {
-        self.run(vs, conn(ConnEvent::Accept, None, Vec::new())).0
+    pub fn accept(&mut self, vs: &VServer) -> Said {
+        self.run(vs, conn(ConnEvent::Accept, None, Vec::new()))
     }
 
     /// What the events decided for the connection's requests (None when
@@ -148,19 +139,15 @@ impl ConnEvents {
     }
 }
 
-/// `on_client_hello(c)`: the decision, with the name of the certificate
+/// `on_client_hello(c)`: what it said, with the name of the certificate
 /// to serve when the script chose one.
 impl ClientHelloEvent for ConnEvents {
     fn wants_client_hello(&self) -> bool {
         self.vs_script.script.events.client_hello
     }
 
-    fn client_hello(&mut self, vs: &VServer, sni: Option<String>, alpn: Vec<String>) -> Hello {
-        match self.run(vs, conn(ConnEvent::ClientHello, sni, alpn)) {
-            (Decision::Go, cert) => Hello::Go(cert),
-            (Decision::Refuse, _) => Hello::Refuse,
-            (Decision::Failed, _) => Hello::Failed,
-        }
+    fn client_hello(&mut self, vs: &VServer, sni: Option<String>, alpn: Vec<String>) -> Said {
+        self.run(vs, conn(ConnEvent::ClientHello, sni, alpn))
     }
 }
 

@@ -67,44 +67,33 @@ pub fn apply_rewrite(
 ) {
     if let Some(new_path) = &r.path {
         let path = req.path_only();
-        let path = match (&r.path_regex, &r.path_prefix) {
+        let path: Option<Vec<u8>> = match (&r.path_regex, &r.path_prefix) {
             (Some(re), _) => std::str::from_utf8(path)
                 .ok()
                 .filter(|p| re.is_match(p))
                 .map(|p| re.replacen(p, 1, new_path.as_str()).into_owned())
-                .and_then(|p| normalized(p, rules)),
-            (None, None) => Some(new_path.clone()),
-            (None, Some(prefix)) => {
-                let prefix = prefix.trim_end_matches('/').as_bytes();
-                let rest = path.strip_prefix(prefix).filter(|rest| {
-                    rest.is_empty() || rest.first() == Some(&b'/') || prefix.is_empty()
-                });
-                rest.map(|rest| {
-                    let rest = String::from_utf8_lossy(rest);
+                .and_then(|p| normalized(p, rules))
+                .map(String::into_bytes),
+            (None, None) => Some(new_path.as_bytes().to_vec()),
+            // By segments: `/old` covers `/old` and `/old/...`, not `/older`.
+            (None, Some(prefix)) => path
+                .strip_prefix(prefix.trim_end_matches('/').as_bytes())
+                .filter(|rest| rest.is_empty() || rest[0] == b'/')
+                .map(|rest| {
                     let base = new_path.trim_end_matches('/');
-                    match (base.is_empty(), rest.is_empty()) {
-                        (_, true) if new_path.ends_with('/') && !base.is_empty() => {
-                            format!("{base}/")
-                        }
-                        (true, true) => "/".to_string(),
-                        (_, true) => base.to_string(),
-                        (_, false) if rest.starts_with('/') => format!("{base}{rest}"),
-                        (_, false) => format!("{base}/{rest}"),
+                    match (rest.is_empty(), base.is_empty()) {
+                        (false, _) => [base.as_bytes(), rest].concat(),
+                        (true, true) => b"/".to_vec(),
+                        (true, false) => new_path.as_bytes().to_vec(),
                     }
-                })
-            }
+                }),
         };
-        if let Some(p) = path {
-            let target = match req.query() {
-                Some(q) => {
-                    let mut t = p.into_bytes();
-                    t.push(b'?');
-                    t.extend_from_slice(q);
-                    bytes::Bytes::from(t)
-                }
-                None => bytes::Bytes::from(p),
-            };
-            rewrite(req, target);
+        if let Some(mut target) = path {
+            if let Some(q) = req.query() {
+                target.push(b'?');
+                target.extend_from_slice(q);
+            }
+            rewrite(req, bytes::Bytes::from(target));
         }
     }
     if let Some(h) = &r.host {

@@ -40,7 +40,7 @@ use rustls::sign::CertifiedKey;
 use super::conn::ConnChoice;
 use super::conn_scripting::ConnEvents;
 use crate::config::snapshot::{Http3, VServer};
-use crate::l4::scripting::{ClientHelloEvent, Hello};
+use crate::l4::scripting::{hello_names, ClientHelloEvent, Said};
 use crate::log;
 use crate::tls::{CertStore, ForName};
 
@@ -50,13 +50,6 @@ struct Waiting {
     key: u64,
     events: ConnEvents,
     said: Option<Said>,
-}
-
-#[derive(Clone)]
-enum Said {
-    /// Serve this certificate (by name), or SNI's.
-    Go(Option<String>),
-    Refused,
 }
 
 thread_local! {
@@ -157,22 +150,13 @@ impl ScriptResolver {
                     "vserver {}: QUIC handshake resolved off its worker; refused",
                     self.vs.name
                 ));
-                return Said::Refused;
+                return Said::Failed;
             };
             if let Some(said) = &waiting.said {
                 return said.clone();
             }
-            let sni = hello
-                .server_name()
-                .map(|n| n.trim_end_matches('.').to_ascii_lowercase());
-            let alpn = hello
-                .alpn()
-                .map(|a| a.map(|p| String::from_utf8_lossy(p).into_owned()).collect())
-                .unwrap_or_default();
-            let said = match waiting.events.client_hello(&self.vs, sni, alpn) {
-                Hello::Go(cert) => Said::Go(cert),
-                Hello::Refuse | Hello::Failed => Said::Refused,
-            };
+            let (sni, alpn) = hello_names(hello);
+            let said = waiting.events.client_hello(&self.vs, sni, alpn);
             waiting.said = Some(said.clone());
             said
         })
@@ -188,7 +172,7 @@ impl ResolvesServerCert for ScriptResolver {
                 name,
             }
             .resolve(hello),
-            Said::Refused => {
+            Said::Refuse | Said::Failed => {
                 log::debug(format_args!(
                     "vserver {}: QUIC handshake refused by the script's on_client_hello",
                     self.vs.name

@@ -35,108 +35,100 @@ pub fn h3_request(
         .enable_all()
         .build()
         .map_err(|e| e.to_string())?;
+    let work = async {
+        let mut roots = rustls::RootCertStore::empty();
+        for c in CertificateDer::pem_file_iter(ca).map_err(|e| e.to_string())? {
+            roots
+                .add(c.map_err(|e| e.to_string())?)
+                .map_err(|e| e.to_string())?;
+        }
+        let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
+            rustls::crypto::aws_lc_rs::default_provider(),
+        ))
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(|e| e.to_string())?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+        tls.alpn_protocols = vec![b"h3".to_vec()];
+        let quic =
+            quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?;
+        let bind: SocketAddr = if addr.is_ipv4() {
+            "127.0.0.1:0".parse().map_err(|_| "addr")?
+        } else {
+            "[::1]:0".parse().map_err(|_| "addr")?
+        };
+        let mut endpoint = quinn::Endpoint::client(bind).map_err(|e| e.to_string())?;
+        endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
+        let conn = endpoint
+            .connect(addr, sni)
+            .map_err(|e| e.to_string())?
+            .await
+            .map_err(|e| format!("QUIC: {e}"))?;
+        let (mut driver, mut send) = h3::client::new(h3_quinn::Connection::new(conn.clone()))
+            .await
+            .map_err(|e| format!("HTTP/3: {e}"))?;
+        let drive = tokio::spawn(async move {
+            let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
+        });
+        let mut req = http::Request::builder()
+            .method(method)
+            .uri(format!("https://{authority}{path}"));
+        for (n, v) in headers {
+            req = req.header(*n, *v);
+        }
+        let req = req.body(()).map_err(|e| e.to_string())?;
+        let mut stream = send
+            .send_request(req)
+            .await
+            .map_err(|e| format!("request: {e}"))?;
+        if !body.is_empty() {
+            stream
+                .send_data(Bytes::copy_from_slice(body))
+                .await
+                .map_err(|e| format!("body: {e}"))?;
+        }
+        stream.finish().await.map_err(|e| format!("finish: {e}"))?;
+        let resp = stream
+            .recv_response()
+            .await
+            .map_err(|e| format!("response: {e}"))?;
+        let mut out = Vec::new();
+        while let Some(mut chunk) = stream
+            .recv_data()
+            .await
+            .map_err(|e| format!("response body: {e}"))?
+        {
+            while chunk.has_remaining() {
+                let c = chunk.chunk();
+                out.extend_from_slice(c);
+                let n = c.len();
+                chunk.advance(n);
+            }
+        }
+        let answer = H3Answer {
+            status: resp.status().as_u16(),
+            headers: resp
+                .headers()
+                .iter()
+                .map(|(n, v)| {
+                    (
+                        n.to_string(),
+                        String::from_utf8_lossy(v.as_bytes()).into_owned(),
+                    )
+                })
+                .collect(),
+            body: out,
+        };
+        conn.close(0u32.into(), b"done");
+        drive.abort();
+        endpoint.wait_idle().await;
+        Ok::<_, String>(answer)
+    };
     rt.block_on(async {
-        let work = exchange(addr, ca, sni, (method, authority, path), headers, body);
         tokio::time::timeout(Duration::from_secs(10), work)
             .await
             .map_err(|_| "no answer in 10 s".to_string())?
     })
-}
-
-async fn exchange(
-    addr: SocketAddr,
-    ca: &Path,
-    sni: &str,
-    (method, authority, path): (&str, &str, &str),
-    headers: &[(&str, &str)],
-    body: &[u8],
-) -> Result<H3Answer, String> {
-    let mut roots = rustls::RootCertStore::empty();
-    for c in CertificateDer::pem_file_iter(ca).map_err(|e| e.to_string())? {
-        roots
-            .add(c.map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
-    }
-    let mut tls = rustls::ClientConfig::builder_with_provider(Arc::new(
-        rustls::crypto::aws_lc_rs::default_provider(),
-    ))
-    .with_protocol_versions(&[&rustls::version::TLS13])
-    .map_err(|e| e.to_string())?
-    .with_root_certificates(roots)
-    .with_no_client_auth();
-    tls.alpn_protocols = vec![b"h3".to_vec()];
-    let quic = quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| e.to_string())?;
-    let bind: SocketAddr = if addr.is_ipv4() {
-        "127.0.0.1:0".parse().map_err(|_| "addr")?
-    } else {
-        "[::1]:0".parse().map_err(|_| "addr")?
-    };
-    let mut endpoint = quinn::Endpoint::client(bind).map_err(|e| e.to_string())?;
-    endpoint.set_default_client_config(quinn::ClientConfig::new(Arc::new(quic)));
-    let conn = endpoint
-        .connect(addr, sni)
-        .map_err(|e| e.to_string())?
-        .await
-        .map_err(|e| format!("QUIC: {e}"))?;
-    let (mut driver, mut send) = h3::client::new(h3_quinn::Connection::new(conn.clone()))
-        .await
-        .map_err(|e| format!("HTTP/3: {e}"))?;
-    let drive = tokio::spawn(async move {
-        let _ = std::future::poll_fn(|cx| driver.poll_close(cx)).await;
-    });
-    let mut req = http::Request::builder()
-        .method(method)
-        .uri(format!("https://{authority}{path}"));
-    for (n, v) in headers {
-        req = req.header(*n, *v);
-    }
-    let req = req.body(()).map_err(|e| e.to_string())?;
-    let mut stream = send
-        .send_request(req)
-        .await
-        .map_err(|e| format!("request: {e}"))?;
-    if !body.is_empty() {
-        stream
-            .send_data(Bytes::copy_from_slice(body))
-            .await
-            .map_err(|e| format!("body: {e}"))?;
-    }
-    stream.finish().await.map_err(|e| format!("finish: {e}"))?;
-    let resp = stream
-        .recv_response()
-        .await
-        .map_err(|e| format!("response: {e}"))?;
-    let mut out = Vec::new();
-    while let Some(mut chunk) = stream
-        .recv_data()
-        .await
-        .map_err(|e| format!("response body: {e}"))?
-    {
-        while chunk.has_remaining() {
-            let c = chunk.chunk();
-            out.extend_from_slice(c);
-            let n = c.len();
-            chunk.advance(n);
-        }
-    }
-    let answer = H3Answer {
-        status: resp.status().as_u16(),
-        headers: resp
-            .headers()
-            .iter()
-            .map(|(n, v)| {
-                (
-                    n.to_string(),
-                    String::from_utf8_lossy(v.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
-        body: out,
-    };
-    conn.close(0u32.into(), b"done");
-    drive.abort();
-    endpoint.wait_idle().await;
-    Ok(answer)
 }
 
 /// A Python that has aioquic: target/pyvenv's (scripts/test.sh makes it),

@@ -10,15 +10,7 @@ use toml::Spanned;
 use super::{pool_list, valid_value, Ctx};
 use crate::config::model;
 use crate::config::snapshot::*;
-use crate::config::types::is_token;
-
-/// A host name or address, with an optional port: what a Location or a
-/// Host may carry.
-fn is_host(h: &str) -> bool {
-    !h.is_empty()
-        && h.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b"-._[]:".contains(&b))
-}
+use crate::config::types::{is_host, is_normalized_path, is_token};
 
 /// `redirect_scheme`, `redirect_host`, `redirect_port`, `redirect_path`
 /// and `redirect_path_prefix`: only what a Location may hold.
@@ -436,18 +428,10 @@ pub(super) fn build_rewrite(
     }
     let literal = [("path", &r.path), ("path_prefix", &r.path_prefix)];
     for (name, p) in literal.iter().filter(|_| r.path_regex.is_none()) {
-        let Some(p) = p else { continue };
-        let segments_ok = p.split('/').skip(1).enumerate().all(|(i, s)| {
-            !matches!(s, "." | "..") && (!s.is_empty() || i == p.split('/').count() - 2)
-        });
-        if !p.starts_with('/')
-            || !valid_value(p)
-            || p.contains([' ', '?', '#', '%', '\\'])
-            || !segments_ok
-        {
+        if let Some(p) = p.as_ref().filter(|p| !is_normalized_path(p)) {
             cx.err(
                 span.clone(),
-                format!("{what}: rewrite.{name} {p:?} must be a normalized path: start with /, no empty, . or .. segment, no space, ?, #, %, \\ or control character"),
+                format!("{what}: rewrite.{name} {p:?} must be a normalized path: start with /, no empty, . or .. segment, no space, ?, #, %, \\, \" or control character"),
             );
             return None;
         }
