@@ -194,6 +194,19 @@ const fn status(
     }
 }
 
+/// The rewrite cases' header modifier: what the request carries, and
+/// what the backend must see of it.
+const TO_MODIFY: &[(&str, &str)] = &[
+    ("X-Header-Remove", "remove-val"),
+    ("X-Header-Add-Append", "append-val-1"),
+    ("X-Header-Set", "set-val"),
+];
+const MODIFIED: &[(&str, &str)] = &[
+    ("X-Header-Add", "header-val-1"),
+    ("X-Header-Add-Append", "append-val-1,header-val-2"),
+    ("X-Header-Set", "set-overwrites-values"),
+];
+
 const V1: &str = "infra-backend-v1";
 const V2: &str = "infra-backend-v2";
 const V3: &str = "infra-backend-v3";
@@ -926,40 +939,18 @@ fn cases() -> Vec<Case> {
                 to("/full/one/two", V1).reaching("/one", None),
                 with(
                     "/full/rewrite-path-and-modify-headers/test",
-                    &[
-                        ("X-Header-Remove", "remove-val"),
-                        ("X-Header-Add-Append", "append-val-1"),
-                        ("X-Header-Set", "set-val"),
-                    ],
+                    TO_MODIFY,
                     V1,
                 )
                 .reaching("/test", None)
-                .seeing(
-                    &[
-                        ("X-Header-Add", "header-val-1"),
-                        ("X-Header-Add-Append", "append-val-1,header-val-2"),
-                        ("X-Header-Set", "set-overwrites-values"),
-                    ],
-                    &["X-Header-Remove"],
-                ),
+                .seeing(MODIFIED, &["X-Header-Remove"]),
                 with(
                     "/prefix/rewrite-path-and-modify-headers/one",
-                    &[
-                        ("X-Header-Remove", "remove-val"),
-                        ("X-Header-Add-Append", "append-val-1"),
-                        ("X-Header-Set", "set-val"),
-                    ],
+                    TO_MODIFY,
                     V1,
                 )
                 .reaching("/prefix/one", None)
-                .seeing(
-                    &[
-                        ("X-Header-Add", "header-val-1"),
-                        ("X-Header-Add-Append", "append-val-1,header-val-2"),
-                        ("X-Header-Set", "set-overwrites-values"),
-                    ],
-                    &["X-Header-Remove"],
-                ),
+                .seeing(MODIFIED, &["X-Header-Remove"]),
             ],
             extended: Some("HTTPRoutePathRewrite"),
             ..Default::default()
@@ -986,14 +977,7 @@ fn cases() -> Vec<Case> {
                 )
                 .on("rewrite.example")
                 .reaching("/rewrite-host-and-modify-headers", Some("test.example.org"))
-                .seeing(
-                    &[
-                        ("X-Header-Add", "header-val-1"),
-                        ("X-Header-Add-Append", "append-val-1,header-val-2"),
-                        ("X-Header-Set", "set-overwrites-values"),
-                    ],
-                    &["X-Header-Remove"],
-                ),
+                .seeing(MODIFIED, &["X-Header-Remove"]),
             ],
             extended: Some("HTTPRouteHostRewrite"),
             ..Default::default()
