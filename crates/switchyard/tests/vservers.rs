@@ -7,6 +7,7 @@ use common::*;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::time::{Duration, Instant};
 
 /// Pools of the fixture; each has one origin of the same name.
 const POOLS: &[&str] = &[
@@ -658,6 +659,195 @@ address = "{}"
         ),
     ] {
         let path = temp_dir("rewrite-bad").join("bad.toml");
+        std::fs::write(&path, &bad).expect("write");
+        let (code, out, err) = run_cli(&["check", "-c", path.to_str().expect("utf-8")]);
+        assert_ne!(code, Some(0), "{bad}");
+        assert!(format!("{out}{err}").contains(why), "{out}{err}");
+    }
+}
+
+/// A policy's `mirror` (the Gateway API's RequestMirror): the mirror pool
+/// gets a copy of each matching request as the member gets it (path,
+/// query, Host, forwarding fields, body) over HTTP/1.1 and HTTP/2, and
+/// the client gets the member's answer only. A body over `max_body` is
+/// not copied, `percent` copies that share, `max_in_flight` bounds the
+/// copies a slow mirror holds, and a slow or dead mirror never delays the
+/// client. The vserver counts the client's requests and answers once; the
+/// copies are counted apart (`mirrored`, `mirror_dropped`).
+#[test]
+fn mirrors_copy_requests_to_other_pools_and_their_answers_are_dropped() {
+    let main = Origin::start("main");
+    let shadow = Origin::start("shadow");
+    shadow.set(|b| b.status = 500);
+    let slow = Origin::start("slow");
+    slow.set(|b| b.delay = Duration::from_secs(4));
+    let dead = free_addr();
+    let l = free_addr();
+    let cfg = format!(
+        r#"[[vserver]]
+name = "m"
+listen = ["{l}"]
+h2c = true
+default_pool = "p"
+[[vserver.policy]]
+match = {{ path_prefix = "/copied" }}
+action = {{ pool = "p" }}
+rewrite = {{ path = "/v2", path_prefix = "/copied" }}
+mirror = [{{ pool = "shadow" }}]
+[[vserver.policy]]
+match = {{ path_prefix = "/small" }}
+action = {{ pool = "p" }}
+mirror = [{{ pool = "shadow", max_body = 16 }}]
+[[vserver.policy]]
+match = {{ path_prefix = "/half" }}
+action = {{ pool = "p" }}
+mirror = [{{ pool = "shadow", percent = 50 }}]
+[[vserver.policy]]
+match = {{ path_prefix = "/slow" }}
+action = {{ pool = "p" }}
+mirror = [{{ pool = "slow", max_in_flight = 1 }}, {{ pool = "dead" }}]
+
+[[pool]]
+name = "p"
+[[pool.member]]
+address = "{}"
+[[pool]]
+name = "shadow"
+[[pool.member]]
+address = "{}"
+[[pool]]
+name = "slow"
+[[pool.member]]
+address = "{}"
+[[pool]]
+name = "dead"
+[[pool.member]]
+address = "{dead}"
+"#,
+        main.addr, shadow.addr, slow.addr
+    );
+    let sy = Switchyard::start(&cfg, &[l]);
+    let copies = |path: &str| -> Vec<Seen> {
+        shadow
+            .seen()
+            .into_iter()
+            .filter(|s| s.request_line().contains(path))
+            .collect()
+    };
+    // The copy is the request as the member gets it (rewritten, with the
+    // forwarding fields); the client gets the member's 200, not the
+    // mirror's 500.
+    let r = get_host(l, "/copied/a?x=1", "site.test");
+    assert_eq!(r.status, 200);
+    assert!(eventually(Duration::from_secs(5), || !copies("/v2/a?x=1").is_empty()));
+    let c = &copies("/v2/a?x=1")[0];
+    assert_eq!(c.request_line(), "GET /v2/a?x=1 HTTP/1.1");
+    assert_eq!(c.header("host").as_deref(), Some("site.test"));
+    assert_eq!(c.header("x-forwarded-for").as_deref(), Some("127.0.0.1"));
+    // Bodies: by length and chunked, copied whole.
+    let r = request(
+        l,
+        "POST /copied/up HTTP/1.1\r\nHost: site.test\r\nContent-Length: 11\r\nConnection: close\r\n\r\nhello world",
+    );
+    assert_eq!(r.status, 200);
+    let r = request(
+        l,
+        "POST /copied/chunked HTTP/1.1\r\nHost: site.test\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n",
+    );
+    assert_eq!(r.status, 200);
+    assert!(eventually(Duration::from_secs(5), || {
+        copies("/v2/up").len() == 1 && copies("/v2/chunked").len() == 1
+    }));
+    assert_eq!(copies("/v2/up")[0].body, b"hello world");
+    assert_eq!(copies("/v2/chunked")[0].body, b"hello world");
+    // Over max_body: the member gets it, the mirror does not.
+    let big = "x".repeat(17);
+    let r = request(
+        l,
+        &format!("POST /small HTTP/1.1\r\nHost: site.test\r\nContent-Length: 17\r\nConnection: close\r\n\r\n{big}"),
+    );
+    assert_eq!(r.status, 200);
+    assert!(main.seen().iter().any(|s| s.body == big.as_bytes()));
+    // HTTP/2 clients' requests are copied alike.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(l).await.expect("connect");
+        let (send, conn) = h2::client::handshake(tcp).await.expect("h2");
+        tokio::spawn(conn);
+        let req = http::Request::post("http://site.test/copied/h2")
+            .body(())
+            .expect("request");
+        let mut s = send.ready().await.expect("ready");
+        let (resp, mut body) = s.send_request(req, false).expect("send");
+        body.send_data(bytes::Bytes::from_static(b"over h2"), true)
+            .expect("body");
+        assert_eq!(resp.await.expect("response").status(), 200);
+    });
+    assert!(eventually(Duration::from_secs(5), || copies("/v2/h2")
+        .len()
+        == 1));
+    assert_eq!(copies("/v2/h2")[0].body, b"over h2");
+    // percent = 50: about half of 200 requests.
+    for _ in 0..200 {
+        assert_eq!(get_host(l, "/half", "site.test").status, 200);
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let half = copies("/half").len();
+    assert!((60..=140).contains(&half), "{half} of 200 copied");
+    // A slow mirror (4 s) and a dead one delay nobody; the slow one holds
+    // one copy at a time, so the next two are dropped.
+    let began = Instant::now();
+    for _ in 0..3 {
+        assert_eq!(get_host(l, "/slow", "site.test").status, 200);
+    }
+    assert!(
+        began.elapsed() < Duration::from_secs(3),
+        "the client waited for the mirror: {:?}",
+        began.elapsed()
+    );
+    // Copies: /copied x4, /half, /slow 1 of 3 + the dead pool's 3 (sent:
+    // it is the pool's to fail them); dropped: /small's, /slow's 2.
+    let vs = sy.stats()["vservers"][0].clone();
+    assert_eq!(vs["mirrored"], 4 + half as u64 + 1 + 3, "{vs}");
+    assert_eq!(vs["mirror_dropped"], 1 + 2, "{vs}");
+    // The vserver's answers are the clients' only: 4 + 1 + 200 + 3.
+    assert_eq!(vs["requests"], 208, "{vs}");
+    assert_eq!(vs["responses"]["2xx"], 208, "{vs}");
+    assert_eq!(vs["responses"]["5xx"], 0, "{vs}");
+    // The mirror's member counts the copies' answers.
+    let answered = || sy.member_stats("shadow", shadow.addr)["responses"]["5xx"].clone();
+    assert!(
+        eventually(Duration::from_secs(5), || answered() == 4 + half as u64),
+        "{}",
+        answered()
+    );
+
+    // A mirror needs a pool action and a defined pool.
+    for (bad, why) in [
+        (
+            cfg.replace(
+                "action = {{ pool = \"p\" }}\nmirror = [{{ pool = \"shadow\", max_body = 16 }}]",
+                "mirror = [{ pool = \"shadow\", max_body = 16 }]",
+            )
+            .replace(
+                "action = { pool = \"p\" }\nmirror = [{ pool = \"shadow\", max_body = 16 }]",
+                "mirror = [{ pool = \"shadow\", max_body = 16 }]",
+            ),
+            "mirror needs action = { pool",
+        ),
+        (
+            cfg.replace("pool = \"shadow\", percent = 50", "pool = \"nowhere\""),
+            "mirror pool \"nowhere\" is not defined",
+        ),
+        (
+            cfg.replace("percent = 50", "percent = 0"),
+            "must be above 0",
+        ),
+    ] {
+        let path = temp_dir("mirror-bad").join("bad.toml");
         std::fs::write(&path, &bad).expect("write");
         let (code, out, err) = run_cli(&["check", "-c", path.to_str().expect("utf-8")]);
         assert_ne!(code, Some(0), "{bad}");

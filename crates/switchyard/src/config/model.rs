@@ -552,6 +552,25 @@ pub struct Policy {
     pub cache: Option<bool>,
     /// Rewrites what the member gets (with `action = { pool = ... }`).
     pub rewrite: Option<Spanned<Rewrite>>,
+    /// Copies of the request sent to other pools, their answers dropped
+    /// (with `action = { pool = ... }`).
+    #[serde(default)]
+    pub mirror: Vec<Spanned<Mirror>>,
+}
+
+/// One `mirror = [{ ... }]` entry: a copy of each matching request (or of
+/// `percent` of them) goes to `pool` too (the Gateway API's RequestMirror,
+/// Envoy's request_mirror_policies, nginx's `mirror`).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Mirror {
+    pub pool: String,
+    /// The share of matching requests copied (default 100).
+    pub percent: Option<f64>,
+    /// A request body longer than this is not copied (nor its request).
+    pub max_body: Option<usize>,
+    /// Copies on their way at once, past which a copy is dropped.
+    pub max_in_flight: Option<usize>,
 }
 
 /// `rewrite = { ... }` of a policy that sends to a pool: the member gets

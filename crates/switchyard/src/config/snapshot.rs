@@ -234,6 +234,20 @@ pub struct Policy {
     pub cache: Option<bool>,
     /// What the member gets instead (a policy that sends to a pool).
     pub rewrite: Option<Rewrite>,
+    /// Where copies of the request go too (a policy that sends to a pool).
+    pub mirrors: Vec<Mirror>,
+}
+
+/// A policy's `mirror` entry, validated.
+pub struct Mirror {
+    pub pool: Arc<Pool>,
+    /// Requests copied per million matching ones (1,000,000: all).
+    pub per_million: u32,
+    pub max_body: usize,
+    pub max_in_flight: usize,
+    /// Copies on their way now, on every worker (one configuration
+    /// generation's; a reload starts from zero).
+    pub in_flight: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 /// A policy's `rewrite`, validated: `path` and `path_prefix` are

@@ -359,7 +359,7 @@ async fn error_and_close(c: &mut Client, vs: &VServer, status: u16, why: &str) -
 
 /// `choice`: what the script's connection events chose for its requests.
 async fn handle_request(
-    ctx: &WorkerCtx,
+    ctx: &Rc<WorkerCtx>,
     c: &mut Client,
     choice: Option<&ConnChoice>,
     first: bool,

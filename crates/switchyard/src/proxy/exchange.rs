@@ -33,7 +33,7 @@ use super::client_h2_stream::BodyStream;
 use super::idle::IdleWatch;
 use super::member::H2Conns;
 use super::upstream::{ConnectError, IdlePool, UpConn};
-use crate::config::snapshot::{HeaderEdits, Member, MemberList, Pool, Settings, VServer};
+use crate::config::snapshot::{HeaderEdits, Member, MemberList, Mirror, Pool, Settings, VServer};
 use crate::health::passive;
 use crate::http::body::{BodyError, Sink};
 use crate::http::message::{Request, Response};
@@ -50,6 +50,9 @@ pub struct Local {
 /// Everything one request carries through its phases: who asked, where it
 /// goes, and what came of it. Hooks read and write it.
 pub struct Exchange<'s> {
+    /// The worker: what a copy of the request (a mirror) runs with once
+    /// this exchange is gone.
+    pub worker: &'s Rc<super::ctx::WorkerCtx>,
     /// The worker's idle HTTP/1.1 member connections.
     pub idle: &'s Rc<IdlePool>,
     /// The worker's HTTP/2 member connections.
@@ -85,6 +88,11 @@ pub struct Exchange<'s> {
     /// balancer's first choice in the pool that serves the request, when
     /// it is one of its members and can take the request.
     pub script_member: Option<SocketAddr>,
+    /// Where copies of the request go too (the deciding policy's `mirror`).
+    pub mirrors: &'s [Mirror],
+    /// This exchange is a mirror's copy: the vserver's counters are the
+    /// client's request's, not the copy's (the mirror pool counts it).
+    pub shadow: bool,
     /// The member serving (or that last tried to): an index into
     /// `members`.
     pub member: Option<usize>,
@@ -161,7 +169,7 @@ impl Facts {
 
 impl<'s> Exchange<'s> {
     pub fn new(
-        ctx: &'s super::ctx::WorkerCtx,
+        ctx: &'s Rc<super::ctx::WorkerCtx>,
         vs: &'s VServer,
         st: &'s Settings,
         (peer, listen): (SocketAddr, SocketAddr),
@@ -169,6 +177,7 @@ impl<'s> Exchange<'s> {
         client_subject: Option<&'s str>,
     ) -> Exchange<'s> {
         Exchange {
+            worker: ctx,
             idle: &ctx.idle,
             h2_members: &ctx.h2_members,
             timers: &ctx.idle_watch,
@@ -188,6 +197,8 @@ impl<'s> Exchange<'s> {
             cache: None,
             sticky: None,
             script_member: None,
+            mirrors: &[],
+            shadow: false,
             member: None,
             members: None,
             status: 0,

@@ -324,7 +324,7 @@ mod tests {
 
     #[test]
     fn stages_chain_in_order_and_the_first_answer_wins() {
-        let ctx = WorkerCtx::for_tests();
+        let ctx = std::rc::Rc::new(WorkerCtx::for_tests());
         let snap = ctx.snapshot.load_full();
         let vs = &snap.vservers[0];
         let raw = bytes::Bytes::from_static(b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
@@ -360,7 +360,7 @@ mod tests {
 
     #[test]
     fn a_request_body_hooks_answer_reaches_the_client_as_made() {
-        let ctx = WorkerCtx::for_tests();
+        let ctx = std::rc::Rc::new(WorkerCtx::for_tests());
         let snap = ctx.snapshot.load_full();
         let peer = "127.0.0.1:9".parse().unwrap();
         let mut x = Exchange::new(

@@ -180,7 +180,9 @@ async fn send_request<C: ClientSide, H: Hooks>(
     let e = match sent {
         Ok(n) => {
             stats::add(&mc.bytes_out, head_len + n);
-            stats::add(&x.vs.counters.local().bytes_in, n);
+            if !x.shadow {
+                stats::add(&x.vs.counters.local().bytes_in, n);
+            }
             x.facts.body_in = n;
             return Ok(());
         }

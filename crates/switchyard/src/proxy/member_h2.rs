@@ -61,7 +61,9 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
         };
         match sent {
             Ok(n) => {
-                stats::add(&x.vs.counters.local().bytes_in, n);
+                if !x.shadow {
+                    stats::add(&x.vs.counters.local().bytes_in, n);
+                }
                 stats::add(&mc.bytes_out, n);
                 x.facts.body_in = n;
             }

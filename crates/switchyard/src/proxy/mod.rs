@@ -42,6 +42,7 @@ mod lot_epoll;
 pub mod member;
 mod member_h1;
 mod member_h2;
+mod mirroring;
 mod normalizing;
 mod pipeline;
 mod plain;

@@ -11,15 +11,16 @@ use std::time::Instant;
 use super::buffered::{Buffer, Replay};
 use super::exchange::{body_failure, Attempt, ClientSide, Exchange, Failure, Origin, Retry};
 use super::hooks::{Hooks, Local, Verdict};
-use super::stages;
 use super::upstream::UpConn;
 use super::{member_h1, member_h2};
+use super::{mirroring, stages};
 use crate::balance::persist::{request_hash, sticky_member};
 use crate::balance::{MemberState, Tried};
 use crate::config::snapshot::{Pool, UpstreamProtocol};
 use crate::http::body::{BodyError, Discard, Sink};
 use crate::http::message::{Fields, Framing, Request, Response};
 use crate::stats;
+use bytes::Bytes;
 
 /// Runs one request through the pipeline to its end.
 pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: Request) {
@@ -101,16 +102,39 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
                 .set(b"content-length", body.len().to_string().as_bytes());
         }
     }
+    // The policy's mirrors get their copies: at once when the body is
+    // known (none, or buffered), else once it has streamed to the member.
+    let mirrors = mirroring::chosen(x);
     match buffered {
         Some((body, trailers)) => {
+            let body = Bytes::from(body);
+            if !mirrors.is_empty() {
+                mirroring::copies(
+                    x,
+                    &req,
+                    Some((body.clone(), trailers.clone())),
+                    &mirrors,
+                    send_copy,
+                );
+            }
             let mut replay = Replay {
                 client,
-                body: body.into(),
+                body,
                 trailers,
             };
             to_pool_and_answer(x, &mut hooks, &mut replay, &req, &pool).await
         }
-        None => to_pool_and_answer(x, &mut hooks, client, &req, &pool).await,
+        None if mirrors.is_empty() => to_pool_and_answer(x, &mut hooks, client, &req, &pool).await,
+        None if req.head.framing == Framing::None => {
+            mirroring::copies(x, &req, Some((Bytes::new(), None)), &mirrors, send_copy);
+            to_pool_and_answer(x, &mut hooks, client, &req, &pool).await
+        }
+        None => {
+            let limit = mirrors.iter().map(|m| m.max_body).max().unwrap_or(0);
+            let mut tee = mirroring::Tee::new(client, limit);
+            to_pool_and_answer(x, &mut hooks, &mut tee, &req, &pool).await;
+            mirroring::copies(x, &req, tee.body(), &mirrors, send_copy);
+        }
     }
     record_latency(x);
     hooks.on_log(x, &req);
@@ -192,6 +216,48 @@ async fn buffer_body<C: ClientSide, H: Hooks>(
         Verdict::Respond(l) | Verdict::RespondThenForward(l) => Err(Stop::Answer(l)),
     }
 }
+
+/// Sends a mirror's copy from a task of its own (mirroring.rs says why).
+fn send_copy(copy: mirroring::Copy) {
+    tokio::task::spawn_local(copy_to_pool(copy));
+}
+
+/// The copy goes through the pool as a request does (balancer, health,
+/// timeouts, retries), with no stage of the vserver's: it was made of the
+/// request those stages passed. The settings are the running
+/// configuration's; a vserver a reload removed sends no more copies.
+async fn copy_to_pool(c: mirroring::Copy) {
+    let snap = c.worker.snapshot.load_full();
+    let Some(vs) = snap.vservers.iter().find(|v| v.name == c.vserver) else {
+        return;
+    };
+    let mut x = Exchange::new(
+        &c.worker,
+        vs,
+        &snap.settings,
+        (c.peer, c.listen),
+        c.tls,
+        None,
+    );
+    x.shadow = true;
+    let mut replay = Replay {
+        client: &mut Nobody,
+        body: c.body,
+        trailers: c.trailers,
+    };
+    if let Err(f) = to_pool(&mut x, &mut Untouched, &mut replay, &c.req, &c.pool).await {
+        crate::log::debug(format_args!(
+            "vserver {}: mirror to pool {}: {}",
+            vs.name, c.pool.name, f.why
+        ));
+    }
+    drop(c.slot);
+}
+
+/// No stage touches a mirror's copy.
+struct Untouched;
+
+impl Hooks for Untouched {}
 
 /// The request's total time, once per request: to the end of the client's
 /// answer (not the background fetch after a `RespondThenForward`).

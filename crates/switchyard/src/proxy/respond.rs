@@ -44,7 +44,9 @@ pub(super) async fn respond<C: ClientSide, H: Hooks>(
         .record(a.started.elapsed().as_micros() as u64);
     passive::record_status(pool, m, resp.status);
     stats::inc(&mc.responses[status_class(resp.status)]);
-    stats::inc(&vc.responses[status_class(resp.status)]);
+    if !x.shadow {
+        stats::inc(&vc.responses[status_class(resp.status)]);
+    }
     stats::add(&mc.bytes_in, resp.head.wire_len as u64);
     // De-framed as the member sent it, whatever a hook makes of it.
     let framing_in = resp.head.framing;
@@ -98,7 +100,9 @@ pub(super) async fn respond<C: ClientSide, H: Hooks>(
     drop(sink);
     match r {
         Ok(n) => {
-            stats::add(&x.vs.counters.local().bytes_out, head_len + n);
+            if !x.shadow {
+                stats::add(&x.vs.counters.local().bytes_out, head_len + n);
+            }
             stats::add(&mc.bytes_in, n);
             x.body_bytes = n;
             Ok(())

@@ -7,7 +7,7 @@
 use std::net::IpAddr;
 
 use crate::config::snapshot::{
-    Action, HeaderEdits, Matcher, NameValueMatch, PolicyCompression, Rewrite, VServer,
+    Action, HeaderEdits, Matcher, Mirror, NameValueMatch, PolicyCompression, Rewrite, VServer,
 };
 use crate::http::head::Request;
 
@@ -15,6 +15,8 @@ pub struct Decision<'a> {
     pub action: Option<&'a Action>,
     /// The deciding policy's `rewrite` (it sends to a pool).
     pub rewrite: Option<&'a Rewrite>,
+    /// The deciding policy's mirrors (it sends to a pool).
+    pub mirrors: &'a [Mirror],
     pub request_edits: Vec<&'a HeaderEdits>,
     pub response_edits: Vec<&'a HeaderEdits>,
     /// Compression for this request, after the matching policies' say,
@@ -29,6 +31,7 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
     let mut d = Decision {
         action: None,
         rewrite: None,
+        mirrors: &[],
         request_edits: Vec::new(),
         response_edits: Vec::new(),
         compression: vs.compression_on,
@@ -66,6 +69,7 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
         if let Some(a) = &p.action {
             d.action = Some(a);
             d.rewrite = p.rewrite.as_ref();
+            d.mirrors = &p.mirrors;
             break;
         }
     }

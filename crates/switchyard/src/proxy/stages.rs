@@ -150,6 +150,7 @@ impl Hooks for Route {
                     if let Some(r) = d.rewrite {
                         normalizing::apply_rewrite(req, r, &vs.normalize);
                     }
+                    x.mirrors = d.mirrors;
                 }
                 Verdict::Continue
             }

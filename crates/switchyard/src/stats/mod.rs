@@ -240,6 +240,11 @@ counters!(
         /// Connections the script refused (`c:reject()` in `on_accept`,
         /// `on_client_hello`, `on_client_data`, `on_server_data`).
         script_refusals,
+        /// Copies of requests sent to a policy's mirror pools, and copies
+        /// not sent: a body over the mirror's `max_body` (or one no member
+        /// took whole), or `max_in_flight` copies already on their way.
+        mirrored,
+        mirror_dropped,
     }
 );
 

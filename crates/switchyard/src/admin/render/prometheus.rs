@@ -192,6 +192,16 @@ const VSERVER: &[Spec] = &[
         "HTTP/3 requests in 0-RTT early data answered 425 Too Early (not safe to replay).",
     ),
     c(
+        "mirrored",
+        "switchyard_vserver_mirrored_total",
+        "Copies of requests sent to a policy's mirror pools.",
+    ),
+    c(
+        "mirror_dropped",
+        "switchyard_vserver_mirror_dropped_total",
+        "Copies of requests not sent to a mirror pool (body over max_body, or max_in_flight reached).",
+    ),
+    c(
         "h2_abuse_closes",
         "switchyard_vserver_h2_abuse_closes_total",
         "HTTP/2 connections closed with ENHANCE_YOUR_CALM (rapid reset, control-frame floods).",

@@ -378,6 +378,80 @@ pub(super) fn edits(
     }
 }
 
+/// The largest `max_body` of a mirror: a copy of the body is held until
+/// the body is whole, for each request copied.
+const MIRROR_MAX_BODY: usize = 16 << 20;
+const MIRROR_DEFAULT_BODY: usize = 128 << 10;
+const MIRROR_DEFAULT_IN_FLIGHT: usize = 256;
+
+/// A policy's `mirror` entries: only beside `action = { pool = ... }`
+/// (the request the copy is made of goes to a member), each to a pool
+/// that exists.
+pub(super) fn build_mirrors(
+    cx: &mut Ctx,
+    mirrors: &[Spanned<model::Mirror>],
+    pools: &HashMap<String, Arc<Pool>>,
+    pool_action: bool,
+    what: &str,
+) -> Vec<Mirror> {
+    let mut out = Vec::new();
+    for m in mirrors {
+        let span = m.span();
+        let m = m.get_ref();
+        if !pool_action {
+            cx.err(
+                span,
+                format!("{what}: mirror needs action = {{ pool = \"NAME\" }} (the request copied is one sent to a member)"),
+            );
+            return Vec::new();
+        }
+        let Some(pool) = pools.get(&m.pool) else {
+            cx.undefined_pool(
+                &m.pool,
+                span,
+                format!(
+                    "{what}: mirror pool {:?} is not defined; defined pools: {}",
+                    m.pool,
+                    pool_list(pools)
+                ),
+            );
+            continue;
+        };
+        let percent = m.percent.unwrap_or(100.0);
+        if !(percent > 0.0 && percent <= 100.0) {
+            cx.err(
+                span,
+                format!("{what}: mirror percent {percent} must be above 0 and at most 100"),
+            );
+            continue;
+        }
+        let max_body = m.max_body.unwrap_or(MIRROR_DEFAULT_BODY);
+        if max_body > MIRROR_MAX_BODY {
+            cx.err(
+                span,
+                format!("{what}: mirror max_body {max_body} is above {MIRROR_MAX_BODY} (each copied request holds its body until it is whole)"),
+            );
+            continue;
+        }
+        let max_in_flight = m.max_in_flight.unwrap_or(MIRROR_DEFAULT_IN_FLIGHT);
+        if max_in_flight == 0 {
+            cx.err(
+                span,
+                format!("{what}: mirror max_in_flight must be at least 1"),
+            );
+            continue;
+        }
+        out.push(Mirror {
+            pool: pool.clone(),
+            per_million: (percent * 10_000.0).round() as u32,
+            max_body,
+            max_in_flight,
+            in_flight: Default::default(),
+        });
+    }
+    out
+}
+
 /// A policy's `rewrite`: only beside `action = { pool = ... }` (the
 /// member it goes to is the one that gets the new path or Host), with
 /// paths already in the normalized form the rules read (a rewrite is not

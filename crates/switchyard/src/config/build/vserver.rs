@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::offload::{build_cache, build_compression};
-use super::policy::{build_action, build_matcher, build_rewrite, edits};
+use super::policy::{build_action, build_matcher, build_mirrors, build_rewrite, edits};
 use super::{pool_list, Ctx};
 use crate::config::model;
 use crate::config::snapshot::*;
@@ -56,6 +56,7 @@ pub(super) fn build_vserver(
             && p.compression.is_none()
             && p.cache.is_none()
             && p.rewrite.is_none()
+            && p.mirror.is_empty()
         {
             cx.err(
                 span.clone(),
@@ -85,6 +86,7 @@ pub(super) fn build_vserver(
                 .rewrite
                 .as_ref()
                 .and_then(|r| build_rewrite(cx, r, pool_action, &what)),
+            mirrors: build_mirrors(cx, &p.mirror, pools, pool_action, &what),
         });
     }
     let what = format!("vserver {name:?}");
