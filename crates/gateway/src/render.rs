@@ -443,6 +443,137 @@ fn rule_action(
 /// spec asks) or no ready endpoint (503).
 const NO_USABLE_BACKEND: &str = "action = { status = 500, body = \"no usable backend\\n\" }";
 
+/// The endpoints of one backendRef of `route` (a core Service, in its
+/// namespace or one whose ReferenceGrant allows it), or why not (the
+/// ResolvedRefs reason and message).
+fn backend_endpoints(
+    cx: &mut Ctx,
+    route: &RouteIn,
+    t: &ObjectRef,
+) -> Result<Vec<std::net::SocketAddr>, (&'static str, String)> {
+    let ns = ns_of(route.metadata);
+    let group = t.group.as_deref().unwrap_or("");
+    let kind = t.kind.as_deref().unwrap_or("Service");
+    if !group.is_empty() || kind != "Service" {
+        return Err((
+            "InvalidKind",
+            format!("backendRef kind {group:?}/{kind:?} is not supported (only core Services)"),
+        ));
+    }
+    let bns = t.namespace.clone().unwrap_or_else(|| ns.clone());
+    let from = route.kind_name();
+    if bns != ns && !cx_grants(cx.w, &ns, from, &bns, "Service", &t.name) {
+        return Err((
+            "RefNotPermitted",
+            format!(
+                "no ReferenceGrant in {bns} lets {from}s of {ns} refer to Service {}",
+                t.name
+            ),
+        ));
+    }
+    let Some(port) = t.port else {
+        return Err((
+            "BackendNotFound",
+            format!("backendRef to Service {} has no port", t.name),
+        ));
+    };
+    cx.endpoints(&bns, &t.name, port)
+}
+
+/// The `mirror = [...]` line of a rule's RequestMirror filters, with a
+/// pool for each mirror's backend (members published beside the text, as
+/// the rule's own); a mirror whose backend does not resolve is left out
+/// (the route then says why in ResolvedRefs), one without a ready
+/// endpoint too (there is nobody to copy to).
+fn rule_mirrors(
+    cx: &mut Ctx,
+    route: &RouteIn,
+    idx: usize,
+    rule: &HttpRouteRule,
+    unresolved: &mut Option<(&'static str, String)>,
+) -> String {
+    let mut entries = Vec::new();
+    let mirrors = rule
+        .filters
+        .iter()
+        .filter_map(|f| f.request_mirror.as_ref());
+    for (k, m) in mirrors.enumerate() {
+        let (target, percent) = match request_mirror(m) {
+            // No request is copied: no mirror (the node refuses 0 %).
+            Ok((_, Some(p))) if p == 0.0 => continue,
+            Ok(tp) => tp,
+            Err(_) => continue, // refused whole at acceptance (UnsupportedValue)
+        };
+        let eps = match backend_endpoints(cx, route, &target) {
+            Ok(eps) if !eps.is_empty() => eps,
+            Ok(_) => continue,
+            Err(e) => {
+                unresolved.get_or_insert(e);
+                continue;
+            }
+        };
+        let name = format!(
+            "{}{}.{}.{}.mirror{k}",
+            route.kind.pool_prefix(),
+            ns_of(route.metadata),
+            route.metadata.name.as_deref().unwrap_or(""),
+            idx
+        );
+        cx.pools.insert(
+            name.clone(),
+            format!(
+                "[[pool]]\nname = {}\nalgorithm = \"round-robin\"\ncluster_members = true\n",
+                q(&name)
+            ),
+        );
+        cx.members.insert(
+            name.clone(),
+            eps.into_iter()
+                .map(|addr| MemberSpec { addr, weight: 1 })
+                .collect(),
+        );
+        entries.push(match percent {
+            Some(p) => format!("{{ pool = {}, percent = {p} }}", q(&name)),
+            None => format!("{{ pool = {} }}", q(&name)),
+        });
+    }
+    if entries.is_empty() {
+        return String::new();
+    }
+    format!("mirror = [{}]\n", entries.join(", "))
+}
+
+/// A RequestMirror filter's backend and share (None: every request), or
+/// why the node could not mirror as asked.
+fn request_mirror(m: &serde_json::Value) -> Result<(ObjectRef, Option<f64>), String> {
+    let target: ObjectRef = serde_json::from_value(m["backendRef"].clone())
+        .map_err(|e| format!("RequestMirror backendRef: {e}"))?;
+    let percent = match (m.get("percent"), m.get("fraction")) {
+        (Some(_), Some(_)) => {
+            return Err("RequestMirror takes percent or fraction, not both".into())
+        }
+        (Some(p), None) => Some(p.as_f64().unwrap_or(100.0)),
+        (None, Some(f)) => {
+            let num = f["numerator"].as_f64().unwrap_or(0.0);
+            let den = f["denominator"].as_f64().unwrap_or(100.0);
+            if den <= 0.0 || num < 0.0 || num > den {
+                return Err(format!(
+                    "RequestMirror fraction {num}/{den} is not a share (0 <= numerator <= denominator, denominator > 0)"
+                ));
+            }
+            Some(num * 100.0 / den)
+        }
+        (None, None) => None,
+    };
+    match percent {
+        Some(p) if !(0.0..=100.0).contains(&p) => Err(format!(
+            "RequestMirror percent {p} is not between 0 and 100"
+        )),
+        Some(p) if p >= 100.0 => Ok((target, None)),
+        p => Ok((target, p)),
+    }
+}
+
 /// The pool of a rule's backends (members published beside the text),
 /// or Err(the answer instead) when it has none.
 pub(crate) fn rule_pool(
@@ -455,37 +586,8 @@ pub(crate) fn rule_pool(
     let ns = ns_of(route.metadata);
     let mut backends = Vec::new();
     for b in &rule.backend_refs {
-        let t = &b.target;
-        let weight = t.weight.unwrap_or(1);
-        let group = t.group.as_deref().unwrap_or("");
-        let kind = t.kind.as_deref().unwrap_or("Service");
-        if !group.is_empty() || kind != "Service" {
-            unresolved.get_or_insert((
-                "InvalidKind",
-                format!("backendRef kind {group:?}/{kind:?} is not supported (only core Services)"),
-            ));
-            continue;
-        }
-        let bns = t.namespace.clone().unwrap_or_else(|| ns.clone());
-        let from = route.kind_name();
-        if bns != ns && !cx_grants(cx.w, &ns, from, &bns, "Service", &t.name) {
-            unresolved.get_or_insert((
-                "RefNotPermitted",
-                format!(
-                    "no ReferenceGrant in {bns} lets {from}s of {ns} refer to Service {}",
-                    t.name
-                ),
-            ));
-            continue;
-        }
-        let Some(port) = t.port else {
-            unresolved.get_or_insert((
-                "BackendNotFound",
-                format!("backendRef to Service {} has no port", t.name),
-            ));
-            continue;
-        };
-        match cx.endpoints(&bns, &t.name, port) {
+        let weight = b.target.weight.unwrap_or(1);
+        match backend_endpoints(cx, route, &b.target) {
             Ok(eps) => {
                 if weight > 0 {
                     backends.push((eps, weight));
@@ -1076,11 +1178,25 @@ pub fn render(w: &World, s: &Settings) -> Output {
                         | "ResponseHeaderModifier"
                         | "RequestRedirect"
                         | "URLRewrite"
+                        | "RequestMirror"
                 ) {
                     unsupported.get_or_insert(format!("filter {} is not supported yet", f.kind));
                 }
                 if let Some(Err(why)) = f.url_rewrite.as_ref().map(url_rewrite) {
                     unsupported.get_or_insert(why);
+                }
+                if let Some(m) = &f.request_mirror {
+                    if route.kind == Kind::GrpcRoute {
+                        // The node copies a body as it streams to the
+                        // member, before the answer is read: a
+                        // bidirectional stream would stall.
+                        unsupported.get_or_insert(
+                            "RequestMirror is not supported on GRPCRoute (streams would stall)"
+                                .into(),
+                        );
+                    } else if let Err(why) = request_mirror(m) {
+                        unsupported.get_or_insert(why);
+                    }
                 }
             }
             if rule.backend_refs.iter().any(|b| !b.filters.is_empty()) {
@@ -1222,6 +1338,13 @@ pub fn render(w: &World, s: &Settings) -> Output {
                     for (ri, rule) in route.rules.iter().enumerate() {
                         let mut unresolved_here = None;
                         let action = rule_action(&mut cx, &route, ri, rule, &mut unresolved_here);
+                        // Copies go with the rule's pool (a rule without
+                        // one answers itself: nothing to copy).
+                        let mirror = if action.starts_with("action = { pool") {
+                            rule_mirrors(&mut cx, &route, ri, rule, &mut unresolved_here)
+                        } else {
+                            String::new()
+                        };
                         if unresolved.is_none() {
                             unresolved = unresolved_here;
                         }
@@ -1279,6 +1402,12 @@ pub fn render(w: &World, s: &Settings) -> Output {
                                     .and_then(|u| url_rewrite(u).ok())
                                     .map(|r| r.line(m))
                                     .unwrap_or_default();
+                                // Likewise the copies (a redirect copies nothing).
+                                let mirror = if action.starts_with("action = { pool") {
+                                    mirror.as_str()
+                                } else {
+                                    ""
+                                };
                                 for t in tables {
                                     policies.entry(port).or_default().push(Rendered {
                                         key: (
@@ -1294,7 +1423,7 @@ pub fn render(w: &World, s: &Settings) -> Output {
                                             mi,
                                         ),
                                         text: format!(
-                                            "[[vserver.policy]]\nname = {}\n{t}\n{action}\n{rewrite}{edits}",
+                                            "[[vserver.policy]]\nname = {}\n{t}\n{action}\n{rewrite}{mirror}{edits}",
                                             q(&format!("{rns}/{rname} rule {ri} match {mi}"))
                                         ),
                                     });
@@ -1700,6 +1829,102 @@ mod tests {
         ] {
             assert!(url_rewrite(&bad).is_err(), "{bad}");
         }
+    }
+
+    /// RequestMirror: each mirror a pool of its Service's endpoints and an
+    /// entry of the policy's `mirror` (percent or fraction as a share),
+    /// none beside a redirect; what the node would refuse makes the route
+    /// not Accepted; the text is one the node takes.
+    #[test]
+    fn request_mirrors_render_or_are_refused() {
+        assert_eq!(
+            request_mirror(&json!({"backendRef": {"name": "s", "port": 80}, "fraction": {"numerator": 25, "denominator": 50}}))
+                .unwrap()
+                .1,
+            Some(50.0)
+        );
+        assert_eq!(
+            request_mirror(&json!({"backendRef": {"name": "s", "port": 80}, "percent": 100}))
+                .unwrap()
+                .1,
+            None
+        );
+        for bad in [
+            json!({"backendRef": {"name": "s", "port": 80}, "percent": 10, "fraction": {"numerator": 1}}),
+            json!({"backendRef": {"name": "s", "port": 80}, "fraction": {"numerator": 3, "denominator": 2}}),
+            json!({"backendRef": {"name": "s", "port": 80}, "percent": 101}),
+            json!({"percent": 10}),
+        ] {
+            assert!(request_mirror(&bad).is_err(), "{bad}");
+        }
+        let s = Settings {
+            controller_name: "me".into(),
+            listen_address: "127.0.0.1".parse().unwrap(),
+            port_offset: 20000,
+            status_address: "127.0.0.1".into(),
+        };
+        let mut w = World {
+            classes: vec![shared(
+                json!({"metadata": {"name": "c"}, "spec": {"controllerName": "me"}}),
+            )],
+            ..Default::default()
+        };
+        w.gateways.push(shared(json!({"metadata": {"name": "gw", "namespace": "default"}, "spec": {"gatewayClassName": "c", "listeners": [
+            {"name": "http", "port": 80, "protocol": "HTTP"}]}})));
+        for (i, name) in ["app", "shadow"].iter().enumerate() {
+            w.services.push(shared(json!({"metadata": {"name": name, "namespace": "default"},
+                "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": 3000, "protocol": "TCP"}]}})));
+            w.slices.push(shared(json!({"metadata": {"name": format!("{name}-1"), "namespace": "default",
+                "labels": {"kubernetes.io/service-name": name}}, "addressType": "IPv4",
+                "ports": [{"name": "http", "port": 3000, "protocol": "TCP"}],
+                "endpoints": [{"addresses": [format!("10.0.0.{}", i + 1)], "conditions": {"ready": true}}]})));
+        }
+        let mirror = |extra: Value| {
+            let mut m = json!({"backendRef": {"name": "shadow", "port": 8080}});
+            if let (Some(m), Some(e)) = (m.as_object_mut(), extra.as_object()) {
+                m.extend(e.clone());
+            }
+            json!({"type": "RequestMirror", "requestMirror": m})
+        };
+        w.routes.push(shared(json!({"metadata": {"name": "r", "namespace": "default", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"parentRefs": [{"name": "gw"}], "rules": [
+                {"matches": [{"path": {"type": "Exact", "value": "/all"}}], "filters": [mirror(json!({}))],
+                 "backendRefs": [{"name": "app", "port": 8080}]},
+                {"matches": [{"path": {"type": "Exact", "value": "/some"}}], "filters": [mirror(json!({"percent": 20}))],
+                 "backendRefs": [{"name": "app", "port": 8080}]},
+                {"matches": [{"path": {"type": "Exact", "value": "/away"}}], "filters": [mirror(json!({})),
+                    {"type": "RequestRedirect", "requestRedirect": {"hostname": "example.org"}}],
+                 "backendRefs": [{"name": "app", "port": 8080}]}]}})));
+        let out = render(&w, &s);
+        let text = out.config.unwrap();
+        assert!(
+            text.contains("mirror = [{ pool = \"default.r.0.mirror0\" }]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("mirror = [{ pool = \"default.r.1.mirror0\", percent = 20 }]"),
+            "{text}"
+        );
+        assert_eq!(text.matches("mirror = [").count(), 2, "{text}");
+        assert_eq!(
+            out.members["default.r.0.mirror0"][0].addr,
+            "10.0.0.2:3000".parse().unwrap()
+        );
+        let route = out.statuses.iter().find(|x| x.kind == Kind::HttpRoute);
+        let accepted = &route.expect("a route status").status["parents"][0]["conditions"][0];
+        assert_eq!(accepted["status"], "True", "{accepted}");
+        switchyard::config::parse("rendered", &text, None)
+            .unwrap_or_else(|e| panic!("the node refuses it: {e}\n{text}"));
+        // A mirror the node could not carry out: the route is refused.
+        w.routes = vec![shared(
+            json!({"metadata": {"name": "r", "namespace": "default", "creationTimestamp": "2026-01-01T00:00:00Z"},
+            "spec": {"parentRefs": [{"name": "gw"}], "rules": [
+                {"filters": [mirror(json!({"percent": 150}))], "backendRefs": [{"name": "app", "port": 8080}]}]}}),
+        )];
+        let out = render(&w, &s);
+        let route = out.statuses.iter().find(|x| x.kind == Kind::HttpRoute);
+        let accepted = &route.expect("a route status").status["parents"][0]["conditions"][0];
+        assert_eq!(accepted["reason"], "UnsupportedValue", "{accepted}");
     }
 
     #[test]

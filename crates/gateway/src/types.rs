@@ -242,6 +242,7 @@ pub struct HttpRouteFilter {
     pub response_header_modifier: Option<HeaderModifier>,
     pub request_redirect: Option<RequestRedirect>,
     pub url_rewrite: Option<serde_json::Value>,
+    pub request_mirror: Option<serde_json::Value>,
 }
 
 #[derive(Clone, Debug, Deserialize, Serialize, Default)]
