@@ -500,7 +500,7 @@ fn rule_mirrors(
     for (k, m) in mirrors.enumerate() {
         let (target, percent) = match request_mirror(m) {
             // No request is copied: no mirror (the node refuses 0 %).
-            Ok((_, Some(p))) if p == 0.0 => continue,
+            Ok((_, Some(0.0))) => continue,
             Ok(tp) => tp,
             Err(_) => continue, // refused whole at acceptance (UnsupportedValue)
         };
