@@ -970,7 +970,14 @@ fn gateway_api_on_a_real_api_server() {
     assert_eq!(gw2["status"]["addresses"][0]["value"], "127.0.0.2", "{gw2}");
 
     // The conformance suite's GATEWAY-HTTP core cases ported here.
-    let results = conformance::run(&api, &|i| pod_ip(30 + i as u8), http_port, &controller_log);
+    let echo_log = || std::fs::read_to_string(dir.join("echo.log")).unwrap_or_default();
+    let results = conformance::run(
+        &api,
+        &|i| pod_ip(30 + i as u8),
+        http_port,
+        &controller_log,
+        &echo_log,
+    );
     let failed: Vec<_> = results.iter().filter(|r| r.2.is_err()).collect();
     assert!(
         failed.is_empty(),

@@ -3,10 +3,12 @@ suite's echo-basic: answers every request with JSON naming the request
 (path, method, host, headers) and the "pod" that served it.
 
 usage: echo.py ADDRESS PORT POD NAMESPACE [ADDRESS PORT POD NAMESPACE ...]
-(one server per address, each in a thread)."""
+(one server per address, each in a thread). Each request answered is
+logged on stdout: "echoed POD NAMESPACE METHOD PATH"."""
 import base64
 import hashlib
 import json
+import os
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,6 +24,11 @@ def handler(pod, namespace):
             n = int(self.headers.get("content-length") or 0)
             if n:
                 self.rfile.read(n)
+            # The suite's echo logs each request it answers: its mirror
+            # cases look for the copies in the mirrored pod's log.
+            # One write(2) per line: print() from several threads at once
+            # runs lines together.
+            os.write(1, f"echoed {pod} {namespace} {self.command} {self.path}\n".encode())
             headers = {}
             for k, v in self.headers.items():
                 headers.setdefault(k.title(), []).append(v)

@@ -88,6 +88,9 @@ struct Expect {
     /// The path and the Host the backend must see (a URLRewrite's).
     saw_path: Option<&'static str>,
     saw_host: Option<&'static str>,
+    /// Backends (in the infra namespace) that must get a copy of the
+    /// request (RequestMirror): their echo logs it.
+    mirrored_to: &'static [&'static str],
 }
 
 impl Expect {
@@ -104,6 +107,14 @@ impl Expect {
         Expect {
             saw_path: Some(path),
             saw_host: host,
+            ..self
+        }
+    }
+
+    /// Copies of the request reach these backends too.
+    const fn mirrored_to(self, backends: &'static [&'static str]) -> Expect {
+        Expect {
+            mirrored_to: backends,
             ..self
         }
     }
@@ -147,6 +158,7 @@ const fn to(path: &'static str, backend: &'static str) -> Expect {
         tls: false,
         saw_path: None,
         saw_host: None,
+        mirrored_to: &[],
     }
 }
 
@@ -169,6 +181,7 @@ const fn with(
         tls: false,
         saw_path: None,
         saw_host: None,
+        mirrored_to: &[],
     }
 }
 
@@ -191,6 +204,7 @@ const fn status(
         tls: false,
         saw_path: None,
         saw_host: None,
+        mirrored_to: &[],
     }
 }
 
@@ -294,6 +308,10 @@ struct Case {
     gateway_conditions: &'static [(&'static str, (&'static str, &'static str, &'static str))],
     /// An extended case: the feature it shows (reported apart from core).
     extended: Option<&'static str>,
+    /// Mirrored shares (the suite's HTTPRouteRequestPercentageMirror):
+    /// of 500 requests to the path, the backend must get a copy of
+    /// `percent` % within three standard deviations of the binomial.
+    mirror_shares: &'static [(&'static str, &'static str, f64)],
 }
 
 impl Default for Case {
@@ -319,6 +337,7 @@ impl Default for Case {
             distribution: &[],
             prepare: None,
             extended: None,
+            mirror_shares: &[],
         }
     }
 }
@@ -406,6 +425,7 @@ fn cases() -> Vec<Case> {
                     tls: false,
                     saw_path: None,
                     saw_host: None,
+                    mirrored_to: &[],
                 },
                 Expect {
                     path: "/host-and-status",
@@ -421,6 +441,7 @@ fn cases() -> Vec<Case> {
                     tls: false,
                     saw_path: None,
                     saw_host: None,
+                    mirrored_to: &[],
                 },
             ],
             ..Default::default()
@@ -982,7 +1003,126 @@ fn cases() -> Vec<Case> {
             extended: Some("HTTPRouteHostRewrite"),
             ..Default::default()
         },
+        Case {
+            name: "HTTPRouteRequestMirror",
+            manifest: "httproute-request-mirror.yaml",
+            route: "request-mirror",
+            more: &[("ResolvedRefs", "True", "ResolvedRefs")],
+            expect: vec![
+                to("/mirror", V1).reaching("/mirror", None).mirrored_to(&[V2]),
+                with("/mirror-and-modify-headers", TO_MODIFY_MIRRORED, V1)
+                    .reaching("/mirror-and-modify-headers", None)
+                    .seeing(MODIFIED, &["X-Header-Remove"])
+                    .mirrored_to(&[V2]),
+            ],
+            extended: Some("HTTPRouteRequestMirror"),
+            ..Default::default()
+        },
+        Case {
+            name: "HTTPRouteRequestMultipleMirrors",
+            manifest: "httproute-request-multiple-mirrors.yaml",
+            route: "request-multiple-mirrors",
+            more: &[("ResolvedRefs", "True", "ResolvedRefs")],
+            expect: vec![
+                to("/multi-mirror", V1)
+                    .reaching("/multi-mirror", None)
+                    .mirrored_to(&[V2, V3]),
+                with(
+                    "/multi-mirror-and-modify-request-headers",
+                    TO_MODIFY_MIRRORED,
+                    V1,
+                )
+                .reaching("/multi-mirror-and-modify-request-headers", None)
+                .seeing(MODIFIED, &["X-Header-Remove"])
+                .mirrored_to(&[V2, V3]),
+            ],
+            extended: Some("HTTPRouteRequestMultipleMirrors"),
+            ..Default::default()
+        },
+        Case {
+            name: "HTTPRouteRequestPercentageMirror",
+            manifest: "httproute-request-percentage-mirror.yaml",
+            route: "request-percentage-mirror",
+            more: &[("ResolvedRefs", "True", "ResolvedRefs")],
+            expect: vec![
+                to("/percent-mirror", V1),
+                to("/percent-mirror-fraction", V1),
+                with("/percent-mirror-and-modify-headers", TO_MODIFY_MIRRORED, V1)
+                    .seeing(MODIFIED, &["X-Header-Remove"]),
+            ],
+            mirror_shares: &[
+                ("/percent-mirror", V2, 20.0),
+                ("/percent-mirror-fraction", V2, 50.0),
+                ("/percent-mirror-and-modify-headers", V2, 35.0),
+            ],
+            extended: Some("HTTPRouteRequestPercentageMirror"),
+            ..Default::default()
+        },
     ]
+}
+
+/// The mirror cases' request headers (the suite's: no X-Header-Set).
+const TO_MODIFY_MIRRORED: &[(&str, &str)] = &[
+    ("X-Header-Remove", "remove-val"),
+    ("X-Header-Add-Append", "append-val-1"),
+];
+
+/// How many copies of `path` (query included) `backend`'s echo logged.
+fn copies_logged(echo_log: &str, backend: &str, path: &str) -> usize {
+    let pod = format!("{backend}-pod");
+    echo_log
+        .lines()
+        .filter(|l| {
+            let mut w = l.split(' ');
+            w.next() == Some("echoed") && w.next() == Some(pod.as_str()) && w.nth(2) == Some(path)
+        })
+        .count()
+}
+
+/// The suite's TestMirroredRequestsDistribution: 500 requests to `path`
+/// (10 at a time, each round with a query of its own), and the copies
+/// `backend` logged within three standard deviations of 500 x percent.
+/// Up to five rounds, as the suite tries.
+fn mirror_share(
+    addr: SocketAddr,
+    echo_log: &dyn Fn() -> String,
+    (path, backend, percent): (&str, &str, f64),
+) -> Result<(), String> {
+    const N: usize = 500;
+    let p = percent / 100.0;
+    let band = 3.0 * (N as f64 * p * (1.0 - p)).sqrt();
+    let mut last = String::new();
+    for round in 0..5 {
+        let with_query = format!("{path}?round={round}-{}", std::process::id());
+        let sent = std::sync::atomic::AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..10 {
+                s.spawn(|| {
+                    while sent.fetch_add(1, std::sync::atomic::Ordering::Relaxed) < N {
+                        let _ = get(addr, "example.com", &with_query, &[]);
+                    }
+                });
+            }
+        });
+        // The copies go out beside the answers: let the last ones land.
+        let mut copies = copies_logged(&echo_log(), backend, &with_query);
+        for _ in 0..20 {
+            std::thread::sleep(Duration::from_millis(100));
+            let now = copies_logged(&echo_log(), backend, &with_query);
+            if now == copies {
+                break;
+            }
+            copies = now;
+        }
+        let want = N as f64 * p;
+        if (copies as f64 - want).abs() <= band {
+            return Ok(());
+        }
+        last = format!(
+            "{path}: {copies} of {N} requests mirrored to {backend}, expected {want:.0} +- {band:.0}"
+        );
+    }
+    Err(last)
 }
 
 /// One request's mismatch, or None when it got what was expected.
@@ -1095,6 +1235,7 @@ pub fn run(
     pod_ip: &dyn Fn(usize) -> String,
     http_port: u16,
     log: &dyn Fn() -> String,
+    echo_log: &dyn Fn() -> String,
 ) -> Vec<CaseResult> {
     // Base: namespaces, Gateways (each on its own address), Services with
     // one endpoint each.
@@ -1325,6 +1466,13 @@ pub fn run(
                 if !eventually(Duration::from_secs(30), || mismatch(addr, e).is_none()) {
                     return Err(mismatch(addr, e).unwrap_or_else(|| "flapping".into()));
                 }
+                for b in e.mirrored_to {
+                    if !eventually(Duration::from_secs(30), || {
+                        copies_logged(&echo_log(), b, e.path) > 0
+                    }) {
+                        return Err(format!("{}: no copy of the request reached {b}", e.path));
+                    }
+                }
             }
             Ok(())
         };
@@ -1333,6 +1481,11 @@ pub fn run(
         }
         if outcome.is_ok() && !case.distribution.is_empty() {
             outcome = distributed(address(&gateways, case.gateway), case.distribution);
+        }
+        for share in case.mirror_shares {
+            if outcome.is_ok() {
+                outcome = mirror_share(address(&gateways, case.gateway), echo_log, *share);
+            }
         }
         if let (Ok(()), Some(what)) = (&outcome, case.then_delete) {
             api.delete(what);
