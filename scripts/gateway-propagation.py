@@ -218,7 +218,8 @@ def main():
         # Every route kind the controller watches: it waits for each
         # watch's first list before it renders anything.
         for f in ("gatewayclasses", "gateways", "httproutes", "referencegrants",
-                  "grpcroutes", "tlsroutes", "tcproutes", "udproutes"):
+                  "grpcroutes", "tlsroutes", "tcproutes", "udproutes",
+                  "backendtlspolicies"):
             text = open(os.path.join(crds, f"gateway.networking.k8s.io_{f}.yaml"), "rb").read()
             path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{f}.gateway.networking.k8s.io"
             code, body = api.call("PATCH", path + "?fieldManager=bench&force=true", text,

@@ -14,6 +14,7 @@
 
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
+mod backend_tls;
 mod conflicts;
 mod events;
 mod grpc;
@@ -33,7 +34,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use kube::api::Api;
@@ -250,10 +251,14 @@ fn with_times(desired: &Value, current: &Value, now: &str) -> Value {
                                     (v.get("name").is_some() && c.get("name") == v.get("name"))
                                         || (v.get("parentRef").is_some()
                                             && c.get("parentRef") == v.get("parentRef"))
+                                        || (v.get("ancestorRef").is_some()
+                                            && c.get("ancestorRef") == v.get("ancestorRef"))
                                 })
                                 .or_else(|| {
                                     cs.get(i).filter(|_| {
-                                        v.get("name").is_none() && v.get("parentRef").is_none()
+                                        v.get("name").is_none()
+                                            && v.get("parentRef").is_none()
+                                            && v.get("ancestorRef").is_none()
                                     })
                                 })
                         })
@@ -300,6 +305,9 @@ fn current_statuses(world: &World) -> BTreeMap<status_writer::Key, Value> {
     for o in &world.udp_routes {
         out.insert(key(Kind::UdpRoute, o), o.status.clone());
     }
+    for o in &world.backend_tls {
+        out.insert(key(Kind::BackendTlsPolicy, o), o.status.clone());
+    }
     for o in &world.ingresses {
         if let Ok(v) = serde_json::to_value(&o.status) {
             out.insert(key(Kind::Ingress, o), v);
@@ -311,9 +319,15 @@ fn current_statuses(world: &World) -> BTreeMap<status_writer::Key, Value> {
 /// A route's status keeps the parents other controllers wrote.
 fn merge_foreign(desired: Value, current: &Value, controller: &str) -> Value {
     let mut d = desired;
-    if let Some(parents) = d.get_mut("parents").and_then(Value::as_array_mut) {
+    // A route's parents, a policy's ancestors.
+    let list = if d.get("ancestors").is_some() {
+        "ancestors"
+    } else {
+        "parents"
+    };
+    if let Some(parents) = d.get_mut(list).and_then(Value::as_array_mut) {
         for p in current
-            .get("parents")
+            .get(list)
             .and_then(Value::as_array)
             .into_iter()
             .flatten()
@@ -389,7 +403,27 @@ async fn main() {
     let (ingresses, at_ingresses) = watch(Api::<Ingress>::all(client.clone()), changed.clone());
     let (ingress_classes, at_ingress_classes) =
         watch(Api::<IngressClass>::all(client.clone()), changed.clone());
-    let positions = [
+    // BackendTLSPolicies and the ConfigMaps of their CA certificates,
+    // where the API serves BackendTLSPolicy (its CRD came with the
+    // standard channel in v1.4; a cluster with older CRDs has no policy
+    // to follow, and the ConfigMaps are not needed then).
+    let tls_policies = match Api::<BackendTlsPolicy>::all(client.clone())
+        .list_metadata(&kube::api::ListParams::default().limit(1))
+        .await
+    {
+        Ok(_) => Some((
+            watch(
+                Api::<BackendTlsPolicy>::all(client.clone()),
+                changed.clone(),
+            ),
+            watch(Api::<ConfigMap>::all(client.clone()), changed.clone()),
+        )),
+        Err(e) => {
+            log(format!("BackendTLSPolicy is not served ({e}): no backend TLS policy is followed; install the Gateway API v1.7 standard CRDs to have them"));
+            None
+        }
+    };
+    let mut positions = vec![
         &*at_classes,
         &*at_gateways,
         &*at_routes,
@@ -405,6 +439,9 @@ async fn main() {
         &*at_ingresses,
         &*at_ingress_classes,
     ];
+    if let Some(((_, at_policies), (_, at_config_maps))) = &tls_policies {
+        positions.extend([&**at_policies, &**at_config_maps]);
+    }
     for r in [
         classes.wait_until_ready().await,
         gateways.wait_until_ready().await,
@@ -420,7 +457,15 @@ async fn main() {
         secrets.wait_until_ready().await,
         ingresses.wait_until_ready().await,
         ingress_classes.wait_until_ready().await,
-    ] {
+    ]
+    .into_iter()
+    .chain(match &tls_policies {
+        Some(((policies, _), (config_maps, _))) => vec![
+            policies.wait_until_ready().await,
+            config_maps.wait_until_ready().await,
+        ],
+        None => Vec::new(),
+    }) {
         if let Err(e) = r {
             eprintln!("watch: {e}");
             std::process::exit(1);
@@ -477,6 +522,14 @@ async fn main() {
             secrets: objects(&secrets),
             ingresses: objects(&ingresses),
             ingress_classes: objects(&ingress_classes),
+            backend_tls: tls_policies
+                .as_ref()
+                .map(|((p, _), _)| objects(p))
+                .unwrap_or_default(),
+            config_maps: tls_policies
+                .as_ref()
+                .map(|(_, (c, _))| objects(c))
+                .unwrap_or_default(),
         };
         let began = std::time::Instant::now();
         let out = render::render(&world, &args.settings);
@@ -650,7 +703,7 @@ async fn main() {
                 .map(|st| {
                     let key = (st.kind, st.namespace.clone(), st.name.clone());
                     let now = current.get(&key).cloned().unwrap_or(Value::Null);
-                    let desired = if st.kind.is_route() {
+                    let desired = if st.kind.is_route() || st.kind == Kind::BackendTlsPolicy {
                         merge_foreign(st.status, &now, &controller_name)
                     } else {
                         st.status

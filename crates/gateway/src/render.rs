@@ -22,11 +22,12 @@ use std::fmt::Write;
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use k8s_openapi::api::core::v1::{Namespace, Secret, Service};
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Secret, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::api::networking::v1::{Ingress, IngressClass};
 use serde_json::{json, Value};
 
+use crate::backend_tls;
 use crate::types::*;
 use switchyard::cluster::members::MemberSpec;
 
@@ -62,6 +63,10 @@ pub struct World {
     /// `networking.k8s.io/v1` Ingresses and IngressClasses (ingress.rs).
     pub ingresses: Vec<Arc<Ingress>>,
     pub ingress_classes: Vec<Arc<IngressClass>>,
+    /// BackendTLSPolicies and the ConfigMaps their CA certificates are in
+    /// (backend_tls.rs).
+    pub backend_tls: Vec<Arc<BackendTlsPolicy>>,
+    pub config_maps: Vec<Arc<ConfigMap>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -74,6 +79,7 @@ pub enum Kind {
     TlsRoute,
     TcpRoute,
     UdpRoute,
+    BackendTlsPolicy,
 }
 
 impl Kind {
@@ -311,6 +317,10 @@ pub(crate) struct Ctx<'a> {
     by_name: ServiceIndex<'a>,
     pub pools: BTreeMap<String, String>,
     pub members: BTreeMap<String, Vec<MemberSpec>>,
+    /// The BackendTLSPolicies, judged; they learn which Gateways use them.
+    pub btls: crate::backend_tls::Policies,
+    /// The Gateway (namespace, name) whose routes are being rendered.
+    pub gateway: Option<(String, String)>,
 }
 
 type NsName<'a> = (&'a str, &'a str);
@@ -355,7 +365,23 @@ impl<'a> Ctx<'a> {
             by_name: ServiceIndex::of(w),
             pools: BTreeMap::new(),
             members: BTreeMap::new(),
+            btls: crate::backend_tls::Policies::judge(w),
+            gateway: None,
         }
+    }
+
+    /// The name of port `port` of Service `ns/name` (a BackendTLSPolicy's
+    /// sectionName), if it has one.
+    pub(crate) fn port_name(&self, ns: &str, name: &str, port: i32) -> Option<String> {
+        self.service(ns, name)?
+            .spec
+            .as_ref()?
+            .ports
+            .as_ref()?
+            .iter()
+            .find(|p| p.port == port)?
+            .name
+            .clone()
     }
 
     /// Service `ns/name`, if it exists.
@@ -585,20 +611,57 @@ pub(crate) fn rule_pool(
 ) -> Result<String, &'static str> {
     let ns = ns_of(route.metadata);
     let mut backends = Vec::new();
+    // The pool's TLS to its members (BackendTLSPolicy): the first
+    // backend's; a backend that would need other TLS, or whose policy is
+    // not valid, is left out (never sent plain text).
+    let mut tls: Option<String> = None;
+    let mut refused = false;
     for b in &rule.backend_refs {
         let weight = b.target.weight.unwrap_or(1);
-        match backend_endpoints(cx, route, &b.target) {
-            Ok(eps) => {
-                if weight > 0 {
-                    backends.push((eps, weight));
-                }
-            }
+        let eps = match backend_endpoints(cx, route, &b.target) {
+            Ok(eps) => eps,
             Err(e) => {
                 unresolved.get_or_insert(e);
+                continue;
             }
+        };
+        let bns = b.target.namespace.clone().unwrap_or_else(|| ns.clone());
+        let port_name = b
+            .target
+            .port
+            .and_then(|p| cx.port_name(&bns, &b.target.name, p));
+        let table = match cx.btls.for_backend(
+            &bns,
+            &b.target.name,
+            port_name.as_deref(),
+            cx.gateway.as_ref(),
+        ) {
+            backend_tls::Use::Refused => {
+                refused = true;
+                continue;
+            }
+            backend_tls::Use::Plain => String::new(),
+            backend_tls::Use::Tls(t) => t,
+        };
+        match &tls {
+            None => tls = Some(table),
+            Some(first) if *first != table => {
+                unresolved.get_or_insert((
+                    "UnsupportedProtocol",
+                    format!(
+                        "Service {bns}/{} needs other TLS than the rule's first backend (BackendTLSPolicy); one pool speaks one way to its members",
+                        b.target.name
+                    ),
+                ));
+                continue;
+            }
+            Some(_) => {}
+        }
+        if weight > 0 {
+            backends.push((eps, weight));
         }
     }
-    if rule.backend_refs.is_empty() || (backends.is_empty() && unresolved.is_some()) {
+    if rule.backend_refs.is_empty() || (backends.is_empty() && (unresolved.is_some() || refused)) {
         return Err(NO_USABLE_BACKEND);
     }
     let Some((shares, top)) = endpoint_shares(&backends) else {
@@ -640,8 +703,9 @@ pub(crate) fn rule_pool(
     cx.pools.insert(
         name.clone(),
         format!(
-            "[[pool]]\nname = {}\nalgorithm = \"{algorithm}\"\n{protocol}cluster_members = true\n",
-            q(&name)
+            "[[pool]]\nname = {}\nalgorithm = \"{algorithm}\"\n{protocol}cluster_members = true\n{}",
+            q(&name),
+            tls.unwrap_or_default()
         ),
     );
     cx.members.insert(name.clone(), members);
@@ -1335,6 +1399,10 @@ pub fn render(w: &World, s: &Settings) -> Output {
                     if route.kind == Kind::GrpcRoute {
                         grpc_ports.insert(port);
                     }
+                    cx.gateway = Some((
+                        ns_of(&gw.metadata),
+                        gw.metadata.name.clone().unwrap_or_default(),
+                    ));
                     for (ri, rule) in route.rules.iter().enumerate() {
                         let mut unresolved_here = None;
                         let action = rule_action(&mut cx, &route, ri, rule, &mut unresolved_here);
@@ -1618,6 +1686,11 @@ pub fn render(w: &World, s: &Settings) -> Output {
             }
         }
     }
+    // BackendTLSPolicies: their CA bundles, and their statuses now that
+    // the routes said which Gateways use them.
+    cx.gateway = None;
+    files.extend(std::mem::take(&mut cx.btls.files));
+    statuses.extend(cx.btls.statuses(&s.controller_name));
     // Ingresses (ingress.rs) join the Gateways' vservers on ports 80/443.
     let mut events = Vec::new();
     crate::ingress::render(

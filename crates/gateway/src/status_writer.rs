@@ -30,7 +30,9 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 
 use crate::render::Kind;
-use crate::types::{Gateway, GatewayClass, GrpcRoute, HttpRoute, TcpRoute, TlsRoute, UdpRoute};
+use crate::types::{
+    BackendTlsPolicy, Gateway, GatewayClass, GrpcRoute, HttpRoute, TcpRoute, TlsRoute, UdpRoute,
+};
 use k8s_openapi::api::networking::v1::Ingress;
 
 /// An object: its kind, namespace and name.
@@ -203,6 +205,10 @@ async fn patch(client: &Client, (kind, ns, name): &Key, full: &Value) -> Result<
             .await
             .map(|_| ()),
         Kind::UdpRoute => Api::<UdpRoute>::namespaced(c, ns)
+            .patch_status(name, &pp, &patch)
+            .await
+            .map(|_| ()),
+        Kind::BackendTlsPolicy => Api::<BackendTlsPolicy>::namespaced(c, ns)
             .patch_status(name, &pp, &patch)
             .await
             .map(|_| ()),

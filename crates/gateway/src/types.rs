@@ -411,3 +411,40 @@ macro_rules! l4_route {
 l4_route!(TlsRoute, "TLSRoute", "tlsroutes");
 l4_route!(TcpRoute, "TCPRoute", "tcproutes");
 l4_route!(UdpRoute, "UDPRoute", "udproutes");
+
+/// BackendTLSPolicy (v1): how the Gateway speaks TLS to a Service's pods.
+#[derive(Clone, Debug, Deserialize, Serialize)]
+pub struct BackendTlsPolicy {
+    pub metadata: ObjectMeta,
+    pub spec: BackendTlsPolicySpec,
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub status: serde_json::Value,
+}
+resource!(
+    BackendTlsPolicy,
+    "BackendTLSPolicy",
+    "backendtlspolicies",
+    "v1",
+    k8s_openapi::NamespaceResourceScope
+);
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendTlsPolicySpec {
+    #[serde(default)]
+    pub target_refs: Vec<ObjectRef>,
+    pub validation: BackendTlsValidation,
+}
+
+#[derive(Clone, Debug, Deserialize, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct BackendTlsValidation {
+    #[serde(default)]
+    pub ca_certificate_refs: Vec<ObjectRef>,
+    #[serde(rename = "wellKnownCACertificates")]
+    pub well_known_ca_certificates: Option<String>,
+    #[serde(default)]
+    pub hostname: String,
+    #[serde(default)]
+    pub subject_alt_names: Vec<serde_json::Value>,
+}

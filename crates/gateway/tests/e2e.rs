@@ -173,6 +173,7 @@ fn gateway_api_on_a_real_api_server() {
         "tlsroutes",
         "tcproutes",
         "udproutes",
+        "backendtlspolicies",
     ] {
         let text =
             std::fs::read_to_string(crds.join(format!("gateway.networking.k8s.io_{f}.yaml")))

@@ -558,6 +558,7 @@ pub fn start(test: &str, pods: u8) -> Option<Cluster> {
         "tlsroutes",
         "tcproutes",
         "udproutes",
+        "backendtlspolicies",
     ] {
         let text =
             std::fs::read_to_string(crds.join(format!("gateway.networking.k8s.io_{f}.yaml")))

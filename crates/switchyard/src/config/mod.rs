@@ -18,6 +18,7 @@ pub mod shield;
 pub mod snapshot;
 mod tls_server;
 mod tls_upstream;
+pub use tls_upstream::check_ca_bundle;
 pub mod tokens;
 pub mod types;
 pub mod waf;

@@ -53,6 +53,27 @@ fn fingerprint(parts: &[&[u8]]) -> Vec<u8> {
     h.finish().as_ref().to_vec()
 }
 
+/// Whether `pem` is a CA bundle a pool's `ca` may name: PEM certificates,
+/// at least one, each usable as a trust anchor (what `build` requires of
+/// the file). Err says why not. The Gateway controller checks a
+/// BackendTLSPolicy's CA certificates with it before it publishes them,
+/// so a bad one refuses that policy, never the nodes' whole configuration.
+pub fn check_ca_bundle(pem: &[u8]) -> Result<usize, String> {
+    let certs = CertificateDer::pem_slice_iter(pem)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("not valid PEM: {e}"))?;
+    if certs.is_empty() {
+        return Err("no PEM certificate (a \"-----BEGIN CERTIFICATE-----\" block)".into());
+    }
+    let mut roots = RootCertStore::empty();
+    for c in &certs {
+        roots
+            .add(c.clone())
+            .map_err(|e| format!("a certificate is not usable as a trust anchor: {e}"))?;
+    }
+    Ok(certs.len())
+}
+
 /// The trust anchors: the pool's `ca` file (every certificate must be
 /// usable), or the system bundle (the ones webpki can use).
 fn roots(
