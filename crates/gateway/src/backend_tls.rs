@@ -343,31 +343,17 @@ fn judge_one(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::render::{render, Settings};
+    use crate::render::render;
+    use crate::render::test_world::{self, settings, shared};
 
     /// A CA certificate (EC P-256, self-signed, valid for 100 years).
     const CA: &str = "-----BEGIN CERTIFICATE-----\nMIIBezCCASGgAwIBAgIUVNXMg9UFRj1bWO32J8WSJvGWI6AwCgYIKoZIzj0EAwIw\nEjEQMA4GA1UEAwwHVGVzdCBDQTAgFw0yNjEyMDQxODE1MDlaGA8yMTI2MTExMDE4\nMTUwOVowEjEQMA4GA1UEAwwHVGVzdCBDQTBZMBMGByqGSM49AgEGCCqGSM49AwEH\nA0IABEogR6hHimWHUhK2pJZnCD0hi8sI+E2Z7lK/3qQb7W0YmdfURyWLzvKRdlDM\n7a7VEwhYZHUhWWYwYvAf377cUmCjUzBRMB0GA1UdDgQWBBTnhzAQOWjg3t7KHAL8\nz+LiE2PjLjAfBgNVHSMEGDAWgBTnhzAQOWjg3t7KHAL8z+LiE2PjLjAPBgNVHRMB\nAf8EBTADAQH/MAoGCCqGSM49BAMCA0gAMEUCIQDqZMMOJTTCe6EB5JhccfR1clZ+\nDDVFw0zj1tXVYhVXdQIgMKQw4tgs4e5HNkGzIDdRdzuCxo5sYKP+t6huwzWGiiQ=\n-----END CERTIFICATE-----\n";
 
-    fn shared<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
-        Arc::new(serde_json::from_value(v).expect("object"))
-    }
-
     fn world(policies: Vec<Value>) -> World {
-        let mut w = World {
-            classes: vec![shared(
-                json!({"metadata": {"name": "c"}, "spec": {"controllerName": "me"}}),
-            )],
-            ..Default::default()
-        };
-        w.gateways.push(shared(json!({"metadata": {"name": "gw", "namespace": "default"}, "spec": {"gatewayClassName": "c", "listeners": [
-            {"name": "http", "port": 80, "protocol": "HTTP"}]}})));
+        let mut w = test_world::one_gateway();
         for (i, name) in ["secure", "plain"].iter().enumerate() {
-            w.services.push(shared(json!({"metadata": {"name": name, "namespace": "default"},
-                "spec": {"ports": [{"name": "btls", "port": 443, "targetPort": 8443, "protocol": "TCP"}]}})));
-            w.slices.push(shared(json!({"metadata": {"name": format!("{name}-1"), "namespace": "default",
-                "labels": {"kubernetes.io/service-name": name}}, "addressType": "IPv4",
-                "ports": [{"name": "btls", "port": 8443, "protocol": "TCP"}],
-                "endpoints": [{"addresses": [format!("10.0.0.{}", i + 1)], "conditions": {"ready": true}}]})));
+            let ip = format!("10.0.0.{}", i + 1);
+            test_world::add_service(&mut w, name, (443, "btls", 8443), &ip);
         }
         w.config_maps.push(shared(
             json!({"metadata": {"name": "ca", "namespace": "default"}, "data": {"ca.crt": CA}}),
@@ -392,15 +378,6 @@ mod tests {
         }
         json!({"metadata": {"name": name, "namespace": "default", "generation": 1},
             "spec": {"targetRefs": [target], "validation": validation}})
-    }
-
-    fn settings() -> Settings {
-        Settings {
-            controller_name: "me".into(),
-            listen_address: "127.0.0.1".parse().unwrap(),
-            port_offset: 0,
-            status_address: "127.0.0.1".into(),
-        }
     }
 
     /// (Accepted, ResolvedRefs) of a policy's ancestor entry for gw.

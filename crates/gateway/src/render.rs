@@ -1816,6 +1816,57 @@ pub(crate) fn parent_ref_status(pns: &str, pref: &ObjectRef) -> serde_json::Valu
     parent_ref
 }
 
+/// Worlds for the unit tests: one GatewayClass "c" of controller "me"
+/// and its Gateway default/gw with an HTTP listener on port 80, and
+/// Services with one ready endpoint each.
+#[cfg(test)]
+pub(crate) mod test_world {
+    use super::*;
+
+    pub(crate) fn shared<T: serde::de::DeserializeOwned>(v: Value) -> Arc<T> {
+        Arc::new(serde_json::from_value(v).expect("object"))
+    }
+
+    pub(crate) fn one_gateway() -> World {
+        let mut w = World {
+            classes: vec![shared(
+                json!({"metadata": {"name": "c"}, "spec": {"controllerName": "me"}}),
+            )],
+            ..Default::default()
+        };
+        w.gateways.push(shared(json!({"metadata": {"name": "gw", "namespace": "default"}, "spec": {"gatewayClassName": "c", "listeners": [
+            {"name": "http", "port": 80, "protocol": "HTTP"}]}})));
+        w
+    }
+
+    /// Service default/`name` with port `port` named `port_name` to
+    /// `target` on the pod at `ip`.
+    pub(crate) fn add_service(
+        w: &mut World,
+        name: &str,
+        (port, port_name, target): (u16, &str, u16),
+        ip: &str,
+    ) {
+        w.services.push(shared(json!({"metadata": {"name": name, "namespace": "default"},
+            "spec": {"ports": [{"name": port_name, "port": port, "targetPort": target, "protocol": "TCP"}]}})));
+        w.slices.push(shared(
+            json!({"metadata": {"name": format!("{name}-1"), "namespace": "default",
+            "labels": {"kubernetes.io/service-name": name}}, "addressType": "IPv4",
+            "ports": [{"name": port_name, "port": target, "protocol": "TCP"}],
+            "endpoints": [{"addresses": [ip], "conditions": {"ready": true}}]}),
+        ));
+    }
+
+    pub(crate) fn settings() -> Settings {
+        Settings {
+            controller_name: "me".into(),
+            listen_address: "127.0.0.1".parse().unwrap(),
+            port_offset: 0,
+            status_address: "127.0.0.1".into(),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1930,27 +1981,11 @@ mod tests {
         ] {
             assert!(request_mirror(&bad).is_err(), "{bad}");
         }
-        let s = Settings {
-            controller_name: "me".into(),
-            listen_address: "127.0.0.1".parse().unwrap(),
-            port_offset: 20000,
-            status_address: "127.0.0.1".into(),
-        };
-        let mut w = World {
-            classes: vec![shared(
-                json!({"metadata": {"name": "c"}, "spec": {"controllerName": "me"}}),
-            )],
-            ..Default::default()
-        };
-        w.gateways.push(shared(json!({"metadata": {"name": "gw", "namespace": "default"}, "spec": {"gatewayClassName": "c", "listeners": [
-            {"name": "http", "port": 80, "protocol": "HTTP"}]}})));
+        let s = test_world::settings();
+        let mut w = test_world::one_gateway();
         for (i, name) in ["app", "shadow"].iter().enumerate() {
-            w.services.push(shared(json!({"metadata": {"name": name, "namespace": "default"},
-                "spec": {"ports": [{"name": "http", "port": 8080, "targetPort": 3000, "protocol": "TCP"}]}})));
-            w.slices.push(shared(json!({"metadata": {"name": format!("{name}-1"), "namespace": "default",
-                "labels": {"kubernetes.io/service-name": name}}, "addressType": "IPv4",
-                "ports": [{"name": "http", "port": 3000, "protocol": "TCP"}],
-                "endpoints": [{"addresses": [format!("10.0.0.{}", i + 1)], "conditions": {"ready": true}}]})));
+            let ip = format!("10.0.0.{}", i + 1);
+            test_world::add_service(&mut w, name, (8080, "http", 3000), &ip);
         }
         let mirror = |extra: Value| {
             let mut m = json!({"backendRef": {"name": "shadow", "port": 8080}});

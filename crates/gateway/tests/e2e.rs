@@ -276,12 +276,59 @@ fn gateway_api_on_a_real_api_server() {
         Command::new("ip").args(&echo_args),
         &dir.join("echo.log"),
     );
-    assert!(eventually(Duration::from_secs(60), || {
-        TcpStream::connect_timeout(
-            &format!("{}:3000", pod_ip(19)).parse().unwrap(),
-            Duration::from_millis(200),
+    // The conformance suite's TLS backend (BackendTLSPolicy), port 8443,
+    // logging into the same file.
+    let (tls_cert, tls_key, tls_ca, tls_mismatch_ca) =
+        conformance::tls_backend_files(&dir.join("tls-backend"));
+    assert!(
+        run(
+            "ip",
+            &[
+                "-n",
+                &ns,
+                "addr",
+                "add",
+                &format!("{}/24", pod_ip(29)),
+                "dev",
+                "eth0"
+            ]
         )
-        .is_ok()
+        .0
+    );
+    let tls_echo: Vec<String> = [
+        "netns".to_string(),
+        "exec".into(),
+        ns.clone(),
+        "python3".into(),
+        repo()
+            .join("crates/gateway/tests/echo.py")
+            .display()
+            .to_string(),
+        "--tls".into(),
+        tls_cert.display().to_string(),
+        tls_key.display().to_string(),
+        pod_ip(29),
+        "8443".into(),
+        "tls-backend-pod".into(),
+        conformance::INFRA.into(),
+    ]
+    .into();
+    spawn(
+        &mut cl,
+        "tls-echo",
+        Command::new("ip").args(&tls_echo),
+        &dir.join("tls-echo.log"),
+    );
+    assert!(eventually(Duration::from_secs(60), || {
+        [(pod_ip(19), 3000), (pod_ip(29), 8443)]
+            .iter()
+            .all(|(ip, port)| {
+                TcpStream::connect_timeout(
+                    &format!("{ip}:{port}").parse().unwrap(),
+                    Duration::from_millis(200),
+                )
+                .is_ok()
+            })
     }));
 
     // A Switchyard node of cluster /gw, and the controller publishing to it.
@@ -972,12 +1019,18 @@ fn gateway_api_on_a_real_api_server() {
 
     // The conformance suite's GATEWAY-HTTP core cases ported here.
     let echo_log = || std::fs::read_to_string(dir.join("echo.log")).unwrap_or_default();
+    let tls_backend = conformance::TlsBackend {
+        ip: pod_ip(29),
+        ca: tls_ca,
+        mismatch_ca: tls_mismatch_ca,
+    };
     let results = conformance::run(
         &api,
         &|i| pod_ip(30 + i as u8),
         http_port,
         &controller_log,
         &echo_log,
+        &tls_backend,
     );
     let failed: Vec<_> = results.iter().filter(|r| r.2.is_err()).collect();
     assert!(

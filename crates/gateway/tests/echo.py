@@ -2,13 +2,16 @@
 suite's echo-basic: answers every request with JSON naming the request
 (path, method, host, headers) and the "pod" that served it.
 
-usage: echo.py ADDRESS PORT POD NAMESPACE [ADDRESS PORT POD NAMESPACE ...]
-(one server per address, each in a thread). Each request answered is
-logged on stdout: "echoed POD NAMESPACE METHOD PATH"."""
+usage: echo.py [--tls CERT KEY] ADDRESS PORT POD NAMESPACE [ADDRESS PORT POD NAMESPACE ...]
+(one server per address, each in a thread; with --tls each speaks HTTPS
+with that certificate and says the SNI it got, as the suite's TLS
+backend does). Each request answered is logged on stdout: "echoed POD
+NAMESPACE METHOD PATH"."""
 import base64
 import hashlib
 import json
 import os
+import ssl
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -40,6 +43,7 @@ def handler(pod, namespace):
                 "headers": headers,
                 "namespace": namespace,
                 "pod": pod,
+                "sni": getattr(self.connection, "sy_sni", None) or "",
             }).encode()
             self.send_response(200)
             self.send_header("content-type", "application/json")
@@ -80,11 +84,33 @@ class Server(ThreadingHTTPServer):
     allow_reuse_address = True
 
 
+class TlsServer(Server):
+    context = None
+
+    def get_request(self):
+        sock, addr = self.socket.accept()
+        # The handshake runs in the request's thread (first read), so a
+        # client that refuses the certificate holds nobody else up.
+        return self.context.wrap_socket(sock, server_side=True, do_handshake_on_connect=False), addr
+
+
 args = sys.argv[1:]
+kind = Server
+if args[:1] == ["--tls"]:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(args[1], args[2])
+
+    def remember_sni(sock, name, _ctx):
+        sock.sy_sni = name
+
+    context.sni_callback = remember_sni
+    TlsServer.context = context
+    kind = TlsServer
+    args = args[3:]
 servers = []
 for i in range(0, len(args), 4):
     addr, port, pod, ns = args[i:i + 4]
-    s = Server((addr, int(port)), handler(pod, ns))
+    s = kind((addr, int(port)), handler(pod, ns))
     servers.append(s)
     threading.Thread(target=s.serve_forever, daemon=True).start()
 print("ready", flush=True)

@@ -658,11 +658,7 @@ address = "{}"
             "is not a host name",
         ),
     ] {
-        let path = temp_dir("rewrite-bad").join("bad.toml");
-        std::fs::write(&path, &bad).expect("write");
-        let (code, out, err) = run_cli(&["check", "-c", path.to_str().expect("utf-8")]);
-        assert_ne!(code, Some(0), "{bad}");
-        assert!(format!("{out}{err}").contains(why), "{out}{err}");
+        refused_by_check(&bad, why);
     }
 }
 
@@ -847,10 +843,15 @@ address = "{dead}"
             "must be above 0",
         ),
     ] {
-        let path = temp_dir("mirror-bad").join("bad.toml");
-        std::fs::write(&path, &bad).expect("write");
-        let (code, out, err) = run_cli(&["check", "-c", path.to_str().expect("utf-8")]);
-        assert_ne!(code, Some(0), "{bad}");
-        assert!(format!("{out}{err}").contains(why), "{out}{err}");
+        refused_by_check(&bad, why);
     }
+}
+
+/// `switchyard check` refuses `cfg`, saying `why`.
+fn refused_by_check(cfg: &str, why: &str) {
+    let path = temp_dir("check-bad").join("bad.toml");
+    std::fs::write(&path, cfg).expect("write");
+    let (code, out, err) = run_cli(&["check", "-c", path.to_str().expect("utf-8")]);
+    assert_ne!(code, Some(0), "{cfg}");
+    assert!(format!("{out}{err}").contains(why), "{out}{err}");
 }

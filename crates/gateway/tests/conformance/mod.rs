@@ -34,7 +34,7 @@ pub const BACKENDS: &[(&str, &str)] = &[
     ("web-backend", "gateway-conformance-web-backend"),
 ];
 
-const INFRA: &str = "gateway-conformance-infra";
+pub const INFRA: &str = "gateway-conformance-infra";
 
 /// The GATEWAY-HTTP profile's core cases in the suite (its snapshot of
 /// 2026-08-21): all of them are ported.
@@ -91,6 +91,9 @@ struct Expect {
     /// Backends (in the infra namespace) that must get a copy of the
     /// request (RequestMirror): their echo logs it.
     mirrored_to: &'static [&'static str],
+    /// The TLS server name the backend must have been sent
+    /// (BackendTLSPolicy's hostname).
+    sni: Option<&'static str>,
 }
 
 impl Expect {
@@ -107,6 +110,14 @@ impl Expect {
         Expect {
             saw_path: Some(path),
             saw_host: host,
+            ..self
+        }
+    }
+
+    /// The backend was sent this TLS server name.
+    const fn with_sni(self, name: &'static str) -> Expect {
+        Expect {
+            sni: Some(name),
             ..self
         }
     }
@@ -159,6 +170,7 @@ const fn to(path: &'static str, backend: &'static str) -> Expect {
         saw_path: None,
         saw_host: None,
         mirrored_to: &[],
+        sni: None,
     }
 }
 
@@ -182,6 +194,7 @@ const fn with(
         saw_path: None,
         saw_host: None,
         mirrored_to: &[],
+        sni: None,
     }
 }
 
@@ -205,6 +218,7 @@ const fn status(
         saw_path: None,
         saw_host: None,
         mirrored_to: &[],
+        sni: None,
     }
 }
 
@@ -257,6 +271,9 @@ const fn http_listener(
     }
 }
 
+/// A case's own step against the API: Err says what did not hold.
+type Step = fn(&Api) -> Result<(), String>;
+
 /// A change to the manifest's object at an index, and the listener
 /// statuses the changed Gateway must have then.
 type Change = (usize, fn(&mut Value), &'static [ListenerWant]);
@@ -308,6 +325,18 @@ struct Case {
     gateway_conditions: &'static [(&'static str, (&'static str, &'static str, &'static str))],
     /// An extended case: the feature it shows (reported apart from core).
     extended: Option<&'static str>,
+    /// Services (and their ports' names) whose pod is the TLS backend
+    /// (the suite's "tls-backend" Deployment): EndpointSlices to it.
+    tls_services: &'static [(&'static str, &'static [&'static str])],
+    /// BackendTLSPolicy conditions to wait for: (policy, Gateway,
+    /// (type, status, reason)).
+    policy_conditions: &'static [(
+        &'static str,
+        &'static str,
+        (&'static str, &'static str, &'static str),
+    )],
+    /// A last step of the case's own, once the rest held.
+    then: Option<Step>,
     /// Mirrored shares (the suite's HTTPRouteRequestPercentageMirror):
     /// of 500 requests to the path, the backend must get a copy of
     /// `percent` % within three standard deviations of the binomial.
@@ -338,6 +367,9 @@ impl Default for Case {
             prepare: None,
             extended: None,
             mirror_shares: &[],
+            tls_services: &[],
+            policy_conditions: &[],
+            then: None,
         }
     }
 }
@@ -426,6 +458,7 @@ fn cases() -> Vec<Case> {
                     saw_path: None,
                     saw_host: None,
                     mirrored_to: &[],
+                    sni: None,
                 },
                 Expect {
                     path: "/host-and-status",
@@ -442,6 +475,7 @@ fn cases() -> Vec<Case> {
                     saw_path: None,
                     saw_host: None,
                     mirrored_to: &[],
+                    sni: None,
                 },
             ],
             ..Default::default()
@@ -1058,7 +1092,279 @@ fn cases() -> Vec<Case> {
             extended: Some("HTTPRouteRequestPercentageMirror"),
             ..Default::default()
         },
+        Case {
+            name: "BackendTLSPolicy",
+            manifest: "backendtlspolicy.yaml",
+            route: "backendtlspolicy",
+            routes: &["backendtlspolicy-reencrypt"],
+            more: &[("ResolvedRefs", "True", "ResolvedRefs")],
+            tls_services: &[
+                ("backendtlspolicy-test", &["btls"]),
+                ("backendtlspolicy-host-mismatch-test", &["btls"]),
+                ("backendtlspolicy-cert-mismatch-test", &["btls"]),
+                ("backendtlspolicy-reconcile-test", &["btls"]),
+            ],
+            policy_conditions: &[
+                ("normative-test", "same-namespace", ("Accepted", "True", "Accepted")),
+                ("normative-test", "same-namespace", ("ResolvedRefs", "True", "ResolvedRefs")),
+                ("normative-test", "same-namespace-with-https-listener", ("Accepted", "True", "Accepted")),
+                ("host-mismatch", "same-namespace", ("Accepted", "True", "Accepted")),
+                ("host-mismatch", "same-namespace", ("ResolvedRefs", "True", "ResolvedRefs")),
+                ("cert-mismatch", "same-namespace", ("Accepted", "True", "Accepted")),
+                ("cert-mismatch", "same-namespace", ("ResolvedRefs", "True", "ResolvedRefs")),
+                ("reconcile-test", "same-namespace", ("Accepted", "True", "Accepted")),
+            ],
+            expect: vec![
+                to("/backendtlspolicy", TLS_BACKEND)
+                    .on("abc.example.com")
+                    .with_sni("abc.example.com"),
+                // The suite's: another Host, so no route at all.
+                status("/backendtlspolicy-host-mismatch", &[], 404).on("abc.example.org"),
+                // Ours: the route's Host, and the certificate is not for
+                // the policy's hostname (mismatch.example.com).
+                status("/backendtlspolicy-host-mismatch", &[], 502).on("abc.example.com"),
+                // The CA of the policy did not sign the certificate.
+                status("/backendtlspolicy-cert-mismatch", &[], 502).on("abc.example.com"),
+                // Re-encrypt: TLS from the client to the HTTPS listener,
+                // TLS again to the pod.
+                to("/backendtlspolicy", TLS_BACKEND)
+                    .on("https-listener.org")
+                    .over_tls()
+                    .at("same-namespace-with-https-listener")
+                    .with_sni("abc.example.com"),
+            ],
+            then: Some(reconcile_ca),
+            extended: Some("BackendTLSPolicy"),
+            ..Default::default()
+        },
+        Case {
+            name: "BackendTLSPolicyInvalidCACertificateRef",
+            manifest: "backendtlspolicy-invalid-kind.yaml",
+            route: "backendtlspolicy-invalid-kind-test",
+            tls_services: &[("backendtlspolicy-invalid-kind-test", &["https"])],
+            policy_conditions: &[
+                ("invalid-kind", "same-namespace", ("Accepted", "False", "NoValidCACertificate")),
+                ("invalid-kind", "same-namespace", ("ResolvedRefs", "False", "InvalidKind")),
+            ],
+            // The suite takes 500, 502 or 503; never the backend in
+            // plain text.
+            expect: vec![status("/backendtlspolicy-invalid-kind", &[], 500).on("abc.example.com")],
+            extended: Some("BackendTLSPolicy"),
+            ..Default::default()
+        },
+        Case {
+            name: "BackendTLSPolicyConflictResolution",
+            manifest: "backendtlspolicy-conflict-resolution.yaml",
+            route: "backendtlspolicy-conflict-resolution",
+            more: &[("ResolvedRefs", "True", "ResolvedRefs")],
+            tls_services: &[
+                ("backendtlspolicy-conflicted-without-section-name-test", &["https"]),
+                ("backendtlspolicy-conflicted-with-section-name-test", &["https-1", "https-2"]),
+                ("backendtlspolicy-not-conflicted-test", &["https-1", "https-2"]),
+            ],
+            policy_conditions: &[
+                ("conflicted-without-section-name-1", "same-namespace", ("Accepted", "True", "Accepted")),
+                ("conflicted-without-section-name-2", "same-namespace", ("Accepted", "False", "Conflicted")),
+                ("conflicted-with-section-name-1", "same-namespace", ("Accepted", "True", "Accepted")),
+                ("conflicted-with-section-name-2", "same-namespace", ("Accepted", "False", "Conflicted")),
+                ("not-conflicted-with-section-name", "same-namespace", ("Accepted", "True", "Accepted")),
+                ("not-conflicted-without-section-name", "same-namespace", ("Accepted", "True", "Accepted")),
+            ],
+            expect: vec![
+                to("/backendtlspolicy-conflicted-without-section-name", TLS_BACKEND)
+                    .on("abc.example.com")
+                    .with_sni("other.example.com"),
+                to("/backendtlspolicy-conflicted-with-section-name", TLS_BACKEND)
+                    .on("abc.example.com")
+                    .with_sni("other.example.com"),
+                to("/backendtlspolicy-not-conflicted-with-section-name", TLS_BACKEND)
+                    .on("abc.example.com")
+                    .with_sni("other.example.com"),
+                to("/backendtlspolicy-not-conflicted-without-section-name", TLS_BACKEND)
+                    .on("abc.example.com")
+                    .with_sni("abc.example.com"),
+            ],
+            extended: Some("BackendTLSPolicy"),
+            ..Default::default()
+        },
     ]
+}
+
+/// The TLS backend's pod name starts with this (the echo's `pod`).
+const TLS_BACKEND: &str = "tls-backend";
+
+/// The suite's TLS backend: its pod's address (port 8443), the CA that
+/// signed its certificate (for abc.example.com and other.example.com,
+/// as the suite's), and a CA that signed nothing.
+pub struct TlsBackend {
+    pub ip: String,
+    pub ca: String,
+    pub mismatch_ca: String,
+}
+
+/// Makes the TLS backend's certificate and key in `dir` (openssl), and
+/// the two CAs: (certificate file, key file, CA PEM, mismatch CA PEM).
+pub fn tls_backend_files(dir: &std::path::Path) -> (PathBuf, PathBuf, String, String) {
+    std::fs::create_dir_all(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let p = |f: &str| dir.join(f).to_str().unwrap_or_default().to_string();
+    for ca in ["ca", "mismatch-ca"] {
+        let (ok, out) = sh(
+            "openssl",
+            &[
+                "req",
+                "-x509",
+                "-newkey",
+                "rsa:2048",
+                "-nodes",
+                "-days",
+                "2",
+                "-subj",
+                &format!("/CN=conformance {ca}"),
+                "-keyout",
+                &p(&format!("{ca}.key")),
+                "-out",
+                &p(&format!("{ca}.crt")),
+                "-addext",
+                "basicConstraints=critical,CA:TRUE",
+                "-addext",
+                "keyUsage=critical,keyCertSign,cRLSign",
+            ],
+        );
+        assert!(ok, "openssl: {out}");
+    }
+    let (ok, out) = sh(
+        "openssl",
+        &[
+            "req",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-subj",
+            "/CN=abc.example.com",
+            "-keyout",
+            &p("tls.key"),
+            "-out",
+            &p("tls.csr"),
+        ],
+    );
+    assert!(ok, "openssl: {out}");
+    std::fs::write(
+        dir.join("ext"),
+        "subjectAltName=DNS:abc.example.com,DNS:other.example.com\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+    )
+    .unwrap_or_else(|e| panic!("ext: {e}"));
+    let (ok, out) = sh(
+        "openssl",
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &p("tls.csr"),
+            "-CA",
+            &p("ca.crt"),
+            "-CAkey",
+            &p("ca.key"),
+            "-CAcreateserial",
+            "-days",
+            "2",
+            "-extfile",
+            &p("ext"),
+            "-out",
+            &p("tls.crt"),
+        ],
+    );
+    assert!(ok, "openssl: {out}");
+    let read = |f: &str| std::fs::read_to_string(dir.join(f)).unwrap_or_default();
+    (
+        dir.join("tls.crt"),
+        dir.join("tls.key"),
+        read("ca.crt"),
+        read("mismatch-ca.crt"),
+    )
+}
+
+fn policy_path(name: &str) -> String {
+    format!("/apis/gateway.networking.k8s.io/v1/namespaces/{INFRA}/backendtlspolicies/{name}")
+}
+
+/// Whether BackendTLSPolicy `name` shows `(type, status, reason)` for
+/// Gateway `gateway` (its ancestor entry of ours), within 30 s (the
+/// suite's BackendTLSPolicyMustHaveCondition).
+fn policy_shows(api: &Api, name: &str, gateway: &str, (t, st, reason): (&str, &str, &str)) -> bool {
+    let want = Some((st.to_string(), reason.to_string()));
+    eventually(Duration::from_secs(30), || {
+        api.get(&policy_path(name)).is_some_and(|p| {
+            p["status"]["ancestors"].as_array().is_some_and(|a| {
+                a.iter().any(|x| {
+                    x["ancestorRef"]["name"] == gateway
+                        && x["controllerName"] == CONTROLLER
+                        && condition(&x["conditions"], t) == want
+                })
+            })
+        })
+    })
+}
+
+/// The suite's "Changing the content of a ConfigMap used by
+/// BackendTLSPolicy as CA certificate should be reconciled": the policy
+/// moved to a ConfigMap that does not exist yet is refused, accepted once
+/// it exists, refused when its ca.crt is emptied, accepted when it is
+/// back.
+fn reconcile_ca(api: &Api) -> Result<(), String> {
+    const POLICY: &str = "reconcile-test";
+    const CM: &str = "tls-checks-ca-certificate-reconcile-test";
+    let ok = [
+        ("Accepted", "True", "Accepted"),
+        ("ResolvedRefs", "True", "ResolvedRefs"),
+    ];
+    let refused = [
+        ("Accepted", "False", "NoValidCACertificate"),
+        ("ResolvedRefs", "False", "InvalidCACertificateRef"),
+    ];
+    let shows = |step: &str, conds: &[(&'static str, &'static str, &'static str)]| match conds
+        .iter()
+        .find(|c| !policy_shows(api, POLICY, "same-namespace", **c))
+    {
+        None => Ok(()),
+        Some(c) => Err(format!(
+            "{step}: policy {POLICY} never showed {c:?}: {:?}",
+            api.get(&policy_path(POLICY)).map(|v| v["status"].clone())
+        )),
+    };
+    let shared = api
+        .get(&format!(
+            "/api/v1/namespaces/{INFRA}/configmaps/tls-checks-ca-certificate"
+        ))
+        .ok_or("no ConfigMap tls-checks-ca-certificate")?;
+    let ca = shared["data"]["ca.crt"].as_str().unwrap_or("").to_string();
+    let mut policy = api.get(&policy_path(POLICY)).ok_or("no policy")?;
+    let original = policy["spec"]["validation"]["caCertificateRefs"].clone();
+    policy["spec"]["validation"]["caCertificateRefs"] =
+        json!([{"group": "", "kind": "ConfigMap", "name": CM}]);
+    let clean = |mut v: Value| {
+        if let Some(m) = v["metadata"].as_object_mut() {
+            m.remove("managedFields");
+            m.remove("resourceVersion");
+        }
+        v.as_object_mut().map(|o| o.remove("status"));
+        v
+    };
+    api.apply(&policy_path(POLICY), &clean(policy.clone()).to_string());
+    shows("its ConfigMap missing", &refused)?;
+    let cm = |data: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": CM, "namespace": INFRA}, "data": {"ca.crt": data}})
+    };
+    api.apply(&path_of(&cm(&ca)), &cm(&ca).to_string());
+    shows("its ConfigMap made", &ok)?;
+    api.apply(&path_of(&cm("")), &cm("").to_string());
+    shows("its ca.crt emptied", &refused)?;
+    api.apply(&path_of(&cm(&ca)), &cm(&ca).to_string());
+    shows("its ca.crt back", &ok)?;
+    policy["spec"]["validation"]["caCertificateRefs"] = original;
+    api.apply(&path_of(&clean(policy.clone())), &clean(policy).to_string());
+    api.delete(&path_of(&cm("")));
+    Ok(())
 }
 
 /// The mirror cases' request headers (the suite's: no X-Header-Set).
@@ -1160,6 +1466,14 @@ fn mismatch(addr: SocketAddr, e: &Expect) -> Option<String> {
             ));
         }
     }
+    if let Some(want) = e.sni {
+        if body["sni"] != want {
+            return Some(format!(
+                "{} {}: the backend was sent SNI {}, expected {want}",
+                e.host, e.path, body["sni"]
+            ));
+        }
+    }
     if let Some(want) = e.saw_host {
         let host = body["host"].as_str().unwrap_or("");
         if host.split(':').next() != Some(want) {
@@ -1236,6 +1550,7 @@ pub fn run(
     http_port: u16,
     log: &dyn Fn() -> String,
     echo_log: &dyn Fn() -> String,
+    tls_backend: &TlsBackend,
 ) -> Vec<CaseResult> {
     // Base: namespaces, Gateways (each on its own address), Services with
     // one endpoint each.
@@ -1285,9 +1600,21 @@ pub fn run(
             "*.wildcard.org",
             "secure.test.com",
             "data.test.com",
+            "https-listener.org",
         ],
     );
     api.apply(&path_of(&secret), &secret.to_string());
+    // The CA certificates BackendTLSPolicies name (the suite makes them
+    // at its start): the one that signed the TLS backend's certificate,
+    // and one that signed nothing.
+    for (name, pem) in [
+        ("tls-checks-ca-certificate", &tls_backend.ca),
+        ("mismatch-ca-certificate", &tls_backend.mismatch_ca),
+    ] {
+        let cm = json!({"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": name, "namespace": INFRA}, "data": {"ca.crt": pem}});
+        api.apply(&path_of(&cm), &cm.to_string());
+    }
     let trusted = std::env::temp_dir().join(format!("sy-conformance-{}.pem", std::process::id()));
     std::fs::write(&trusted, pem).unwrap_or_else(|e| panic!("{}: {e}", trusted.display()));
     let _ = TRUSTED.set(trusted);
@@ -1318,6 +1645,14 @@ pub fn run(
         }
         if let Some(prepare) = case.prepare {
             prepare(api, &pod_ip(0));
+        }
+        for (svc, port_names) in case.tls_services {
+            let mut slice = super::endpoint_slice(INFRA, svc, &[&tls_backend.ip], 8443);
+            slice["ports"] = port_names
+                .iter()
+                .map(|n| json!({"name": n, "port": 8443, "protocol": "TCP"}))
+                .collect();
+            api.apply(&path_of(&slice), &slice.to_string());
         }
         let route_path = |route: &str| {
             let (ns, name) = route.split_once('/').unwrap_or((INFRA, route));
@@ -1405,6 +1740,16 @@ pub fn run(
                 w.attached
             ));
         }
+        if let Some((p, g, c)) = case
+            .policy_conditions
+            .iter()
+            .find(|(p, g, c)| outcome.is_ok() && !policy_shows(api, p, g, *c))
+        {
+            outcome = Err(format!(
+                "BackendTLSPolicy {p} never showed {c:?} for Gateway {g}: {:?}",
+                api.get(&policy_path(p)).map(|v| v["status"].clone())
+            ));
+        }
         if let Some(g) = case
             .latest
             .iter()
@@ -1487,6 +1832,9 @@ pub fn run(
                 outcome = mirror_share(address(&gateways, case.gateway), echo_log, *share);
             }
         }
+        if let (Ok(()), Some(then)) = (&outcome, case.then) {
+            outcome = then(api);
+        }
         if let (Ok(()), Some(what)) = (&outcome, case.then_delete) {
             api.delete(what);
             outcome = check(&case.then_expect);
@@ -1496,6 +1844,11 @@ pub fn run(
         }
         for d in applied.iter().rev() {
             api.delete(&path_of(d));
+        }
+        for (svc, _) in case.tls_services {
+            api.delete(&format!(
+                "/apis/discovery.k8s.io/v1/namespaces/{INFRA}/endpointslices/{svc}-1"
+            ));
         }
         results.push((case.name, case.extended, outcome));
     }

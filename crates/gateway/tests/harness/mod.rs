@@ -158,6 +158,7 @@ pub fn path_of(v: &Value) -> String {
         "TCPRoute" => "tcproutes",
         "UDPRoute" => "udproutes",
         "ReferenceGrant" => "referencegrants",
+        "BackendTLSPolicy" => "backendtlspolicies",
         "Ingress" => "ingresses",
         "IngressClass" => "ingressclasses",
         "ServiceAccount" => "serviceaccounts",
