@@ -220,6 +220,83 @@ fn sni_is_sent_and_verified_and_absent_without_sni() {
     );
 }
 
+/// `san_dns` / `san_uri`: the member's certificate is verified against
+/// these names (any one) instead of the `sni` it is sent, still chained to
+/// the CA: a service identity (a SPIFFE URI) or another DNS name. A
+/// certificate that carries none of them, or is signed by another CA, is
+/// refused; check refuses a URI without a scheme and a DNS name that is
+/// not one.
+#[test]
+fn subject_alt_names_are_verified_instead_of_the_sni() {
+    let pki = Pki::new("ca-san");
+    let (cert, key) = pki.issue_cn(
+        "spiffe",
+        "svc",
+        "DNS:svc.internal,URI:spiffe://cluster.local/ns/app/sa/api",
+    );
+    let o = TlsOrigin::start("tls-san", &cert, &key, None);
+    let ca = ca_line(&pki.ca());
+    let cases = [
+        ("san_uri = [\"spiffe://cluster.local/ns/app/sa/api\"]", 200),
+        (
+            "san_uri = [\"spiffe://cluster.local/ns/app/sa/other\"]",
+            502,
+        ),
+        ("san_dns = [\"svc.internal\"]", 200),
+        ("san_dns = [\"other.internal\"]", 502),
+        (
+            "san_dns = [\"other.internal\"]\nsan_uri = [\"spiffe://cluster.local/ns/app/sa/api\"]",
+            200,
+        ),
+    ];
+    for (sans, want) in cases {
+        let l = free_addr();
+        // The name sent is not one the certificate holds: only the SANs
+        // listed decide.
+        let tls = tls_table(&format!("{ca}\nsni = \"api.example\"\n{sans}"));
+        let sy = Switchyard::start(&config(l, &[o.addr], &tls), &[l]);
+        let r = get(l, "/");
+        assert_eq!(r.status, want, "{sans}: {}\n{}", r.body_text(), sy.log());
+        assert_eq!(
+            o.handshakes().last().and_then(|h| h.sni.clone()).as_deref(),
+            Some("api.example")
+        );
+    }
+    // The right URI on a certificate of another CA: refused.
+    let other = Pki::new("ca-san-other");
+    let l = free_addr();
+    let tls = tls_table(&format!(
+        "{}\nsan_uri = [\"spiffe://cluster.local/ns/app/sa/api\"]",
+        ca_line(&other.ca())
+    ));
+    let sy = Switchyard::start(&config(l, &[o.addr], &tls), &[l]);
+    assert_eq!(get(l, "/").status, 502, "{}", sy.log());
+    drop(sy);
+    for (bad, why) in [
+        (
+            "san_uri = [\"no-scheme\"]",
+            "san_uri \"no-scheme\" is not a URI",
+        ),
+        (
+            "san_dns = [\"not a name\"]",
+            "san_dns \"not a name\" is not a DNS name",
+        ),
+        ("san_dns = []", "san_dns and san_uri are empty"),
+    ] {
+        let dir = temp_dir("san-bad");
+        let path = dir.join("bad.toml");
+        let l = free_addr();
+        std::fs::write(
+            &path,
+            config(l, &[o.addr], &tls_table(&format!("{ca}\n{bad}"))),
+        )
+        .expect("write");
+        let (code, out, err) = run_cli(&["check", "-c", path.to_str().expect("utf-8")]);
+        assert_ne!(code, Some(0), "{bad}");
+        assert!(format!("{out}{err}").contains(why), "{bad}: {out}{err}");
+    }
+}
+
 #[test]
 fn keep_alive_requests_reuse_one_tls_connection() {
     let pki = Pki::new("ca-e");

@@ -761,6 +761,11 @@ pub struct PoolTls {
     /// Server name sent (SNI) and verified; absent: no SNI, and the
     /// certificate is verified against the member's IP address.
     pub sni: Option<Spanned<String>>,
+    /// Subject alternative names the member's certificate may carry
+    /// instead of the `sni` (any one of them): DNS names and URIs (a
+    /// SPIFFE ID). With either, the name is checked against these only.
+    pub san_dns: Option<Spanned<Vec<String>>>,
+    pub san_uri: Option<Spanned<Vec<String>>>,
     /// Client certificate (PEM, then its chain) for mutual TLS.
     pub cert: Option<Spanned<String>>,
     /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).

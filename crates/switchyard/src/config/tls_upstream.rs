@@ -17,7 +17,7 @@ use rustls_pki_types::{CertificateDer, ServerName};
 use super::model;
 use super::tls_server::{certified_key, read_certs, read_key, read_leaf, versions};
 use super::types::Problem;
-use crate::tls::upstream::{AcceptAnyCertificate, UpstreamTls};
+use crate::tls::upstream::{AcceptAnyCertificate, SanVerifier, UpstreamTls};
 
 /// Used when a pool verifies members and names no `ca`.
 pub const SYSTEM_CA: &str = "/etc/ssl/certs/ca-certificates.crt";
@@ -51,6 +51,78 @@ fn fingerprint(parts: &[&[u8]]) -> Vec<u8> {
         h.update(p);
     }
     h.finish().as_ref().to_vec()
+}
+
+/// `san_dns` and `san_uri`: the names the member's certificate may carry
+/// instead of `sni` (None: the usual name check). DNS names must be
+/// names; URIs need a scheme ("spiffe://..."); neither with verify = false.
+fn subject_alt_names(
+    t: &model::PoolTls,
+    verify: bool,
+    what: &str,
+    problems: &mut Vec<Problem>,
+    inputs: &mut Vec<Vec<u8>>,
+) -> Option<(Vec<ServerName<'static>>, Vec<String>)> {
+    if t.san_dns.is_none() && t.san_uri.is_none() {
+        return None;
+    }
+    let at = t
+        .san_dns
+        .as_ref()
+        .or(t.san_uri.as_ref())
+        .map(|s| s.span())
+        .unwrap_or_default();
+    if !verify {
+        problems.push((
+            at,
+            format!("{what}: san_dns and san_uri have no effect with verify = false"),
+        ));
+        return None;
+    }
+    let mut dns = Vec::new();
+    for n in t
+        .san_dns
+        .as_ref()
+        .map(|s| s.get_ref().as_slice())
+        .unwrap_or_default()
+    {
+        match ServerName::try_from(n.as_str()) {
+            Ok(name @ ServerName::DnsName(_)) => {
+                inputs.push(tagged(b"san-dns:", n.as_bytes()));
+                dns.push(name.to_owned());
+            }
+            _ => problems.push((
+                at.clone(),
+                format!("{what}: san_dns {n:?} is not a DNS name"),
+            )),
+        }
+    }
+    let uris: Vec<String> = t
+        .san_uri
+        .as_ref()
+        .map(|s| s.get_ref().clone())
+        .unwrap_or_default();
+    for u in &uris {
+        let scheme_ok = u.split_once("://").is_some_and(|(scheme, rest)| {
+            !scheme.is_empty()
+                && scheme
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"+-.".contains(&b))
+                && !rest.is_empty()
+        });
+        if !scheme_ok || u.bytes().any(|b| b <= b' ' || b == 0x7f) {
+            problems.push((
+                at.clone(),
+                format!("{what}: san_uri {u:?} is not a URI (\"scheme://...\")"),
+            ));
+        }
+        inputs.push(tagged(b"san-uri:", u.as_bytes()));
+    }
+    if dns.is_empty() && uris.is_empty() {
+        problems.push((at, format!("{what}: san_dns and san_uri are empty")));
+        return None;
+    }
+    Some((dns, uris))
 }
 
 /// Whether `pem` is a CA bundle a pool's `ca` may name: PEM certificates,
@@ -182,6 +254,7 @@ pub fn build(
             }
         },
     };
+    let sans = subject_alt_names(t, verify, what, &mut problems, &mut inputs);
     let roots = match (verify, &t.ca) {
         (true, _) => match roots(t, base, what, &span, &mut inputs) {
             Ok(r) => Some(r),
@@ -255,9 +328,19 @@ pub fn build(
             return Err(vec![(at, format!("{what}: versions: {e}"))]);
         }
     };
-    let builder = match roots {
-        Some(r) => builder.with_root_certificates(r),
-        None => builder
+    let builder = match (roots, sans) {
+        (Some(r), Some((dns, uris))) => {
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(SanVerifier {
+                    roots: Arc::new(r),
+                    provider: provider.clone(),
+                    dns,
+                    uris,
+                }))
+        }
+        (Some(r), None) => builder.with_root_certificates(r),
+        (None, _) => builder
             .dangerous()
             .with_custom_certificate_verifier(Arc::new(AcceptAnyCertificate(provider.clone()))),
     };

@@ -143,6 +143,91 @@ impl ServerCertVerifier for AcceptAnyCertificate {
     }
 }
 
+/// Verifies a member's certificate chain against the pool's trust anchors,
+/// then its subject alternative names against the pool's `san_dns` and
+/// `san_uri` (any one of them) instead of the name sent as SNI: a member
+/// whose certificate names its service identity (a SPIFFE URI, the
+/// Gateway API's BackendTLSPolicy `subjectAltNames`) rather than the name
+/// it is reached by.
+#[derive(Debug)]
+pub(crate) struct SanVerifier {
+    pub(crate) roots: Arc<rustls::RootCertStore>,
+    pub(crate) provider: Arc<CryptoProvider>,
+    pub(crate) dns: Vec<ServerName<'static>>,
+    pub(crate) uris: Vec<String>,
+}
+
+impl ServerCertVerifier for SanVerifier {
+    fn verify_server_cert(
+        &self,
+        end_entity: &CertificateDer<'_>,
+        intermediates: &[CertificateDer<'_>],
+        _server_name: &ServerName<'_>,
+        _ocsp_response: &[u8],
+        now: UnixTime,
+    ) -> Result<ServerCertVerified, TlsError> {
+        let cert = rustls::server::ParsedCertificate::try_from(end_entity)?;
+        rustls::client::verify_server_cert_signed_by_trust_anchor(
+            &cert,
+            &self.roots,
+            intermediates,
+            now,
+            self.provider.signature_verification_algorithms.all,
+        )?;
+        if self
+            .dns
+            .iter()
+            .any(|n| rustls::client::verify_server_name(&cert, n).is_ok())
+        {
+            return Ok(ServerCertVerified::assertion());
+        }
+        if !self.uris.is_empty() {
+            let info = super::x509::parse(end_entity.as_ref())
+                .map_err(|_| TlsError::InvalidCertificate(rustls::CertificateError::BadEncoding))?;
+            if info.uris.iter().any(|u| self.uris.contains(u)) {
+                return Ok(ServerCertVerified::assertion());
+            }
+        }
+        Err(TlsError::InvalidCertificate(
+            rustls::CertificateError::NotValidForName,
+        ))
+    }
+
+    fn verify_tls12_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, TlsError> {
+        rustls::crypto::verify_tls12_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn verify_tls13_signature(
+        &self,
+        message: &[u8],
+        cert: &CertificateDer<'_>,
+        dss: &DigitallySignedStruct,
+    ) -> Result<HandshakeSignatureValid, TlsError> {
+        rustls::crypto::verify_tls13_signature(
+            message,
+            cert,
+            dss,
+            &self.provider.signature_verification_algorithms,
+        )
+    }
+
+    fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
+        self.provider
+            .signature_verification_algorithms
+            .supported_schemes()
+    }
+}
+
 /// The member side of a connection: plain TCP or TLS (HTTP member
 /// connections, and the relays of tcp vservers). An enum, as on the client
 /// side (`proxy::stream::ClientStream`): the proxy code is compiled once,
