@@ -2,14 +2,15 @@
 //! TLS to a Service's pods, verify their certificate against the policy's
 //! CA certificates (ConfigMaps, key `ca.crt`) or the system bundle
 //! (`wellKnownCACertificates: System`), and send and verify the policy's
-//! `hostname` (SNI). A pool whose backends a policy targets gets
+//! `hostname` (SNI), or its `subjectAltNames` in place of the hostname
+//! (`san_dns`, `san_uri`). A pool whose backends a policy targets gets
 //! `[pool.tls] ca = "files/..."`, `sni = HOSTNAME`; the CA bundle is
 //! published as a cluster file, checked first with the node's own check
 //! (`switchyard::config::check_ca_bundle`), so a bad certificate refuses
 //! the policy, never the nodes' configuration.
 //!
 //! A backend whose policy is not valid (no usable CA certificate, a
-//! hostname that is not one, subjectAltNames) is never sent plain text:
+//! hostname or a subjectAltName that is not one) is never sent plain text:
 //! it is left out of its rule, and a rule left with no backend answers
 //! 500, as the suite asks of an invalid policy ("5xx").
 //!
@@ -236,14 +237,37 @@ fn judge_one(
             all_resolved,
         );
     }
-    if !v.subject_alt_names.is_empty() {
-        return refused(
-            (
-                "Invalid",
-                "subjectAltNames are not supported yet: the certificate is checked against hostname only".into(),
-            ),
-            all_resolved,
-        );
+    // subjectAltNames: checked in place of the hostname (still sent).
+    let mut san_dns = Vec::new();
+    let mut san_uri = Vec::new();
+    for san in &v.subject_alt_names {
+        match (
+            san["type"].as_str(),
+            san["hostname"].as_str(),
+            san["uri"].as_str(),
+        ) {
+            (Some("Hostname"), Some(h), _)
+                if switchyard::config::types::is_host(h) && !h.contains(':') =>
+            {
+                san_dns.push(crate::render::q(&h.to_ascii_lowercase()))
+            }
+            (Some("URI"), _, Some(u))
+                if u.split_once("://")
+                    .is_some_and(|(s, r)| !s.is_empty() && !r.is_empty())
+                    && !u.bytes().any(|b| b <= b' ' || b == 0x7f) =>
+            {
+                san_uri.push(crate::render::q(u))
+            }
+            _ => {
+                return refused(
+                    (
+                        "Invalid",
+                        format!("subjectAltName {san} is not a Hostname or a URI"),
+                    ),
+                    all_resolved,
+                )
+            }
+        }
     }
     let mut pem = Vec::new();
     let mut bad: Option<(&'static str, String)> = None;
@@ -328,6 +352,12 @@ fn judge_one(
         "sni = {}\n",
         crate::render::q(&v.hostname.to_ascii_lowercase())
     ));
+    if !san_dns.is_empty() {
+        table.push_str(&format!("san_dns = [{}]\n", san_dns.join(", ")));
+    }
+    if !san_uri.is_empty() {
+        table.push_str(&format!("san_uri = [{}]\n", san_uri.join(", ")));
+    }
     Verdict {
         policy: p.clone(),
         accepted: (
@@ -477,6 +507,31 @@ mod tests {
                 "{text}"
             );
         }
+        // subjectAltNames: checked in place of the hostname; one that is
+        // neither a Hostname nor a URI refuses the policy.
+        let out = render(
+            &world(vec![policy(
+                "p",
+                None,
+                json!({"wellKnownCACertificates": "System", "hostname": "a.example",
+                "subjectAltNames": [{"type": "Hostname", "hostname": "B.example"}, {"type": "URI", "uri": "spiffe://td/ns/a"}]}),
+            )]),
+            &settings(),
+        );
+        assert!(
+            out.config.unwrap().contains("[pool.tls]\nsni = \"a.example\"\nsan_dns = [\"b.example\"]\nsan_uri = [\"spiffe://td/ns/a\"]\n")
+        );
+        let out = render(
+            &world(vec![policy(
+                "p",
+                None,
+                json!({"wellKnownCACertificates": "System", "hostname": "a.example",
+                "subjectAltNames": [{"type": "URI", "uri": "no scheme"}]}),
+            )]),
+            &settings(),
+        );
+        assert_eq!(conditions(&out, "p").0, "False Invalid");
+        assert!(out.config.unwrap().contains("action = { status = 500"));
         // Some CA refs bad, one good: served, ResolvedRefs says which.
         let out = render(
             &world(vec![policy(

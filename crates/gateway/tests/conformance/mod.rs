@@ -1187,15 +1187,57 @@ fn cases() -> Vec<Case> {
             extended: Some("BackendTLSPolicy"),
             ..Default::default()
         },
+        Case {
+            name: "BackendTLSPolicySANValidation",
+            manifest: "backendtlspolicy-san.yaml",
+            route: "backendtlspolicy-san-test",
+            more: &[("ResolvedRefs", "True", "ResolvedRefs")],
+            tls_services: SAN_SERVICES,
+            policy_conditions: &[
+                ("san-dns", "same-namespace", ("Accepted", "True", "Accepted")),
+                ("san-dns-mismatch", "same-namespace", ("Accepted", "True", "Accepted")),
+                ("san-uri", "same-namespace", ("Accepted", "True", "Accepted")),
+                ("san-uri-mismatch", "same-namespace", ("Accepted", "True", "Accepted")),
+                ("multiple-sans", "same-namespace", ("Accepted", "True", "Accepted")),
+                ("multiple-mismatch-sans", "same-namespace", ("Accepted", "True", "Accepted")),
+            ],
+            expect: vec![
+                to("/backendtlspolicy-san-dns", TLS_BACKEND)
+                    .on("abc.example.com")
+                    .with_sni("abc.example.com"),
+                status("/backendtlspolicy-san-dns-mismatch", &[], 502).on("abc.example.com"),
+                to("/backendtlspolicy-san-uri", TLS_BACKEND)
+                    .on("abc.example.com")
+                    .with_sni("abc.example.com"),
+                status("/backendtlspolicy-san-uri-mismatch", &[], 502).on("abc.example.com"),
+                to("/backendtlspolicy-multiple-sans", TLS_BACKEND)
+                    .on("abc.example.com")
+                    .with_sni("abc.example.com"),
+                status("/backendtlspolicy-multiple-mismatch-sans", &[], 502).on("abc.example.com"),
+            ],
+            extended: Some("BackendTLSPolicySANValidation"),
+            ..Default::default()
+        },
     ]
 }
+
+/// The SAN case's Services (one port, "btls").
+const SAN_SERVICES: &[(&str, &[&str])] = &[
+    ("backendtlspolicy-san-dns-test", &["btls"]),
+    ("backendtlspolicy-san-dns-mismatch-test", &["btls"]),
+    ("backendtlspolicy-san-uri-test", &["btls"]),
+    ("backendtlspolicy-san-uri-mismatch-test", &["btls"]),
+    ("backendtlspolicy-multiple-sans-test", &["btls"]),
+    ("backendtlspolicy-multiple-mismatch-sans-test", &["btls"]),
+];
 
 /// The TLS backend's pod name starts with this (the echo's `pod`).
 const TLS_BACKEND: &str = "tls-backend";
 
 /// The suite's TLS backend: its pod's address (port 8443), the CA that
-/// signed its certificate (for abc.example.com and other.example.com,
-/// as the suite's), and a CA that signed nothing.
+/// signed its certificate (for abc.example.com, other.example.com and
+/// spiffe://abc.example.com/test-identity, as the suite's), and a CA
+/// that signed nothing.
 pub struct TlsBackend {
     pub ip: String,
     pub ca: String,
@@ -1250,7 +1292,7 @@ pub fn tls_backend_files(dir: &std::path::Path) -> (PathBuf, PathBuf, String, St
     assert!(ok, "openssl: {out}");
     std::fs::write(
         dir.join("ext"),
-        "subjectAltName=DNS:abc.example.com,DNS:other.example.com\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
+        "subjectAltName=DNS:abc.example.com,DNS:other.example.com,URI:spiffe://abc.example.com/test-identity\nbasicConstraints=CA:FALSE\nextendedKeyUsage=serverAuth\n",
     )
     .unwrap_or_else(|e| panic!("ext: {e}"));
     let (ok, out) = sh(
