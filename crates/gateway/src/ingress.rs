@@ -186,6 +186,78 @@ fn backend_label(b: &IngressBackend) -> String {
     }
 }
 
+/// The `[pool.tls]` of an Ingress's HTTPS backends from its `proxy-ssl-*`
+/// annotations, and the files it names
+/// (the Secret's CA bundle, client certificate and key), each checked
+/// with the node's own checks; Err: why the Ingress cannot be served as
+/// asked.
+fn member_tls_table(
+    w: &crate::render::World,
+    t: &ann::MemberTls,
+) -> Result<(String, Vec<(String, Vec<u8>)>), String> {
+    let mut table = String::from("[pool.tls]\n");
+    let mut files = Vec::new();
+    let secret = match &t.secret {
+        None => None,
+        Some((sns, sname)) => {
+            let data = w
+                .secrets
+                .iter()
+                .find(|x| ns_of(&x.metadata) == *sns && x.metadata.name.as_deref() == Some(sname))
+                .ok_or_else(|| format!("Secret {sns}/{sname} does not exist"))?
+                .data
+                .clone()
+                .unwrap_or_default();
+            Some((sns, sname, data))
+        }
+    };
+    if t.verify {
+        let Some((sns, sname, data)) = &secret else {
+            return Err("proxy-ssl-verify needs proxy-ssl-secret (its ca.crt is what the members' certificates are checked against)".into());
+        };
+        let ca = data.get("ca.crt").ok_or_else(|| {
+            format!("Secret {sns}/{sname} has no ca.crt to verify the members with")
+        })?;
+        switchyard::config::check_ca_bundle(&ca.0)
+            .map_err(|e| format!("Secret {sns}/{sname} ca.crt: {e}"))?;
+        let file = format!("proxy-ssl-{sns}-{sname}-ca.crt");
+        let _ = writeln!(table, "ca = {}", q(&format!("files/{file}")));
+        files.push((file, ca.0.clone()));
+    } else {
+        table.push_str("verify = false\n");
+    }
+    match (&t.name, t.server_name) {
+        (Some(n), true) => {
+            let _ = writeln!(table, "sni = {}", q(n));
+        }
+        // Checked, not sent (proxy_ssl_server_name off).
+        (Some(n), false) if t.verify => {
+            let _ = writeln!(table, "san_dns = [{}]", q(n));
+        }
+        _ => {}
+    }
+    if let Some((sns, sname, data)) = &secret {
+        if let (Some(c), Some(k)) = (data.get("tls.crt"), data.get("tls.key")) {
+            switchyard::config::check_cert_and_key(&c.0, &k.0)
+                .map_err(|e| format!("Secret {sns}/{sname} tls.crt and tls.key: {e}"))?;
+            let base = format!("proxy-ssl-{sns}-{sname}");
+            let _ = writeln!(
+                table,
+                "cert = {}\nkey = {}",
+                q(&format!("files/{base}.crt")),
+                q(&format!("files/{base}.key"))
+            );
+            files.push((format!("{base}.crt"), c.0.clone()));
+            files.push((format!("{base}.key"), k.0.clone()));
+        }
+    }
+    if !t.versions.is_empty() {
+        let v: Vec<String> = t.versions.iter().map(|v| q(v)).collect();
+        let _ = writeln!(table, "versions = [{}]", v.join(", "));
+    }
+    Ok((table, files))
+}
+
 /// The pool of `backends` (endpoints, weight) with the Ingress's pool
 /// settings, and the action that sends to it: a 503 while no endpoint is
 /// ready.
@@ -235,7 +307,10 @@ fn pool_action(
     ) {
         // ingress-nginx does not verify its members' certificates unless
         // told (proxy-ssl-verify); neither does this.
-        text.push_str("[pool.tls]\nverify = false\n");
+        match &a.member_tls_table {
+            Some(t) => text.push_str(t),
+            None => text.push_str("[pool.tls]\nverify = false\n"),
+        }
     }
     for ((eps, _), share) in backends.iter().zip(&shares) {
         if *share == 0.0 {
@@ -512,6 +587,35 @@ pub fn render(cx: &mut Ctx, s: &Settings, out: Sink) {
                     .map(|why| format!("path {:?}: {why}", e.path))
             })
         });
+        // proxy-ssl-*: the Secret read and checked now; one that cannot be
+        // used refuses the Ingress (it would be served unverified).
+        let mut p = p;
+        match p
+            .annotations
+            .member_tls
+            .as_ref()
+            .map(|t| member_tls_table(w, t))
+        {
+            Some(Ok((table, files))) => {
+                p.annotations.member_tls_table = Some(table);
+                out.files.extend(files);
+            }
+            Some(Err(why)) => {
+                out.events.push(event(
+                    ing,
+                    "IngressRefused",
+                    format!(
+                        "{}proxy-ssl-*: {why}; the Ingress is not served",
+                        ann::PREFIX
+                    ),
+                ));
+                p.refused.push(ann::Problem {
+                    key: format!("{}proxy-ssl-secret", ann::PREFIX),
+                    message: why,
+                });
+            }
+            None => {}
+        }
         if let Some(Some(why)) = bad_regex {
             out.events.push(event(
                 ing,
@@ -1158,6 +1262,126 @@ mod tests {
             "{text}"
         );
         assert!(out.events.iter().any(|e| e.message.contains("preflight")));
+    }
+
+    /// proxy-ssl-*: verification against the Secret's ca.crt, the name
+    /// sent (server-name on) or only checked, the client certificate
+    /// presented, the versions; a Secret that cannot be used refuses the
+    /// Ingress (never served unverified); on an HTTP backend they are
+    /// ignored with an Event. The node takes the text (its files written).
+    #[test]
+    fn proxy_ssl_annotations_verify_the_members() {
+        const CA: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJlekNDQVNHZ0F3SUJBZ0lVVk5YTWc5VUZSajFiV08zMko4V1NKdkdXSTZBd0NnWUlLb1pJemowRUF3SXcKRWpFUU1BNEdBMVVFQXd3SFZHVnpkQ0JEUVRBZ0Z3MHlOakV5TURReE9ERTFNRGxhR0E4eU1USTJNVEV4TURFNApNVFV3T1Zvd0VqRVFNQTRHQTFVRUF3d0hWR1Z6ZENCRFFUQlpNQk1HQnlxR1NNNDlBZ0VHQ0NxR1NNNDlBd0VICkEwSUFCRW9nUjZoSGltV0hVaEsycEpabkNEMGhpOHNJK0UyWjdsSy8zcVFiN1cwWW1kZlVSeVdMenZLUmRsRE0KN2E3VkV3aFlaSFVoV1dZd1l2QWYzNzdjVW1DalV6QlJNQjBHQTFVZERnUVdCQlRuaHpBUU9XamczdDdLSEFMOAp6K0xpRTJQakxqQWZCZ05WSFNNRUdEQVdnQlRuaHpBUU9XamczdDdLSEFMOHorTGlFMlBqTGpBUEJnTlZIUk1CCkFmOEVCVEFEQVFIL01Bb0dDQ3FHU000OUJBTUNBMGdBTUVVQ0lRRHFaTU1PSlRUQ2U2RUI1SmhjY2ZSMWNsWisKRERWRncwemoxdFhWWWhWWGRRSWdNS1F3NHRnczRlNUhOa0d6SURkUmR6dUN4bzVzWUtQK3Q2aHV3eldHaWlRPQotLS0tLUVORCBDRVJUSUZJQ0FURS0tLS0tCg==";
+        const CLIENT_CRT: &str = "LS0tLS1CRUdJTiBDRVJUSUZJQ0FURS0tLS0tCk1JSUJrRENDQVRXZ0F3SUJBZ0lVTHQ1OVp0UEMxZkJwb3FXaGJuWmJJTHY2VmRzd0NnWUlLb1pJemowRUF3SXcKSERFYU1CZ0dBMVVFQXd3UmMzZHBkR05vZVdGeVpDQmpiR2xsYm5Rd0lCY05Nall4TWpBME1UZ3pPREU0V2hnUApNakV5TmpFeE1UQXhPRE00TVRoYU1Cd3hHakFZQmdOVkJBTU1FWE4zYVhSamFIbGhjbVFnWTJ4cFpXNTBNRmt3CkV3WUhLb1pJemowQ0FRWUlLb1pJemowREFRY0RRZ0FFTkU5aGVKcGFaVW12MVNGQUc5KysrN2I3TFZZRDA1UTkKWWxpbUhNa3RDWVFGdjYrMk9VM1h0TzRFT0V6dER6Nnl5NWNhR3VmYXhLbnpBU1lEeVZPclA2TlRNRkV3SFFZRApWUjBPQkJZRUZOK0NkcjByTWxOSWF0QUl2dTA2cWVnMGhueENNQjhHQTFVZEl3UVlNQmFBRk4rQ2RyMHJNbE5JCmF0QUl2dTA2cWVnMGhueENNQThHQTFVZEV3RUIvd1FGTUFNQkFmOHdDZ1lJS29aSXpqMEVBd0lEU1FBd1JnSWgKQVBBYUFwMllsMjJLTFNBRlFLR2lIZFFtYlphYlVuYXB6c3R5bkZTRXdwUE5BaUVBeDQ4SzM3QTJBaERqUk51awpVZkZMY01wZktyRWJnVjZVeElHdU1seGxOTWc9Ci0tLS0tRU5EIENFUlRJRklDQVRFLS0tLS0K";
+        const CLIENT_KEY: &str = "LS0tLS1CRUdJTiBQUklWQVRFIEtFWS0tLS0tCk1JR0hBZ0VBTUJNR0J5cUdTTTQ5QWdFR0NDcUdTTTQ5QXdFSEJHMHdhd0lCQVFRZzdxMlEveVRBMXRmZEttUlUKSFNGeGZZTThrODVFVzlsT0t0cmQxZVdUSEl1aFJBTkNBQVEwVDJGNG1scGxTYS9WSVVBYjM3Nzd0dnN0VmdQVApsRDFpV0tZY3lTMEpoQVcvcjdZNVRkZTA3Z1E0VE8wUFByTExseG9hNTlyRXFmTUJKZ1BKVTZzLwotLS0tLUVORCBQUklWQVRFIEtFWS0tLS0tCg==";
+        let with = |extra: &[(&str, &str)]| {
+            let mut a = json!({"nginx.ingress.kubernetes.io/backend-protocol": "HTTPS"});
+            for (k, v) in extra {
+                a[format!("nginx.ingress.kubernetes.io/{k}")] = json!(v);
+            }
+            ingress("i", a, "a.example.com", json!([path("/", "Prefix", "a")]))
+        };
+        let world_with = |i: Value, data: Value| {
+            let mut w = world(vec![i]);
+            w.secrets.push(shared(
+                json!({"metadata": {"name": "up", "namespace": "certs"}, "data": data}),
+            ));
+            w
+        };
+        let all = json!({"ca.crt": CA, "tls.crt": CLIENT_CRT, "tls.key": CLIENT_KEY});
+        let out = render(
+            &world_with(
+                with(&[
+                    ("proxy-ssl-verify", "on"),
+                    ("proxy-ssl-secret", "certs/up"),
+                    ("proxy-ssl-name", "API.internal"),
+                    ("proxy-ssl-server-name", "on"),
+                    ("proxy-ssl-protocols", "TLSv1.2 TLSv1.3"),
+                ]),
+                all.clone(),
+            ),
+            &settings(),
+        );
+        let text = out.config.clone().expect("a configuration");
+        assert!(
+            text.contains("[pool.tls]\nca = \"files/proxy-ssl-certs-up-ca.crt\"\nsni = \"api.internal\"\ncert = \"files/proxy-ssl-certs-up.crt\"\nkey = \"files/proxy-ssl-certs-up.key\"\nversions = [\"1.2\", \"1.3\"]\n"),
+            "{text}"
+        );
+        assert!(out.events.is_empty(), "{:?}", out.events);
+        // The node takes it, its files beside it.
+        let dir = std::env::temp_dir().join(format!("sy-proxy-ssl-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("files")).unwrap();
+        for (name, data) in &out.files {
+            std::fs::write(dir.join("files").join(name), data).unwrap();
+        }
+        let file = dir.join("rendered.toml");
+        std::fs::write(&file, &text).unwrap();
+        if let Err(e) = switchyard::config::load(&file, None) {
+            panic!("{e}\n{text}");
+        }
+        let _ = std::fs::remove_dir_all(&dir);
+        // server-name off: the name is checked, not sent.
+        let out = render(
+            &world_with(
+                with(&[
+                    ("proxy-ssl-verify", "on"),
+                    ("proxy-ssl-secret", "certs/up"),
+                    ("proxy-ssl-name", "api.internal"),
+                ]),
+                json!({"ca.crt": CA}),
+            ),
+            &settings(),
+        );
+        let text = out.config.unwrap();
+        assert!(
+            text.contains(
+                "ca = \"files/proxy-ssl-certs-up-ca.crt\"\nsan_dns = [\"api.internal\"]\n"
+            ),
+            "{text}"
+        );
+        assert!(!text.contains("sni = "), "{text}");
+        // Verification asked for, and nothing to verify with: refused.
+        for (extra, data) in [
+            (vec![("proxy-ssl-verify", "on")], json!({"ca.crt": CA})),
+            (
+                vec![("proxy-ssl-verify", "on"), ("proxy-ssl-secret", "certs/up")],
+                json!({"tls.crt": CLIENT_CRT}),
+            ),
+            (
+                vec![("proxy-ssl-verify", "on"), ("proxy-ssl-secret", "certs/up")],
+                json!({"ca.crt": "bm90IGEgY2VydGlmaWNhdGU="}),
+            ),
+            (
+                vec![
+                    ("proxy-ssl-verify", "on"),
+                    ("proxy-ssl-secret", "certs/missing"),
+                ],
+                json!({"ca.crt": CA}),
+            ),
+            (
+                vec![("proxy-ssl-secret", "certs/up")],
+                json!({"tls.crt": CLIENT_CRT, "tls.key": CA}),
+            ),
+            (vec![("proxy-ssl-verify", "maybe")], json!({"ca.crt": CA})),
+        ] {
+            let out = render(&world_with(with(&extra), data), &settings());
+            assert!(out.config.is_none(), "{extra:?}: {:?}", out.config);
+            assert!(
+                out.events.iter().any(|e| e.reason == "IngressRefused"),
+                "{extra:?}: {:?}",
+                out.events
+            );
+        }
+        // On a cleartext backend: ignored, said.
+        let i = ingress(
+            "i",
+            json!({"nginx.ingress.kubernetes.io/proxy-ssl-verify": "on"}),
+            "a.example.com",
+            json!([path("/", "Prefix", "a")]),
+        );
+        let out = render(&world(vec![i]), &settings());
+        assert!(!out.config.unwrap().contains("[pool.tls]"));
+        assert!(out.events.iter().any(|e| e.message.contains("proxy-ssl-*")));
     }
 
     /// rewrite-target: the paths become regular expressions (as

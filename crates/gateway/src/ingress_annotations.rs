@@ -45,6 +45,23 @@ pub struct Canary {
     pub weight_total: u32,
 }
 
+/// ingress-nginx's `proxy-ssl-*` annotations (its `proxy_ssl_*`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberTls {
+    /// `proxy-ssl-verify: on`.
+    pub verify: bool,
+    /// `proxy-ssl-secret` ("namespace/name"): its `ca.crt` verifies the
+    /// members, its `tls.crt`/`tls.key` (if any) are presented to them.
+    pub secret: Option<(String, String)>,
+    /// `proxy-ssl-name`: the name verified (and sent, with
+    /// `proxy-ssl-server-name: on`).
+    pub name: Option<String>,
+    /// `proxy-ssl-server-name: on`: the name is sent as SNI.
+    pub server_name: bool,
+    /// `proxy-ssl-protocols` as the node's versions ("1.2", "1.3").
+    pub versions: Vec<&'static str>,
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Cors {
     /// One origin per entry ("*" for any).
@@ -82,6 +99,13 @@ pub struct Annotations {
     pub redirect: Option<(String, u16)>,
     /// `app-root`: where a request for "/" is sent.
     pub app_root: Option<String>,
+    /// `proxy-ssl-*`: how an HTTPS (or GRPCS) backend's certificate is
+    /// checked and what the node presents; None: not verified (the
+    /// default of both).
+    pub member_tls: Option<MemberTls>,
+    /// The pools' `[pool.tls]` table for it, made by the render (which
+    /// reads the Secret).
+    pub member_tls_table: Option<String>,
     /// `rewrite-target`: what the member gets instead of the path, nginx's
     /// `$1` written `${1}` (the node's regex replacement); the paths are
     /// then regular expressions, as ingress-nginx makes them.
@@ -346,6 +370,57 @@ pub fn parse(all: &BTreeMap<String, String>) -> Parsed {
                 // not expect.
                 Err(why) => refuse(key, why),
             },
+            "proxy-ssl-verify" | "proxy-ssl-server-name" => match value.trim() {
+                "on" | "true" => {
+                    let t = a.member_tls.get_or_insert_with(Default::default);
+                    if key == "proxy-ssl-verify" {
+                        t.verify = true;
+                    } else {
+                        t.server_name = true;
+                    }
+                }
+                "off" | "false" => {}
+                _ => refuse(key, "not on or off: the members' certificates would not be checked as asked".into()),
+            },
+            "proxy-ssl-secret" => match value.trim().split_once('/') {
+                Some((ns, name)) if !ns.is_empty() && !name.is_empty() && !name.contains('/') => {
+                    a.member_tls.get_or_insert_with(Default::default).secret =
+                        Some((ns.to_string(), name.to_string()));
+                }
+                _ => refuse(key, "not \"namespace/name\": the members' certificates could not be checked".into()),
+            },
+            "proxy-ssl-name" => {
+                let n = value.trim().to_ascii_lowercase();
+                if switchyard::config::types::is_host(&n)
+                    && !n.contains(':')
+                    && n.parse::<std::net::IpAddr>().is_err()
+                {
+                    a.member_tls.get_or_insert_with(Default::default).name = Some(n);
+                } else {
+                    refuse(key, "not a DNS name: the members' certificates could not be checked against it".into());
+                }
+            }
+            "proxy-ssl-protocols" => {
+                let mut versions = Vec::new();
+                for v in value.split_whitespace() {
+                    match v {
+                        "TLSv1.2" => versions.push("1.2"),
+                        "TLSv1.3" => versions.push("1.3"),
+                        // Older ones Switchyard never speaks.
+                        "TLSv1" | "TLSv1.1" | "SSLv2" | "SSLv3" => {}
+                        _ => {}
+                    }
+                }
+                if versions.is_empty() {
+                    refuse(key, format!("{value:?} names neither TLSv1.2 nor TLSv1.3, the versions Switchyard speaks"));
+                } else {
+                    a.member_tls.get_or_insert_with(Default::default).versions = versions;
+                }
+            }
+            "proxy-ssl-ciphers" | "proxy-ssl-verify-depth" => ignored(
+                key,
+                "the node's TLS library chooses its ciphers and bounds the chain itself",
+            ),
             "ssl-passthrough" => refuse(
                 key,
                 "TLS passthrough is not supported for Ingress: the Ingress would be served with Switchyard's certificate instead of the member's".into(),
@@ -405,6 +480,18 @@ pub fn parse(all: &BTreeMap<String, String>) -> Parsed {
             weight_total: 100,
             ..Default::default()
         });
+    }
+    if a.member_tls.is_some()
+        && matches!(
+            a.backend_protocol,
+            BackendProtocol::Http | BackendProtocol::Grpc
+        )
+    {
+        p.ignored.push(Problem {
+            key: format!("{PREFIX}proxy-ssl-*"),
+            message: "the members are spoken to in cleartext (backend-protocol): the proxy-ssl annotations apply to HTTPS and GRPCS backends".into(),
+        });
+        a.member_tls = None;
     }
     // ingress-nginx: a rewrite-target makes the paths regular expressions.
     if a.rewrite_target.is_some() {

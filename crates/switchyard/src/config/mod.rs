@@ -18,7 +18,7 @@ pub mod shield;
 pub mod snapshot;
 mod tls_server;
 mod tls_upstream;
-pub use tls_upstream::check_ca_bundle;
+pub use tls_upstream::{check_ca_bundle, check_cert_and_key};
 pub mod tokens;
 pub mod types;
 pub mod waf;

@@ -125,6 +125,32 @@ fn subject_alt_names(
     Some((dns, uris))
 }
 
+/// Whether `cert` (PEM chain) and `key` (PEM private key) are a client
+/// certificate a pool's `cert` and `key` may name: parsed, usable and
+/// matching, as `build` requires of the files. The Gateway controller
+/// checks an Ingress's `proxy-ssl-secret` with it before it publishes it.
+pub fn check_cert_and_key(cert: &[u8], key: &[u8]) -> Result<(), String> {
+    let chain = CertificateDer::pem_slice_iter(cert)
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| format!("the certificate is not valid PEM: {e}"))?;
+    if chain.is_empty() {
+        return Err("no PEM certificate".into());
+    }
+    let der = rustls_pki_types::PrivateKeyDer::from_pem_slice(key)
+        .map_err(|e| format!("no PEM private key: {e}"))?;
+    let provider = aws_lc_rs::default_provider();
+    let signing = provider
+        .key_provider
+        .load_private_key(der)
+        .map_err(|e| format!("the private key is not usable: {e}"))?;
+    match CertifiedKey::new(chain, signing).keys_match() {
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => Ok(()),
+        Err(e) => Err(format!(
+            "the private key does not match the certificate: {e}"
+        )),
+    }
+}
+
 /// Whether `pem` is a CA bundle a pool's `ca` may name: PEM certificates,
 /// at least one, each usable as a trust anchor (what `build` requires of
 /// the file). Err says why not. The Gateway controller checks a
