@@ -186,6 +186,9 @@ fn backend_label(b: &IngressBackend) -> String {
     }
 }
 
+/// Files to publish: name, contents.
+type Files = Vec<(String, Vec<u8>)>;
+
 /// The `[pool.tls]` of an Ingress's HTTPS backends from its `proxy-ssl-*`
 /// annotations, and the files it names
 /// (the Secret's CA bundle, client certificate and key), each checked
@@ -194,7 +197,7 @@ fn backend_label(b: &IngressBackend) -> String {
 fn member_tls_table(
     w: &crate::render::World,
     t: &ann::MemberTls,
-) -> Result<(String, Vec<(String, Vec<u8>)>), String> {
+) -> Result<(String, Files), String> {
     let mut table = String::from("[pool.tls]\n");
     let mut files = Vec::new();
     let secret = match &t.secret {
