@@ -137,38 +137,63 @@ impl Pebble {
             .stderr(dns_log)
             .spawn()
             .expect("start pebble-challtestsrv");
-        let listen = SocketAddr::new(lo, port_on(lo));
-        let management = SocketAddr::new(lo, port_on(lo));
-        let mut config = serde_json::json!({
-            "pebble": {
-                "listenAddress": listen.to_string(),
-                "managementListenAddress": management.to_string(),
-                "certificate": cert,
-                "privateKey": key,
-                "httpPort": http_port,
-                "tlsPort": tls_port,
-                "ocspResponderURL": "",
-                "externalAccountBindingRequired": false,
-                "profiles": { "default": { "description": "test", "validityPeriod": validity } }
+        // A port free when asked may be taken by another test's socket
+        // before pebble binds it; pebble then exits at once: it is started
+        // again on other ports (up to three times).
+        let mut attempts = 0;
+        let (child, listen, management) = loop {
+            let listen = SocketAddr::new(lo, port_on(lo));
+            let management = SocketAddr::new(lo, port_on(lo));
+            let mut config = serde_json::json!({
+                "pebble": {
+                    "listenAddress": listen.to_string(),
+                    "managementListenAddress": management.to_string(),
+                    "certificate": cert,
+                    "privateKey": key,
+                    "httpPort": http_port,
+                    "tlsPort": tls_port,
+                    "ocspResponderURL": "",
+                    "externalAccountBindingRequired": false,
+                    "profiles": { "default": { "description": "test", "validityPeriod": validity } }
+                }
+            });
+            for (k, v) in extra.as_object().into_iter().flatten() {
+                config["pebble"][k] = v.clone();
             }
-        });
-        for (k, v) in extra.as_object().into_iter().flatten() {
-            config["pebble"][k] = v.clone();
-        }
-        std::fs::write(dir.join("pebble.json"), config.to_string()).expect("config");
-        let log = std::fs::File::create(dir.join("pebble.log")).expect("log");
-        let child = Command::new(pebble)
-            .arg("-config")
-            .arg(dir.join("pebble.json"))
-            .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
-            // Validate at once and always for real; no random bad nonces.
-            .env("PEBBLE_VA_NOSLEEP", "1")
-            .env("PEBBLE_VA_ALWAYS_VALID", "0")
-            .env("PEBBLE_WFE_NONCEREJECT", "0")
-            .stdout(log.try_clone().expect("log"))
-            .stderr(log)
-            .spawn()
-            .expect("start pebble");
+            std::fs::write(dir.join("pebble.json"), config.to_string()).expect("config");
+            let log = std::fs::File::create(dir.join("pebble.log")).expect("log");
+            let child = Command::new(&pebble)
+                .arg("-config")
+                .arg(dir.join("pebble.json"))
+                .args(["-dnsserver", &format!("127.0.0.1:{dns_port}")])
+                // Validate at once and always for real; no random bad nonces.
+                .env("PEBBLE_VA_NOSLEEP", "1")
+                .env("PEBBLE_VA_ALWAYS_VALID", "0")
+                .env("PEBBLE_WFE_NONCEREJECT", "0")
+                .stdout(log.try_clone().expect("log"))
+                .stderr(log)
+                .spawn()
+                .expect("start pebble");
+            let mut child = child;
+            let up =
+                |a: SocketAddr| TcpStream::connect_timeout(&a, Duration::from_millis(200)).is_ok();
+            let mut exited = false;
+            let ready = eventually(Duration::from_secs(15), || {
+                exited = matches!(child.try_wait(), Ok(Some(_)));
+                exited || (up(listen) && up(management))
+            });
+            attempts += 1;
+            if ready && !exited {
+                break (child, listen, management);
+            }
+            let _ = child.kill();
+            let _ = child.wait();
+            assert!(
+                attempts < 3,
+                "pebble did not start on {listen} / {management}:\n{}",
+                std::fs::read_to_string(dir.join("pebble.log")).unwrap_or_default()
+            );
+        };
         let p = Pebble {
             pebble: child,
             dns,
@@ -182,8 +207,6 @@ impl Pebble {
             dns_management,
             dir,
         };
-        wait_port(listen, "pebble", &p.dir.join("pebble.log"));
-        wait_port(management, "pebble management", &p.dir.join("pebble.log"));
         wait_port(
             dns_management,
             "pebble-challtestsrv",

@@ -1177,3 +1177,27 @@ fn a_revalidated_gzip_variant_keeps_its_weak_etag() {
     );
     assert_eq!(r.status, 200, "{:?}", r.headers);
 }
+
+/// stale-while-revalidate: the stale copy answers at once and the member
+/// is asked in the background; the vserver counts the client's answer
+/// once (the background exchange counts on the member only).
+#[test]
+fn a_stale_while_revalidate_answer_is_counted_once() {
+    let f = setup("");
+    let t = "/swr?n=100&cc=max-age=1,stale-while-revalidate=30&etag=v1&notmod=1";
+    assert_eq!(fetch(f.l, t, "").status, 200);
+    std::thread::sleep(Duration::from_millis(2100));
+    let r = fetch(f.l, t, "");
+    assert_eq!(r.status, 200);
+    assert!(
+        cache_status(&r).contains("stale-while-revalidate"),
+        "{:?}",
+        r.headers
+    );
+    assert!(eventually(Duration::from_secs(5), || f.o.count(t) == 2));
+    let v = counters_when(&f.sy, |v| counter(v, "cache_revalidations") >= 1);
+    assert_eq!(counter(&v, "requests"), 2, "{v}");
+    assert_eq!(v["responses"]["2xx"], 2, "{v}");
+    // The member's 304 to the background revalidation is not a client's.
+    assert_eq!(v["responses"]["3xx"], 0, "{v}");
+}

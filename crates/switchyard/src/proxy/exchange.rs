@@ -90,8 +90,10 @@ pub struct Exchange<'s> {
     pub script_member: Option<SocketAddr>,
     /// Where copies of the request go too (the deciding policy's `mirror`).
     pub mirrors: &'s [Mirror],
-    /// This exchange is a mirror's copy: the vserver's counters are the
-    /// client's request's, not the copy's (the mirror pool counts it).
+    /// No client waits for this member exchange (a mirror's copy, or the
+    /// background revalidation after a stale answer): the vserver's
+    /// counters are the client's request's, not this exchange's (the pool
+    /// and its member count it).
     pub shadow: bool,
     /// The member serving (or that last tried to): an index into
     /// `members`.

@@ -86,7 +86,9 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
     }
     hooks.before_member_request(x, &mut req);
     if background {
-        // The client has its answer; the member's goes to the stages only.
+        // The client has its answer (counted); the member's goes to the
+        // stages only, and counts on the member, not again on the vserver.
+        x.shadow = true;
         let _ = to_pool(x, &mut hooks, &mut Nobody, &req, &pool).await;
         hooks.on_log(x, &req);
         return;
