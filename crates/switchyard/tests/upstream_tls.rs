@@ -570,7 +570,7 @@ fn check_locates_pool_tls_mistakes() {
         ("ca = \"ca-g.pem\"\nsni = \"not a name!\"".into(), "\"not a name!\"", "sni \"not a name!\" is not a valid DNS name"),
         ("verify = false\nca = \"ca-g.pem\"".into(), "\"ca-g.pem\"", "ca has no effect with verify = false"),
         ("ca = \"ca-g.pem\"\nversions = [\"1.1\"]".into(), "\"1.1\"", "unknown TLS version \"1.1\"; allowed: \"1.2\", \"1.3\""),
-        ("ca = \"ca-g.pem\"\nverfy = true".into(), "verfy", "unknown field `verfy`, expected one of `verify`, `ca`, `sni`, `cert`, `key`, `versions`"),
+        ("ca = \"ca-g.pem\"\nverfy = true".into(), "verfy", "unknown field `verfy`, expected one of `verify`, `ca`, `sni`, `san_dns`, `san_uri`, `cert`, `key`, `versions`"),
     ];
     for (tls, needle, msg) in cases {
         let text = config(l, &[m], &tls_table(&tls));
