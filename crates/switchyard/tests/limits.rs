@@ -244,3 +244,70 @@ fn an_l4_vserver_limits_connections_and_check_refuses_request_limits_there() {
         "{text}"
     );
 }
+
+/// `scope = "policy"`: a limit counts only the requests of the policies
+/// that name it in `limits` (after routing, so the policy's own match
+/// decides: ingress-nginx's limit-rps per Ingress); other requests of the
+/// vserver, and other sources, are not counted. check refuses a policy
+/// that names a vserver-wide or unknown limit, connection limits with
+/// that scope, and a policy-scoped limit no policy names.
+#[test]
+fn a_policy_scoped_limit_counts_only_its_policies_requests() {
+    let o = Origin::start("o");
+    let l = free_addr();
+    let limits = "[[vserver.limit]]\nname = \"api\"\nscope = \"policy\"\nreq_rate = \"3/10s\"\nstatus = 503\n\
+                  [[vserver.policy]]\nmatch = { path_prefix = \"/api\" }\naction = { pool = \"p\" }\nlimits = [\"api\"]\n\
+                  [[vserver.policy]]\nmatch = { path_prefix = \"/other\" }\naction = { pool = \"p\" }\n";
+    let cfg = config(l, &o, limits);
+    let _sy = Switchyard::start(&cfg, &[l]);
+    let get_path = |source: &str, path: &str| -> u16 {
+        use std::io::Write;
+        let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+            .expect("socket");
+        let src: std::net::SocketAddr = format!("{source}:0").parse().expect("source");
+        sock.bind(&src.into()).expect("bind");
+        sock.connect_timeout(&l.into(), Duration::from_secs(5))
+            .expect("connect");
+        let mut c = Client::from_stream(sock.into());
+        c.w.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: h\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .expect("write");
+        c.read_response(false).map_or(0, |r| r.status)
+    };
+    // Requests the policy does not decide are not counted, before or after.
+    for _ in 0..5 {
+        assert_eq!(get_path("127.0.0.21", "/other"), 200);
+        assert_eq!(get_path("127.0.0.21", "/"), 200);
+    }
+    let api: Vec<u16> = (0..5).map(|_| get_path("127.0.0.21", "/api/x")).collect();
+    assert_eq!(api, [200, 200, 200, 503, 503]);
+    // Still open to everything else, and to another source.
+    assert_eq!(get_path("127.0.0.21", "/other"), 200);
+    assert_eq!(get_path("127.0.0.22", "/api/x"), 200);
+    for (bad, why) in [
+        (
+            cfg.replace("limits = [\"api\"]", "limits = [\"nope\"]"),
+            "limit \"nope\" is not one of the vserver's",
+        ),
+        (
+            cfg.replace("scope = \"policy\"\n", ""),
+            "counts every request of the vserver",
+        ),
+        (
+            cfg.replace("req_rate = \"3/10s\"", "conn_cur = 3"),
+            "conn_cur and conn_rate count connections before any request",
+        ),
+        (
+            cfg.replace("limits = [\"api\"]\n", ""),
+            "no policy names it",
+        ),
+    ] {
+        let dir = temp_dir("limit-scope");
+        let path = dir.join("bad.toml");
+        std::fs::write(&path, &bad).expect("write");
+        let (code, out, err) = run_cli(&["check", "-c", path.to_str().expect("utf-8")]);
+        assert_ne!(code, Some(0), "{bad}");
+        assert!(format!("{out}{err}").contains(why), "{why}: {out}{err}");
+    }
+}

@@ -14,6 +14,8 @@
 //! status = 429                # a refused request's status
 //! allow = ["10.0.0.0/8"]      # sources never limited (CIDRs or @lists of [shield.lists])
 //! table_size = 100000         # keys tracked at most
+//! scope = "vserver"           # every request; "policy": only the requests of
+//!                             # the policies that name it (`limits = [...]`)
 //! ```
 
 use std::collections::{BTreeMap, HashMap};
@@ -42,6 +44,9 @@ pub struct LimitFile {
     #[serde(default)]
     pub allow: Vec<Spanned<String>>,
     pub table_size: Option<Spanned<usize>>,
+    /// "vserver" (default): every request; "policy": only the requests of
+    /// the policies that name the limit in their `limits`.
+    pub scope: Option<Spanned<String>>,
 }
 
 /// "100/10s": a count and a window.
@@ -139,6 +144,25 @@ pub fn build(
                 format!("{what}: sets no limit; give conn_cur, conn_rate or req_rate"),
             ));
         }
+        let per_policy = match f.scope.as_ref().map(|s| s.get_ref().as_str()) {
+            None | Some("vserver") => false,
+            Some("policy") => {
+                if conn_cur.is_some() || conn_rate.is_some() {
+                    problems.push((
+                        f.name.span(),
+                        format!("{what}: scope \"policy\" counts requests once a policy has decided; conn_cur and conn_rate count connections before any request: use req_rate"),
+                    ));
+                }
+                true
+            }
+            Some(other) => {
+                problems.push((
+                    f.scope.as_ref().map_or(at.clone(), |s| s.span()),
+                    format!("{what}: scope {other:?} is not \"vserver\" or \"policy\""),
+                ));
+                false
+            }
+        };
         let tarpit = duration(&f.tarpit, &what, problems);
         let deny_for = duration(&f.deny_for, &what, problems);
         let action = match f.action.as_ref().map(|a| a.get_ref().as_str()) {
@@ -234,6 +258,7 @@ pub fn build(
             status,
             allow,
             table,
+            per_policy,
         }));
     }
     out

@@ -556,6 +556,10 @@ pub struct Policy {
     /// (with `action = { pool = ... }`).
     #[serde(default)]
     pub mirror: Vec<Spanned<Mirror>>,
+    /// The vserver's `scope = "policy"` limits the requests this policy
+    /// decides count against (with an action).
+    #[serde(default)]
+    pub limits: Vec<Spanned<String>>,
 }
 
 /// One `mirror = [{ ... }]` entry: a copy of each matching request (or of

@@ -236,6 +236,9 @@ pub struct Policy {
     pub rewrite: Option<Rewrite>,
     /// Where copies of the request go too (a policy that sends to a pool).
     pub mirrors: Vec<Mirror>,
+    /// The `scope = "policy"` limits it names: indices into the vserver's
+    /// `limits`.
+    pub limits: Vec<usize>,
 }
 
 /// A policy's `mirror` entry, validated.

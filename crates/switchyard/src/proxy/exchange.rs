@@ -90,6 +90,8 @@ pub struct Exchange<'s> {
     pub script_member: Option<SocketAddr>,
     /// Where copies of the request go too (the deciding policy's `mirror`).
     pub mirrors: &'s [Mirror],
+    /// The deciding policy's `limits` (indices into the vserver's).
+    pub policy_limits: &'s [usize],
     /// No client waits for this member exchange (a mirror's copy, or the
     /// background revalidation after a stale answer): the vserver's
     /// counters are the client's request's, not this exchange's (the pool
@@ -200,6 +202,7 @@ impl<'s> Exchange<'s> {
             sticky: None,
             script_member: None,
             mirrors: &[],
+            policy_limits: &[],
             shadow: false,
             member: None,
             members: None,

@@ -21,10 +21,23 @@ use crate::http::responses;
 use crate::shield::admission;
 use crate::shield::stick::{self, Action, Key, Limit, Reason};
 
+/// Before routing (the front), the vserver's limits on every request;
+/// after routing, the `scope = "policy"` limits the deciding policy names
+/// (`Limits::after_routing`).
 #[derive(Default)]
 pub struct Limits {
     /// A refusal held back for this long (tarpit).
     tarpit: Option<(u64, Local)>,
+    after_routing: bool,
+}
+
+impl Limits {
+    pub fn after_routing() -> Limits {
+        Limits {
+            tarpit: None,
+            after_routing: true,
+        }
+    }
 }
 
 /// The request's value of a limit's key; None when it has none (no such
@@ -64,13 +77,24 @@ fn refusal(l: &Limit, reason: Reason) -> Local {
 
 impl Hooks for Limits {
     fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
-        if x.vs.limits.is_empty() {
+        let limits = &x.vs.limits;
+        let at = self.after_routing;
+        if limits.is_empty() || (at && x.policy_limits.is_empty()) {
             return Verdict::Continue;
         }
         let ip = x.peer.ip();
         let source = stick::source_key(ip);
-        let Some((l, reason)) = admission::request(&x.vs.limits, ip, |l| key_of(l, req, &source))
-        else {
+        let key = |l: &Limit| key_of(l, req, &source);
+        let found = if at {
+            admission::request(
+                x.policy_limits.iter().filter_map(|i| limits.get(*i)),
+                ip,
+                key,
+            )
+        } else {
+            admission::request(limits.iter().filter(|l| !l.per_policy), ip, key)
+        };
+        let Some((l, reason)) = found else {
             return Verdict::Continue;
         };
         let local = refusal(l, reason);

@@ -17,6 +17,8 @@ pub struct Decision<'a> {
     pub rewrite: Option<&'a Rewrite>,
     /// The deciding policy's mirrors (it sends to a pool).
     pub mirrors: &'a [Mirror],
+    /// The deciding policy's `scope = "policy"` limits.
+    pub limits: &'a [usize],
     pub request_edits: Vec<&'a HeaderEdits>,
     pub response_edits: Vec<&'a HeaderEdits>,
     /// Compression for this request, after the matching policies' say,
@@ -32,6 +34,7 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
         action: None,
         rewrite: None,
         mirrors: &[],
+        limits: &[],
         request_edits: Vec::new(),
         response_edits: Vec::new(),
         compression: vs.compression_on,
@@ -70,6 +73,7 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
             d.action = Some(a);
             d.rewrite = p.rewrite.as_ref();
             d.mirrors = &p.mirrors;
+            d.limits = &p.limits;
             break;
         }
     }

@@ -35,6 +35,8 @@ use crate::stats;
 /// later stage sees one spelling of the resource.
 ///
 /// Per-source limits come next: a refused request costs nothing else.
+/// The limits of policies (`scope = "policy"`) count right after routing,
+/// the policy being known then.
 /// The vserver's script comes before routing, so it can choose the pool
 /// (`scripting.rs` says why there). The WAF comes right after routing: it judges every request a member
 /// or the cache would answer, before the request is edited for the member.
@@ -49,7 +51,10 @@ use crate::stats;
 /// (`r:sideband`) still chooses the pool before routing.
 pub type Pipeline = (Front, Rest);
 pub type Front = (Normalize, (AcmeChallenge, (Limits, Scripting)));
-pub type Rest = (Route, (Waf, (Forward, (Compress, (Cache, AccessLog)))));
+pub type Rest = (
+    Route,
+    (Limits, (Waf, (Forward, (Compress, (Cache, AccessLog))))),
+);
 
 pub fn pipeline() -> Pipeline {
     (
@@ -60,10 +65,13 @@ pub fn pipeline() -> Pipeline {
         (
             Route,
             (
-                Waf::default(),
+                Limits::after_routing(),
                 (
-                    Forward,
-                    (Compress::default(), (Cache::default(), AccessLog)),
+                    Waf::default(),
+                    (
+                        Forward,
+                        (Compress::default(), (Cache::default(), AccessLog)),
+                    ),
                 ),
             ),
         ),
@@ -107,6 +115,7 @@ impl Hooks for Route {
     fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
         let vs = x.vs;
         let d = route::route(vs, req, x.peer.ip());
+        x.policy_limits = d.limits;
         x.request_edits = d.request_edits;
         x.response_edits = d.response_edits;
         if d.compression {

@@ -126,7 +126,7 @@ pub fn close_refused(stream: std::net::TcpStream, how: Closing) {
 /// counts connections still refuses the requests of a source it denies.
 /// The first refusal wins; a tarpit's is counted here.
 pub fn request<'l, 'r>(
-    limits: &'l [Arc<Limit>],
+    limits: impl IntoIterator<Item = &'l Arc<Limit>>,
     ip: IpAddr,
     mut key: impl FnMut(&Limit) -> Option<&'r [u8]>,
 ) -> Option<(&'l Limit, Reason)> {

@@ -89,6 +89,9 @@ pub struct Limit {
     /// Sources never limited.
     pub allow: Vec<Cidr>,
     pub table: Arc<Table>,
+    /// `scope = "policy"`: counts only the requests of the policies that
+    /// name it (after routing), not every request of the vserver.
+    pub per_policy: bool,
 }
 
 /// Why a key was refused.
@@ -658,6 +661,7 @@ mod tests {
             status: 429,
             allow: vec![Cidr::parse("10.0.0.0/8").expect("cidr")],
             table: Arc::new(Table::new(1000, 60_000)),
+            per_policy: false,
         }
     }
 

@@ -261,6 +261,11 @@ pub(super) fn build_read(
                 cx.err(at, msg);
             }
         }
+        let mut problems = Vec::new();
+        policy_limits((&name, v.name.span()), &v.policy, &mut vs, &mut problems);
+        for (at, msg) in problems {
+            cx.err(at, msg);
+        }
         let vs = Arc::new(vs);
         let map = if vs.protocol == model::Protocol::Udp {
             &mut udp_by_listen
@@ -527,5 +532,54 @@ fn pool_list(pools: &HashMap<String, Arc<Pool>>) -> String {
         "none".to_string()
     } else {
         names.join(", ")
+    }
+}
+
+/// Each policy's `limits`, resolved to the vserver's `scope = "policy"`
+/// limits; a policy that names one must decide (have an action), and
+/// every such limit must be named by some policy (else it counts nothing).
+fn policy_limits(
+    (vserver, at): (&str, std::ops::Range<usize>),
+    policies: &[model::Policy],
+    vs: &mut VServer,
+    problems: &mut Vec<super::types::Problem>,
+) {
+    let mut named = vec![false; vs.limits.len()];
+    for (i, (pm, ps)) in policies.iter().zip(vs.policies.iter_mut()).enumerate() {
+        let pname = pm.name.clone().unwrap_or_else(|| format!("#{}", i + 1));
+        for l in &pm.limits {
+            let what = format!("vserver {vserver:?} policy {pname:?}");
+            if pm.action.is_none() {
+                problems.push((
+                    l.span(),
+                    format!(
+                        "{what}: limits apply to the requests a policy decides; give it an action"
+                    ),
+                ));
+                break;
+            }
+            match vs.limits.iter().position(|x| x.name == *l.get_ref()) {
+                Some(at) if vs.limits[at].per_policy => {
+                    named[at] = true;
+                    ps.limits.push(at);
+                }
+                Some(_) => problems.push((
+                    l.span(),
+                    format!("{what}: limit {:?} counts every request of the vserver; a policy names only scope = \"policy\" limits", l.get_ref()),
+                )),
+                None => problems.push((
+                    l.span(),
+                    format!("{what}: limit {:?} is not one of the vserver's [[vserver.limit]]", l.get_ref()),
+                )),
+            }
+        }
+    }
+    for (l, named) in vs.limits.iter().zip(named) {
+        if l.per_policy && !named {
+            problems.push((
+                at.clone(),
+                format!("vserver {vserver:?} limit {:?}: scope = \"policy\" but no policy names it in its limits", l.name),
+            ));
+        }
     }
 }

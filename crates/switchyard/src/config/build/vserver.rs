@@ -57,6 +57,7 @@ pub(super) fn build_vserver(
             && p.cache.is_none()
             && p.rewrite.is_none()
             && p.mirror.is_empty()
+            && p.limits.is_empty()
         {
             cx.err(
                 span.clone(),
@@ -87,6 +88,8 @@ pub(super) fn build_vserver(
                 .as_ref()
                 .and_then(|r| build_rewrite(cx, r, pool_action, &what)),
             mirrors: build_mirrors(cx, &p.mirror, pools, pool_action, &what),
+            // Resolved once the vserver's limits are built (build/mod.rs).
+            limits: Vec::new(),
         });
     }
     let what = format!("vserver {name:?}");
