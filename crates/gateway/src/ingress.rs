@@ -53,6 +53,8 @@ pub struct EventOf {
 /// the Ingresses add to.
 pub struct Sink<'a> {
     pub policies: &'a mut BTreeMap<(IpAddr, u16), Vec<Rendered>>,
+    /// `[[vserver.limit]]` tables by vserver (address, port), by name.
+    pub limits: &'a mut BTreeMap<(IpAddr, u16), BTreeMap<String, String>>,
     pub certs: &'a mut BTreeMap<(IpAddr, u16), BTreeSet<String>>,
     pub files: &'a mut BTreeMap<String, Vec<u8>>,
     pub statuses: &'a mut Vec<StatusOf>,
@@ -797,6 +799,17 @@ pub fn render(cx: &mut Ctx, s: &Settings, out: Sink) {
                                     q(t)
                                 );
                             }
+                            // limit-rps / limit-rpm: the requests this
+                            // Ingress sends to its members count (nginx's
+                            // limit_req runs after its redirects).
+                            if let (Some(r), true) =
+                                (&a.rate_limit, act.starts_with("action = { pool"))
+                            {
+                                let tables = r.tables(&format!("ingress {ns}/{name}"));
+                                let names: Vec<String> = tables.iter().map(|(n, _)| q(n)).collect();
+                                let _ = writeln!(text, "limits = [{}]", names.join(", "));
+                                out.limits.entry(port).or_default().extend(tables);
+                            }
                         }
                         text.push_str(&st.response);
                         out.policies.entry(port).or_default().push(Rendered {
@@ -1385,6 +1398,64 @@ mod tests {
         let out = render(&world(vec![i]), &settings());
         assert!(!out.config.unwrap().contains("[pool.tls]"));
         assert!(out.events.iter().any(|e| e.message.contains("proxy-ssl-*")));
+    }
+
+    /// limit-rps / limit-rpm: a `scope = "policy"` limit per rate in each
+    /// vserver the Ingress is served on, named by its pool policies only
+    /// (not by the HTTPS redirect, which nginx answers before limit_req),
+    /// nginx's burst as the window; limit-whitelist as allow; a rate that
+    /// is not one refuses the Ingress (it would be served unlimited). The
+    /// node takes the text.
+    #[test]
+    fn limit_rps_and_rpm_limit_the_ingress_requests_per_source() {
+        let i = ingress(
+            "i",
+            json!({"nginx.ingress.kubernetes.io/limit-rps": "5",
+                   "nginx.ingress.kubernetes.io/limit-rpm": "100",
+                   "nginx.ingress.kubernetes.io/limit-burst-multiplier": "3",
+                   "nginx.ingress.kubernetes.io/limit-whitelist": "10.1.0.0/16, 192.0.2.1"}),
+            "a.example.com",
+            json!([path("/", "Prefix", "a")]),
+        );
+        let (text, out) = checked(&world(vec![i]));
+        let vs = vserver(&text, 10080);
+        assert!(
+            vs.contains("[[vserver.limit]]\nname = \"ingress n/i rps\"\nscope = \"policy\"\nreq_rate = \"15/3s\"\nstatus = 503\nallow = [\"10.1.0.0/16\", \"192.0.2.1\"]\n"),
+            "{vs}"
+        );
+        assert!(vs.contains("req_rate = \"300/3m\""), "{vs}");
+        assert!(
+            vs.contains("action = { pool = \"ingress.n.i.a.80\" }\nlimits = [\"ingress n/i rps\", \"ingress n/i rpm\"]\n"),
+            "{vs}"
+        );
+        assert!(out.events.is_empty(), "{:?}", out.events);
+        // Defaults: a burst of 5.
+        let i = ingress(
+            "i",
+            json!({"nginx.ingress.kubernetes.io/limit-rps": "2"}),
+            "a.example.com",
+            json!([path("/", "Prefix", "a")]),
+        );
+        let (text, _) = checked(&world(vec![i]));
+        assert!(text.contains("req_rate = \"10/5s\""), "{text}");
+        for bad in [
+            json!({"nginx.ingress.kubernetes.io/limit-rps": "fast"}),
+            json!({"nginx.ingress.kubernetes.io/limit-rps": "0"}),
+            json!({"nginx.ingress.kubernetes.io/limit-rps": "5", "nginx.ingress.kubernetes.io/limit-whitelist": "10.0.0.0/99"}),
+        ] {
+            let i = ingress(
+                "i",
+                bad.clone(),
+                "a.example.com",
+                json!([path("/", "Prefix", "a")]),
+            );
+            let out = render(&world(vec![i]), &settings());
+            assert!(out.config.is_none(), "{bad}");
+            assert!(
+                out.events.iter().any(|e| e.reason == "IngressRefused"),
+                "{bad}"
+            );
+        }
     }
 
     /// rewrite-target: the paths become regular expressions (as

@@ -45,6 +45,44 @@ pub struct Canary {
     pub weight_total: u32,
 }
 
+/// ingress-nginx's request rate limits per client address (its
+/// `limit_req` zones): `per_second` and `per_minute` requests, each with a
+/// burst of `burst` times as many.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RateLimit {
+    pub per_second: Option<u32>,
+    pub per_minute: Option<u32>,
+    pub burst: u32,
+    /// Sources never limited (`limit-whitelist`, CIDRs).
+    pub allow: Vec<String>,
+}
+
+impl RateLimit {
+    /// The node's `[[vserver.limit]]` tables named `name` (" rps" or
+    /// " rpm" appended), scoped to the policies that name them. nginx's
+    /// leaky bucket (rate N, burst N x B, nodelay) as a sliding window of
+    /// B periods holding N x B requests: the same burst at once, and N
+    /// per period on average after it.
+    pub fn tables(&self, name: &str) -> Vec<(String, String)> {
+        let b = self.burst.max(1);
+        let allow: Vec<String> = self.allow.iter().map(|c| crate::render::q(c)).collect();
+        [(self.per_second, "rps", "s"), (self.per_minute, "rpm", "m")]
+            .into_iter()
+            .filter_map(|(n, tag, unit)| {
+                let n = n?;
+                let limit = format!("{name} {tag}");
+                let text = format!(
+                    "[[vserver.limit]]\nname = {}\nscope = \"policy\"\nreq_rate = \"{}/{b}{unit}\"\nstatus = 503\nallow = [{}]\n",
+                    crate::render::q(&limit),
+                    n.saturating_mul(b),
+                    allow.join(", ")
+                );
+                Some((limit, text))
+            })
+            .collect()
+    }
+}
+
 /// ingress-nginx's `proxy-ssl-*` annotations (its `proxy_ssl_*`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct MemberTls {
@@ -106,6 +144,9 @@ pub struct Annotations {
     /// The pools' `[pool.tls]` table for it, made by the render (which
     /// reads the Secret).
     pub member_tls_table: Option<String>,
+    /// `limit-rps`, `limit-rpm` (with `limit-burst-multiplier`,
+    /// `limit-whitelist`): requests per source.
+    pub rate_limit: Option<RateLimit>,
     /// `rewrite-target`: what the member gets instead of the path, nginx's
     /// `$1` written `${1}` (the node's regex replacement); the paths are
     /// then regular expressions, as ingress-nginx makes them.
@@ -417,6 +458,20 @@ pub fn parse(all: &BTreeMap<String, String>) -> Parsed {
                     a.member_tls.get_or_insert_with(Default::default).versions = versions;
                 }
             }
+            "limit-rps" | "limit-rpm" => match value.trim().parse::<u32>() {
+                Ok(n) if n > 0 => {
+                    let r = a.rate_limit.get_or_insert_with(Default::default);
+                    if key == "limit-rps" {
+                        r.per_second = Some(n);
+                    } else {
+                        r.per_minute = Some(n);
+                    }
+                }
+                // Served without it, the members would get every request
+                // the limit keeps away.
+                _ => refuse(key, format!("{value:?} is not a count of requests above 0")),
+            },
+            "limit-burst-multiplier" | "limit-whitelist" => {}
             "proxy-ssl-ciphers" | "proxy-ssl-verify-depth" => ignored(
                 key,
                 "the node's TLS library chooses its ciphers and bounds the chain itself",
@@ -492,6 +547,28 @@ pub fn parse(all: &BTreeMap<String, String>) -> Parsed {
             message: "the members are spoken to in cleartext (backend-protocol): the proxy-ssl annotations apply to HTTPS and GRPCS backends".into(),
         });
         a.member_tls = None;
+    }
+    if let Some(r) = a.rate_limit.as_mut() {
+        r.burst = match get("limit-burst-multiplier").map(|v| v.trim().parse::<u32>()) {
+            None => 5,
+            Some(Ok(b)) if (1..=1000).contains(&b) => b,
+            Some(_) => {
+                refused.push(Problem {
+                    key: format!("{PREFIX}limit-burst-multiplier"),
+                    message: "not a whole number from 1 to 1000".into(),
+                });
+                5
+            }
+        };
+        if let Some(w) = get("limit-whitelist") {
+            match cidrs(w) {
+                Ok(c) => r.allow = c,
+                Err(e) => refused.push(Problem {
+                    key: format!("{PREFIX}limit-whitelist"),
+                    message: format!("{e}: the sources it lists would be limited"),
+                }),
+            }
+        }
     }
     // ingress-nginx: a rewrite-target makes the paths regular expressions.
     if a.rewrite_target.is_some() {
@@ -701,7 +778,6 @@ mod tests {
             "proxy-read-timeout",
             "proxy-send-timeout",
             "proxy-connect-timeout",
-            "limit-rps",
             "limit-connections",
             "proxy-buffering",
             "custom-http-errors",

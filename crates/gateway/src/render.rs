@@ -1693,11 +1693,13 @@ pub fn render(w: &World, s: &Settings) -> Output {
     statuses.extend(cx.btls.statuses(&s.controller_name));
     // Ingresses (ingress.rs) join the Gateways' vservers on ports 80/443.
     let mut events = Vec::new();
+    let mut limits: BTreeMap<(IpAddr, u16), BTreeMap<String, String>> = BTreeMap::new();
     crate::ingress::render(
         &mut cx,
         s,
         crate::ingress::Sink {
             policies: &mut policies,
+            limits: &mut limits,
             certs: &mut certs,
             files: &mut files,
             statuses: &mut statuses,
@@ -1756,6 +1758,9 @@ pub fn render(w: &World, s: &Settings) -> Output {
             if grpc {
                 text.push_str("alpn = [\"h2\", \"http/1.1\"]\n");
             }
+        }
+        for t in limits.get(&(ip, port)).into_iter().flat_map(|l| l.values()) {
+            text.push_str(t);
         }
         for p in ps {
             text.push_str(&p.text);

@@ -199,6 +199,41 @@ fn ingress_on_a_real_api_server() {
         "status 403"
     );
 
+    // limit-rps: 1 per second with a burst of 2 (the multiplier) per
+    // client; the whitelisted Ingress next to it is not counted.
+    apply(
+        api,
+        ingress(
+            "limited",
+            json!({format!("{NGINX}limit-rps"): "1", format!("{NGINX}limit-burst-multiplier"): "2"}),
+            "limited.example",
+            json!([path("/", "Prefix", "other")]),
+        ),
+    );
+    assert!(
+        eventually(Duration::from_secs(60), || pod_of(&get(
+            c.addr(80),
+            "limited.example",
+            "/",
+            &[]
+        )) == "pod-13"),
+        "{}",
+        c.context()
+    );
+    // The request above counted: one more within the window, then 503.
+    let statuses: Vec<String> = (0..3)
+        .map(|_| pod_of(&get(c.addr(80), "limited.example", "/", &[])))
+        .collect();
+    assert!(
+        statuses.iter().any(|s| s == "status 503"),
+        "{statuses:?}\n{}",
+        c.context()
+    );
+    // Other Ingresses on the vserver are not limited by it.
+    for _ in 0..5 {
+        assert_eq!(pod_of(&get(c.addr(80), "open.example", "/", &[])), "pod-13");
+    }
+
     // A canary by header beside its main Ingress.
     apply(
         api,
