@@ -855,3 +855,73 @@ fn refused_by_check(cfg: &str, why: &str) {
     assert_ne!(code, Some(0), "{cfg}");
     assert!(format!("{out}{err}").contains(why), "{out}{err}");
 }
+
+/// A policy's `max_body` (ingress-nginx's proxy-body-size): a declared
+/// length over it is 413 before any member is asked; a chunked or HTTP/2
+/// body is stopped with 413 once it passes it; other policies' requests
+/// are not limited; check refuses it on a policy without an action.
+#[test]
+fn a_policy_max_body_refuses_longer_request_bodies() {
+    let origin = Origin::start("o");
+    let l = free_addr();
+    let cfg = format!(
+        r#"[[vserver]]
+name = "b"
+listen = ["{l}"]
+h2c = true
+default_pool = "p"
+[[vserver.policy]]
+match = {{ path_prefix = "/upload" }}
+action = {{ pool = "p" }}
+max_body = 10
+
+[[pool]]
+name = "p"
+[[pool.member]]
+address = "{}"
+"#,
+        origin.addr
+    );
+    let _sy = Switchyard::start(&cfg, &[l]);
+    let post = |path: &str, body: &str| {
+        request(
+            l,
+            &format!(
+                "POST {path} HTTP/1.1\r\nHost: h\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            ),
+        )
+    };
+    assert_eq!(post("/upload/a", "0123456789").status, 200);
+    let before = origin.requests();
+    let r = post("/upload/a", "0123456789X");
+    assert_eq!(r.status, 413, "{}", r.body_text());
+    assert_eq!(origin.requests(), before, "the member was not asked");
+    let r = request(
+        l,
+        "POST /upload/c HTTP/1.1\r\nHost: h\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n6\r\n012345\r\n6\r\n678901\r\n0\r\n\r\n",
+    );
+    assert_eq!(r.status, 413, "{}", r.body_text());
+    assert_eq!(post("/other", &"x".repeat(100)).status, 200);
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(l).await.expect("connect");
+        let (send, conn) = h2::client::handshake(tcp).await.expect("h2");
+        tokio::spawn(conn);
+        let req = http::Request::post("http://h/upload/h2")
+            .body(())
+            .expect("request");
+        let mut s = send.ready().await.expect("ready");
+        let (resp, mut body) = s.send_request(req, false).expect("send");
+        body.send_data(bytes::Bytes::from(vec![b'x'; 20]), true)
+            .expect("body");
+        assert_eq!(resp.await.expect("response").status(), 413);
+    });
+    refused_by_check(
+        &cfg.replace("action = { pool = \"p\" }\nmax_body", "max_body"),
+        "max_body applies to the requests a policy decides",
+    );
+}

@@ -560,6 +560,10 @@ pub struct Policy {
     /// decides count against (with an action).
     #[serde(default)]
     pub limits: Vec<Spanned<String>>,
+    /// The longest request body the requests this policy decides may
+    /// send (bytes; with an action): longer ones get 413 (nginx's
+    /// `client_max_body_size`).
+    pub max_body: Option<Spanned<u64>>,
 }
 
 /// One `mirror = [{ ... }]` entry: a copy of each matching request (or of

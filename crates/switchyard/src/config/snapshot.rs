@@ -239,6 +239,8 @@ pub struct Policy {
     /// The `scope = "policy"` limits it names: indices into the vserver's
     /// `limits`.
     pub limits: Vec<usize>,
+    /// The longest request body it lets through (bytes).
+    pub max_body: Option<u64>,
 }
 
 /// A policy's `mirror` entry, validated.

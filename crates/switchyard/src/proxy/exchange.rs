@@ -92,6 +92,8 @@ pub struct Exchange<'s> {
     pub mirrors: &'s [Mirror],
     /// The deciding policy's `limits` (indices into the vserver's).
     pub policy_limits: &'s [usize],
+    /// The deciding policy's `max_body`.
+    pub max_body: Option<u64>,
     /// No client waits for this member exchange (a mirror's copy, or the
     /// background revalidation after a stale answer): the vserver's
     /// counters are the client's request's, not this exchange's (the pool
@@ -203,6 +205,7 @@ impl<'s> Exchange<'s> {
             script_member: None,
             mirrors: &[],
             policy_limits: &[],
+            max_body: None,
             shadow: false,
             member: None,
             members: None,

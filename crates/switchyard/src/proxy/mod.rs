@@ -19,6 +19,7 @@
 //! request on each pair of protocols.
 
 mod accept;
+mod body_size;
 mod buffered;
 mod caching;
 mod client_h1_conn;

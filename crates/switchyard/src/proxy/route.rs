@@ -19,6 +19,8 @@ pub struct Decision<'a> {
     pub mirrors: &'a [Mirror],
     /// The deciding policy's `scope = "policy"` limits.
     pub limits: &'a [usize],
+    /// The deciding policy's `max_body`.
+    pub max_body: Option<u64>,
     pub request_edits: Vec<&'a HeaderEdits>,
     pub response_edits: Vec<&'a HeaderEdits>,
     /// Compression for this request, after the matching policies' say,
@@ -35,6 +37,7 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
         rewrite: None,
         mirrors: &[],
         limits: &[],
+        max_body: None,
         request_edits: Vec::new(),
         response_edits: Vec::new(),
         compression: vs.compression_on,
@@ -74,6 +77,7 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
             d.rewrite = p.rewrite.as_ref();
             d.mirrors = &p.mirrors;
             d.limits = &p.limits;
+            d.max_body = p.max_body;
             break;
         }
     }

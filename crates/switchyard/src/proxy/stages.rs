@@ -9,6 +9,7 @@ use std::net::IpAddr;
 
 use bytes::Bytes;
 
+use super::body_size::BodySize;
 use super::caching::Cache;
 use super::compressing::Compress;
 use super::exchange::Exchange;
@@ -36,7 +37,8 @@ use crate::stats;
 ///
 /// Per-source limits come next: a refused request costs nothing else.
 /// The limits of policies (`scope = "policy"`) count right after routing,
-/// the policy being known then.
+/// the policy being known then, and so does a policy's `max_body` (before
+/// the WAF reads a body it would refuse anyway).
 /// The vserver's script comes before routing, so it can choose the pool
 /// (`scripting.rs` says why there). The WAF comes right after routing: it judges every request a member
 /// or the cache would answer, before the request is edited for the member.
@@ -53,7 +55,10 @@ pub type Pipeline = (Front, Rest);
 pub type Front = (Normalize, (AcmeChallenge, (Limits, Scripting)));
 pub type Rest = (
     Route,
-    (Limits, (Waf, (Forward, (Compress, (Cache, AccessLog))))),
+    (
+        Limits,
+        (BodySize, (Waf, (Forward, (Compress, (Cache, AccessLog))))),
+    ),
 );
 
 pub fn pipeline() -> Pipeline {
@@ -67,10 +72,13 @@ pub fn pipeline() -> Pipeline {
             (
                 Limits::after_routing(),
                 (
-                    Waf::default(),
+                    BodySize::default(),
                     (
-                        Forward,
-                        (Compress::default(), (Cache::default(), AccessLog)),
+                        Waf::default(),
+                        (
+                            Forward,
+                            (Compress::default(), (Cache::default(), AccessLog)),
+                        ),
                     ),
                 ),
             ),
@@ -116,6 +124,7 @@ impl Hooks for Route {
         let vs = x.vs;
         let d = route::route(vs, req, x.peer.ip());
         x.policy_limits = d.limits;
+        x.max_body = d.max_body;
         x.request_edits = d.request_edits;
         x.response_edits = d.response_edits;
         if d.compression {

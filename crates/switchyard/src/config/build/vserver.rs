@@ -58,6 +58,7 @@ pub(super) fn build_vserver(
             && p.rewrite.is_none()
             && p.mirror.is_empty()
             && p.limits.is_empty()
+            && p.max_body.is_none()
         {
             cx.err(
                 span.clone(),
@@ -65,6 +66,15 @@ pub(super) fn build_vserver(
             );
         }
         let pool_action = matches!(action, Some(Action::Pool(_)));
+        let max_body = p.max_body.as_ref().map(|m| {
+            if action.is_none() {
+                cx.err(
+                    m.span(),
+                    format!("{what}: max_body applies to the requests a policy decides; give it an action"),
+                );
+            }
+            *m.get_ref()
+        });
         policies.push(Policy {
             name: pname,
             matcher,
@@ -90,6 +100,7 @@ pub(super) fn build_vserver(
             mirrors: build_mirrors(cx, &p.mirror, pools, pool_action, &what),
             // Resolved once the vserver's limits are built (build/mod.rs).
             limits: Vec::new(),
+            max_body,
         });
     }
     let what = format!("vserver {name:?}");
