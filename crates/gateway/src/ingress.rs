@@ -810,6 +810,12 @@ pub fn render(cx: &mut Ctx, s: &Settings, out: Sink) {
                                 let _ = writeln!(text, "limits = [{}]", names.join(", "));
                                 out.limits.entry(port).or_default().extend(tables);
                             }
+                            // proxy-body-size: the bodies its members get.
+                            if let (Some(n), true) =
+                                (a.max_body, act.starts_with("action = { pool"))
+                            {
+                                let _ = writeln!(text, "max_body = {n}");
+                            }
                         }
                         text.push_str(&st.response);
                         out.policies.entry(port).or_default().push(Rendered {
@@ -1456,6 +1462,45 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    /// proxy-body-size: nginx's sizes as the pool policies' max_body ("0":
+    /// none); a size that is not one refuses the Ingress.
+    #[test]
+    fn proxy_body_size_limits_the_bodies_the_members_get() {
+        for (size, want) in [
+            ("8m", Some(8u64 << 20)),
+            ("512K", Some(512 << 10)),
+            ("100", Some(100)),
+            ("0", None),
+        ] {
+            let i = ingress(
+                "i",
+                json!({"nginx.ingress.kubernetes.io/proxy-body-size": size}),
+                "a.example.com",
+                json!([path("/", "Prefix", "a")]),
+            );
+            let (text, out) = checked(&world(vec![i]));
+            match want {
+                Some(n) => assert!(
+                    text.contains(&format!(
+                        "action = {{ pool = \"ingress.n.i.a.80\" }}\nmax_body = {n}\n"
+                    )),
+                    "{size}: {text}"
+                ),
+                None => assert!(!text.contains("max_body"), "{text}"),
+            }
+            assert!(out.events.is_empty(), "{size}: {:?}", out.events);
+        }
+        let i = ingress(
+            "i",
+            json!({"nginx.ingress.kubernetes.io/proxy-body-size": "8 megs"}),
+            "a.example.com",
+            json!([path("/", "Prefix", "a")]),
+        );
+        let out = render(&world(vec![i]), &settings());
+        assert!(out.config.is_none());
+        assert!(out.events.iter().any(|e| e.reason == "IngressRefused"));
     }
 
     /// rewrite-target: the paths become regular expressions (as

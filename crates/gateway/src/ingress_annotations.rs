@@ -147,6 +147,8 @@ pub struct Annotations {
     /// `limit-rps`, `limit-rpm` (with `limit-burst-multiplier`,
     /// `limit-whitelist`): requests per source.
     pub rate_limit: Option<RateLimit>,
+    /// `proxy-body-size` in bytes (None: no limit, as "0" says).
+    pub max_body: Option<u64>,
     /// `rewrite-target`: what the member gets instead of the path, nginx's
     /// `$1` written `${1}` (the node's regex replacement); the paths are
     /// then regular expressions, as ingress-nginx makes them.
@@ -472,6 +474,13 @@ pub fn parse(all: &BTreeMap<String, String>) -> Parsed {
                 _ => refuse(key, format!("{value:?} is not a count of requests above 0")),
             },
             "limit-burst-multiplier" | "limit-whitelist" => {}
+            "proxy-body-size" => match nginx_size(value) {
+                Some(0) => a.max_body = None,
+                Some(n) => a.max_body = Some(n),
+                // Served without it, the members would get bodies of any
+                // length.
+                None => refuse(key, format!("{value:?} is not a size (bytes, or with k, m or g)")),
+            },
             "proxy-ssl-ciphers" | "proxy-ssl-verify-depth" => ignored(
                 key,
                 "the node's TLS library chooses its ciphers and bounds the chain itself",
@@ -576,6 +585,24 @@ pub fn parse(all: &BTreeMap<String, String>) -> Parsed {
     }
     p.refused = refused;
     p
+}
+
+/// An nginx size ("100", "512k", "8m", "1g"; either case) in bytes.
+fn nginx_size(v: &str) -> Option<u64> {
+    let v = v.trim();
+    let (digits, unit) = match v.char_indices().last()? {
+        (i, c) if c.is_ascii_alphabetic() => (&v[..i], c.to_ascii_lowercase()),
+        _ => (v, ' '),
+    };
+    let n: u64 = digits.parse().ok()?;
+    let scale: u64 = match unit {
+        ' ' => 1,
+        'k' => 1 << 10,
+        'm' => 1 << 20,
+        'g' => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(scale)
 }
 
 /// nginx's rewrite replacement as the node's: `$1` to `${1}` (in Rust's
@@ -774,7 +801,6 @@ mod tests {
             assert!(p.ignored.is_empty(), "{key}");
         }
         for key in [
-            "proxy-body-size",
             "proxy-read-timeout",
             "proxy-send-timeout",
             "proxy-connect-timeout",
