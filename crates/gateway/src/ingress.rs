@@ -810,6 +810,20 @@ pub fn render(cx: &mut Ctx, s: &Settings, out: Sink) {
                                 let _ = writeln!(text, "limits = [{}]", names.join(", "));
                                 out.limits.entry(port).or_default().extend(tables);
                             }
+                            // proxy-connect/read-timeout: how long its
+                            // members may take.
+                            if act.starts_with("action = { pool")
+                                && (a.connect_timeout_s.is_some() || a.read_timeout_s.is_some())
+                            {
+                                let mut t = Vec::new();
+                                if let Some(s) = a.connect_timeout_s {
+                                    t.push(format!("upstream_connect = \"{s}s\""));
+                                }
+                                if let Some(s) = a.read_timeout_s {
+                                    t.push(format!("upstream_response = \"{s}s\""));
+                                }
+                                let _ = writeln!(text, "timeouts = {{ {} }}", t.join(", "));
+                            }
                             // proxy-body-size: the bodies its members get.
                             if let (Some(n), true) =
                                 (a.max_body, act.starts_with("action = { pool"))
@@ -1501,6 +1515,27 @@ mod tests {
         let out = render(&world(vec![i]), &settings());
         assert!(out.config.is_none());
         assert!(out.events.iter().any(|e| e.reason == "IngressRefused"));
+    }
+
+    /// proxy-connect-timeout / proxy-read-timeout: the pool policies'
+    /// `timeouts` (seconds); proxy-send-timeout is said to be ignored.
+    #[test]
+    fn proxy_timeouts_are_the_pool_policies_timeouts() {
+        let i = ingress(
+            "i",
+            json!({"nginx.ingress.kubernetes.io/proxy-connect-timeout": "5",
+                   "nginx.ingress.kubernetes.io/proxy-read-timeout": "120s",
+                   "nginx.ingress.kubernetes.io/proxy-send-timeout": "30"}),
+            "a.example.com",
+            json!([path("/", "Prefix", "a")]),
+        );
+        let (text, out) = checked(&world(vec![i]));
+        assert!(
+            text.contains("action = { pool = \"ingress.n.i.a.80\" }\ntimeouts = { upstream_connect = \"5s\", upstream_response = \"120s\" }\n"),
+            "{text}"
+        );
+        assert_eq!(out.events.len(), 1, "{:?}", out.events);
+        assert!(out.events[0].message.contains("proxy-send-timeout"));
     }
 
     /// rewrite-target: the paths become regular expressions (as

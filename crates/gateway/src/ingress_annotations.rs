@@ -149,6 +149,9 @@ pub struct Annotations {
     pub rate_limit: Option<RateLimit>,
     /// `proxy-body-size` in bytes (None: no limit, as "0" says).
     pub max_body: Option<u64>,
+    /// `proxy-connect-timeout`, `proxy-read-timeout` in seconds.
+    pub connect_timeout_s: Option<u32>,
+    pub read_timeout_s: Option<u32>,
     /// `rewrite-target`: what the member gets instead of the path, nginx's
     /// `$1` written `${1}` (the node's regex replacement); the paths are
     /// then regular expressions, as ingress-nginx makes them.
@@ -474,6 +477,22 @@ pub fn parse(all: &BTreeMap<String, String>) -> Parsed {
                 _ => refuse(key, format!("{value:?} is not a count of requests above 0")),
             },
             "limit-burst-multiplier" | "limit-whitelist" => {}
+            "proxy-connect-timeout" | "proxy-read-timeout" => {
+                match value.trim().trim_end_matches('s').parse::<u32>() {
+                    Ok(n) if n > 0 => {
+                        if key == "proxy-connect-timeout" {
+                            a.connect_timeout_s = Some(n);
+                        } else {
+                            a.read_timeout_s = Some(n);
+                        }
+                    }
+                    _ => ignored(key, "not a number of seconds above 0"),
+                }
+            }
+            "proxy-send-timeout" => ignored(
+                key,
+                "Switchyard has no time limit per write to a member (the upload is paced by the client's own timeouts)",
+            ),
             "proxy-body-size" => match nginx_size(value) {
                 Some(0) => a.max_body = None,
                 Some(n) => a.max_body = Some(n),
@@ -801,9 +820,7 @@ mod tests {
             assert!(p.ignored.is_empty(), "{key}");
         }
         for key in [
-            "proxy-read-timeout",
             "proxy-send-timeout",
-            "proxy-connect-timeout",
             "limit-connections",
             "proxy-buffering",
             "custom-http-errors",

@@ -333,7 +333,7 @@ fn ingress_on_a_real_api_server() {
         api,
         ingress(
             "timeouts",
-            json!({format!("{NGINX}proxy-read-timeout"): "120"}),
+            json!({format!("{NGINX}proxy-send-timeout"): "120"}),
             "t.example",
             json!([path("/", "Prefix", "other")]),
         ),
@@ -343,7 +343,7 @@ fn ingress_on_a_real_api_server() {
             .iter()
             .any(|(r, m)| r == "UnsupportedAnnotation"
                 && m.contains(
-                    "nginx.ingress.kubernetes.io/proxy-read-timeout"
+                    "nginx.ingress.kubernetes.io/proxy-send-timeout"
                 ))),
         "{:?}\n{}",
         events(api, "timeouts"),

@@ -471,3 +471,40 @@ fn trickled_request_bodies_are_cut_while_others_are_served() {
         "{m}"
     );
 }
+
+/// A policy's `timeouts` (ingress-nginx's proxy-read-timeout per
+/// Ingress): its requests wait for the member that long, the others the
+/// global `[timeouts]`; check refuses them without a pool action, and 0.
+#[test]
+fn a_policy_upstream_response_timeout_replaces_the_global_one() {
+    let o = Origin::start("a");
+    o.set(|b| b.delay = Duration::from_millis(1500));
+    let l = free_addr();
+    let policy = "[[vserver.policy]]\nmatch = { path_prefix = \"/impatient\" }\naction = { pool = \"p\" }\ntimeouts = { upstream_response = \"300ms\", upstream_connect = \"2s\" }\n";
+    let cfg = config(l, &[o.addr], "upstream_response = \"10s\"").replace(
+        "default_pool = \"p\"\n",
+        &format!("default_pool = \"p\"\n{policy}"),
+    );
+    let sy = Switchyard::start(&cfg, &[l]);
+    let r = Client::connect(l).get("/impatient/x");
+    assert_eq!(r.status, 504, "{}", r.body_text());
+    assert_eq!(sy.member_stats("p", o.addr)["response_timeouts"], 1);
+    // The global one for everything else: the slow member is waited for.
+    assert_eq!(Client::connect(l).get("/patient").status, 200);
+    for (bad, why) in [
+        (
+            cfg.replace("action = { pool = \"p\" }\ntimeouts", "timeouts"),
+            "timeouts are for the member a policy sends to",
+        ),
+        (
+            cfg.replace("\"300ms\"", "\"0s\""),
+            "timeouts.upstream_response must be above 0",
+        ),
+    ] {
+        let path = temp_dir("policy-timeouts").join("bad.toml");
+        std::fs::write(&path, &bad).expect("write");
+        let (code, out, err) = run_cli(&["check", "-c", path.to_str().expect("utf-8")]);
+        assert_ne!(code, Some(0), "{bad}");
+        assert!(format!("{out}{err}").contains(why), "{why}: {out}{err}");
+    }
+}

@@ -564,6 +564,17 @@ pub struct Policy {
     /// send (bytes; with an action): longer ones get 413 (nginx's
     /// `client_max_body_size`).
     pub max_body: Option<Spanned<u64>>,
+    /// `[timeouts]`' member timeouts for the requests this policy sends
+    /// to a pool, in place of the global ones.
+    pub timeouts: Option<Spanned<PolicyTimeouts>>,
+}
+
+/// A policy's `timeouts = { upstream_connect, upstream_response }`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PolicyTimeouts {
+    pub upstream_connect: Option<Millis>,
+    pub upstream_response: Option<Millis>,
 }
 
 /// One `mirror = [{ ... }]` entry: a copy of each matching request (or of

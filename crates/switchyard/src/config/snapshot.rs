@@ -241,6 +241,15 @@ pub struct Policy {
     pub limits: Vec<usize>,
     /// The longest request body it lets through (bytes).
     pub max_body: Option<u64>,
+    /// Its member timeouts, where it sets them.
+    pub timeouts: MemberTimeouts,
+}
+
+/// A policy's member timeouts (ms); None: the global `[timeouts]` one.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct MemberTimeouts {
+    pub connect_ms: Option<u64>,
+    pub response_ms: Option<u64>,
 }
 
 /// A policy's `mirror` entry, validated.

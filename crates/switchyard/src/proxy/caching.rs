@@ -165,7 +165,7 @@ impl Hooks for Cache {
         else {
             return Verdict::Continue;
         };
-        let limit = Duration::from_millis(x.st.upstream_response_ms);
+        let limit = Duration::from_millis(x.upstream_response_ms());
         let _ = tokio::time::timeout(limit, rx.wait_for(|done| *done)).await;
         if let Some(o) = vc.store.lookup(key, &req.head.fields) {
             let now = cache::now();

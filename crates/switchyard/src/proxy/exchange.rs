@@ -33,7 +33,9 @@ use super::client_h2_stream::BodyStream;
 use super::idle::IdleWatch;
 use super::member::H2Conns;
 use super::upstream::{ConnectError, IdlePool, UpConn};
-use crate::config::snapshot::{HeaderEdits, Member, MemberList, Mirror, Pool, Settings, VServer};
+use crate::config::snapshot::{
+    HeaderEdits, Member, MemberList, MemberTimeouts, Mirror, Pool, Settings, VServer,
+};
 use crate::health::passive;
 use crate::http::body::{BodyError, Sink};
 use crate::http::message::{Request, Response};
@@ -94,6 +96,8 @@ pub struct Exchange<'s> {
     pub policy_limits: &'s [usize],
     /// The deciding policy's `max_body`.
     pub max_body: Option<u64>,
+    /// The deciding policy's member timeouts (`upstream_*_ms` read them).
+    pub timeouts: MemberTimeouts,
     /// No client waits for this member exchange (a mirror's copy, or the
     /// background revalidation after a stale answer): the vserver's
     /// counters are the client's request's, not this exchange's (the pool
@@ -206,6 +210,7 @@ impl<'s> Exchange<'s> {
             mirrors: &[],
             policy_limits: &[],
             max_body: None,
+            timeouts: MemberTimeouts::default(),
             shadow: false,
             member: None,
             members: None,
@@ -215,6 +220,21 @@ impl<'s> Exchange<'s> {
             request_body: None,
             facts: Facts::default(),
         }
+    }
+
+    /// How long a member may take to accept a connection: the deciding
+    /// policy's `timeouts`, else `[timeouts]`.
+    pub fn upstream_connect_ms(&self) -> u64 {
+        self.timeouts
+            .connect_ms
+            .unwrap_or(self.st.upstream_connect_ms)
+    }
+
+    /// How long a member may take to answer, and to go on sending.
+    pub fn upstream_response_ms(&self) -> u64 {
+        self.timeouts
+            .response_ms
+            .unwrap_or(self.st.upstream_response_ms)
     }
 
     /// The member serving (or that last tried to).

@@ -117,7 +117,7 @@ async fn connect_or_take_released(x: &Exchange<'_>, a: &Attempt<'_>) -> Result<U
     let released = x.idle.wait_release(m, private);
     let connect = {
         let (m, tls, source) = (m.clone(), pool.tls.clone(), pool.local_source());
-        let timeout = Duration::from_millis(x.st.upstream_connect_ms);
+        let timeout = Duration::from_millis(x.upstream_connect_ms());
         let header = proxy_protocol::stream_header(pool.proxy_protocol, x.peer, x.listen);
         async move { upstream::connect(&m, (tls.as_deref(), source), timeout, &header).await }
     };
@@ -211,7 +211,7 @@ async fn response_head<C: ClientSide>(
     a: &Attempt<'_>,
     up: &mut UpConn,
 ) -> Result<Response, Failure> {
-    let deadline = now_ms() + x.st.upstream_response_ms;
+    let deadline = now_ms() + x.upstream_response_ms();
     // Room for a head and a typical body in one read (HAProxy reads into
     // 16 KB buffers): an 8 KB response costs one recv and one send.
     if up.buf.capacity() < UPSTREAM_READ {

@@ -75,7 +75,7 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
             }
         }
     }
-    let deadline = now_ms() + x.st.upstream_response_ms;
+    let deadline = now_ms() + x.upstream_response_ms();
     h2_response(x, hooks, client, req, a, resp_fut, Some(deadline)).await
 }
 
@@ -95,7 +95,7 @@ async fn open_stream(
         .ready(
             m,
             (pool.tls.as_deref(), pool.local_source()),
-            Duration::from_millis(x.st.upstream_connect_ms),
+            Duration::from_millis(x.upstream_connect_ms()),
             Duration::from_millis(pool.idle_timeout_ms),
         )
         .await

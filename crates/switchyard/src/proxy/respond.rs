@@ -61,7 +61,7 @@ pub(super) async fn respond<C: ClientSide, H: Hooks>(
             _ => Err(switched_unasked(x, a, req, &resp)),
         };
     }
-    let timeout = Duration::from_millis(x.st.upstream_response_ms);
+    let timeout = Duration::from_millis(x.upstream_response_ms());
     let Some((sink, head_len)) = client.start_response(x, req, &resp).await else {
         stats::inc(&mc.bad_responses);
         return Err(Failure::new(

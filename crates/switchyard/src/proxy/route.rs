@@ -21,6 +21,8 @@ pub struct Decision<'a> {
     pub limits: &'a [usize],
     /// The deciding policy's `max_body`.
     pub max_body: Option<u64>,
+    /// The deciding policy's member timeouts.
+    pub timeouts: crate::config::snapshot::MemberTimeouts,
     pub request_edits: Vec<&'a HeaderEdits>,
     pub response_edits: Vec<&'a HeaderEdits>,
     /// Compression for this request, after the matching policies' say,
@@ -38,6 +40,7 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
         mirrors: &[],
         limits: &[],
         max_body: None,
+        timeouts: Default::default(),
         request_edits: Vec::new(),
         response_edits: Vec::new(),
         compression: vs.compression_on,
@@ -78,6 +81,7 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
             d.mirrors = &p.mirrors;
             d.limits = &p.limits;
             d.max_body = p.max_body;
+            d.timeouts = p.timeouts;
             break;
         }
     }

@@ -125,6 +125,7 @@ impl Hooks for Route {
         let d = route::route(vs, req, x.peer.ip());
         x.policy_limits = d.limits;
         x.max_body = d.max_body;
+        x.timeouts = d.timeouts;
         x.request_edits = d.request_edits;
         x.response_edits = d.response_edits;
         if d.compression {

@@ -59,6 +59,7 @@ pub(super) fn build_vserver(
             && p.mirror.is_empty()
             && p.limits.is_empty()
             && p.max_body.is_none()
+            && p.timeouts.is_none()
         {
             cx.err(
                 span.clone(),
@@ -75,6 +76,34 @@ pub(super) fn build_vserver(
             }
             *m.get_ref()
         });
+        let timeouts = match &p.timeouts {
+            None => MemberTimeouts::default(),
+            Some(t) => {
+                let (span, t) = (t.span(), t.get_ref());
+                if !pool_action {
+                    cx.err(
+                        span.clone(),
+                        format!("{what}: timeouts are for the member a policy sends to; give it action = {{ pool = \"NAME\" }}"),
+                    );
+                }
+                let ms = |m: &Option<crate::config::types::Millis>, cx: &mut Ctx, name: &str| {
+                    m.as_ref().and_then(|m| {
+                        if m.0 == 0 {
+                            cx.err(
+                                span.clone(),
+                                format!("{what}: timeouts.{name} must be above 0"),
+                            );
+                            return None;
+                        }
+                        Some(m.0)
+                    })
+                };
+                MemberTimeouts {
+                    connect_ms: ms(&t.upstream_connect, cx, "upstream_connect"),
+                    response_ms: ms(&t.upstream_response, cx, "upstream_response"),
+                }
+            }
+        };
         policies.push(Policy {
             name: pname,
             matcher,
@@ -101,6 +130,7 @@ pub(super) fn build_vserver(
             // Resolved once the vserver's limits are built (build/mod.rs).
             limits: Vec::new(),
             max_body,
+            timeouts,
         });
     }
     let what = format!("vserver {name:?}");
