@@ -765,23 +765,7 @@ address = "{dead}"
     assert_eq!(r.status, 200);
     assert!(main.seen().iter().any(|s| s.body == big.as_bytes()));
     // HTTP/2 clients' requests are copied alike.
-    let rt = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .expect("runtime");
-    rt.block_on(async {
-        let tcp = tokio::net::TcpStream::connect(l).await.expect("connect");
-        let (send, conn) = h2::client::handshake(tcp).await.expect("h2");
-        tokio::spawn(conn);
-        let req = http::Request::post("http://site.test/copied/h2")
-            .body(())
-            .expect("request");
-        let mut s = send.ready().await.expect("ready");
-        let (resp, mut body) = s.send_request(req, false).expect("send");
-        body.send_data(bytes::Bytes::from_static(b"over h2"), true)
-            .expect("body");
-        assert_eq!(resp.await.expect("response").status(), 200);
-    });
+    assert_eq!(h2_post(l, "http://site.test/copied/h2", b"over h2"), 200);
     assert!(eventually(Duration::from_secs(5), || copies("/v2/h2")
         .len()
         == 1));
@@ -903,6 +887,16 @@ address = "{}"
     );
     assert_eq!(r.status, 413, "{}", r.body_text());
     assert_eq!(post("/other", &"x".repeat(100)).status, 200);
+    assert_eq!(h2_post(l, "http://h/upload/h2", &[b'x'; 20]), 413);
+    refused_by_check(
+        &cfg.replace("action = { pool = \"p\" }\nmax_body", "max_body"),
+        "max_body applies to the requests a policy decides",
+    );
+}
+
+/// The status of a POST of `body` to `url` over HTTP/2 with prior
+/// knowledge (h2c).
+fn h2_post(l: SocketAddr, url: &str, body: &[u8]) -> u16 {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -911,17 +905,11 @@ address = "{}"
         let tcp = tokio::net::TcpStream::connect(l).await.expect("connect");
         let (send, conn) = h2::client::handshake(tcp).await.expect("h2");
         tokio::spawn(conn);
-        let req = http::Request::post("http://h/upload/h2")
-            .body(())
-            .expect("request");
+        let req = http::Request::post(url).body(()).expect("request");
         let mut s = send.ready().await.expect("ready");
-        let (resp, mut body) = s.send_request(req, false).expect("send");
-        body.send_data(bytes::Bytes::from(vec![b'x'; 20]), true)
+        let (resp, mut out) = s.send_request(req, false).expect("send");
+        out.send_data(bytes::Bytes::copy_from_slice(body), true)
             .expect("body");
-        assert_eq!(resp.await.expect("response").status(), 413);
-    });
-    refused_by_check(
-        &cfg.replace("action = { pool = \"p\" }\nmax_body", "max_body"),
-        "max_body applies to the requests a policy decides",
-    );
+        resp.await.expect("response").status().as_u16()
+    })
 }

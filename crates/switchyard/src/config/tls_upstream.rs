@@ -360,7 +360,7 @@ pub fn build(
                 .dangerous()
                 .with_custom_certificate_verifier(Arc::new(SanVerifier {
                     roots: Arc::new(r),
-                    provider: provider.clone(),
+                    any: AcceptAnyCertificate(provider.clone()),
                     dns,
                     uris,
                 }))

@@ -152,7 +152,9 @@ impl ServerCertVerifier for AcceptAnyCertificate {
 #[derive(Debug)]
 pub(crate) struct SanVerifier {
     pub(crate) roots: Arc<rustls::RootCertStore>,
-    pub(crate) provider: Arc<CryptoProvider>,
+    /// The provider, and the handshake signature checks of any
+    /// certificate, which are this verifier's too.
+    pub(crate) any: AcceptAnyCertificate,
     pub(crate) dns: Vec<ServerName<'static>>,
     pub(crate) uris: Vec<String>,
 }
@@ -172,7 +174,7 @@ impl ServerCertVerifier for SanVerifier {
             &self.roots,
             intermediates,
             now,
-            self.provider.signature_verification_algorithms.all,
+            self.any.0.signature_verification_algorithms.all,
         )?;
         if self
             .dns
@@ -193,18 +195,14 @@ impl ServerCertVerifier for SanVerifier {
         ))
     }
 
+    // The handshake's signatures are checked as for any certificate.
     fn verify_tls12_signature(
         &self,
         message: &[u8],
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, TlsError> {
-        rustls::crypto::verify_tls12_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        self.any.verify_tls12_signature(message, cert, dss)
     }
 
     fn verify_tls13_signature(
@@ -213,18 +211,11 @@ impl ServerCertVerifier for SanVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, TlsError> {
-        rustls::crypto::verify_tls13_signature(
-            message,
-            cert,
-            dss,
-            &self.provider.signature_verification_algorithms,
-        )
+        self.any.verify_tls13_signature(message, cert, dss)
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.provider
-            .signature_verification_algorithms
-            .supported_schemes()
+        self.any.supported_verify_schemes()
     }
 }
 
