@@ -1650,7 +1650,7 @@ mod tests {
     fn unsupported_annotations_are_said_and_the_rest_served() {
         let i = ingress(
             "i",
-            json!({"nginx.ingress.kubernetes.io/proxy-body-size": "8m", "nginx.ingress.kubernetes.io/limit-rps": "5"}),
+            json!({"nginx.ingress.kubernetes.io/proxy-send-timeout": "60", "nginx.ingress.kubernetes.io/limit-connections": "5"}),
             "a.example.com",
             json!([path("/", "Prefix", "a")]),
         );
@@ -1659,7 +1659,7 @@ mod tests {
         let keys: Vec<&str> = out.events.iter().map(|e| e.reason).collect();
         assert_eq!(keys, vec!["UnsupportedAnnotation", "UnsupportedAnnotation"]);
         assert!(
-            out.events[0].message.contains("limit-rps"),
+            out.events[0].message.contains("limit-connections"),
             "{:?}",
             out.events
         );
