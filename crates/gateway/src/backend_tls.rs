@@ -53,16 +53,21 @@ struct Verdict {
     table: Option<String>,
 }
 
-/// A policy on a Service: the port (section) it names, if any, and the
-/// policy (an index into `Policies::verdicts`).
-type Target = (Option<String>, usize);
+/// A policy on a Service: the port (section) it names, if any, the policy
+/// (an index into `Policies::verdicts`), and whether it applies (false: a
+/// newer one on the same section, Conflicted, which still hears who uses
+/// the Service).
+struct Target {
+    section: Option<String>,
+    policy: usize,
+    applies: bool,
+}
 
 /// The cluster's BackendTLSPolicies, judged once per render.
 pub(crate) struct Policies {
     verdicts: Vec<Verdict>,
-    /// (namespace, Service) -> (section, index into `verdicts`), oldest
-    /// first.
-    targets: BTreeMap<(String, String), Vec<Target>>,
+    /// Namespace -> Service -> the policies on it, oldest first.
+    targets: BTreeMap<String, BTreeMap<String, Vec<Target>>>,
     /// Gateways (namespace, name) whose routes use each policy's Services.
     uses: RefCell<BTreeMap<usize, BTreeSet<(String, String)>>>,
     /// CA bundles to publish: file name -> PEM.
@@ -95,10 +100,24 @@ impl Policies {
                 {
                     continue;
                 }
-                let slot = out.targets.entry((ns.clone(), t.name.clone())).or_default();
-                if let Some((_, older)) = slot.iter().find(|(s, _)| *s == t.section_name) {
+                let slot = out
+                    .targets
+                    .entry(ns.clone())
+                    .or_default()
+                    .entry(t.name.clone())
+                    .or_default();
+                let older = slot
+                    .iter()
+                    .find(|o| o.applies && o.section == t.section_name)
+                    .map(|o| o.policy);
+                slot.push(Target {
+                    section: t.section_name.clone(),
+                    policy: i,
+                    applies: older.is_none(),
+                });
+                if let Some(older) = older {
                     conflicted.get_or_insert_with(|| {
-                        let o = &out.verdicts[*older].policy.metadata;
+                        let o = &out.verdicts[older].policy.metadata;
                         format!(
                             "BackendTLSPolicy {} (older) targets Service {}{} too",
                             o.name.as_deref().unwrap_or(""),
@@ -109,9 +128,7 @@ impl Policies {
                                 .unwrap_or_default()
                         )
                     });
-                    continue;
                 }
-                slot.push((t.section_name.clone(), i));
             }
             let mut v = judge_one(w, p, &mut out.files);
             if let Some(why) = conflicted {
@@ -132,28 +149,22 @@ impl Policies {
         port_name: Option<&str>,
         gateway: Option<&(String, String)>,
     ) -> Use {
-        let Some(slot) = self.targets.get(&(ns.to_string(), name.to_string())) else {
+        let Some(slot) = self.targets.get(ns).and_then(|s| s.get(name)) else {
             return Use::Plain;
         };
         if let Some(g) = gateway {
             let mut uses = self.uses.borrow_mut();
-            for (_, i) in slot {
-                uses.entry(*i).or_default().insert(g.clone());
-            }
-            // The conflicted ones hear of it too.
-            for (i, v) in self.verdicts.iter().enumerate() {
-                if v.accepted.1 == "Conflicted" && targets(&v.policy, ns, name) {
-                    uses.entry(i).or_default().insert(g.clone());
-                }
+            for t in slot {
+                uses.entry(t.policy).or_default().insert(g.clone());
             }
         }
-        let pick = slot
-            .iter()
-            .find(|(s, _)| s.is_some() && s.as_deref() == port_name)
-            .or_else(|| slot.iter().find(|(s, _)| s.is_none()));
+        let applying = || slot.iter().filter(|t| t.applies);
+        let pick = applying()
+            .find(|t| t.section.is_some() && t.section.as_deref() == port_name)
+            .or_else(|| applying().find(|t| t.section.is_none()));
         match pick {
             None => Use::Plain,
-            Some((_, i)) => match &self.verdicts[*i].table {
+            Some(t) => match &self.verdicts[t.policy].table {
                 Some(t) => Use::Tls(t.clone()),
                 None => Use::Refused,
             },
@@ -197,15 +208,6 @@ impl Policies {
         }
         out
     }
-}
-
-fn targets(p: &BackendTlsPolicy, ns: &str, name: &str) -> bool {
-    ns_of(&p.metadata) == ns
-        && p.spec.target_refs.iter().any(|t| {
-            t.group.as_deref().unwrap_or("").is_empty()
-                && t.kind.as_deref() == Some("Service")
-                && t.name == name
-        })
 }
 
 /// A policy on its own: its CA certificates and hostname.

@@ -110,22 +110,19 @@ pub(super) fn read_certs(
     what: &str,
 ) -> Result<Vec<CertificateDer<'static>>, Problem> {
     let bytes = read(base, p, what)?;
-    let certs = CertificateDer::pem_slice_iter(&bytes)
+    pem_certs(&bytes).map_err(|e| (p.span(), format!("{what}: {:?} {e}", p.get_ref())))
+}
+
+/// The PEM certificates in `bytes`, at least one; Err says what is wrong
+/// ("is not valid PEM: ...", "holds no PEM certificate ...").
+pub(super) fn pem_certs(bytes: &[u8]) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_slice_iter(bytes)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| {
-            (
-                p.span(),
-                format!("{what}: {:?} is not valid PEM: {e}", p.get_ref()),
-            )
-        })?;
+        .map_err(|e| format!("is not valid PEM: {e}"))?;
     if certs.is_empty() {
-        return Err((
-            p.span(),
-            format!(
-                "{what}: {:?} holds no PEM certificate (expected a \"-----BEGIN CERTIFICATE-----\" block)",
-                p.get_ref()
-            ),
-        ));
+        return Err(
+            "holds no PEM certificate (expected a \"-----BEGIN CERTIFICATE-----\" block)".into(),
+        );
     }
     Ok(certs)
 }
@@ -938,27 +935,49 @@ pub(super) fn certified_key(
     what: &str,
     provider: &CryptoProvider,
 ) -> Result<CertifiedKey, Problem> {
-    let signing = provider.key_provider.load_private_key(der).map_err(|e| {
-        (
+    key_pair(chain, der, provider).map_err(|e| match e {
+        PairError::Unusable(e) => (
             key.span(),
             format!("{what}: private key {:?} is not usable: {e}", key.get_ref()),
-        )
-    })?;
-    let ck = CertifiedKey::new(chain, signing);
-    match ck.keys_match() {
-        Ok(()) | Err(TlsError::InconsistentKeys(InconsistentKeys::Unknown)) => Ok(ck),
-        Err(TlsError::InconsistentKeys(InconsistentKeys::KeyMismatch)) => Err((
+        ),
+        PairError::Mismatch => (
             key.span(),
             format!(
                 "{what}: private key {:?} does not match certificate {:?}",
                 key.get_ref(),
                 cert.get_ref()
             ),
-        )),
-        Err(e) => Err((
+        ),
+        PairError::Certificate(e) => (
             cert.span(),
             format!("{what}: certificate {:?}: {e}", cert.get_ref()),
-        )),
+        ),
+    })
+}
+
+/// Why a chain and a key are not a usable pair.
+pub(super) enum PairError {
+    Unusable(TlsError),
+    Mismatch,
+    Certificate(TlsError),
+}
+
+/// The chain and its key as one signing identity, checked to belong
+/// together (a key of a kind that cannot say passes, as rustls lets it).
+pub(super) fn key_pair(
+    chain: Vec<CertificateDer<'static>>,
+    der: PrivateKeyDer<'static>,
+    provider: &CryptoProvider,
+) -> Result<CertifiedKey, PairError> {
+    let signing = provider
+        .key_provider
+        .load_private_key(der)
+        .map_err(PairError::Unusable)?;
+    let ck = CertifiedKey::new(chain, signing);
+    match ck.keys_match() {
+        Ok(()) | Err(TlsError::InconsistentKeys(InconsistentKeys::Unknown)) => Ok(ck),
+        Err(TlsError::InconsistentKeys(InconsistentKeys::KeyMismatch)) => Err(PairError::Mismatch),
+        Err(e) => Err(PairError::Certificate(e)),
     }
 }
 

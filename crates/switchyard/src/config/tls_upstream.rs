@@ -15,7 +15,9 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, ServerName};
 
 use super::model;
-use super::tls_server::{certified_key, read_certs, read_key, read_leaf, versions};
+use super::tls_server::{
+    certified_key, key_pair, pem_certs, read_certs, read_key, read_leaf, versions, PairError,
+};
 use super::types::Problem;
 use crate::tls::upstream::{AcceptAnyCertificate, SanVerifier, UpstreamTls};
 
@@ -130,24 +132,14 @@ fn subject_alt_names(
 /// matching, as `build` requires of the files. The Gateway controller
 /// checks an Ingress's `proxy-ssl-secret` with it before it publishes it.
 pub fn check_cert_and_key(cert: &[u8], key: &[u8]) -> Result<(), String> {
-    let chain = CertificateDer::pem_slice_iter(cert)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("the certificate is not valid PEM: {e}"))?;
-    if chain.is_empty() {
-        return Err("no PEM certificate".into());
-    }
+    let chain = pem_certs(cert).map_err(|e| format!("the certificate {e}"))?;
     let der = rustls_pki_types::PrivateKeyDer::from_pem_slice(key)
         .map_err(|e| format!("no PEM private key: {e}"))?;
-    let provider = aws_lc_rs::default_provider();
-    let signing = provider
-        .key_provider
-        .load_private_key(der)
-        .map_err(|e| format!("the private key is not usable: {e}"))?;
-    match CertifiedKey::new(chain, signing).keys_match() {
-        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => Ok(()),
-        Err(e) => Err(format!(
-            "the private key does not match the certificate: {e}"
-        )),
+    match key_pair(chain, der, &aws_lc_rs::default_provider()) {
+        Ok(_) => Ok(()),
+        Err(PairError::Unusable(e)) => Err(format!("the private key is not usable: {e}")),
+        Err(PairError::Mismatch) => Err("the private key does not match the certificate".into()),
+        Err(PairError::Certificate(e)) => Err(format!("the certificate: {e}")),
     }
 }
 
@@ -157,19 +149,21 @@ pub fn check_cert_and_key(cert: &[u8], key: &[u8]) -> Result<(), String> {
 /// BackendTLSPolicy's CA certificates with it before it publishes them,
 /// so a bad one refuses that policy, never the nodes' whole configuration.
 pub fn check_ca_bundle(pem: &[u8]) -> Result<usize, String> {
-    let certs = CertificateDer::pem_slice_iter(pem)
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("not valid PEM: {e}"))?;
-    if certs.is_empty() {
-        return Err("no PEM certificate (a \"-----BEGIN CERTIFICATE-----\" block)".into());
-    }
+    let certs = pem_certs(pem).map_err(|e| format!("the bundle {e}"))?;
+    let n = certs.len();
+    trust_anchors(certs)?;
+    Ok(n)
+}
+
+/// Every certificate of a `ca` as a trust anchor; Err names the problem.
+fn trust_anchors(certs: Vec<CertificateDer<'static>>) -> Result<RootCertStore, String> {
     let mut roots = RootCertStore::empty();
-    for c in &certs {
+    for c in certs {
         roots
-            .add(c.clone())
+            .add(c)
             .map_err(|e| format!("a certificate is not usable as a trust anchor: {e}"))?;
     }
-    Ok(certs.len())
+    Ok(roots)
 }
 
 /// The trust anchors: the pool's `ca` file (every certificate must be
@@ -185,18 +179,9 @@ fn roots(
     match &t.ca {
         Some(ca) => {
             let certs = read_certs(base, ca, &format!("{what} ca"))?;
-            for c in certs {
-                inputs.push(tagged(b"ca:", &c));
-                if let Err(e) = roots.add(c) {
-                    return Err((
-                        ca.span(),
-                        format!(
-                            "{what}: ca {:?}: a certificate is not usable as a trust anchor: {e}",
-                            ca.get_ref()
-                        ),
-                    ));
-                }
-            }
+            inputs.extend(certs.iter().map(|c| tagged(b"ca:", c)));
+            roots = trust_anchors(certs)
+                .map_err(|e| (ca.span(), format!("{what}: ca {:?}: {e}", ca.get_ref())))?;
         }
         None => {
             let bytes = std::fs::read(SYSTEM_CA).map_err(|e| {

@@ -31,7 +31,7 @@ fn too_large(max: u64) -> Verdict {
 
 impl Hooks for BodySize {
     fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
-        self.max = x.max_body;
+        self.max = x.max_body();
         match (self.max, req.head.framing) {
             (Some(max), Framing::Length(n)) if n > max => too_large(max),
             _ => Verdict::Continue,

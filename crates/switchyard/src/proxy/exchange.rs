@@ -34,7 +34,7 @@ use super::idle::IdleWatch;
 use super::member::H2Conns;
 use super::upstream::{ConnectError, IdlePool, UpConn};
 use crate::config::snapshot::{
-    HeaderEdits, Member, MemberList, MemberTimeouts, Mirror, Pool, Settings, VServer,
+    HeaderEdits, Member, MemberList, Mirror, Policy, Pool, Settings, VServer,
 };
 use crate::health::passive;
 use crate::http::body::{BodyError, Sink};
@@ -90,14 +90,12 @@ pub struct Exchange<'s> {
     /// balancer's first choice in the pool that serves the request, when
     /// it is one of its members and can take the request.
     pub script_member: Option<SocketAddr>,
-    /// Where copies of the request go too (the deciding policy's `mirror`).
+    /// The policy that decided where the request goes (routing): its
+    /// limits, body size and member timeouts apply.
+    pub policy: Option<&'s Policy>,
+    /// Where copies of the request go too: the deciding policy's `mirror`,
+    /// when the request goes to its pool.
     pub mirrors: &'s [Mirror],
-    /// The deciding policy's `limits` (indices into the vserver's).
-    pub policy_limits: &'s [usize],
-    /// The deciding policy's `max_body`.
-    pub max_body: Option<u64>,
-    /// The deciding policy's member timeouts (`upstream_*_ms` read them).
-    pub timeouts: MemberTimeouts,
     /// No client waits for this member exchange (a mirror's copy, or the
     /// background revalidation after a stale answer): the vserver's
     /// counters are the client's request's, not this exchange's (the pool
@@ -207,10 +205,8 @@ impl<'s> Exchange<'s> {
             cache: None,
             sticky: None,
             script_member: None,
+            policy: None,
             mirrors: &[],
-            policy_limits: &[],
-            max_body: None,
-            timeouts: MemberTimeouts::default(),
             shadow: false,
             member: None,
             members: None,
@@ -225,16 +221,27 @@ impl<'s> Exchange<'s> {
     /// How long a member may take to accept a connection: the deciding
     /// policy's `timeouts`, else `[timeouts]`.
     pub fn upstream_connect_ms(&self) -> u64 {
-        self.timeouts
-            .connect_ms
+        self.policy
+            .and_then(|p| p.timeouts.connect_ms)
             .unwrap_or(self.st.upstream_connect_ms)
     }
 
     /// How long a member may take to answer, and to go on sending.
     pub fn upstream_response_ms(&self) -> u64 {
-        self.timeouts
-            .response_ms
+        self.policy
+            .and_then(|p| p.timeouts.response_ms)
             .unwrap_or(self.st.upstream_response_ms)
+    }
+
+    /// The deciding policy's `scope = "policy"` limits (indices into the
+    /// vserver's `limits`).
+    pub fn policy_limits(&self) -> &'s [usize] {
+        self.policy.map_or(&[], |p| &p.limits)
+    }
+
+    /// The deciding policy's `max_body`.
+    pub fn max_body(&self) -> Option<u64> {
+        self.policy.and_then(|p| p.max_body)
     }
 
     /// The member serving (or that last tried to).

@@ -79,7 +79,7 @@ impl Hooks for Limits {
     fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
         let limits = &x.vs.limits;
         let at = self.after_routing;
-        if limits.is_empty() || (at && x.policy_limits.is_empty()) {
+        if limits.is_empty() || (at && x.policy_limits().is_empty()) {
             return Verdict::Continue;
         }
         let ip = x.peer.ip();
@@ -87,7 +87,7 @@ impl Hooks for Limits {
         let key = |l: &Limit| key_of(l, req, &source);
         let found = if at {
             admission::request(
-                x.policy_limits.iter().filter_map(|i| limits.get(*i)),
+                x.policy_limits().iter().filter_map(|i| limits.get(*i)),
                 ip,
                 key,
             )

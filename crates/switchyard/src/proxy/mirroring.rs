@@ -86,9 +86,11 @@ pub(super) struct Slot(Arc<std::sync::atomic::AtomicUsize>);
 
 impl Slot {
     fn take(m: &Mirror) -> Option<Slot> {
-        let n = m.in_flight.fetch_add(1, Ordering::Relaxed);
-        let slot = Slot(m.in_flight.clone());
-        (n < m.max_in_flight).then_some(slot)
+        if m.in_flight.fetch_add(1, Ordering::Relaxed) < m.max_in_flight {
+            return Some(Slot(m.in_flight.clone()));
+        }
+        m.in_flight.fetch_sub(1, Ordering::Relaxed);
+        None
     }
 }
 

@@ -7,22 +7,14 @@
 use std::net::IpAddr;
 
 use crate::config::snapshot::{
-    Action, HeaderEdits, Matcher, Mirror, NameValueMatch, PolicyCompression, Rewrite, VServer,
+    HeaderEdits, Matcher, NameValueMatch, Policy, PolicyCompression, VServer,
 };
 use crate::http::head::Request;
 
 pub struct Decision<'a> {
-    pub action: Option<&'a Action>,
-    /// The deciding policy's `rewrite` (it sends to a pool).
-    pub rewrite: Option<&'a Rewrite>,
-    /// The deciding policy's mirrors (it sends to a pool).
-    pub mirrors: &'a [Mirror],
-    /// The deciding policy's `scope = "policy"` limits.
-    pub limits: &'a [usize],
-    /// The deciding policy's `max_body`.
-    pub max_body: Option<u64>,
-    /// The deciding policy's member timeouts.
-    pub timeouts: crate::config::snapshot::MemberTimeouts,
+    /// The first matching policy with an action: its action, rewrite,
+    /// mirrors, limits, body size and timeouts apply to the request.
+    pub policy: Option<&'a Policy>,
     pub request_edits: Vec<&'a HeaderEdits>,
     pub response_edits: Vec<&'a HeaderEdits>,
     /// Compression for this request, after the matching policies' say,
@@ -35,12 +27,7 @@ pub struct Decision<'a> {
 
 pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
     let mut d = Decision {
-        action: None,
-        rewrite: None,
-        mirrors: &[],
-        limits: &[],
-        max_body: None,
-        timeouts: Default::default(),
+        policy: None,
         request_edits: Vec::new(),
         response_edits: Vec::new(),
         compression: vs.compression_on,
@@ -75,13 +62,8 @@ pub fn route<'a>(vs: &'a VServer, req: &Request, peer: IpAddr) -> Decision<'a> {
         if let Some(on) = p.cache {
             d.cache = on;
         }
-        if let Some(a) = &p.action {
-            d.action = Some(a);
-            d.rewrite = p.rewrite.as_ref();
-            d.mirrors = &p.mirrors;
-            d.limits = &p.limits;
-            d.max_body = p.max_body;
-            d.timeouts = p.timeouts;
+        if p.action.is_some() {
+            d.policy = Some(p);
             break;
         }
     }

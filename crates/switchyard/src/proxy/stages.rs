@@ -123,9 +123,7 @@ impl Hooks for Route {
     fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
         let vs = x.vs;
         let d = route::route(vs, req, x.peer.ip());
-        x.policy_limits = d.limits;
-        x.max_body = d.max_body;
-        x.timeouts = d.timeouts;
+        x.policy = d.policy;
         x.request_edits = d.request_edits;
         x.response_edits = d.response_edits;
         if d.compression {
@@ -160,16 +158,16 @@ impl Hooks for Route {
         // connection's (`on_client_hello`) and the default one; a policy's
         // local answer still answers.
         let chosen = x.pool.is_some();
-        match d.action {
+        match d.policy.and_then(|p| p.action.as_ref()) {
             Some(Action::Pool(p)) => {
-                // The policy's rewrite goes with its pool: a pool the
-                // script chose gets the request as it is.
-                if !chosen {
+                // The policy's rewrite and mirrors go with its pool: a pool
+                // the script chose gets the request as it is.
+                if let (false, Some(policy)) = (chosen, d.policy) {
                     x.pool = Some(p.clone());
-                    if let Some(r) = d.rewrite {
+                    if let Some(r) = &policy.rewrite {
                         normalizing::apply_rewrite(req, r, &vs.normalize);
                     }
-                    x.mirrors = d.mirrors;
+                    x.mirrors = &policy.mirrors;
                 }
                 Verdict::Continue
             }

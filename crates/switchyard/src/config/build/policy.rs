@@ -452,6 +452,37 @@ pub(super) fn build_mirrors(
     out
 }
 
+/// A policy's `timeouts`: only beside `action = { pool = ... }` (they are
+/// its member's), each above 0.
+pub(super) fn build_timeouts(
+    cx: &mut Ctx,
+    t: &Spanned<model::PolicyTimeouts>,
+    pool_action: bool,
+    what: &str,
+) -> MemberTimeouts {
+    let (span, t) = (t.span(), t.get_ref());
+    if !pool_action {
+        cx.err(
+            span.clone(),
+            format!("{what}: timeouts are for the member a policy sends to; give it action = {{ pool = \"NAME\" }}"),
+        );
+    }
+    let mut ms = |m: &Option<crate::config::types::Millis>, name: &str| match m {
+        Some(m) if m.0 == 0 => {
+            cx.err(
+                span.clone(),
+                format!("{what}: timeouts.{name} must be above 0"),
+            );
+            None
+        }
+        m => m.as_ref().map(|m| m.0),
+    };
+    MemberTimeouts {
+        connect_ms: ms(&t.upstream_connect, "upstream_connect"),
+        response_ms: ms(&t.upstream_response, "upstream_response"),
+    }
+}
+
 /// A policy's `rewrite`: only beside `action = { pool = ... }` (the
 /// member it goes to is the one that gets the new path or Host), with
 /// paths already in the normalized form the rules read (a rewrite is not

@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use super::offload::{build_cache, build_compression};
-use super::policy::{build_action, build_matcher, build_mirrors, build_rewrite, edits};
+use super::policy::{
+    build_action, build_matcher, build_mirrors, build_rewrite, build_timeouts, edits,
+};
 use super::{pool_list, Ctx};
 use crate::config::model;
 use crate::config::snapshot::*;
@@ -76,34 +78,11 @@ pub(super) fn build_vserver(
             }
             *m.get_ref()
         });
-        let timeouts = match &p.timeouts {
-            None => MemberTimeouts::default(),
-            Some(t) => {
-                let (span, t) = (t.span(), t.get_ref());
-                if !pool_action {
-                    cx.err(
-                        span.clone(),
-                        format!("{what}: timeouts are for the member a policy sends to; give it action = {{ pool = \"NAME\" }}"),
-                    );
-                }
-                let ms = |m: &Option<crate::config::types::Millis>, cx: &mut Ctx, name: &str| {
-                    m.as_ref().and_then(|m| {
-                        if m.0 == 0 {
-                            cx.err(
-                                span.clone(),
-                                format!("{what}: timeouts.{name} must be above 0"),
-                            );
-                            return None;
-                        }
-                        Some(m.0)
-                    })
-                };
-                MemberTimeouts {
-                    connect_ms: ms(&t.upstream_connect, cx, "upstream_connect"),
-                    response_ms: ms(&t.upstream_response, cx, "upstream_response"),
-                }
-            }
-        };
+        let timeouts = p
+            .timeouts
+            .as_ref()
+            .map(|t| build_timeouts(cx, t, pool_action, &what))
+            .unwrap_or_default();
         policies.push(Policy {
             name: pname,
             matcher,
