@@ -464,6 +464,36 @@ mod tests {
         );
     }
 
+    /// A RequestMirror to a Service a policy targets: the mirror's pool
+    /// speaks TLS as the policy says; with an invalid policy no copy goes
+    /// (never plain text).
+    #[test]
+    fn mirrors_to_a_policy_targeted_service_speak_its_tls() {
+        let with_mirror = |policy_validation: Value| {
+            let mut w = world(vec![policy("p", None, policy_validation)]);
+            w.routes = vec![shared(
+                json!({"metadata": {"name": "m", "namespace": "default", "creationTimestamp": "2026-01-01T00:00:00Z"},
+                "spec": {"parentRefs": [{"name": "gw"}], "rules": [
+                    {"filters": [{"type": "RequestMirror", "requestMirror": {"backendRef": {"name": "secure", "port": 443}}}],
+                     "backendRefs": [{"name": "plain", "port": 443}]}]}}),
+            )];
+            render(&w, &settings()).config.expect("a configuration")
+        };
+        let text =
+            with_mirror(json!({"wellKnownCACertificates": "System", "hostname": "a.example"}));
+        assert!(
+            text.contains("mirror = [{ pool = \"default.m.0.mirror0\" }]"),
+            "{text}"
+        );
+        assert!(
+            text.contains("name = \"default.m.0.mirror0\"\nalgorithm = \"round-robin\"\ncluster_members = true\n[pool.tls]\nsni = \"a.example\"\n"),
+            "{text}"
+        );
+        let text =
+            with_mirror(json!({"wellKnownCACertificates": "System", "hostname": "not a host"}));
+        assert!(!text.contains("mirror"), "{text}");
+    }
+
     #[test]
     fn invalid_and_conflicting_policies_are_told_and_their_backends_get_no_plain_text() {
         let cases = [

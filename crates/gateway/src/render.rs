@@ -469,41 +469,62 @@ fn rule_action(
 /// spec asks) or no ready endpoint (503).
 const NO_USABLE_BACKEND: &str = "action = { status = 500, body = \"no usable backend\\n\" }";
 
-/// The endpoints of one backendRef of `route` (a core Service, in its
-/// namespace or one whose ReferenceGrant allows it), or why not (the
-/// ResolvedRefs reason and message).
-fn backend_endpoints(
-    cx: &mut Ctx,
-    route: &RouteIn,
-    t: &ObjectRef,
-) -> Result<Vec<std::net::SocketAddr>, (&'static str, String)> {
+/// One backendRef of `route` resolved: a core Service in its namespace
+/// (or one whose ReferenceGrant allows it), its ready endpoints, and the
+/// `[pool.tls]` table its BackendTLSPolicy asks for ("" for none).
+struct Backend {
+    eps: Vec<std::net::SocketAddr>,
+    tls: String,
+}
+
+/// Why a backendRef gives no backend.
+enum NoBackend {
+    /// It does not resolve: the ResolvedRefs reason and message.
+    Unresolved((&'static str, String)),
+    /// Its BackendTLSPolicy is not valid: never spoken to in plain text.
+    Refused,
+}
+
+fn backend(cx: &mut Ctx, route: &RouteIn, t: &ObjectRef) -> Result<Backend, NoBackend> {
     let ns = ns_of(route.metadata);
     let group = t.group.as_deref().unwrap_or("");
     let kind = t.kind.as_deref().unwrap_or("Service");
     if !group.is_empty() || kind != "Service" {
-        return Err((
+        return Err(NoBackend::Unresolved((
             "InvalidKind",
             format!("backendRef kind {group:?}/{kind:?} is not supported (only core Services)"),
-        ));
+        )));
     }
     let bns = t.namespace.clone().unwrap_or_else(|| ns.clone());
     let from = route.kind_name();
     if bns != ns && !cx_grants(cx.w, &ns, from, &bns, "Service", &t.name) {
-        return Err((
+        return Err(NoBackend::Unresolved((
             "RefNotPermitted",
             format!(
                 "no ReferenceGrant in {bns} lets {from}s of {ns} refer to Service {}",
                 t.name
             ),
-        ));
+        )));
     }
     let Some(port) = t.port else {
-        return Err((
+        return Err(NoBackend::Unresolved((
             "BackendNotFound",
             format!("backendRef to Service {} has no port", t.name),
-        ));
+        )));
     };
-    cx.endpoints(&bns, &t.name, port)
+    let eps = cx
+        .endpoints(&bns, &t.name, port)
+        .map_err(NoBackend::Unresolved)?;
+    let port_name = cx.port_name(&bns, &t.name, port);
+    let tls = match cx
+        .btls
+        .for_backend(&bns, &t.name, port_name.as_deref(), cx.gateway.as_ref())
+    {
+        backend_tls::Use::Refused => return Err(NoBackend::Refused),
+        backend_tls::Use::Plain => String::new(),
+        backend_tls::Use::Tls(t) => t,
+    };
+    Ok(Backend { eps, tls })
 }
 
 /// The `mirror = [...]` line of a rule's RequestMirror filters, with a
@@ -530,10 +551,10 @@ fn rule_mirrors(
             Ok(tp) => tp,
             Err(_) => continue, // refused whole at acceptance (UnsupportedValue)
         };
-        let eps = match backend_endpoints(cx, route, &target) {
-            Ok(eps) if !eps.is_empty() => eps,
-            Ok(_) => continue,
-            Err(e) => {
+        let Backend { eps, tls } = match backend(cx, route, &target) {
+            Ok(b) if !b.eps.is_empty() => b,
+            Ok(_) | Err(NoBackend::Refused) => continue,
+            Err(NoBackend::Unresolved(e)) => {
                 unresolved.get_or_insert(e);
                 continue;
             }
@@ -548,7 +569,7 @@ fn rule_mirrors(
         cx.pools.insert(
             name.clone(),
             format!(
-                "[[pool]]\nname = {}\nalgorithm = \"round-robin\"\ncluster_members = true\n",
+                "[[pool]]\nname = {}\nalgorithm = \"round-robin\"\ncluster_members = true\n{tls}",
                 q(&name)
             ),
         );
@@ -618,30 +639,16 @@ pub(crate) fn rule_pool(
     let mut refused = false;
     for b in &rule.backend_refs {
         let weight = b.target.weight.unwrap_or(1);
-        let eps = match backend_endpoints(cx, route, &b.target) {
-            Ok(eps) => eps,
-            Err(e) => {
+        let Backend { eps, tls: table } = match backend(cx, route, &b.target) {
+            Ok(b) => b,
+            Err(NoBackend::Unresolved(e)) => {
                 unresolved.get_or_insert(e);
                 continue;
             }
-        };
-        let bns = b.target.namespace.clone().unwrap_or_else(|| ns.clone());
-        let port_name = b
-            .target
-            .port
-            .and_then(|p| cx.port_name(&bns, &b.target.name, p));
-        let table = match cx.btls.for_backend(
-            &bns,
-            &b.target.name,
-            port_name.as_deref(),
-            cx.gateway.as_ref(),
-        ) {
-            backend_tls::Use::Refused => {
+            Err(NoBackend::Refused) => {
                 refused = true;
                 continue;
             }
-            backend_tls::Use::Plain => String::new(),
-            backend_tls::Use::Tls(t) => t,
         };
         match &tls {
             None => tls = Some(table),
@@ -649,7 +656,8 @@ pub(crate) fn rule_pool(
                 unresolved.get_or_insert((
                     "UnsupportedProtocol",
                     format!(
-                        "Service {bns}/{} needs other TLS than the rule's first backend (BackendTLSPolicy); one pool speaks one way to its members",
+                        "Service {}/{} needs other TLS than the rule's first backend (BackendTLSPolicy); one pool speaks one way to its members",
+                        b.target.namespace.as_deref().unwrap_or(&ns),
                         b.target.name
                     ),
                 ));
