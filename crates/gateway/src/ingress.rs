@@ -188,6 +188,48 @@ fn backend_label(b: &IngressBackend) -> String {
     }
 }
 
+/// What a policy of Ingress `owner` that sends to its members adds for
+/// them, and the limit tables those lines name:
+/// - rewrite-target: nginx's `rewrite "(?i)PATH" TARGET break`;
+/// - limit-rps / limit-rpm: the requests it sends count (nginx's
+///   limit_req runs after its redirects, so redirects do not);
+/// - proxy-connect/read-timeout: how long the members may take;
+/// - proxy-body-size: the bodies they get.
+fn to_members(a: &Annotations, path: &str, owner: &str) -> (String, Vec<(String, String)>) {
+    let mut text = String::new();
+    if let Some(t) = &a.rewrite_target {
+        let _ = writeln!(
+            text,
+            "rewrite = {{ path_regex = {}, path = {} }}",
+            q(&format!("(?i)^{path}")),
+            q(t)
+        );
+    }
+    let tables = a
+        .rate_limit
+        .as_ref()
+        .map(|r| r.tables(owner))
+        .unwrap_or_default();
+    if !tables.is_empty() {
+        let names: Vec<String> = tables.iter().map(|(n, _)| q(n)).collect();
+        let _ = writeln!(text, "limits = [{}]", names.join(", "));
+    }
+    let timeouts: Vec<String> = [
+        ("upstream_connect", a.connect_timeout_s),
+        ("upstream_response", a.read_timeout_s),
+    ]
+    .iter()
+    .filter_map(|(k, v)| v.map(|s| format!("{k} = \"{s}s\"")))
+    .collect();
+    if !timeouts.is_empty() {
+        let _ = writeln!(text, "timeouts = {{ {} }}", timeouts.join(", "));
+    }
+    if let Some(n) = a.max_body {
+        let _ = writeln!(text, "max_body = {n}");
+    }
+    (text, tables)
+}
+
 /// Files to publish: name, contents.
 type Files = Vec<(String, Vec<u8>)>;
 
@@ -787,48 +829,13 @@ pub fn render(cx: &mut Ctx, s: &Settings, out: Sink) {
                         if let Some(act) = &st.action {
                             text.push_str(act);
                             text.push('\n');
-                            // rewrite-target: what the pool's member gets
-                            // (nginx's `rewrite "(?i)PATH" TARGET break`).
-                            if let (Some(t), true) =
-                                (&a.rewrite_target, act.starts_with("action = { pool"))
-                            {
-                                let _ = writeln!(
-                                    text,
-                                    "rewrite = {{ path_regex = {}, path = {} }}",
-                                    q(&format!("(?i)^{}", e.path)),
-                                    q(t)
-                                );
-                            }
-                            // limit-rps / limit-rpm: the requests this
-                            // Ingress sends to its members count (nginx's
-                            // limit_req runs after its redirects).
-                            if let (Some(r), true) =
-                                (&a.rate_limit, act.starts_with("action = { pool"))
-                            {
-                                let tables = r.tables(&format!("ingress {ns}/{name}"));
-                                let names: Vec<String> = tables.iter().map(|(n, _)| q(n)).collect();
-                                let _ = writeln!(text, "limits = [{}]", names.join(", "));
-                                out.limits.entry(port).or_default().extend(tables);
-                            }
-                            // proxy-connect/read-timeout: how long its
-                            // members may take.
-                            if act.starts_with("action = { pool")
-                                && (a.connect_timeout_s.is_some() || a.read_timeout_s.is_some())
-                            {
-                                let mut t = Vec::new();
-                                if let Some(s) = a.connect_timeout_s {
-                                    t.push(format!("upstream_connect = \"{s}s\""));
+                            if act.starts_with("action = { pool") {
+                                let owner = format!("ingress {ns}/{name}");
+                                let (lines, tables) = to_members(a, &e.path, &owner);
+                                text.push_str(&lines);
+                                if !tables.is_empty() {
+                                    out.limits.entry(port).or_default().extend(tables);
                                 }
-                                if let Some(s) = a.read_timeout_s {
-                                    t.push(format!("upstream_response = \"{s}s\""));
-                                }
-                                let _ = writeln!(text, "timeouts = {{ {} }}", t.join(", "));
-                            }
-                            // proxy-body-size: the bodies its members get.
-                            if let (Some(n), true) =
-                                (a.max_body, act.starts_with("action = { pool"))
-                            {
-                                let _ = writeln!(text, "max_body = {n}");
                             }
                         }
                         text.push_str(&st.response);
