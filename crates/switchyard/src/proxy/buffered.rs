@@ -10,6 +10,48 @@ use super::upstream::UpConn;
 use crate::http::body::{BodyError, Sink};
 use crate::http::message::{Fields, Request, Response};
 
+/// The `ClientSide` methods of a wrapper around `self.client` that only
+/// changes how the request body goes (`Replay` here, `mirroring::Tee`):
+/// the response side is the client's own.
+macro_rules! forward_to_client {
+    () => {
+        async fn send_interim(&mut self, req: &Request, resp: &Response) -> bool {
+            self.client.send_interim(req, resp).await
+        }
+
+        async fn start_response(
+            &mut self,
+            x: &Exchange<'_>,
+            req: &Request,
+            resp: &Response,
+        ) -> Option<(Self::Out<'_>, u64)> {
+            self.client.start_response(x, req, resp).await
+        }
+
+        async fn tunnel(
+            &mut self,
+            x: &Exchange<'_>,
+            resp: &Response,
+            up: &mut UpConn,
+        ) -> Result<(), Failure> {
+            self.client.tunnel(x, resp, up).await
+        }
+
+        async fn answer(&mut self, x: &Exchange<'_>, req: &Request, local: Local) {
+            self.client.answer(x, req, local).await
+        }
+
+        async fn fail(&mut self, x: &Exchange<'_>, req: &Request, f: Failure) {
+            self.client.fail(x, req, f).await
+        }
+
+        async fn cancelled(&mut self) {
+            self.client.cancelled().await
+        }
+    };
+}
+pub(super) use forward_to_client;
+
 /// Keeps the body, refusing it past `limit` bytes.
 pub(super) struct Buffer {
     pub(super) body: Vec<u8>,
@@ -85,37 +127,5 @@ impl<C: ClientSide> ClientSide for Replay<'_, C> {
         true
     }
 
-    async fn send_interim(&mut self, req: &Request, resp: &Response) -> bool {
-        self.client.send_interim(req, resp).await
-    }
-
-    async fn start_response(
-        &mut self,
-        x: &Exchange<'_>,
-        req: &Request,
-        resp: &Response,
-    ) -> Option<(Self::Out<'_>, u64)> {
-        self.client.start_response(x, req, resp).await
-    }
-
-    async fn tunnel(
-        &mut self,
-        x: &Exchange<'_>,
-        resp: &Response,
-        up: &mut UpConn,
-    ) -> Result<(), Failure> {
-        self.client.tunnel(x, resp, up).await
-    }
-
-    async fn answer(&mut self, x: &Exchange<'_>, req: &Request, local: Local) {
-        self.client.answer(x, req, local).await
-    }
-
-    async fn fail(&mut self, x: &Exchange<'_>, req: &Request, f: Failure) {
-        self.client.fail(x, req, f).await
-    }
-
-    async fn cancelled(&mut self) {
-        self.client.cancelled().await
-    }
+    forward_to_client!();
 }

@@ -217,37 +217,5 @@ impl<C: ClientSide> ClientSide for Tee<'_, C> {
         self.client.send_continue(req).await
     }
 
-    async fn send_interim(&mut self, req: &Request, resp: &Response) -> bool {
-        self.client.send_interim(req, resp).await
-    }
-
-    async fn start_response(
-        &mut self,
-        x: &Exchange<'_>,
-        req: &Request,
-        resp: &Response,
-    ) -> Option<(Self::Out<'_>, u64)> {
-        self.client.start_response(x, req, resp).await
-    }
-
-    async fn tunnel(
-        &mut self,
-        x: &Exchange<'_>,
-        resp: &Response,
-        up: &mut UpConn,
-    ) -> Result<(), Failure> {
-        self.client.tunnel(x, resp, up).await
-    }
-
-    async fn answer(&mut self, x: &Exchange<'_>, req: &Request, local: Local) {
-        self.client.answer(x, req, local).await
-    }
-
-    async fn fail(&mut self, x: &Exchange<'_>, req: &Request, f: Failure) {
-        self.client.fail(x, req, f).await
-    }
-
-    async fn cancelled(&mut self) {
-        self.client.cancelled().await
-    }
+    super::buffered::forward_to_client!();
 }
