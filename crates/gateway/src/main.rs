@@ -482,6 +482,10 @@ async fn main() {
         }
     };
     let mut publishes = 0u64;
+    // The snapshot the last check built: the next check parses only the
+    // pools and policies whose text changed (a route change at 10,000
+    // routes: 240 ms to read 3.4 MB whole, 60 to 70 ms by its parts).
+    let mut last_check: Option<Arc<switchyard::config::Snapshot>> = None;
     // The member sets in etcd now, by pool (a restarted controller writes
     // only those that differ, and removes those of pools gone meanwhile).
     let mut members_written: BTreeMap<String, Vec<u8>> = {
@@ -620,18 +624,28 @@ async fn main() {
                 let node = node.clone();
                 let t = text.clone();
                 let began = std::time::Instant::now();
+                let previous = last_check.take();
                 let r = tokio::task::spawn_blocking(move || {
-                    match switchyard::config::publish::check(&node, &t) {
+                    let checked = match switchyard::config::publish::check_after(
+                        &node,
+                        &t,
+                        previous.as_deref(),
+                    ) {
                         Err(switchyard::config::publish::Unpublishable::Invalid(e)) => {
-                            return Ok(Err(e))
+                            return (previous, Ok(Err(e)))
                         }
-                        Err(e) => return Err(e.to_string()),
-                        Ok(()) => {}
-                    }
-                    switchyard::cluster::publish(&node.settings, &t, None).map(Ok)
+                        Err(e) => return (previous, Err(e.to_string())),
+                        Ok(s) => Arc::new(s),
+                    };
+                    (
+                        Some(checked),
+                        switchyard::cluster::publish(&node.settings, &t, None).map(Ok),
+                    )
                 })
                 .await
-                .unwrap_or_else(|e| Err(e.to_string()));
+                .unwrap_or_else(|e| (None, Err(e.to_string())));
+                let (checked, r) = r;
+                last_check = checked;
                 match r {
                     Ok(Ok(Some(rev))) => {
                         publishes += 1;

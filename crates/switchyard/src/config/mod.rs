@@ -11,6 +11,7 @@ pub mod l4;
 pub mod limits;
 pub mod model;
 pub mod normalize;
+mod parts;
 pub mod publish;
 mod read;
 pub mod script;
@@ -174,12 +175,23 @@ pub fn parse(
 /// (`publish::parse_published`) on the one parse of that text: a second
 /// parse of a 3.4 MB text to look at its top-level keys took as long as
 /// the build of its 10,000 pools.
+///
+/// With a `previous` snapshot, the pools and policies whose text did not
+/// change are not parsed again (`parts`); a text that does not read
+/// cleanly that way is read whole, so every error keeps its position.
 pub fn parse_vetted(
     file: &str,
     text: &str,
     previous: Option<&Snapshot>,
-    vet: impl FnOnce(&model::File) -> Result<(), String>,
+    vet: impl Fn(&model::File) -> Result<(), String>,
 ) -> Result<Snapshot, ConfigErrors> {
+    let source: std::sync::Arc<str> = std::sync::Arc::from(text);
+    if let Some(snapshot) = previous
+        .filter(|p| !p.parts.is_empty())
+        .and_then(|p| reread(file, &source, p, &vet))
+    {
+        return Ok(snapshot);
+    }
     let pos = Positions::new(file, text);
     let read = read::read(&pos, text);
     let mut errors = read.errors;
@@ -187,14 +199,46 @@ pub fn parse_vetted(
         return Err(sorted(errors));
     };
     vet(&model).map_err(|e| ConfigErrors::message(file, &e))?;
+    let parts = if errors.is_empty() {
+        parts::remember(&source, &model)
+    } else {
+        parts::Parts::default()
+    };
     match build::build_read(&pos, model, previous, &read.dropped) {
-        Ok(snapshot) if errors.is_empty() => Ok(snapshot),
+        Ok(mut snapshot) if errors.is_empty() => {
+            snapshot.source = source;
+            snapshot.parts = std::sync::Arc::new(parts);
+            Ok(snapshot)
+        }
         Ok(_) => Err(sorted(errors)),
         Err(more) => {
             errors.extend(more);
             Err(sorted(errors))
         }
     }
+}
+
+/// `source` read from `previous`'s unchanged parts and built, when that
+/// gives a clean snapshot: no error and no warning, which would need the
+/// positions that a part read alone lacks (config/parts.rs). None sends the
+/// caller to the whole read.
+fn reread(
+    file: &str,
+    source: &std::sync::Arc<str>,
+    previous: &Snapshot,
+    vet: &impl Fn(&model::File) -> Result<(), String>,
+) -> Option<Snapshot> {
+    let (model, parts) = parts::read(source, &previous.parts)?;
+    vet(&model).ok()?;
+    let pos = Positions::new(file, source);
+    let mut snapshot =
+        build::build_read(&pos, model, Some(previous), &read::Dropped::default()).ok()?;
+    if !snapshot.warnings.is_empty() {
+        return None;
+    }
+    snapshot.source = source.clone();
+    snapshot.parts = std::sync::Arc::new(parts);
+    Some(snapshot)
 }
 
 /// In file order (stable: errors at one position keep the order found).

@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use serde::Deserialize;
 use toml::Spanned;
@@ -41,8 +42,9 @@ pub struct File {
     pub shield: Option<super::shield::ShieldFile>,
     #[serde(default)]
     pub vserver: Vec<VServer>,
+    /// Shared (`Arc`), as `VServer::policy`.
     #[serde(default)]
-    pub pool: Vec<Pool>,
+    pub pool: Vec<Arc<Pool>>,
 }
 
 #[derive(Debug, Deserialize, Default)]
@@ -199,8 +201,10 @@ pub struct VServer {
     pub request_headers: HeaderEdits,
     #[serde(default)]
     pub response_headers: HeaderEdits,
+    /// Shared (`Arc`) so that a policy read from an unchanged part of a
+    /// text is reused as is by the next read (config/parts.rs).
     #[serde(default)]
-    pub policy: Vec<Policy>,
+    pub policy: Vec<Arc<Policy>>,
     /// TLS termination; absent means plain HTTP.
     pub tls: Option<Tls>,
     /// Cleartext HTTP/2 with prior knowledge (h2c) beside HTTP/1.1 on a

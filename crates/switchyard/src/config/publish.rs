@@ -30,11 +30,22 @@ impl std::fmt::Display for Unpublishable {
 /// paths from the node's folder and the files published so far written
 /// there.
 pub fn check(node: &Node, text: &str) -> Result<(), Unpublishable> {
+    check_after(node, text, None).map(|_| ())
+}
+
+/// `check`, for a publisher that checks text after text (a controller):
+/// given the snapshot its previous check built, the parts of `text` that
+/// did not change are not parsed again (config/parts.rs). The snapshot
+/// built is returned for the next check; it is never run.
+pub fn check_after(
+    node: &Node,
+    text: &str,
+    previous: Option<&super::Snapshot>,
+) -> Result<super::Snapshot, Unpublishable> {
     cluster::check_not_empty(text).map_err(Unpublishable::Invalid)?;
     cluster::sync_files(&node.settings).map_err(Unpublishable::Etcd)?;
     let name = format!("{} (to publish)", node.local_name);
-    parse_published(node, &name, text, None)
-        .map(|_| ())
+    parse_published(node, &name, text, previous)
         .map_err(|e| Unpublishable::Invalid(format!("the configuration is not valid:\n{e}")))
 }
 

@@ -43,6 +43,10 @@ pub struct Snapshot {
     /// Things that work but deserve the operator's attention (shown by
     /// `check`, logged at load and reload).
     pub warnings: Vec<super::ConfigError>,
+    /// The pools and policies of `source` by their text, so that the next
+    /// read of a text that changed a little parses only what changed
+    /// (config/parts.rs).
+    pub(crate) parts: Arc<super::parts::Parts>,
 }
 
 impl std::fmt::Debug for Snapshot {

@@ -301,6 +301,7 @@ pub(super) fn build_read(
         by_listen,
         udp_by_listen,
         warnings: cx.warnings,
+        parts: Arc::default(),
     })
 }
 
@@ -540,7 +541,7 @@ fn pool_list(pools: &HashMap<String, Arc<Pool>>) -> String {
 /// every such limit must be named by some policy (else it counts nothing).
 fn policy_limits(
     (vserver, at): (&str, std::ops::Range<usize>),
-    policies: &[model::Policy],
+    policies: &[Arc<model::Policy>],
     vs: &mut VServer,
     problems: &mut Vec<super::types::Problem>,
 ) {
