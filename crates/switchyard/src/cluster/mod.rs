@@ -360,6 +360,7 @@ fn apply_revision(node: &Node, p: Published, apply: &tokio::sync::mpsc::Unbounde
     if rev <= node.applied() {
         return;
     }
+    let began = std::time::Instant::now();
     // The files it names first: a configuration never runs with another
     // revision's certificates.
     if let Err(e) = sync_files(&node.settings) {
@@ -372,12 +373,14 @@ fn apply_revision(node: &Node, p: Published, apply: &tokio::sync::mpsc::Unbounde
         refuse(node, rev, e);
         return;
     }
+    let synced = began.elapsed();
     let (tx, rx) = mpsc::channel();
     if apply.send((p, tx)).is_err() {
         return;
     }
     match rx.recv_timeout(Duration::from_secs(60)) {
         Ok(Ok(generation)) => {
+            let live = began.elapsed();
             if let Some(p) = node
                 .published
                 .lock()
@@ -386,9 +389,13 @@ fn apply_revision(node: &Node, p: Published, apply: &tokio::sync::mpsc::Unbounde
             {
                 save_last_good(&node.settings, p);
             }
+            // Where a revision's time goes (BENCHMARKS.md, propagation):
+            // the files and member sets read from etcd, then the reload.
             log::info(format_args!(
-                "cluster {:?}: revision {rev} applied (configuration generation {generation})",
-                node.settings.prefix
+                "cluster {:?}: revision {rev} applied (configuration generation {generation}; files and members read in {} ms, live {} ms later)",
+                node.settings.prefix,
+                synced.as_millis(),
+                (live - synced).as_millis()
             ));
             node.report(|s| {
                 s.applied_revision = rev;
