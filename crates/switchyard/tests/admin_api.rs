@@ -1223,3 +1223,34 @@ fn a_checked_member_is_plain_up() {
     let row = ctl_row(&cli(&sy, &["ctl", "members"]), o.addr);
     assert_eq!(row.get("STATE").map(String::as_str), Some("up"));
 }
+
+/// Bodies are at most 64 KiB, except a configuration published by an
+/// admin (up to 32 MiB): a reader, an anonymous caller or another route
+/// cannot make the node read megabytes.
+#[test]
+fn only_an_admin_publishing_a_configuration_may_send_a_long_body() {
+    let o = Origin::start("a");
+    let l = free_addr();
+    let sy = start_with_tokens(l, o.addr, "");
+    let long = Value::String("x".repeat(100 << 10));
+    for (method, path, token) in [
+        ("PUT", "/api/v1/cluster/config", Some(READ_TOKEN)),
+        ("PUT", "/api/v1/cluster/config", None),
+        ("PATCH", member_path(o.addr).as_str(), Some(ADMIN_TOKEN)),
+    ] {
+        let a = call(sy.admin, method, path, token, Some(&long));
+        assert_eq!(a.status, 413, "{method} {path} {token:?}: {}", a.body);
+        assert!(a.body.contains("64 KiB"), "{}", a.body);
+    }
+    // The admin's reaches the route, which answers for itself: this node
+    // is no cluster node.
+    let a = call(
+        sy.admin,
+        "PUT",
+        "/api/v1/cluster/config",
+        Some(ADMIN_TOKEN),
+        Some(&long),
+    );
+    assert_ne!(a.status, 413, "{}", a.body);
+    assert!(a.status >= 400, "{}: {}", a.status, a.body);
+}

@@ -1253,3 +1253,93 @@ fn a_cluster_starts_from_an_empty_etcd_with_cluster_init() {
         cluster_json(&n1)
     );
 }
+
+/// A long text is published compressed and a node runs it; a revision's
+/// member catch-up reads only the sets written after what the node has
+/// seen, and takes them (the members a text names are there when it runs).
+#[test]
+fn long_texts_travel_compressed_and_revisions_catch_up_on_members() {
+    if !have("etcd") || !have("etcdctl") {
+        eprintln!(
+            "skipped: etcd and etcdctl are not installed (apt-get install etcd-server etcd-client)"
+        );
+        return;
+    }
+    let dir = temp_dir("cluster-long");
+    let etcd = Etcd::start(&dir, addr(free_port()), addr(free_port()));
+    let prefix = "/switchyard/long";
+    let o1 = Origin::start("one");
+    let listen = addr(free_port());
+    // About 100 KB: 1,000 pools no policy names, after the one served.
+    let padding: String = (0..1_000)
+        .map(|i| {
+            format!("[[pool]]\nname = \"spare{i}\"\n[[pool.member]]\naddress = \"127.0.0.1:9\"\n")
+        })
+        .collect();
+    let text = format!("{}{padding}", published(listen, &o1));
+    assert!(text.len() > 64 << 10);
+    etcd.put_config(prefix, "[[vserver]]\nname = \"x\"\nlisten = [\"127.0.0.1:1\"]\ndefault_pool = \"p\"\n[[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:9\"\n");
+    let n1 = node(&etcd, prefix, "n1", &[]);
+    let r = put_config(&n1, &text, None);
+    assert_eq!(r.status, 200, "{}", r.body_text());
+    assert!(eventually(Duration::from_secs(10), || origin_behind(
+        listen
+    )
+    .as_deref()
+        == Some("one")));
+    let (ok, value) = etcd.ctl(&["get", "--print-value-only", &format!("{prefix}/config")]);
+    assert!(ok, "{value}");
+    assert!(
+        value.contains("\"config_zstd\"") && !value.contains("spare999"),
+        "{}",
+        &value[..value.len().min(200)]
+    );
+    assert!(
+        value.len() < text.len() / 10,
+        "{} bytes for {}",
+        value.len(),
+        text.len()
+    );
+
+    // The catch-up, on a node object of its own (no watch thread races it).
+    let settings = switchyard::cluster::Settings {
+        endpoints: vec![format!("http://{}", etcd.client)],
+        prefix: prefix.into(),
+        node: "probe".into(),
+        status_ttl_s: 5,
+        watch_idle: Duration::from_secs(5),
+        startup_wait: Duration::from_secs(1),
+        state_dir: None,
+        access: std::sync::Arc::default(),
+        acme_key: None,
+    };
+    let probe = switchyard::cluster::Node::detached(settings, "probe.toml", "");
+    let set = |addr: &str| format!("{{\"members\": [{{\"address\": \"{addr}\", \"weight\": 1}}]}}");
+    let put = |pool: &str, addr: &str| {
+        let (ok, out) = etcd.ctl(&["put", &format!("{prefix}/members/{pool}"), &set(addr)]);
+        assert!(ok, "{out}");
+    };
+    let held = |pool: &str| {
+        probe
+            .members
+            .lock()
+            .unwrap()
+            .sets
+            .get(pool)
+            .map(|m| m.iter().map(|s| s.addr.to_string()).collect::<Vec<_>>())
+    };
+    put("a", "10.0.0.1:80");
+    switchyard::cluster::members::sync(&probe).expect("first read");
+    assert_eq!(held("a"), Some(vec!["10.0.0.1:80".to_string()]));
+    put("b", "10.0.0.2:80");
+    put("a", "10.0.0.3:80");
+    switchyard::cluster::members::sync(&probe).expect("catch-up");
+    assert_eq!(held("b"), Some(vec!["10.0.0.2:80".to_string()]));
+    assert_eq!(held("a"), Some(vec!["10.0.0.3:80".to_string()]));
+    // A bad set is refused and the pool keeps what it had.
+    let (ok, out) = etcd.ctl(&["put", &format!("{prefix}/members/a"), "not json"]);
+    assert!(ok, "{out}");
+    switchyard::cluster::members::sync(&probe).expect("catch-up");
+    assert_eq!(held("a"), Some(vec!["10.0.0.3:80".to_string()]));
+    drop(n1);
+}

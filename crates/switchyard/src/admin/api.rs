@@ -313,6 +313,17 @@ pub fn handle<C: Control>(admin: &Admin<C>, peer: SocketAddr, req: &Request, bod
     cx.run(route.id)
 }
 
+/// Whether `req` publishes a configuration (`PUT /api/v1/cluster/config`)
+/// from a caller with the admin role: only that body may be longer than
+/// the others (a cluster's text is megabytes at thousands of routes), and
+/// only once the caller is known, so that no one else makes the node hold
+/// megabytes.
+pub fn publishes_configuration<C: Control>(admin: &Admin<C>, req: &Request) -> bool {
+    req.method_str() == b"PUT"
+        && req.path_only() == b"/api/v1/cluster/config"
+        && authenticate(&admin.control.snapshot(), req).is_ok_and(|c| c.role >= Role::Admin)
+}
+
 /// Without a tokens file everyone who reaches the (loopback) listener is admin.
 fn anonymous() -> Caller {
     Caller {

@@ -55,6 +55,9 @@ impl<T: Control> Control for Rc<T> {
 
 /// Largest request body the API reads (JSON edits are a few hundred bytes).
 const MAX_BODY: u64 = 64 * 1024;
+/// Largest configuration an admin may publish through the API (10,000
+/// routes rendered by the Kubernetes controller are 3.4 MB).
+const MAX_CONFIG_BODY: u64 = 32 << 20;
 /// Changes remembered for `GET /api/v1/audit`.
 const AUDIT_KEEP: usize = 200;
 
@@ -179,7 +182,11 @@ where
     S: AsyncRead + AsyncWrite + Unpin,
     C: Control,
 {
-    let read = tokio::time::timeout(Duration::from_secs(10), read_request(&mut s)).await;
+    let read = tokio::time::timeout(
+        Duration::from_secs(10),
+        read_request(&mut s, |req| api::publishes_configuration(admin, req)),
+    )
+    .await;
     let (req, body) = match read {
         Ok(Ok(Some(r))) => r,
         Ok(Err(answer)) => {
@@ -201,10 +208,13 @@ where
     }
 }
 
-/// Reads one request: its head and a body of at most `MAX_BODY` bytes.
-/// Err carries the answer to a request that cannot be served.
+/// Reads one request: its head and a body of at most `MAX_BODY` bytes
+/// (`MAX_CONFIG_BODY` for a request `publishes` says is an admin's
+/// configuration). Err carries the answer to a request that cannot be
+/// served.
 async fn read_request<S: AsyncRead + Unpin>(
     s: &mut S,
+    publishes: impl Fn(&Request) -> bool,
 ) -> Result<Option<(Request, Vec<u8>)>, Vec<u8>> {
     let mut buf = BytesMut::with_capacity(4096);
     let mut scanner = HeadScanner::default();
@@ -224,10 +234,11 @@ async fn read_request<S: AsyncRead + Unpin>(
     let want = match req.head.framing {
         Framing::None => 0,
         Framing::Length(n) if n <= MAX_BODY => n as usize,
+        Framing::Length(n) if n <= MAX_CONFIG_BODY && publishes(&req) => n as usize,
         Framing::Length(_) => {
             return Err(responses::error(
                 413,
-                "the admin API takes bodies of at most 64 KiB",
+                "the admin API takes bodies of at most 64 KiB (a configuration published by an admin: 32 MiB)",
                 true,
             ))
         }

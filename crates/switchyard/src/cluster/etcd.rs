@@ -405,6 +405,33 @@ impl Client {
         Ok((header(&v), kv))
     }
 
+    /// The key's revision (0: it does not exist), without its value: a
+    /// publisher that compares and puts needs only that, and the value
+    /// can be megabytes.
+    pub fn revision_of(&mut self, key: &[u8]) -> Result<(Header, i64), Error> {
+        let v = self.call("/v3/kv/range", json!({"key": b64(key), "keys_only": true}))?;
+        let rev = v["kvs"]
+            .as_array()
+            .and_then(|a| a.first())
+            .map_or(0, |kv| num(&kv["mod_revision"]));
+        Ok((header(&v), rev))
+    }
+
+    /// Every key under `prefix` written after `revision` (that still
+    /// exists: a deletion is not seen this way).
+    pub fn list_since(&mut self, prefix: &[u8], revision: i64) -> Result<(Header, Vec<Kv>), Error> {
+        let v = self.call(
+            "/v3/kv/range",
+            json!({"key": b64(prefix), "range_end": b64(&prefix_end(prefix)),
+                   "min_mod_revision": (revision + 1).to_string()}),
+        )?;
+        let kvs = v["kvs"]
+            .as_array()
+            .map(|a| a.iter().filter_map(kv).collect())
+            .unwrap_or_default();
+        Ok((header(&v), kvs))
+    }
+
     /// Every key under `prefix`.
     pub fn list(&mut self, prefix: &[u8]) -> Result<(Header, Vec<Kv>), Error> {
         let v = self.call(

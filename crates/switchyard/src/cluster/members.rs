@@ -159,6 +159,10 @@ pub struct Held {
     /// Revision of the last full read: a pool absent from it was deleted
     /// at or before it.
     listed_at: i64,
+    /// Every change of the members up to this revision is in `sets`,
+    /// deletions too (a full read, or the watch's events in order): a
+    /// revision's catch-up read asks only for what came after.
+    seen: i64,
 }
 
 impl Held {
@@ -202,7 +206,13 @@ impl Held {
         self.sets = sets;
         self.revisions = revisions;
         self.listed_at = revision;
+        self.seen = self.seen.max(revision);
         changed
+    }
+
+    /// The watch delivered every change up to `revision`.
+    fn saw(&mut self, revision: i64) {
+        self.seen = self.seen.max(revision);
     }
 
     /// One pool's set written at `revision`, unless a newer value (or a
@@ -258,11 +268,40 @@ fn refused(node: &Node, pool: &str, rev: i64, why: &str) {
 /// members are there when the text naming it runs).
 pub fn sync(node: &Node) -> Result<(), String> {
     let mut client = Client::new(&node.settings.endpoints, node.settings.access.clone());
+    let seen = node.members.lock().unwrap_or_else(|e| e.into_inner()).seen;
+    if seen > 0 {
+        return catch_up(node, &mut client, seen);
+    }
     let (rev, entries) = read_all(node, &mut client)?;
     node.members
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .take_listing(rev, entries, &|p, r, e| refused(node, p, r, e));
+    Ok(())
+}
+
+/// Takes the sets written after `seen` (the watch may not have delivered
+/// them yet): a controller publishes a new pool's members just before the
+/// text that names it. A deletion is not seen this way; it is the watch's
+/// to apply, and deletes only sets of pools the text no longer names (a
+/// controller removes them after publishing that text). Before, each
+/// revision read every set: 10,000 keys at 10,000 routes, 110 to 480 ms
+/// of a route change on a busy machine for what is usually nothing new.
+fn catch_up(node: &Node, client: &mut Client, seen: i64) -> Result<(), String> {
+    let prefix = members_prefix(&node.settings);
+    let (_, kvs) = client
+        .list_since(&prefix, seen)
+        .map_err(|e| format!("cannot read the published members: {e}"))?;
+    let mut held = node.members.lock().unwrap_or_else(|e| e.into_inner());
+    for kv in kvs {
+        let pool = String::from_utf8_lossy(&kv.key[prefix.len()..]).into_owned();
+        match decode(&kv.value) {
+            Ok(m) => {
+                held.take_put(&pool, kv.mod_revision, m);
+            }
+            Err(e) => refused(node, &pool, kv.mod_revision, &e),
+        }
+    }
     Ok(())
 }
 
@@ -379,6 +418,7 @@ fn watch_loop(node: &Node, apply: &tokio::sync::mpsc::UnboundedSender<Change>) {
                     if changes.iter().any(|(_, kv)| kv.is_none()) {
                         break;
                     }
+                    let changes_last_revision = changes.iter().map(|(r, _)| *r).max().unwrap_or(0);
                     let mut pools = Vec::new();
                     let mut decoded = Vec::new();
                     for (rev, kv) in changes.into_iter().flat_map(|(r, kv)| kv.map(|k| (r, k))) {
@@ -390,6 +430,7 @@ fn watch_loop(node: &Node, apply: &tokio::sync::mpsc::UnboundedSender<Change>) {
                     }
                     let names: Vec<String> = decoded.iter().map(|d| d.0.clone()).collect();
                     let before = held_sets(node, &names);
+                    let last = changes_last_revision;
                     {
                         let mut held = node.members.lock().unwrap_or_else(|e| e.into_inner());
                         for (pool, rev, m) in decoded {
@@ -397,6 +438,7 @@ fn watch_loop(node: &Node, apply: &tokio::sync::mpsc::UnboundedSender<Change>) {
                                 pools.push(pool);
                             }
                         }
+                        held.saw(last);
                     }
                     apply_change(node, pools, &before, apply);
                 }
