@@ -20,7 +20,7 @@ target/debug unless SWITCHYARD_BIN / SWITCHYARD_GATEWAY_BIN say otherwise
 (an operator runs release builds: `cargo build --release -p switchyard -p
 switchyard-gateway`, then point both at target/release).
 
-usage: scripts/gateway-propagation.py [SIZE ...]   (env SAMPLES=20)
+usage: scripts/gateway-propagation.py [SIZE ...]   (env SAMPLES=20, PAUSE_MS=5, QUIET_S=10)
 """
 import json
 import os
@@ -39,6 +39,15 @@ from concurrent.futures import ThreadPoolExecutor
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TOKEN = "switchyard-bench-token"
 SAMPLES = int(os.environ.get("SAMPLES", "20"))
+# The prober's pause between two requests while it waits for a change, and
+# the quiet time between growing to a size and timing changes there. Until
+# 2026-12-04 (5cb89b5) both were 0: the prober asked in a busy loop
+# (thousands of requests a second through the node, a core's worth of
+# Python and node work on this 2-core machine, competing with the render
+# and the build it timed), and the first changes met the status writes of
+# the routes just added. A 5 ms pause adds at most 5 ms to a figure.
+PAUSE = float(os.environ.get("PAUSE_MS", "5")) / 1000
+QUIET = float(os.environ.get("QUIET_S", "10"))
 DEADLINE = 120.0  # seconds any one wait may take before the run gives up
 
 
@@ -299,13 +308,14 @@ def main():
             have = size
             until(f"{size} routes live", lambda: pod_at(port, f"/r{size - 1}") == "pod-10", within=1800, pause=0.2)
             settle = time.monotonic() - t
+            time.sleep(QUIET)
             route_ms, ep_ms = [], []
             for k in range(SAMPLES):
                 j = (k * 7919) % size
                 path = f"/r{j}-g{k}"
                 t0 = time.monotonic()
                 api.apply(route(f"r{j}", path, "app"))
-                until(f"route r{j} to {path}", lambda: pod_at(port, path) == "pod-10", pause=0)
+                until(f"route r{j} to {path}", lambda: pod_at(port, path) == "pod-10", pause=PAUSE)
                 route_ms.append((time.monotonic() - t0) * 1000)
             old = 11
             for k in range(SAMPLES):
@@ -313,10 +323,11 @@ def main():
                 t0 = time.monotonic()
                 api.apply(slice_of("probe", [ip(new)]))
                 until(f"probe on pod-{new}",
-                      lambda: all(pod_at(port, "/probe") == f"pod-{new}" for _ in range(3)), pause=0)
+                      lambda: all(pod_at(port, "/probe") == f"pod-{new}" for _ in range(3)), pause=PAUSE)
                 ep_ms.append((time.monotonic() - t0) * 1000)
                 old = new
-            row = {"routes": size, "settle_s": round(settle, 1),
+            row = {"routes": size, "settle_s": round(settle, 1), "pause_ms": PAUSE * 1000, "quiet_s": QUIET,
+                   "route_samples_ms": [round(x) for x in route_ms],
                    "route_ms": {"p50": round(pct(route_ms, 0.5)), "p99": round(pct(route_ms, 0.99)),
                                 "max": round(max(route_ms))},
                    "endpoint_ms": {"p50": round(pct(ep_ms, 0.5)), "p99": round(pct(ep_ms, 0.99)),
