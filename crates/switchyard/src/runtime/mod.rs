@@ -148,6 +148,7 @@ impl Control {
             built.as_millis(),
             (began.elapsed() - built).as_millis()
         ));
+        retire(current);
         Ok(generation)
     }
 
@@ -379,6 +380,21 @@ async fn apply_members(
             ));
         }
         let _ = answer.send(Ok(snap.generation));
+    }
+}
+
+/// Drops a replaced snapshot on a thread of its own when this is its last
+/// holder: at 10,000 routes that takes 16 to 21 ms on a quiet core
+/// (`config::parts` `parts_cost`), which whoever asked for the reload (a
+/// cluster revision on its way to being reported applied, a SIGHUP) need
+/// not wait for. A request still running on it drops it itself.
+fn retire(old: Arc<Snapshot>) {
+    if Arc::strong_count(&old) == 1 {
+        // If no thread can be made, the closure (and the snapshot) is
+        // dropped here, as before.
+        let _ = std::thread::Builder::new()
+            .name("snapshot-drop".into())
+            .spawn(move || drop(old));
     }
 }
 
