@@ -1465,9 +1465,28 @@ mod tests {
         );
         let (text, _) = checked(&world(vec![i]));
         assert!(text.contains("req_rate = \"10/5s\""), "{text}");
+        // limit-connections: the requests in progress per source (nginx's
+        // limit_conn), with the same whitelist; the node takes the text.
+        let i = ingress(
+            "i",
+            json!({"nginx.ingress.kubernetes.io/limit-connections": "4",
+                   "nginx.ingress.kubernetes.io/limit-whitelist": "10.1.0.0/16"}),
+            "a.example.com",
+            json!([path("/", "Prefix", "a")]),
+        );
+        let (text, out) = checked(&world(vec![i]));
+        let vs = vserver(&text, 10080);
+        assert!(
+            vs.contains("[[vserver.limit]]\nname = \"ingress n/i conn\"\nscope = \"policy\"\nreq_cur = 4\nstatus = 503\nallow = [\"10.1.0.0/16\"]\n"),
+            "{vs}"
+        );
+        assert!(vs.contains("limits = [\"ingress n/i conn\"]\n"), "{vs}");
+        assert!(out.events.is_empty(), "{:?}", out.events);
         for bad in [
             json!({"nginx.ingress.kubernetes.io/limit-rps": "fast"}),
             json!({"nginx.ingress.kubernetes.io/limit-rps": "0"}),
+            json!({"nginx.ingress.kubernetes.io/limit-connections": "0"}),
+            json!({"nginx.ingress.kubernetes.io/limit-connections": "many"}),
             json!({"nginx.ingress.kubernetes.io/limit-rps": "5", "nginx.ingress.kubernetes.io/limit-whitelist": "10.0.0.0/99"}),
         ] {
             let i = ingress(
@@ -1657,7 +1676,7 @@ mod tests {
     fn unsupported_annotations_are_said_and_the_rest_served() {
         let i = ingress(
             "i",
-            json!({"nginx.ingress.kubernetes.io/proxy-send-timeout": "60", "nginx.ingress.kubernetes.io/limit-connections": "5"}),
+            json!({"nginx.ingress.kubernetes.io/proxy-send-timeout": "60", "nginx.ingress.kubernetes.io/proxy-buffering": "off"}),
             "a.example.com",
             json!([path("/", "Prefix", "a")]),
         );
@@ -1666,7 +1685,7 @@ mod tests {
         let keys: Vec<&str> = out.events.iter().map(|e| e.reason).collect();
         assert_eq!(keys, vec!["UnsupportedAnnotation", "UnsupportedAnnotation"]);
         assert!(
-            out.events[0].message.contains("limit-connections"),
+            out.events[0].message.contains("proxy-buffering"),
             "{:?}",
             out.events
         );

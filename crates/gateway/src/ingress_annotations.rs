@@ -45,13 +45,17 @@ pub struct Canary {
     pub weight_total: u32,
 }
 
-/// ingress-nginx's request rate limits per client address (its
-/// `limit_req` zones): `per_second` and `per_minute` requests, each with a
-/// burst of `burst` times as many.
+/// ingress-nginx's limits per client address: requests per second and per
+/// minute (its `limit_req` zones), each with a burst of `burst` times as
+/// many, and requests in progress at once (its `limit_conn` zone).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RateLimit {
     pub per_second: Option<u32>,
     pub per_minute: Option<u32>,
+    /// `limit-connections`: nginx's `limit_conn` counts the connections
+    /// of an address that have a request in progress (an HTTP/2
+    /// connection's streams each count), i.e. its requests in progress.
+    pub connections: Option<u32>,
     pub burst: u32,
     /// Sources never limited (`limit-whitelist`, CIDRs).
     pub allow: Vec<String>,
@@ -66,19 +70,27 @@ impl RateLimit {
     pub fn tables(&self, name: &str) -> Vec<(String, String)> {
         let b = self.burst.max(1);
         let allow: Vec<String> = self.allow.iter().map(|c| crate::render::q(c)).collect();
+        let table = |tag: &str, count: String| {
+            let limit = format!("{name} {tag}");
+            let text = format!(
+                "[[vserver.limit]]\nname = {}\nscope = \"policy\"\n{count}\nstatus = 503\nallow = [{}]\n",
+                crate::render::q(&limit),
+                allow.join(", ")
+            );
+            (limit, text)
+        };
         [(self.per_second, "rps", "s"), (self.per_minute, "rpm", "m")]
             .into_iter()
             .filter_map(|(n, tag, unit)| {
-                let n = n?;
-                let limit = format!("{name} {tag}");
-                let text = format!(
-                    "[[vserver.limit]]\nname = {}\nscope = \"policy\"\nreq_rate = \"{}/{b}{unit}\"\nstatus = 503\nallow = [{}]\n",
-                    crate::render::q(&limit),
-                    n.saturating_mul(b),
-                    allow.join(", ")
-                );
-                Some((limit, text))
+                Some(table(
+                    tag,
+                    format!("req_rate = \"{}/{b}{unit}\"", n?.saturating_mul(b)),
+                ))
             })
+            .chain(
+                self.connections
+                    .map(|n| table("conn", format!("req_cur = {n}"))),
+            )
             .collect()
     }
 }
@@ -476,6 +488,12 @@ pub fn parse(all: &BTreeMap<String, String>) -> Parsed {
                 // the limit keeps away.
                 _ => refuse(key, format!("{value:?} is not a count of requests above 0")),
             },
+            "limit-connections" => match value.trim().parse::<u32>() {
+                Ok(n) if n > 0 => {
+                    a.rate_limit.get_or_insert_with(Default::default).connections = Some(n)
+                }
+                _ => refuse(key, format!("{value:?} is not a count of connections above 0")),
+            },
             "limit-burst-multiplier" | "limit-whitelist" => {}
             "proxy-connect-timeout" | "proxy-read-timeout" => {
                 match value.trim().trim_end_matches('s').parse::<u32>() {
@@ -821,7 +839,6 @@ mod tests {
         }
         for key in [
             "proxy-send-timeout",
-            "limit-connections",
             "proxy-buffering",
             "custom-http-errors",
             "made-up-key",

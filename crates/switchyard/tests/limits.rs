@@ -117,6 +117,54 @@ fn concurrent_connections_per_source_are_limited_and_given_back() {
     drop(b);
 }
 
+/// `req_cur`: the requests of a source in progress at once, on kept-alive
+/// connections or not: a third while two wait for a slow member is
+/// refused, another source is not, and each place comes back when its
+/// answer has been sent.
+#[test]
+fn requests_in_progress_per_source_are_limited_and_given_back() {
+    let o = Origin::start("a");
+    let listen = addr(free_port());
+    let sy = Switchyard::start(
+        &config(
+            listen,
+            &o,
+            "[[vserver.limit]]\nname = \"in-flight\"\nreq_cur = 2",
+        ),
+        &[listen],
+    );
+    assert_eq!(
+        get_from(listen, "127.0.0.31", "").expect("first").status,
+        200
+    );
+    o.set(|b| b.delay = Duration::from_millis(1500));
+    let before = o.requests();
+    let slow: Vec<_> = (0..2)
+        .map(|_| std::thread::spawn(move || get_from(listen, "127.0.0.31", "").map(|r| r.status)))
+        .collect();
+    // Both are at the member (they hold their places).
+    assert!(eventually(Duration::from_secs(5), || o.requests() >= before + 2));
+    let third = get_from(listen, "127.0.0.31", "").expect("an answer");
+    assert_eq!(third.status, 429);
+    assert_eq!(third.header("retry-after"), Some("1"));
+    assert_eq!(o.requests(), before + 2, "the third reached the member");
+    // Another source has places of its own.
+    let other = std::thread::spawn(move || get_from(listen, "127.0.0.32", "").map(|r| r.status));
+    for t in slow {
+        assert_eq!(t.join().expect("thread"), Some(200));
+    }
+    assert_eq!(other.join().expect("thread"), Some(200));
+    // Their answers sent, the places are back.
+    o.set(|b| b.delay = Duration::ZERO);
+    assert_eq!(
+        get_from(listen, "127.0.0.31", "").expect("after").status,
+        200
+    );
+    let l = limit_json(&sy);
+    assert_eq!(l["refused"]["req_cur"], 1, "{l}");
+    assert_eq!(l["req_cur"], 2, "{l}");
+}
+
 #[test]
 fn request_rates_per_header_key_with_retry_after_and_a_reload_keeps_counts() {
     let o = Origin::start("a");

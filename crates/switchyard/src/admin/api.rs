@@ -169,6 +169,7 @@ fn limit_json(l: &crate::shield::stick::Limit) -> Value {
         "conn_cur": l.conn_cur,
         "conn_rate": rate(l.conn_rate),
         "req_rate": rate(l.req_rate),
+        "req_cur": l.req_cur,
         "action": match l.action {
             crate::shield::stick::Action::Reject => "reject",
             crate::shield::stick::Action::Close => "close",

@@ -246,8 +246,11 @@ pub fn check_limits(v: &model::VServer, name: &str, problems: &mut Vec<Problem>)
         };
         if v.protocol == model::Protocol::Udp {
             problems.push(refuse("a udp vserver has no connections or requests to limit; per-source datagram floods are the shield's ([shield] ddos, acl)"));
-        } else if lim.req_rate.is_some() || lim.key.as_ref().is_some_and(|k| k.get_ref() != "src") {
-            problems.push(refuse("a tcp vserver limits connections per source (conn_cur, conn_rate, key \"src\"); req_rate and keys from requests are HTTP"));
+        } else if lim.req_rate.is_some()
+            || lim.req_cur.is_some()
+            || lim.key.as_ref().is_some_and(|k| k.get_ref() != "src")
+        {
+            problems.push(refuse("a tcp vserver limits connections per source (conn_cur, conn_rate, key \"src\"); req_rate, req_cur and keys from requests are HTTP"));
         }
     }
 }

@@ -8,6 +8,7 @@
 //! conn_cur = 50               # connections open at once per source (key "src")
 //! conn_rate = "100/10s"       # new connections per source (key "src")
 //! req_rate = "200/10s"        # requests per key
+//! req_cur = 20                # requests per key in progress at once
 //! action = "reject"           # reject | close | tarpit | deny
 //! tarpit = "5s"               # how long a tarpit holds (action "tarpit")
 //! deny_for = "1m"             # how long a deny lasts (action "deny")
@@ -37,6 +38,7 @@ pub struct LimitFile {
     pub conn_cur: Option<Spanned<u32>>,
     pub conn_rate: Option<Spanned<String>>,
     pub req_rate: Option<Spanned<String>>,
+    pub req_cur: Option<Spanned<u32>>,
     pub action: Option<Spanned<String>>,
     pub tarpit: Option<Spanned<String>>,
     pub deny_for: Option<Spanned<String>>,
@@ -138,10 +140,17 @@ pub fn build(
                 format!("{what}: conn_cur 0 would refuse every connection"),
             ));
         }
-        if conn_cur.is_none() && conn_rate.is_none() && req_rate.is_none() {
+        let req_cur = f.req_cur.as_ref().map(|c| *c.get_ref());
+        if req_cur == Some(0) {
+            problems.push((
+                f.req_cur.as_ref().map_or(at.clone(), |c| c.span()),
+                format!("{what}: req_cur 0 would refuse every request"),
+            ));
+        }
+        if conn_cur.is_none() && conn_rate.is_none() && req_rate.is_none() && req_cur.is_none() {
             problems.push((
                 f.name.span(),
-                format!("{what}: sets no limit; give conn_cur, conn_rate or req_rate"),
+                format!("{what}: sets no limit; give conn_cur, conn_rate, req_rate or req_cur"),
             ));
         }
         let per_policy = match f.scope.as_ref().map(|s| s.get_ref().as_str()) {
@@ -150,7 +159,7 @@ pub fn build(
                 if conn_cur.is_some() || conn_rate.is_some() {
                     problems.push((
                         f.name.span(),
-                        format!("{what}: scope \"policy\" counts requests once a policy has decided; conn_cur and conn_rate count connections before any request: use req_rate"),
+                        format!("{what}: scope \"policy\" counts requests once a policy has decided; conn_cur and conn_rate count connections before any request: use req_rate or req_cur"),
                     ));
                 }
                 true
@@ -254,6 +263,7 @@ pub fn build(
             conn_cur,
             conn_rate,
             req_rate,
+            req_cur,
             action,
             status,
             allow,

@@ -1,6 +1,6 @@
 //! The per-source limits' request side: each request counts against the
-//! vserver's `req_rate` limits under its key (the source address, a
-//! header, a cookie or the path), as the shield decides
+//! vserver's `req_rate` and `req_cur` limits under its key (the source
+//! address, a header, a cookie or the path), as the shield decides
 //! (`shield::admission::request`), and a key over its limit, or denied for
 //! a while, is answered `status` (429) with Retry-After; a tarpit holds
 //! the answer first. The connection side (`conn_cur`, `conn_rate`) is
@@ -29,13 +29,17 @@ pub struct Limits {
     /// A refusal held back for this long (tarpit).
     tarpit: Option<(u64, Local)>,
     after_routing: bool,
+    /// The request's places in `req_cur` limits: the pipeline holds its
+    /// stages until the exchange ends (`pipeline::run`), so they are given
+    /// back when the answer has been sent or the exchange failed.
+    leases: Vec<stick::RequestLease>,
 }
 
 impl Limits {
     pub fn after_routing() -> Limits {
         Limits {
-            tarpit: None,
             after_routing: true,
+            ..Limits::default()
         }
     }
 }
@@ -90,9 +94,15 @@ impl Hooks for Limits {
                 x.policy_limits().iter().filter_map(|i| limits.get(*i)),
                 ip,
                 key,
+                &mut self.leases,
             )
         } else {
-            admission::request(limits.iter().filter(|l| !l.per_policy), ip, key)
+            admission::request(
+                limits.iter().filter(|l| !l.per_policy),
+                ip,
+                key,
+                &mut self.leases,
+            )
         };
         let Some((l, reason)) = found else {
             return Verdict::Continue;

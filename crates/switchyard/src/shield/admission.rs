@@ -124,24 +124,30 @@ pub fn close_refused(stream: std::net::TcpStream, how: Closing) {
 /// requests, each under the request's value of its key (`key`; None: the
 /// request has none, and that limit does not apply). A limit that only
 /// counts connections still refuses the requests of a source it denies.
-/// The first refusal wins; a tarpit's is counted here.
+/// The first refusal wins; a tarpit's is counted here. The places taken
+/// in the limits that count requests in progress (`req_cur`) go to
+/// `leases`, held until the request ends.
 pub fn request<'l, 'r>(
     limits: impl IntoIterator<Item = &'l Arc<Limit>>,
     ip: IpAddr,
     mut key: impl FnMut(&Limit) -> Option<&'r [u8]>,
+    leases: &mut Vec<super::stick::RequestLease>,
 ) -> Option<(&'l Limit, Reason)> {
     for l in limits {
-        if l.req_rate.is_none() && !matches!(l.action, Action::Deny(_)) {
+        if l.req_rate.is_none() && l.req_cur.is_none() && !matches!(l.action, Action::Deny(_)) {
             continue;
         }
         let Some(value) = key(l) else {
             continue;
         };
-        if let super::stick::Decision::Refuse(reason) = l.on_request(ip, value) {
-            if let Action::Tarpit(_) = l.action {
-                l.count_tarpit();
+        match l.on_request(ip, value) {
+            Ok(lease) => leases.extend(lease),
+            Err(reason) => {
+                if let Action::Tarpit(_) = l.action {
+                    l.count_tarpit();
+                }
+                return Some((l, reason));
             }
-            return Some((l, reason));
         }
     }
     None

@@ -83,6 +83,10 @@ pub struct Limit {
     pub conn_cur: Option<u32>,
     pub conn_rate: Option<Rate>,
     pub req_rate: Option<Rate>,
+    /// Requests of a key in progress at once (nginx's `limit_conn`, which
+    /// counts connections with a request being processed: an HTTP/2
+    /// connection's streams each count here).
+    pub req_cur: Option<u32>,
     pub action: Action,
     /// The status of a refused request (429 by default).
     pub status: u16,
@@ -102,14 +106,16 @@ pub enum Reason {
     ReqRate,
     /// Denied for a while (an earlier refusal with `deny`).
     Denied,
+    ReqCur,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 4] = [
+    pub const ALL: [Reason; 5] = [
         Reason::ConnCur,
         Reason::ConnRate,
         Reason::ReqRate,
         Reason::Denied,
+        Reason::ReqCur,
     ];
 
     pub fn name(self) -> &'static str {
@@ -118,6 +124,7 @@ impl Reason {
             Reason::ConnRate => "conn_rate",
             Reason::ReqRate => "req_rate",
             Reason::Denied => "denied",
+            Reason::ReqCur => "req_cur",
         }
     }
 }
@@ -126,7 +133,7 @@ impl Reason {
 #[derive(Debug, Default)]
 pub struct Counters {
     /// Refusals by reason, in `Reason::ALL` order.
-    pub refused: [AtomicU64; 4],
+    pub refused: [AtomicU64; 5],
     pub tarpitted: AtomicU64,
     /// Keys admitted without being tracked (every entry of a shard held
     /// open connections).
@@ -172,10 +179,18 @@ impl Freq {
 #[derive(Debug, Default)]
 struct Entry {
     conn_cur: u32,
+    req_cur: u32,
     conn: Freq,
     req: Freq,
     deny_until_ms: u64,
     seen_ms: u64,
+}
+
+impl Entry {
+    /// It holds connections or requests: forgetting it would lose them.
+    fn in_use(&self) -> bool {
+        self.conn_cur > 0 || self.req_cur > 0
+    }
 }
 
 #[derive(Debug, Default)]
@@ -203,6 +218,20 @@ pub struct Lease {
 impl Drop for Lease {
     fn drop(&mut self) {
         self.table.release(&self.key);
+    }
+}
+
+/// Holds a request's place in `req_cur`; gives it back on drop (when the
+/// request's exchange ends: its answer sent, or it failed).
+#[derive(Debug)]
+pub struct RequestLease {
+    table: Arc<Table>,
+    key: Vec<u8>,
+}
+
+impl Drop for RequestLease {
+    fn drop(&mut self) {
+        self.table.release_request(&self.key);
     }
 }
 
@@ -284,14 +313,14 @@ impl Table {
         if !s.map.contains_key(key) && s.map.len() >= self.per_shard {
             let idle = self.idle_ms;
             s.map.retain(|_, e| {
-                e.conn_cur > 0 || e.deny_until_ms > now || now.saturating_sub(e.seen_ms) < idle
+                e.in_use() || e.deny_until_ms > now || now.saturating_sub(e.seen_ms) < idle
             });
             if s.map.len() >= self.per_shard {
                 // The least recently seen entry that holds no connection.
                 let victim = s
                     .map
                     .iter()
-                    .filter(|(_, e)| e.conn_cur == 0)
+                    .filter(|(_, e)| !e.in_use())
                     .min_by_key(|(_, e)| e.seen_ms)
                     .map(|(k, _)| k.clone());
                 match victim {
@@ -313,6 +342,15 @@ impl Table {
         let e = s.map.entry(key.to_vec()).or_default();
         e.seen_ms = now;
         Some(f(e))
+    }
+
+    fn release_request(&self, key: &[u8]) {
+        let mut s = self.shards[shard_of(key)]
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(e) = s.map.get_mut(key) {
+            e.req_cur = e.req_cur.saturating_sub(1);
+        }
     }
 
     fn release(&self, key: &[u8]) {
@@ -386,10 +424,11 @@ impl Limit {
     }
 
     /// A request whose key value is `value` (the source's address bytes for
-    /// `Key::Source`), from `ip`.
-    pub fn on_request(&self, ip: IpAddr, value: &[u8]) -> Decision {
+    /// `Key::Source`), from `ip`. On admit, the lease (when requests in
+    /// progress are counted) keeps its place until the request ends.
+    pub fn on_request(&self, ip: IpAddr, value: &[u8]) -> Result<Option<RequestLease>, Reason> {
         if self.allowed(ip) {
-            return Decision::Admit;
+            return Ok(None);
         }
         let now = now_ms();
         let deny = self.deny_ms();
@@ -397,23 +436,37 @@ impl Limit {
             if e.deny_until_ms > now {
                 return Decision::Refuse(Reason::Denied);
             }
+            let refuse = |e: &mut Entry, r: Reason| {
+                if let Some(ms) = deny {
+                    e.deny_until_ms = now + ms;
+                }
+                Decision::Refuse(r)
+            };
+            if self.req_cur.is_some_and(|max| e.req_cur >= max) {
+                return refuse(e, Reason::ReqCur);
+            }
             if let Some(r) = self.req_rate {
                 if e.req.estimate(now, r.period_ms) >= r.n as u64 {
-                    if let Some(ms) = deny {
-                        e.deny_until_ms = now + ms;
-                    }
-                    return Decision::Refuse(Reason::ReqRate);
+                    return refuse(e, Reason::ReqRate);
                 }
                 e.req.add();
+            }
+            if self.req_cur.is_some() {
+                e.req_cur += 1;
             }
             Decision::Admit
         });
         match d {
+            // Untracked (a full table): admitted without a count.
+            None => Ok(None),
+            Some(Decision::Admit) => Ok(self.req_cur.is_some().then(|| RequestLease {
+                table: self.table.clone(),
+                key: value.to_vec(),
+            })),
             Some(Decision::Refuse(r)) => {
                 self.table.count(r);
-                Decision::Refuse(r)
+                Err(r)
             }
-            _ => Decision::Admit,
         }
     }
 
@@ -657,6 +710,7 @@ mod tests {
             conn_cur,
             conn_rate,
             req_rate,
+            req_cur: None,
             action: Action::Reject,
             status: 429,
             allow: vec![Cidr::parse("10.0.0.0/8").expect("cidr")],
@@ -667,6 +721,35 @@ mod tests {
 
     const A: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 1));
     const B: IpAddr = IpAddr::V4(std::net::Ipv4Addr::new(192, 0, 2, 2));
+
+    #[test]
+    fn requests_in_progress_are_counted_per_key_and_given_back() {
+        let l = Limit {
+            key: Key::Header("x-api-key".into()),
+            req_cur: Some(2),
+            ..limit(None, None, None)
+        };
+        let (k1, k2) = (b"alice".as_slice(), b"bob".as_slice());
+        let r1 = l.on_request(A, k1).expect("first").expect("a lease");
+        let r2 = l.on_request(B, k1).expect("second").expect("a lease");
+        // The key's third at once is refused, whatever its source; another
+        // key is not.
+        assert_eq!(l.on_request(A, k1).err(), Some(Reason::ReqCur));
+        assert!(l.on_request(A, k2).is_ok());
+        assert_eq!(
+            l.counters().refused[Reason::ReqCur as usize].load(Ordering::Relaxed),
+            1
+        );
+        // One ends: one more may start.
+        drop(r1);
+        let r3 = l.on_request(A, k1).expect("after one ended");
+        assert_eq!(l.on_request(A, k1).err(), Some(Reason::ReqCur));
+        drop((r2, r3));
+        assert!(l.on_request(A, k1).is_ok());
+        // An allowed source is not counted.
+        let inside = IpAddr::V4(std::net::Ipv4Addr::new(10, 1, 2, 3));
+        assert!(l.on_request(inside, k1).expect("allowed").is_none());
+    }
 
     #[test]
     fn concurrent_connections_are_counted_and_given_back() {
@@ -714,13 +797,10 @@ mod tests {
         );
         let k = source_key(A);
         for _ in 0..3 {
-            assert!(matches!(l.on_request(A, &k), Decision::Admit));
+            assert!(l.on_request(A, &k).is_ok());
         }
-        assert!(matches!(
-            l.on_request(A, &k),
-            Decision::Refuse(Reason::ReqRate)
-        ));
-        assert!(matches!(l.on_request(B, &source_key(B)), Decision::Admit));
+        assert_eq!(l.on_request(A, &k).err(), Some(Reason::ReqRate));
+        assert!(l.on_request(B, &source_key(B)).is_ok());
     }
 
     #[test]
@@ -737,10 +817,7 @@ mod tests {
         assert!(l.on_connection(A).is_ok());
         assert_eq!(l.on_connection(A).err(), Some(Reason::ConnRate));
         assert_eq!(l.on_connection(A).err(), Some(Reason::Denied));
-        assert!(matches!(
-            l.on_request(A, &source_key(A)),
-            Decision::Refuse(Reason::Denied)
-        ));
+        assert_eq!(l.on_request(A, &source_key(A)).err(), Some(Reason::Denied));
     }
 
     #[test]

@@ -899,7 +899,7 @@ fn limit(ex: &mut Exposition, vserver: &str, l: &crate::shield::stick::Limit) {
         ex.sample(
             "switchyard_limit_refused_total",
             Kind::Counter,
-            "Connections and requests a per-source limit refused, by reason (conn_cur, conn_rate, req_rate, denied).",
+            "Connections and requests a per-source limit refused, by reason (conn_cur, conn_rate, req_rate, denied, req_cur).",
             &join(&labels, &format!("reason=\"{}\"", r.name())),
             c.refused[r as usize].load(Ordering::Relaxed),
         );

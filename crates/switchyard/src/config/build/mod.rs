@@ -250,11 +250,11 @@ pub(super) fn build_read(
                 && vs
                     .limits
                     .iter()
-                    .any(|l| l.req_rate.is_some() || !l.key.at_accept())
+                    .any(|l| l.req_rate.is_some() || l.req_cur.is_some() || !l.key.at_accept())
             {
                 problems.push((
                     v.name.span(),
-                    format!("vserver {name:?}: req_rate and request keys are HTTP; an L4 vserver limits connections (conn_cur, conn_rate)"),
+                    format!("vserver {name:?}: req_rate, req_cur and request keys are HTTP; an L4 vserver limits connections (conn_cur, conn_rate)"),
                 ));
             }
             for (at, msg) in problems {
