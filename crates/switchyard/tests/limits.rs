@@ -117,10 +117,9 @@ fn concurrent_connections_per_source_are_limited_and_given_back() {
     drop(b);
 }
 
-/// `req_cur`: the requests of a source in progress at once, on kept-alive
-/// connections or not: a third while two wait for a slow member is
-/// refused, another source is not, and each place comes back when its
-/// answer has been sent.
+/// `req_cur`: the requests of a source in progress at once: a third while
+/// two wait for a slow member is refused (without reaching it), another
+/// source is not, and each place comes back when its answer has been sent.
 #[test]
 fn requests_in_progress_per_source_are_limited_and_given_back() {
     let o = Origin::start("a");

@@ -159,6 +159,14 @@ fn header(v: &Value) -> Header {
     }
 }
 
+/// The keys and values of a range answer.
+fn kvs(v: &Value) -> Vec<Kv> {
+    v["kvs"]
+        .as_array()
+        .map(|a| a.iter().filter_map(kv).collect())
+        .unwrap_or_default()
+}
+
 fn kv(v: &Value) -> Option<Kv> {
     Some(Kv {
         key: unb64(v["key"].as_str()?)?,
@@ -425,11 +433,7 @@ impl Client {
             json!({"key": b64(prefix), "range_end": b64(&prefix_end(prefix)),
                    "min_mod_revision": (revision + 1).to_string()}),
         )?;
-        let kvs = v["kvs"]
-            .as_array()
-            .map(|a| a.iter().filter_map(kv).collect())
-            .unwrap_or_default();
-        Ok((header(&v), kvs))
+        Ok((header(&v), kvs(&v)))
     }
 
     /// Every key under `prefix`.
@@ -438,11 +442,7 @@ impl Client {
             "/v3/kv/range",
             json!({"key": b64(prefix), "range_end": b64(&prefix_end(prefix))}),
         )?;
-        let kvs = v["kvs"]
-            .as_array()
-            .map(|a| a.iter().filter_map(kv).collect())
-            .unwrap_or_default();
-        Ok((header(&v), kvs))
+        Ok((header(&v), kvs(&v)))
     }
 
     /// Puts `value` if the key's revision is still `expect` (0: the key
