@@ -128,7 +128,7 @@ fn requests_in_progress_per_source_are_limited_and_given_back() {
         &config(
             listen,
             &o,
-            "[[vserver.limit]]\nname = \"in-flight\"\nreq_cur = 2",
+            "h2c = true\n[[vserver.limit]]\nname = \"in-flight\"\nreq_cur = 2",
         ),
         &[listen],
     );
@@ -162,6 +162,40 @@ fn requests_in_progress_per_source_are_limited_and_given_back() {
     let l = limit_json(&sy);
     assert_eq!(l["refused"]["req_cur"], 1, "{l}");
     assert_eq!(l["req_cur"], 2, "{l}");
+    // HTTP/2: each stream is a request in progress; three at once on one
+    // connection, two are served.
+    o.set(|b| b.delay = Duration::from_millis(1500));
+    let mut statuses = h2_at_once(listen, 3);
+    statuses.sort();
+    assert_eq!(statuses, [200, 200, 429]);
+    assert_eq!(limit_json(&sy)["refused"]["req_cur"], 2);
+}
+
+/// `n` GETs sent at once on one HTTP/2 (h2c) connection: their statuses.
+fn h2_at_once(listen: std::net::SocketAddr, n: usize) -> Vec<u16> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let tcp = tokio::net::TcpStream::connect(listen)
+            .await
+            .expect("connect");
+        let (send, conn) = h2::client::handshake(tcp).await.expect("h2 handshake");
+        tokio::spawn(conn);
+        let mut send = send.ready().await.expect("ready");
+        let mut answers = Vec::new();
+        for _ in 0..n {
+            let req = http::Request::get("http://h/").body(()).expect("request");
+            let (resp, _) = send.send_request(req, true).expect("send");
+            answers.push(resp);
+        }
+        let mut out = Vec::new();
+        for a in answers {
+            out.push(a.await.expect("response").status().as_u16());
+        }
+        out
+    })
 }
 
 #[test]
