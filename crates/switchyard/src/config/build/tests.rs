@@ -199,7 +199,11 @@ fn l4_vservers_refuse_what_only_http_or_the_other_transport_does() {
                 "[[vserver.limit]]\nname = \"l\"\nreq_rate = \"10/1s\"",
                 "",
             ),
-            "req_rate and keys from requests are HTTP",
+            "req_rate, req_cur and keys from requests are HTTP",
+        ),
+        (
+            cfg("tcp", "[[vserver.limit]]\nname = \"l\"\nreq_cur = 10", ""),
+            "req_rate, req_cur and keys from requests are HTTP",
         ),
     ] {
         let e = parse("t.toml", &c, None).unwrap_err();
