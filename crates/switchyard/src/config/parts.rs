@@ -156,6 +156,13 @@ pub(super) fn read(source: &Arc<str>, previous: &Parts) -> Option<(model::File, 
     Some((file, parts))
 }
 
+/// `text` without its pools and policies, when it cuts cleanly: what a
+/// reader of the other tables (`[cluster]`) needs to parse, a few hundred
+/// bytes of a 3.4 MB text.
+pub(super) fn rest_of(text: &str) -> Option<String> {
+    cut(text).map(|c| c.rest)
+}
+
 /// A `[[pool]]` part read alone.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -456,6 +463,29 @@ member = [{ address = "127.0.0.1:5" }]
             assert_eq!(reread.to_string(), whole.to_string());
             assert!(whole.to_string().starts_with("t.toml:"), "{whole}");
         }
+    }
+
+    /// `[cluster]` is read from the text without its parts; a problem in it
+    /// is still placed in the whole text.
+    #[test]
+    fn the_cluster_table_is_read_from_the_rest() {
+        let cluster =
+            "[cluster]\nendpoints = [\"http://127.0.0.1:2379\"]\nprefix = \"/sy\"\nnode = \"n1\"\n";
+        let text = format!("{TEXT}{cluster}");
+        let base = std::path::Path::new("/tmp");
+        assert_eq!(rest_of(&text).map(|r| r.contains("[cluster]")), Some(true));
+        assert!(!rest_of(&text).unwrap_or_default().contains("[[pool]]"));
+        let s = crate::config::cluster_settings("t.toml", &text, base)
+            .expect("valid")
+            .expect("a cluster");
+        assert_eq!((s.prefix.as_str(), s.node.as_str()), ("/sy", "n1"));
+        let bad = text.replace("prefix = \"/sy\"", "prefix = 5");
+        let line = bad.lines().position(|l| l == "prefix = 5").unwrap() + 1;
+        let e = crate::config::cluster_settings("t.toml", &bad, base).unwrap_err();
+        assert!(e.starts_with(&format!("t.toml:{line}:")), "{e}");
+        assert!(crate::config::cluster_settings("t.toml", TEXT, base)
+            .expect("valid")
+            .is_none());
     }
 
     /// `PARTS_COST=FILE cargo test --release -p switchyard parts_cost --
