@@ -40,32 +40,66 @@ use super::model;
 pub struct Parts {
     /// The text the ranges below are in.
     source: Arc<str>,
-    pools: HashMap<u64, (Range<usize>, Arc<model::Pool>)>,
-    policies: HashMap<u64, (Range<usize>, Arc<model::Policy>)>,
+    pools: Known<model::Pool>,
+    policies: Known<model::Policy>,
+}
+
+/// Models of one kind by a hash of the text each was read from, with
+/// where that text is in `Parts::source` (to compare on a hit: a hash
+/// that matches another text is a miss, and that text is parsed).
+struct Known<T>(HashMap<u64, (Range<usize>, Arc<T>)>);
+
+impl<T> Default for Known<T> {
+    fn default() -> Self {
+        Known(HashMap::new())
+    }
+}
+
+impl<T> Known<T> {
+    /// The model read from `text`, if `source` (where the ranges are)
+    /// held the same text.
+    fn get(&self, source: &str, text: &str) -> Option<Arc<T>> {
+        match self.0.get(&hash(text)) {
+            Some((r, m)) if source.get(r.clone()) == Some(text) => Some(m.clone()),
+            _ => None,
+        }
+    }
+
+    /// Remembers `model` as read from `source[r]` (the first of equal
+    /// texts: the others are the same model).
+    fn keep(&mut self, source: &str, r: &Range<usize>, model: &Arc<T>) {
+        self.0
+            .entry(hash(&source[r.clone()]))
+            .or_insert_with(|| (r.clone(), model.clone()));
+    }
+
+    /// The model of `source[r]`: `previous`'s (read from `old`) when it
+    /// holds the same text, else `parse`'s; remembered here either way.
+    fn take(
+        &mut self,
+        source: &str,
+        r: &Range<usize>,
+        (previous, old): (&Known<T>, &str),
+        parse: impl FnOnce(&str) -> Option<Arc<T>>,
+    ) -> Option<Arc<T>> {
+        let text = &source[r.clone()];
+        let model = match previous.get(old, text) {
+            Some(m) => m,
+            None => parse(text)?,
+        };
+        self.keep(source, r, &model);
+        Some(model)
+    }
 }
 
 impl Parts {
     /// How many pools and policies are remembered.
     pub fn len(&self) -> usize {
-        self.pools.len() + self.policies.len()
+        self.pools.0.len() + self.policies.0.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-
-    fn pool(&self, text: &str) -> Option<Arc<model::Pool>> {
-        match self.pools.get(&hash(text)) {
-            Some((r, p)) if self.source.get(r.clone()) == Some(text) => Some(p.clone()),
-            _ => None,
-        }
-    }
-
-    fn policy(&self, text: &str) -> Option<Arc<model::Policy>> {
-        match self.policies.get(&hash(text)) {
-            Some((r, p)) if self.source.get(r.clone()) == Some(text) => Some(p.clone()),
-            _ => None,
-        }
     }
 }
 
@@ -85,17 +119,11 @@ pub(super) fn remember(source: &Arc<str>, file: &model::File) -> Parts {
         ..Parts::default()
     };
     for (r, p) in cut.pools.iter().zip(&file.pool) {
-        parts
-            .pools
-            .entry(hash(&source[r.clone()]))
-            .or_insert_with(|| (r.clone(), p.clone()));
+        parts.pools.keep(source, r, p);
     }
     let all = file.vserver.iter().flat_map(|v| v.policy.iter());
     for ((_, r), p) in cut.policies.iter().zip(all) {
-        parts
-            .policies
-            .entry(hash(&source[r.clone()]))
-            .or_insert_with(|| (r.clone(), p.clone()));
+        parts.policies.keep(source, r, p);
     }
     parts
 }
@@ -110,30 +138,20 @@ pub(super) fn read(source: &Arc<str>, previous: &Parts) -> Option<(model::File, 
         source: source.clone(),
         ..Parts::default()
     };
+    let old = &*previous.source;
     let mut pools = Vec::with_capacity(cut.pools.len());
     for r in &cut.pools {
-        let text = &source[r.clone()];
-        let pool = match previous.pool(text) {
-            Some(p) => p,
-            None => one(toml::from_str::<PoolPart>(text).ok()?.pool)?,
-        };
-        parts
-            .pools
-            .entry(hash(text))
-            .or_insert_with(|| (r.clone(), pool.clone()));
-        pools.push(pool);
+        pools.push(parts.pools.take(source, r, (&previous.pools, old), |t| {
+            one(toml::from_str::<PoolPart>(t).ok()?.pool)
+        })?);
     }
     let mut policies: Vec<(usize, Arc<model::Policy>)> = Vec::with_capacity(cut.policies.len());
     for (vs, r) in &cut.policies {
-        let text = &source[r.clone()];
-        let policy = match previous.policy(text) {
-            Some(p) => p,
-            None => one(toml::from_str::<PolicyPart>(text).ok()?.vserver.policy)?,
-        };
-        parts
+        let policy = parts
             .policies
-            .entry(hash(text))
-            .or_insert_with(|| (r.clone(), policy.clone()));
+            .take(source, r, (&previous.policies, old), |t| {
+                one(toml::from_str::<PolicyPart>(t).ok()?.vserver.policy)
+            })?;
         policies.push((*vs, policy));
     }
     let mut file: model::File = toml::from_str(&cut.rest).ok()?;
@@ -363,8 +381,8 @@ member = [{ address = "127.0.0.1:5" }]
             .replace("path = \"/two\"", "path = \"/deux\"")
             .replace("127.0.0.1:5", "127.0.0.1:6");
         let before = remembered(TEXT);
-        assert_eq!(before.pools.len(), 2);
-        assert_eq!(before.policies.len(), 3);
+        assert_eq!(before.pools.0.len(), 2);
+        assert_eq!(before.policies.0.len(), 3);
         for text in [TEXT.to_string(), changed] {
             let source: Arc<str> = Arc::from(text.as_str());
             let (file, parts) = read(&source, &before).expect("it cuts");
@@ -381,19 +399,25 @@ member = [{ address = "127.0.0.1:5" }]
         let changed = TEXT.replace("path = \"/two\"", "path = \"/deux\"");
         let source: Arc<str> = Arc::from(changed.as_str());
         let (file, _) = read(&source, &before).unwrap();
-        let reused =
-            |p: &Arc<model::Policy>| before.policies.values().any(|(_, old)| Arc::ptr_eq(old, p));
+        let reused = |p: &Arc<model::Policy>| {
+            before
+                .policies
+                .0
+                .values()
+                .any(|(_, old)| Arc::ptr_eq(old, p))
+        };
         assert!(reused(&file.vserver[0].policy[0]));
         assert!(!reused(&file.vserver[0].policy[1]), "the changed one");
         assert!(reused(&file.vserver[1].policy[0]));
-        assert!(file
-            .pool
-            .iter()
-            .all(|p| before.pools.values().any(|(_, old)| Arc::ptr_eq(old, p))));
-        // Two equal parts: one entry, both reused.
+        assert!(file.pool.iter().all(|p| before
+            .pools
+            .0
+            .values()
+            .any(|(_, old)| Arc::ptr_eq(old, p))));
+        // Another pool part of its own text: an entry of its own.
         let twice = format!("{TEXT}[[pool]]\nname = \"p1\"\n");
         let parts = remembered(&twice);
-        assert_eq!(parts.pools.len(), 3);
+        assert_eq!(parts.pools.0.len(), 3);
     }
 
     #[test]
@@ -448,9 +472,10 @@ member = [{ address = "127.0.0.1:5" }]
         let vs = &second.vservers[0];
         assert_eq!(vs.policies[1].matcher.paths, ["/deux"]);
         // The pools were reused by text: the same models.
-        assert!(second.parts.pools.values().all(|(_, p)| first
+        assert!(second.parts.pools.0.values().all(|(_, p)| first
             .parts
             .pools
+            .0
             .values()
             .any(|(_, o)| Arc::ptr_eq(o, p))));
         for bad in [
