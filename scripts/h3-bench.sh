@@ -15,9 +15,14 @@
 #        h3load (bench/peers/h3load, quic-go) as the cross-check; HTTP/2:
 #        oha and h2load.
 #   p99  a fixed rate (RATE req/s, default 5000) of 1 KB GETs on C x M for
-#        D seconds, HTTP/3 against HTTP/2, both by oha with -q and
-#        --latency-correction (latency from when each request was due,
-#        not when it left: no coordinated omission): p50 and p99.
+#        D seconds, HTTP/3 against HTTP/2, each protocol by each of
+#        P99_TOOLS (default "h3load oha"): h3load -mode rate (quic-go and
+#        Go's HTTP/2; connections set up and 2 s at the rate before
+#        anything counts) and oha -q --latency-correction, whose P99
+#        counts the requests that fell due during its handshakes. Both
+#        count latency from when each request was due, not when it left
+#        (no coordinated omission): p50 and p99, and h3load's "service"
+#        P99 from when a request was sent.
 #   new  NEWCONN connections, one 128 B GET each, 10 at a time: HTTP/3 by
 #        h3load with a full handshake, a resumed one (session ticket) and
 #        a resumed one with the GET in 0-RTT ("resumed" and "early" say
@@ -60,6 +65,10 @@ load() { # case proto tool size|mode
           -q "$4" --latency-correction \
           --output-format json --connect-to "$HOST:26084:127.0.0.1:26084" "$URL/size/1024" 2>/dev/null)
     echo "$out" | json "d.get('statusCodeDistribution',{}).get('200',0), round(d.get('statusCodeDistribution',{}).get('200',0)/$D), sum(v for k,v in d.get('errorDistribution',{}).items() if 'deadline' not in k), 'p50_ms', round(d['latencyPercentiles']['p50']*1000,3), 'p99_ms', round(d['latencyPercentiles']['p99']*1000,3)" | tr -d "(),'" ;;
+  "p99 h3 h3load"|"p99 h2 h3load")
+    taskset -c 1 h3load -url "$URL/size/1024" -connect 127.0.0.1:26084 -mode rate -proto "$2" -rate "$4" \
+        -c "$C" -m "$M" -d "${D}s" -warmup 2s \
+      | json 'd["all_ok"], round(d["rps"]), d["errors"], "p50_ms", round(d["p50_us"]/1000,3), "p99_ms", round(d["p99_us"]/1000,3), "service_p99_ms", round(d["service_p99_us"]/1000,3), "late", d["late"]' | tr -d "(),'" ;;
   "ka h3 h3load")
     taskset -c 1 h3load -url "$URL/size/$4" -connect 127.0.0.1:26084 -mode ka -c "$C" -m "$M" -d "${D}s" \
       | json 'd["ok"], round(d["rps"]), d["errors"]' | tr -d '(),' ;;
@@ -93,7 +102,7 @@ for t in ${TARGETS:-sy caddy envoy}; do
   if [ "$case" = ka ]; then
     runs=""; for size in ${SIZES:-1024 65536}; do runs="$runs h3:oha:$size h3:h3load:$size h2:oha:$size h2:h2load:$size"; done
   elif [ "$case" = p99 ]; then
-    runs="h3:oha:${RATE:-5000} h2:oha:${RATE:-5000}"
+    runs=""; for tool in ${P99_TOOLS:-h3load oha}; do runs="$runs h3:$tool:${RATE:-5000} h2:$tool:${RATE:-5000}"; done
   else
     runs="h3:h3load:new h3:h3load:resume h3:h3load:0rtt h2:h2load:new"
   fi

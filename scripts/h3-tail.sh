@@ -51,4 +51,4 @@ print(f"h{proto} at {rate} req/s: client p50 {lat['p50']*1000:.2f} p99 {lat['p99
 PY
 done
 kill $O
-rm -rf "$D" "$T" "$T3"
+[ -n "${KEEP:-}" ] && echo "kept $D" || rm -rf "$D" "$T" "$T3"

@@ -10,9 +10,12 @@
 //	                                         M at a time: full handshakes
 //	       -mode resume | -mode 0rtt         the same with a session ticket
 //	                                         (and the GET in 0-RTT)
+//	       -mode rate -rate 5000 -c 20 -m 10 -d 10s -warmup 2s [-proto h2]
+//	                                         a fixed rate (rate.go)
 //
 // Prints one JSON object: ok (2xx responses), errors, seconds, rps,
-// resumed and early (connections the server resumed / took 0-RTT on).
+// resumed and early (connections the server resumed / took 0-RTT on);
+// -mode rate adds latency percentiles.
 package main
 
 import (
@@ -49,6 +52,9 @@ func main() {
 	streams := flag.Int("m", 10, "requests in flight per connection (ka), or connections at once (new, resume, 0rtt)")
 	dur := flag.Duration("d", 8*time.Second, "duration (ka)")
 	count := flag.Int("n", 1000, "connections (new, resume, 0rtt)")
+	rate := flag.Float64("rate", 5000, "requests per second (rate)")
+	warmup := flag.Duration("warmup", 2*time.Second, "time at the rate before latencies count (rate)")
+	proto := flag.String("proto", "h3", "h3 | h2 (rate): the protocol of the connections")
 	flag.Parse()
 	if *url == "" {
 		fmt.Fprintln(os.Stderr, "h3load: -url is required")
@@ -61,8 +67,16 @@ func main() {
 		keepAlive(*url, *connect, *conns, *streams, *dur, &r)
 	case "new", "resume", "0rtt":
 		newConnections(*url, *connect, *mode, *count, *streams, &r)
+	case "rate":
+		if *proto != "h3" && *proto != "h2" {
+			fmt.Fprintln(os.Stderr, "h3load: -proto is h3 or h2")
+			os.Exit(2)
+		}
+		out := fixedRate(*url, *connect, *proto, *conns, *streams, *rate, *warmup, *dur)
+		_ = json.NewEncoder(os.Stdout).Encode(out)
+		return
 	default:
-		fmt.Fprintln(os.Stderr, "h3load: -mode is ka, new, resume or 0rtt")
+		fmt.Fprintln(os.Stderr, "h3load: -mode is ka, new, resume, 0rtt or rate")
 		os.Exit(2)
 	}
 	r.Seconds = time.Since(start).Seconds()
