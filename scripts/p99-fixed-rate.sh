@@ -11,7 +11,7 @@
 # Environment: URL (default http://127.0.0.1:26080/size/128; the work
 # dir's HTTPS listeners: 26084 TLS 1.2 and 1.3, 26088 TLS 1.2 only), RPS
 # per connection (default 400, so 20,000 requests/s), SECS (default 20),
-# LOAD (default h2load):
+# LOAD (default fortio when it is installed, else h2load):
 #   h2load  a timer per connection, each sending at RPS; the 50 timers'
 #           phases fall where the connections happened to start, so how
 #           many requests arrive at once differs from run to run (P50s of
@@ -34,11 +34,17 @@ source "$ROOT/scripts/dut-lib.sh"
 start_origin
 trap 'kill $O 2>/dev/null; rm -f "$LOG"' EXIT
 FORTIO=${FORTIO:-$(command -v fortio || echo "$HOME/go/bin/fortio")}
+if [ -z "${LOAD:-}" ]; then
+  if [ -x "$FORTIO" ]; then LOAD=fortio; else
+    LOAD=h2load
+    echo "p99-fixed-rate: Fortio is missing (scripts/install-bench-peers.sh fortio): h2load --rps, whose arrivals differ run to run" >&2
+  fi
+fi
 # One run at the fixed rate. h2load leaves its per-request log in $LOG;
 # the others leave their summary line there.
 load() {
   local url=${URL:-http://127.0.0.1:26080/size/128} rate=$((${RPS:-400} * 50)) secs=${SECS:-20}
-  case ${LOAD:-h2load} in
+  case $LOAD in
   h2load)
     taskset -c 1 h2load --h1 -c 50 --rps "${RPS:-400}" -D "$secs" --log-file="$LOG" "$url" >/dev/null 2>&1 ;;
   fortio)
@@ -65,7 +71,7 @@ for round in $(seq "$ROUNDS"); do
     load
     c1=$(sumcpu "$t")
     stop "$t"
-    if [ "${LOAD:-h2load}" != h2load ]; then
+    if [ "$LOAD" != h2load ]; then
       echo "round $round $t: cpu_ticks $((c1 - c0)) $(cat "$LOG")"
       continue
     fi
