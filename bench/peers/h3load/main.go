@@ -127,31 +127,43 @@ func transport(connect string, cache tls.ClientSessionCache, early bool, r *resu
 // is an error in the report, not a run that never ends.
 const requestTimeout = 5 * time.Second
 
-func get(t *http3.Transport, url, method string, r *result) {
+// roundTrip runs one request to its end (the body read); an error for a
+// failed exchange or a status other than 2xx. Every mode's requests go
+// through it.
+func roundTrip(rt http.RoundTripper, url, method string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, method, url, nil)
 	if err != nil {
-		atomic.AddInt64(&r.Errors, 1)
-		return
+		return err
 	}
-	began := time.Now()
-	defer func() {
-		if os.Getenv("H3LOAD_VERBOSE") != "" && time.Since(began) > time.Second {
-			fmt.Fprintln(os.Stderr, "h3load: slow request:", time.Since(began))
-		}
-	}()
-	resp, err := t.RoundTrip(req)
+	resp, err := rt.RoundTrip(req)
 	if err != nil {
-		atomic.AddInt64(&r.Errors, 1)
-		if os.Getenv("H3LOAD_VERBOSE") != "" {
-			fmt.Fprintln(os.Stderr, "h3load:", err)
-		}
-		return
+		return err
 	}
 	_, err = io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
-	if err != nil || resp.StatusCode/100 != 2 {
+	if err != nil {
+		return err
+	}
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("status %d", resp.StatusCode)
+	}
+	return nil
+}
+
+func get(t *http3.Transport, url, method string, r *result) {
+	began := time.Now()
+	err := roundTrip(t, url, method)
+	if os.Getenv("H3LOAD_VERBOSE") != "" {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "h3load:", err)
+		}
+		if time.Since(began) > time.Second {
+			fmt.Fprintln(os.Stderr, "h3load: slow request:", time.Since(began))
+		}
+	}
+	if err != nil {
 		atomic.AddInt64(&r.Errors, 1)
 		return
 	}

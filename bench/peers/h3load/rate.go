@@ -21,7 +21,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"io"
 	"net"
 	"net/http"
 	"sort"
@@ -71,23 +70,6 @@ func h2Transport(connect string) *http2.Transport {
 	}
 }
 
-// do runs one GET to its end (the body read) and says whether it was 2xx.
-func do(rt http.RoundTripper, url string) bool {
-	ctx, cancel := context.WithTimeout(context.Background(), requestTimeout)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return false
-	}
-	resp, err := rt.RoundTrip(req)
-	if err != nil {
-		return false
-	}
-	_, err = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	return err == nil && resp.StatusCode/100 == 2
-}
-
 func fixedRate(url, connect, proto string, conns, streams int, rate float64, warmup, dur time.Duration) rateResult {
 	var none result
 	rts := make([]http.RoundTripper, conns)
@@ -102,7 +84,7 @@ func fixedRate(url, connect, proto string, conns, streams int, rate float64, war
 			rts[i] = t
 		}
 		// The handshake, before the clock starts.
-		do(rts[i], url)
+		_ = roundTrip(rts[i], url, http.MethodGet)
 	}
 	interval := time.Duration(float64(time.Second) / rate)
 	total := int((warmup + dur).Seconds() * rate)
@@ -119,7 +101,7 @@ func fixedRate(url, connect, proto string, conns, streams int, rate float64, war
 			defer wg.Done()
 			for i := range due {
 				sent := time.Now()
-				okay := do(rt, url)
+				okay := roundTrip(rt, url, http.MethodGet) == nil
 				end := time.Now()
 				dueAt := start.Add(time.Duration(i) * interval)
 				samples[i] = sample{total: end.Sub(dueAt), service: end.Sub(sent), ok: okay}

@@ -56,25 +56,26 @@ impl<T> Default for Known<T> {
 }
 
 impl<T> Known<T> {
-    /// The model read from `text`, if `source` (where the ranges are)
-    /// held the same text.
-    fn get(&self, source: &str, text: &str) -> Option<Arc<T>> {
-        match self.0.get(&hash(text)) {
+    /// The model read from `text` (whose hash is `h`), if `source` (where
+    /// the ranges are) held the same text.
+    fn get(&self, h: u64, source: &str, text: &str) -> Option<Arc<T>> {
+        match self.0.get(&h) {
             Some((r, m)) if source.get(r.clone()) == Some(text) => Some(m.clone()),
             _ => None,
         }
     }
 
-    /// Remembers `model` as read from `source[r]` (the first of equal
-    /// texts: the others are the same model).
-    fn keep(&mut self, source: &str, r: &Range<usize>, model: &Arc<T>) {
+    /// Remembers `model` as read from `source[r]`, whose hash is `h` (the
+    /// first of equal texts: the others are the same model).
+    fn keep(&mut self, h: u64, r: &Range<usize>, model: &Arc<T>) {
         self.0
-            .entry(hash(&source[r.clone()]))
+            .entry(h)
             .or_insert_with(|| (r.clone(), model.clone()));
     }
 
     /// The model of `source[r]`: `previous`'s (read from `old`) when it
     /// holds the same text, else `parse`'s; remembered here either way.
+    /// The text is hashed once for both.
     fn take(
         &mut self,
         source: &str,
@@ -83,11 +84,12 @@ impl<T> Known<T> {
         parse: impl FnOnce(&str) -> Option<Arc<T>>,
     ) -> Option<Arc<T>> {
         let text = &source[r.clone()];
-        let model = match previous.get(old, text) {
+        let h = hash(text);
+        let model = match previous.get(h, old, text) {
             Some(m) => m,
             None => parse(text)?,
         };
-        self.keep(source, r, &model);
+        self.keep(h, r, &model);
         Some(model)
     }
 }
@@ -119,11 +121,11 @@ pub(super) fn remember(source: &Arc<str>, file: &model::File) -> Parts {
         ..Parts::default()
     };
     for (r, p) in cut.pools.iter().zip(&file.pool) {
-        parts.pools.keep(source, r, p);
+        parts.pools.keep(hash(&source[r.clone()]), r, p);
     }
     let all = file.vserver.iter().flat_map(|v| v.policy.iter());
     for ((_, r), p) in cut.policies.iter().zip(all) {
-        parts.policies.keep(source, r, p);
+        parts.policies.keep(hash(&source[r.clone()]), r, p);
     }
     parts
 }
