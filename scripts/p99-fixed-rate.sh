@@ -40,6 +40,12 @@ if [ -z "${LOAD:-}" ]; then
     echo "p99-fixed-rate: Fortio is missing (scripts/install-bench-peers.sh fortio): h2load --rps, whose arrivals differ run to run" >&2
   fi
 fi
+# A tool's figures (requests, 2xx, p50, p90, p99, p99.9, max in us) on
+# stdin, as the summary line in $LOG.
+summary() {
+  read -r n ok p50 p90 p99 p999 max
+  printf 'n %d ok %d p50 %.0f p90 %.0f p99 %.0f p99.9 %.0f max %.0f us\n' "$n" "$ok" "$p50" "$p90" "$p99" "$p999" "$max" > "$LOG"
+}
 # One run at the fixed rate. h2load leaves its per-request log in $LOG;
 # the others leave their summary line there.
 load() {
@@ -54,13 +60,13 @@ load() {
     python3 -c "
 import json; d = json.load(open('$LOG.json')); h = d['DurationHistogram']
 p = {x['Percentile']: x['Value'] * 1e6 for x in h['Percentiles']}
-print('n %d ok %d p50 %.0f p90 %.0f p99 %.0f p99.9 %.0f max %.0f us' % (h['Count'], d['RetCodes'].get('200', 0), p[50], p[90], p[99], p[99.9], h['Max'] * 1e6))" > "$LOG"
+print(h['Count'], d['RetCodes'].get('200', 0), p[50], p[90], p[99], p[99.9], h['Max'] * 1e6)" | summary
     rm -f "$LOG.json" ;;
   oha)
     taskset -c 1 oha --insecure --no-tui -c 50 -z "${secs}s" -q "$rate" --latency-correction \
       --output-format json "$url" 2>/dev/null | python3 -c "
 import json, sys; d = json.load(sys.stdin); p = d['latencyPercentiles']; s = d['summary']
-print('n %d ok %d p50 %.0f p90 %.0f p99 %.0f p99.9 %.0f max %.0f us' % (sum(d['statusCodeDistribution'].values()), d['statusCodeDistribution'].get('200', 0), p['p50'] * 1e6, p['p90'] * 1e6, p['p99'] * 1e6, p['p99.9'] * 1e6, s['slowest'] * 1e6))" > "$LOG" ;;
+print(sum(d['statusCodeDistribution'].values()), d['statusCodeDistribution'].get('200', 0), p['p50'] * 1e6, p['p90'] * 1e6, p['p99'] * 1e6, p['p99.9'] * 1e6, s['slowest'] * 1e6)" | summary ;;
   esac
 }
 for round in $(seq "$ROUNDS"); do
