@@ -60,9 +60,14 @@ pub fn free_port() -> u16 {
 /// A free port on 127.0.0.1 below the kernel's ephemeral range. A port
 /// found by binding port 0 is released before the server binds it, and in
 /// that gap any client socket of any test may be given it as its local port;
-/// ports below the range are never handed out that way, so only another
-/// test picking the same one at random can take it.
+/// ports below the range are never handed out that way. A port is handed
+/// out once per test process, so two tests running side by side cannot
+/// draw the same one while the first has not bound it yet (an etcd, which
+/// takes longest to start, lost its port that way: "bind: address already
+/// in use").
 fn port_below_ephemeral_range() -> u16 {
+    static GIVEN: Mutex<Vec<u16>> = Mutex::new(Vec::new());
+    let mut given = GIVEN.lock().unwrap_or_else(|e| e.into_inner());
     let low = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()
         .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
@@ -70,7 +75,8 @@ fn port_below_ephemeral_range() -> u16 {
     let (first, span) = (10_000u16, low.saturating_sub(10_000).max(1000));
     for _ in 0..1000 {
         let port = first + (random() % span as u64) as u16;
-        if TcpListener::bind(("127.0.0.1", port)).is_ok() {
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.push(port);
             return port;
         }
     }
