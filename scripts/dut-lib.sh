@@ -1,9 +1,11 @@
 # Shared by the benchmark scripts: start, stop and measure one DUT on CPU 0
 # with the configs of a `switchyard bench compare` work dir, the origin on
-# CPU 1. Source it after setting CONF (the config dir) and B (switchyard).
+# CPU 1 (ORIGIN_CPU moves it: 0 keeps the load core for the client alone,
+# when the client's own cost differs by protocol). Source it after setting
+# CONF (the config dir) and B (switchyard).
 # cpu PID [FIELDS]: utime+stime in ticks, or one of them ('$14' user, '$15' system).
 cpu() { awk "{print ${2:-\$14+\$15}}" /proc/$1/stat 2>/dev/null || echo 0; }
-start_origin() { taskset -c 1 $B bench origin --listen 127.0.0.1:27081 --listen 127.0.0.1:27082 >/dev/null 2>&1 & O=$!; sleep 0.3; }
+start_origin() { taskset -c "${ORIGIN_CPU:-1}" $B bench origin --listen 127.0.0.1:27081 --listen 127.0.0.1:27082 >/dev/null 2>&1 & O=$!; sleep 0.3; }
 # Any other target name (haproxy28, nginx131, envoy, pingora, caddy, ...)
 # starts with the command line the harness recorded for it in
 # "$CONF"/NAME/command, in a session of its own so that stop and pids

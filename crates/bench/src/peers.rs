@@ -659,6 +659,15 @@ pub fn parse_fortio_json(text: &str) -> Result<FortioResult, String> {
 /// keep-alive connections for `secs`, to `url` (HTTPS: the bench's name
 /// resolved to the listener's address, certificates not verified, as the
 /// harness's own load), P99 and P99.9 reported, JSON on stdout.
+///
+/// `-r 0.00001`: 10 µs histogram buckets. Fortio's default is 1 ms, and
+/// its percentiles interpolate inside a bucket: report 004's P99s (3 to
+/// 19 ms on this machine) came out in whole milliseconds, so a ratio of
+/// two of them was good to a factor of about 1.3. `-uniform`: the
+/// connections' first requests are staggered over the interval, so the
+/// arrivals do not depend on when each connection happened to start
+/// (scripts/p99-fixed-rate.sh measured P50s moving 2 to 4x between rounds
+/// without it, with h2load's per-connection timers).
 pub fn fortio_argv(
     program: &Path,
     url: &str,
@@ -677,6 +686,9 @@ pub fn fortio_argv(
         conns.to_string(),
         "-t".into(),
         format!("{:.0}ms", secs * 1000.0),
+        "-uniform".into(),
+        "-r".into(),
+        "0.00001".into(),
         "-p".into(),
         "50,99,99.9".into(),
         "-k".into(),
@@ -778,6 +790,36 @@ mod tests {
         assert_eq!((r.requests, r.ok), (998, 998));
         assert!(parse_fortio_json("no json").is_err());
         assert!(parse_fortio_json(r#"{"DurationHistogram": {"Percentiles": []}}"#).is_err());
+    }
+
+    /// Fortio's percentiles come from 10 µs buckets with staggered
+    /// connections: with its 1 ms default, report 004's P99s read in whole
+    /// milliseconds.
+    #[test]
+    fn fortio_measures_in_10_us_buckets_with_staggered_connections() {
+        let argv = fortio_argv(
+            Path::new("/bin/fortio"),
+            "https://bench.switchyard.test:26084/size/9216",
+            "127.0.0.1",
+            100.0,
+            4,
+            8.0,
+        );
+        let after = |flag: &str| {
+            argv.iter()
+                .position(|a| a == flag)
+                .and_then(|i| argv.get(i + 1))
+                .map(String::as_str)
+        };
+        assert_eq!(after("-r"), Some("0.00001"));
+        assert!(argv.iter().any(|a| a == "-uniform"));
+        assert_eq!(after("-qps"), Some("100"));
+        assert_eq!(after("-c"), Some("4"));
+        assert_eq!(after("-t"), Some("8000ms"));
+        assert_eq!(
+            argv.last().map(String::as_str),
+            Some("https://bench.switchyard.test:26084/size/9216")
+        );
     }
 
     fn toml_value<'a>(text: &'a str, key: &str) -> Vec<&'a str> {
