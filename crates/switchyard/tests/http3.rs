@@ -564,7 +564,12 @@ fn flow_control_windows_bound_a_connection() {
         "[vserver.http3]\nstream_window = 65536\nconnection_window = 131072\nsend_window = 65536",
         "",
     );
-    let body = "u".repeat(400_000);
+    // Varied bytes, so that a piece of the echoed body out of place or
+    // lost shows: the member's answer reaches quinn in read-sized pieces,
+    // owned (http/body.rs `data_owned`).
+    let body: String = (0..400_000u32)
+        .map(|i| char::from(b'a' + ((i * 7 + i / 4093) % 26) as u8))
+        .collect();
     let out = h3(
         &py,
         s.listen,
@@ -578,6 +583,10 @@ fn flow_control_windows_bound_a_connection() {
     let r = &out["responses"][0];
     assert_eq!(r["status"], 200, "{out}");
     assert_eq!(r["body"].as_str().map(str::len), Some(400_000));
+    assert!(
+        r["body"].as_str() == Some(body.as_str()),
+        "the echoed body differs"
+    );
 }
 
 /// ngtcp2's client (Debian's ngtcp2-client, on GnuTLS: a QUIC and TLS

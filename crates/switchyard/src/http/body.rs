@@ -9,7 +9,7 @@
 use std::io;
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, Bytes, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::message::{Fields, Framing};
@@ -17,6 +17,13 @@ use super::message::{Fields, Framing};
 /// Staging is flushed once it holds this much.
 const STAGE_MAX: usize = 64 * 1024;
 const READ_CHUNK: usize = 32 * 1024;
+/// Pieces at least this large go to a sink that keeps bytes as they are
+/// (`Sink::keeps_owned`) without a copy. A piece pins the whole read
+/// buffer it came from (`READ_CHUNK` and more) until the receiver lets it
+/// go (quinn: when the client acknowledges it); at half a read buffer or
+/// more, that is at most twice the bytes a copy would hold, and smaller
+/// pieces are copied as before.
+const OWNED_MIN: usize = READ_CHUNK / 2;
 const MAX_CHUNK_LINE: usize = 4096;
 const MAX_TRAILERS: usize = 16 * 1024;
 
@@ -201,6 +208,17 @@ pub trait Sink {
     /// The body failed after something was written: tell the receiver the
     /// message is cut short, where the protocol can (an HTTP/2 reset).
     fn abort(&mut self) {}
+    /// Whether this sink keeps the bytes it is given as they are (HTTP/3:
+    /// quinn holds a DATA frame's payload until the client acknowledges
+    /// it), so that `data_owned` saves it a copy.
+    fn keeps_owned(&self) -> bool {
+        false
+    }
+    /// Takes the next piece of the payload as an owned buffer; called only
+    /// when `keeps_owned` says so (elsewhere a borrowed slice is cheaper).
+    async fn data_owned(&mut self, bytes: Bytes) -> Result<(), BodyError> {
+        self.data(&bytes).await
+    }
 }
 
 impl<S: Sink> Sink for &mut S {
@@ -218,6 +236,12 @@ impl<S: Sink> Sink for &mut S {
     }
     fn abort(&mut self) {
         (**self).abort()
+    }
+    fn keeps_owned(&self) -> bool {
+        (**self).keeps_owned()
+    }
+    async fn data_owned(&mut self, bytes: Bytes) -> Result<(), BodyError> {
+        (**self).data_owned(bytes).await
     }
 }
 
@@ -412,7 +436,11 @@ where
                 }
                 let data = inbuf.split();
                 total += data.len() as u64;
-                out.data(&data).await?;
+                if data.len() >= OWNED_MIN && out.keeps_owned() {
+                    out.data_owned(data.freeze()).await?;
+                } else {
+                    out.data(&data).await?;
+                }
             }
             total
         }
@@ -438,8 +466,12 @@ where
             return Err(BodyError::Truncated);
         }
         let take = (inbuf.len() as u64).min(remaining) as usize;
-        out.data(&inbuf[..take]).await?;
-        inbuf.advance(take);
+        if take >= OWNED_MIN && out.keeps_owned() {
+            out.data_owned(inbuf.split_to(take).freeze()).await?;
+        } else {
+            out.data(&inbuf[..take]).await?;
+            inbuf.advance(take);
+        }
         remaining -= take as u64;
     }
     Ok(())
@@ -608,6 +640,81 @@ mod tests {
         .await;
         let _ = out.flush_out().await;
         (r, dst, inbuf)
+    }
+
+    /// A sink that keeps what it is given, and counts how.
+    #[derive(Default)]
+    struct Keeper {
+        got: Vec<u8>,
+        owned: usize,
+        borrowed: usize,
+    }
+
+    impl Sink for Keeper {
+        async fn data(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
+            self.borrowed += 1;
+            self.got.extend_from_slice(bytes);
+            Ok(())
+        }
+        async fn flush(&mut self) -> Result<(), BodyError> {
+            Ok(())
+        }
+        async fn end(&mut self, _: Option<&Fields>) -> Result<(), BodyError> {
+            Ok(())
+        }
+        fn written(&self) -> bool {
+            !self.got.is_empty()
+        }
+        fn keeps_owned(&self) -> bool {
+            true
+        }
+        async fn data_owned(&mut self, bytes: Bytes) -> Result<(), BodyError> {
+            self.owned += 1;
+            self.got.extend_from_slice(&bytes);
+            Ok(())
+        }
+    }
+
+    async fn keep(input: &[u8], framing: Framing) -> (u64, Keeper, BytesMut) {
+        let mut src: &[u8] = input;
+        let mut inbuf = BytesMut::new();
+        let mut k = Keeper::default();
+        let n = transfer(
+            &mut src,
+            &mut inbuf,
+            framing,
+            &mut k,
+            &mut Pacer::gap(Duration::from_secs(1)),
+        )
+        .await
+        .expect("transfer");
+        (n, k, inbuf)
+    }
+
+    #[test]
+    fn read_sized_pieces_go_owned_to_a_sink_that_keeps_them() {
+        rt().block_on(async {
+            let body: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+            let mut input = body.clone();
+            input.extend_from_slice(b"GET /next");
+            let (n, k, left) = keep(&input, Framing::Length(200_000)).await;
+            assert_eq!(n, 200_000);
+            assert!(k.got == body, "the pieces arrived out of order or changed");
+            // Whole reads (32 KB each) owned, the last 3,392 bytes copied.
+            assert!(k.owned >= 3, "{} owned", k.owned);
+            assert_eq!(k.borrowed, 1);
+            assert_eq!(&left[..], b"GET /next", "the next request stays");
+
+            // Until the peer closes: the same.
+            let (n, k, _) = keep(&body, Framing::Close).await;
+            assert_eq!(n, 200_000);
+            assert!(k.got == body);
+            assert!(k.owned >= 3, "{} owned", k.owned);
+
+            // A small body is copied, as for every other sink.
+            let (_, k, _) = keep(&body[..1000], Framing::Length(1000)).await;
+            assert_eq!((k.owned, k.borrowed, k.got.len()), (0, 1, 1000));
+        });
     }
 
     fn rt() -> tokio::runtime::Runtime {

@@ -140,6 +140,26 @@ impl Sink for H3Sink<'_> {
             .map_err(write_err)
     }
 
+    /// quinn keeps a DATA frame's payload until the client acknowledges
+    /// it.
+    fn keeps_owned(&self) -> bool {
+        true
+    }
+
+    /// A large piece of the member's body, owned: h3 writes the frame's
+    /// header (a few bytes) and hands the payload to quinn as it is
+    /// (vendor/h3 and vendor/h3-quinn, PATCHED.md), without the copy
+    /// `data` makes.
+    async fn data_owned(&mut self, bytes: Bytes) -> Result<(), BodyError> {
+        if self.gone {
+            return Err(BodyError::Write(std::io::ErrorKind::BrokenPipe.into()));
+        }
+        if bytes.is_empty() || self.ended {
+            return Ok(());
+        }
+        self.stream.send_data(bytes).await.map_err(write_err)
+    }
+
     /// quinn sends what the stream holds as the windows and pacing allow.
     async fn flush(&mut self) -> Result<(), BodyError> {
         Ok(())

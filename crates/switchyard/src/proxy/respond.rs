@@ -237,6 +237,21 @@ impl<H: Hooks, S: Sink> Sink for Transform<'_, '_, '_, H, S> {
             BodyEdit::Replaced => self.inner.data(&self.out).await,
         }
     }
+    fn keeps_owned(&self) -> bool {
+        self.inner.keeps_owned()
+    }
+    /// The hooks see the bytes as `data` shows them; what they pass goes
+    /// on owned.
+    async fn data_owned(&mut self, bytes: bytes::Bytes) -> Result<(), BodyError> {
+        self.out.clear();
+        match self
+            .hooks
+            .on_response_body(self.x, &bytes, false, &mut self.out)
+        {
+            BodyEdit::Pass => self.inner.data_owned(bytes).await,
+            BodyEdit::Replaced => self.inner.data(&self.out).await,
+        }
+    }
     async fn flush(&mut self) -> Result<(), BodyError> {
         self.out.clear();
         self.hooks.on_response_flush(self.x, &mut self.out);
