@@ -22,7 +22,11 @@ const READ_CHUNK: usize = 32 * 1024;
 /// buffer it came from (`READ_CHUNK` and more) until the receiver lets it
 /// go (quinn: when the client acknowledges it); at half a read buffer or
 /// more, that is at most twice the bytes a copy would hold, and smaller
-/// pieces are copied as before.
+/// pieces are copied as before. Measured on HTTP/3 at 64 KB (20 x 10
+/// streams, oha; BENCHMARKS.md, "HTTP/3"): user-space instructions per
+/// request -12 % under callgrind, user CPU -3.7 % and page faults -20 to
+/// -40 %, the process's whole CPU per request -0.9 %, inside the spread
+/// (the kernel's UDP path is most of the rest).
 const OWNED_MIN: usize = READ_CHUNK / 2;
 const MAX_CHUNK_LINE: usize = 4096;
 const MAX_TRAILERS: usize = 16 * 1024;
