@@ -122,12 +122,20 @@ pub struct H3Sink<'a> {
     ended: bool,
 }
 
-impl Sink for H3Sink<'_> {
-    async fn data(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
+impl H3Sink<'_> {
+    /// Whether `bytes` go out as a DATA frame: not when empty or after the
+    /// end; an error once the head could not be sent.
+    fn sends(&self, bytes: &[u8]) -> Result<bool, BodyError> {
         if self.gone {
             return Err(BodyError::Write(std::io::ErrorKind::BrokenPipe.into()));
         }
-        if bytes.is_empty() || self.ended {
+        Ok(!bytes.is_empty() && !self.ended)
+    }
+}
+
+impl Sink for H3Sink<'_> {
+    async fn data(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
+        if !self.sends(bytes)? {
             return Ok(());
         }
         // The frame's header and a copy of the bytes in one buffer, which
@@ -151,10 +159,7 @@ impl Sink for H3Sink<'_> {
     /// (vendor/h3 and vendor/h3-quinn, PATCHED.md), without the copy
     /// `data` makes.
     async fn data_owned(&mut self, bytes: Bytes) -> Result<(), BodyError> {
-        if self.gone {
-            return Err(BodyError::Write(std::io::ErrorKind::BrokenPipe.into()));
-        }
-        if bytes.is_empty() || self.ended {
+        if !self.sends(&bytes)? {
             return Ok(());
         }
         self.stream.send_data(bytes).await.map_err(write_err)

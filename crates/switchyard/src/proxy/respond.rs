@@ -226,13 +226,18 @@ struct Transform<'h, 'x, 's, H, S> {
     out: Vec<u8>,
 }
 
+impl<H: Hooks, S: Sink> Transform<'_, '_, '_, H, S> {
+    /// What the hooks make of the next piece (a replacement lands in `out`).
+    fn edit(&mut self, bytes: &[u8]) -> BodyEdit {
+        self.out.clear();
+        self.hooks
+            .on_response_body(self.x, bytes, false, &mut self.out)
+    }
+}
+
 impl<H: Hooks, S: Sink> Sink for Transform<'_, '_, '_, H, S> {
     async fn data(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
-        self.out.clear();
-        match self
-            .hooks
-            .on_response_body(self.x, bytes, false, &mut self.out)
-        {
+        match self.edit(bytes) {
             BodyEdit::Pass => self.inner.data(bytes).await,
             BodyEdit::Replaced => self.inner.data(&self.out).await,
         }
@@ -243,11 +248,7 @@ impl<H: Hooks, S: Sink> Sink for Transform<'_, '_, '_, H, S> {
     /// The hooks see the bytes as `data` shows them; what they pass goes
     /// on owned.
     async fn data_owned(&mut self, bytes: bytes::Bytes) -> Result<(), BodyError> {
-        self.out.clear();
-        match self
-            .hooks
-            .on_response_body(self.x, &bytes, false, &mut self.out)
-        {
+        match self.edit(&bytes) {
             BodyEdit::Pass => self.inner.data_owned(bytes).await,
             BodyEdit::Replaced => self.inner.data(&self.out).await,
         }
