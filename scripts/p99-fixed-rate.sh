@@ -21,6 +21,10 @@
 #           target (latency from when a request was due, no coordinated
 #           omission); needs go install fortio.org/fortio@v1.63.0;
 #   oha     one clock for all 50 connections (-q, --latency-correction).
+# AWAKE=1 holds the CPUs out of their idle states for the whole run
+# (/dev/cpu_dma_latency = 0, as tuned's latency-performance profile does;
+# needs root): on a VM an idle vCPU halts and the host must wake it for
+# the next packet, which adds to every request that finds the DUT asleep.
 set -u
 WORK=${1:?usage: p99-fixed-rate.sh WORK [ROUNDS] [TARGETS]}
 ROUNDS=${2:-3}
@@ -31,6 +35,11 @@ B=${B:-$ROOT/target/release/switchyard}
 LOG=$(mktemp)
 ulimit -n 20000
 source "$ROOT/scripts/dut-lib.sh"
+if [ "${AWAKE:-0}" = 1 ]; then
+  # The request lasts while the descriptor is open: until the script ends.
+  { exec 9>/dev/cpu_dma_latency && printf 0 >&9; } 2>/dev/null ||
+    { echo "p99-fixed-rate: AWAKE=1 needs /dev/cpu_dma_latency (root)" >&2; exit 1; }
+fi
 start_origin
 trap 'kill $O 2>/dev/null; rm -f "$LOG"' EXIT
 FORTIO=${FORTIO:-$(command -v fortio || echo "$HOME/go/bin/fortio")}
@@ -69,16 +78,27 @@ import json, sys; d = json.load(sys.stdin); p = d['latencyPercentiles']; s = d['
 print(sum(d['statusCodeDistribution'].values()), d['statusCodeDistribution'].get('200', 0), p['p50'] * 1e6, p['p90'] * 1e6, p['p99'] * 1e6, p['p99.9'] * 1e6, s['slowest'] * 1e6)" | summary ;;
   esac
 }
+# How often the DUT's threads went to sleep (voluntary context switches):
+# each is a wake-up the next request may wait for.
+sleeps() {
+  local n=0 p
+  for p in $(pids "$1"); do
+    n=$((n + $(cat /proc/"$p"/task/*/status 2>/dev/null | awk '/^voluntary_ctxt_switches/ {v += $2} END {print v + 0}')))
+  done
+  echo $n
+}
 for round in $(seq "$ROUNDS"); do
   for t in $TARGETS; do
     start "$t"
     c0=$(sumcpu "$t")
+    s0=$(sleeps "$t")
     rm -f "$LOG"
     load
     c1=$(sumcpu "$t")
+    s1=$(sleeps "$t")
     stop "$t"
     if [ "$LOAD" != h2load ]; then
-      echo "round $round $t: cpu_ticks $((c1 - c0)) $(cat "$LOG")"
+      echo "round $round $t: cpu_ticks $((c1 - c0)) sleeps $((s1 - s0)) $(cat "$LOG")"
       continue
     fi
     pct=$(awk '{print $3}' "$LOG" | sort -n | awk '{a[NR]=$1} END {
