@@ -104,6 +104,6 @@ for round in $(seq "$ROUNDS"); do
     pct=$(awk '{print $3}' "$LOG" | sort -n | awk '{a[NR]=$1} END {
       printf "n %d p50 %d p99 %d p99.9 %d max %d us", NR, a[int(NR*0.5)], a[int(NR*0.99)], a[int(NR*0.999)], a[NR]}')
     stalls=$(awk 'NR==1{t0=$1} $3>4000{s[int(($1-t0)/100000)]=1} END{print length(s)}' "$LOG")
-    echo "round $round $t: cpu_ticks $((c1 - c0)) $pct; 100 ms windows with a request over 4 ms: $stalls"
+    echo "round $round $t: cpu_ticks $((c1 - c0)) sleeps $((s1 - s0)) $pct; 100 ms windows with a request over 4 ms: $stalls"
   done
 done

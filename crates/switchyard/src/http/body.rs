@@ -624,24 +624,34 @@ where
 mod tests {
     use super::*;
 
+    /// `input` through `transfer` into `sink`; what is left of the input.
+    async fn feed<S: Sink>(
+        input: &[u8],
+        framing: Framing,
+        sink: &mut S,
+    ) -> (Result<u64, BodyError>, BytesMut) {
+        let mut src: &[u8] = input;
+        let mut inbuf = BytesMut::new();
+        let r = transfer(
+            &mut src,
+            &mut inbuf,
+            framing,
+            sink,
+            &mut Pacer::gap(Duration::from_secs(1)),
+        )
+        .await;
+        (r, inbuf)
+    }
+
     async fn run(
         input: &[u8],
         framing: Framing,
         chunked_out: bool,
     ) -> (Result<u64, BodyError>, Vec<u8>, BytesMut) {
-        let mut src: &[u8] = input;
-        let mut inbuf = BytesMut::new();
         let mut dst = Vec::new();
         let mut stage = Vec::new();
         let mut out = Out::new(&mut dst, &mut stage, chunked_out);
-        let r = transfer(
-            &mut src,
-            &mut inbuf,
-            framing,
-            &mut out,
-            &mut Pacer::gap(Duration::from_secs(1)),
-        )
-        .await;
+        let (r, inbuf) = feed(input, framing, &mut out).await;
         let _ = out.flush_out().await;
         (r, dst, inbuf)
     }
@@ -680,19 +690,9 @@ mod tests {
     }
 
     async fn keep(input: &[u8], framing: Framing) -> (u64, Keeper, BytesMut) {
-        let mut src: &[u8] = input;
-        let mut inbuf = BytesMut::new();
         let mut k = Keeper::default();
-        let n = transfer(
-            &mut src,
-            &mut inbuf,
-            framing,
-            &mut k,
-            &mut Pacer::gap(Duration::from_secs(1)),
-        )
-        .await
-        .expect("transfer");
-        (n, k, inbuf)
+        let (n, inbuf) = feed(input, framing, &mut k).await;
+        (n.expect("transfer"), k, inbuf)
     }
 
     #[test]
