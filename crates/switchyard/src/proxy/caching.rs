@@ -160,6 +160,10 @@ impl Hooks for Cache {
         Verdict::Continue
     }
 
+    fn waits(&self) -> bool {
+        self.wait.is_some()
+    }
+
     async fn on_request_wait(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
         let (Some(mut rx), Some(vc), Some(key)) = (self.wait.take(), x.cache, self.key.as_ref())
         else {
@@ -306,6 +310,10 @@ impl Hooks for Cache {
             }
         }
         BodyEdit::Pass
+    }
+
+    fn reads_response_body(&self) -> bool {
+        self.replay.is_some() || self.capture.is_some()
     }
 
     fn on_member_failure(&mut self, x: &mut Exchange<'_>) -> Option<Local> {

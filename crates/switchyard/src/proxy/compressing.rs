@@ -119,6 +119,10 @@ impl Hooks for Compress {
         BodyEdit::Replaced
     }
 
+    fn reads_response_body(&self) -> bool {
+        self.active.is_some()
+    }
+
     fn on_response_flush(&mut self, _x: &mut Exchange<'_>, out: &mut Vec<u8>) {
         if let Some((_, e)) = &mut self.active {
             let start = out.len();

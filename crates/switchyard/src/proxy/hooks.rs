@@ -72,9 +72,19 @@ pub trait Hooks {
 
     /// After `on_request_head`, for stages that must wait before the member
     /// is asked (request coalescing: a miss waits for the same key's fill
-    /// in progress). Same rules as `on_request_head`.
+    /// in progress). Same rules as `on_request_head`. Called only when
+    /// `waits` says so.
     async fn on_request_wait(&mut self, _x: &mut Exchange<'_>, _req: &mut Request) -> Verdict {
         Verdict::Continue
+    }
+
+    /// True when `on_request_head` left this stage something to wait for
+    /// (a tarpit, a script's call-out, another request's cache fill). The
+    /// wait phase runs only then: awaiting the composed no-op futures of
+    /// every stage cost 820 instructions per keep-alive request
+    /// (callgrind), 4 % of the whole request.
+    fn waits(&self) -> bool {
+        false
     }
 
     /// The request is about to go to the chosen pool: forwarding fields and
@@ -145,6 +155,15 @@ pub trait Hooks {
         BodyEdit::Pass
     }
 
+    /// True when `on_response_head` decided that this stage reads or
+    /// changes this response's body (`on_response_body`,
+    /// `on_response_flush`). When no stage does, the body goes from the
+    /// member's framing to the client's without passing the hooks
+    /// (about 400 instructions per small response, by callgrind).
+    fn reads_response_body(&self) -> bool {
+        false
+    }
+
     /// The member paused: a body hook appends to `out` what it holds back
     /// (a compressor's pending block), so streams (server-sent events,
     /// long polls) keep flowing.
@@ -170,10 +189,24 @@ impl<A: Hooks, B: Hooks> Hooks for (A, B) {
     }
 
     async fn on_request_wait(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
-        match self.0.on_request_wait(x, req).await {
-            Verdict::Continue => self.1.on_request_wait(x, req).await,
-            answer => answer,
+        if self.0.waits() {
+            match self.0.on_request_wait(x, req).await {
+                Verdict::Continue => {}
+                answer => return answer,
+            }
         }
+        if self.1.waits() {
+            return self.1.on_request_wait(x, req).await;
+        }
+        Verdict::Continue
+    }
+
+    fn waits(&self) -> bool {
+        self.0.waits() || self.1.waits()
+    }
+
+    fn reads_response_body(&self) -> bool {
+        self.0.reads_response_body() || self.1.reads_response_body()
     }
 
     fn on_member_failure(&mut self, x: &mut Exchange<'_>) -> Option<Local> {
@@ -385,6 +418,66 @@ mod tests {
         let answer = f.into_answer().expect("an answer");
         assert_eq!(answer.response.status, 406);
         assert_eq!(&answer.body[..], b"no thanks");
+    }
+
+    /// Waits when told to, and then answers 429.
+    struct Tarpit(bool);
+    impl Hooks for Tarpit {
+        fn waits(&self) -> bool {
+            self.0
+        }
+        async fn on_request_wait(&mut self, _x: &mut Exchange<'_>, _r: &mut Request) -> Verdict {
+            self.0 = false;
+            Verdict::Respond(Local {
+                response: Response::new(429, Framing::None),
+                body: Bytes::new(),
+            })
+        }
+    }
+
+    /// A stage with nothing to wait for must not be asked to.
+    struct NeverWaits;
+    impl Hooks for NeverWaits {
+        async fn on_request_wait(&mut self, _x: &mut Exchange<'_>, _r: &mut Request) -> Verdict {
+            panic!("waited without saying so");
+        }
+        fn on_response_body(
+            &mut self,
+            _x: &mut Exchange<'_>,
+            _data: &[u8],
+            _end: bool,
+            _out: &mut Vec<u8>,
+        ) -> BodyEdit {
+            panic!("read a body without saying so");
+        }
+    }
+
+    #[test]
+    fn only_the_stages_that_say_so_wait() {
+        let ctx = std::rc::Rc::new(WorkerCtx::for_tests());
+        let snap = ctx.snapshot.load_full();
+        let raw = bytes::Bytes::from_static(b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
+        let mut req = crate::http::head::parse_request(raw, 100).unwrap();
+        let peer = "127.0.0.1:9".parse().unwrap();
+        let mut x = Exchange::new(
+            &ctx,
+            &snap.vservers[0],
+            &snap.settings,
+            (peer, peer),
+            false,
+            None,
+        );
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut hooks = (NeverWaits, (Tarpit(false), NeverWaits));
+        assert!(!hooks.waits());
+        assert!(!hooks.reads_response_body());
+        hooks.1 .0 .0 = true;
+        assert!(hooks.waits());
+        let v = rt.block_on(hooks.on_request_wait(&mut x, &mut req));
+        assert!(matches!(v, Verdict::Respond(l) if l.response.status == 429));
+        assert!(!hooks.waits());
     }
 
     struct Inspecting;

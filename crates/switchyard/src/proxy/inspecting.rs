@@ -323,6 +323,10 @@ impl Hooks for Waf {
         }
     }
 
+    fn reads_response_body(&self) -> bool {
+        self.replace_body.is_some() || self.held.is_some()
+    }
+
     fn on_response_body(
         &mut self,
         x: &mut Exchange<'_>,

@@ -115,6 +115,10 @@ impl Hooks for Limits {
         Verdict::Respond(local)
     }
 
+    fn waits(&self) -> bool {
+        self.tarpit.is_some()
+    }
+
     async fn on_request_wait(&mut self, _x: &mut Exchange<'_>, _req: &mut Request) -> Verdict {
         match self.tarpit.take() {
             Some((ms, local)) => {

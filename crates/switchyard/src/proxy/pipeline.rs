@@ -28,13 +28,13 @@ pub async fn run<C: ClientSide>(x: &mut Exchange<'_>, client: &mut C, mut req: R
     stats::inc(&x.vs.counters.local().requests);
     // The front's heads and waits, then the rest's (stages.rs says why).
     let mut verdict = hooks.0.on_request_head(x, &mut req);
-    if let Verdict::Continue = verdict {
+    if matches!(verdict, Verdict::Continue) && hooks.0.waits() {
         verdict = hooks.0.on_request_wait(x, &mut req).await;
     }
     if let Verdict::Continue = verdict {
         verdict = hooks.1.on_request_head(x, &mut req);
     }
-    if let Verdict::Continue = verdict {
+    if matches!(verdict, Verdict::Continue) && hooks.1.waits() {
         verdict = hooks.1.on_request_wait(x, &mut req).await;
     }
     let mut background = false;

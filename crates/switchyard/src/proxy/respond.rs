@@ -71,6 +71,7 @@ pub(super) async fn respond<C: ClientSide, H: Hooks>(
         ));
     };
     let mut sink = Transform {
+        edits: hooks.reads_response_body(),
         hooks,
         x,
         inner: sink,
@@ -218,8 +219,10 @@ impl<H: Hooks, S: Sink> Sink for Inspect<'_, '_, '_, H, S> {
 }
 
 /// The body-transform seam: the response body between de-framing (the
-/// member's framing) and re-framing (the client's), through the hooks.
+/// member's framing) and re-framing (the client's), through the hooks
+/// when one of them said it reads this body (`edits`).
 struct Transform<'h, 'x, 's, H, S> {
+    edits: bool,
     hooks: &'h mut H,
     x: &'x mut Exchange<'s>,
     inner: S,
@@ -237,6 +240,9 @@ impl<H: Hooks, S: Sink> Transform<'_, '_, '_, H, S> {
 
 impl<H: Hooks, S: Sink> Sink for Transform<'_, '_, '_, H, S> {
     async fn data(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
+        if !self.edits {
+            return self.inner.data(bytes).await;
+        }
         match self.edit(bytes) {
             BodyEdit::Pass => self.inner.data(bytes).await,
             BodyEdit::Replaced => self.inner.data(&self.out).await,
@@ -248,12 +254,18 @@ impl<H: Hooks, S: Sink> Sink for Transform<'_, '_, '_, H, S> {
     /// The hooks see the bytes as `data` shows them; what they pass goes
     /// on owned.
     async fn data_owned(&mut self, bytes: bytes::Bytes) -> Result<(), BodyError> {
+        if !self.edits {
+            return self.inner.data_owned(bytes).await;
+        }
         match self.edit(&bytes) {
             BodyEdit::Pass => self.inner.data_owned(bytes).await,
             BodyEdit::Replaced => self.inner.data(&self.out).await,
         }
     }
     async fn flush(&mut self) -> Result<(), BodyError> {
+        if !self.edits {
+            return self.inner.flush().await;
+        }
         self.out.clear();
         self.hooks.on_response_flush(self.x, &mut self.out);
         if !self.out.is_empty() {
@@ -262,6 +274,9 @@ impl<H: Hooks, S: Sink> Sink for Transform<'_, '_, '_, H, S> {
         self.inner.flush().await
     }
     async fn end(&mut self, trailers: Option<&Fields>) -> Result<(), BodyError> {
+        if !self.edits {
+            return self.inner.end(trailers).await;
+        }
         self.out.clear();
         if let BodyEdit::Replaced = self
             .hooks

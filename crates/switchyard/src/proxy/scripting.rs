@@ -164,6 +164,10 @@ impl Hooks for Scripting {
         applied(x, s, run, req, r)
     }
 
+    fn waits(&self) -> bool {
+        self.0.as_ref().is_some_and(|run| run.waiting)
+    }
+
     async fn on_request_wait(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
         let vs = x.vs;
         let (Some(s), Some(run)) = (vs.script.as_deref(), self.0.as_mut()) else {
@@ -290,6 +294,12 @@ impl Hooks for Scripting {
                 Verdict::Continue
             }
         }
+    }
+
+    fn reads_response_body(&self) -> bool {
+        self.0
+            .as_ref()
+            .is_some_and(|run| run.replace_body.is_some() || run.response_body.is_some())
     }
 
     fn on_response_body(

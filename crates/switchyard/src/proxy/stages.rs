@@ -96,7 +96,8 @@ pub struct AcmeChallenge;
 impl Hooks for AcmeChallenge {
     fn on_request_head(&mut self, x: &mut Exchange<'_>, req: &mut Request) -> Verdict {
         use crate::acme::challenge::{http01, HTTP01_PREFIX};
-        if x.tls {
+        // The prefix first: the path's end (a scan for '?') only for it.
+        if x.tls || !req.target().starts_with(HTTP01_PREFIX) {
             return Verdict::Continue;
         }
         let Some(token) = req.path_only().strip_prefix(HTTP01_PREFIX) else {
