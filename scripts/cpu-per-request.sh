@@ -9,7 +9,9 @@
 # with its user-space share in brackets; with
 # CASES="gz2k gz8k gz64k gz512k id2k hit2k hit64k": gzip of the bench's HTML
 # at 2 KB to 512 KB (id2k: 2 KB not compressed) on the compress listener,
-# and cache hits of 2 KB and 64 KB on the cache listener (keep-alive, wrk -c 20). TARGETS="sy hp ng" by default.
+# and cache hits of 2 KB and 64 KB on the cache listener (keep-alive, wrk -c 20);
+# CASES="l4close128 l4close1k": a connection per request through the L4
+# (TCP) listener (wrk -c 50, "Connection: close"). TARGETS="sy hp ng" by default.
 set -u
 W=$(realpath "${1:?usage: cpu-per-request.sh REPORT_DIR/work [rounds]}")
 ROUNDS=${2:-3}
@@ -32,6 +34,9 @@ run_case() { # target case
     # The same 2 KB HTML through the same listener, not compressed: what
     # the proxying alone costs.
     id2k) args="-c 20 http://127.0.0.1:26082/html/2048" ;;
+    # Through the L4 (TCP) listener, a connection per request.
+    l4close128) args="-c 50 http://127.0.0.1:26081/size/128"; hdr="Connection: close" ;;
+    l4close1k) args="-c 50 http://127.0.0.1:26081/size/1024"; hdr="Connection: close" ;;
     hit2k) args="-c 20 http://127.0.0.1:26083/size/2048" ;;
     hit64k) args="-c 20 http://127.0.0.1:26083/size/65536" ;;
   esac

@@ -234,13 +234,12 @@ fn common(raw: &Bytes, parsed: &[httparse::Header]) -> Result<Common, HeadError>
     for h in parsed {
         let name = h.name.as_bytes();
         let value = h.value;
-        // Without a short cut, so it vectorises: most values are clean.
-        let ctl = value.iter().fold(false, |acc, &b| {
-            acc | ((b < 0x20) & (b != b'\t')) | (b == 0x7f)
-        });
-        if ctl {
-            return Err(bad("control character in a header value"));
-        }
+        // No control character can be in `value`: httparse's value scan
+        // (its default config, no obsolete line folding) stops at any byte
+        // but HTAB, SP-~ and obs-text, and refuses the head when that byte
+        // does not end the line (`control_characters_in_values_are_refused`
+        // holds it). A second scan here cost 480 instructions per proxied
+        // request (callgrind, keep-alive 128 B).
         // Dispatch on the length first: most fields are none of these.
         match name.len() {
             14 if name.eq_ignore_ascii_case(b"content-length") => {
@@ -627,6 +626,26 @@ mod tests {
         assert!(scan_all(b"GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n").is_err());
         assert!(scan_all(b"GET / HTTP/1.1\nHost: a\r\n\r\n").is_err());
         assert!(scan_all(b"GET / HTTP/1.1\r\nHost: a\0\r\n\r\n").is_err());
+    }
+
+    #[test]
+    fn control_characters_in_values_are_refused() {
+        for b in (0u8..0x20).filter(|b| *b != b'\t').chain([0x7f]) {
+            let mut r = b"GET / HTTP/1.1\r\nHost: a\r\nX-A: b".to_vec();
+            r.extend_from_slice(&[b, b'c']);
+            r.extend_from_slice(b"\r\n\r\n");
+            let parsed = parse_request(Bytes::from(r), 100);
+            // A bare LF ends the line; "c" then is no field.
+            assert!(parsed.is_err(), "request with byte {b:#04x} in a value");
+            let mut r = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\nX-A: b".to_vec();
+            r.extend_from_slice(&[b, b'c']);
+            r.extend_from_slice(b"\r\n\r\n");
+            let parsed = parse_response(Bytes::from(r), 100, Method::Get);
+            assert!(parsed.is_err(), "response with byte {b:#04x} in a value");
+        }
+        // Tab and obs-text stay.
+        let r = req("GET / HTTP/1.1\r\nHost: a\r\nX-A: b\tc\u{e9}\r\n\r\n").unwrap();
+        assert_eq!(r.head.get("x-a"), Some(&b"b\tc\xc3\xa9"[..]));
     }
 
     #[test]
