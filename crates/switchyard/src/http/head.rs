@@ -238,8 +238,8 @@ fn common(raw: &Bytes, parsed: &[httparse::Header]) -> Result<Common, HeadError>
         // (its default config, no obsolete line folding) stops at any byte
         // but HTAB, SP-~ and obs-text, and refuses the head when that byte
         // does not end the line (`control_characters_in_values_are_refused`
-        // holds it). A second scan here cost 480 instructions per proxied
-        // request (callgrind, keep-alive 128 B).
+        // holds it). A second scan here cost about 680 instructions per
+        // proxied request (callgrind, keep-alive 128 B: 20,525 to 19,842).
         // Dispatch on the length first: most fields are none of these.
         match name.len() {
             14 if name.eq_ignore_ascii_case(b"content-length") => {
