@@ -14,7 +14,7 @@
 
 use bytes::Bytes;
 
-use super::head::{is_tchar, parse_length, valid_authority, HeadError, Limits};
+use super::head::{is_token, parse_length, valid_authority, HeadError, Limits};
 use super::message::{Fields, Framing, Head, Method, Request, Response};
 
 fn bad(status: u16, reason: &'static str) -> HeadError {
@@ -91,7 +91,7 @@ fn build_request<'a>(
         return Err(bad(501, "CONNECT is not supported over HTTP/2 or HTTP/3"));
     }
     // It becomes an HTTP/1.1 request line: a token, nothing else.
-    if method.is_empty() || !method.iter().all(|b| is_tchar(*b)) {
+    if !is_token(&method) {
         return Err(bad(400, "invalid :method"));
     }
     if count + 1 > limits.max_headers {

@@ -13,7 +13,7 @@
 
 use bytes::Bytes;
 
-use super::head::is_tchar;
+use super::head::is_lower_token;
 use super::message::Fields;
 
 /// A request head as the client sent it: the pseudo-fields apart, the
@@ -177,7 +177,7 @@ fn is_connection_specific(name: &[u8], value: &[u8]) -> bool {
 /// A lowercase token (RFC 9110 5.1; RFC 9113 8.2.1 and RFC 9114 4.2
 /// refuse uppercase).
 fn valid_name(n: &[u8]) -> bool {
-    !n.is_empty() && n.iter().all(|&b| is_tchar(b) && !b.is_ascii_uppercase())
+    is_lower_token(n)
 }
 
 #[cfg(test)]
