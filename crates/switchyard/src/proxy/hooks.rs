@@ -355,37 +355,41 @@ mod tests {
         }
     }
 
-    #[test]
-    fn stages_chain_in_order_and_the_first_answer_wins() {
+    /// `f` gets an exchange of the test worker's first vserver and its
+    /// request, a GET of /a.
+    fn with_exchange(f: impl FnOnce(&mut Exchange<'_>, &mut Request)) {
         let ctx = std::rc::Rc::new(WorkerCtx::for_tests());
         let snap = ctx.snapshot.load_full();
-        let vs = &snap.vservers[0];
         let raw = bytes::Bytes::from_static(b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
         let mut req = crate::http::head::parse_request(raw, 100).unwrap();
         let peer = "127.0.0.1:9".parse().unwrap();
+        let vs = &snap.vservers[0];
         let mut x = Exchange::new(&ctx, vs, &snap.settings, (peer, peer), false, None);
+        f(&mut x, &mut req);
+    }
+
+    #[test]
+    fn stages_chain_in_order_and_the_first_answer_wins() {
+        with_exchange(stages_chain);
+    }
+
+    fn stages_chain(x: &mut Exchange<'_>, req: &mut Request) {
         let mut hooks = (Upper, Bang(0));
-        assert!(matches!(
-            hooks.on_request_head(&mut x, &mut req),
-            Verdict::Continue
-        ));
+        assert!(matches!(hooks.on_request_head(x, req), Verdict::Continue));
         assert_eq!(req.head.get("x-upper"), Some(&b"1"[..]));
         assert_eq!(hooks.1 .0, 1);
         let mut out = Vec::new();
         assert!(matches!(
-            hooks.on_response_body(&mut x, b"ab", false, &mut out),
+            hooks.on_response_body(x, b"ab", false, &mut out),
             BodyEdit::Replaced
         ));
         assert_eq!(out, b"AB");
         out.clear();
-        hooks.on_response_body(&mut x, b"c", true, &mut out);
+        hooks.on_response_body(x, b"c", true, &mut out);
         assert_eq!(out, b"C!");
         // A Respond stops the chain: Bang never sees the request.
         req.target = bytes::Bytes::from_static(b"/deny");
-        assert!(matches!(
-            hooks.on_request_head(&mut x, &mut req),
-            Verdict::Respond(_)
-        ));
+        assert!(matches!(hooks.on_request_head(x, req), Verdict::Respond(_)));
         assert_eq!(hooks.1 .0, 1);
         assert!(!hooks.wants_request_body());
         assert!((Upper, Inspecting).wants_request_body());
@@ -393,23 +397,16 @@ mod tests {
 
     #[test]
     fn a_request_body_hooks_answer_reaches_the_client_as_made() {
-        let ctx = std::rc::Rc::new(WorkerCtx::for_tests());
-        let snap = ctx.snapshot.load_full();
-        let peer = "127.0.0.1:9".parse().unwrap();
-        let mut x = Exchange::new(
-            &ctx,
-            &snap.vservers[0],
-            &snap.settings,
-            (peer, peer),
-            false,
-            None,
-        );
+        with_exchange(|x, _| body_answer(x));
+    }
+
+    fn body_answer(x: &mut Exchange<'_>) {
         x.refusal = Some(Local {
             response: Response::new(406, Framing::None),
             body: Bytes::from_static(b"no thanks"),
         });
         let f = crate::proxy::exchange::body_failure(
-            &mut x,
+            x,
             crate::http::body::BodyError::Refused,
             "unused",
         );
@@ -441,32 +438,14 @@ mod tests {
         async fn on_request_wait(&mut self, _x: &mut Exchange<'_>, _r: &mut Request) -> Verdict {
             panic!("waited without saying so");
         }
-        fn on_response_body(
-            &mut self,
-            _x: &mut Exchange<'_>,
-            _data: &[u8],
-            _end: bool,
-            _out: &mut Vec<u8>,
-        ) -> BodyEdit {
-            panic!("read a body without saying so");
-        }
     }
 
     #[test]
     fn only_the_stages_that_say_so_wait() {
-        let ctx = std::rc::Rc::new(WorkerCtx::for_tests());
-        let snap = ctx.snapshot.load_full();
-        let raw = bytes::Bytes::from_static(b"GET /a HTTP/1.1\r\nHost: h\r\n\r\n");
-        let mut req = crate::http::head::parse_request(raw, 100).unwrap();
-        let peer = "127.0.0.1:9".parse().unwrap();
-        let mut x = Exchange::new(
-            &ctx,
-            &snap.vservers[0],
-            &snap.settings,
-            (peer, peer),
-            false,
-            None,
-        );
+        with_exchange(waits_asked);
+    }
+
+    fn waits_asked(x: &mut Exchange<'_>, req: &mut Request) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
@@ -475,7 +454,7 @@ mod tests {
         assert!(!hooks.reads_response_body());
         hooks.1 .0 .0 = true;
         assert!(hooks.waits());
-        let v = rt.block_on(hooks.on_request_wait(&mut x, &mut req));
+        let v = rt.block_on(hooks.on_request_wait(x, req));
         assert!(matches!(v, Verdict::Respond(l) if l.response.status == 429));
         assert!(!hooks.waits());
     }
