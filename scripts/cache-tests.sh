@@ -181,6 +181,15 @@ cleanup   # the servers are no longer needed
 SUMMARY=(node "$HARNESS/summary.mjs" --suite "$WORK/suite" --results "$RESULTS" --label "$LABEL")
 case $MODE in
   run) "${SUMMARY[@]}" ;;
-  check) "${SUMMARY[@]}" --baseline "$HARNESS/baseline.json" --check ;;
+  check)
+    # A lost test keeps its evidence: the next run overwrites these logs.
+    if ! "${SUMMARY[@]}" --baseline "$HARNESS/baseline.json" --check; then
+      KEPT="$WORK/failed-$(date +%Y%m%d-%H%M%S)"
+      mkdir -p "$KEPT"
+      cp "$RESULTS" "$WORK"/*.log "$CONF" "$KEPT"/ 2>/dev/null || true
+      echo "the run's results and logs are kept in ${KEPT#"$ROOT"/}" >&2
+      exit 1
+    fi
+    ;;
   update) "${SUMMARY[@]}" --baseline "$HARNESS/baseline.json" --update --doc "$ROOT/docs/cache-tests.md" ;;
 esac
