@@ -13,7 +13,7 @@ use super::hooks::Local;
 use super::upstream::UpConn;
 use crate::config::snapshot::VServer;
 use crate::http::body::{BodyError, Sink};
-use crate::http::head::is_token;
+use crate::http::head::{is_field_value, is_token};
 use crate::http::message::{Fields, Framing, Head, Request, Response};
 use crate::stats::{self, status_class};
 
@@ -48,13 +48,8 @@ fn write_err(e: impl std::fmt::Display) -> BodyError {
 
 /// A field HTTP/3 can carry: a token for a name, a valid field value
 /// (what the `http` crate's types checked when heads went through them).
-/// Both scans without a short cut, so they vectorise: a refused field is
-/// rare.
 fn carriable(name: &[u8], value: &[u8]) -> bool {
-    is_token(name)
-        && value.iter().fold(true, |ok, &b| {
-            ok & ((b >= 0x20 && b != 0x7f) | (b == b'\t'))
-        })
+    is_token(name) && is_field_value(value)
 }
 
 /// Sends a head as a HEADERS frame: `:status` and the fields but those

@@ -230,8 +230,12 @@ struct Transform<'h, 'x, 's, H, S> {
 }
 
 impl<H: Hooks, S: Sink> Transform<'_, '_, '_, H, S> {
-    /// What the hooks make of the next piece (a replacement lands in `out`).
+    /// What the hooks make of the next piece (a replacement lands in `out`);
+    /// `Pass` without asking them when none reads this body.
     fn edit(&mut self, bytes: &[u8]) -> BodyEdit {
+        if !self.edits {
+            return BodyEdit::Pass;
+        }
         self.out.clear();
         self.hooks
             .on_response_body(self.x, bytes, false, &mut self.out)
@@ -240,9 +244,6 @@ impl<H: Hooks, S: Sink> Transform<'_, '_, '_, H, S> {
 
 impl<H: Hooks, S: Sink> Sink for Transform<'_, '_, '_, H, S> {
     async fn data(&mut self, bytes: &[u8]) -> Result<(), BodyError> {
-        if !self.edits {
-            return self.inner.data(bytes).await;
-        }
         match self.edit(bytes) {
             BodyEdit::Pass => self.inner.data(bytes).await,
             BodyEdit::Replaced => self.inner.data(&self.out).await,
@@ -254,9 +255,6 @@ impl<H: Hooks, S: Sink> Sink for Transform<'_, '_, '_, H, S> {
     /// The hooks see the bytes as `data` shows them; what they pass goes
     /// on owned.
     async fn data_owned(&mut self, bytes: bytes::Bytes) -> Result<(), BodyError> {
-        if !self.edits {
-            return self.inner.data_owned(bytes).await;
-        }
         match self.edit(&bytes) {
             BodyEdit::Pass => self.inner.data_owned(bytes).await,
             BodyEdit::Replaced => self.inner.data(&self.out).await,

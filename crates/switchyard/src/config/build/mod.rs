@@ -65,7 +65,7 @@ impl Ctx<'_> {
 }
 
 fn valid_value(s: &str) -> bool {
-    s.bytes().all(|b| b == b'\t' || (b >= 0x20 && b != 0x7f))
+    crate::http::head::is_field_value(s.as_bytes())
 }
 
 pub fn build(
