@@ -473,21 +473,24 @@ impl Balancer {
                     let load = members[i].state().inflight.load(Ordering::Relaxed);
                     (load, self.effective_weight(&members[i], now))
                 };
-                let mut best: Option<(u64, u64)> = None;
+                let mut best: Option<(usize, (u64, u64))> = None;
                 let mut tied = 0usize;
                 for i in (0..n).filter(|i| eligible(*i)) {
                     let c = cost(i);
                     match best {
-                        Some(b) if ratio_below(b, c) => {}
-                        Some(b) if !ratio_below(c, b) => tied += 1,
-                        _ => (best, tied) = (Some(c), 1),
+                        Some((_, b)) if ratio_below(b, c) => {}
+                        Some((_, b)) if !ratio_below(c, b) => tied += 1,
+                        _ => (best, tied) = (Some((i, c)), 1),
                     }
                 }
-                let best = best?;
+                let (first, lowest) = best?;
                 let turn = cursor.rr.fetch_add(1, Ordering::Relaxed) % tied;
+                // Other workers' requests move the loads between the two
+                // scans: when fewer ties are left, the first one found.
                 (0..n)
-                    .filter(|i| eligible(*i) && !ratio_below(best, cost(*i)))
+                    .filter(|i| eligible(*i) && !ratio_below(lowest, cost(*i)))
                     .nth(turn)
+                    .or(Some(first))
             }
             Algorithm::P2c => {
                 let a = probe(n, rand_u64(), &eligible)?;
