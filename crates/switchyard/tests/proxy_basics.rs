@@ -420,6 +420,135 @@ fn member_closing_pooled_connections_loses_no_request() {
     assert_eq!(stats["vservers"][0]["responses"]["5xx"], 0, "{stats}");
 }
 
+/// What `second_request_closes` saw: per request, its connection's number,
+/// its number on that connection, the method and the body (de-chunked).
+type SeenRequests = std::sync::Arc<std::sync::Mutex<Vec<(usize, usize, String, Vec<u8>)>>>;
+
+/// A member whose keep-alive timeout always fires as the second request on
+/// a connection arrives: it answers the first request on each connection
+/// (keep-alive, the body echoed), then reads the second and closes the
+/// connection without a byte back.
+fn second_request_closes() -> (std::net::SocketAddr, SeenRequests) {
+    use std::io::{BufRead, BufReader, Write};
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let a = l.local_addr().expect("addr");
+    let seen = SeenRequests::default();
+    let record = seen.clone();
+    std::thread::spawn(move || {
+        for (conn, s) in l.incoming().flatten().enumerate() {
+            let record = record.clone();
+            std::thread::spawn(move || {
+                let mut w = s.try_clone().expect("clone");
+                let mut r = BufReader::new(s);
+                for n in 1.. {
+                    let mut line = String::new();
+                    if r.read_line(&mut line).unwrap_or(0) == 0 {
+                        return;
+                    }
+                    let method = line.split(' ').next().unwrap_or("").to_string();
+                    let (mut length, mut chunked) = (0usize, false);
+                    loop {
+                        let mut h = String::new();
+                        if r.read_line(&mut h).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        let h = h.trim_end().to_ascii_lowercase();
+                        if h.is_empty() {
+                            break;
+                        }
+                        if let Some(v) = h.strip_prefix("content-length:") {
+                            length = v.trim().parse().expect("content-length");
+                        }
+                        chunked |= h == "transfer-encoding: chunked";
+                    }
+                    let mut body = vec![0; length];
+                    r.read_exact(&mut body).expect("body");
+                    while chunked {
+                        let mut size = String::new();
+                        r.read_line(&mut size).expect("chunk size");
+                        let size = usize::from_str_radix(size.trim(), 16).expect("hex");
+                        let mut chunk = vec![0; size + 2];
+                        r.read_exact(&mut chunk).expect("chunk");
+                        body.extend_from_slice(&chunk[..size]);
+                        chunked = size > 0;
+                    }
+                    record
+                        .lock()
+                        .expect("lock")
+                        .push((conn, n, method.clone(), body.clone()));
+                    if n > 1 {
+                        return;
+                    }
+                    let answer = format!("{method} {}", String::from_utf8_lossy(&body));
+                    let out = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\n\r\n{answer}",
+                        answer.len()
+                    );
+                    if w.write_all(out.as_bytes()).is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    (a, seen)
+}
+
+#[test]
+fn a_body_that_met_a_closed_pooled_connection_goes_again() {
+    // The race every proxy meets: the member closes a pooled connection at
+    // its keep-alive timeout just as a request goes out on it. A GET went
+    // again before; an idempotent request with a body now does too, whole,
+    // from the copy kept as it went out. A POST must not go twice (RFC
+    // 9110 9.2.2): its client gets the 502.
+    let (member, seen) = second_request_closes();
+    let l = free_addr();
+    let cfg = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"web\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{member}\"\n"
+    );
+    let _sy = Switchyard::start(&cfg, &[l]);
+    let mut c = Client::connect(l);
+    let mut send = |raw: &str| {
+        c.send(raw.as_bytes());
+        c.read_response(false).expect("a response")
+    };
+    // Each request first opens a connection that goes to the pool, then
+    // the one under test takes it.
+    let warm = "GET /warm HTTP/1.1\r\nHost: t\r\n\r\n";
+    assert_eq!(send(warm).status, 200);
+    let r = send("PUT /put HTTP/1.1\r\nHost: t\r\nContent-Length: 5\r\n\r\nhello");
+    assert_eq!((r.status, r.body_text()), (200, "PUT hello".to_string()));
+    assert_eq!(send(warm).status, 200);
+    let r = send(
+        "DELETE /del HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n",
+    );
+    assert_eq!((r.status, r.body_text()), (200, "DELETE abcde".to_string()));
+    assert_eq!(send(warm).status, 200);
+    let r = send("POST /post HTTP/1.1\r\nHost: t\r\nContent-Length: 3\r\n\r\nxyz");
+    assert_eq!(r.status, 502, "{}", r.body_text());
+    let seen = seen.lock().expect("lock").clone();
+    let sent = |m: &str| {
+        seen.iter()
+            .filter(|(_, _, method, _)| method == m)
+            .map(|(_, n, _, body)| (*n, String::from_utf8_lossy(body).into_owned()))
+            .collect::<Vec<_>>()
+    };
+    // Refused second on a pooled connection, then first on a new one, the
+    // same body both times.
+    assert_eq!(
+        sent("PUT"),
+        [(2, "hello".into()), (1, "hello".into())],
+        "{seen:?}"
+    );
+    assert_eq!(
+        sent("DELETE"),
+        [(2, "abcde".into()), (1, "abcde".into())],
+        "{seen:?}"
+    );
+    assert_eq!(sent("POST"), [(2, "xyz".into())], "{seen:?}");
+}
+
 /// A member that streams `GET` bodies of N bytes and counts `POST` bodies,
 /// holding neither in memory.
 fn streaming_origin() -> std::net::SocketAddr {

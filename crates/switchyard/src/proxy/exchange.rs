@@ -116,6 +116,9 @@ pub struct Exchange<'s> {
     /// A buffered request body's replacement (the script's
     /// `on_request_body`): the member gets this one.
     pub(super) request_body: Option<Bytes>,
+    /// The request body as it went to an HTTP/1.1 member, kept to go again
+    /// (`resend`).
+    pub(super) resend: super::resend::Resend,
     /// What the access log reports beyond the above.
     pub facts: Facts,
 }
@@ -214,6 +217,7 @@ impl<'s> Exchange<'s> {
             body_bytes: 0,
             refusal: None,
             request_body: None,
+            resend: Default::default(),
             facts: Facts::default(),
         }
     }

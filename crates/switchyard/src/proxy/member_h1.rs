@@ -13,12 +13,13 @@ use super::exchange::{
 };
 use super::head_read::{read_head, ReadHead};
 use super::hooks::Hooks;
+use super::resend::{Keep, Resend};
 use super::respond::{respond, unless_cancelled, Inspect, MemberBody};
 use super::upstream::{self, UpConn};
 use crate::clock::now_ms;
 use crate::config::snapshot::Pool;
 use crate::health::passive;
-use crate::http::body::{BodyError, Out};
+use crate::http::body::{BodyError, Out, Sink};
 use crate::http::head;
 use crate::http::message::{Framing, Request, Response};
 use crate::http::write_h1;
@@ -163,27 +164,58 @@ async fn send_request<C: ClientSide, H: Hooks>(
     };
     write_h1::request(&mut stage, req, chunked, fallback.as_bytes());
     let head_len = stage.len() as u64;
-    if req.expect_continue && has_body && !client.send_continue(req).await {
-        return Err(Failure::cut(Origin::Client, "the client went away"));
-    }
-    let sent = {
-        let mut sink = Inspect {
-            hooks,
-            x,
-            inner: Out::new(&mut up.stream, &mut stage, chunked),
-        };
-        match client.request_body(req, &mut sink).await {
-            Ok(n) => sink.inner.flush_out().await.map(|_| n),
-            Err(e) => Err(e),
+    let sent = match x.resend.whole() {
+        // The body went out once, whole, and is kept: it goes again from
+        // memory, past the stages (they saw it).
+        Some((body, trailers)) => {
+            let mut out = Out::new(&mut up.stream, &mut stage, chunked);
+            let sent = async {
+                out.data(&body).await?;
+                out.end(trailers.as_ref()).await?;
+                out.flush_out().await
+            };
+            sent.await.map(|_| body.len() as u64)
+        }
+        None => {
+            if req.expect_continue && has_body && !client.send_continue(req).await {
+                return Err(Failure::cut(Origin::Client, "the client went away"));
+            }
+            let mut resend = match req.head.framing {
+                Framing::Length(n) if req.method.idempotent() && a.may_retry => {
+                    Resend::keeping(Some(n))
+                }
+                Framing::Chunked if req.method.idempotent() && a.may_retry => Resend::keeping(None),
+                _ => Resend::Off,
+            };
+            let sent = {
+                let mut sink = Inspect {
+                    hooks,
+                    x,
+                    inner: Keep {
+                        inner: Out::new(&mut up.stream, &mut stage, chunked),
+                        resend: &mut resend,
+                    },
+                };
+                match client.request_body(req, &mut sink).await {
+                    Ok(n) => sink.inner.inner.flush_out().await.map(|_| n),
+                    Err(e) => Err(e),
+                }
+            };
+            x.resend = resend;
+            if let Ok(n) = sent {
+                // The vserver counts the client's bytes once, whatever
+                // the attempts.
+                if !x.shadow {
+                    stats::add(&x.vs.counters.local().bytes_in, n);
+                }
+                x.facts.body_in = n;
+            }
+            sent
         }
     };
     let e = match sent {
         Ok(n) => {
             stats::add(&mc.bytes_out, head_len + n);
-            if !x.shadow {
-                stats::add(&x.vs.counters.local().bytes_in, n);
-            }
-            x.facts.body_in = n;
             return Ok(());
         }
         Err(e) => e,
@@ -192,7 +224,7 @@ async fn send_request<C: ClientSide, H: Hooks>(
         return Err(body_failure(x, e, SEND_FAILED));
     }
     stats::inc(&mc.resets);
-    if up.reused && !has_body && req.method.idempotent() {
+    if up.reused && req.method.idempotent() && (!has_body || x.resend.is_whole()) {
         // A stale pooled connection: the others are stale too.
         x.idle.forget(m);
         let f = Failure::new(Origin::Member, 502, SEND_FAILED);
@@ -270,7 +302,8 @@ fn response_failed(
     if !(none_back && up.reused) {
         passive::record(a.pool, a.m, true);
     }
-    let replayable = req.head.framing == Framing::None && req.method.idempotent();
+    let replayable =
+        req.method.idempotent() && (req.head.framing == Framing::None || x.resend.is_whole());
     if none_back && replayable {
         f = f.retry(if up.reused {
             x.idle.forget(a.m);

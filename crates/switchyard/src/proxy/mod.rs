@@ -49,6 +49,7 @@ mod pipeline;
 mod plain;
 mod quic_hello;
 pub mod quic_steer;
+mod resend;
 mod respond;
 pub mod route;
 mod scripting;
