@@ -35,11 +35,171 @@ struct Totals {
 
 #[derive(Default)]
 pub struct History {
-    samples: VecDeque<Arc<str>>,
+    samples: VecDeque<Sample>,
     last: Option<Instant>,
     /// Per vserver name, and per "pool/member" (requests only).
     vservers: HashMap<String, Totals>,
     members: HashMap<String, u64>,
+}
+
+/// A period's rates and quantiles, for one vserver or for all.
+#[derive(Clone, Copy, Default)]
+struct Rates {
+    requests_per_s: f64,
+    errors_per_s: f64,
+    bytes_in_per_s: f64,
+    bytes_out_per_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    /// None without lookups in the period (null in JSON).
+    cache_hit_ratio: Option<f64>,
+}
+
+impl Rates {
+    fn new(now: &Totals, before: &Totals, latency: &[u64], secs: f64) -> Rates {
+        Rates {
+            requests_per_s: rate(now.requests, before.requests, secs),
+            errors_per_s: rate(now.errors, before.errors, secs),
+            bytes_in_per_s: rate(now.bytes_in, before.bytes_in, secs),
+            bytes_out_per_s: rate(now.bytes_out, before.bytes_out, secs),
+            p50_ms: ms(quantile(latency, 0.5)),
+            p99_ms: ms(quantile(latency, 0.99)),
+            cache_hit_ratio: hit_ratio(
+                now.cache_hits.saturating_sub(before.cache_hits),
+                now.cache_lookups.saturating_sub(before.cache_lookups),
+            ),
+        }
+    }
+
+    fn json(&self) -> serde_json::Map<String, Value> {
+        let v = json!({
+            "requests_per_s": self.requests_per_s,
+            "errors_per_s": self.errors_per_s,
+            "bytes_in_per_s": self.bytes_in_per_s,
+            "bytes_out_per_s": self.bytes_out_per_s,
+            "p50_ms": self.p50_ms,
+            "p99_ms": self.p99_ms,
+            "cache_hit_ratio": self.cache_hit_ratio,
+        });
+        match v {
+            Value::Object(m) => m,
+            _ => serde_json::Map::new(),
+        }
+    }
+}
+
+struct VserverSample {
+    name: String,
+    rates: Rates,
+    connections_active: u64,
+    requests_total: u64,
+    script_errors_total: u64,
+}
+
+struct MemberSample {
+    address: std::net::SocketAddr,
+    state: &'static str,
+    failing: bool,
+    connect_failures: u64,
+    responses_5xx: u64,
+    admin_state: &'static str,
+    weight: u32,
+    backup: bool,
+    inflight: u64,
+    connections_active: u64,
+    requests_per_s: f64,
+    requests_total: u64,
+}
+
+struct PoolSample {
+    name: String,
+    /// The pool runs active health checks ("up (no check)" otherwise).
+    checked: bool,
+    members: Vec<MemberSample>,
+}
+
+/// One period's figures. A sample is taken every second whoever watches;
+/// its JSON is made only when a page asks for it, once (building and
+/// writing it every second was about 870,000 instructions a second, the
+/// most an idle Switchyard did: BENCHMARKS.md, the idle rows).
+struct Sample {
+    time_ms: u64,
+    generation: u64,
+    totals: Rates,
+    vservers: Vec<VserverSample>,
+    pools: Vec<PoolSample>,
+    cache_objects: u64,
+    cache_bytes: u64,
+    json: std::cell::OnceCell<Arc<str>>,
+}
+
+impl Sample {
+    /// The sample as the dashboard reads it. The certificates are those of
+    /// `snap` when the JSON is first made: state, not a rate.
+    fn json(&self, snap: &Snapshot) -> Arc<str> {
+        self.json
+            .get_or_init(|| {
+                let totals = self.totals.json();
+                let vservers: Vec<Value> = self
+                    .vservers
+                    .iter()
+                    .map(|v| {
+                        let mut o = serde_json::Map::new();
+                        o.insert("name".into(), json!(v.name));
+                        o.extend(v.rates.json());
+                        o.insert("connections_active".into(), json!(v.connections_active));
+                        o.insert("requests_total".into(), json!(v.requests_total));
+                        // Failed script events since start (their 500s are
+                        // in errors_per_s already; this says the script
+                        // caused them).
+                        o.insert("script_errors_total".into(), json!(v.script_errors_total));
+                        Value::Object(o)
+                    })
+                    .collect();
+                let pools: Vec<Value> = self
+                    .pools
+                    .iter()
+                    .map(|p| {
+                        let members: Vec<Value> = p
+                            .members
+                            .iter()
+                            .map(|m| {
+                                json!({
+                                    "address": m.address.to_string(),
+                                    "state": m.state,
+                                    "status": crate::admin::render::status_text(m.state, p.checked),
+                                    "failing": m.failing,
+                                    "connect_failures": m.connect_failures,
+                                    "responses_5xx": m.responses_5xx,
+                                    "admin_state": m.admin_state,
+                                    "weight": m.weight,
+                                    "backup": m.backup,
+                                    "inflight": m.inflight,
+                                    "connections_active": m.connections_active,
+                                    "requests_per_s": m.requests_per_s,
+                                    "requests_total": m.requests_total,
+                                })
+                            })
+                            .collect();
+                        json!({ "name": p.name, "members": members })
+                    })
+                    .collect();
+                let sample = json!({
+                    "time_ms": self.time_ms,
+                    "generation": self.generation,
+                    "totals": totals,
+                    "vservers": vservers,
+                    "pools": pools,
+                    "certificates": certificates(snap),
+                    "cache": {
+                        "objects": self.cache_objects,
+                        "bytes": self.cache_bytes,
+                    },
+                });
+                Arc::from(sample.to_string())
+            })
+            .clone()
+    }
 }
 
 fn rate(now: u64, before: u64, secs: f64) -> f64 {
@@ -56,13 +216,9 @@ fn delta(now: &[u64], before: &[u64]) -> Vec<u64> {
         .collect()
 }
 
-/// Hits over lookups in the last period, to 0.001; null without lookups.
-fn hit_ratio(hits: u64, lookups: u64) -> Value {
-    if lookups == 0 {
-        Value::Null
-    } else {
-        json!((hits as f64 / lookups as f64 * 1000.0).round() / 1000.0)
-    }
+/// Hits over lookups in the last period, to 0.001; None without lookups.
+fn hit_ratio(hits: u64, lookups: u64) -> Option<f64> {
+    (lookups != 0).then(|| (hits as f64 / lookups as f64 * 1000.0).round() / 1000.0)
 }
 
 fn ms(us: u64) -> f64 {
@@ -70,12 +226,14 @@ fn ms(us: u64) -> f64 {
 }
 
 impl History {
-    pub fn latest(&self) -> Option<Arc<str>> {
-        self.samples.back().cloned()
+    /// The newest sample's JSON.
+    pub fn latest(&self, snap: &Snapshot) -> Option<Arc<str>> {
+        self.samples.back().map(|s| s.json(snap))
     }
 
-    pub fn all(&self) -> Vec<Arc<str>> {
-        self.samples.iter().cloned().collect()
+    /// Every sample's JSON, oldest first.
+    pub fn all(&self, snap: &Snapshot) -> Vec<Arc<str>> {
+        self.samples.iter().map(|s| s.json(snap)).collect()
     }
 
     /// Takes a sample of `snap` now.
@@ -89,8 +247,8 @@ impl History {
         self.last = Some(now);
         let mut all = Totals::default();
         let mut all_before = Totals::default();
-        let mut vservers = Vec::new();
-        let mut next_vs = HashMap::new();
+        let mut vservers = Vec::with_capacity(snap.vservers.len());
+        let mut next_vs = HashMap::with_capacity(snap.vservers.len());
         for vs in &snap.vservers {
             let c = vs.counters.read();
             let mut latency = Vec::new();
@@ -115,22 +273,13 @@ impl History {
                     ..t.clone()
                 });
             let recent = delta(&t.latency, &before.latency);
-            let lookups = t.cache_lookups.saturating_sub(before.cache_lookups);
-            vservers.push(json!({
-                "name": vs.name,
-                "requests_per_s": rate(t.requests, before.requests, secs),
-                "errors_per_s": rate(t.errors, before.errors, secs),
-                "bytes_in_per_s": rate(t.bytes_in, before.bytes_in, secs),
-                "bytes_out_per_s": rate(t.bytes_out, before.bytes_out, secs),
-                "p50_ms": ms(quantile(&recent, 0.5)),
-                "p99_ms": ms(quantile(&recent, 0.99)),
-                "connections_active": c.client_connections_active,
-                "requests_total": c.requests,
-                "cache_hit_ratio": hit_ratio(t.cache_hits.saturating_sub(before.cache_hits), lookups),
-                // Failed script events since start (their 500s are in
-                // errors_per_s already; this says the script caused them).
-                "script_errors_total": c.script_errors,
-            }));
+            vservers.push(VserverSample {
+                name: vs.name.clone(),
+                rates: Rates::new(&t, &before, &recent, secs),
+                connections_active: c.client_connections_active,
+                requests_total: c.requests,
+                script_errors_total: c.script_errors,
+            });
             all.requests += t.requests;
             all.errors += t.errors;
             all.bytes_in += t.bytes_in;
@@ -154,68 +303,108 @@ impl History {
         self.vservers = next_vs;
 
         let t_now = now_ms();
-        let mut pools = Vec::new();
-        let mut next_members = HashMap::new();
+        let mut pools = Vec::with_capacity(snap.pools.len());
+        let mut next_members = HashMap::with_capacity(self.members.len());
         for p in &snap.pools {
-            let mut members = Vec::new();
-            for m in p.members.load().iter() {
+            let list = p.members.load();
+            let mut members = Vec::with_capacity(list.len());
+            for m in list.iter() {
                 let c = m.counters.read();
                 let key = format!("{}/{}", p.name, m.addr);
                 let before = self.members.get(&key).copied().unwrap_or(c.requests);
                 let in_use = c
                     .server_connections_active
                     .saturating_sub(c.server_connections_idle);
-                let state = m.state.condition(t_now, in_use);
-                members.push(json!({
-                    "address": m.addr.to_string(),
-                    "state": state,
-                    "status": crate::admin::render::status_text(state, p.health.is_some()),
-                    "failing": m.state.failing(),
-                    "connect_failures": c.connect_failures,
-                    "responses_5xx": c.responses[4],
-                    "admin_state": m.state.admin().as_str(),
-                    "weight": crate::balance::Candidate::weight(m),
-                    "backup": m.backup,
-                    "inflight": m.state.inflight.load(Ordering::Relaxed),
-                    "connections_active": c.server_connections_active,
-                    "requests_per_s": rate(c.requests, before, secs),
-                    "requests_total": c.requests,
-                }));
+                members.push(MemberSample {
+                    address: m.addr,
+                    state: m.state.condition(t_now, in_use),
+                    failing: m.state.failing(),
+                    connect_failures: c.connect_failures,
+                    responses_5xx: c.responses[4],
+                    admin_state: m.state.admin().as_str(),
+                    weight: crate::balance::Candidate::weight(m),
+                    backup: m.backup,
+                    inflight: m.state.inflight.load(Ordering::Relaxed),
+                    connections_active: c.server_connections_active,
+                    requests_per_s: rate(c.requests, before, secs),
+                    requests_total: c.requests,
+                });
                 next_members.insert(key, c.requests);
             }
-            pools.push(json!({ "name": p.name, "members": members }));
+            pools.push(PoolSample {
+                name: p.name.clone(),
+                checked: p.health.is_some(),
+                members,
+            });
         }
         self.members = next_members;
 
-        let sample = json!({
-            "time_ms": std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map(|d| d.as_millis() as u64)
-                .unwrap_or(0),
-            "generation": snap.generation,
-            "totals": {
-                "requests_per_s": rate(all.requests, all_before.requests, secs),
-                "errors_per_s": rate(all.errors, all_before.errors, secs),
-                "bytes_in_per_s": rate(all.bytes_in, all_before.bytes_in, secs),
-                "bytes_out_per_s": rate(all.bytes_out, all_before.bytes_out, secs),
-                "p50_ms": ms(quantile(&all.latency, 0.5)),
-                "p99_ms": ms(quantile(&all.latency, 0.99)),
-                "cache_hit_ratio": hit_ratio(
-                    all.cache_hits.saturating_sub(all_before.cache_hits),
-                    all.cache_lookups.saturating_sub(all_before.cache_lookups),
-                ),
-            },
-            "vservers": vservers,
-            "pools": pools,
-            "certificates": certificates(snap),
-            "cache": {
-                "objects": snap.cache.usage().objects,
-                "bytes": snap.cache.usage().bytes,
-            },
-        });
+        let usage = snap.cache.usage();
         if self.samples.len() == KEEP {
             self.samples.pop_front();
         }
-        self.samples.push_back(Arc::from(sample.to_string()));
+        self.samples.push_back(Sample {
+            time_ms: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis() as u64)
+                .unwrap_or(0),
+            generation: snap.generation,
+            totals: Rates::new(&all, &all_before, &all.latency, secs),
+            vservers,
+            pools,
+            cache_objects: usage.objects,
+            cache_bytes: usage.bytes,
+            json: std::cell::OnceCell::new(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn snapshot() -> Snapshot {
+        let text =
+            "[[vserver]]\nname = \"web\"\nlisten = [\"127.0.0.1:1\"]\ndefault_pool = \"p\"\n\
+                    [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"127.0.0.1:2\"\n";
+        crate::config::parse("t.toml", text, None).expect("config")
+    }
+
+    #[test]
+    fn a_sample_becomes_json_once_and_only_when_asked() {
+        let snap = snapshot();
+        let mut h = History::default();
+        h.take(&snap);
+        assert!(
+            h.samples.back().is_some_and(|s| s.json.get().is_none()),
+            "taking a sample wrote no JSON"
+        );
+        let first = h.latest(&snap).expect("a sample");
+        let again = h.latest(&snap).expect("a sample");
+        assert!(Arc::ptr_eq(&first, &again), "made once, then shared");
+        let v: Value = serde_json::from_str(&first).expect("JSON");
+        assert_eq!(v["vservers"][0]["name"], "web");
+        assert_eq!(v["vservers"][0]["requests_per_s"], 0.0);
+        assert_eq!(v["totals"]["cache_hit_ratio"], Value::Null);
+        assert_eq!(v["pools"][0]["members"][0]["address"], "127.0.0.1:2");
+        assert_eq!(v["pools"][0]["members"][0]["status"], "up (no check)");
+        assert!(v["certificates"].is_array(), "{v}");
+    }
+
+    #[test]
+    fn rates_are_the_change_since_the_last_sample() {
+        let snap = snapshot();
+        let mut h = History::default();
+        h.take(&snap);
+        let vs = &snap.vservers[0];
+        crate::stats::add(&vs.counters.local().requests, 10);
+        std::thread::sleep(Duration::from_millis(100));
+        h.take(&snap);
+        let v: Value = serde_json::from_str(&h.latest(&snap).expect("a sample")).expect("JSON");
+        let rate = v["vservers"][0]["requests_per_s"].as_f64().expect("a rate");
+        // 10 requests in about 0.1 s.
+        assert!((50.0..=101.0).contains(&rate), "{rate}");
+        assert_eq!(v["vservers"][0]["requests_total"], 10);
+        assert_eq!(h.all(&snap).len(), 2);
     }
 }

@@ -117,7 +117,7 @@ impl<C: Control> Admin<C> {
 
     /// The live samples kept (oldest first), for a page that just opened.
     pub fn history(&self) -> Vec<Arc<str>> {
-        self.live.borrow().all()
+        self.live.borrow().all(&self.control.snapshot())
     }
 }
 
@@ -274,7 +274,7 @@ async fn events<S: AsyncWrite + Unpin, C: Control>(s: &mut S, admin: &Admin<C>) 
     let mut last = None;
     loop {
         tick.tick().await;
-        let Some(sample) = admin.live.borrow().latest() else {
+        let Some(sample) = admin.live.borrow().latest(&admin.control.snapshot()) else {
             continue;
         };
         if last.as_ref().is_some_and(|l| Arc::ptr_eq(l, &sample)) {
