@@ -202,17 +202,19 @@ async fn send_request<C: ClientSide, H: Hooks>(
                 }
             };
             x.resend = resend;
-            if let Ok(n) = sent {
-                // The vserver counts the client's bytes once, whatever
-                // the attempts.
-                if !x.shadow {
-                    stats::add(&x.vs.counters.local().bytes_in, n);
-                }
-                x.facts.body_in = n;
-            }
             sent
         }
     };
+    if let Ok(n) = sent {
+        // The vserver counts the client's bytes once, whatever the
+        // attempts: at the first that sent them whole.
+        if x.facts.body_in == 0 {
+            if !x.shadow {
+                stats::add(&x.vs.counters.local().bytes_in, n);
+            }
+            x.facts.body_in = n;
+        }
+    }
     let e = match sent {
         Ok(n) => {
             stats::add(&mc.bytes_out, head_len + n);
