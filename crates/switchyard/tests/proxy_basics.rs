@@ -565,6 +565,9 @@ fn a_body_that_met_a_closed_pooled_connection_goes_again() {
     let (plain, plain_bytes_in) = bodies_through(o.addr);
     assert!(plain.iter().all(|a| a.0 == 200), "{plain:?}");
     assert_eq!(bytes_in, plain_bytes_in);
+    // Each byte once: the six heads' 254 and the bodies' 5 + 5 + 3 (a body
+    // that came in the head's read was counted twice: 282 + 13).
+    assert_eq!(plain_bytes_in, 267);
 }
 
 /// A member that streams `GET` bodies of N bytes and counts `POST` bodies,

@@ -56,7 +56,6 @@ pub fn start(
         peer,
         listen,
         buf: BytesMut::new(),
-        uncounted: 0,
     };
     if read_now(ctx, &mut client) {
         tokio::task::spawn_local(session(ctx.clone(), client, guard, Start::New));
@@ -136,9 +135,8 @@ fn settle(
             ctx.return_buffer(buf);
             Filled::Closed
         }
-        Ok(n) => {
+        Ok(_) => {
             client.buf = buf;
-            client.uncounted = n;
             Filled::Data
         }
         Err(e) => {
@@ -375,9 +373,6 @@ async fn handle_request(
     if c.buf.capacity() == 0 {
         c.buf = ctx.take_buffer();
     }
-    // What the buffer held was counted when read, except bytes read
-    // before the vserver was known.
-    let before = c.buf.len() - std::mem::take(&mut c.uncounted).min(c.buf.len());
     let reading = Instant::now();
     let raw = match read_head(
         &mut c.stream,
@@ -411,10 +406,11 @@ async fn handle_request(
     if first && vs.h2c && raw[..] == *client_h2_conn::PREFACE_HEAD {
         return Next::Http2;
     }
-    stats::add(
-        &vc.bytes_in,
-        (raw.len() + c.buf.len()).saturating_sub(before) as u64,
-    );
+    // The head's bytes; the body's are counted as they go to the member
+    // (the exchange), a tunnel's by the tunnel. Counting every byte read
+    // here counted a body's first bytes twice: those that came with the
+    // head, then again as the body.
+    stats::add(&vc.bytes_in, raw.len() as u64);
     let req = match head::parse_request(raw, st.max_headers) {
         Ok(r) => r,
         Err(e) => {
@@ -487,7 +483,6 @@ mod size_tests {
                     peer: a,
                     listen: a,
                     buf: BytesMut::new(),
-                    uncounted: 0,
                 },
                 guard,
                 Start::New,

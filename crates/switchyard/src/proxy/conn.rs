@@ -19,9 +19,6 @@ pub struct Client {
     pub(super) peer: SocketAddr,
     pub(super) listen: SocketAddr,
     pub(super) buf: BytesMut,
-    /// Bytes at the start of `buf` read before the vserver was looked up
-    /// (at accept, on resume, after a wake-up), not yet in its `bytes_in`.
-    pub(super) uncounted: usize,
 }
 
 impl Client {
