@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::api::certificates;
@@ -43,7 +44,7 @@ pub struct History {
 }
 
 /// A period's rates and quantiles, for one vserver or for all.
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy, Default, Serialize)]
 struct Rates {
     requests_per_s: f64,
     errors_per_s: f64,
@@ -70,29 +71,17 @@ impl Rates {
             ),
         }
     }
-
-    fn json(&self) -> serde_json::Map<String, Value> {
-        let v = json!({
-            "requests_per_s": self.requests_per_s,
-            "errors_per_s": self.errors_per_s,
-            "bytes_in_per_s": self.bytes_in_per_s,
-            "bytes_out_per_s": self.bytes_out_per_s,
-            "p50_ms": self.p50_ms,
-            "p99_ms": self.p99_ms,
-            "cache_hit_ratio": self.cache_hit_ratio,
-        });
-        match v {
-            Value::Object(m) => m,
-            _ => serde_json::Map::new(),
-        }
-    }
 }
 
+#[derive(Serialize)]
 struct VserverSample {
     name: String,
+    #[serde(flatten)]
     rates: Rates,
     connections_active: u64,
     requests_total: u64,
+    /// Failed script events since start (their 500s are in errors_per_s
+    /// already; this says the script caused them).
     script_errors_total: u64,
 }
 
@@ -139,23 +128,6 @@ impl Sample {
     fn json(&self, snap: &Snapshot) -> Arc<str> {
         self.json
             .get_or_init(|| {
-                let totals = self.totals.json();
-                let vservers: Vec<Value> = self
-                    .vservers
-                    .iter()
-                    .map(|v| {
-                        let mut o = serde_json::Map::new();
-                        o.insert("name".into(), json!(v.name));
-                        o.extend(v.rates.json());
-                        o.insert("connections_active".into(), json!(v.connections_active));
-                        o.insert("requests_total".into(), json!(v.requests_total));
-                        // Failed script events since start (their 500s are
-                        // in errors_per_s already; this says the script
-                        // caused them).
-                        o.insert("script_errors_total".into(), json!(v.script_errors_total));
-                        Value::Object(o)
-                    })
-                    .collect();
                 let pools: Vec<Value> = self
                     .pools
                     .iter()
@@ -187,8 +159,8 @@ impl Sample {
                 let sample = json!({
                     "time_ms": self.time_ms,
                     "generation": self.generation,
-                    "totals": totals,
-                    "vservers": vservers,
+                    "totals": self.totals,
+                    "vservers": self.vservers,
                     "pools": pools,
                     "certificates": certificates(snap),
                     "cache": {

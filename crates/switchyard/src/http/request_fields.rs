@@ -91,7 +91,7 @@ impl Collector {
             return;
         }
         self.regular = true;
-        if !valid_name(name) {
+        if !is_lower_token(name) {
             self.malformed = Some("invalid field name");
         } else if value.iter().any(|b| matches!(b, 0 | b'\r' | b'\n')) {
             self.malformed = Some("invalid field value");
@@ -172,12 +172,6 @@ fn is_connection_specific(name: &[u8], value: &[u8]) -> bool {
         b"te" => value != b"trailers",
         _ => false,
     }
-}
-
-/// A lowercase token (RFC 9110 5.1; RFC 9113 8.2.1 and RFC 9114 4.2
-/// refuse uppercase).
-fn valid_name(n: &[u8]) -> bool {
-    is_lower_token(n)
 }
 
 #[cfg(test)]

@@ -180,13 +180,7 @@ async fn send_request<C: ClientSide, H: Hooks>(
             if req.expect_continue && has_body && !client.send_continue(req).await {
                 return Err(Failure::cut(Origin::Client, "the client went away"));
             }
-            let mut resend = match req.head.framing {
-                Framing::Length(n) if req.method.idempotent() && a.may_retry => {
-                    Resend::keeping(Some(n))
-                }
-                Framing::Chunked if req.method.idempotent() && a.may_retry => Resend::keeping(None),
-                _ => Resend::Off,
-            };
+            let mut resend = Resend::for_request(req, a.may_retry);
             let sent = {
                 let mut sink = Inspect {
                     hooks,

@@ -16,7 +16,7 @@
 use bytes::Bytes;
 
 use crate::http::body::{BodyError, Sink};
-use crate::http::message::Fields;
+use crate::http::message::{Fields, Framing, Request};
 
 /// The longest body kept for a resend.
 pub(super) const LIMIT: usize = 64 * 1024;
@@ -37,13 +37,18 @@ pub(super) enum Resend {
 }
 
 impl Resend {
-    /// Starts keeping a body of `known` length (None: chunked) when it
-    /// fits.
-    pub(super) fn keeping(known: Option<u64>) -> Resend {
-        match known {
-            Some(n) if n > LIMIT as u64 => Resend::Off,
-            Some(n) => Resend::Keeping(Vec::with_capacity(n as usize)),
-            None => Resend::Keeping(Vec::new()),
+    /// What to keep of a request's body on its way to a member: a copy
+    /// when the request may go again (`may_retry`: an attempt is left) and
+    /// the body fits.
+    pub(super) fn for_request(req: &Request, may_retry: bool) -> Resend {
+        if !req.method.idempotent() || !may_retry {
+            return Resend::Off;
+        }
+        match req.head.framing {
+            Framing::Length(n) if n > LIMIT as u64 => Resend::Off,
+            Framing::Length(n) => Resend::Keeping(Vec::with_capacity(n as usize)),
+            Framing::Chunked => Resend::Keeping(Vec::new()),
+            Framing::None | Framing::Close => Resend::Off,
         }
     }
 
@@ -103,6 +108,13 @@ impl<S: Sink> Sink for Keep<'_, S> {
 mod tests {
     use super::*;
 
+    /// What is kept of a PUT with `framing` (a Content-Length or chunked).
+    fn put(framing: &str) -> Resend {
+        let raw = format!("PUT / HTTP/1.1\r\nHost: h\r\n{framing}\r\n\r\n");
+        let req = crate::http::head::parse_request(Bytes::from(raw), 100).expect("a request");
+        Resend::for_request(&req, true)
+    }
+
     fn run(resend: &mut Resend, pieces: &[&[u8]], end: bool) {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
@@ -123,7 +135,7 @@ mod tests {
 
     #[test]
     fn a_body_that_fits_is_kept_whole_at_its_end() {
-        let mut r = Resend::keeping(Some(6));
+        let mut r = put("Content-Length: 6");
         run(&mut r, &[b"abc", b"def"], false);
         assert!(!r.is_whole(), "not whole before its end");
         run(&mut r, &[], true);
@@ -136,14 +148,14 @@ mod tests {
     #[test]
     fn a_body_past_the_limit_is_not_kept() {
         assert!(matches!(
-            Resend::keeping(Some(LIMIT as u64 + 1)),
+            put(&format!("Content-Length: {}", LIMIT + 1)),
             Resend::Off
         ));
-        let mut r = Resend::keeping(None);
+        let mut r = put("Transfer-Encoding: chunked");
         let piece = vec![b'x'; LIMIT / 2 + 1];
         run(&mut r, &[&piece, &piece], true);
         assert!(!r.is_whole());
-        let mut r = Resend::keeping(None);
+        let mut r = put("Transfer-Encoding: chunked");
         let piece = vec![b'x'; LIMIT / 2];
         run(&mut r, &[&piece, &piece], true);
         assert_eq!(r.whole().map(|(b, _)| b.len()), Some(LIMIT));
