@@ -432,8 +432,8 @@ fn distinct_paths(l: &LoadConfig) -> usize {
 /// What the sampling hook collects during one load run.
 #[derive(Default)]
 struct Samples {
-    cpu0: f64,
-    cpu1: f64,
+    cpu0: crate::sys::CpuReading,
+    cpu1: crate::sys::CpuReading,
     t0: Option<Instant>,
     t1: Option<Instant>,
     rss_max: u64,
@@ -452,12 +452,12 @@ fn run_load(
     let wall0 = Instant::now();
     let res = load::run(cfg, &mut |e| match e {
         Edge::SteadyStart => {
-            s.cpu0 = dut.sample().cpu_secs;
+            s.cpu0 = dut.sample().cpu;
             s.t0 = Some(Instant::now());
             s.origin0 = origin.stats();
         }
         Edge::SteadyEnd => {
-            s.cpu1 = dut.sample().cpu_secs;
+            s.cpu1 = dut.sample().cpu;
             s.t1 = Some(Instant::now());
             s.origin1 = origin.stats();
         }
@@ -474,7 +474,7 @@ fn run_load(
 
 fn dut_cpu_share(s: &Samples) -> f64 {
     match (s.t0, s.t1) {
-        (Some(a), Some(b)) if b > a => (s.cpu1 - s.cpu0) / (b - a).as_secs_f64(),
+        (Some(a), Some(b)) if b > a => s.cpu1.since(&s.cpu0) / (b - a).as_secs_f64(),
         _ => 0.0,
     }
 }
@@ -675,7 +675,7 @@ fn run_sample(
     };
     d.stop();
     let steady = r.steady_secs;
-    let cpu = (s.cpu1 - s.cpu0).max(0.0);
+    let cpu = s.cpu1.since(&s.cpu0);
     let share = dut_cpu_share(&s);
     let od = s.origin1.since(&s.origin0);
     // Integrated, not sampled: a proxy that opens and closes a member

@@ -732,7 +732,7 @@ async fn measure_inproc(
             c.lost.load(Relaxed),
         )
     };
-    let d0 = sys::sample_tree(dut_pid).cpu_secs;
+    let d0 = sys::sample_tree(dut_pid).cpu;
     let l0 = sys::process_cpu();
     let m0 = machine_busy_secs();
     let t0 = Instant::now();
@@ -740,7 +740,7 @@ async fn measure_inproc(
     tokio::time::sleep(ph.steady).await;
     let s1 = snap(&c);
     let secs = t0.elapsed().as_secs_f64();
-    let d1 = sys::sample_tree(dut_pid).cpu_secs;
+    let d1 = sys::sample_tree(dut_pid).cpu;
     let l1 = sys::process_cpu();
     let m1 = machine_busy_secs();
     stop.store(true, Relaxed);
@@ -756,7 +756,7 @@ async fn measure_inproc(
         bytes: s1.1 - s0.1,
         errors: s1.2 - s0.2,
         lost: s1.3 - s0.3,
-        dut_cpu: (d1 - d0).max(0.0),
+        dut_cpu: d1.since(&d0),
         load_cpu: (l1 - l0).as_secs_f64(),
         machine_cpu: m1 - m0,
         note: None,
@@ -805,7 +805,7 @@ fn measure_tool(
         }
         _ => unreachable!("in-process load"),
     };
-    let d0 = sys::sample_tree(dut_pid).cpu_secs;
+    let d0 = sys::sample_tree(dut_pid).cpu;
     let m0 = machine_busy_secs();
     let t0 = Instant::now();
     let out = cmd
@@ -813,7 +813,7 @@ fn measure_tool(
         .output()
         .map_err(|e| format!("cannot run the tool: {e}"))?;
     let wall = t0.elapsed().as_secs_f64();
-    let d1 = sys::sample_tree(dut_pid).cpu_secs;
+    let d1 = sys::sample_tree(dut_pid).cpu;
     let m1 = machine_busy_secs();
     let text = String::from_utf8_lossy(&out.stdout).to_string();
     if !out.status.success() {
@@ -825,7 +825,7 @@ fn measure_tool(
         ));
     }
     let mut m = Measured {
-        dut_cpu: (d1 - d0).max(0.0),
+        dut_cpu: d1.since(&d0),
         machine_cpu: m1 - m0,
         ..Measured::default()
     };
