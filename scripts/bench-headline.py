@@ -12,7 +12,9 @@ offered rate" are the ones to read first; a case's maximum (its primary
 KPI) is given beside it for Switchyard. Runs a target could not do are "—";
 invalid runs are left out and counted. `--kpi NAME` shows that KPI of the
 report instead (p99_us: the P99 in ms, lower is better, ratios likewise
-peer / Switchyard).
+peer / Switchyard). `--behind a,b` lists, after the table, the rows where
+the best of those peers is more than 5 % below Switchyard (issue 33's
+target against HAProxy 2.8 and nginx 1.31).
 """
 import gzip
 import json
@@ -36,6 +38,8 @@ def main():
         targets = args[args.index("--targets") + 1].split(",")
     kpi = args[args.index("--kpi") + 1] if "--kpi" in args else "dut_cpu_us_per_req"
     only = args[args.index("--scenario") + 1].split(",") if "--scenario" in args else None
+    behind = args[args.index("--behind") + 1].split(",") if "--behind" in args else []
+    shortfalls = []
     scale, unit = (1000.0, "P99 ms") if kpi.endswith("_us") else (1.0, "µs/req")
     cases = {}
     order = []
@@ -88,6 +92,14 @@ def main():
                 v = f"{m:.2f}" if scale > 1 else f"{m:.1f}"
                 row.append(f"{v} ({m / sy:.2f}x)" + (f", {bad} invalid" if bad else ""))
         print("| " + " | ".join(row) + " |")
+        best = min((med[t], t) for t in behind if med.get(t) is not None) if any(
+            med.get(t) is not None for t in behind) else None
+        if best and best[0] / sy < 0.95:
+            shortfalls.append(f"- {key[0]} {key[1]}: {best[1]} {best[0] / sy:.2f}x")
+    if behind:
+        print()
+        print(f"Rows where the best of {', '.join(behind)} is more than 5 % below Switchyard:")
+        print("\n".join(shortfalls) if shortfalls else "- none")
 
 
 main()

@@ -11,6 +11,9 @@
 //! canonical: codes of one length are consecutive, in symbol order, and
 //! shorter codes sort first). About 2 ns per decoded byte.
 
+mod memo;
+pub use memo::Memo;
+
 /// Why a Huffman string does not decode (RFC 7541 5.2): the message says
 /// which rule it breaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -353,6 +353,60 @@ fn http3_request_fields_reach_the_member_and_malformed_heads_are_reset() {
     assert_eq!(all("user-agent"), ["h3-test"], "{m:?}");
 }
 
+/// The connection remembers the Huffman strings its client sent
+/// (switchyard_huffman::Memo): a field whose value changes, comes back, or
+/// moves to another position in the section reaches the member as this
+/// request sent it, never as an earlier request of the connection did.
+#[test]
+fn http3_fields_that_change_between_requests_on_a_connection_arrive_as_sent() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]", "");
+    // (path, user-agent, x-v, x-extra sent first when Some), one connection.
+    let sent: [(&str, &str, &str, Option<&str>); 6] = [
+        ("/1", "agent-one/1.0", "alpha-value-1", None),
+        ("/2", "agent-one/1.0", "alpha-value-1", None),
+        ("/3", "agent-two/2.0", "beta-value-22", None),
+        ("/4", "agent-one/1.0", "alpha-value-1", None),
+        ("/5", "agent-one/1.0", "alpha-value-1", Some("shifted-by-one")),
+        ("/6", "agent-one/1.0", "alpha-value-1", None),
+    ];
+    let requests: Vec<serde_json::Value> = sent
+        .iter()
+        .map(|(path, ua, xv, extra)| {
+            let mut h = Vec::new();
+            if let Some(e) = extra {
+                h.push(serde_json::json!(["x-extra", e]));
+            }
+            h.push(serde_json::json!(["user-agent", ua]));
+            h.push(serde_json::json!(["x-v", xv]));
+            serde_json::json!({"method": "GET", "path": path, "headers": h})
+        })
+        .collect();
+    let out = h3(&py, s.listen, &s.ca, serde_json::Value::Array(requests));
+    assert!(out.get("error").is_none(), "{out}");
+    let r = out["responses"].as_array().expect("responses");
+    assert!(r.iter().all(|x| x["status"] == 200), "{out}");
+    let seen = s.origin.seen();
+    assert_eq!(seen.len(), sent.len(), "{seen:?}");
+    for (path, ua, xv, extra) in sent {
+        let m = seen
+            .iter()
+            .find(|m| m.request_line().starts_with(&format!("GET {path} ")))
+            .unwrap_or_else(|| panic!("{path} never reached the member: {seen:?}"));
+        let one = |name: &str| -> Option<String> {
+            m.head
+                .lines()
+                .skip(1)
+                .filter_map(|l| l.split_once(':'))
+                .find(|(n, _)| n.trim().eq_ignore_ascii_case(name))
+                .map(|(_, v)| v.trim().to_string())
+        };
+        assert_eq!(one("user-agent").as_deref(), Some(ua), "{path}: {m:?}");
+        assert_eq!(one("x-v").as_deref(), Some(xv), "{path}: {m:?}");
+        assert_eq!(one("x-extra").as_deref(), extra, "{path}: {m:?}");
+    }
+}
+
 /// A client certificate over HTTP/3: its subject reaches the member and a
 /// policy on that field, as over TCP (tests/tls.rs); a client without one
 /// that writes the field itself is refused by the policy, and its copy

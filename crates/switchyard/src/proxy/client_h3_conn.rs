@@ -14,7 +14,7 @@
 //! own idle timer), and on drain (GOAWAY, then the streams in flight
 //! finish).
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::net::SocketAddr;
 use std::rc::Rc;
 use std::time::Instant;
@@ -173,12 +173,15 @@ async fn run(
     // Held by every stream's task: the connection is not done (nor its
     // gauges, which a drain waits on) while one of its streams is.
     let open = Rc::new(());
+    // The Huffman strings this client sent, decoded (switchyard_huffman::Memo:
+    // a client sends the same ones with every request).
+    let huffman_memo = Rc::new(RefCell::new(switchyard_huffman::Memo::new()));
     let mut going_away = false;
     loop {
         // Woken at least every second to notice a drain.
         match ctx.idle_watch.within(now_ms() + 1000, h3.accept()).await {
             Ok(Ok(Some(resolver))) => {
-                let (ctx, open) = (ctx.clone(), open.clone());
+                let (ctx, open, memo) = (ctx.clone(), open.clone(), huffman_memo.clone());
                 let confirmed = confirmed.clone();
                 let shared = Shared {
                     peer,
@@ -191,7 +194,7 @@ async fn run(
                     let _open = open;
                     let mut head = Collector::new(false);
                     match resolver
-                        .resolve_request_with(|name, value| head.field(name, value))
+                        .resolve_request_with(&memo, |name, value| head.field(name, value))
                         .await
                     {
                         Ok(mut stream) => {

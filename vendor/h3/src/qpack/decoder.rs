@@ -269,9 +269,16 @@ pub fn decode_stateless<T: Buf>(buf: &mut T, max_size: u64) -> Result<Decoded, D
 /// of the name and of the value, two allocations), which h3 then copied
 /// again into a `HeaderMap`. Same refusals and the same size accounting
 /// (`HeaderTooLong` past `max_size`).
+///
+/// Fourth patch: Huffman strings go through `memo`, the connection's
+/// memory of what its client sent (switchyard_huffman::Memo): a value of
+/// a field named by the static table is kept by that index, a field with
+/// a literal name by its position in the section (clients send their
+/// fields in the same order request after request).
 pub fn decode_stateless_with(
     mut block: &[u8],
     max_size: u64,
+    memo: &mut switchyard_huffman::Memo,
     mut field: impl FnMut(&[u8], &[u8]),
 ) -> Result<(), DecoderError> {
     let (required_ref, _base) = HeaderPrefix::decode(&mut block)?.get(0, 0)?;
@@ -280,7 +287,10 @@ pub fn decode_stateless_with(
     }
     let mut mem_size = 0u64;
     let (mut name_scratch, mut value_scratch) = (Vec::new(), Vec::new());
+    let mut name_copy = Vec::new();
+    let mut position = 0u32;
     while let Some(&first) = block.first() {
+        position += 1;
         let (name, value): (&[u8], &[u8]) = match HeaderBlockField::decode(first) {
             HeaderBlockField::IndexedWithPostBase => return Err(DecoderError::MissingRefs(0)),
             HeaderBlockField::LiteralWithPostBaseNameRef => {
@@ -297,8 +307,13 @@ pub fn decode_stateless_with(
                 (f, index) if f & 0b0101 == 0b0101 => {
                     let index: usize = index.try_into()?;
                     let name = &StaticTable::get(index)?.name;
-                    let value = prefix_string::decode_slice(8, &mut block, &mut value_scratch)?
-                        .unwrap_or(&value_scratch);
+                    let value = prefix_string::decode_slice_memo(
+                        8,
+                        &mut block,
+                        memo,
+                        index as u32,
+                        &mut value_scratch,
+                    )?;
                     (name, value)
                 }
                 (f, _) if f & 0b0101 == 0b0100 => return Err(DecoderError::MissingRefs(0)),
@@ -308,11 +323,26 @@ pub fn decode_stateless_with(
                 if first & 0b1110_0000 != 0b0010_0000 {
                     return Err(DecoderError::UnknownPrefix(first));
                 }
-                let name = prefix_string::decode_slice(4, &mut block, &mut name_scratch)?
-                    .unwrap_or(&name_scratch);
-                let value = prefix_string::decode_slice(8, &mut block, &mut value_scratch)?
-                    .unwrap_or(&value_scratch);
-                (name, value)
+                // Keys past the static table's 99 indexes: two per position.
+                let key = 100 + 2 * position;
+                let name = prefix_string::decode_slice_memo(
+                    4,
+                    &mut block,
+                    memo,
+                    key,
+                    &mut name_scratch,
+                )?;
+                // The value goes through the memo too: the name is copied out.
+                name_copy.clear();
+                name_copy.extend_from_slice(name);
+                let value = prefix_string::decode_slice_memo(
+                    8,
+                    &mut block,
+                    memo,
+                    key + 1,
+                    &mut value_scratch,
+                )?;
+                (&name_copy[..], value)
             }
             _ => return Err(DecoderError::UnknownPrefix(first)),
         };

@@ -83,10 +83,13 @@ where
     /// (RFC 9114 4.1.2, 4.2, 4.3) and stops a malformed request's stream
     /// with H3_MESSAGE_ERROR itself. A section past
     /// `max_field_section_size` is answered 431 here, as
-    /// `resolve_request` does.
+    /// `resolve_request` does. Huffman strings are decoded through `memo`,
+    /// the connection's (fourth patch): borrowed only while the frame is
+    /// decoded, after the await.
     #[cfg_attr(feature = "tracing", instrument(skip_all, level = "trace"))]
     pub async fn resolve_request_with(
         mut self,
+        memo: &std::cell::RefCell<switchyard_huffman::Memo>,
         field: impl FnMut(&[u8], &[u8]),
     ) -> Result<RequestStream<C::BidiStream, B>, StreamError> {
         let frame = std::future::poll_fn(|cx| self.frame_stream.poll_next(cx)).await;
@@ -111,8 +114,13 @@ where
                 return Err(self.handle_frame_stream_error_on_request_stream(e));
             }
         };
-        let too_long = match qpack::decode_stateless_with(&encoded, self.max_field_section_size, field)
-        {
+        let decoded = qpack::decode_stateless_with(
+            &encoded,
+            self.max_field_section_size,
+            &mut memo.borrow_mut(),
+            field,
+        );
+        let too_long = match decoded {
             Ok(()) => None,
             Err(qpack::DecoderError::HeaderTooLong(cancel_size)) => Some(cancel_size),
             Err(_e) => {

@@ -62,15 +62,17 @@ pub fn decode<B: Buf>(size: u8, buf: &mut B) -> Result<Vec<u8>, Error> {
     Ok(decoded)
 }
 
-/// Switchyard's patch (third, vendor/h3/PATCHED.md): a string of a
-/// contiguous field section, as a slice of it when raw (`Some`: no copy
-/// at all), or decoded into `scratch` (`None`; kept by the caller from one
-/// field to the next, so no allocation per string either).
-pub fn decode_slice<'a>(
+/// Switchyard's patch (fourth, vendor/h3/PATCHED.md): a string of a
+/// contiguous field section, as a slice of it when raw, or decoded through
+/// the connection's memory of its client's Huffman strings (`memo`, by the
+/// field's `key`), where the same bytes sent before are not decoded again.
+pub fn decode_slice_memo<'b: 'm, 'm>(
     size: u8,
-    buf: &mut &'a [u8],
-    scratch: &mut Vec<u8>,
-) -> Result<Option<&'a [u8]>, Error> {
+    buf: &mut &'b [u8],
+    memo: &'m mut switchyard_huffman::Memo,
+    key: u32,
+    scratch: &'m mut Vec<u8>,
+) -> Result<&'m [u8], Error> {
     let (flags, len) = prefix_int::decode(size - 1, buf)?;
     let len: usize = len.try_into()?;
     if buf.len() < len {
@@ -79,11 +81,10 @@ pub fn decode_slice<'a>(
     let (string, rest) = buf.split_at(len);
     *buf = rest;
     if flags & 1 == 0 {
-        return Ok(Some(string));
+        return Ok(string);
     }
-    scratch.clear();
-    switchyard_huffman::decode(string, scratch).map_err(|e| Error::Huffman(e.0))?;
-    Ok(None)
+    memo.decode(key, string, scratch)
+        .map_err(|e| Error::Huffman(e.0))
 }
 
 // Switchyard's patch (vendor/h3/PATCHED.md): literals go out raw (the H
