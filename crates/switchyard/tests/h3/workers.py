@@ -16,6 +16,7 @@ migration proper), and sends GET /c<i>/<move> from there. Prints
 
 import asyncio
 import json
+import socket
 import ssl
 import sys
 
@@ -60,14 +61,33 @@ class Client(QuicConnectionProtocol):
         return r.get("status")
 
 
+def fresh_socket(ip, used):
+    """A UDP socket on `ip` at a port this client has not used yet. A
+    socket closed at one move frees its port, and the kernel may hand the
+    same port out again at the next move back to that address: then the
+    client would not have moved at all."""
+    held = []
+    while True:
+        s = socket.socket(socket.AF_INET6 if ":" in ip else socket.AF_INET, socket.SOCK_DGRAM)
+        s.bind((ip, 0))
+        name = s.getsockname()[:2]
+        if name not in used:
+            for h in held:
+                h.close()
+            used.add(name)
+            return s
+        held.append(s)
+
+
 async def one(i, host, port, ca, name, moves, other_ip, first_ip):
     loop = asyncio.get_running_loop()
     cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name=name)
     cfg.load_verify_locations(ca)
     cfg.verify_mode = ssl.CERT_REQUIRED
     first_ip = first_ip or ("::1" if ":" in host else "127.0.0.1")
+    used = set()
     _, proto = await loop.create_datagram_endpoint(
-        lambda: Client(QuicConnection(configuration=cfg)), local_addr=(first_ip, 0)
+        lambda: Client(QuicConnection(configuration=cfg)), sock=fresh_socket(first_ip, used)
     )
     out = {"statuses": [], "local": []}
     authority = f"{name}:{port}"
@@ -81,7 +101,7 @@ async def one(i, host, port, ca, name, moves, other_ip, first_ip):
                 if m % 2 == 0:
                     proto.change_connection_id()
                 old = proto._transport
-                await loop.create_datagram_endpoint(lambda: proto, local_addr=(ip, 0))
+                await loop.create_datagram_endpoint(lambda: proto, sock=fresh_socket(ip, used))
                 old.close()
             ip, lport = proto._transport.get_extra_info("sockname")[:2]
             out["local"].append(f"{ip}:{lport}")
