@@ -92,8 +92,7 @@ def main():
                 v = f"{m:.2f}" if scale > 1 else f"{m:.1f}"
                 row.append(f"{v} ({m / sy:.2f}x)" + (f", {bad} invalid" if bad else ""))
         print("| " + " | ".join(row) + " |")
-        best = min((med[t], t) for t in behind if med.get(t) is not None) if any(
-            med.get(t) is not None for t in behind) else None
+        best = min(((med[t], t) for t in behind if med.get(t) is not None), default=None)
         if best and best[0] / sy < 0.95:
             shortfalls.append(f"- {key[0]} {key[1]}: {best[1]} {best[0] / sy:.2f}x")
     if behind:

@@ -209,18 +209,12 @@ pub fn sample_tree(pid: u32) -> TreeSample {
     }
     if sched_ok && !ids.is_empty() {
         ids.sort_unstable();
-        s.cpu.threads = fnv1a(&ids);
+        let mut h = std::hash::DefaultHasher::new();
+        std::hash::Hash::hash(&ids, &mut h);
+        // Never 0, which says "no schedstat".
+        s.cpu.threads = std::hash::Hasher::finish(&h) | 1;
     }
     s
-}
-
-fn fnv1a(ids: &[u32]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in ids.iter().flat_map(|id| id.to_le_bytes()) {
-        h ^= u64::from(b);
-        h = h.wrapping_mul(0x0100_0000_01b3);
-    }
-    h
 }
 
 fn rss(pid: u32) -> u64 {

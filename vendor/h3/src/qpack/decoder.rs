@@ -270,11 +270,13 @@ pub fn decode_stateless<T: Buf>(buf: &mut T, max_size: u64) -> Result<Decoded, D
 /// again into a `HeaderMap`. Same refusals and the same size accounting
 /// (`HeaderTooLong` past `max_size`).
 ///
-/// Fourth patch: Huffman strings go through `memo`, the connection's
+/// Fourth patch: Huffman-coded values go through `memo`, the connection's
 /// memory of what its client sent (switchyard_huffman::Memo): a value of
-/// a field named by the static table is kept by that index, a field with
-/// a literal name by its position in the section (clients send their
-/// fields in the same order request after request).
+/// a field named by the static table is kept by that index, one with a
+/// literal name by the field's position in the section (clients send
+/// their fields in the same order request after request). Literal names
+/// are short and decoded as before: through the memo they would have to
+/// be copied out of it before their value could use it.
 pub fn decode_stateless_with(
     mut block: &[u8],
     max_size: u64,
@@ -287,7 +289,6 @@ pub fn decode_stateless_with(
     }
     let mut mem_size = 0u64;
     let (mut name_scratch, mut value_scratch) = (Vec::new(), Vec::new());
-    let mut name_copy = Vec::new();
     let mut position = 0u32;
     while let Some(&first) = block.first() {
         position += 1;
@@ -323,26 +324,16 @@ pub fn decode_stateless_with(
                 if first & 0b1110_0000 != 0b0010_0000 {
                     return Err(DecoderError::UnknownPrefix(first));
                 }
-                // Keys past the static table's 99 indexes: two per position.
-                let key = 100 + 2 * position;
-                let name = prefix_string::decode_slice_memo(
-                    4,
-                    &mut block,
-                    memo,
-                    key,
-                    &mut name_scratch,
-                )?;
-                // The value goes through the memo too: the name is copied out.
-                name_copy.clear();
-                name_copy.extend_from_slice(name);
+                let name = prefix_string::decode_slice(4, &mut block, &mut name_scratch)?;
+                // Keys past the static table's 99 indexes: one per position.
                 let value = prefix_string::decode_slice_memo(
                     8,
                     &mut block,
                     memo,
-                    key + 1,
+                    100 + position,
                     &mut value_scratch,
                 )?;
-                (&name_copy[..], value)
+                (name, value)
             }
             _ => return Err(DecoderError::UnknownPrefix(first)),
         };

@@ -62,17 +62,10 @@ pub fn decode<B: Buf>(size: u8, buf: &mut B) -> Result<Vec<u8>, Error> {
     Ok(decoded)
 }
 
-/// Switchyard's patch (fourth, vendor/h3/PATCHED.md): a string of a
-/// contiguous field section, as a slice of it when raw, or decoded through
-/// the connection's memory of its client's Huffman strings (`memo`, by the
-/// field's `key`), where the same bytes sent before are not decoded again.
-pub fn decode_slice_memo<'b: 'm, 'm>(
-    size: u8,
-    buf: &mut &'b [u8],
-    memo: &'m mut switchyard_huffman::Memo,
-    key: u32,
-    scratch: &'m mut Vec<u8>,
-) -> Result<&'m [u8], Error> {
+/// Switchyard's patch (third, vendor/h3/PATCHED.md): the next string
+/// literal of a contiguous field section, as sent, and whether it is
+/// Huffman-coded.
+fn split_literal<'b>(size: u8, buf: &mut &'b [u8]) -> Result<(bool, &'b [u8]), Error> {
     let (flags, len) = prefix_int::decode(size - 1, buf)?;
     let len: usize = len.try_into()?;
     if buf.len() < len {
@@ -80,7 +73,40 @@ pub fn decode_slice_memo<'b: 'm, 'm>(
     }
     let (string, rest) = buf.split_at(len);
     *buf = rest;
-    if flags & 1 == 0 {
+    Ok((flags & 1 == 1, string))
+}
+
+/// Switchyard's patch (third): a string of a contiguous field section, as
+/// a slice of it when raw (no copy at all), or decoded into `scratch`
+/// (kept by the caller from one field to the next, so no allocation per
+/// string either).
+pub fn decode_slice<'b: 'm, 'm>(
+    size: u8,
+    buf: &mut &'b [u8],
+    scratch: &'m mut Vec<u8>,
+) -> Result<&'m [u8], Error> {
+    let (huffman, string) = split_literal(size, buf)?;
+    if !huffman {
+        return Ok(string);
+    }
+    scratch.clear();
+    switchyard_huffman::decode(string, scratch).map_err(|e| Error::Huffman(e.0))?;
+    Ok(scratch)
+}
+
+/// Switchyard's patch (fourth): as `decode_slice`, a Huffman string
+/// decoded through the connection's memory of its client's strings
+/// (`memo`, by the field's `key`), where the same bytes sent before are
+/// not decoded again.
+pub fn decode_slice_memo<'b: 'm, 'm>(
+    size: u8,
+    buf: &mut &'b [u8],
+    memo: &'m mut switchyard_huffman::Memo,
+    key: u32,
+    scratch: &'m mut Vec<u8>,
+) -> Result<&'m [u8], Error> {
+    let (huffman, string) = split_literal(size, buf)?;
+    if !huffman {
         return Ok(string);
     }
     memo.decode(key, string, scratch)
