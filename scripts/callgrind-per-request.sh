@@ -17,7 +17,8 @@
 # TLS 1 KB (h2load -c 4 -m 10, ALPN h2; handshakes are in both runs alike).
 # Switchyard only (CASES=h3tls1k h2tls20): HTTP/3 1 KB on 20 connections x
 # 10 streams (oha --http-version 3; [vserver.http3] added as h3_configs.py
-# does) and HTTP/2 with the same shape (h2load -c 20 -m 10).
+# does) and HTTP/2 with the same shape (h2load -c 20 -m 10); h3tls64k and
+# h2tls64k the same with 64 KB responses.
 set -u
 W=${1:?usage: callgrind-per-request.sh REPORT_DIR/work [N]}
 N=${2:-2000}
@@ -32,6 +33,7 @@ python3 -c "import sys; sys.path.insert(0, '$(dirname "$0")'); import h3_configs
 export PATH="/opt/switchyard-bench-peers/bin:$PATH"
 taskset -c 1 $B bench origin --listen 127.0.0.1:27081 --listen 127.0.0.1:27082 >/dev/null 2>&1 & O=$!
 sleep 0.3
+size_of() { case $1 in *64k) echo 65536 ;; *) echo 1024 ;; esac; }
 ir() { # target case n -> total Ir
   local out="$T/cg.$1.$2.$3"
   case $1 in
@@ -48,8 +50,9 @@ ir() { # target case n -> total Ir
     close128) taskset -c 1 h2load --h1 -n "$3" -c 10 -H "connection: close" http://127.0.0.1:26080/size/128 >/dev/null 2>&1 ;;
     h2tls1k) taskset -c 1 h2load -n "$3" -c 4 -m 10 https://127.0.0.1:26084/size/1024 >/dev/null 2>&1 ;;
     h2tls20) taskset -c 1 h2load -n "$3" -c 20 -m 10 https://127.0.0.1:26084/size/1024 >/dev/null 2>&1 ;;
-    h3tls1k) taskset -c 1 oha --http-version 3 --insecure --no-tui -c 20 -p 10 -n "$3" \
-      --connect-to bench.switchyard.test:26084:127.0.0.1:26084 https://bench.switchyard.test:26084/size/1024 >/dev/null 2>&1 ;;
+    h3tls1k|h3tls64k) taskset -c 1 oha --http-version 3 --insecure --no-tui -c 20 -p 10 -n "$3" \
+      --connect-to bench.switchyard.test:26084:127.0.0.1:26084 https://bench.switchyard.test:26084/size/$(size_of $2) >/dev/null 2>&1 ;;
+    h2tls64k) taskset -c 1 h2load -n "$3" -c 20 -m 10 https://127.0.0.1:26084/size/65536 >/dev/null 2>&1 ;;
   esac
   callgrind_control -i off $P >/dev/null 2>&1
   kill -TERM $P 2>/dev/null
@@ -63,4 +66,6 @@ for t in ${TARGETS:-sy hp ng}; do for c in ${CASES:-ka128 close128 h2tls1k}; do
   echo "$t $c: $(python3 -c "print(round(($b-$a)/$N))") instructions/request (window N=$N: $a, $(python3 -c "print(round($a/$N))")/request; 2N: $b)"
 done; done
 kill $O
+# KEEP=DIR keeps the callgrind files for callgrind_annotate.
+if [ -n "${KEEP:-}" ]; then mkdir -p "$KEEP" && cp "$T"/cg.* "$KEEP"/; fi
 rm -rf "$T"
