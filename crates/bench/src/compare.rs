@@ -144,6 +144,15 @@ pub fn cli(args: &[String]) -> Result<i32, String> {
     Ok(0)
 }
 
+/// The kernel's default TCP congestion control, which every target's
+/// sockets get: it decides the tail of large responses on loopback
+/// (docs/bench.md, "Congestion control").
+fn congestion_control() -> String {
+    std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
 fn unix_now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -333,7 +342,8 @@ pub fn run(o: &Opts) -> Result<Json, String> {
                 .unwrap_or_default()
                 .trim(),
         )
-        .set("nofile", nofile);
+        .set("nofile", nofile)
+        .set("tcp_congestion_control", congestion_control());
     Ok(obj()
         .set(
             "generated_by",
