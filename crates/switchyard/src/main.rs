@@ -5,6 +5,19 @@ use std::process::ExitCode;
 
 use switchyard::{config, log, quickstart, runtime, stats};
 
+/// mimalloc instead of glibc's malloc. Requests allocate their futures,
+/// frames and fields per request, and glibc served the larger ones from
+/// its slow path (`_int_malloc`, `_int_free`, `malloc_consolidate`: about
+/// 8,500 of the 55,500 user-space instructions of a 1 KB HTTP/3 request).
+/// callgrind per 1 KB request: HTTP/3 55,547 to 45,315, HTTP/2 over TLS
+/// 36,267 to 28,653; DUT CPU per request (oha, 2 rounds each): HTTP/3
+/// 16.4-17.8 to 13.9-14.5 µs, HTTP/2 10.5-10.6 to 9.7-9.8; HTTP/1
+/// keep-alive unchanged (wrk). Memory per idle connection 1.7 KB before,
+/// 0.8 KB after (`concurrency`, 1,000 connections). HAProxy and nginx
+/// keep pools of their own; Envoy links tcmalloc, Pingora jemalloc.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const USAGE: &str = "\
 switchyard: a software application delivery controller (L7 load balancer)
 
@@ -221,6 +234,12 @@ fn run(args: &[String]) -> ExitCode {
         log::flush();
         eprint!("{}", quickstart::banner());
     }
+    // Loading the configuration twice (the CRS rules above all) freed
+    // tens of MB that mimalloc keeps for reuse until it purges: hand it
+    // back now, before the workers start (an idle process held 45 MB
+    // instead of 28).
+    // SAFETY: a plain call into the allocator, on this thread's heap.
+    unsafe { libmimalloc_sys::mi_collect(true) };
     match runtime::run(source, snap) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),
