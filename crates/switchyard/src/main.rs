@@ -9,9 +9,10 @@ use switchyard::{config, log, quickstart, runtime, stats};
 /// frames and fields per request, and glibc served the larger ones from
 /// its slow path (`_int_malloc`, `_int_free`, `malloc_consolidate`: about
 /// 8,500 of the 55,500 user-space instructions of a 1 KB HTTP/3 request).
-/// callgrind per 1 KB request: HTTP/3 55,547 to 45,315, HTTP/2 over TLS
-/// 36,267 to 28,653; DUT CPU per request (oha, 2 rounds each): HTTP/3
-/// 16.4-17.8 to 13.9-14.5 µs, HTTP/2 10.5-10.6 to 9.7-9.8; HTTP/1
+/// DUT CPU per 1 KB request, 2 rounds alternating with a glibc build:
+/// HTTP/3 16.7-16.9 to 14.6-14.9 µs (oha), HTTP/2 10.6-10.8 to
+/// 10.1-10.4 (BENCHMARKS.md, "HTTP/3"); callgrind about 55,500 to
+/// 50,600 and 36,300 to 33,100 instructions; HTTP/1
 /// keep-alive unchanged (wrk). Memory per idle connection 1.7 KB before,
 /// 0.8 KB after (`concurrency`, 1,000 connections). HAProxy and nginx
 /// keep pools of their own; Envoy links tcmalloc, Pingora jemalloc.
