@@ -52,7 +52,7 @@ ir() { # target case n -> total Ir
     h2tls20) taskset -c 1 h2load -n "$3" -c 20 -m 10 https://127.0.0.1:26084/size/1024 >/dev/null 2>&1 ;;
     h3tls1k|h3tls64k) taskset -c 1 oha --http-version 3 --insecure --no-tui -c 20 -p 10 -n "$3" \
       --connect-to bench.switchyard.test:26084:127.0.0.1:26084 https://bench.switchyard.test:26084/size/$(size_of $2) >/dev/null 2>&1 ;;
-    h2tls64k) taskset -c 1 h2load -n "$3" -c 20 -m 10 https://127.0.0.1:26084/size/65536 >/dev/null 2>&1 ;;
+    h2tls64k) taskset -c 1 h2load -n "$3" -c 20 -m 10 https://127.0.0.1:26084/size/$(size_of $2) >/dev/null 2>&1 ;;
   esac
   callgrind_control -i off $P >/dev/null 2>&1
   kill -TERM $P 2>/dev/null
