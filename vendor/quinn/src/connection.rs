@@ -1052,9 +1052,11 @@ impl State {
                             t
                         }
                         None => {
-                            // Switchyard's patch: a bulk batch grew the
-                            // buffer to ~58 KB; an idle connection keeps
-                            // no more than quinn's 10 packets did.
+                            // Switchyard's patch: a batch grew the buffer
+                            // to 10 packets (~14.5 KB; the handshake's
+                            // flight does it on every connection) or 40
+                            // (~58 KB); between flights a connection keeps
+                            // one packet's worth (SEND_BUFFER_KEPT).
                             if self.send_buffer.capacity() > SEND_BUFFER_KEPT {
                                 self.send_buffer = Vec::new();
                             }
@@ -1369,5 +1371,8 @@ const MAX_TRANSMIT_SEGMENTS: usize = 10;
 const MAX_BULK_SEGMENTS: usize = 40;
 
 /// Switchyard's patch: the send buffer a connection keeps between
-/// flights, quinn's own 10 packets of its default 1,452-byte MTU.
-const SEND_BUFFER_KEPT: usize = MAX_TRANSMIT_SEGMENTS * 1452;
+/// flights, one packet of quinn's default 1,452-byte MTU. quinn kept its
+/// largest batch's, ~14.5 KB on every connection past its handshake;
+/// a flight of more than one packet now allocates its buffer again (one
+/// allocation and one free, no measurable CPU; PATCHED.md).
+const SEND_BUFFER_KEPT: usize = 1452;
