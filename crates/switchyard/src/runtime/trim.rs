@@ -1,7 +1,18 @@
-//! Giving freed memory back to the system (`malloc_trim`), off the workers.
+//! Giving freed memory back to the system, off the workers.
 //!
-//! glibc keeps memory freed by finished requests and closed connections in
-//! its arenas; `malloc_trim(0)` returns the free pages to the kernel, as
+//! The process has two allocators. Rust's allocations go to mimalloc (the
+//! binary's global allocator, main.rs): each thread frees into its own
+//! heap, and mimalloc returns a heap's free pages to the kernel itself,
+//! from that thread, when the thread next allocates. A worker does that
+//! within seconds of a wave of connections ending (one measurement: RSS
+//! 143 MB with 4,000 connections, 37 MB 12 s after they closed). The
+//! control thread builds each configuration (a reload that changes a rule
+//! set compiles the CRS again: about 13 MB of temporaries and the old
+//! engine) and then idles, so each tick here calls `mi_collect` on it.
+//!
+//! The C libraries (aws-lc for TLS, zstd, libdeflate) allocate from
+//! glibc, which keeps what they free in its arenas; `malloc_trim(0)`
+//! returns the free pages to the kernel, as
 //! HAProxy does when it releases its pools. It walks *every* arena (each
 //! worker allocates from its own), locking each in turn while it trims it,
 //! so it may run on any thread and frees the workers' memory as well from
@@ -80,6 +91,9 @@ fn trim() {
     // SAFETY: malloc_trim takes no pointers and is thread-safe: it locks
     // each glibc arena while it trims it.
     unsafe { libc::malloc_trim(0) };
+    // SAFETY: takes no pointers; collects this (the control) thread's
+    // mimalloc heap only, which no other thread allocates from.
+    unsafe { libmimalloc_sys::mi_collect(true) };
 }
 
 #[cfg(test)]
