@@ -1021,12 +1021,13 @@ impl State {
         // (at most 10 packets, a buffer every connection keeps); once a
         // batch comes back full the connection has a flight to send, and
         // later batches take up to MAX_BULK_SEGMENTS, bounded by what one
-        // sendmsg may carry (64 KiB of UDP payload).
+        // sendmsg may carry (MAX_UDP_PAYLOAD). quinn's pacer still decides
+        // how many packets go out at once (PATCHED.md).
         let platform_segments = self.socket.max_transmit_segments();
         let mut max_datagrams = platform_segments.min(MAX_TRANSMIT_SEGMENTS);
         let bulk_datagrams = platform_segments
             .min(MAX_BULK_SEGMENTS)
-            .min(usize::from(u16::MAX) / usize::from(self.inner.current_mtu()).max(1))
+            .min(MAX_UDP_PAYLOAD / usize::from(self.inner.current_mtu()).max(1))
             .max(max_datagrams);
 
         loop {
@@ -1369,6 +1370,10 @@ const MAX_TRANSMIT_SEGMENTS: usize = 10;
 /// response): one `sendmsg` per 40 packets instead of 10. The buffer that
 /// grows for it is given back when the drive has nothing more to send.
 const MAX_BULK_SEGMENTS: usize = 40;
+
+/// Switchyard's patch: the UDP payload one `sendmsg` may carry over IPv4
+/// (65,535 less the IP and UDP headers; IPv6 allows 20 bytes more).
+const MAX_UDP_PAYLOAD: usize = 65_507;
 
 /// Switchyard's patch: the send buffer a connection keeps between
 /// flights, one packet of quinn's default 1,452-byte MTU. quinn kept its
