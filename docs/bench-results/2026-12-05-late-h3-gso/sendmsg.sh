@@ -11,7 +11,7 @@ start_origin
 HOST=bench.switchyard.test; URL="https://$HOST:26084"
 for tool in oha h3load; do
   start sy
-  bpftrace -e "tracepoint:syscalls:sys_enter_sendmsg /pid == $P/ { @s = count(); } tracepoint:syscalls:sys_exit_sendmsg /pid == $P/ { @bytes = sum(args->ret); } tracepoint:syscalls:sys_enter_recvmmsg /pid == $P/ { @r = count(); } tracepoint:syscalls:sys_exit_recvmmsg /pid == $P/ { @dgrams = sum(args->ret); }" > /tmp/x/bt.$tool 2>&1 & S=$!
+  bpftrace -e "tracepoint:syscalls:sys_enter_sendmsg /pid == $P/ { @s = count(); } tracepoint:syscalls:sys_exit_sendmsg /pid == $P/ { @bytes = sum(args->ret); } tracepoint:syscalls:sys_enter_recvmmsg /pid == $P/ { @r = count(); } tracepoint:syscalls:sys_exit_recvmmsg /pid == $P && args->ret > 0/ { @dgrams = sum(args->ret); } tracepoint:udp:udp_fail_queue_rcv_skb { @drops = count(); }" > /tmp/x/bt.$tool 2>&1 & S=$!
   sleep 3
   case $tool in
     oha) ok=$(taskset -c 1 oha --http-version 3 --insecure --no-tui -c 20 -p 10 -z 5s --output-format json --connect-to "$HOST:26084:127.0.0.1:26084" "$URL/size/65536" 2>/dev/null | python3 -c "import json,sys; print(json.load(sys.stdin)['statusCodeDistribution']['200'])") ;;
