@@ -1,5 +1,5 @@
 """N HTTP/3 connections (aioquic) to 127.0.0.1:26084, each fetching one
-response (PATH, default /size/65536), then held open idle: prints "ready N
+response (PATH, default /size/1024), then held open idle: prints "ready N
 BYTES" and waits for a line on stdin before closing them.
     h3-idle-conns.py N [PATH]
 (scripts/h3-idle-conns.sh runs it against each DUT.)"""
@@ -25,17 +25,18 @@ class C(QuicConnectionProtocol):
         s.http.send_headers(sid, [(b":method", b"GET"), (b":scheme", b"https"), (b":authority", b"bench.switchyard.test:26084"), (b":path", path.encode())], end_stream=True)
         s.transmit(); await asyncio.wait_for(s.w[sid][1].wait(), 10); return s.w[sid][0]
 
-async def one(i, n, got, hold):
+async def one(path, got, hold):
     cfg = QuicConfiguration(is_client=True, alpn_protocols=H3_ALPN, server_name="bench.switchyard.test", verify_mode=ssl.CERT_NONE, idle_timeout=120)
     async with connect("127.0.0.1", 26084, configuration=cfg, create_protocol=C) as c:
-        got.append(await c.get(sys.argv[2] if len(sys.argv) > 2 and sys.argv[2].startswith("/") else "/size/65536"))
+        got.append(await c.get(path))
         await hold.wait()
 
 async def main():
-    n = int(sys.argv[1]); got = []; hold = asyncio.Event()
+    n = int(sys.argv[1]); path = sys.argv[2] if len(sys.argv) > 2 else "/size/1024"
+    got = []; hold = asyncio.Event()
     tasks = []
     for i in range(n):
-        tasks.append(asyncio.create_task(one(i, n, got, hold)))
+        tasks.append(asyncio.create_task(one(path, got, hold)))
         if i % 20 == 19: await asyncio.sleep(0.05)
     while len(got) < n:
         await asyncio.sleep(0.1)

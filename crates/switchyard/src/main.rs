@@ -239,8 +239,7 @@ fn run(args: &[String]) -> ExitCode {
     // tens of MB that mimalloc keeps for reuse until it purges: hand it
     // back now, before the workers start (an idle process held 45 MB
     // instead of 28).
-    // SAFETY: a plain call into the allocator, on this thread's heap.
-    unsafe { libmimalloc_sys::mi_collect(true) };
+    runtime::give_back_this_threads_memory();
     match runtime::run(source, snap) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => fail(e),

@@ -15,6 +15,7 @@
 pub mod fdtable;
 mod listen;
 mod trim;
+pub use trim::give_back_this_threads_memory;
 mod worker;
 
 use std::cell::RefCell;

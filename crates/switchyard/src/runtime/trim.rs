@@ -91,8 +91,15 @@ fn trim() {
     // SAFETY: malloc_trim takes no pointers and is thread-safe: it locks
     // each glibc arena while it trims it.
     unsafe { libc::malloc_trim(0) };
-    // SAFETY: takes no pointers; collects this (the control) thread's
-    // mimalloc heap only, which no other thread allocates from.
+    give_back_this_threads_memory();
+}
+
+/// Hands the pages mimalloc keeps free in the calling thread's heap back
+/// to the kernel: the control thread's at each tick here, and the main
+/// thread's once the configuration is loaded (main.rs).
+pub fn give_back_this_threads_memory() {
+    // SAFETY: takes no pointers; collects the calling thread's mimalloc
+    // heap, which no other thread allocates from.
     unsafe { libmimalloc_sys::mi_collect(true) };
 }
 
