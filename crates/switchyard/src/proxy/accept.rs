@@ -654,7 +654,14 @@ pub async fn serve_quic(
     let Some(server) = server else {
         return;
     };
-    let endpoint = match quinn::Endpoint::new(
+    let socket = match super::quic_socket::QuicSocket::new(socket) {
+        Ok(s) => s,
+        Err(e) => {
+            log::error(format_args!("QUIC on {listen}: cannot start: {e}"));
+            return;
+        }
+    };
+    let endpoint = match quinn::Endpoint::new_with_abstract_socket(
         super::quic_steer::endpoint_config(steer),
         Some((*server).clone()),
         socket,

@@ -48,6 +48,7 @@ mod normalizing;
 mod pipeline;
 mod plain;
 mod quic_hello;
+mod quic_socket;
 pub mod quic_steer;
 mod resend;
 mod respond;

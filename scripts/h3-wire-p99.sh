@@ -1,0 +1,131 @@
+#!/bin/bash
+# Issue 34's P99 at a fixed rate, HTTP/3 against HTTP/2 on the same TLS
+# vserver, split at the wire: the load tool's own P99 (from when each
+# request was due to when the tool saw its response) and the DUT's
+# turnaround (from the request's packet leaving the client to the
+# response's packet leaving the DUT), read from a tcpdump of the
+# vserver's port on loopback (scripts/wire_turnaround.py says how requests
+# and responses are paired). What the tool measures beyond the turnaround
+# is the client's: its scheduling of requests at the rate, its transport
+# and its reading of the response. The HTTP/3 clients cost the load core
+# about twice what their HTTP/2 costs at the same rate (BENCHMARKS.md), so
+# the end-to-end P99 of the two protocols compares the clients as much
+# as the server; the turnaround compares the server.
+#
+#   scripts/h3-wire-p99.sh [rounds]          # 3 rounds, 1,000 and 5,000 req/s, oha and h3load
+#   RATES=5000 TOOLS=oha scripts/h3-wire-p99.sh 5
+#
+# Per round, rate and tool: h3 then h2 (alternating which goes first each
+# round), 1 KB GETs on 20 connections x 10 streams (oha -q with latency
+# correction; h3load -mode rate: quic-go's HTTP/3 and Go's HTTP/2) for
+# SECONDS (8) after a 2 s warm-up the turnaround leaves out. One line per
+# run: the tool's p50 and p99, the turnaround's p50, p99 and p99.9, the
+# DUT's CPU per request, and tcpdump's drop count (a run with drops is
+# flagged: its turnaround misses packets). The DUT (one worker) on CPU 0;
+# the origin, the load tool and tcpdump on CPU 1.
+#
+# Env: SWITCHYARD (target/release/switchyard), RATES ("1000 5000"), TOOLS
+# ("oha h3load"), SECONDS (8), PORT (38543), ORIGIN_PORT (38181), KEEP=1
+# keeps the captures (the directory is printed). Needs tcpdump, openssl,
+# oha and h3load (scripts/install-bench-peers.sh oha h3load), and
+# switchyard-bench beside the binary for the origin.
+set -u
+cd "$(dirname "$0")/.."
+ROUNDS=${1:-3}
+B=${SWITCHYARD:-target/release/switchyard}
+PORT=${PORT:-38543}
+ORIGIN_PORT=${ORIGIN_PORT:-38181}
+D=${SECONDS_PER_RUN:-${SECONDS_RUN:-8}}
+export PATH="/opt/switchyard-bench-peers/bin:$PATH"
+[ -x "$B" ] || { echo "h3-wire-p99: no binary at $B (cargo build --release -p switchyard)" >&2; exit 1; }
+for tool in tcpdump openssl ${TOOLS:-oha h3load}; do
+  command -v "$tool" >/dev/null || { echo "h3-wire-p99: $tool is missing (apt-get install tcpdump; scripts/install-bench-peers.sh oha h3load)" >&2; exit 1; }
+done
+for p in "$PORT" "$ORIGIN_PORT"; do
+  if (exec 3<>/dev/tcp/127.0.0.1/"$p") 2>/dev/null; then
+    echo "h3-wire-p99: 127.0.0.1:$p is in use (set PORT / ORIGIN_PORT)" >&2; exit 1
+  fi
+done
+T=$(mktemp -d /tmp/h3-wire-p99.XXXXXX)
+openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+  -subj /CN=site.test -addext subjectAltName=DNS:site.test \
+  -keyout "$T"/key.pem -out "$T"/cert.pem >/dev/null 2>&1 || { echo "h3-wire-p99: openssl failed" >&2; exit 1; }
+cat > "$T"/switchyard.toml <<TOML
+[global]
+workers = 1
+[[vserver]]
+name = "secure"
+listen = ["127.0.0.1:$PORT"]
+default_pool = "p"
+[vserver.tls]
+certificates = [{ cert = "$T/cert.pem", key = "$T/key.pem" }]
+alpn = ["h2", "http/1.1"]
+[vserver.http3]
+[[pool]]
+name = "p"
+idle_per_member = 256
+[[pool.member]]
+address = "127.0.0.1:$ORIGIN_PORT"
+TOML
+taskset -c 1 "$B" bench origin --listen 127.0.0.1:"$ORIGIN_PORT" >/dev/null 2>&1 &
+O=$!
+taskset -c 0 "$B" run -c "$T"/switchyard.toml >"$T"/dut.log 2>&1 &
+P=$!
+cleanup() {
+  kill "$P" "$O" 2>/dev/null; wait "$P" "$O" 2>/dev/null
+  if [ "${KEEP:-0}" = 1 ]; then echo "captures kept in $T"; else rm -rf "$T"; fi
+}
+trap cleanup EXIT
+up=0
+# Bounded (60 s): a loaded machine can take seconds to start them.
+for _ in $(seq 600); do
+  (exec 3<>/dev/tcp/127.0.0.1/"$ORIGIN_PORT") 2>/dev/null && (exec 3<>/dev/tcp/127.0.0.1/"$PORT") 2>/dev/null && { up=1; break; }
+  sleep 0.1
+done
+[ $up = 1 ] || { echo "h3-wire-p99: the DUT or the origin did not start ($T/dut.log; switchyard-bench beside $B?)" >&2; exit 1; }
+cpu_ticks() { awk '{print $14 + $15}' /proc/"$P"/stat; }
+URL="https://site.test:$PORT/size/1024"
+json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)" 2>/dev/null; }
+# One run: prints "ok p50_ms p99_ms" from the tool.
+load() { # proto tool rate
+  case $2 in
+  oha)
+    taskset -c 1 oha --http-version "${1#h}" --insecure --no-tui -c 20 -p 10 -z "$((D + 2))s" \
+        -q "$3" --latency-correction --output-format json \
+        --connect-to "site.test:$PORT:127.0.0.1:$PORT" "$URL" 2>/dev/null \
+      | json "d.get('statusCodeDistribution',{}).get('200',0), round(d['latencyPercentiles']['p50']*1000,3), round(d['latencyPercentiles']['p99']*1000,3)" | tr -d '(),' ;;
+  h3load)
+    taskset -c 1 h3load -url "$URL" -connect 127.0.0.1:"$PORT" -mode rate -proto "$1" -rate "$3" \
+        -c 20 -m 10 -d "${D}s" -warmup 2s \
+      | json 'd["all_ok"], round(d["p50_us"]/1000,3), round(d["p99_us"]/1000,3)' | tr -d '(),' ;;
+  esac
+}
+proto_filter() { [ "$1" = h3 ] && echo "udp port $PORT" || echo "tcp port $PORT"; }
+for round in $(seq "$ROUNDS"); do
+  for rate in ${RATES:-1000 5000}; do
+    for tool in ${TOOLS:-oha h3load}; do
+      order="h3 h2"; [ $((round % 2)) = 0 ] && order="h2 h3"
+      for proto in $order; do
+        cap="$T/cap.$round.$rate.$tool.$proto"
+        taskset -c 1 tcpdump -i lo -n -s 96 -B 65536 -w "$cap.pcap" $(proto_filter "$proto") 2>"$cap.err" &
+        TD=$!
+        sleep 1
+        c0=$(cpu_ticks)
+        out=$(load "$proto" "$tool" "$rate")
+        c1=$(cpu_ticks)
+        sleep 0.5
+        kill -INT "$TD" 2>/dev/null; wait "$TD" 2>/dev/null
+        dropped=$(sed -n 's/^\([0-9]*\) packets dropped by kernel.*/\1/p' "$cap.err")
+        tcpdump -r "$cap.pcap" -n -tt 2>/dev/null > "$cap.txt"
+        wire=$(python3 scripts/wire_turnaround.py "$cap.txt" "$PORT" 2 \
+          | json '"turnaround_p50_ms", d["p50_ms"], "p99_ms", d["p99_ms"], "p99.9_ms", d["p999_ms"], "responses", d["responses"]' | tr -d "(),'")
+        set -- $out
+        ok=${1:-0}
+        cpu=$(python3 -c "ok=float('${ok}' or 0); print(round(($c1-$c0)*1e6/$(getconf CLK_TCK)/ok,1) if ok>0 else '-')" 2>/dev/null)
+        flag=""; [ "${dropped:-0}" != 0 ] && flag=" (tcpdump dropped $dropped: turnaround incomplete)"
+        echo "round $round $proto $tool $rate req/s: ok $ok, tool p50_ms ${2:--} p99_ms ${3:--}, $wire, DUT CPU $cpu us/request$flag"
+        [ "${KEEP:-0}" = 1 ] || rm -f "$cap.pcap" "$cap.txt"
+      done
+    done
+  done
+done

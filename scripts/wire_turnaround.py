@@ -1,0 +1,94 @@
+#!/usr/bin/env python3
+"""The DUT's turnaround on the wire: from each request's packet leaving the
+client to its response's packet leaving the DUT, read from `tcpdump -n -tt`
+text of one listener's port on loopback (scripts/h3-wire-p99.sh).
+
+On loopback a packet is captured once, when its sender transmits it, and
+the receiver's socket gets it in the same softirq: the gap is the time the
+request waited in the DUT's socket buffer plus the DUT's own work, and
+nothing of the client's. Responses are paired with requests first in,
+first out per client port (the client's address); a request is a client
+packet of the length most client packets have: HTTP/3 one short stream
+frame in a QUIC packet, within 16 bytes (its packet number and
+acknowledgements vary its length; a packet of acknowledgements alone is
+shorter), HTTP/2 one HEADERS frame in a TLS record, exactly (Go's client
+follows each response with a WINDOW_UPDATE one byte shorter). A response is a DUT packet over 1,000 bytes; one the kernel
+captured as a GSO or TSO batch counts as one per 1,100 bytes in it (the
+1 KB response and its framing). Packets in the first WARMUP seconds
+(handshakes, the load tool's ramp) are left out.
+
+    wire_turnaround.py CAPTURE.txt PORT [WARMUP_S]
+
+Prints one JSON object: matched responses, requests seen, the request
+length used, and the turnaround's p50, p90, p99, p99.9 and max in ms.
+"""
+import collections
+import json
+import re
+import sys
+
+LINE = re.compile(r"(\S+) IP 127\.0\.0\.1\.(\d+) > 127\.0\.0\.1\.(\d+):.* length (\d+)")
+
+
+def main():
+    path, port = sys.argv[1], sys.argv[2]
+    warmup = float(sys.argv[3]) if len(sys.argv) > 3 else 2.0
+    packets = []
+    tcp = False
+    with open(path) as f:
+        for line in f:
+            m = LINE.match(line)
+            if m:
+                packets.append((float(m[1]), m[2], m[3], int(m[4])))
+                tcp = tcp or "Flags [" in line
+    if not packets:
+        print(json.dumps({"error": "no packets"}))
+        return 1
+    start = packets[0][0] + warmup
+    packets = [p for p in packets if p[0] >= start]
+    lengths = collections.Counter(n for _, _, dst, n in packets if dst == port and n > 0)
+    if not lengths:
+        print(json.dumps({"error": "no client packets with payload"}))
+        return 1
+    request_len = lengths.most_common(1)[0][0]
+    tolerance = 0 if tcp else 16
+    waiting = collections.defaultdict(collections.deque)
+    gaps = []
+    requests = 0
+    for t, src, dst, n in packets:
+        if dst == port:
+            if abs(n - request_len) <= tolerance:
+                waiting[src].append(t)
+                requests += 1
+        elif src == port and n > 1000:
+            q = waiting[dst]
+            for _ in range(max(1, round(n / 1100))):
+                if q:
+                    gaps.append((t - q.popleft()) * 1000)
+    gaps.sort()
+    if not gaps:
+        print(json.dumps({"error": "no responses matched", "request_len": request_len}))
+        return 1
+
+    def q(p):
+        return round(gaps[min(len(gaps) - 1, int(len(gaps) * p))], 3)
+
+    print(
+        json.dumps(
+            {
+                "responses": len(gaps),
+                "requests": requests,
+                "request_len": request_len,
+                "p50_ms": q(0.5),
+                "p90_ms": q(0.9),
+                "p99_ms": q(0.99),
+                "p999_ms": q(0.999),
+                "max_ms": round(gaps[-1], 3),
+            }
+        )
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
