@@ -438,10 +438,20 @@ fn quic_endpoints_steer_by_connection_id() {
                 "{rel} makes a QUIC endpoint configuration of its own"
             );
         }
-        if c.contains("quinn::Endpoint::new(") || c.contains("Endpoint::server(") {
+        if c.contains("Endpoint::new(")
+            || c.contains("Endpoint::new_with_abstract_socket(")
+            || c.contains("Endpoint::server(")
+        {
             assert!(
                 c.contains("quic_steer::endpoint_config("),
                 "{rel} makes a QUIC endpoint without quic_steer's connection IDs"
+            );
+            // quinn's own tokio socket is registered for writing too: an
+            // EPOLLOUT wake-up with every datagram sent (quic_socket.rs).
+            assert!(
+                c.contains("quic_socket::QuicSocket::new(")
+                    && c.contains("Endpoint::new_with_abstract_socket("),
+                "{rel} makes a QUIC endpoint on a socket other than quic_socket's"
             );
             endpoints.push(rel);
         }

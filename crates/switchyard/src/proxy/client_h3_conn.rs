@@ -158,6 +158,8 @@ async fn run(
         let st = &ctx.snapshot.load().settings;
         (st.max_header_bytes + st.max_request_line) as u64
     };
+    // For the debug line when it ends (SWITCHYARD_LOG=debug).
+    let transport = conn.clone();
     let mut h3 = match h3::server::builder()
         .max_field_section_size(max_field_section)
         .build::<_, Bytes>(h3_quinn::Connection::new(conn))
@@ -245,6 +247,13 @@ async fn run(
     }
     drop(h3);
     drop(guard);
+    // The transport's own account (RTT, congestion window and events,
+    // losses, frames each way): what to look at when a connection's
+    // requests were slow but the server's request window was not.
+    log::debug(format_args!(
+        "client {peer}: HTTP/3 connection ended: {:?}",
+        transport.stats()
+    ));
 }
 
 /// The QUIC handshake (its TLS 1.3 inside), bounded by `client_header`,
