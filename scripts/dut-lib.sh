@@ -45,3 +45,29 @@ h2_configs() {
   for f in "$2"/*/envoy.yaml; do [ -f "$f" ] && sed -i 's/^\( *\)common_tls_context:$/&\n\1  alpn_protocols: ["h2", "http\/1.1"]/' "$f"; done
   for f in "$2"/*/command; do [ -f "$f" ] && sed -i "s#$(realpath "$1")/#$2/#g" "$f"; done
 }
+# h3_site DIR PORT ORIGIN_PORT: a self-signed certificate for site.test and
+# DIR/switchyard.toml, one worker with a TLS vserver on PORT (TCP and
+# QUIC, ALPN h2 and http/1.1) in front of an origin on ORIGIN_PORT: the
+# single-DUT HTTP/3 scripts' target (h3-callgrind.sh, h3-wire-p99.sh).
+h3_site() {
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
+    -subj /CN=site.test -addext subjectAltName=DNS:site.test \
+    -keyout "$1"/key.pem -out "$1"/cert.pem >/dev/null 2>&1 || return 1
+  cat > "$1"/switchyard.toml <<TOML
+[global]
+workers = 1
+[[vserver]]
+name = "secure"
+listen = ["127.0.0.1:$2"]
+default_pool = "p"
+[vserver.tls]
+certificates = [{ cert = "$1/cert.pem", key = "$1/key.pem" }]
+alpn = ["h2", "http/1.1"]
+[vserver.http3]
+[[pool]]
+name = "p"
+idle_per_member = 256
+[[pool.member]]
+address = "127.0.0.1:$3"
+TOML
+}

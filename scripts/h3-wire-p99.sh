@@ -47,26 +47,8 @@ for p in "$PORT" "$ORIGIN_PORT"; do
   fi
 done
 T=$(mktemp -d /tmp/h3-wire-p99.XXXXXX)
-openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 2 \
-  -subj /CN=site.test -addext subjectAltName=DNS:site.test \
-  -keyout "$T"/key.pem -out "$T"/cert.pem >/dev/null 2>&1 || { echo "h3-wire-p99: openssl failed" >&2; exit 1; }
-cat > "$T"/switchyard.toml <<TOML
-[global]
-workers = 1
-[[vserver]]
-name = "secure"
-listen = ["127.0.0.1:$PORT"]
-default_pool = "p"
-[vserver.tls]
-certificates = [{ cert = "$T/cert.pem", key = "$T/key.pem" }]
-alpn = ["h2", "http/1.1"]
-[vserver.http3]
-[[pool]]
-name = "p"
-idle_per_member = 256
-[[pool.member]]
-address = "127.0.0.1:$ORIGIN_PORT"
-TOML
+. scripts/dut-lib.sh
+h3_site "$T" "$PORT" "$ORIGIN_PORT" || { echo "h3-wire-p99: openssl failed" >&2; exit 1; }
 taskset -c 1 "$B" bench origin --listen 127.0.0.1:"$ORIGIN_PORT" >/dev/null 2>&1 &
 O=$!
 taskset -c 0 "$B" run -c "$T"/switchyard.toml >"$T"/dut.log 2>&1 &
