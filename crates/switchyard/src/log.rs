@@ -242,6 +242,12 @@ pub fn error(args: Arguments) {
     emit("error", args);
 }
 
+/// Whether debug lines are written (`SWITCHYARD_LOG=debug`): for a line
+/// whose arguments cost something to gather.
+pub fn debug_enabled() -> bool {
+    DEBUG.load(Ordering::Relaxed)
+}
+
 pub fn debug(args: Arguments) {
     if DEBUG.load(Ordering::Relaxed) {
         emit("debug", args);

@@ -159,7 +159,7 @@ async fn run(
         (st.max_header_bytes + st.max_request_line) as u64
     };
     // For the debug line when it ends (SWITCHYARD_LOG=debug).
-    let transport = conn.clone();
+    let transport = log::debug_enabled().then(|| conn.clone());
     let mut h3 = match h3::server::builder()
         .max_field_section_size(max_field_section)
         .build::<_, Bytes>(h3_quinn::Connection::new(conn))
@@ -250,10 +250,14 @@ async fn run(
     // The transport's own account (RTT, congestion window and events,
     // losses, frames each way): what to look at when a connection's
     // requests were slow but the server's request window was not.
-    log::debug(format_args!(
-        "client {peer}: HTTP/3 connection ended: {:?}",
-        transport.stats()
-    ));
+    // (Only gathered when it is written: the stats are read under the
+    // connection's lock.)
+    if let Some(transport) = transport {
+        log::debug(format_args!(
+            "client {peer}: HTTP/3 connection ended: {:?}",
+            transport.stats()
+        ));
+    }
 }
 
 /// The QUIC handshake (its TLS 1.3 inside), bounded by `client_header`,

@@ -23,7 +23,7 @@
 use std::fmt;
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -116,13 +116,11 @@ impl AsyncUdpSocket for QuicSocket {
     }
 }
 
-/// `socket` in the calling worker's reactor for `interest`.
-fn register(
-    socket: std::net::UdpSocket,
-    interest: Interest,
-) -> io::Result<AsyncFd<std::net::UdpSocket>> {
-    // SAFETY: the AsyncFd owns the socket, so its descriptor stays open
-    // and names the same socket for as long as the registration lives.
+/// `socket` (the socket or a duplicate of its descriptor) in the calling
+/// worker's reactor for `interest`.
+fn register<T: AsRawFd>(socket: T, interest: Interest) -> io::Result<AsyncFd<T>> {
+    // SAFETY: the AsyncFd owns the descriptor, so it stays open and names
+    // the same socket for as long as the registration lives.
     unsafe { AsyncFd::register_with_interest(socket, interest) }.map_err(io::Error::from)
 }
 
@@ -172,14 +170,7 @@ fn poll_writable_once(
 ) -> Poll<io::Result<()>> {
     let fd = match registered {
         Some(fd) => fd,
-        None => {
-            let dup = socket.try_clone_to_owned()?;
-            // SAFETY: the AsyncFd owns the duplicate, so it stays open and
-            // names the same socket for as long as it is registered.
-            let fd = unsafe { AsyncFd::register_with_interest(dup, Interest::WRITABLE) }
-                .map_err(io::Error::from)?;
-            registered.insert(fd)
-        }
+        None => registered.insert(register(socket.try_clone_to_owned()?, Interest::WRITABLE)?),
     };
     // Not cleared: the registration goes with the readiness.
     let _writable = ready!(fd.poll_write_ready(cx))?;
