@@ -1045,6 +1045,53 @@ fn quic_steering_holds_on_each_listener_ipv4_and_ipv6() {
     assert_eq!(vs["h3_streams"], (2 * n * (moves + 1)) as u64, "{vs}");
 }
 
+/// QUIC's idle timeout holds: a connection with nothing to do is closed
+/// `idle_timeout` after its last packet, and not before. quinn moves a
+/// connection's timer later with every packet (loss detection, then the
+/// idle timeout); Switchyard's copy makes the timer anew when it moves
+/// (vendor/quinn/PATCHED.md), so this is the check that a timer made so
+/// still fires.
+#[test]
+fn an_idle_http3_connection_is_closed_after_its_idle_timeout() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]\nidle_timeout = \"1s\"", "");
+    let (py2, ca, listen) = (py.clone(), s.ca.clone(), s.listen);
+    // Stays connected up to 5 s after its response, sending nothing.
+    let client = std::thread::spawn(move || {
+        let args = ["30", "", "0", "5000"].map(String::from);
+        h3_client(
+            &py2,
+            listen,
+            &ca,
+            serde_json::json!([{"method": "GET", "path": "/"}]),
+            &args,
+        )
+    });
+    assert!(
+        eventually(std::time::Duration::from_secs(10), || s.origin.requests()
+            > 0),
+        "the request never reached the member"
+    );
+    let answered = std::time::Instant::now();
+    let active = || s.sy.stats()["vservers"][0]["client_connections_active"].clone();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(active(), 1, "closed before its idle timeout");
+    assert!(
+        eventually(std::time::Duration::from_secs(4), || active() == 0),
+        "still open {:?} after its response (idle_timeout 1s): {}",
+        answered.elapsed(),
+        s.sy.stats()["vservers"][0]
+    );
+    assert!(
+        answered.elapsed() >= std::time::Duration::from_millis(900),
+        "closed {:?} after its response",
+        answered.elapsed()
+    );
+    let out = client.join().expect("client thread");
+    assert_eq!(out["responses"][0]["status"], 200, "{out}");
+    assert_eq!(s.sy.stats()["vservers"][0]["h3_connections"], 1);
+}
+
 /// A reload that takes QUIC off an address ends its connections
 /// gracefully: an idle client gets GOAWAY and the connection is closed
 /// (it would otherwise hold the port until it left or idled out), so the

@@ -915,6 +915,7 @@ impl ConnectionRef {
                 connected: false,
                 timer: None,
                 timer_deadline: None,
+                timer_registered: None,
                 conn_events,
                 endpoint_events,
                 blocked_writers: FxHashMap::default(),
@@ -997,6 +998,9 @@ pub(crate) struct State {
     connected: bool,
     timer: Option<Pin<Box<dyn AsyncTimer>>>,
     timer_deadline: Option<Instant>,
+    /// Switchyard's patch: the deadline `timer` was last registered at in
+    /// the runtime's timer wheel (see `drive_timer`).
+    timer_registered: Option<Instant>,
     conn_events: mpsc::UnboundedReceiver<ConnectionEvent>,
     endpoint_events: mpsc::UnboundedSender<(ConnectionHandle, EndpointEvent)>,
     pub(crate) blocked_writers: FxHashMap<StreamId, Waker>,
@@ -1215,10 +1219,41 @@ impl State {
         match &mut self.timer {
             // Avoid resetting the timer when the deadline is unchanged.
             Some(delay) if self.timer_deadline != Some(deadline) => {
-                delay.as_mut().reset(deadline);
+                // Switchyard's patch: a deadline that moved later by more
+                // than the wheel's 1 ms tick gets a timer of its own.
+                // tokio's `Sleep::reset` to a later deadline only marks
+                // the entry and leaves it in the wheel's slot for the old
+                // one, so the runtime still wakes at the old deadline to
+                // file it again. quinn moves the deadline later all the
+                // time: each packet sent pushes the loss-detection timer
+                // (about RTT + the peer's 25 ms ACK delay) and the ACK
+                // that empties the flight moves it to the idle timeout.
+                // At a fixed rate a sleeping worker woke for those alone:
+                // 2,685 of its 16,554 wake-ups in 8 s at 1,000 requests/s
+                // (vendor/quinn/PATCHED.md). A new timer costs an allocation
+                // and a wheel removal and insertion (well under a µs);
+                // under load the deadline moves by less than the tick
+                // between packets and takes the cheap path.
+                if self
+                    .timer_registered
+                    .is_some_and(|registered| deadline > registered + TIMER_SLACK)
+                {
+                    *delay = self.runtime.new_timer(deadline);
+                    self.timer_registered = Some(deadline);
+                } else {
+                    // An earlier deadline is registered anew by tokio.
+                    if self
+                        .timer_registered
+                        .is_none_or(|registered| deadline < registered)
+                    {
+                        self.timer_registered = Some(deadline);
+                    }
+                    delay.as_mut().reset(deadline);
+                }
             }
             None => {
                 self.timer = Some(self.runtime.new_timer(deadline));
+                self.timer_registered = Some(deadline);
             }
             _ => {}
         }
@@ -1354,6 +1389,11 @@ pub enum SendDatagramError {
 /// This limits the amount of CPU resources consumed by datagram generation,
 /// and allows other tasks (like receiving ACKs) to run in between.
 ///
+/// Switchyard's patch: how much later a connection's deadline may move
+/// before its timer is made anew rather than extended in place (tokio's
+/// timer wheel ticks once a millisecond; `State::drive_timer`).
+const TIMER_SLACK: Duration = Duration::from_millis(1);
+
 /// Switchyard's patch: 80 (was 20), so that a 64 KB response (45 packets)
 /// goes out in one drive of the connection instead of three.
 const MAX_TRANSMIT_DATAGRAMS: usize = 80;
