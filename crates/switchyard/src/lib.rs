@@ -26,6 +26,7 @@ pub mod http;
 pub mod http2;
 pub mod l4;
 pub mod log;
+pub mod private_file;
 pub mod proxy;
 pub mod proxy_protocol;
 pub mod quickstart;

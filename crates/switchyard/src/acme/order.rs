@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::store::{adopt, certified, store, write_private};
+use super::store::{adopt, certified, store};
 use super::{challenge, now, Challenge, KeyType, Managed};
 use crate::log;
 use crate::tls::x509::{self, CertInfo};
@@ -324,7 +324,7 @@ async fn account(
             Ok(Some(json)) => {
                 shared = true;
                 if std::fs::read(&path).ok().as_deref() != Some(&json[..]) {
-                    write_private(&path, &json)?;
+                    crate::private_file::write(&path, &json)?;
                 }
             }
             Ok(None) => {}
@@ -366,7 +366,7 @@ async fn account(
             .await
             .map_err(|e| format!("new account at {}{bound}: {e}", spec.directory))?;
         let json = serde_json::to_vec(&creds).map_err(|e| e.to_string())?;
-        write_private(&path, &json)?;
+        crate::private_file::write(&path, &json)?;
         log::info(format_args!(
             "acme: account {} created{bound}, key kept in {}",
             account.id(),

@@ -63,7 +63,7 @@ pub(super) fn adopt_old_account(spec: &Spec, path: &Path) {
         // Another CA's (or credentials too old to say which CA's).
         return;
     }
-    match write_private(path, &json) {
+    match crate::private_file::write(path, &json) {
         Ok(()) => log::info(format_args!(
             "acme: the account in {} is kept as {} from now on",
             old.display(),
@@ -121,8 +121,8 @@ pub(super) fn adopt(m: &Managed, chain: &[u8], key: &[u8]) -> Result<bool, Strin
 /// on disk always has its key beside it).
 pub(super) fn store(spec: &Spec, chain: &[u8], key: &[u8]) -> Result<(), String> {
     let dir = cert_dir(spec);
-    write_private(&dir.join("key.pem.new"), key)?;
-    write_private(&dir.join("cert.pem.new"), chain)?;
+    crate::private_file::write(&dir.join("key.pem.new"), key)?;
+    crate::private_file::write(&dir.join("cert.pem.new"), chain)?;
     for f in ["key.pem", "cert.pem"] {
         std::fs::rename(dir.join(format!("{f}.new")), dir.join(f))
             .map_err(|e| format!("{}: {e}", dir.join(f).display()))?;
@@ -141,28 +141,6 @@ pub(super) fn certified(chain: &[u8], key: &[u8]) -> Result<(CertifiedKey, CertI
     let provider = rustls::crypto::aws_lc_rs::default_provider();
     let ck = CertifiedKey::from_der(chain, key, &provider).map_err(|e| e.to_string())?;
     Ok((ck, info))
-}
-
-/// Writes `path` through a temporary file and a rename, readable by the
-/// owner only (keys).
-pub(super) fn write_private(path: &Path, data: &[u8]) -> Result<(), String> {
-    use std::io::Write;
-    use std::os::unix::fs::OpenOptionsExt;
-    if let Some(dir) = path.parent() {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    }
-    let tmp = path.with_extension("tmp");
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o600)
-        .open(&tmp)
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
-    f.write_all(data)
-        .and_then(|_| f.sync_all())
-        .map_err(|e| format!("{}: {e}", tmp.display()))?;
-    std::fs::rename(&tmp, path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 #[cfg(test)]

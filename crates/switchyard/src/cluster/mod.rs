@@ -632,8 +632,8 @@ pub fn valid_file_name(name: &str) -> bool {
 }
 
 /// Writes every file published under `<prefix>/files/` into
-/// `<state_dir>/files/`, each atomically (a temporary file renamed), before
-/// a revision that may name them is applied.
+/// `<state_dir>/files/`, each atomically and readable by the owner only
+/// (`private_file`), before a revision that may name them is applied.
 pub fn sync_files(s: &Settings) -> Result<(), String> {
     let Some(dir) = s.state_dir.as_ref().map(|d| d.join("files")) else {
         return Ok(());
@@ -645,7 +645,6 @@ pub fn sync_files(s: &Settings) -> Result<(), String> {
     if kvs.is_empty() {
         return Ok(());
     }
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let prefix_len = files_prefix(s).len();
     for kv in kvs {
         let name = String::from_utf8_lossy(&kv.key[prefix_len..]).into_owned();
@@ -656,10 +655,9 @@ pub fn sync_files(s: &Settings) -> Result<(), String> {
         if std::fs::read(&path).is_ok_and(|old| old == kv.value) {
             continue;
         }
-        let tmp = dir.join(format!(".{name}.tmp"));
-        std::fs::write(&tmp, &kv.value)
-            .and_then(|_| std::fs::rename(&tmp, &path))
-            .map_err(|e| format!("{}: {e}", path.display()))?;
+        // Owner-only (keys among them), through a temporary file of this
+        // writer's own: the watch and an admin request may both be here.
+        crate::private_file::write(&path, &kv.value)?;
     }
     Ok(())
 }
