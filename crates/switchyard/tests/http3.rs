@@ -1045,6 +1045,33 @@ fn quic_steering_holds_on_each_listener_ipv4_and_ipv6() {
     assert_eq!(vs["h3_streams"], (2 * n * (moves + 1)) as u64, "{vs}");
 }
 
+/// A client on its own thread that GETs / and then stays connected,
+/// sending nothing, up to `linger_ms` after its response or until the
+/// server closes the connection.
+fn lingering_client(
+    py: &std::path::Path,
+    listen: SocketAddr,
+    ca: &std::path::Path,
+    linger_ms: u32,
+) -> std::thread::JoinHandle<serde_json::Value> {
+    let (py, ca) = (py.to_path_buf(), ca.to_path_buf());
+    std::thread::spawn(move || {
+        let args = [
+            "30".into(),
+            String::new(),
+            "0".into(),
+            linger_ms.to_string(),
+        ];
+        h3_client(
+            &py,
+            listen,
+            &ca,
+            serde_json::json!([{"method": "GET", "path": "/"}]),
+            &args,
+        )
+    })
+}
+
 /// QUIC's idle timeout holds: a connection with nothing to do is closed
 /// `idle_timeout` after its last packet, and not before. quinn moves a
 /// connection's timer later with every packet (loss detection, then the
@@ -1055,18 +1082,8 @@ fn quic_steering_holds_on_each_listener_ipv4_and_ipv6() {
 fn an_idle_http3_connection_is_closed_after_its_idle_timeout() {
     let Some(py) = python() else { return };
     let s = site("[vserver.http3]\nidle_timeout = \"1s\"", "");
-    let (py2, ca, listen) = (py.clone(), s.ca.clone(), s.listen);
     // Stays connected up to 5 s after its response, sending nothing.
-    let client = std::thread::spawn(move || {
-        let args = ["30", "", "0", "5000"].map(String::from);
-        h3_client(
-            &py2,
-            listen,
-            &ca,
-            serde_json::json!([{"method": "GET", "path": "/"}]),
-            &args,
-        )
-    });
+    let client = lingering_client(&py, s.listen, &s.ca, 5000);
     assert!(
         eventually(std::time::Duration::from_secs(10), || s.origin.requests()
             > 0),
@@ -1107,19 +1124,9 @@ fn taking_quic_off_closes_its_connections_and_frees_the_port() {
     let with = site_config(listen, &origin, &cert, "[vserver.http3]");
     let without = site_config(listen, &origin, &cert, "");
     let sy = Switchyard::start(&with, &[listen]);
-    let (py2, ca) = (py.clone(), pki.ca());
     let began = std::time::Instant::now();
     // Stays connected up to 15 s after its response.
-    let idle = std::thread::spawn(move || {
-        let args = ["30", "", "0", "15000"].map(String::from);
-        h3_client(
-            &py2,
-            listen,
-            &ca,
-            serde_json::json!([{"method": "GET", "path": "/"}]),
-            &args,
-        )
-    });
+    let idle = lingering_client(&py, listen, &pki.ca(), 15000);
     assert!(
         eventually(std::time::Duration::from_secs(10), || origin.requests() > 0),
         "the request never reached the member"
