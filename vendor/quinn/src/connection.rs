@@ -1384,16 +1384,16 @@ pub enum SendDatagramError {
     ConnectionLost(#[from] ConnectionError),
 }
 
-/// The maximum amount of datagrams which will be produced in a single `drive_transmit` call
-///
-/// This limits the amount of CPU resources consumed by datagram generation,
-/// and allows other tasks (like receiving ACKs) to run in between.
-///
 /// Switchyard's patch: how much later a connection's deadline may move
 /// before its timer is made anew rather than extended in place (tokio's
 /// timer wheel ticks once a millisecond; `State::drive_timer`).
 const TIMER_SLACK: Duration = Duration::from_millis(1);
 
+/// The maximum amount of datagrams which will be produced in a single `drive_transmit` call
+///
+/// This limits the amount of CPU resources consumed by datagram generation,
+/// and allows other tasks (like receiving ACKs) to run in between.
+///
 /// Switchyard's patch: 80 (was 20), so that a 64 KB response (45 packets)
 /// goes out in one drive of the connection instead of three.
 const MAX_TRANSMIT_DATAGRAMS: usize = 80;
