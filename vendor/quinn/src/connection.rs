@@ -1220,35 +1220,29 @@ impl State {
             // Avoid resetting the timer when the deadline is unchanged.
             Some(delay) if self.timer_deadline != Some(deadline) => {
                 // Switchyard's patch: a deadline that moved later by more
-                // than the wheel's 1 ms tick gets a timer of its own.
-                // tokio's `Sleep::reset` to a later deadline only marks
-                // the entry and leaves it in the wheel's slot for the old
-                // one, so the runtime still wakes at the old deadline to
-                // file it again. quinn moves the deadline later all the
-                // time: each packet sent pushes the loss-detection timer
-                // (about RTT + the peer's 25 ms ACK delay) and the ACK
-                // that empties the flight moves it to the idle timeout.
-                // At a fixed rate a sleeping worker woke for those alone:
-                // 2,685 of its 16,554 wake-ups in 8 s at 1,000 requests/s
-                // (vendor/quinn/PATCHED.md). A new timer costs an allocation
-                // and a wheel removal and insertion (well under a µs);
-                // under load the deadline moves by less than the tick
-                // between packets and takes the cheap path.
-                if self
-                    .timer_registered
-                    .is_some_and(|registered| deadline > registered + TIMER_SLACK)
-                {
-                    *delay = self.runtime.new_timer(deadline);
-                    self.timer_registered = Some(deadline);
+                // than the wheel's 1 ms tick gets its timer made anew
+                // (`AsyncTimer::renew`, in place). tokio's `Sleep::reset`
+                // to a later deadline only marks the entry and leaves it in
+                // the wheel's slot for the old one, so the runtime still
+                // wakes at the old deadline to file it again. quinn moves
+                // the deadline later all the time: each packet sent pushes
+                // the loss-detection timer (about RTT + the peer's 25 ms
+                // ACK delay) and the ACK that empties the flight moves it
+                // to the idle timeout. At a fixed rate a sleeping worker
+                // woke for those alone: 2,685 of its 16,554 wake-ups in 8 s
+                // at 1,000 requests/s (vendor/quinn/PATCHED.md). Under load
+                // the deadline moves by less than the tick between packets
+                // and takes tokio's cheap path.
+                let registered = self.timer_registered.unwrap_or(deadline);
+                let refile = deadline > registered + TIMER_SLACK;
+                if refile {
+                    delay.as_mut().renew(deadline);
                 } else {
-                    // An earlier deadline is registered anew by tokio.
-                    if self
-                        .timer_registered
-                        .is_none_or(|registered| deadline < registered)
-                    {
-                        self.timer_registered = Some(deadline);
-                    }
                     delay.as_mut().reset(deadline);
+                }
+                // tokio files an earlier deadline anew itself.
+                if refile || deadline < registered {
+                    self.timer_registered = Some(deadline);
                 }
             }
             None => {

@@ -34,6 +34,13 @@ pub trait Runtime: Send + Sync + Debug + 'static {
 pub trait AsyncTimer: Send + Debug + 'static {
     /// Update the timer to expire at `i`
     fn reset(self: Pin<&mut Self>, i: Instant);
+    /// Switchyard's patch: make the timer anew to expire at `i`, so a
+    /// runtime that moves a timer later lazily (tokio keeps it in the
+    /// slot of its old deadline and wakes there) does not wake before `i`
+    /// (`State::drive_timer`). Any runtime without that laziness: `reset`.
+    fn renew(self: Pin<&mut Self>, i: Instant) {
+        self.reset(i)
+    }
     /// Check whether the timer has expired, and register to be woken if not
     fn poll(self: Pin<&mut Self>, cx: &mut Context) -> Poll<()>;
 }

@@ -43,6 +43,11 @@ impl AsyncTimer for Sleep {
     fn reset(self: Pin<&mut Self>, t: Instant) {
         Self::reset(self, t.into())
     }
+    /// Switchyard's patch: the old `Sleep` dropped in place (out of the
+    /// wheel) and a new one made in its allocation.
+    fn renew(mut self: Pin<&mut Self>, t: Instant) {
+        self.set(sleep_until(t.into()))
+    }
     fn poll(self: Pin<&mut Self>, cx: &mut Context) -> Poll<()> {
         Future::poll(self, cx)
     }
