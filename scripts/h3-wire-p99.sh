@@ -82,7 +82,10 @@ load() { # proto tool rate
       | json 'd["all_ok"], round(d["p50_us"]/1000,3), round(d["p99_us"]/1000,3)' | tr -d '(),' ;;
   esac
 }
-proto_filter() { [ "$1" = h3 ] && echo "udp port $PORT" || echo "tcp port $PORT"; }
+# The member's port too: its own turnaround (request to response on the
+# member connection) is inside the DUT's, and the origin shares the load
+# tool's core.
+proto_filter() { [ "$1" = h3 ] && echo "udp port $PORT or tcp port $ORIGIN_PORT" || echo "tcp port $PORT or tcp port $ORIGIN_PORT"; }
 for round in $(seq "$ROUNDS"); do
   for rate in ${RATES:-1000 5000}; do
     for tool in ${TOOLS:-oha h3load}; do
@@ -101,11 +104,13 @@ for round in $(seq "$ROUNDS"); do
         tcpdump -r "$cap.pcap" -n -tt 2>/dev/null > "$cap.txt"
         wire=$(python3 scripts/wire_turnaround.py "$cap.txt" "$PORT" 2 \
           | json '"turnaround_p50_ms", d["p50_ms"], "p99_ms", d["p99_ms"], "p99.9_ms", d["p999_ms"], "responses", d["responses"]' | tr -d "(),'")
+        member=$(python3 scripts/wire_turnaround.py "$cap.txt" "$ORIGIN_PORT" 2 \
+          | json '"member_p50_ms", d["p50_ms"], "p99_ms", d["p99_ms"]' | tr -d "(),'")
         set -- $out
         ok=${1:-0}
         cpu=$(python3 -c "ok=float('${ok}' or 0); print(round(($c1-$c0)*1e6/$(getconf CLK_TCK)/ok,1) if ok>0 else '-')" 2>/dev/null)
         flag=""; [ "${dropped:-0}" != 0 ] && flag=" (tcpdump dropped $dropped: turnaround incomplete)"
-        echo "round $round $proto $tool $rate req/s: ok $ok, tool p50_ms ${2:--} p99_ms ${3:--}, $wire, DUT CPU $cpu us/request$flag"
+        echo "round $round $proto $tool $rate req/s: ok $ok, tool p50_ms ${2:--} p99_ms ${3:--}, $wire, $member, DUT CPU $cpu us/request$flag"
         [ "${KEEP:-0}" = 1 ] || rm -f "$cap.pcap" "$cap.txt"
       done
     done
