@@ -12,10 +12,10 @@ packet of the length most client packets have: HTTP/3 one short stream
 frame in a QUIC packet, within 16 bytes (its packet number and
 acknowledgements vary its length; a packet of acknowledgements alone is
 shorter), HTTP/2 one HEADERS frame in a TLS record, exactly (Go's client
-follows each response with a WINDOW_UPDATE one byte shorter); a packet
-that carries several requests counts once for each (`tls_requests`,
-`quic_requests`). A response is a DUT packet over
-1,000 bytes; one the kernel
+sends a WINDOW_UPDATE record one byte shorter for about every fourth
+response); a packet that carries several requests counts once for each
+(`tls_requests`, `quic_requests`). A response is a DUT packet over 1,000
+bytes; one the kernel
 captured as a GSO or TSO batch counts as one per 1,100 bytes in it (the
 1 KB response and its framing). Packets in the first WARMUP seconds
 (handshakes, the load tool's ramp) are left out.
