@@ -93,7 +93,7 @@ load() { # proto tool rate
 # The member's port too: its own turnaround (request to response on the
 # member connection) is inside the DUT's, and the origin shares the load
 # tool's core.
-proto_filter() { [ "$1" = h3 ] && echo "udp port $PORT or tcp port $ORIGIN_PORT" || echo "tcp port $PORT or tcp port $ORIGIN_PORT"; }
+proto_filter() { echo "$([ "$1" = h3 ] && echo udp || echo tcp) port $PORT or tcp port $ORIGIN_PORT"; }
 for round in $(seq "$ROUNDS"); do
   for rate in ${RATES:-1000 5000}; do
     for tool in ${TOOLS:-oha h3load}; do

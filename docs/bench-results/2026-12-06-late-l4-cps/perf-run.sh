@@ -1,8 +1,10 @@
 #!/bin/bash
 # perf of the DUT's core during l4-cps (128 B, new connection per request), per target.
-W=/tmp/s54/l4/work
-B=/work/main/target/release/switchyard
-OUT=/tmp/s54/l4perf
+# perf-run.sh WORK OUT: WORK from `switchyard bench compare --targets
+# switchyard,haproxy28,nginx131 --scenario l4-cps --out DIR` (DIR/work).
+W=${1:?usage: perf-run.sh WORK OUT}
+B=${SWITCHYARD:-$(cd "$(dirname "$0")/../../.." && pwd)/target/release/switchyard}
+OUT=${2:?usage: perf-run.sh WORK OUT}
 export PATH=/opt/switchyard-bench-peers/bin:$PATH
 taskset -c 1 $B bench origin --listen 127.0.0.1:27081 --listen 127.0.0.1:27082 >/dev/null 2>&1 &
 O=$!
