@@ -103,32 +103,38 @@ def quic_requests(n, request_len, step):
     return 0
 
 
-def main():
-    path, port = sys.argv[1], sys.argv[2]
-    warmup = float(sys.argv[3]) if len(sys.argv) > 3 else 2.0
+def read_capture(path, ports, warmup):
+    """The packets of `tcpdump -n -tt` text on any of `ports` (time, source
+    port, destination port, length), less the first `warmup` seconds, and
+    whether they are TCP."""
     packets = []
     tcp = False
     with open(path) as f:
         for line in f:
             m = LINE.match(line)
             # A capture may hold other ports too (the member's, for its
-            # own turnaround): only this port's packets count.
-            if m and port in (m[2], m[3]):
+            # own turnaround): only the ones asked for count.
+            if m and (m[2] in ports or m[3] in ports):
                 packets.append((float(m[1]), m[2], m[3], int(m[4])))
                 tcp = tcp or "Flags [" in line
-    if not packets:
-        print(json.dumps({"error": "no packets"}))
-        return 1
-    start = packets[0][0] + warmup
-    packets = [p for p in packets if p[0] >= start]
+    if packets:
+        start = packets[0][0] + warmup
+        packets = [p for p in packets if p[0] >= start]
+    return packets, tcp
+
+
+def pair(packets, port, tcp):
+    """Each request to `port` with its response, first in first out per
+    client port: (request time, response time) pairs in response order,
+    the requests seen, and the lone request's length (None: no client
+    packet with payload)."""
     lengths = collections.Counter(n for _, _, dst, n in packets if dst == port and n > 0)
     if not lengths:
-        print(json.dumps({"error": "no client packets with payload"}))
-        return 1
+        return [], 0, None
     request_len = lengths.most_common(1)[0][0]
     step = None if tcp else quic_step(lengths, request_len)
     waiting = collections.defaultdict(collections.deque)
-    gaps = []
+    pairs = []
     requests = 0
     for t, src, dst, n in packets:
         if dst == port:
@@ -140,8 +146,22 @@ def main():
             q = waiting[dst]
             for _ in range(max(1, round(n / 1100))):
                 if q:
-                    gaps.append((t - q.popleft()) * 1000)
-    gaps.sort()
+                    pairs.append((q.popleft(), t))
+    return pairs, requests, request_len
+
+
+def main():
+    path, port = sys.argv[1], sys.argv[2]
+    warmup = float(sys.argv[3]) if len(sys.argv) > 3 else 2.0
+    packets, tcp = read_capture(path, (port,), warmup)
+    if not packets:
+        print(json.dumps({"error": "no packets"}))
+        return 1
+    pairs, requests, request_len = pair(packets, port, tcp)
+    if request_len is None:
+        print(json.dumps({"error": "no client packets with payload"}))
+        return 1
+    gaps = sorted((b - a) * 1000 for a, b in pairs)
     if not gaps:
         print(json.dumps({"error": "no responses matched", "request_len": request_len}))
         return 1

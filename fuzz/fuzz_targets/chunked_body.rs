@@ -7,14 +7,24 @@ use switchyard::http::body::{transfer, Out, Pacer};
 use switchyard::http::head::Framing;
 
 fn run(input: &[u8], chunked_out: bool) -> Option<Vec<u8>> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_time().build().ok()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .ok()?;
     rt.block_on(async {
         let mut src: &[u8] = input;
         let mut inbuf = bytes::BytesMut::new();
         let mut dst = Vec::new();
         let mut stage = Vec::new();
         let mut out = Out::new(&mut dst, &mut stage, chunked_out);
-        let r = transfer(&mut src, &mut inbuf, Framing::Chunked, &mut out, &mut Pacer::gap(Duration::from_secs(1))).await;
+        let r = transfer(
+            &mut src,
+            &mut inbuf,
+            Framing::Chunked,
+            &mut out,
+            &mut Pacer::gap(Duration::from_secs(1)),
+        )
+        .await;
         out.flush_out().await.ok()?;
         r.ok()?;
         Some(dst)

@@ -7,13 +7,18 @@
 //! framing), free of connection-specific fields, which HTTP/1.1 would act
 //! on, and safe to restate as HTTP/1.1 text.
 //!
+//! With flag 4 the connection announced the extended CONNECT (RFC 9220),
+//! and a head with `:protocol` (flag 8: `websocket`, or with flag 16 the
+//! authority's bytes) goes to `extended_connect_from_wire` instead, as a
+//! WebSocket's does.
+//!
 //! Input: byte 0 picks the method, byte 1 holds flags; the rest is split
 //! at '\n' into the path, the authority and then "name:value" fields (a
 //! one-byte name picks a well-known one), passed on as they are (names
 //! and values the collector must refuse included).
 #![no_main]
 use libfuzzer_sys::fuzz_target;
-use switchyard::http::h2_message::{request_from_wire, request_to_h2};
+use switchyard::http::h2_message::{extended_connect_from_wire, request_from_wire, request_to_h2};
 use switchyard::http::head::Limits;
 use switchyard::http::request_fields::{Collector, RequestHead};
 
@@ -22,7 +27,7 @@ use switchyard::http::request_fields::{Collector, RequestHead};
 #[allow(dead_code)]
 #[path = "heads_common.rs"]
 mod heads_common;
-use heads_common::{check_request, lines};
+use heads_common::{check_request, check_tunnel_request, lines};
 
 const METHODS: [&str; 10] = [
     "GET", "HEAD", "POST", "PUT", "DELETE", "OPTIONS", "TRACE", "CONNECT", "PATCH", "PURGE",
@@ -41,6 +46,14 @@ fuzz_target!(|data: &[u8]| {
     let mut c = Collector::new(false);
     c.field(b":method", method.as_bytes());
     c.field(b":scheme", b"https");
+    if flags & 8 != 0 {
+        let protocol = if flags & 16 != 0 {
+            authority
+        } else {
+            b"websocket"
+        };
+        c.field(b":protocol", protocol);
+    }
     if flags & 1 != 0 {
         c.field(b":authority", authority);
     }
@@ -48,7 +61,7 @@ fuzz_target!(|data: &[u8]| {
     for (n, v) in &fields {
         c.field(n, v);
     }
-    let (head, malformed) = c.finish_h3();
+    let (head, malformed) = c.finish_h3(flags & 4 != 0);
     if malformed.is_some() {
         return;
     }
@@ -56,6 +69,7 @@ fuzz_target!(|data: &[u8]| {
         method,
         path,
         authority,
+        protocol,
         fields,
         ..
     } = head;
@@ -64,10 +78,22 @@ fuzz_target!(|data: &[u8]| {
         max_header_bytes: 1024,
         max_headers: 16,
     };
-    let pseudo = (method.unwrap_or_default(), path, authority);
-    match request_from_wire(pseudo, &fields, flags & 2 != 0, &limits) {
+    let tunnel = protocol.is_some();
+    let converted = match protocol {
+        Some(p) => extended_connect_from_wire(&p, (path, authority), &fields, &limits),
+        None => {
+            let pseudo = (method.unwrap_or_default(), path, authority);
+            request_from_wire(pseudo, &fields, flags & 2 != 0, &limits)
+        }
+    };
+    match converted {
         Ok(r) => {
-            check_request(&r);
+            // What the member sees of a tunnel: a GET asking to upgrade.
+            if tunnel {
+                check_tunnel_request(&r);
+            } else {
+                check_request(&r);
+            }
             let _ = request_to_h2(&r, std::net::SocketAddr::from(([127, 0, 0, 1], 1)));
             let _ = (r.target(), r.path_only(), r.query(), r.host_name());
         }

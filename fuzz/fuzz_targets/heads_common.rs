@@ -79,14 +79,30 @@ pub fn check_length(f: &Fields, framing: Framing) {
     }
 }
 
-
 /// What every accepted request must be: unambiguous (one length, agreeing
 /// with the framing), free of connection-specific fields, and safe to
 /// restate as HTTP/1.1 text (no CR, LF or NUL, no uppercase or empty
 /// names, no control byte or space in the target).
 pub fn check_request(req: &Request) {
+    check_request_head(req, false)
+}
+
+/// As `check_request`, for the GET an extended CONNECT becomes: its one
+/// `Upgrade: websocket` is the tunnel's own, added by the conversion, and
+/// no other connection-specific field may come through with it.
+pub fn check_tunnel_request(req: &Request) {
+    let upgrades: Vec<&[u8]> = req.head.fields.all("upgrade").collect();
+    assert_eq!(upgrades, [&b"websocket"[..]], "a tunnel's Upgrade field");
+    assert!(req.head.upgrade && req.method_raw == "GET");
+    check_request_head(req, true)
+}
+
+fn check_request_head(req: &Request, tunnel: bool) {
     check_length(&req.head.fields, req.head.framing);
     for (name, value) in req.head.fields.iter() {
+        if tunnel && name.eq_ignore_ascii_case(b"upgrade") {
+            continue;
+        }
         assert!(
             !CONNECTION_SPECIFIC
                 .iter()

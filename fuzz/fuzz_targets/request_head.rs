@@ -6,7 +6,10 @@ use switchyard::http::head::{parse_request, Framing, HeadScanner};
 
 fuzz_target!(|data: &[u8]| {
     // Feed in two pieces to exercise the incremental scanner.
-    let split = data.first().map(|b| *b as usize % (data.len() + 1)).unwrap_or(0);
+    let split = data
+        .first()
+        .map(|b| *b as usize % (data.len() + 1))
+        .unwrap_or(0);
     let mut sc = HeadScanner::default();
     let first = sc.scan(&data[..split], 8192, 32768);
     let r = match first {

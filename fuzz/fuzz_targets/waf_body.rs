@@ -36,10 +36,7 @@ fuzz_target!(|data: &[u8]| {
     // A multipart boundary from the input's first bytes, so the fuzzer
     // can find bodies that use it.
     let (boundary, body) = rest.split_at(rest.len().min(12));
-    let boundary: String = boundary
-        .iter()
-        .map(|&b| (b'a' + b % 26) as char)
-        .collect();
+    let boundary: String = boundary.iter().map(|&b| (b'a' + b % 26) as char).collect();
     let ctype = match pick % 4 {
         0 => format!("multipart/form-data; boundary={boundary}"),
         1 => "application/json".to_string(),

@@ -905,6 +905,56 @@ async fn grpc_echo(
     let _ = send.send_trailers(t);
 }
 
+/// gRPC's bidirectional streaming from an HTTP/3 client (aioquic,
+/// tests/h3/stream.py) to an h2 member, as from an HTTP/2 one: each piece
+/// of the body reaches the member and comes back before the client sends
+/// the next (a proxy that read the whole body first would never answer),
+/// and trailers go through both ways.
+#[test]
+fn grpc_streams_from_http3_clients_flow_both_ways_to_h2_members() {
+    let Some(py) = common::h3::aioquic_python() else {
+        return;
+    };
+    let origin = h2_origin();
+    let pki = Pki::new("h3-grpc");
+    let (cert, key) = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let listen = free_addr();
+    let cfg = format!(
+        "[global]\nworkers = 1\n[[vserver]]\nname = \"grpc\"\nlisten = [\"{listen}\"]\ndefault_pool = \"g\"\n\
+         [vserver.tls]\ncertificates = [{{ cert = \"{}\", key = \"{}\" }}]\n[vserver.http3]\n\
+         [[pool]]\nname = \"g\"\nprotocol = \"h2\"\n[[pool.member]]\naddress = \"{}\"\n",
+        cert.display(),
+        key.display(),
+        origin.addr
+    );
+    let _sy = Switchyard::start(&cfg, &[listen]);
+    let out = common::h3::aioquic_script(
+        &py,
+        "stream.py",
+        (listen, &pki.ca(), "site.test"),
+        &serde_json::json!({
+            "path": "/echo.Echo/Chat",
+            "messages": ["one", "two", "three"],
+            "trailers": [["x-client-trailer", "bye"]],
+        }),
+        &[],
+        None,
+    );
+    assert_eq!(
+        out["echoes"],
+        serde_json::json!([true, true, true]),
+        "{out}"
+    );
+    assert_eq!(out["status"], 200, "{out}");
+    assert_eq!(out["ended"], true, "{out}");
+    let trailers = out["trailers"].to_string();
+    assert!(trailers.contains(r#"["grpc-status","0"]"#), "{out}");
+    assert!(trailers.contains(r#"["x-echo-trailer","bye"]"#), "{out}");
+    let seen = origin.seen.lock().expect("lock").clone();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].1["te"], "trailers");
+}
+
 #[test]
 fn grpc_streams_relay_to_h2_members_with_trailers_both_ways() {
     let origin = h2_origin();
@@ -1475,6 +1525,19 @@ fn a_trickled_request_body_gets_408_on_its_stream_and_the_connection_goes_on() {
     assert_eq!(vs_stats(&sy, "only")["body_timeouts"], 1);
 }
 
+/// A vserver "h" with `h2c_key = true` (`h2c` or `h2c_only`) over the one
+/// member `m`.
+fn vserver_over(m: &RawMember, h2c_key: &str) -> (SocketAddr, Switchyard) {
+    let l = free_addr();
+    let cfg = format!(
+        "[[vserver]]\nname = \"h\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\n{h2c_key} = true\n\
+         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
+        m.addr
+    );
+    let sy = Switchyard::start(&cfg, &[l]);
+    (l, sy)
+}
+
 /// Issue 30 from an HTTP/2 client: a request that is not an extended
 /// CONNECT (RFC 8441, tests/websocket.rs) cannot ask for an upgrade, so a
 /// member's 101 is a 502 and no tunnel, counted in upgrades_refused, and
@@ -1484,13 +1547,7 @@ fn an_h2_client_gets_no_tunnel_from_a_members_101() {
     let m = RawMember::start(
         "HTTP/1.1 101 Switching Protocols\r\nConnection: upgrade\r\nUpgrade: websocket\r\n\r\n",
     );
-    let l = free_addr();
-    let cfg = format!(
-        "[[vserver]]\nname = \"h\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\nh2c = true\n\
-         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
-        m.addr
-    );
-    let sy = Switchyard::start(&cfg, &[l]);
+    let (l, sy) = vserver_over(&m, "h2c");
     let rt = runtime();
     rt.block_on(async {
         let (mut h2, _conn) = h2_connect(l).await;
@@ -1515,4 +1572,44 @@ fn an_h2_client_gets_no_tunnel_from_a_members_101() {
     assert!(!seen.contains("http2-settings"), "{seen}");
     assert!(!seen.contains("/chat"), "{seen}");
     assert_eq!(vs_stats(&sy, "h")["upgrades_refused"], 1);
+}
+
+/// A member's 103 Early Hints reaches an HTTP/2 client as a HEADERS frame
+/// of its own before the response's (RFC 9113 8.1; browsers act on early
+/// hints over HTTP/2 and HTTP/3 only), without its hop-by-hop fields; a
+/// client that skips interim responses (the h2 crate's) gets the response
+/// as before.
+#[test]
+fn an_h2_client_gets_a_members_early_hints_before_its_response() {
+    let m = RawMember::start(
+        "HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload; as=style\r\nConnection: keep-alive\r\n\r\n\
+         HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\nhinted\n",
+    );
+    let (l, _sy) = vserver_over(&m, "h2c_only");
+    // nghttp (written by others) prints every frame it receives.
+    let out = Command::new("nghttp")
+        .args(["-v", &format!("http://127.0.0.1:{}/page", l.port())])
+        .output()
+        .expect("run nghttp (apt-get install nghttp2-client)");
+    let text = String::from_utf8_lossy(&out.stdout);
+    let hints = text.find(":status: 103").expect("the 103 was relayed");
+    let link = text
+        .find("link: </style.css>; rel=preload; as=style")
+        .expect("with its Link field");
+    let ok = text.find(":status: 200").expect("then the response");
+    assert!(hints < link && link < ok, "{text}");
+    assert!(text.contains("hinted"), "{text}");
+    assert!(
+        !text[hints..ok].contains("connection:"),
+        "a hop-by-hop field went on: {text}"
+    );
+    let rt = runtime();
+    rt.block_on(async {
+        let (mut h2, _conn) = h2_connect(l).await;
+        let r = h2_request(&mut h2, get_req("/again"), &[])
+            .await
+            .expect("GET");
+        assert_eq!(r.status, 200);
+        assert_eq!(r.body, b"hinted\n");
+    });
 }

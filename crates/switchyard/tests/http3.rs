@@ -158,7 +158,7 @@ fn site(http3: &str, tls_extra: &str) -> Site {
     let cert = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
     let origin = Origin::start("member");
     let listen = free_addr();
-    let config = site_config(listen, &origin, &cert, &format!("{tls_extra}\n{http3}"));
+    let config = site_config(listen, origin.addr, &cert, &format!("{tls_extra}\n{http3}"));
     let sy = Switchyard::start(&config, &[listen]);
     Site {
         sy,
@@ -168,11 +168,11 @@ fn site(http3: &str, tls_extra: &str) -> Site {
     }
 }
 
-/// One TLS vserver on `listen` over `origin`, with a policy that refuses
-/// /admin, and `extra` after its [vserver.tls] table.
+/// One TLS vserver on `listen` over the member `origin`, with a policy
+/// that refuses /admin, and `extra` after its [vserver.tls] table.
 fn site_config(
     listen: SocketAddr,
-    origin: &Origin,
+    origin: SocketAddr,
     (cert, key): &(PathBuf, PathBuf),
     extra: &str,
 ) -> String {
@@ -183,7 +183,7 @@ fn site_config(
          [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{}\"\n",
         cert.display(),
         key.display(),
-        origin.addr
+        origin
     )
 }
 
@@ -245,15 +245,65 @@ fn http3_requests_go_through_the_one_exchange() {
     assert_eq!(vs["tls_handshakes"], 1, "{vs}");
     // One handshake is not load: no Retry.
     assert_eq!(vs["quic_retries"], 0, "{vs}");
-    // The access log names the client's protocol.
+    // The access log names the client's protocol and the suite QUIC's
+    // handshake chose (tls/quic_suite.rs): the first of the server's order
+    // that aioquic offers, AES-256 in aws-lc-rs' default order.
     assert!(
         eventually(std::time::Duration::from_secs(5), || {
             let text = std::fs::read_to_string(&log).unwrap_or_default();
-            text.lines().count() == 6 && text.lines().all(|l| l.contains("\"protocol\":\"HTTP/3\""))
+            text.lines().count() == 6
+                && text.lines().all(|l| {
+                    l.contains("\"protocol\":\"HTTP/3\"")
+                        && l.contains("\"tls_version\":\"TLSv1.3\"")
+                        && l.contains("\"tls_cipher\":\"TLS_AES_256_GCM_SHA384\"")
+                })
         }),
         "{}",
         std::fs::read_to_string(&log).unwrap_or_default()
     );
+}
+
+/// The access log's cipher suite for HTTP/3 is the one the handshake
+/// chose: with ChaCha20 first in the vserver's order, ChaCha20 (aioquic
+/// offers all three TLS 1.3 suites; the server's order wins), on a full
+/// handshake and on one that resumes.
+#[test]
+fn http3_access_logs_name_the_suite_the_handshake_chose() {
+    let Some(py) = python() else { return };
+    // With early data on, every connection is served from its handshake's
+    // first flight (`into_0rtt`): the suite is read there too.
+    for early in ["", "early_data = true"] {
+        let log = temp_dir("h3-suite").join("access.log");
+        let s = site(
+            &format!(
+                "[vserver.http3]\n{early}\n[vserver.access_log]\nformat = \"$tls_version $tls_cipher $protocol $status\"\nto = \"file:{}\"",
+                log.display()
+            ),
+            "ciphers = [\"TLS_CHACHA20_POLY1305_SHA256\", \"TLS_AES_128_GCM_SHA256\"]",
+        );
+        let tickets = temp_dir("h3-suite-tickets").join("ticket");
+        for round in 0..2 {
+            let out = h3_resuming(
+                &py,
+                s.listen,
+                &s.ca,
+                serde_json::json!([{"method": "GET", "path": "/"}]),
+                &tickets,
+                0,
+            );
+            assert_eq!(out["responses"][0]["status"], 200, "{early}: {out}");
+            assert_eq!(out["resumed"], round == 1, "{early}: {out}");
+        }
+        let want = "TLSv1.3 TLS_CHACHA20_POLY1305_SHA256 HTTP/3 200";
+        assert!(
+            eventually(std::time::Duration::from_secs(5), || {
+                let text = std::fs::read_to_string(&log).unwrap_or_default();
+                text.lines().count() == 2 && text.lines().all(|l| l == want)
+            }),
+            "{early}: {}",
+            std::fs::read_to_string(&log).unwrap_or_default()
+        );
+    }
 }
 
 /// A response's fields reach an HTTP/3 client as the member sent them:
@@ -292,6 +342,50 @@ fn http3_responses_carry_every_field_of_the_member() {
     assert_eq!(all("content-type"), ["text/plain"], "{out}");
     assert_eq!(all("cache-control"), ["no-cache"], "{out}");
     assert_eq!(all("content-length"), ["2"], "{out}");
+}
+
+/// A member's 103 Early Hints reaches the HTTP/3 client as a HEADERS frame
+/// of its own before the response's (RFC 9114 4.1), its Link fields as
+/// sent and its hop-by-hop fields left out; aioquic sees both heads.
+#[test]
+fn http3_clients_get_a_members_early_hints_before_its_response() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]", "");
+    s.origin.behavior.lock().unwrap().raw_response = Some(
+        b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload; as=style\r\n\
+          Link: </app.js>; rel=preload; as=script\r\nConnection: keep-alive\r\n\r\n\
+          HTTP/1.1 200 OK\r\nContent-Length: 7\r\nContent-Type: text/html\r\n\r\nhinted\n"
+            .to_vec(),
+    );
+    let out = h3(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!([{"method": "GET", "path": "/page"}, {"method": "GET", "path": "/page2"}]),
+    );
+    for r in out["responses"].as_array().expect("responses") {
+        assert_eq!(r["status"], 200, "{out}");
+        assert_eq!(r["body"], "hinted\n", "{out}");
+        let interim = r["interim"].as_array().expect("an interim response");
+        assert_eq!(interim.len(), 1, "{out}");
+        assert_eq!(interim[0]["status"], 103, "{out}");
+        let fields: Vec<(&str, &str)> = interim[0]["headers"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|h| Some((h[0].as_str()?, h[1].as_str()?)))
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                (":status", "103"),
+                ("link", "</style.css>; rel=preload; as=style"),
+                ("link", "</app.js>; rel=preload; as=script"),
+            ],
+            "{out}"
+        );
+        assert_eq!(header(r, "content-type"), Some("text/html"), "{out}");
+    }
 }
 
 /// A request's fields reach the member as the client sent them, decoded
@@ -351,6 +445,122 @@ fn http3_request_fields_reach_the_member_and_malformed_heads_are_reset() {
     assert_eq!(all("host"), [authority.as_str()], "{m:?}");
     assert_eq!(all("accept"), ["text/html"], "{m:?}");
     assert_eq!(all("user-agent"), ["h3-test"], "{m:?}");
+}
+
+/// A request's trailers reach the member as HTTP/2's do: after a chunked
+/// body, each field as sent. Malformed trailers (a connection-specific
+/// field) reset the stream with H3_MESSAGE_ERROR, and the member never
+/// gets a whole request from them.
+#[test]
+fn http3_request_trailers_reach_the_member_and_malformed_ones_are_reset() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]", "");
+    let out = h3(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!([
+            {"method": "POST", "path": "/upload", "body": "part one",
+             "trailers": [["x-checksum", "abc"], ["x-count", "1"], ["x-count", "2"]]},
+            {"method": "POST", "path": "/bad-trailer", "body": "part two",
+             "trailers": [["connection", "close"]]},
+        ]),
+    );
+    assert!(out.get("error").is_none(), "{out}");
+    let r = out["responses"].as_array().expect("responses");
+    assert_eq!(r[0]["status"], 200, "{out}");
+    assert_eq!(r[1]["reset"], 0x10e, "{out}");
+    let seen = s.origin.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    let m = &seen[0];
+    assert!(m.request_line().starts_with("POST /upload "), "{m:?}");
+    assert_eq!(m.body, b"part one", "{m:?}");
+    assert_eq!(
+        m.header("transfer-encoding").as_deref(),
+        Some("chunked"),
+        "{m:?}"
+    );
+    assert_eq!(
+        m.trailers, "x-checksum: abc\r\nx-count: 1\r\nx-count: 2\r\n",
+        "{m:?}"
+    );
+}
+
+/// A request body an HTTP/3 client sends piece by piece reaches an
+/// HTTP/1.1 member as it comes: what the body's way to the member staged
+/// goes out whenever the client pauses (`flush_if_pending`, as for HTTP/2
+/// clients), not once the body ends.
+#[test]
+fn http3_request_bodies_reach_http1_members_as_they_come() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let Some(py) = python() else { return };
+    // A member that notes when a chunked body's first bytes and its end
+    // arrive (seconds apart if the body streams), then answers.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let member = l.local_addr().expect("addr");
+    let (tx, rx) = std::sync::mpsc::channel::<(Duration, Vec<u8>)>();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let (Ok(mut c), tx) = (c, tx.clone()) else {
+                return;
+            };
+            std::thread::spawn(move || {
+                let mut got = Vec::new();
+                let mut buf = [0u8; 4096];
+                let mut first: Option<Instant> = None;
+                while let Ok(n) = c.read(&mut buf) {
+                    if n == 0 {
+                        return;
+                    }
+                    got.extend_from_slice(&buf[..n]);
+                    let Some(at) = got.windows(4).position(|w| w == b"\r\n\r\n") else {
+                        continue;
+                    };
+                    let body = &got[at + 4..];
+                    if first.is_none() && !body.is_empty() {
+                        first = Some(Instant::now());
+                    }
+                    if body.ends_with(b"0\r\n\r\n") {
+                        let apart = first.map_or(Duration::ZERO, |f| f.elapsed());
+                        let _ = tx.send((apart, body.to_vec()));
+                        let _ = c.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n");
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    let pki = Pki::new("h3-stream");
+    let cert = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let listen = free_addr();
+    let _sy = Switchyard::start(
+        &site_config(listen, member, &cert, "[vserver.http3]"),
+        &[listen],
+    );
+    let out = common::h3::aioquic_script(
+        &py,
+        "stream.py",
+        (listen, &pki.ca(), "site.test"),
+        &serde_json::json!({"path": "/upload", "messages": ["first piece ", "second piece"], "pause_ms": 1500}),
+        &[],
+        None,
+    );
+    assert_eq!(out["status"], 200, "{out}");
+    assert_eq!(out["body"], "ok\n", "{out}");
+    let (apart, body) = rx
+        .recv_timeout(Duration::from_secs(5))
+        .expect("the member got the body");
+    let text = String::from_utf8_lossy(&body);
+    assert!(
+        text.contains("first piece ") && text.contains("second piece"),
+        "{text:?}"
+    );
+    // The first piece came 1.5 s before the rest: it reached the member then.
+    assert!(
+        apart >= Duration::from_millis(1000),
+        "{apart:?} between the first piece and the end"
+    );
 }
 
 /// The connection remembers the Huffman strings its client sent
@@ -724,7 +934,7 @@ fn an_unvalidated_client_gets_at_most_three_times_what_it_sent() {
     let origin = Origin::start("member");
     let listen = free_addr();
     let sy = Switchyard::start(
-        &site_config(listen, &origin, &cert, "[vserver.http3]"),
+        &site_config(listen, origin.addr, &cert, "[vserver.http3]"),
         &[listen],
     );
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/amplification.py");
@@ -847,16 +1057,16 @@ fn http3_follows_reloads_and_finishes_a_request_on_stop() {
     let origin = Origin::start("member");
     let listen = free_addr();
     let get = serde_json::json!([{"method": "GET", "path": "/"}]);
-    let mut sy = Switchyard::start(&site_config(listen, &origin, &cert, ""), &[listen]);
+    let mut sy = Switchyard::start(&site_config(listen, origin.addr, &cert, ""), &[listen]);
     let out = h3_within(&py, listen, &pki.ca(), get.clone(), 3);
     assert!(out.get("error").is_some(), "no QUIC yet: {out}");
 
-    let (ok, msg) = sy.reload_with(&site_config(listen, &origin, &cert, "[vserver.http3]"));
+    let (ok, msg) = sy.reload_with(&site_config(listen, origin.addr, &cert, "[vserver.http3]"));
     assert!(ok, "{msg}");
     let out = h3(&py, listen, &pki.ca(), get.clone());
     assert_eq!(out["responses"][0]["status"], 200, "{out}");
 
-    let (ok, msg) = sy.reload_with(&site_config(listen, &origin, &cert, ""));
+    let (ok, msg) = sy.reload_with(&site_config(listen, origin.addr, &cert, ""));
     assert!(ok, "{msg}");
     let out = h3_within(&py, listen, &pki.ca(), get.clone(), 3);
     assert!(out.get("error").is_some(), "QUIC after its removal: {out}");
@@ -868,7 +1078,7 @@ fn http3_follows_reloads_and_finishes_a_request_on_stop() {
         .expect("curl");
     assert_eq!(String::from_utf8_lossy(&tcp.stdout), "200");
 
-    let (ok, msg) = sy.reload_with(&site_config(listen, &origin, &cert, "[vserver.http3]"));
+    let (ok, msg) = sy.reload_with(&site_config(listen, origin.addr, &cert, "[vserver.http3]"));
     assert!(ok, "{msg}");
     origin.set(|b| b.delay = std::time::Duration::from_millis(1500));
     let before = origin.requests();
@@ -1024,7 +1234,7 @@ fn quic_steering_holds_on_each_listener_ipv4_and_ipv6() {
             return;
         }
     };
-    let config = site_config(v4, &origin, &cert, "[vserver.http3]").replace(
+    let config = site_config(v4, origin.addr, &cert, "[vserver.http3]").replace(
         &format!("listen = [\"{v4}\"]"),
         &format!("listen = [\"{v4}\", \"{v6}\"]"),
     );
@@ -1121,8 +1331,8 @@ fn taking_quic_off_closes_its_connections_and_frees_the_port() {
     let cert = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
     let origin = Origin::start("member");
     let listen = free_addr();
-    let with = site_config(listen, &origin, &cert, "[vserver.http3]");
-    let without = site_config(listen, &origin, &cert, "");
+    let with = site_config(listen, origin.addr, &cert, "[vserver.http3]");
+    let without = site_config(listen, origin.addr, &cert, "");
     let sy = Switchyard::start(&with, &[listen]);
     let began = std::time::Instant::now();
     // Stays connected up to 15 s after its response.
@@ -1163,7 +1373,11 @@ fn quic_on_several_workers_needs_a_port_of_its_own() {
     let listen = free_addr();
     let _squatter = std::net::UdpSocket::bind(listen).expect("bind the UDP port first");
     let f = temp_dir("h3-port").join("c.toml");
-    std::fs::write(&f, site_config(listen, &origin, &cert, "[vserver.http3]")).expect("write");
+    std::fs::write(
+        &f,
+        site_config(listen, origin.addr, &cert, "[vserver.http3]"),
+    )
+    .expect("write");
     let mut child = Command::new(bin())
         .args(["run", "-c"])
         .arg(&f)
@@ -1242,6 +1456,10 @@ fn early_data_lets_safe_requests_through_marked_and_others_get_425() {
         serde_json::json!([
             {"method": "GET", "path": "/early"},
             {"method": "POST", "path": "/early-post", "body": "once only"},
+            // A WebSocket's extended CONNECT (RFC 9220): a tunnel's bytes
+            // are not safe to replay either.
+            {"method": "CONNECT", "path": "/early-ws",
+             "headers": [[":protocol", "websocket"], ["sec-websocket-version", "13"]]},
         ]),
         &tickets,
         300,
@@ -1251,6 +1469,7 @@ fn early_data_lets_safe_requests_through_marked_and_others_get_425() {
     let r = out["responses"].as_array().expect("responses");
     assert_eq!(r[0]["status"], 200, "{out}");
     assert_eq!(r[1]["status"], 425, "{out}");
+    assert_eq!(r[2]["status"], 425, "{out}");
     let seen = s.origin.seen();
     let early = seen
         .iter()
@@ -1264,12 +1483,13 @@ fn early_data_lets_safe_requests_through_marked_and_others_get_425() {
     assert_eq!(first_seen.header("early-data"), None, "{seen:?}");
     assert!(
         seen.iter()
-            .all(|x| !x.request_line().contains("early-post")),
+            .all(|x| !x.request_line().contains("early-post")
+                && !x.request_line().contains("early-ws")),
         "{seen:?}"
     );
     let vs = &s.sy.stats()["vservers"][0];
     assert_eq!(vs["h3_early_requests"], 1, "{vs}");
-    assert_eq!(vs["h3_too_early"], 1, "{vs}");
+    assert_eq!(vs["h3_too_early"], 2, "{vs}");
 
     // The member may still refuse an early request: its 425 reaches the
     // client, which then repeats it after the handshake.
@@ -1390,7 +1610,7 @@ fn a_client_migrates_between_networks_and_keeps_its_connection() {
         &config,
         format!(
             "[admin]\nlisten = \"{admin}\"\n{}",
-            site_config(listen, &origin, &cert, "[vserver.http3]")
+            site_config(listen, origin.addr, &cert, "[vserver.http3]")
         ),
     )
     .expect("write the configuration");
@@ -1454,4 +1674,110 @@ fn a_client_migrates_between_networks_and_keeps_its_connection() {
     assert_eq!(vs["h3_connections"], n as u64, "{vs}");
     assert_eq!(vs["h3_streams"], (n * (moves + 1)) as u64, "{vs}");
     assert_eq!(origin.requests(), n * (moves + 1));
+}
+
+/// tests/h3/websocket.py (aioquic): an extended CONNECT per `plan` (see
+/// the script) on a new connection.
+fn h3_websocket(
+    py: &std::path::Path,
+    listen: SocketAddr,
+    ca: &std::path::Path,
+    plan: serde_json::Value,
+) -> serde_json::Value {
+    common::h3::aioquic_script(
+        py,
+        "websocket.py",
+        (listen, ca, "site.test"),
+        &plan,
+        &[],
+        None,
+    )
+}
+
+/// WebSocket over HTTP/3 (RFC 9220) end to end, with aioquic: the server
+/// announces SETTINGS_ENABLE_CONNECT_PROTOCOL, the extended CONNECT
+/// reaches the HTTP/1.1 member as a GET Upgrade with a key of ours and
+/// the client's version and subprotocol, the member's 101 is a 200
+/// without its handshake fields, frames go both ways (60 KB messages
+/// cross flow-control windows), the close handshake ends the stream
+/// cleanly (the member's FIN is the stream's), the connection serves a
+/// request after it, and the tunnel's bytes are counted.
+#[test]
+fn websocket_over_http3_echoes_both_ways_and_closes() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]", "");
+    let big = "y".repeat(60_000);
+    let out = h3_websocket(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!({
+            "path": "/chat?room=1",
+            "messages": ["hello", "", big, "x", big, big, "last"],
+            "close": true,
+            "after": "/after",
+        }),
+    );
+    assert_eq!(out["connect_protocol"], 1, "{out}");
+    assert_eq!(out["status"], 200, "{out}");
+    for name in ["sec-websocket-accept", "upgrade", "connection"] {
+        assert_eq!(header(&out, name), None, "{name}: {out}");
+    }
+    // Seven messages, the ping and the close, each echoed as sent.
+    let echoes = out["echoes"].as_array().expect("echoes");
+    let ops: Vec<u64> = echoes.iter().map(|e| e[0].as_u64().unwrap_or(0)).collect();
+    assert_eq!(ops, [1, 1, 1, 1, 1, 1, 1, 9, 8], "{out}");
+    assert!(echoes.iter().all(|e| e[1] == true), "{out}");
+    assert_eq!(out["ended"], true, "{out}");
+    assert!(out.get("reset").is_none(), "{out}");
+    assert_eq!(out["after"], 200, "{out}");
+    let host = assert_websocket_upgrade(&s.origin.seen());
+    assert!(
+        host.as_deref().is_some_and(|h| h.starts_with("site.test")),
+        "{host:?}"
+    );
+    let vs = &s.sy.stats()["vservers"][0];
+    for dir in ["bytes_in", "bytes_out"] {
+        let n = vs[dir].as_u64().unwrap_or(0);
+        assert!(n > 180_000, "{dir}: {vs}");
+    }
+}
+
+/// The extended CONNECT goes through the rules as the GET it becomes: a
+/// policy refusing the path refuses it (403) and the member sees nothing;
+/// a protocol other than WebSocket is 501; a tunnel with no byte either
+/// way for `tunnel_idle` is reset (H3_REQUEST_CANCELLED, 0x10c).
+#[test]
+fn websocket_over_http3_is_held_by_the_rules_and_tunnel_idle() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]\n[timeouts]\ntunnel_idle = \"1s\"", "");
+    let refused = h3_websocket(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!({"path": "/admin/ws"}),
+    );
+    assert_eq!(refused["status"], 403, "{refused}");
+    let other = h3_websocket(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!({"path": "/ws", "protocol": "connect-udp"}),
+    );
+    assert_eq!(other["status"], 501, "{other}");
+    assert!(s.origin.seen().is_empty(), "{:?}", s.origin.seen());
+    let started = std::time::Instant::now();
+    let idle = h3_websocket(
+        &py,
+        s.listen,
+        &s.ca,
+        serde_json::json!({"path": "/ws", "idle_ms": 8000}),
+    );
+    assert_eq!(idle["status"], 200, "{idle}");
+    assert_eq!(idle["reset"], 0x10c, "{idle}");
+    let after = started.elapsed();
+    assert!(
+        after >= std::time::Duration::from_millis(900) && after < std::time::Duration::from_secs(7),
+        "reset after {after:?}, tunnel_idle is 1s"
+    );
 }

@@ -26,7 +26,6 @@ use h3::{
     error::Code,
     quic::{self, ConnectionErrorIncoming, StreamErrorIncoming, StreamId, WriteBuf},
 };
-use tokio_util::sync::ReusableBoxFuture;
 
 #[cfg(feature = "tracing")]
 use tracing::instrument;
@@ -343,25 +342,12 @@ where
 ///
 /// Implements a [`quic::RecvStream`] backed by a [`quinn::RecvStream`].
 pub struct RecvStream {
-    stream: Option<quinn::RecvStream>,
-    read_chunk_fut: ReadChunkFuture,
+    stream: quinn::RecvStream,
 }
-
-type ReadChunkFuture = ReusableBoxFuture<
-    'static,
-    (
-        quinn::RecvStream,
-        Result<Option<quinn::Chunk>, quinn::ReadError>,
-    ),
->;
 
 impl RecvStream {
     fn new(stream: quinn::RecvStream) -> Self {
-        Self {
-            stream: Some(stream),
-            // Should only allocate once the first time it's used
-            read_chunk_fut: ReusableBoxFuture::new(async { unreachable!() }),
-        }
+        Self { stream }
     }
 }
 
@@ -373,15 +359,11 @@ impl quic::RecvStream for RecvStream {
         &mut self,
         cx: &mut task::Context<'_>,
     ) -> Poll<Result<Option<Self::Buf>, StreamErrorIncoming>> {
-        if let Some(mut stream) = self.stream.take() {
-            self.read_chunk_fut.set(async move {
-                let chunk = stream.read_chunk(usize::MAX, true).await;
-                (stream, chunk)
-            })
-        };
-
-        let (stream, chunk) = ready!(self.read_chunk_fut.poll(cx));
-        self.stream = Some(stream);
+        // Switchyard's patch: quinn's `poll_read_chunk` (public in
+        // vendor/quinn) polled in place. Before, every call moved the stream
+        // into a new `read_chunk` future in a `ReusableBoxFuture` and back out
+        // again; the result is the same, the read is cancel-safe either way.
+        let chunk = ready!(self.stream.poll_read_chunk(cx, usize::MAX, true));
         Poll::Ready(Ok(chunk
             .map_err(|e| convert_read_error_to_stream_error(e))?
             .map(|c| c.bytes)))
@@ -390,15 +372,13 @@ impl quic::RecvStream for RecvStream {
     #[cfg_attr(feature = "tracing", instrument(skip_all, level = "trace"))]
     fn stop_sending(&mut self, error_code: u64) {
         self.stream
-            .as_mut()
-            .unwrap()
             .stop(VarInt::from_u64(error_code).expect("invalid error_code"))
             .ok();
     }
 
     #[cfg_attr(feature = "tracing", instrument(skip_all, level = "trace"))]
     fn recv_id(&self) -> StreamId {
-        let num: u64 = self.stream.as_ref().unwrap().id().into();
+        let num: u64 = self.stream.id().into();
 
         num.try_into().expect("invalid stream id")
     }

@@ -190,7 +190,10 @@ impl RecvStream {
     /// If no data is available for reading, the method returns `Poll::Pending`
     /// and arranges for the current task (via cx.waker()) to receive a notification
     /// when the stream becomes readable or is closed.
-    fn poll_read_chunk(
+    ///
+    /// Switchyard's patch: public, so that h3-quinn polls it directly instead
+    /// of moving the stream into a new `read_chunk` future for every read.
+    pub fn poll_read_chunk(
         &mut self,
         cx: &mut Context,
         max_length: usize,

@@ -49,26 +49,33 @@ pub struct TlsInfo {
 
 impl TlsInfo {
     pub fn of(conn: &rustls::ServerConnection, handshake_us: u32) -> TlsInfo {
-        use rustls::{CipherSuite as C, ProtocolVersion as V};
+        use rustls::ProtocolVersion as V;
         let version = match conn.protocol_version() {
             Some(V::TLSv1_3) => "TLSv1.3",
             Some(V::TLSv1_2) => "TLSv1.2",
             Some(v) => v.as_str().unwrap_or("-"),
             None => "-",
         };
-        let cipher = match conn.negotiated_cipher_suite().map(|s| s.suite()) {
-            // rustls names TLS 1.3 suites TLS13_*; IANA's names are TLS_*.
-            Some(C::TLS13_AES_128_GCM_SHA256) => "TLS_AES_128_GCM_SHA256",
-            Some(C::TLS13_AES_256_GCM_SHA384) => "TLS_AES_256_GCM_SHA384",
-            Some(C::TLS13_CHACHA20_POLY1305_SHA256) => "TLS_CHACHA20_POLY1305_SHA256",
-            Some(s) => s.as_str().unwrap_or("-"),
-            None => "-",
-        };
+        let cipher = conn
+            .negotiated_cipher_suite()
+            .map_or("-", |s| suite_name(s.suite()));
         TlsInfo {
             handshake_us,
             version,
             cipher,
         }
+    }
+}
+
+/// The IANA name of a cipher suite ("TLS_AES_128_GCM_SHA256").
+pub fn suite_name(suite: rustls::CipherSuite) -> &'static str {
+    use rustls::CipherSuite as C;
+    match suite {
+        // rustls names TLS 1.3 suites TLS13_*; IANA's names are TLS_*.
+        C::TLS13_AES_128_GCM_SHA256 => "TLS_AES_128_GCM_SHA256",
+        C::TLS13_AES_256_GCM_SHA384 => "TLS_AES_256_GCM_SHA384",
+        C::TLS13_CHACHA20_POLY1305_SHA256 => "TLS_CHACHA20_POLY1305_SHA256",
+        s => s.as_str().unwrap_or("-"),
     }
 }
 

@@ -143,7 +143,9 @@ pub fn build(
         .max_idle_timeout(
             quinn::IdleTimeout::try_from(std::time::Duration::from_millis(idle_ms)).ok(),
         );
-    let mut server = quinn::ServerConfig::with_crypto(quic);
+    // Its sessions name the suite they settled on (`tls::quic_suite`).
+    let mut server =
+        quinn::ServerConfig::with_crypto(Arc::new(crate::tls::quic_suite::NamesSuite(quic)));
     server.transport_config(Arc::new(transport));
     let retry_threshold = match &h.retry_threshold {
         None => RETRY_THRESHOLD,

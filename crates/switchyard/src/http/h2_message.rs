@@ -42,7 +42,7 @@ pub fn request_from_wire(
     )
 }
 
-/// An extended CONNECT (RFC 8441 4, `:protocol`) as the request an
+/// An extended CONNECT (RFC 8441 4, RFC 9220 3, `:protocol`) as the request an
 /// HTTP/1.1 member understands: a GET of `:path` asking to upgrade to the
 /// protocol, with a `Sec-WebSocket-Key` of our own (the client's
 /// `sec-websocket-version`, `-protocol` and `-extensions` go as they came).
@@ -55,7 +55,10 @@ pub fn extended_connect_from_wire(
     limits: &Limits,
 ) -> Result<Request, HeadError> {
     if !protocol.eq_ignore_ascii_case(b"websocket") {
-        return Err(bad(501, "only WebSocket is tunnelled over HTTP/2"));
+        return Err(bad(
+            501,
+            "only WebSocket is tunnelled over HTTP/2 and HTTP/3",
+        ));
     }
     let mut req = build_request(
         Bytes::from_static(b"GET"),

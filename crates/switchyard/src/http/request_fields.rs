@@ -145,12 +145,14 @@ impl Collector {
         (head, malformed)
     }
 
-    /// `finish` for an HTTP/3 request (no extended CONNECT is announced),
-    /// with RFC 9114 4.3.1's rule on the target's authority, which the h3
-    /// crate applied before: an `http` or `https` request names it in
-    /// `:authority` or Host, and both, when present, agree.
-    pub fn finish_h3(self) -> (RequestHead, Option<&'static str>) {
-        let (head, malformed) = self.finish(false, false);
+    /// `finish` for an HTTP/3 request, with RFC 9114 4.3.1's rule on the
+    /// target's authority, which the h3 crate applied before: an `http` or
+    /// `https` request names it in `:authority` or Host, and both, when
+    /// present, agree. `connect_protocol`: the connection announced
+    /// SETTINGS_ENABLE_CONNECT_PROTOCOL (RFC 9220 3), so an extended
+    /// CONNECT may come.
+    pub fn finish_h3(self, connect_protocol: bool) -> (RequestHead, Option<&'static str>) {
+        let (head, malformed) = self.finish(false, connect_protocol);
         if malformed.is_some() || head.method.as_deref() == Some(b"CONNECT") {
             return (head, malformed);
         }
@@ -183,7 +185,7 @@ mod tests {
         for (n, v) in lines {
             c.field(n.as_bytes(), v.as_bytes());
         }
-        c.finish_h3()
+        c.finish_h3(false)
     }
 
     const BASE: [(&str, &str); 4] = [
@@ -253,5 +255,50 @@ mod tests {
         let mut lines = BASE.to_vec();
         lines.push(("host", "a.test"));
         assert_eq!(collect(&lines).1, None);
+    }
+
+    /// RFC 9220: `:protocol` passes where the connection announced the
+    /// extended CONNECT, and only with CONNECT and the whole target.
+    #[test]
+    fn an_extended_connect_needs_the_setting_and_its_target() {
+        let connect = |lines: &[(&str, &str)], announced: bool| {
+            let mut c = Collector::new(false);
+            for (n, v) in lines {
+                c.field(n.as_bytes(), v.as_bytes());
+            }
+            c.finish_h3(announced)
+        };
+        let full = [
+            (":method", "CONNECT"),
+            (":protocol", "websocket"),
+            (":scheme", "https"),
+            (":authority", "a.test"),
+            (":path", "/chat"),
+            ("sec-websocket-version", "13"),
+        ];
+        let (h, why) = connect(&full, true);
+        assert_eq!(why, None);
+        assert_eq!(h.protocol.as_deref(), Some(&b"websocket"[..]));
+        assert_eq!(h.path.as_deref(), Some(&b"/chat"[..]));
+        let (_, why) = connect(&full, false);
+        assert!(why.is_some_and(|w| w.starts_with(":protocol without CONNECT")));
+        for missing in [":path", ":authority", ":scheme"] {
+            let lines: Vec<_> = full
+                .iter()
+                .copied()
+                .filter(|(n, _)| *n != missing)
+                .collect();
+            let (_, why) = connect(&lines, true);
+            assert_eq!(
+                why,
+                Some("a required pseudo-header field is missing or empty"),
+                "{missing}"
+            );
+        }
+        let mut get = full;
+        get[0] = (":method", "GET");
+        assert!(connect(&get, true)
+            .1
+            .is_some_and(|w| w.starts_with(":protocol without CONNECT")));
     }
 }

@@ -118,7 +118,7 @@ impl<C: ClientSide> ClientSide for Replay<'_, C> {
         Ok(self.body.len() as u64)
     }
 
-    fn take_body_stream(&mut self) -> Option<super::client_h2_stream::BodyStream> {
+    fn take_body_stream(&mut self) -> Option<super::client_body::ClientBody> {
         None
     }
 

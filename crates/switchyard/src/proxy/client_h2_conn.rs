@@ -210,7 +210,7 @@ async fn open(
         .snapshot
         .load()
         .vserver_for(&conn.listen)
-        .is_some_and(|vs| tunnels_websocket(vs));
+        .is_some_and(|vs| pipeline::tunnels_websocket(vs));
     let shared: Shared = Rc::new(RefCell::new(server::Conn::new(server::Config {
         max_concurrent_streams: limits.max_concurrent_streams,
         stream_window: limits.stream_window,
@@ -364,22 +364,6 @@ fn speaks_h2(snap: &crate::config::snapshot::Snapshot, conn: &Conn) -> bool {
             _ => false,
         },
     }
-}
-
-/// Whether the vserver offers WebSocket over HTTP/2 (RFC 8441): when one
-/// of its pools (default or a policy's) speaks HTTP/1.1, where the
-/// extended CONNECT becomes an Upgrade (h2 members answer 501 for now, see
-/// `pipeline::to_pool`), so a client that sees the setting has somewhere to go.
-fn tunnels_websocket(vs: &crate::config::snapshot::VServer) -> bool {
-    use crate::config::snapshot::{Action, UpstreamProtocol};
-    let policy_pools = vs.policies.iter().filter_map(|p| match &p.action {
-        Some(Action::Pool(pool)) => Some(pool),
-        _ => None,
-    });
-    vs.default_pool
-        .iter()
-        .chain(policy_pools)
-        .any(|p| p.protocol == UpstreamProtocol::Http1)
 }
 
 /// Reads until `buf` holds the 24 preface bytes; false when something else came.

@@ -7,6 +7,7 @@
 
 use std::future::poll_fn;
 
+use super::client_body::ClientBody;
 use super::client_h2_stream::{BodyStream, Shared, StreamRef};
 use super::exchange::{ClientSide, Exchange, Failure};
 use super::hooks::Local;
@@ -171,20 +172,25 @@ impl ClientSide for H2Client<'_> {
         }
     }
 
-    fn take_body_stream(&mut self) -> Option<BodyStream> {
+    fn take_body_stream(&mut self) -> Option<ClientBody> {
         if std::mem::replace(&mut self.body_taken, true) || self.tunnel {
             return None;
         }
-        Some(BodyStream::new(self.stream))
+        Some(ClientBody::H2(BodyStream::new(self.stream)))
     }
 
     async fn send_continue(&mut self, _req: &Request) -> bool {
         true
     }
 
-    /// Interim responses are not relayed over HTTP/2.
-    async fn send_interim(&mut self, _req: &Request, _resp: &Response) -> bool {
-        true
+    /// A member's interim (1xx) response, 103 Early Hints above all, goes
+    /// on as a HEADERS frame of its own that does not end the stream (RFC
+    /// 9113 8.1); 101 never comes here (member_h1.rs). Chrome uses early
+    /// hints only over HTTP/2 and HTTP/3.
+    async fn send_interim(&mut self, _req: &Request, resp: &Response) -> bool {
+        self.stream
+            .head(Some(resp.status), &resp.head, false)
+            .is_ok()
     }
 
     async fn start_response(
@@ -210,16 +216,9 @@ impl ClientSide for H2Client<'_> {
         up: &mut UpConn,
     ) -> Result<(), Failure> {
         if !self.tunnel {
-            return Err(Failure::new(
-                super::exchange::Origin::Member,
-                502,
-                "the server switched protocols unasked",
-            ));
+            return Err(Failure::unasked_switch());
         }
-        let mut ok = Response::new(200, Framing::Close);
-        ok.head.fields = resp.head.fields.clone();
-        ok.head.connection_tokens = resp.head.connection_tokens.clone();
-        ok.head.fields.remove(b"sec-websocket-accept");
+        let ok = tunnel::connect_ok(resp);
         if self.stream.head(Some(200), &ok.head, false).is_err() {
             return Err(Failure::cut(
                 super::exchange::Origin::Client,

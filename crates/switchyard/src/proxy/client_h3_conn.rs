@@ -134,7 +134,11 @@ async fn run(
                     peer,
                 ));
                 // The handshake goes on: its time is not known here.
-                (conn, tls_info(0), Some(confirmed))
+                // (Its suite is: the ServerHello went out with the
+                // answer to the ClientHello that made the handshake's
+                // data ready.)
+                let tls = tls_info(&conn, 0);
+                (conn, tls, Some(confirmed))
             }
             // Not on a server (quinn: "always Ok" for incoming
             // connections); nothing to serve if it were.
@@ -154,14 +158,23 @@ async fn run(
         guard.script = hello.finish();
     }
     let client_cert = client_cert(&conn);
-    let max_field_section = {
-        let st = &ctx.snapshot.load().settings;
-        (st.max_header_bytes + st.max_request_line) as u64
+    let (max_field_section, websocket) = {
+        let snap = ctx.snapshot.load();
+        let st = &snap.settings;
+        let websocket = snap
+            .vserver_for(&listen)
+            .is_some_and(|vs| pipeline::tunnels_websocket(vs));
+        (
+            (st.max_header_bytes + st.max_request_line) as u64,
+            websocket,
+        )
     };
     // For the debug line when it ends (SWITCHYARD_LOG=debug).
     let transport = log::debug_enabled().then(|| conn.clone());
     let mut h3 = match h3::server::builder()
         .max_field_section_size(max_field_section)
+        // SETTINGS_ENABLE_CONNECT_PROTOCOL: WebSocket over HTTP/3 (RFC 9220).
+        .enable_extended_connect(websocket)
         .build::<_, Bytes>(h3_quinn::Connection::new(conn))
         .await
     {
@@ -200,7 +213,7 @@ async fn run(
                         .await
                     {
                         Ok(mut stream) => {
-                            let (head, malformed) = head.finish_h3();
+                            let (head, malformed) = head.finish_h3(websocket);
                             if let Some(why) = malformed {
                                 // RFC 9114 4.1.2: a stream error of type
                                 // H3_MESSAGE_ERROR, as the h3 crate did.
@@ -274,7 +287,8 @@ async fn handshake(
     match ctx.idle_watch.within(deadline, connecting).await {
         Ok(Ok(conn)) => {
             stats::inc(&vc.tls_handshakes);
-            Some((conn, tls_info(micros_since(began))))
+            let tls = tls_info(&conn, micros_since(began));
+            Some((conn, tls))
         }
         Ok(Err(e)) => {
             handshake_failed(vc, peer, format_args!("failed: {e}"));
@@ -294,12 +308,11 @@ fn handshake_failed(vc: &stats::VsCounters, peer: SocketAddr, why: std::fmt::Arg
     log::debug(format_args!("client {peer}: QUIC handshake {why}"));
 }
 
-fn tls_info(handshake_us: u32) -> TlsInfo {
+fn tls_info(conn: &quinn::Connection, handshake_us: u32) -> TlsInfo {
     TlsInfo {
         handshake_us,
         version: "TLSv1.3",
-        // quinn does not name the suite it negotiated.
-        cipher: "-",
+        cipher: crate::tls::quic_suite::suite_of(conn),
     }
 }
 
@@ -387,6 +400,9 @@ async fn stream_task(
         return;
     };
     stats::inc(&vs.counters.local().h3_streams);
+    // An extended CONNECT (RFC 9220): the stream's DATA is the tunnel,
+    // sent once the client has our 200, so nothing is read here.
+    let tunnel = req.protocol.is_some();
     // Whether a body follows the head: its length says so, or else the
     // first read does (the h3 crate does not tell whether the stream
     // ended with its HEADERS frame).
@@ -396,6 +412,7 @@ async fn stream_task(
         .and_then(|v| std::str::from_utf8(v).ok())
         .and_then(|v| v.trim().parse::<u64>().ok());
     let (first, end_stream) = match length {
+        _ if tunnel => (None, false),
         Some(n) => (None, n == 0),
         None => match stream.recv_data().await {
             Ok(None) => (None, true),
@@ -415,11 +432,20 @@ async fn stream_task(
         method,
         path,
         authority,
+        protocol,
         fields,
         ..
     } = req;
-    let pseudo = (method.unwrap_or_default(), path, authority);
-    let mut neutral = match h2_message::request_from_wire(pseudo, &fields, end_stream, &limits) {
+    let converted = match protocol {
+        Some(protocol) => {
+            h2_message::extended_connect_from_wire(&protocol, (path, authority), &fields, &limits)
+        }
+        None => {
+            let pseudo = (method.unwrap_or_default(), path, authority);
+            h2_message::request_from_wire(pseudo, &fields, end_stream, &limits)
+        }
+    };
+    let mut neutral = match converted {
         Ok(r) => r,
         Err(e) => {
             stats::inc(&vs.counters.local().bad_requests);
@@ -437,9 +463,10 @@ async fn stream_task(
         // RFC 8470: a request that may be a replay goes on only if it is
         // safe to repeat, and marked so that the member can still say 425
         // (which the client then gets, and repeats after the handshake);
-        // others are answered 425 here. A client's own Early-Data field
-        // stays as it is on requests that are not early (5.1: it may come
-        // from an earlier hop).
+        // others, a tunnel among them (`end_stream` is false for one), are
+        // answered 425 here. A client's own Early-Data field stays as it
+        // is on requests that are not early (5.1: it may come from an
+        // earlier hop).
         if !early_ok(&neutral, end_stream) {
             stats::inc(&vs.counters.local().h3_too_early);
             let (response, body) = crate::http::responses::local_error(
@@ -466,7 +493,11 @@ async fn stream_task(
     if let Some(choice) = choice.as_deref() {
         super::conn_scripting::apply(&mut x, choice);
     }
-    let mut client = H3Client::new(&mut stream, first, !end_stream);
+    let mut client = if tunnel {
+        H3Client::tunnel(stream)
+    } else {
+        H3Client::new(stream, first, !end_stream)
+    };
     // Boxed: the exchange's future is several KB, and a task's future is
     // moved (copied whole) as it is spawned; this one is made in place.
     Box::pin(pipeline::run(&mut x, &mut client, neutral)).await;

@@ -1,15 +1,21 @@
 //! The client side of an exchange on an HTTP/3 request stream: the request
-//! body from the stream's DATA frames, the response as a HEADERS frame,
-//! DATA frames and trailers, written through the h3 crate onto the QUIC
-//! stream (flow control is QUIC's: a write waits for the client's window).
+//! body from the stream's DATA frames (`client_h3_body`), the response as a
+//! HEADERS frame, DATA frames and trailers, written through the h3 crate
+//! onto the QUIC stream (flow control is QUIC's: a write waits for the
+//! client's window). The stream is split in its two halves, so that the
+//! body can flow while the response comes back (an h2 member's
+//! bidirectional streaming) and a tunnel relays both ways at once.
 //!
 //! Runs on the worker that owns the QUIC connection.
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 use h3::server::RequestStream;
 
+use super::client_body::ClientBody;
+use super::client_h3_body::H3Body;
 use super::exchange::{ClientSide, Exchange, Failure, Origin};
 use super::hooks::Local;
+use super::tunnel;
 use super::upstream::UpConn;
 use crate::config::snapshot::VServer;
 use crate::http::body::{BodyError, Sink};
@@ -20,22 +26,39 @@ use crate::stats::{self, status_class};
 /// A request stream of an HTTP/3 connection on quinn.
 pub type H3Stream = RequestStream<h3_quinn::BidiStream<Bytes>, Bytes>;
 
-pub struct H3Client<'a> {
-    stream: &'a mut H3Stream,
-    /// The first DATA of a body that came without a length, read to learn
-    /// that a body follows the head at all.
-    first: Option<Bytes>,
+/// The sending half of a request stream.
+pub type H3Send = RequestStream<h3_quinn::SendStream<Bytes>, Bytes>;
+
+pub struct H3Client {
+    send: H3Send,
+    /// The request body still to read, or the tunnel's receiving half:
+    /// None once the exchange took it (`take_body_stream`).
+    body: Option<H3Body>,
     /// The request had a body still to read.
     body_pending: bool,
+    /// The stream is an extended CONNECT (RFC 9220): a member's 101 opens
+    /// the tunnel.
+    tunnel: bool,
 }
 
-impl<'a> H3Client<'a> {
-    pub fn new(stream: &'a mut H3Stream, first: Option<Bytes>, body_pending: bool) -> H3Client<'a> {
+impl H3Client {
+    /// `first`: the first DATA of a body that came without a length, read
+    /// to learn that a body follows the head at all.
+    pub fn new(stream: H3Stream, first: Option<Bytes>, body_pending: bool) -> H3Client {
+        let (send, recv) = stream.split();
         H3Client {
-            stream,
-            first,
+            send,
+            body: Some(H3Body { recv, first }),
             body_pending,
+            tunnel: false,
         }
+    }
+
+    /// The client side of an extended CONNECT, whose DATA is the tunnel's.
+    pub fn tunnel(stream: H3Stream) -> H3Client {
+        let mut c = H3Client::new(stream, None, false);
+        c.tunnel = true;
+        c
     }
 }
 
@@ -60,8 +83,8 @@ fn write_err(e: impl std::fmt::Display) -> BodyError {
 /// checks for policies), and HTTP/2 sends them on the same trust. The
 /// byte-by-byte check this did was 1,390 user-space instructions per
 /// response (callgrind, 1 KB HTTP/3 through oha); debug builds keep it.
-async fn send_head(
-    stream: &mut H3Stream,
+async fn send_head<S: h3::quic::SendStream<Bytes>>(
+    stream: &mut RequestStream<S, Bytes>,
     status: u16,
     head: &Head,
 ) -> Result<Result<(), h3::error::StreamError>, ()> {
@@ -90,7 +113,11 @@ fn head_size(head: &Head) -> u64 {
 }
 
 /// Sends a response the proxy answers itself, and counts it.
-pub(super) async fn send_local(stream: &mut H3Stream, vs: &VServer, local: &Local) {
+pub(super) async fn send_local<S: h3::quic::SendStream<Bytes>>(
+    stream: &mut RequestStream<S, Bytes>,
+    vs: &VServer,
+    local: &Local,
+) {
     let vc = vs.counters.local();
     stats::inc(&vc.local_responses);
     stats::inc(&vc.responses[status_class(local.response.status)]);
@@ -115,7 +142,7 @@ pub(super) async fn send_local(stream: &mut H3Stream, vs: &VServer, local: &Loca
 /// The response body's way to the client: DATA frames, then trailers or
 /// the stream's end.
 pub struct H3Sink<'a> {
-    stream: &'a mut H3Stream,
+    stream: &'a mut H3Send,
     /// The head could not be sent: every write fails.
     gone: bool,
     ended: bool,
@@ -201,7 +228,7 @@ impl Sink for H3Sink<'_> {
     }
 }
 
-impl ClientSide for H3Client<'_> {
+impl ClientSide for H3Client {
     type Out<'b>
         = H3Sink<'b>
     where
@@ -215,35 +242,25 @@ impl ClientSide for H3Client<'_> {
         if !std::mem::replace(&mut self.body_pending, false) {
             return Ok(0);
         }
-        let mut total = 0u64;
-        if let Some(b) = self.first.take() {
-            total += b.len() as u64;
-            sink.data(&b).await?;
+        let Some(body) = self.body.as_mut() else {
+            return Ok(0);
+        };
+        let r = body.pump(sink).await;
+        if let Err(BodyError::Framing(_)) = r {
+            // Malformed (trailers): a stream error both ways (RFC 9114
+            // 4.1.2), not a 400.
+            self.send.stop_stream(h3::error::Code::H3_MESSAGE_ERROR);
         }
-        loop {
-            let chunk = match self.stream.recv_data().await {
-                Ok(Some(c)) => c,
-                Ok(None) => break,
-                Err(e) => {
-                    return Err(BodyError::Read(std::io::Error::other(format!(
-                        "HTTP/3 request body: {e}"
-                    ))))
-                }
-            };
-            let mut chunk = chunk;
-            while chunk.has_remaining() {
-                let piece = chunk.chunk();
-                let n = piece.len();
-                total += n as u64;
-                sink.data(piece).await?;
-                chunk.advance(n);
-            }
+        r
+    }
+
+    /// The body as a stream of its own, so that it flows to an h2 member
+    /// while the response comes back (bidirectional streaming, gRPC).
+    fn take_body_stream(&mut self) -> Option<ClientBody> {
+        if !std::mem::replace(&mut self.body_pending, false) || self.tunnel {
+            return None;
         }
-        // Trailers, if any, are read and not passed on (as HTTP/2's are
-        // not: members rarely take them on requests).
-        let _ = self.stream.recv_trailers().await;
-        sink.end(None).await?;
-        Ok(total)
+        self.body.take().map(ClientBody::H3)
     }
 
     /// HTTP/3 has no Expect handshake to answer: the body comes anyway.
@@ -251,9 +268,14 @@ impl ClientSide for H3Client<'_> {
         true
     }
 
-    /// Interim responses are not relayed over HTTP/3.
-    async fn send_interim(&mut self, _req: &Request, _resp: &Response) -> bool {
-        true
+    /// A member's interim (1xx) response, 103 Early Hints above all, goes
+    /// on as a HEADERS frame of its own before the final one (RFC 9114
+    /// 4.1); 101 never comes here (member_h1.rs).
+    async fn send_interim(&mut self, _req: &Request, resp: &Response) -> bool {
+        matches!(
+            send_head(&mut self.send, resp.status, &resp.head).await,
+            Ok(Ok(()))
+        )
     }
 
     async fn start_response(
@@ -263,19 +285,19 @@ impl ClientSide for H3Client<'_> {
         resp: &Response,
     ) -> Option<(Self::Out<'_>, u64)> {
         let end = resp.head.framing == Framing::None;
-        let gone = match send_head(self.stream, resp.status, &resp.head).await {
+        let gone = match send_head(&mut self.send, resp.status, &resp.head).await {
             Ok(sent) => sent.is_err(),
             Err(()) => {
                 crate::log::warn(format_args!(
                     "vserver {}: a response head HTTP/3 cannot carry (an invalid field); the stream is reset",
                     x.vs.name
                 ));
-                self.stream.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
+                self.send.stop_stream(h3::error::Code::H3_INTERNAL_ERROR);
                 return None;
             }
         };
         let mut sink = H3Sink {
-            stream: self.stream,
+            stream: &mut self.send,
             gone,
             ended: false,
         };
@@ -285,28 +307,44 @@ impl ClientSide for H3Client<'_> {
         Some((sink, head_size(&resp.head)))
     }
 
-    /// A member's 101: HTTP/3 has no upgrade (RFC 9114 4.5), and the
+    /// The member's 101 to an extended CONNECT (RFC 9220): `:status 200`
+    /// without the handshake's own fields, then the stream's DATA and the
+    /// member's bytes relayed until both ends close, either resets, or
+    /// `tunnel_idle` passes without a byte. Any other request's 101 is
+    /// the member's error: HTTP/3 has no upgrade (RFC 9114 4.5), and a
     /// request that asked for one never reaches a member as such.
     async fn tunnel(
         &mut self,
-        _x: &Exchange<'_>,
-        _resp: &Response,
-        _up: &mut UpConn,
+        x: &Exchange<'_>,
+        resp: &Response,
+        up: &mut UpConn,
     ) -> Result<(), Failure> {
-        Err(Failure::new(
-            Origin::Member,
-            502,
-            "the server switched protocols unasked",
-        ))
+        if !self.tunnel {
+            return Err(Failure::unasked_switch());
+        }
+        let ok = tunnel::connect_ok(resp);
+        if !matches!(send_head(&mut self.send, 200, &ok.head).await, Ok(Ok(()))) {
+            return Err(Failure::cut(Origin::Client, "the client reset the stream"));
+        }
+        let Some(body) = self.body.as_mut() else {
+            return Err(Failure::cut(Origin::Client, "the tunnel's stream is gone"));
+        };
+        let recv = &mut body.recv;
+        let idle = std::time::Duration::from_millis(x.st.tunnel_idle_ms);
+        let t = tunnel::run_h3((&mut self.send, recv), (&mut up.stream, &mut up.buf), idle).await;
+        let vc = x.vs.counters.local();
+        stats::add(&vc.bytes_out, head_size(&ok.head) + t.to_client);
+        stats::add(&vc.bytes_in, t.to_server);
+        Ok(())
     }
 
     async fn answer(&mut self, x: &Exchange<'_>, _req: &Request, local: Local) {
-        send_local(self.stream, x.vs, &local).await;
+        send_local(&mut self.send, x.vs, &local).await;
     }
 
     async fn fail(&mut self, x: &Exchange<'_>, _req: &Request, f: Failure) {
         if let Some(local) = f.into_answer() {
-            send_local(self.stream, x.vs, &local).await;
+            send_local(&mut self.send, x.vs, &local).await;
         }
     }
 

@@ -29,7 +29,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 
-use super::client_h2_stream::BodyStream;
+use super::client_body::ClientBody;
 use super::idle::IdleWatch;
 use super::member::H2Conns;
 use super::upstream::{ConnectError, IdlePool, UpConn};
@@ -289,6 +289,12 @@ pub struct Failure {
 }
 
 impl Failure {
+    /// A member's 101 to a request that asked for no tunnel (or to a
+    /// client side that cannot carry one).
+    pub fn unasked_switch() -> Failure {
+        Failure::new(Origin::Member, 502, "the server switched protocols unasked")
+    }
+
     pub fn new(origin: Origin, status: u16, why: impl Into<Cow<'static, str>>) -> Failure {
         Failure {
             origin,
@@ -349,9 +355,10 @@ pub trait ClientSide {
         sink: &mut S,
     ) -> Result<u64, BodyError>;
 
-    /// An HTTP/2 client's request body as a stream of its own, so it can
-    /// flow while the response comes back (bidirectional streaming).
-    fn take_body_stream(&mut self) -> Option<BodyStream> {
+    /// An HTTP/2 or HTTP/3 client's request body as a stream of its own,
+    /// so it can flow while the response comes back (bidirectional
+    /// streaming).
+    fn take_body_stream(&mut self) -> Option<ClientBody> {
         None
     }
 

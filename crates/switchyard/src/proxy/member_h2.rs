@@ -1,7 +1,7 @@
 //! An exchange's way to a member of an h2 pool: a stream on the worker's
 //! multiplexed connection to that member (`member::H2Conns`). With an
-//! HTTP/2 client the request body flows while the response comes back
-//! (bidirectional streaming, gRPC).
+//! HTTP/2 or HTTP/3 client the request body flows while the response
+//! comes back (bidirectional streaming, gRPC).
 //!
 //! Runs on the worker that owns the client connection.
 
@@ -12,7 +12,7 @@ use bytes::Bytes;
 use h2::client::ResponseFuture;
 use h2::{Reason, SendStream};
 
-use super::client_h2_stream::BodyStream;
+use super::client_body::ClientBody;
 use super::exchange::{
     body_failure, micros_since, Attempt, ClientSide, Exchange, Failure, Origin, Retry,
 };
@@ -144,7 +144,7 @@ async fn bidirectional<C: ClientSide, H: Hooks>(
     req: &Request,
     a: &Attempt<'_>,
     resp_fut: ResponseFuture,
-    mut body: BodyStream,
+    mut body: ClientBody,
     mut upload: H2Sink,
 ) -> Result<(), Failure> {
     let mc = a.m.counters.local();
@@ -165,7 +165,9 @@ async fn bidirectional<C: ClientSide, H: Hooks>(
                     vs.name,
                     a.label()
                 ));
-                if matches!(e, BodyError::Read(_)) {
+                // The member must not take a cut or malformed body
+                // (HTTP/3 trailers) for a whole one.
+                if matches!(e, BodyError::Read(_) | BodyError::Framing(_)) {
                     upload.reset(Reason::CANCEL);
                 }
             }

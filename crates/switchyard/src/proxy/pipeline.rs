@@ -303,11 +303,7 @@ impl ClientSide for Nobody {
         _: &Response,
         _: &mut UpConn,
     ) -> Result<(), Failure> {
-        Err(Failure::new(
-            Origin::Member,
-            502,
-            "the server switched protocols unasked",
-        ))
+        Err(Failure::unasked_switch())
     }
 
     async fn answer(&mut self, _: &Exchange<'_>, _: &Request, _: Local) {}
@@ -335,6 +331,23 @@ impl Drop for Inflight<'_> {
     }
 }
 
+/// Whether the vserver offers WebSocket over HTTP/2 (RFC 8441) and
+/// HTTP/3 (RFC 9220): when one of its pools (default or a policy's) speaks
+/// HTTP/1.1, where the extended CONNECT becomes an Upgrade (h2 members
+/// answer 501 for now, see `to_pool`), so a client that sees the setting
+/// has somewhere to go.
+pub fn tunnels_websocket(vs: &crate::config::snapshot::VServer) -> bool {
+    use crate::config::snapshot::Action;
+    let policy_pools = vs.policies.iter().filter_map(|p| match &p.action {
+        Some(Action::Pool(pool)) => Some(pool),
+        _ => None,
+    });
+    vs.default_pool
+        .iter()
+        .chain(policy_pools)
+        .any(|p| p.protocol == UpstreamProtocol::Http1)
+}
+
 /// Picks members until one answers or the retries are spent.
 async fn to_pool<C: ClientSide, H: Hooks>(
     x: &mut Exchange<'_>,
@@ -345,14 +358,15 @@ async fn to_pool<C: ClientSide, H: Hooks>(
 ) -> Result<(), Failure> {
     let pc = pool.counters.local();
     stats::inc(&pc.requests);
-    if x.facts.http2 && req.head.upgrade && pool.protocol == UpstreamProtocol::H2 {
-        // An extended CONNECT (RFC 8441) becomes an HTTP/1.1 Upgrade; to
-        // an h2 member it would be an extended CONNECT again, which is
-        // not written yet.
+    if (x.facts.http2 || x.facts.http3) && req.head.upgrade && pool.protocol == UpstreamProtocol::H2
+    {
+        // An extended CONNECT (RFC 8441, RFC 9220) becomes an HTTP/1.1
+        // Upgrade; to an h2 member it would be an extended CONNECT again,
+        // which is not written yet.
         return Err(Failure::new(
             Origin::Local,
             501,
-            "WebSocket over HTTP/2 reaches HTTP/1.1 pools only",
+            "WebSocket over HTTP/2 or HTTP/3 reaches HTTP/1.1 pools only",
         ));
     }
     let persistence = pool.persistence.as_ref();

@@ -117,7 +117,7 @@ pub fn server_config(
     let quic = quinn::crypto::rustls::QuicServerConfig::try_from(Arc::new(tls))
         .map_err(|e| e.to_string())?;
     let mut server = (*h3.server).clone();
-    server.crypto = Arc::new(quic);
+    server.crypto = Arc::new(crate::tls::quic_suite::NamesSuite(Arc::new(quic)));
     Ok((Arc::new(server), pending))
 }
 

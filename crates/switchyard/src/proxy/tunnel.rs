@@ -2,17 +2,45 @@
 //! protocols): both directions copied until both sides close, or until the
 //! tunnel has been idle for its timeout. `run` joins two byte streams (an
 //! HTTP/1.1 client's Upgrade); `run_h2` joins an HTTP/2 stream (an
-//! extended CONNECT, RFC 8441) to a member's connection.
+//! extended CONNECT, RFC 8441) to a member's connection, and `run_h3` an
+//! HTTP/3 one (RFC 9220).
 
 use std::cell::Cell;
 use std::future::poll_fn;
 use std::time::{Duration, Instant};
 
-use bytes::BytesMut;
+use bytes::{Buf, Bytes, BytesMut};
+use h3::error::Code;
+use h3::server::RequestStream;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use super::client_h2_stream::StreamRef;
+use crate::http::message::{Framing, Response};
 use crate::http2::frame::code;
+
+/// The head that answers an extended CONNECT (RFC 8441 5, RFC 9220 3)
+/// whose member said 101: `:status 200` with the member's fields but the
+/// handshake's own (`Sec-WebSocket-Accept`; the hop-by-hop ones stay out
+/// as the head is sent).
+pub fn connect_ok(member: &Response) -> Response {
+    let mut ok = Response::new(200, Framing::Close);
+    ok.head.fields = member.head.fields.clone();
+    ok.head.connection_tokens = member.head.connection_tokens.clone();
+    ok.head.fields.remove(b"sec-websocket-accept");
+    ok
+}
+
+/// Returns once `idle` has passed since `last` (which the relay moves
+/// with every byte).
+async fn quiet_for(last: &Cell<Instant>, idle: Duration) {
+    loop {
+        let until = last.get() + idle;
+        if Instant::now() >= until {
+            return;
+        }
+        tokio::time::sleep_until(until.into()).await;
+    }
+}
 
 pub struct Totals {
     pub to_client: u64,
@@ -159,18 +187,100 @@ pub async fn run_h2<S: AsyncRead + AsyncWrite + Unpin>(
             to_client.set(to_client.get() + n as u64);
         }
     };
-    let quiet = async {
-        loop {
-            let until = last.get() + idle;
-            if Instant::now() >= until {
-                return;
-            }
-            tokio::time::sleep_until(until.into()).await;
-        }
-    };
     tokio::select! {
         _ = async { tokio::try_join!(from_client, from_member) } => {}
-        () = quiet => shared.borrow_mut().reset(id, code::CANCEL),
+        () = quiet_for(&last, idle) => shared.borrow_mut().reset(id, code::CANCEL),
+    }
+    Totals {
+        to_client: to_client.get(),
+        to_server: to_server.get(),
+    }
+}
+
+/// Relays an HTTP/3 request stream whose head went out (`:status 200`)
+/// and a member connection, both ways at once, on the stream's two halves
+/// (`send`, `recv`). `ubuf` holds member bytes read past its 101. The
+/// stream's DATA reaches the member as it comes, and QUIC's flow control
+/// reopens the client's window as it is taken, so a member that does not
+/// read holds the client back; the member's bytes go out as DATA frames
+/// as the client's window allows. The client's FIN is a FIN to the member
+/// and the member's FIN the stream's; a reset by the client ends it all,
+/// a member connection that fails resets the stream with H3_CONNECT_ERROR
+/// (RFC 9114 4.4), and `idle` without a byte either way with
+/// H3_REQUEST_CANCELLED.
+///
+/// Generic over the QUIC stream halves (quinn's in practice) so that this
+/// file needs nothing of the HTTP/3 client side's.
+pub async fn run_h3<Q, R, S>(
+    (send, recv): (&mut RequestStream<Q, Bytes>, &mut RequestStream<R, Bytes>),
+    (server, ubuf): (&mut S, &mut BytesMut),
+    idle: Duration,
+) -> Totals
+where
+    Q: h3::quic::SendStream<Bytes>,
+    R: h3::quic::RecvStream,
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let last = Cell::new(Instant::now());
+    let to_server = Cell::new(0u64);
+    let to_client = Cell::new(0u64);
+    let (mut rd, mut wr) = tokio::io::split(server);
+    // Err(Some(code)): reset the stream with it; Err(None): it is gone.
+    let from_client = async {
+        loop {
+            match recv.recv_data().await {
+                Ok(Some(mut chunk)) => {
+                    last.set(Instant::now());
+                    while chunk.has_remaining() {
+                        let n = chunk.chunk().len();
+                        if wr.write_all(chunk.chunk()).await.is_err() {
+                            return Err(Some(Code::H3_CONNECT_ERROR));
+                        }
+                        chunk.advance(n);
+                        to_server.set(to_server.get() + n as u64);
+                    }
+                    if wr.flush().await.is_err() {
+                        return Err(Some(Code::H3_CONNECT_ERROR));
+                    }
+                }
+                Ok(None) => {
+                    let _ = wr.shutdown().await;
+                    return Ok(());
+                }
+                // Reset by the client (or the connection ended).
+                Err(_) => return Err(None),
+            }
+        }
+    };
+    let from_member = async {
+        let early = std::mem::take(ubuf);
+        if !early.is_empty() {
+            to_client.set(early.len() as u64);
+            send.send_data(early.freeze()).await.map_err(|_| None)?;
+        }
+        let mut b = BytesMut::new();
+        loop {
+            if b.capacity() < 4096 {
+                b.reserve(16 * 1024);
+            }
+            match rd.read_buf(&mut b).await {
+                Ok(0) => return send.finish().await.map_err(|_| None),
+                Ok(n) => {
+                    last.set(Instant::now());
+                    to_client.set(to_client.get() + n as u64);
+                    send.send_data(b.split().freeze()).await.map_err(|_| None)?;
+                }
+                Err(_) => return Err(Some(Code::H3_CONNECT_ERROR)),
+            }
+        }
+    };
+    let reset = tokio::select! {
+        r = async { tokio::try_join!(from_client, from_member) } => r.err().flatten(),
+        () = quiet_for(&last, idle) => Some(Code::H3_REQUEST_CANCELLED),
+    };
+    if let Some(code) = reset {
+        send.stop_stream(code);
+        recv.stop_sending(code);
     }
     Totals {
         to_client: to_client.get(),

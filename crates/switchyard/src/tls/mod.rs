@@ -23,6 +23,7 @@
 //! HTTP/2 front end (`proxy::client_h2_conn`), anything else to the HTTP/1.1 session.
 
 mod certs;
+pub mod quic_suite;
 pub mod upstream;
 pub mod x509;
 

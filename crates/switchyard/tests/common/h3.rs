@@ -159,14 +159,30 @@ pub fn aioquic_python() -> Option<std::path::PathBuf> {
 /// its JSON output.
 pub fn aioquic_client(
     py: &Path,
-    (listen, ca, sni): (SocketAddr, &Path, &str),
+    to: (SocketAddr, &Path, &str),
     requests: &serde_json::Value,
+    args: &[String],
+    cert: Option<&(std::path::PathBuf, std::path::PathBuf)>,
+) -> serde_json::Value {
+    aioquic_script(py, "client.py", to, requests, args, cert)
+}
+
+/// One of the aioquic scripts of tests/h3 (`script`), to `listen` with
+/// `sni`: `input` (JSON) on its standard input, `args` after its four
+/// fixed ones; its JSON output.
+pub fn aioquic_script(
+    py: &Path,
+    script: &str,
+    (listen, ca, sni): (SocketAddr, &Path, &str),
+    input: &serde_json::Value,
     args: &[String],
     cert: Option<&(std::path::PathBuf, std::path::PathBuf)>,
 ) -> serde_json::Value {
     use std::io::Write;
     use std::process::{Command, Stdio};
-    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/h3/client.py");
+    let script = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/h3")
+        .join(script);
     let mut client = Command::new(py);
     if let Some((cert, key)) = cert {
         client.env("H3_CLIENT_CERT", cert).env("H3_CLIENT_KEY", key);
@@ -186,8 +202,8 @@ pub fn aioquic_client(
         .stdin
         .take()
         .expect("stdin")
-        .write_all(requests.to_string().as_bytes())
-        .expect("write the requests");
+        .write_all(input.to_string().as_bytes())
+        .expect("write the client's input");
     let out = child.wait_with_output().expect("the HTTP/3 client");
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!(

@@ -178,6 +178,9 @@ impl Default for Behavior {
 pub struct Seen {
     pub head: String,
     pub body: Vec<u8>,
+    /// The trailer section of a chunked body, as sent ("name: value\r\n"
+    /// lines).
+    pub trailers: String,
 }
 
 impl Seen {
@@ -308,8 +311,10 @@ fn origin_conn(
         let seen_now = Seen {
             head: head.clone(),
             body: Vec::new(),
+            trailers: String::new(),
         };
         let mut body = Vec::new();
+        let mut trailers = String::new();
         if let Some(n) = seen_now
             .header("content-length")
             .and_then(|v| v.parse::<usize>().ok())
@@ -327,12 +332,12 @@ fn origin_conn(
                 let size = usize::from_str_radix(l.trim().split(';').next().unwrap_or(""), 16)
                     .unwrap_or(0);
                 if size == 0 {
-                    // trailers
                     loop {
                         let Some(t) = read_line(&mut r) else { return };
                         if t == "\r\n" {
                             break;
                         }
+                        trailers.push_str(&t);
                     }
                     break;
                 }
@@ -347,6 +352,7 @@ fn origin_conn(
         seen.lock().expect("lock").push(Seen {
             head: head.clone(),
             body: body.clone(),
+            trailers,
         });
         let req_line = head.lines().next().unwrap_or("").to_string();
         let path = req_line.split(' ').nth(1).unwrap_or("/").to_string();
@@ -489,6 +495,28 @@ fn base64(data: &[u8]) -> String {
     o
 }
 
+/// Asserts that `seen` holds the GET Upgrade an extended CONNECT for
+/// "/chat?room=1" becomes (RFC 8441, RFC 9220): a key of the proxy's and
+/// the client's version 13 and subprotocol "chat"; its Host.
+pub fn assert_websocket_upgrade(seen: &[Seen]) -> Option<String> {
+    let s = seen
+        .iter()
+        .rev()
+        .find(|s| s.request_line().starts_with("GET /chat"))
+        .expect("the handshake");
+    assert_eq!(s.request_line(), "GET /chat?room=1 HTTP/1.1");
+    assert!(s
+        .header("upgrade")
+        .is_some_and(|u| u.eq_ignore_ascii_case("websocket")));
+    assert!(s
+        .header("connection")
+        .is_some_and(|u| u.eq_ignore_ascii_case("upgrade")));
+    assert_eq!(s.header("sec-websocket-key").map(|k| k.len()), Some(24));
+    assert_eq!(s.header("sec-websocket-version").as_deref(), Some("13"));
+    assert_eq!(s.header("sec-websocket-protocol").as_deref(), Some("chat"));
+    s.header("host")
+}
+
 pub fn ws_accept(key: &str) -> String {
     base64(&sha1(
         format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes(),
@@ -573,6 +601,62 @@ impl Switchyard {
     /// Starts `switchyard run -c` on `config` (an `[admin]` section is
     /// added) and waits until `wait_for` accepts connections.
     pub fn start(config: &str, wait_for: &[SocketAddr]) -> Switchyard {
+        // A port below the ephemeral range that was free when drawn can be
+        // taken by another process on the machine before switchyard binds
+        // it (CI lost its admin port that way: "admin: cannot listen on
+        // 127.0.0.1:28154: Address already in use"). The admin port is the
+        // harness's own choice, so it draws another; a vserver address that
+        // is taken is the test's and fails it.
+        for attempt in 1.. {
+            let mut sy = Self::spawn(config);
+            match sy.wait_for_admin() {
+                Ok(()) => {
+                    for &a in wait_for {
+                        sy.wait_listening(a);
+                    }
+                    return sy;
+                }
+                Err(e)
+                    if attempt < 4
+                        && e.contains("admin: cannot listen on")
+                        && e.contains("Address already in use") => {}
+                Err(e) => panic!("{e}"),
+            }
+        }
+        unreachable!("the loop returns or panics")
+    }
+
+    /// Waits until switchyard says its admin endpoint listens: a connection
+    /// to the port alone could reach whoever took it. The error holds its
+    /// log when it exited first.
+    fn wait_for_admin(&mut self) -> Result<(), String> {
+        let listening = format!("://{}/", self.admin);
+        let start = Instant::now();
+        loop {
+            let log = self.log();
+            if log.contains(&listening) {
+                return Ok(());
+            }
+            if let Some(Ok(Some(st))) = self.child.as_mut().map(|c| c.try_wait()) {
+                // What it wrote before exiting is in the file by now.
+                return Err(format!(
+                    "switchyard exited ({st}) before listening on {}:\n{}",
+                    self.admin,
+                    self.log()
+                ));
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "switchyard's admin endpoint not listening on {}:\n{log}",
+                self.admin
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+
+    /// Starts `switchyard run -c` on `config` with an `[admin]` section on
+    /// a port of its own, without waiting for it.
+    fn spawn(config: &str) -> Switchyard {
         let dir = temp_dir("sy");
         // 127.0.0.1 because the admin TLS test's certificate names it; a
         // port the test's own configuration does not use.
@@ -593,18 +677,12 @@ impl Switchyard {
             .stderr(log)
             .spawn()
             .expect("start switchyard");
-        let mut sy = Switchyard {
+        Switchyard {
             child: Some(child),
             dir,
             config: path,
             admin,
-        };
-        let mut all = wait_for.to_vec();
-        all.push(admin);
-        for a in all {
-            sy.wait_listening(a);
         }
-        sy
     }
 
     pub fn wait_listening(&mut self, a: SocketAddr) {

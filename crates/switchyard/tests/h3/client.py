@@ -4,10 +4,13 @@ server meets a QUIC and HTTP/3 stack that is not its own).
     client.py HOST PORT CA_FILE SERVER_NAME [TIMEOUT_S [TICKET_FILE [HOLD_MS [LINGER_MS [PAD]]]]] < requests.json
 
 requests.json: [{"method": "GET", "path": "/", "headers": [["k", "v"]],
-"body": "text"}, ...], sent on one connection, all at once (one stream
-each). Prints one JSON object: {"responses": [{"status": 200, "headers":
+"body": "text", "trailers": [["k", "v"]]}, ...], sent on one connection,
+all at once (one stream each); trailers follow the body in a HEADERS
+frame of their own. Prints one JSON object: {"responses": [{"status": 200, "headers":
 [[k, v], ...], "body": "..."}], "alpn": "h3"}, or {"error": "..."}; a
-request whose stream the server reset has "reset": its error code.
+request whose stream the server reset has "reset": its error code, one
+that got interim (1xx) responses first has "interim": [{"status": 103,
+"headers": [...]}, ...].
 
 TICKET_FILE: the session tickets the server sends are saved there; when
 it holds one at the start, the connection resumes with it and the requests
@@ -94,11 +97,15 @@ class Client(QuicConnectionProtocol):
             if isinstance(e, (HeadersReceived, DataReceived)) and e.stream_id in self.waiting:
                 r = self.waiting[e.stream_id]
                 if isinstance(e, HeadersReceived):
-                    if "status" not in r:
-                        r["headers"] = [[k.decode(), v.decode()] for k, v in e.headers]
-                        r["status"] = int(dict(e.headers)[b":status"])
+                    status = dict(e.headers).get(b":status", b"")
+                    fields = [[k.decode(), v.decode()] for k, v in e.headers]
+                    if "status" not in r and status.startswith(b"1"):
+                        r.setdefault("interim", []).append({"status": int(status), "headers": fields})
+                    elif "status" not in r:
+                        r["headers"] = fields
+                        r["status"] = int(status)
                     else:
-                        r["trailers"] = [[k.decode(), v.decode()] for k, v in e.headers]
+                        r["trailers"] = fields
                 else:
                     r["body"] += e.data
                 if e.stream_ended:
@@ -107,6 +114,7 @@ class Client(QuicConnectionProtocol):
     async def request(self, authority, req):
         sid = self._quic.get_next_available_stream_id()
         body = req.get("body", "").encode()
+        trailers = [(k.encode(), v.encode()) for k, v in req.get("trailers", [])]
         headers = [
             (b":method", req.get("method", "GET").encode()),
             (b":scheme", b"https"),
@@ -115,15 +123,19 @@ class Client(QuicConnectionProtocol):
         ] + [(k.encode(), v.encode()) for k, v in req.get("headers", [])]
         r = {"body": b"", "done": asyncio.Event()}
         self.waiting[sid] = r
-        self.http.send_headers(stream_id=sid, headers=headers, end_stream=not body)
+        self.http.send_headers(stream_id=sid, headers=headers, end_stream=not (body or trailers))
         if body:
-            self.http.send_data(stream_id=sid, data=body, end_stream=True)
+            self.http.send_data(stream_id=sid, data=body, end_stream=not trailers)
+        if trailers:
+            self.http.send_headers(stream_id=sid, headers=trailers, end_stream=True)
         self.transmit()
         await asyncio.wait_for(r["done"].wait(), 10)
         out = {"status": r.get("status"), "headers": r.get("headers", [])}
         out["body"] = r["body"].decode("utf-8", "replace")
         if "trailers" in r:
             out["trailers"] = r["trailers"]
+        if "interim" in r:
+            out["interim"] = r["interim"]
         if "reset" in r:
             out["reset"] = r["reset"]
         return out
