@@ -1743,6 +1743,65 @@ fn websocket_over_http3_echoes_both_ways_and_closes() {
     }
 }
 
+/// WebSocket over HTTP/3 to a member of an h2 pool: the extended CONNECT
+/// (RFC 9220) is an extended CONNECT again on the member's side (RFC
+/// 8441: `:protocol websocket`, the client's subprotocol, no key), the
+/// member's 200 is the client's 200, frames go both ways and the close
+/// ends the stream cleanly.
+#[test]
+fn websocket_over_http3_reaches_an_h2_member_by_extended_connect() {
+    let Some(py) = python() else { return };
+    let member = common::h2_ws_member::H2WsMember::start(true);
+    let pki = Pki::new("h3-ws-h2");
+    let cert = pki.issue("site", "/CN=site.test", &["site.test"], Kind::Ecdsa, 30);
+    let listen = free_addr();
+    let config = site_config(listen, member.addr, &cert, "[vserver.http3]").replace(
+        "[[pool]]\nname = \"p\"\n",
+        "[[pool]]\nname = \"p\"\nprotocol = \"h2\"\n",
+    );
+    assert!(config.contains("protocol = \"h2\""), "{config}");
+    let sy = Switchyard::start(&config, &[listen]);
+    let big = "y".repeat(60_000);
+    let out = h3_websocket(
+        &py,
+        listen,
+        &pki.ca(),
+        serde_json::json!({
+            "path": "/chat?room=1",
+            "messages": ["hello", big, "last"],
+            "close": true,
+            "after": "/after",
+        }),
+    );
+    assert_eq!(out["connect_protocol"], 1, "{out}");
+    assert_eq!(out["status"], 200, "{out}");
+    assert_eq!(header(&out, "sec-websocket-accept"), None, "{out}");
+    let echoes = out["echoes"].as_array().expect("echoes");
+    let ops: Vec<u64> = echoes.iter().map(|e| e[0].as_u64().unwrap_or(0)).collect();
+    assert_eq!(ops, [1, 1, 1, 9, 8], "{out}");
+    assert!(echoes.iter().all(|e| e[1] == true), "{out}");
+    assert_eq!(out["ended"], true, "{out}");
+    assert_eq!(out["after"], 200, "{out}");
+    let seen = member.seen();
+    let connect = seen
+        .iter()
+        .find(|s| s.method == "CONNECT")
+        .expect("CONNECT");
+    assert_eq!(
+        connect.protocol.as_deref(),
+        Some("websocket"),
+        "{connect:?}"
+    );
+    assert_eq!(connect.path, "/chat?room=1", "{connect:?}");
+    assert_eq!(connect.header("sec-websocket-key"), None, "{connect:?}");
+    assert!(
+        connect.header("sec-websocket-version").is_some(),
+        "{connect:?}"
+    );
+    let vs = &sy.stats()["vservers"][0];
+    assert!(vs["bytes_in"].as_u64().unwrap_or(0) > 60_000, "{vs}");
+}
+
 /// The extended CONNECT goes through the rules as the GET it becomes: a
 /// policy refusing the path refuses it (403) and the member sees nothing;
 /// a protocol other than WebSocket is 501; a tunnel with no byte either

@@ -699,7 +699,7 @@ fn fin_member() -> (SocketAddr, std::sync::mpsc::Receiver<Vec<u8>>) {
 /// END_STREAM and RST_STREAM reach the member's connection: the client's
 /// END_STREAM is a FIN after its bytes, and the member may still answer
 /// (half-close) before its own FIN ends the stream; a reset closes the
-/// member's connection. An extended CONNECT routed to an h2 pool is 501.
+/// member's connection.
 #[test]
 fn websocket_over_h2_maps_end_stream_and_reset_to_the_members_connection() {
     use over_h2::*;
@@ -736,22 +736,6 @@ fn websocket_over_h2_maps_end_stream_and_reset_to_the_members_connection() {
             .await
             .expect("join");
         assert_eq!(seen.expect("the member's connection closed"), b"x");
-    });
-
-    let l = free_addr();
-    let cfg = format!(
-        "[global]\nworkers = 1\n[[vserver]]\nname = \"w\"\nlisten = [\"{l}\"]\ndefault_pool = \"p\"\nh2c = true\n\
-         [[vserver.policy]]\nmatch = {{ path_prefix = \"/grpc\" }}\naction = {{ pool = \"h2\" }}\n\
-         [[pool]]\nname = \"p\"\n[[pool.member]]\naddress = \"{member}\"\n\
-         [[pool]]\nname = \"h2\"\nprotocol = \"h2\"\n[[pool.member]]\naddress = \"{}\"\n",
-        free_addr()
-    );
-    let _sy = Switchyard::start(&cfg, &[l]);
-    rt.block_on(async {
-        let mut h2 = connect(l, None).await;
-        assert!(h2.is_extended_connect_protocol_enabled());
-        let (resp, _out) = open(&mut h2, "http", "/grpc/ws").await;
-        assert_eq!(resp.status(), 501);
     });
 }
 
@@ -796,4 +780,208 @@ fn websocket_over_h2_is_never_served_from_the_cache() {
         got.recv_timeout(Duration::from_secs(5)).expect("tunnel"),
         b"through"
     );
+}
+
+/// A vserver over an h2 pool of `member`, for HTTP/1.1 clients (`plain`)
+/// and h2c ones (`h2c`), with a policy refusing /admin.
+fn over_h2_pool(member: SocketAddr) -> (Switchyard, SocketAddr, SocketAddr) {
+    let (plain, h2c) = (free_addr(), free_addr());
+    let policy = "[[vserver.policy]]\nmatch = { path_prefix = \"/admin\" }\n\
+                  action = { status = 403, body = \"denied\\n\" }\n";
+    let cfg = format!(
+        "[global]\nworkers = 1\n\
+         [[vserver]]\nname = \"plain\"\nlisten = [\"{plain}\"]\ndefault_pool = \"h2\"\n{policy}\n\
+         [[vserver]]\nname = \"h2c\"\nlisten = [\"{h2c}\"]\ndefault_pool = \"h2\"\nh2c = true\n{policy}\n\
+         [[pool]]\nname = \"h2\"\nprotocol = \"h2\"\n[[pool.member]]\naddress = \"{member}\"\n"
+    );
+    (Switchyard::start(&cfg, &[plain, h2c]), plain, h2c)
+}
+
+/// WebSocket to a member of an h2 pool (RFC 8441 on the member's side):
+/// an HTTP/1.1 client's Upgrade and an HTTP/2 client's extended CONNECT
+/// both reach the member as an extended CONNECT (`:protocol websocket`,
+/// the client's version and subprotocol, no key, no Upgrade or
+/// Connection); the member's 200 is a 101 with the accept for the
+/// client's key to the HTTP/1.1 client and a 200 to the HTTP/2 one;
+/// frames go both ways (60 KB ones across the windows), and the close
+/// ends the tunnel cleanly.
+#[test]
+fn websocket_reaches_an_h2_member_by_extended_connect_from_http1_and_http2() {
+    use common::h2_ws_member::H2WsMember;
+    use over_h2::*;
+    let member = H2WsMember::start(true);
+    let (sy, plain, h2c) = over_h2_pool(member.addr);
+
+    let mut c = Client::connect(plain);
+    c.send(
+        format!(
+            "GET /chat?room=1 HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: chat, superchat\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    let r = c.read_response(false).expect("101 response");
+    assert_eq!(r.status, 101, "{}", r.body_text());
+    assert_eq!(
+        r.header("sec-websocket-accept"),
+        Some(ws_accept(KEY).as_str())
+    );
+    assert_eq!(r.header("sec-websocket-protocol"), Some("chat"));
+    assert!(r
+        .header("upgrade")
+        .is_some_and(|u| u.eq_ignore_ascii_case("websocket")));
+    assert!(r
+        .header("connection")
+        .is_some_and(|u| u.eq_ignore_ascii_case("upgrade")));
+    assert_eq!(r.header("content-length"), None, "{:?}", r.headers);
+    let big = "z".repeat(60_000);
+    for (i, m) in ["hello", "", big.as_str(), "last"].iter().enumerate() {
+        c.send(&ws_frame(1, m.as_bytes(), Some([i as u8, 7, 7, 7])));
+        assert_eq!(
+            ws_read_frame(&mut c.r),
+            Some((1, m.as_bytes().to_vec())),
+            "message {i}"
+        );
+    }
+    c.send(&ws_frame(8, &[0x03, 0xe8], Some([4, 3, 2, 1])));
+    assert_eq!(ws_read_frame(&mut c.r), Some((8, vec![0x03, 0xe8])));
+    assert!(c.closed_within(Duration::from_secs(3)), "tunnel left open");
+    drop(c);
+
+    let seen = member.seen();
+    let s = seen.last().expect("the member saw the CONNECT");
+    assert_eq!(s.method, "CONNECT", "{s:?}");
+    assert_eq!(s.protocol.as_deref(), Some("websocket"), "{s:?}");
+    assert_eq!(s.path, "/chat?room=1", "{s:?}");
+    assert!(s.scheme.is_some(), "{s:?}");
+    assert_eq!(s.authority.as_deref(), Some("ws.test"), "{s:?}");
+    assert_eq!(s.header("sec-websocket-version"), Some("13"), "{s:?}");
+    assert_eq!(
+        s.header("sec-websocket-protocol"),
+        Some("chat, superchat"),
+        "{s:?}"
+    );
+    for name in ["sec-websocket-key", "upgrade", "connection"] {
+        assert_eq!(s.header(name), None, "{name}: {s:?}");
+    }
+
+    let rt = runtime();
+    rt.block_on(async {
+        let mut h2 = connect(h2c, None).await;
+        assert!(h2.is_extended_connect_protocol_enabled());
+        let (resp, mut out) = open(&mut h2, "http", "/chat").await;
+        assert_eq!(resp.status(), 200);
+        assert_eq!(
+            resp.headers()
+                .get("sec-websocket-protocol")
+                .map(|v| v.as_bytes()),
+            Some(&b"chat"[..])
+        );
+        assert!(resp.headers().get("sec-websocket-accept").is_none());
+        let mut recv = resp.into_body();
+        let mut pending = Vec::new();
+        for (i, m) in ["one", big.as_str(), big.as_str(), "two"]
+            .iter()
+            .enumerate()
+        {
+            send_all(
+                &mut out,
+                &ws_frame(2, m.as_bytes(), Some([1, 2, 3, i as u8])),
+                false,
+            )
+            .await;
+            assert_eq!(
+                read_frame(&mut recv, &mut pending).await,
+                Some((2, m.as_bytes().to_vec())),
+                "message {i}"
+            );
+        }
+        send_all(
+            &mut out,
+            &ws_frame(8, &[0x03, 0xe8], Some([1, 1, 1, 1])),
+            false,
+        )
+        .await;
+        assert_eq!(
+            read_frame(&mut recv, &mut pending).await,
+            Some((8, vec![0x03, 0xe8]))
+        );
+        let end = tokio::time::timeout(Duration::from_secs(5), recv.data()).await;
+        assert!(matches!(end, Ok(None)), "no clean END_STREAM: {end:?}");
+        send_all(&mut out, &[], true).await;
+        // The connection goes on, and so does the member's.
+        let mut s = h2.clone().ready().await.expect("ready");
+        let get = http::Request::get("http://ws.test/after").body(()).unwrap();
+        let (resp, _) = s.send_request(get, true).expect("GET");
+        assert_eq!(resp.await.expect("GET").status(), 200);
+    });
+    let connects = member
+        .seen()
+        .iter()
+        .filter(|s| s.method == "CONNECT")
+        .count();
+    assert_eq!(connects, 2);
+    // Each vserver counts its tunnel's bytes when it ends.
+    let counted = || {
+        let stats = sy.stats();
+        let vs = stats["vservers"].as_array().cloned().unwrap_or_default();
+        vs.len() == 2
+            && vs.iter().all(|v| {
+                v["bytes_in"].as_u64().unwrap_or(0) > 60_000
+                    && v["bytes_out"].as_u64().unwrap_or(0) > 60_000
+            })
+            && stats["pools"][0]["members"][0]["inflight"] == 0
+    };
+    assert!(
+        eventually(Duration::from_secs(3), counted),
+        "{}",
+        sy.stats()
+    );
+}
+
+/// What is not a tunnel stays a response: the member's refusal (403) is
+/// relayed with its body, a member whose SETTINGS do not allow the
+/// extended CONNECT is never sent one (502, and it sees nothing), a
+/// handshake without a key is the client's error (400), the rules hold
+/// the handshake as any request (403 from the policy, nothing reaches
+/// the member), and plain requests on the same pool are untouched.
+#[test]
+fn websocket_to_an_h2_member_that_refuses_or_cannot_is_a_plain_answer() {
+    use common::h2_ws_member::H2WsMember;
+    let member = H2WsMember::start(true);
+    let (_sy, plain, _) = over_h2_pool(member.addr);
+    let ask = |path: &str, key: Option<&str>| {
+        let mut c = Client::connect(plain);
+        let key = key
+            .map(|k| format!("Sec-WebSocket-Key: {k}\r\n"))
+            .unwrap_or_default();
+        c.send(
+            format!(
+                "GET {path} HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+                 {key}Sec-WebSocket-Version: 13\r\n\r\n"
+            )
+            .as_bytes(),
+        );
+        c.read_response(false).expect("response")
+    };
+    let denied = ask("/deny", Some(KEY));
+    assert_eq!(denied.status, 403);
+    assert_eq!(denied.body_text(), "no websocket here\n");
+    assert_eq!(ask("/chat", None).status, 400);
+    assert_eq!(ask("/admin/ws", Some(KEY)).status, 403);
+    let paths: Vec<String> = member.seen().iter().map(|s| s.path.clone()).collect();
+    assert_eq!(paths, ["/deny"], "{paths:?}");
+    let mut c = Client::connect(plain);
+    c.send(b"GET /page HTTP/1.1\r\nHost: ws.test\r\n\r\n");
+    let r = c.read_response(false).expect("response");
+    assert_eq!((r.status, r.body_text().as_str()), (200, "plain\n"));
+
+    let without = H2WsMember::start(false);
+    let (sy, plain, _) = over_h2_pool(without.addr);
+    let mut c = Client::connect(plain);
+    c.send(handshake("/chat", KEY).as_bytes());
+    let r = c.read_response(false).expect("response");
+    assert_eq!(r.status, 502, "{}", r.body_text());
+    assert!(without.seen().is_empty(), "{:?}", without.seen());
+    assert_eq!(sy.member_stats("h2", without.addr)["bad_responses"], 1);
 }

@@ -328,6 +328,20 @@ pub fn request_to_h2(req: &Request, member: std::net::SocketAddr) -> Option<http
     Some(r)
 }
 
+/// A WebSocket handshake (an HTTP/1.1 client's, or what an extended
+/// CONNECT became) restated for an h2 member: an extended CONNECT with
+/// `:protocol websocket` (RFC 8441 4), the handshake's version, protocols
+/// and extensions as they are, without its key (RFC 8441 5: the member
+/// answers 200, and the proxy the key). None as for `request_to_h2`.
+pub fn websocket_to_h2(req: &Request, member: std::net::SocketAddr) -> Option<http::Request<()>> {
+    let mut r = request_to_h2(req, member)?;
+    *r.method_mut() = http::Method::CONNECT;
+    r.headers_mut().remove("sec-websocket-key");
+    r.extensions_mut()
+        .insert(h2::ext::Protocol::from_static("websocket"));
+    Some(r)
+}
+
 /// The response for an HTTP/2 client. None when a field cannot be carried.
 pub fn response_to_h2(resp: &Response) -> Option<http::Response<()>> {
     let mut r = http::Response::builder()

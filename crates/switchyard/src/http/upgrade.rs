@@ -100,6 +100,24 @@ pub fn websocket_key() -> String {
     crate::base64::encode(&raw)
 }
 
+/// The `Sec-WebSocket-Accept` that answers `key` (RFC 6455 4.2.2): the
+/// key and the protocol's GUID, SHA-1, base64. Needed where the proxy
+/// answers the handshake itself: an h2 member takes a WebSocket by
+/// extended CONNECT, without keys (RFC 8441 5).
+pub fn websocket_accept(key: &[u8]) -> String {
+    const GUID: &[u8] = b"258EAFA5-E914-47DA-95CA-C5AB0DC85B11";
+    let mut ctx = aws_lc_rs::digest::Context::new(&aws_lc_rs::digest::SHA1_FOR_LEGACY_USE_ONLY);
+    ctx.update(key.trim_ascii());
+    ctx.update(GUID);
+    crate::base64::encode(ctx.finish().as_ref())
+}
+
+/// Whether a request asks to upgrade to WebSocket (and nothing else).
+pub fn asks_websocket(fields: &Fields) -> bool {
+    let mut offered = fields.all("upgrade").flat_map(tokens);
+    matches!((offered.next(), offered.next()), (Some(t), None) if protocol_name(t).eq_ignore_ascii_case(b"websocket"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -110,6 +128,23 @@ mod tests {
             f.append(n.as_bytes(), v.as_bytes());
         }
         f
+    }
+
+    #[test]
+    fn websocket_accept_is_rfc_6455s_example() {
+        // RFC 6455 1.3.
+        assert_eq!(
+            websocket_accept(b"dGhlIHNhbXBsZSBub25jZQ=="),
+            "s3pPLMBiTxaQ9kYGzzhZRbK+xOo="
+        );
+    }
+
+    #[test]
+    fn only_a_lone_websocket_offer_is_websocket() {
+        assert!(asks_websocket(&fields(&[("upgrade", "WebSocket")])));
+        assert!(!asks_websocket(&fields(&[("upgrade", "websocket, foo")])));
+        assert!(!asks_websocket(&fields(&[("upgrade", "foo")])));
+        assert!(!asks_websocket(&fields(&[])));
     }
 
     fn upgrade_of(f: &Fields) -> Vec<String> {

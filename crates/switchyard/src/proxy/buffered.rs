@@ -6,7 +6,7 @@
 use bytes::Bytes;
 
 use super::exchange::{ClientSide, Exchange, Failure, Local};
-use super::upstream::UpConn;
+use super::tunnel::MemberEnd;
 use crate::http::body::{BodyError, Sink};
 use crate::http::message::{Fields, Request, Response};
 
@@ -32,7 +32,7 @@ macro_rules! forward_to_client {
             &mut self,
             x: &Exchange<'_>,
             resp: &Response,
-            up: &mut UpConn,
+            up: MemberEnd<'_>,
         ) -> Result<(), Failure> {
             self.client.tunnel(x, resp, up).await
         }

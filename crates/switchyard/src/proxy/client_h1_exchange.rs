@@ -11,7 +11,7 @@ use super::exchange::{ClientSide, Exchange, Failure};
 use super::hooks::Local;
 use super::idle::{IdleWatch, SendTimed};
 use super::tunnel;
-use super::upstream::UpConn;
+use super::tunnel::MemberEnd;
 use super::Client;
 use crate::http::body::{self, BodyError, BodyPace, Discard, HoldForClose, Out, Pacer, Sink};
 use crate::http::message::{Framing, Request, Response};
@@ -297,7 +297,7 @@ impl ClientSide for H1Client<'_> {
         &mut self,
         x: &Exchange<'_>,
         resp: &Response,
-        up: &mut UpConn,
+        mut up: MemberEnd<'_>,
     ) -> Result<(), Failure> {
         self.close = true;
         let mut head = Vec::with_capacity(256);
@@ -310,8 +310,8 @@ impl ClientSide for H1Client<'_> {
         let r = tunnel::run(
             &mut self.c.stream,
             &mut self.c.buf,
-            &mut up.stream,
-            &mut up.buf,
+            &mut up.io,
+            up.buf,
             head,
             self.tunnel_idle,
         )

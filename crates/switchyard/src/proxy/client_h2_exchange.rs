@@ -12,7 +12,7 @@ use super::client_h2_stream::{BodyStream, Shared, StreamRef};
 use super::exchange::{ClientSide, Exchange, Failure};
 use super::hooks::Local;
 use super::tunnel;
-use super::upstream::UpConn;
+use super::tunnel::MemberEnd;
 use crate::config::snapshot::VServer;
 use crate::http::body::{BodyError, Sink};
 use crate::http::message::{Fields, Framing, Request, Response};
@@ -213,7 +213,7 @@ impl ClientSide for H2Client<'_> {
         &mut self,
         x: &Exchange<'_>,
         resp: &Response,
-        up: &mut UpConn,
+        mut up: MemberEnd<'_>,
     ) -> Result<(), Failure> {
         if !self.tunnel {
             return Err(Failure::unasked_switch());
@@ -226,7 +226,7 @@ impl ClientSide for H2Client<'_> {
             ));
         }
         let idle = std::time::Duration::from_millis(x.st.tunnel_idle_ms);
-        let t = tunnel::run_h2(self.stream, &mut up.stream, &mut up.buf, idle).await;
+        let t = tunnel::run_h2(self.stream, &mut up.io, up.buf, idle).await;
         let vc = x.vs.counters.local();
         stats::add(&vc.bytes_out, head_size(&ok) + t.to_client);
         stats::add(&vc.bytes_in, t.to_server);

@@ -16,7 +16,7 @@ use super::client_h3_body::H3Body;
 use super::exchange::{ClientSide, Exchange, Failure, Origin};
 use super::hooks::Local;
 use super::tunnel;
-use super::upstream::UpConn;
+use super::tunnel::MemberEnd;
 use crate::config::snapshot::VServer;
 use crate::http::body::{BodyError, Sink};
 use crate::http::head::{is_field_value, is_token};
@@ -317,7 +317,7 @@ impl ClientSide for H3Client {
         &mut self,
         x: &Exchange<'_>,
         resp: &Response,
-        up: &mut UpConn,
+        mut up: MemberEnd<'_>,
     ) -> Result<(), Failure> {
         if !self.tunnel {
             return Err(Failure::unasked_switch());
@@ -331,7 +331,7 @@ impl ClientSide for H3Client {
         };
         let recv = &mut body.recv;
         let idle = std::time::Duration::from_millis(x.st.tunnel_idle_ms);
-        let t = tunnel::run_h3((&mut self.send, recv), (&mut up.stream, &mut up.buf), idle).await;
+        let t = tunnel::run_h3((&mut self.send, recv), (&mut up.io, up.buf), idle).await;
         let vc = x.vs.counters.local();
         stats::add(&vc.bytes_out, head_size(&ok.head) + t.to_client);
         stats::add(&vc.bytes_in, t.to_server);

@@ -32,7 +32,8 @@ use bytes::Bytes;
 use super::client_body::ClientBody;
 use super::idle::IdleWatch;
 use super::member::H2Conns;
-use super::upstream::{ConnectError, IdlePool, UpConn};
+use super::tunnel::MemberEnd;
+use super::upstream::{ConnectError, IdlePool};
 use crate::config::snapshot::{
     HeaderEdits, Member, MemberList, Mirror, Policy, Pool, Settings, VServer,
 };
@@ -384,7 +385,7 @@ pub trait ClientSide {
         &mut self,
         x: &Exchange<'_>,
         resp: &Response,
-        up: &mut UpConn,
+        up: MemberEnd<'_>,
     ) -> Result<(), Failure>;
 
     /// Answers with a response the proxy makes itself.

@@ -10,6 +10,7 @@
 //! Runs on the owning worker only (`RefCell`, no locks).
 
 use std::cell::RefCell;
+use std::rc::Rc;
 
 use std::future::poll_fn;
 use std::net::IpAddr;
@@ -41,8 +42,34 @@ struct H2Conn {
     /// member while this entry lives.
     state: Arc<MemberState>,
     send: SendRequest<Bytes>,
+    settings: Rc<PeerSettings>,
     last_used: Instant,
     idle_timeout: Duration,
+}
+
+/// Whether the member's SETTINGS have been read. A member sends them first
+/// (RFC 9113 3.4), so once a PING it answers comes back they are known; h2
+/// has no other way to wait for them. Only an extended CONNECT needs them
+/// (RFC 8441 4: `:protocol` only after SETTINGS_ENABLE_CONNECT_PROTOCOL),
+/// so the PING goes out for the first one only, never for plain requests.
+struct PeerSettings {
+    known: tokio::sync::OnceCell<()>,
+    ping: RefCell<Option<h2::PingPong>>,
+}
+
+impl PeerSettings {
+    async fn wait(&self) {
+        self.known
+            .get_or_init(|| async {
+                let ping = self.ping.borrow_mut().take();
+                if let Some(mut p) = ping {
+                    // An error means the connection is gone: the stream
+                    // that follows fails with the reason.
+                    let _ = p.ping(h2::Ping::opaque()).await;
+                }
+            })
+            .await;
+    }
 }
 
 fn key(m: &Member) -> usize {
@@ -71,12 +98,16 @@ impl H2Conns {
                 }
             }
         }
-        let s = connect(m, dial, connect_timeout).await?;
+        let (s, ping) = connect(m, dial, connect_timeout).await?;
         self.conns.borrow_mut().insert(
             key(m),
             H2Conn {
                 state: m.state.clone(),
                 send: s.clone(),
+                settings: Rc::new(PeerSettings {
+                    known: tokio::sync::OnceCell::new(),
+                    ping: RefCell::new(ping),
+                }),
                 last_used: Instant::now(),
                 idle_timeout,
             },
@@ -86,6 +117,25 @@ impl H2Conns {
             .await
             .map_err(|e| ConnectError::Io(std::io::Error::other(e)))?;
         Ok((s, false))
+    }
+
+    /// Whether the member's connection takes an extended CONNECT (RFC
+    /// 8441), once its SETTINGS are known (`PeerSettings`), waiting at
+    /// most `timeout` for them.
+    pub async fn takes_extended_connect(
+        &self,
+        m: &Member,
+        send: &SendRequest<Bytes>,
+        timeout: Duration,
+    ) -> bool {
+        if send.is_extended_connect_protocol_enabled() {
+            return true;
+        }
+        let settings = self.conns.borrow().get(&key(m)).map(|c| c.settings.clone());
+        if let Some(settings) = settings {
+            let _ = tokio::time::timeout(timeout, settings.wait()).await;
+        }
+        send.is_extended_connect_protocol_enabled()
     }
 
     pub fn forget(&self, m: &Member) {
@@ -110,7 +160,7 @@ async fn connect(
     m: &Member,
     (tls, source): (Option<&UpstreamTls>, Option<IpAddr>),
     timeout: Duration,
-) -> Result<SendRequest<Bytes>, ConnectError> {
+) -> Result<(SendRequest<Bytes>, Option<h2::PingPong>), ConnectError> {
     let up = upstream::connect_with(m, (tls, source), timeout, true, &[]).await?;
     if tls.is_some() && !up.alpn_h2() {
         return Err(ConnectError::Io(std::io::Error::other(
@@ -121,18 +171,19 @@ async fn connect(
         .initial_window_size(256 * 1024)
         .initial_connection_window_size(1024 * 1024)
         .handshake::<_, Bytes>(up);
-    let (send, conn) = match tokio::time::timeout(timeout, handshake).await {
+    let (send, mut conn) = match tokio::time::timeout(timeout, handshake).await {
         Ok(Ok(x)) => x,
         Ok(Err(e)) => return Err(ConnectError::Io(std::io::Error::other(e))),
         Err(_) => return Err(ConnectError::Timeout),
     };
+    let ping = conn.ping_pong();
     let label = m.addr;
     tokio::task::spawn_local(async move {
         if let Err(e) = conn.await {
             log::debug(format_args!("member {label}: HTTP/2 connection ended: {e}"));
         }
     });
-    Ok(send)
+    Ok((send, ping))
 }
 
 /// An HTTP/2 stream's sending half as a body sink: DATA at the pace of

@@ -18,12 +18,14 @@ use super::exchange::{
 };
 use super::hooks::Hooks;
 use super::member::H2Sink;
+use super::member_h2_tunnel::{self, H2Tunnel};
 use super::respond::{respond, Inspect, MemberBody};
 use crate::clock::now_ms;
 use crate::health::passive;
 use crate::http::body::BodyError;
 use crate::http::h2_message;
 use crate::http::message::{Framing, Request};
+use crate::http::upgrade;
 use crate::log;
 use crate::stats;
 
@@ -38,7 +40,14 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
 ) -> Result<(), Failure> {
     let end = req.head.framing == Framing::None;
     x.facts.attempts += 1;
-    let (resp_fut, send) = open_stream(x, req, a, end).await?;
+    // A WebSocket handshake (an HTTP/1.1 client's Upgrade, or what an
+    // HTTP/2 or HTTP/3 extended CONNECT became) is an extended CONNECT
+    // again (RFC 8441); any other Upgrade is left out (`request_to_h2`),
+    // as HTTP/2 has none.
+    if req.head.upgrade && upgrade::asks_websocket(&req.head.fields) {
+        return websocket(x, hooks, client, req, a).await;
+    }
+    let (resp_fut, send) = open_stream(x, req, a, Stream::Request { end }).await?;
     x.facts.request_sent();
     let mut upload = H2Sink::new(send);
     // Both directions at once unless a stage inspects request bodies.
@@ -76,7 +85,52 @@ pub(super) async fn exchange<C: ClientSide, H: Hooks>(
         }
     }
     let deadline = now_ms() + x.upstream_response_ms();
-    h2_response(x, hooks, client, req, a, resp_fut, Some(deadline)).await
+    h2_response(x, hooks, client, req, a, resp_fut, Some(deadline), None).await
+}
+
+/// A WebSocket by extended CONNECT: the member's 2xx opens the tunnel
+/// (as a 101 to the client's side, `member_h2_tunnel::switched`), any
+/// other answer is relayed as a response. A member whose SETTINGS do not
+/// allow it gets no such stream: 502, as for any member that cannot
+/// serve the request (HAProxy answers alike).
+async fn websocket<C: ClientSide, H: Hooks>(
+    x: &mut Exchange<'_>,
+    hooks: &mut H,
+    client: &mut C,
+    req: &Request,
+    a: &Attempt<'_>,
+) -> Result<(), Failure> {
+    if req.head.get("sec-websocket-key").is_none() {
+        stats::inc(&x.vs.counters.local().bad_requests);
+        return Err(Failure::new(
+            Origin::Client,
+            400,
+            "a WebSocket handshake without Sec-WebSocket-Key",
+        ));
+    }
+    let (resp_fut, send) = open_stream(x, req, a, Stream::WebSocket).await?;
+    x.facts.request_sent();
+    let deadline = now_ms() + x.upstream_response_ms();
+    h2_response(
+        x,
+        hooks,
+        client,
+        req,
+        a,
+        resp_fut,
+        Some(deadline),
+        Some(send),
+    )
+    .await
+}
+
+/// What a new stream to the member carries.
+#[derive(Clone, Copy)]
+enum Stream {
+    /// A request; `end`: it has no body (END_STREAM on its HEADERS).
+    Request { end: bool },
+    /// A WebSocket's extended CONNECT.
+    WebSocket,
 }
 
 /// A ready connection to the member and a new stream on it, the head sent.
@@ -85,7 +139,7 @@ async fn open_stream(
     x: &mut Exchange<'_>,
     req: &Request,
     a: &Attempt<'_>,
-    end: bool,
+    what: Stream,
 ) -> Result<(ResponseFuture, SendStream<Bytes>), Failure> {
     let (pool, m) = (a.pool, a.m);
     let mc = m.counters.local();
@@ -104,7 +158,28 @@ async fn open_stream(
         stats::inc(&mc.connections_reused);
     }
     x.facts.connect_us = Some(if reused { 0 } else { micros_since(connecting) });
-    let Some(head) = h2_message::request_to_h2(req, m.addr) else {
+    let (head, end) = match what {
+        Stream::Request { end } => (h2_message::request_to_h2(req, m.addr), end),
+        Stream::WebSocket => {
+            let wait = Duration::from_millis(x.upstream_connect_ms());
+            if !x.h2_members.takes_extended_connect(m, &sender, wait).await {
+                stats::inc(&mc.bad_responses);
+                log::warn(format_args!(
+                    "vserver {}: member {}: a WebSocket needs SETTINGS_ENABLE_CONNECT_PROTOCOL \
+                     (RFC 8441) from an HTTP/2 member, and this one did not send it",
+                    x.vs.name,
+                    a.label()
+                ));
+                return Err(Failure::new(
+                    Origin::Member,
+                    502,
+                    "the server does not take WebSocket over HTTP/2",
+                ));
+            }
+            (h2_message::websocket_to_h2(req, m.addr), false)
+        }
+    };
+    let Some(head) = head else {
         stats::inc(&x.vs.counters.local().bad_requests);
         return Err(Failure::new(
             Origin::Client,
@@ -173,7 +248,7 @@ async fn bidirectional<C: ClientSide, H: Hooks>(
             }
         }
     };
-    let down = h2_response(x, hooks, client, req, a, resp_fut, None);
+    let down = h2_response(x, hooks, client, req, a, resp_fut, None, None);
     let ((), r) = tokio::join!(up, down);
     x.facts.body_in = body_in.get();
     r
@@ -181,6 +256,7 @@ async fn bidirectional<C: ClientSide, H: Hooks>(
 
 /// Waits for an h2 member's response head (until `deadline`, when the
 /// request was sent whole), then relays the response.
+#[allow(clippy::too_many_arguments)]
 async fn h2_response<C: ClientSide, H: Hooks>(
     x: &mut Exchange<'_>,
     hooks: &mut H,
@@ -189,6 +265,7 @@ async fn h2_response<C: ClientSide, H: Hooks>(
     a: &Attempt<'_>,
     resp_fut: h2::client::ResponseFuture,
     deadline: Option<u64>,
+    tunnel: Option<SendStream<Bytes>>,
 ) -> Result<(), Failure> {
     let (pool, m) = (a.pool, a.m);
     let mc = m.counters.local();
@@ -234,5 +311,19 @@ async fn h2_response<C: ClientSide, H: Hooks>(
             return Err(Failure::new(Origin::Member, 502, e.reason));
         }
     };
+    if let Some(send) = tunnel.filter(|_| (200..300).contains(&resp.status)) {
+        let switched = member_h2_tunnel::switched(&resp, req);
+        let mut t = H2Tunnel::new(send, body);
+        return respond(
+            x,
+            hooks,
+            client,
+            req,
+            a,
+            switched,
+            MemberBody::H2Tunnel(&mut t),
+        )
+        .await;
+    }
     respond(x, hooks, client, req, a, resp, MemberBody::H2(&mut body)).await
 }

@@ -24,7 +24,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::exchange::{ClientSide, Exchange, Failure, Local};
-use super::upstream::UpConn;
+use super::tunnel::MemberEnd;
 use crate::config::snapshot::Mirror;
 use crate::http::body::{BodyError, Sink};
 use crate::http::message::{Fields, Request, Response};

@@ -45,6 +45,7 @@ mod lot_epoll;
 pub mod member;
 mod member_h1;
 mod member_h2;
+mod member_h2_tunnel;
 mod mirroring;
 mod normalizing;
 mod pipeline;

@@ -11,7 +11,7 @@ use std::time::Instant;
 use super::buffered::{Buffer, Replay};
 use super::exchange::{body_failure, Attempt, ClientSide, Exchange, Failure, Origin, Retry};
 use super::hooks::{Hooks, Local, Verdict};
-use super::upstream::UpConn;
+use super::tunnel::MemberEnd;
 use super::{member_h1, member_h2};
 use super::{mirroring, stages};
 use crate::balance::persist::{request_hash, sticky_member};
@@ -301,7 +301,7 @@ impl ClientSide for Nobody {
         &mut self,
         _: &Exchange<'_>,
         _: &Response,
-        _: &mut UpConn,
+        _: MemberEnd<'_>,
     ) -> Result<(), Failure> {
         Err(Failure::unasked_switch())
     }
@@ -332,20 +332,17 @@ impl Drop for Inflight<'_> {
 }
 
 /// Whether the vserver offers WebSocket over HTTP/2 (RFC 8441) and
-/// HTTP/3 (RFC 9220): when one of its pools (default or a policy's) speaks
-/// HTTP/1.1, where the extended CONNECT becomes an Upgrade (h2 members
-/// answer 501 for now, see `to_pool`), so a client that sees the setting
-/// has somewhere to go.
+/// HTTP/3 (RFC 9220): when it has a pool (default or a policy's) to take
+/// it, so a client that sees the setting has somewhere to go. An HTTP/1.1
+/// member gets an Upgrade, an h2 member an extended CONNECT again
+/// (`member_h2`; 502 from one whose SETTINGS do not allow it).
 pub fn tunnels_websocket(vs: &crate::config::snapshot::VServer) -> bool {
     use crate::config::snapshot::Action;
-    let policy_pools = vs.policies.iter().filter_map(|p| match &p.action {
-        Some(Action::Pool(pool)) => Some(pool),
-        _ => None,
-    });
-    vs.default_pool
-        .iter()
-        .chain(policy_pools)
-        .any(|p| p.protocol == UpstreamProtocol::Http1)
+    vs.default_pool.is_some()
+        || vs
+            .policies
+            .iter()
+            .any(|p| matches!(p.action, Some(Action::Pool(_))))
 }
 
 /// Picks members until one answers or the retries are spent.
@@ -358,17 +355,6 @@ async fn to_pool<C: ClientSide, H: Hooks>(
 ) -> Result<(), Failure> {
     let pc = pool.counters.local();
     stats::inc(&pc.requests);
-    if (x.facts.http2 || x.facts.http3) && req.head.upgrade && pool.protocol == UpstreamProtocol::H2
-    {
-        // An extended CONNECT (RFC 8441, RFC 9220) becomes an HTTP/1.1
-        // Upgrade; to an h2 member it would be an extended CONNECT again,
-        // which is not written yet.
-        return Err(Failure::new(
-            Origin::Local,
-            501,
-            "WebSocket over HTTP/2 or HTTP/3 reaches HTTP/1.1 pools only",
-        ));
-    }
     let persistence = pool.persistence.as_ref();
     // One list for the whole request (retries and the response's
     // persistence cookie index it).

@@ -13,6 +13,8 @@ use h2::RecvStream;
 use super::exchange::{Attempt, ClientSide, Exchange, Failure, Origin};
 use super::hooks::{BodyEdit, Hooks, Verdict};
 use super::member::pump_h2;
+use super::member_h2_tunnel::H2Tunnel;
+use super::tunnel::{MemberEnd, MemberIo};
 use super::upstream::UpConn;
 use crate::health::passive;
 use crate::http::body::{self, BodyError, Sink};
@@ -25,6 +27,9 @@ use crate::stats::{self, status_class};
 pub(super) enum MemberBody<'a> {
     H1(&'a mut UpConn),
     H2(&'a mut RecvStream),
+    /// A WebSocket's extended CONNECT to an h2 member, answered 2xx
+    /// (`member_h2_tunnel::switched` made the 101).
+    H2Tunnel(&'a mut H2Tunnel),
 }
 
 /// The response phase, for every pair of protocols: hooks, head, body.
@@ -57,7 +62,15 @@ pub(super) async fn respond<C: ClientSide, H: Hooks>(
         // took h2c out): anything else would open a tunnel no stage reads.
         let agreed = req.head.upgrade && upgrade::agreed(&req.head.fields, &resp.head.fields);
         return match body {
-            MemberBody::H1(up) if agreed => client.tunnel(x, &resp, up).await,
+            MemberBody::H1(up) if agreed => client.tunnel(x, &resp, MemberEnd::h1(up)).await,
+            MemberBody::H2Tunnel(t) if agreed => {
+                let mut none = bytes::BytesMut::new();
+                let end = MemberEnd {
+                    io: MemberIo::H2(t),
+                    buf: &mut none,
+                };
+                client.tunnel(x, &resp, end).await
+            }
             _ => Err(switched_unasked(x, a, req, &resp)),
         };
     }
@@ -89,10 +102,14 @@ pub(super) async fn respond<C: ClientSide, H: Hooks>(
             .await
             .0
         }
-        MemberBody::H2(recv) => match pump_h2(recv, &mut sink).await {
-            Ok(n) => sink.flush().await.map(|_| n),
-            Err(e) => Err(e),
-        },
+        // (A tunnel's stream carries a body only past a 101, which
+        // returned above.)
+        MemberBody::H2(recv) | MemberBody::H2Tunnel(H2Tunnel { recv, .. }) => {
+            match pump_h2(recv, &mut sink).await {
+                Ok(n) => sink.flush().await.map(|_| n),
+                Err(e) => Err(e),
+            }
+        }
     };
     let written = sink.inner.written();
     if r.is_err() && written {

@@ -7,14 +7,18 @@
 
 use std::cell::Cell;
 use std::future::poll_fn;
+use std::pin::Pin;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{Buf, Bytes, BytesMut};
 use h3::error::Code;
 use h3::server::RequestStream;
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, ReadBuf};
 
 use super::client_h2_stream::StreamRef;
+use super::member_h2_tunnel::H2Tunnel;
+use super::upstream::{UpConn, UpStream};
 use crate::http::message::{Framing, Response};
 use crate::http2::frame::code;
 
@@ -39,6 +43,69 @@ async fn quiet_for(last: &Cell<Instant>, idle: Duration) {
             return;
         }
         tokio::time::sleep_until(until.into()).await;
+    }
+}
+
+/// The member's end of a tunnel, as the relays read and write it.
+pub struct MemberEnd<'a> {
+    pub io: MemberIo<'a>,
+    /// Bytes read from the member past its 101, the tunnel's first.
+    pub buf: &'a mut BytesMut,
+}
+
+/// An HTTP/1.1 member's connection after its 101, or an h2 member's
+/// extended CONNECT stream after its 2xx (RFC 8441).
+pub enum MemberIo<'a> {
+    H1(&'a mut UpStream),
+    H2(&'a mut H2Tunnel),
+}
+
+impl<'a> MemberEnd<'a> {
+    pub fn h1(up: &'a mut UpConn) -> MemberEnd<'a> {
+        MemberEnd {
+            io: MemberIo::H1(&mut up.stream),
+            buf: &mut up.buf,
+        }
+    }
+}
+
+impl AsyncRead for MemberIo<'_> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            MemberIo::H1(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            MemberIo::H2(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for MemberIo<'_> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.get_mut() {
+            MemberIo::H1(s) => Pin::new(&mut **s).poll_write(cx, data),
+            MemberIo::H2(s) => Pin::new(&mut **s).poll_write(cx, data),
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            MemberIo::H1(s) => Pin::new(&mut **s).poll_flush(cx),
+            MemberIo::H2(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.get_mut() {
+            MemberIo::H1(s) => Pin::new(&mut **s).poll_shutdown(cx),
+            MemberIo::H2(s) => Pin::new(&mut **s).poll_shutdown(cx),
+        }
     }
 }
 
