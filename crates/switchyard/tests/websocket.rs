@@ -921,6 +921,11 @@ fn websocket_reaches_an_h2_member_by_extended_connect_from_http1_and_http2() {
         .filter(|s| s.method == "CONNECT")
         .count();
     assert_eq!(connects, 2);
+    assert!(
+        eventually(Duration::from_secs(3), || member.ends() == ["end", "end"]),
+        "{:?}",
+        member.ends()
+    );
     // Each vserver counts its tunnel's bytes when it ends.
     let counted = || {
         let stats = sy.stats();
@@ -984,4 +989,54 @@ fn websocket_to_an_h2_member_that_refuses_or_cannot_is_a_plain_answer() {
     assert_eq!(r.status, 502, "{}", r.body_text());
     assert!(without.seen().is_empty(), "{:?}", without.seen());
     assert_eq!(sy.member_stats("h2", without.addr)["bad_responses"], 1);
+}
+
+/// A client that goes away mid-tunnel leaves no stream open on the h2
+/// member (its concurrent streams are a budget): its FIN ends the
+/// stream, and a tunnel that `tunnel_idle` ends is reset.
+#[test]
+fn websocket_to_an_h2_member_ends_its_stream_when_the_client_goes_or_idles() {
+    use common::h2_ws_member::H2WsMember;
+    let member = H2WsMember::start(true);
+    let (sy, plain, _) = over_h2_pool(member.addr);
+    let mut c = upgrade(plain, KEY);
+    c.send(&ws_frame(1, b"hi", Some([1, 2, 3, 4])));
+    assert_eq!(ws_read_frame(&mut c.r), Some((1, b"hi".to_vec())));
+    drop(c);
+    // Its FIN is the stream's END_STREAM, as for an HTTP/1.1 member.
+    assert!(
+        eventually(Duration::from_secs(3), || member.ends() == ["end"]),
+        "{:?}",
+        member.ends()
+    );
+    assert!(eventually(Duration::from_secs(3), || {
+        sy.member_stats("h2", member.addr)["inflight"] == 0
+    }));
+    drop(sy);
+
+    let idle = H2WsMember::start(true);
+    let plain = free_addr();
+    let cfg = format!(
+        "[global]\nworkers = 1\n[timeouts]\ntunnel_idle = \"1s\"\n\
+         [[vserver]]\nname = \"plain\"\nlisten = [\"{plain}\"]\ndefault_pool = \"h2\"\n\
+         [[pool]]\nname = \"h2\"\nprotocol = \"h2\"\n[[pool.member]]\naddress = \"{}\"\n",
+        idle.addr
+    );
+    let _sy = Switchyard::start(&cfg, &[plain]);
+    let started = Instant::now();
+    let mut c = upgrade(plain, KEY);
+    assert!(
+        c.closed_within(Duration::from_secs(6)),
+        "idle tunnel left open"
+    );
+    let after = started.elapsed();
+    assert!(
+        after >= Duration::from_millis(900),
+        "closed after {after:?}"
+    );
+    assert!(
+        eventually(Duration::from_secs(3), || idle.ends() == ["reset"]),
+        "{:?}",
+        idle.ends()
+    );
 }

@@ -35,6 +35,9 @@ impl H2Seen {
 pub struct H2WsMember {
     pub addr: SocketAddr,
     seen: Arc<Mutex<Vec<H2Seen>>>,
+    /// How each tunnel's stream ended on the client's side: "end"
+    /// (END_STREAM) or "reset".
+    ends: Arc<Mutex<Vec<&'static str>>>,
 }
 
 impl H2WsMember {
@@ -44,7 +47,8 @@ impl H2WsMember {
         let addr = listener.local_addr().expect("addr");
         listener.set_nonblocking(true).expect("nonblocking");
         let seen = Arc::new(Mutex::new(Vec::new()));
-        let log = seen.clone();
+        let ends = Arc::new(Mutex::new(Vec::new()));
+        let log = (seen.clone(), ends.clone());
         std::thread::spawn(move || {
             let rt = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
@@ -57,15 +61,21 @@ impl H2WsMember {
                 }
             });
         });
-        H2WsMember { addr, seen }
+        H2WsMember { addr, seen, ends }
     }
 
     pub fn seen(&self) -> Vec<H2Seen> {
         self.seen.lock().expect("seen").clone()
     }
+
+    pub fn ends(&self) -> Vec<&'static str> {
+        self.ends.lock().expect("ends").clone()
+    }
 }
 
-async fn serve(tcp: tokio::net::TcpStream, connect_protocol: bool, log: Arc<Mutex<Vec<H2Seen>>>) {
+type Log = (Arc<Mutex<Vec<H2Seen>>>, Arc<Mutex<Vec<&'static str>>>);
+
+async fn serve(tcp: tokio::net::TcpStream, connect_protocol: bool, log: Log) {
     let mut b = h2::server::Builder::new();
     if connect_protocol {
         b.enable_connect_protocol();
@@ -98,8 +108,8 @@ async fn serve(tcp: tokio::net::TcpStream, connect_protocol: bool, log: Arc<Mute
                 })
                 .collect(),
         };
-        log.lock().expect("seen").push(seen.clone());
-        tokio::spawn(answer(seen, req.into_body(), respond));
+        log.0.lock().expect("seen").push(seen.clone());
+        tokio::spawn(answer(seen, req.into_body(), respond, log.1.clone()));
     }
 }
 
@@ -107,6 +117,7 @@ async fn answer(
     seen: H2Seen,
     mut recv: h2::RecvStream,
     mut respond: h2::server::SendResponse<Bytes>,
+    ends: Arc<Mutex<Vec<&'static str>>>,
 ) {
     let websocket = seen.method == "CONNECT" && seen.protocol.as_deref() == Some("websocket");
     if !websocket || seen.path.starts_with("/deny") {
@@ -136,7 +147,18 @@ async fn answer(
         return;
     };
     let mut pending: Vec<u8> = Vec::new();
-    while let Some(Ok(chunk)) = recv.data().await {
+    loop {
+        let chunk = match recv.data().await {
+            Some(Ok(c)) => c,
+            Some(Err(_)) => {
+                ends.lock().expect("ends").push("reset");
+                return;
+            }
+            None => {
+                ends.lock().expect("ends").push("end");
+                break;
+            }
+        };
         let _ = recv.flow_control().release_capacity(chunk.len());
         pending.extend_from_slice(&chunk);
         loop {
@@ -159,6 +181,16 @@ async fn answer(
                 }
             }
             if close {
+                // The client's END_STREAM follows (h2 hands an empty
+                // DATA frame that carries it over as a chunk first).
+                let ended = loop {
+                    match recv.data().await {
+                        None => break "end",
+                        Some(Ok(c)) if c.is_empty() => {}
+                        Some(_) => break "reset",
+                    }
+                };
+                ends.lock().expect("ends").push(ended);
                 return;
             }
         }
