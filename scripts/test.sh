@@ -160,6 +160,14 @@ if ! target/pyvenv/bin/python -c "import aioquic, sys; sys.exit(aioquic.__versio
       && target/pyvenv/bin/pip install -q --disable-pip-version-check "aioquic==$AIOQUIC" ) \
     || echo "== could not install aioquic: the HTTP/3 tests skip" >&2
 fi
+# tests/websocket.rs runs Hypercorn (an ASGI server that takes WebSocket
+# over HTTP/2, RFC 8441) as an h2 member, from the same venv.
+HYPERCORN=0.18.0
+if [ -x target/pyvenv/bin/python ] && ! target/pyvenv/bin/python -c "import importlib.metadata as m, sys; sys.exit(m.version('hypercorn') != '$HYPERCORN')" >/dev/null 2>&1; then
+  echo "== hypercorn $HYPERCORN into target/pyvenv (WebSocket to an h2 member)"
+  target/pyvenv/bin/python -m pip install -q --disable-pip-version-check "hypercorn==$HYPERCORN" \
+    || echo "== could not install hypercorn: its WebSocket test skips" >&2
+fi
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

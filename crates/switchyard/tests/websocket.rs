@@ -1040,3 +1040,160 @@ fn websocket_to_an_h2_member_ends_its_stream_when_the_client_goes_or_idles() {
         idle.ends()
     );
 }
+
+/// A Python with Hypercorn (scripts/test.sh installs it into
+/// target/pyvenv); None skips the test.
+fn hypercorn_python() -> Option<std::path::PathBuf> {
+    let venv =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/pyvenv/bin/python");
+    for p in [venv, std::path::PathBuf::from("python3")] {
+        let ok = std::process::Command::new(&p)
+            .args(["-c", "import hypercorn"])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Some(p);
+        }
+    }
+    eprintln!(
+        "SKIPPED: no Python with hypercorn (bash scripts/test.sh installs it into target/pyvenv)"
+    );
+    None
+}
+
+/// Hypercorn serving tests/asgi/ws_echo.py on `addr` (h2c with prior
+/// knowledge, or HTTP/1.1), stopped when dropped.
+struct Hypercorn(std::process::Child);
+
+impl Hypercorn {
+    fn start(py: &std::path::Path, addr: SocketAddr) -> Hypercorn {
+        let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/asgi");
+        let child = std::process::Command::new(py)
+            .args([
+                "-m",
+                "hypercorn",
+                "--bind",
+                &addr.to_string(),
+                "ws_echo:app",
+            ])
+            .current_dir(dir)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("hypercorn");
+        let h = Hypercorn(child);
+        assert!(
+            eventually(Duration::from_secs(15), || std::net::TcpStream::connect(
+                addr
+            )
+            .is_ok()),
+            "hypercorn did not listen on {addr}"
+        );
+        h
+    }
+}
+
+impl Drop for Hypercorn {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// WebSocket through an h2 pool to an application server others wrote:
+/// Hypercorn, which takes WebSocket over HTTP/2 (RFC 8441) and says which
+/// HTTP version carried it. An HTTP/1.1 client's handshake and an h2c
+/// client's extended CONNECT both reach it over HTTP/2, get its
+/// subprotocol, and have text and 70 KB messages echoed and the close
+/// answered.
+#[test]
+fn websocket_reaches_hypercorn_over_http2() {
+    use over_h2::*;
+    let Some(py) = hypercorn_python() else { return };
+    let member = free_addr();
+    let _hc = Hypercorn::start(&py, member);
+    let (_sy, plain, h2c) = over_h2_pool(member);
+
+    let mut c = Client::connect(plain);
+    c.send(
+        format!(
+            "GET /chat HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: chat\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    let r = c.read_response(false).expect("101 response");
+    assert_eq!(r.status, 101, "{}", r.body_text());
+    assert_eq!(
+        r.header("sec-websocket-accept"),
+        Some(ws_accept(KEY).as_str())
+    );
+    assert_eq!(r.header("sec-websocket-protocol"), Some("chat"));
+    assert_eq!(r.header("x-http-version"), Some("2"), "{:?}", r.headers);
+    let big = "w".repeat(70_000);
+    for (i, m) in ["hello", big.as_str(), "last"].iter().enumerate() {
+        c.send(&ws_frame(1, m.as_bytes(), Some([i as u8, 9, 9, 9])));
+        let echo = ws_read_frame(&mut c.r);
+        assert!(
+            echo.as_ref()
+                .is_some_and(|(op, p)| *op == 1 && p == m.as_bytes()),
+            "HTTP/1.1 message {i}: {:?}",
+            echo.map(|(op, p)| (op, p.len()))
+        );
+    }
+    c.send(&ws_frame(8, &[0x03, 0xe8], Some([4, 3, 2, 1])));
+    assert_eq!(ws_read_frame(&mut c.r), Some((8, vec![0x03, 0xe8])));
+    assert!(c.closed_within(Duration::from_secs(5)), "tunnel left open");
+
+    let rt = runtime();
+    rt.block_on(async {
+        let mut h2 = connect(h2c, None).await;
+        let (resp, mut out) = open(&mut h2, "http", "/chat").await;
+        assert_eq!(resp.status(), 200);
+        assert_eq!(
+            resp.headers().get("x-http-version").map(|v| v.as_bytes()),
+            Some(&b"2"[..])
+        );
+        let mut recv = resp.into_body();
+        let mut pending = Vec::new();
+        for (i, m) in ["one", big.as_str()].iter().enumerate() {
+            send_all(
+                &mut out,
+                &ws_frame(1, m.as_bytes(), Some([1, 2, 3, i as u8])),
+                false,
+            )
+            .await;
+            let echo = read_frame(&mut recv, &mut pending).await;
+            assert!(
+                echo.as_ref()
+                    .is_some_and(|(op, p)| *op == 1 && p == m.as_bytes()),
+                "HTTP/2 message {i}: {:?}",
+                echo.map(|(op, p)| (op, p.len()))
+            );
+        }
+        send_all(
+            &mut out,
+            &ws_frame(8, &[0x03, 0xe8], Some([1, 1, 1, 1])),
+            false,
+        )
+        .await;
+        assert_eq!(
+            read_frame(&mut recv, &mut pending).await,
+            Some((8, vec![0x03, 0xe8]))
+        );
+        send_all(&mut out, &[], true).await;
+        // Plain requests share the member's connection.
+        let mut s = h2.clone().ready().await.expect("ready");
+        let get = http::Request::get("http://ws.test/page").body(()).unwrap();
+        let (resp, _) = s.send_request(get, true).expect("GET");
+        let resp = resp.await.expect("GET");
+        assert_eq!(resp.status(), 200);
+        let mut body = resp.into_body();
+        let mut text = Vec::new();
+        while let Some(d) = body.data().await {
+            text.extend_from_slice(&d.expect("DATA"));
+        }
+        assert_eq!(text, b"plain 2\n");
+    });
+}

@@ -118,6 +118,7 @@ impl AsyncWrite for H2Tunnel {
 /// HTTP/3 client gets its 200 from it (`tunnel::connect_ok`).
 pub fn switched(member: &Response, req: &Request) -> Response {
     let mut r = Response::new(101, Framing::None);
+    r.reason = Bytes::from_static(b"Switching Protocols");
     r.head.fields = member.head.fields.clone();
     for name in [&b"content-length"[..], b"upgrade", b"sec-websocket-accept"] {
         r.head.fields.remove(name);

@@ -559,9 +559,14 @@ pub fn ws_frame(op: u8, payload: &[u8], mask: Option<[u8; 4]>) -> Vec<u8> {
     let m = if mask.is_some() { 0x80 } else { 0 };
     if payload.len() < 126 {
         f.push(m | payload.len() as u8);
-    } else {
+    } else if payload.len() < 65_536 {
         f.push(m | 126);
         f.extend_from_slice(&(payload.len() as u16).to_be_bytes());
+    } else {
+        // RFC 6455 5.2: 64-bit length (a 16-bit one would be cut short;
+        // Hypercorn's wsproto caught it where our own echo did not).
+        f.push(m | 127);
+        f.extend_from_slice(&(payload.len() as u64).to_be_bytes());
     }
     match mask {
         Some(k) => {
