@@ -430,6 +430,16 @@ mod over_h2 {
         }
     }
 
+    /// Sends a close frame (1000, normal closure) and waits for its echo.
+    pub async fn close_and_expect_echo(
+        out: &mut h2::SendStream<Bytes>,
+        recv: &mut h2::RecvStream,
+        pending: &mut Vec<u8>,
+    ) {
+        send_all(out, &ws_frame(8, &[0x03, 0xe8], Some([1, 2, 3, 4])), false).await;
+        assert_eq!(read_frame(recv, pending).await, Some((8, vec![0x03, 0xe8])));
+    }
+
     /// Sends `data`, waiting for the window as h2 asks.
     pub async fn send_all(out: &mut h2::SendStream<Bytes>, data: &[u8], end: bool) {
         let mut rest = Bytes::copy_from_slice(data);
@@ -502,16 +512,7 @@ fn websocket_over_h2c_and_tls_h2_echoes_both_ways_and_closes() {
             );
             // Close: the close frame comes back, the member's FIN is the
             // END_STREAM, and ours ends the stream.
-            send_all(
-                &mut out,
-                &ws_frame(8, &[0x03, 0xe8], Some([1, 2, 3, 4])),
-                false,
-            )
-            .await;
-            assert_eq!(
-                read_frame(&mut recv, &mut pending).await,
-                Some((8, vec![0x03, 0xe8]))
-            );
+            close_and_expect_echo(&mut out, &mut recv, &mut pending).await;
             let end = tokio::time::timeout(Duration::from_secs(5), async {
                 let mut after = Vec::new();
                 while let Some(d) = recv.data().await {
@@ -782,6 +783,27 @@ fn websocket_over_h2_is_never_served_from_the_cache() {
     );
 }
 
+/// Upgrades `path` offering the subprotocols `protocols`: the client
+/// after a 101 that answers the key and picked "chat", and that 101.
+fn upgrade_offering(l: SocketAddr, path: &str, protocols: &str) -> (Client, Response) {
+    let mut c = Client::connect(l);
+    c.send(
+        format!(
+            "GET {path} HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
+             Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: {protocols}\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    let r = c.read_response(false).expect("101 response");
+    assert_eq!(r.status, 101, "{}", r.body_text());
+    assert_eq!(
+        r.header("sec-websocket-accept"),
+        Some(ws_accept(KEY).as_str())
+    );
+    assert_eq!(r.header("sec-websocket-protocol"), Some("chat"));
+    (c, r)
+}
+
 /// A vserver over an h2 pool of `member`, for HTTP/1.1 clients (`plain`)
 /// and h2c ones (`h2c`), with a policy refusing /admin.
 fn over_h2_pool(member: SocketAddr) -> (Switchyard, SocketAddr, SocketAddr) {
@@ -812,21 +834,7 @@ fn websocket_reaches_an_h2_member_by_extended_connect_from_http1_and_http2() {
     let member = H2WsMember::start(true);
     let (sy, plain, h2c) = over_h2_pool(member.addr);
 
-    let mut c = Client::connect(plain);
-    c.send(
-        format!(
-            "GET /chat?room=1 HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-             Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: chat, superchat\r\n\r\n"
-        )
-        .as_bytes(),
-    );
-    let r = c.read_response(false).expect("101 response");
-    assert_eq!(r.status, 101, "{}", r.body_text());
-    assert_eq!(
-        r.header("sec-websocket-accept"),
-        Some(ws_accept(KEY).as_str())
-    );
-    assert_eq!(r.header("sec-websocket-protocol"), Some("chat"));
+    let (mut c, r) = upgrade_offering(plain, "/chat?room=1", "chat, superchat");
     assert!(r
         .header("upgrade")
         .is_some_and(|u| u.eq_ignore_ascii_case("websocket")));
@@ -896,16 +904,7 @@ fn websocket_reaches_an_h2_member_by_extended_connect_from_http1_and_http2() {
                 "message {i}"
             );
         }
-        send_all(
-            &mut out,
-            &ws_frame(8, &[0x03, 0xe8], Some([1, 1, 1, 1])),
-            false,
-        )
-        .await;
-        assert_eq!(
-            read_frame(&mut recv, &mut pending).await,
-            Some((8, vec![0x03, 0xe8]))
-        );
+        close_and_expect_echo(&mut out, &mut recv, &mut pending).await;
         let end = tokio::time::timeout(Duration::from_secs(5), recv.data()).await;
         assert!(matches!(end, Ok(None)), "no clean END_STREAM: {end:?}");
         send_all(&mut out, &[], true).await;
@@ -1041,27 +1040,6 @@ fn websocket_to_an_h2_member_ends_its_stream_when_the_client_goes_or_idles() {
     );
 }
 
-/// A Python with Hypercorn (scripts/test.sh installs it into
-/// target/pyvenv); None skips the test.
-fn hypercorn_python() -> Option<std::path::PathBuf> {
-    let venv =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/pyvenv/bin/python");
-    for p in [venv, std::path::PathBuf::from("python3")] {
-        let ok = std::process::Command::new(&p)
-            .args(["-c", "import hypercorn"])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Some(p);
-        }
-    }
-    eprintln!(
-        "SKIPPED: no Python with hypercorn (bash scripts/test.sh installs it into target/pyvenv)"
-    );
-    None
-}
-
 /// Hypercorn serving tests/asgi/ws_echo.py on `addr` (h2c with prior
 /// knowledge, or HTTP/1.1), stopped when dropped.
 struct Hypercorn(std::process::Child);
@@ -1110,26 +1088,14 @@ impl Drop for Hypercorn {
 #[test]
 fn websocket_reaches_hypercorn_over_http2() {
     use over_h2::*;
-    let Some(py) = hypercorn_python() else { return };
+    let Some(py) = python_with("hypercorn") else {
+        return;
+    };
     let member = free_addr();
     let _hc = Hypercorn::start(&py, member);
     let (_sy, plain, h2c) = over_h2_pool(member);
 
-    let mut c = Client::connect(plain);
-    c.send(
-        format!(
-            "GET /chat HTTP/1.1\r\nHost: ws.test\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n\
-             Sec-WebSocket-Key: {KEY}\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Protocol: chat\r\n\r\n"
-        )
-        .as_bytes(),
-    );
-    let r = c.read_response(false).expect("101 response");
-    assert_eq!(r.status, 101, "{}", r.body_text());
-    assert_eq!(
-        r.header("sec-websocket-accept"),
-        Some(ws_accept(KEY).as_str())
-    );
-    assert_eq!(r.header("sec-websocket-protocol"), Some("chat"));
+    let (mut c, r) = upgrade_offering(plain, "/chat", "chat");
     assert_eq!(r.header("x-http-version"), Some("2"), "{:?}", r.headers);
     let big = "w".repeat(70_000);
     for (i, m) in ["hello", big.as_str(), "last"].iter().enumerate() {
@@ -1172,16 +1138,7 @@ fn websocket_reaches_hypercorn_over_http2() {
                 echo.map(|(op, p)| (op, p.len()))
             );
         }
-        send_all(
-            &mut out,
-            &ws_frame(8, &[0x03, 0xe8], Some([1, 1, 1, 1])),
-            false,
-        )
-        .await;
-        assert_eq!(
-            read_frame(&mut recv, &mut pending).await,
-            Some((8, vec![0x03, 0xe8]))
-        );
+        close_and_expect_echo(&mut out, &mut recv, &mut pending).await;
         send_all(&mut out, &[], true).await;
         // Plain requests share the member's connection.
         let mut s = h2.clone().ready().await.expect("ready");

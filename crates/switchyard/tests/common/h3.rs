@@ -135,22 +135,7 @@ pub fn h3_request(
 /// or the system's when it has the module; None skips the HTTP/3 part of a
 /// test (said on stderr).
 pub fn aioquic_python() -> Option<std::path::PathBuf> {
-    let venv =
-        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/pyvenv/bin/python");
-    for p in [venv, std::path::PathBuf::from("python3")] {
-        let ok = std::process::Command::new(&p)
-            .args(["-c", "import aioquic"])
-            .stderr(std::process::Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if ok {
-            return Some(p);
-        }
-    }
-    eprintln!(
-        "SKIPPED: no Python with aioquic (bash scripts/test.sh installs it into target/pyvenv)"
-    );
-    None
+    super::python_with("aioquic")
 }
 
 /// tests/h3/client.py (aioquic, a QUIC stack that is not ours): `requests`

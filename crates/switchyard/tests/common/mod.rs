@@ -518,6 +518,28 @@ pub fn assert_websocket_upgrade(seen: &[Seen]) -> Option<String> {
     s.header("host")
 }
 
+/// A Python that imports `module` (scripts/test.sh installs aioquic and
+/// hypercorn into target/pyvenv), else the system's python3 if it has it;
+/// None skips the test, saying so.
+pub fn python_with(module: &str) -> Option<std::path::PathBuf> {
+    let venv =
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target/pyvenv/bin/python");
+    for p in [venv, std::path::PathBuf::from("python3")] {
+        let ok = std::process::Command::new(&p)
+            .args(["-c", &format!("import {module}")])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if ok {
+            return Some(p);
+        }
+    }
+    eprintln!(
+        "SKIPPED: no Python with {module} (bash scripts/test.sh installs it into target/pyvenv)"
+    );
+    None
+}
+
 pub fn ws_accept(key: &str) -> String {
     base64(&sha1(
         format!("{key}258EAFA5-E914-47DA-95CA-C5AB0DC85B11").as_bytes(),
