@@ -2,6 +2,7 @@
 //!
 //! Subcommands: `origin` (origin emulator), `load` (load generator),
 //! `compare` (scenarios against several devices under test, with a report),
+//! `headroom` (the load generator against wrk),
 //! `l4` (the L4 figures: tcp and udp vservers against HAProxy and nginx),
 //! `shield` (the XDP shield's figures against the kernel and nftables),
 //! `report` (rebuild a report folder from its report.json), `scenarios`.
@@ -12,6 +13,7 @@ pub mod client;
 pub mod compare;
 pub mod content;
 pub mod dut;
+pub mod headroom;
 pub mod hist;
 pub mod json;
 pub mod l4;
@@ -31,6 +33,7 @@ const HELP: &str = "usage: switchyard bench <command> [options]
   origin    --listen ADDR [--listen ADDR] [--delay-ms N] [--threads N]
   load      --url URL --connections N --duration 10s [--rate N] ... (load --help)
   compare   --targets switchyard,haproxy,nginx[,haproxy28,nginx131,envoy,pingora,caddy] --scenario l7-rps[,report-004] [--runs 3] [--quick] [--out DIR]
+  headroom  our load generator against wrk on the origin emulator: is the generator fast enough? (headroom --help)
   l4        L4 tcp/udp vservers against haproxy and nginx stream: cps, throughput, udp, iperf3, wrk (l4 --help)
   shield    the XDP shield against the kernel and nftables: syn-flood, acl, ddos (shield --help; root)
   report    --from DIR/report.json [--out DIR]
@@ -47,6 +50,7 @@ pub fn main_with_args(args: Vec<String>) -> i32 {
         "origin" => origin::cli(rest),
         "load" => cli_load::cli(rest),
         "compare" => compare::cli(rest),
+        "headroom" => headroom::cli(rest),
         "l4" => l4::cli(rest),
         "shield" => shield::cli(rest),
         "report" => report::cli(rest),
