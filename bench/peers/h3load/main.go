@@ -5,7 +5,7 @@
 // the server side).
 //
 //	h3load -url https://HOST:PORT/PATH -connect 127.0.0.1:PORT
-//	       -mode ka -c 20 -m 10 -d 8s        C connections x M streams
+//	       -mode ka -c 20 -m 10 -d 8s [-proto h2]  C connections x M streams
 //	       -mode new -n 1000 -m 10           N connections, one GET each,
 //	                                         M at a time: full handshakes
 //	       -mode resume | -mode 0rtt         the same with a session ticket
@@ -54,7 +54,7 @@ func main() {
 	count := flag.Int("n", 1000, "connections (new, resume, 0rtt)")
 	rate := flag.Float64("rate", 5000, "requests per second (rate)")
 	warmup := flag.Duration("warmup", 2*time.Second, "time at the rate before latencies count (rate)")
-	proto := flag.String("proto", "h3", "h3 | h2 (rate): the protocol of the connections")
+	proto := flag.String("proto", "h3", "h3 | h2 (ka, rate): the protocol of the connections")
 	flag.Parse()
 	if *url == "" {
 		fmt.Fprintln(os.Stderr, "h3load: -url is required")
@@ -64,7 +64,11 @@ func main() {
 	start := time.Now()
 	switch *mode {
 	case "ka":
-		keepAlive(*url, *connect, *conns, *streams, *dur, &r)
+		if *proto != "h3" && *proto != "h2" {
+			fmt.Fprintln(os.Stderr, "h3load: -proto is h3 or h2")
+			os.Exit(2)
+		}
+		keepAlive(*url, *connect, *proto, *conns, *streams, *dur, &r)
 	case "new", "resume", "0rtt":
 		newConnections(*url, *connect, *mode, *count, *streams, &r)
 	case "rate":
@@ -152,7 +156,7 @@ func roundTrip(rt http.RoundTripper, url, method string) error {
 	return nil
 }
 
-func get(t *http3.Transport, url, method string, r *result) {
+func get(t http.RoundTripper, url, method string, r *result) {
 	began := time.Now()
 	err := roundTrip(t, url, method)
 	if os.Getenv("H3LOAD_VERBOSE") != "" {
@@ -170,12 +174,23 @@ func get(t *http3.Transport, url, method string, r *result) {
 	atomic.AddInt64(&r.OK, 1)
 }
 
-func keepAlive(url, connect string, conns, streams int, dur time.Duration, r *result) {
+// keepAlive: conns connections, each with streams requests in flight,
+// over HTTP/3 or (proto "h2", Go's HTTP/2 client) HTTP/2, so that the two
+// protocols can be compared by one client's code and pace.
+func keepAlive(url, connect, proto string, conns, streams int, dur time.Duration, r *result) {
 	deadline := time.Now().Add(dur)
 	var wg sync.WaitGroup
 	for i := 0; i < conns; i++ {
-		t := transport(connect, nil, false, r)
-		defer t.Close()
+		var t http.RoundTripper
+		if proto == "h2" {
+			h2 := h2Transport(connect)
+			defer h2.CloseIdleConnections()
+			t = h2
+		} else {
+			h3 := transport(connect, nil, false, r)
+			defer h3.Close()
+			t = h3
+		}
 		for j := 0; j < streams; j++ {
 			wg.Add(1)
 			go func() {
