@@ -69,6 +69,11 @@ for t in ${TARGETS:-sy}; do
   for size in ${SIZES:-65536}; do
   for pt in ${TOOLS:-h3:oha h3:h3load h2:oha h2:h2load}; do
     IFS=: read -r proto tool <<<"$pt"
+    # A process left on the port would share its SO_REUSEPORT group and
+    # take part of every connection's datagrams (as in h3-bench.sh).
+    if ! python3 -c 'import socket; s=socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 26084))' 2>/dev/null; then
+      echo "h3-receive-split: UDP 127.0.0.1:26084 is taken by another process; stop it first" >&2; exit 1
+    fi
     start "$t"; sleep 1
     perf record -q -C 0 -g -o "$PD/perf.data" 2>/dev/null & R=$!
     c0=$(sumcpu "$t")
