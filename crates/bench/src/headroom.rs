@@ -37,7 +37,7 @@ pub struct Opts {
 
 impl Default for Opts {
     fn default() -> Opts {
-        let two = std::thread::available_parallelism().map_or(1, |n| n.get()) >= 2;
+        let two = crate::sys::allowed_cpus() >= 2;
         Opts {
             rounds: 3,
             duration: Duration::from_secs(2),
@@ -136,14 +136,7 @@ pub fn run(opts: &Opts) -> Result<Outcome, String> {
 
 fn wrk_rps(wrk: &std::path::Path, addr: SocketAddr, path: &str, o: &Opts) -> Result<f64, String> {
     let secs = o.duration.as_secs().max(1);
-    let mut cmd = match o.load_cpu {
-        Some(cpu) => {
-            let mut c = std::process::Command::new("taskset");
-            c.args(["-c", &cpu.to_string()]).arg(wrk);
-            c
-        }
-        None => std::process::Command::new(wrk),
-    };
+    let mut cmd = crate::sys::taskset(o.load_cpu, wrk);
     let out = cmd
         .args([
             "-t1",

@@ -763,17 +763,6 @@ async fn measure_inproc(
     }
 }
 
-fn taskset(cpu: Option<usize>, prog: &str) -> Command {
-    match cpu {
-        Some(c) if sys::which("taskset").is_some() => {
-            let mut cmd = Command::new("taskset");
-            cmd.arg("-c").arg(c.to_string()).arg(prog);
-            cmd
-        }
-        _ => Command::new(prog),
-    }
-}
-
 /// Runs a standard tool against the DUT and reads its figures.
 fn measure_tool(
     work: Work,
@@ -786,7 +775,7 @@ fn measure_tool(
     let secs = ph.steady.as_secs_f64().max(1.0);
     let mut cmd = match work {
         Work::Iperf => {
-            let mut c = taskset(load_cpu, "iperf3");
+            let mut c = sys::taskset(load_cpu, "iperf3");
             c.args(["-c", "127.0.0.1", "-p"])
                 .arg(p.iperf.to_string())
                 .args(["-R", "-J", "-t"])
@@ -794,7 +783,7 @@ fn measure_tool(
             c
         }
         Work::Wrk(n) => {
-            let mut c = taskset(load_cpu, "wrk");
+            let mut c = sys::taskset(load_cpu, "wrk");
             c.args(["-t1", "-c"])
                 .arg(shape.cps_conns.to_string())
                 .arg("-d")
@@ -1202,7 +1191,7 @@ pub fn run(o: &Opts) -> Result<Json, String> {
     };
     let have = |prog: &str| sys::which(prog).is_some();
     let _iperf = if groups.contains(&"iperf3") && have("iperf3") {
-        let mut c = taskset(o.load_cpu, "iperf3");
+        let mut c = sys::taskset(o.load_cpu, "iperf3");
         c.args(["-s", "-p"])
             .arg(p.origin_iperf.port().to_string())
             .stdin(Stdio::null())

@@ -42,6 +42,18 @@ pub fn pin_current_thread(cpu: usize) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `prog` pinned to `cpu` by taskset, or as it is without a CPU or taskset.
+pub fn taskset(cpu: Option<usize>, prog: impl AsRef<std::ffi::OsStr>) -> std::process::Command {
+    match cpu {
+        Some(c) if which("taskset").is_some() => {
+            let mut cmd = std::process::Command::new("taskset");
+            cmd.arg("-c").arg(c.to_string()).arg(prog);
+            cmd
+        }
+        _ => std::process::Command::new(prog),
+    }
+}
+
 /// CPUs this process may run on.
 pub fn allowed_cpus() -> usize {
     std::thread::available_parallelism()
