@@ -220,7 +220,7 @@ if [ "${SKIP_FUZZ:-0}" != 1 ] && rustup toolchain list 2>/dev/null | grep -q nig
   if ! command -v cargo-fuzz >/dev/null 2>&1; then
     cargo install cargo-fuzz --locked -q || cargo install cargo-fuzz -q
   fi
-  for t in request_head response_head chunked_body x509_subject h2_flood h2_head h3_head qpack_decode proxy_protocol client_hello waf_transform seclang waf_body hpack_decode h2_server; do
+  for t in request_head response_head chunked_body x509_subject h2_flood h2_head h3_head qpack_decode h3_frames proxy_protocol client_hello waf_transform seclang waf_body hpack_decode h2_server; do
     (cd fuzz && cargo +nightly fuzz run "$t" -- -max_total_time="${FUZZ_SECONDS:-20}" -rss_limit_mb=2048 2>&1 | tail -n 40)
   done
 else

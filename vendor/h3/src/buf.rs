@@ -3,15 +3,48 @@ use std::io::IoSlice;
 
 use bytes::{Buf, Bytes};
 
+/// Switchyard's patch (seventh): the first buffer is held apart from the
+/// deque of the others, so that a stream whose bytes come in one chunk (a
+/// request's head, nearly always) allocates no deque: one allocation per
+/// request fewer. Invariant: `rest` is empty while `first` is `None`.
 #[derive(Debug)]
 pub(crate) struct BufList<T> {
-    bufs: VecDeque<T>,
+    first: Option<T>,
+    rest: VecDeque<T>,
+}
+
+impl<T> BufList<T> {
+    fn iter(&self) -> impl Iterator<Item = &T> {
+        self.first.iter().chain(self.rest.iter())
+    }
+
+    /// The buffer at `index`; panics past the end, as indexing a deque does.
+    fn at(&self, index: usize) -> &T {
+        match index {
+            0 => self.first.as_ref().expect("BufList index out of range"),
+            _ => &self.rest[index - 1],
+        }
+    }
+
+    fn pop_front(&mut self) -> Option<T> {
+        let front = self.first.take();
+        self.first = self.rest.pop_front();
+        front
+    }
+
+    fn push_back(&mut self, buf: T) {
+        match self.first {
+            None => self.first = Some(buf),
+            Some(_) => self.rest.push_back(buf),
+        }
+    }
 }
 
 impl<T: Buf> BufList<T> {
     pub(crate) fn new() -> BufList<T> {
         BufList {
-            bufs: VecDeque::new(),
+            first: None,
+            rest: VecDeque::new(),
         }
     }
 
@@ -19,7 +52,7 @@ impl<T: Buf> BufList<T> {
     #[allow(dead_code)]
     pub(crate) fn push(&mut self, buf: T) {
         debug_assert!(buf.has_remaining());
-        self.bufs.push_back(buf);
+        self.push_back(buf);
     }
 
     pub fn cursor(&self) -> Cursor<T> {
@@ -33,19 +66,28 @@ impl<T: Buf> BufList<T> {
 }
 
 impl BufList<Bytes> {
+    /// Switchyard's patch (seventh): the one chunk held, when there is
+    /// exactly one (`FrameDecoder::decode_bytes`).
+    pub(crate) fn only_chunk(&self) -> Option<&Bytes> {
+        match self.rest.is_empty() {
+            true => self.first.as_ref(),
+            false => None,
+        }
+    }
+
     pub fn take_first_chunk(&mut self) -> Option<Bytes> {
-        self.bufs.pop_front()
+        self.pop_front()
     }
 
     pub fn take_chunk(&mut self, max_len: usize) -> Option<Bytes> {
         let chunk = self
-            .bufs
-            .front_mut()
+            .first
+            .as_mut()
             .map(|chunk| chunk.split_to(usize::min(max_len, chunk.remaining())));
 
-        if let Some(front) = self.bufs.front() {
+        if let Some(front) = &self.first {
             if front.remaining() == 0 {
-                let _ = self.bufs.pop_front();
+                let _ = self.pop_front();
             }
         }
         chunk
@@ -56,7 +98,7 @@ impl BufList<Bytes> {
         T: Buf,
     {
         debug_assert!(buf.has_remaining());
-        self.bufs.push_back(buf.copy_to_bytes(buf.remaining()))
+        self.push_back(buf.copy_to_bytes(buf.remaining()))
     }
 }
 
@@ -72,19 +114,19 @@ impl<T: Buf> From<T> for BufList<T> {
 impl<T: Buf> Buf for BufList<T> {
     #[inline]
     fn remaining(&self) -> usize {
-        self.bufs.iter().map(|buf| buf.remaining()).sum()
+        self.iter().map(|buf| buf.remaining()).sum()
     }
 
     #[inline]
     fn chunk(&self) -> &[u8] {
-        self.bufs.front().map(Buf::chunk).unwrap_or_default()
+        self.first.as_ref().map(Buf::chunk).unwrap_or_default()
     }
 
     #[inline]
     fn advance(&mut self, mut cnt: usize) {
         while cnt > 0 {
             {
-                let front = &mut self.bufs[0];
+                let front = self.first.as_mut().expect("advance past the end of a BufList");
                 let rem = front.remaining();
                 if rem > cnt {
                     front.advance(cnt);
@@ -94,7 +136,7 @@ impl<T: Buf> Buf for BufList<T> {
                     cnt -= rem;
                 }
             }
-            self.bufs.pop_front();
+            self.pop_front();
         }
     }
 
@@ -104,7 +146,7 @@ impl<T: Buf> Buf for BufList<T> {
             return 0;
         }
         let mut vecs = 0;
-        for buf in &self.bufs {
+        for buf in self.iter() {
             vecs += buf.chunks_vectored(&mut dst[vecs..]);
             if vecs == dst.len() {
                 break;
@@ -135,7 +177,7 @@ impl<'a, B: Buf> Buf for Cursor<'a, B> {
 
     #[inline]
     fn chunk(&self) -> &[u8] {
-        &self.buf.bufs[self.index].chunk()[self.pos_front..]
+        &self.buf.at(self.index).chunk()[self.pos_front..]
     }
 
     #[inline]
@@ -143,7 +185,7 @@ impl<'a, B: Buf> Buf for Cursor<'a, B> {
         assert!(cnt <= self.buf.remaining() - self.pos_total);
         while cnt > 0 {
             {
-                let front = &self.buf.bufs[self.index];
+                let front = self.buf.at(self.index);
                 let rem = front.remaining() - self.pos_front;
                 if rem > cnt {
                     self.pos_total += cnt;

@@ -1,6 +1,6 @@
 use std::task::{Context, Poll};
 
-use bytes::Buf;
+use bytes::{Buf, Bytes};
 
 #[cfg(feature = "tracing")]
 use tracing::trace;
@@ -62,7 +62,7 @@ where
         loop {
             let end = self.try_recv(cx)?;
 
-            return match self.decoder.decode(self.stream.buf_mut())? {
+            return match self.decoder.decode_bytes(self.stream.buf_mut())? {
                 Some(Frame::Data(PayloadLen(len))) => {
                     self.remaining_data = len;
                     Poll::Ready(Ok(Some(Frame::Data(PayloadLen(len)))))
@@ -207,8 +207,45 @@ pub struct FrameDecoder {
     expected: Option<usize>,
 }
 
+/// Switchyard's patch (seventh): what one decoding attempt leads to.
+enum Step {
+    /// An unknown frame was skipped: decode the next one.
+    Skipped,
+    /// A frame, or `None` until more bytes come.
+    Done(Option<Frame<PayloadLen>>),
+}
+
 impl FrameDecoder {
-    fn decode<B: Buf>(
+    /// Switchyard's patch (seventh): as `decode`, but when the stream's
+    /// bytes are one chunk (a request head in one packet, as nearly
+    /// always), the frame is decoded from that `Bytes` itself: a HEADERS
+    /// payload is then a slice of the chunk, not a copy made through a
+    /// cursor over the list (an allocation and about 600 instructions
+    /// per request under callgrind).
+    pub(crate) fn decode_bytes(
+        &mut self,
+        src: &mut BufList<Bytes>,
+    ) -> Result<Option<Frame<PayloadLen>>, FrameStreamError> {
+        loop {
+            let Some(chunk) = src.only_chunk() else {
+                return self.decode(src);
+            };
+            if let Some(min) = self.expected {
+                if chunk.len() < min {
+                    return Ok(None);
+                }
+            }
+            let mut rest = chunk.clone();
+            let decoded = Frame::decode(&mut rest);
+            let pos = chunk.len() - rest.len();
+            match self.settle(src, pos, decoded)? {
+                Step::Skipped => continue,
+                Step::Done(frame) => return Ok(frame),
+            }
+        }
+    }
+
+    pub(crate) fn decode<B: Buf>(
         &mut self,
         src: &mut BufList<B>,
     ) -> Result<Option<Frame<PayloadLen>>, FrameStreamError> {
@@ -230,55 +267,60 @@ impl FrameDecoder {
                 let decoded = Frame::decode(&mut cur);
                 (cur.position(), decoded)
             };
+            match self.settle(src, pos, decoded)? {
+                Step::Skipped => continue,
+                Step::Done(frame) => return Ok(frame),
+            }
+        }
+    }
 
-            match decoded {
-                Err(frame::FrameError::UnknownFrame(_ty)) => {
-                    //= https://www.rfc-editor.org/rfc/rfc9114#section-7.2.8
-                    //# Endpoints MUST
-                    //# NOT consider these frames to have any meaning upon receipt.
-                    #[cfg(feature = "tracing")]
-                    trace!("ignore unknown frame type {:#x}", _ty);
+    /// What a decoding that read `pos` bytes of `src` comes to: the bytes
+    /// of a frame (or of an unknown one) are consumed.
+    fn settle<B: Buf>(
+        &mut self,
+        src: &mut BufList<B>,
+        pos: usize,
+        decoded: Result<Frame<PayloadLen>, frame::FrameError>,
+    ) -> Result<Step, FrameStreamError> {
+        match decoded {
+            Err(frame::FrameError::UnknownFrame(_ty)) => {
+                //= https://www.rfc-editor.org/rfc/rfc9114#section-7.2.8
+                //# Endpoints MUST
+                //# NOT consider these frames to have any meaning upon receipt.
+                #[cfg(feature = "tracing")]
+                trace!("ignore unknown frame type {:#x}", _ty);
 
-                    src.advance(pos);
-                    self.expected = None;
-                    continue;
-                }
-                Err(frame::FrameError::Incomplete(min)) => {
-                    self.expected = Some(min);
-                    return Ok(None);
-                }
-                Ok(frame) => {
-                    src.advance(pos);
-                    self.expected = None;
-                    return Ok(Some(frame));
-                }
-                // -------------- Map the error Values --------------
-                Err(frame::FrameError::InvalidStreamId(e)) => {
-                    return Err(FrameStreamError::Proto(
-                        FrameProtocolError::InvalidStreamId(e),
-                    ));
-                }
-                Err(frame::FrameError::InvalidPushId(e)) => {
-                    return Err(FrameStreamError::Proto(FrameProtocolError::InvalidPushId(
-                        e,
-                    )));
-                }
-                Err(frame::FrameError::Settings(e)) => {
-                    return Err(FrameStreamError::Proto(FrameProtocolError::Settings(e)));
-                }
-                Err(frame::FrameError::UnsupportedFrame(ty)) => {
-                    return Err(FrameStreamError::Proto(FrameProtocolError::ForbiddenFrame(
-                        ty,
-                    )));
-                }
-                Err(frame::FrameError::InvalidFrameValue) => {
-                    return Err(FrameStreamError::Proto(
-                        FrameProtocolError::InvalidFrameValue,
-                    ));
-                }
-                Err(frame::FrameError::Malformed) => {
-                    return Err(FrameStreamError::Proto(FrameProtocolError::Malformed));
-                }
+                src.advance(pos);
+                self.expected = None;
+                Ok(Step::Skipped)
+            }
+            Err(frame::FrameError::Incomplete(min)) => {
+                self.expected = Some(min);
+                Ok(Step::Done(None))
+            }
+            Ok(frame) => {
+                src.advance(pos);
+                self.expected = None;
+                Ok(Step::Done(Some(frame)))
+            }
+            // -------------- Map the error Values --------------
+            Err(frame::FrameError::InvalidStreamId(e)) => Err(FrameStreamError::Proto(
+                FrameProtocolError::InvalidStreamId(e),
+            )),
+            Err(frame::FrameError::InvalidPushId(e)) => Err(FrameStreamError::Proto(
+                FrameProtocolError::InvalidPushId(e),
+            )),
+            Err(frame::FrameError::Settings(e)) => {
+                Err(FrameStreamError::Proto(FrameProtocolError::Settings(e)))
+            }
+            Err(frame::FrameError::UnsupportedFrame(ty)) => Err(FrameStreamError::Proto(
+                FrameProtocolError::ForbiddenFrame(ty),
+            )),
+            Err(frame::FrameError::InvalidFrameValue) => Err(FrameStreamError::Proto(
+                FrameProtocolError::InvalidFrameValue,
+            )),
+            Err(frame::FrameError::Malformed) => {
+                Err(FrameStreamError::Proto(FrameProtocolError::Malformed))
             }
         }
     }

@@ -96,4 +96,93 @@ pub mod fuzzing {
         .ok()?;
         Some(out)
     }
+
+    /// Switchyard's patch (seventh): a response's HEADERS frame as
+    /// `RequestStream::send_response_fields` makes it, and the field
+    /// section's size as RFC 9114 4.2.2 counts it.
+    pub fn response_frame(status: [u8; 3], fields: &[(Vec<u8>, Vec<u8>)]) -> (Vec<u8>, u64) {
+        let pairs = fields.iter().map(|(n, v)| (&n[..], &v[..]));
+        let encoded = crate::stream::headers_frame_with(|block| {
+            crate::qpack::encode_response_fields(block, &status, pairs)
+        });
+        match encoded {
+            Ok((frame, size)) => (frame.to_vec(), size),
+            Err(e) => panic!("encoding a response head failed: {e:?}"),
+        }
+    }
+
+    /// Switchyard's patch (seventh): the static table's answers for a
+    /// field, `find_field`'s and then `find_pair`'s and `find_name`'s.
+    pub fn static_lookups(
+        name: &[u8],
+        value: &[u8],
+    ) -> (Option<(usize, bool)>, Option<usize>, Option<usize>) {
+        use crate::qpack::static_::StaticTable;
+        (
+            StaticTable::find_field(name, value),
+            StaticTable::find_pair(name, value),
+            StaticTable::find_name(name),
+        )
+    }
+
+    /// What cutting a stream into frames gave, step by step.
+    #[derive(Debug, PartialEq)]
+    pub enum Piece {
+        /// A frame's header (and a HEADERS frame's payload), `Debug` form.
+        Frame(String),
+        /// A piece of a DATA frame's payload.
+        Payload(Vec<u8>),
+        /// What ended the stream's decoding, `Debug` form.
+        Error(String),
+    }
+
+    /// Switchyard's patch (seventh): a stream's bytes, arriving as
+    /// `chunks`, cut into frames as `FrameStream` does (a DATA frame's
+    /// payload taken as it comes): by `FrameDecoder::decode_bytes` when
+    /// `single_chunk_path`, else by h3's own `decode` over a cursor.
+    pub fn frames(chunks: &[&[u8]], single_chunk_path: bool) -> Vec<Piece> {
+        use crate::proto::frame::{Frame, PayloadLen};
+        let mut list = crate::buf::BufList::<bytes::Bytes>::new();
+        let mut decoder = crate::frame::FrameDecoder::default();
+        let mut payload_left = 0usize;
+        let mut steps = Vec::new();
+        for chunk in chunks {
+            if !chunk.is_empty() {
+                list.push(bytes::Bytes::copy_from_slice(chunk));
+            }
+            loop {
+                if payload_left > 0 {
+                    match list.take_chunk(payload_left) {
+                        Some(piece) => {
+                            payload_left -= piece.len();
+                            steps.push(Piece::Payload(piece.to_vec()));
+                            continue;
+                        }
+                        None => break,
+                    }
+                }
+                let step = if single_chunk_path {
+                    decoder.decode_bytes(&mut list)
+                } else {
+                    decoder.decode(&mut list)
+                };
+                match step {
+                    Ok(Some(frame)) => {
+                        payload_left = match frame {
+                            Frame::Data(PayloadLen(len)) => len,
+                            Frame::WebTransportStream(_) => usize::MAX,
+                            _ => 0,
+                        };
+                        steps.push(Piece::Frame(format!("{frame:?}")));
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        steps.push(Piece::Error(format!("{e:?}")));
+                        return steps;
+                    }
+                }
+            }
+        }
+        steps
+    }
 }

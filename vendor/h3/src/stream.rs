@@ -139,9 +139,10 @@ pub fn frame_data(payload: &[u8]) -> Bytes {
 pub(crate) const HEADERS_ROOM: usize = 9;
 
 /// Switchyard's patch: `block` holds `HEADERS_ROOM` bytes, then a field
-/// section: the frame header goes into the room, and what is not needed
-/// of it is skipped, so the frame is one buffer.
-pub(crate) fn headers_frame(mut block: bytes::BytesMut) -> Bytes {
+/// section. The HEADERS frame header is written at the end of the room,
+/// so that the frame is one buffer (`headers_frame_with`) from the first
+/// byte the header needs; how many bytes of the room it took.
+fn frame_header_into_room(block: &mut [u8]) -> usize {
     let len = block.len() - HEADERS_ROOM;
     let mut head = [0u8; HEADERS_ROOM];
     let used = {
@@ -151,8 +152,40 @@ pub(crate) fn headers_frame(mut block: bytes::BytesMut) -> Bytes {
         HEADERS_ROOM - w.len()
     };
     block[HEADERS_ROOM - used..HEADERS_ROOM].copy_from_slice(&head[..used]);
-    block.advance(HEADERS_ROOM - used);
-    block.freeze()
+    used
+}
+
+thread_local! {
+    /// Switchyard's patch (seventh): where a response's field section is
+    /// encoded (`headers_frame_with`), kept from one response to the next.
+    static HEAD_BLOCK: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A section larger than this is not kept in `HEAD_BLOCK` afterwards.
+const HEAD_BLOCK_KEPT: usize = 16 * 1024;
+
+/// Switchyard's patch (seventh): a HEADERS frame whose field section
+/// `encode` writes, as one buffer of exactly its size. The section is
+/// encoded in a buffer the thread keeps, and copied out once: a
+/// `BytesMut` sized by guess and frozen cost an allocation more (`Bytes`
+/// allocates its shared header for a buffer not filled to capacity).
+pub(crate) fn headers_frame_with<E>(
+    encode: impl FnOnce(&mut Vec<u8>) -> Result<u64, E>,
+) -> Result<(Bytes, u64), E> {
+    HEAD_BLOCK.with(|kept| {
+        let mut block = kept.borrow_mut();
+        block.clear();
+        block.resize(HEADERS_ROOM, 0);
+        let size = encode(&mut block);
+        let frame = size.map(|size| {
+            let used = frame_header_into_room(&mut block);
+            (Bytes::copy_from_slice(&block[HEADERS_ROOM - used..]), size)
+        });
+        if block.capacity() > HEAD_BLOCK_KEPT {
+            *block = Vec::new();
+        }
+        frame
+    })
 }
 
 impl<B> From<StreamType> for WriteBuf<B>

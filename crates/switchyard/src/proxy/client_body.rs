@@ -10,7 +10,9 @@ use crate::http::body::{BodyError, Sink};
 /// A request body that flows on its own (`ClientSide::take_body_stream`).
 pub enum ClientBody {
     H2(BodyStream),
-    H3(H3Body),
+    /// Boxed: an HTTP/3 stream's receiving half is over 200 bytes, and
+    /// only a body streamed to an h2 member comes this way.
+    H3(Box<H3Body>),
 }
 
 impl ClientBody {

@@ -99,7 +99,7 @@ async fn send_head<S: h3::quic::SendStream<Bytes>>(
     );
     let sent = |(n, _): &(&[u8], &[u8])| !head.is_connection_field(n);
     Ok(stream
-        .send_response_fields(status, head.fields.iter().filter(sent), head.fields.len())
+        .send_response_fields(status, head.fields.iter().filter(sent))
         .await)
 }
 
@@ -260,7 +260,7 @@ impl ClientSide for H3Client {
         if !std::mem::replace(&mut self.body_pending, false) || self.tunnel {
             return None;
         }
-        self.body.take().map(ClientBody::H3)
+        self.body.take().map(|body| ClientBody::H3(Box::new(body)))
     }
 
     /// HTTP/3 has no Expect handshake to answer: the body comes anyway.

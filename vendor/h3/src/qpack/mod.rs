@@ -8,7 +8,7 @@ mod block;
 mod dynamic;
 mod field;
 mod parse_error;
-mod static_;
+pub(crate) mod static_;
 mod stream;
 mod vas;
 

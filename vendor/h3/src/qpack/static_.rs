@@ -133,6 +133,78 @@ impl StaticTable {
         }
     }
 
+    /// Switchyard's patch (seventh): a field's entry in one lookup by
+    /// name: the index of the entry with both its name and its value
+    /// (`true`), or else of the first with its name (`false`). The
+    /// encoder asked `find_pair` and then `find_name`, two matches over
+    /// the names for every field of every response.
+    pub fn find_field(name: &[u8], value: &[u8]) -> Option<(usize, bool)> {
+        let (first, entries): (usize, &[usize]) = match name {
+            b":authority" => (0, &[0]),
+            b":path" => (1, &[1]),
+            b"age" => (2, &[2]),
+            b"content-disposition" => (3, &[3]),
+            b"content-length" => (4, &[4]),
+            b"cookie" => (5, &[5]),
+            b"date" => (6, &[6]),
+            b"etag" => (7, &[7]),
+            b"if-modified-since" => (8, &[8]),
+            b"if-none-match" => (9, &[9]),
+            b"last-modified" => (10, &[10]),
+            b"link" => (11, &[11]),
+            b"location" => (12, &[12]),
+            b"referer" => (13, &[13]),
+            b"set-cookie" => (14, &[14]),
+            b":method" => (15, &[15, 16, 17, 18, 19, 20, 21]),
+            b":scheme" => (22, &[22, 23]),
+            b":status" => (24, &[24, 25, 26, 27, 28, 63, 64, 65, 66, 67, 68, 69, 70, 71]),
+            b"accept" => (29, &[29, 30]),
+            b"accept-encoding" => (31, &[31]),
+            b"accept-ranges" => (32, &[32]),
+            b"access-control-allow-headers" => (33, &[33, 34, 75]),
+            b"access-control-allow-origin" => (35, &[35]),
+            b"cache-control" => (36, &[36, 37, 38, 39, 40, 41]),
+            b"content-encoding" => (42, &[42, 43]),
+            b"content-type" => (44, &[44, 45, 46, 47, 48, 49, 50, 51, 52, 53, 54]),
+            b"range" => (55, &[55]),
+            b"strict-transport-security" => (56, &[56, 57, 58]),
+            b"vary" => (59, &[59, 60]),
+            b"x-content-type-options" => (61, &[61]),
+            b"x-xss-protection" => (62, &[62]),
+            b"accept-language" => (72, &[72]),
+            b"access-control-allow-credentials" => (73, &[73, 74]),
+            b"access-control-allow-methods" => (76, &[76, 77, 78]),
+            b"access-control-expose-headers" => (79, &[79]),
+            b"access-control-request-headers" => (80, &[80]),
+            b"access-control-request-method" => (81, &[81, 82]),
+            b"alt-svc" => (83, &[83]),
+            b"authorization" => (84, &[84]),
+            b"content-security-policy" => (85, &[85]),
+            b"early-data" => (86, &[86]),
+            b"expect-ct" => (87, &[87]),
+            b"forwarded" => (88, &[88]),
+            b"if-range" => (89, &[89]),
+            b"origin" => (90, &[90]),
+            b"purpose" => (91, &[91]),
+            b"server" => (92, &[92]),
+            b"timing-allow-origin" => (93, &[93]),
+            b"upgrade-insecure-requests" => (94, &[94]),
+            b"user-agent" => (95, &[95]),
+            b"x-forwarded-for" => (96, &[96]),
+            b"x-frame-options" => (97, &[97, 98]),
+            _ => return None,
+        };
+        // Through `get`, a reference to the table in static memory:
+        // indexing the `const` itself made a copy of all 99 entries on the
+        // stack, and dropped it, at every lookup.
+        for &index in entries {
+            if Self::get(index).is_ok_and(|entry| *entry.value == *value) {
+                return Some((index, true));
+            }
+        }
+        Some((first, false))
+    }
+
     pub fn find_name(name: &[u8]) -> Option<usize> {
         match name {
             b":authority" => Some(0),

@@ -20,7 +20,7 @@ use std::{
     task::{Context, Poll},
 };
 
-use bytes::BytesMut;
+use bytes::Bytes;
 use futures_util::future;
 use http::{response, HeaderMap, Response};
 
@@ -122,12 +122,11 @@ where
             status, headers, ..
         } = parts;
         // Switchyard's patch: encoded from the header map (no field copies).
-        // Switchyard's patch (third): room for the frame header in front,
-        // so that the whole HEADERS frame is one buffer for the transport.
-        let mut block = BytesMut::with_capacity(stream::HEADERS_ROOM + 64 + 32 * headers.len());
-        block.resize(stream::HEADERS_ROOM, 0);
-        let mem_size = qpack::encode_response(&mut block, status, &headers);
-        self.send_head_block(block, mem_size).await
+        // Switchyard's patch (third, seventh): the whole HEADERS frame is
+        // one buffer for the transport (`stream::headers_frame_with`).
+        let frame =
+            stream::headers_frame_with(|block| qpack::encode_response(block, status, &headers));
+        self.send_headers_frame(frame).await
     }
 
     /// Switchyard's patch (third): send the response head from its status
@@ -140,26 +139,25 @@ where
         &mut self,
         status: u16,
         fields: impl Iterator<Item = (&'f [u8], &'f [u8])>,
-        count: usize,
     ) -> Result<(), StreamError> {
         let digits = [
             b'0' + (status / 100 % 10) as u8,
             b'0' + (status / 10 % 10) as u8,
             b'0' + (status % 10) as u8,
         ];
-        let mut block = BytesMut::with_capacity(stream::HEADERS_ROOM + 64 + 32 * count);
-        block.resize(stream::HEADERS_ROOM, 0);
-        let mem_size = qpack::encode_response_fields(&mut block, &digits, fields);
-        self.send_head_block(block, mem_size).await
+        let frame = stream::headers_frame_with(|block| {
+            qpack::encode_response_fields(block, &digits, fields)
+        });
+        self.send_headers_frame(frame).await
     }
 
-    /// A field section (after `HEADERS_ROOM` bytes) as one HEADERS frame.
-    async fn send_head_block(
+    /// A whole HEADERS frame, and its field section's size as RFC 9114
+    /// 4.2.2 counts it (or why it could not be encoded).
+    async fn send_headers_frame(
         &mut self,
-        block: BytesMut,
-        mem_size: Result<u64, qpack::EncoderError>,
+        frame: Result<(Bytes, u64), qpack::EncoderError>,
     ) -> Result<(), StreamError> {
-        let mem_size = mem_size.map_err(|_e| {
+        let (frame, mem_size) = frame.map_err(|_e| {
             self.handle_connection_error_on_stream(InternalConnectionError {
                 code: Code::H3_INTERNAL_ERROR,
                 message: "Failed to encode headers".to_string(),
@@ -186,7 +184,7 @@ where
 
         stream::write(
             &mut self.inner.stream,
-            stream::WriteBuf::framed_headers(stream::headers_frame(block)),
+            stream::WriteBuf::framed_headers(frame),
         )
         .await
         .map_err(|e| self.handle_quic_stream_error(e))?;
