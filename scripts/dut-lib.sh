@@ -5,7 +5,12 @@
 # CONF (the config dir) and B (switchyard).
 # cpu PID [FIELDS]: utime+stime in ticks, or one of them ('$14' user, '$15' system).
 cpu() { awk "{print ${2:-\$14+\$15}}" /proc/$1/stat 2>/dev/null || echo 0; }
-start_origin() { taskset -c "${ORIGIN_CPU:-1}" $B bench origin --listen 127.0.0.1:27081 --listen 127.0.0.1:27082 >/dev/null 2>&1 & O=$!; sleep 0.3; }
+# It must answer before anything is measured: `switchyard bench` runs the
+# switchyard-bench binary beside `$B`, and a copy of the binary alone (an
+# A/B with SWITCHYARD=) would measure errors against no origin.
+start_origin() { taskset -c "${ORIGIN_CPU:-1}" $B bench origin --listen 127.0.0.1:27081 --listen 127.0.0.1:27082 >/dev/null 2>&1 & O=$!; sleep 0.3
+  for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/27081) 2>/dev/null && return 0; sleep 0.1; done
+  echo "the origin ($B bench origin) does not answer on 127.0.0.1:27081: is switchyard-bench beside $B?" >&2; exit 1; }
 # Any other target name (haproxy28, nginx131, envoy, pingora, caddy, ...)
 # starts with the command line the harness recorded for it in
 # "$CONF"/NAME/command, in a session of its own so that stop and pids
