@@ -19,6 +19,10 @@ impl std::fmt::Display for Error {
     }
 }
 
+// Switchyard's patch (seventh): inlined, so that each call site's
+// constant prefix size and flags fold away (a call per integer, two or
+// three per field, cost about 20 instructions each under callgrind).
+#[inline]
 pub fn decode<B: Buf>(size: u8, buf: &mut B) -> Result<(u8, u64), Error> {
     assert!(size <= 8);
     let mut first = buf.get::<u8>()?;
@@ -53,6 +57,8 @@ pub fn decode<B: Buf>(size: u8, buf: &mut B) -> Result<(u8, u64), Error> {
     Ok((flags, value))
 }
 
+// Switchyard's patch (seventh): inlined, as `decode`.
+#[inline]
 pub fn encode<B: BufMut>(size: u8, flags: u8, value: u64, buf: &mut B) {
     assert!(size <= 8);
     // NOTE: following casts to u8 intend to trim the most significant bits, they are used as a
