@@ -18,7 +18,14 @@
 # Switchyard only (CASES=h3tls1k h2tls20): HTTP/3 1 KB on 20 connections x
 # 10 streams (oha --http-version 3; [vserver.http3] added as h3_configs.py
 # does) and HTTP/2 with the same shape (h2load -c 20 -m 10); h3tls64k and
-# h2tls64k the same with 64 KB responses.
+# h2tls64k the same with 64 KB responses. h3rate and h2rate: 1 KB over
+# HTTP/3 and HTTP/2 by the same client (oha, 20 x 10) at a fixed RATE (100
+# requests/s unless set): each request arrives alone, so what a wake-up,
+# a task poll or a timer costs per request counts in full, as it does at
+# the fixed rates of the P99 target (scripts/h3-wire-p99.sh); the window
+# of 2N lasts twice as long, so work per second counts too (the
+# dashboard's sampler, about 700 instructions per request at 100/s, in
+# both).
 set -u
 W=${1:?usage: callgrind-per-request.sh REPORT_DIR/work [N]}
 N=${2:-2000}
@@ -53,6 +60,8 @@ ir() { # target case n -> total Ir
     h3tls1k|h3tls64k) taskset -c 1 oha --http-version 3 --insecure --no-tui -c 20 -p 10 -n "$3" \
       --connect-to bench.switchyard.test:26084:127.0.0.1:26084 https://bench.switchyard.test:26084/size/$(size_of $2) >/dev/null 2>&1 ;;
     h2tls64k) taskset -c 1 h2load -n "$3" -c 20 -m 10 https://127.0.0.1:26084/size/$(size_of $2) >/dev/null 2>&1 ;;
+    h3rate|h2rate) taskset -c 1 oha --http-version "${2:1:1}" --insecure --no-tui -c 20 -p 10 -q "${RATE:-100}" -n "$3" \
+      --connect-to bench.switchyard.test:26084:127.0.0.1:26084 https://bench.switchyard.test:26084/size/1024 >/dev/null 2>&1 ;;
   esac
   callgrind_control -i off $P >/dev/null 2>&1
   kill -TERM $P 2>/dev/null

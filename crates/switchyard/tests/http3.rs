@@ -850,6 +850,34 @@ fn flow_control_windows_bound_a_connection() {
     );
 }
 
+/// `max_streams` bounds the requests a client has open at once, and each
+/// request that ends gives its stream credit back: twelve requests sent
+/// at once on one connection allowed two streams all get their answers
+/// (aioquic holds the others back until the server's MAX_STREAMS). The
+/// credit goes out when a stream is freed, not when it is accepted
+/// (vendor/quinn's fifth change took the wake-up at accepting out).
+#[test]
+fn stream_credit_comes_back_as_requests_end() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]\nmax_streams = 2", "");
+    let requests: Vec<serde_json::Value> = (0..12)
+        .map(|i| serde_json::json!({"method": "GET", "path": format!("/n{i}")}))
+        .collect();
+    let out = h3(&py, s.listen, &s.ca, serde_json::Value::Array(requests));
+    assert!(out.get("error").is_none(), "{out}");
+    let r = out["responses"].as_array().expect("responses");
+    assert_eq!(r.len(), 12, "{out}");
+    assert!(r.iter().all(|x| x["status"] == 200), "{out}");
+    // Streams 0 to 11 were opened: the server raised its limit from 2 to
+    // at least 12 as the first ones ended, and to at most 2 more than
+    // the streams that ended (quinn's own default would be 100).
+    let allowed = out["transport"]["max_streams_bidi"].as_u64();
+    assert!(matches!(allowed, Some(12..=14)), "{out}");
+    let vs = &s.sy.stats()["vservers"][0];
+    assert_eq!(vs["h3_connections"], 1, "{vs}");
+    assert_eq!(vs["h3_streams"], 12, "{vs}");
+}
+
 /// ngtcp2's client (Debian's ngtcp2-client, on GnuTLS: a QUIC and TLS
 /// stack that is neither quinn nor rustls), as the QUIC interop runner's
 /// cases use it: several downloads on one connection with 10 % of packets

@@ -791,7 +791,14 @@ fn poll_accept<'a>(
     // which are necessarily finite, can be drained from a closed connection.
     if let Some(id) = state.inner.streams().accept(dir) {
         let is_0rtt = state.inner.is_handshaking();
-        state.wake(); // To send additional stream ID credit
+        // Switchyard's patch: no wake-up of the connection's driver here.
+        // quinn woke it "to send additional stream ID credit", but
+        // quinn-proto's `Streams::accept` only counts the stream as
+        // reported: credit is issued when a stream is freed, and the
+        // stream's halves wake the driver then (`RecvStream` read to its
+        // end, stopped or dropped; `SendStream` finished). The wake-up cost
+        // a poll of the driver (its transmit, timer and event steps, with
+        // nothing to do) for every request.
         drop(state); // Release the lock so clone can take it
         return Poll::Ready(Ok((conn.clone(), id, is_0rtt)));
     } else if let Some(ref e) = state.error {

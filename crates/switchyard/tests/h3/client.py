@@ -205,9 +205,12 @@ async def main():
             out["peer_subject"] = tls._peer_certificate.subject.rfc4514_string()
         if linger_ms:
             out["closed_by_server"] = out_closed
-        # The server's transport parameters: its flow-control windows.
+        # The server's transport parameters: its flow-control windows, and
+        # the bidirectional streams it allows in all by now (its
+        # parameter's, raised by each MAX_STREAMS it sent).
         q = c._quic
         out["transport"] = {
+            "max_streams_bidi": q._remote_max_streams_bidi,
             "max_data": q._remote_max_data,
             "max_stream_data_bidi_remote": q._remote_max_stream_data_bidi_remote,
             "max_datagram_frame_size": q._remote_max_datagram_frame_size,
