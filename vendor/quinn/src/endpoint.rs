@@ -743,6 +743,12 @@ struct RecvState {
     connections: ConnectionSet,
     recv_buf: Box<[u8]>,
     recv_limiter: WorkLimiter,
+    /// Switchyard's patch: the metadata of a read's datagrams, kept from
+    /// one poll to the next instead of 32 entries set up anew on each.
+    metas: [RecvMeta; BATCH_SIZE],
+    /// Switchyard's patch: how many datagrams the next read asks for
+    /// (`next_read_size`).
+    read_size: usize,
 }
 
 impl RecvState {
@@ -766,6 +772,8 @@ impl RecvState {
             incoming: VecDeque::new(),
             recv_buf: recv_buf.into(),
             recv_limiter: WorkLimiter::new(RECV_TIME_BOUND),
+            metas: [RecvMeta::default(); BATCH_SIZE],
+            read_size: BATCH_SIZE,
         }
     }
 
@@ -778,7 +786,6 @@ impl RecvState {
         now: Instant,
     ) -> Result<PollProgress, io::Error> {
         let mut received_connection_packet = false;
-        let mut metas = [RecvMeta::default(); BATCH_SIZE];
         let mut iovs: [IoSliceMut; BATCH_SIZE] = {
             let mut bufs = self
                 .recv_buf
@@ -796,10 +803,12 @@ impl RecvState {
         loop {
             // Switchyard's patch: whether the read took fewer datagrams than
             // it asked for (the socket was drained then).
-            let drained = match socket.poll_recv(cx, &mut iovs, &mut metas) {
+            let ask = self.read_size;
+            let drained = match socket.poll_recv(cx, &mut iovs[..ask], &mut self.metas[..ask]) {
                 Poll::Ready(Ok(msgs)) => {
+                    self.read_size = next_read_size(ask, msgs);
                     self.recv_limiter.record_work(msgs);
-                    for (meta, buf) in metas.iter().zip(iovs.iter()).take(msgs) {
+                    for (meta, buf) in self.metas.iter().zip(iovs.iter()).take(msgs) {
                         let mut data: BytesMut = buf[0..meta.len].into();
                         while !data.is_empty() {
                             let buf = data.split_to(meta.stride.min(data.len()));
@@ -838,7 +847,7 @@ impl RecvState {
                             }
                         }
                     }
-                    msgs < iovs.len()
+                    msgs < ask
                 }
                 Poll::Pending => {
                     return Ok(PollProgress {
@@ -877,6 +886,29 @@ impl RecvState {
         }
     }
 }
+
+/// Switchyard's patch: how many datagrams the read after one that asked
+/// for `asked` and got `got` asks for. Setting up a read costs for each
+/// datagram it may take (quinn-udp prepares a message header for each,
+/// about 15 instructions), and at a fixed rate a read takes one: a full
+/// read doubles the next up to `BATCH_SIZE`, one that took a quarter or
+/// less halves it down to `MIN_READ_SIZE`. A read that comes back full
+/// is followed by another at once, so a burst costs one read more than
+/// with a fixed size, not a datagram left waiting.
+fn next_read_size(asked: usize, got: usize) -> usize {
+    if got >= asked {
+        (asked * 2).min(BATCH_SIZE)
+    } else if got * 4 <= asked {
+        (asked / 2).max(MIN_READ_SIZE.min(BATCH_SIZE))
+    } else {
+        asked
+    }
+}
+
+/// Switchyard's patch: the fewest datagrams a read asks for. A read costs
+/// little more for four than for one, and a second client's datagram that
+/// came meanwhile is often there too.
+const MIN_READ_SIZE: usize = 4;
 
 impl fmt::Debug for RecvState {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
