@@ -24,6 +24,9 @@
 # flagged: its turnaround misses packets). The DUT (one worker) on CPU 0;
 # the origin, the load tool and tcpdump on CPU 1.
 #
+# PAIRED=1: both protocols at once instead (see paired_run below): one
+# line per protocol and run, the DUT's CPU over both.
+#
 # Env: ORIGIN_RT (1: the origin at real-time priority, see below),
 # SWITCHYARD (target/release/switchyard), RATES ("1000 5000"), TOOLS
 # ("oha h3load"), SECONDS (8), PORT (38543), ORIGIN_PORT (38181), KEEP=1
@@ -94,9 +97,52 @@ load() { # proto tool rate
 # member connection) is inside the DUT's, and the origin shares the load
 # tool's core.
 proto_filter() { echo "$([ "$1" = h3 ] && echo udp || echo tcp) port $PORT or tcp port $ORIGIN_PORT"; }
+# PAIRED=1: both protocols at once, each at the rate, through the same
+# worker, and the turnaround of each read from one capture. Run one after
+# the other, the two protocols met a machine whose speed drifts by 30 to
+# 40 % between minutes (docs/bench-results/2026-12-07-h3-fixed-rate-wakes):
+# paired, every pause and every slow minute falls on both alike, and the
+# ratio of their P99s compares the protocols, not the minutes they ran
+# in. The worker then serves twice the rate, and its CPU per request is
+# over both protocols' requests.
+paired_run() { # round rate tool
+  local round=$1 rate=$2 tool=$3
+  local cap="$T/cap.$round.$rate.$tool.paired"
+  taskset -c 1 tcpdump -i lo -n -s 96 -B 65536 -w "$cap.pcap" "port $PORT or tcp port $ORIGIN_PORT" 2>"$cap.err" &
+  local TD=$!
+  sleep 1
+  local c0 c1; c0=$(cpu_ticks)
+  load h3 "$tool" "$rate" >"$cap.h3.out" &
+  local L3=$!
+  load h2 "$tool" "$rate" >"$cap.h2.out"
+  wait "$L3"
+  c1=$(cpu_ticks)
+  sleep 0.5
+  kill -INT "$TD" 2>/dev/null; wait "$TD" 2>/dev/null
+  local dropped; dropped=$(sed -n 's/^\([0-9]*\) packets dropped by kernel.*/\1/p' "$cap.err")
+  tcpdump -r "$cap.pcap" -n -tt 2>/dev/null > "$cap.txt"
+  grep "UDP," "$cap.txt" > "$cap.h3.txt"
+  grep "Flags \[" "$cap.txt" > "$cap.h2.txt"
+  local ok3 ok2 all cpu member
+  read -r ok3 _ < "$cap.h3.out"; read -r ok2 _ < "$cap.h2.out"
+  all=$(( ${ok3:-0} + ${ok2:-0} ))
+  cpu=$(python3 -c "print(round(($c1-$c0)*1e6/$(getconf CLK_TCK)/$all,1) if $all>0 else '-')" 2>/dev/null)
+  local flag=""; [ "${dropped:-0}" != 0 ] && flag=" (tcpdump dropped $dropped: turnaround incomplete)"
+  member=$(python3 scripts/wire_turnaround.py "$cap.h2.txt" "$ORIGIN_PORT" 2 \
+    | json '"member_p50_ms", d["p50_ms"], "p99_ms", d["p99_ms"]' | tr -d "(),'")
+  local proto wire ok p50 p99
+  for proto in h3 h2; do
+    wire=$(python3 scripts/wire_turnaround.py "$cap.$proto.txt" "$PORT" 2 \
+      | json '"turnaround_p50_ms", d["p50_ms"], "p99_ms", d["p99_ms"], "p99.9_ms", d["p999_ms"], "responses", d["responses"]' | tr -d "(),'")
+    read -r ok p50 p99 < "$cap.$proto.out"
+    echo "round $round $proto $tool $rate req/s paired: ok ${ok:-0}, tool p50_ms ${p50:--} p99_ms ${p99:--}, $wire, $member, DUT CPU $cpu us/request over both$flag"
+  done
+  [ "${KEEP:-0}" = 1 ] || rm -f "$cap".*
+}
 for round in $(seq "$ROUNDS"); do
   for rate in ${RATES:-1000 5000}; do
     for tool in ${TOOLS:-oha h3load}; do
+      if [ "${PAIRED:-0}" = 1 ]; then paired_run "$round" "$rate" "$tool"; continue; fi
       order="h3 h2"; [ $((round % 2)) = 0 ] && order="h2 h3"
       for proto in $order; do
         cap="$T/cap.$round.$rate.$tool.$proto"

@@ -69,9 +69,10 @@ impl BufList<Bytes> {
     /// Switchyard's patch (seventh): the one chunk held, when there is
     /// exactly one (`FrameDecoder::decode_bytes`).
     pub(crate) fn only_chunk(&self) -> Option<&Bytes> {
-        match self.rest.is_empty() {
-            true => self.first.as_ref(),
-            false => None,
+        if self.rest.is_empty() {
+            self.first.as_ref()
+        } else {
+            None
         }
     }
 
