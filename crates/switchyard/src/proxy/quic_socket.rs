@@ -216,6 +216,17 @@ mod tests {
             .expect("runtime")
     }
 
+    /// `poll` polled until it is ready: a wake-up that never comes fails
+    /// the test (`what` says which) after 5 s instead of hanging it.
+    async fn ready_within_5s<T>(what: &str, poll: impl FnMut(&mut Context) -> Poll<T>) -> T {
+        tokio::time::timeout(
+            std::time::Duration::from_secs(5),
+            std::future::poll_fn(poll),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("not ready in 5 s: {what}"))
+    }
+
     #[test]
     fn receives_what_a_peer_sends_and_sends_back() {
         runtime().block_on(async {
@@ -265,13 +276,7 @@ mod tests {
                 got.map(|r| r.map(|n| (n, meta[0].len, bufs[0][0])))
             };
             peer.send_to(&[9; 10], to).expect("send");
-            let first = tokio::time::timeout(
-                std::time::Duration::from_secs(5),
-                std::future::poll_fn(&mut recv),
-            )
-            .await
-            .expect("woken")
-            .expect("recv");
+            let first = ready_within_5s("woken", &mut recv).await.expect("recv");
             assert_eq!(first, (1, 10, 9));
             for round in 0..3u8 {
                 // One datagram read of four asked for: the readiness went
@@ -285,13 +290,9 @@ mod tests {
                     "round {round}: read without an event: {now:?}"
                 );
                 // ... and its edge wakes the reader.
-                let got = tokio::time::timeout(
-                    std::time::Duration::from_secs(5),
-                    std::future::poll_fn(&mut recv),
-                )
-                .await
-                .expect("woken by the datagram")
-                .expect("recv");
+                let got = ready_within_5s("woken by the datagram", &mut recv)
+                    .await
+                    .expect("recv");
                 assert_eq!(got, (1, 20, round), "round {round}");
             }
         });
@@ -318,13 +319,9 @@ mod tests {
             // After a send met a full buffer: registered until writable
             // (this socket is), then let go.
             sock.full.store(true, Ordering::Relaxed);
-            tokio::time::timeout(
-                std::time::Duration::from_secs(5),
-                std::future::poll_fn(|cx| Pin::new(&mut wait).poll_writable(cx)),
-            )
-            .await
-            .expect("writable")
-            .expect("no error");
+            ready_within_5s("writable", |cx| Pin::new(&mut wait).poll_writable(cx))
+                .await
+                .expect("no error");
             assert!(wait.registered.is_none(), "the registration stays");
             assert!(!sock.full.load(Ordering::Relaxed), "still marked full");
         });
@@ -362,12 +359,10 @@ mod tests {
             assert!(registered.is_some(), "a wait registers the duplicate");
             let mut drain = [0u8; 2048];
             while rx.recv(&mut drain).is_ok() {}
-            tokio::time::timeout(
-                std::time::Duration::from_secs(5),
-                std::future::poll_fn(|cx| poll_writable_once(tx.as_fd(), &mut registered, cx)),
-            )
+            ready_within_5s("woken once there is room", |cx| {
+                poll_writable_once(tx.as_fd(), &mut registered, cx)
+            })
             .await
-            .expect("woken once there is room")
             .expect("writable");
             assert!(registered.is_none(), "the registration goes once writable");
             tx.send(&payload).expect("sends again");
