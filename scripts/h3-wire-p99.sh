@@ -97,6 +97,35 @@ load() { # proto tool rate
 # member connection) is inside the DUT's, and the origin shares the load
 # tool's core.
 proto_filter() { echo "$([ "$1" = h3 ] && echo udp || echo tcp) port $PORT or tcp port $ORIGIN_PORT"; }
+# A capture of the load window on the load core: capture_start CAP FILTER,
+# then capture_stop CAP writes CAP.txt (tcpdump's text) and prints the
+# flag for a capture with drops.
+capture_start() {
+  taskset -c 1 tcpdump -i lo -n -s 96 -B 65536 -w "$1.pcap" $2 2>"$1.err" &
+  TD=$!
+  sleep 1
+}
+capture_stop() {
+  sleep 0.5
+  kill -INT "$TD" 2>/dev/null; wait "$TD" 2>/dev/null
+  local dropped; dropped=$(sed -n 's/^\([0-9]*\) packets dropped by kernel.*/\1/p' "$1.err")
+  tcpdump -r "$1.pcap" -n -tt 2>/dev/null > "$1.txt"
+  [ "${dropped:-0}" != 0 ] && echo " (tcpdump dropped $dropped: turnaround incomplete)"
+}
+# The DUT's turnaround on the vserver's port, and the member's on the
+# origin's, in a capture's text.
+turnaround() {
+  python3 scripts/wire_turnaround.py "$1" "$PORT" 2 \
+    | json '"turnaround_p50_ms", d["p50_ms"], "p99_ms", d["p99_ms"], "p99.9_ms", d["p999_ms"], "responses", d["responses"]' | tr -d "(),'"
+}
+member_turnaround() {
+  python3 scripts/wire_turnaround.py "$1" "$ORIGIN_PORT" 2 \
+    | json '"member_p50_ms", d["p50_ms"], "p99_ms", d["p99_ms"]' | tr -d "(),'"
+}
+# The DUT's CPU per request between the ticks $c0 and $c1, over $1 requests.
+cpu_per_request() {
+  python3 -c "ok=float('${1}' or 0); print(round(($c1-$c0)*1e6/$(getconf CLK_TCK)/ok,1) if ok>0 else '-')" 2>/dev/null
+}
 # PAIRED=1: both protocols at once, each at the rate, through the same
 # worker, and the turnaround of each read from one capture. Run one after
 # the other, the two protocols met a machine whose speed drifts by 30 to
@@ -108,34 +137,24 @@ proto_filter() { echo "$([ "$1" = h3 ] && echo udp || echo tcp) port $PORT or tc
 paired_run() { # round rate tool
   local round=$1 rate=$2 tool=$3
   local cap="$T/cap.$round.$rate.$tool.paired"
-  taskset -c 1 tcpdump -i lo -n -s 96 -B 65536 -w "$cap.pcap" "port $PORT or tcp port $ORIGIN_PORT" 2>"$cap.err" &
-  local TD=$!
-  sleep 1
-  local c0 c1; c0=$(cpu_ticks)
+  capture_start "$cap" "port $PORT or tcp port $ORIGIN_PORT"
+  c0=$(cpu_ticks)
   load h3 "$tool" "$rate" >"$cap.h3.out" &
   local L3=$!
   load h2 "$tool" "$rate" >"$cap.h2.out"
   wait "$L3"
   c1=$(cpu_ticks)
-  sleep 0.5
-  kill -INT "$TD" 2>/dev/null; wait "$TD" 2>/dev/null
-  local dropped; dropped=$(sed -n 's/^\([0-9]*\) packets dropped by kernel.*/\1/p' "$cap.err")
-  tcpdump -r "$cap.pcap" -n -tt 2>/dev/null > "$cap.txt"
+  local flag; flag=$(capture_stop "$cap")
   grep "UDP," "$cap.txt" > "$cap.h3.txt"
   grep "Flags \[" "$cap.txt" > "$cap.h2.txt"
-  local ok3 ok2 all cpu member
+  local ok3 ok2 cpu member
   read -r ok3 _ < "$cap.h3.out"; read -r ok2 _ < "$cap.h2.out"
-  all=$(( ${ok3:-0} + ${ok2:-0} ))
-  cpu=$(python3 -c "print(round(($c1-$c0)*1e6/$(getconf CLK_TCK)/$all,1) if $all>0 else '-')" 2>/dev/null)
-  local flag=""; [ "${dropped:-0}" != 0 ] && flag=" (tcpdump dropped $dropped: turnaround incomplete)"
-  member=$(python3 scripts/wire_turnaround.py "$cap.h2.txt" "$ORIGIN_PORT" 2 \
-    | json '"member_p50_ms", d["p50_ms"], "p99_ms", d["p99_ms"]' | tr -d "(),'")
-  local proto wire ok p50 p99
+  cpu=$(cpu_per_request $(( ${ok3:-0} + ${ok2:-0} )))
+  member=$(member_turnaround "$cap.h2.txt")
+  local proto ok p50 p99
   for proto in h3 h2; do
-    wire=$(python3 scripts/wire_turnaround.py "$cap.$proto.txt" "$PORT" 2 \
-      | json '"turnaround_p50_ms", d["p50_ms"], "p99_ms", d["p99_ms"], "p99.9_ms", d["p999_ms"], "responses", d["responses"]' | tr -d "(),'")
     read -r ok p50 p99 < "$cap.$proto.out"
-    echo "round $round $proto $tool $rate req/s paired: ok ${ok:-0}, tool p50_ms ${p50:--} p99_ms ${p99:--}, $wire, $member, DUT CPU $cpu us/request over both$flag"
+    echo "round $round $proto $tool $rate req/s paired: ok ${ok:-0}, tool p50_ms ${p50:--} p99_ms ${p99:--}, $(turnaround "$cap.$proto.txt"), $member, DUT CPU $cpu us/request over both$flag"
   done
   [ "${KEEP:-0}" = 1 ] || rm -f "$cap".*
 }
@@ -146,24 +165,16 @@ for round in $(seq "$ROUNDS"); do
       order="h3 h2"; [ $((round % 2)) = 0 ] && order="h2 h3"
       for proto in $order; do
         cap="$T/cap.$round.$rate.$tool.$proto"
-        taskset -c 1 tcpdump -i lo -n -s 96 -B 65536 -w "$cap.pcap" $(proto_filter "$proto") 2>"$cap.err" &
-        TD=$!
-        sleep 1
+        capture_start "$cap" "$(proto_filter "$proto")"
         c0=$(cpu_ticks)
         out=$(load "$proto" "$tool" "$rate")
         c1=$(cpu_ticks)
-        sleep 0.5
-        kill -INT "$TD" 2>/dev/null; wait "$TD" 2>/dev/null
-        dropped=$(sed -n 's/^\([0-9]*\) packets dropped by kernel.*/\1/p' "$cap.err")
-        tcpdump -r "$cap.pcap" -n -tt 2>/dev/null > "$cap.txt"
-        wire=$(python3 scripts/wire_turnaround.py "$cap.txt" "$PORT" 2 \
-          | json '"turnaround_p50_ms", d["p50_ms"], "p99_ms", d["p99_ms"], "p99.9_ms", d["p999_ms"], "responses", d["responses"]' | tr -d "(),'")
-        member=$(python3 scripts/wire_turnaround.py "$cap.txt" "$ORIGIN_PORT" 2 \
-          | json '"member_p50_ms", d["p50_ms"], "p99_ms", d["p99_ms"]' | tr -d "(),'")
+        flag=$(capture_stop "$cap")
+        wire=$(turnaround "$cap.txt")
+        member=$(member_turnaround "$cap.txt")
         set -- $out
         ok=${1:-0}
-        cpu=$(python3 -c "ok=float('${ok}' or 0); print(round(($c1-$c0)*1e6/$(getconf CLK_TCK)/ok,1) if ok>0 else '-')" 2>/dev/null)
-        flag=""; [ "${dropped:-0}" != 0 ] && flag=" (tcpdump dropped $dropped: turnaround incomplete)"
+        cpu=$(cpu_per_request "$ok")
         echo "round $round $proto $tool $rate req/s: ok $ok, tool p50_ms ${2:--} p99_ms ${3:--}, $wire, $member, DUT CPU $cpu us/request$flag"
         [ "${KEEP:-0}" = 1 ] || rm -f "$cap.pcap" "$cap.txt"
       done

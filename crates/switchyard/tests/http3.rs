@@ -855,7 +855,7 @@ fn flow_control_windows_bound_a_connection() {
 /// at once on one connection allowed two streams all get their answers
 /// (aioquic holds the others back until the server's MAX_STREAMS). The
 /// credit goes out when a stream is freed, not when it is accepted
-/// (vendor/quinn's fifth change took the wake-up at accepting out).
+/// (vendor/quinn's sixth change took the wake-up at accepting out).
 #[test]
 fn stream_credit_comes_back_as_requests_end() {
     let Some(py) = python() else { return };

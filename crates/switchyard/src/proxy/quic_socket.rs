@@ -105,12 +105,10 @@ impl AsyncUdpSocket for QuicSocket {
                 // driver, after a read that drained the socket, asks once
                 // more instead of waking itself (its fifth change): this
                 // answers Pending without a system call. Measured by
-                // callgrind at 100 requests/s: 2.93 to 1.63 recvmmsg per
-                // request, with the two quinn changes 75,174 to 72,047
-                // user-space instructions (vendor/quinn/PATCHED.md). A
-                // first try was reverted on a CPU-time A/B at saturation
-                // that this noisy machine could not separate; callgrind
-                // counts the same there (48,355 and 47,535).
+                // callgrind at 100 requests/s: 2.93 to 1.52 recvmmsg per
+                // request with vendor/quinn's fifth to seventh changes
+                // (PATCHED.md has the instructions); at saturation the
+                // count is the same (48,355 and 47,766).
                 if matches!(got, Ok(n) if n < batch) {
                     ready.clear_ready();
                 }
