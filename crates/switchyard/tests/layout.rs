@@ -453,6 +453,13 @@ fn quic_endpoints_steer_by_connection_id() {
                     && c.contains("Endpoint::new_with_abstract_socket("),
                 "{rel} makes a QUIC endpoint on a socket other than quic_socket's"
             );
+            // quinn's drivers on the runtime instead of the worker's
+            // LocalSet: an epoll_wait between a connection's driver and
+            // each request's task (quic_runtime.rs).
+            assert!(
+                c.contains("quic_runtime::WorkerRuntime"),
+                "{rel} makes a QUIC endpoint whose drivers run outside the worker's LocalSet"
+            );
             endpoints.push(rel);
         }
     }

@@ -665,7 +665,7 @@ pub async fn serve_quic(
         super::quic_steer::endpoint_config(steer),
         Some((*server).clone()),
         socket,
-        Arc::new(quinn::TokioRuntime),
+        Arc::new(super::quic_runtime::WorkerRuntime),
     ) {
         Ok(e) => e,
         Err(e) => {

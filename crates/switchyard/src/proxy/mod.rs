@@ -9,7 +9,8 @@
 //!   `stages`);
 //! - the member side (`member_h1`, `member_h2`, `upstream`, `member`);
 //! - QUIC's steering of datagrams to the worker that owns their
-//!   connection (`quic_steer`).
+//!   connection (`quic_steer`), its socket (`quic_socket`) and quinn's
+//!   tasks on the worker (`quic_runtime`).
 //!
 //! `http2/` is the HTTP/2 codec (frames, HPACK, the server state machine,
 //! no IO); `http/h2_message` maps its header blocks to the neutral
@@ -51,6 +52,7 @@ mod normalizing;
 mod pipeline;
 mod plain;
 mod quic_hello;
+mod quic_runtime;
 mod quic_socket;
 pub mod quic_steer;
 mod resend;
