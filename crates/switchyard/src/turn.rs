@@ -32,6 +32,9 @@ thread_local! {
     static HELD: RefCell<Vec<Waker>> = const { RefCell::new(Vec::new()) };
     /// Output was added to held writes since the turn last looked.
     static GREW: Cell<bool> = const { Cell::new(false) };
+    /// QUIC connections that sent since the worker last polled its I/O
+    /// (`quic_may_send`).
+    static QUIC_SENT: Cell<u32> = const { Cell::new(0) };
 }
 
 /// Most times a turn's end is put off because held output keeps growing.
@@ -72,6 +75,48 @@ impl Hold {
     pub fn clear(&mut self) {
         self.0 = None;
     }
+}
+
+/// Whether a QUIC connection's driver sends what it has now
+/// (`proxy/quic_runtime.rs`). In a quiet turn, one in which no connection
+/// has sent since the worker last polled its I/O, at once: a lone
+/// request's response waits for nothing. In a busy one at the turn's end,
+/// as HTTP/2's writes are held (`Hold`), so that one drive carries what
+/// every stream of the connection wrote in the turn. `hold` is the
+/// connection's note: `Some(turn)` while it waits for that turn's end,
+/// its driver's waker then among the held ones.
+pub fn quic_may_send(cx: &Context<'_>, hold: &mut Option<u64>) -> bool {
+    if !ACTIVE.with(Cell::get) {
+        return true;
+    }
+    let turn = TURN.with(Cell::get);
+    match *hold {
+        Some(t) if turn > t => {
+            *hold = None;
+            true
+        }
+        Some(_) => false,
+        None if QUIC_SENT.with(|s| s.replace(s.get() + 1)) == 0 => true,
+        None => {
+            *hold = Some(turn);
+            HELD.with(|h| h.borrow_mut().push(cx.waker().clone()));
+            false
+        }
+    }
+}
+
+/// Wakes a QUIC connection's driver for output its streams gave it: in a
+/// quiet turn now, in a busy one at the turn's end (`quic_may_send`), where
+/// one drive then sends what the turn's streams wrote.
+pub fn quic_wake(driver: Waker, hold: &mut Option<u64>) {
+    if !ACTIVE.with(Cell::get) || QUIC_SENT.with(Cell::get) == 0 {
+        driver.wake();
+    } else if hold.is_none() {
+        *hold = Some(TURN.with(Cell::get));
+        HELD.with(|h| h.borrow_mut().push(driver));
+    }
+    // Else the driver waits for a turn's end already: its waker is among
+    // the held ones, or was woken with them.
 }
 
 /// Wraps the future a worker's runtime blocks on.
@@ -130,6 +175,7 @@ impl<F: Future> Future for Turns<F> {
             }
         }
         ACTIVE.with(|a| a.set(true));
+        QUIC_SENT.with(|s| s.set(0));
         let mut inner_cx = Context::from_waker(&this.waker);
         let mut polls = 0;
         loop {
@@ -226,6 +272,109 @@ mod tests {
         });
         assert_eq!(order.len(), 101);
         assert_eq!(order.last(), Some(&"write"), "{order:?}");
+    }
+
+    type Order = Rc<RefCell<Vec<&'static str>>>;
+
+    /// Streams that become ready now (spawned: at the back of the queue),
+    /// each noting itself in `order` when it runs.
+    fn streams(order: &Order) {
+        for _ in 0..100 {
+            let order = order.clone();
+            tokio::task::spawn_local(async move { order.borrow_mut().push("stream") });
+        }
+    }
+
+    /// A QUIC connection's send, polled until `quic_may_send` lets it
+    /// through, then `name` noted in `order`. `ready_then`: streams become
+    /// ready after it sent.
+    async fn quic_send(order: Order, name: &'static str, ready_then: bool) {
+        let mut hold = None;
+        poll_fn(|cx| {
+            if quic_may_send(cx, &mut hold) {
+                Poll::Ready(())
+            } else {
+                // Polled again before the turn ends, as a driver is when a
+                // datagram comes: it must still wait.
+                cx.waker().wake_by_ref();
+                Poll::Pending
+            }
+        })
+        .await;
+        order.borrow_mut().push(name);
+        if ready_then {
+            streams(&order);
+        }
+    }
+
+    /// The first QUIC connection to send in a turn sends at once (a lone
+    /// request's response waits for nothing); once one has, the turn is
+    /// busy and the others send after every task that became ready in it.
+    #[test]
+    fn quic_sends_wait_for_the_end_of_a_busy_turn() {
+        let order = block_on(async {
+            let order: Order = Rc::default();
+            let first = tokio::task::spawn_local(quic_send(order.clone(), "first", true));
+            let second = tokio::task::spawn_local(quic_send(order.clone(), "second", false));
+            first.await.expect("first");
+            second.await.expect("second");
+            Rc::try_unwrap(order).expect("one owner").into_inner()
+        });
+        assert_eq!(order.len(), 102);
+        assert_eq!(order.first(), Some(&"first"), "{order:?}");
+        assert_eq!(order.last(), Some(&"second"), "{order:?}");
+    }
+
+    /// A connection's driver, waiting to be woken, and a stream that wakes
+    /// it (`quic_wake`) and then makes other streams ready; the driver notes
+    /// `name` when it runs.
+    async fn quic_woken(order: Order, name: &'static str) {
+        let slot: Rc<RefCell<Option<Waker>>> = Rc::default();
+        let driver = {
+            let (order, slot) = (order.clone(), slot.clone());
+            tokio::task::spawn_local(async move {
+                let mut waiting = false;
+                poll_fn(|cx| {
+                    if waiting {
+                        return Poll::Ready(());
+                    }
+                    waiting = true;
+                    *slot.borrow_mut() = Some(cx.waker().clone());
+                    Poll::Pending
+                })
+                .await;
+                order.borrow_mut().push(name);
+            })
+        };
+        // Spawned after the driver: it runs once the driver waits.
+        let stream = tokio::task::spawn_local(async move {
+            let mut hold = None;
+            if let Some(w) = slot.borrow_mut().take() {
+                quic_wake(w, &mut hold);
+            }
+            streams(&order);
+        });
+        stream.await.expect("stream");
+        driver.await.expect("driver");
+    }
+
+    /// A stream's wake-up of its connection's driver: at once in a quiet
+    /// turn (before the streams that became ready after it), at the turn's
+    /// end in a busy one (after them).
+    #[test]
+    fn quic_wakes_wait_for_the_end_of_a_busy_turn() {
+        let order = block_on(async {
+            let order: Order = Rc::default();
+            quic_woken(order.clone(), "quiet").await;
+            // A send makes the turn busy.
+            let mut hold = None;
+            assert!(poll_fn(|cx| Poll::Ready(quic_may_send(cx, &mut hold))).await);
+            quic_woken(order.clone(), "busy").await;
+            Rc::try_unwrap(order).expect("one owner").into_inner()
+        });
+        assert_eq!(order.len(), 202);
+        assert_eq!(order[0], "quiet", "{order:?}");
+        assert_eq!(order.last(), Some(&"busy"), "{order:?}");
     }
 
     /// Without a `Turns` driving the thread nothing would release a held

@@ -264,7 +264,13 @@ impl Future for ConnectionDriver {
             conn.terminate(e, &self.conn.shared);
             return Poll::Ready(Ok(()));
         }
-        let mut keep_going = conn.drive_transmit(cx)?;
+        // Switchyard's patch: the runtime may have the drive send later in
+        // its turn (`Runtime::may_send`), once the turn's tasks wrote.
+        let mut keep_going = if conn.runtime.may_send(cx, &mut conn.send_hold) {
+            conn.drive_transmit(cx)?
+        } else {
+            false
+        };
         // If a timer expires, there might be more to transmit. When we transmit something, we
         // might need to reset a timer. Hence, we must loop until neither happens.
         keep_going |= conn.drive_timer(cx);
@@ -916,6 +922,7 @@ impl ConnectionRef {
             state: Mutex::new(State {
                 inner: conn,
                 driver: None,
+                send_hold: None,
                 handle,
                 on_handshake_data: Some(on_handshake_data),
                 on_connected: Some(on_connected),
@@ -999,6 +1006,9 @@ pub(crate) struct Shared {
 pub(crate) struct State {
     pub(crate) inner: proto::Connection,
     driver: Option<Waker>,
+    /// Switchyard's patch: the runtime's note of when the driver may send
+    /// (`Runtime::may_send`).
+    send_hold: Option<u64>,
     handle: ConnectionHandle,
     on_handshake_data: Option<oneshot::Sender<()>>,
     on_connected: Option<oneshot::Sender<bool>>,
@@ -1276,9 +1286,12 @@ impl State {
     }
 
     /// Wake up a blocked `Driver` task to process I/O
+    ///
+    /// Switchyard's patch: through the runtime (`Runtime::wake_driver`),
+    /// which may wake it when its scheduler's turn ends.
     pub(crate) fn wake(&mut self) {
         if let Some(x) = self.driver.take() {
-            x.wake();
+            self.runtime.wake_driver(x, &mut self.send_hold);
         }
     }
 

@@ -5,7 +5,7 @@ use std::{
     net::SocketAddr,
     pin::Pin,
     sync::Arc,
-    task::{Context, Poll},
+    task::{Context, Poll, Waker},
 };
 
 use udp::{RecvMeta, Transmit};
@@ -27,6 +27,24 @@ pub trait Runtime: Send + Sync + Debug + 'static {
     /// Allows simulating the flow of time for testing.
     fn now(&self) -> Instant {
         Instant::now()
+    }
+    /// Switchyard's patch: whether a connection's driver sends what it
+    /// has now, or later in its runtime's scheduling turn, so that one
+    /// drive sends what the turn's tasks wrote on the connection. `hold`
+    /// is the connection's own state for the runtime (None at first);
+    /// answering false, the runtime has arranged to wake the driver. Any
+    /// runtime without such turns: now.
+    fn may_send(&self, cx: &Context, hold: &mut Option<u64>) -> bool {
+        let _ = (cx, hold);
+        true
+    }
+    /// Switchyard's patch: wake a connection's driver for work its
+    /// application gave it (stream data, a finish, a reset, freed flow
+    /// control, a close). A runtime with turns (`may_send`) may wake it
+    /// later in the turn, noting so in `hold`; any other runtime: now.
+    fn wake_driver(&self, driver: Waker, hold: &mut Option<u64>) {
+        let _ = hold;
+        driver.wake()
     }
 }
 
