@@ -12,6 +12,8 @@
 //! that held a write back for it (`Hold`): an HTTP/2 connection then
 //! sends the responses of every stream that completed during the turn in
 //! one write, as HAProxy's mux drains every ready stream before it sends.
+//! QUIC connections' drivers do the same in a busy turn, and send at once
+//! in a quiet one (`quic_may_send`, `quic_wake`; `proxy/quic_runtime.rs`).
 
 use std::cell::{Cell, RefCell};
 use std::future::Future;
