@@ -126,6 +126,21 @@ member_turnaround() {
 cpu_per_request() {
   python3 -c "ok=float('${1}' or 0); print(round(($c1-$c0)*1e6/$(getconf CLK_TCK)/ok,1) if ok>0 else '-')" 2>/dev/null
 }
+# A turnaround is inside the tool's latency: a turnaround P99 above the
+# tool's own P99 means requests and responses were paired wrongly, which
+# happened when the load core could not keep up (5,000 requests/s of
+# each protocol under h3load, two Go clients beside the origin and
+# tcpdump on one core: 16 to 194 ms against the tool's 8 to 48). Such a
+# round is flagged, and its ratio is not a result.
+overloaded() { # turnaround's line, tool's p99_ms
+  python3 -c "
+import re, sys
+m = re.search(r' p99_ms ([0-9.]+)', sys.argv[1])
+tool = float(sys.argv[2]) if sys.argv[2] not in ('', '-') else None
+if m and tool is not None and float(m.group(1)) > tool:
+    print(' (invalid: turnaround P99 above the tool\'s, the load core is overloaded)', end='')
+" "$1" "${2:--}"
+}
 # PAIRED=1: both protocols at once, each at the rate, through the same
 # worker, and the turnaround of each read from one capture. Run one after
 # the other, the two protocols met a machine whose speed drifts by 30 to
@@ -151,10 +166,11 @@ paired_run() { # round rate tool
   read -r ok3 _ < "$cap.h3.out"; read -r ok2 _ < "$cap.h2.out"
   cpu=$(cpu_per_request $(( ${ok3:-0} + ${ok2:-0} )))
   member=$(member_turnaround "$cap.h2.txt")
-  local proto ok p50 p99
+  local proto ok p50 p99 wire
   for proto in h3 h2; do
     read -r ok p50 p99 < "$cap.$proto.out"
-    echo "round $round $proto $tool $rate req/s paired: ok ${ok:-0}, tool p50_ms ${p50:--} p99_ms ${p99:--}, $(turnaround "$cap.$proto.txt"), $member, DUT CPU $cpu us/request over both$flag"
+    wire=$(turnaround "$cap.$proto.txt")
+    echo "round $round $proto $tool $rate req/s paired: ok ${ok:-0}, tool p50_ms ${p50:--} p99_ms ${p99:--}, $wire, $member, DUT CPU $cpu us/request over both$flag$(overloaded "$wire" "$p99")"
   done
   [ "${KEEP:-0}" = 1 ] || rm -f "$cap".*
 }
@@ -175,7 +191,7 @@ for round in $(seq "$ROUNDS"); do
         set -- $out
         ok=${1:-0}
         cpu=$(cpu_per_request "$ok")
-        echo "round $round $proto $tool $rate req/s: ok $ok, tool p50_ms ${2:--} p99_ms ${3:--}, $wire, $member, DUT CPU $cpu us/request$flag"
+        echo "round $round $proto $tool $rate req/s: ok $ok, tool p50_ms ${2:--} p99_ms ${3:--}, $wire, $member, DUT CPU $cpu us/request$flag$(overloaded "$wire" "${3:--}")"
         [ "${KEEP:-0}" = 1 ] || rm -f "$cap.pcap" "$cap.txt"
       done
     done
