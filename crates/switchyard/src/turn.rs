@@ -34,9 +34,9 @@ thread_local! {
     static HELD: RefCell<Vec<Waker>> = const { RefCell::new(Vec::new()) };
     /// Output was added to held writes since the turn last looked.
     static GREW: Cell<bool> = const { Cell::new(false) };
-    /// QUIC connections that sent since the worker last polled its I/O
-    /// (`quic_may_send`).
-    static QUIC_SENT: Cell<u32> = const { Cell::new(0) };
+    /// A QUIC connection sent since the worker last polled its I/O: the
+    /// turn is busy (`quic_may_send`).
+    static QUIC_BUSY: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Most times a turn's end is put off because held output keeps growing.
@@ -55,28 +55,35 @@ impl Hold {
     /// Whether the caller should write now; `Pending` means it is woken at
     /// the end of this turn. Where no `Turns` drives the thread, now.
     pub fn ready(&mut self, cx: &Context<'_>) -> bool {
-        if !ACTIVE.with(Cell::get) {
-            return true;
-        }
-        let turn = TURN.with(Cell::get);
-        match self.0 {
-            Some(t) if turn > t => {
-                self.0 = None;
-                true
-            }
-            Some(_) => false,
-            None => {
-                self.0 = Some(turn);
-                HELD.with(|h| h.borrow_mut().push(cx.waker().clone()));
-                false
-            }
-        }
+        !ACTIVE.with(Cell::get) || ready_at_turn_end(&mut self.0, cx)
     }
 
     /// The write went out for another reason (its buffer filled up).
     pub fn clear(&mut self) {
         self.0 = None;
     }
+}
+
+/// Whether a writer whose note is `hold` may write now: once the turn it
+/// waits for has ended. Else it waits, its waker held for this turn's end.
+fn ready_at_turn_end(hold: &mut Option<u64>, cx: &Context<'_>) -> bool {
+    match *hold {
+        Some(t) if TURN.with(Cell::get) > t => {
+            *hold = None;
+            true
+        }
+        Some(_) => false,
+        None => {
+            hold_until_turn_end(hold, cx.waker().clone());
+            false
+        }
+    }
+}
+
+/// `w` is woken at the end of this turn; `hold` notes which turn.
+fn hold_until_turn_end(hold: &mut Option<u64>, w: Waker) {
+    *hold = Some(TURN.with(Cell::get));
+    HELD.with(|h| h.borrow_mut().push(w));
 }
 
 /// Whether a QUIC connection's driver sends what it has now
@@ -88,34 +95,20 @@ impl Hold {
 /// connection's note: `Some(turn)` while it waits for that turn's end,
 /// its driver's waker then among the held ones.
 pub fn quic_may_send(cx: &Context<'_>, hold: &mut Option<u64>) -> bool {
-    if !ACTIVE.with(Cell::get) {
+    if !ACTIVE.with(Cell::get) || (hold.is_none() && !QUIC_BUSY.with(|b| b.replace(true))) {
         return true;
     }
-    let turn = TURN.with(Cell::get);
-    match *hold {
-        Some(t) if turn > t => {
-            *hold = None;
-            true
-        }
-        Some(_) => false,
-        None if QUIC_SENT.with(|s| s.replace(s.get() + 1)) == 0 => true,
-        None => {
-            *hold = Some(turn);
-            HELD.with(|h| h.borrow_mut().push(cx.waker().clone()));
-            false
-        }
-    }
+    ready_at_turn_end(hold, cx)
 }
 
 /// Wakes a QUIC connection's driver for output its streams gave it: in a
 /// quiet turn now, in a busy one at the turn's end (`quic_may_send`), where
 /// one drive then sends what the turn's streams wrote.
 pub fn quic_wake(driver: Waker, hold: &mut Option<u64>) {
-    if !ACTIVE.with(Cell::get) || QUIC_SENT.with(Cell::get) == 0 {
+    if !ACTIVE.with(Cell::get) || !QUIC_BUSY.with(Cell::get) {
         driver.wake();
     } else if hold.is_none() {
-        *hold = Some(TURN.with(Cell::get));
-        HELD.with(|h| h.borrow_mut().push(driver));
+        hold_until_turn_end(hold, driver);
     }
     // Else the driver waits for a turn's end already: its waker is among
     // the held ones, or was woken with them.
@@ -177,7 +170,7 @@ impl<F: Future> Future for Turns<F> {
             }
         }
         ACTIVE.with(|a| a.set(true));
-        QUIC_SENT.with(|s| s.set(0));
+        QUIC_BUSY.with(|b| b.set(false));
         let mut inner_cx = Context::from_waker(&this.waker);
         let mut polls = 0;
         loop {
