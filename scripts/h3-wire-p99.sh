@@ -27,6 +27,15 @@
 # PAIRED=1: both protocols at once instead (see paired_run below): one
 # line per protocol and run, the DUT's CPU over both.
 #
+# WORK=REPORT_DIR/work: the peers' run instead. Each of TARGETS ("sy caddy
+# envoy") with the configs of a `switchyard bench compare` work dir (run it
+# with --targets switchyard,caddy,envoy), HTTP/2 and HTTP/3 turned on in
+# copies of them as h3-bench.sh does (h2_configs, h3_configs.py): the RSA
+# TLS vserver on 26084, the origin on 27081. Each round starts each target
+# in turn (the order rotates by round) and runs every rate and tool on it,
+# so the peers' ratios come from the same minutes as Switchyard's. Lines
+# end with the target's name.
+#
 # Env: ORIGIN_RT (1: the origin at real-time priority, see below),
 # SWITCHYARD (target/release/switchyard), RATES ("1000 5000"), TOOLS
 # ("oha h3load"), SECONDS (8), PORT (38543), ORIGIN_PORT (38181), KEEP=1
@@ -37,8 +46,14 @@ set -u
 cd "$(dirname "$0")/.."
 ROUNDS=${1:-3}
 B=${SWITCHYARD:-target/release/switchyard}
-PORT=${PORT:-38543}
-ORIGIN_PORT=${ORIGIN_PORT:-38181}
+WORK=${WORK:-}
+if [ -n "$WORK" ]; then
+  PORT=26084; ORIGIN_PORT=27081; HOST=bench.switchyard.test
+  TARGET_LIST=${TARGETS:-sy caddy envoy}
+else
+  PORT=${PORT:-38543}; ORIGIN_PORT=${ORIGIN_PORT:-38181}; HOST=site.test
+  TARGET_LIST=site
+fi
 D=${SECONDS_PER_RUN:-${SECONDS_RUN:-8}}
 export PATH="/opt/switchyard-bench-peers/bin:$PATH"
 [ -x "$B" ] || { echo "h3-wire-p99: no binary at $B (cargo build --release -p switchyard)" >&2; exit 1; }
@@ -47,12 +62,24 @@ for tool in tcpdump openssl ${TOOLS:-oha h3load}; do
 done
 for p in "$PORT" "$ORIGIN_PORT"; do
   if (exec 3<>/dev/tcp/127.0.0.1/"$p") 2>/dev/null; then
-    echo "h3-wire-p99: 127.0.0.1:$p is in use (set PORT / ORIGIN_PORT)" >&2; exit 1
+    echo "h3-wire-p99: 127.0.0.1:$p is in use (set PORT / ORIGIN_PORT, or stop what holds it)" >&2; exit 1
   fi
 done
 T=$(mktemp -d /tmp/h3-wire-p99.XXXXXX)
 . scripts/dut-lib.sh
-h3_site "$T" "$PORT" "$ORIGIN_PORT" || { echo "h3-wire-p99: openssl failed" >&2; exit 1; }
+if [ -n "$WORK" ]; then
+  [ -d "$WORK/switchyard" ] || { echo "h3-wire-p99: $WORK is not a bench work dir (switchyard bench compare)" >&2; exit 1; }
+  mkdir -p "$T/h2" "$T/conf"
+  h2_configs "$WORK" "$T/h2"
+  python3 scripts/h3_configs.py "$T/h2" "$T/conf" || exit 1
+  CONF="$T/conf"
+  for target in $TARGET_LIST; do
+    [ "$target" = sy ] || [ -f "$CONF/$target/command" ] \
+      || { echo "h3-wire-p99: no $target in $WORK (bench compare --targets switchyard,caddy,envoy)" >&2; exit 1; }
+  done
+else
+  h3_site "$T" "$PORT" "$ORIGIN_PORT" || { echo "h3-wire-p99: openssl failed" >&2; exit 1; }
+fi
 # The origin stands for a member on a machine of its own, but shares the
 # load core with the tool, and an HTTP/3 client keeps that core about
 # twice as busy as an HTTP/2 one: the member's own turnaround, inside the
@@ -60,24 +87,43 @@ h3_site "$T" "$PORT" "$ORIGIN_PORT" || { echo "h3-wire-p99: openssl failed" >&2;
 # Real-time priority lets it run the moment a request reaches it, for both
 # protocols alike (ORIGIN_RT=0: an ordinary process).
 rt=""; [ "${ORIGIN_RT:-1}" = 1 ] && chrt -f 1 true 2>/dev/null && rt="chrt -f 1"
-taskset -c 1 $rt "$B" bench origin --listen 127.0.0.1:"$ORIGIN_PORT" >/dev/null 2>&1 &
+origins="--listen 127.0.0.1:$ORIGIN_PORT"; [ -n "$WORK" ] && origins="$origins --listen 127.0.0.1:27082"
+taskset -c 1 $rt "$B" bench origin $origins >/dev/null 2>&1 &
 O=$!
-taskset -c 0 "$B" run -c "$T"/switchyard.toml >"$T"/dut.log 2>&1 &
-P=$!
+P=""; RUNNING=""
+# One target at a time: target_start NAME (site: h3_site's Switchyard;
+# sy, caddy, envoy: dut-lib's start with the work dir's configs).
+target_start() {
+  if [ "$1" = site ]; then
+    taskset -c 0 "$B" run -c "$T"/switchyard.toml >"$T"/dut.log 2>&1 &
+    P=$!
+  else
+    start "$1"
+  fi
+  RUNNING=$1
+  local up=0
+  # Bounded (60 s): a loaded machine can take seconds to start them.
+  for _ in $(seq 600); do
+    (exec 3<>/dev/tcp/127.0.0.1/"$ORIGIN_PORT") 2>/dev/null && (exec 3<>/dev/tcp/127.0.0.1/"$PORT") 2>/dev/null && { up=1; break; }
+    sleep 0.1
+  done
+  [ $up = 1 ] || { echo "h3-wire-p99: $1 or the origin did not start ($T/dut.log; switchyard-bench beside $B?)" >&2; exit 1; }
+  # The UDP listener comes up beside the TCP one; give it a moment.
+  sleep 1
+}
+target_stop() {
+  [ -n "$RUNNING" ] || return 0
+  if [ "$RUNNING" = site ]; then kill "$P" 2>/dev/null; wait "$P" 2>/dev/null; else stop "$RUNNING"; fi
+  RUNNING=""
+}
 cleanup() {
-  kill "$P" "$O" 2>/dev/null; wait "$P" "$O" 2>/dev/null
+  target_stop
+  kill "$O" 2>/dev/null; wait "$O" 2>/dev/null
   if [ "${KEEP:-0}" = 1 ]; then echo "captures kept in $T"; else rm -rf "$T"; fi
 }
 trap cleanup EXIT
-up=0
-# Bounded (60 s): a loaded machine can take seconds to start them.
-for _ in $(seq 600); do
-  (exec 3<>/dev/tcp/127.0.0.1/"$ORIGIN_PORT") 2>/dev/null && (exec 3<>/dev/tcp/127.0.0.1/"$PORT") 2>/dev/null && { up=1; break; }
-  sleep 0.1
-done
-[ $up = 1 ] || { echo "h3-wire-p99: the DUT or the origin did not start ($T/dut.log; switchyard-bench beside $B?)" >&2; exit 1; }
-cpu_ticks() { awk '{print $14 + $15}' /proc/"$P"/stat; }
-URL="https://site.test:$PORT/size/1024"
+cpu_ticks() { if [ "$RUNNING" = site ]; then awk '{print $14 + $15}' /proc/"$P"/stat; else sumcpu "$RUNNING"; fi; }
+URL="https://$HOST:$PORT/size/1024"
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)" 2>/dev/null; }
 # One run: prints "ok p50_ms p99_ms" from the tool.
 load() { # proto tool rate
@@ -85,7 +131,7 @@ load() { # proto tool rate
   oha)
     taskset -c 1 oha --http-version "${1#h}" --insecure --no-tui -c 20 -p 10 -z "$((D + 2))s" \
         -q "$3" --latency-correction --output-format json \
-        --connect-to "site.test:$PORT:127.0.0.1:$PORT" "$URL" 2>/dev/null \
+        --connect-to "$HOST:$PORT:127.0.0.1:$PORT" "$URL" 2>/dev/null \
       | json "d.get('statusCodeDistribution',{}).get('200',0), round(d['latencyPercentiles']['p50']*1000,3), round(d['latencyPercentiles']['p99']*1000,3)" | tr -d '(),' ;;
   h3load)
     taskset -c 1 h3load -url "$URL" -connect 127.0.0.1:"$PORT" -mode rate -proto "$1" -rate "$3" \
@@ -151,7 +197,7 @@ if m and tool is not None and float(m.group(1)) > tool:
 # over both protocols' requests.
 paired_run() { # round rate tool
   local round=$1 rate=$2 tool=$3
-  local cap="$T/cap.$round.$rate.$tool.paired"
+  local cap="$T/cap.$round.$RUNNING.$rate.$tool.paired"
   capture_start "$cap" "port $PORT or tcp port $ORIGIN_PORT"
   c0=$(cpu_ticks)
   load h3 "$tool" "$rate" >"$cap.h3.out" &
@@ -170,30 +216,43 @@ paired_run() { # round rate tool
   for proto in h3 h2; do
     read -r ok p50 p99 < "$cap.$proto.out"
     wire=$(turnaround "$cap.$proto.txt")
-    echo "round $round $proto $tool $rate req/s paired: ok ${ok:-0}, tool p50_ms ${p50:--} p99_ms ${p99:--}, $wire, $member, DUT CPU $cpu us/request over both$flag$(overloaded "$wire" "$p99")"
+    echo "round $round $proto $tool $rate req/s paired: ok ${ok:-0}, tool p50_ms ${p50:--} p99_ms ${p99:--}, $wire, $member, DUT CPU $cpu us/request over both$flag$(overloaded "$wire" "$p99")$(target_word)"
   done
   [ "${KEEP:-0}" = 1 ] || rm -f "$cap".*
 }
+# The peers' run names the target at the end of each line.
+target_word() { [ "$RUNNING" = site ] || echo ", target $RUNNING"; }
+# A rotation of the targets' list by the round, so no target always runs
+# first (or always right after another).
+rotated() { # round
+  local list=($TARGET_LIST) n i
+  n=${#list[@]}
+  for ((i = 0; i < n; i++)); do echo "${list[$(( (i + $1) % n ))]}"; done
+}
 for round in $(seq "$ROUNDS"); do
-  for rate in ${RATES:-1000 5000}; do
-    for tool in ${TOOLS:-oha h3load}; do
-      if [ "${PAIRED:-0}" = 1 ]; then paired_run "$round" "$rate" "$tool"; continue; fi
-      order="h3 h2"; [ $((round % 2)) = 0 ] && order="h2 h3"
-      for proto in $order; do
-        cap="$T/cap.$round.$rate.$tool.$proto"
-        capture_start "$cap" "$(proto_filter "$proto")"
-        c0=$(cpu_ticks)
-        out=$(load "$proto" "$tool" "$rate")
-        c1=$(cpu_ticks)
-        flag=$(capture_stop "$cap")
-        wire=$(turnaround "$cap.txt")
-        member=$(member_turnaround "$cap.txt")
-        set -- $out
-        ok=${1:-0}
-        cpu=$(cpu_per_request "$ok")
-        echo "round $round $proto $tool $rate req/s: ok $ok, tool p50_ms ${2:--} p99_ms ${3:--}, $wire, $member, DUT CPU $cpu us/request$flag$(overloaded "$wire" "${3:--}")"
-        [ "${KEEP:-0}" = 1 ] || rm -f "$cap.pcap" "$cap.txt"
+  for target in $(rotated "$round"); do
+    target_start "$target"
+    for rate in ${RATES:-1000 5000}; do
+      for tool in ${TOOLS:-oha h3load}; do
+        if [ "${PAIRED:-0}" = 1 ]; then paired_run "$round" "$rate" "$tool"; continue; fi
+        order="h3 h2"; [ $((round % 2)) = 0 ] && order="h2 h3"
+        for proto in $order; do
+          cap="$T/cap.$round.$RUNNING.$rate.$tool.$proto"
+          capture_start "$cap" "$(proto_filter "$proto")"
+          c0=$(cpu_ticks)
+          out=$(load "$proto" "$tool" "$rate")
+          c1=$(cpu_ticks)
+          flag=$(capture_stop "$cap")
+          wire=$(turnaround "$cap.txt")
+          member=$(member_turnaround "$cap.txt")
+          set -- $out
+          ok=${1:-0}
+          cpu=$(cpu_per_request "$ok")
+          echo "round $round $proto $tool $rate req/s: ok $ok, tool p50_ms ${2:--} p99_ms ${3:--}, $wire, $member, DUT CPU $cpu us/request$flag$(overloaded "$wire" "${3:--}")$(target_word)"
+          [ "${KEEP:-0}" = 1 ] || rm -f "$cap.pcap" "$cap.txt"
+        done
       done
     done
+    target_stop
   done
 done

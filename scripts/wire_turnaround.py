@@ -11,7 +11,7 @@ first out per client port (the client's address); a request is a client
 packet of the length most client packets have: HTTP/3 one short stream
 frame in a QUIC packet, within 16 bytes (its packet number and
 acknowledgements vary its length; a packet of acknowledgements alone is
-shorter), HTTP/2 one HEADERS frame in a TLS record, exactly (Go's client
+shorter, and left out of the count), HTTP/2 one HEADERS frame in a TLS record, exactly (Go's client
 sends a WINDOW_UPDATE record one byte shorter for about every fourth
 response); a packet that carries several requests counts once for each
 (`tls_requests`, `quic_requests`). A response is a DUT packet over 1,000
@@ -37,6 +37,13 @@ LINE = re.compile(r"(\S+) IP 127\.0\.0\.1\.(\d+) > 127\.0\.0\.1\.(\d+):.* length
 # a 16-byte tag); an HTTP/2 WINDOW_UPDATE frame is 13 bytes.
 TLS_RECORD = 22
 WINDOW_UPDATE = 13
+# A QUIC packet of acknowledgements alone is 30 to 40 bytes, a request's
+# at least 60 (its HEADERS frame names the authority and the path in
+# literals: QPACK's static table has neither). Envoy's QUICHE acknowledges
+# each response in a packet of its own, and oha's quinn then answers with
+# one: client packets of acknowledgements outnumbered requests there, and
+# the most common length was theirs.
+QUIC_MIN_REQUEST = 48
 # More requests than one connection has streams in flight (10 in the
 # scripts' runs, 16 for margin) in one packet is something else.
 MAX_BUNDLE = 16
@@ -128,7 +135,8 @@ def pair(packets, port, tcp):
     client port: (request time, response time) pairs in response order,
     the requests seen, and the lone request's length (None: no client
     packet with payload)."""
-    lengths = collections.Counter(n for _, _, dst, n in packets if dst == port and n > 0)
+    least = 1 if tcp else QUIC_MIN_REQUEST
+    lengths = collections.Counter(n for _, _, dst, n in packets if dst == port and n >= least)
     if not lengths:
         return [], 0, None
     request_len = lengths.most_common(1)[0][0]
