@@ -39,10 +39,15 @@ pub fn get_from_source(
     let mut s: TcpStream = sock.into();
     s.set_read_timeout(Some(Duration::from_secs(3)))
         .map_err(|e| e.kind())?;
-    let _ = s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
+    let wrote = s.write_all(b"GET / HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n");
     let mut buf = Vec::new();
     match s.read_to_end(&mut buf) {
-        Ok(_) if buf.is_empty() => Err(std::io::ErrorKind::UnexpectedEof),
+        // A reset that came before the request was written is reported to
+        // the write, once, and the read then sees an end: the reset is what
+        // the client met (a reject at accept raced the request that way).
+        Ok(_) if buf.is_empty() => Err(wrote
+            .err()
+            .map_or(std::io::ErrorKind::UnexpectedEof, |e| e.kind())),
         Ok(_) => Ok(String::from_utf8_lossy(&buf)
             .split(' ')
             .nth(1)
