@@ -21,11 +21,13 @@
 #
 #   scripts/h3-veth-cpu.sh REPORT_DIR/work [rounds]
 #   SIZES="1024 65536" TOOLS="h3:oha h3:h3load h2:oha h2:h2load h2:h3load"
+#   TARGETS="sy caddy envoy" (default sy)
 # (h2:h3load is HTTP/2 by h3load -proto h2, Go's client: both protocols by
-# one client's code). The Switchyard config of a `switchyard bench
-# compare` work dir with HTTP/2 and HTTP/3 turned on (h2_configs,
-# h3_configs.py), its RSA TLS vserver moved to the veth address. Needs
-# root (ip netns), oha, h3load and h2load (install-bench-peers.sh).
+# one client's code). The configs of a `switchyard bench compare` work dir
+# (--targets switchyard,caddy,envoy for the peers) with HTTP/2 and HTTP/3
+# turned on (h2_configs, h3_configs.py), each target's RSA TLS vserver
+# moved to the veth address. Needs root (ip netns), oha, h3load and h2load
+# (install-bench-peers.sh).
 set -u
 W=${1:?usage: h3-veth-cpu.sh REPORT_DIR/work [rounds]}
 ROUNDS=${2:-2}
@@ -44,13 +46,54 @@ T=$(mktemp -d); T3=$(mktemp -d)
 . "$(dirname "$0")/dut-lib.sh"
 h2_configs "$W" "$T"
 python3 "$(dirname "$0")/h3_configs.py" "$T" "$T3" >/dev/null || exit 1
-CONF="$T3/switchyard/switchyard.toml"
-grep -q '"127.0.0.1:26084"' "$CONF" || { echo "h3-veth-cpu: no vserver on 127.0.0.1:26084 in $CONF" >&2; exit 1; }
-sed -i "s/\"127.0.0.1:26084\"/\"$DUT_IP:26084\"/" "$CONF"
+# Each target's RSA TLS vserver (TCP and UDP 26084) moves to the veth
+# address; the rest of its config stays on the namespace's loopback.
+python3 - "$T3" "$DUT_IP" <<'PY' || exit 1
+import re, sys
+conf, ip = sys.argv[1], sys.argv[2]
+def edit(rel, old, new, count):
+    path = f"{conf}/{rel}"
+    try:
+        text = open(path).read()
+    except FileNotFoundError:
+        return
+    out, n = re.subn(old, new, text)
+    if n != count:
+        sys.exit(f"h3-veth-cpu: {path}: {n} of {count} places for the veth address")
+    open(path, "w").write(out)
+edit("switchyard/switchyard.toml", r'"127\.0\.0\.1:26084"', f'"{ip}:26084"', 1)
+# Caddy: the bind line of the 26084 site.
+edit("caddy/Caddyfile", r"(https://bench\.switchyard\.test:26084 \{\n\s*bind) 127\.0\.0\.1", rf"\1 {ip}", 1)
+# Envoy: the TCP listener and the UDP one h3_configs.py added.
+edit("envoy/envoy.yaml", r'address: "127\.0\.0\.1", port_value: 26084', f'address: "{ip}", port_value: 26084', 2)
+PY
+for t in ${TARGETS:-sy}; do
+  [ "$t" = sy ] || [ -f "$T3/$t/command" ] || { echo "h3-veth-cpu: no $t in $W (bench compare --targets switchyard,caddy,envoy)" >&2; exit 1; }
+done
 in_dut() { ip netns exec "$NS_DUT" "$@"; }
 in_cli() { ip netns exec "$NS_CLI" "$@"; }
+# One target at a time in the DUT's namespace on CPU 0; a peer in a
+# session of its own (its recorded command line, as dut-lib's start), so
+# that stopping and counting reach every process it forks. Not through
+# in_dut: the function's subshell would be $!, and killing it would leave
+# the target behind.
+target_start() {
+  if [ "$1" = sy ]; then
+    ip netns exec "$NS_DUT" taskset -c 0 "$B" run -c "$T3/switchyard/switchyard.toml" >"$T/dut.log" 2>&1 &
+  else
+    (cd "$T3/$1" && exec ip netns exec "$NS_DUT" taskset -c 0 setsid sh -c "exec $(cat "$T3/$1/command")") >"$T/dut.log" 2>&1 &
+  fi
+  P=$!
+}
+target_pids() { if [ "$TARGET" = sy ]; then echo "$P"; else pgrep -s "$P"; fi; }
+target_stop() {
+  [ -n "${P:-}" ] || return 0
+  kill $(target_pids) 2>/dev/null
+  wait "$P" 2>/dev/null
+  P=""
+}
 cleanup() {
-  [ -n "${P:-}" ] && kill "$P" 2>/dev/null
+  target_stop
   [ -n "${O:-}" ] && kill "$O" 2>/dev/null
   wait 2>/dev/null
   ip netns del "$NS_DUT" 2>/dev/null; ip netns del "$NS_CLI" 2>/dev/null
@@ -76,7 +119,11 @@ O=$!
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)" 2>/dev/null; }
 # CPU 0's busy ticks: user, nice, system, irq, softirq, steal.
 cpu0() { awk '$1 == "cpu0" { print $2 + $3 + $4 + $7 + $8 + $9 }' /proc/stat; }
-dut_ticks() { awk '{print $14 + $15}' /proc/"$P"/stat 2>/dev/null || echo 0; }
+dut_ticks() {
+  local t=0 p
+  for p in $(target_pids); do t=$((t + $(awk '{print $14 + $15}' /proc/"$p"/stat 2>/dev/null || echo 0))); done
+  echo $t
+}
 # One load run from the client's namespace: prints "OK".
 load() { # proto tool size
   case "$1 $2" in
@@ -93,32 +140,34 @@ load() { # proto tool size
   esac
 }
 for round in $(seq "$ROUNDS"); do
-  for size in ${SIZES:-1024 65536}; do
-    for r in ${TOOLS:-h3:oha h3:h3load h2:oha h2:h2load h2:h3load}; do
-      IFS=: read -r proto tool <<<"$r"
-      ip netns exec "$NS_DUT" taskset -c 0 "$B" run -c "$CONF" >"$T/dut.log" 2>&1 &
-      P=$!
-      up=0
-      for _ in $(seq 100); do
-        in_cli bash -c "exec 3<>/dev/tcp/$DUT_IP/26084" 2>/dev/null && in_dut bash -c "exec 3<>/dev/tcp/127.0.0.1/27081" 2>/dev/null && { up=1; break; }
-        sleep 0.1
-      done
-      [ $up = 1 ] || { echo "h3-veth-cpu: the DUT or the origin did not start ($T/dut.log)" >&2; exit 1; }
-      sleep 0.5
-      c0=$(cpu0); d0=$(dut_ticks)
-      ok=$(load "$proto" "$tool" "$size")
-      c1=$(cpu0); d1=$(dut_ticks)
-      kill "$P"; wait "$P" 2>/dev/null; P=""
-      # The next run binds the same ports.
-      sleep 0.3
-      # CPU 0 beyond the DUT's own time is the softirq work between its
-      # calls (up to 11 % in quiet runs), or another process on CPU 0: a
-      # run where it is over a quarter is flagged and not a result.
-      echo "round $round $proto $tool $size B: ${ok:-0} ok, $(python3 -c "
+  for TARGET in ${TARGETS:-sy}; do
+    for size in ${SIZES:-1024 65536}; do
+      for r in ${TOOLS:-h3:oha h3:h3load h2:oha h2:h2load h2:h3load}; do
+        IFS=: read -r proto tool <<<"$r"
+        target_start "$TARGET"
+        up=0
+        for _ in $(seq 100); do
+          in_cli bash -c "exec 3<>/dev/tcp/$DUT_IP/26084" 2>/dev/null && in_dut bash -c "exec 3<>/dev/tcp/127.0.0.1/27081" 2>/dev/null && { up=1; break; }
+          sleep 0.1
+        done
+        [ $up = 1 ] || { echo "h3-veth-cpu: $TARGET or the origin did not start ($T/dut.log)" >&2; exit 1; }
+        # The UDP listener comes up beside the TCP one.
+        sleep 1
+        c0=$(cpu0); d0=$(dut_ticks)
+        ok=$(load "$proto" "$tool" "$size")
+        c1=$(cpu0); d1=$(dut_ticks)
+        target_stop
+        # The next run binds the same ports.
+        sleep 0.3
+        # CPU 0 beyond the DUT's own time is the softirq work between its
+        # calls (up to 11 % in quiet runs), or another process on CPU 0: a
+        # run where it is over a quarter is flagged and not a result.
+        echo "round $round $TARGET $proto $tool $size B: ${ok:-0} ok, $(python3 -c "
 ok, hz = max(1, ${ok:-0}), $(getconf CLK_TCK)
 core, dut = ($c1 - $c0) * 1e6 / hz / ok, ($d1 - $d0) * 1e6 / hz / ok
 flag = ' (invalid: CPU 0 busy beyond the DUT by over a quarter, another process ran there)' if core > 0 and core - dut > core / 4 else ''
-print(f'CPU 0 {core:.1f} us/request, the DUT\'s utime+stime {dut:.1f}{flag}')")"
+print(f'CPU 0 {core:.1f} us/request, the DUT\\'s utime+stime {dut:.1f}{flag}')")"
+      done
     done
   done
 done
