@@ -11,9 +11,9 @@ first out per client port (the client's address); a request is a client
 packet of the length most client packets have: HTTP/3 one short stream
 frame in a QUIC packet, within 16 bytes (its packet number and
 acknowledgements vary its length; a packet of acknowledgements alone is
-shorter, and left out of the count), HTTP/2 one HEADERS frame in a TLS record, exactly (Go's client
-sends a WINDOW_UPDATE record one byte shorter for about every fourth
-response); a packet that carries several requests counts once for each
+shorter, and left out of the count), HTTP/2 one HEADERS frame in a TLS
+record, exactly (Go's client sends a WINDOW_UPDATE record one byte
+shorter for about every fourth response); a packet that carries several requests counts once for each
 (`tls_requests`, `quic_requests`). A response is a DUT packet over 1,000
 bytes; one the kernel
 captured as a GSO or TSO batch counts as one per 1,100 bytes in it (the
