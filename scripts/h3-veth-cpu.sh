@@ -22,6 +22,9 @@
 #   scripts/h3-veth-cpu.sh REPORT_DIR/work [rounds]
 #   SIZES="1024 65536" TOOLS="h3:oha h3:h3load h2:oha h2:h2load h2:h3load"
 #   TARGETS="sy caddy envoy" (default sy)
+#   SIZES=new: a new connection per request instead (NEWCONN, 2,000):
+#   h3load full, resumed and 0-RTT handshakes (EARLY_DATA=1 for 0-RTT),
+#   h2load full ones.
 # (h2:h3load is HTTP/2 by h3load -proto h2, Go's client: both protocols by
 # one client's code). The configs of a `switchyard bench compare` work dir
 # (--targets switchyard,caddy,envoy for the peers) with HTTP/2 and HTTP/3
@@ -32,7 +35,7 @@ set -u
 W=${1:?usage: h3-veth-cpu.sh REPORT_DIR/work [rounds]}
 ROUNDS=${2:-2}
 B=${SWITCHYARD:-target/release/switchyard}
-C=${CLIENTS:-20}; M=${STREAMS:-10}; D=${SECONDS_PER_RUN:-6}
+C=${CLIENTS:-20}; M=${STREAMS:-10}; D=${SECONDS_PER_RUN:-6}; NEWCONN=${NEWCONN:-2000}
 export PATH="/opt/switchyard-bench-peers/bin:$PATH"
 HOST=bench.switchyard.test
 NS_DUT=sy-veth-dut-$$; NS_CLI=sy-veth-cli-$$
@@ -42,6 +45,9 @@ for tool in ip oha h3load h2load; do
   command -v $tool >/dev/null || { echo "h3-veth-cpu: $tool is missing (install-bench-peers.sh oha h3load; apt-get install nghttp2-client iproute2)" >&2; exit 1; }
 done
 [ -x "$B" ] || { echo "h3-veth-cpu: no binary at $B (cargo build --release -p switchyard)" >&2; exit 1; }
+# Everything but the DUT on the load's core, this script's own helpers
+# (ip netns exec, the JSON readers) too: CPU 0's time is the figure.
+taskset -cp 1 $$ >/dev/null || { echo "h3-veth-cpu: taskset failed" >&2; exit 1; }
 T=$(mktemp -d); T3=$(mktemp -d)
 . "$(dirname "$0")/dut-lib.sh"
 h2_configs "$W" "$T"
@@ -132,17 +138,38 @@ load() { # proto tool size
         --output-format json --connect-to "$HOST:26084:$DUT_IP:26084" "$URL/size/$3" 2>/dev/null \
       | json "d.get('statusCodeDistribution',{}).get('200',0)" ;;
   "h3 h3load"|"h2 h3load")
-    in_cli taskset -c 1 h3load -url "$URL/size/$3" -connect $DUT_IP:26084 -mode ka -proto "$1" -c "$C" -m "$M" -d "${D}s" \
+    GODEBUG=tlsmlkem=0 in_cli taskset -c 1 h3load -url "$URL/size/$3" -connect $DUT_IP:26084 -mode ka -proto "$1" -c "$C" -m "$M" -d "${D}s" \
       | json 'd["ok"]' ;;
   "h2 h2load")
     in_cli taskset -c 1 h2load -c "$C" -m "$M" -D "$D" --warm-up-time=1 --connect-to=$DUT_IP:26084 "$URL/size/$3" 2>&1 \
       | sed -n 's/^requests: .* \([0-9]*\) succeeded.*/\1/p' | head -1 ;;
+  # A new connection per request (SIZES "new"): NEWCONN connections, one
+  # 128 B GET each, 10 at a time, as h3-bench.sh's `new` case.
+  "h3 new"|"h3 resume"|"h3 0rtt")
+    GODEBUG=tlsmlkem=0 in_cli taskset -c 1 h3load -url "$URL/size/128" -connect $DUT_IP:26084 -mode "$2" -n "$NEWCONN" -m 10 \
+      | json 'd["ok"], "resumed", d["resumed"], "early", d["early"]' | tr -d "(),'" ;;
+  "h2 h2load-new")
+    # h2load's clients each keep one connection: runs of 10 clients x 1
+    # request, repeated.
+    local ok=0 o
+    for _ in $(seq $((NEWCONN / 10))); do
+      o=$(in_cli taskset -c 1 h2load -c 10 -n 10 --connect-to=$DUT_IP:26084 "$URL/size/128" 2>&1 \
+        | sed -n 's/^requests: .* \([0-9]*\) succeeded.*/\1/p' | head -1)
+      ok=$((ok + ${o:-0}))
+    done
+    echo $ok ;;
   esac
+}
+# The runs of a size: the TOOLS, or for "new" the handshakes (full,
+# resumed with a ticket, resumed with the GET in 0-RTT; EARLY_DATA=1 turns
+# 0-RTT on in every target's config, h3_configs.py) and HTTP/2's full ones.
+runs_for() {
+  if [ "$1" = new ]; then echo "h3:new h3:resume h3:0rtt h2:h2load-new"; else echo "${TOOLS:-h3:oha h3:h3load h2:oha h2:h2load h2:h3load}"; fi
 }
 for round in $(seq "$ROUNDS"); do
   for TARGET in ${TARGETS:-sy}; do
     for size in ${SIZES:-1024 65536}; do
-      for r in ${TOOLS:-h3:oha h3:h3load h2:oha h2:h2load h2:h3load}; do
+      for r in $(runs_for "$size"); do
         IFS=: read -r proto tool <<<"$r"
         target_start "$TARGET"
         up=0
@@ -154,7 +181,7 @@ for round in $(seq "$ROUNDS"); do
         # The UDP listener comes up beside the TCP one.
         sleep 1
         c0=$(cpu0); d0=$(dut_ticks)
-        ok=$(load "$proto" "$tool" "$size")
+        read -r ok extra <<<"$(load "$proto" "$tool" "$size")"
         c1=$(cpu0); d1=$(dut_ticks)
         target_stop
         # The next run binds the same ports.
@@ -162,7 +189,7 @@ for round in $(seq "$ROUNDS"); do
         # CPU 0 beyond the DUT's own time is the softirq work between its
         # calls (up to 11 % in quiet runs), or another process on CPU 0: a
         # run where it is over a quarter is flagged and not a result.
-        echo "round $round $TARGET $proto $tool $size B: ${ok:-0} ok, $(python3 -c "
+        echo "round $round $TARGET $proto $tool $size B: ${ok:-0} ok${extra:+ ($extra)}, $(python3 -c "
 ok, hz = max(1, ${ok:-0}), $(getconf CLK_TCK)
 core, dut = ($c1 - $c0) * 1e6 / hz / ok, ($d1 - $d0) * 1e6 / hz / ok
 flag = ' (invalid: CPU 0 busy beyond the DUT by over a quarter, another process ran there)' if core > 0 and core - dut > core / 4 else ''
