@@ -50,12 +50,12 @@ CONF="$T3"
 name() { case $1 in sy) echo switchyard ;; *) echo "$1" ;; esac; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)" 2>/dev/null; }
 # One load run; prints "OK RPS ERRORS [EXTRA]". h3load runs with
-# GODEBUG=tlsmlkem=0: Go's TLS offers the X25519MLKEM768 hybrid first,
-# which Switchyard (rustls) and Caddy (Go) accept and Envoy's QUICHE does
-# not, so the new-connection rows compared an ML-KEM handshake with an
-# X25519 one (Switchyard's resumed 0-RTT connections: 1,325/s with it,
-# 1,825/s without, one worker). Every target now does X25519, as the
-# harness's other Go loads (Fortio) do.
+# GODEBUG=tlsmlkem=0, as the harness runs Fortio: Go's TLS otherwise sends
+# an X25519MLKEM768 key share beside X25519's, a ClientHello of two Initial
+# packets, and each target handles that its own way (new-connection CPU
+# per connection with it and without, one round each way under
+# h3-veth-cpu.sh: Switchyard 510 and 460 µs for 0-RTT, Envoy 715 and 510).
+# Without it every target does X25519 from a one-packet ClientHello.
 load() { # case proto tool size|mode
   local out
   case "$1 $2 $3" in
