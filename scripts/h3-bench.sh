@@ -49,13 +49,8 @@ python3 "$(dirname "$0")/h3_configs.py" "$T" "$T3" || exit 1
 CONF="$T3"
 name() { case $1 in sy) echo switchyard ;; *) echo "$1" ;; esac; }
 json() { python3 -c "import json,sys; d=json.load(sys.stdin); print($1)" 2>/dev/null; }
-# One load run; prints "OK RPS ERRORS [EXTRA]". h3load runs with
-# GODEBUG=tlsmlkem=0, as the harness runs Fortio: Go's TLS otherwise sends
-# an X25519MLKEM768 key share beside X25519's, a ClientHello of two Initial
-# packets, and each target handles that its own way (new-connection CPU
-# per connection with it and without, one round each way under
-# h3-veth-cpu.sh: Switchyard 510 and 460 µs for 0-RTT, Envoy 715 and 510).
-# Without it every target does X25519 from a one-packet ClientHello.
+# One load run; prints "OK RPS ERRORS [EXTRA]". h3load offers X25519
+# only, as the harness's other loads do (its -groups says why).
 load() { # case proto tool size|mode
   local out
   case "$1 $2 $3" in
@@ -72,14 +67,14 @@ load() { # case proto tool size|mode
           --output-format json --connect-to "$HOST:26084:127.0.0.1:26084" "$URL/size/1024" 2>/dev/null)
     echo "$out" | json "d.get('statusCodeDistribution',{}).get('200',0), round(d.get('statusCodeDistribution',{}).get('200',0)/$D), sum(v for k,v in d.get('errorDistribution',{}).items() if 'deadline' not in k), 'p50_ms', round(d['latencyPercentiles']['p50']*1000,3), 'p99_ms', round(d['latencyPercentiles']['p99']*1000,3)" | tr -d "(),'" ;;
   "p99 h3 h3load"|"p99 h2 h3load")
-    GODEBUG=tlsmlkem=0 taskset -c 1 h3load -url "$URL/size/1024" -connect 127.0.0.1:26084 -mode rate -proto "$2" -rate "$4" \
+    taskset -c 1 h3load -url "$URL/size/1024" -connect 127.0.0.1:26084 -mode rate -proto "$2" -rate "$4" \
         -c "$C" -m "$M" -d "${D}s" -warmup 2s \
       | json 'd["all_ok"], round(d["rps"]), d["errors"], "p50_ms", round(d["p50_us"]/1000,3), "p99_ms", round(d["p99_us"]/1000,3), "service_p99_ms", round(d["service_p99_us"]/1000,3), "late", d["late"]' | tr -d "(),'" ;;
   "ka h3 h3load")
-    GODEBUG=tlsmlkem=0 taskset -c 1 h3load -url "$URL/size/$4" -connect 127.0.0.1:26084 -mode ka -c "$C" -m "$M" -d "${D}s" \
+    taskset -c 1 h3load -url "$URL/size/$4" -connect 127.0.0.1:26084 -mode ka -c "$C" -m "$M" -d "${D}s" \
       | json 'd["ok"], round(d["rps"]), d["errors"]' | tr -d '(),' ;;
   "new h3 h3load")
-    GODEBUG=tlsmlkem=0 taskset -c 1 h3load -url "$URL/size/128" -connect 127.0.0.1:26084 -mode "$4" -n "$NEWCONN" -m 10 \
+    taskset -c 1 h3load -url "$URL/size/128" -connect 127.0.0.1:26084 -mode "$4" -n "$NEWCONN" -m 10 \
       | json 'd["ok"], round(d["rps"]), d["errors"], "resumed", d["resumed"], "early", d["early"]' | tr -d '(),' ;;
   "ka h2 h2load"|"new h2 h2load")
     if [ "$1" = ka ]; then

@@ -34,7 +34,7 @@ for t in ${TARGETS:-sy caddy envoy}; do
   r1=$(rss "$t")
   echo "round $round $t ${SIZEPATH:-/size/1024}: $line; RSS $r0 -> $r1 kB: $(( (r1 - r0) * 1000 / N )) bytes per connection"
   if [ -n "${CHURN:-}" ]; then
-    GODEBUG=tlsmlkem=0 taskset -c 1 h3load -url "https://bench.switchyard.test:26084/size/1024" -connect 127.0.0.1:26084 -mode ka -c 5 -m 2 -d 3s >/dev/null; sleep 2
+    taskset -c 1 h3load -url "https://bench.switchyard.test:26084/size/1024" -connect 127.0.0.1:26084 -mode ka -c 5 -m 2 -d 3s >/dev/null; sleep 2
     r2=$(rss "$t")
     echo "  after 3 s of other traffic: RSS $r2 kB: $(( (r2 - r0) * 1000 / N )) bytes per held connection"
   fi

@@ -45,7 +45,7 @@ load() { # proto tool size
   oha) taskset -c 1 oha --http-version "${1#h}" --insecure --no-tui -c "$C" -p "$M" -z "${D}s" \
          --output-format json --connect-to "$HOST:26084:127.0.0.1:26084" "$URL/size/$3" 2>/dev/null \
        | python3 -c "import json,sys; print(json.load(sys.stdin).get('statusCodeDistribution',{}).get('200',0))" ;;
-  h3load) GODEBUG=tlsmlkem=0 taskset -c 1 h3load -url "$URL/size/$3" -connect 127.0.0.1:26084 -mode ka -proto "$1" -c "$C" -m "$M" -d "${D}s" \
+  h3load) taskset -c 1 h3load -url "$URL/size/$3" -connect 127.0.0.1:26084 -mode ka -proto "$1" -c "$C" -m "$M" -d "${D}s" \
          | python3 -c "import json,sys; print(json.load(sys.stdin)['ok'])" ;;
   h2load) taskset -c 1 h2load -c "$C" -m "$M" -D "$D" --connect-to=127.0.0.1:26084 "$URL/size/$3" 2>&1 \
          | sed -n 's/^requests: .* \([0-9]*\) succeeded.*/\1/p' | head -1 ;;

@@ -138,7 +138,7 @@ load() { # proto tool size
         --output-format json --connect-to "$HOST:26084:$DUT_IP:26084" "$URL/size/$3" 2>/dev/null \
       | json "d.get('statusCodeDistribution',{}).get('200',0)" ;;
   "h3 h3load"|"h2 h3load")
-    GODEBUG=tlsmlkem=0 in_cli taskset -c 1 h3load -url "$URL/size/$3" -connect $DUT_IP:26084 -mode ka -proto "$1" -c "$C" -m "$M" -d "${D}s" \
+    in_cli taskset -c 1 h3load -url "$URL/size/$3" -connect $DUT_IP:26084 -mode ka -proto "$1" -c "$C" -m "$M" -d "${D}s" \
       | json 'd["ok"]' ;;
   "h2 h2load")
     in_cli taskset -c 1 h2load -c "$C" -m "$M" -D "$D" --warm-up-time=1 --connect-to=$DUT_IP:26084 "$URL/size/$3" 2>&1 \
@@ -146,7 +146,7 @@ load() { # proto tool size
   # A new connection per request (SIZES "new"): NEWCONN connections, one
   # 128 B GET each, 10 at a time, as h3-bench.sh's `new` case.
   "h3 new"|"h3 resume"|"h3 0rtt")
-    GODEBUG=tlsmlkem=0 in_cli taskset -c 1 h3load -url "$URL/size/128" -connect $DUT_IP:26084 -mode "$2" -n "$NEWCONN" -m 10 \
+    in_cli taskset -c 1 h3load -url "$URL/size/128" -connect $DUT_IP:26084 -mode "$2" -n "$NEWCONN" -m 10 \
       | json 'd["ok"], "resumed", d["resumed"], "early", d["early"]' | tr -d "(),'" ;;
   "h2 h2load-new")
     # h2load's clients each keep one connection: runs of 10 clients x 1

@@ -134,7 +134,7 @@ load() { # proto tool rate
         --connect-to "$HOST:$PORT:127.0.0.1:$PORT" "$URL" 2>/dev/null \
       | json "d.get('statusCodeDistribution',{}).get('200',0), round(d['latencyPercentiles']['p50']*1000,3), round(d['latencyPercentiles']['p99']*1000,3)" | tr -d '(),' ;;
   h3load)
-    GODEBUG=tlsmlkem=0 taskset -c 1 h3load -url "$URL" -connect 127.0.0.1:"$PORT" -mode rate -proto "$1" -rate "$3" \
+    taskset -c 1 h3load -url "$URL" -connect 127.0.0.1:"$PORT" -mode rate -proto "$1" -rate "$3" \
         -c 20 -m 10 -d "${D}s" -warmup 2s \
       | json 'd["all_ok"], round(d["p50_us"]/1000,3), round(d["p99_us"]/1000,3)' | tr -d '(),' ;;
   esac

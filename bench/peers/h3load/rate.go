@@ -58,7 +58,7 @@ type sample struct {
 
 func h2Transport(connect string) *http2.Transport {
 	return &http2.Transport{
-		TLSClientConfig:    &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}},
+		TLSClientConfig:    &tls.Config{InsecureSkipVerify: true, NextProtos: []string{"h2"}, CurvePreferences: curves},
 		DisableCompression: true,
 		DialTLSContext: func(ctx context.Context, network, addr string, cfg *tls.Config) (net.Conn, error) {
 			if connect != "" {
