@@ -945,6 +945,36 @@ fn ngtcp2_connects_again_and_again_under_loss() {
     assert_eq!(vs["h3_streams"], n, "{vs}");
 }
 
+/// Path MTU discovery waits until a connection has bulk to send
+/// (vendor/quinn-proto's PATCHED.md, QUICHE's rule): a connection that
+/// fetches one small response gets no datagram past the 1,200 bytes every
+/// path carries (a probe is 1,326 bytes or more), and one that fetches
+/// 1 MB gets larger ones (probes, then packets of the size found). And
+/// the server sends nothing after the client's CONNECTION_CLOSE (quinn
+/// answered it with one of its own). The client lingers 300 ms after its
+/// responses so that what the server had to send has gone before it
+/// closes.
+#[test]
+fn mtu_discovery_waits_for_bulk_and_a_client_close_gets_no_answer() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]", "");
+    let linger = ["20", "", "0", "300"].map(String::from);
+    let fetch = |size: usize| {
+        let req = serde_json::json!([{ "path": format!("/size/{size}") }]);
+        let out = h3_client(&py, s.listen, &s.ca, req, &linger);
+        assert_eq!(out["responses"][0]["status"], 200, "{out}");
+        let body = out["responses"][0]["body"].as_str().map_or(0, str::len);
+        assert_eq!(body, size, "{}", out["datagrams"]);
+        out["datagrams"].clone()
+    };
+    let small = fetch(100);
+    assert!(small["largest"].as_u64() <= Some(1200), "{small}");
+    assert_eq!(small["after_close"], 0, "{small}");
+    let bulk = fetch(1_000_000);
+    assert!(bulk["largest"].as_u64() > Some(1300), "{bulk}");
+    assert_eq!(bulk["after_close"], 0, "{bulk}");
+}
+
 /// The interop runner's amplification limit case: with a certificate
 /// far larger than three of the client's first datagrams (300 names), a
 /// client that sends its first flight and then nothing (no acknowledgement:

@@ -320,6 +320,21 @@ where
         };
         conn_inner.send_control_stream_headers().await?;
 
+        // Switchyard's patch (PATCHED.md, the eighth): the grease stream
+        // goes with the control and QPACK streams, in the same packet,
+        // instead of after the peer's SETTINGS in one of its own (and a
+        // packet back from clients that stop it, as quic-go does). One
+        // poll: a peer that allows no fourth stream yet is left out of
+        // it, as h3 does when a stream cannot be opened; a stream opened
+        // but not yet written is finished where h3 did it, in
+        // `poll_control`.
+        if conn_inner.send_grease_stream_flag {
+            let opening = future::poll_fn(|cx| Poll::Ready(conn_inner.poll_grease_stream(cx))).await;
+            if opening.is_pending() && matches!(conn_inner.grease_step, GreaseStatus::NotStarted(_)) {
+                conn_inner.send_grease_stream_flag = false;
+            }
+        }
+
         Ok(conn_inner)
     }
 

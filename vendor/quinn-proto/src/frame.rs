@@ -576,7 +576,16 @@ impl Iter {
         let ty = self.bytes.get::<FrameType>()?;
         self.last_ty = Some(ty);
         Ok(match ty {
-            FrameType::PADDING => Frame::Padding,
+            // Switchyard's patch (PATCHED.md, the first): a run of PADDING
+            // is one frame. A client's Initial is padded to 1,200 bytes
+            // or more (quic-go's to about 1,250), and each byte was a
+            // trip through this loop: 157,765 instructions of a resumed
+            // handshake, 6,072 with the run taken at once (callgrind).
+            FrameType::PADDING => {
+                let run = self.bytes.iter().take_while(|&&b| b == 0).count();
+                self.bytes.advance(run);
+                Frame::Padding
+            }
             FrameType::RESET_STREAM => Frame::ResetStream(ResetStream {
                 id: self.bytes.get()?,
                 error_code: self.bytes.get()?,

@@ -29,6 +29,10 @@ after "h3", so the ClientHello spans two Initial packets as a browser's
 with a post-quantum key share does (Chrome's is about 1.8 KB); the second
 leaves 150 ms after the first.
 
+"datagrams" in the output: how many the server sent ("received"), the
+largest's UDP payload in bytes ("largest"), and how many came after the
+client closed the connection ("after_close").
+
 H3_CLIENT_CERT and H3_CLIENT_KEY (environment): a client certificate and
 its key (PEM files) to present when the server asks for one.
 """
@@ -74,6 +78,7 @@ class Client(QuicConnectionProtocol):
         self.waiting = {}
         self.hold_until = None
         self.split_hello = False
+        self.datagrams, self.largest, self.at_close = 0, 0, None
 
     def connection_made(self, transport):
         super().connection_made(transport)
@@ -81,10 +86,16 @@ class Client(QuicConnectionProtocol):
             self._transport = SecondDatagramLate(transport, self._loop)
 
     def datagram_received(self, data, addr):
+        self.datagrams += 1
+        self.largest = max(self.largest, len(data))
         if self.hold_until is not None and self._loop.time() < self.hold_until:
             self._loop.call_at(self.hold_until, super().datagram_received, data, addr)
             return
         super().datagram_received(data, addr)
+
+    def close(self, *args, **kwargs):
+        self.at_close = self.datagrams
+        super().close(*args, **kwargs)
 
     def quic_event_received(self, event: QuicEvent):
         # A request the server refused by resetting its stream (a malformed
@@ -215,6 +226,11 @@ async def main():
             "max_stream_data_bidi_remote": q._remote_max_stream_data_bidi_remote,
             "max_datagram_frame_size": q._remote_max_datagram_frame_size,
         }
+    out["datagrams"] = {
+        "received": c.datagrams,
+        "largest": c.largest,
+        "after_close": None if c.at_close is None else c.datagrams - c.at_close,
+    }
     print(json.dumps(out))
 
 

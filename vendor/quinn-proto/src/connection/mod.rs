@@ -3037,7 +3037,13 @@ impl Connection {
         if let Some(reason) = close {
             self.error = Some(reason.into());
             self.state = State::Draining;
-            self.close = true;
+            // Switchyard's patch (PATCHED.md, the third): no CONNECTION_CLOSE
+            // of our own in answer, as when one comes during the handshake
+            // (above). RFC 9000 10.2.2 allows one ("MAY"); the peer has
+            // closed and does not need it. A client that closes each
+            // connection after its response (h3load, a script) cost a
+            // sendmsg per connection for it.
+            self.close = false;
         }
 
         if remote != self.path.remote

@@ -167,6 +167,13 @@ impl MtuDiscovery {
     }
 }
 
+/// Packets a connection sends in the data space before its first MTU
+/// search (Switchyard's patch): QUICHE's `kPacketsBetweenMtuProbesBase`,
+/// which nginx took too. 100 packets of 1,200 bytes are 120 KB; a
+/// connection that sends less would gain at most 20 packets from a larger
+/// MTU, and the search costs it six (three probes, three acknowledgements).
+const FIRST_SEARCH_AFTER: u64 = 100;
+
 /// Additional state for enabled MTU discovery
 #[derive(Debug, Clone)]
 struct EnabledMtuDiscovery {
@@ -187,6 +194,18 @@ impl EnabledMtuDiscovery {
     /// Returns the amount of bytes that should be sent as an MTU probe, if any
     fn poll_transmit(&mut self, now: Instant, current_mtu: u16, next_pn: u64) -> Option<u16> {
         if let Phase::Initial = &self.phase {
+            // Switchyard's patch (PATCHED.md, the second): the first search
+            // waits until the connection has sent FIRST_SEARCH_AFTER
+            // packets, as QUICHE's and nginx's discovery do. A connection
+            // that carries a request or two never has a packet to fill
+            // past the first MTU; searching at once cost it two or three
+            // probes of 1,326 to 1,420 bytes and the client's
+            // acknowledgement of each: 8.4 datagrams sent and 6.5
+            // received per resumed 0-RTT connection, against 6.4 and 6.3
+            // without the probes.
+            if next_pn < FIRST_SEARCH_AFTER {
+                return None;
+            }
             // Start the first search
             self.phase = Phase::Searching(SearchState::new(
                 current_mtu,
