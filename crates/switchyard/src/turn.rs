@@ -101,6 +101,15 @@ pub fn quic_may_send(cx: &Context<'_>, hold: &mut Option<u64>) -> bool {
     ready_at_turn_end(hold, cx)
 }
 
+/// Whether a QUIC connection's driver sends a drive of its handshake now:
+/// at the turn's end, busy or quiet (`proxy/quic_runtime.rs`). What the
+/// handshake sends wants answers from the turn's other tasks (the
+/// endpoint's connection IDs, the first stream data), which then go in
+/// the same datagram. Where no `Turns` drives the thread, now.
+pub fn quic_may_send_at_turn_end(cx: &Context<'_>, hold: &mut Option<u64>) -> bool {
+    !ACTIVE.with(Cell::get) || ready_at_turn_end(hold, cx)
+}
+
 /// Wakes a QUIC connection's driver for output its streams gave it: in a
 /// quiet turn now, in a busy one at the turn's end (`quic_may_send`), where
 /// one drive then sends what the turn's streams wrote.

@@ -975,6 +975,42 @@ fn mtu_discovery_waits_for_bulk_and_a_client_close_gets_no_answer() {
     assert_eq!(bulk["after_close"], 0, "{bulk}");
 }
 
+/// A handshake's sends wait for the end of the worker's turn
+/// (vendor/quinn's ninth change), so what the turn's other tasks give the
+/// connection in answer leaves with them instead of in datagrams of its
+/// own: the connection IDs the endpoint issues come in the server's
+/// first flight, and its HTTP/3 SETTINGS (the control stream, 3) in the
+/// datagram that carries HANDSHAKE_DONE. aioquic's own log says which
+/// frames each datagram held.
+#[test]
+fn a_handshakes_answers_ride_in_its_datagrams() {
+    let Some(py) = python() else { return };
+    let s = site("[vserver.http3]", "");
+    let req = serde_json::json!([{ "path": "/size/100" }]);
+    let frames_on = [("H3_FRAMES", std::ffi::OsStr::new("1"))];
+    let to = (s.listen, s.ca.as_path(), "site.test");
+    for i in 0..3 {
+        let out = common::h3::aioquic_script_env(&py, "client.py", to, &req, &[], &frames_on);
+        assert_eq!(out["responses"][0]["status"], 200, "{out}");
+        let datagrams = out["frames"].as_array().cloned().unwrap_or_default();
+        let has = |d: &serde_json::Value, f: &str| {
+            d.as_array()
+                .is_some_and(|fs| fs.iter().any(|x| x.as_str() == Some(f)))
+        };
+        let first_crypto = datagrams.iter().position(|d| has(d, "crypto"));
+        let first_ids = datagrams.iter().position(|d| has(d, "new_connection_id"));
+        assert!(
+            first_crypto.is_some() && first_ids == first_crypto,
+            "connection {i}: connection IDs not in the first flight: {datagrams:?}"
+        );
+        let done = datagrams.iter().find(|d| has(d, "handshake_done"));
+        assert!(
+            done.is_some_and(|d| has(d, "stream 3")),
+            "connection {i}: SETTINGS not with HANDSHAKE_DONE: {datagrams:?}"
+        );
+    }
+}
+
 /// The interop runner's amplification limit case: with a certificate
 /// far larger than three of the client's first datagrams (300 names), a
 /// client that sends its first flight and then nothing (no acknowledgement:

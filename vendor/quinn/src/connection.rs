@@ -266,7 +266,22 @@ impl Future for ConnectionDriver {
         }
         // Switchyard's patch: the runtime may have the drive send later in
         // its turn (`Runtime::may_send`), once the turn's tasks wrote.
-        let mut keep_going = if conn.runtime.may_send(cx, &mut conn.send_hold) {
+        // The ninth: during the handshake, and in the drive that ends it,
+        // always at the turn's end (`Runtime::may_send_handshake`). Those
+        // drives send what needs an answer from other tasks: the
+        // connection IDs to issue (the endpoint's, after
+        // `forward_endpoint_events` below), the application's SETTINGS
+        // once 0.5-RTT data may go, the ID that replaces one the client
+        // retires with its Finished. Sent at once, each answer left in a
+        // datagram of its own.
+        let handshake_drive = conn.inner.is_handshaking() || conn.ending_handshake;
+        conn.ending_handshake = conn.inner.is_handshaking();
+        let may_send = if handshake_drive {
+            conn.runtime.may_send_handshake(cx, &mut conn.send_hold)
+        } else {
+            conn.runtime.may_send(cx, &mut conn.send_hold)
+        };
+        let mut keep_going = if may_send {
             conn.drive_transmit(cx)?
         } else {
             false
@@ -923,6 +938,7 @@ impl ConnectionRef {
                 inner: conn,
                 driver: None,
                 send_hold: None,
+                ending_handshake: true,
                 handle,
                 on_handshake_data: Some(on_handshake_data),
                 on_connected: Some(on_connected),
@@ -1009,6 +1025,9 @@ pub(crate) struct State {
     /// Switchyard's patch: the runtime's note of when the driver may send
     /// (`Runtime::may_send`).
     send_hold: Option<u64>,
+    /// Switchyard's patch (the ninth): the handshake was in progress at the
+    /// last drive; the drive after it ends is held like the handshake's.
+    ending_handshake: bool,
     handle: ConnectionHandle,
     on_handshake_data: Option<oneshot::Sender<()>>,
     on_connected: Option<oneshot::Sender<bool>>,

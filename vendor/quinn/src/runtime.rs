@@ -38,6 +38,16 @@ pub trait Runtime: Send + Sync + Debug + 'static {
         let _ = (cx, hold);
         true
     }
+    /// Switchyard's patch (the ninth): whether a connection's driver sends
+    /// what it has now, for a drive of its handshake: a runtime with turns
+    /// holds it to the turn's end whether or not the turn is busy, so that
+    /// what the turn's other tasks give the connection in answer (the
+    /// endpoint's connection IDs, the application's first stream data) goes
+    /// in the same datagram. Any other runtime: now.
+    fn may_send_handshake(&self, cx: &Context, hold: &mut Option<u64>) -> bool {
+        let _ = (cx, hold);
+        true
+    }
     /// Switchyard's patch: wake a connection's driver for work its
     /// application gave it (stream data, a finish, a reset, freed flow
     /// control, a close). A runtime with turns (`may_send`) may wake it

@@ -65,6 +65,10 @@ impl Runtime for WorkerRuntime {
         crate::turn::quic_may_send(cx, hold)
     }
 
+    fn may_send_handshake(&self, cx: &Context, hold: &mut Option<u64>) -> bool {
+        crate::turn::quic_may_send_at_turn_end(cx, hold)
+    }
+
     fn wake_driver(&self, driver: Waker, hold: &mut Option<u64>) {
         crate::turn::quic_wake(driver, hold);
     }

@@ -158,10 +158,28 @@ pub fn aioquic_client(
 pub fn aioquic_script(
     py: &Path,
     script: &str,
-    (listen, ca, sni): (SocketAddr, &Path, &str),
+    to: (SocketAddr, &Path, &str),
     input: &serde_json::Value,
     args: &[String],
     cert: Option<&(std::path::PathBuf, std::path::PathBuf)>,
+) -> serde_json::Value {
+    let mut env = Vec::new();
+    if let Some((cert, key)) = cert {
+        env.push(("H3_CLIENT_CERT", cert.as_os_str()));
+        env.push(("H3_CLIENT_KEY", key.as_os_str()));
+    }
+    aioquic_script_env(py, script, to, input, args, &env)
+}
+
+/// `aioquic_script` with `env` set for the script (client.py's
+/// H3_CLIENT_CERT and H3_CLIENT_KEY, H3_FRAMES).
+pub fn aioquic_script_env(
+    py: &Path,
+    script: &str,
+    (listen, ca, sni): (SocketAddr, &Path, &str),
+    input: &serde_json::Value,
+    args: &[String],
+    env: &[(&str, &std::ffi::OsStr)],
 ) -> serde_json::Value {
     use std::io::Write;
     use std::process::{Command, Stdio};
@@ -169,9 +187,7 @@ pub fn aioquic_script(
         .join("tests/h3")
         .join(script);
     let mut client = Command::new(py);
-    if let Some((cert, key)) = cert {
-        client.env("H3_CLIENT_CERT", cert).env("H3_CLIENT_KEY", key);
-    }
+    client.envs(env.iter().copied());
     let mut child = client
         .arg(script)
         .args([&listen.ip().to_string(), &listen.port().to_string()])

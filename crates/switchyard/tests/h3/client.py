@@ -31,7 +31,10 @@ leaves 150 ms after the first.
 
 "datagrams" in the output: how many the server sent ("received"), the
 largest's UDP payload in bytes ("largest"), and how many came after the
-client closed the connection ("after_close").
+client closed the connection ("after_close"). H3_FRAMES=1 (environment)
+adds "frames": the frames of each datagram the server sent, in order, a
+list of lists of their types ("stream 3" for a STREAM frame on stream 3;
+PADDING left out), from aioquic's own log.
 
 H3_CLIENT_CERT and H3_CLIENT_KEY (environment): a client certificate and
 its key (PEM files) to present when the server asks for one.
@@ -50,6 +53,7 @@ from aioquic.h3.connection import H3_ALPN, H3Connection
 from aioquic.h3.events import DataReceived, HeadersReceived
 from aioquic.quic.configuration import QuicConfiguration
 from aioquic.quic.events import QuicEvent, StreamReset
+from aioquic.quic.logger import QuicLogger
 
 
 class SecondDatagramLate:
@@ -172,6 +176,8 @@ async def main():
     cfg.verify_mode = ssl.CERT_REQUIRED
     if os.environ.get("H3_CLIENT_CERT"):
         cfg.load_cert_chain(os.environ["H3_CLIENT_CERT"], os.environ["H3_CLIENT_KEY"])
+    if os.environ.get("H3_FRAMES") == "1":
+        cfg.quic_logger = QuicLogger()
     resuming = bool(ticket_file) and os.path.exists(ticket_file)
     if resuming:
         with open(ticket_file, "rb") as f:
@@ -231,7 +237,29 @@ async def main():
         "largest": c.largest,
         "after_close": None if c.at_close is None else c.datagrams - c.at_close,
     }
+    if cfg.quic_logger is not None:
+        out["frames"] = frames_by_datagram(cfg.quic_logger)
     print(json.dumps(out))
+
+
+def frames_by_datagram(logger):
+    """The frames of each datagram received, from aioquic's log: its
+    "datagrams_received" event starts one, each "packet_received" after
+    it adds the packet's frames."""
+    datagrams = []
+    for trace in logger.to_dict()["traces"]:
+        for event in trace["events"]:
+            name, data = event.get("name", ""), event.get("data", {})
+            if name.endswith("datagrams_received"):
+                datagrams.append([])
+            elif name.endswith("packet_received") and datagrams:
+                for f in data.get("frames", []):
+                    kind = f.get("frame_type")
+                    if kind == "stream":
+                        datagrams[-1].append(f"stream {f.get('stream_id')}")
+                    elif kind != "padding":
+                        datagrams[-1].append(kind)
+    return datagrams
 
 
 try:
