@@ -38,7 +38,7 @@ for t in ${TARGETS:-sy envoy}; do
   fi
   start "$t"
   load 200 >/dev/null
-  tcpdump -i lo -n -s 96 -w "$OUT/$t.pcap" udp port 26084 2>/dev/null & D=$!
+  tcpdump --immediate-mode -i lo -n -s 96 -w "$OUT/$t.pcap" udp port 26084 2>/dev/null & D=$!
   sleep 0.5
   S=""
   if [ -n "${STRACE:-}" ]; then

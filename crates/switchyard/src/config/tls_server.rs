@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use rustls::crypto::{aws_lc_rs, CryptoProvider};
-use rustls::server::{NoServerSessionStorage, ServerSessionMemoryCache, WebPkiClientVerifier};
+use rustls::server::{NoServerSessionStorage, StoresServerSessions, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls::{
     Error as TlsError, InconsistentKeys, RootCertStore, ServerConfig, SupportedProtocolVersion,
@@ -20,10 +20,12 @@ use toml::Spanned;
 use super::model::{self, ClientAuth};
 use super::types::Problem;
 use crate::acme::Resolver;
+use crate::tls::session_cache::SessionCache;
 use crate::tls::{format_time, x509, CertStore, TlsServer};
 
-/// TLS 1.2 sessions remembered for session-ID resumption, shared by all
-/// workers of a vserver (one entry is a few hundred bytes).
+/// TLS 1.2 sessions remembered for session-ID resumption, and QUIC's
+/// single-use tickets for 0-RTT, shared by all workers of a vserver (one
+/// entry is a few hundred bytes; `tls::session_cache`).
 const SESSION_CACHE: usize = 10_000;
 
 /// The protocol versions by their configuration names.
@@ -429,9 +431,9 @@ pub fn build(
                 }
             },
         };
-        let sessions = old
-            .and_then(|o| o.sessions.clone())
-            .unwrap_or_else(|| ServerSessionMemoryCache::new(SESSION_CACHE));
+        let sessions = old.and_then(|o| o.sessions.clone()).unwrap_or_else(
+            || -> Arc<dyn StoresServerSessions> { Arc::new(SessionCache::new(SESSION_CACHE)) },
+        );
         config.ticketer = tickets.clone();
         config.session_storage = sessions.clone();
         if let Some(q) = &mut quic {

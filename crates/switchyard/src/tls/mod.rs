@@ -24,6 +24,7 @@
 
 mod certs;
 pub mod quic_suite;
+pub mod session_cache;
 pub mod upstream;
 pub mod x509;
 
