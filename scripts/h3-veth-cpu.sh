@@ -24,7 +24,11 @@
 #   TARGETS="sy caddy envoy" (default sy)
 #   SIZES=new: a new connection per request instead (NEWCONN, 2,000):
 #   h3load full, resumed and 0-RTT handshakes (EARLY_DATA=1 for 0-RTT),
-#   h2load full ones.
+#   h2load full ones; NEW_RUNS picks among them ("h3:new h3:resume
+#   h3:0rtt h2:h2load-new"), so that short rounds alternate the targets
+#   closely on a machine whose speed drifts.
+#   TARGETS may name sy-b: the build SWITCHYARD_B, for an A/B of two
+#   builds interleaved in one run.
 # (h2:h3load is HTTP/2 by h3load -proto h2, Go's client: both protocols by
 # one client's code). The configs of a `switchyard bench compare` work dir
 # (--targets switchyard,caddy,envoy for the peers) with HTTP/2 and HTTP/3
@@ -74,7 +78,7 @@ edit("caddy/Caddyfile", r"(https://bench\.switchyard\.test:26084 \{\n\s*bind) 12
 edit("envoy/envoy.yaml", r'address: "127\.0\.0\.1", port_value: 26084', f'address: "{ip}", port_value: 26084', 2)
 PY
 for t in ${TARGETS:-sy}; do
-  [ "$t" = sy ] || [ -f "$T3/$t/command" ] || { echo "h3-veth-cpu: no $t in $W (bench compare --targets switchyard,caddy,envoy)" >&2; exit 1; }
+  [ "$t" = sy ] || [ "$t" = sy-b ] || [ -f "$T3/$t/command" ] || { echo "h3-veth-cpu: no $t in $W (bench compare --targets switchyard,caddy,envoy)" >&2; exit 1; }
 done
 in_dut() { ip netns exec "$NS_DUT" "$@"; }
 in_cli() { ip netns exec "$NS_CLI" "$@"; }
@@ -84,14 +88,16 @@ in_cli() { ip netns exec "$NS_CLI" "$@"; }
 # in_dut: the function's subshell would be $!, and killing it would leave
 # the target behind.
 target_start() {
-  if [ "$1" = sy ]; then
-    ip netns exec "$NS_DUT" taskset -c 0 "$B" run -c "$T3/switchyard/switchyard.toml" >"$T/dut.log" 2>&1 &
+  if [ "$1" = sy ] || [ "$1" = sy-b ]; then
+    local bin=$B
+    [ "$1" = sy-b ] && bin=${SWITCHYARD_B:?TARGETS has sy-b: set SWITCHYARD_B to the second build}
+    ip netns exec "$NS_DUT" taskset -c 0 "$bin" run -c "$T3/switchyard/switchyard.toml" >"$T/dut.log" 2>&1 &
   else
     (cd "$T3/$1" && exec ip netns exec "$NS_DUT" taskset -c 0 setsid sh -c "exec $(cat "$T3/$1/command")") >"$T/dut.log" 2>&1 &
   fi
   P=$!
 }
-target_pids() { if [ "$TARGET" = sy ]; then echo "$P"; else pgrep -s "$P"; fi; }
+target_pids() { case $TARGET in sy|sy-b) echo "$P" ;; *) pgrep -s "$P" ;; esac; }
 target_stop() {
   [ -n "${P:-}" ] || return 0
   kill $(target_pids) 2>/dev/null
@@ -164,7 +170,7 @@ load() { # proto tool size
 # resumed with a ticket, resumed with the GET in 0-RTT; EARLY_DATA=1 turns
 # 0-RTT on in every target's config, h3_configs.py) and HTTP/2's full ones.
 runs_for() {
-  if [ "$1" = new ]; then echo "h3:new h3:resume h3:0rtt h2:h2load-new"; else echo "${TOOLS:-h3:oha h3:h3load h2:oha h2:h2load h2:h3load}"; fi
+  if [ "$1" = new ]; then echo "${NEW_RUNS:-h3:new h3:resume h3:0rtt h2:h2load-new}"; else echo "${TOOLS:-h3:oha h3:h3load h2:oha h2:h2load h2:h3load}"; fi
 }
 for round in $(seq "$ROUNDS"); do
   for TARGET in ${TARGETS:-sy}; do
