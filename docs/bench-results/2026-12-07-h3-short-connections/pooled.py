@@ -1,5 +1,7 @@
 """Pools session-cache-ab-1.log (sy = the session cache build, sy-b = the
-build before it) and session-cache-ab-2.log (the two swapped) and prints,
+build before it), session-cache-ab-2.log (the two swapped) and
+session-cache-ab-3.log (the session cache build alone, after Envoy in
+each round) and prints,
 per handshake, each build's CPU against Envoy's in the same round: the
 median, a bootstrap 95 % interval of the median, and how many rounds are
 at or under 0.7x; then the two builds against each other."""
@@ -21,6 +23,7 @@ def load(path, build_of):
 runs = [
     load("session-cache-ab-1.log", {"sy": "cache", "sy-b": "before"}),
     load("session-cache-ab-2.log", {"sy": "before", "sy-b": "cache"}),
+    load("session-cache-ab-3.log", {"sy": "cache"}),
 ]
 random.seed(1)
 for mode in ("resume", "0rtt"):
@@ -30,5 +33,6 @@ for mode in ("resume", "0rtt"):
         boots = sorted(st.median(random.choices(r, k=len(r))) for _ in range(5000))
         print(f"{mode} {build}: {len(r)} rounds, median {st.median(r):.3f}x Envoy, "
               f"95 % {boots[125]:.3f}-{boots[-126]:.3f}, {sum(x <= 0.7 for x in r)} at or under 0.7x")
-    r = [d["cache"] / d["before"] for rows in runs for (_, md), d in rows.items() if md == mode]
+    r = [d["cache"] / d["before"] for rows in runs for (_, md), d in rows.items()
+         if md == mode and "before" in d]
     print(f"{mode} cache / before: median {st.median(r):.3f}")
