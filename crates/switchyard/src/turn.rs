@@ -55,7 +55,7 @@ impl Hold {
     /// Whether the caller should write now; `Pending` means it is woken at
     /// the end of this turn. Where no `Turns` drives the thread, now.
     pub fn ready(&mut self, cx: &Context<'_>) -> bool {
-        !ACTIVE.with(Cell::get) || ready_at_turn_end(&mut self.0, cx)
+        at_turn_end(cx, &mut self.0)
     }
 
     /// The write went out for another reason (its buffer filled up).
@@ -101,12 +101,12 @@ pub fn quic_may_send(cx: &Context<'_>, hold: &mut Option<u64>) -> bool {
     ready_at_turn_end(hold, cx)
 }
 
-/// Whether a QUIC connection's driver sends a drive of its handshake now:
-/// at the turn's end, busy or quiet (`proxy/quic_runtime.rs`). What the
-/// handshake sends wants answers from the turn's other tasks (the
-/// endpoint's connection IDs, the first stream data), which then go in
-/// the same datagram. Where no `Turns` drives the thread, now.
-pub fn quic_may_send_at_turn_end(cx: &Context<'_>, hold: &mut Option<u64>) -> bool {
+/// Whether a writer whose note is `hold` writes now: at the turn's end,
+/// busy or quiet (`Hold::ready`; a QUIC connection's handshake drives,
+/// `proxy/quic_runtime.rs`, whose sends want answers from the turn's other
+/// tasks, the endpoint's connection IDs and the first stream data, which
+/// then go in the same datagram). Where no `Turns` drives the thread, now.
+pub fn at_turn_end(cx: &Context<'_>, hold: &mut Option<u64>) -> bool {
     !ACTIVE.with(Cell::get) || ready_at_turn_end(hold, cx)
 }
 

@@ -274,8 +274,9 @@ impl Future for ConnectionDriver {
         // once 0.5-RTT data may go, the ID that replaces one the client
         // retires with its Finished. Sent at once, each answer left in a
         // datagram of its own.
-        let handshake_drive = conn.inner.is_handshaking() || conn.ending_handshake;
-        conn.ending_handshake = conn.inner.is_handshaking();
+        let handshaking = conn.inner.is_handshaking();
+        let handshake_drive = handshaking || conn.was_handshaking;
+        conn.was_handshaking = handshaking;
         let may_send = if handshake_drive {
             conn.runtime.may_send_handshake(cx, &mut conn.send_hold)
         } else {
@@ -938,7 +939,7 @@ impl ConnectionRef {
                 inner: conn,
                 driver: None,
                 send_hold: None,
-                ending_handshake: true,
+                was_handshaking: true,
                 handle,
                 on_handshake_data: Some(on_handshake_data),
                 on_connected: Some(on_connected),
@@ -1027,7 +1028,7 @@ pub(crate) struct State {
     send_hold: Option<u64>,
     /// Switchyard's patch (the ninth): the handshake was in progress at the
     /// last drive; the drive after it ends is held like the handshake's.
-    ending_handshake: bool,
+    was_handshaking: bool,
     handle: ConnectionHandle,
     on_handshake_data: Option<oneshot::Sender<()>>,
     on_connected: Option<oneshot::Sender<bool>>,

@@ -66,7 +66,7 @@ impl Runtime for WorkerRuntime {
     }
 
     fn may_send_handshake(&self, cx: &Context, hold: &mut Option<u64>) -> bool {
-        crate::turn::quic_may_send_at_turn_end(cx, hold)
+        crate::turn::at_turn_end(cx, hold)
     }
 
     fn wake_driver(&self, driver: Waker, hold: &mut Option<u64>) {
